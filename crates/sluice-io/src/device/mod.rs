@@ -1,0 +1,107 @@
+//! LBA-addressed devices: a namespace of fixed-size logical blocks.
+//!
+//! Three kinds share one trait: a preallocated regular file opened with
+//! O_DIRECT, a raw block device (size and logical block size from the kernel),
+//! and memory with fault injection for tests.
+
+mod file;
+mod memory;
+
+pub use file::{FileDevice, FileOptions};
+pub use memory::{MemoryDevice, PowerCutMode, SECTOR_SIZE_BYTES};
+
+use crate::error::{IoError, Result};
+use std::os::fd::RawFd;
+
+/// Largest single I/O the layer accepts. The kernel caps one read/write at
+/// about 2 GiB; we stay well below and let callers split.
+pub const MAX_IO_BYTES: u64 = 1 << 30;
+
+/// Size and addressing unit of a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub block_size_bytes: u32,
+    pub block_count: u64,
+}
+
+impl Geometry {
+    pub fn size_bytes(&self) -> u64 {
+        self.block_count * self.block_size_bytes as u64
+    }
+
+    /// Checks one I/O against the device: length a whole number of blocks,
+    /// within bounds, and the buffer aligned for direct I/O.
+    pub fn check_io(&self, lba: u64, len_bytes: u64, buf_addr: usize) -> Result<()> {
+        let bs = self.block_size_bytes as u64;
+        if len_bytes == 0 || len_bytes > MAX_IO_BYTES {
+            return Err(IoError::BadLength {
+                len_bytes,
+                max_bytes: MAX_IO_BYTES,
+            });
+        }
+        if len_bytes % bs != 0 {
+            return Err(IoError::Misaligned {
+                what: "I/O length",
+                value: len_bytes,
+                block_size_bytes: self.block_size_bytes,
+            });
+        }
+        let end_lba = lba.saturating_add(len_bytes / bs);
+        if end_lba > self.block_count {
+            return Err(IoError::OutOfRange {
+                lba,
+                len_bytes,
+                end_lba,
+                block_count: self.block_count,
+            });
+        }
+        if buf_addr % self.block_size_bytes as usize != 0 {
+            return Err(IoError::MisalignedBuffer {
+                address: buf_addr,
+                alignment_bytes: self.block_size_bytes as usize,
+            });
+        }
+        Ok(())
+    }
+
+    /// Converts a byte offset to an LBA, refusing offsets inside a block.
+    pub fn lba_of_offset(&self, offset_bytes: u64) -> Result<u64> {
+        if offset_bytes % self.block_size_bytes as u64 != 0 {
+            return Err(IoError::Misaligned {
+                what: "byte offset",
+                value: offset_bytes,
+                block_size_bytes: self.block_size_bytes,
+            });
+        }
+        Ok(offset_bytes / self.block_size_bytes as u64)
+    }
+}
+
+/// A namespace of logical blocks. Synchronous calls; the engines add queues,
+/// batching and priorities on top.
+pub trait Device: Send + Sync + std::fmt::Debug {
+    fn geometry(&self) -> Geometry;
+
+    /// Reads `buf.len()` bytes starting at block `lba`.
+    fn read_at(&self, lba: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// Writes `buf` starting at block `lba`. Not durable until `flush`.
+    fn write_at(&self, lba: u64, buf: &[u8]) -> Result<()>;
+
+    /// Makes every completed write durable.
+    fn flush(&self) -> Result<()>;
+
+    /// The file descriptor the kernel engines submit against, if there is one.
+    fn raw_fd(&self) -> Option<RawFd>;
+
+    /// Whether the descriptor was opened with O_DIRECT.
+    fn is_direct(&self) -> bool;
+
+    /// A short human description: path or kind.
+    fn describe(&self) -> String;
+
+    /// `major:minor` of the block device holding the data, if any.
+    fn backing_dev(&self) -> Option<(u32, u32)> {
+        None
+    }
+}

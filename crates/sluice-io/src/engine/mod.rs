@@ -1,0 +1,298 @@
+//! Engines: queues of requests against a device, completed asynchronously.
+//!
+//! - [`UringEngine`]: io_uring with a registered file, fixed buffers from the
+//!   pool, batched submission, optional SQPOLL and IOPOLL.
+//! - [`PosixEngine`]: pread/pwrite on worker threads, buffered or O_DIRECT:
+//!   the honest baseline.
+//!
+//! Both take requests with [`Engine::submit`] and hand back completions with
+//! [`Engine::reap`]; a request's buffer travels with it and comes back in its
+//! completion. Two priority classes: high (log writes, foreground reads) and
+//! low (background work). Low requests are issued only while high ones hold
+//! less than `high_share` of the queue depth, and each request carries the
+//! kernel I/O priority of its class.
+
+mod gate;
+mod posix;
+mod uring;
+
+pub use posix::PosixEngine;
+pub use uring::UringEngine;
+
+use crate::device::Device;
+use crate::error::{IoError, Result};
+use crate::pool::{BufferPool, IoBuf, PoolConfig};
+use std::sync::Arc;
+
+/// Upper bound on queue depth (requests accepted and not yet reaped).
+pub const MAX_QUEUE_DEPTH: usize = 4096;
+/// Upper bound on posix worker threads.
+pub const MAX_POSIX_THREADS: usize = 256;
+
+/// Kernel I/O priority classes (ioprio_set(2)).
+pub const IOPRIO_CLASS_BE: u16 = 2;
+pub const IOPRIO_CLASS_IDLE: u16 = 3;
+
+/// Builds a kernel ioprio value from a class and a level (0 highest, 7 lowest).
+pub const fn ioprio(class: u16, level: u16) -> u16 {
+    (class << 13) | (level & 7)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Priority {
+    /// Log writes and foreground reads.
+    High,
+    /// Background work: compaction, prefetch, export.
+    Low,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+    /// Makes every write completed before it was submitted durable.
+    Flush,
+}
+
+/// One I/O. `buf` is required for reads and writes; its `len()` is the length.
+#[derive(Debug)]
+pub struct Request {
+    pub op: Op,
+    pub lba: u64,
+    pub buf: Option<IoBuf>,
+    pub priority: Priority,
+    pub user_data: u64,
+}
+
+impl Request {
+    pub fn read(lba: u64, buf: IoBuf, user_data: u64) -> Self {
+        Request {
+            op: Op::Read,
+            lba,
+            buf: Some(buf),
+            priority: Priority::High,
+            user_data,
+        }
+    }
+
+    pub fn write(lba: u64, buf: IoBuf, user_data: u64) -> Self {
+        Request {
+            op: Op::Write,
+            lba,
+            buf: Some(buf),
+            priority: Priority::High,
+            user_data,
+        }
+    }
+
+    pub fn flush(user_data: u64) -> Self {
+        Request {
+            op: Op::Flush,
+            lba: 0,
+            buf: None,
+            priority: Priority::High,
+            user_data,
+        }
+    }
+
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    fn len_bytes(&self) -> usize {
+        self.buf.as_ref().map_or(0, IoBuf::len)
+    }
+}
+
+/// The outcome of one request, with its buffer back.
+#[derive(Debug)]
+pub struct Completion {
+    pub user_data: u64,
+    pub op: Op,
+    pub lba: u64,
+    pub priority: Priority,
+    /// Bytes transferred, or what went wrong.
+    pub result: Result<usize>,
+    pub buf: Option<IoBuf>,
+}
+
+/// A request the engine would not take, with the request handed back.
+#[derive(Debug)]
+pub struct Rejected {
+    pub error: IoError,
+    pub request: Request,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Uring,
+    Posix,
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EngineKind::Uring => "uring",
+            EngineKind::Posix => "posix",
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub kind: EngineKind,
+    /// Requests accepted and not yet reaped, at most.
+    pub queue_depth: usize,
+    /// SQPOLL with this idle time before the kernel thread sleeps.
+    pub sqpoll_idle_ms: Option<u32>,
+    /// Busy-poll completions (only where the device has poll queues).
+    pub iopoll: bool,
+    /// Use fixed buffers (ReadFixed/WriteFixed) from a registered pool.
+    pub fixed_buffers: bool,
+    /// Low-priority requests wait while high ones hold this share of the depth.
+    pub high_share: f64,
+    pub high_ioprio: u16,
+    pub low_ioprio: u16,
+    pub posix_threads: usize,
+    /// Fall back (uring to posix, SQPOLL to plain, ...) instead of failing.
+    pub allow_fallback: bool,
+    pub pool: PoolConfig,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            kind: EngineKind::Uring,
+            queue_depth: 64,
+            sqpoll_idle_ms: None,
+            iopoll: false,
+            fixed_buffers: true,
+            high_share: 0.75,
+            high_ioprio: ioprio(IOPRIO_CLASS_BE, 0),
+            low_ioprio: ioprio(IOPRIO_CLASS_BE, 7),
+            posix_threads: 8,
+            allow_fallback: true,
+            pool: PoolConfig::default(),
+        }
+    }
+}
+
+impl EngineConfig {
+    pub fn validate(&self) -> Result<()> {
+        if self.queue_depth == 0 || self.queue_depth > MAX_QUEUE_DEPTH {
+            return Err(IoError::Config(format!(
+                "queue_depth {} must be between 1 and {MAX_QUEUE_DEPTH}",
+                self.queue_depth
+            )));
+        }
+        if !(self.high_share > 0.0 && self.high_share <= 1.0) {
+            return Err(IoError::Config(format!(
+                "high_share {} must be in (0, 1]",
+                self.high_share
+            )));
+        }
+        if self.posix_threads == 0 || self.posix_threads > MAX_POSIX_THREADS {
+            return Err(IoError::Config(format!(
+                "posix_threads {} must be between 1 and {MAX_POSIX_THREADS}",
+                self.posix_threads
+            )));
+        }
+        self.pool.validate()
+    }
+}
+
+/// A queue of I/O against one device.
+pub trait Engine: Send {
+    fn kind(&self) -> EngineKind;
+    fn device(&self) -> &Arc<dyn Device>;
+    /// The pool whose buffers this engine uses best (fixed buffers).
+    fn pool(&self) -> &BufferPool;
+    fn queue_depth(&self) -> usize;
+    /// Requests accepted and not yet reaped.
+    fn in_flight(&self) -> usize;
+    /// Accepts a request. Checked against the device first; a bad or
+    /// surplus request comes back in `Rejected`, untouched.
+    fn submit(&mut self, request: Request) -> std::result::Result<(), Rejected>;
+    /// Issues what is queued and appends at least `min_complete` completions
+    /// (fewer only if fewer are in flight) to `out`. Returns how many it added.
+    fn reap(&mut self, min_complete: usize, out: &mut Vec<Completion>) -> Result<usize>;
+    /// One line per fallback or adjustment made when the engine was opened.
+    fn notes(&self) -> &[String];
+    /// Short description: kind and the features in use.
+    fn describe(&self) -> String;
+
+    /// Submits one request and waits for it. Only with nothing else in flight.
+    fn run(&mut self, request: Request) -> Completion {
+        assert_eq!(self.in_flight(), 0, "run() needs an idle engine");
+        let (user_data, op, lba, priority) = (request.user_data, request.op, request.lba, request.priority);
+        if let Err(r) = self.submit(request) {
+            return Completion {
+                user_data,
+                op,
+                lba,
+                priority,
+                result: Err(r.error),
+                buf: r.request.buf,
+            };
+        }
+        let mut out = Vec::with_capacity(1);
+        match self.reap(1, &mut out) {
+            Ok(_) => out.pop().expect("one completion"),
+            Err(e) => Completion {
+                user_data,
+                op,
+                lba,
+                priority,
+                result: Err(e),
+                buf: None,
+            },
+        }
+    }
+}
+
+/// Checks a request against the device before it is queued.
+pub(crate) fn check_request(device: &dyn Device, request: &Request) -> Result<()> {
+    match request.op {
+        Op::Flush => Ok(()),
+        Op::Read | Op::Write => {
+            let buf = request.buf.as_ref().ok_or_else(|| {
+                IoError::Config("a read or write request needs a buffer".into())
+            })?;
+            let geometry = device.geometry();
+            geometry.check_io(request.lba, request.len_bytes() as u64, 0)?;
+            for (_, seg) in buf.io_segments() {
+                if device.is_direct() {
+                    geometry.check_io(0, seg.len_bytes() as u64, seg.ptr() as usize)?;
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Opens the engine `config` asks for, falling back where the kernel or
+/// device lacks a feature (each fallback logged in one line and kept in
+/// `notes()`), or failing with the missing feature named when fallback is off.
+pub fn open_engine(device: Arc<dyn Device>, config: &EngineConfig) -> Result<Box<dyn Engine>> {
+    config.validate()?;
+    match config.kind {
+        EngineKind::Posix => Ok(Box::new(PosixEngine::open(device, config, Vec::new())?)),
+        EngineKind::Uring => {
+            let missing = if device.raw_fd().is_none() {
+                Some(("a file descriptor", format!("{} has none", device.describe())))
+            } else {
+                crate::probe::kernel().uring_missing()
+            };
+            match missing {
+                None => Ok(Box::new(UringEngine::open(device, config)?)),
+                Some((feature, reason)) if config.allow_fallback => {
+                    let note = format!("engine: uring -> posix: missing {feature}: {reason}");
+                    log::warn!("{note}");
+                    Ok(Box::new(PosixEngine::open(device, config, vec![note])?))
+                }
+                Some((feature, reason)) => Err(IoError::FeatureMissing { feature, reason }),
+            }
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! The io_uring engine.
+//!
+//! One ring, owned by one thread at a time. The device's descriptor is a
+//! registered file; buffers come from a pool registered in a sparse
+//! fixed-buffer table (Linux 5.19), so a read or write of a pooled buffer is a
+//! ReadFixed/WriteFixed and the kernel does not pin pages per I/O. Requests
+//! are queued and submitted in batches from `reap`, one system call for many.
+//! A scatter/gather buffer becomes one SQE per segment at consecutive offsets.
+
+use super::gate::PriorityGate;
+use super::{check_request, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request};
+use crate::device::Device;
+use crate::error::{IoError, Result};
+use crate::pool::{BufferPool, Pinning, Registrar};
+use io_uring::{opcode, squeue, types, IoUring};
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// Registers pool memory in the ring's sparse buffer table.
+struct RingRegistrar {
+    ring: Arc<IoUring>,
+}
+
+impl std::fmt::Debug for RingRegistrar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RingRegistrar")
+    }
+}
+
+impl Registrar for RingRegistrar {
+    unsafe fn register(&self, slot: u16, iov: libc::iovec) -> std::io::Result<()> {
+        // SAFETY: the caller keeps the memory valid until unregister.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(slot as u32, &[iov], None)
+        }
+    }
+
+    fn unregister(&self, slot: u16) -> std::io::Result<()> {
+        let empty = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        // SAFETY: an empty iovec clears the slot; no memory is handed over.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(slot as u32, &[empty], None)
+        }
+    }
+}
+
+#[derive(Debug)]
+struct InFlight {
+    request: Request,
+    sqes_left: u32,
+    done_bytes: usize,
+    error: Option<IoError>,
+}
+
+pub struct UringEngine {
+    ring: Arc<IoUring>,
+    device: Arc<dyn Device>,
+    pool: BufferPool,
+    fd: RawFd,
+    fixed_file: bool,
+    iopoll: bool,
+    sqpoll: bool,
+    block_size_bytes: u64,
+    queue_depth: usize,
+    sq_entries: usize,
+    sqes_in_kernel: usize,
+    unsubmitted: usize,
+    accepted: usize,
+    slots: Vec<Option<InFlight>>,
+    free_slots: Vec<u32>,
+    gate: PriorityGate<u32>,
+    ready: VecDeque<Completion>,
+    high_ioprio: u16,
+    low_ioprio: u16,
+    notes: Vec<String>,
+}
+
+impl std::fmt::Debug for UringEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
+macro_rules! rw_entry {
+    ($fixed_file:expr, $fd:expr, $build:expr) => {
+        if $fixed_file {
+            $build(types::Fixed(0))
+        } else {
+            $build(types::Fd($fd))
+        }
+    };
+}
+
+impl UringEngine {
+    /// Opens a ring over `device`. Features the kernel or device lacks are
+    /// turned off with a note (or an error when fallback is off).
+    pub fn open(device: Arc<dyn Device>, config: &EngineConfig) -> Result<Self> {
+        config.validate()?;
+        let probe = crate::probe::kernel();
+        let support = probe.uring.as_ref().map_err(|why| IoError::FeatureMissing {
+            feature: "io_uring",
+            reason: why.clone(),
+        })?;
+        let fd = device.raw_fd().ok_or_else(|| IoError::FeatureMissing {
+            feature: "a file descriptor",
+            reason: format!("{} has none", device.describe()),
+        })?;
+        let mut notes = Vec::new();
+        let mut fallback = |feature: &'static str, reason: String| -> Result<()> {
+            if !config.allow_fallback {
+                return Err(IoError::FeatureMissing { feature, reason });
+            }
+            let note = format!("engine uring: {feature} off: {reason}");
+            log::warn!("{note}");
+            notes.push(note);
+            Ok(())
+        };
+
+        let sq_entries = config
+            .queue_depth
+            .max(config.pool.max_segments)
+            .next_power_of_two()
+            .clamp(8, 4096);
+        let mut builder = IoUring::builder();
+        let mut sqpoll = false;
+        if let Some(idle_ms) = config.sqpoll_idle_ms {
+            match &support.sqpoll_error {
+                None => {
+                    builder.setup_sqpoll(idle_ms);
+                    sqpoll = true;
+                }
+                Some(why) => fallback("SQPOLL", why.clone())?,
+            }
+        }
+        let mut iopoll = false;
+        if config.iopoll {
+            match device.backing_dev() {
+                Some((maj, min)) if crate::probe::device_has_poll_queues(maj, min) => {
+                    builder.setup_iopoll();
+                    iopoll = true;
+                }
+                _ => fallback(
+                    "IOPOLL",
+                    format!("{} has no poll queues (queue/io_poll is not 1)", device.describe()),
+                )?,
+            }
+        }
+        let ring = Arc::new(
+            builder
+                .build(sq_entries as u32)
+                .map_err(|e| IoError::os("io_uring_setup", device.describe(), e))?,
+        );
+
+        let fixed_file = match ring.submitter().register_files(&[fd]) {
+            Ok(()) => true,
+            Err(e) => {
+                fallback("registered files", e.to_string())?;
+                false
+            }
+        };
+        let mut pinning = Pinning::Unpinned;
+        if config.fixed_buffers {
+            if !(support.read_fixed && support.write_fixed && support.buffers_sparse) {
+                fallback(
+                    "fixed buffers",
+                    format!(
+                        "kernel {} lacks READ_FIXED/WRITE_FIXED or sparse buffer tables (5.19)",
+                        probe.kernel_release
+                    ),
+                )?;
+            } else {
+                ring.submitter()
+                    .register_buffers_sparse(config.pool.table_slots)
+                    .map_err(|e| IoError::os("register sparse buffer table", device.describe(), e))?;
+                pinning = Pinning::Registered(Arc::new(RingRegistrar { ring: ring.clone() }));
+            }
+        }
+        let pool = BufferPool::new(config.pool.clone(), pinning)?;
+        let block_size_bytes = device.geometry().block_size_bytes as u64;
+        Ok(UringEngine {
+            ring,
+            device,
+            pool,
+            fd,
+            fixed_file,
+            iopoll,
+            sqpoll,
+            block_size_bytes,
+            queue_depth: config.queue_depth,
+            sq_entries,
+            sqes_in_kernel: 0,
+            unsubmitted: 0,
+            accepted: 0,
+            slots: (0..config.queue_depth).map(|_| None).collect(),
+            free_slots: (0..config.queue_depth as u32).rev().collect(),
+            gate: PriorityGate::new(config.queue_depth, config.high_share),
+            ready: VecDeque::new(),
+            high_ioprio: config.high_ioprio,
+            low_ioprio: config.low_ioprio,
+            notes,
+        })
+    }
+
+    pub fn is_sqpoll(&self) -> bool {
+        self.sqpoll
+    }
+
+    /// Moves queued requests into the submission queue while there is room.
+    fn issue_queued(&mut self) {
+        // SAFETY: only this engine touches the submission queue; the
+        // registrar shares the ring but only makes register calls.
+        let mut sq = unsafe { self.ring.submission_shared() };
+        while let Some((priority, slot)) = self.gate.pop() {
+            let inflight = self.slots[slot as usize].as_mut().expect("queued slot is live");
+            let needed = inflight
+                .request
+                .buf
+                .as_ref()
+                .map_or(1, |b| b.io_segments().count());
+            let room = sq.capacity() - sq.len();
+            if needed > room || self.sqes_in_kernel + needed > self.sq_entries {
+                self.gate.unpop(priority, slot);
+                break;
+            }
+            let ioprio = match priority {
+                Priority::High => self.high_ioprio,
+                Priority::Low => self.low_ioprio,
+            };
+            let entries = build_entries(&inflight.request, slot, self.fd, self.fixed_file, self.block_size_bytes, ioprio);
+            inflight.sqes_left = entries.len() as u32;
+            for entry in &entries {
+                // SAFETY: every buffer an entry points to is owned by the
+                // request in `self.slots`, which stays put until its last CQE.
+                unsafe { sq.push(entry).expect("room was checked") };
+            }
+            self.sqes_in_kernel += entries.len();
+            self.unsubmitted += entries.len();
+        }
+        sq.sync();
+    }
+
+    fn enter(&mut self, want: usize) -> Result<()> {
+        loop {
+            match self.ring.submitter().submit_and_wait(want) {
+                Ok(_) => {
+                    self.unsubmitted = 0;
+                    return Ok(());
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // The completion queue is full: the caller drains it and comes back.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+                Err(e) => return Err(IoError::os("io_uring_enter", self.device.describe(), e)),
+            }
+        }
+    }
+
+    fn drain_completions(&mut self, out: &mut Vec<Completion>) -> usize {
+        let mut added = 0;
+        // SAFETY: only this engine touches the completion queue.
+        let cq = unsafe { self.ring.completion_shared() };
+        for cqe in cq {
+            let slot = cqe.user_data() as usize;
+            self.sqes_in_kernel -= 1;
+            let inflight = self.slots[slot].as_mut().expect("completion for a live slot");
+            let res = cqe.result();
+            if res < 0 {
+                let op = op_name(inflight.request.op);
+                inflight
+                    .error
+                    .get_or_insert(IoError::from_errno(op, inflight.request.lba, -res));
+            } else {
+                inflight.done_bytes += res as usize;
+            }
+            inflight.sqes_left -= 1;
+            if inflight.sqes_left == 0 {
+                let done = self.slots[slot].take().expect("live slot");
+                self.free_slots.push(slot as u32);
+                self.gate.completed(done.request.priority);
+                self.accepted -= 1;
+                out.push(finish(done));
+                added += 1;
+            }
+        }
+        added
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Read => "read",
+        Op::Write => "write",
+        Op::Flush => "flush",
+    }
+}
+
+fn finish(done: InFlight) -> Completion {
+    let req = done.request;
+    let len = req.len_bytes();
+    let result = match done.error {
+        Some(e) => Err(e),
+        None if done.done_bytes < len => Err(IoError::ShortTransfer {
+            op: op_name(req.op),
+            lba: req.lba,
+            done_bytes: done.done_bytes,
+            len_bytes: len,
+        }),
+        None => Ok(done.done_bytes),
+    };
+    Completion {
+        user_data: req.user_data,
+        op: req.op,
+        lba: req.lba,
+        priority: req.priority,
+        result,
+        buf: req.buf,
+    }
+}
+
+fn build_entries(req: &Request, slot: u32, fd: RawFd, fixed_file: bool, block_size_bytes: u64, ioprio: u16) -> Vec<squeue::Entry> {
+    let base = req.lba * block_size_bytes;
+    let ud = slot as u64;
+    let Some(buf) = req.buf.as_ref() else {
+        let e = rw_entry!(fixed_file, fd, |f| opcode::Fsync::new(f)
+            .flags(types::FsyncFlags::DATASYNC)
+            .build());
+        return vec![e.user_data(ud)];
+    };
+    buf.io_segments()
+        .map(|(at, seg)| {
+            let off = base + at as u64;
+            let len = seg.len_bytes() as u32;
+            let e = match (req.op, seg.buf_index()) {
+                (Op::Read, Some(idx)) => rw_entry!(fixed_file, fd, |f| opcode::ReadFixed::new(f, seg.ptr(), len, idx)
+                    .offset(off)
+                    .ioprio(ioprio)
+                    .build()),
+                (Op::Read, None) => rw_entry!(fixed_file, fd, |f| opcode::Read::new(f, seg.ptr(), len)
+                    .offset(off)
+                    .ioprio(ioprio)
+                    .build()),
+                (Op::Write, Some(idx)) => rw_entry!(fixed_file, fd, |f| opcode::WriteFixed::new(f, seg.ptr(), len, idx)
+                    .offset(off)
+                    .ioprio(ioprio)
+                    .build()),
+                (Op::Write, None) => rw_entry!(fixed_file, fd, |f| opcode::Write::new(f, seg.ptr(), len)
+                    .offset(off)
+                    .ioprio(ioprio)
+                    .build()),
+                (Op::Flush, _) => unreachable!("flush carries no buffer"),
+            };
+            e.user_data(ud)
+        })
+        .collect()
+}
+
+impl Engine for UringEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Uring
+    }
+
+    fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
+    fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.queue_depth
+    }
+
+    fn in_flight(&self) -> usize {
+        self.accepted
+    }
+
+    fn submit(&mut self, request: Request) -> std::result::Result<(), Rejected> {
+        if let Err(error) = check_request(self.device.as_ref(), &request) {
+            return Err(Rejected { error, request });
+        }
+        if self.accepted >= self.queue_depth {
+            return Err(Rejected {
+                error: IoError::QueueFull {
+                    queue_depth: self.queue_depth,
+                },
+                request,
+            });
+        }
+        self.accepted += 1;
+        if request.op == Op::Flush && self.iopoll {
+            // An IOPOLL ring takes no fsync: flush synchronously.
+            let result = self.device.flush().map(|()| 0);
+            self.ready.push_back(Completion {
+                user_data: request.user_data,
+                op: Op::Flush,
+                lba: 0,
+                priority: request.priority,
+                result,
+                buf: None,
+            });
+            return Ok(());
+        }
+        let slot = self.free_slots.pop().expect("a free slot per accepted request");
+        let priority = request.priority;
+        self.slots[slot as usize] = Some(InFlight {
+            request,
+            sqes_left: 0,
+            done_bytes: 0,
+            error: None,
+        });
+        self.gate.push(priority, slot);
+        Ok(())
+    }
+
+    fn reap(&mut self, min_complete: usize, out: &mut Vec<Completion>) -> Result<usize> {
+        let mut added = 0;
+        while let Some(c) = self.ready.pop_front() {
+            self.accepted -= 1;
+            out.push(c);
+            added += 1;
+        }
+        let min = min_complete.min(self.accepted + added);
+        loop {
+            self.issue_queued();
+            let want = usize::from(added < min && self.sqes_in_kernel > 0);
+            if self.unsubmitted > 0 || want > 0 {
+                self.enter(want)?;
+            }
+            added += self.drain_completions(out);
+            if added >= min {
+                return Ok(added);
+            }
+            if self.sqes_in_kernel == 0 && self.gate.queued() == 0 {
+                return Ok(added);
+            }
+        }
+    }
+
+    fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "uring (qd {}, {}{}{}{})",
+            self.queue_depth,
+            if self.pool.is_registered() { "fixed buffers" } else { "plain buffers" },
+            if self.fixed_file { ", registered file" } else { "" },
+            if self.sqpoll { ", SQPOLL" } else { "" },
+            if self.iopoll { ", IOPOLL" } else { "" },
+        )
+    }
+}
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        // Buffers of requests in flight must outlive the kernel's use of them.
+        let mut sink = Vec::new();
+        while self.sqes_in_kernel > 0 || self.gate.queued() > 0 {
+            sink.clear();
+            if self.reap(1, &mut sink).is_err() {
+                // The ring is unusable; leak the buffers rather than free
+                // memory the kernel may still write.
+                for slot in self.slots.iter_mut() {
+                    if let Some(inflight) = slot.take() {
+                        std::mem::forget(inflight);
+                    }
+                }
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! # sluice-io
+//!
+//! The bottom of Sluice: everything between a device and the bytes a caller
+//! asks for.
+//!
+//! - [`device`]: LBA-addressed devices — a preallocated file opened with
+//!   O_DIRECT, a raw block device, and a memory device with fault injection.
+//! - [`pool`]: the three-tier pinned buffer pool (small static lists, medium
+//!   chunks with scatter/gather, big per-request buffers).
+//! - [`engine`]: the io_uring engine (registered file, fixed buffers, batched
+//!   submission, SQPOLL, IOPOLL, two priority classes) and the posix baseline.
+//! - [`probe`]: what the kernel offers; engines fall back from it.
+//!
+//! Data flows one way: device → pool → engine → the crates above.
+//!
+//! Kernel versions: io_uring READ/WRITE and the probe need Linux 5.6, sparse
+//! registered-buffer tables 5.19; without them the engine falls back (fixed
+//! buffers off, or the posix engine) and says so in one log line.
+
+pub mod device;
+pub mod engine;
+pub mod error;
+pub mod mem;
+pub mod pool;
+pub mod probe;
+
+pub use device::{Device, FileDevice, FileOptions, Geometry, MemoryDevice, PowerCutMode};
+pub use engine::{
+    open_engine, Completion, Engine, EngineConfig, EngineKind, Op, PosixEngine, Priority, Request,
+    UringEngine,
+};
+pub use error::{IoError, Result};
+pub use pool::{BufferPool, Direction, IoBuf, OnExhausted, Pinning, PoolConfig, PoolStats, Tier};

@@ -1,0 +1,144 @@
+//! What this kernel and process can do: io_uring opcodes and set-up flags,
+//! the memlock limit. Probed once; engines decide their fallbacks from it.
+
+use crate::error::{IoError, Result};
+use io_uring::{opcode, IoUring, Probe};
+use std::sync::OnceLock;
+
+/// RLIMIT_MEMLOCK and whether it applies to us.
+#[derive(Debug, Clone, Copy)]
+pub struct MemlockLimits {
+    /// Soft limit in bytes; `u64::MAX` when unlimited.
+    pub limit_bytes: u64,
+    /// CAP_IPC_LOCK lifts the limit (for mlock and, since Linux 5.12, for
+    /// io_uring buffer registration).
+    pub cap_ipc_lock: bool,
+}
+
+pub fn memlock() -> MemlockLimits {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a pointer to a live local.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
+    let limit_bytes = if rc != 0 || rl.rlim_cur == libc::RLIM_INFINITY {
+        u64::MAX
+    } else {
+        rl.rlim_cur
+    };
+    MemlockLimits {
+        limit_bytes,
+        cap_ipc_lock: has_capability(14), // CAP_IPC_LOCK
+    }
+}
+
+fn has_capability(bit: u32) -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << bit) != 0)
+}
+
+/// Refuses a pool whose ceiling the memlock limit could not hold.
+pub fn check_memlock(requested_bytes: u64, limits: &MemlockLimits) -> Result<()> {
+    if limits.cap_ipc_lock || requested_bytes <= limits.limit_bytes {
+        return Ok(());
+    }
+    Err(IoError::MemlockTooLow {
+        requested_bytes,
+        limit_bytes: limits.limit_bytes,
+    })
+}
+
+/// io_uring features Sluice uses.
+#[derive(Debug, Clone)]
+pub struct UringSupport {
+    pub read_fixed: bool,
+    pub write_fixed: bool,
+    pub read: bool,
+    pub write: bool,
+    pub fsync: bool,
+    /// Sparse buffer table with updates (Linux 5.19).
+    pub buffers_sparse: bool,
+    /// Why SQPOLL cannot be used, if it cannot.
+    pub sqpoll_error: Option<String>,
+}
+
+/// Result of probing the kernel.
+#[derive(Debug, Clone)]
+pub struct KernelProbe {
+    /// The io_uring support, or why io_uring cannot be used at all.
+    pub uring: std::result::Result<UringSupport, String>,
+    pub memlock: MemlockLimits,
+    pub kernel_release: String,
+}
+
+impl KernelProbe {
+    /// The first missing feature the uring engine cannot do without.
+    pub fn uring_missing(&self) -> Option<(&'static str, String)> {
+        match &self.uring {
+            Err(why) => Some(("io_uring", why.clone())),
+            Ok(u) => [
+                ("IORING_OP_READ", u.read),
+                ("IORING_OP_WRITE", u.write),
+                ("IORING_OP_FSYNC", u.fsync),
+            ]
+            .into_iter()
+            .find(|(_, ok)| !ok)
+            .map(|(name, _)| (name, format!("kernel {} lacks the opcode", self.kernel_release))),
+        }
+    }
+}
+
+/// Probes once per process.
+pub fn kernel() -> &'static KernelProbe {
+    static PROBE: OnceLock<KernelProbe> = OnceLock::new();
+    PROBE.get_or_init(run_probe)
+}
+
+fn run_probe() -> KernelProbe {
+    KernelProbe {
+        uring: probe_uring(),
+        memlock: memlock(),
+        kernel_release: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into()),
+    }
+}
+
+fn probe_uring() -> std::result::Result<UringSupport, String> {
+    let ring = IoUring::new(4).map_err(|e| format!("io_uring_setup failed: {e}"))?;
+    let mut probe = Probe::new();
+    ring.submitter()
+        .register_probe(&mut probe)
+        .map_err(|e| format!("IORING_REGISTER_PROBE failed (kernel older than 5.6?): {e}"))?;
+    let buffers_sparse = ring.submitter().register_buffers_sparse(4).is_ok();
+    let sqpoll_error = IoUring::<io_uring::squeue::Entry>::builder()
+        .setup_sqpoll(10)
+        .build(4)
+        .err()
+        .map(|e| format!("SQPOLL set-up refused: {e}"));
+    Ok(UringSupport {
+        read_fixed: probe.is_supported(opcode::ReadFixed::CODE),
+        write_fixed: probe.is_supported(opcode::WriteFixed::CODE),
+        read: probe.is_supported(opcode::Read::CODE),
+        write: probe.is_supported(opcode::Write::CODE),
+        fsync: probe.is_supported(opcode::Fsync::CODE),
+        buffers_sparse,
+        sqpoll_error,
+    })
+}
+
+/// Whether the block device `major:minor` has poll queues (IOPOLL works).
+pub fn device_has_poll_queues(major: u32, minor: u32) -> bool {
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    // A partition has no queue/ of its own: look at its parent disk.
+    ["queue/io_poll", "../queue/io_poll"].iter().any(|rel| {
+        std::fs::read_to_string(format!("{base}/{rel}"))
+            .map(|s| s.trim() == "1")
+            .unwrap_or(false)
+    })
+}
