@@ -387,3 +387,30 @@ fn device_too_small_and_bad_paths_are_clear() {
     let err = FileDevice::create(&dir.path().join("bs"), 1 << 20, &odd_bs).unwrap_err();
     assert!(err.to_string().contains("3000"), "{err}");
 }
+
+#[test]
+fn registered_chunks_are_unregistered_when_idle_and_slots_reused() {
+    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+    let mut cfg = config(EngineKind::Uring);
+    cfg.pool.table_slots = 8; // 3 small lists + 5 chunks or big buffers
+    let mut engine = open_engine(file_device(&dir, 32 << 20), &cfg).unwrap();
+    for round in 0..4u64 {
+        let bufs: Vec<IoBuf> = (0..5).map(|i| write_buf(engine.as_ref(), (4 << 20) - 4096, round * 10 + i)).collect();
+        assert_eq!(engine.pool().stats().chunks, 5);
+        // Table full: the next chunk cannot be registered.
+        assert!(engine.pool().alloc(3 << 20, Direction::Read).is_err());
+        for (i, b) in bufs.into_iter().enumerate() {
+            ok(engine.run(Request::write(i as u64 * 1024, b, 0)));
+        }
+        let released = engine
+            .pool()
+            .release_idle_at(std::time::Instant::now() + std::time::Duration::from_millis(cfg.pool.idle_release_ms));
+        assert_eq!(released, 5, "round {round}: {:?}", engine.pool().stats());
+        let s = engine.pool().stats();
+        assert_eq!(s.chunks, 0);
+        assert_eq!(s.pinned_bytes, cfg.pool.small_tier_bytes());
+        // The slots came back: the data written from re-registered memory reads back.
+        let c = ok(engine.run(Request::read(1024, engine.pool().alloc((4 << 20) - 4096, Direction::Read).unwrap(), 1)));
+        assert_eq!(c.buf.unwrap().to_vec(), pattern((4 << 20) - 4096, round * 10 + 1));
+    }
+}
