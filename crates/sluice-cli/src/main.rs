@@ -1,1 +1,83 @@
-fn main() {}
+//! `sluice`: the command line over the Sluice crates. Thin by design: parse,
+//! call a crate, print.
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Direct-I/O document and key/value store: tools and benchmarks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmarks, each against its baseline in the same run.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
+    Probe,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
+        .format_timestamp(None)
+        .format_target(false)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(cmd) => bench::run(cmd),
+        Command::Probe => {
+            print_probe();
+            Ok(())
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_probe() {
+    let p = sluice_io::probe::kernel();
+    println!("kernel           {}", p.kernel_release);
+    match &p.uring {
+        Ok(u) => {
+            println!("io_uring         yes");
+            println!("  READ/WRITE     {}/{}", u.read, u.write);
+            println!("  READ_FIXED     {}", u.read_fixed);
+            println!("  WRITE_FIXED    {}", u.write_fixed);
+            println!("  FSYNC          {}", u.fsync);
+            println!("  sparse buffers {}", u.buffers_sparse);
+            println!(
+                "  SQPOLL         {}",
+                u.sqpoll_error.as_deref().unwrap_or("yes")
+            );
+        }
+        Err(why) => println!("io_uring         no: {why}"),
+    }
+    let limit = p.memlock.limit_bytes;
+    let limit = if limit == u64::MAX {
+        "unlimited".to_string()
+    } else {
+        format!("{limit} bytes")
+    };
+    println!(
+        "memlock limit    {limit}{}",
+        if p.memlock.cap_ipc_lock {
+            " (lifted: CAP_IPC_LOCK)"
+        } else {
+            ""
+        }
+    );
+}

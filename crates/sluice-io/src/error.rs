@@ -16,7 +16,10 @@ pub enum IoError {
     },
 
     #[error("buffer address {address:#x} is not aligned to {alignment_bytes} bytes, which direct I/O requires; allocate it from the buffer pool")]
-    MisalignedBuffer { address: usize, alignment_bytes: usize },
+    MisalignedBuffer {
+        address: usize,
+        alignment_bytes: usize,
+    },
 
     #[error("I/O of {len_bytes} bytes at LBA {lba} ends at block {end_lba}, beyond the device's {block_count} blocks")]
     OutOfRange {
@@ -26,7 +29,9 @@ pub enum IoError {
         block_count: u64,
     },
 
-    #[error("I/O length must be at least one block and at most {max_bytes} bytes, got {len_bytes}")]
+    #[error(
+        "I/O length must be at least one block and at most {max_bytes} bytes, got {len_bytes}"
+    )]
     BadLength { len_bytes: u64, max_bytes: u64 },
 
     #[error("device {path} holds {size_bytes} bytes but {needed_bytes} are needed; give a larger file or device")]
@@ -59,7 +64,10 @@ pub enum IoError {
     },
 
     #[error("kernel feature missing: {feature}: {reason}")]
-    FeatureMissing { feature: &'static str, reason: String },
+    FeatureMissing {
+        feature: &'static str,
+        reason: String,
+    },
 
     #[error("pinning {requested_bytes} bytes needs RLIMIT_MEMLOCK of at least {requested_bytes}, but the limit is {limit_bytes}; raise it (ulimit -l, or LimitMEMLOCK= in a unit) or lower the pool's max_pinned_bytes")]
     MemlockTooLow {

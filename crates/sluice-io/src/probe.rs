@@ -88,7 +88,12 @@ impl KernelProbe {
             ]
             .into_iter()
             .find(|(_, ok)| !ok)
-            .map(|(name, _)| (name, format!("kernel {} lacks the opcode", self.kernel_release))),
+            .map(|(name, _)| {
+                (
+                    name,
+                    format!("kernel {} lacks the opcode", self.kernel_release),
+                )
+            }),
         }
     }
 }

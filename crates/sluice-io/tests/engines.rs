@@ -1,7 +1,9 @@
 //! Engine tests: every engine on a real file, on a loop device, and on the
 //! memory device with each injected fault.
 
-use sluice_io::engine::{open_engine, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Request};
+use sluice_io::engine::{
+    open_engine, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Request,
+};
 use sluice_io::pool::{Direction, OnExhausted, Tier};
 use sluice_io::{Device, FileDevice, FileOptions, IoBuf, IoError, MemoryDevice, PowerCutMode};
 use std::sync::Arc;
@@ -64,7 +66,10 @@ fn write_read_roundtrip(engine: &mut dyn Engine) {
         let buf = engine.pool().alloc(len, Direction::Read).unwrap();
         let c = ok(engine.run(Request::read(lba, buf, seed)));
         let got = c.buf.unwrap().to_vec();
-        assert!(got == pattern(len, seed), "data read back at LBA {lba} differs from what was written");
+        assert!(
+            got == pattern(len, seed),
+            "data read back at LBA {lba} differs from what was written"
+        );
     }
 }
 
@@ -73,10 +78,16 @@ fn uring_roundtrip_on_file() {
     let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
     let mut engine = open_engine(file_device(&dir, 64 << 20), &config(EngineKind::Uring)).unwrap();
     assert_eq!(engine.kind(), EngineKind::Uring);
-    assert!(engine.pool().is_registered(), "uring engine should use fixed buffers here");
+    assert!(
+        engine.pool().is_registered(),
+        "uring engine should use fixed buffers here"
+    );
     write_read_roundtrip(engine.as_mut());
     let stats = engine.pool().stats();
-    assert!(stats.small_allocs > 0 && stats.medium_allocs > 0 && stats.big_allocs > 0, "{stats:?}");
+    assert!(
+        stats.small_allocs > 0 && stats.medium_allocs > 0 && stats.big_allocs > 0,
+        "{stats:?}"
+    );
 }
 
 #[test]
@@ -85,7 +96,11 @@ fn uring_sqpoll_roundtrip_on_file() {
     let mut cfg = config(EngineKind::Uring);
     cfg.sqpoll_idle_ms = Some(50);
     let mut engine = open_engine(file_device(&dir, 64 << 20), &cfg).unwrap();
-    assert!(engine.describe().contains("SQPOLL"), "{}", engine.describe());
+    assert!(
+        engine.describe().contains("SQPOLL"),
+        "{}",
+        engine.describe()
+    );
     write_read_roundtrip(engine.as_mut());
 }
 
@@ -112,7 +127,11 @@ fn uring_and_posix_see_each_others_writes() {
     let mut posix = open_engine(dev, &config(EngineKind::Posix)).unwrap();
     let buf = write_buf(uring.as_ref(), 128 << 10, 7);
     ok(uring.run(Request::write(10, buf, 1)));
-    let c = ok(posix.run(Request::read(10, posix.pool().alloc(128 << 10, Direction::Read).unwrap(), 2)));
+    let c = ok(posix.run(Request::read(
+        10,
+        posix.pool().alloc(128 << 10, Direction::Read).unwrap(),
+        2,
+    )));
     assert_eq!(c.buf.unwrap().to_vec(), pattern(128 << 10, 7));
 }
 
@@ -125,8 +144,15 @@ fn loop_device_geometry_and_io() {
     let dev = FileDevice::open(&lo.path, &opts).unwrap();
     assert!(dev.is_block_device());
     let g = dev.geometry();
-    assert_eq!(g.size_bytes(), 32 << 20, "BLKGETSIZE64 should report the backing file's size");
-    assert_eq!(g.block_size_bytes, 512, "loop devices default to 512-byte logical blocks");
+    assert_eq!(
+        g.size_bytes(),
+        32 << 20,
+        "BLKGETSIZE64 should report the backing file's size"
+    );
+    assert_eq!(
+        g.block_size_bytes, 512,
+        "loop devices default to 512-byte logical blocks"
+    );
     let dev: Arc<dyn Device> = Arc::new(dev);
     for kind in [EngineKind::Uring, EngineKind::Posix] {
         let mut engine = open_engine(dev.clone(), &config(kind)).unwrap();
@@ -137,7 +163,11 @@ fn loop_device_geometry_and_io() {
         ok(engine.run(Request::read(last, buf, 1)));
         let buf = engine.pool().alloc(512, Direction::Read).unwrap();
         let c = engine.run(Request::read(last + 1, buf, 2));
-        assert!(matches!(c.result, Err(IoError::OutOfRange { .. })), "{:?}", c.result);
+        assert!(
+            matches!(c.result, Err(IoError::OutOfRange { .. })),
+            "{:?}",
+            c.result
+        );
     }
 }
 
@@ -153,15 +183,34 @@ fn memory_device_read_and_write_errors() {
         Err(IoError::Media { lba: 20, .. }) => {}
         other => panic!("expected media error at LBA 20, got {other:?}"),
     }
-    assert!(c.buf.is_some(), "the buffer comes back with a failed completion");
+    assert!(
+        c.buf.is_some(),
+        "the buffer comes back with a failed completion"
+    );
     // Writes elsewhere still work; reads of the faulty LBA fail, neighbours succeed.
     ok(engine.run(Request::write(9, write_buf(engine.as_ref(), 4096, 2), 2)));
-    let c = engine.run(Request::read(9, engine.pool().alloc(8192, Direction::Read).unwrap(), 3));
-    assert!(matches!(c.result, Err(IoError::Media { lba: 10, .. })), "{:?}", c.result);
-    let c = ok(engine.run(Request::read(9, engine.pool().alloc(4096, Direction::Read).unwrap(), 4)));
+    let c = engine.run(Request::read(
+        9,
+        engine.pool().alloc(8192, Direction::Read).unwrap(),
+        3,
+    ));
+    assert!(
+        matches!(c.result, Err(IoError::Media { lba: 10, .. })),
+        "{:?}",
+        c.result
+    );
+    let c = ok(engine.run(Request::read(
+        9,
+        engine.pool().alloc(4096, Direction::Read).unwrap(),
+        4,
+    )));
     assert_eq!(c.buf.unwrap().to_vec(), pattern(4096, 2));
     dev.clear_faults();
-    ok(engine.run(Request::read(10, engine.pool().alloc(4096, Direction::Read).unwrap(), 5)));
+    ok(engine.run(Request::read(
+        10,
+        engine.pool().alloc(4096, Direction::Read).unwrap(),
+        5,
+    )));
 }
 
 #[test]
@@ -174,10 +223,21 @@ fn memory_device_power_cut_drops_unflushed_writes() {
     ok(engine.run(Request::write(0, write_buf(engine.as_ref(), 4096, 3), 4)));
     assert_eq!(dev.unflushed_writes(), 2);
     dev.power_cut(PowerCutMode::DropUnflushed);
-    let c = ok(engine.run(Request::read(0, engine.pool().alloc(8192, Direction::Read).unwrap(), 5)));
+    let c = ok(engine.run(Request::read(
+        0,
+        engine.pool().alloc(8192, Direction::Read).unwrap(),
+        5,
+    )));
     let got = c.buf.unwrap().to_vec();
-    assert_eq!(&got[..4096], &pattern(4096, 1)[..], "flushed block survives");
-    assert!(got[4096..].iter().all(|&b| b == 0), "unflushed block is gone");
+    assert_eq!(
+        &got[..4096],
+        &pattern(4096, 1)[..],
+        "flushed block survives"
+    );
+    assert!(
+        got[4096..].iter().all(|&b| b == 0),
+        "unflushed block is gone"
+    );
 }
 
 #[test]
@@ -187,7 +247,11 @@ fn memory_device_power_cut_tears_at_sector_granularity() {
     let len = 64 << 10;
     ok(engine.run(Request::write(0, write_buf(engine.as_ref(), len, 9), 1)));
     dev.power_cut(PowerCutMode::TornSectors { seed: 42 });
-    let c = ok(engine.run(Request::read(0, engine.pool().alloc(len, Direction::Read).unwrap(), 2)));
+    let c = ok(engine.run(Request::read(
+        0,
+        engine.pool().alloc(len, Direction::Read).unwrap(),
+        2,
+    )));
     let got = c.buf.unwrap().to_vec();
     let want = pattern(len, 9);
     let (mut kept, mut lost) = (0, 0);
@@ -195,11 +259,17 @@ fn memory_device_power_cut_tears_at_sector_granularity() {
         if g == w {
             kept += 1;
         } else {
-            assert!(g.iter().all(|&b| b == 0), "a sector is either whole or absent, never mixed");
+            assert!(
+                g.iter().all(|&b| b == 0),
+                "a sector is either whole or absent, never mixed"
+            );
             lost += 1;
         }
     }
-    assert!(kept > 0 && lost > 0, "torn write should keep some sectors and lose others ({kept}/{lost})");
+    assert!(
+        kept > 0 && lost > 0,
+        "torn write should keep some sectors and lose others ({kept}/{lost})"
+    );
 }
 
 #[test]
@@ -207,26 +277,39 @@ fn priorities_low_waits_while_high_holds_its_share() {
     let dev = Arc::new(MemoryDevice::new(4096, 1024));
     let mut cfg = config(EngineKind::Posix);
     cfg.queue_depth = 8;
-    cfg.high_share = 0.5;
+    cfg.high_share = 0.5; // low waits while 4 or more high are in flight
     cfg.posix_threads = 1;
     let mut engine = open_engine(dev, &cfg).unwrap();
-    for i in 0..4 {
+    let mut submit = |engine: &mut Box<dyn Engine>, ud: u64, p: Priority| {
         let buf = engine.pool().alloc(4096, Direction::Read).unwrap();
-        engine.submit(Request::read(i, buf, 100 + i).with_priority(Priority::Low)).unwrap();
+        engine
+            .submit(Request::read(ud % 64, buf, ud).with_priority(p))
+            .unwrap();
+    };
+    let mut drain = |engine: &mut Box<dyn Engine>| {
+        let mut out = Vec::new();
+        while engine.in_flight() > 0 {
+            engine.reap(1, &mut out).unwrap();
+        }
+        assert!(out.iter().all(|c| c.result.is_ok()));
+        out.iter().map(|c| c.user_data).collect::<Vec<u64>>()
+    };
+    // Three high in flight, below the share: a low request goes straight out.
+    for ud in 0..3 {
+        submit(&mut engine, ud, Priority::High);
     }
-    for i in 0..4 {
-        let buf = engine.pool().alloc(4096, Direction::Read).unwrap();
-        engine.submit(Request::read(i, buf, i)).unwrap();
+    submit(&mut engine, 100, Priority::Low);
+    submit(&mut engine, 3, Priority::High);
+    assert_eq!(drain(&mut engine), vec![0, 1, 2, 100, 3]);
+    // Four high in flight hold the share: low requests wait for them.
+    for ud in 0..4 {
+        submit(&mut engine, ud, Priority::High);
     }
-    let mut out = Vec::new();
-    while engine.in_flight() > 0 {
-        engine.reap(1, &mut out).unwrap();
+    for ud in 100..103 {
+        submit(&mut engine, ud, Priority::Low);
     }
-    let order: Vec<u64> = out.iter().map(|c| c.user_data).collect();
-    // All four high requests were queued before any low one was let out, so
-    // with one worker the highs complete first.
-    assert_eq!(&order[..4], &[0, 1, 2, 3], "completion order {order:?}");
-    assert!(out.iter().all(|c| c.result.is_ok()));
+    submit(&mut engine, 4, Priority::High);
+    assert_eq!(drain(&mut engine), vec![0, 1, 2, 3, 4, 100, 101, 102]);
 }
 
 #[test]
@@ -249,13 +332,28 @@ fn bad_requests_are_rejected_with_the_buffer_back() {
         let mut buf = engine.pool().alloc(4096, Direction::Read).unwrap();
         buf.set_len(1000);
         let r = engine.submit(Request::read(0, buf, 1)).unwrap_err();
-        assert!(matches!(r.error, IoError::Misaligned { value: 1000, .. }), "{}", r.error);
+        assert!(
+            matches!(r.error, IoError::Misaligned { value: 1000, .. }),
+            "{}",
+            r.error
+        );
         assert!(r.error.to_string().contains("1000") && r.error.to_string().contains("4096"));
         assert!(r.request.buf.is_some());
         // LBA beyond the end.
         let buf = engine.pool().alloc(8192, Direction::Read).unwrap();
         let r = engine.submit(Request::read(255, buf, 2)).unwrap_err();
-        assert!(matches!(r.error, IoError::OutOfRange { lba: 255, block_count: 256, .. }), "{}", r.error);
+        assert!(
+            matches!(
+                r.error,
+                IoError::OutOfRange {
+                    lba: 255,
+                    block_count: 256,
+                    ..
+                }
+            ),
+            "{}",
+            r.error
+        );
         assert_eq!(engine.in_flight(), 0);
         let c = engine.run(Request {
             op: Op::Read,
@@ -264,7 +362,11 @@ fn bad_requests_are_rejected_with_the_buffer_back() {
             priority: Priority::High,
             user_data: 3,
         });
-        assert!(matches!(c.result, Err(IoError::Config(_))), "read without buffer: {:?}", c.result);
+        assert!(
+            matches!(c.result, Err(IoError::Config(_))),
+            "read without buffer: {:?}",
+            c.result
+        );
     }
 }
 
@@ -275,9 +377,21 @@ fn misaligned_memory_is_refused_by_devices() {
     let mut backing = IoBuf::unpooled(8192);
     let slice = &mut backing.as_mut_slice().unwrap()[1..4097];
     let err = dev.read_at(0, slice).unwrap_err();
-    assert!(matches!(err, IoError::MisalignedBuffer { alignment_bytes: 4096, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            IoError::MisalignedBuffer {
+                alignment_bytes: 4096,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = dev.write_at(0, &[0u8; 100]).unwrap_err();
-    assert!(matches!(err, IoError::Misaligned { value: 100, .. }), "{err}");
+    assert!(
+        matches!(err, IoError::Misaligned { value: 100, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -307,7 +421,9 @@ fn scatter_gather_buffer_roundtrips_through_uring() {
     let mut engine = open_engine(file_device(&dir, 16 << 20), &cfg).unwrap();
     // Fill the single chunk with 64 KiB pieces, free every other one: 2 MiB
     // free, no run longer than 64 KiB.
-    let mut held: Vec<IoBuf> = (0..64).map(|_| engine.pool().alloc(64 << 10, Direction::Read).unwrap()).collect();
+    let mut held: Vec<IoBuf> = (0..64)
+        .map(|_| engine.pool().alloc(64 << 10, Direction::Read).unwrap())
+        .collect();
     let mut i = 0;
     held.retain(|_| {
         i += 1;
@@ -333,10 +449,23 @@ fn uring_falls_back_to_posix_for_a_memory_device() {
     let engine = open_engine(dev.clone(), &cfg).unwrap();
     assert_eq!(engine.kind(), EngineKind::Posix);
     assert_eq!(engine.notes().len(), 1);
-    assert!(engine.notes()[0].contains("uring -> posix"), "{:?}", engine.notes());
+    assert!(
+        engine.notes()[0].contains("uring -> posix"),
+        "{:?}",
+        engine.notes()
+    );
     cfg.allow_fallback = false;
     let err = open_engine(dev, &cfg).err().expect("no fallback allowed");
-    assert!(matches!(err, IoError::FeatureMissing { feature: "a file descriptor", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            IoError::FeatureMissing {
+                feature: "a file descriptor",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -350,17 +479,36 @@ fn iopoll_without_poll_queues_falls_back_with_a_note() {
     }
     let mut cfg = config(EngineKind::Uring);
     cfg.iopoll = true;
-    let err = open_engine(dev.clone(), &cfg).err().expect("IOPOLL unavailable and fallback off");
-    assert!(matches!(err, IoError::FeatureMissing { feature: "IOPOLL", .. }), "{err}");
+    let err = open_engine(dev.clone(), &cfg)
+        .err()
+        .expect("IOPOLL unavailable and fallback off");
+    assert!(
+        matches!(
+            err,
+            IoError::FeatureMissing {
+                feature: "IOPOLL",
+                ..
+            }
+        ),
+        "{err}"
+    );
     cfg.allow_fallback = true;
     let mut engine = open_engine(dev, &cfg).unwrap();
-    assert!(engine.notes().iter().any(|n| n.contains("IOPOLL")), "{:?}", engine.notes());
+    assert!(
+        engine.notes().iter().any(|n| n.contains("IOPOLL")),
+        "{:?}",
+        engine.notes()
+    );
     write_read_roundtrip_small(engine.as_mut());
 }
 
 fn write_read_roundtrip_small(engine: &mut dyn Engine) {
     ok(engine.run(Request::write(3, write_buf(engine, 8192, 4), 1)));
-    let c = ok(engine.run(Request::read(3, engine.pool().alloc(8192, Direction::Read).unwrap(), 2)));
+    let c = ok(engine.run(Request::read(
+        3,
+        engine.pool().alloc(8192, Direction::Read).unwrap(),
+        2,
+    )));
     assert_eq!(c.buf.unwrap().to_vec(), pattern(8192, 4));
 }
 
@@ -374,12 +522,32 @@ fn device_too_small_and_bad_paths_are_clear() {
         ..FileOptions::default()
     };
     let err = FileDevice::open(&path, &opts).unwrap_err();
-    assert!(matches!(err, IoError::DeviceTooSmall { size_bytes: 1048576, needed_bytes: 8388608, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            IoError::DeviceTooSmall {
+                size_bytes: 1048576,
+                needed_bytes: 8388608,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("8388608"));
     let err = FileDevice::open(&dir.path().join("missing"), &FileOptions::default()).unwrap_err();
     assert!(err.to_string().contains("missing"), "{err}");
-    let err = FileDevice::create(&dir.path().join("odd"), 1000, &FileOptions::default()).unwrap_err();
-    assert!(matches!(err, IoError::Misaligned { what: "device size", .. }), "{err}");
+    let err =
+        FileDevice::create(&dir.path().join("odd"), 1000, &FileOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            IoError::Misaligned {
+                what: "device size",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let odd_bs = FileOptions {
         block_size_bytes: 3000,
         ..FileOptions::default()
@@ -395,22 +563,76 @@ fn registered_chunks_are_unregistered_when_idle_and_slots_reused() {
     cfg.pool.table_slots = 8; // 3 small lists + 5 chunks or big buffers
     let mut engine = open_engine(file_device(&dir, 32 << 20), &cfg).unwrap();
     for round in 0..4u64 {
-        let bufs: Vec<IoBuf> = (0..5).map(|i| write_buf(engine.as_ref(), (4 << 20) - 4096, round * 10 + i)).collect();
+        let bufs: Vec<IoBuf> = (0..5)
+            .map(|i| write_buf(engine.as_ref(), (4 << 20) - 4096, round * 10 + i))
+            .collect();
         assert_eq!(engine.pool().stats().chunks, 5);
         // Table full: the next chunk cannot be registered.
         assert!(engine.pool().alloc(3 << 20, Direction::Read).is_err());
         for (i, b) in bufs.into_iter().enumerate() {
             ok(engine.run(Request::write(i as u64 * 1024, b, 0)));
         }
-        let released = engine
-            .pool()
-            .release_idle_at(std::time::Instant::now() + std::time::Duration::from_millis(cfg.pool.idle_release_ms));
+        let released = engine.pool().release_idle_at(
+            std::time::Instant::now() + std::time::Duration::from_millis(cfg.pool.idle_release_ms),
+        );
         assert_eq!(released, 5, "round {round}: {:?}", engine.pool().stats());
         let s = engine.pool().stats();
         assert_eq!(s.chunks, 0);
         assert_eq!(s.pinned_bytes, cfg.pool.small_tier_bytes());
         // The slots came back: the data written from re-registered memory reads back.
-        let c = ok(engine.run(Request::read(1024, engine.pool().alloc((4 << 20) - 4096, Direction::Read).unwrap(), 1)));
-        assert_eq!(c.buf.unwrap().to_vec(), pattern((4 << 20) - 4096, round * 10 + 1));
+        let c = ok(engine.run(Request::read(
+            1024,
+            engine
+                .pool()
+                .alloc((4 << 20) - 4096, Direction::Read)
+                .unwrap(),
+            1,
+        )));
+        assert_eq!(
+            c.buf.unwrap().to_vec(),
+            pattern((4 << 20) - 4096, round * 10 + 1)
+        );
     }
+}
+
+#[test]
+fn pool_registration_from_another_thread_works_with_a_single_issuer_ring() {
+    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+    let dev = file_device(&dir, 16 << 20);
+    // With a single-issuer ring, another thread may not pin new memory: a clear error.
+    let mut cfg = config(EngineKind::Uring);
+    cfg.defer_taskrun = true;
+    let mut engine = open_engine(dev.clone(), &cfg).unwrap();
+    assert!(
+        engine.describe().contains("DEFER_TASKRUN"),
+        "{}",
+        engine.describe()
+    );
+    ok(engine.run(Request::write(0, write_buf(engine.as_ref(), 4096, 1), 1)));
+    let pool = engine.pool().clone();
+    let err = std::thread::spawn(move || pool.alloc(256 << 10, Direction::Write).unwrap_err())
+        .join()
+        .unwrap();
+    assert!(err.to_string().contains("defer_taskrun off"), "{err}");
+    drop(engine);
+    // The default ring takes registrations from any thread.
+    let mut engine = open_engine(dev, &config(EngineKind::Uring)).unwrap();
+    ok(engine.run(Request::write(0, write_buf(engine.as_ref(), 4096, 1), 1)));
+    let pool = engine.pool().clone();
+    // A new chunk (and a big buffer) registered from a thread that is not the ring's issuer.
+    let (medium, big) = std::thread::spawn(move || {
+        let mut m = pool.alloc(256 << 10, Direction::Write).unwrap();
+        m.write_at(0, &pattern(256 << 10, 8));
+        let b = pool.alloc(4 << 20, Direction::Read).unwrap();
+        (m, b)
+    })
+    .join()
+    .unwrap();
+    assert!(medium.segments()[0].buf_index().is_some());
+    ok(engine.run(Request::write(64, medium, 2)));
+    let c = ok(engine.run(Request::read(64, big, 3)));
+    assert_eq!(
+        &c.buf.unwrap().to_vec()[..256 << 10],
+        &pattern(256 << 10, 8)[..]
+    );
 }

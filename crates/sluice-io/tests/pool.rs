@@ -31,14 +31,25 @@ fn region_op() -> impl Strategy<Value = RegionOp> {
 /// covers every chunk exactly.
 fn check_regions(a: &RegionAllocator, live: &[Region]) {
     for id in a.chunk_ids() {
-        let mut spans: Vec<(usize, usize, bool)> = a.free_runs(id).into_iter().map(|(o, l)| (o, l, true)).collect();
-        spans.extend(live.iter().filter(|r| r.chunk == id).map(|r| (r.offset_bytes, r.len_bytes, false)));
+        let mut spans: Vec<(usize, usize, bool)> = a
+            .free_runs(id)
+            .into_iter()
+            .map(|(o, l)| (o, l, true))
+            .collect();
+        spans.extend(
+            live.iter()
+                .filter(|r| r.chunk == id)
+                .map(|r| (r.offset_bytes, r.len_bytes, false)),
+        );
         spans.sort();
         let mut at = 0;
         let mut prev_free = false;
         for (off, len, free) in spans {
             assert_eq!(off, at, "gap or overlap at offset {off} in chunk {id}");
-            assert!(!(free && prev_free), "two adjacent free runs at {off} in chunk {id}: not merged");
+            assert!(
+                !(free && prev_free),
+                "two adjacent free runs at {off} in chunk {id}: not merged"
+            );
             prev_free = free;
             at += len;
         }
@@ -104,7 +115,11 @@ fn freeing_a_region_not_allocated_is_refused() {
     let r = a.alloc_contiguous(8192).unwrap();
     a.free(r, t0).unwrap();
     assert!(a.free(r, t0).is_err(), "double free must be caught");
-    let bogus = Region { chunk: id + 9, offset_bytes: 0, len_bytes: 4096 };
+    let bogus = Region {
+        chunk: id + 9,
+        offset_bytes: 0,
+        len_bytes: 4096,
+    };
     assert!(a.free(bogus, t0).is_err());
 }
 
@@ -116,7 +131,9 @@ fn idle_chunks_are_released_only_after_the_idle_time() {
     let r = a.alloc_contiguous(4096).unwrap();
     a.free(r, t0 + Duration::from_secs(1)).unwrap();
     let idle = Duration::from_secs(2);
-    assert!(a.idle_chunks(t0 + Duration::from_millis(2999), idle).is_empty());
+    assert!(a
+        .idle_chunks(t0 + Duration::from_millis(2999), idle)
+        .is_empty());
     assert_eq!(a.idle_chunks(t0 + Duration::from_secs(3), idle).len(), 1);
 }
 
@@ -156,7 +173,12 @@ fn pool_op() -> impl Strategy<Value = PoolOp> {
 fn check_disjoint(live: &[IoBuf]) {
     let mut spans: Vec<(usize, usize)> = live
         .iter()
-        .flat_map(|b| b.segments().iter().map(|s| (s.ptr() as usize, s.len_bytes())).collect::<Vec<_>>())
+        .flat_map(|b| {
+            b.segments()
+                .iter()
+                .map(|s| (s.ptr() as usize, s.len_bytes()))
+                .collect::<Vec<_>>()
+        })
         .collect();
     spans.sort();
     for w in spans.windows(2) {
@@ -220,11 +242,26 @@ proptest! {
 #[test]
 fn tiers_are_chosen_by_size() {
     let pool = BufferPool::new(small_config(16 << 20), Pinning::Unpinned).unwrap();
-    assert_eq!(pool.alloc(100, Direction::Read).unwrap().tier(), Tier::Small);
-    assert_eq!(pool.alloc(4096, Direction::Write).unwrap().tier(), Tier::Small);
-    assert_eq!(pool.alloc(4097, Direction::Read).unwrap().tier(), Tier::Medium);
-    assert_eq!(pool.alloc((1 << 20) - 1, Direction::Read).unwrap().tier(), Tier::Medium);
-    assert_eq!(pool.alloc(1 << 20, Direction::Read).unwrap().tier(), Tier::Big);
+    assert_eq!(
+        pool.alloc(100, Direction::Read).unwrap().tier(),
+        Tier::Small
+    );
+    assert_eq!(
+        pool.alloc(4096, Direction::Write).unwrap().tier(),
+        Tier::Small
+    );
+    assert_eq!(
+        pool.alloc(4097, Direction::Read).unwrap().tier(),
+        Tier::Medium
+    );
+    assert_eq!(
+        pool.alloc((1 << 20) - 1, Direction::Read).unwrap().tier(),
+        Tier::Medium
+    );
+    assert_eq!(
+        pool.alloc(1 << 20, Direction::Read).unwrap().tier(),
+        Tier::Big
+    );
     let s = pool.stats();
     assert_eq!((s.small_allocs, s.medium_allocs, s.big_allocs), (2, 2, 1));
 }
@@ -233,9 +270,13 @@ fn tiers_are_chosen_by_size() {
 fn write_lists_alternate_and_return_when_drained() {
     let pool = BufferPool::new(small_config(16 << 20), Pinning::Unpinned).unwrap();
     assert_eq!(pool.active_write_list(), 0);
-    let a: Vec<IoBuf> = (0..2).map(|_| pool.alloc(512, Direction::Write).unwrap()).collect();
+    let a: Vec<IoBuf> = (0..2)
+        .map(|_| pool.alloc(512, Direction::Write).unwrap())
+        .collect();
     // List 0 is full: the next write block comes from list 1.
-    let b: Vec<IoBuf> = (0..2).map(|_| pool.alloc(512, Direction::Write).unwrap()).collect();
+    let b: Vec<IoBuf> = (0..2)
+        .map(|_| pool.alloc(512, Direction::Write).unwrap())
+        .collect();
     assert_eq!(pool.active_write_list(), 1);
     assert!(b.iter().all(|x| x.tier() == Tier::Small));
     // Both lists are out (list 0 sealed, being written): a fifth small write
@@ -248,9 +289,14 @@ fn write_lists_alternate_and_return_when_drained() {
     let c = pool.alloc(512, Direction::Write).unwrap();
     assert_eq!(c.tier(), Tier::Small);
     // Reads have their own list.
-    let r: Vec<IoBuf> = (0..4).map(|_| pool.alloc(4096, Direction::Read).unwrap()).collect();
+    let r: Vec<IoBuf> = (0..4)
+        .map(|_| pool.alloc(4096, Direction::Read).unwrap())
+        .collect();
     assert!(r.iter().all(|x| x.tier() == Tier::Small));
-    assert_eq!(pool.alloc(4096, Direction::Read).unwrap().tier(), Tier::Medium);
+    assert_eq!(
+        pool.alloc(4096, Direction::Read).unwrap().tier(),
+        Tier::Medium
+    );
 }
 
 #[test]
@@ -261,7 +307,16 @@ fn pool_limit_fails_with_a_clear_error() {
     let _b = pool.alloc(900 << 10, Direction::Read).unwrap();
     let err = pool.alloc(1 << 20, Direction::Read).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, IoError::PoolExhausted { requested_bytes: 1048576, .. }), "{msg}");
+    assert!(
+        matches!(
+            err,
+            IoError::PoolExhausted {
+                requested_bytes: 1048576,
+                ..
+            }
+        ),
+        "{msg}"
+    );
     assert!(msg.contains("max_pinned_bytes"), "{msg}");
     assert_eq!(pool.stats().failures, 1);
 }
@@ -317,18 +372,33 @@ fn invalid_pool_configs_are_named() {
     let err = BufferPool::new(cfg, Pinning::Unpinned).unwrap_err();
     assert!(err.to_string().contains("chunk_size_bytes 5000"), "{err}");
     let pool = BufferPool::new(small_config(16 << 20), Pinning::Unpinned).unwrap();
-    assert!(matches!(pool.alloc(0, Direction::Read), Err(IoError::BadLength { .. })));
+    assert!(matches!(
+        pool.alloc(0, Direction::Read),
+        Err(IoError::BadLength { .. })
+    ));
 }
 
 #[test]
 fn memlock_limit_is_checked_before_pinning() {
-    let low = MemlockLimits { limit_bytes: 8 << 20, cap_ipc_lock: false };
+    let low = MemlockLimits {
+        limit_bytes: 8 << 20,
+        cap_ipc_lock: false,
+    };
     let err = check_memlock(256 << 20, &low).unwrap_err();
     let msg = err.to_string();
-    assert!(matches!(err, IoError::MemlockTooLow { requested_bytes: 268435456, limit_bytes: 8388608 }));
+    assert!(matches!(
+        err,
+        IoError::MemlockTooLow {
+            requested_bytes: 268435456,
+            limit_bytes: 8388608
+        }
+    ));
     assert!(msg.contains("ulimit -l"), "{msg}");
     check_memlock(4 << 20, &low).unwrap();
-    let privileged = MemlockLimits { limit_bytes: 8 << 20, cap_ipc_lock: true };
+    let privileged = MemlockLimits {
+        limit_bytes: 8 << 20,
+        cap_ipc_lock: true,
+    };
     check_memlock(256 << 20, &privileged).unwrap();
 }
 
@@ -342,7 +412,12 @@ fn memlock_too_low_in_a_real_process() {
         return;
     }
     let status = std::process::Command::new("setpriv")
-        .args(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "prlimit", "--memlock=1048576:1048576"])
+        .args([
+            "--inh-caps=-ipc_lock",
+            "--bounding-set=-ipc_lock",
+            "prlimit",
+            "--memlock=1048576:1048576",
+        ])
         .arg(&exe)
         .args(["--exact", "memlock_child_probe", "--nocapture"])
         .env("SLUICE_MEMLOCK_CHILD", "1")
@@ -352,7 +427,11 @@ fn memlock_too_low_in_a_real_process() {
         Err(e) => panic!("setpriv/prlimit (util-linux) must be installed: {e}"),
     };
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "child failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "child failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("MEMLOCK-REFUSED"), "child output: {text}");
 }
 
@@ -363,7 +442,10 @@ fn memlock_child_probe() {
     }
     let limits = sluice_io::probe::memlock();
     assert_eq!(limits.limit_bytes, 1 << 20);
-    assert!(!limits.cap_ipc_lock, "CAP_IPC_LOCK should have been dropped");
+    assert!(
+        !limits.cap_ipc_lock,
+        "CAP_IPC_LOCK should have been dropped"
+    );
     let err = BufferPool::new(PoolConfig::default(), Pinning::Mlock).unwrap_err();
     assert!(matches!(err, IoError::MemlockTooLow { .. }), "{err}");
     println!("MEMLOCK-REFUSED: {err}");

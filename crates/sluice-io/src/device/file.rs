@@ -57,7 +57,8 @@ impl FileDevice {
             });
         }
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| IoError::os("create directory", parent, e))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| IoError::os("create directory", parent, e))?;
         }
         let file = open_file(path, options.direct, true)?;
         let current = file
@@ -68,7 +69,11 @@ impl FileDevice {
             // SAFETY: plain syscall on a descriptor we own; no memory is passed.
             let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size_bytes as libc::off_t) };
             if rc != 0 {
-                return Err(IoError::os("fallocate", path, std::io::Error::last_os_error()));
+                return Err(IoError::os(
+                    "fallocate",
+                    path,
+                    std::io::Error::last_os_error(),
+                ));
             }
         }
         Self::from_file(file, path, options)
@@ -120,7 +125,6 @@ impl FileDevice {
     pub fn is_block_device(&self) -> bool {
         self.is_block_device
     }
-
 }
 
 fn check_block_size(path: &Path, block_size_bytes: u32) -> Result<()> {
@@ -160,12 +164,26 @@ fn block_device_geometry(file: &File, path: &Path) -> Result<(u64, u32)> {
     // to a live local of that type.
     let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size_bytes as *mut u64) };
     if rc != 0 {
-        return Err(IoError::os("ioctl BLKGETSIZE64", path, std::io::Error::last_os_error()));
+        return Err(IoError::os(
+            "ioctl BLKGETSIZE64",
+            path,
+            std::io::Error::last_os_error(),
+        ));
     }
     // SAFETY: BLKSSZGET writes one int through the pointer, a live local.
-    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKSSZGET, &mut sector_bytes as *mut libc::c_int) };
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            BLKSSZGET,
+            &mut sector_bytes as *mut libc::c_int,
+        )
+    };
     if rc != 0 {
-        return Err(IoError::os("ioctl BLKSSZGET", path, std::io::Error::last_os_error()));
+        return Err(IoError::os(
+            "ioctl BLKSSZGET",
+            path,
+            std::io::Error::last_os_error(),
+        ));
     }
     Ok((size_bytes, sector_bytes as u32))
 }
@@ -196,7 +214,11 @@ impl Device for FileDevice {
                 if err.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(IoError::from_errno("read", lba, err.raw_os_error().unwrap_or(0)));
+                return Err(IoError::from_errno(
+                    "read",
+                    lba,
+                    err.raw_os_error().unwrap_or(0),
+                ));
             }
             if n == 0 {
                 return Err(IoError::ShortTransfer {
@@ -232,7 +254,11 @@ impl Device for FileDevice {
                 if err.kind() == std::io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(IoError::from_errno("write", lba, err.raw_os_error().unwrap_or(0)));
+                return Err(IoError::from_errno(
+                    "write",
+                    lba,
+                    err.raw_os_error().unwrap_or(0),
+                ));
             }
             done += n as usize;
         }
@@ -256,18 +282,30 @@ impl Device for FileDevice {
     fn backing_dev(&self) -> Option<(u32, u32)> {
         use std::os::unix::fs::MetadataExt;
         let meta = self.file.metadata().ok()?;
-        let dev = if self.is_block_device { meta.rdev() } else { meta.dev() };
+        let dev = if self.is_block_device {
+            meta.rdev()
+        } else {
+            meta.dev()
+        };
         Some((libc::major(dev), libc::minor(dev)))
     }
 
     fn describe(&self) -> String {
-        let kind = if self.is_block_device { "block device" } else { "file" };
+        let kind = if self.is_block_device {
+            "block device"
+        } else {
+            "file"
+        };
         format!(
             "{kind} {} ({} blocks of {} bytes{})",
             self.path.display(),
             self.geometry.block_count,
             self.geometry.block_size_bytes,
-            if self.direct { ", O_DIRECT" } else { ", buffered" }
+            if self.direct {
+                ", O_DIRECT"
+            } else {
+                ", buffered"
+            }
         )
     }
 }

@@ -146,6 +146,18 @@ pub struct EngineConfig {
     pub queue_depth: usize,
     /// SQPOLL with this idle time before the kernel thread sleeps.
     pub sqpoll_idle_ms: Option<u32>,
+    /// Submit to the kernel from `submit` once this many requests are queued
+    /// (1: at once, as fio's default iodepth_batch_submit=1); `reap` always
+    /// submits what is queued. Larger batches mean fewer system calls and
+    /// more latency.
+    pub submit_batch: usize,
+    /// Single issuer with deferred task work (Linux 6.1): completions are
+    /// processed only when the issuing thread reaps. The ring is bound to the
+    /// thread that first reaps; a later reap from another thread fails, and
+    /// so does pinning new pool memory (a new chunk or big buffer) from
+    /// another thread. Off by default; COOP_TASKRUN is always on (5.19).
+    /// Ignored with SQPOLL.
+    pub defer_taskrun: bool,
     /// Busy-poll completions (only where the device has poll queues).
     pub iopoll: bool,
     /// Use fixed buffers (ReadFixed/WriteFixed) from a registered pool.
@@ -166,10 +178,12 @@ impl Default for EngineConfig {
             kind: EngineKind::Uring,
             queue_depth: 64,
             sqpoll_idle_ms: None,
+            defer_taskrun: false,
+            submit_batch: 1,
             iopoll: false,
             fixed_buffers: true,
             high_share: 0.75,
-            high_ioprio: ioprio(IOPRIO_CLASS_BE, 0),
+            high_ioprio: 0,
             low_ioprio: ioprio(IOPRIO_CLASS_BE, 7),
             posix_threads: 8,
             allow_fallback: true,
@@ -190,6 +204,12 @@ impl EngineConfig {
             return Err(IoError::Config(format!(
                 "high_share {} must be in (0, 1]",
                 self.high_share
+            )));
+        }
+        if self.submit_batch == 0 || self.submit_batch > self.queue_depth {
+            return Err(IoError::Config(format!(
+                "submit_batch {} must be between 1 and queue_depth {}",
+                self.submit_batch, self.queue_depth
             )));
         }
         if self.posix_threads == 0 || self.posix_threads > MAX_POSIX_THREADS {
@@ -225,7 +245,8 @@ pub trait Engine: Send {
     /// Submits one request and waits for it. Only with nothing else in flight.
     fn run(&mut self, request: Request) -> Completion {
         assert_eq!(self.in_flight(), 0, "run() needs an idle engine");
-        let (user_data, op, lba, priority) = (request.user_data, request.op, request.lba, request.priority);
+        let (user_data, op, lba, priority) =
+            (request.user_data, request.op, request.lba, request.priority);
         if let Err(r) = self.submit(request) {
             return Completion {
                 user_data,
@@ -256,9 +277,10 @@ pub(crate) fn check_request(device: &dyn Device, request: &Request) -> Result<()
     match request.op {
         Op::Flush => Ok(()),
         Op::Read | Op::Write => {
-            let buf = request.buf.as_ref().ok_or_else(|| {
-                IoError::Config("a read or write request needs a buffer".into())
-            })?;
+            let buf = request
+                .buf
+                .as_ref()
+                .ok_or_else(|| IoError::Config("a read or write request needs a buffer".into()))?;
             let geometry = device.geometry();
             geometry.check_io(request.lba, request.len_bytes() as u64, 0)?;
             for (_, seg) in buf.io_segments() {
@@ -280,7 +302,10 @@ pub fn open_engine(device: Arc<dyn Device>, config: &EngineConfig) -> Result<Box
         EngineKind::Posix => Ok(Box::new(PosixEngine::open(device, config, Vec::new())?)),
         EngineKind::Uring => {
             let missing = if device.raw_fd().is_none() {
-                Some(("a file descriptor", format!("{} has none", device.describe())))
+                Some((
+                    "a file descriptor",
+                    format!("{} has none", device.describe()),
+                ))
             } else {
                 crate::probe::kernel().uring_missing()
             };

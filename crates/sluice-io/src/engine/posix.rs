@@ -2,7 +2,9 @@
 //! buffered or O_DIRECT, and is the baseline every benchmark can switch to.
 
 use super::gate::PriorityGate;
-use super::{check_request, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request};
+use super::{
+    check_request, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request,
+};
 use crate::device::Device;
 use crate::error::{IoError, Result};
 use crate::pool::{BufferPool, Pinning};
@@ -30,7 +32,11 @@ pub struct PosixEngine {
 }
 
 impl PosixEngine {
-    pub fn open(device: Arc<dyn Device>, config: &EngineConfig, notes: Vec<String>) -> Result<Self> {
+    pub fn open(
+        device: Arc<dyn Device>,
+        config: &EngineConfig,
+        notes: Vec<String>,
+    ) -> Result<Self> {
         config.validate()?;
         let pool = BufferPool::new(config.pool.clone(), Pinning::Unpinned)?;
         let (job_tx, job_rx) = unbounded::<Job>();
@@ -67,7 +73,8 @@ impl PosixEngine {
                 Priority::High => self.high_ioprio,
                 Priority::Low => self.low_ioprio,
             };
-            jobs.send(Job { request, ioprio }).expect("workers outlive the engine");
+            jobs.send(Job { request, ioprio })
+                .expect("workers outlive the engine");
         }
     }
 
@@ -81,7 +88,14 @@ impl PosixEngine {
 fn set_thread_ioprio(ioprio: u16) {
     const IOPRIO_WHO_PROCESS: libc::c_int = 1;
     // SAFETY: ioprio_set takes plain integers; who=0 means the calling thread.
-    unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, ioprio as libc::c_int) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0,
+            ioprio as libc::c_int,
+        )
+    };
 }
 
 fn worker(device: Arc<dyn Device>, jobs: Receiver<Job>, done: Sender<Completion>) {
@@ -160,6 +174,7 @@ impl Engine for PosixEngine {
         }
         self.accepted += 1;
         self.gate.push(request.priority, request);
+        self.issue_queued();
         Ok(())
     }
 
@@ -193,7 +208,11 @@ impl Engine for PosixEngine {
             "posix ({} threads, qd {}, {})",
             self.workers.len(),
             self.queue_depth,
-            if self.device.is_direct() { "O_DIRECT" } else { "buffered" }
+            if self.device.is_direct() {
+                "O_DIRECT"
+            } else {
+                "buffered"
+            }
         )
     }
 }

@@ -8,7 +8,9 @@
 //! A scatter/gather buffer becomes one SQE per segment at consecutive offsets.
 
 use super::gate::PriorityGate;
-use super::{check_request, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request};
+use super::{
+    check_request, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request,
+};
 use crate::device::Device;
 use crate::error::{IoError, Result};
 use crate::pool::{BufferPool, Pinning, Registrar};
@@ -78,6 +80,11 @@ pub struct UringEngine {
     free_slots: Vec<u32>,
     gate: PriorityGate<u32>,
     ready: VecDeque<Completion>,
+    /// Created disabled (single issuer): enabled by the first reap, which
+    /// binds the ring to the reaping thread.
+    disabled: bool,
+    single_issuer: bool,
+    submit_batch: usize,
     high_ioprio: u16,
     low_ioprio: u16,
     notes: Vec<String>,
@@ -105,10 +112,13 @@ impl UringEngine {
     pub fn open(device: Arc<dyn Device>, config: &EngineConfig) -> Result<Self> {
         config.validate()?;
         let probe = crate::probe::kernel();
-        let support = probe.uring.as_ref().map_err(|why| IoError::FeatureMissing {
-            feature: "io_uring",
-            reason: why.clone(),
-        })?;
+        let support = probe
+            .uring
+            .as_ref()
+            .map_err(|why| IoError::FeatureMissing {
+                feature: "io_uring",
+                reason: why.clone(),
+            })?;
         let fd = device.raw_fd().ok_or_else(|| IoError::FeatureMissing {
             feature: "a file descriptor",
             reason: format!("{} has none", device.describe()),
@@ -149,15 +159,43 @@ impl UringEngine {
                 }
                 _ => fallback(
                     "IOPOLL",
-                    format!("{} has no poll queues (queue/io_poll is not 1)", device.describe()),
+                    format!(
+                        "{} has no poll queues (queue/io_poll is not 1)",
+                        device.describe()
+                    ),
                 )?,
             }
         }
-        let ring = Arc::new(
-            builder
-                .build(sq_entries as u32)
-                .map_err(|e| IoError::os("io_uring_setup", device.describe(), e))?,
-        );
+        // Completions run only when this thread waits for them (no IPIs,
+        // no interrupting the submitter), as fio does. The ring starts
+        // disabled so that the thread that first reaps becomes its issuer.
+        if !sqpoll {
+            builder.setup_coop_taskrun();
+        }
+        let mut deferred = builder.clone();
+        let mut single_issuer = false;
+        if !sqpoll && config.defer_taskrun {
+            deferred
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .setup_r_disabled();
+            single_issuer = true;
+        }
+        let ring = match deferred.build(sq_entries as u32) {
+            Ok(ring) => ring,
+            Err(e) if single_issuer => {
+                fallback(
+                    "DEFER_TASKRUN",
+                    format!("refused by kernel {}: {e}", probe.kernel_release),
+                )?;
+                single_issuer = false;
+                builder
+                    .build(sq_entries as u32)
+                    .map_err(|e| IoError::os("io_uring_setup", device.describe(), e))?
+            }
+            Err(e) => return Err(IoError::os("io_uring_setup", device.describe(), e)),
+        };
+        let ring = Arc::new(ring);
 
         let fixed_file = match ring.submitter().register_files(&[fd]) {
             Ok(()) => true,
@@ -179,7 +217,9 @@ impl UringEngine {
             } else {
                 ring.submitter()
                     .register_buffers_sparse(config.pool.table_slots)
-                    .map_err(|e| IoError::os("register sparse buffer table", device.describe(), e))?;
+                    .map_err(|e| {
+                        IoError::os("register sparse buffer table", device.describe(), e)
+                    })?;
                 pinning = Pinning::Registered(Arc::new(RingRegistrar { ring: ring.clone() }));
             }
         }
@@ -203,6 +243,9 @@ impl UringEngine {
             free_slots: (0..config.queue_depth as u32).rev().collect(),
             gate: PriorityGate::new(config.queue_depth, config.high_share),
             ready: VecDeque::new(),
+            disabled: single_issuer,
+            single_issuer,
+            submit_batch: config.submit_batch,
             high_ioprio: config.high_ioprio,
             low_ioprio: config.low_ioprio,
             notes,
@@ -219,7 +262,9 @@ impl UringEngine {
         // registrar shares the ring but only makes register calls.
         let mut sq = unsafe { self.ring.submission_shared() };
         while let Some((priority, slot)) = self.gate.pop() {
-            let inflight = self.slots[slot as usize].as_mut().expect("queued slot is live");
+            let inflight = self.slots[slot as usize]
+                .as_mut()
+                .expect("queued slot is live");
             let needed = inflight
                 .request
                 .buf
@@ -234,20 +279,31 @@ impl UringEngine {
                 Priority::High => self.high_ioprio,
                 Priority::Low => self.low_ioprio,
             };
-            let entries = build_entries(&inflight.request, slot, self.fd, self.fixed_file, self.block_size_bytes, ioprio);
-            inflight.sqes_left = entries.len() as u32;
-            for entry in &entries {
+            let target = Target {
+                fd: self.fd,
+                fixed_file: self.fixed_file,
+                block_size_bytes: self.block_size_bytes,
+            };
+            for_each_entry(&inflight.request, slot, target, ioprio, |entry| {
                 // SAFETY: every buffer an entry points to is owned by the
                 // request in `self.slots`, which stays put until its last CQE.
-                unsafe { sq.push(entry).expect("room was checked") };
-            }
-            self.sqes_in_kernel += entries.len();
-            self.unsubmitted += entries.len();
+                unsafe { sq.push(&entry).expect("room was checked") };
+            });
+            inflight.sqes_left = needed as u32;
+            self.sqes_in_kernel += needed;
+            self.unsubmitted += needed;
         }
         sq.sync();
     }
 
     fn enter(&mut self, want: usize) -> Result<()> {
+        if self.disabled {
+            self.ring
+                .submitter()
+                .register_enable_rings()
+                .map_err(|e| IoError::os("enable ring", self.device.describe(), e))?;
+            self.disabled = false;
+        }
         loop {
             match self.ring.submitter().submit_and_wait(want) {
                 Ok(_) => {
@@ -269,7 +325,9 @@ impl UringEngine {
         for cqe in cq {
             let slot = cqe.user_data() as usize;
             self.sqes_in_kernel -= 1;
-            let inflight = self.slots[slot].as_mut().expect("completion for a live slot");
+            let inflight = self.slots[slot]
+                .as_mut()
+                .expect("completion for a live slot");
             let res = cqe.result();
             if res < 0 {
                 let op = op_name(inflight.request.op);
@@ -324,41 +382,71 @@ fn finish(done: InFlight) -> Completion {
     }
 }
 
-fn build_entries(req: &Request, slot: u32, fd: RawFd, fixed_file: bool, block_size_bytes: u64, ioprio: u16) -> Vec<squeue::Entry> {
+#[derive(Clone, Copy)]
+struct Target {
+    fd: RawFd,
+    fixed_file: bool,
+    block_size_bytes: u64,
+}
+
+/// Builds the SQEs of one request (one per buffer segment, or one fsync).
+fn for_each_entry(
+    req: &Request,
+    slot: u32,
+    target: Target,
+    ioprio: u16,
+    mut push: impl FnMut(squeue::Entry),
+) {
+    let Target {
+        fd,
+        fixed_file,
+        block_size_bytes,
+    } = target;
     let base = req.lba * block_size_bytes;
     let ud = slot as u64;
     let Some(buf) = req.buf.as_ref() else {
         let e = rw_entry!(fixed_file, fd, |f| opcode::Fsync::new(f)
             .flags(types::FsyncFlags::DATASYNC)
             .build());
-        return vec![e.user_data(ud)];
+        push(e.user_data(ud));
+        return;
     };
-    buf.io_segments()
-        .map(|(at, seg)| {
-            let off = base + at as u64;
-            let len = seg.len_bytes() as u32;
-            let e = match (req.op, seg.buf_index()) {
-                (Op::Read, Some(idx)) => rw_entry!(fixed_file, fd, |f| opcode::ReadFixed::new(f, seg.ptr(), len, idx)
+    for (at, seg) in buf.io_segments() {
+        let off = base + at as u64;
+        let len = seg.len_bytes() as u32;
+        let e = match (req.op, seg.buf_index()) {
+            (Op::Read, Some(idx)) => rw_entry!(fixed_file, fd, |f| opcode::ReadFixed::new(
+                f,
+                seg.ptr(),
+                len,
+                idx
+            )
+            .offset(off)
+            .ioprio(ioprio)
+            .build()),
+            (Op::Read, None) => rw_entry!(fixed_file, fd, |f| opcode::Read::new(f, seg.ptr(), len)
+                .offset(off)
+                .ioprio(ioprio)
+                .build()),
+            (Op::Write, Some(idx)) => rw_entry!(fixed_file, fd, |f| opcode::WriteFixed::new(
+                f,
+                seg.ptr(),
+                len,
+                idx
+            )
+            .offset(off)
+            .ioprio(ioprio)
+            .build()),
+            (Op::Write, None) => {
+                rw_entry!(fixed_file, fd, |f| opcode::Write::new(f, seg.ptr(), len)
                     .offset(off)
                     .ioprio(ioprio)
-                    .build()),
-                (Op::Read, None) => rw_entry!(fixed_file, fd, |f| opcode::Read::new(f, seg.ptr(), len)
-                    .offset(off)
-                    .ioprio(ioprio)
-                    .build()),
-                (Op::Write, Some(idx)) => rw_entry!(fixed_file, fd, |f| opcode::WriteFixed::new(f, seg.ptr(), len, idx)
-                    .offset(off)
-                    .ioprio(ioprio)
-                    .build()),
-                (Op::Write, None) => rw_entry!(fixed_file, fd, |f| opcode::Write::new(f, seg.ptr(), len)
-                    .offset(off)
-                    .ioprio(ioprio)
-                    .build()),
-                (Op::Flush, _) => unreachable!("flush carries no buffer"),
-            };
-            e.user_data(ud)
-        })
-        .collect()
+                    .build())
+            }
+            (Op::Flush, _) => unreachable!("flush carries no buffer"),
+        };
+        push(e.user_data(ud));
+    }
 }
 
 impl Engine for UringEngine {
@@ -408,7 +496,10 @@ impl Engine for UringEngine {
             });
             return Ok(());
         }
-        let slot = self.free_slots.pop().expect("a free slot per accepted request");
+        let slot = self
+            .free_slots
+            .pop()
+            .expect("a free slot per accepted request");
         let priority = request.priority;
         self.slots[slot as usize] = Some(InFlight {
             request,
@@ -417,6 +508,14 @@ impl Engine for UringEngine {
             error: None,
         });
         self.gate.push(priority, slot);
+        if self.gate.queued() >= self.submit_batch {
+            self.issue_queued();
+            // A failed enter leaves the entries in the queue; the next reap
+            // enters again and reports the error.
+            if let Err(e) = self.enter(0) {
+                log::debug!("deferred submission error to reap: {e}");
+            }
+        }
         Ok(())
     }
 
@@ -450,11 +549,24 @@ impl Engine for UringEngine {
 
     fn describe(&self) -> String {
         format!(
-            "uring (qd {}, {}{}{}{})",
+            "uring (qd {}, {}{}{}{}{})",
             self.queue_depth,
-            if self.pool.is_registered() { "fixed buffers" } else { "plain buffers" },
-            if self.fixed_file { ", registered file" } else { "" },
+            if self.pool.is_registered() {
+                "fixed buffers"
+            } else {
+                "plain buffers"
+            },
+            if self.fixed_file {
+                ", registered file"
+            } else {
+                ""
+            },
             if self.sqpoll { ", SQPOLL" } else { "" },
+            if self.single_issuer {
+                ", DEFER_TASKRUN"
+            } else {
+                ""
+            },
             if self.iopoll { ", IOPOLL" } else { "" },
         )
     }

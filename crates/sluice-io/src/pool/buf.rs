@@ -51,9 +51,17 @@ pub enum Tier {
 
 #[derive(Debug)]
 pub(crate) enum Origin {
-    Small { list: ListId, index: u32 },
-    Medium { regions: Vec<Region> },
-    Big { mem: AlignedMem, slot: Option<u16> },
+    Small {
+        list: ListId,
+        index: u32,
+    },
+    Medium {
+        regions: Vec<Region>,
+    },
+    Big {
+        mem: AlignedMem,
+        slot: Option<u16>,
+    },
     /// Holds the memory until the buffer is dropped.
     Unpooled(#[allow(dead_code)] AlignedMem),
 }
@@ -77,7 +85,12 @@ unsafe impl Send for IoBuf {}
 unsafe impl Sync for IoBuf {}
 
 impl IoBuf {
-    pub(crate) fn pooled(len_bytes: usize, segments: Vec<Segment>, origin: Origin, pool: Arc<Shared>) -> Self {
+    pub(crate) fn pooled(
+        len_bytes: usize,
+        segments: Vec<Segment>,
+        origin: Origin,
+        pool: Arc<Shared>,
+    ) -> Self {
         let capacity_bytes = segments.iter().map(|s| s.len_bytes).sum();
         assert!(capacity_bytes >= len_bytes);
         IoBuf {
@@ -180,7 +193,10 @@ impl IoBuf {
     /// # Panics
     /// If the copy would run past the capacity.
     pub fn write_at(&mut self, offset: usize, src: &[u8]) {
-        assert!(offset + src.len() <= self.capacity_bytes, "write past buffer capacity");
+        assert!(
+            offset + src.len() <= self.capacity_bytes,
+            "write past buffer capacity"
+        );
         self.for_each_piece(offset, src.len(), |seg_ptr, at, n| {
             // SAFETY: for_each_piece yields in-bounds pieces of our segments.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr().add(at), seg_ptr, n) }
@@ -189,7 +205,10 @@ impl IoBuf {
 
     /// Copies bytes starting at `offset` into `dst`, across segments.
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) {
-        assert!(offset + dst.len() <= self.capacity_bytes, "read past buffer capacity");
+        assert!(
+            offset + dst.len() <= self.capacity_bytes,
+            "read past buffer capacity"
+        );
         self.for_each_piece(offset, dst.len(), |seg_ptr, at, n| {
             // SAFETY: as in write_at.
             unsafe { std::ptr::copy_nonoverlapping(seg_ptr, dst.as_mut_ptr().add(at), n) }

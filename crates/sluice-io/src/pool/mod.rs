@@ -109,7 +109,10 @@ impl PoolConfig {
             ));
         }
         if self.max_segments == 0 || self.max_segments > 1024 {
-            return bad(format!("max_segments {} must be between 1 and 1024", self.max_segments));
+            return bad(format!(
+                "max_segments {} must be between 1 and 1024",
+                self.max_segments
+            ));
         }
         if self.table_slots < 4 || self.table_slots > MAX_TABLE_SLOTS {
             return bad(format!(
@@ -306,6 +309,25 @@ impl BufferPool {
         }
     }
 
+    /// Allocates, pins and registers a buffer for this one request, whatever
+    /// its size (the big tier's path): released when dropped. The baseline
+    /// the pool is measured against, and a way out for one-off buffers.
+    pub fn alloc_transient(&self, len_bytes: usize) -> Result<IoBuf> {
+        let mut st = self.shared.lock();
+        match self.alloc_big(&mut st, len_bytes)? {
+            Some(buf) => Ok(buf),
+            None => {
+                st.stats.failures += 1;
+                Err(IoError::PoolExhausted {
+                    requested_bytes: len_bytes as u64,
+                    pinned_bytes: st.stats.pinned_bytes,
+                    max_pinned_bytes: self.shared.config.max_pinned_bytes,
+                    waited: WaitNote(None),
+                })
+            }
+        }
+    }
+
     fn try_alloc(&self, st: &mut State, len: usize, direction: Direction) -> Result<Option<IoBuf>> {
         let cfg = &self.shared.config;
         if len <= cfg.small_block_size_bytes {
@@ -350,7 +372,10 @@ impl BufferPool {
             st.chunks.insert(id, PinnedMem { mem, slot });
             self.account_pin(st, cfg.chunk_size_bytes);
             st.stats.misses += 1;
-            vec![st.medium.alloc_contiguous(len).expect("a fresh chunk fits a medium request")]
+            vec![st
+                .medium
+                .alloc_contiguous(len)
+                .expect("a fresh chunk fits a medium request")]
         } else {
             return Ok(None);
         };
@@ -376,7 +401,12 @@ impl BufferPool {
         let rounded = crate::mem::round_up(len, PAGE_SIZE_BYTES);
         // Completely free chunks give way to a big request before it waits.
         while !self.fits(st, rounded) {
-            let Some(id) = st.medium.idle_chunks(Instant::now(), Duration::ZERO).first().copied() else {
+            let Some(id) = st
+                .medium
+                .idle_chunks(Instant::now(), Duration::ZERO)
+                .first()
+                .copied()
+            else {
                 return Ok(None);
             };
             self.shared.release_chunk(st, id);
@@ -455,7 +485,11 @@ impl BufferPool {
 ///
 /// # Safety
 /// `mem` must stay allocated until [`unpin`] has been called for it.
-unsafe fn pin(pinning: &Pinning, mem: &AlignedMem, free_slots: &mut Vec<u16>) -> Result<Option<u16>> {
+unsafe fn pin(
+    pinning: &Pinning,
+    mem: &AlignedMem,
+    free_slots: &mut Vec<u16>,
+) -> Result<Option<u16>> {
     match pinning {
         Pinning::Registered(reg) => {
             let slot = free_slots.pop().ok_or_else(|| {
@@ -480,6 +514,11 @@ unsafe fn pin(pinning: &Pinning, mem: &AlignedMem, free_slots: &mut Vec<u16>) ->
 }
 
 fn register_error(e: std::io::Error, len: usize) -> IoError {
+    if e.raw_os_error() == Some(libc::EEXIST) {
+        return IoError::Config(
+            "pinning new pool memory from a thread that is not the ring's issuer (engine opened with defer_taskrun); allocate on the engine's thread or open the engine with defer_taskrun off".into(),
+        );
+    }
     if matches!(e.raw_os_error(), Some(libc::ENOMEM) | Some(libc::EPERM)) {
         let limits = crate::probe::memlock();
         return IoError::MemlockTooLow {

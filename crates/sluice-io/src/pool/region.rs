@@ -72,7 +72,10 @@ impl RegionAllocator {
     /// Adds a completely free chunk and returns its id.
     pub fn add_chunk(&mut self, now: Instant) -> ChunkId {
         let id = self.next_chunk_id;
-        self.next_chunk_id = self.next_chunk_id.checked_add(1).expect("chunk ids exhausted");
+        self.next_chunk_id = self
+            .next_chunk_id
+            .checked_add(1)
+            .expect("chunk ids exhausted");
         let mut free = BTreeMap::new();
         free.insert(0, self.chunk_size_bytes);
         self.chunks.insert(
@@ -111,7 +114,11 @@ impl RegionAllocator {
     /// Scatter/gather: strings free runs of the existing chunks together, in
     /// first-fit order, until `len_bytes` are covered, using at most
     /// `max_segments` runs. Takes nothing if it cannot cover the request.
-    pub fn alloc_scattered(&mut self, len_bytes: usize, max_segments: usize) -> Option<Vec<Region>> {
+    pub fn alloc_scattered(
+        &mut self,
+        len_bytes: usize,
+        max_segments: usize,
+    ) -> Option<Vec<Region>> {
         let len = self.round(len_bytes);
         if self.free_bytes() < len {
             return None;
@@ -147,12 +154,19 @@ impl RegionAllocator {
     /// Removes `region` from the free run that starts at its offset.
     fn take(&mut self, region: Region) {
         let chunk = self.chunks.get_mut(&region.chunk).expect("chunk exists");
-        let run = chunk.free.remove(&region.offset_bytes).expect("region starts a free run");
-        assert!(run >= region.len_bytes, "free run shorter than the region taken");
+        let run = chunk
+            .free
+            .remove(&region.offset_bytes)
+            .expect("region starts a free run");
+        assert!(
+            run >= region.len_bytes,
+            "free run shorter than the region taken"
+        );
         if run > region.len_bytes {
-            chunk
-                .free
-                .insert(region.offset_bytes + region.len_bytes, run - region.len_bytes);
+            chunk.free.insert(
+                region.offset_bytes + region.len_bytes,
+                run - region.len_bytes,
+            );
         }
         chunk.free_bytes -= region.len_bytes;
         chunk.idle_since = None;
@@ -200,7 +214,10 @@ impl RegionAllocator {
     pub fn idle_chunks(&self, now: Instant, idle: Duration) -> Vec<ChunkId> {
         self.chunks
             .iter()
-            .filter(|(_, c)| c.idle_since.is_some_and(|t| now.saturating_duration_since(t) >= idle))
+            .filter(|(_, c)| {
+                c.idle_since
+                    .is_some_and(|t| now.saturating_duration_since(t) >= idle)
+            })
             .map(|(&id, _)| id)
             .collect()
     }
@@ -208,7 +225,10 @@ impl RegionAllocator {
     /// Forgets a completely free chunk.
     pub fn remove_chunk(&mut self, id: ChunkId) {
         let chunk = self.chunks.remove(&id).expect("chunk exists");
-        assert_eq!(chunk.free_bytes, self.chunk_size_bytes, "removing a chunk in use");
+        assert_eq!(
+            chunk.free_bytes, self.chunk_size_bytes,
+            "removing a chunk in use"
+        );
     }
 
     pub fn free_bytes(&self) -> usize {

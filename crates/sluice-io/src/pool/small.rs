@@ -30,7 +30,11 @@ impl SmallList {
     pub fn ptr_of(&self, index: u32) -> *mut u8 {
         assert!(index < self.block_count);
         // SAFETY: index < block_count, so the offset stays inside `mem`.
-        unsafe { self.mem.as_ptr().add(index as usize * self.block_size_bytes) }
+        unsafe {
+            self.mem
+                .as_ptr()
+                .add(index as usize * self.block_size_bytes)
+        }
     }
 
     fn is_drained(&self) -> bool {

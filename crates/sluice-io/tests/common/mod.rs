@@ -35,7 +35,9 @@ impl LoopDevice {
     pub fn attach(size_bytes: u64) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIPPED: loop devices need root; run the tests as root to cover raw block devices");
+            eprintln!(
+                "SKIPPED: loop devices need root; run the tests as root to cover raw block devices"
+            );
             return None;
         }
         let backing = tempfile::NamedTempFile::new_in(disk_dir()).unwrap();

@@ -1,0 +1,109 @@
+//! `sluice bench`: each benchmark runs Sluice and its baseline in the same run
+//! and prints the ratio. Medians over repeated runs; these machines are noisy.
+
+mod fio;
+mod io;
+mod pool;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use sluice_io::engine::{open_engine, EngineConfig, EngineKind, Request};
+use sluice_io::pool::Direction;
+use sluice_io::{Device, FileDevice, FileOptions};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// 4 KiB random and 128 KiB / 1 MiB sequential I/O, ours against fio on the same file.
+    Io(io::IoArgs),
+    /// The uDMA experiments: pinning cost against memcpy, and I/O response
+    /// time with the pool, per-request registration and unregistered buffers.
+    Pool(pool::PoolArgs),
+}
+
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Io(args) => io::run(&args),
+        BenchCommand::Pool(args) => pool::run(&args),
+    }
+}
+
+/// Opens the benchmark device, creating and filling it when new: reads of a
+/// never-written (unwritten-extent) range would not touch the disk at all.
+pub fn bench_device(path: &Path, size_bytes: u64) -> Result<Arc<dyn Device>> {
+    let marker = PathBuf::from(format!("{}.filled", path.display()));
+    let dev = FileDevice::create(path, size_bytes, &FileOptions::default())
+        .with_context(|| format!("creating benchmark device {}", path.display()))?;
+    let dev: Arc<dyn Device> = Arc::new(dev);
+    let filled = std::fs::read_to_string(&marker)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if filled != Some(size_bytes) {
+        fill(&dev)?;
+        std::fs::write(&marker, size_bytes.to_string()).context("writing fill marker")?;
+    }
+    Ok(dev)
+}
+
+fn fill(dev: &Arc<dyn Device>) -> Result<()> {
+    let g = dev.geometry();
+    eprintln!(
+        "filling {} with data once ({} MiB)...",
+        dev.describe(),
+        g.size_bytes() >> 20
+    );
+    let cfg = EngineConfig {
+        kind: EngineKind::Uring,
+        queue_depth: 8,
+        ..EngineConfig::default()
+    };
+    let mut engine = open_engine(dev.clone(), &cfg)?;
+    let step = 1u64 << 20;
+    let blocks_per_step = step / g.block_size_bytes as u64;
+    let mut out = Vec::new();
+    let mut lba = 0u64;
+    let mut seed = 0x5eed_u64;
+    let noise: Vec<u8> = (0..step)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect();
+    while lba < g.block_count || engine.in_flight() > 0 {
+        while lba < g.block_count && engine.in_flight() < engine.queue_depth() {
+            let len = (g.block_count - lba).min(blocks_per_step) * g.block_size_bytes as u64;
+            let mut buf = engine.pool().alloc(len as usize, Direction::Write)?;
+            buf.write_at(0, &noise[..len as usize]);
+            buf.write_at(0, &lba.to_le_bytes());
+            engine
+                .submit(Request::write(lba, buf, lba))
+                .map_err(|r| r.error)?;
+            lba += len / g.block_size_bytes as u64;
+        }
+        out.clear();
+        engine.reap(1, &mut out)?;
+        for c in &out {
+            c.result
+                .as_ref()
+                .map_err(|e| anyhow::anyhow!("filling at LBA {}: {e}", c.lba))?;
+        }
+    }
+    let flushed = engine.run(Request::flush(0));
+    flushed.result?;
+    Ok(())
+}
+
+/// Median of a list (mean of the middle two for even counts).
+pub fn median(values: &mut [f64]) -> f64 {
+    assert!(!values.is_empty());
+    values.sort_by(|a, b| a.total_cmp(b));
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
