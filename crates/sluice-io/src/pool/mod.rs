@@ -364,7 +364,7 @@ impl BufferPool {
             st.stats.scattered_allocs += 1;
             rs
         } else if self.can_pin(st, cfg.chunk_size_bytes) {
-            let mem = AlignedMem::new(cfg.chunk_size_bytes);
+            let mem = AlignedMem::for_pinning(cfg.chunk_size_bytes);
             // SAFETY: the chunk's memory is kept in `st.chunks` until it is
             // unregistered in `release_chunk`.
             let slot = unsafe { pin(&self.shared.pinning, &mem, &mut st.free_slots)? };
@@ -414,7 +414,7 @@ impl BufferPool {
         if !self.can_pin(st, rounded) {
             return Ok(None);
         }
-        let mem = AlignedMem::new(rounded);
+        let mem = AlignedMem::for_pinning(rounded);
         // SAFETY: the memory moves into the IoBuf, whose drop unregisters it
         // before freeing.
         let slot = unsafe { pin(&self.shared.pinning, &mem, &mut st.free_slots)? };
