@@ -20,8 +20,8 @@ pub struct IoArgs {
     /// Seconds per run of each side.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
-    /// Runs per row and side; medians are reported.
-    #[arg(long, default_value_t = 3)]
+    /// Runs per row and side, alternating who goes first; medians are reported.
+    #[arg(long, default_value_t = 4)]
     repeat: usize,
     /// Our engine: uring or posix (the baseline engine).
     #[arg(long, default_value = "uring")]
@@ -185,16 +185,24 @@ pub fn run(args: &IoArgs) -> Result<()> {
             println!("ours: {}", engine.describe());
         }
         let (mut ours_runs, mut fio_runs) = (Vec::new(), Vec::new());
-        for _ in 0..args.repeat {
-            ours_runs.push(run_ours(engine.as_mut(), &row, args.seconds)?);
+        let size_bytes = device.geometry().size_bytes();
+        let run_fio = |runs: &mut Vec<RunResult>| -> Result<()> {
             if let Some(bin) = &fio_bin {
-                fio_runs.push(fio::run(
-                    bin,
-                    &args.device,
-                    device.geometry().size_bytes(),
-                    &row,
-                    args.seconds,
-                )?);
+                runs.push(fio::run(bin, &args.device, size_bytes, &row, args.seconds)?);
+            }
+            Ok(())
+        };
+        for rep in 0..args.repeat {
+            // Alternate who goes first: the device (and the host behind a
+            // virtual disk) warms up, and neither side should always get the
+            // warm or the cold slot.
+            let fio_first = rep % 2 == 1;
+            if fio_first {
+                run_fio(&mut fio_runs)?;
+            }
+            ours_runs.push(run_ours(engine.as_mut(), &row, args.seconds)?);
+            if !fio_first {
+                run_fio(&mut fio_runs)?;
             }
         }
         let ours = median_result(&ours_runs);
