@@ -44,13 +44,24 @@ impl AlignedMem {
     /// segments (a 1 MiB read of scattered 4 KiB pages exceeds the 254
     /// segments of a virtio queue and is split in two).
     pub fn for_pinning(len: usize) -> Self {
-        if len < HUGE_PAGE_SIZE_BYTES {
-            return Self::new(len);
+        let size = Self::pinning_size(len);
+        if size < HUGE_PAGE_SIZE_BYTES {
+            return Self::new(size);
         }
-        let mem = Self::with_alignment(round_up(len, HUGE_PAGE_SIZE_BYTES), HUGE_PAGE_SIZE_BYTES);
+        let mem = Self::with_alignment(size, HUGE_PAGE_SIZE_BYTES);
         // SAFETY: advice on a live mapping we own; failure only means no huge pages.
         unsafe { libc::madvise(mem.as_ptr().cast(), mem.len, libc::MADV_HUGEPAGE) };
         mem
+    }
+
+    /// The bytes `for_pinning(len)` allocates: pages, or whole huge pages
+    /// from 2 MiB up.
+    pub fn pinning_size(len: usize) -> usize {
+        if len < HUGE_PAGE_SIZE_BYTES {
+            round_up(len.max(1), PAGE_SIZE_BYTES)
+        } else {
+            round_up(len, HUGE_PAGE_SIZE_BYTES)
+        }
     }
 
     fn with_alignment(len: usize, align: usize) -> Self {

@@ -280,13 +280,13 @@ fn priorities_low_waits_while_high_holds_its_share() {
     cfg.high_share = 0.5; // low waits while 4 or more high are in flight
     cfg.posix_threads = 1;
     let mut engine = open_engine(dev, &cfg).unwrap();
-    let mut submit = |engine: &mut Box<dyn Engine>, ud: u64, p: Priority| {
+    let submit = |engine: &mut Box<dyn Engine>, ud: u64, p: Priority| {
         let buf = engine.pool().alloc(4096, Direction::Read).unwrap();
         engine
             .submit(Request::read(ud % 64, buf, ud).with_priority(p))
             .unwrap();
     };
-    let mut drain = |engine: &mut Box<dyn Engine>| {
+    let drain = |engine: &mut Box<dyn Engine>| {
         let mut out = Vec::new();
         while engine.in_flight() > 0 {
             engine.reap(1, &mut out).unwrap();

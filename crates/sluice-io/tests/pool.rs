@@ -369,8 +369,11 @@ fn invalid_pool_configs_are_named() {
     assert!(err.to_string().contains("max_pinned_bytes"), "{err}");
     cfg.max_pinned_bytes = 64 << 20;
     cfg.chunk_size_bytes = 5000;
-    let err = BufferPool::new(cfg, Pinning::Unpinned).unwrap_err();
+    let err = BufferPool::new(cfg.clone(), Pinning::Unpinned).unwrap_err();
     assert!(err.to_string().contains("chunk_size_bytes 5000"), "{err}");
+    cfg.chunk_size_bytes = 3 << 20;
+    let err = BufferPool::new(cfg, Pinning::Unpinned).unwrap_err();
+    assert!(err.to_string().contains("huge pages"), "{err}");
     let pool = BufferPool::new(small_config(16 << 20), Pinning::Unpinned).unwrap();
     assert!(matches!(
         pool.alloc(0, Direction::Read),

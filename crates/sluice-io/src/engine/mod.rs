@@ -272,8 +272,28 @@ pub trait Engine: Send {
     }
 }
 
+/// Takes a request into an engine holding `accepted` of `queue_depth`, or
+/// hands it back with the reason.
+pub(crate) fn admit(
+    device: &dyn Device,
+    accepted: usize,
+    queue_depth: usize,
+    request: Request,
+) -> std::result::Result<Request, Rejected> {
+    if let Err(error) = check_request(device, &request) {
+        return Err(Rejected { error, request });
+    }
+    if accepted >= queue_depth {
+        return Err(Rejected {
+            error: IoError::QueueFull { queue_depth },
+            request,
+        });
+    }
+    Ok(request)
+}
+
 /// Checks a request against the device before it is queued.
-pub(crate) fn check_request(device: &dyn Device, request: &Request) -> Result<()> {
+fn check_request(device: &dyn Device, request: &Request) -> Result<()> {
     match request.op {
         Op::Flush => Ok(()),
         Op::Read | Op::Write => {

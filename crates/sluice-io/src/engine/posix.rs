@@ -2,9 +2,7 @@
 //! buffered or O_DIRECT, and is the baseline every benchmark can switch to.
 
 use super::gate::PriorityGate;
-use super::{
-    check_request, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request,
-};
+use super::{admit, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request};
 use crate::device::Device;
 use crate::error::{IoError, Result};
 use crate::pool::{BufferPool, Pinning};
@@ -161,17 +159,12 @@ impl Engine for PosixEngine {
     }
 
     fn submit(&mut self, request: Request) -> std::result::Result<(), Rejected> {
-        if let Err(error) = check_request(self.device.as_ref(), &request) {
-            return Err(Rejected { error, request });
-        }
-        if self.accepted >= self.queue_depth {
-            return Err(Rejected {
-                error: IoError::QueueFull {
-                    queue_depth: self.queue_depth,
-                },
-                request,
-            });
-        }
+        let request = admit(
+            self.device.as_ref(),
+            self.accepted,
+            self.queue_depth,
+            request,
+        )?;
         self.accepted += 1;
         self.gate.push(request.priority, request);
         self.issue_queued();

@@ -8,9 +8,7 @@
 //! A scatter/gather buffer becomes one SQE per segment at consecutive offsets.
 
 use super::gate::PriorityGate;
-use super::{
-    check_request, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request,
-};
+use super::{admit, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Rejected, Request};
 use crate::device::Device;
 use crate::error::{IoError, Result};
 use crate::pool::{BufferPool, Pinning, Registrar};
@@ -96,12 +94,14 @@ impl std::fmt::Debug for UringEngine {
     }
 }
 
-macro_rules! rw_entry {
-    ($fixed_file:expr, $fd:expr, $build:expr) => {
-        if $fixed_file {
-            $build(types::Fixed(0))
+/// Builds an SQE against the registered file (index 0) or the plain
+/// descriptor; the opcode builders take distinct types for the two.
+macro_rules! entry {
+    ($target:expr, $ctor:path, ($($arg:expr),*) $(.$method:ident($value:expr))*) => {
+        if $target.fixed_file {
+            $ctor(types::Fixed(0), $($arg),*)$(.$method($value))*.build()
         } else {
-            $build(types::Fd($fd))
+            $ctor(types::Fd($target.fd), $($arg),*)$(.$method($value))*.build()
         }
     };
 }
@@ -397,52 +397,40 @@ fn for_each_entry(
     ioprio: u16,
     mut push: impl FnMut(squeue::Entry),
 ) {
-    let Target {
-        fd,
-        fixed_file,
-        block_size_bytes,
-    } = target;
-    let base = req.lba * block_size_bytes;
+    let base = req.lba * target.block_size_bytes;
     let ud = slot as u64;
     let Some(buf) = req.buf.as_ref() else {
-        let e = rw_entry!(fixed_file, fd, |f| opcode::Fsync::new(f)
-            .flags(types::FsyncFlags::DATASYNC)
-            .build());
+        let e = entry!(
+            target,
+            opcode::Fsync::new,
+            ().flags(types::FsyncFlags::DATASYNC)
+        );
         push(e.user_data(ud));
         return;
     };
     for (at, seg) in buf.io_segments() {
-        let off = base + at as u64;
-        let len = seg.len_bytes() as u32;
+        let (off, ptr, len) = (base + at as u64, seg.ptr(), seg.len_bytes() as u32);
         let e = match (req.op, seg.buf_index()) {
-            (Op::Read, Some(idx)) => rw_entry!(fixed_file, fd, |f| opcode::ReadFixed::new(
-                f,
-                seg.ptr(),
-                len,
-                idx
-            )
-            .offset(off)
-            .ioprio(ioprio)
-            .build()),
-            (Op::Read, None) => rw_entry!(fixed_file, fd, |f| opcode::Read::new(f, seg.ptr(), len)
-                .offset(off)
-                .ioprio(ioprio)
-                .build()),
-            (Op::Write, Some(idx)) => rw_entry!(fixed_file, fd, |f| opcode::WriteFixed::new(
-                f,
-                seg.ptr(),
-                len,
-                idx
-            )
-            .offset(off)
-            .ioprio(ioprio)
-            .build()),
-            (Op::Write, None) => {
-                rw_entry!(fixed_file, fd, |f| opcode::Write::new(f, seg.ptr(), len)
-                    .offset(off)
-                    .ioprio(ioprio)
-                    .build())
-            }
+            (Op::Read, Some(i)) => entry!(
+                target,
+                opcode::ReadFixed::new,
+                (ptr, len, i).offset(off).ioprio(ioprio)
+            ),
+            (Op::Read, None) => entry!(
+                target,
+                opcode::Read::new,
+                (ptr, len).offset(off).ioprio(ioprio)
+            ),
+            (Op::Write, Some(i)) => entry!(
+                target,
+                opcode::WriteFixed::new,
+                (ptr, len, i).offset(off).ioprio(ioprio)
+            ),
+            (Op::Write, None) => entry!(
+                target,
+                opcode::Write::new,
+                (ptr, len).offset(off).ioprio(ioprio)
+            ),
             (Op::Flush, _) => unreachable!("flush carries no buffer"),
         };
         push(e.user_data(ud));
@@ -471,17 +459,12 @@ impl Engine for UringEngine {
     }
 
     fn submit(&mut self, request: Request) -> std::result::Result<(), Rejected> {
-        if let Err(error) = check_request(self.device.as_ref(), &request) {
-            return Err(Rejected { error, request });
-        }
-        if self.accepted >= self.queue_depth {
-            return Err(Rejected {
-                error: IoError::QueueFull {
-                    queue_depth: self.queue_depth,
-                },
-                request,
-            });
-        }
+        let request = admit(
+            self.device.as_ref(),
+            self.accepted,
+            self.queue_depth,
+            request,
+        )?;
         self.accepted += 1;
         if request.op == Op::Flush && self.iopoll {
             // An IOPOLL ring takes no fsync: flush synchronously.

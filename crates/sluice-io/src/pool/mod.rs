@@ -25,7 +25,7 @@ mod small;
 pub use buf::{IoBuf, Segment, Tier};
 
 use crate::error::{IoError, Result, WaitNote};
-use crate::mem::{AlignedMem, PAGE_SIZE_BYTES};
+use crate::mem::{AlignedMem, HUGE_PAGE_SIZE_BYTES, PAGE_SIZE_BYTES};
 use region::{ChunkId, RegionAllocator};
 use small::SmallTier;
 use std::collections::HashMap;
@@ -95,6 +95,14 @@ impl PoolConfig {
         if self.chunk_size_bytes < PAGE_SIZE_BYTES || self.chunk_size_bytes % PAGE_SIZE_BYTES != 0 {
             return bad(format!(
                 "chunk_size_bytes {} must be a positive multiple of {PAGE_SIZE_BYTES}",
+                self.chunk_size_bytes
+            ));
+        }
+        if self.chunk_size_bytes >= HUGE_PAGE_SIZE_BYTES
+            && self.chunk_size_bytes % HUGE_PAGE_SIZE_BYTES != 0
+        {
+            return bad(format!(
+                "chunk_size_bytes {} must be a multiple of {HUGE_PAGE_SIZE_BYTES} (huge pages) from 2 MiB up",
                 self.chunk_size_bytes
             ));
         }
@@ -398,7 +406,7 @@ impl BufferPool {
     }
 
     fn alloc_big(&self, st: &mut State, len: usize) -> Result<Option<IoBuf>> {
-        let rounded = crate::mem::round_up(len, PAGE_SIZE_BYTES);
+        let rounded = AlignedMem::pinning_size(len);
         // Completely free chunks give way to a big request before it waits.
         while !self.fits(st, rounded) {
             let Some(id) = st
