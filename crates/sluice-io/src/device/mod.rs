@@ -105,3 +105,55 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const G: Geometry = Geometry {
+        block_size_bytes: 4096,
+        block_count: 100,
+    };
+
+    #[test]
+    fn check_io_names_each_violation() {
+        G.check_io(99, 4096, 8192).unwrap();
+        assert!(matches!(
+            G.check_io(0, 0, 0),
+            Err(IoError::BadLength { .. })
+        ));
+        assert!(matches!(
+            G.check_io(0, 4095, 0),
+            Err(IoError::Misaligned { value: 4095, .. })
+        ));
+        assert!(matches!(
+            G.check_io(99, 8192, 0),
+            Err(IoError::OutOfRange {
+                end_lba: 101,
+                block_count: 100,
+                ..
+            })
+        ));
+        assert!(matches!(
+            G.check_io(u64::MAX, 4096, 0),
+            Err(IoError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            G.check_io(0, 4096, 512),
+            Err(IoError::MisalignedBuffer {
+                address: 512,
+                alignment_bytes: 4096
+            })
+        ));
+    }
+
+    #[test]
+    fn offsets_inside_a_block_are_refused() {
+        assert_eq!(G.lba_of_offset(8192).unwrap(), 2);
+        let err = G.lba_of_offset(8193).unwrap_err();
+        assert!(
+            err.to_string().contains("8193") && err.to_string().contains("4096"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! The `sluice` binary end to end: the benchmark commands run against a
+//! real file (and real fio, which scripts/setup installs), and bad
+//! arguments get clear errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("bench.dev")
+}
+
+#[test]
+fn bench_io_runs_ours_and_fio_and_prints_the_ratio() {
+    let dev = scratch("bench-io");
+    let json = dev.with_extension("json");
+    let out = sluice()
+        .args([
+            "bench",
+            "io",
+            "--size-mib",
+            "32",
+            "--seconds",
+            "0.3",
+            "--repeat",
+            "2",
+        ])
+        .args(["--only", "randread-4k-qd1,seqwrite-128k-qd8"])
+        .arg("--device")
+        .arg(&dev)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = report.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        let ours = row["ours"]["iops"].as_f64().unwrap();
+        let fio = row["fio"]["iops"].as_f64().unwrap();
+        let ratio = row["ratio_iops"].as_f64().unwrap();
+        assert!(ours > 0.0 && fio > 0.0, "{row}");
+        assert!((ratio - ours / fio).abs() < 1e-9);
+        assert_eq!(row["ours_runs"].as_array().unwrap().len(), 2);
+        assert_eq!(row["fio_runs"].as_array().unwrap().len(), 2);
+        let lat = row["ours"]["lat_us"].as_array().unwrap();
+        let lat: Vec<f64> = lat.iter().map(|v| v.as_f64().unwrap()).collect();
+        assert!(
+            lat.windows(2).all(|w| w[0] <= w[1]),
+            "percentiles must rise: {lat:?}"
+        );
+    }
+    assert!(
+        stdout.contains("randread-4k-qd1") && stdout.contains("ours/fio"),
+        "{stdout}"
+    );
+    // The device was filled once and remembered.
+    assert_eq!(
+        std::fs::read_to_string(dev.with_extension("dev.filled")).unwrap(),
+        (32u64 << 20).to_string()
+    );
+}
+
+#[test]
+fn bench_pool_reports_both_experiments() {
+    let dev = scratch("bench-pool");
+    let json = dev.with_extension("json");
+    let out = sluice()
+        .args(["bench", "pool", "--size-mib", "32", "--rounds", "1"])
+        .arg("--device")
+        .arg(&dev)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["pin_vs_memcpy"].as_array().unwrap().len(), 9);
+    let io = v["response_time"].as_array().unwrap();
+    assert_eq!(io.len(), 8);
+    assert!(io.iter().all(|r| r["pool_us"].as_f64().unwrap() > 0.0));
+}
+
+#[test]
+fn bad_arguments_get_clear_errors() {
+    let dev = scratch("bench-bad");
+    let out = sluice()
+        .args([
+            "bench",
+            "io",
+            "--size-mib",
+            "8",
+            "--no-fio",
+            "--only",
+            "nosuchrow",
+        ])
+        .arg("--device")
+        .arg(&dev)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("no row named") && err.contains("randread-4k-qd1"),
+        "{err}"
+    );
+
+    let out = sluice()
+        .args([
+            "bench",
+            "io",
+            "--size-mib",
+            "8",
+            "--no-fio",
+            "--engine",
+            "spdk",
+        ])
+        .arg("--device")
+        .arg(&dev)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown engine \"spdk\""),
+        "{err}"
+    );
+
+    // A device path inside a regular file cannot be created.
+    let out = sluice()
+        .args([
+            "bench",
+            "io",
+            "--size-mib",
+            "8",
+            "--no-fio",
+            "--device",
+            "/proc/version/x",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("/proc/version"),
+        "{err}"
+    );
+}
+
+#[test]
+fn probe_prints_kernel_features() {
+    let out = sluice().arg("probe").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains("io_uring") && text.contains("memlock limit"),
+        "{text}"
+    );
+}
