@@ -96,53 +96,40 @@ fn bench_pool_reports_both_experiments() {
     assert!(io.iter().all(|r| r["pool_us"].as_f64().unwrap() > 0.0));
 }
 
+/// Runs `sluice ARGS` and checks that it fails with every needle in stderr.
+fn fails_with(args: &[&str], needles: &[&str]) {
+    let out = sluice().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sluice {args:?} should fail");
+    for needle in needles {
+        assert!(
+            err.contains(needle),
+            "sluice {args:?}: {needle:?} missing from {err}"
+        );
+    }
+}
+
 #[test]
 fn bad_arguments_get_clear_errors() {
     let dev = scratch("bench-bad");
-    let out = sluice()
-        .args([
-            "bench",
-            "io",
-            "--size-mib",
-            "8",
-            "--no-fio",
-            "--only",
-            "nosuchrow",
-        ])
-        .arg("--device")
-        .arg(&dev)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("no row named") && err.contains("randread-4k-qd1"),
-        "{err}"
+    let dev = dev.to_str().unwrap();
+    let base = ["bench", "io", "--size-mib", "8", "--no-fio", "--device"];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter()
+            .copied()
+            .chain([dev])
+            .chain(extra.iter().copied())
+            .collect()
+    };
+    fails_with(
+        &with(&["--only", "nosuchrow"]),
+        &["no row named", "randread-4k-qd1"],
     );
-
-    let out = sluice()
-        .args([
-            "bench",
-            "io",
-            "--size-mib",
-            "8",
-            "--no-fio",
-            "--engine",
-            "spdk",
-        ])
-        .arg("--device")
-        .arg(&dev)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("unknown engine \"spdk\""),
-        "{err}"
-    );
-
-    // A device path inside a regular file cannot be created.
-    let out = sluice()
-        .args([
+    fails_with(&with(&["--engine", "spdk"]), &["unknown engine \"spdk\""]);
+    fails_with(&with(&["--repeat", "0"]), &["--repeat"]);
+    // A device path under a regular file cannot be created.
+    fails_with(
+        &[
             "bench",
             "io",
             "--size-mib",
@@ -150,13 +137,8 @@ fn bad_arguments_get_clear_errors() {
             "--no-fio",
             "--device",
             "/proc/version/x",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("/proc/version"),
-        "{err}"
+        ],
+        &["/proc/version"],
     );
 }
 
