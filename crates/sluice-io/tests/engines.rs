@@ -596,10 +596,9 @@ fn registered_chunks_are_unregistered_when_idle_and_slots_reused() {
 }
 
 #[test]
-fn pool_registration_from_another_thread_works_with_a_single_issuer_ring() {
+fn pool_buffers_from_other_threads_work_with_a_single_issuer_ring() {
     let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
     let dev = file_device(&dir, 16 << 20);
-    // With a single-issuer ring, another thread may not pin new memory: a clear error.
     let mut cfg = config(EngineKind::Uring);
     cfg.defer_taskrun = true;
     let mut engine = open_engine(dev.clone(), &cfg).unwrap();
@@ -610,16 +609,8 @@ fn pool_registration_from_another_thread_works_with_a_single_issuer_ring() {
     );
     ok(engine.run(Request::write(0, write_buf(engine.as_ref(), 4096, 1), 1)));
     let pool = engine.pool().clone();
-    let err = std::thread::spawn(move || pool.alloc(256 << 10, Direction::Write).unwrap_err())
-        .join()
-        .unwrap();
-    assert!(err.to_string().contains("defer_taskrun off"), "{err}");
-    drop(engine);
-    // The default ring takes registrations from any thread.
-    let mut engine = open_engine(dev, &config(EngineKind::Uring)).unwrap();
-    ok(engine.run(Request::write(0, write_buf(engine.as_ref(), 4096, 1), 1)));
-    let pool = engine.pool().clone();
-    // A new chunk (and a big buffer) registered from a thread that is not the ring's issuer.
+    let before = pool.stats();
+    // A new chunk and a big buffer pinned on a thread that is not the issuer.
     let (medium, big) = std::thread::spawn(move || {
         let mut m = pool.alloc(256 << 10, Direction::Write).unwrap();
         m.write_at(0, &pattern(256 << 10, 8));
@@ -628,11 +619,46 @@ fn pool_registration_from_another_thread_works_with_a_single_issuer_ring() {
     })
     .join()
     .unwrap();
-    assert!(medium.segments()[0].buf_index().is_some());
-    ok(engine.run(Request::write(64, medium, 2)));
-    let c = ok(engine.run(Request::read(64, big, 3)));
-    assert_eq!(
-        &c.buf.unwrap().to_vec()[..256 << 10],
-        &pattern(256 << 10, 8)[..]
+    assert!(
+        medium.segments()[0].buf_index().is_none(),
+        "not registered yet: plain I/O"
     );
+    ok(engine.run(Request::write(64, medium, 2)));
+    // The reap registered the chunk: the next buffer from it is a fixed buffer.
+    let again = engine.pool().alloc(256 << 10, Direction::Read).unwrap();
+    assert!(
+        again.segments()[0].buf_index().is_some(),
+        "chunk registered by the issuer"
+    );
+    let c = ok(engine.run(Request::read(64, again, 3)));
+    assert_eq!(c.buf.unwrap().to_vec(), pattern(256 << 10, 8));
+    let c = ok(engine.run(Request::read(64, big, 4)));
+    // Dropped on another thread: unregistered at the next reap, accounting exact.
+    let big = c.buf.unwrap();
+    std::thread::spawn(move || drop(big)).join().unwrap();
+    let mid = engine.pool().stats();
+    assert!(
+        mid.pinned_bytes >= before.pinned_bytes + (4 << 20),
+        "kept until the issuer unregisters it"
+    );
+    ok(engine.run(Request::read(
+        0,
+        engine.pool().alloc(4096, Direction::Read).unwrap(),
+        5,
+    )));
+    let after = engine.pool().stats();
+    assert_eq!(
+        after.pinned_bytes,
+        before.pinned_bytes + after.chunks * (4 << 20)
+    );
+    assert_eq!(after.pins - after.unpins, 3 + after.chunks);
+    // Using the engine itself from another thread is refused clearly.
+    let err = std::thread::spawn(move || {
+        let mut engine = engine;
+        let buf = IoBuf::unpooled(4096);
+        engine.run(Request::read(0, buf, 6)).result.unwrap_err()
+    })
+    .join()
+    .unwrap();
+    assert!(err.to_string().contains("one thread"), "{err}");
 }

@@ -345,6 +345,10 @@ fn pool_waits_for_a_buffer_to_come_back() {
     let _held = pool.alloc(1 << 20, Direction::Read).unwrap();
     let err = pool.alloc(1 << 20, Direction::Read).unwrap_err();
     assert!(err.to_string().contains("after waiting"), "{err}");
+    // A request larger than the ceiling fails at once instead of waiting.
+    let err = pool.alloc(64 << 20, Direction::Read).unwrap_err();
+    assert!(matches!(err, IoError::PoolExhausted { .. }), "{err}");
+    assert!(!err.to_string().contains("after waiting"), "{err}");
 }
 
 #[test]

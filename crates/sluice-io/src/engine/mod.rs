@@ -152,11 +152,14 @@ pub struct EngineConfig {
     /// more latency.
     pub submit_batch: usize,
     /// Single issuer with deferred task work (Linux 6.1): completions are
-    /// processed only when the issuing thread reaps. The ring is bound to the
-    /// thread that first reaps; a later reap from another thread fails, and
-    /// so does pinning new pool memory (a new chunk or big buffer) from
-    /// another thread. Off by default; COOP_TASKRUN is always on (5.19).
-    /// Ignored with SQPOLL.
+    /// processed only when the issuing thread reaps, which cuts completion
+    /// latency. The ring is bound to the thread that first submits or reaps;
+    /// using the engine from another thread afterwards is refused with a
+    /// clear error. Pool buffers may still be taken and dropped on any
+    /// thread: memory pinned elsewhere serves plain I/O until the engine's
+    /// next reap registers it, and memory released elsewhere is unregistered
+    /// at that reap. On by default (falls back with a note where the kernel
+    /// refuses it); COOP_TASKRUN is always on. Ignored with SQPOLL.
     pub defer_taskrun: bool,
     /// Busy-poll completions (only where the device has poll queues).
     pub iopoll: bool,
@@ -178,7 +181,7 @@ impl Default for EngineConfig {
             kind: EngineKind::Uring,
             queue_depth: 64,
             sqpoll_idle_ms: None,
-            defer_taskrun: false,
+            defer_taskrun: true,
             submit_batch: 1,
             iopoll: false,
             fixed_buffers: true,

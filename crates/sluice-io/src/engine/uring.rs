@@ -20,6 +20,8 @@ use std::sync::Arc;
 /// Registers pool memory in the ring's sparse buffer table.
 struct RingRegistrar {
     ring: Arc<IoUring>,
+    /// The thread a single-issuer ring is bound to, once it is enabled.
+    issuer: std::sync::OnceLock<std::thread::ThreadId>,
 }
 
 impl std::fmt::Debug for RingRegistrar {
@@ -36,6 +38,12 @@ impl Registrar for RingRegistrar {
                 .submitter()
                 .register_buffers_update(slot as u32, &[iov], None)
         }
+    }
+
+    fn is_issuer_thread(&self) -> bool {
+        self.issuer
+            .get()
+            .is_none_or(|&t| t == std::thread::current().id())
     }
 
     fn unregister(&self, slot: u16) -> std::io::Result<()> {
@@ -82,6 +90,7 @@ pub struct UringEngine {
     /// binds the ring to the reaping thread.
     disabled: bool,
     single_issuer: bool,
+    registrar: Option<Arc<RingRegistrar>>,
     submit_batch: usize,
     high_ioprio: u16,
     low_ioprio: u16,
@@ -205,6 +214,7 @@ impl UringEngine {
             }
         };
         let mut pinning = Pinning::Unpinned;
+        let mut registrar = None;
         if config.fixed_buffers {
             if !(support.read_fixed && support.write_fixed && support.buffers_sparse) {
                 fallback(
@@ -220,7 +230,12 @@ impl UringEngine {
                     .map_err(|e| {
                         IoError::os("register sparse buffer table", device.describe(), e)
                     })?;
-                pinning = Pinning::Registered(Arc::new(RingRegistrar { ring: ring.clone() }));
+                let reg = Arc::new(RingRegistrar {
+                    ring: ring.clone(),
+                    issuer: std::sync::OnceLock::new(),
+                });
+                registrar = Some(reg.clone());
+                pinning = Pinning::Registered(reg);
             }
         }
         let pool = BufferPool::new(config.pool.clone(), pinning)?;
@@ -245,6 +260,7 @@ impl UringEngine {
             ready: VecDeque::new(),
             disabled: single_issuer,
             single_issuer,
+            registrar,
             submit_batch: config.submit_batch,
             high_ioprio: config.high_ioprio,
             low_ioprio: config.low_ioprio,
@@ -298,6 +314,11 @@ impl UringEngine {
 
     fn enter(&mut self, want: usize) -> Result<()> {
         if self.disabled {
+            // Name the issuer first: from here on other threads defer their
+            // registrations instead of having the kernel refuse them.
+            if let Some(reg) = &self.registrar {
+                let _ = reg.issuer.set(std::thread::current().id());
+            }
             self.ring
                 .submitter()
                 .register_enable_rings()
@@ -313,6 +334,11 @@ impl UringEngine {
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 // The completion queue is full: the caller drains it and comes back.
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    return Err(IoError::Config(
+                        "engine used from a thread other than the one that first reaped it (single-issuer ring, defer_taskrun); keep each engine on one thread or open it with defer_taskrun off".into(),
+                    ))
+                }
                 Err(e) => return Err(IoError::os("io_uring_enter", self.device.describe(), e)),
             }
         }
@@ -503,6 +529,7 @@ impl Engine for UringEngine {
     }
 
     fn reap(&mut self, min_complete: usize, out: &mut Vec<Completion>) -> Result<usize> {
+        self.pool.run_issuer_work();
         let mut added = 0;
         while let Some(c) = self.ready.pop_front() {
             self.accepted -= 1;

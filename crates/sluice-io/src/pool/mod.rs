@@ -29,6 +29,7 @@ use crate::mem::{AlignedMem, HUGE_PAGE_SIZE_BYTES, PAGE_SIZE_BYTES};
 use region::{ChunkId, RegionAllocator};
 use small::SmallTier;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -148,6 +149,12 @@ pub trait Registrar: Send + Sync + std::fmt::Debug {
     unsafe fn register(&self, slot: u16, iov: libc::iovec) -> std::io::Result<()>;
     /// Empties table slot `slot`.
     fn unregister(&self, slot: u16) -> std::io::Result<()>;
+    /// Whether this thread may register now. A single-issuer ring takes
+    /// registrations only from its issuer; elsewhere the pool defers the
+    /// work to [`BufferPool::run_issuer_work`], which the engine calls.
+    fn is_issuer_thread(&self) -> bool {
+        true
+    }
 }
 
 /// How the pool pins its memory.
@@ -197,6 +204,12 @@ struct State {
     chunks: HashMap<ChunkId, PinnedMem>,
     free_slots: Vec<u16>,
     stats: PoolStats,
+    /// Chunks pinned on a thread that could not register them: their
+    /// buffers use plain I/O until the issuer registers the chunk.
+    unregistered_chunks: Vec<ChunkId>,
+    /// Memory released on a thread that could not unregister it: kept
+    /// (and counted as pinned) until the issuer empties its slot.
+    deferred_unpins: Vec<(AlignedMem, u16)>,
 }
 
 #[derive(Debug)]
@@ -205,6 +218,8 @@ pub(crate) struct Shared {
     pinning: Pinning,
     state: Mutex<State>,
     returned: Condvar,
+    /// Set when `unregistered_chunks` or `deferred_unpins` has work.
+    issuer_work: AtomicBool,
 }
 
 /// A handle to a pool; clones share it.
@@ -255,8 +270,11 @@ impl BufferPool {
                     chunks: HashMap::new(),
                     free_slots,
                     stats,
+                    unregistered_chunks: Vec::new(),
+                    deferred_unpins: Vec::new(),
                 }),
                 returned: Condvar::new(),
+                issuer_work: AtomicBool::new(false),
             }),
         })
     }
@@ -284,6 +302,18 @@ impl BufferPool {
             return Err(IoError::BadLength {
                 len_bytes: len_bytes as u64,
                 max_bytes: crate::device::MAX_IO_BYTES,
+            });
+        }
+        let cfg = &self.shared.config;
+        let ceiling = cfg.max_pinned_bytes - cfg.small_tier_bytes();
+        if len_bytes >= cfg.chunk_size_bytes && AlignedMem::pinning_size(len_bytes) as u64 > ceiling
+        {
+            // No amount of waiting makes room for it.
+            return Err(IoError::PoolExhausted {
+                requested_bytes: len_bytes as u64,
+                pinned_bytes: self.stats().pinned_bytes,
+                max_pinned_bytes: cfg.max_pinned_bytes,
+                waited: WaitNote(None),
             });
         }
         let started = Instant::now();
@@ -377,6 +407,10 @@ impl BufferPool {
             // unregistered in `release_chunk`.
             let slot = unsafe { pin(&self.shared.pinning, &mem, &mut st.free_slots)? };
             let id = st.medium.add_chunk(Instant::now());
+            if slot.is_none() && self.is_registered() {
+                st.unregistered_chunks.push(id);
+                self.shared.issuer_work.store(true, Ordering::Release);
+            }
             st.chunks.insert(id, PinnedMem { mem, slot });
             self.account_pin(st, cfg.chunk_size_bytes);
             st.stats.misses += 1;
@@ -454,6 +488,39 @@ impl BufferPool {
         debug_assert!(st.stats.pinned_bytes <= self.shared.config.max_pinned_bytes);
     }
 
+    /// Registration work that a thread other than the ring's issuer left:
+    /// registers chunks pinned there, unregisters memory released there.
+    /// The engine calls it from `reap`; cheap when there is nothing to do.
+    pub fn run_issuer_work(&self) {
+        if !self.shared.issuer_work.load(Ordering::Acquire) {
+            return;
+        }
+        let Pinning::Registered(reg) = &self.shared.pinning else {
+            return;
+        };
+        if !reg.is_issuer_thread() {
+            return;
+        }
+        let mut st = self.shared.lock();
+        self.shared.issuer_work.store(false, Ordering::Release);
+        let st = &mut *st;
+        for (mem, slot) in std::mem::take(&mut st.deferred_unpins) {
+            unpin(&self.shared.pinning, &mem, Some(slot), &mut st.free_slots);
+            st.stats.unpins += 1;
+            st.stats.pinned_bytes -= mem.len() as u64;
+        }
+        for id in std::mem::take(&mut st.unregistered_chunks) {
+            let chunk = st.chunks.get_mut(&id).expect("unregistered chunk exists");
+            // SAFETY: the chunk's memory stays in `st.chunks` until
+            // `release_chunk` unregisters it.
+            match unsafe { pin(&self.shared.pinning, &chunk.mem, &mut st.free_slots) } {
+                Ok(slot) => chunk.slot = slot,
+                // The chunk keeps serving plain I/O; nothing is lost.
+                Err(e) => log::warn!("registering chunk {id} later failed: {e}"),
+            }
+        }
+    }
+
     /// Releases chunks that have been completely free for the idle time.
     /// Also done on every free; call it from an idle loop to release memory
     /// when no buffer comes back.
@@ -499,6 +566,7 @@ unsafe fn pin(
     free_slots: &mut Vec<u16>,
 ) -> Result<Option<u16>> {
     match pinning {
+        Pinning::Registered(reg) if !reg.is_issuer_thread() => Ok(None),
         Pinning::Registered(reg) => {
             let slot = free_slots.pop().ok_or_else(|| {
                 IoError::Config("registered-buffer table is full; raise table_slots".into())
@@ -522,11 +590,6 @@ unsafe fn pin(
 }
 
 fn register_error(e: std::io::Error, len: usize) -> IoError {
-    if e.raw_os_error() == Some(libc::EEXIST) {
-        return IoError::Config(
-            "pinning new pool memory from a thread that is not the ring's issuer (engine opened with defer_taskrun); allocate on the engine's thread or open the engine with defer_taskrun off".into(),
-        );
-    }
     if matches!(e.raw_os_error(), Some(libc::ENOMEM) | Some(libc::EPERM)) {
         let limits = crate::probe::memlock();
         return IoError::MemlockTooLow {
@@ -540,7 +603,8 @@ fn register_error(e: std::io::Error, len: usize) -> IoError {
 fn unpin(pinning: &Pinning, mem: &AlignedMem, slot: Option<u16>, free_slots: &mut Vec<u16>) {
     match pinning {
         Pinning::Registered(reg) => {
-            let slot = slot.expect("registered memory has a slot");
+            // Memory pinned on a thread that could not register it has no slot.
+            let Some(slot) = slot else { return };
             if let Err(e) = reg.unregister(slot) {
                 // The slot stays taken: better a leaked slot than one reused
                 // while the kernel still maps the old pages.
@@ -564,10 +628,24 @@ impl Shared {
 
     fn release_chunk(&self, st: &mut State, id: ChunkId) {
         st.medium.remove_chunk(id);
+        st.unregistered_chunks.retain(|&c| c != id);
         let chunk = st.chunks.remove(&id).expect("chunk memory exists");
-        unpin(&self.pinning, &chunk.mem, chunk.slot, &mut st.free_slots);
+        self.unpin_owned(st, chunk.mem, chunk.slot);
+    }
+
+    /// Unpins and frees `mem`, or, on a thread that may not unregister,
+    /// keeps it for the issuer.
+    fn unpin_owned(&self, st: &mut State, mem: AlignedMem, slot: Option<u16>) {
+        if let (Pinning::Registered(reg), Some(slot)) = (&self.pinning, slot) {
+            if !reg.is_issuer_thread() {
+                st.deferred_unpins.push((mem, slot));
+                self.issuer_work.store(true, Ordering::Release);
+                return;
+            }
+        }
+        unpin(&self.pinning, &mem, slot, &mut st.free_slots);
         st.stats.unpins += 1;
-        st.stats.pinned_bytes -= chunk.mem.len() as u64;
+        st.stats.pinned_bytes -= mem.len() as u64;
     }
 
     fn release_idle_chunks(&self, st: &mut State, now: Instant) -> usize {
@@ -594,11 +672,7 @@ impl Shared {
                 }
                 self.release_idle_chunks(&mut st, now);
             }
-            buf::Origin::Big { mem, slot } => {
-                unpin(&self.pinning, &mem, slot, &mut st.free_slots);
-                st.stats.unpins += 1;
-                st.stats.pinned_bytes -= mem.len() as u64;
-            }
+            buf::Origin::Big { mem, slot } => self.unpin_owned(&mut st, mem, slot),
             buf::Origin::Unpooled(_) => {}
         }
         drop(st);
@@ -615,6 +689,9 @@ impl Drop for Shared {
         }
         for chunk in st.chunks.values() {
             unpin(&self.pinning, &chunk.mem, chunk.slot, &mut free_slots);
+        }
+        for (mem, slot) in &st.deferred_unpins {
+            unpin(&self.pinning, mem, Some(*slot), &mut free_slots);
         }
     }
 }
