@@ -29,9 +29,9 @@ pub struct IoArgs {
     /// Plain Read/Write on unregistered pool memory instead of fixed buffers (ablation).
     #[arg(long)]
     no_fixed_buffers: bool,
-    /// Open the ring single-issuer with deferred task work (DEFER_TASKRUN).
+    /// Open the ring without single-issuer deferred task work (ablation).
     #[arg(long)]
-    defer_taskrun: bool,
+    no_defer_taskrun: bool,
     /// Only these rows (comma-separated names, as printed).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -179,7 +179,7 @@ pub fn run(args: &IoArgs) -> Result<()> {
     for row in rows {
         let mut cfg = engine_config(kind, &row);
         cfg.fixed_buffers = !args.no_fixed_buffers;
-        cfg.defer_taskrun = args.defer_taskrun;
+        cfg.defer_taskrun = !args.no_defer_taskrun;
         let mut engine = open_engine(device.clone(), &cfg)?;
         if reports.is_empty() {
             println!("ours: {}", engine.describe());
