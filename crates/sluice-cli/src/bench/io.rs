@@ -134,6 +134,7 @@ struct RowReport {
     row: &'static str,
     ours: RunResult,
     fio: Option<RunResult>,
+    /// Median over runs of ours/fio of the two runs made back to back.
     ratio_iops: Option<f64>,
     ours_runs: Vec<RunResult>,
     fio_runs: Vec<RunResult>,
@@ -207,7 +208,16 @@ pub fn run(args: &IoArgs) -> Result<()> {
         }
         let ours = median_result(&ours_runs);
         let fio = (!fio_runs.is_empty()).then(|| median_result(&fio_runs));
-        let ratio_iops = fio.as_ref().map(|f| ours.iops / f.iops);
+        // The median of the ratios of adjacent pairs: a drift of the disk
+        // over the minutes of a row cancels out within each pair.
+        let ratio_iops = (!fio_runs.is_empty()).then(|| {
+            let mut pairs: Vec<f64> = ours_runs
+                .iter()
+                .zip(&fio_runs)
+                .map(|(o, f)| o.iops / f.iops)
+                .collect();
+            median(&mut pairs)
+        });
         print_row(&row, &ours, fio.as_ref(), ratio_iops);
         reports.push(RowReport {
             row: row.name,
