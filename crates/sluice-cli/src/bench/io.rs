@@ -32,6 +32,10 @@ pub struct IoArgs {
     /// Open the ring without single-issuer deferred task work (ablation).
     #[arg(long)]
     no_defer_taskrun: bool,
+    /// Requests queued before the engine submits them (default: the
+    /// engine's pick, 1, or 8 with SQPOLL; reap always submits what is queued).
+    #[arg(long)]
+    submit_batch: Option<usize>,
     /// Only these rows (comma-separated names, as printed).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -181,6 +185,9 @@ pub fn run(args: &IoArgs) -> Result<()> {
         let mut cfg = engine_config(kind, &row);
         cfg.fixed_buffers = !args.no_fixed_buffers;
         cfg.defer_taskrun = !args.no_defer_taskrun;
+        if let Some(batch) = args.submit_batch {
+            cfg.submit_batch = batch.min(row.queue_depth);
+        }
         let mut engine = open_engine(device.clone(), &cfg)?;
         if reports.is_empty() {
             println!("ours: {}", engine.describe());

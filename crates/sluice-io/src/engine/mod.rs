@@ -146,10 +146,12 @@ pub struct EngineConfig {
     pub queue_depth: usize,
     /// SQPOLL with this idle time before the kernel thread sleeps.
     pub sqpoll_idle_ms: Option<u32>,
-    /// Submit to the kernel from `submit` once this many requests are queued
-    /// (1: at once, as fio's default iodepth_batch_submit=1); `reap` always
-    /// submits what is queued. Larger batches mean fewer system calls and
-    /// more latency.
+    /// Submit to the kernel from `submit` once this many requests are
+    /// queued; `reap` always submits what is queued. 0 picks it: 1 (at
+    /// once, as fio's default iodepth_batch_submit=1) for an interrupt-driven
+    /// ring, up to 8 with SQPOLL, where publishing entries in small groups
+    /// lets the kernel thread take them together (measured in
+    /// docs/BENCHMARKS.md). Larger batches: fewer wake-ups, more latency.
     pub submit_batch: usize,
     /// Single issuer with deferred task work (Linux 6.1): completions are
     /// processed only when the issuing thread reaps, which cuts completion
@@ -182,7 +184,7 @@ impl Default for EngineConfig {
             queue_depth: 64,
             sqpoll_idle_ms: None,
             defer_taskrun: true,
-            submit_batch: 1,
+            submit_batch: 0,
             iopoll: false,
             fixed_buffers: true,
             high_share: 0.75,
@@ -209,9 +211,9 @@ impl EngineConfig {
                 self.high_share
             )));
         }
-        if self.submit_batch == 0 || self.submit_batch > self.queue_depth {
+        if self.submit_batch > self.queue_depth {
             return Err(IoError::Config(format!(
-                "submit_batch {} must be between 1 and queue_depth {}",
+                "submit_batch {} must be at most queue_depth {} (0 picks it)",
                 self.submit_batch, self.queue_depth
             )));
         }

@@ -261,7 +261,12 @@ impl UringEngine {
             disabled: single_issuer,
             single_issuer,
             registrar,
-            submit_batch: config.submit_batch,
+            // 0 picks: see EngineConfig::submit_batch.
+            submit_batch: match config.submit_batch {
+                0 if sqpoll => config.queue_depth.min(8),
+                0 => 1,
+                n => n,
+            },
             high_ioprio: config.high_ioprio,
             low_ioprio: config.low_ioprio,
             notes,
