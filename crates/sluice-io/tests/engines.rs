@@ -666,3 +666,23 @@ fn pool_buffers_from_other_threads_work_with_a_single_issuer_ring() {
     .unwrap();
     assert!(err.to_string().contains("one thread"), "{err}");
 }
+
+#[test]
+fn invalid_engine_configs_are_named() {
+    let dev: Arc<dyn Device> = Arc::new(MemoryDevice::new(4096, 16));
+    let mut cfg = config(EngineKind::Posix);
+    cfg.submit_batch = 33;
+    let err = open_engine(dev.clone(), &cfg).err().unwrap();
+    assert!(
+        err.to_string().contains("submit_batch 33") && err.to_string().contains("queue_depth 32"),
+        "{err}"
+    );
+    let mut cfg = config(EngineKind::Posix);
+    cfg.queue_depth = 0;
+    let err = open_engine(dev.clone(), &cfg).err().unwrap();
+    assert!(err.to_string().contains("queue_depth 0"), "{err}");
+    let mut cfg = config(EngineKind::Posix);
+    cfg.high_share = 1.5;
+    let err = open_engine(dev, &cfg).err().unwrap();
+    assert!(err.to_string().contains("high_share 1.5"), "{err}");
+}
