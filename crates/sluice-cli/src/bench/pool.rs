@@ -106,7 +106,7 @@ fn pin_vs_memcpy(engine: &dyn Engine, rounds: usize) -> Result<Vec<PinRow>> {
     );
     let pool = engine.pool();
     let mut rows = Vec::new();
-    let mut crossover = None;
+    let mut cheaper_pinned = Vec::new();
     for &size in PIN_SIZES {
         let n = iterations(size, 64 << 20, 3, 2000);
         let src = vec![0x5Au8; size];
@@ -129,8 +129,8 @@ fn pin_vs_memcpy(engine: &dyn Engine, rounds: usize) -> Result<Vec<PinRow>> {
             pin_register_us: median(&mut pin),
             memcpy_us: median(&mut copy),
         };
-        if crossover.is_none() && row.pin_register_us < row.memcpy_us {
-            crossover = Some(size);
+        if row.pin_register_us < row.memcpy_us {
+            cheaper_pinned.push(human(size));
         }
         println!(
             "{:>10} {:>14.2} {:>12.2} {:>10.2}",
@@ -141,15 +141,14 @@ fn pin_vs_memcpy(engine: &dyn Engine, rounds: usize) -> Result<Vec<PinRow>> {
         );
         rows.push(row);
     }
-    match crossover {
-        Some(s) => println!(
-            "crossover: pinning is cheaper than copying from {} up",
-            human(s)
-        ),
-        None => println!(
-            "crossover: none up to {} (copying stayed cheaper)",
-            human(*PIN_SIZES.last().unwrap())
-        ),
+    if cheaper_pinned.is_empty() {
+        let largest = human(*PIN_SIZES.last().expect("sizes"));
+        println!("crossover: none up to {largest} (copying stayed cheaper)");
+    } else {
+        println!(
+            "pinning cheaper than copying at: {}",
+            cheaper_pinned.join(", ")
+        );
     }
     Ok(rows)
 }
