@@ -1,0 +1,134 @@
+//! The superblock: two copies in store blocks 0 and 1, written alternately
+//! with a rising generation. Layout in docs/FORMAT.md.
+
+use crate::blocks::{
+    block_buffer, block_is_sealed, seal_block, BlockDevice, Extent, STORE_BLOCK_BYTES,
+};
+use crate::error::{Result, StoreError};
+
+pub const MAGIC: &[u8; 8] = b"SLUICEKV";
+pub const FORMAT_VERSION: u32 = 1;
+/// Store blocks 0 and 1 hold the two copies.
+pub const SUPERBLOCK_BLOCKS: u64 = 2;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub generation: u64,
+    pub store_id: [u8; 16],
+    pub device_blocks: u64,
+    pub device_index: u32,
+    pub device_count: u32,
+    pub created_unix_ms: u64,
+    pub manifest: Extent,
+    pub manifest_first_seq: u64,
+}
+
+impl Superblock {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; STORE_BLOCK_BYTES];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&(STORE_BLOCK_BYTES as u32).to_le_bytes());
+        b[16..24].copy_from_slice(&self.generation.to_le_bytes());
+        b[24..40].copy_from_slice(&self.store_id);
+        b[40..48].copy_from_slice(&self.device_blocks.to_le_bytes());
+        b[48..52].copy_from_slice(&self.device_index.to_le_bytes());
+        b[52..56].copy_from_slice(&self.device_count.to_le_bytes());
+        b[56..64].copy_from_slice(&self.created_unix_ms.to_le_bytes());
+        self.manifest.encode(&mut b[64..80]);
+        b[80..88].copy_from_slice(&self.manifest_first_seq.to_le_bytes());
+        seal_block(&mut b);
+        b
+    }
+
+    /// Decodes one copy; the error says why it is not valid.
+    pub fn decode(b: &[u8]) -> std::result::Result<Self, DecodeError> {
+        if &b[0..8] != MAGIC {
+            return Err(DecodeError::Magic);
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().expect("4"));
+        if !block_is_sealed(b) {
+            return Err(DecodeError::Checksum);
+        }
+        if version != FORMAT_VERSION {
+            return Err(DecodeError::Version(version));
+        }
+        let block_size = u32::from_le_bytes(b[12..16].try_into().expect("4"));
+        if block_size as usize != STORE_BLOCK_BYTES {
+            return Err(DecodeError::BlockSize(block_size));
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+        Ok(Superblock {
+            generation: u64_at(16),
+            store_id: b[24..40].try_into().expect("16"),
+            device_blocks: u64_at(40),
+            device_index: u32_at(48),
+            device_count: u32_at(52),
+            created_unix_ms: u64_at(56),
+            manifest: Extent::decode(&b[64..80]),
+            manifest_first_seq: u64_at(80),
+        })
+    }
+
+    /// The copy (0 or 1) a superblock of this generation is written to.
+    pub fn slot(&self) -> u64 {
+        self.generation % 2
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    Magic,
+    Checksum,
+    Version(u32),
+    BlockSize(u32),
+}
+
+/// Writes `sb` to the copy its generation selects and makes it durable.
+pub fn write(dev: &BlockDevice, sb: &Superblock) -> Result<()> {
+    let mut buf = block_buffer();
+    buf.as_mut_slice().copy_from_slice(&sb.encode());
+    dev.write(sb.slot(), buf.as_slice())?;
+    dev.flush()
+}
+
+/// Reads both copies and returns the valid one with the higher generation.
+pub fn read(dev: &BlockDevice) -> Result<Superblock> {
+    let mut copies = Vec::new();
+    let mut errors = Vec::new();
+    for slot in 0..SUPERBLOCK_BLOCKS {
+        let mut buf = block_buffer();
+        dev.read(slot, buf.as_mut_slice())?;
+        match Superblock::decode(buf.as_slice()) {
+            Ok(sb) => copies.push(sb),
+            Err(e) => errors.push(e),
+        }
+    }
+    if let Some(best) = copies.into_iter().max_by_key(|sb| sb.generation) {
+        if best.device_blocks > dev.block_count() {
+            return Err(StoreError::BadDevice(format!(
+                "{} holds {} store blocks but the store was formatted with {}",
+                dev.device().describe(),
+                dev.block_count(),
+                best.device_blocks
+            )));
+        }
+        return Ok(best);
+    }
+    let what = dev.device().describe();
+    if let Some(DecodeError::Version(found)) =
+        errors.iter().find(|e| matches!(e, DecodeError::Version(_)))
+    {
+        return Err(StoreError::UnsupportedVersion {
+            found: *found,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let reason = if errors.iter().all(|e| *e == DecodeError::Magic) {
+        "no superblock magic in blocks 0 and 1 (format it first)".to_string()
+    } else {
+        format!("both superblock copies are invalid ({errors:?})")
+    };
+    Err(StoreError::NotAStore { what, reason })
+}
