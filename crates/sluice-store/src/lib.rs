@@ -12,6 +12,7 @@
 pub mod alloc;
 pub mod blocks;
 pub mod error;
+pub mod manifest;
 pub mod superblock;
 pub mod wal;
 

@@ -169,10 +169,10 @@ impl Device for MemoryDevice {
 
     fn flush(&self) -> Result<()> {
         let mut st = self.state();
-        let visible = std::mem::take(&mut st.visible);
-        st.durable.copy_from_slice(&visible);
-        st.visible = visible;
-        st.pending.clear();
+        // Only what was written since the last flush needs copying.
+        for w in std::mem::take(&mut st.pending) {
+            st.durable[w.offset_bytes..w.offset_bytes + w.data.len()].copy_from_slice(&w.data);
+        }
         st.flushes += 1;
         Ok(())
     }

@@ -1,0 +1,622 @@
+//! The manifest: a log of version edits in its own extent, replayed at open
+//! into the store's state (keyspaces, tables, WAL place, free map). Layout
+//! in docs/FORMAT.md ("Manifest log").
+//!
+//! Edits are logged in groups; a group counts only once its commit record
+//! is read back, so a torn write can lose only a group whose `log` call had
+//! not returned. When the extent fills, the full state is written as a
+//! checkpoint at the start of a new extent, the superblock is pointed at it,
+//! and only then is the old extent freed.
+
+use crate::alloc::ExtentAllocator;
+use crate::blocks::{block_is_sealed, seal_block, BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::error::{Result, StoreError};
+use crate::superblock::{self, Superblock, SUPERBLOCK_BLOCKS};
+use sluice_io::mem::AlignedMem;
+use std::collections::BTreeMap;
+
+const MAGIC: &[u8; 4] = b"MANB";
+const HEADER_BYTES: usize = 16;
+const PAYLOAD_BYTES: usize = STORE_BLOCK_BYTES - HEADER_BYTES - 4;
+/// u32 length, u8 type, u32 CRC32C of type + payload.
+const RECORD_HEADER_BYTES: usize = 9;
+/// Largest record payload: a record never spans blocks.
+pub const MAX_RECORD_PAYLOAD: usize = PAYLOAD_BYTES - RECORD_HEADER_BYTES;
+
+const T_CHECKPOINT_BEGIN: u8 = 1;
+const T_CHECKPOINT_END: u8 = 2;
+const T_ALLOC: u8 = 3;
+const T_FREE: u8 = 4;
+const T_KEYSPACE: u8 = 5;
+const T_ADD_TABLE: u8 = 6;
+const T_REMOVE_TABLE: u8 = 7;
+const T_WAL: u8 = 8;
+const T_LAST_SEQUENCE: u8 = 9;
+const T_NEXT_FILE: u8 = 10;
+const T_GROUP_COMMIT: u8 = 11;
+
+/// How a keyspace's values are laid out (near-data operators read it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueFormat {
+    Raw = 1,
+    Json = 2,
+    Record = 3,
+}
+
+impl ValueFormat {
+    fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            1 => Some(ValueFormat::Raw),
+            2 => Some(ValueFormat::Json),
+            3 => Some(ValueFormat::Record),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyspaceDef {
+    pub id: u32,
+    pub name: String,
+    pub format: ValueFormat,
+    /// For `Record`: the schema text; empty otherwise.
+    pub schema: String,
+}
+
+/// A table (SST) as the manifest knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableMeta {
+    pub keyspace: u32,
+    pub level: u8,
+    pub file_no: u64,
+    pub data: Extent,
+    pub index: Extent,
+    pub entries: u64,
+    pub smallest: Vec<u8>,
+    pub largest: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalPlace {
+    pub epoch: u64,
+    /// Oldest log block whose records are not yet in tables.
+    pub tail_seq: u64,
+    pub ring: Vec<Extent>,
+}
+
+/// One change to the store's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    Alloc(Extent),
+    Free(Extent),
+    AddKeyspace(KeyspaceDef),
+    AddTable(TableMeta),
+    RemoveTable { keyspace: u32, file_no: u64 },
+    Wal(WalPlace),
+    LastSequence(u64),
+    NextFile(u64),
+}
+
+/// The state the manifest describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestState {
+    pub allocator: ExtentAllocator,
+    pub keyspaces: BTreeMap<u32, KeyspaceDef>,
+    pub tables: BTreeMap<(u32, u64), TableMeta>,
+    pub wal: Option<WalPlace>,
+    pub last_sequence: u64,
+    pub next_file: u64,
+}
+
+impl ManifestState {
+    pub fn new(device_blocks: u64) -> Self {
+        ManifestState {
+            allocator: ExtentAllocator::new(SUPERBLOCK_BLOCKS, device_blocks),
+            keyspaces: BTreeMap::new(),
+            tables: BTreeMap::new(),
+            wal: None,
+            last_sequence: 0,
+            next_file: 1,
+        }
+    }
+
+    pub fn apply(&mut self, edit: &Edit) -> Result<()> {
+        match edit {
+            Edit::Alloc(e) => self.allocator.reserve(*e)?,
+            Edit::Free(e) => self.allocator.release(*e)?,
+            Edit::AddKeyspace(k) => {
+                self.keyspaces.insert(k.id, k.clone());
+            }
+            Edit::AddTable(t) => {
+                self.tables.insert((t.keyspace, t.file_no), t.clone());
+            }
+            Edit::RemoveTable { keyspace, file_no } => {
+                self.tables.remove(&(*keyspace, *file_no));
+            }
+            Edit::Wal(w) => self.wal = Some(w.clone()),
+            Edit::LastSequence(s) => self.last_sequence = self.last_sequence.max(*s),
+            Edit::NextFile(n) => self.next_file = self.next_file.max(*n),
+        }
+        Ok(())
+    }
+
+    /// The whole state as edits, for a checkpoint. Free extents are given
+    /// as the free map itself (inside a checkpoint, `Free` builds the map
+    /// from empty).
+    fn checkpoint_edits(&self) -> Vec<Edit> {
+        let mut edits: Vec<Edit> = self
+            .allocator
+            .free_list()
+            .into_iter()
+            .map(Edit::Free)
+            .collect();
+        edits.extend(self.keyspaces.values().cloned().map(Edit::AddKeyspace));
+        edits.extend(self.tables.values().cloned().map(Edit::AddTable));
+        edits.extend(self.wal.clone().map(Edit::Wal));
+        edits.push(Edit::LastSequence(self.last_sequence));
+        edits.push(Edit::NextFile(self.next_file));
+        edits
+    }
+}
+
+fn encode_edit(edit: &Edit) -> (u8, Vec<u8>) {
+    let mut p = Vec::new();
+    let put_extent = |p: &mut Vec<u8>, e: &Extent| {
+        let mut b = [0u8; Extent::ENCODED_BYTES];
+        e.encode(&mut b);
+        p.extend_from_slice(&b);
+    };
+    let put_bytes = |p: &mut Vec<u8>, b: &[u8]| {
+        p.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        p.extend_from_slice(b);
+    };
+    let t = match edit {
+        Edit::Alloc(e) => {
+            put_extent(&mut p, e);
+            T_ALLOC
+        }
+        Edit::Free(e) => {
+            put_extent(&mut p, e);
+            T_FREE
+        }
+        Edit::AddKeyspace(k) => {
+            p.extend_from_slice(&k.id.to_le_bytes());
+            p.push(k.format as u8);
+            put_bytes(&mut p, k.name.as_bytes());
+            put_bytes(&mut p, k.schema.as_bytes());
+            T_KEYSPACE
+        }
+        Edit::AddTable(t) => {
+            p.extend_from_slice(&t.keyspace.to_le_bytes());
+            p.push(t.level);
+            p.extend_from_slice(&t.file_no.to_le_bytes());
+            put_extent(&mut p, &t.data);
+            put_extent(&mut p, &t.index);
+            p.extend_from_slice(&t.entries.to_le_bytes());
+            put_bytes(&mut p, &t.smallest);
+            put_bytes(&mut p, &t.largest);
+            T_ADD_TABLE
+        }
+        Edit::RemoveTable { keyspace, file_no } => {
+            p.extend_from_slice(&keyspace.to_le_bytes());
+            p.extend_from_slice(&file_no.to_le_bytes());
+            T_REMOVE_TABLE
+        }
+        Edit::Wal(w) => {
+            p.extend_from_slice(&w.epoch.to_le_bytes());
+            p.extend_from_slice(&w.tail_seq.to_le_bytes());
+            p.extend_from_slice(&(w.ring.len() as u32).to_le_bytes());
+            for e in &w.ring {
+                put_extent(&mut p, e);
+            }
+            T_WAL
+        }
+        Edit::LastSequence(s) => {
+            p.extend_from_slice(&s.to_le_bytes());
+            T_LAST_SEQUENCE
+        }
+        Edit::NextFile(n) => {
+            p.extend_from_slice(&n.to_le_bytes());
+            T_NEXT_FILE
+        }
+    };
+    (t, p)
+}
+
+/// A cursor over a record payload; every read is bounds-checked.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|s| s[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|s| u32::from_le_bytes(s.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|s| u64::from_le_bytes(s.try_into().expect("8")))
+    }
+    fn extent(&mut self) -> Option<Extent> {
+        self.take(Extent::ENCODED_BYTES).map(Extent::decode)
+    }
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()? as usize;
+        self.take(n).map(<[u8]>::to_vec)
+    }
+    fn string(&mut self) -> Option<String> {
+        String::from_utf8(self.bytes()?).ok()
+    }
+}
+
+fn decode_edit(t: u8, payload: &[u8]) -> Option<Edit> {
+    let mut r = Reader { b: payload, at: 0 };
+    let edit = match t {
+        T_ALLOC => Edit::Alloc(r.extent()?),
+        T_FREE => Edit::Free(r.extent()?),
+        T_KEYSPACE => Edit::AddKeyspace(KeyspaceDef {
+            id: r.u32()?,
+            format: ValueFormat::from_u8(r.u8()?)?,
+            name: r.string()?,
+            schema: r.string()?,
+        }),
+        T_ADD_TABLE => Edit::AddTable(TableMeta {
+            keyspace: r.u32()?,
+            level: r.u8()?,
+            file_no: r.u64()?,
+            data: r.extent()?,
+            index: r.extent()?,
+            entries: r.u64()?,
+            smallest: r.bytes()?,
+            largest: r.bytes()?,
+        }),
+        T_REMOVE_TABLE => Edit::RemoveTable {
+            keyspace: r.u32()?,
+            file_no: r.u64()?,
+        },
+        T_WAL => {
+            let epoch = r.u64()?;
+            let tail_seq = r.u64()?;
+            let n = r.u32()? as usize;
+            let ring = (0..n).map(|_| r.extent()).collect::<Option<Vec<_>>>()?;
+            Edit::Wal(WalPlace {
+                epoch,
+                tail_seq,
+                ring,
+            })
+        }
+        T_LAST_SEQUENCE => Edit::LastSequence(r.u64()?),
+        T_NEXT_FILE => Edit::NextFile(r.u64()?),
+        _ => return None,
+    };
+    (r.at == payload.len()).then_some(edit)
+}
+
+/// Packs records into sealed blocks, each block written once.
+struct BlockPacker {
+    blocks: Vec<Vec<u8>>,
+    used: usize,
+}
+
+impl BlockPacker {
+    fn new() -> Self {
+        BlockPacker {
+            blocks: vec![vec![0u8; STORE_BLOCK_BYTES]],
+            used: 0,
+        }
+    }
+
+    fn push(&mut self, t: u8, payload: &[u8]) -> Result<()> {
+        if payload.len() > MAX_RECORD_PAYLOAD {
+            return Err(StoreError::RecordTooLarge {
+                len_bytes: payload.len(),
+                max_bytes: MAX_RECORD_PAYLOAD,
+            });
+        }
+        if PAYLOAD_BYTES - self.used < RECORD_HEADER_BYTES + payload.len() {
+            self.blocks.push(vec![0u8; STORE_BLOCK_BYTES]);
+            self.used = 0;
+        }
+        let b = self.blocks.last_mut().expect("a block");
+        let at = HEADER_BYTES + self.used;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&[t]), payload);
+        b[at..at + 4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        b[at + 4] = t;
+        b[at + 5..at + 9].copy_from_slice(&crc.to_le_bytes());
+        b[at + 9..at + 9 + payload.len()].copy_from_slice(payload);
+        self.used += RECORD_HEADER_BYTES + payload.len();
+        self.seal_last_header();
+        Ok(())
+    }
+
+    fn seal_last_header(&mut self) {
+        let used = self.used as u32;
+        let b = self.blocks.last_mut().expect("a block");
+        b[0..4].copy_from_slice(MAGIC);
+        b[4..8].copy_from_slice(&used.to_le_bytes());
+    }
+
+    /// Numbers and seals the blocks from `first_seq` on.
+    fn finish(mut self, first_seq: u64) -> Vec<Vec<u8>> {
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            b[0..4].copy_from_slice(MAGIC);
+            b[8..16].copy_from_slice(&(first_seq + i as u64).to_le_bytes());
+            seal_block(b);
+        }
+        self.blocks
+    }
+}
+
+/// Blocks per manifest extent.
+pub const MANIFEST_EXTENT_BLOCKS: u32 = 256;
+
+/// The open manifest: appends edit groups, rolls over to a new extent.
+pub struct Manifest {
+    dev: BlockDevice,
+    superblock: Superblock,
+    extent: Extent,
+    /// Sequence of the extent's first block, and of the next block to write.
+    first_seq: u64,
+    next_seq: u64,
+    state: ManifestState,
+}
+
+impl std::fmt::Debug for Manifest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manifest")
+            .field("extent", &self.extent)
+            .field("next_seq", &self.next_seq)
+            .finish()
+    }
+}
+
+impl Manifest {
+    /// Formats a fresh store on `dev`: superblock, first manifest extent
+    /// holding a checkpoint of `state` after `setup` edits.
+    pub fn create(dev: BlockDevice, store_id: [u8; 16], created_unix_ms: u64) -> Result<Self> {
+        let device_blocks = dev.block_count();
+        if device_blocks < SUPERBLOCK_BLOCKS + MANIFEST_EXTENT_BLOCKS as u64 * 2 {
+            return Err(StoreError::BadDevice(format!(
+                "{} holds {device_blocks} store blocks; a store needs at least {}",
+                dev.device().describe(),
+                SUPERBLOCK_BLOCKS + MANIFEST_EXTENT_BLOCKS as u64 * 2
+            )));
+        }
+        let mut state = ManifestState::new(device_blocks);
+        let extent = state.allocator.allocate(MANIFEST_EXTENT_BLOCKS as u64)?;
+        let superblock = Superblock {
+            generation: 0,
+            store_id,
+            device_blocks,
+            device_index: 0,
+            device_count: 1,
+            created_unix_ms,
+            manifest: extent,
+            manifest_first_seq: 0,
+        };
+        let mut m = Manifest {
+            dev,
+            superblock,
+            extent,
+            first_seq: 0,
+            next_seq: 0,
+            state,
+        };
+        m.write_checkpoint()?;
+        m.superblock.generation = 1;
+        superblock::write(&m.dev, &m.superblock)?;
+        Ok(m)
+    }
+
+    /// Opens the store on `dev`: superblock, then manifest replay.
+    pub fn open(dev: BlockDevice) -> Result<Self> {
+        let sb = superblock::read(&dev)?;
+        let (state, next_seq) = replay(&dev, &sb)?;
+        Ok(Manifest {
+            dev,
+            extent: sb.manifest,
+            first_seq: sb.manifest_first_seq,
+            next_seq,
+            superblock: sb,
+            state,
+        })
+    }
+
+    pub fn state(&self) -> &ManifestState {
+        &self.state
+    }
+
+    pub fn superblock(&self) -> &Superblock {
+        &self.superblock
+    }
+
+    /// Allocates an extent; the allocation is logged with the next group.
+    pub fn allocate(&mut self, blocks: u64) -> Result<Extent> {
+        self.state.allocator.allocate(blocks)
+    }
+
+    /// Applies `edits` and makes them durable as one group. `Alloc` edits
+    /// for extents taken with [`Manifest::allocate`] are logged, not
+    /// re-applied.
+    pub fn log(&mut self, edits: &[Edit]) -> Result<()> {
+        let mut packer = BlockPacker::new();
+        for e in edits {
+            let (t, p) = encode_edit(e);
+            packer.push(t, &p)?;
+        }
+        packer.push(T_GROUP_COMMIT, &[])?;
+        let blocks_needed = packer.blocks.len() as u64;
+        if self.next_seq - self.first_seq + blocks_needed > self.extent.block_count as u64 {
+            for e in edits.iter().filter(|e| !matches!(e, Edit::Alloc(_))) {
+                self.state.apply(e)?;
+            }
+            return self.roll_over();
+        }
+        self.write_blocks(packer)?;
+        for e in edits.iter().filter(|e| !matches!(e, Edit::Alloc(_))) {
+            self.state.apply(e)?;
+        }
+        Ok(())
+    }
+
+    fn write_blocks(&mut self, packer: BlockPacker) -> Result<()> {
+        let blocks = packer.finish(self.next_seq);
+        let mut buf = AlignedMem::new(blocks.len() * STORE_BLOCK_BYTES);
+        for (i, b) in blocks.iter().enumerate() {
+            buf.as_mut_slice()[i * STORE_BLOCK_BYTES..(i + 1) * STORE_BLOCK_BYTES]
+                .copy_from_slice(b);
+        }
+        let at = self.extent.start_block + (self.next_seq - self.first_seq);
+        self.dev.write(at, buf.as_slice())?;
+        self.dev.flush()?;
+        self.next_seq += blocks.len() as u64;
+        Ok(())
+    }
+
+    /// The whole state as checkpoint blocks.
+    fn checkpoint(&self) -> Result<BlockPacker> {
+        let mut packer = BlockPacker::new();
+        packer.push(T_CHECKPOINT_BEGIN, &[])?;
+        for e in self.state.checkpoint_edits() {
+            let (t, p) = encode_edit(&e);
+            packer.push(t, &p)?;
+        }
+        packer.push(T_CHECKPOINT_END, &[])?;
+        Ok(packer)
+    }
+
+    /// Blocks for a manifest extent that holds a checkpoint of `blocks`
+    /// with room for three times as many edits after it.
+    fn extent_blocks_for(checkpoint_blocks: usize) -> u64 {
+        (checkpoint_blocks as u64 * 4)
+            .next_power_of_two()
+            .max(MANIFEST_EXTENT_BLOCKS as u64)
+    }
+
+    fn write_checkpoint(&mut self) -> Result<()> {
+        let packer = self.checkpoint()?;
+        self.write_blocks(packer)
+    }
+
+    /// Moves the manifest to a new extent holding a checkpoint, points the
+    /// superblock at it, then frees the old extent.
+    fn roll_over(&mut self) -> Result<()> {
+        let old = self.extent;
+        // Sized for the checkpoint as it will be (one extent more or less
+        // changes it by a record at most).
+        let blocks = Self::extent_blocks_for(self.checkpoint()?.blocks.len() + 1);
+        let new = self.state.allocator.allocate(blocks)?;
+        // The old extent is free in the checkpointed state: once the
+        // superblock points at the new extent nothing refers to the old one.
+        self.state.allocator.release(old)?;
+        self.extent = new;
+        self.first_seq = self.next_seq;
+        self.write_checkpoint()?;
+        self.superblock.generation += 1;
+        self.superblock.manifest = new;
+        self.superblock.manifest_first_seq = self.first_seq;
+        superblock::write(&self.dev, &self.superblock)
+    }
+}
+
+/// Reads the manifest the superblock points at and rebuilds the state.
+fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64)> {
+    let mut buf = AlignedMem::new(STORE_BLOCK_BYTES);
+    let mut state: Option<ManifestState> = None;
+    let mut checkpoint: Option<ManifestState> = None;
+    let mut group: Vec<Edit> = Vec::new();
+    let mut seq = sb.manifest_first_seq;
+    for i in 0..sb.manifest.block_count as u64 {
+        let block = sb.manifest.start_block + i;
+        dev.read(block, buf.as_mut_slice())?;
+        let b = buf.as_slice();
+        let valid = &b[0..4] == MAGIC
+            && block_is_sealed(b)
+            && u64::from_le_bytes(b[8..16].try_into().expect("8")) == seq;
+        if !valid {
+            break;
+        }
+        let corrupt = |reason: String| StoreError::Corrupt {
+            what: "manifest block",
+            block,
+            lba: dev.lba_of(block),
+            reason,
+        };
+        let used = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
+        if used > PAYLOAD_BYTES {
+            return Err(corrupt(format!("payload length {used}")));
+        }
+        let mut at = HEADER_BYTES;
+        while at < HEADER_BYTES + used {
+            let len = u32::from_le_bytes(b[at..at + 4].try_into().expect("4")) as usize;
+            let t = b[at + 4];
+            let crc = u32::from_le_bytes(b[at + 5..at + 9].try_into().expect("4"));
+            let payload = b
+                .get(at + 9..at + 9 + len)
+                .filter(|_| at + 9 + len <= HEADER_BYTES + used)
+                .ok_or_else(|| corrupt("record runs past the payload".into()))?;
+            if crc32c::crc32c_append(crc32c::crc32c(&[t]), payload) != crc {
+                return Err(corrupt(format!("record checksum mismatch (type {t})")));
+            }
+            match t {
+                T_CHECKPOINT_BEGIN => {
+                    // Inside a checkpoint the free map is built from empty.
+                    let mut fresh = ManifestState::new(sb.device_blocks);
+                    fresh.allocator =
+                        ExtentAllocator::from_free_list(SUPERBLOCK_BLOCKS, sb.device_blocks, &[])?;
+                    checkpoint = Some(fresh);
+                }
+                T_CHECKPOINT_END => {
+                    state = Some(
+                        checkpoint
+                            .take()
+                            .ok_or_else(|| corrupt("checkpoint end without begin".into()))?,
+                    );
+                }
+                T_GROUP_COMMIT => {
+                    let st = state
+                        .as_mut()
+                        .ok_or_else(|| corrupt("edits before the checkpoint".into()))?;
+                    for e in group.drain(..) {
+                        st.apply(&e)?;
+                    }
+                }
+                _ => {
+                    let edit = decode_edit(t, payload)
+                        .ok_or_else(|| corrupt(format!("undecodable record type {t}")))?;
+                    match checkpoint.as_mut() {
+                        Some(cp) => cp.apply(&edit)?,
+                        None => group.push(edit),
+                    }
+                }
+            }
+            at += RECORD_HEADER_BYTES + len;
+        }
+        seq += 1;
+    }
+    let state = state.ok_or_else(|| StoreError::Corrupt {
+        what: "manifest",
+        block: sb.manifest.start_block,
+        lba: dev.lba_of(sb.manifest.start_block),
+        reason: "no complete checkpoint at the start of the manifest extent".into(),
+    })?;
+    // The superblock and the manifest's own extent are in use.
+    if state.allocator.is_free(sb.manifest.start_block) {
+        return Err(StoreError::Corrupt {
+            what: "manifest",
+            block: sb.manifest.start_block,
+            lba: dev.lba_of(sb.manifest.start_block),
+            reason: "the free map lists the manifest's own extent as free".into(),
+        });
+    }
+    Ok((state, seq))
+}
