@@ -42,6 +42,12 @@ pub enum StoreError {
     #[error("record of {len_bytes} bytes exceeds the limit of {max_bytes} bytes")]
     RecordTooLarge { len_bytes: usize, max_bytes: usize },
 
+    #[error("bad input: {0}")]
+    BadInput(String),
+
+    #[error("unknown keyspace {name:?}; known: {known}")]
+    UnknownKeyspace { name: String, known: String },
+
     #[error("corrupt {what} at store block {block} (LBA {lba}): {reason}")]
     Corrupt {
         what: &'static str,

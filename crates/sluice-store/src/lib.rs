@@ -5,15 +5,24 @@
 //! page cache. The on-disk format is written down in docs/FORMAT.md.
 //!
 //! Built so far: store blocks and extents ([`blocks`]), the two-copy
-//! superblock ([`superblock`]), the extent allocator ([`alloc`]) and the
-//! write-ahead log with group commit and torn-tail recovery ([`wal`]).
-//! The manifest, memtable, SSTs and compaction come next (issue 4).
+//! superblock ([`superblock`]), the extent allocator ([`alloc`]), the
+//! manifest of version edits ([`manifest`]), the write-ahead log with group
+//! commit and torn-tail recovery ([`wal`]), the memtable ([`memtable`]) and
+//! the [`Store`] API over them: keyspaces, atomic batches, deletes and
+//! range deletes, snapshots, forward/reverse/prefix scans. Tables (SSTs),
+//! flush and compaction come next (issue 4).
 
 pub mod alloc;
+pub mod batch;
 pub mod blocks;
 pub mod error;
 pub mod manifest;
+pub mod memtable;
+pub mod store;
 pub mod superblock;
 pub mod wal;
 
+pub use batch::WriteBatch;
 pub use error::{Result, StoreError};
+pub use manifest::ValueFormat;
+pub use store::{Snapshot, Store, StoreConfig, StoreStats, DEFAULT_KEYSPACE};

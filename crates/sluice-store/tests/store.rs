@@ -1,0 +1,291 @@
+//! The store against an in-memory ordered map: puts, deletes, range deletes,
+//! batches, snapshots, scans, reopen and power cuts. Plus bad input.
+
+use proptest::prelude::*;
+use sluice_io::{Device, FileDevice, FileOptions, MemoryDevice, PowerCutMode};
+use sluice_store::batch::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
+use sluice_store::{Store, StoreConfig, StoreError, ValueFormat, WriteBatch};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+fn memory_store(blocks: u64) -> (Arc<MemoryDevice>, Store) {
+    let mem = Arc::new(MemoryDevice::new(4096, blocks));
+    let cfg = StoreConfig { wal_blocks: 2048 };
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    (mem, store)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(u8, u16),
+    Delete(u8),
+    DeleteRange(u8, u8),
+    Batch(Vec<(u8, Option<u16>)>),
+    Snapshot,
+    Reopen,
+    PowerCut(bool, u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (any::<u8>(), any::<u16>()).prop_map(|(k, v)| Op::Put(k, v)),
+        2 => any::<u8>().prop_map(Op::Delete),
+        1 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::DeleteRange(a.min(b), a.max(b).saturating_add(1))),
+        2 => prop::collection::vec((any::<u8>(), prop::option::of(any::<u16>())), 1..6).prop_map(Op::Batch),
+        1 => Just(Op::Snapshot),
+        1 => Just(Op::Reopen),
+        1 => (any::<bool>(), any::<u64>()).prop_map(|(t, s)| Op::PowerCut(t, s)),
+    ]
+}
+
+fn key(k: u8) -> Vec<u8> {
+    format!("key{k:03}").into_bytes()
+}
+
+fn value(k: u8, v: u16) -> Vec<u8> {
+    // Values of varied length, some spanning WAL blocks.
+    let len = (v as usize % 7) * 900 + 1;
+    let mut out = vec![k; len];
+    out[0] = (v >> 8) as u8;
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn store_matches_an_ordered_map(ops in prop::collection::vec(op(), 1..80)) {
+        let (mem, mut store) = memory_store(8192);
+        let ks = store.keyspace("default").unwrap();
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut snapshots = Vec::new();
+        for op in ops {
+            match op {
+                Op::Put(k, v) => {
+                    store.put(ks, &key(k), &value(k, v)).unwrap();
+                    model.insert(key(k), value(k, v));
+                }
+                Op::Delete(k) => {
+                    store.delete(ks, &key(k)).unwrap();
+                    model.remove(&key(k));
+                }
+                Op::DeleteRange(a, b) => {
+                    store.delete_range(ks, &key(a), &key(b)).unwrap();
+                    let doomed: Vec<_> = model.range(key(a)..key(b)).map(|(k, _)| k.clone()).collect();
+                    for k in doomed { model.remove(&k); }
+                }
+                Op::Batch(entries) => {
+                    let mut b = WriteBatch::new();
+                    for (k, v) in &entries {
+                        match v {
+                            Some(v) => { b.put(ks, &key(*k), &value(*k, *v)).unwrap(); }
+                            None => { b.delete(ks, &key(*k)).unwrap(); }
+                        }
+                    }
+                    store.write(&b).unwrap();
+                    for (k, v) in entries {
+                        match v {
+                            Some(v) => { model.insert(key(k), value(k, v)); }
+                            None => { model.remove(&key(k)); }
+                        }
+                    }
+                }
+                Op::Snapshot => snapshots.push((store.snapshot(), model.clone())),
+                Op::Reopen => {
+                    drop(store);
+                    store = Store::open(mem.clone() as Arc<dyn Device>).unwrap();
+                    snapshots.clear();
+                }
+                Op::PowerCut(torn, seed) => {
+                    drop(store);
+                    let mode = if torn { PowerCutMode::TornSectors { seed } } else { PowerCutMode::DropUnflushed };
+                    mem.power_cut(mode);
+                    store = Store::open(mem.clone() as Arc<dyn Device>).unwrap();
+                    snapshots.clear();
+                }
+            }
+        }
+        // Point reads and full scans, forward and reverse, at the latest state.
+        let snap = store.snapshot();
+        for k in 0..=255u8 {
+            prop_assert_eq!(store.get(ks, &key(k)).unwrap(), model.get(&key(k)).cloned());
+        }
+        let all = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), snap, false, usize::MAX).unwrap();
+        let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        prop_assert_eq!(&all, &want);
+        let mut rev = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), snap, true, usize::MAX).unwrap();
+        rev.reverse();
+        prop_assert_eq!(&rev, &want);
+        // Old snapshots still read what they saw.
+        for (s, m) in &snapshots {
+            let got = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), *s, false, usize::MAX).unwrap();
+            let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+}
+
+#[test]
+fn keyspaces_persist_and_scans_take_ranges_prefixes_and_limits() {
+    let (mem, store) = memory_store(4096);
+    let papers = store
+        .create_keyspace("papers", ValueFormat::Json, "")
+        .unwrap();
+    let other = store
+        .create_keyspace("authors", ValueFormat::Record, "name:str,h:u32")
+        .unwrap();
+    for i in 0..50u32 {
+        store
+            .put(
+                papers,
+                format!("p/{i:04}").as_bytes(),
+                format!("{{\"n\":{i}}}").as_bytes(),
+            )
+            .unwrap();
+        store
+            .put(other, format!("p/{i:04}").as_bytes(), b"x")
+            .unwrap();
+    }
+    let snap = store.snapshot();
+    let range = store
+        .scan(
+            papers,
+            (
+                Bound::Included(b"p/0010".as_slice()),
+                Bound::Excluded(b"p/0020".as_slice()),
+            ),
+            snap,
+            false,
+            100,
+        )
+        .unwrap();
+    assert_eq!(range.len(), 10);
+    assert_eq!(range[0].0, b"p/0010");
+    let rev = store
+        .scan(papers, (Bound::Unbounded, Bound::Unbounded), snap, true, 3)
+        .unwrap();
+    let keys: Vec<_> = rev
+        .iter()
+        .map(|(k, _)| String::from_utf8(k.clone()).unwrap())
+        .collect();
+    assert_eq!(keys, ["p/0049", "p/0048", "p/0047"]);
+    assert_eq!(
+        store
+            .scan_prefix(papers, b"p/003", snap, 100)
+            .unwrap()
+            .len(),
+        10
+    );
+    drop(store);
+    let store = Store::open(mem as Arc<dyn Device>).unwrap();
+    let def = store.keyspace_def("authors").unwrap();
+    assert_eq!(
+        (def.format, def.schema.as_str()),
+        (ValueFormat::Record, "name:str,h:u32")
+    );
+    assert_eq!(store.stats().keyspaces, ["authors", "default", "papers"]);
+    assert_eq!(
+        store.get(papers, b"p/0042").unwrap().unwrap(),
+        b"{\"n\":42}"
+    );
+}
+
+#[test]
+fn concurrent_writers_share_flushes_and_lose_nothing() {
+    let (mem, store) = memory_store(8192);
+    let store = Arc::new(store);
+    let ks = store.keyspace("default").unwrap();
+    let handles: Vec<_> = (0..8u32)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..100u32 {
+                    store
+                        .put(ks, format!("{t}/{i:03}").as_bytes(), &i.to_le_bytes())
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let stats = store.stats();
+    assert_eq!(stats.last_sequence, 800);
+    assert!(stats.wal_flushes <= 800);
+    drop(store);
+    mem.power_cut(PowerCutMode::DropUnflushed);
+    let store = Store::open(mem as Arc<dyn Device>).unwrap();
+    let all = store
+        .scan(
+            ks,
+            (Bound::Unbounded, Bound::Unbounded),
+            store.snapshot(),
+            false,
+            usize::MAX,
+        )
+        .unwrap();
+    assert_eq!(all.len(), 800, "every acknowledged write survives");
+}
+
+#[test]
+fn bad_input_gets_clear_errors_and_loses_nothing() {
+    let (mem, store) = memory_store(4096);
+    let ks = store.keyspace("default").unwrap();
+    store.put(ks, b"kept", b"1").unwrap();
+    let err = store
+        .put(ks, &vec![0u8; MAX_KEY_BYTES + 1], b"v")
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("exceeds the limit of 8192"),
+        "{err}"
+    );
+    let err = store
+        .put(ks, b"k", &vec![0u8; MAX_VALUE_BYTES + 1])
+        .unwrap_err();
+    assert!(err.to_string().contains("value of"), "{err}");
+    let err = store.keyspace("nope").unwrap_err();
+    assert!(
+        matches!(err, StoreError::UnknownKeyspace { .. }) && err.to_string().contains("default"),
+        "{err}"
+    );
+    let err = store.put(77, b"k", b"v").unwrap_err();
+    assert!(err.to_string().contains("unknown keyspace"), "{err}");
+    let err = store.delete_range(ks, b"b", b"a").unwrap_err();
+    assert!(err.to_string().contains("start < end"), "{err}");
+    let err = store
+        .create_keyspace("default", ValueFormat::Raw, "")
+        .unwrap_err();
+    assert!(err.to_string().contains("exists already"), "{err}");
+    // The WAL ring fills (no table flush yet): a clear error, earlier writes intact.
+    let big = vec![7u8; 1 << 20];
+    let err = loop {
+        match store.put(ks, b"big", &big) {
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, StoreError::WalFull { .. }), "{err}");
+    drop(store);
+    let store = Store::open(mem as Arc<dyn Device>).unwrap();
+    assert_eq!(store.get(ks, b"kept").unwrap().unwrap(), b"1");
+    assert_eq!(store.get(ks, b"big").unwrap().unwrap(), big);
+}
+
+#[test]
+fn a_device_of_another_format_is_refused() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("not-a-store");
+    let dev = FileDevice::create(&path, 64 << 20, &FileOptions::default()).unwrap();
+    let err = Store::open(Arc::new(dev)).unwrap_err();
+    assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
+    assert!(err.to_string().contains("format it first"), "{err}");
+    // And a real file-backed store works end to end.
+    let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&path, &FileOptions::default()).unwrap());
+    let store = Store::create(dev.clone(), &StoreConfig { wal_blocks: 256 }).unwrap();
+    store.put(0, b"on", b"disk").unwrap();
+    drop(store);
+    let store = Store::open(dev).unwrap();
+    assert_eq!(store.get(0, b"on").unwrap().unwrap(), b"disk");
+}
