@@ -2,6 +2,7 @@
 //! call a crate, print.
 
 mod bench;
+mod kv;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -22,6 +23,8 @@ enum Command {
     /// Benchmarks, each against its baseline in the same run.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The key/value store on a device: format, put, get, del, scan, stats.
+    Kv(kv::KvArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
 }
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Kv(args) => kv::run(&args),
         Command::Probe => {
             print_probe();
             Ok(())

@@ -44,12 +44,13 @@ pub enum IoError {
     #[error("device {path}: {reason}")]
     BadDevice { path: PathBuf, reason: String },
 
-    #[error("{op} on {path} failed: {source}")]
+    /// The OS error is part of the message (not a separate cause), so a
+    /// printed error chain says it once.
+    #[error("{op} on {path} failed: {error}")]
     Os {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 
     #[error("device I/O error at LBA {lba}: {reason}")]
@@ -107,11 +108,11 @@ impl std::fmt::Display for WaitNote {
 }
 
 impl IoError {
-    pub(crate) fn os(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub(crate) fn os(op: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         IoError::Os {
             op,
             path: path.into(),
-            source,
+            error,
         }
     }
 

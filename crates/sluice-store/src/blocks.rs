@@ -81,20 +81,20 @@ impl BlockDevice {
         debug_assert!(buf.len() % STORE_BLOCK_BYTES == 0);
         self.device
             .read_at(self.lba_of(block), buf)
-            .map_err(|source| StoreError::Io { block, source })
+            .map_err(|error| StoreError::Io { block, error })
     }
 
     pub fn write(&self, block: u64, buf: &[u8]) -> Result<()> {
         debug_assert!(buf.len() % STORE_BLOCK_BYTES == 0);
         self.device
             .write_at(self.lba_of(block), buf)
-            .map_err(|source| StoreError::Io { block, source })
+            .map_err(|error| StoreError::Io { block, error })
     }
 
     pub fn flush(&self) -> Result<()> {
         self.device
             .flush()
-            .map_err(|source| StoreError::Io { block: 0, source })
+            .map_err(|error| StoreError::Io { block: 0, error })
     }
 }
 

@@ -4,11 +4,10 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("I/O at store block {block}: {source}")]
+    #[error("I/O at store block {block}: {error}")]
     Io {
         block: u64,
-        #[source]
-        source: sluice_io::IoError,
+        error: sluice_io::IoError,
     },
 
     #[error("{0}")]

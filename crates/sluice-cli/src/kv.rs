@@ -1,0 +1,210 @@
+//! `sluice kv`: the key/value store on a device path.
+
+use anyhow::{bail, Context, Result};
+use clap::Subcommand;
+use sluice_io::{Device, FileDevice, FileOptions};
+use sluice_store::{Store, StoreConfig, ValueFormat};
+use std::io::Write;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct KvArgs {
+    /// Device: a file (created with --create-mib) or a block device.
+    #[arg(long, default_value = "data/kv.dev")]
+    device: PathBuf,
+    /// Keyspace to use.
+    #[arg(long, default_value = "default")]
+    keyspace: String,
+    #[command(subcommand)]
+    command: KvCommand,
+}
+
+#[derive(Subcommand)]
+enum KvCommand {
+    /// Format the device as a new, empty store (erases it).
+    Format {
+        /// Create (or grow) a file of this many MiB first.
+        #[arg(long)]
+        create_mib: Option<u64>,
+        /// WAL ring size in 4 KiB blocks.
+        #[arg(long, default_value_t = 16384)]
+        wal_blocks: u32,
+    },
+    /// Create a keyspace with a declared value format: raw, json or record.
+    Keyspace {
+        name: String,
+        #[arg(long, default_value = "raw")]
+        format: String,
+        /// Schema of a record keyspace, e.g. "name:str,year:u32".
+        #[arg(long, default_value = "")]
+        schema: String,
+    },
+    Put {
+        key: String,
+        value: String,
+    },
+    Get {
+        key: String,
+    },
+    Del {
+        key: String,
+    },
+    /// Keys in [start, end) (or with a prefix), in order.
+    Scan {
+        #[arg(long)]
+        start: Option<String>,
+        #[arg(long)]
+        end: Option<String>,
+        #[arg(long)]
+        prefix: Option<String>,
+        #[arg(long)]
+        reverse: bool,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    Stats,
+    /// Write keys PREFIX000000.. one by one, printing each key once its
+    /// write is durable (the crash tests kill it with SIGKILL).
+    Load {
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        #[arg(long, default_value = "load-")]
+        prefix: String,
+        #[arg(long, default_value_t = 100)]
+        value_bytes: usize,
+    },
+}
+
+fn open_device(path: &Path) -> Result<Arc<dyn Device>> {
+    let dev = FileDevice::open(path, &FileOptions::default()).with_context(|| {
+        format!(
+            "opening {} (format it with `sluice kv format --create-mib N`)",
+            path.display()
+        )
+    })?;
+    Ok(Arc::new(dev))
+}
+
+pub fn run(args: &KvArgs) -> Result<()> {
+    if let KvCommand::Format {
+        create_mib,
+        wal_blocks,
+    } = &args.command
+    {
+        if let Some(mib) = create_mib {
+            FileDevice::create(&args.device, mib << 20, &FileOptions::default())?;
+        }
+        let store = Store::create(
+            open_device(&args.device)?,
+            &StoreConfig {
+                wal_blocks: *wal_blocks,
+            },
+        )?;
+        println!(
+            "formatted {}: {} blocks",
+            args.device.display(),
+            store.stats().device_blocks
+        );
+        return Ok(());
+    }
+    let store = Store::open(open_device(&args.device)?)?;
+    if let KvCommand::Keyspace {
+        name,
+        format,
+        schema,
+    } = &args.command
+    {
+        let format = match format.as_str() {
+            "raw" => ValueFormat::Raw,
+            "json" => ValueFormat::Json,
+            "record" => ValueFormat::Record,
+            other => bail!("unknown value format {other:?}: use raw, json or record"),
+        };
+        let id = store.create_keyspace(name, format, schema)?;
+        println!("keyspace {name} created (id {id})");
+        return Ok(());
+    }
+    let ks = store.keyspace(&args.keyspace)?;
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    match &args.command {
+        KvCommand::Put { key, value } => {
+            let seq = store.put(ks, key.as_bytes(), value.as_bytes())?;
+            writeln!(out, "ok (sequence {seq})")?;
+        }
+        KvCommand::Get { key } => match store.get(ks, key.as_bytes())? {
+            Some(v) => writeln!(out, "{}", String::from_utf8_lossy(&v))?,
+            None => bail!("key {key:?} not found in keyspace {}", args.keyspace),
+        },
+        KvCommand::Del { key } => {
+            store.delete(ks, key.as_bytes())?;
+            writeln!(out, "ok")?;
+        }
+        KvCommand::Scan {
+            start,
+            end,
+            prefix,
+            reverse,
+            limit,
+        } => {
+            let snap = store.snapshot();
+            let rows = match prefix {
+                Some(p) => store.scan_prefix(ks, p.as_bytes(), snap, *limit)?,
+                None => {
+                    let lo = start
+                        .as_deref()
+                        .map_or(Bound::Unbounded, |s| Bound::Included(s.as_bytes()));
+                    let hi = end
+                        .as_deref()
+                        .map_or(Bound::Unbounded, |s| Bound::Excluded(s.as_bytes()));
+                    store.scan(ks, (lo, hi), snap, *reverse, *limit)?
+                }
+            };
+            for (k, v) in rows {
+                writeln!(
+                    out,
+                    "{}\t{}",
+                    String::from_utf8_lossy(&k),
+                    String::from_utf8_lossy(&v)
+                )?;
+            }
+        }
+        KvCommand::Stats => {
+            let s = store.stats();
+            writeln!(out, "last sequence     {}", s.last_sequence)?;
+            writeln!(
+                out,
+                "memtable entries  {} ({} bytes)",
+                s.memtable_entries, s.memtable_bytes
+            )?;
+            writeln!(
+                out,
+                "wal written/durable below block {} / {}, {} flushes",
+                s.wal_written_below, s.wal_durable_below, s.wal_flushes
+            )?;
+            writeln!(
+                out,
+                "free blocks       {} of {}",
+                s.free_blocks, s.device_blocks
+            )?;
+            writeln!(out, "keyspaces         {}", s.keyspaces.join(", "))?;
+        }
+        KvCommand::Load {
+            count,
+            prefix,
+            value_bytes,
+        } => {
+            let value = vec![b'v'; *value_bytes];
+            for i in 0..*count {
+                let key = format!("{prefix}{i:06}");
+                store.put(ks, key.as_bytes(), &value)?;
+                writeln!(out, "{key}")?;
+                out.flush()?;
+            }
+        }
+        KvCommand::Format { .. } | KvCommand::Keyspace { .. } => unreachable!("handled above"),
+    }
+    Ok(())
+}
