@@ -18,6 +18,7 @@ pub mod blocks;
 pub mod error;
 pub mod manifest;
 pub mod memtable;
+pub mod sst;
 pub mod store;
 pub mod superblock;
 pub mod wal;

@@ -1,0 +1,628 @@
+//! Sorted string tables: one extent holding data blocks, an index, a bloom
+//! filter, range tombstones and a footer. Layout in docs/FORMAT.md ("SST").
+//!
+//! Entries are ordered by (user key ascending, sequence descending). The
+//! index, filter and range tombstones are read once at open and kept in
+//! memory, so a point read costs at most one data-block read.
+
+use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::error::{Result, StoreError};
+use sluice_io::mem::{round_up, AlignedMem};
+use std::cmp::Ordering;
+
+const FOOTER_MAGIC: &[u8; 8] = b"SLSTFOOT";
+/// A restart point (full key) every this many entries in a data block.
+const RESTART_INTERVAL: usize = 16;
+/// Data blocks are cut once they reach this size (a block holding one large
+/// value is as many store blocks as it needs).
+pub const TARGET_BLOCK_BYTES: usize = STORE_BLOCK_BYTES;
+const BLOOM_BITS_PER_KEY: usize = 10;
+const BLOOM_PROBES: u32 = 6;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    Put = 1,
+    Delete = 2,
+}
+
+/// One version of one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub key: Vec<u8>,
+    pub seq: u64,
+    pub kind: EntryKind,
+    pub value: Vec<u8>,
+}
+
+/// (user key asc, sequence desc).
+pub fn internal_cmp(a_key: &[u8], a_seq: u64, b_key: &[u8], b_seq: u64) -> Ordering {
+    a_key.cmp(b_key).then(b_seq.cmp(&a_seq))
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RangeTombstone {
+    pub start: Vec<u8>,
+    pub end: Vec<u8>,
+    pub seq: u64,
+}
+
+#[derive(Debug, Clone)]
+struct IndexEntry {
+    last_key: Vec<u8>,
+    last_seq: u64,
+    /// Offset from the extent start and length, in store blocks.
+    offset_blocks: u32,
+    len_blocks: u32,
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*at)?;
+        *at += 1;
+        v |= ((byte & 0x7F) as u64) << shift;
+        if byte < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Builds one data block.
+struct BlockBuilder {
+    buf: Vec<u8>,
+    restarts: Vec<u32>,
+    last_key: Vec<u8>,
+    count: usize,
+}
+
+impl BlockBuilder {
+    fn new() -> Self {
+        BlockBuilder {
+            buf: Vec::new(),
+            restarts: Vec::new(),
+            last_key: Vec::new(),
+            count: 0,
+        }
+    }
+
+    fn add(&mut self, e: &Entry) {
+        let shared = if self.count % RESTART_INTERVAL == 0 {
+            self.restarts.push(self.buf.len() as u32);
+            0
+        } else {
+            self.last_key
+                .iter()
+                .zip(&e.key)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        put_varint(&mut self.buf, shared as u64);
+        put_varint(&mut self.buf, (e.key.len() - shared) as u64);
+        put_varint(&mut self.buf, e.value.len() as u64);
+        self.buf
+            .extend_from_slice(&((e.seq << 8) | e.kind as u64).to_le_bytes());
+        self.buf.extend_from_slice(&e.key[shared..]);
+        self.buf.extend_from_slice(&e.value);
+        self.last_key.clear();
+        self.last_key.extend_from_slice(&e.key);
+        self.count += 1;
+    }
+
+    fn size_estimate(&self) -> usize {
+        self.buf.len() + 4 * self.restarts.len() + 12
+    }
+
+    /// The block padded to whole store blocks: entries, restart offsets,
+    /// zero padding, then in the last 12 bytes `u32 restart count`,
+    /// `u32 entries length`, `u32 CRC32C` of everything before it.
+    fn finish(self) -> Vec<u8> {
+        let mut b = self.buf;
+        let entries_len = b.len() as u32;
+        for r in &self.restarts {
+            b.extend_from_slice(&r.to_le_bytes());
+        }
+        let padded = round_up(b.len() + 12, STORE_BLOCK_BYTES);
+        b.resize(padded, 0);
+        b[padded - 12..padded - 8].copy_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        b[padded - 8..padded - 4].copy_from_slice(&entries_len.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..padded - 4]);
+        b[padded - 4..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+}
+
+/// A region (index, filter, range tombstones): payload, padded, with
+/// `u32 payload length` and `u32 CRC32C` in its last 8 bytes.
+fn seal_region(mut payload: Vec<u8>) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let padded = round_up(payload.len() + 8, STORE_BLOCK_BYTES);
+    payload.resize(padded, 0);
+    payload[padded - 8..padded - 4].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&payload[..padded - 4]);
+    payload[padded - 4..].copy_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+fn open_region(region: &[u8]) -> Option<&[u8]> {
+    let n = region.len();
+    if n < 8 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(region[n - 4..].try_into().ok()?);
+    if crc32c::crc32c(&region[..n - 4]) != crc {
+        return None;
+    }
+    let len = u32::from_le_bytes(region[n - 8..n - 4].try_into().ok()?) as usize;
+    region.get(..len)
+}
+
+/// A bloom filter with double hashing.
+#[derive(Debug, Clone)]
+pub struct Bloom {
+    bits: Vec<u8>,
+}
+
+fn bloom_hash(key: &[u8]) -> (u32, u32) {
+    let h = crc32c::crc32c(key);
+    let h2 = crc32c::crc32c_append(0x9E37_79B9, key) | 1;
+    (h, h2)
+}
+
+impl Bloom {
+    fn build(keys: &[HashPair]) -> Self {
+        let nbits = (keys.len() * BLOOM_BITS_PER_KEY).max(64);
+        let mut bits = vec![0u8; nbits.div_ceil(8)];
+        let nbits = bits.len() * 8;
+        for &(h, d) in keys {
+            let mut x = h;
+            for _ in 0..BLOOM_PROBES {
+                let bit = x as usize % nbits;
+                bits[bit / 8] |= 1 << (bit % 8);
+                x = x.wrapping_add(d);
+            }
+        }
+        Bloom { bits }
+    }
+
+    pub fn may_contain(&self, key: &[u8]) -> bool {
+        let nbits = self.bits.len() * 8;
+        let (mut x, d) = bloom_hash(key);
+        (0..BLOOM_PROBES).all(|_| {
+            let bit = x as usize % nbits;
+            x = x.wrapping_add(d);
+            self.bits[bit / 8] & (1 << (bit % 8)) != 0
+        })
+    }
+}
+
+type HashPair = (u32, u32);
+
+/// What a finished table needs in the manifest.
+#[derive(Debug, Clone)]
+pub struct BuiltTable {
+    pub bytes: Vec<u8>,
+    pub index_offset_blocks: u32,
+    pub entries: u64,
+    pub smallest: Vec<u8>,
+    pub largest: Vec<u8>,
+}
+
+/// Builds a table in memory from entries in internal order.
+pub struct TableBuilder {
+    data: Vec<u8>,
+    block: BlockBuilder,
+    index: Vec<IndexEntry>,
+    hashes: Vec<HashPair>,
+    last: Option<(Vec<u8>, u64)>,
+    smallest: Option<Vec<u8>>,
+    entries: u64,
+    range_tombstones: Vec<RangeTombstone>,
+}
+
+impl Default for TableBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TableBuilder {
+    pub fn new() -> Self {
+        TableBuilder {
+            data: Vec::new(),
+            block: BlockBuilder::new(),
+            index: Vec::new(),
+            hashes: Vec::new(),
+            last: None,
+            smallest: None,
+            entries: 0,
+            range_tombstones: Vec::new(),
+        }
+    }
+
+    /// Adds an entry; entries must come in strictly increasing internal order.
+    pub fn add(&mut self, e: &Entry) {
+        if let Some((k, s)) = &self.last {
+            assert_eq!(
+                internal_cmp(k, *s, &e.key, e.seq),
+                Ordering::Less,
+                "entries out of order"
+            );
+            if k != &e.key {
+                self.hashes.push(bloom_hash(&e.key));
+            }
+        } else {
+            self.hashes.push(bloom_hash(&e.key));
+            self.smallest = Some(e.key.clone());
+        }
+        self.block.add(e);
+        self.last = Some((e.key.clone(), e.seq));
+        self.entries += 1;
+        if self.block.size_estimate() >= TARGET_BLOCK_BYTES - 16 {
+            self.cut_block();
+        }
+    }
+
+    pub fn add_range_tombstone(&mut self, t: RangeTombstone) {
+        self.range_tombstones.push(t);
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Bytes written so far (for splitting compaction output).
+    pub fn estimated_bytes(&self) -> usize {
+        self.data.len() + self.block.size_estimate()
+    }
+
+    fn cut_block(&mut self) {
+        if self.block.count == 0 {
+            return;
+        }
+        let (key, seq) = self.last.clone().expect("a last entry");
+        let block = std::mem::replace(&mut self.block, BlockBuilder::new()).finish();
+        self.index.push(IndexEntry {
+            last_key: key,
+            last_seq: seq,
+            offset_blocks: (self.data.len() / STORE_BLOCK_BYTES) as u32,
+            len_blocks: (block.len() / STORE_BLOCK_BYTES) as u32,
+        });
+        self.data.extend_from_slice(&block);
+    }
+
+    /// Data, index, filter, range tombstones, footer.
+    pub fn finish(mut self) -> BuiltTable {
+        self.cut_block();
+        let mut index = Vec::new();
+        index.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
+        for e in &self.index {
+            index.extend_from_slice(&(e.last_key.len() as u32).to_le_bytes());
+            index.extend_from_slice(&e.last_key);
+            index.extend_from_slice(&e.last_seq.to_le_bytes());
+            index.extend_from_slice(&e.offset_blocks.to_le_bytes());
+            index.extend_from_slice(&e.len_blocks.to_le_bytes());
+        }
+        let bloom = Bloom::build(&self.hashes);
+        let mut ranges = Vec::new();
+        ranges.extend_from_slice(&(self.range_tombstones.len() as u32).to_le_bytes());
+        for t in &self.range_tombstones {
+            for part in [&t.start, &t.end] {
+                ranges.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                ranges.extend_from_slice(part);
+            }
+            ranges.extend_from_slice(&t.seq.to_le_bytes());
+        }
+        let index_region = seal_region(index);
+        let filter_region = seal_region(bloom.bits);
+        let range_region = seal_region(ranges);
+        let blocks = |n: usize| (n / STORE_BLOCK_BYTES) as u32;
+        let index_off = blocks(self.data.len());
+        let filter_off = index_off + blocks(index_region.len());
+        let range_off = filter_off + blocks(filter_region.len());
+        let footer_off = range_off + blocks(range_region.len());
+        let mut footer = vec![0u8; STORE_BLOCK_BYTES];
+        for (i, v) in [
+            index_off,
+            blocks(index_region.len()),
+            filter_off,
+            blocks(filter_region.len()),
+            range_off,
+            blocks(range_region.len()),
+        ]
+        .iter()
+        .enumerate()
+        {
+            footer[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        footer[24..32].copy_from_slice(&self.entries.to_le_bytes());
+        footer[STORE_BLOCK_BYTES - 12..STORE_BLOCK_BYTES - 4].copy_from_slice(FOOTER_MAGIC);
+        let crc = crc32c::crc32c(&footer[..STORE_BLOCK_BYTES - 4]);
+        footer[STORE_BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+        let mut bytes = self.data;
+        bytes.extend_from_slice(&index_region);
+        bytes.extend_from_slice(&filter_region);
+        bytes.extend_from_slice(&range_region);
+        bytes.extend_from_slice(&footer);
+        debug_assert_eq!(bytes.len() / STORE_BLOCK_BYTES, footer_off as usize + 1);
+        BuiltTable {
+            bytes,
+            index_offset_blocks: index_off,
+            entries: self.entries,
+            smallest: self.smallest.unwrap_or_default(),
+            largest: self.last.map(|(k, _)| k).unwrap_or_default(),
+        }
+    }
+}
+
+/// Writes a built table into `extent` (sized to it) and makes it durable.
+pub fn write_table(dev: &BlockDevice, extent: Extent, table: &BuiltTable) -> Result<()> {
+    assert_eq!(
+        table.bytes.len(),
+        extent.block_count as usize * STORE_BLOCK_BYTES
+    );
+    const CHUNK: usize = 8 << 20;
+    let mut buf = AlignedMem::new(CHUNK.min(table.bytes.len()));
+    for (i, chunk) in table.bytes.chunks(CHUNK).enumerate() {
+        buf.as_mut_slice()[..chunk.len()].copy_from_slice(chunk);
+        dev.write(
+            extent.start_block + (i * CHUNK / STORE_BLOCK_BYTES) as u64,
+            &buf.as_slice()[..chunk.len()],
+        )?;
+    }
+    dev.flush()
+}
+
+/// An open table: index, filter and range tombstones in memory.
+#[derive(Debug)]
+pub struct TableReader {
+    pub file_no: u64,
+    pub keyspace_name: String,
+    extent: Extent,
+    index: Vec<IndexEntry>,
+    bloom: Bloom,
+    pub range_tombstones: Vec<RangeTombstone>,
+    pub entries: u64,
+}
+
+/// Which table a corruption report is about.
+#[derive(Debug, Clone)]
+pub struct TablePlace<'a> {
+    pub keyspace: &'a str,
+    pub file_no: u64,
+}
+
+impl TableReader {
+    pub fn open(dev: &BlockDevice, extent: Extent, place: TablePlace<'_>) -> Result<Self> {
+        let corrupt = |block: u64, reason: String| StoreError::Corrupt {
+            what: "SST",
+            block,
+            lba: dev.lba_of(block),
+            reason: format!(
+                "keyspace {}, table {}: {reason}",
+                place.keyspace, place.file_no
+            ),
+        };
+        let footer_block = extent.end_block() - 1;
+        let mut footer = AlignedMem::new(STORE_BLOCK_BYTES);
+        dev.read(footer_block, footer.as_mut_slice())?;
+        let f = footer.as_slice();
+        let crc = u32::from_le_bytes(f[STORE_BLOCK_BYTES - 4..].try_into().expect("4"));
+        if &f[STORE_BLOCK_BYTES - 12..STORE_BLOCK_BYTES - 4] != FOOTER_MAGIC
+            || crc32c::crc32c(&f[..STORE_BLOCK_BYTES - 4]) != crc
+        {
+            return Err(corrupt(
+                footer_block,
+                "footer checksum or magic mismatch".into(),
+            ));
+        }
+        let at = |i: usize| u32::from_le_bytes(f[i * 4..i * 4 + 4].try_into().expect("4"));
+        let entries = u64::from_le_bytes(f[24..32].try_into().expect("8"));
+        // Index, filter and range tombstones are contiguous: one read.
+        let (meta_off, meta_len) = (at(0), at(1) + at(3) + at(5));
+        let mut meta = AlignedMem::new(meta_len as usize * STORE_BLOCK_BYTES);
+        dev.read(extent.start_block + meta_off as u64, meta.as_mut_slice())?;
+        let m = meta.as_slice();
+        let region = |off: u32, len: u32| {
+            let from = (off - meta_off) as usize * STORE_BLOCK_BYTES;
+            let block = extent.start_block + off as u64;
+            open_region(&m[from..from + len as usize * STORE_BLOCK_BYTES])
+                .ok_or_else(|| corrupt(block, "region checksum mismatch".into()))
+        };
+        let index_bytes = region(at(0), at(1))?;
+        let bloom = Bloom {
+            bits: region(at(2), at(3))?.to_vec(),
+        };
+        let ranges = region(at(4), at(5))?;
+        let bad_index = || {
+            corrupt(
+                extent.start_block + at(0) as u64,
+                "index does not decode".into(),
+            )
+        };
+        let index = decode_index(index_bytes).ok_or_else(bad_index)?;
+        let range_tombstones = decode_ranges(ranges).ok_or_else(|| {
+            corrupt(
+                extent.start_block + at(4) as u64,
+                "range tombstones do not decode".into(),
+            )
+        })?;
+        Ok(TableReader {
+            file_no: place.file_no,
+            keyspace_name: place.keyspace.to_string(),
+            extent,
+            index,
+            bloom,
+            range_tombstones,
+            entries,
+        })
+    }
+
+    /// Memory held for this table (index, filter, tombstones).
+    pub fn pinned_bytes(&self) -> usize {
+        self.index
+            .iter()
+            .map(|e| e.last_key.len() + 24)
+            .sum::<usize>()
+            + self.bloom.bits.len()
+    }
+
+    fn read_block(&self, dev: &BlockDevice, i: usize) -> Result<Vec<Entry>> {
+        let e = &self.index[i];
+        let block = self.extent.start_block + e.offset_blocks as u64;
+        let mut buf = AlignedMem::new(e.len_blocks as usize * STORE_BLOCK_BYTES);
+        dev.read(block, buf.as_mut_slice())?;
+        decode_block(buf.as_slice()).ok_or_else(|| StoreError::Corrupt {
+            what: "SST data block",
+            block,
+            lba: dev.lba_of(block),
+            reason: format!(
+                "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
+                self.keyspace_name, self.file_no
+            ),
+        })
+    }
+
+    /// The newest version of `key` with sequence ≤ `snapshot`, if this
+    /// table has one.
+    pub fn get(&self, dev: &BlockDevice, key: &[u8], snapshot: u64) -> Result<Option<Entry>> {
+        if !self.bloom.may_contain(key) {
+            return Ok(None);
+        }
+        let first = self.index.partition_point(|e| {
+            internal_cmp(&e.last_key, e.last_seq, key, snapshot) == Ordering::Less
+        });
+        for i in first..self.index.len() {
+            let entries = self.read_block(dev, i)?;
+            for e in entries {
+                match internal_cmp(&e.key, e.seq, key, snapshot) {
+                    Ordering::Less => continue,
+                    _ if e.key == key => return Ok(Some(e)),
+                    _ => return Ok(None),
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every entry, in order (flush checks, compaction input, scans).
+    pub fn entries(&self, dev: &BlockDevice) -> Result<Vec<Entry>> {
+        let mut out = Vec::with_capacity(self.entries as usize);
+        for i in 0..self.index.len() {
+            out.extend(self.read_block(dev, i)?);
+        }
+        Ok(out)
+    }
+
+    /// Entries whose key lies in `[start, end)` (end None: unbounded), in order.
+    pub fn range(&self, dev: &BlockDevice, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Entry>> {
+        let first = self
+            .index
+            .partition_point(|e| e.last_key.as_slice() < start);
+        let mut out = Vec::new();
+        for i in first..self.index.len() {
+            for e in self.read_block(dev, i)? {
+                if e.key.as_slice() < start {
+                    continue;
+                }
+                if end.is_some_and(|end| e.key.as_slice() >= end) {
+                    return Ok(out);
+                }
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn decode_index(b: &[u8]) -> Option<Vec<IndexEntry>> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = b.get(at..at + n)?;
+        at += n;
+        Some(s)
+    };
+    let n = u32::from_le_bytes(take(4)?.try_into().ok()?);
+    (0..n)
+        .map(|_| {
+            let klen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            let last_key = take(klen)?.to_vec();
+            Some(IndexEntry {
+                last_key,
+                last_seq: u64::from_le_bytes(take(8)?.try_into().ok()?),
+                offset_blocks: u32::from_le_bytes(take(4)?.try_into().ok()?),
+                len_blocks: u32::from_le_bytes(take(4)?.try_into().ok()?),
+            })
+        })
+        .collect()
+}
+
+fn decode_ranges(b: &[u8]) -> Option<Vec<RangeTombstone>> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = b.get(at..at + n)?;
+        at += n;
+        Some(s)
+    };
+    let n = u32::from_le_bytes(take(4)?.try_into().ok()?);
+    (0..n)
+        .map(|_| {
+            let slen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            let start = take(slen)?.to_vec();
+            let elen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+            let end = take(elen)?.to_vec();
+            let seq = u64::from_le_bytes(take(8)?.try_into().ok()?);
+            Some(RangeTombstone { start, end, seq })
+        })
+        .collect()
+}
+
+/// Decodes a data block (checksum verified).
+fn decode_block(b: &[u8]) -> Option<Vec<Entry>> {
+    let n = b.len();
+    if n < 12 {
+        return None;
+    }
+    let crc = u32::from_le_bytes(b[n - 4..].try_into().ok()?);
+    if crc32c::crc32c(&b[..n - 4]) != crc {
+        return None;
+    }
+    let entries_len = u32::from_le_bytes(b[n - 8..n - 4].try_into().ok()?) as usize;
+    let body = b.get(..entries_len)?;
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    let mut last_key: Vec<u8> = Vec::new();
+    while at < entries_len {
+        let shared = get_varint(body, &mut at)? as usize;
+        let unshared = get_varint(body, &mut at)? as usize;
+        let vlen = get_varint(body, &mut at)? as usize;
+        let trailer = u64::from_le_bytes(body.get(at..at + 8)?.try_into().ok()?);
+        at += 8;
+        let mut key = last_key.get(..shared)?.to_vec();
+        key.extend_from_slice(body.get(at..at + unshared)?);
+        at += unshared;
+        let value = body.get(at..at + vlen)?.to_vec();
+        at += vlen;
+        let kind = match trailer & 0xFF {
+            1 => EntryKind::Put,
+            2 => EntryKind::Delete,
+            _ => return None,
+        };
+        last_key.clone_from(&key);
+        out.push(Entry {
+            key,
+            seq: trailer >> 8,
+            kind,
+            value,
+        });
+    }
+    Some(out)
+}

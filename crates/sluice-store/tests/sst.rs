@@ -1,0 +1,175 @@
+//! Tables: build, write, open, point reads at snapshots, ranges, bloom, and
+//! corruption reported with its place.
+
+use proptest::prelude::*;
+use sluice_io::{Device, MemoryDevice};
+use sluice_store::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use sluice_store::sst::{
+    write_table, Entry, EntryKind, RangeTombstone, TableBuilder, TablePlace, TableReader,
+};
+use sluice_store::StoreError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+fn device() -> BlockDevice {
+    BlockDevice::new(Arc::new(MemoryDevice::new(4096, 8192)) as Arc<dyn Device>).unwrap()
+}
+
+fn build(dev: &BlockDevice, entries: &[Entry], ranges: &[RangeTombstone]) -> TableReader {
+    build_at(dev, entries, ranges).0
+}
+
+fn build_at(
+    dev: &BlockDevice,
+    entries: &[Entry],
+    ranges: &[RangeTombstone],
+) -> (TableReader, Extent) {
+    let mut b = TableBuilder::new();
+    for e in entries {
+        b.add(e);
+    }
+    for r in ranges {
+        b.add_range_tombstone(r.clone());
+    }
+    let t = b.finish();
+    let extent = Extent {
+        start_block: 10,
+        block_count: (t.bytes.len() / STORE_BLOCK_BYTES) as u32,
+    };
+    write_table(dev, extent, &t).unwrap();
+    (
+        TableReader::open(
+            dev,
+            extent,
+            TablePlace {
+                keyspace: "t",
+                file_no: 7,
+            },
+        )
+        .unwrap(),
+        extent,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn point_reads_match_the_newest_version_at_each_snapshot(
+        versions in prop::collection::btree_map((0u16..400, 1u64..50), (any::<bool>(), 0usize..6000), 1..400)
+    ) {
+        let dev = device();
+        // Internal order: key asc, sequence desc.
+        let mut entries: Vec<Entry> = versions
+            .iter()
+            .map(|(&(k, seq), &(del, vlen))| Entry {
+                key: format!("k{k:05}").into_bytes(),
+                seq,
+                kind: if del { EntryKind::Delete } else { EntryKind::Put },
+                value: if del { Vec::new() } else { vec![(k % 251) as u8; vlen] },
+            })
+            .collect();
+        entries.sort_by(|a, b| a.key.cmp(&b.key).then(b.seq.cmp(&a.seq)));
+        let t = build(&dev, &entries, &[]);
+        prop_assert_eq!(t.entries(&dev).unwrap(), entries.clone());
+        let mut by_key: BTreeMap<Vec<u8>, Vec<&Entry>> = BTreeMap::new();
+        for e in &entries { by_key.entry(e.key.clone()).or_default().push(e); }
+        for k in (0u16..400).step_by(7) {
+            let key = format!("k{k:05}").into_bytes();
+            for snap in [0u64, 1, 10, 25, 49, u64::MAX >> 8] {
+                let want = by_key.get(&key).and_then(|vs| vs.iter().find(|e| e.seq <= snap)).map(|e| (*e).clone());
+                prop_assert_eq!(t.get(&dev, &key, snap).unwrap(), want);
+            }
+        }
+        let lo = b"k00100".to_vec();
+        let hi = b"k00200".to_vec();
+        let want: Vec<Entry> = entries.iter().filter(|e| e.key >= lo && e.key < hi).cloned().collect();
+        prop_assert_eq!(t.range(&dev, &lo, Some(&hi)).unwrap(), want);
+    }
+}
+
+#[test]
+fn range_tombstones_and_absent_keys() {
+    let dev = device();
+    let entries: Vec<Entry> = (0..1000u32)
+        .map(|i| Entry {
+            key: format!("{i:06}").into_bytes(),
+            seq: i as u64 + 1,
+            kind: EntryKind::Put,
+            value: i.to_le_bytes().to_vec(),
+        })
+        .collect();
+    let r = RangeTombstone {
+        start: b"000100".to_vec(),
+        end: b"000200".to_vec(),
+        seq: 5000,
+    };
+    let t = build(&dev, &entries, std::slice::from_ref(&r));
+    assert_eq!(t.range_tombstones, vec![r]);
+    assert_eq!(t.get(&dev, b"zzz", u64::MAX >> 8).unwrap(), None);
+    assert_eq!(
+        t.get(&dev, b"000999", 999).unwrap(),
+        None,
+        "written at 1000, not visible at 999"
+    );
+    assert!(
+        t.pinned_bytes() < 1000 * 20,
+        "index + filter stay small: {}",
+        t.pinned_bytes()
+    );
+}
+
+#[test]
+fn a_corrupt_data_block_is_reported_with_table_block_and_lba() {
+    let dev = device();
+    let entries: Vec<Entry> = (0..500u32)
+        .map(|i| Entry {
+            key: format!("{i:06}").into_bytes(),
+            seq: 1,
+            kind: EntryKind::Put,
+            value: vec![1; 50],
+        })
+        .collect();
+    let (t, extent) = build_at(&dev, &entries, &[]);
+    // Flip a byte in the second store block of the table (a data block).
+    let mut buf = sluice_io::mem::AlignedMem::new(STORE_BLOCK_BYTES);
+    dev.read(11, buf.as_mut_slice()).unwrap();
+    buf.as_mut_slice()[100] ^= 1;
+    dev.write(11, buf.as_slice()).unwrap();
+    let err = t.entries(&dev).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt {
+                what: "SST data block",
+                block: 11,
+                ..
+            }
+        ),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("keyspace t, table 7") && msg.contains("LBA"),
+        "{msg}"
+    );
+    // A damaged footer is refused at open, naming the footer block.
+    let footer = extent.end_block() - 1;
+    dev.read(footer, buf.as_mut_slice()).unwrap();
+    buf.as_mut_slice()[0] ^= 1;
+    dev.write(footer, buf.as_slice()).unwrap();
+    let err = TableReader::open(
+        &dev,
+        extent,
+        TablePlace {
+            keyspace: "t",
+            file_no: 7,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("store block {footer}"))
+            && err.to_string().contains("footer"),
+        "{err}"
+    );
+}
