@@ -100,6 +100,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
             open_device(&args.device)?,
             &StoreConfig {
                 wal_blocks: *wal_blocks,
+                ..StoreConfig::default()
             },
         )?;
         println!(
@@ -109,7 +110,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let store = Store::open(open_device(&args.device)?)?;
+    let store = Store::open(open_device(&args.device)?, &StoreConfig::default())?;
     if let KvCommand::Keyspace {
         name,
         format,
@@ -151,7 +152,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
         } => {
             let snap = store.snapshot();
             let rows = match prefix {
-                Some(p) => store.scan_prefix(ks, p.as_bytes(), snap, *limit)?,
+                Some(p) => store.scan_prefix(ks, p.as_bytes(), &snap, *limit)?,
                 None => {
                     let lo = start
                         .as_deref()
@@ -159,7 +160,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
                     let hi = end
                         .as_deref()
                         .map_or(Bound::Unbounded, |s| Bound::Excluded(s.as_bytes()));
-                    store.scan(ks, (lo, hi), snap, *reverse, *limit)?
+                    store.scan(ks, (lo, hi), &snap, *reverse, *limit)?
                 }
             };
             for (k, v) in rows {

@@ -220,7 +220,8 @@ fn kv_survives_kill_9_with_every_acknowledged_write() {
         let device: std::sync::Arc<dyn sluice_io::Device> = std::sync::Arc::new(
             sluice_io::FileDevice::open(&dev, &sluice_io::FileOptions::default()).unwrap(),
         );
-        let store = sluice_store::Store::open(device).unwrap();
+        let store =
+            sluice_store::Store::open(device, &sluice_store::StoreConfig::default()).unwrap();
         for key in &acknowledged {
             assert!(
                 store.get(0, key.as_bytes()).unwrap().is_some(),

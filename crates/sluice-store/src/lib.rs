@@ -15,12 +15,14 @@
 pub mod alloc;
 pub mod batch;
 pub mod blocks;
+pub mod compaction;
 pub mod error;
 pub mod manifest;
 pub mod memtable;
 pub mod sst;
 pub mod store;
 pub mod superblock;
+pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;

@@ -3,9 +3,9 @@
 //! Reads at a snapshot sequence see the newest version at or below it.
 
 use crate::batch::{OpKind, WriteBatch};
+use crate::sst::{Entry, EntryKind, RangeTombstone as SstRangeTombstone};
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
-use std::ops::Bound;
 
 type InternalKey = (u32, Vec<u8>, Reverse<u64>);
 
@@ -63,8 +63,8 @@ impl Memtable {
         self.approximate_bytes
     }
 
-    /// Newest range tombstone over `key` at or below `snapshot`.
-    fn range_deleted_at(&self, keyspace: u32, key: &[u8], snapshot: u64) -> u64 {
+    /// Newest range tombstone over `key` at or below `snapshot` (0: none).
+    pub fn range_deleted_at(&self, keyspace: u32, key: &[u8], snapshot: u64) -> u64 {
         self.ranges
             .iter()
             .filter(|r| {
@@ -78,63 +78,76 @@ impl Memtable {
             .unwrap_or(0)
     }
 
-    /// The value of `key` at `snapshot`: Some(Some(v)) found, Some(None)
-    /// deleted, None not in the memtable.
-    pub fn get(&self, keyspace: u32, key: &[u8], snapshot: u64) -> Option<Option<Vec<u8>>> {
-        let from = (keyspace, key.to_vec(), Reverse(snapshot));
-        let newest = self
-            .entries
-            .range(from..)
-            .next()
-            .filter(|((ks, k, _), _)| *ks == keyspace && k.as_slice() == key);
-        let deleted_at = self.range_deleted_at(keyspace, key, snapshot);
-        match newest {
-            Some(((_, _, Reverse(seq)), v)) if *seq > deleted_at => Some(match v {
-                Version::Value(v) => Some(v.clone()),
-                Version::Tombstone => None,
-            }),
-            _ if deleted_at > 0 => Some(None),
-            _ => None,
-        }
-    }
-
-    /// Live (key, value) pairs of `keyspace` in `[start, end)` at `snapshot`,
-    /// in key order.
-    pub fn scan(
+    /// The newest point version of `key` at or below `snapshot`, range
+    /// tombstones not applied: (sequence, value or None for a delete).
+    pub fn newest_version(
         &self,
         keyspace: u32,
-        start: Bound<&[u8]>,
-        end: Bound<&[u8]>,
+        key: &[u8],
         snapshot: u64,
-    ) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let lower = match start {
-            Bound::Included(k) => Bound::Included((keyspace, k.to_vec(), Reverse(u64::MAX))),
-            Bound::Excluded(k) => Bound::Excluded((keyspace, k.to_vec(), Reverse(0))),
-            Bound::Unbounded => Bound::Included((keyspace, Vec::new(), Reverse(u64::MAX))),
-        };
-        let in_end = |k: &[u8]| match end {
-            Bound::Included(e) => k <= e,
-            Bound::Excluded(e) => k < e,
-            Bound::Unbounded => true,
-        };
-        let mut out = Vec::new();
-        let mut last_key: Option<&[u8]> = None;
-        for ((ks, k, Reverse(seq)), v) in self.entries.range((lower, Bound::Unbounded)) {
-            if *ks != keyspace || !in_end(k) {
-                break;
-            }
-            if *seq > snapshot || last_key == Some(k.as_slice()) {
-                continue;
-            }
-            last_key = Some(k.as_slice());
-            if *seq <= self.range_deleted_at(keyspace, k, snapshot) {
-                continue;
-            }
-            if let Version::Value(v) = v {
-                out.push((k.clone(), v.clone()));
-            }
-        }
-        out
+    ) -> Option<(u64, Option<Vec<u8>>)> {
+        let from = (keyspace, key.to_vec(), Reverse(snapshot));
+        self.entries
+            .range(from..)
+            .next()
+            .filter(|((ks, k, _), _)| *ks == keyspace && k.as_slice() == key)
+            .map(|((_, _, Reverse(seq)), v)| {
+                (
+                    *seq,
+                    match v {
+                        Version::Value(v) => Some(v.clone()),
+                        Version::Tombstone => None,
+                    },
+                )
+            })
+    }
+
+    /// Every version of every key of `keyspace` in `[start, end)` (end None:
+    /// unbounded), in internal order.
+    pub fn versions(&self, keyspace: u32, start: &[u8], end: Option<&[u8]>) -> Vec<Entry> {
+        let lower = (keyspace, start.to_vec(), Reverse(u64::MAX));
+        self.entries
+            .range(lower..)
+            .take_while(|((ks, k, _), _)| *ks == keyspace && end.is_none_or(|e| k.as_slice() < e))
+            .map(|((_, k, Reverse(seq)), v)| Entry {
+                key: k.clone(),
+                seq: *seq,
+                kind: if matches!(v, Version::Value(_)) {
+                    EntryKind::Put
+                } else {
+                    EntryKind::Delete
+                },
+                value: match v {
+                    Version::Value(v) => v.clone(),
+                    Version::Tombstone => Vec::new(),
+                },
+            })
+            .collect()
+    }
+
+    pub fn range_tombstones(&self, keyspace: u32) -> Vec<SstRangeTombstone> {
+        self.ranges
+            .iter()
+            .filter(|r| r.keyspace == keyspace)
+            .map(|r| SstRangeTombstone {
+                start: r.start.clone(),
+                end: r.end.clone(),
+                seq: r.seq,
+            })
+            .collect()
+    }
+
+    /// Keyspaces with anything in this memtable.
+    pub fn keyspaces(&self) -> Vec<u32> {
+        let mut ks: Vec<u32> = self.entries.keys().map(|(k, _, _)| *k).collect();
+        ks.extend(self.ranges.iter().map(|r| r.keyspace));
+        ks.sort_unstable();
+        ks.dedup();
+        ks
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.ranges.is_empty()
     }
 
     pub fn entry_count(&self) -> usize {

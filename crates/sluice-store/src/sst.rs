@@ -353,12 +353,30 @@ impl TableBuilder {
         bytes.extend_from_slice(&range_region);
         bytes.extend_from_slice(&footer);
         debug_assert_eq!(bytes.len() / STORE_BLOCK_BYTES, footer_off as usize + 1);
+        // The key range is that of the point keys; a table holding only
+        // range tombstones spans them instead (a deeper level's caller may
+        // narrow it to keep the level disjoint).
+        let (smallest, largest) = match (self.smallest, self.last) {
+            (Some(s), Some((l, _))) => (s, l),
+            _ => (
+                self.range_tombstones
+                    .iter()
+                    .map(|t| t.start.clone())
+                    .min()
+                    .unwrap_or_default(),
+                self.range_tombstones
+                    .iter()
+                    .map(|t| t.end.clone())
+                    .max()
+                    .unwrap_or_default(),
+            ),
+        };
         BuiltTable {
             bytes,
             index_offset_blocks: index_off,
             entries: self.entries,
-            smallest: self.smallest.unwrap_or_default(),
-            largest: self.last.map(|(k, _)| k).unwrap_or_default(),
+            smallest,
+            largest,
         }
     }
 }

@@ -1,19 +1,24 @@
-//! The store: keyspaces, durable writes through the WAL, reads at a snapshot
-//! sequence. Tables (SSTs), flush and compaction are the next step; until
-//! then the memtable holds everything since format, and the WAL ring bounds
-//! how much that can be (a full ring is a clear error, nothing is lost).
+//! The store: keyspaces, durable writes through the WAL into the memtable,
+//! flushes of the memtable into level-0 tables, leveled compaction in a
+//! background thread at low kernel I/O priority, and reads at a snapshot
+//! that merge the memtables with the tables.
 
-use crate::batch::{show, WriteBatch};
-use crate::blocks::BlockDevice;
+use crate::batch::WriteBatch;
+use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::compaction::{self, CompactionConfig};
 use crate::error::{Result, StoreError};
-use crate::manifest::{Edit, KeyspaceDef, Manifest, ValueFormat, WalPlace};
+use crate::manifest::{Edit, KeyspaceDef, Manifest, TableMeta, ValueFormat, WalPlace};
 use crate::memtable::Memtable;
+use crate::sst::{write_table, BuiltTable, TableBuilder, TablePlace, TableReader};
+use crate::version::{self, Levels, Table, Version};
 use crate::wal::{self, Wal, WalLayout};
 use rand::Rng;
 use sluice_io::Device;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
 
 /// The keyspace every store has.
 pub const DEFAULT_KEYSPACE: &str = "default";
@@ -24,18 +29,55 @@ pub const MAX_KEYSPACES: usize = 1024;
 pub struct StoreConfig {
     /// Size of the WAL ring in 4 KiB blocks (format time only).
     pub wal_blocks: u32,
+    /// The memtable is flushed to a table once it holds this many bytes.
+    pub write_buffer_bytes: usize,
+    pub compaction: CompactionConfig,
+    /// Run compactions in a background thread (off: only `compact()`).
+    pub background_compaction: bool,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { wal_blocks: 16384 }
+        StoreConfig {
+            wal_blocks: 16384,
+            write_buffer_bytes: 64 << 20,
+            compaction: CompactionConfig::default(),
+            background_compaction: true,
+        }
     }
 }
 
+#[derive(Debug, Default)]
+struct SnapshotRegistry {
+    live: Mutex<BTreeMap<u64, usize>>,
+}
+
 /// A point in the store's history; reads through it see exactly the writes
-/// acknowledged before it was taken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Snapshot(pub u64);
+/// acknowledged before it was taken, whatever flushes and compactions do
+/// meanwhile. Dropping it lets compaction discard what only it could see.
+#[derive(Debug)]
+pub struct Snapshot {
+    seq: u64,
+    registry: Arc<SnapshotRegistry>,
+}
+
+impl Snapshot {
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut live = self.registry.live.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = live.get_mut(&self.seq) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(&self.seq);
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreStats {
@@ -48,10 +90,12 @@ pub struct StoreStats {
     pub free_blocks: u64,
     pub device_blocks: u64,
     pub keyspaces: Vec<String>,
-}
-
-struct WriteState {
-    next_seq: u64,
+    /// Tables per level, summed over keyspaces.
+    pub tables_per_level: Vec<usize>,
+    /// Index + filter memory of all open tables.
+    pub pinned_index_bytes: usize,
+    pub flushes: u64,
+    pub compactions: u64,
 }
 
 struct Visible {
@@ -59,24 +103,62 @@ struct Visible {
     failed: Option<String>,
 }
 
-pub struct Store {
+struct Memtables {
+    active: Arc<RwLock<Memtable>>,
+    /// Being flushed: still read until its tables are installed.
+    frozen: Option<Arc<RwLock<Memtable>>>,
+}
+
+struct Inner {
+    dev: BlockDevice,
+    config: StoreConfig,
     manifest: Mutex<Manifest>,
     keyspaces: RwLock<BTreeMap<String, KeyspaceDef>>,
     wal: Wal,
-    memtable: RwLock<Memtable>,
-    writer: Mutex<WriteState>,
+    memtables: RwLock<Memtables>,
+    version: RwLock<Arc<Version>>,
+    /// Sequence assignment and WAL append order.
+    writer: Mutex<u64>,
     visible: Mutex<Visible>,
     published: Condvar,
+    snapshots: Arc<SnapshotRegistry>,
+    /// Extents of replaced tables whose last reader is gone.
+    released: Arc<Mutex<Vec<Extent>>>,
+    /// One flush at a time; one compaction at a time.
+    flush_lock: Mutex<()>,
+    compaction_lock: Mutex<()>,
+    compaction_cursor: AtomicU64,
+    next_file: AtomicU64,
+    flushes: AtomicU64,
+    compactions: AtomicU64,
+    shutdown: AtomicBool,
+    wake: Condvar,
+    wake_lock: Mutex<bool>,
+}
+
+pub struct Store {
+    inner: Arc<Inner>,
+    background: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("wal", &self.wal).finish()
+        f.debug_struct("Store")
+            .field("wal", &self.inner.wal)
+            .finish()
     }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Store {
@@ -109,20 +191,42 @@ impl Store {
             }),
         ])?;
         drop(manifest);
-        Self::open(dev.device().clone())
+        Self::open(dev.device().clone(), config)
     }
 
-    /// Opens the store on `device`, replaying the WAL into the memtable.
-    pub fn open(device: Arc<dyn Device>) -> Result<Self> {
+    /// Opens the store on `device`: manifest, tables, WAL replay.
+    pub fn open(device: Arc<dyn Device>, config: &StoreConfig) -> Result<Self> {
         let dev = BlockDevice::new(device)?;
-        let manifest = Manifest::open(dev.clone())?;
-        let state = manifest.state();
+        let mut manifest = Manifest::open(dev.clone())?;
+        reclaim_unreferenced(&mut manifest)?;
+        let state = manifest.state().clone();
         let place = state.wal.clone().ok_or_else(|| StoreError::Corrupt {
             what: "manifest",
             block: manifest.superblock().manifest.start_block,
             lba: dev.lba_of(manifest.superblock().manifest.start_block),
             reason: "no write-ahead log recorded".into(),
         })?;
+        let released = Arc::new(Mutex::new(Vec::new()));
+        let mut version = Version::default();
+        for meta in state.tables.values() {
+            let name = state
+                .keyspaces
+                .get(&meta.keyspace)
+                .map_or("?", |k| k.name.as_str());
+            let reader = TableReader::open(
+                &dev,
+                meta.data,
+                TablePlace {
+                    keyspace: name,
+                    file_no: meta.file_no,
+                },
+            )?;
+            version
+                .keyspaces
+                .entry(meta.keyspace)
+                .or_default()
+                .insert(Arc::new(Table::new(meta.clone(), reader, released.clone())));
+        }
         let layout = WalLayout {
             ring: place.ring.clone(),
             epoch: place.epoch,
@@ -133,11 +237,14 @@ impl Store {
         for (pos, record) in &recovered.records {
             let (first, batch) = WriteBatch::decode(record).ok_or_else(|| StoreError::Corrupt {
                 what: "WAL record",
-                block: pos.end_seq,
+                block: layout.ring[0].start_block + pos.end_seq % layout.ring_blocks(),
                 lba: 0,
                 reason: "a record with valid checksums does not decode as a write batch".into(),
             })?;
-            memtable.apply(first, &batch);
+            // Records older than the last flush are already in tables.
+            if first > state.last_sequence {
+                memtable.apply(first, &batch);
+            }
             last_seq = last_seq.max(first + batch.len() as u64 - 1);
         }
         let keyspaces = state
@@ -145,26 +252,54 @@ impl Store {
             .values()
             .map(|k| (k.name.clone(), k.clone()))
             .collect();
-        let wal = Wal::open(dev, layout, place.tail_seq, recovered.next_seq)?;
-        Ok(Store {
+        let wal = Wal::open(dev.clone(), layout, place.tail_seq, recovered.next_seq)?;
+        let inner = Arc::new(Inner {
+            dev,
+            config: config.clone(),
             manifest: Mutex::new(manifest),
             keyspaces: RwLock::new(keyspaces),
             wal,
-            memtable: RwLock::new(memtable),
-            writer: Mutex::new(WriteState {
-                next_seq: last_seq + 1,
+            memtables: RwLock::new(Memtables {
+                active: Arc::new(RwLock::new(memtable)),
+                frozen: None,
             }),
+            version: RwLock::new(Arc::new(version)),
+            writer: Mutex::new(last_seq + 1),
             visible: Mutex::new(Visible {
                 seq: last_seq,
                 failed: None,
             }),
             published: Condvar::new(),
-        })
+            snapshots: Arc::new(SnapshotRegistry::default()),
+            released,
+            flush_lock: Mutex::new(()),
+            compaction_lock: Mutex::new(()),
+            compaction_cursor: AtomicU64::new(0),
+            next_file: AtomicU64::new(state.next_file),
+            flushes: AtomicU64::new(0),
+            compactions: AtomicU64::new(0),
+            shutdown: AtomicBool::new(false),
+            wake: Condvar::new(),
+            wake_lock: Mutex::new(false),
+        });
+        let background = config
+            .background_compaction
+            .then(|| {
+                let inner = inner.clone();
+                std::thread::Builder::new()
+                    .name("sluice-compaction".into())
+                    .spawn(move || background_loop(&inner))
+            })
+            .transpose()
+            .map_err(|e| {
+                StoreError::BadDevice(format!("cannot start the compaction thread: {e}"))
+            })?;
+        Ok(Store { inner, background })
     }
 
     /// The id of keyspace `name`.
     pub fn keyspace(&self, name: &str) -> Result<u32> {
-        let ks = self.keyspaces.read().unwrap_or_else(|p| p.into_inner());
+        let ks = read(&self.inner.keyspaces);
         ks.get(name)
             .map(|k| k.id)
             .ok_or_else(|| StoreError::UnknownKeyspace {
@@ -174,13 +309,13 @@ impl Store {
     }
 
     pub fn keyspace_def(&self, name: &str) -> Result<KeyspaceDef> {
-        let id = self.keyspace(name)?;
-        let ks = self.keyspaces.read().unwrap_or_else(|p| p.into_inner());
-        Ok(ks
-            .values()
-            .find(|k| k.id == id)
-            .expect("known keyspace")
-            .clone())
+        let ks = read(&self.inner.keyspaces);
+        ks.get(name)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownKeyspace {
+                name: name.into(),
+                known: ks.keys().cloned().collect::<Vec<_>>().join(", "),
+            })
     }
 
     /// Creates keyspace `name` with a declared value format; returns its id.
@@ -190,8 +325,8 @@ impl Store {
                 "keyspace name {name:?} must be 1 to 255 printable characters"
             )));
         }
-        let mut manifest = lock(&self.manifest);
-        let mut ks = self.keyspaces.write().unwrap_or_else(|p| p.into_inner());
+        let mut manifest = lock(&self.inner.manifest);
+        let mut ks = write(&self.inner.keyspaces);
         if ks.contains_key(name) {
             return Err(StoreError::BadInput(format!(
                 "keyspace {name:?} exists already"
@@ -215,7 +350,7 @@ impl Store {
     }
 
     fn check_keyspaces(&self, batch: &WriteBatch) -> Result<()> {
-        let ks = self.keyspaces.read().unwrap_or_else(|p| p.into_inner());
+        let ks = read(&self.inner.keyspaces);
         for op in &batch.ops {
             if !ks.values().any(|k| k.id == op.keyspace) {
                 return Err(StoreError::UnknownKeyspace {
@@ -230,35 +365,60 @@ impl Store {
     /// Applies `batch` atomically and durably; returns the sequence number
     /// of its last operation. Returns only once the batch survives a crash.
     pub fn write(&self, batch: &WriteBatch) -> Result<u64> {
+        self.write_inner(batch, false)
+    }
+
+    fn write_inner(&self, batch: &WriteBatch, retried: bool) -> Result<u64> {
         if batch.is_empty() {
-            return Ok(self.snapshot().0);
+            return Ok(lock(&self.inner.visible).seq);
         }
         self.check_keyspaces(batch)?;
         self.check_failed()?;
+        let inner = &self.inner;
+        if self.needs_flush() {
+            inner.flush()?;
+            // Write stall: past three times the trigger, level 0 is compacted
+            // by the writer itself, bounding read cost and space.
+            while inner.l0_tables() >= 3 * inner.config.compaction.l0_trigger {
+                if !inner.compact_once(false)? {
+                    break;
+                }
+            }
+        }
         let (first, pos) = {
-            let mut w = lock(&self.writer);
-            let first = w.next_seq;
-            let pos = self.wal.append(&batch.encode(first))?;
-            w.next_seq += batch.len() as u64;
-            self.memtable
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .apply(first, batch);
+            let mut next = lock(&inner.writer);
+            let first = *next;
+            let pos = match inner.wal.append(&batch.encode(first)) {
+                Err(StoreError::WalFull { .. }) if !retried => {
+                    drop(next);
+                    inner.flush()?;
+                    return self.write_inner(batch, true);
+                }
+                other => other?,
+            };
+            *next += batch.len() as u64;
+            write(&read(&inner.memtables).active).apply(first, batch);
             (first, pos)
         };
         let last = first + batch.len() as u64 - 1;
-        let committed = self.wal.commit(pos);
+        let committed = inner.wal.commit(pos);
         self.publish(first, last, committed.as_ref().err().map(|e| e.to_string()))?;
         committed?;
         Ok(last)
     }
 
+    fn needs_flush(&self) -> bool {
+        let mem = read(&self.inner.memtables);
+        let bytes = read(&mem.active).approximate_bytes();
+        bytes >= self.inner.config.write_buffer_bytes
+    }
+
     /// Makes `first..=last` visible once everything before it is.
     fn publish(&self, first: u64, last: u64, failure: Option<String>) -> Result<()> {
-        let mut v = lock(&self.visible);
+        let mut v = lock(&self.inner.visible);
         if let Some(why) = failure {
             v.failed.get_or_insert(why);
-            self.published.notify_all();
+            self.inner.published.notify_all();
             return Ok(());
         }
         while v.seq + 1 != first {
@@ -267,15 +427,19 @@ impl Store {
                     "the store failed and takes no writes: {why}"
                 )));
             }
-            v = self.published.wait(v).unwrap_or_else(|p| p.into_inner());
+            v = self
+                .inner
+                .published
+                .wait(v)
+                .unwrap_or_else(|p| p.into_inner());
         }
         v.seq = last;
-        self.published.notify_all();
+        self.inner.published.notify_all();
         Ok(())
     }
 
     fn check_failed(&self) -> Result<()> {
-        match &lock(&self.visible).failed {
+        match &lock(&self.inner.visible).failed {
             Some(why) => Err(StoreError::BadDevice(format!(
                 "the store failed and takes no writes: {why}; reopen it to recover"
             ))),
@@ -302,16 +466,45 @@ impl Store {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        Snapshot(lock(&self.visible).seq)
+        let seq = lock(&self.inner.visible).seq;
+        *lock(&self.inner.snapshots.live).entry(seq).or_insert(0) += 1;
+        Snapshot {
+            seq,
+            registry: self.inner.snapshots.clone(),
+        }
+    }
+
+    /// The memtables and tables a read sees, taken consistently: the
+    /// frozen memtable stays until its tables are in the version.
+    fn read_view(&self) -> (Vec<Arc<RwLock<Memtable>>>, Arc<Version>) {
+        let mem = read(&self.inner.memtables);
+        let version = read(&self.inner.version).clone();
+        let mut mems = vec![mem.active.clone()];
+        mems.extend(mem.frozen.clone());
+        (mems, version)
     }
 
     pub fn get(&self, keyspace: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.get_at(keyspace, key, self.snapshot())
+        self.get_at(keyspace, key, &self.snapshot())
     }
 
-    pub fn get_at(&self, keyspace: u32, key: &[u8], snapshot: Snapshot) -> Result<Option<Vec<u8>>> {
-        let mem = self.memtable.read().unwrap_or_else(|p| p.into_inner());
-        Ok(mem.get(keyspace, key, snapshot.0).flatten())
+    pub fn get_at(
+        &self,
+        keyspace: u32,
+        key: &[u8],
+        snapshot: &Snapshot,
+    ) -> Result<Option<Vec<u8>>> {
+        let (mems, version) = self.read_view();
+        let guards: Vec<_> = mems.iter().map(|m| read(m)).collect();
+        let refs: Vec<&Memtable> = guards.iter().map(|g| &**g).collect();
+        version::get(
+            &self.inner.dev,
+            &refs,
+            &version,
+            keyspace,
+            key,
+            snapshot.seq,
+        )
     }
 
     /// Live pairs of a keyspace in a key range at `snapshot`, forward or
@@ -320,12 +513,32 @@ impl Store {
         &self,
         keyspace: u32,
         range: (Bound<&[u8]>, Bound<&[u8]>),
-        snapshot: Snapshot,
+        snapshot: &Snapshot,
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mem = self.memtable.read().unwrap_or_else(|p| p.into_inner());
-        let mut all = mem.scan(keyspace, range.0, range.1, snapshot.0);
+        let start: Vec<u8> = match range.0 {
+            Bound::Included(k) => k.to_vec(),
+            Bound::Excluded(k) => [k, &[0]].concat(),
+            Bound::Unbounded => Vec::new(),
+        };
+        let end: Option<Vec<u8>> = match range.1 {
+            Bound::Included(k) => Some([k, &[0]].concat()),
+            Bound::Excluded(k) => Some(k.to_vec()),
+            Bound::Unbounded => None,
+        };
+        let (mems, version) = self.read_view();
+        let guards: Vec<_> = mems.iter().map(|m| read(m)).collect();
+        let refs: Vec<&Memtable> = guards.iter().map(|g| &**g).collect();
+        let mut all = version::scan(
+            &self.inner.dev,
+            &refs,
+            &version,
+            keyspace,
+            &start,
+            end.as_deref(),
+            snapshot.seq,
+        )?;
         if reverse {
             all.reverse();
         }
@@ -338,7 +551,7 @@ impl Store {
         &self,
         keyspace: u32,
         prefix: &[u8],
-        snapshot: Snapshot,
+        snapshot: &Snapshot,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let end = prefix_end(prefix);
@@ -352,27 +565,405 @@ impl Store {
         )
     }
 
+    /// Writes the memtable out as level-0 tables and releases its WAL blocks.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+
+    /// Flushes the memtable and compacts until every keyspace's data sits
+    /// in one level.
+    pub fn compact(&self) -> Result<()> {
+        self.flush()?;
+        while self.inner.compact_once(true)? {}
+        // Log the frees of tables nobody reads any more.
+        let frees = self.inner.take_released();
+        if !frees.is_empty() {
+            lock(&self.inner.manifest).log(&frees)?;
+        }
+        Ok(())
+    }
+
     pub fn stats(&self) -> StoreStats {
-        let manifest = lock(&self.manifest);
-        let mem = self.memtable.read().unwrap_or_else(|p| p.into_inner());
+        let inner = &self.inner;
+        let manifest = lock(&inner.manifest);
+        let (mems, version) = self.read_view();
+        let (entries, bytes) = mems.iter().fold((0, 0), |(e, b), m| {
+            let m = read(m);
+            (e + m.entry_count(), b + m.approximate_bytes())
+        });
+        let mut per_level = vec![0usize; version::MAX_LEVELS];
+        let mut pinned = 0usize;
+        for levels in version.keyspaces.values() {
+            for (l, tables) in levels.levels.iter().enumerate() {
+                per_level[l] += tables.len();
+                pinned += tables
+                    .iter()
+                    .map(|t| t.reader.pinned_bytes())
+                    .sum::<usize>();
+            }
+        }
         StoreStats {
-            last_sequence: self.snapshot().0,
-            memtable_entries: mem.entry_count(),
-            memtable_bytes: mem.approximate_bytes(),
-            wal_written_below: self.wal.last_written(),
-            wal_durable_below: self.wal.last_durable(),
-            wal_flushes: self.wal.flush_count(),
+            last_sequence: lock(&inner.visible).seq,
+            memtable_entries: entries,
+            memtable_bytes: bytes,
+            wal_written_below: inner.wal.last_written(),
+            wal_durable_below: inner.wal.last_durable(),
+            wal_flushes: inner.wal.flush_count(),
             free_blocks: manifest.state().allocator.free_blocks(),
             device_blocks: manifest.superblock().device_blocks,
-            keyspaces: self
-                .keyspaces
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .keys()
-                .cloned()
-                .collect(),
+            keyspaces: read(&inner.keyspaces).keys().cloned().collect(),
+            tables_per_level: per_level,
+            pinned_index_bytes: pinned,
+            flushes: inner.flushes.load(Ordering::Relaxed),
+            compactions: inner.compactions.load(Ordering::Relaxed),
         }
     }
+}
+
+impl Inner {
+    /// Writes the memtable out as level-0 tables and releases its WAL blocks.
+    pub fn flush(&self) -> Result<()> {
+        let inner = self;
+        let _one = lock(&inner.flush_lock);
+        // Freeze: new writes go to a fresh memtable; the WAL closes its open
+        // block so the frozen records end at a block boundary.
+        let (frozen, tail_seq, last_seq) = {
+            let next = lock(&inner.writer);
+            let mut mem = write(&inner.memtables);
+            if read(&mem.active).is_empty() {
+                return Ok(());
+            }
+            let tail = inner.wal.close_block()?;
+            let frozen =
+                std::mem::replace(&mut mem.active, Arc::new(RwLock::new(Memtable::default())));
+            mem.frozen = Some(frozen.clone());
+            (frozen, tail, *next - 1)
+        };
+        // Every frozen write must be visible (committed) before it is flushed.
+        {
+            let mut v = lock(&inner.visible);
+            while v.seq < last_seq && v.failed.is_none() {
+                v = inner.published.wait(v).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        let frozen_guard = read(&frozen);
+        let names: BTreeMap<u32, String> = read(&inner.keyspaces)
+            .values()
+            .map(|k| (k.id, k.name.clone()))
+            .collect();
+        let mut built = Vec::new();
+        for ks in frozen_guard.keyspaces() {
+            let mut b = TableBuilder::new();
+            for e in frozen_guard.versions(ks, &[], None) {
+                b.add(&e);
+            }
+            for t in frozen_guard.range_tombstones(ks) {
+                b.add_range_tombstone(t);
+            }
+            built.push((ks, b.finish()));
+        }
+        drop(frozen_guard);
+        let mut extra = vec![
+            Edit::Wal(WalPlace {
+                epoch: inner.wal_epoch(),
+                tail_seq,
+                ring: inner.wal_ring(),
+            }),
+            Edit::LastSequence(last_seq),
+        ];
+        extra.extend(self.take_released());
+        let tables = self.install(built, 0, &names, &[], extra)?;
+        inner.wal.release_before(tail_seq);
+        {
+            let mut mem = write(&inner.memtables);
+            let mut v = write(&inner.version);
+            let mut next = (**v).clone();
+            for t in tables {
+                next.keyspaces.entry(t.meta.keyspace).or_default().insert(t);
+            }
+            *v = Arc::new(next);
+            mem.frozen = None;
+        }
+        inner.flushes.fetch_add(1, Ordering::Relaxed);
+        self.wake_background();
+        Ok(())
+    }
+
+    /// Free edits for tables whose last reader has let go.
+    fn take_released(&self) -> Vec<Edit> {
+        std::mem::take(&mut *lock(&self.released))
+            .into_iter()
+            .map(Edit::Free)
+            .collect()
+    }
+
+    /// Writes built tables at `level`, logs them (with `removed` and
+    /// `extra` edits) as one manifest group, and opens them.
+    fn install(
+        &self,
+        built: Vec<(u32, BuiltTable)>,
+        level: u8,
+        names: &BTreeMap<u32, String>,
+        removed: &[(u32, u64)],
+        extra: Vec<Edit>,
+    ) -> Result<Vec<Arc<Table>>> {
+        let inner = self;
+        let mut placed = Vec::new();
+        for (ks, t) in built {
+            let blocks = (t.bytes.len() / STORE_BLOCK_BYTES) as u64;
+            let extent = lock(&inner.manifest).allocate(blocks)?;
+            let file_no = inner.next_file.fetch_add(1, Ordering::Relaxed);
+            write_table(&inner.dev, extent, &t)?;
+            placed.push((ks, t, extent, file_no));
+        }
+        let mut edits = Vec::new();
+        let mut metas = Vec::new();
+        for (ks, t, extent, file_no) in &placed {
+            let meta = TableMeta {
+                keyspace: *ks,
+                level,
+                file_no: *file_no,
+                data: *extent,
+                index: Extent {
+                    start_block: extent.start_block + t.index_offset_blocks as u64,
+                    block_count: extent.block_count - t.index_offset_blocks,
+                },
+                entries: t.entries,
+                smallest: t.smallest.clone(),
+                largest: t.largest.clone(),
+            };
+            edits.push(Edit::Alloc(*extent));
+            edits.push(Edit::AddTable(meta.clone()));
+            metas.push(meta);
+        }
+        for (ks, file_no) in removed {
+            edits.push(Edit::RemoveTable {
+                keyspace: *ks,
+                file_no: *file_no,
+            });
+        }
+        edits.extend(extra);
+        edits.push(Edit::NextFile(inner.next_file.load(Ordering::Relaxed)));
+        lock(&inner.manifest).log(&edits)?;
+        metas
+            .into_iter()
+            .map(|meta| {
+                let name = names.get(&meta.keyspace).map_or("?", String::as_str);
+                let reader = TableReader::open(
+                    &inner.dev,
+                    meta.data,
+                    TablePlace {
+                        keyspace: name,
+                        file_no: meta.file_no,
+                    },
+                )?;
+                Ok(Arc::new(Table::new(meta, reader, inner.released.clone())))
+            })
+            .collect()
+    }
+
+    /// Runs one due compaction, if any (or, with `force`, one that pushes
+    /// data down). Returns whether it did anything.
+    fn compact_once(&self, force: bool) -> Result<bool> {
+        let inner = self;
+        let _one = lock(&inner.compaction_lock);
+        let version = read(&inner.version).clone();
+        let cursor = inner.compaction_cursor.fetch_add(1, Ordering::Relaxed) as usize;
+        let Some(job) = version.keyspaces.iter().find_map(|(ks, levels)| {
+            compaction::pick(&inner.config.compaction, *ks, levels, cursor, force)
+        }) else {
+            return Ok(false);
+        };
+        let snapshots: Vec<u64> = lock(&inner.snapshots.live).keys().copied().collect();
+        let outputs = compaction::run(
+            &inner.dev,
+            &job,
+            &snapshots,
+            inner.config.compaction.target_file_bytes,
+        )?;
+        let names: BTreeMap<u32, String> = read(&inner.keyspaces)
+            .values()
+            .map(|k| (k.id, k.name.clone()))
+            .collect();
+        let removed: Vec<(u32, u64)> = job
+            .inputs
+            .iter()
+            .chain(&job.next_inputs)
+            .map(|t| (job.keyspace, t.meta.file_no))
+            .collect();
+        let built = outputs.into_iter().map(|t| (job.keyspace, t)).collect();
+        let released = self.take_released();
+        let tables = self.install(built, (job.level + 1) as u8, &names, &removed, released)?;
+        {
+            let mut v = write(&inner.version);
+            let mut next = (**v).clone();
+            let levels: &mut Levels = next.keyspaces.entry(job.keyspace).or_default();
+            for (_, file_no) in &removed {
+                levels.remove(*file_no);
+            }
+            for t in tables {
+                levels.insert(t);
+            }
+            *v = Arc::new(next);
+        }
+        for t in job.inputs.iter().chain(&job.next_inputs) {
+            t.mark_obsolete();
+        }
+        drop(job);
+        drop(version);
+        inner.compactions.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    fn wake_background(&self) {
+        *lock(&self.wake_lock) = true;
+        self.wake.notify_all();
+    }
+}
+
+impl Inner {
+    /// The most level-0 tables any keyspace has.
+    fn l0_tables(&self) -> usize {
+        read(&self.version)
+            .keyspaces
+            .values()
+            .map(|l| l.level(0).len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn wal_epoch(&self) -> u64 {
+        lock(&self.manifest)
+            .state()
+            .wal
+            .as_ref()
+            .expect("a WAL")
+            .epoch
+    }
+
+    fn wal_ring(&self) -> Vec<Extent> {
+        lock(&self.manifest)
+            .state()
+            .wal
+            .as_ref()
+            .expect("a WAL")
+            .ring
+            .clone()
+    }
+}
+
+/// Kernel I/O priority of the calling thread (ioprio_set(2)): best effort,
+/// lowest level, so compaction yields to foreground reads and log writes.
+fn lower_io_priority() {
+    const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+    let prio = sluice_io::engine::ioprio(sluice_io::engine::IOPRIO_CLASS_BE, 7);
+    // SAFETY: plain integers; who=0 is the calling thread.
+    unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            0,
+            prio as libc::c_int,
+        )
+    };
+}
+
+fn background_loop(inner: &Arc<Inner>) {
+    lower_io_priority();
+    loop {
+        {
+            let mut woken = lock(&inner.wake_lock);
+            while !*woken && !inner.shutdown.load(Ordering::Acquire) {
+                woken = inner
+                    .wake
+                    .wait_timeout(woken, std::time::Duration::from_secs(1))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            *woken = false;
+        }
+        if inner.shutdown.load(Ordering::Acquire) {
+            break;
+        }
+        loop {
+            match inner.compact_once(false) {
+                Ok(true) if !inner.shutdown.load(Ordering::Acquire) => continue,
+                Ok(_) => break,
+                Err(e) => {
+                    log::error!("background compaction failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(handle) = self.background.take() {
+            self.inner.shutdown.store(true, Ordering::Release);
+            self.inner.wake_background();
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Frees extents the manifest has allocated but nothing refers to: tables
+/// removed by a compaction whose frees were not logged before a crash.
+fn reclaim_unreferenced(manifest: &mut Manifest) -> Result<()> {
+    let state = manifest.state();
+    let mut referenced: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let mut refer = |e: Extent| {
+        referenced.insert((e.start_block, e.end_block()));
+    };
+    refer(manifest.superblock().manifest);
+    for t in state.tables.values() {
+        refer(t.data);
+    }
+    if let Some(w) = &state.wal {
+        w.ring.iter().copied().for_each(&mut refer);
+    }
+    // Walk the allocated runs (the complement of the free map) and free
+    // every part no referenced extent covers.
+    let free = state.allocator.free_list();
+    let end = manifest.superblock().device_blocks;
+    let mut allocated = Vec::new();
+    let mut at = crate::superblock::SUPERBLOCK_BLOCKS;
+    for f in &free {
+        if f.start_block > at {
+            allocated.push((at, f.start_block));
+        }
+        at = f.end_block();
+    }
+    if at < end {
+        allocated.push((at, end));
+    }
+    let mut frees = Vec::new();
+    for (mut s, e) in allocated {
+        for &(rs, re) in referenced.range((s, 0)..(e, 0)) {
+            if rs > s {
+                frees.push((s, rs));
+            }
+            s = s.max(re);
+        }
+        if s < e {
+            frees.push((s, e));
+        }
+    }
+    if frees.is_empty() {
+        return Ok(());
+    }
+    let edits: Vec<Edit> = frees
+        .into_iter()
+        .map(|(s, e)| {
+            log::warn!("reclaiming unreferenced blocks {s}..{e}");
+            Edit::Free(Extent {
+                start_block: s,
+                block_count: (e - s) as u32,
+            })
+        })
+        .collect();
+    manifest.log(&edits)
 }
 
 /// The smallest key greater than every key with this prefix, if any.
@@ -385,9 +976,4 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
-}
-
-/// For messages.
-pub fn describe_key(key: &[u8]) -> String {
-    show(key)
 }

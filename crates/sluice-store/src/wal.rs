@@ -153,6 +153,17 @@ impl Wal {
         self.flushes.load(Ordering::Relaxed)
     }
 
+    /// Writes the open block (padded) if it holds anything, so that every
+    /// record appended so far lies before the returned sequence.
+    pub fn close_block(&self) -> Result<u64> {
+        let mut st = self.lock();
+        self.check_failed(&st)?;
+        if st.open_used > 0 {
+            self.write_open(&mut st)?;
+        }
+        Ok(st.open_seq)
+    }
+
     /// Log blocks before `seq` are no longer needed (their records are in tables).
     pub fn release_before(&self, seq: u64) {
         let mut st = self.lock();

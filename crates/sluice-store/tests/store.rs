@@ -9,11 +9,28 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
 
+/// Small buffers and tables, so that flushes and compactions happen often.
+fn small_config() -> StoreConfig {
+    let mut cfg = StoreConfig {
+        wal_blocks: 2048,
+        write_buffer_bytes: 48 << 10,
+        ..StoreConfig::default()
+    };
+    cfg.compaction.l0_trigger = 3;
+    cfg.compaction.level_base_bytes = 256 << 10;
+    cfg.compaction.multiplier = 4;
+    cfg.compaction.target_file_bytes = 64 << 10;
+    cfg
+}
+
 fn memory_store(blocks: u64) -> (Arc<MemoryDevice>, Store) {
     let mem = Arc::new(MemoryDevice::new(4096, blocks));
-    let cfg = StoreConfig { wal_blocks: 2048 };
-    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &small_config()).unwrap();
     (mem, store)
+}
+
+fn reopen(mem: &Arc<MemoryDevice>) -> Store {
+    Store::open(mem.clone() as Arc<dyn Device>, &small_config()).unwrap()
 }
 
 #[derive(Debug, Clone)]
@@ -23,6 +40,8 @@ enum Op {
     DeleteRange(u8, u8),
     Batch(Vec<(u8, Option<u16>)>),
     Snapshot,
+    Flush,
+    Compact,
     Reopen,
     PowerCut(bool, u64),
 }
@@ -34,6 +53,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::DeleteRange(a.min(b), a.max(b).saturating_add(1))),
         2 => prop::collection::vec((any::<u8>(), prop::option::of(any::<u16>())), 1..6).prop_map(Op::Batch),
         1 => Just(Op::Snapshot),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Compact),
         1 => Just(Op::Reopen),
         1 => (any::<bool>(), any::<u64>()).prop_map(|(t, s)| Op::PowerCut(t, s)),
     ]
@@ -92,17 +113,19 @@ proptest! {
                     }
                 }
                 Op::Snapshot => snapshots.push((store.snapshot(), model.clone())),
+                Op::Flush => store.flush().unwrap(),
+                Op::Compact => store.compact().unwrap(),
                 Op::Reopen => {
-                    drop(store);
-                    store = Store::open(mem.clone() as Arc<dyn Device>).unwrap();
                     snapshots.clear();
+                    drop(store);
+                    store = reopen(&mem);
                 }
                 Op::PowerCut(torn, seed) => {
+                    snapshots.clear();
                     drop(store);
                     let mode = if torn { PowerCutMode::TornSectors { seed } } else { PowerCutMode::DropUnflushed };
                     mem.power_cut(mode);
-                    store = Store::open(mem.clone() as Arc<dyn Device>).unwrap();
-                    snapshots.clear();
+                    store = reopen(&mem);
                 }
             }
         }
@@ -111,15 +134,18 @@ proptest! {
         for k in 0..=255u8 {
             prop_assert_eq!(store.get(ks, &key(k)).unwrap(), model.get(&key(k)).cloned());
         }
-        let all = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), snap, false, usize::MAX).unwrap();
+        let all = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &snap, false, usize::MAX).unwrap();
         let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         prop_assert_eq!(&all, &want);
-        let mut rev = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), snap, true, usize::MAX).unwrap();
+        let mut rev = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &snap, true, usize::MAX).unwrap();
         rev.reverse();
         prop_assert_eq!(&rev, &want);
         // Old snapshots still read what they saw.
         for (s, m) in &snapshots {
-            let got = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), *s, false, usize::MAX).unwrap();
+            let got = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), s, false, usize::MAX).unwrap();
+            for k in (0..=255u8).step_by(17) {
+                prop_assert_eq!(store.get_at(ks, &key(k), s).unwrap(), m.get(&key(k)).cloned());
+            }
             let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             prop_assert_eq!(got, want);
         }
@@ -155,7 +181,7 @@ fn keyspaces_persist_and_scans_take_ranges_prefixes_and_limits() {
                 Bound::Included(b"p/0010".as_slice()),
                 Bound::Excluded(b"p/0020".as_slice()),
             ),
-            snap,
+            &snap,
             false,
             100,
         )
@@ -163,7 +189,7 @@ fn keyspaces_persist_and_scans_take_ranges_prefixes_and_limits() {
     assert_eq!(range.len(), 10);
     assert_eq!(range[0].0, b"p/0010");
     let rev = store
-        .scan(papers, (Bound::Unbounded, Bound::Unbounded), snap, true, 3)
+        .scan(papers, (Bound::Unbounded, Bound::Unbounded), &snap, true, 3)
         .unwrap();
     let keys: Vec<_> = rev
         .iter()
@@ -172,13 +198,14 @@ fn keyspaces_persist_and_scans_take_ranges_prefixes_and_limits() {
     assert_eq!(keys, ["p/0049", "p/0048", "p/0047"]);
     assert_eq!(
         store
-            .scan_prefix(papers, b"p/003", snap, 100)
+            .scan_prefix(papers, b"p/003", &snap, 100)
             .unwrap()
             .len(),
         10
     );
+    drop(snap);
     drop(store);
-    let store = Store::open(mem as Arc<dyn Device>).unwrap();
+    let store = reopen(&mem);
     let def = store.keyspace_def("authors").unwrap();
     assert_eq!(
         (def.format, def.schema.as_str()),
@@ -216,12 +243,12 @@ fn concurrent_writers_share_flushes_and_lose_nothing() {
     assert!(stats.wal_flushes <= 800);
     drop(store);
     mem.power_cut(PowerCutMode::DropUnflushed);
-    let store = Store::open(mem as Arc<dyn Device>).unwrap();
+    let store = reopen(&mem);
     let all = store
         .scan(
             ks,
             (Bound::Unbounded, Bound::Unbounded),
-            store.snapshot(),
+            &store.snapshot(),
             false,
             usize::MAX,
         )
@@ -231,7 +258,7 @@ fn concurrent_writers_share_flushes_and_lose_nothing() {
 
 #[test]
 fn bad_input_gets_clear_errors_and_loses_nothing() {
-    let (mem, store) = memory_store(4096);
+    let (mem, store) = memory_store(12288);
     let ks = store.keyspace("default").unwrap();
     store.put(ks, b"kept", b"1").unwrap();
     let err = store
@@ -258,19 +285,47 @@ fn bad_input_gets_clear_errors_and_loses_nothing() {
         .create_keyspace("default", ValueFormat::Raw, "")
         .unwrap_err();
     assert!(err.to_string().contains("exists already"), "{err}");
-    // The WAL ring fills (no table flush yet): a clear error, earlier writes intact.
+    // A batch larger than the whole WAL ring: a clear error, earlier writes intact.
+    let mut huge = WriteBatch::new();
+    for i in 0..3u8 {
+        huge.put(ks, &[b'h', i], &vec![i; 4 << 20]).unwrap();
+    }
+    let err = store.write(&huge).unwrap_err();
+    assert!(matches!(err, StoreError::WalFull { .. }), "{err}");
+    // Writing far more than the ring and the device hold works as long as
+    // keys are overwritten: flushes free the ring, compactions the space.
     let big = vec![7u8; 1 << 20];
+    for i in 0..40u8 {
+        store.put(ks, &[b'b', i % 4], &big).unwrap();
+    }
+    // Distinct keys until the device is full: a clear error, and every
+    // acknowledged write is still there after reopening.
+    let mut acknowledged = 0u32;
     let err = loop {
-        match store.put(ks, b"big", &big) {
-            Ok(_) => {}
+        match store.put(ks, format!("fill{acknowledged:05}").as_bytes(), &big) {
+            Ok(_) => acknowledged += 1,
             Err(e) => break e,
         }
     };
-    assert!(matches!(err, StoreError::WalFull { .. }), "{err}");
+    assert!(matches!(err, StoreError::DeviceFull { .. }), "{err}");
+    assert!(err.to_string().contains("blocks needed"), "{err}");
     drop(store);
-    let store = Store::open(mem as Arc<dyn Device>).unwrap();
+    let store = reopen(&mem);
     assert_eq!(store.get(ks, b"kept").unwrap().unwrap(), b"1");
-    assert_eq!(store.get(ks, b"big").unwrap().unwrap(), big);
+    assert_eq!(store.get(ks, &[b'b', 3]).unwrap().unwrap(), big);
+    for i in 0..acknowledged {
+        assert!(
+            store
+                .get(ks, format!("fill{i:05}").as_bytes())
+                .unwrap()
+                .is_some(),
+            "fill{i} lost"
+        );
+    }
+    assert!(
+        store.get(ks, b"h\x00").unwrap().is_none(),
+        "the refused batch left nothing"
+    );
 }
 
 #[test]
@@ -278,14 +333,18 @@ fn a_device_of_another_format_is_refused() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = dir.path().join("not-a-store");
     let dev = FileDevice::create(&path, 64 << 20, &FileOptions::default()).unwrap();
-    let err = Store::open(Arc::new(dev)).unwrap_err();
+    let err = Store::open(Arc::new(dev), &StoreConfig::default()).unwrap_err();
     assert!(matches!(err, StoreError::NotAStore { .. }), "{err}");
     assert!(err.to_string().contains("format it first"), "{err}");
     // And a real file-backed store works end to end.
     let dev: Arc<dyn Device> = Arc::new(FileDevice::open(&path, &FileOptions::default()).unwrap());
-    let store = Store::create(dev.clone(), &StoreConfig { wal_blocks: 256 }).unwrap();
+    let cfg = StoreConfig {
+        wal_blocks: 256,
+        ..StoreConfig::default()
+    };
+    let store = Store::create(dev.clone(), &cfg).unwrap();
     store.put(0, b"on", b"disk").unwrap();
     drop(store);
-    let store = Store::open(dev).unwrap();
+    let store = Store::open(dev, &cfg).unwrap();
     assert_eq!(store.get(0, b"on").unwrap().unwrap(), b"disk");
 }

@@ -1,0 +1,238 @@
+//! Leveled compaction: picks a level that is over its budget, merges its
+//! tables (all of level 0, or one table of a deeper level) with the
+//! overlapping tables of the next level, and writes the next level's new
+//! tables. Versions no live snapshot can see are dropped; so are deletes
+//! and range tombstones once nothing older is left below them.
+
+use crate::blocks::BlockDevice;
+use crate::error::Result;
+use crate::sst::{internal_cmp, BuiltTable, Entry, EntryKind, RangeTombstone, TableBuilder};
+use crate::version::{Levels, Table, MAX_LEVELS};
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub struct CompactionConfig {
+    /// Level 0 is compacted once it holds this many tables.
+    pub l0_trigger: usize,
+    /// Level 1's budget; each deeper level gets `multiplier` times more.
+    pub level_base_bytes: u64,
+    pub multiplier: u64,
+    /// Output tables are cut near this size (never between two versions of a key).
+    pub target_file_bytes: usize,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            l0_trigger: 4,
+            level_base_bytes: 256 << 20,
+            multiplier: 10,
+            target_file_bytes: 64 << 20,
+        }
+    }
+}
+
+/// What one compaction merges.
+#[derive(Debug)]
+pub struct Job {
+    pub keyspace: u32,
+    pub level: usize,
+    pub inputs: Vec<Arc<Table>>,
+    pub next_inputs: Vec<Arc<Table>>,
+    /// No table lives below the output level: deletes can go.
+    pub bottommost: bool,
+    /// Key ranges of tables at the merged levels that are not merged: a
+    /// range tombstone reaching into one of them must stay.
+    pub outside: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Smallest and largest key of `tables`, range tombstones included.
+fn span(tables: &[Arc<Table>]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let lo = tables
+        .iter()
+        .flat_map(|t| {
+            std::iter::once(&t.meta.smallest)
+                .chain(t.reader.range_tombstones.iter().map(|r| &r.start))
+        })
+        .min()?;
+    let hi = tables
+        .iter()
+        .flat_map(|t| {
+            std::iter::once(&t.meta.largest).chain(t.reader.range_tombstones.iter().map(|r| &r.end))
+        })
+        .max()?;
+    Some((lo.clone(), hi.clone()))
+}
+
+fn level_budget(cfg: &CompactionConfig, level: usize) -> u64 {
+    cfg.level_base_bytes * cfg.multiplier.pow(level.saturating_sub(1) as u32)
+}
+
+/// The most urgent compaction of a keyspace, if any is due. `cursor` picks
+/// which table of a deeper level goes next (round robin). With `force`
+/// (a manual compaction), the shallowest non-empty level above the deepest
+/// one is compacted even when within budget, so repeated calls push all
+/// data down into one level.
+pub fn pick(
+    cfg: &CompactionConfig,
+    keyspace: u32,
+    levels: &Levels,
+    cursor: usize,
+    force: bool,
+) -> Option<Job> {
+    let non_empty: Vec<usize> = (0..MAX_LEVELS)
+        .filter(|&l| !levels.level(l).is_empty())
+        .collect();
+    let deepest = *non_empty.last()?;
+    let level = if levels.level(0).len() >= cfg.l0_trigger {
+        0
+    } else if let Some(l) =
+        (1..MAX_LEVELS - 1).find(|&l| levels.level_bytes(l) > level_budget(cfg, l))
+    {
+        l
+    } else if force && (non_empty.len() > 1 || !levels.level(0).is_empty()) {
+        non_empty[0].min(deepest)
+    } else {
+        return None;
+    };
+    let inputs: Vec<Arc<Table>> = if level == 0 {
+        levels.level(0).to_vec()
+    } else {
+        let tables = levels.level(level);
+        vec![tables[cursor % tables.len()].clone()]
+    };
+    // The span covers the inputs' range tombstones too: every next-level
+    // table they may delete from joins the merge.
+    let (smallest, largest) = span(&inputs)?;
+    let next_inputs: Vec<Arc<Table>> = levels
+        .level(level + 1)
+        .iter()
+        .filter(|t| t.meta.largest >= smallest && t.meta.smallest <= largest)
+        .cloned()
+        .collect();
+    let bottommost = (level + 2..MAX_LEVELS).all(|l| levels.level(l).is_empty());
+    let merged = |t: &Arc<Table>| inputs.iter().chain(&next_inputs).any(|m| Arc::ptr_eq(m, t));
+    let outside = (level.max(1)..MAX_LEVELS)
+        .flat_map(|l| levels.level(l).iter())
+        .filter(|t| !merged(t))
+        .map(|t| (t.meta.smallest.clone(), t.meta.largest.clone()))
+        .collect();
+    Some(Job {
+        keyspace,
+        level,
+        inputs,
+        next_inputs,
+        bottommost,
+        outside,
+    })
+}
+
+/// The snapshot stripe a sequence falls in: the index of the oldest live
+/// snapshot at or above it (`snapshots.len()` for the newest stripe).
+fn stripe(snapshots: &[u64], seq: u64) -> usize {
+    snapshots.partition_point(|&s| s < seq)
+}
+
+/// Merges the job's tables into new tables for the next level.
+/// `snapshots`: the sequence numbers of live snapshots, ascending.
+pub fn run(
+    dev: &BlockDevice,
+    job: &Job,
+    snapshots: &[u64],
+    target_file_bytes: usize,
+) -> Result<Vec<BuiltTable>> {
+    let mut entries: Vec<Entry> = Vec::new();
+    let mut tombstones: Vec<RangeTombstone> = Vec::new();
+    for t in job.inputs.iter().chain(&job.next_inputs) {
+        entries.extend(t.reader.entries(dev)?);
+        tombstones.extend(t.reader.range_tombstones.iter().cloned());
+    }
+    entries.sort_by(|a, b| internal_cmp(&a.key, a.seq, &b.key, b.seq));
+    entries.dedup_by(|a, b| a.key == b.key && a.seq == b.seq);
+
+    let covered = |e: &Entry| {
+        tombstones.iter().any(|t| {
+            t.seq > e.seq
+                && stripe(snapshots, t.seq) == stripe(snapshots, e.seq)
+                && t.start.as_slice() <= e.key.as_slice()
+                && e.key.as_slice() < t.end.as_slice()
+        })
+    };
+    // Keep the newest version of each key in each snapshot stripe.
+    let mut kept: Vec<Entry> = Vec::new();
+    let mut last: Option<(Vec<u8>, usize)> = None;
+    for e in entries {
+        let s = stripe(snapshots, e.seq);
+        if last.as_ref().is_some_and(|(k, ls)| *k == e.key && *ls == s) {
+            continue;
+        }
+        last = Some((e.key.clone(), s));
+        if covered(&e) {
+            continue;
+        }
+        // Oldest stripe, bottom of the tree: nothing older remains to hide.
+        if e.kind == EntryKind::Delete && job.bottommost && s == 0 {
+            continue;
+        }
+        kept.push(e);
+    }
+    let live_tombstones: Vec<RangeTombstone> = tombstones
+        .into_iter()
+        // Without snapshots at the bottom, and with no unmerged table in its
+        // range, every key a tombstone covers was in this merge and is gone.
+        .filter(|t| {
+            let reaches_outside = job.outside.iter().any(|(lo, hi)| {
+                lo.as_slice() < t.end.as_slice() && hi.as_slice() >= t.start.as_slice()
+            });
+            !(job.bottommost && snapshots.is_empty() && !reaches_outside)
+        })
+        .collect();
+
+    let mut outputs = Vec::new();
+    let mut builder = TableBuilder::new();
+    let mut prev_key: Option<Vec<u8>> = None;
+    for e in &kept {
+        let new_key = prev_key.as_deref() != Some(e.key.as_slice());
+        if new_key && builder.entries() > 0 && builder.estimated_bytes() >= target_file_bytes {
+            outputs.push(std::mem::take(&mut builder));
+        }
+        builder.add(e);
+        prev_key = Some(e.key.clone());
+    }
+    if builder.entries() > 0 || !live_tombstones.is_empty() {
+        outputs.push(builder);
+    }
+    // Range tombstones go to every output (they are few, and reads apply
+    // every table's tombstones, whatever its key range).
+    let span_lo = job
+        .inputs
+        .iter()
+        .chain(&job.next_inputs)
+        .map(|t| t.meta.smallest.clone())
+        .min()
+        .unwrap_or_default();
+    let span_hi = job
+        .inputs
+        .iter()
+        .chain(&job.next_inputs)
+        .map(|t| t.meta.largest.clone())
+        .max()
+        .unwrap_or_default();
+    Ok(outputs
+        .into_iter()
+        .map(|mut b| {
+            let only_tombstones = b.entries() == 0;
+            for t in &live_tombstones {
+                b.add_range_tombstone(t.clone());
+            }
+            let mut built = b.finish();
+            if only_tombstones {
+                // The span this merge emptied in the next level: disjoint
+                // from every table left there.
+                built.smallest = span_lo.clone();
+                built.largest = span_hi.clone();
+            }
+            built
+        })
+        .collect())
+}

@@ -1,0 +1,225 @@
+//! The set of live tables per keyspace and level, and reads that merge the
+//! memtables with them: newest source first, range tombstones applied.
+
+use crate::blocks::{BlockDevice, Extent};
+use crate::error::Result;
+use crate::manifest::TableMeta;
+use crate::memtable::Memtable;
+use crate::sst::{EntryKind, RangeTombstone, TableReader};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Levels a keyspace may have.
+pub const MAX_LEVELS: usize = 7;
+
+/// A live table. Once a compaction has replaced it, its extent is freed
+/// when the last reader lets go of it.
+#[derive(Debug)]
+pub struct Table {
+    pub meta: TableMeta,
+    pub reader: TableReader,
+    obsolete: AtomicBool,
+    released: Arc<Mutex<Vec<Extent>>>,
+}
+
+impl Table {
+    pub fn new(meta: TableMeta, reader: TableReader, released: Arc<Mutex<Vec<Extent>>>) -> Self {
+        Table {
+            meta,
+            reader,
+            obsolete: AtomicBool::new(false),
+            released,
+        }
+    }
+
+    pub fn mark_obsolete(&self) {
+        self.obsolete.store(true, Ordering::Release);
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.meta.data.block_count as u64 * crate::blocks::STORE_BLOCK_BYTES as u64
+    }
+
+    fn covers(&self, key: &[u8]) -> bool {
+        self.meta.smallest.as_slice() <= key && key <= self.meta.largest.as_slice()
+    }
+
+    fn overlaps(&self, start: &[u8], end: Option<&[u8]>) -> bool {
+        self.meta.largest.as_slice() >= start
+            && end.is_none_or(|e| self.meta.smallest.as_slice() < e)
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        if self.obsolete.load(Ordering::Acquire) {
+            self.released
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(self.meta.data);
+        }
+    }
+}
+
+/// Tables of one keyspace: level 0 newest first (may overlap), deeper
+/// levels sorted by key and disjoint.
+#[derive(Debug, Clone, Default)]
+pub struct Levels {
+    pub levels: Vec<Vec<Arc<Table>>>,
+}
+
+impl Levels {
+    pub fn level(&self, l: usize) -> &[Arc<Table>] {
+        self.levels.get(l).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn level_mut(&mut self, l: usize) -> &mut Vec<Arc<Table>> {
+        if self.levels.len() <= l {
+            self.levels.resize_with(l + 1, Vec::new);
+        }
+        &mut self.levels[l]
+    }
+
+    /// Puts a table in its level, keeping the level's order.
+    pub fn insert(&mut self, t: Arc<Table>) {
+        let level = t.meta.level as usize;
+        let v = self.level_mut(level);
+        v.push(t);
+        if level == 0 {
+            v.sort_by(|a, b| b.meta.file_no.cmp(&a.meta.file_no));
+        } else {
+            v.sort_by(|a, b| a.meta.smallest.cmp(&b.meta.smallest));
+        }
+    }
+
+    pub fn remove(&mut self, file_no: u64) {
+        for v in &mut self.levels {
+            v.retain(|t| t.meta.file_no != file_no);
+        }
+    }
+
+    /// Tables that may hold `key`, newest source first.
+    fn candidates<'a>(&'a self, key: &'a [u8]) -> impl Iterator<Item = &'a Arc<Table>> + 'a {
+        self.levels.iter().enumerate().flat_map(move |(l, tables)| {
+            let pick: Vec<&Arc<Table>> = if l == 0 {
+                tables.iter().filter(|t| t.covers(key)).collect()
+            } else {
+                let i = tables.partition_point(|t| t.meta.largest.as_slice() < key);
+                tables
+                    .get(i)
+                    .filter(|t| t.covers(key))
+                    .into_iter()
+                    .collect()
+            };
+            pick.into_iter()
+        })
+    }
+
+    /// Every table, newest source first.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<Table>> {
+        self.levels.iter().flatten()
+    }
+
+    pub fn level_bytes(&self, l: usize) -> u64 {
+        self.level(l).iter().map(|t| t.size_bytes()).sum()
+    }
+}
+
+/// The live tables of every keyspace.
+#[derive(Debug, Clone, Default)]
+pub struct Version {
+    pub keyspaces: BTreeMap<u32, Levels>,
+}
+
+impl Version {
+    pub fn levels(&self, keyspace: u32) -> Option<&Levels> {
+        self.keyspaces.get(&keyspace)
+    }
+}
+
+fn tombstone_seq(ts: &[RangeTombstone], key: &[u8], snapshot: u64) -> u64 {
+    ts.iter()
+        .filter(|t| t.seq <= snapshot && t.start.as_slice() <= key && key < t.end.as_slice())
+        .map(|t| t.seq)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The value of `key` at `snapshot`, searching the memtables (newest first)
+/// and then the tables. Each source is newer than every later one, so the
+/// first version found is the answer unless a range tombstone seen so far
+/// is newer.
+pub fn get(
+    dev: &BlockDevice,
+    memtables: &[&Memtable],
+    version: &Version,
+    keyspace: u32,
+    key: &[u8],
+    snapshot: u64,
+) -> Result<Option<Vec<u8>>> {
+    let mut deleted_at = 0u64;
+    for m in memtables {
+        deleted_at = deleted_at.max(m.range_deleted_at(keyspace, key, snapshot));
+        if let Some((seq, v)) = m.newest_version(keyspace, key, snapshot) {
+            return Ok(if seq > deleted_at { v } else { None });
+        }
+    }
+    let Some(levels) = version.levels(keyspace) else {
+        return Ok(None);
+    };
+    // Range tombstones of a table apply to older tables too, whether or not
+    // the table's point keys cover `key`.
+    for t in levels.all() {
+        deleted_at = deleted_at.max(tombstone_seq(&t.reader.range_tombstones, key, snapshot));
+    }
+    for t in levels.candidates(key) {
+        if let Some(e) = t.reader.get(dev, key, snapshot)? {
+            let live = e.seq > deleted_at && e.kind == EntryKind::Put;
+            return Ok(live.then_some(e.value));
+        }
+    }
+    Ok(None)
+}
+
+/// Live pairs of `keyspace` in `[start, end)` at `snapshot`, in key order.
+pub fn scan(
+    dev: &BlockDevice,
+    memtables: &[&Memtable],
+    version: &Version,
+    keyspace: u32,
+    start: &[u8],
+    end: Option<&[u8]>,
+    snapshot: u64,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    // Newest visible version per key, and every range tombstone.
+    let mut newest: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
+    let mut tombstones: Vec<RangeTombstone> = Vec::new();
+    let mut take = |entries: Vec<crate::sst::Entry>| {
+        for e in entries.into_iter().filter(|e| e.seq <= snapshot) {
+            let slot = newest.entry(e.key).or_insert((0, None));
+            if e.seq >= slot.0 {
+                *slot = (e.seq, (e.kind == EntryKind::Put).then_some(e.value));
+            }
+        }
+    };
+    for m in memtables {
+        take(m.versions(keyspace, start, end));
+        tombstones.extend(m.range_tombstones(keyspace));
+    }
+    if let Some(levels) = version.levels(keyspace) {
+        for t in levels.all() {
+            tombstones.extend(t.reader.range_tombstones.iter().cloned());
+            if t.overlaps(start, end) {
+                take(t.reader.range(dev, start, end)?);
+            }
+        }
+    }
+    Ok(newest
+        .into_iter()
+        .filter_map(|(k, (seq, v))| {
+            let v = v?;
+            (seq > tombstone_seq(&tombstones, &k, snapshot)).then_some((k, v))
+        })
+        .collect())
+}
