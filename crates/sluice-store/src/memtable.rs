@@ -102,6 +102,31 @@ impl Memtable {
             })
     }
 
+    /// Every version of every key of `keyspace` from `start` on, in internal order.
+    pub fn iter_from<'a>(
+        &'a self,
+        keyspace: u32,
+        start: &[u8],
+    ) -> impl Iterator<Item = Entry> + 'a {
+        let lower = (keyspace, start.to_vec(), Reverse(u64::MAX));
+        self.entries
+            .range(lower..)
+            .take_while(move |((ks, _, _), _)| *ks == keyspace)
+            .map(|((_, k, Reverse(seq)), v)| Entry {
+                key: k.clone(),
+                seq: *seq,
+                kind: if matches!(v, Version::Value(_)) {
+                    EntryKind::Put
+                } else {
+                    EntryKind::Delete
+                },
+                value: match v {
+                    Version::Value(v) => v.clone(),
+                    Version::Tombstone => Vec::new(),
+                },
+            })
+    }
+
     /// Every version of every key of `keyspace` in `[start, end)` (end None:
     /// unbounded), in internal order.
     pub fn versions(&self, keyspace: u32, start: &[u8], end: Option<&[u8]>) -> Vec<Entry> {

@@ -540,6 +540,20 @@ impl TableReader {
         Ok(out)
     }
 
+    /// A cursor over the entries from the first key ≥ `start`, reading one
+    /// data block at a time.
+    pub fn cursor<'a>(&'a self, dev: &'a BlockDevice, start: &[u8]) -> TableCursor<'a> {
+        TableCursor {
+            table: self,
+            dev,
+            next_block: self
+                .index
+                .partition_point(|e| e.last_key.as_slice() < start),
+            entries: Vec::new().into_iter(),
+            start: start.to_vec(),
+        }
+    }
+
     /// Entries whose key lies in `[start, end)` (end None: unbounded), in order.
     pub fn range(&self, dev: &BlockDevice, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Entry>> {
         let first = self
@@ -643,4 +657,35 @@ fn decode_block(b: &[u8]) -> Option<Vec<Entry>> {
         });
     }
     Some(out)
+}
+
+/// See [`TableReader::cursor`].
+pub struct TableCursor<'a> {
+    table: &'a TableReader,
+    dev: &'a BlockDevice,
+    next_block: usize,
+    entries: std::vec::IntoIter<Entry>,
+    start: Vec<u8>,
+}
+
+impl TableCursor<'_> {
+    /// The next entry, or None at the end of the table.
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+        loop {
+            if let Some(e) = self.entries.next() {
+                if e.key.as_slice() < self.start.as_slice() {
+                    continue;
+                }
+                return Ok(Some(e));
+            }
+            if self.next_block >= self.table.index.len() {
+                return Ok(None);
+            }
+            self.entries = self
+                .table
+                .read_block(self.dev, self.next_block)?
+                .into_iter();
+            self.next_block += 1;
+        }
+    }
 }

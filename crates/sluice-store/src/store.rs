@@ -530,19 +530,23 @@ impl Store {
         let (mems, version) = self.read_view();
         let guards: Vec<_> = mems.iter().map(|m| read(m)).collect();
         let refs: Vec<&Memtable> = guards.iter().map(|g| &**g).collect();
+        // A reverse scan collects the range and turns it around.
+        let take = if reverse { usize::MAX } else { limit };
+        let dev = &self.inner.dev;
         let mut all = version::scan(
-            &self.inner.dev,
+            dev,
             &refs,
             &version,
             keyspace,
             &start,
             end.as_deref(),
             snapshot.seq,
+            take,
         )?;
         if reverse {
             all.reverse();
+            all.truncate(limit);
         }
-        all.truncate(limit);
         Ok(all)
     }
 

@@ -182,7 +182,24 @@ pub fn get(
     Ok(None)
 }
 
-/// Live pairs of `keyspace` in `[start, end)` at `snapshot`, in key order.
+/// One input of a merged scan: its next entry in internal order.
+enum Source<'a> {
+    Memtable(Box<dyn Iterator<Item = crate::sst::Entry> + 'a>),
+    Table(crate::sst::TableCursor<'a>),
+}
+
+impl Source<'_> {
+    fn next(&mut self) -> Result<Option<crate::sst::Entry>> {
+        match self {
+            Source::Memtable(it) => Ok(it.next()),
+            Source::Table(c) => c.next_entry(),
+        }
+    }
+}
+
+/// Live pairs of `keyspace` in `[start, end)` at `snapshot`, in key order,
+/// at most `limit`: a streaming merge of every source that reads table
+/// blocks only as far as the scan goes.
 pub fn scan(
     dev: &BlockDevice,
     memtables: &[&Memtable],
@@ -191,35 +208,55 @@ pub fn scan(
     start: &[u8],
     end: Option<&[u8]>,
     snapshot: u64,
+    limit: usize,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    // Newest visible version per key, and every range tombstone.
-    let mut newest: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
     let mut tombstones: Vec<RangeTombstone> = Vec::new();
-    let mut take = |entries: Vec<crate::sst::Entry>| {
-        for e in entries.into_iter().filter(|e| e.seq <= snapshot) {
-            let slot = newest.entry(e.key).or_insert((0, None));
-            if e.seq >= slot.0 {
-                *slot = (e.seq, (e.kind == EntryKind::Put).then_some(e.value));
-            }
-        }
-    };
+    let mut sources: Vec<Source<'_>> = Vec::new();
     for m in memtables {
-        take(m.versions(keyspace, start, end));
         tombstones.extend(m.range_tombstones(keyspace));
+        sources.push(Source::Memtable(Box::new(m.iter_from(keyspace, start))));
     }
     if let Some(levels) = version.levels(keyspace) {
         for t in levels.all() {
             tombstones.extend(t.reader.range_tombstones.iter().cloned());
             if t.overlaps(start, end) {
-                take(t.reader.range(dev, start, end)?);
+                sources.push(Source::Table(t.reader.cursor(dev, start)));
             }
         }
     }
-    Ok(newest
-        .into_iter()
-        .filter_map(|(k, (seq, v))| {
-            let v = v?;
-            (seq > tombstone_seq(&tombstones, &k, snapshot)).then_some((k, v))
-        })
-        .collect())
+    tombstones.retain(|t| t.seq <= snapshot);
+    let mut heads: Vec<Option<crate::sst::Entry>> = Vec::with_capacity(sources.len());
+    for s in &mut sources {
+        heads.push(s.next()?);
+    }
+    let mut out = Vec::new();
+    let mut decided: Option<Vec<u8>> = None;
+    while out.len() < limit {
+        // The smallest head in internal order: the newest version of the
+        // smallest key.
+        let Some(i) = (0..heads.len())
+            .filter(|&i| heads[i].is_some())
+            .min_by(|&a, &b| {
+                let (x, y) = (
+                    heads[a].as_ref().expect("some"),
+                    heads[b].as_ref().expect("some"),
+                );
+                crate::sst::internal_cmp(&x.key, x.seq, &y.key, y.seq)
+            })
+        else {
+            break;
+        };
+        let e = std::mem::replace(&mut heads[i], sources[i].next()?).expect("some");
+        if end.is_some_and(|end| e.key.as_slice() >= end) {
+            break;
+        }
+        if e.seq > snapshot || decided.as_deref() == Some(e.key.as_slice()) {
+            continue;
+        }
+        decided = Some(e.key.clone());
+        if e.kind == EntryKind::Put && e.seq > tombstone_seq(&tombstones, &e.key, snapshot) {
+            out.push((e.key, e.value));
+        }
+    }
+    Ok(out)
 }
