@@ -28,4 +28,4 @@ pub mod wal;
 pub use batch::WriteBatch;
 pub use error::{Result, StoreError};
 pub use manifest::ValueFormat;
-pub use store::{Snapshot, Store, StoreConfig, StoreStats, DEFAULT_KEYSPACE};
+pub use store::{Snapshot, Store, StoreConfig, StoreStats, WriteOptions, DEFAULT_KEYSPACE};

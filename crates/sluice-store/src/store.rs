@@ -47,6 +47,19 @@ impl Default for StoreConfig {
     }
 }
 
+/// How a write is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Return only once the write is durable (the default).
+    pub sync: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions { sync: true }
+    }
+}
+
 #[derive(Debug, Default)]
 struct SnapshotRegistry {
     live: Mutex<BTreeMap<u64, usize>>,
@@ -365,10 +378,18 @@ impl Store {
     /// Applies `batch` atomically and durably; returns the sequence number
     /// of its last operation. Returns only once the batch survives a crash.
     pub fn write(&self, batch: &WriteBatch) -> Result<u64> {
-        self.write_inner(batch, false)
+        self.write_with(batch, WriteOptions::default())
     }
 
-    fn write_inner(&self, batch: &WriteBatch, retried: bool) -> Result<u64> {
+    /// [`Store::write`] with options: `sync: false` returns once the batch
+    /// is in the WAL's open block and the memtable, before it is durable
+    /// (as RocksDB's default); a crash may lose it, never part of it. Its
+    /// block is written when it fills, or with the next synced write.
+    pub fn write_with(&self, batch: &WriteBatch, options: WriteOptions) -> Result<u64> {
+        self.write_inner(batch, options, false)
+    }
+
+    fn write_inner(&self, batch: &WriteBatch, options: WriteOptions, retried: bool) -> Result<u64> {
         if batch.is_empty() {
             return Ok(lock(&self.inner.visible).seq);
         }
@@ -392,7 +413,7 @@ impl Store {
                 Err(StoreError::WalFull { .. }) if !retried => {
                     drop(next);
                     inner.flush()?;
-                    return self.write_inner(batch, true);
+                    return self.write_inner(batch, options, true);
                 }
                 other => other?,
             };
@@ -401,7 +422,11 @@ impl Store {
             (first, pos)
         };
         let last = first + batch.len() as u64 - 1;
-        let committed = inner.wal.commit(pos);
+        let committed = if options.sync {
+            inner.wal.commit(pos)
+        } else {
+            Ok(())
+        };
         self.publish(first, last, committed.as_ref().err().map(|e| e.to_string()))?;
         committed?;
         Ok(last)
@@ -908,6 +933,15 @@ impl Drop for Store {
             self.inner.shutdown.store(true, Ordering::Release);
             self.inner.wake_background();
             let _ = handle.join();
+        }
+        // A clean close makes unsynced writes durable too.
+        let closed = self
+            .inner
+            .wal
+            .close_block()
+            .and_then(|_| self.inner.dev.flush());
+        if let Err(e) = closed {
+            log::error!("closing the store: unsynced writes may be lost: {e}");
         }
     }
 }
