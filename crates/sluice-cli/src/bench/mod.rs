@@ -3,6 +3,7 @@
 
 mod fio;
 mod io;
+mod kv;
 mod pool;
 
 use anyhow::{Context, Result};
@@ -20,12 +21,15 @@ pub enum BenchCommand {
     /// The uDMA experiments: pinning cost against memcpy, and I/O response
     /// time with the pool, per-request registration and unregistered buffers.
     Pool(pool::PoolArgs),
+    /// db_bench's workloads on Sluice's store against RocksDB's db_bench.
+    Kv(kv::KvBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Io(args) => io::run(&args),
         BenchCommand::Pool(args) => pool::run(&args),
+        BenchCommand::Kv(args) => kv::run(&args),
     }
 }
 
