@@ -15,6 +15,7 @@
 pub mod alloc;
 pub mod batch;
 pub mod blocks;
+pub mod cache;
 pub mod compaction;
 pub mod error;
 pub mod manifest;

@@ -9,6 +9,7 @@ use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
 use crate::error::{Result, StoreError};
 use sluice_io::mem::{round_up, AlignedMem};
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 const FOOTER_MAGIC: &[u8; 8] = b"SLSTFOOT";
 /// A restart point (full key) every this many entries in a data block.
@@ -409,6 +410,7 @@ pub struct TableReader {
     bloom: Bloom,
     pub range_tombstones: Vec<RangeTombstone>,
     pub entries: u64,
+    cache: Option<Arc<crate::cache::BlockCache>>,
 }
 
 /// Which table a corruption report is about.
@@ -481,7 +483,14 @@ impl TableReader {
             bloom,
             range_tombstones,
             entries,
+            cache: None,
         })
+    }
+
+    /// Serves data blocks through `cache`.
+    pub fn with_cache(mut self, cache: Arc<crate::cache::BlockCache>) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     /// Memory held for this table (index, filter, tombstones).
@@ -493,20 +502,32 @@ impl TableReader {
             + self.bloom.bits.len()
     }
 
-    fn read_block(&self, dev: &BlockDevice, i: usize) -> Result<Vec<Entry>> {
+    fn read_block(&self, dev: &BlockDevice, i: usize) -> Result<Arc<Vec<Entry>>> {
+        let key = (self.file_no, i as u32);
+        if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
+            return Ok(hit);
+        }
         let e = &self.index[i];
         let block = self.extent.start_block + e.offset_blocks as u64;
-        let mut buf = AlignedMem::new(e.len_blocks as usize * STORE_BLOCK_BYTES);
+        let bytes = e.len_blocks as usize * STORE_BLOCK_BYTES;
+        let mut buf = AlignedMem::new(bytes);
         dev.read(block, buf.as_mut_slice())?;
-        decode_block(buf.as_slice()).ok_or_else(|| StoreError::Corrupt {
-            what: "SST data block",
-            block,
-            lba: dev.lba_of(block),
-            reason: format!(
-                "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
-                self.keyspace_name, self.file_no
-            ),
-        })
+        let entries =
+            Arc::new(
+                decode_block(buf.as_slice()).ok_or_else(|| StoreError::Corrupt {
+                    what: "SST data block",
+                    block,
+                    lba: dev.lba_of(block),
+                    reason: format!(
+                        "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
+                        self.keyspace_name, self.file_no
+                    ),
+                })?,
+            );
+        if let Some(c) = &self.cache {
+            c.insert(key, entries.clone(), bytes);
+        }
+        Ok(entries)
     }
 
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
@@ -520,12 +541,12 @@ impl TableReader {
         });
         for i in first..self.index.len() {
             let entries = self.read_block(dev, i)?;
-            for e in entries {
-                match internal_cmp(&e.key, e.seq, key, snapshot) {
-                    Ordering::Less => continue,
-                    _ if e.key == key => return Ok(Some(e)),
-                    _ => return Ok(None),
-                }
+            let at = entries
+                .partition_point(|e| internal_cmp(&e.key, e.seq, key, snapshot) == Ordering::Less);
+            match entries.get(at) {
+                Some(e) if e.key == key => return Ok(Some(e.clone())),
+                Some(_) => return Ok(None),
+                None => continue,
             }
         }
         Ok(None)
@@ -535,7 +556,7 @@ impl TableReader {
     pub fn entries(&self, dev: &BlockDevice) -> Result<Vec<Entry>> {
         let mut out = Vec::with_capacity(self.entries as usize);
         for i in 0..self.index.len() {
-            out.extend(self.read_block(dev, i)?);
+            out.extend(self.read_block(dev, i)?.iter().cloned());
         }
         Ok(out)
     }
@@ -549,7 +570,8 @@ impl TableReader {
             next_block: self
                 .index
                 .partition_point(|e| e.last_key.as_slice() < start),
-            entries: Vec::new().into_iter(),
+            block: Arc::new(Vec::new()),
+            pos: 0,
             start: start.to_vec(),
         }
     }
@@ -561,14 +583,14 @@ impl TableReader {
             .partition_point(|e| e.last_key.as_slice() < start);
         let mut out = Vec::new();
         for i in first..self.index.len() {
-            for e in self.read_block(dev, i)? {
+            for e in self.read_block(dev, i)?.iter() {
                 if e.key.as_slice() < start {
                     continue;
                 }
                 if end.is_some_and(|end| e.key.as_slice() >= end) {
                     return Ok(out);
                 }
-                out.push(e);
+                out.push(e.clone());
             }
         }
         Ok(out)
@@ -664,7 +686,8 @@ pub struct TableCursor<'a> {
     table: &'a TableReader,
     dev: &'a BlockDevice,
     next_block: usize,
-    entries: std::vec::IntoIter<Entry>,
+    block: Arc<Vec<Entry>>,
+    pos: usize,
     start: Vec<u8>,
 }
 
@@ -672,19 +695,18 @@ impl TableCursor<'_> {
     /// The next entry, or None at the end of the table.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         loop {
-            if let Some(e) = self.entries.next() {
-                if e.key.as_slice() < self.start.as_slice() {
-                    continue;
-                }
-                return Ok(Some(e));
+            if let Some(e) = self.block.get(self.pos) {
+                self.pos += 1;
+                return Ok(Some(e.clone()));
             }
             if self.next_block >= self.table.index.len() {
                 return Ok(None);
             }
-            self.entries = self
-                .table
-                .read_block(self.dev, self.next_block)?
-                .into_iter();
+            self.block = self.table.read_block(self.dev, self.next_block)?;
+            // Entries before the start key are skipped at once.
+            self.pos = self
+                .block
+                .partition_point(|e| e.key.as_slice() < self.start.as_slice());
             self.next_block += 1;
         }
     }

@@ -5,6 +5,7 @@
 
 use crate::batch::WriteBatch;
 use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::cache::BlockCache;
 use crate::compaction::{self, CompactionConfig};
 use crate::error::{Result, StoreError};
 use crate::manifest::{Edit, KeyspaceDef, Manifest, TableMeta, ValueFormat, WalPlace};
@@ -34,6 +35,8 @@ pub struct StoreConfig {
     pub compaction: CompactionConfig,
     /// Run compactions in a background thread (off: only `compact()`).
     pub background_compaction: bool,
+    /// Decoded data blocks kept in memory (there is no page cache below).
+    pub block_cache_bytes: usize,
 }
 
 impl Default for StoreConfig {
@@ -43,6 +46,7 @@ impl Default for StoreConfig {
             write_buffer_bytes: 64 << 20,
             compaction: CompactionConfig::default(),
             background_compaction: true,
+            block_cache_bytes: 64 << 20,
         }
     }
 }
@@ -109,6 +113,9 @@ pub struct StoreStats {
     pub pinned_index_bytes: usize,
     pub flushes: u64,
     pub compactions: u64,
+    pub block_cache_used_bytes: usize,
+    pub block_cache_hits: u64,
+    pub block_cache_misses: u64,
 }
 
 struct Visible {
@@ -124,6 +131,7 @@ struct Memtables {
 
 struct Inner {
     dev: BlockDevice,
+    cache: Arc<BlockCache>,
     config: StoreConfig,
     manifest: Mutex<Manifest>,
     keyspaces: RwLock<BTreeMap<String, KeyspaceDef>>,
@@ -220,6 +228,7 @@ impl Store {
             reason: "no write-ahead log recorded".into(),
         })?;
         let released = Arc::new(Mutex::new(Vec::new()));
+        let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
         let mut version = Version::default();
         for meta in state.tables.values() {
             let name = state
@@ -233,7 +242,8 @@ impl Store {
                     keyspace: name,
                     file_no: meta.file_no,
                 },
-            )?;
+            )?
+            .with_cache(cache.clone());
             version
                 .keyspaces
                 .entry(meta.keyspace)
@@ -268,6 +278,7 @@ impl Store {
         let wal = Wal::open(dev.clone(), layout, place.tail_seq, recovered.next_seq)?;
         let inner = Arc::new(Inner {
             dev,
+            cache,
             config: config.clone(),
             manifest: Mutex::new(manifest),
             keyspaces: RwLock::new(keyspaces),
@@ -645,6 +656,9 @@ impl Store {
             pinned_index_bytes: pinned,
             flushes: inner.flushes.load(Ordering::Relaxed),
             compactions: inner.compactions.load(Ordering::Relaxed),
+            block_cache_used_bytes: inner.cache.used_bytes(),
+            block_cache_hits: inner.cache.hits(),
+            block_cache_misses: inner.cache.misses(),
         }
     }
 }
@@ -785,7 +799,8 @@ impl Inner {
                         keyspace: name,
                         file_no: meta.file_no,
                     },
-                )?;
+                )?
+                .with_cache(inner.cache.clone());
                 Ok(Arc::new(Table::new(meta, reader, inner.released.clone())))
             })
             .collect()

@@ -173,3 +173,31 @@ fn a_corrupt_data_block_is_reported_with_table_block_and_lba() {
         "{err}"
     );
 }
+
+#[test]
+fn the_block_cache_serves_repeated_reads_and_stays_within_budget() {
+    use sluice_store::cache::BlockCache;
+    let dev = device();
+    let entries: Vec<Entry> = (0..3000u32)
+        .map(|i| Entry {
+            key: format!("{i:06}").into_bytes(),
+            seq: 1,
+            kind: EntryKind::Put,
+            value: vec![3; 60],
+        })
+        .collect();
+    let cache = Arc::new(BlockCache::new(8 * STORE_BLOCK_BYTES));
+    let t = build(&dev, &entries, &[]).with_cache(cache.clone());
+    for _ in 0..3 {
+        assert!(t.get(&dev, b"000010", 5).unwrap().is_some());
+    }
+    assert_eq!((cache.misses(), cache.hits()), (1, 2));
+    // A full pass touches every block: the cache never holds more than its budget.
+    assert_eq!(t.entries(&dev).unwrap().len(), 3000);
+    assert!(
+        cache.used_bytes() <= 8 * STORE_BLOCK_BYTES,
+        "{}",
+        cache.used_bytes()
+    );
+    assert!(t.get(&dev, b"002999", 5).unwrap().is_some());
+}

@@ -14,6 +14,8 @@ fn small_config() -> StoreConfig {
     let mut cfg = StoreConfig {
         wal_blocks: 2048,
         write_buffer_bytes: 48 << 10,
+        // Small enough that blocks are evicted all the time.
+        block_cache_bytes: 24 << 10,
         ..StoreConfig::default()
     };
     cfg.compaction.l0_trigger = 3;

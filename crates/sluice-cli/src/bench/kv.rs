@@ -17,7 +17,10 @@ use std::time::Instant;
 pub struct KvBenchArgs {
     /// Comma-separated db_bench workloads: fillseq, fillrandom, overwrite,
     /// readrandom, seekrandom, readseq.
-    #[arg(long, default_value = "fillrandom,overwrite,readrandom,seekrandom,readseq,fillseq")]
+    #[arg(
+        long,
+        default_value = "fillrandom,overwrite,readrandom,seekrandom,readseq,fillseq"
+    )]
     benchmarks: String,
     /// Keys written by each fill.
     #[arg(long, default_value_t = 100_000)]
@@ -56,7 +59,14 @@ pub struct KvBenchArgs {
     json: Option<PathBuf>,
 }
 
-const KNOWN: &[&str] = &["fillseq", "fillrandom", "overwrite", "readrandom", "seekrandom", "readseq"];
+const KNOWN: &[&str] = &[
+    "fillseq",
+    "fillrandom",
+    "overwrite",
+    "readrandom",
+    "seekrandom",
+    "readseq",
+];
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Figures {
@@ -73,14 +83,26 @@ fn make_key(n: u64, key_size: usize) -> Vec<u8> {
 }
 
 pub fn run(args: &KvBenchArgs) -> Result<()> {
-    let workloads: Vec<&str> = args.benchmarks.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let workloads: Vec<&str> = args
+        .benchmarks
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     for w in &workloads {
         if !KNOWN.contains(w) {
             bail!("unknown workload {w:?}; known: {}", KNOWN.join(", "));
         }
     }
-    if args.key_size < 8 || args.value_size == 0 || args.num == 0 || args.threads == 0 || args.repeat == 0 {
-        bail!("--key_size must be at least 8, and --value_size, --num, --threads, --repeat positive");
+    if args.key_size < 8
+        || args.value_size == 0
+        || args.num == 0
+        || args.threads == 0
+        || args.repeat == 0
+    {
+        bail!(
+            "--key_size must be at least 8, and --value_size, --num, --threads, --repeat positive"
+        );
     }
     if !args.no_rocksdb {
         Command::new("db_bench")
@@ -98,14 +120,19 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         "workload", "ours ops/s", "rocksdb ops/s", "ours/rdb", "ours p50/p99", "rdb p50/p99"
     );
     let mut report = Vec::new();
-    let (mut ours_runs, mut rdb_runs): (Vec<Vec<Figures>>, Vec<Vec<Figures>>) =
-        (vec![Vec::new(); workloads.len()], vec![Vec::new(); workloads.len()]);
+    let (mut ours_runs, mut rdb_runs): (Vec<Vec<Figures>>, Vec<Vec<Figures>>) = (
+        vec![Vec::new(); workloads.len()],
+        vec![Vec::new(); workloads.len()],
+    );
     for _ in 0..args.repeat {
         for (i, f) in run_ours(args, &workloads, reads)?.into_iter().enumerate() {
             ours_runs[i].push(f);
         }
         if !args.no_rocksdb {
-            for (i, f) in run_db_bench(args, &workloads, reads)?.into_iter().enumerate() {
+            for (i, f) in run_db_bench(args, &workloads, reads)?
+                .into_iter()
+                .enumerate()
+            {
                 rdb_runs[i].push(f);
             }
         }
@@ -118,10 +145,13 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
             "{:<12} {:>12.0} {:>12} {:>9} {:>14} {:>14}",
             w,
             ours.ops_per_s,
-            rdb.as_ref().map_or_else(dash, |r| format!("{:.0}", r.ops_per_s)),
-            rdb.as_ref().map_or_else(dash, |r| format!("{:.2}", ours.ops_per_s / r.ops_per_s)),
+            rdb.as_ref()
+                .map_or_else(dash, |r| format!("{:.0}", r.ops_per_s)),
+            rdb.as_ref()
+                .map_or_else(dash, |r| format!("{:.2}", ours.ops_per_s / r.ops_per_s)),
             format!("{:.1}/{:.1}", ours.p50_us, ours.p99_us),
-            rdb.as_ref().map_or_else(dash, |r| format!("{:.1}/{:.1}", r.p50_us, r.p99_us)),
+            rdb.as_ref()
+                .map_or_else(dash, |r| format!("{:.1}/{:.1}", r.p50_us, r.p99_us)),
         );
         report.push(serde_json::json!({ "workload": w, "ours": ours, "rocksdb": rdb }));
     }
@@ -151,12 +181,20 @@ fn fresh_store(args: &KvBenchArgs) -> Result<Store> {
     }
     let _ = std::fs::remove_file(&args.device);
     let dev = FileDevice::create(&args.device, device_bytes(args), &FileOptions::default())?;
-    Ok(Store::create(Arc::new(dev) as Arc<dyn Device>, &StoreConfig::default())?)
+    let config = StoreConfig {
+        block_cache_bytes: args.cache_size as usize,
+        ..StoreConfig::default()
+    };
+    Ok(Store::create(Arc::new(dev) as Arc<dyn Device>, &config)?)
 }
 
 /// Runs `op(thread, i)` `count` times on each of `threads` threads and
 /// returns ops/s and the latency histogram.
-fn timed(threads: usize, count: u64, op: &(dyn Fn(usize, u64, &mut SmallRng) -> Result<()> + Sync)) -> Result<Figures> {
+fn timed(
+    threads: usize,
+    count: u64,
+    op: &(dyn Fn(usize, u64, &mut SmallRng) -> Result<()> + Sync),
+) -> Result<Figures> {
     let start = Instant::now();
     let hists: Vec<Result<Histogram<u64>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -173,7 +211,10 @@ fn timed(threads: usize, count: u64, op: &(dyn Fn(usize, u64, &mut SmallRng) -> 
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("bench thread")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect()
     });
     let elapsed = start.elapsed().as_secs_f64();
     let mut all = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
@@ -210,7 +251,9 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
         };
         let figures = match w {
             "fillseq" => timed(args.threads, num, &|t, i, _| put(t as u64 * num + i))?,
-            "fillrandom" | "overwrite" => timed(args.threads, num, &|_, _, rng| put(rng.gen_range(0..num)))?,
+            "fillrandom" | "overwrite" => {
+                timed(args.threads, num, &|_, _, rng| put(rng.gen_range(0..num)))?
+            }
             "readrandom" => timed(args.threads, reads, &|_, _, rng| {
                 st.get(0, &make_key(rng.gen_range(0..num), ks))?;
                 Ok(())
@@ -220,7 +263,13 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
                 timed(args.threads, reads, &|_, _, rng| {
                     let k = make_key(rng.gen_range(0..num), ks);
                     let snap = st.snapshot();
-                    st.scan(0, (Bound::Included(&k), Bound::Unbounded), &snap, false, nexts)?;
+                    st.scan(
+                        0,
+                        (Bound::Included(&k), Bound::Unbounded),
+                        &snap,
+                        false,
+                        nexts,
+                    )?;
                     Ok(())
                 })?
             }
@@ -228,7 +277,15 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
                 // One pass over every key, in order, counted per key read.
                 let t0 = Instant::now();
                 let snap = st.snapshot();
-                let n = st.scan(0, (Bound::Unbounded, Bound::Unbounded), &snap, false, usize::MAX)?.len();
+                let n = st
+                    .scan(
+                        0,
+                        (Bound::Unbounded, Bound::Unbounded),
+                        &snap,
+                        false,
+                        usize::MAX,
+                    )?
+                    .len();
                 let secs = t0.elapsed().as_secs_f64();
                 Figures {
                     ops_per_s: n as f64 / secs,
@@ -270,13 +327,21 @@ fn run_db_bench(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Ve
         .context("running db_bench")?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        bail!("db_bench failed: {}{}", text, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "db_bench failed: {}{}",
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     parse_db_bench(&text, workloads)
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {
-    Ok(if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir()?.join(p) })
+    Ok(if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(p)
+    })
 }
 
 /// Reads "name : X micros/op Y ops/sec ..." and the following
@@ -288,7 +353,9 @@ pub fn parse_db_bench(text: &str, workloads: &[&str]) -> Result<Vec<Figures>> {
         .map(|w| {
             let at = lines
                 .iter()
-                .position(|l| l.split(':').next().is_some_and(|n| n.trim() == *w) && l.contains("ops/sec"))
+                .position(|l| {
+                    l.split(':').next().is_some_and(|n| n.trim() == *w) && l.contains("ops/sec")
+                })
                 .with_context(|| format!("db_bench printed no result line for {w}"))?;
             let words: Vec<&str> = lines[at].split_whitespace().collect();
             let ops = words
@@ -303,7 +370,10 @@ pub fn parse_db_bench(text: &str, workloads: &[&str]) -> Result<Vec<Figures>> {
                 .with_context(|| format!("db_bench printed no percentiles for {w}"))?;
             let p = |name: &str| -> Option<f64> {
                 let ws: Vec<&str> = pct.split_whitespace().collect();
-                ws.iter().position(|x| *x == name).and_then(|i| ws.get(i + 1)).and_then(|x| x.parse().ok())
+                ws.iter()
+                    .position(|x| *x == name)
+                    .and_then(|i| ws.get(i + 1))
+                    .and_then(|x| x.parse().ok())
             };
             Ok(Figures {
                 ops_per_s: ops,
@@ -330,6 +400,9 @@ mod tests {
 
     #[test]
     fn keys_follow_db_bench() {
-        assert_eq!(make_key(258, 16), [0, 0, 0, 0, 0, 0, 1, 2, b'0', b'0', b'0', b'0', b'0', b'0', b'0', b'0']);
+        assert_eq!(
+            make_key(258, 16),
+            [0, 0, 0, 0, 0, 0, 1, 2, b'0', b'0', b'0', b'0', b'0', b'0', b'0', b'0']
+        );
     }
 }
