@@ -1,8 +1,8 @@
-//! The block cache: decoded data blocks kept in memory under a byte budget,
+//! The block cache: verified data blocks kept in memory under a byte budget,
 //! evicted by CLOCK (second chance). No page cache sits under the store, so
 //! this is the only read cache.
 
-use crate::sst::Entry;
+use crate::sst::RawBlock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,7 +12,7 @@ pub type BlockKey = (u64, u32);
 
 struct Slot {
     key: BlockKey,
-    block: Arc<Vec<Entry>>,
+    block: Arc<RawBlock>,
     bytes: usize,
     referenced: bool,
 }
@@ -53,7 +53,7 @@ impl BlockCache {
         self.clock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, key: BlockKey) -> Option<Arc<Vec<Entry>>> {
+    pub fn get(&self, key: BlockKey) -> Option<Arc<RawBlock>> {
         let mut c = self.lock();
         let Some(&i) = c.map.get(&key) else {
             self.misses.fetch_add(1, Ordering::Relaxed);
@@ -67,7 +67,7 @@ impl BlockCache {
 
     /// Caches `block` (of about `bytes`), evicting blocks not referenced
     /// since the hand last passed them.
-    pub fn insert(&self, key: BlockKey, block: Arc<Vec<Entry>>, bytes: usize) {
+    pub fn insert(&self, key: BlockKey, block: Arc<RawBlock>, bytes: usize) {
         if bytes > self.capacity_bytes {
             return;
         }

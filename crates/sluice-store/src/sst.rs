@@ -502,7 +502,7 @@ impl TableReader {
             + self.bloom.bits.len()
     }
 
-    fn read_block(&self, dev: &BlockDevice, i: usize) -> Result<Arc<Vec<Entry>>> {
+    fn read_block(&self, dev: &BlockDevice, i: usize) -> Result<Arc<RawBlock>> {
         let key = (self.file_no, i as u32);
         if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
             return Ok(hit);
@@ -512,22 +512,21 @@ impl TableReader {
         let bytes = e.len_blocks as usize * STORE_BLOCK_BYTES;
         let mut buf = AlignedMem::new(bytes);
         dev.read(block, buf.as_mut_slice())?;
-        let entries =
-            Arc::new(
-                decode_block(buf.as_slice()).ok_or_else(|| StoreError::Corrupt {
-                    what: "SST data block",
-                    block,
-                    lba: dev.lba_of(block),
-                    reason: format!(
-                        "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
-                        self.keyspace_name, self.file_no
-                    ),
-                })?,
-            );
+        let raw = Arc::new(
+            RawBlock::parse(buf.as_slice()).ok_or_else(|| StoreError::Corrupt {
+                what: "SST data block",
+                block,
+                lba: dev.lba_of(block),
+                reason: format!(
+                    "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
+                    self.keyspace_name, self.file_no
+                ),
+            })?,
+        );
         if let Some(c) = &self.cache {
-            c.insert(key, entries.clone(), bytes);
+            c.insert(key, raw.clone(), bytes);
         }
-        Ok(entries)
+        Ok(raw)
     }
 
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
@@ -540,11 +539,9 @@ impl TableReader {
             internal_cmp(&e.last_key, e.last_seq, key, snapshot) == Ordering::Less
         });
         for i in first..self.index.len() {
-            let entries = self.read_block(dev, i)?;
-            let at = entries
-                .partition_point(|e| internal_cmp(&e.key, e.seq, key, snapshot) == Ordering::Less);
-            match entries.get(at) {
-                Some(e) if e.key == key => return Ok(Some(e.clone())),
+            let raw = self.read_block(dev, i)?;
+            match raw.seek(key, snapshot) {
+                Some(e) if e.key == key => return Ok(Some(e)),
                 Some(_) => return Ok(None),
                 None => continue,
             }
@@ -555,8 +552,9 @@ impl TableReader {
     /// Every entry, in order (flush checks, compaction input, scans).
     pub fn entries(&self, dev: &BlockDevice) -> Result<Vec<Entry>> {
         let mut out = Vec::with_capacity(self.entries as usize);
-        for i in 0..self.index.len() {
-            out.extend(self.read_block(dev, i)?.iter().cloned());
+        let mut c = self.cursor(dev, &[]);
+        while let Some(e) = c.next_entry()? {
+            out.push(e);
         }
         Ok(out)
     }
@@ -570,28 +568,22 @@ impl TableReader {
             next_block: self
                 .index
                 .partition_point(|e| e.last_key.as_slice() < start),
-            block: Arc::new(Vec::new()),
+            block: None,
             pos: 0,
+            last_key: Vec::new(),
             start: start.to_vec(),
         }
     }
 
     /// Entries whose key lies in `[start, end)` (end None: unbounded), in order.
     pub fn range(&self, dev: &BlockDevice, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Entry>> {
-        let first = self
-            .index
-            .partition_point(|e| e.last_key.as_slice() < start);
         let mut out = Vec::new();
-        for i in first..self.index.len() {
-            for e in self.read_block(dev, i)?.iter() {
-                if e.key.as_slice() < start {
-                    continue;
-                }
-                if end.is_some_and(|end| e.key.as_slice() >= end) {
-                    return Ok(out);
-                }
-                out.push(e.clone());
+        let mut c = self.cursor(dev, start);
+        while let Some(e) = c.next_entry()? {
+            if end.is_some_and(|end| e.key.as_slice() >= end) {
+                break;
             }
+            out.push(e);
         }
         Ok(out)
     }
@@ -639,22 +631,98 @@ fn decode_ranges(b: &[u8]) -> Option<Vec<RangeTombstone>> {
         .collect()
 }
 
-/// Decodes a data block (checksum verified).
-fn decode_block(b: &[u8]) -> Option<Vec<Entry>> {
-    let n = b.len();
-    if n < 12 {
-        return None;
+/// See [`TableReader::cursor`].
+pub struct TableCursor<'a> {
+    table: &'a TableReader,
+    dev: &'a BlockDevice,
+    next_block: usize,
+    block: Option<Arc<RawBlock>>,
+    /// Byte offset of the next entry in `block`, and the key before it.
+    pos: usize,
+    last_key: Vec<u8>,
+    start: Vec<u8>,
+}
+
+impl TableCursor<'_> {
+    /// The next entry, or None at the end of the table.
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+        loop {
+            if let Some(block) = &self.block {
+                if self.pos < block.entries_len {
+                    let (e, next) = block
+                        .decode_at(self.pos, &self.last_key)
+                        .expect("a verified block decodes");
+                    self.pos = next;
+                    self.last_key.clone_from(&e.key);
+                    if e.key.as_slice() < self.start.as_slice() {
+                        continue;
+                    }
+                    return Ok(Some(e));
+                }
+            }
+            if self.next_block >= self.table.index.len() {
+                return Ok(None);
+            }
+            let block = self.table.read_block(self.dev, self.next_block)?;
+            self.next_block += 1;
+            // Start at the last restart point before the start key.
+            self.pos = block.restart_before(&self.start);
+            self.last_key.clear();
+            self.block = Some(block);
+        }
     }
-    let crc = u32::from_le_bytes(b[n - 4..].try_into().ok()?);
-    if crc32c::crc32c(&b[..n - 4]) != crc {
-        return None;
+}
+
+/// A data block whose checksum has been verified, searched in place.
+#[derive(Debug)]
+pub struct RawBlock {
+    bytes: Vec<u8>,
+    entries_len: usize,
+    restarts: Vec<u32>,
+}
+
+impl RawBlock {
+    /// Verifies the checksum and the trailer, and that every entry decodes.
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        let n = b.len();
+        if n < 12 {
+            return None;
+        }
+        let crc = u32::from_le_bytes(b[n - 4..].try_into().ok()?);
+        if crc32c::crc32c(&b[..n - 4]) != crc {
+            return None;
+        }
+        let count = u32::from_le_bytes(b[n - 12..n - 8].try_into().ok()?) as usize;
+        let entries_len = u32::from_le_bytes(b[n - 8..n - 4].try_into().ok()?) as usize;
+        let restarts_end = entries_len.checked_add(count.checked_mul(4)?)?;
+        if restarts_end > n - 12 {
+            return None;
+        }
+        let restarts: Vec<u32> = b[entries_len..restarts_end]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
+            .collect();
+        if restarts.first().is_some_and(|&r| r != 0) || restarts.windows(2).any(|w| w[0] >= w[1]) {
+            return None;
+        }
+        let block = RawBlock {
+            bytes: b[..entries_len].to_vec(),
+            entries_len,
+            restarts,
+        };
+        let mut at = 0;
+        let mut last = Vec::new();
+        while at < entries_len {
+            let (e, next) = block.decode_at(at, &last)?;
+            at = next;
+            last = e.key;
+        }
+        Some(block)
     }
-    let entries_len = u32::from_le_bytes(b[n - 8..n - 4].try_into().ok()?) as usize;
-    let body = b.get(..entries_len)?;
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    let mut last_key: Vec<u8> = Vec::new();
-    while at < entries_len {
+
+    /// The entry at byte `at`, given the key before it; and the next offset.
+    fn decode_at(&self, mut at: usize, last_key: &[u8]) -> Option<(Entry, usize)> {
+        let body = &self.bytes;
         let shared = get_varint(body, &mut at)? as usize;
         let unshared = get_varint(body, &mut at)? as usize;
         let vlen = get_varint(body, &mut at)? as usize;
@@ -670,44 +738,67 @@ fn decode_block(b: &[u8]) -> Option<Vec<Entry>> {
             2 => EntryKind::Delete,
             _ => return None,
         };
-        last_key.clone_from(&key);
-        out.push(Entry {
-            key,
-            seq: trailer >> 8,
-            kind,
-            value,
-        });
+        let seq = trailer >> 8;
+        Some((
+            Entry {
+                key,
+                seq,
+                kind,
+                value,
+            },
+            at,
+        ))
     }
-    Some(out)
-}
 
-/// See [`TableReader::cursor`].
-pub struct TableCursor<'a> {
-    table: &'a TableReader,
-    dev: &'a BlockDevice,
-    next_block: usize,
-    block: Arc<Vec<Entry>>,
-    pos: usize,
-    start: Vec<u8>,
-}
+    /// The key and sequence stored whole at restart point `r`.
+    fn restart_key(&self, r: usize) -> (Vec<u8>, u64) {
+        let (e, _) = self
+            .decode_at(self.restarts[r] as usize, &[])
+            .expect("verified block");
+        (e.key, e.seq)
+    }
 
-impl TableCursor<'_> {
-    /// The next entry, or None at the end of the table.
-    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
-        loop {
-            if let Some(e) = self.block.get(self.pos) {
-                self.pos += 1;
-                return Ok(Some(e.clone()));
+    /// Index of the first restart point not before the target, found by
+    /// binary search with `before(key, seq)`.
+    fn first_restart_not_before(&self, before: impl Fn(&[u8], u64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0usize, self.restarts.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (k, s) = self.restart_key(mid);
+            if before(&k, s) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
-            if self.next_block >= self.table.index.len() {
-                return Ok(None);
-            }
-            self.block = self.table.read_block(self.dev, self.next_block)?;
-            // Entries before the start key are skipped at once.
-            self.pos = self
-                .block
-                .partition_point(|e| e.key.as_slice() < self.start.as_slice());
-            self.next_block += 1;
         }
+        lo
+    }
+
+    /// Offset of the last restart point whose key is before `key` (or 0).
+    fn restart_before(&self, key: &[u8]) -> usize {
+        let r = self.first_restart_not_before(|k, _| k < key);
+        self.restarts
+            .get(r.saturating_sub(1))
+            .map_or(0, |&o| o as usize)
+    }
+
+    /// The first entry at or after (key, snapshot) in internal order.
+    pub fn seek(&self, key: &[u8], snapshot: u64) -> Option<Entry> {
+        let r = self
+            .first_restart_not_before(|k, s| internal_cmp(k, s, key, snapshot) == Ordering::Less);
+        let mut at = self
+            .restarts
+            .get(r.saturating_sub(1))
+            .map_or(0, |&o| o as usize);
+        let mut last = Vec::new();
+        while at < self.entries_len {
+            let (e, next) = self.decode_at(at, &last)?;
+            if internal_cmp(&e.key, e.seq, key, snapshot) != Ordering::Less {
+                return Some(e);
+            }
+            at = next;
+            last = e.key;
+        }
+        None
     }
 }
