@@ -186,6 +186,14 @@ pub fn get(
 enum Source<'a> {
     Memtable(Box<dyn Iterator<Item = crate::sst::Entry> + 'a>),
     Table(crate::sst::TableCursor<'a>),
+    /// A level ≥ 1: disjoint tables in key order, opened one at a time.
+    Level {
+        tables: &'a [Arc<Table>],
+        next: usize,
+        cursor: Option<crate::sst::TableCursor<'a>>,
+        dev: &'a BlockDevice,
+        start: &'a [u8],
+    },
 }
 
 impl Source<'_> {
@@ -193,6 +201,24 @@ impl Source<'_> {
         match self {
             Source::Memtable(it) => Ok(it.next()),
             Source::Table(c) => c.next_entry(),
+            Source::Level {
+                tables,
+                next,
+                cursor,
+                dev,
+                start,
+            } => loop {
+                if let Some(c) = cursor {
+                    if let Some(e) = c.next_entry()? {
+                        return Ok(Some(e));
+                    }
+                }
+                let Some(t) = tables.get(*next) else {
+                    return Ok(None);
+                };
+                *next += 1;
+                *cursor = Some(t.reader.cursor(dev, start));
+            },
         }
     }
 }
@@ -219,9 +245,20 @@ pub fn scan(
     if let Some(levels) = version.levels(keyspace) {
         for t in levels.all() {
             tombstones.extend(t.reader.range_tombstones.iter().cloned());
-            if t.overlaps(start, end) {
-                sources.push(Source::Table(t.reader.cursor(dev, start)));
-            }
+        }
+        for t in levels.level(0).iter().filter(|t| t.overlaps(start, end)) {
+            sources.push(Source::Table(t.reader.cursor(dev, start)));
+        }
+        for tables in levels.levels.iter().skip(1) {
+            // The first table that can hold `start`; later ones as needed.
+            let first = tables.partition_point(|t| t.meta.largest.as_slice() < start);
+            sources.push(Source::Level {
+                tables: &tables[first..],
+                next: 0,
+                cursor: None,
+                dev,
+                start,
+            });
         }
     }
     tombstones.retain(|t| t.seq <= snapshot);
