@@ -153,6 +153,7 @@ struct Inner {
     flushes: AtomicU64,
     compactions: AtomicU64,
     shutdown: AtomicBool,
+    flush_requested: AtomicBool,
     wake: Condvar,
     wake_lock: Mutex<bool>,
 }
@@ -303,6 +304,7 @@ impl Store {
             flushes: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
+            flush_requested: AtomicBool::new(false),
             wake: Condvar::new(),
             wake_lock: Mutex::new(false),
         });
@@ -407,8 +409,18 @@ impl Store {
         self.check_keyspaces(batch)?;
         self.check_failed()?;
         let inner = &self.inner;
-        if self.needs_flush() {
-            inner.flush()?;
+        let buffered = self.active_bytes();
+        let budget = inner.config.write_buffer_bytes;
+        if buffered >= budget {
+            if inner.config.background_compaction && buffered < 2 * budget {
+                // The background thread flushes; writes go on meanwhile.
+                inner.flush_requested.store(true, Ordering::Release);
+                inner.wake_background();
+            } else {
+                // No background thread, or it is behind: the writer flushes
+                // (waiting for a flush under way first).
+                inner.flush()?;
+            }
             // Write stall: past three times the trigger, level 0 is compacted
             // by the writer itself, bounding read cost and space.
             while inner.l0_tables() >= 3 * inner.config.compaction.l0_trigger {
@@ -443,10 +455,10 @@ impl Store {
         Ok(last)
     }
 
-    fn needs_flush(&self) -> bool {
+    fn active_bytes(&self) -> usize {
         let mem = read(&self.inner.memtables);
         let bytes = read(&mem.active).approximate_bytes();
-        bytes >= self.inner.config.write_buffer_bytes
+        bytes
     }
 
     /// Makes `first..=last` visible once everything before it is.
@@ -912,8 +924,10 @@ fn lower_io_priority() {
     };
 }
 
+/// Flushes (at high I/O priority: writers wait on them) and compactions
+/// (at the lowest, yielding to foreground reads and log writes).
 fn background_loop(inner: &Arc<Inner>) {
-    lower_io_priority();
+    set_io_priority(7);
     loop {
         {
             let mut woken = lock(&inner.wake_lock);
@@ -928,6 +942,13 @@ fn background_loop(inner: &Arc<Inner>) {
         }
         if inner.shutdown.load(Ordering::Acquire) {
             break;
+        }
+        if inner.flush_requested.swap(false, Ordering::AcqRel) {
+            set_io_priority(0);
+            if let Err(e) = inner.flush() {
+                log::error!("background flush failed: {e}");
+            }
+            set_io_priority(7);
         }
         loop {
             match inner.compact_once(false) {
