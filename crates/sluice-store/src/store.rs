@@ -908,11 +908,11 @@ impl Inner {
     }
 }
 
-/// Kernel I/O priority of the calling thread (ioprio_set(2)): best effort,
-/// lowest level, so compaction yields to foreground reads and log writes.
-fn lower_io_priority() {
+/// Sets the kernel I/O priority of the calling thread (ioprio_set(2)):
+/// best effort at `level` (0 highest, 7 lowest).
+fn set_io_priority(level: u16) {
     const IOPRIO_WHO_PROCESS: libc::c_int = 1;
-    let prio = sluice_io::engine::ioprio(sluice_io::engine::IOPRIO_CLASS_BE, 7);
+    let prio = sluice_io::engine::ioprio(sluice_io::engine::IOPRIO_CLASS_BE, level);
     // SAFETY: plain integers; who=0 is the calling thread.
     unsafe {
         libc::syscall(
