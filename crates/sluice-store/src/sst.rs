@@ -529,6 +529,52 @@ impl TableReader {
         Ok(raw)
     }
 
+    /// Blocks `first..first + count` (consecutive in the extent) in one
+    /// device read; cached blocks in the run are taken from the cache.
+    fn read_run(
+        &self,
+        dev: &BlockDevice,
+        first: usize,
+        count: usize,
+    ) -> Result<Vec<Arc<RawBlock>>> {
+        let count = count.min(self.index.len() - first);
+        if count <= 1 {
+            return Ok(vec![self.read_block(dev, first)?]);
+        }
+        let start = self.index[first].offset_blocks;
+        let last = &self.index[first + count - 1];
+        let blocks = (last.offset_blocks + last.len_blocks - start) as usize;
+        let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
+        dev.read(self.extent.start_block + start as u64, buf.as_mut_slice())?;
+        (first..first + count)
+            .map(|i| {
+                let key = (self.file_no, i as u32);
+                if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
+                    return Ok(hit);
+                }
+                let e = &self.index[i];
+                let from = (e.offset_blocks - start) as usize * STORE_BLOCK_BYTES;
+                let len = e.len_blocks as usize * STORE_BLOCK_BYTES;
+                let block = self.extent.start_block + e.offset_blocks as u64;
+                let raw = Arc::new(RawBlock::parse(&buf.as_slice()[from..from + len]).ok_or_else(|| {
+                    StoreError::Corrupt {
+                        what: "SST data block",
+                        block,
+                        lba: dev.lba_of(block),
+                        reason: format!(
+                            "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
+                            self.keyspace_name, self.file_no
+                        ),
+                    }
+                })?);
+                if let Some(c) = &self.cache {
+                    c.insert(key, raw.clone(), len);
+                }
+                Ok(raw)
+            })
+            .collect()
+    }
+
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
     /// table has one.
     pub fn get(&self, dev: &BlockDevice, key: &[u8], snapshot: u64) -> Result<Option<Entry>> {
@@ -568,6 +614,8 @@ impl TableReader {
             next_block: self
                 .index
                 .partition_point(|e| e.last_key.as_slice() < start),
+            prefetched: std::collections::VecDeque::new(),
+            readahead: 1,
             block: None,
             pos: 0,
             last_key: Vec::new(),
@@ -631,11 +679,18 @@ fn decode_ranges(b: &[u8]) -> Option<Vec<RangeTombstone>> {
         .collect()
 }
 
+/// Most data blocks one read-ahead fetches (256 KiB of 4 KiB blocks).
+const READAHEAD_MAX_BLOCKS: usize = 64;
+
 /// See [`TableReader::cursor`].
 pub struct TableCursor<'a> {
     table: &'a TableReader,
     dev: &'a BlockDevice,
     next_block: usize,
+    /// Blocks read ahead, and how many the next read takes: 1, doubling
+    /// while the cursor keeps going, up to READAHEAD_MAX_BLOCKS.
+    prefetched: std::collections::VecDeque<Arc<RawBlock>>,
+    readahead: usize,
     block: Option<Arc<RawBlock>>,
     /// Byte offset of the next entry in `block`, and the key before it.
     pos: usize,
@@ -660,11 +715,18 @@ impl TableCursor<'_> {
                     return Ok(Some(e));
                 }
             }
-            if self.next_block >= self.table.index.len() {
-                return Ok(None);
+            if self.prefetched.is_empty() {
+                if self.next_block >= self.table.index.len() {
+                    return Ok(None);
+                }
+                let run = self
+                    .table
+                    .read_run(self.dev, self.next_block, self.readahead)?;
+                self.next_block += run.len();
+                self.prefetched.extend(run);
+                self.readahead = (self.readahead * 2).min(READAHEAD_MAX_BLOCKS);
             }
-            let block = self.table.read_block(self.dev, self.next_block)?;
-            self.next_block += 1;
+            let block = self.prefetched.pop_front().expect("a prefetched block");
             // Start at the last restart point before the start key.
             self.pos = block.restart_before(&self.start);
             self.last_key.clear();

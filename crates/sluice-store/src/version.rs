@@ -267,7 +267,8 @@ pub fn scan(
         heads.push(s.next()?);
     }
     let mut out = Vec::new();
-    let mut decided: Option<Vec<u8>> = None;
+    let mut decided: Vec<u8> = Vec::new();
+    let mut has_decided = false;
     while out.len() < limit {
         // The smallest head in internal order: the newest version of the
         // smallest key.
@@ -287,10 +288,12 @@ pub fn scan(
         if end.is_some_and(|end| e.key.as_slice() >= end) {
             break;
         }
-        if e.seq > snapshot || decided.as_deref() == Some(e.key.as_slice()) {
+        if e.seq > snapshot || (has_decided && decided == e.key) {
             continue;
         }
-        decided = Some(e.key.clone());
+        // Reuses the buffer: no allocation per key.
+        decided.clone_from(&e.key);
+        has_decided = true;
         if e.kind == EntryKind::Put && e.seq > tombstone_seq(&tombstones, &e.key, snapshot) {
             out.push((e.key, e.value));
         }
