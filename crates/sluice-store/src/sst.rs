@@ -529,23 +529,26 @@ impl TableReader {
         Ok(raw)
     }
 
-    /// Blocks `first..first + count` (consecutive in the extent) in one
-    /// device read; cached blocks in the run are taken from the cache.
-    fn read_run(
+    /// Where blocks `first..first + count` lie: (first store block, blocks).
+    fn run_extent(&self, first: usize, count: usize) -> (u64, usize) {
+        let start = self.index[first].offset_blocks;
+        let last = &self.index[first + count - 1];
+        (
+            self.extent.start_block + start as u64,
+            (last.offset_blocks + last.len_blocks - start) as usize,
+        )
+    }
+
+    /// Verifies and caches blocks `first..` from `bytes`, read from
+    /// `run_extent(first, count)`.
+    fn parse_run(
         &self,
         dev: &BlockDevice,
         first: usize,
         count: usize,
+        bytes: &[u8],
     ) -> Result<Vec<Arc<RawBlock>>> {
-        let count = count.min(self.index.len() - first);
-        if count <= 1 {
-            return Ok(vec![self.read_block(dev, first)?]);
-        }
         let start = self.index[first].offset_blocks;
-        let last = &self.index[first + count - 1];
-        let blocks = (last.offset_blocks + last.len_blocks - start) as usize;
-        let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
-        dev.read(self.extent.start_block + start as u64, buf.as_mut_slice())?;
         (first..first + count)
             .map(|i| {
                 let key = (self.file_no, i as u32);
@@ -556,15 +559,15 @@ impl TableReader {
                 let from = (e.offset_blocks - start) as usize * STORE_BLOCK_BYTES;
                 let len = e.len_blocks as usize * STORE_BLOCK_BYTES;
                 let block = self.extent.start_block + e.offset_blocks as u64;
-                let raw = Arc::new(RawBlock::parse(&buf.as_slice()[from..from + len]).ok_or_else(|| {
+                let raw = Arc::new(RawBlock::parse(&bytes[from..from + len]).ok_or_else(|| {
                     StoreError::Corrupt {
                         what: "SST data block",
                         block,
                         lba: dev.lba_of(block),
                         reason: format!(
-                            "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
-                            self.keyspace_name, self.file_no
-                        ),
+                        "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
+                        self.keyspace_name, self.file_no
+                    ),
                     }
                 })?);
                 if let Some(c) = &self.cache {
@@ -573,6 +576,24 @@ impl TableReader {
                 Ok(raw)
             })
             .collect()
+    }
+
+    /// Blocks `first..first + count` (consecutive in the extent) in one
+    /// device read.
+    fn read_run(
+        &self,
+        dev: &BlockDevice,
+        first: usize,
+        count: usize,
+    ) -> Result<Vec<Arc<RawBlock>>> {
+        let count = count.min(self.index.len() - first);
+        if count <= 1 {
+            return Ok(vec![self.read_block(dev, first)?]);
+        }
+        let (block, blocks) = self.run_extent(first, count);
+        let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
+        dev.read(block, buf.as_mut_slice())?;
+        self.parse_run(dev, first, count, buf.as_slice())
     }
 
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
@@ -615,7 +636,7 @@ impl TableReader {
                 .index
                 .partition_point(|e| e.last_key.as_slice() < start),
             prefetched: std::collections::VecDeque::new(),
-            readahead: 1,
+            readahead: 2,
             block: None,
             pos: 0,
             last_key: Vec::new(),
@@ -687,7 +708,7 @@ pub struct TableCursor<'a> {
     table: &'a TableReader,
     dev: &'a BlockDevice,
     next_block: usize,
-    /// Blocks read ahead, and how many the next read takes: 1, doubling
+    /// Blocks read ahead, and how many the next read takes: 2, doubling
     /// while the cursor keeps going, up to READAHEAD_MAX_BLOCKS.
     prefetched: std::collections::VecDeque<Arc<RawBlock>>,
     readahead: usize,
@@ -699,6 +720,31 @@ pub struct TableCursor<'a> {
 }
 
 impl TableCursor<'_> {
+    /// The read the cursor will make first, so that a caller can batch the
+    /// first reads of many cursors: (first store block, blocks).
+    pub fn first_read(&self) -> Option<(u64, usize)> {
+        if !self.prefetched.is_empty()
+            || self.block.is_some()
+            || self.next_block >= self.table.index.len()
+        {
+            return None;
+        }
+        let count = self.readahead.min(self.table.index.len() - self.next_block);
+        Some(self.table.run_extent(self.next_block, count))
+    }
+
+    /// Hands the cursor the bytes of its `first_read`.
+    pub fn seed(&mut self, bytes: &[u8]) -> Result<()> {
+        let count = self.readahead.min(self.table.index.len() - self.next_block);
+        let run = self
+            .table
+            .parse_run(self.dev, self.next_block, count, bytes)?;
+        self.next_block += run.len();
+        self.prefetched.extend(run);
+        self.readahead = (self.readahead * 2).min(READAHEAD_MAX_BLOCKS);
+        Ok(())
+    }
+
     /// The next entry, or None at the end of the table.
     pub fn next_entry(&mut self) -> Result<Option<Entry>> {
         loop {

@@ -262,6 +262,48 @@ pub fn scan(
         }
     }
     tombstones.retain(|t| t.seq <= snapshot);
+    // Every table source's first read goes to the device in one batch.
+    for s in &mut sources {
+        if let Source::Level {
+            tables,
+            next,
+            cursor,
+            dev,
+            start,
+        } = s
+        {
+            if cursor.is_none() {
+                if let Some(t) = tables.get(*next) {
+                    *next += 1;
+                    *cursor = Some(t.reader.cursor(dev, start));
+                }
+            }
+        }
+    }
+    let wanted: Vec<(usize, (u64, usize))> = sources
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| match s {
+            Source::Table(c)
+            | Source::Level {
+                cursor: Some(c), ..
+            } => c.first_read().map(|r| (i, r)),
+            _ => None,
+        })
+        .collect();
+    if wanted.len() > 1 {
+        let runs: Vec<(u64, usize)> = wanted.iter().map(|(_, r)| *r).collect();
+        let bytes = dev.read_runs(&runs)?;
+        for ((i, _), b) in wanted.iter().zip(bytes) {
+            match &mut sources[*i] {
+                Source::Table(c)
+                | Source::Level {
+                    cursor: Some(c), ..
+                } => c.seed(&b)?,
+                _ => unreachable!("a table source"),
+            }
+        }
+    }
     let mut heads: Vec<Option<crate::sst::Entry>> = Vec::with_capacity(sources.len());
     for s in &mut sources {
         heads.push(s.next()?);
