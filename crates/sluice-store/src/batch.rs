@@ -113,27 +113,20 @@ impl WriteBatch {
 
     /// Decodes a WAL record into (first sequence, batch).
     pub(crate) fn decode(record: &[u8]) -> Option<(u64, WriteBatch)> {
-        let mut at = 0usize;
-        let mut take = |n: usize| -> Option<&[u8]> {
-            let s = record.get(at..at.checked_add(n)?)?;
-            at += n;
-            Some(s)
-        };
-        let first_seq = u64::from_le_bytes(take(8)?.try_into().ok()?);
-        let count = u32::from_le_bytes(take(4)?.try_into().ok()?);
+        let mut r = crate::codec::Reader::new(record);
+        let first_seq = r.u64()?;
+        let count = r.u32()?;
         let mut batch = WriteBatch::new();
         for _ in 0..count {
-            let kind = match take(1)?[0] {
+            let kind = match r.u8()? {
                 1 => OpKind::Put,
                 2 => OpKind::Delete,
                 3 => OpKind::RangeDelete,
                 _ => return None,
             };
-            let keyspace = u32::from_le_bytes(take(4)?.try_into().ok()?);
-            let klen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            let key = take(klen)?.to_vec();
-            let vlen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            let value = take(vlen)?.to_vec();
+            let keyspace = r.u32()?;
+            let key = r.bytes()?;
+            let value = r.bytes()?;
             batch.encoded_bytes += 13 + key.len() + value.len();
             batch.ops.push(BatchOp {
                 kind,
@@ -142,7 +135,7 @@ impl WriteBatch {
                 value,
             });
         }
-        (at == record.len()).then_some((first_seq, batch))
+        r.is_done().then_some((first_seq, batch))
     }
 }
 

@@ -16,6 +16,7 @@ pub mod alloc;
 pub mod batch;
 pub mod blocks;
 pub mod cache;
+mod codec;
 pub mod compaction;
 pub mod error;
 pub mod manifest;

@@ -10,6 +10,7 @@
 
 use crate::alloc::ExtentAllocator;
 use crate::blocks::{block_is_sealed, seal_block, BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::codec::Reader;
 use crate::error::{Result, StoreError};
 use crate::superblock::{self, Superblock, SUPERBLOCK_BLOCKS};
 use sluice_io::mem::AlignedMem;
@@ -223,43 +224,8 @@ fn encode_edit(edit: &Edit) -> (u8, Vec<u8>) {
     (t, p)
 }
 
-/// A cursor over a record payload; every read is bounds-checked.
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|s| s[0])
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4)
-            .map(|s| u32::from_le_bytes(s.try_into().expect("4")))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.take(8)
-            .map(|s| u64::from_le_bytes(s.try_into().expect("8")))
-    }
-    fn extent(&mut self) -> Option<Extent> {
-        self.take(Extent::ENCODED_BYTES).map(Extent::decode)
-    }
-    fn bytes(&mut self) -> Option<Vec<u8>> {
-        let n = self.u32()? as usize;
-        self.take(n).map(<[u8]>::to_vec)
-    }
-    fn string(&mut self) -> Option<String> {
-        String::from_utf8(self.bytes()?).ok()
-    }
-}
-
 fn decode_edit(t: u8, payload: &[u8]) -> Option<Edit> {
-    let mut r = Reader { b: payload, at: 0 };
+    let mut r = Reader::new(payload);
     let edit = match t {
         T_ALLOC => Edit::Alloc(r.extent()?),
         T_FREE => Edit::Free(r.extent()?),
@@ -298,7 +264,7 @@ fn decode_edit(t: u8, payload: &[u8]) -> Option<Edit> {
         T_NEXT_FILE => Edit::NextFile(r.u64()?),
         _ => return None,
     };
-    (r.at == payload.len()).then_some(edit)
+    r.is_done().then_some(edit)
 }
 
 /// Packs records into sealed blocks, each block written once.

@@ -130,23 +130,8 @@ impl Memtable {
     /// Every version of every key of `keyspace` in `[start, end)` (end None:
     /// unbounded), in internal order.
     pub fn versions(&self, keyspace: u32, start: &[u8], end: Option<&[u8]>) -> Vec<Entry> {
-        let lower = (keyspace, start.to_vec(), Reverse(u64::MAX));
-        self.entries
-            .range(lower..)
-            .take_while(|((ks, k, _), _)| *ks == keyspace && end.is_none_or(|e| k.as_slice() < e))
-            .map(|((_, k, Reverse(seq)), v)| Entry {
-                key: k.clone(),
-                seq: *seq,
-                kind: if matches!(v, Version::Value(_)) {
-                    EntryKind::Put
-                } else {
-                    EntryKind::Delete
-                },
-                value: match v {
-                    Version::Value(v) => v.clone(),
-                    Version::Tombstone => Vec::new(),
-                },
-            })
+        self.iter_from(keyspace, start)
+            .take_while(|e| end.is_none_or(|end| e.key.as_slice() < end))
             .collect()
     }
 

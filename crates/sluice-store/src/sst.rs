@@ -6,6 +6,7 @@
 //! memory, so a point read costs at most one data-block read.
 
 use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::codec::Reader;
 use crate::error::{Result, StoreError};
 use sluice_io::mem::{round_up, AlignedMem};
 use std::cmp::Ordering;
@@ -659,43 +660,30 @@ impl TableReader {
 }
 
 fn decode_index(b: &[u8]) -> Option<Vec<IndexEntry>> {
-    let mut at = 0usize;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let s = b.get(at..at + n)?;
-        at += n;
-        Some(s)
-    };
-    let n = u32::from_le_bytes(take(4)?.try_into().ok()?);
+    let mut r = Reader::new(b);
+    let n = r.u32()?;
     (0..n)
         .map(|_| {
-            let klen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            let last_key = take(klen)?.to_vec();
             Some(IndexEntry {
-                last_key,
-                last_seq: u64::from_le_bytes(take(8)?.try_into().ok()?),
-                offset_blocks: u32::from_le_bytes(take(4)?.try_into().ok()?),
-                len_blocks: u32::from_le_bytes(take(4)?.try_into().ok()?),
+                last_key: r.bytes()?,
+                last_seq: r.u64()?,
+                offset_blocks: r.u32()?,
+                len_blocks: r.u32()?,
             })
         })
         .collect()
 }
 
 fn decode_ranges(b: &[u8]) -> Option<Vec<RangeTombstone>> {
-    let mut at = 0usize;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let s = b.get(at..at + n)?;
-        at += n;
-        Some(s)
-    };
-    let n = u32::from_le_bytes(take(4)?.try_into().ok()?);
+    let mut r = Reader::new(b);
+    let n = r.u32()?;
     (0..n)
         .map(|_| {
-            let slen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            let start = take(slen)?.to_vec();
-            let elen = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-            let end = take(elen)?.to_vec();
-            let seq = u64::from_le_bytes(take(8)?.try_into().ok()?);
-            Some(RangeTombstone { start, end, seq })
+            Some(RangeTombstone {
+                start: r.bytes()?,
+                end: r.bytes()?,
+                seq: r.u64()?,
+            })
         })
         .collect()
 }
