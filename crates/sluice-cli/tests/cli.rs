@@ -231,3 +231,63 @@ fn kv_survives_kill_9_with_every_acknowledged_write() {
     }
     assert!(acknowledged.len() >= 757);
 }
+
+#[test]
+fn bench_kv_runs_ours_and_db_bench_with_db_bench_flags() {
+    let dev = scratch("bench-kv");
+    let json = dev.with_extension("json");
+    let rdb = dev.with_extension("rocksdb");
+    let out = sluice()
+        .args([
+            "bench",
+            "kv",
+            "--num",
+            "3000",
+            "--reads",
+            "500",
+            "--key_size",
+            "16",
+            "--value_size",
+            "100",
+        ])
+        .args([
+            "--cache_size",
+            "1048576",
+            "--seek_nexts",
+            "10",
+            "--benchmarks",
+            "fillrandom,readrandom,seekrandom,readseq",
+        ])
+        .arg("--device")
+        .arg(&dev)
+        .arg("--rocksdb-dir")
+        .arg(&rdb)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for row in rows {
+        assert!(row["ours"]["ops_per_s"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["rocksdb"]["ops_per_s"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    assert!(stdout.contains("index+filter pinned"), "{stdout}");
+    fails_with(
+        &[
+            "bench",
+            "kv",
+            "--benchmarks",
+            "fillrandom,nosuch",
+            "--no-rocksdb",
+        ],
+        &["unknown workload \"nosuch\""],
+    );
+}

@@ -13,6 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Flags are db_bench's, spelled as db_bench spells them.
 #[derive(clap::Args)]
 pub struct KvBenchArgs {
     /// Comma-separated db_bench workloads: fillseq, fillrandom, overwrite,
@@ -28,17 +29,17 @@ pub struct KvBenchArgs {
     /// Operations of each read workload (default: --num).
     #[arg(long)]
     reads: Option<u64>,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long = "key_size", default_value_t = 16)]
     key_size: usize,
-    #[arg(long, default_value_t = 200)]
+    #[arg(long = "value_size", default_value_t = 200)]
     value_size: usize,
-    /// Block cache bytes (db_bench's --cache_size).
-    #[arg(long, default_value_t = 5 << 20)]
+    /// Block cache bytes.
+    #[arg(long = "cache_size", default_value_t = 5 << 20)]
     cache_size: u64,
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Entries read after each seek in seekrandom.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long = "seek_nexts", default_value_t = 100)]
     seek_nexts: usize,
     /// Make every write durable before it returns (db_bench --sync).
     #[arg(long)]
