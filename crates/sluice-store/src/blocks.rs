@@ -210,6 +210,14 @@ pub fn seal_block(block: &mut [u8]) {
 }
 
 pub fn block_is_sealed(block: &[u8]) -> bool {
-    let stored = u32::from_le_bytes(block[STORE_BLOCK_BYTES - 4..].try_into().expect("4 bytes"));
-    stored == block_checksum(block)
+    block.len() == STORE_BLOCK_BYTES && trailing_crc_ok(block)
+}
+
+/// Whether the last 4 bytes of `bytes` are the CRC32C of the rest.
+pub fn trailing_crc_ok(bytes: &[u8]) -> bool {
+    let Some(split) = bytes.len().checked_sub(4) else {
+        return false;
+    };
+    let stored = u32::from_le_bytes(bytes[split..].try_into().expect("4 bytes"));
+    crc32c::crc32c(&bytes[..split]) == stored
 }

@@ -5,7 +5,7 @@
 //! index, filter and range tombstones are read once at open and kept in
 //! memory, so a point read costs at most one data-block read.
 
-use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::blocks::{trailing_crc_ok, BlockDevice, Extent, STORE_BLOCK_BYTES};
 use crate::codec::Reader;
 use crate::error::{Result, StoreError};
 use sluice_io::mem::{round_up, AlignedMem};
@@ -156,11 +156,7 @@ fn seal_region(mut payload: Vec<u8>) -> Vec<u8> {
 
 fn open_region(region: &[u8]) -> Option<&[u8]> {
     let n = region.len();
-    if n < 8 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(region[n - 4..].try_into().ok()?);
-    if crc32c::crc32c(&region[..n - 4]) != crc {
+    if n < 8 || !trailing_crc_ok(region) {
         return None;
     }
     let len = u32::from_le_bytes(region[n - 8..n - 4].try_into().ok()?) as usize;
@@ -504,30 +500,20 @@ impl TableReader {
     }
 
     fn read_block(&self, dev: &BlockDevice, i: usize) -> Result<Arc<RawBlock>> {
-        let key = (self.file_no, i as u32);
-        if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
+        if let Some(hit) = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.get((self.file_no, i as u32)))
+        {
             return Ok(hit);
         }
-        let e = &self.index[i];
-        let block = self.extent.start_block + e.offset_blocks as u64;
-        let bytes = e.len_blocks as usize * STORE_BLOCK_BYTES;
-        let mut buf = AlignedMem::new(bytes);
+        let (block, blocks) = self.run_extent(i, 1);
+        let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
-        let raw = Arc::new(
-            RawBlock::parse(buf.as_slice()).ok_or_else(|| StoreError::Corrupt {
-                what: "SST data block",
-                block,
-                lba: dev.lba_of(block),
-                reason: format!(
-                    "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
-                    self.keyspace_name, self.file_no
-                ),
-            })?,
-        );
-        if let Some(c) = &self.cache {
-            c.insert(key, raw.clone(), bytes);
-        }
-        Ok(raw)
+        Ok(self
+            .parse_run(dev, i, 1, buf.as_slice(), false)?
+            .pop()
+            .expect("one block"))
     }
 
     /// Where blocks `first..first + count` lie: (first store block, blocks).
@@ -548,12 +534,18 @@ impl TableReader {
         first: usize,
         count: usize,
         bytes: &[u8],
+        look_up: bool,
     ) -> Result<Vec<Arc<RawBlock>>> {
         let start = self.index[first].offset_blocks;
         (first..first + count)
             .map(|i| {
                 let key = (self.file_no, i as u32);
-                if let Some(hit) = self.cache.as_ref().and_then(|c| c.get(key)) {
+                if let Some(hit) = self
+                    .cache
+                    .as_ref()
+                    .filter(|_| look_up)
+                    .and_then(|c| c.get(key))
+                {
                     return Ok(hit);
                 }
                 let e = &self.index[i];
@@ -594,7 +586,7 @@ impl TableReader {
         let (block, blocks) = self.run_extent(first, count);
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
-        self.parse_run(dev, first, count, buf.as_slice())
+        self.parse_run(dev, first, count, buf.as_slice(), true)
     }
 
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
@@ -726,7 +718,7 @@ impl TableCursor<'_> {
         let count = self.readahead.min(self.table.index.len() - self.next_block);
         let run = self
             .table
-            .parse_run(self.dev, self.next_block, count, bytes)?;
+            .parse_run(self.dev, self.next_block, count, bytes, true)?;
         self.next_block += run.len();
         self.prefetched.extend(run);
         self.readahead = (self.readahead * 2).min(READAHEAD_MAX_BLOCKS);
@@ -781,11 +773,7 @@ impl RawBlock {
     /// Verifies the checksum and the trailer, and that every entry decodes.
     pub fn parse(b: &[u8]) -> Option<Self> {
         let n = b.len();
-        if n < 12 {
-            return None;
-        }
-        let crc = u32::from_le_bytes(b[n - 4..].try_into().ok()?);
-        if crc32c::crc32c(&b[..n - 4]) != crc {
+        if n < 12 || !trailing_crc_ok(b) {
             return None;
         }
         let count = u32::from_le_bytes(b[n - 12..n - 8].try_into().ok()?) as usize;
