@@ -15,12 +15,35 @@ fn scratch(name: &str) -> PathBuf {
     dir.join("bench.dev")
 }
 
+/// Runs `sluice ARGS --device DEV --json JSON` (DEV and JSON in a scratch
+/// folder named `name`), asserts success, and returns stdout and the JSON.
+fn run_bench(name: &str, args: &[&str]) -> (String, serde_json::Value) {
+    let dev = scratch(name);
+    let json = dev.with_extension("json");
+    let out = sluice()
+        .args(args)
+        .arg("--device")
+        .arg(&dev)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (stdout, report)
+}
+
 #[test]
 fn bench_io_runs_ours_and_fio_and_prints_the_ratio() {
     let dev = scratch("bench-io");
-    let json = dev.with_extension("json");
-    let out = sluice()
-        .args([
+    let (stdout, report) = run_bench(
+        "bench-io",
+        &[
             "bench",
             "io",
             "--size-mib",
@@ -29,21 +52,10 @@ fn bench_io_runs_ours_and_fio_and_prints_the_ratio() {
             "0.3",
             "--repeat",
             "2",
-        ])
-        .args(["--only", "randread-4k-qd1,seqwrite-128k-qd8"])
-        .arg("--device")
-        .arg(&dev)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+            "--only",
+            "randread-4k-qd1,seqwrite-128k-qd8",
+        ],
     );
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let rows = report.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     for row in rows {
@@ -82,22 +94,10 @@ fn bench_io_runs_ours_and_fio_and_prints_the_ratio() {
 
 #[test]
 fn bench_pool_reports_both_experiments() {
-    let dev = scratch("bench-pool");
-    let json = dev.with_extension("json");
-    let out = sluice()
-        .args(["bench", "pool", "--size-mib", "32", "--rounds", "1"])
-        .arg("--device")
-        .arg(&dev)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (_, v) = run_bench(
+        "bench-pool",
+        &["bench", "pool", "--size-mib", "32", "--rounds", "1"],
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(v["pin_vs_memcpy"].as_array().unwrap().len(), 9);
     let io = v["response_time"].as_array().unwrap();
     assert_eq!(io.len(), 8);
@@ -234,11 +234,10 @@ fn kv_survives_kill_9_with_every_acknowledged_write() {
 
 #[test]
 fn bench_kv_runs_ours_and_db_bench_with_db_bench_flags() {
-    let dev = scratch("bench-kv");
-    let json = dev.with_extension("json");
-    let rdb = dev.with_extension("rocksdb");
-    let out = sluice()
-        .args([
+    let rdb = scratch("bench-kv").with_extension("rocksdb");
+    let (stdout, v) = run_bench(
+        "bench-kv",
+        &[
             "bench",
             "kv",
             "--num",
@@ -249,30 +248,16 @@ fn bench_kv_runs_ours_and_db_bench_with_db_bench_flags() {
             "16",
             "--value_size",
             "100",
-        ])
-        .args([
             "--cache_size",
             "1048576",
             "--seek_nexts",
             "10",
             "--benchmarks",
             "fillrandom,readrandom,seekrandom,readseq",
-        ])
-        .arg("--device")
-        .arg(&dev)
-        .arg("--rocksdb-dir")
-        .arg(&rdb)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
+            "--rocksdb-dir",
+            rdb.to_str().unwrap(),
+        ],
     );
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 4);
     for row in rows {

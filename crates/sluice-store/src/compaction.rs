@@ -83,7 +83,7 @@ pub fn pick(
     let non_empty: Vec<usize> = (0..MAX_LEVELS)
         .filter(|&l| !levels.level(l).is_empty())
         .collect();
-    let deepest = *non_empty.last()?;
+    let shallowest = *non_empty.first()?;
     let level = if levels.level(0).len() >= cfg.l0_trigger {
         0
     } else if let Some(l) =
@@ -91,7 +91,7 @@ pub fn pick(
     {
         l
     } else if force && (non_empty.len() > 1 || !levels.level(0).is_empty()) {
-        non_empty[0].min(deepest)
+        shallowest
     } else {
         return None;
     };

@@ -250,12 +250,14 @@ pub fn scan(
             sources.push(Source::Table(t.reader.cursor(dev, start)));
         }
         for tables in levels.levels.iter().skip(1) {
-            // The first table that can hold `start`; later ones as needed.
+            // The first table that can hold `start`, open at once so that
+            // its first read joins the batch; later ones as needed.
             let first = tables.partition_point(|t| t.meta.largest.as_slice() < start);
+            let tables = &tables[first..];
             sources.push(Source::Level {
-                tables: &tables[first..],
-                next: 0,
-                cursor: None,
+                tables,
+                next: 1,
+                cursor: tables.first().map(|t| t.reader.cursor(dev, start)),
                 dev,
                 start,
             });
@@ -263,23 +265,6 @@ pub fn scan(
     }
     tombstones.retain(|t| t.seq <= snapshot);
     // Every table source's first read goes to the device in one batch.
-    for s in &mut sources {
-        if let Source::Level {
-            tables,
-            next,
-            cursor,
-            dev,
-            start,
-        } = s
-        {
-            if cursor.is_none() {
-                if let Some(t) = tables.get(*next) {
-                    *next += 1;
-                    *cursor = Some(t.reader.cursor(dev, start));
-                }
-            }
-        }
-    }
     let wanted: Vec<(usize, (u64, usize))> = sources
         .iter()
         .enumerate()
