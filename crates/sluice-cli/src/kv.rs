@@ -151,8 +151,9 @@ pub fn run(args: &KvArgs) -> Result<()> {
             limit,
         } => {
             let snap = store.snapshot();
+            // Streams: memory stays bounded however many rows match.
             let rows = match prefix {
-                Some(p) => store.scan_prefix(ks, p.as_bytes(), &snap, *limit)?,
+                Some(p) => store.iter_prefix(ks, p.as_bytes(), &snap, *reverse),
                 None => {
                     let lo = start
                         .as_deref()
@@ -160,10 +161,11 @@ pub fn run(args: &KvArgs) -> Result<()> {
                     let hi = end
                         .as_deref()
                         .map_or(Bound::Unbounded, |s| Bound::Excluded(s.as_bytes()));
-                    store.scan(ks, (lo, hi), &snap, *reverse, *limit)?
+                    store.iter(ks, (lo, hi), &snap, *reverse)
                 }
             };
-            for (k, v) in rows {
+            for row in rows.take(*limit) {
+                let (k, v) = row?;
                 writeln!(
                     out,
                     "{}\t{}",

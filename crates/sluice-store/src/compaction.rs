@@ -6,7 +6,8 @@
 
 use crate::blocks::BlockDevice;
 use crate::error::Result;
-use crate::sst::{internal_cmp, BuiltTable, Entry, EntryKind, RangeTombstone, TableBuilder};
+use crate::iter::{LevelSource, MergeIter, Source};
+use crate::sst::{BuiltTable, CursorSpec, Entry, EntryKind, RangeTombstone, TableBuilder};
 use crate::version::{Levels, Table, MAX_LEVELS};
 use std::sync::Arc;
 
@@ -133,51 +134,39 @@ fn stripe(snapshots: &[u64], seq: u64) -> usize {
     snapshots.partition_point(|&s| s < seq)
 }
 
-/// Merges the job's tables into new tables for the next level.
-/// `snapshots`: the sequence numbers of live snapshots, ascending.
+/// Merges the job's tables into new tables for the next level, streaming:
+/// inputs are read block run by block run (not through the block cache)
+/// and each output is handed to `emit` as soon as it reaches
+/// `target_file_bytes`, so memory stays near one output table whatever the
+/// size of the merge. `snapshots`: sequence numbers of live snapshots,
+/// ascending.
 pub fn run(
     dev: &BlockDevice,
     job: &Job,
     snapshots: &[u64],
     target_file_bytes: usize,
-) -> Result<Vec<BuiltTable>> {
-    let mut entries: Vec<Entry> = Vec::new();
-    let mut tombstones: Vec<RangeTombstone> = Vec::new();
-    for t in job.inputs.iter().chain(&job.next_inputs) {
-        entries.extend(t.reader.entries(dev)?);
-        tombstones.extend(t.reader.range_tombstones.iter().cloned());
-    }
-    entries.sort_by(|a, b| internal_cmp(&a.key, a.seq, &b.key, b.seq));
-    entries.dedup_by(|a, b| a.key == b.key && a.seq == b.seq);
-
-    let covered = |e: &Entry| {
-        tombstones.iter().any(|t| {
-            t.seq > e.seq
-                && stripe(snapshots, t.seq) == stripe(snapshots, e.seq)
-                && t.start.as_slice() <= e.key.as_slice()
-                && e.key.as_slice() < t.end.as_slice()
-        })
+    emit: &mut dyn FnMut(BuiltTable) -> Result<()>,
+) -> Result<()> {
+    let spec = CursorSpec {
+        use_cache: false,
+        ..CursorSpec::default()
     };
-    // Keep the newest version of each key in each snapshot stripe.
-    let mut kept: Vec<Entry> = Vec::new();
-    let mut last: Option<(Vec<u8>, usize)> = None;
-    for e in entries {
-        let s = stripe(snapshots, e.seq);
-        if last.as_ref().is_some_and(|(k, ls)| *k == e.key && *ls == s) {
-            continue;
-        }
-        last = Some((e.key.clone(), s));
-        if covered(&e) {
-            continue;
-        }
-        // Oldest stripe, bottom of the tree: nothing older remains to hide.
-        if e.kind == EntryKind::Delete && job.bottommost && s == 0 {
-            continue;
-        }
-        kept.push(e);
-    }
+    let mut sources: Vec<Source> = job
+        .inputs
+        .iter()
+        .map(|t| Source::Table(t.reader.cursor(dev, spec.clone())))
+        .collect();
+    let next_level = job.next_inputs.iter().map(|t| t.reader.clone()).collect();
+    sources.push(Source::Level(LevelSource::new(next_level, dev, spec)));
+    let mut merge = MergeIter::new(dev, sources, false);
+    let tombstones: Vec<RangeTombstone> = job
+        .inputs
+        .iter()
+        .chain(&job.next_inputs)
+        .flat_map(|t| t.reader.range_tombstones.iter().cloned())
+        .collect();
     let live_tombstones: Vec<RangeTombstone> = tombstones
-        .into_iter()
+        .iter()
         // Without snapshots at the bottom, and with no unmerged table in its
         // range, every key a tombstone covers was in this merge and is gone.
         .filter(|t| {
@@ -186,53 +175,64 @@ pub fn run(
             });
             !(job.bottommost && snapshots.is_empty() && !reaches_outside)
         })
+        .cloned()
         .collect();
-
-    let mut outputs = Vec::new();
-    let mut builder = TableBuilder::new();
-    let mut prev_key: Option<Vec<u8>> = None;
-    for e in &kept {
-        let new_key = prev_key.as_deref() != Some(e.key.as_slice());
-        if new_key && builder.entries() > 0 && builder.estimated_bytes() >= target_file_bytes {
-            outputs.push(std::mem::take(&mut builder));
-        }
-        builder.add(e);
-        prev_key = Some(e.key.clone());
-    }
-    if builder.entries() > 0 || !live_tombstones.is_empty() {
-        outputs.push(builder);
-    }
+    let covered = |e: &Entry| {
+        tombstones.iter().any(|t| {
+            t.seq > e.seq
+                && stripe(snapshots, t.seq) == stripe(snapshots, e.seq)
+                && t.start.as_slice() <= e.key.as_slice()
+                && e.key.as_slice() < t.end.as_slice()
+        })
+    };
     // Range tombstones go to every output (they are few, and reads apply
     // every table's tombstones, whatever its key range).
-    let span_lo = job
-        .inputs
-        .iter()
-        .chain(&job.next_inputs)
-        .map(|t| t.meta.smallest.clone())
-        .min()
-        .unwrap_or_default();
-    let span_hi = job
-        .inputs
-        .iter()
-        .chain(&job.next_inputs)
-        .map(|t| t.meta.largest.clone())
-        .max()
-        .unwrap_or_default();
-    Ok(outputs
-        .into_iter()
-        .map(|mut b| {
-            let only_tombstones = b.entries() == 0;
-            for t in &live_tombstones {
-                b.add_range_tombstone(t.clone());
-            }
-            let mut built = b.finish();
-            if only_tombstones {
-                // The span this merge emptied in the next level: disjoint
-                // from every table left there.
-                built.smallest = span_lo.clone();
-                built.largest = span_hi.clone();
-            }
-            built
-        })
-        .collect())
+    let finish = |mut b: TableBuilder| {
+        for t in &live_tombstones {
+            b.add_range_tombstone(t.clone());
+        }
+        b.finish()
+    };
+    let mut builder = TableBuilder::new();
+    // The last version seen (key, stripe) and the last key kept.
+    let (mut seen_key, mut seen_stripe, mut any_seen) = (Vec::new(), 0usize, false);
+    let (mut kept_key, mut any_kept) = (Vec::new(), false);
+    let mut outputs = 0usize;
+    while let Some(e) = merge.next_entry()? {
+        // Keep the newest version of each key in each snapshot stripe.
+        let s = stripe(snapshots, e.seq);
+        if any_seen && seen_key == e.key && seen_stripe == s {
+            continue;
+        }
+        seen_key.clone_from(&e.key);
+        (seen_stripe, any_seen) = (s, true);
+        if covered(&e) {
+            continue;
+        }
+        // Oldest stripe, bottom of the tree: nothing older remains to hide.
+        if e.kind == EntryKind::Delete && job.bottommost && s == 0 {
+            continue;
+        }
+        // Never cut between two versions of one key.
+        let new_key = !any_kept || kept_key != e.key;
+        if new_key && builder.entries() > 0 && builder.estimated_bytes() >= target_file_bytes {
+            emit(finish(std::mem::take(&mut builder)))?;
+            outputs += 1;
+        }
+        builder.add(&e);
+        kept_key.clone_from(&e.key);
+        any_kept = true;
+    }
+    if builder.entries() > 0 {
+        emit(finish(builder))?;
+    } else if outputs == 0 && !live_tombstones.is_empty() {
+        let mut built = finish(builder);
+        // Only tombstones: the table spans what this merge emptied in the
+        // next level, disjoint from every table left there.
+        let merged = || job.inputs.iter().chain(&job.next_inputs);
+        built.smallest = merged().map(|t| t.meta.smallest.clone()).min().unwrap_or_default();
+        built.largest = merged().map(|t| t.meta.largest.clone()).max().unwrap_or_default();
+        emit(built)?;
+    }
+    Ok(())
 }

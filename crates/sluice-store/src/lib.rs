@@ -4,13 +4,16 @@
 //! the device — no filesystem in the data path, every block checksummed, no
 //! page cache. The on-disk format is written down in docs/FORMAT.md.
 //!
-//! Built so far: store blocks and extents ([`blocks`]), the two-copy
-//! superblock ([`superblock`]), the extent allocator ([`alloc`]), the
-//! manifest of version edits ([`manifest`]), the write-ahead log with group
-//! commit and torn-tail recovery ([`wal`]), the memtable ([`memtable`]) and
-//! the [`Store`] API over them: keyspaces, atomic batches, deletes and
-//! range deletes, snapshots, forward/reverse/prefix scans. Tables (SSTs),
-//! flush and compaction come next (issue 4).
+//! Parts, in the order data flows: store blocks and extents ([`blocks`]),
+//! the two-copy superblock ([`superblock`]), the extent allocator
+//! ([`alloc`]), the manifest of version edits and keyspace catalogue
+//! ([`manifest`]), the write-ahead log with group commit and torn-tail
+//! recovery ([`wal`]), the memtable ([`memtable`]), sorted tables
+//! ([`sst`]) with a CLOCK block cache ([`cache`]), the live table set
+//! ([`version`]), streaming merged iteration ([`iter`]), leveled compaction
+//! ([`compaction`]), and the [`Store`] API over them: keyspaces, atomic
+//! batches, deletes and range deletes, snapshots, streaming forward and
+//! reverse iterators over ranges and prefixes, flush, compact, stats.
 
 pub mod alloc;
 pub mod batch;
@@ -19,6 +22,7 @@ pub mod cache;
 mod codec;
 pub mod compaction;
 pub mod error;
+pub mod iter;
 pub mod manifest;
 pub mod memtable;
 pub mod sst;
@@ -28,6 +32,7 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
+pub use iter::StoreIter;
 pub use error::{Result, StoreError};
 pub use manifest::ValueFormat;
 pub use store::{Snapshot, Store, StoreConfig, StoreStats, WriteOptions, DEFAULT_KEYSPACE};

@@ -410,6 +410,12 @@ impl Manifest {
         self.state.allocator.allocate(blocks)
     }
 
+    /// Returns an extent taken with [`Manifest::allocate`] whose `Alloc`
+    /// edit was never logged (its table was abandoned).
+    pub fn release_unlogged(&mut self, extent: Extent) -> Result<()> {
+        self.state.allocator.release(extent)
+    }
+
     /// Applies `edits` and makes them durable as one group. `Alloc` edits
     /// for extents taken with [`Manifest::allocate`] are logged, not
     /// re-applied.

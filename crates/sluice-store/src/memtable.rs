@@ -127,6 +127,74 @@ impl Memtable {
             })
     }
 
+    /// Appends to `out` up to `max` versions of `keyspace` with keys in
+    /// `[start, end)` (end None: unbounded), in internal order or, with
+    /// `reverse`, its reverse; strictly after `after` (the last version
+    /// taken before) when given. Returns how many it appended.
+    #[allow(clippy::too_many_arguments)]
+    pub fn chunk(
+        &self,
+        keyspace: u32,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        after: Option<(&[u8], u64)>,
+        max: usize,
+        out: &mut std::collections::VecDeque<Entry>,
+    ) -> usize {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let lowest = (keyspace, start.to_vec(), Reverse(u64::MAX));
+        let resume = after.map(|(k, s)| (keyspace, k.to_vec(), Reverse(s)));
+        let to_entry = |((_, k, Reverse(seq)), v): (&InternalKey, &Version)| Entry {
+            key: k.clone(),
+            seq: *seq,
+            kind: match v {
+                Version::Value(_) => EntryKind::Put,
+                Version::Tombstone => EntryKind::Delete,
+            },
+            value: match v {
+                Version::Value(v) => v.clone(),
+                Version::Tombstone => Vec::new(),
+            },
+        };
+        let before_end =
+            |k: &Vec<u8>| end.is_none_or(|end| k.as_slice() < end);
+        let n0 = out.len();
+        if reverse {
+            let upper = match (resume, end) {
+                (Some(r), _) => Excluded(r),
+                (None, Some(end)) => Excluded((keyspace, end.to_vec(), Reverse(u64::MAX))),
+                (None, None) => match keyspace.checked_add(1) {
+                    Some(next) => Excluded((next, Vec::new(), Reverse(u64::MAX))),
+                    None => Unbounded,
+                },
+            };
+            if matches!(&upper, Excluded(u) if *u <= lowest) {
+                return 0;
+            }
+            out.extend(
+                self.entries
+                    .range((Included(lowest), upper))
+                    .rev()
+                    .take(max)
+                    .map(to_entry),
+            );
+        } else {
+            let lower = match resume {
+                Some(r) => Excluded(r),
+                None => Included(lowest),
+            };
+            out.extend(
+                self.entries
+                    .range((lower, Unbounded))
+                    .take_while(|((ks, k, _), _)| *ks == keyspace && before_end(k))
+                    .take(max)
+                    .map(to_entry),
+            );
+        }
+        out.len() - n0
+    }
+
     /// Every version of every key of `keyspace` in `[start, end)` (end None:
     /// unbounded), in internal order.
     pub fn versions(&self, keyspace: u32, start: &[u8], end: Option<&[u8]>) -> Vec<Entry> {

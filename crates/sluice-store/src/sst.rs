@@ -397,6 +397,26 @@ pub fn write_table(dev: &BlockDevice, extent: Extent, table: &BuiltTable) -> Res
     dev.flush()
 }
 
+/// How a block read goes through the block cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CacheUse {
+    /// Cached blocks are taken from the cache, new ones added.
+    LookUpAndFill,
+    /// The caller has looked already: only add.
+    FillOnly,
+    Bypass,
+}
+
+impl From<bool> for CacheUse {
+    fn from(use_cache: bool) -> Self {
+        if use_cache {
+            CacheUse::LookUpAndFill
+        } else {
+            CacheUse::Bypass
+        }
+    }
+}
+
 /// An open table: index, filter and range tombstones in memory.
 #[derive(Debug)]
 pub struct TableReader {
@@ -511,7 +531,7 @@ impl TableReader {
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
         Ok(self
-            .parse_run(dev, i, 1, buf.as_slice(), false)?
+            .parse_run(dev, i, 1, buf.as_slice(), CacheUse::FillOnly)?
             .pop()
             .expect("one block"))
     }
@@ -526,26 +546,23 @@ impl TableReader {
         )
     }
 
-    /// Verifies and caches blocks `first..` from `bytes`, read from
-    /// `run_extent(first, count)`.
+    /// Verifies blocks `first..first + count` from `bytes`, read from
+    /// `run_extent(first, count)`, going through the cache as `cache_use` says.
     fn parse_run(
         &self,
         dev: &BlockDevice,
         first: usize,
         count: usize,
         bytes: &[u8],
-        look_up: bool,
+        cache_use: CacheUse,
     ) -> Result<Vec<Arc<RawBlock>>> {
         let start = self.index[first].offset_blocks;
+        let cache = self.cache.as_ref().filter(|_| cache_use != CacheUse::Bypass);
+        let look_up = cache.filter(|_| cache_use == CacheUse::LookUpAndFill);
         (first..first + count)
             .map(|i| {
                 let key = (self.file_no, i as u32);
-                if let Some(hit) = self
-                    .cache
-                    .as_ref()
-                    .filter(|_| look_up)
-                    .and_then(|c| c.get(key))
-                {
+                if let Some(hit) = look_up.and_then(|c| c.get(key)) {
                     return Ok(hit);
                 }
                 let e = &self.index[i];
@@ -563,7 +580,7 @@ impl TableReader {
                     ),
                     }
                 })?);
-                if let Some(c) = &self.cache {
+                if let Some(c) = cache {
                     c.insert(key, raw.clone(), len);
                 }
                 Ok(raw)
@@ -578,15 +595,16 @@ impl TableReader {
         dev: &BlockDevice,
         first: usize,
         count: usize,
+        use_cache: bool,
     ) -> Result<Vec<Arc<RawBlock>>> {
         let count = count.min(self.index.len() - first);
-        if count <= 1 {
+        if count <= 1 && use_cache {
             return Ok(vec![self.read_block(dev, first)?]);
         }
         let (block, blocks) = self.run_extent(first, count);
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
-        self.parse_run(dev, first, count, buf.as_slice(), true)
+        self.parse_run(dev, first, count, buf.as_slice(), CacheUse::from(use_cache))
     }
 
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
@@ -609,42 +627,37 @@ impl TableReader {
         Ok(None)
     }
 
-    /// Every entry, in order (flush checks, compaction input, scans).
+    /// Every entry, in order (flush checks, tests).
     pub fn entries(&self, dev: &BlockDevice) -> Result<Vec<Entry>> {
         let mut out = Vec::with_capacity(self.entries as usize);
-        let mut c = self.cursor(dev, &[]);
-        while let Some(e) = c.next_entry()? {
+        let mut c = CursorState::new(self, CursorSpec::default());
+        while let Some(e) = c.next_entry(self, dev)? {
             out.push(e);
         }
         Ok(out)
     }
 
-    /// A cursor over the entries from the first key ≥ `start`, reading one
-    /// data block at a time.
-    pub fn cursor<'a>(&'a self, dev: &'a BlockDevice, start: &[u8]) -> TableCursor<'a> {
+    /// A cursor over the entries whose keys lie in the spec's range, in
+    /// internal order or its reverse. It holds the table and the device, so
+    /// it can outlive the borrow it was made from.
+    pub fn cursor(self: &Arc<Self>, dev: &BlockDevice, spec: CursorSpec) -> TableCursor {
         TableCursor {
-            table: self,
-            dev,
-            next_block: self
-                .index
-                .partition_point(|e| e.last_key.as_slice() < start),
-            prefetched: std::collections::VecDeque::new(),
-            readahead: 2,
-            block: None,
-            pos: 0,
-            last_key: Vec::new(),
-            start: start.to_vec(),
+            state: CursorState::new(self, spec),
+            table: self.clone(),
+            dev: dev.clone(),
         }
     }
 
     /// Entries whose key lies in `[start, end)` (end None: unbounded), in order.
     pub fn range(&self, dev: &BlockDevice, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Entry>> {
+        let spec = CursorSpec {
+            start: start.to_vec(),
+            end: end.map(<[u8]>::to_vec),
+            ..CursorSpec::default()
+        };
         let mut out = Vec::new();
-        let mut c = self.cursor(dev, start);
-        while let Some(e) = c.next_entry()? {
-            if end.is_some_and(|end| e.key.as_slice() >= end) {
-                break;
-            }
+        let mut c = CursorState::new(self, spec);
+        while let Some(e) = c.next_entry(self, dev)? {
             out.push(e);
         }
         Ok(out)
@@ -682,51 +695,131 @@ fn decode_ranges(b: &[u8]) -> Option<Vec<RangeTombstone>> {
 
 /// Most data blocks one read-ahead fetches (256 KiB of 4 KiB blocks).
 const READAHEAD_MAX_BLOCKS: usize = 64;
+/// Blocks the first read of a cursor fetches; each later read doubles it.
+const READAHEAD_FIRST_BLOCKS: usize = 2;
 
-/// See [`TableReader::cursor`].
-pub struct TableCursor<'a> {
-    table: &'a TableReader,
-    dev: &'a BlockDevice,
-    next_block: usize,
-    /// Blocks read ahead, and how many the next read takes: 2, doubling
-    /// while the cursor keeps going, up to READAHEAD_MAX_BLOCKS.
-    prefetched: std::collections::VecDeque<Arc<RawBlock>>,
-    readahead: usize,
-    block: Option<Arc<RawBlock>>,
-    /// Byte offset of the next entry in `block`, and the key before it.
-    pos: usize,
-    last_key: Vec<u8>,
-    start: Vec<u8>,
+/// What a cursor walks: keys in `[start, end)` (end None: unbounded),
+/// forward (internal order) or reverse (key descending, sequence
+/// ascending).
+#[derive(Debug, Clone)]
+pub struct CursorSpec {
+    pub start: Vec<u8>,
+    pub end: Option<Vec<u8>>,
+    pub reverse: bool,
+    /// Blocks read are looked up in and added to the block cache. A
+    /// compaction reads without it, so it does not evict what readers use.
+    pub use_cache: bool,
 }
 
-impl TableCursor<'_> {
-    /// The read the cursor will make first, so that a caller can batch the
-    /// first reads of many cursors: (first store block, blocks).
-    pub fn first_read(&self) -> Option<(u64, usize)> {
-        if !self.prefetched.is_empty()
-            || self.block.is_some()
-            || self.next_block >= self.table.index.len()
-        {
+impl Default for CursorSpec {
+    fn default() -> Self {
+        CursorSpec {
+            start: Vec::new(),
+            end: None,
+            reverse: false,
+            use_cache: true,
+        }
+    }
+}
+
+/// Position of a cursor in one table; the table and device are passed in,
+/// so the same state serves borrowed and owning cursors.
+struct CursorState {
+    spec: CursorSpec,
+    /// Data blocks not yet read: `lo..hi`. Forward reads from `lo` up,
+    /// reverse from `hi` down.
+    lo: usize,
+    hi: usize,
+    /// Blocks read ahead, in the order they will be walked, and how many
+    /// the next read takes: doubling while the cursor keeps going.
+    prefetched: std::collections::VecDeque<Arc<RawBlock>>,
+    readahead: usize,
+    /// Forward: the block being walked, the byte offset of its next entry
+    /// and the key before it.
+    block: Option<Arc<RawBlock>>,
+    pos: usize,
+    last_key: Vec<u8>,
+    /// Reverse: the current block's entries still to give, last first.
+    decoded: Vec<Entry>,
+}
+
+impl CursorState {
+    fn new(table: &TableReader, spec: CursorSpec) -> Self {
+        let blocks = table.index.len();
+        let before = |k: &[u8]| table.index.partition_point(|e| e.last_key.as_slice() < k);
+        let lo = before(&spec.start);
+        // The first block whose last key reaches `end` may still hold keys
+        // below it.
+        let hi = spec
+            .end
+            .as_deref()
+            .map_or(blocks, |end| (before(end) + 1).min(blocks));
+        CursorState {
+            spec,
+            lo,
+            hi: hi.max(lo),
+            prefetched: std::collections::VecDeque::new(),
+            readahead: READAHEAD_FIRST_BLOCKS,
+            block: None,
+            pos: 0,
+            last_key: Vec::new(),
+            decoded: Vec::new(),
+        }
+    }
+
+    /// The next run of blocks to read: (first block index, count).
+    fn next_run(&self) -> Option<(usize, usize)> {
+        if self.lo >= self.hi {
             return None;
         }
-        let count = self.readahead.min(self.table.index.len() - self.next_block);
-        Some(self.table.run_extent(self.next_block, count))
+        let count = self.readahead.min(self.hi - self.lo);
+        Some(if self.spec.reverse {
+            (self.hi - count, count)
+        } else {
+            (self.lo, count)
+        })
     }
 
-    /// Hands the cursor the bytes of its `first_read`.
-    pub fn seed(&mut self, bytes: &[u8]) -> Result<()> {
-        let count = self.readahead.min(self.table.index.len() - self.next_block);
-        let run = self
-            .table
-            .parse_run(self.dev, self.next_block, count, bytes, true)?;
-        self.next_block += run.len();
-        self.prefetched.extend(run);
+    /// Takes the blocks of `next_run`, in ascending order.
+    fn take_run(&mut self, run: Vec<Arc<RawBlock>>) {
+        if self.spec.reverse {
+            self.hi -= run.len();
+            self.prefetched.extend(run.into_iter().rev());
+        } else {
+            self.lo += run.len();
+            self.prefetched.extend(run);
+        }
         self.readahead = (self.readahead * 2).min(READAHEAD_MAX_BLOCKS);
-        Ok(())
     }
 
-    /// The next entry, or None at the end of the table.
-    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+    fn finish(&mut self) {
+        self.lo = self.hi;
+        self.prefetched.clear();
+        self.block = None;
+        self.decoded.clear();
+    }
+
+    /// The next prefetched block, reading a run first if none is left.
+    fn next_block(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<Arc<RawBlock>>> {
+        if self.prefetched.is_empty() {
+            let Some((first, count)) = self.next_run() else {
+                return Ok(None);
+            };
+            let run = table.read_run(dev, first, count, self.spec.use_cache)?;
+            self.take_run(run);
+        }
+        Ok(self.prefetched.pop_front())
+    }
+
+    fn next_entry(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<Entry>> {
+        if self.spec.reverse {
+            self.next_reverse(table, dev)
+        } else {
+            self.next_forward(table, dev)
+        }
+    }
+
+    fn next_forward(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<Entry>> {
         loop {
             if let Some(block) = &self.block {
                 if self.pos < block.entries_len {
@@ -735,29 +828,85 @@ impl TableCursor<'_> {
                         .expect("a verified block decodes");
                     self.pos = next;
                     self.last_key.clone_from(&e.key);
-                    if e.key.as_slice() < self.start.as_slice() {
+                    if e.key.as_slice() < self.spec.start.as_slice() {
                         continue;
+                    }
+                    if self.spec.end.as_deref().is_some_and(|end| e.key.as_slice() >= end) {
+                        self.finish();
+                        return Ok(None);
                     }
                     return Ok(Some(e));
                 }
             }
-            if self.prefetched.is_empty() {
-                if self.next_block >= self.table.index.len() {
-                    return Ok(None);
-                }
-                let run = self
-                    .table
-                    .read_run(self.dev, self.next_block, self.readahead)?;
-                self.next_block += run.len();
-                self.prefetched.extend(run);
-                self.readahead = (self.readahead * 2).min(READAHEAD_MAX_BLOCKS);
-            }
-            let block = self.prefetched.pop_front().expect("a prefetched block");
+            let Some(block) = self.next_block(table, dev)? else {
+                self.block = None;
+                return Ok(None);
+            };
             // Start at the last restart point before the start key.
-            self.pos = block.restart_before(&self.start);
+            self.pos = block.restart_before(&self.spec.start);
             self.last_key.clear();
             self.block = Some(block);
         }
+    }
+
+    fn next_reverse(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<Entry>> {
+        loop {
+            if let Some(e) = self.decoded.pop() {
+                if e.key.as_slice() < self.spec.start.as_slice() {
+                    self.finish();
+                    return Ok(None);
+                }
+                return Ok(Some(e));
+            }
+            let Some(block) = self.next_block(table, dev)? else {
+                return Ok(None);
+            };
+            let end = self.spec.end.as_deref();
+            self.decoded = block
+                .decode_all()
+                .into_iter()
+                .take_while(|e| end.is_none_or(|end| e.key.as_slice() < end))
+                .collect();
+        }
+    }
+}
+
+/// See [`TableReader::cursor`].
+pub struct TableCursor {
+    table: Arc<TableReader>,
+    dev: BlockDevice,
+    state: CursorState,
+}
+
+impl TableCursor {
+    /// The read the cursor will make first, so that a caller can batch the
+    /// first reads of many cursors: (first store block, blocks).
+    pub fn first_read(&self) -> Option<(u64, usize)> {
+        let s = &self.state;
+        if !s.prefetched.is_empty() || s.block.is_some() || !s.decoded.is_empty() {
+            return None;
+        }
+        let (first, count) = s.next_run()?;
+        Some(self.table.run_extent(first, count))
+    }
+
+    /// Hands the cursor the bytes of its `first_read`.
+    pub fn seed(&mut self, bytes: &[u8]) -> Result<()> {
+        let (first, count) = self.state.next_run().expect("a first read");
+        let run = self.table.parse_run(
+            &self.dev,
+            first,
+            count,
+            bytes,
+            CacheUse::from(self.state.spec.use_cache),
+        )?;
+        self.state.take_run(run);
+        Ok(())
+    }
+
+    /// The next entry, or None past the end of the range.
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+        self.state.next_entry(&self.table, &self.dev)
     }
 }
 
@@ -832,6 +981,19 @@ impl RawBlock {
             },
             at,
         ))
+    }
+
+    /// Every entry of the block, in order.
+    fn decode_all(&self) -> Vec<Entry> {
+        let mut out: Vec<Entry> = Vec::new();
+        let mut at = 0;
+        while at < self.entries_len {
+            let last = out.last().map_or(&[][..], |e| e.key.as_slice());
+            let (e, next) = self.decode_at(at, last).expect("a verified block decodes");
+            at = next;
+            out.push(e);
+        }
+        out
     }
 
     /// The key and sequence stored whole at restart point `r`.

@@ -10,7 +10,8 @@ use crate::compaction::{self, CompactionConfig};
 use crate::error::{Result, StoreError};
 use crate::manifest::{Edit, KeyspaceDef, Manifest, TableMeta, ValueFormat, WalPlace};
 use crate::memtable::Memtable;
-use crate::sst::{write_table, BuiltTable, TableBuilder, TablePlace, TableReader};
+use crate::iter::StoreIter;
+use crate::sst::{write_table, BuiltTable, CursorSpec, TableBuilder, TablePlace, TableReader};
 use crate::version::{self, Levels, Table, Version};
 use crate::wal::{self, Wal, WalLayout};
 use rand::Rng;
@@ -127,6 +128,17 @@ struct Memtables {
     active: Arc<RwLock<Memtable>>,
     /// Being flushed: still read until its tables are installed.
     frozen: Option<Arc<RwLock<Memtable>>>,
+}
+
+/// A table written to its extent, not yet logged.
+struct Placed {
+    keyspace: u32,
+    extent: Extent,
+    file_no: u64,
+    index_offset_blocks: u32,
+    entries: u64,
+    smallest: Vec<u8>,
+    largest: Vec<u8>,
 }
 
 struct Inner {
@@ -555,16 +567,17 @@ impl Store {
         )
     }
 
-    /// Live pairs of a keyspace in a key range at `snapshot`, forward or
-    /// reverse, at most `limit`.
-    pub fn scan(
+    /// A streaming iterator over the live pairs of a keyspace in a key
+    /// range at `snapshot`, in key order or (`reverse`) descending. It reads
+    /// blocks only as far as it is driven, holds a bounded amount of memory,
+    /// and does not block writers; see [`StoreIter`].
+    pub fn iter(
         &self,
         keyspace: u32,
         range: (Bound<&[u8]>, Bound<&[u8]>),
         snapshot: &Snapshot,
         reverse: bool,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    ) -> StoreIter {
         let start: Vec<u8> = match range.0 {
             Bound::Included(k) => k.to_vec(),
             Bound::Excluded(k) => [k, &[0]].concat(),
@@ -575,30 +588,44 @@ impl Store {
             Bound::Excluded(k) => Some(k.to_vec()),
             Bound::Unbounded => None,
         };
+        let spec = CursorSpec {
+            start,
+            end,
+            reverse,
+            use_cache: true,
+        };
         let (mems, version) = self.read_view();
-        let guards: Vec<_> = mems.iter().map(|m| read(m)).collect();
-        let refs: Vec<&Memtable> = guards.iter().map(|g| &**g).collect();
-        // A reverse scan collects the range and turns it around.
-        let take = if reverse { usize::MAX } else { limit };
-        let dev = &self.inner.dev;
-        let mut all = version::scan(
-            dev,
-            &refs,
-            &version,
-            keyspace,
-            &start,
-            end.as_deref(),
-            snapshot.seq,
-            take,
-        )?;
-        if reverse {
-            all.reverse();
-            all.truncate(limit);
-        }
-        Ok(all)
+        StoreIter::new(&self.inner.dev, &mems, version, keyspace, spec, snapshot.seq)
     }
 
-    /// Keys starting with `prefix`, in order, at `snapshot`.
+    /// [`Store::iter`] over the keys starting with `prefix`.
+    pub fn iter_prefix(
+        &self,
+        keyspace: u32,
+        prefix: &[u8],
+        snapshot: &Snapshot,
+        reverse: bool,
+    ) -> StoreIter {
+        let end = prefix_end(prefix);
+        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        self.iter(keyspace, (Bound::Included(prefix), upper), snapshot, reverse)
+    }
+
+    /// The first `limit` pairs of [`Store::iter`], collected.
+    pub fn scan(
+        &self,
+        keyspace: u32,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        snapshot: &Snapshot,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.iter(keyspace, range, snapshot, reverse)
+            .take(limit)
+            .collect()
+    }
+
+    /// Keys starting with `prefix`, in order, at `snapshot`, at most `limit`.
     pub fn scan_prefix(
         &self,
         keyspace: u32,
@@ -606,15 +633,9 @@ impl Store {
         snapshot: &Snapshot,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let end = prefix_end(prefix);
-        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        self.scan(
-            keyspace,
-            (Bound::Included(prefix), upper),
-            snapshot,
-            false,
-            limit,
-        )
+        self.iter_prefix(keyspace, prefix, snapshot, false)
+            .take(limit)
+            .collect()
     }
 
     /// Writes the memtable out as level-0 tables and releases its WAL blocks.
@@ -706,16 +727,22 @@ impl Inner {
             .values()
             .map(|k| (k.id, k.name.clone()))
             .collect();
-        let mut built = Vec::new();
+        let mut placed = Vec::new();
         for ks in frozen_guard.keyspaces() {
             let mut b = TableBuilder::new();
-            for e in frozen_guard.versions(ks, &[], None) {
+            for e in frozen_guard.iter_from(ks, &[]) {
                 b.add(&e);
             }
             for t in frozen_guard.range_tombstones(ks) {
                 b.add_range_tombstone(t);
             }
-            built.push((ks, b.finish()));
+            match self.place(ks, b.finish()) {
+                Ok(p) => placed.push(p),
+                Err(e) => {
+                    self.unplace(&placed.iter().map(|p| p.extent).collect::<Vec<_>>());
+                    return Err(e);
+                }
+            }
         }
         drop(frozen_guard);
         let mut extra = vec![
@@ -727,7 +754,7 @@ impl Inner {
             Edit::LastSequence(last_seq),
         ];
         extra.extend(self.take_released());
-        let tables = self.install(built, 0, &names, &[], extra)?;
+        let tables = self.install(placed, 0, &names, &[], extra)?;
         inner.wal.release_before(tail_seq);
         {
             let mut mem = write(&inner.memtables);
@@ -752,42 +779,65 @@ impl Inner {
             .collect()
     }
 
-    /// Writes built tables at `level`, logs them (with `removed` and
-    /// `extra` edits) as one manifest group, and opens them.
+    /// Allocates an extent for a built table and writes it there; the
+    /// allocation is logged by [`Inner::install`].
+    fn place(&self, keyspace: u32, t: BuiltTable) -> Result<Placed> {
+        let blocks = (t.bytes.len() / STORE_BLOCK_BYTES) as u64;
+        let extent = lock(&self.manifest).allocate(blocks)?;
+        if let Err(e) = write_table(&self.dev, extent, &t) {
+            self.unplace(std::slice::from_ref(&extent));
+            return Err(e);
+        }
+        let file_no = self.next_file.fetch_add(1, Ordering::Relaxed);
+        Ok(Placed {
+            keyspace,
+            extent,
+            file_no,
+            index_offset_blocks: t.index_offset_blocks,
+            entries: t.entries,
+            smallest: t.smallest,
+            largest: t.largest,
+        })
+    }
+
+    /// Gives back extents of placed tables that will not be installed.
+    fn unplace(&self, extents: &[Extent]) {
+        let mut manifest = lock(&self.manifest);
+        for e in extents {
+            // They were allocated and never logged: releasing cannot fail
+            // unless the allocator is broken, and then reopening reclaims.
+            let _ = manifest.release_unlogged(*e);
+        }
+    }
+
+    /// Logs placed tables at `level` (with `removed` and `extra` edits) as
+    /// one manifest group, and opens them.
     fn install(
         &self,
-        built: Vec<(u32, BuiltTable)>,
+        placed: Vec<Placed>,
         level: u8,
         names: &BTreeMap<u32, String>,
         removed: &[(u32, u64)],
         extra: Vec<Edit>,
     ) -> Result<Vec<Arc<Table>>> {
         let inner = self;
-        let mut placed = Vec::new();
-        for (ks, t) in built {
-            let blocks = (t.bytes.len() / STORE_BLOCK_BYTES) as u64;
-            let extent = lock(&inner.manifest).allocate(blocks)?;
-            let file_no = inner.next_file.fetch_add(1, Ordering::Relaxed);
-            write_table(&inner.dev, extent, &t)?;
-            placed.push((ks, t, extent, file_no));
-        }
         let mut edits = Vec::new();
         let mut metas = Vec::new();
-        for (ks, t, extent, file_no) in &placed {
+        for p in placed {
             let meta = TableMeta {
-                keyspace: *ks,
+                keyspace: p.keyspace,
                 level,
-                file_no: *file_no,
-                data: *extent,
+                file_no: p.file_no,
+                data: p.extent,
                 index: Extent {
-                    start_block: extent.start_block + t.index_offset_blocks as u64,
-                    block_count: extent.block_count - t.index_offset_blocks,
+                    start_block: p.extent.start_block + p.index_offset_blocks as u64,
+                    block_count: p.extent.block_count - p.index_offset_blocks,
                 },
-                entries: t.entries,
-                smallest: t.smallest.clone(),
-                largest: t.largest.clone(),
+                entries: p.entries,
+                smallest: p.smallest,
+                largest: p.largest,
             };
-            edits.push(Edit::Alloc(*extent));
+            edits.push(Edit::Alloc(p.extent));
             edits.push(Edit::AddTable(meta.clone()));
             metas.push(meta);
         }
@@ -831,12 +881,21 @@ impl Inner {
             return Ok(false);
         };
         let snapshots: Vec<u64> = lock(&inner.snapshots.live).keys().copied().collect();
-        let outputs = compaction::run(
+        let mut placed = Vec::new();
+        let ran = compaction::run(
             &inner.dev,
             &job,
             &snapshots,
             inner.config.compaction.target_file_bytes,
-        )?;
+            &mut |t| {
+                placed.push(self.place(job.keyspace, t)?);
+                Ok(())
+            },
+        );
+        if let Err(e) = ran {
+            self.unplace(&placed.iter().map(|p| p.extent).collect::<Vec<_>>());
+            return Err(e);
+        }
         let names: BTreeMap<u32, String> = read(&inner.keyspaces)
             .values()
             .map(|k| (k.id, k.name.clone()))
@@ -847,9 +906,8 @@ impl Inner {
             .chain(&job.next_inputs)
             .map(|t| (job.keyspace, t.meta.file_no))
             .collect();
-        let built = outputs.into_iter().map(|t| (job.keyspace, t)).collect();
         let released = self.take_released();
-        let tables = self.install(built, (job.level + 1) as u8, &names, &removed, released)?;
+        let tables = self.install(placed, (job.level + 1) as u8, &names, &removed, released)?;
         {
             let mut v = write(&inner.version);
             let mut next = (**v).clone();

@@ -18,7 +18,7 @@ pub const MAX_LEVELS: usize = 7;
 #[derive(Debug)]
 pub struct Table {
     pub meta: TableMeta,
-    pub reader: TableReader,
+    pub reader: Arc<TableReader>,
     obsolete: AtomicBool,
     released: Arc<Mutex<Vec<Extent>>>,
 }
@@ -27,7 +27,7 @@ impl Table {
     pub fn new(meta: TableMeta, reader: TableReader, released: Arc<Mutex<Vec<Extent>>>) -> Self {
         Table {
             meta,
-            reader,
+            reader: Arc::new(reader),
             obsolete: AtomicBool::new(false),
             released,
         }
@@ -45,7 +45,7 @@ impl Table {
         self.meta.smallest.as_slice() <= key && key <= self.meta.largest.as_slice()
     }
 
-    fn overlaps(&self, start: &[u8], end: Option<&[u8]>) -> bool {
+    pub(crate) fn overlaps(&self, start: &[u8], end: Option<&[u8]>) -> bool {
         self.meta.largest.as_slice() >= start
             && end.is_none_or(|e| self.meta.smallest.as_slice() < e)
     }
@@ -87,7 +87,7 @@ impl Levels {
         let v = self.level_mut(level);
         v.push(t);
         if level == 0 {
-            v.sort_by(|a, b| b.meta.file_no.cmp(&a.meta.file_no));
+            v.sort_by_key(|t| std::cmp::Reverse(t.meta.file_no));
         } else {
             v.sort_by(|a, b| a.meta.smallest.cmp(&b.meta.smallest));
         }
@@ -138,7 +138,7 @@ impl Version {
     }
 }
 
-fn tombstone_seq(ts: &[RangeTombstone], key: &[u8], snapshot: u64) -> u64 {
+pub(crate) fn tombstone_seq(ts: &[RangeTombstone], key: &[u8], snapshot: u64) -> u64 {
     ts.iter()
         .filter(|t| t.seq <= snapshot && t.start.as_slice() <= key && key < t.end.as_slice())
         .map(|t| t.seq)
@@ -180,150 +180,4 @@ pub fn get(
         }
     }
     Ok(None)
-}
-
-/// One input of a merged scan: its next entry in internal order.
-enum Source<'a> {
-    Memtable(Box<dyn Iterator<Item = crate::sst::Entry> + 'a>),
-    Table(crate::sst::TableCursor<'a>),
-    /// A level ≥ 1: disjoint tables in key order, opened one at a time.
-    Level {
-        tables: &'a [Arc<Table>],
-        next: usize,
-        cursor: Option<crate::sst::TableCursor<'a>>,
-        dev: &'a BlockDevice,
-        start: &'a [u8],
-    },
-}
-
-impl Source<'_> {
-    fn next(&mut self) -> Result<Option<crate::sst::Entry>> {
-        match self {
-            Source::Memtable(it) => Ok(it.next()),
-            Source::Table(c) => c.next_entry(),
-            Source::Level {
-                tables,
-                next,
-                cursor,
-                dev,
-                start,
-            } => loop {
-                if let Some(c) = cursor {
-                    if let Some(e) = c.next_entry()? {
-                        return Ok(Some(e));
-                    }
-                }
-                let Some(t) = tables.get(*next) else {
-                    return Ok(None);
-                };
-                *next += 1;
-                *cursor = Some(t.reader.cursor(dev, start));
-            },
-        }
-    }
-}
-
-/// Live pairs of `keyspace` in `[start, end)` at `snapshot`, in key order,
-/// at most `limit`: a streaming merge of every source that reads table
-/// blocks only as far as the scan goes.
-pub fn scan(
-    dev: &BlockDevice,
-    memtables: &[&Memtable],
-    version: &Version,
-    keyspace: u32,
-    start: &[u8],
-    end: Option<&[u8]>,
-    snapshot: u64,
-    limit: usize,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut tombstones: Vec<RangeTombstone> = Vec::new();
-    let mut sources: Vec<Source<'_>> = Vec::new();
-    for m in memtables {
-        tombstones.extend(m.range_tombstones(keyspace));
-        sources.push(Source::Memtable(Box::new(m.iter_from(keyspace, start))));
-    }
-    if let Some(levels) = version.levels(keyspace) {
-        for t in levels.all() {
-            tombstones.extend(t.reader.range_tombstones.iter().cloned());
-        }
-        for t in levels.level(0).iter().filter(|t| t.overlaps(start, end)) {
-            sources.push(Source::Table(t.reader.cursor(dev, start)));
-        }
-        for tables in levels.levels.iter().skip(1) {
-            // The first table that can hold `start`, open at once so that
-            // its first read joins the batch; later ones as needed.
-            let first = tables.partition_point(|t| t.meta.largest.as_slice() < start);
-            let tables = &tables[first..];
-            sources.push(Source::Level {
-                tables,
-                next: 1,
-                cursor: tables.first().map(|t| t.reader.cursor(dev, start)),
-                dev,
-                start,
-            });
-        }
-    }
-    tombstones.retain(|t| t.seq <= snapshot);
-    // Every table source's first read goes to the device in one batch.
-    let wanted: Vec<(usize, (u64, usize))> = sources
-        .iter()
-        .enumerate()
-        .filter_map(|(i, s)| match s {
-            Source::Table(c)
-            | Source::Level {
-                cursor: Some(c), ..
-            } => c.first_read().map(|r| (i, r)),
-            _ => None,
-        })
-        .collect();
-    if wanted.len() > 1 {
-        let runs: Vec<(u64, usize)> = wanted.iter().map(|(_, r)| *r).collect();
-        let bytes = dev.read_runs(&runs)?;
-        for ((i, _), b) in wanted.iter().zip(bytes) {
-            match &mut sources[*i] {
-                Source::Table(c)
-                | Source::Level {
-                    cursor: Some(c), ..
-                } => c.seed(&b)?,
-                _ => unreachable!("a table source"),
-            }
-        }
-    }
-    let mut heads: Vec<Option<crate::sst::Entry>> = Vec::with_capacity(sources.len());
-    for s in &mut sources {
-        heads.push(s.next()?);
-    }
-    let mut out = Vec::new();
-    let mut decided: Vec<u8> = Vec::new();
-    let mut has_decided = false;
-    while out.len() < limit {
-        // The smallest head in internal order: the newest version of the
-        // smallest key.
-        let Some(i) = (0..heads.len())
-            .filter(|&i| heads[i].is_some())
-            .min_by(|&a, &b| {
-                let (x, y) = (
-                    heads[a].as_ref().expect("some"),
-                    heads[b].as_ref().expect("some"),
-                );
-                crate::sst::internal_cmp(&x.key, x.seq, &y.key, y.seq)
-            })
-        else {
-            break;
-        };
-        let e = std::mem::replace(&mut heads[i], sources[i].next()?).expect("some");
-        if end.is_some_and(|end| e.key.as_slice() >= end) {
-            break;
-        }
-        if e.seq > snapshot || (has_decided && decided == e.key) {
-            continue;
-        }
-        // Reuses the buffer: no allocation per key.
-        decided.clone_from(&e.key);
-        has_decided = true;
-        if e.kind == EntryKind::Put && e.seq > tombstone_seq(&tombstones, &e.key, snapshot) {
-            out.push((e.key, e.value));
-        }
-    }
-    Ok(out)
 }

@@ -78,7 +78,10 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     #[test]
-    fn store_matches_an_ordered_map(ops in prop::collection::vec(op(), 1..80)) {
+    fn store_matches_an_ordered_map(
+        ops in prop::collection::vec(op(), 1..80),
+        ranges in prop::collection::vec((any::<u8>(), any::<u8>(), 0u8..9, any::<bool>(), 0usize..40), 4),
+    ) {
         let (mem, mut store) = memory_store(8192);
         let ks = store.keyspace("default").unwrap();
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -142,8 +145,34 @@ proptest! {
         let mut rev = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &snap, true, usize::MAX).unwrap();
         rev.reverse();
         prop_assert_eq!(&rev, &want);
-        // Old snapshots still read what they saw.
+        // Ranges with every kind of bound, both directions, with limits.
+        for &(a, b, kinds, reverse, limit) in &ranges {
+            let bound = |k: u8, kind: u8| match kind {
+                0 => Bound::Included(key(k)),
+                1 => Bound::Excluded(key(k)),
+                _ => Bound::Unbounded,
+            };
+            let (lo, hi) = (bound(a, kinds % 3), bound(b, kinds / 3));
+            let mut want: Vec<_> = model
+                .iter()
+                .filter(|(k, _)| std::ops::RangeBounds::contains(&(lo.clone(), hi.clone()), *k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if reverse {
+                want.reverse();
+            }
+            want.truncate(limit);
+            let got = store
+                .scan(ks, (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice)), &snap, reverse, limit)
+                .unwrap();
+            prop_assert_eq!(got, want, "range {:?}..{:?} reverse {}", lo, hi, reverse);
+        }
+        // Old snapshots still read what they saw, in both directions.
         for (s, m) in &snapshots {
+            let mut rev = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), s, true, usize::MAX).unwrap();
+            rev.reverse();
+            let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            prop_assert_eq!(rev, want);
             let got = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), s, false, usize::MAX).unwrap();
             for k in (0..=255u8).step_by(17) {
                 prop_assert_eq!(store.get_at(ks, &key(k), s).unwrap(), m.get(&key(k)).cloned());
@@ -152,6 +181,74 @@ proptest! {
             prop_assert_eq!(got, want);
         }
     }
+}
+
+/// An iterator keeps reading what its snapshot saw while another thread
+/// overwrites, deletes, flushes and compacts underneath it; once it is
+/// dropped, the tables it held are freed.
+#[test]
+fn iterators_stream_a_consistent_snapshot_under_writes_and_compaction() {
+    let (_mem, store) = memory_store(16384);
+    let ks = store.keyspace("default").unwrap();
+    let k = |i: u32| format!("k{i:05}").into_bytes();
+    for i in 0..3000u32 {
+        store.put(ks, &k(i), format!("old{i}").as_bytes()).unwrap();
+    }
+    store.compact().unwrap();
+    for i in (0..3000u32).step_by(3) {
+        store.put(ks, &k(i), format!("mid{i}").as_bytes()).unwrap();
+    }
+    let snap = store.snapshot();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = (0..3000u32)
+        .map(|i| {
+            let v = if i % 3 == 0 { format!("mid{i}") } else { format!("old{i}") };
+            (k(i), v.into_bytes())
+        })
+        .collect();
+    let mut forward = store.iter(ks, (Bound::Unbounded, Bound::Unbounded), &snap, false);
+    let mut reverse = store.iter(ks, (Bound::Unbounded, Bound::Unbounded), &snap, true);
+    let mut got_forward: Vec<_> = forward.by_ref().take(500).map(Result::unwrap).collect();
+    let mut got_reverse: Vec<_> = reverse.by_ref().take(500).map(Result::unwrap).collect();
+    let mut hold = store.iter(ks, (Bound::Unbounded, Bound::Unbounded), &snap, false);
+    assert!(hold.next().is_some());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for i in 0..3000u32 {
+                store.put(ks, &k(i), format!("new{i}").as_bytes()).unwrap();
+                if i % 7 == 6 {
+                    store.delete(ks, &k(i - 1)).unwrap();
+                }
+            }
+            store.delete_range(ks, &k(1000), &k(2000)).unwrap();
+            store.compact().unwrap();
+        });
+        // Interleaved with the writer.
+        for _ in 0..20 {
+            got_forward.extend(forward.by_ref().take(50).map(Result::unwrap));
+            got_reverse.extend(reverse.by_ref().take(50).map(Result::unwrap));
+        }
+    });
+    got_forward.extend(forward.map(Result::unwrap));
+    got_reverse.extend(reverse.map(Result::unwrap));
+    assert_eq!(got_forward, want);
+    got_reverse.reverse();
+    assert_eq!(got_reverse, want);
+    // The new state is what a fresh iterator sees.
+    let now: Vec<_> = store
+        .iter(ks, (Bound::Unbounded, Bound::Unbounded), &store.snapshot(), false)
+        .map(Result::unwrap)
+        .collect();
+    assert!(now.iter().all(|(key, v)| v.starts_with(b"new") && (key < &k(1000) || key >= &k(2000))));
+    let deleted = (0..3000u32)
+        .filter(|i| i % 7 == 6 && !(1000..2000).contains(&(i - 1)))
+        .count();
+    assert_eq!(now.len(), 3000 - 1000 - deleted);
+    // The replaced tables are held by `hold`; once it is gone they are freed.
+    let free_held = store.stats().free_blocks;
+    drop(hold);
+    store.compact().unwrap();
+    let free_after = store.stats().free_blocks;
+    assert!(free_after > free_held, "{free_after} <= {free_held}");
 }
 
 #[test]

@@ -264,13 +264,12 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
                 timed(args.threads, reads, &|_, _, rng| {
                     let k = make_key(rng.gen_range(0..num), ks);
                     let snap = st.snapshot();
-                    st.scan(
-                        0,
-                        (Bound::Included(&k), Bound::Unbounded),
-                        &snap,
-                        false,
-                        nexts,
-                    )?;
+                    for row in st
+                        .iter(0, (Bound::Included(&k), Bound::Unbounded), &snap, false)
+                        .take(nexts)
+                    {
+                        row?;
+                    }
                     Ok(())
                 })?
             }
@@ -279,15 +278,11 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
                 // no per-key timing, so both latency columns are the mean.
                 let t0 = Instant::now();
                 let snap = st.snapshot();
-                let n = st
-                    .scan(
-                        0,
-                        (Bound::Unbounded, Bound::Unbounded),
-                        &snap,
-                        false,
-                        usize::MAX,
-                    )?
-                    .len();
+                let mut n = 0usize;
+                for row in st.iter(0, (Bound::Unbounded, Bound::Unbounded), &snap, false) {
+                    row?;
+                    n += 1;
+                }
                 let secs = t0.elapsed().as_secs_f64();
                 Figures {
                     ops_per_s: n as f64 / secs,
