@@ -206,7 +206,7 @@ pub fn run(
         }
         seen_key.clone_from(&e.key);
         (seen_stripe, any_seen) = (s, true);
-        if covered(&e) {
+        if covered(e) {
             continue;
         }
         // Oldest stripe, bottom of the tree: nothing older remains to hide.
@@ -219,7 +219,7 @@ pub fn run(
             emit(finish(std::mem::take(&mut builder)))?;
             outputs += 1;
         }
-        builder.add(&e);
+        builder.add(e);
         kept_key.clone_from(&e.key);
         any_kept = true;
     }

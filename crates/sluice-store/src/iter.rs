@@ -17,8 +17,10 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::{Arc, RwLock};
 
-/// Versions a memtable source copies out under one read lock.
-const MEMTABLE_CHUNK_ENTRIES: usize = 256;
+/// Versions a memtable source copies out under one read lock: the first
+/// chunk is small (a short scan copies little), later ones double.
+const MEMTABLE_FIRST_CHUNK_ENTRIES: usize = 8;
+const MEMTABLE_MAX_CHUNK_ENTRIES: usize = 256;
 
 /// A memtable walked in chunks, so writers are never blocked for the
 /// length of a scan. Versions written after the iterator was made have
@@ -30,10 +32,11 @@ pub struct MemSource {
     buf: VecDeque<Entry>,
     after: Option<(Vec<u8>, u64)>,
     exhausted: bool,
+    chunk_entries: usize,
 }
 
 impl MemSource {
-    fn next(&mut self) -> Option<Entry> {
+    fn next_into(&mut self, out: &mut Entry) -> bool {
         if self.buf.is_empty() && !self.exhausted {
             let m = self.mem.read().unwrap_or_else(|p| p.into_inner());
             let n = m.chunk(
@@ -42,14 +45,21 @@ impl MemSource {
                 self.spec.end.as_deref(),
                 self.spec.reverse,
                 self.after.as_ref().map(|(k, s)| (k.as_slice(), *s)),
-                MEMTABLE_CHUNK_ENTRIES,
+                self.chunk_entries,
                 &mut self.buf,
             );
             drop(m);
-            self.exhausted = n < MEMTABLE_CHUNK_ENTRIES;
+            self.exhausted = n < self.chunk_entries;
+            self.chunk_entries = (self.chunk_entries * 2).min(MEMTABLE_MAX_CHUNK_ENTRIES);
             self.after = self.buf.back().map(|e| (e.key.clone(), e.seq));
         }
-        self.buf.pop_front()
+        match self.buf.pop_front() {
+            Some(e) => {
+                *out = e;
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -76,16 +86,16 @@ impl LevelSource {
         }
     }
 
-    fn next(&mut self) -> Result<Option<Entry>> {
+    fn next_into(&mut self, out: &mut Entry) -> Result<bool> {
         loop {
             if let Some(c) = &mut self.cursor {
-                if let Some(e) = c.next_entry()? {
-                    return Ok(Some(e));
+                if c.next_into(out)? {
+                    return Ok(true);
                 }
             }
             let Some(t) = self.tables.get(self.next) else {
                 self.cursor = None;
-                return Ok(None);
+                return Ok(false);
             };
             self.next += 1;
             self.cursor = Some(t.cursor(&self.dev, self.spec.clone()));
@@ -101,11 +111,12 @@ pub enum Source {
 }
 
 impl Source {
-    fn next(&mut self) -> Result<Option<Entry>> {
+    /// Decodes the source's next entry into `out`; false at its end.
+    fn next_into(&mut self, out: &mut Entry) -> Result<bool> {
         match self {
-            Source::Mem(m) => Ok(m.next()),
-            Source::Table(c) => c.next_entry(),
-            Source::Level(l) => l.next(),
+            Source::Mem(m) => Ok(m.next_into(out)),
+            Source::Table(c) => c.next_into(out),
+            Source::Level(l) => l.next_into(out),
         }
     }
 
@@ -120,11 +131,15 @@ impl Source {
 
 /// Every version from every source, in internal order (key ascending,
 /// sequence descending) or, reversed, key descending and sequence
-/// ascending.
+/// ascending. Each source decodes into its own head entry, whose buffers
+/// are reused: walking allocates nothing once they have grown.
 pub struct MergeIter {
     dev: BlockDevice,
     sources: Vec<Source>,
-    heads: Vec<Option<Entry>>,
+    heads: Vec<Entry>,
+    live: Vec<bool>,
+    /// The source whose head was handed out last: advanced first.
+    current: Option<usize>,
     reverse: bool,
     primed: bool,
 }
@@ -133,8 +148,10 @@ impl MergeIter {
     pub fn new(dev: &BlockDevice, sources: Vec<Source>, reverse: bool) -> Self {
         MergeIter {
             dev: dev.clone(),
-            heads: Vec::with_capacity(sources.len()),
+            heads: (0..sources.len()).map(|_| Entry::empty()).collect(),
+            live: vec![false; sources.len()],
             sources,
+            current: None,
             reverse,
             primed: false,
         }
@@ -159,32 +176,36 @@ impl MergeIter {
                     .seed(&b)?;
             }
         }
-        for s in &mut self.sources {
-            self.heads.push(s.next()?);
+        for (i, s) in self.sources.iter_mut().enumerate() {
+            self.live[i] = s.next_into(&mut self.heads[i])?;
         }
         self.primed = true;
         Ok(())
     }
 
-    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+    /// The next version in merge order; valid until the next call.
+    pub fn next_entry(&mut self) -> Result<Option<&Entry>> {
         if !self.primed {
             self.prime()?;
+        } else if let Some(i) = self.current.take() {
+            self.live[i] = self.sources[i].next_into(&mut self.heads[i])?;
         }
+        let want = if self.reverse { Ordering::Greater } else { Ordering::Less };
         let mut best: Option<usize> = None;
-        for (i, head) in self.heads.iter().enumerate() {
-            let Some(e) = head else { continue };
+        for (i, e) in self.heads.iter().enumerate() {
+            if !self.live[i] {
+                continue;
+            }
             let better = best.is_none_or(|b| {
-                let h = self.heads[b].as_ref().expect("a head");
-                let order = internal_cmp(&e.key, e.seq, &h.key, h.seq);
-                order == if self.reverse { Ordering::Greater } else { Ordering::Less }
+                let h = &self.heads[b];
+                internal_cmp(&e.key, e.seq, &h.key, h.seq) == want
             });
             if better {
                 best = Some(i);
             }
         }
-        let Some(i) = best else { return Ok(None) };
-        let next = self.sources[i].next()?;
-        Ok(std::mem::replace(&mut self.heads[i], next))
+        self.current = best;
+        Ok(best.map(|i| &self.heads[i]))
     }
 }
 
@@ -209,6 +230,7 @@ pub fn sources(
             buf: VecDeque::new(),
             after: None,
             exhausted: false,
+            chunk_entries: MEMTABLE_FIRST_CHUNK_ENTRIES,
         }));
     }
     let Some(levels) = version.levels(keyspace) else {
@@ -218,8 +240,18 @@ pub fn sources(
     for t in levels.all() {
         tombstones.extend(t.reader.range_tombstones.iter().cloned());
     }
+    // A limited scan takes from each source about its share of the data;
+    // half as much again covers uneven spread.
+    let total_entries: u64 = levels.all().map(|t| t.reader.entries).sum::<u64>().max(1);
+    let share = |entries: u64| CursorSpec {
+        expected_entries: match spec.expected_entries {
+            0 => 0,
+            n => (n as u64).saturating_mul(entries).saturating_mul(3) / (2 * total_entries) + 1,
+        } as usize,
+        ..spec.clone()
+    };
     for t in levels.level(0).iter().filter(|t| t.overlaps(start, end)) {
-        out.push(Source::Table(t.reader.cursor(dev, spec.clone())));
+        out.push(Source::Table(t.reader.cursor(dev, share(t.reader.entries))));
     }
     for tables in levels.levels.iter().skip(1) {
         let first = tables.partition_point(|t| t.meta.largest.as_slice() < start);
@@ -229,12 +261,13 @@ pub fn sources(
         if first >= last {
             continue;
         }
+        let level_entries = tables.iter().map(|t| t.reader.entries).sum();
         let mut walk: Vec<Arc<TableReader>> =
             tables[first..last].iter().map(|t| t.reader.clone()).collect();
         if spec.reverse {
             walk.reverse();
         }
-        out.push(Source::Level(LevelSource::new(walk, dev, spec.clone())));
+        out.push(Source::Level(LevelSource::new(walk, dev, share(level_entries))));
     }
     (out, tombstones)
 }
@@ -254,8 +287,10 @@ pub struct StoreIter {
     decided: Vec<u8>,
     has_decided: bool,
     /// Reverse: the first version of the next key, read while finishing
-    /// the previous key's versions.
-    pending: Option<Entry>,
+    /// the previous key's versions, and the key being decided.
+    pending: Entry,
+    has_pending: bool,
+    group: Entry,
     _version: Arc<Version>,
     done: bool,
 }
@@ -286,14 +321,12 @@ impl StoreIter {
             reverse: spec.reverse,
             decided: Vec::new(),
             has_decided: false,
-            pending: None,
+            pending: Entry::empty(),
+            has_pending: false,
+            group: Entry::empty(),
             _version: version,
             done: empty,
         }
-    }
-
-    fn live(&self, e: &Entry) -> bool {
-        e.kind == EntryKind::Put && e.seq > tombstone_seq(&self.tombstones, &e.key, self.snapshot)
     }
 
     fn next_forward(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
@@ -304,8 +337,8 @@ impl StoreIter {
             // Reuses the buffer: no allocation per key.
             self.decided.clone_from(&e.key);
             self.has_decided = true;
-            if self.live(&e) {
-                return Ok(Some((e.key, e.value)));
+            if live(&self.tombstones, self.snapshot, e) {
+                return Ok(Some((e.key.clone(), e.value.clone())));
             }
         }
         Ok(None)
@@ -315,30 +348,36 @@ impl StoreIter {
     /// last at or below the snapshot before the key changes.
     fn next_reverse(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
         loop {
-            let first = match self.pending.take() {
-                Some(e) => e,
-                None => match self.merge.next_entry()? {
-                    Some(e) => e,
+            if !self.has_pending {
+                match self.merge.next_entry()? {
+                    Some(e) => self.pending.clone_from(e),
                     None => return Ok(None),
-                },
-            };
-            let mut visible = first.seq <= self.snapshot;
-            let mut group = first;
+                }
+            }
+            self.has_pending = false;
+            let mut visible = self.pending.seq <= self.snapshot;
+            self.group.clone_from(&self.pending);
             while let Some(e) = self.merge.next_entry()? {
-                if e.key != group.key {
-                    self.pending = Some(e);
+                if e.key != self.group.key {
+                    self.pending.clone_from(e);
+                    self.has_pending = true;
                     break;
                 }
                 if e.seq <= self.snapshot || !visible {
                     visible = e.seq <= self.snapshot;
-                    group = e;
+                    self.group.clone_from(e);
                 }
             }
-            if visible && self.live(&group) {
-                return Ok(Some((group.key, group.value)));
+            if visible && live(&self.tombstones, self.snapshot, &self.group) {
+                return Ok(Some((self.group.key.clone(), self.group.value.clone())));
             }
         }
     }
+}
+
+/// Whether a version is a put no range tombstone visible at `snapshot` hides.
+fn live(tombstones: &[RangeTombstone], snapshot: u64, e: &Entry) -> bool {
+    e.kind == EntryKind::Put && e.seq > tombstone_seq(tombstones, &e.key, snapshot)
 }
 
 impl Iterator for StoreIter {

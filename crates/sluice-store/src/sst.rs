@@ -28,12 +28,43 @@ pub enum EntryKind {
 }
 
 /// One version of one key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Entry {
     pub key: Vec<u8>,
     pub seq: u64,
     pub kind: EntryKind,
     pub value: Vec<u8>,
+}
+
+impl Clone for Entry {
+    fn clone(&self) -> Self {
+        Entry {
+            key: self.key.clone(),
+            seq: self.seq,
+            kind: self.kind,
+            value: self.value.clone(),
+        }
+    }
+
+    /// Reuses `self`'s buffers (the derived one would allocate anew).
+    fn clone_from(&mut self, source: &Self) {
+        self.key.clone_from(&source.key);
+        self.value.clone_from(&source.value);
+        self.seq = source.seq;
+        self.kind = source.kind;
+    }
+}
+
+impl Entry {
+    /// An entry to decode into.
+    pub fn empty() -> Self {
+        Entry {
+            key: Vec::new(),
+            seq: 0,
+            kind: EntryKind::Put,
+            value: Vec::new(),
+        }
+    }
 }
 
 /// (user key asc, sequence desc).
@@ -709,6 +740,10 @@ pub struct CursorSpec {
     /// Blocks read are looked up in and added to the block cache. A
     /// compaction reads without it, so it does not evict what readers use.
     pub use_cache: bool,
+    /// Entries the caller expects to take from this cursor (0: unknown).
+    /// The first read is sized to cover them, so a scan with a limit
+    /// usually costs one round of reads; later reads double as usual.
+    pub expected_entries: usize,
 }
 
 impl Default for CursorSpec {
@@ -718,6 +753,7 @@ impl Default for CursorSpec {
             end: None,
             reverse: false,
             use_cache: true,
+            expected_entries: 0,
         }
     }
 }
@@ -754,12 +790,25 @@ impl CursorState {
             .end
             .as_deref()
             .map_or(blocks, |end| (before(end) + 1).min(blocks));
+        let readahead = match spec.expected_entries {
+            0 => READAHEAD_FIRST_BLOCKS,
+            n => {
+                let data_bytes = table
+                    .index
+                    .last()
+                    .map_or(0, |e| (e.offset_blocks + e.len_blocks) as usize * STORE_BLOCK_BYTES);
+                let per_entry = data_bytes / table.entries.max(1) as usize;
+                // One more block: the range rarely starts at a block's start.
+                (n.saturating_mul(per_entry).div_ceil(STORE_BLOCK_BYTES) + 1)
+                    .clamp(READAHEAD_FIRST_BLOCKS, READAHEAD_MAX_BLOCKS)
+            }
+        };
         CursorState {
             spec,
             lo,
             hi: hi.max(lo),
             prefetched: std::collections::VecDeque::new(),
-            readahead: READAHEAD_FIRST_BLOCKS,
+            readahead,
             block: None,
             pos: 0,
             last_key: Vec::new(),
@@ -811,36 +860,60 @@ impl CursorState {
         Ok(self.prefetched.pop_front())
     }
 
+    /// The next entry as an owned value (tests, flush checks).
     fn next_entry(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<Entry>> {
+        let mut e = Entry::empty();
+        Ok(self.next_into(table, dev, &mut e)?.then_some(e))
+    }
+
+    /// Decodes the next entry into `out`, reusing its buffers; false past
+    /// the end of the range.
+    fn next_into(&mut self, table: &TableReader, dev: &BlockDevice, out: &mut Entry) -> Result<bool> {
         if self.spec.reverse {
-            self.next_reverse(table, dev)
+            self.next_reverse(table, dev, out)
         } else {
-            self.next_forward(table, dev)
+            self.next_forward(table, dev, out)
         }
     }
 
-    fn next_forward(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<Entry>> {
+    fn next_forward(&mut self, table: &TableReader, dev: &BlockDevice, out: &mut Entry) -> Result<bool> {
         loop {
+            let mut past_end = false;
             if let Some(block) = &self.block {
                 if self.pos < block.entries_len {
-                    let (e, next) = block
-                        .decode_at(self.pos, &self.last_key)
-                        .expect("a verified block decodes");
-                    self.pos = next;
-                    self.last_key.clone_from(&e.key);
-                    if e.key.as_slice() < self.spec.start.as_slice() {
+                    let e = block.entry_at(self.pos).expect("a verified block decodes");
+                    self.pos = e.next;
+                    // The key first: entries before the start are passed
+                    // over without copying their values.
+                    self.last_key.truncate(e.shared);
+                    self.last_key
+                        .extend_from_slice(&block.bytes[e.key_at..e.key_at + e.unshared]);
+                    if self.last_key.as_slice() < self.spec.start.as_slice() {
                         continue;
                     }
-                    if self.spec.end.as_deref().is_some_and(|end| e.key.as_slice() >= end) {
-                        self.finish();
-                        return Ok(None);
+                    past_end = self
+                        .spec
+                        .end
+                        .as_deref()
+                        .is_some_and(|end| self.last_key.as_slice() >= end);
+                    if !past_end {
+                        out.key.clone_from(&self.last_key);
+                        out.value.clear();
+                        out.value
+                            .extend_from_slice(&block.bytes[e.value_at..e.value_at + e.value_len]);
+                        out.seq = e.seq;
+                        out.kind = e.kind;
+                        return Ok(true);
                     }
-                    return Ok(Some(e));
                 }
+            }
+            if past_end {
+                self.finish();
+                return Ok(false);
             }
             let Some(block) = self.next_block(table, dev)? else {
                 self.block = None;
-                return Ok(None);
+                return Ok(false);
             };
             // Start at the last restart point before the start key.
             self.pos = block.restart_before(&self.spec.start);
@@ -849,17 +922,18 @@ impl CursorState {
         }
     }
 
-    fn next_reverse(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<Entry>> {
+    fn next_reverse(&mut self, table: &TableReader, dev: &BlockDevice, out: &mut Entry) -> Result<bool> {
         loop {
             if let Some(e) = self.decoded.pop() {
                 if e.key.as_slice() < self.spec.start.as_slice() {
                     self.finish();
-                    return Ok(None);
+                    return Ok(false);
                 }
-                return Ok(Some(e));
+                *out = e;
+                return Ok(true);
             }
             let Some(block) = self.next_block(table, dev)? else {
-                return Ok(None);
+                return Ok(false);
             };
             let end = self.spec.end.as_deref();
             self.decoded = block
@@ -904,9 +978,10 @@ impl TableCursor {
         Ok(())
     }
 
-    /// The next entry, or None past the end of the range.
-    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
-        self.state.next_entry(&self.table, &self.dev)
+    /// Decodes the next entry into `out`, reusing its buffers; false past
+    /// the end of the range.
+    pub fn next_into(&mut self, out: &mut Entry) -> Result<bool> {
+        self.state.next_into(&self.table, &self.dev, out)
     }
 }
 
@@ -918,8 +993,23 @@ pub struct RawBlock {
     restarts: Vec<u32>,
 }
 
+/// Where the parts of one encoded entry lie in a block.
+#[derive(Debug, Clone, Copy)]
+struct EntryAt {
+    shared: usize,
+    /// The unshared key bytes and the value, as byte ranges of the block.
+    key_at: usize,
+    unshared: usize,
+    value_at: usize,
+    value_len: usize,
+    seq: u64,
+    kind: EntryKind,
+    next: usize,
+}
+
 impl RawBlock {
-    /// Verifies the checksum and the trailer, and that every entry decodes.
+    /// Verifies the checksum and the trailer, and that every entry decodes,
+    /// without building any entry.
     pub fn parse(b: &[u8]) -> Option<Self> {
         let n = b.len();
         if n < 12 || !trailing_crc_ok(b) {
@@ -943,65 +1033,85 @@ impl RawBlock {
             entries_len,
             restarts,
         };
-        let mut at = 0;
-        let mut last = Vec::new();
+        let (mut at, mut last_key_len) = (0, 0);
+        let mut restarts = block.restarts.iter().peekable();
         while at < entries_len {
-            let (e, next) = block.decode_at(at, &last)?;
-            at = next;
-            last = e.key;
+            let e = block.entry_at(at)?;
+            // A restart point stores its key whole.
+            if restarts.next_if(|&&r| r as usize == at).is_some() && e.shared != 0 {
+                return None;
+            }
+            if e.shared > last_key_len {
+                return None;
+            }
+            last_key_len = e.shared + e.unshared;
+            at = e.next;
         }
-        Some(block)
+        (restarts.next().is_none() && at == entries_len).then_some(block)
     }
 
-    /// The entry at byte `at`, given the key before it; and the next offset.
-    fn decode_at(&self, mut at: usize, last_key: &[u8]) -> Option<(Entry, usize)> {
+    /// The layout of the entry at byte `at`, bounds-checked.
+    fn entry_at(&self, mut at: usize) -> Option<EntryAt> {
         let body = &self.bytes;
         let shared = get_varint(body, &mut at)? as usize;
         let unshared = get_varint(body, &mut at)? as usize;
-        let vlen = get_varint(body, &mut at)? as usize;
-        let trailer = u64::from_le_bytes(body.get(at..at + 8)?.try_into().ok()?);
-        at += 8;
-        let mut key = last_key.get(..shared)?.to_vec();
-        key.extend_from_slice(body.get(at..at + unshared)?);
-        at += unshared;
-        let value = body.get(at..at + vlen)?.to_vec();
-        at += vlen;
+        let value_len = get_varint(body, &mut at)? as usize;
+        let trailer = u64::from_le_bytes(body.get(at..at.checked_add(8)?)?.try_into().ok()?);
+        let key_at = at + 8;
+        let value_at = key_at.checked_add(unshared)?;
+        let next = value_at.checked_add(value_len)?;
+        if next > body.len() {
+            return None;
+        }
         let kind = match trailer & 0xFF {
             1 => EntryKind::Put,
             2 => EntryKind::Delete,
             _ => return None,
         };
-        let seq = trailer >> 8;
-        Some((
-            Entry {
-                key,
-                seq,
-                kind,
-                value,
-            },
-            at,
-        ))
+        Some(EntryAt {
+            shared,
+            key_at,
+            unshared,
+            value_at,
+            value_len,
+            seq: trailer >> 8,
+            kind,
+            next,
+        })
+    }
+
+    /// Decodes the entry at byte `at` into `out`, reusing its buffers;
+    /// `out.key` must hold the key before it (anything at a restart point).
+    /// Returns the next entry's offset.
+    fn decode_into(&self, at: usize, out: &mut Entry) -> usize {
+        let e = self.entry_at(at).expect("a verified block decodes");
+        out.key.truncate(e.shared);
+        out.key.extend_from_slice(&self.bytes[e.key_at..e.key_at + e.unshared]);
+        out.value.clear();
+        out.value.extend_from_slice(&self.bytes[e.value_at..e.value_at + e.value_len]);
+        out.seq = e.seq;
+        out.kind = e.kind;
+        e.next
     }
 
     /// Every entry of the block, in order.
     fn decode_all(&self) -> Vec<Entry> {
         let mut out: Vec<Entry> = Vec::new();
+        let mut e = Entry::empty();
         let mut at = 0;
         while at < self.entries_len {
-            let last = out.last().map_or(&[][..], |e| e.key.as_slice());
-            let (e, next) = self.decode_at(at, last).expect("a verified block decodes");
-            at = next;
-            out.push(e);
+            at = self.decode_into(at, &mut e);
+            out.push(e.clone());
         }
         out
     }
 
     /// The key and sequence stored whole at restart point `r`.
-    fn restart_key(&self, r: usize) -> (Vec<u8>, u64) {
-        let (e, _) = self
-            .decode_at(self.restarts[r] as usize, &[])
-            .expect("verified block");
-        (e.key, e.seq)
+    fn restart_key(&self, r: usize) -> (&[u8], u64) {
+        let e = self
+            .entry_at(self.restarts[r] as usize)
+            .expect("a verified block decodes");
+        (&self.bytes[e.key_at..e.key_at + e.unshared], e.seq)
     }
 
     /// Index of the first restart point not before the target, found by
@@ -1011,7 +1121,7 @@ impl RawBlock {
         while lo < hi {
             let mid = (lo + hi) / 2;
             let (k, s) = self.restart_key(mid);
-            if before(&k, s) {
+            if before(k, s) {
                 lo = mid + 1;
             } else {
                 hi = mid;
@@ -1036,14 +1146,19 @@ impl RawBlock {
             .restarts
             .get(r.saturating_sub(1))
             .map_or(0, |&o| o as usize);
-        let mut last = Vec::new();
+        let mut e = Entry::empty();
         while at < self.entries_len {
-            let (e, next) = self.decode_at(at, &last)?;
-            if internal_cmp(&e.key, e.seq, key, snapshot) != Ordering::Less {
+            let next = self.entry_at(at).expect("a verified block decodes");
+            // Compare before copying the value: most entries passed over
+            // are not the answer.
+            e.key.truncate(next.shared);
+            e.key
+                .extend_from_slice(&self.bytes[next.key_at..next.key_at + next.unshared]);
+            if internal_cmp(&e.key, next.seq, key, snapshot) != Ordering::Less {
+                self.decode_into(at, &mut e);
                 return Some(e);
             }
-            at = next;
-            last = e.key;
+            at = next.next;
         }
         None
     }

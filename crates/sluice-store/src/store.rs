@@ -578,6 +578,19 @@ impl Store {
         snapshot: &Snapshot,
         reverse: bool,
     ) -> StoreIter {
+        self.iter_expecting(keyspace, range, snapshot, reverse, 0)
+    }
+
+    /// [`Store::iter`] for a caller that expects to take about
+    /// `expected_entries` pairs: the first reads are sized for them.
+    pub fn iter_expecting(
+        &self,
+        keyspace: u32,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        snapshot: &Snapshot,
+        reverse: bool,
+        expected_entries: usize,
+    ) -> StoreIter {
         let start: Vec<u8> = match range.0 {
             Bound::Included(k) => k.to_vec(),
             Bound::Excluded(k) => [k, &[0]].concat(),
@@ -593,6 +606,7 @@ impl Store {
             end,
             reverse,
             use_cache: true,
+            expected_entries,
         };
         let (mems, version) = self.read_view();
         StoreIter::new(&self.inner.dev, &mems, version, keyspace, spec, snapshot.seq)
@@ -611,7 +625,8 @@ impl Store {
         self.iter(keyspace, (Bound::Included(prefix), upper), snapshot, reverse)
     }
 
-    /// The first `limit` pairs of [`Store::iter`], collected.
+    /// The first `limit` pairs of [`Store::iter`], collected; the first
+    /// reads are sized for `limit`.
     pub fn scan(
         &self,
         keyspace: u32,
@@ -620,7 +635,7 @@ impl Store {
         reverse: bool,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.iter(keyspace, range, snapshot, reverse)
+        self.iter_expecting(keyspace, range, snapshot, reverse, limit)
             .take(limit)
             .collect()
     }
@@ -633,9 +648,9 @@ impl Store {
         snapshot: &Snapshot,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        self.iter_prefix(keyspace, prefix, snapshot, false)
-            .take(limit)
-            .collect()
+        let end = prefix_end(prefix);
+        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        self.scan(keyspace, (Bound::Included(prefix), upper), snapshot, false, limit)
     }
 
     /// Writes the memtable out as level-0 tables and releases its WAL blocks.
