@@ -7,6 +7,11 @@ mod kv;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// Scans hand out many short-lived key and value buffers; glibc's malloc
+/// spends a fifth of a short scan's time on them, mimalloc a fraction.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "sluice",

@@ -112,8 +112,26 @@ impl BlockDevice {
     /// together through io_uring, so they cost about one device latency
     /// instead of one each. Devices without a descriptor read in turn.
     pub fn read_runs(&self, runs: &[(u64, usize)]) -> Result<Vec<Vec<u8>>> {
+        let mut out = vec![Vec::new(); runs.len()];
+        self.visit_runs(runs, &mut |i, bytes| {
+            out[i] = bytes.to_vec();
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`BlockDevice::read_runs`] handing each run's bytes to `visit(run
+    /// index, bytes)` as it completes, straight from the I/O buffer.
+    pub fn visit_runs(
+        &self,
+        runs: &[(u64, usize)],
+        visit: &mut dyn FnMut(usize, &[u8]) -> Result<()>,
+    ) -> Result<()> {
         if runs.len() <= 1 || self.device.raw_fd().is_none() {
-            return runs.iter().map(|&(b, n)| self.read_vec(b, n)).collect();
+            for (i, &(b, n)) in runs.iter().enumerate() {
+                visit(i, &self.read_vec(b, n)?)?;
+            }
+            return Ok(());
         }
         let mut engine = match self.engines.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             Some(e) => e,
@@ -132,7 +150,7 @@ impl BlockDevice {
                 })?
             }
         };
-        let result = self.read_runs_with(engine.as_mut(), runs);
+        let result = self.read_runs_with(engine.as_mut(), runs, visit);
         let mut idle = self.engines.lock().unwrap_or_else(|p| p.into_inner());
         if idle.len() < MAX_IDLE_ENGINES && engine.in_flight() == 0 {
             idle.push(engine);
@@ -144,8 +162,8 @@ impl BlockDevice {
         &self,
         engine: &mut dyn Engine,
         runs: &[(u64, usize)],
-    ) -> Result<Vec<Vec<u8>>> {
-        let mut out: Vec<Vec<u8>> = vec![Vec::new(); runs.len()];
+        visit: &mut dyn FnMut(usize, &[u8]) -> Result<()>,
+    ) -> Result<()> {
         for batch in (0..runs.len()).collect::<Vec<_>>().chunks(MAX_BATCH_READS) {
             for &i in batch {
                 let (block, blocks) = runs[i];
@@ -175,10 +193,14 @@ impl BlockDevice {
                     block: runs[i].0,
                     error,
                 })?;
-                out[i] = c.buf.expect("a read returns its buffer").to_vec();
+                let buf = c.buf.expect("a read returns its buffer");
+                match buf.as_slice() {
+                    Some(bytes) => visit(i, bytes)?,
+                    None => visit(i, &buf.to_vec())?,
+                }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     fn read_vec(&self, block: u64, blocks: usize) -> Result<Vec<u8>> {

@@ -6,7 +6,7 @@
 
 use crate::blocks::BlockDevice;
 use crate::error::Result;
-use crate::iter::{LevelSource, MergeIter, Source};
+use crate::iter::{LevelSource, MergeIter, Source, TableList};
 use crate::sst::{BuiltTable, CursorSpec, Entry, EntryKind, RangeTombstone, TableBuilder};
 use crate::version::{Levels, Table, MAX_LEVELS};
 use std::sync::Arc;
@@ -157,7 +157,11 @@ pub fn run(
         .map(|t| Source::Table(t.reader.cursor(dev, spec.clone())))
         .collect();
     let next_level = job.next_inputs.iter().map(|t| t.reader.clone()).collect();
-    sources.push(Source::Level(LevelSource::new(next_level, dev, spec)));
+    sources.push(Source::Level(LevelSource::new(
+        TableList::Owned(next_level),
+        dev,
+        spec,
+    )));
     let mut merge = MergeIter::new(dev, sources, false);
     let tombstones: Vec<RangeTombstone> = job
         .inputs

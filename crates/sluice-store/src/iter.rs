@@ -14,7 +14,6 @@ use crate::memtable::Memtable;
 use crate::sst::{internal_cmp, CursorSpec, Entry, EntryKind, RangeTombstone, TableCursor, TableReader};
 use crate::version::{tombstone_seq, Version};
 use std::cmp::Ordering;
-use std::collections::VecDeque;
 use std::sync::{Arc, RwLock};
 
 /// Versions a memtable source copies out under one read lock: the first
@@ -24,48 +23,134 @@ const MEMTABLE_MAX_CHUNK_ENTRIES: usize = 256;
 
 /// A memtable walked in chunks, so writers are never blocked for the
 /// length of a scan. Versions written after the iterator was made have
-/// sequences above its snapshot and are skipped by the caller.
+/// sequences above its snapshot and are skipped by the caller. Chunks are
+/// copied into slots whose buffers are reused.
 pub struct MemSource {
     mem: Arc<RwLock<Memtable>>,
     keyspace: u32,
     spec: CursorSpec,
-    buf: VecDeque<Entry>,
-    after: Option<(Vec<u8>, u64)>,
+    slots: Vec<Entry>,
+    /// Slots filled by the last chunk, and the next one to give.
+    filled: usize,
+    given: usize,
+    /// The last version copied (where the next chunk starts after).
+    after_key: Vec<u8>,
+    after_seq: u64,
+    started: bool,
     exhausted: bool,
     chunk_entries: usize,
 }
 
 impl MemSource {
-    fn next_into(&mut self, out: &mut Entry) -> bool {
-        if self.buf.is_empty() && !self.exhausted {
-            let m = self.mem.read().unwrap_or_else(|p| p.into_inner());
-            let n = m.chunk(
-                self.keyspace,
-                &self.spec.start,
-                self.spec.end.as_deref(),
-                self.spec.reverse,
-                self.after.as_ref().map(|(k, s)| (k.as_slice(), *s)),
-                self.chunk_entries,
-                &mut self.buf,
-            );
-            drop(m);
-            self.exhausted = n < self.chunk_entries;
-            self.chunk_entries = (self.chunk_entries * 2).min(MEMTABLE_MAX_CHUNK_ENTRIES);
-            self.after = self.buf.back().map(|e| (e.key.clone(), e.seq));
+    fn new(mem: Arc<RwLock<Memtable>>, keyspace: u32, spec: CursorSpec) -> Self {
+        MemSource {
+            mem,
+            keyspace,
+            spec,
+            slots: Vec::new(),
+            filled: 0,
+            given: 0,
+            after_key: Vec::new(),
+            after_seq: 0,
+            started: false,
+            exhausted: false,
+            chunk_entries: MEMTABLE_FIRST_CHUNK_ENTRIES,
         }
-        match self.buf.pop_front() {
-            Some(e) => {
-                *out = e;
-                true
+    }
+
+    fn refill(&mut self) {
+        let m = self.mem.read().unwrap_or_else(|p| p.into_inner());
+        let after = self
+            .started
+            .then_some((self.after_key.as_slice(), self.after_seq));
+        let slots = &mut self.slots;
+        let mut filled = 0;
+        let n = m.chunk(
+            self.keyspace,
+            &self.spec.start,
+            self.spec.end.as_deref(),
+            self.spec.reverse,
+            after,
+            self.chunk_entries,
+            &mut |key, seq, kind, value| {
+                if filled == slots.len() {
+                    slots.push(Entry::empty());
+                }
+                let e = &mut slots[filled];
+                e.key.clear();
+                e.key.extend_from_slice(key);
+                e.value.clear();
+                e.value.extend_from_slice(value);
+                (e.seq, e.kind) = (seq, kind);
+                filled += 1;
+            },
+        );
+        drop(m);
+        (self.filled, self.given) = (filled, 0);
+        self.exhausted = n < self.chunk_entries;
+        self.chunk_entries = (self.chunk_entries * 2).min(MEMTABLE_MAX_CHUNK_ENTRIES);
+        if let Some(last) = self.slots[..filled].last() {
+            self.after_key.clone_from(&last.key);
+            self.after_seq = last.seq;
+            self.started = true;
+        }
+    }
+
+    fn next_into(&mut self, out: &mut Entry) -> bool {
+        if self.given == self.filled && !self.exhausted {
+            self.refill();
+        }
+        if self.given == self.filled {
+            return false;
+        }
+        // The caller's old buffers go into the slot for the next chunk.
+        std::mem::swap(out, &mut self.slots[self.given]);
+        self.given += 1;
+        true
+    }
+}
+
+/// The tables a level source walks, in walk order.
+pub enum TableList {
+    /// Tables `lo..hi` of one level of a version (walked from `hi - 1`
+    /// down when reversed): nothing is copied per scan.
+    Level {
+        version: Arc<Version>,
+        keyspace: u32,
+        level: usize,
+        lo: usize,
+        hi: usize,
+        reverse: bool,
+    },
+    Owned(Vec<Arc<TableReader>>),
+}
+
+impl TableList {
+    fn get(&self, k: usize) -> Option<&Arc<TableReader>> {
+        match self {
+            TableList::Level {
+                version,
+                keyspace,
+                level,
+                lo,
+                hi,
+                reverse,
+            } => {
+                if k >= hi - lo {
+                    return None;
+                }
+                let i = if *reverse { hi - 1 - k } else { lo + k };
+                let tables = version.levels(*keyspace)?.level(*level);
+                tables.get(i).map(|t| &t.reader)
             }
-            None => false,
+            TableList::Owned(v) => v.get(k),
         }
     }
 }
 
 /// A level ≥ 1: disjoint tables in walk order, opened one at a time.
 pub struct LevelSource {
-    tables: Vec<Arc<TableReader>>,
+    tables: TableList,
     next: usize,
     cursor: Option<TableCursor>,
     dev: BlockDevice,
@@ -73,10 +158,10 @@ pub struct LevelSource {
 }
 
 impl LevelSource {
-    /// `tables` in walk order (descending keys for a reverse spec). The
-    /// first is opened at once so that its first read can join a batch.
-    pub fn new(tables: Vec<Arc<TableReader>>, dev: &BlockDevice, spec: CursorSpec) -> Self {
-        let cursor = tables.first().map(|t| t.cursor(dev, spec.clone()));
+    /// The first table is opened at once so that its first read can join
+    /// a batch.
+    pub fn new(tables: TableList, dev: &BlockDevice, spec: CursorSpec) -> Self {
+        let cursor = tables.get(0).map(|t| t.cursor(dev, spec.clone()));
         LevelSource {
             tables,
             next: 1,
@@ -98,7 +183,13 @@ impl LevelSource {
                 return Ok(false);
             };
             self.next += 1;
-            self.cursor = Some(t.cursor(&self.dev, self.spec.clone()));
+            // Later tables start without a size hint: the range has
+            // already run longer than expected.
+            let spec = CursorSpec {
+                expected_entries: 0,
+                ..self.spec.clone()
+            };
+            self.cursor = Some(t.cursor(&self.dev, spec));
         }
     }
 }
@@ -168,13 +259,13 @@ impl MergeIter {
             .collect();
         if wanted.len() > 1 {
             let runs: Vec<(u64, usize)> = wanted.iter().map(|(_, r)| *r).collect();
-            let bytes = self.dev.read_runs(&runs)?;
-            for ((i, _), b) in wanted.iter().zip(bytes) {
-                self.sources[*i]
+            let sources = &mut self.sources;
+            self.dev.visit_runs(&runs, &mut |run, bytes| {
+                sources[wanted[run].0]
                     .first_cursor()
                     .expect("a table source")
-                    .seed(&b)?;
-            }
+                    .seed(bytes)
+            })?;
         }
         for (i, s) in self.sources.iter_mut().enumerate() {
             self.live[i] = s.next_into(&mut self.heads[i])?;
@@ -215,7 +306,7 @@ impl MergeIter {
 pub fn sources(
     dev: &BlockDevice,
     memtables: &[Arc<RwLock<Memtable>>],
-    version: &Version,
+    version: &Arc<Version>,
     keyspace: u32,
     spec: &CursorSpec,
 ) -> (Vec<Source>, Vec<RangeTombstone>) {
@@ -223,15 +314,7 @@ pub fn sources(
     let mut out = Vec::new();
     for m in memtables {
         tombstones.extend(m.read().unwrap_or_else(|p| p.into_inner()).range_tombstones(keyspace));
-        out.push(Source::Mem(MemSource {
-            mem: m.clone(),
-            keyspace,
-            spec: spec.clone(),
-            buf: VecDeque::new(),
-            after: None,
-            exhausted: false,
-            chunk_entries: MEMTABLE_FIRST_CHUNK_ENTRIES,
-        }));
+        out.push(Source::Mem(MemSource::new(m.clone(), keyspace, spec.clone())));
     }
     let Some(levels) = version.levels(keyspace) else {
         return (out, tombstones);
@@ -253,20 +336,23 @@ pub fn sources(
     for t in levels.level(0).iter().filter(|t| t.overlaps(start, end)) {
         out.push(Source::Table(t.reader.cursor(dev, share(t.reader.entries))));
     }
-    for tables in levels.levels.iter().skip(1) {
-        let first = tables.partition_point(|t| t.meta.largest.as_slice() < start);
-        let last = end.map_or(tables.len(), |end| {
+    for (level, tables) in levels.levels.iter().enumerate().skip(1) {
+        let lo = tables.partition_point(|t| t.meta.largest.as_slice() < start);
+        let hi = end.map_or(tables.len(), |end| {
             tables.partition_point(|t| t.meta.smallest.as_slice() < end)
         });
-        if first >= last {
+        if lo >= hi {
             continue;
         }
         let level_entries = tables.iter().map(|t| t.reader.entries).sum();
-        let mut walk: Vec<Arc<TableReader>> =
-            tables[first..last].iter().map(|t| t.reader.clone()).collect();
-        if spec.reverse {
-            walk.reverse();
-        }
+        let walk = TableList::Level {
+            version: version.clone(),
+            keyspace,
+            level,
+            lo,
+            hi,
+            reverse: spec.reverse,
+        };
         out.push(Source::Level(LevelSource::new(walk, dev, share(level_entries))));
     }
     (out, tombstones)

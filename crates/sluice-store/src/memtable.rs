@@ -127,10 +127,10 @@ impl Memtable {
             })
     }
 
-    /// Appends to `out` up to `max` versions of `keyspace` with keys in
+    /// Hands `visit` up to `max` versions of `keyspace` with keys in
     /// `[start, end)` (end None: unbounded), in internal order or, with
     /// `reverse`, its reverse; strictly after `after` (the last version
-    /// taken before) when given. Returns how many it appended.
+    /// taken before) when given. Returns how many it visited.
     #[allow(clippy::too_many_arguments)]
     pub fn chunk(
         &self,
@@ -140,26 +140,19 @@ impl Memtable {
         reverse: bool,
         after: Option<(&[u8], u64)>,
         max: usize,
-        out: &mut std::collections::VecDeque<Entry>,
+        visit: &mut dyn FnMut(&[u8], u64, EntryKind, &[u8]),
     ) -> usize {
         use std::ops::Bound::{Excluded, Included, Unbounded};
         let lowest = (keyspace, start.to_vec(), Reverse(u64::MAX));
         let resume = after.map(|(k, s)| (keyspace, k.to_vec(), Reverse(s)));
-        let to_entry = |((_, k, Reverse(seq)), v): (&InternalKey, &Version)| Entry {
-            key: k.clone(),
-            seq: *seq,
-            kind: match v {
-                Version::Value(_) => EntryKind::Put,
-                Version::Tombstone => EntryKind::Delete,
-            },
-            value: match v {
-                Version::Value(v) => v.clone(),
-                Version::Tombstone => Vec::new(),
-            },
+        let mut n = 0;
+        let mut give = |((_, k, Reverse(seq)), v): (&InternalKey, &Version)| {
+            n += 1;
+            match v {
+                Version::Value(v) => visit(k, *seq, EntryKind::Put, v),
+                Version::Tombstone => visit(k, *seq, EntryKind::Delete, &[]),
+            }
         };
-        let before_end =
-            |k: &Vec<u8>| end.is_none_or(|end| k.as_slice() < end);
-        let n0 = out.len();
         if reverse {
             let upper = match (resume, end) {
                 (Some(r), _) => Excluded(r),
@@ -172,27 +165,25 @@ impl Memtable {
             if matches!(&upper, Excluded(u) if *u <= lowest) {
                 return 0;
             }
-            out.extend(
-                self.entries
-                    .range((Included(lowest), upper))
-                    .rev()
-                    .take(max)
-                    .map(to_entry),
-            );
+            self.entries
+                .range((Included(lowest), upper))
+                .rev()
+                .take(max)
+                .for_each(&mut give);
         } else {
             let lower = match resume {
                 Some(r) => Excluded(r),
                 None => Included(lowest),
             };
-            out.extend(
-                self.entries
-                    .range((lower, Unbounded))
-                    .take_while(|((ks, k, _), _)| *ks == keyspace && before_end(k))
-                    .take(max)
-                    .map(to_entry),
-            );
+            self.entries
+                .range((lower, Unbounded))
+                .take_while(|((ks, k, _), _)| {
+                    *ks == keyspace && end.is_none_or(|end| k.as_slice() < end)
+                })
+                .take(max)
+                .for_each(&mut give);
         }
-        out.len() - n0
+        n
     }
 
     /// Every version of every key of `keyspace` in `[start, end)` (end None:
