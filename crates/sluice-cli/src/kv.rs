@@ -193,6 +193,20 @@ pub fn run(args: &KvArgs) -> Result<()> {
                 s.free_blocks, s.device_blocks
             )?;
             writeln!(out, "keyspaces         {}", s.keyspaces.join(", "))?;
+            writeln!(out, "tables per level  {:?}", s.tables_per_level)?;
+            writeln!(
+                out,
+                "index+filter      {} bytes pinned (bound {}), {} tables unpinned, index cache {} bytes",
+                s.pinned_index_bytes,
+                s.pinned_index_limit_bytes,
+                s.unpinned_tables,
+                s.index_cache_used_bytes
+            )?;
+            writeln!(
+                out,
+                "block cache       {} bytes, {} hits, {} misses",
+                s.block_cache_used_bytes, s.block_cache_hits, s.block_cache_misses
+            )?;
         }
         KvCommand::Load {
             count,

@@ -1,8 +1,9 @@
 //! The block cache: verified data blocks kept in memory under a byte budget,
 //! evicted by CLOCK (second chance). No page cache sits under the store, so
-//! this is the only read cache.
+//! this is the only read cache. The same structure caches the indexes and
+//! filters of tables that are not pinned.
 
-use crate::sst::RawBlock;
+use crate::sst::{RawBlock, TableIndex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,38 +11,54 @@ use std::sync::{Arc, Mutex};
 /// (table file number, data block index).
 pub type BlockKey = (u64, u32);
 
-struct Slot {
+/// Data blocks.
+pub type BlockCache = Cache<RawBlock>;
+/// Indexes and filters of unpinned tables, keyed by (file number, 0).
+pub type IndexCache = Cache<TableIndex>;
+
+struct Slot<T> {
     key: BlockKey,
-    block: Arc<RawBlock>,
+    block: Arc<T>,
     bytes: usize,
     referenced: bool,
 }
 
-#[derive(Default)]
-struct Clock {
+struct Clock<T> {
     map: HashMap<BlockKey, usize>,
-    slots: Vec<Option<Slot>>,
+    slots: Vec<Option<Slot<T>>>,
     free: Vec<usize>,
     hand: usize,
     used_bytes: usize,
 }
 
-pub struct BlockCache {
+impl<T> Default for Clock<T> {
+    fn default() -> Self {
+        Clock {
+            map: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            hand: 0,
+            used_bytes: 0,
+        }
+    }
+}
+
+pub struct Cache<T> {
     capacity_bytes: usize,
-    clock: Mutex<Clock>,
+    clock: Mutex<Clock<T>>,
     hits: AtomicU64,
     misses: AtomicU64,
 }
 
-impl std::fmt::Debug for BlockCache {
+impl<T> std::fmt::Debug for Cache<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BlockCache({} bytes)", self.capacity_bytes)
+        write!(f, "Cache({} bytes)", self.capacity_bytes)
     }
 }
 
-impl BlockCache {
+impl<T> Cache<T> {
     pub fn new(capacity_bytes: usize) -> Self {
-        BlockCache {
+        Cache {
             capacity_bytes,
             clock: Mutex::new(Clock::default()),
             hits: AtomicU64::new(0),
@@ -49,11 +66,11 @@ impl BlockCache {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Clock> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Clock<T>> {
         self.clock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn get(&self, key: BlockKey) -> Option<Arc<RawBlock>> {
+    pub fn get(&self, key: BlockKey) -> Option<Arc<T>> {
         let mut c = self.lock();
         let Some(&i) = c.map.get(&key) else {
             self.misses.fetch_add(1, Ordering::Relaxed);
@@ -67,7 +84,7 @@ impl BlockCache {
 
     /// Caches `block` (of about `bytes`), evicting blocks not referenced
     /// since the hand last passed them.
-    pub fn insert(&self, key: BlockKey, block: Arc<RawBlock>, bytes: usize) {
+    pub fn insert(&self, key: BlockKey, block: Arc<T>, bytes: usize) {
         if bytes > self.capacity_bytes {
             return;
         }
@@ -108,6 +125,10 @@ impl BlockCache {
         };
         c.map.insert(key, i);
         c.used_bytes += bytes;
+    }
+
+    pub fn capacity_bytes(&self) -> usize {
+        self.capacity_bytes
     }
 
     pub fn used_bytes(&self) -> usize {

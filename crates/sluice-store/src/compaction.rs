@@ -154,14 +154,14 @@ pub fn run(
     let mut sources: Vec<Source> = job
         .inputs
         .iter()
-        .map(|t| Source::Table(t.reader.cursor(dev, spec.clone())))
-        .collect();
+        .map(|t| Ok(Source::Table(t.reader.cursor(dev, spec.clone())?)))
+        .collect::<Result<_>>()?;
     let next_level = job.next_inputs.iter().map(|t| t.reader.clone()).collect();
     sources.push(Source::Level(LevelSource::new(
         TableList::Owned(next_level),
         dev,
         spec,
-    )));
+    )?));
     let mut merge = MergeIter::new(dev, sources, false);
     let tombstones: Vec<RangeTombstone> = job
         .inputs

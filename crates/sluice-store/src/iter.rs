@@ -160,15 +160,15 @@ pub struct LevelSource {
 impl LevelSource {
     /// The first table is opened at once so that its first read can join
     /// a batch.
-    pub fn new(tables: TableList, dev: &BlockDevice, spec: CursorSpec) -> Self {
-        let cursor = tables.get(0).map(|t| t.cursor(dev, spec.clone()));
-        LevelSource {
+    pub fn new(tables: TableList, dev: &BlockDevice, spec: CursorSpec) -> Result<Self> {
+        let cursor = tables.get(0).map(|t| t.cursor(dev, spec.clone())).transpose()?;
+        Ok(LevelSource {
             tables,
             next: 1,
             cursor,
             dev: dev.clone(),
             spec,
-        }
+        })
     }
 
     fn next_into(&mut self, out: &mut Entry) -> Result<bool> {
@@ -189,7 +189,7 @@ impl LevelSource {
                 expected_entries: 0,
                 ..self.spec.clone()
             };
-            self.cursor = Some(t.cursor(&self.dev, spec));
+            self.cursor = Some(t.cursor(&self.dev, spec)?);
         }
     }
 }
@@ -255,7 +255,13 @@ impl MergeIter {
             .sources
             .iter_mut()
             .enumerate()
-            .filter_map(|(i, s)| s.first_cursor()?.first_read().map(|r| (i, r)))
+            .filter_map(|(i, s)| {
+                let cursor = s.first_cursor()?;
+                if cursor.first_from_cache() {
+                    return None;
+                }
+                cursor.first_read().map(|r| (i, r))
+            })
             .collect();
         if wanted.len() > 1 {
             let runs: Vec<(u64, usize)> = wanted.iter().map(|(_, r)| *r).collect();
@@ -309,7 +315,7 @@ pub fn sources(
     version: &Arc<Version>,
     keyspace: u32,
     spec: &CursorSpec,
-) -> (Vec<Source>, Vec<RangeTombstone>) {
+) -> Result<(Vec<Source>, Vec<RangeTombstone>)> {
     let mut tombstones = Vec::new();
     let mut out = Vec::new();
     for m in memtables {
@@ -317,7 +323,7 @@ pub fn sources(
         out.push(Source::Mem(MemSource::new(m.clone(), keyspace, spec.clone())));
     }
     let Some(levels) = version.levels(keyspace) else {
-        return (out, tombstones);
+        return Ok((out, tombstones));
     };
     let (start, end) = (spec.start.as_slice(), spec.end.as_deref());
     for t in levels.all() {
@@ -334,7 +340,7 @@ pub fn sources(
         ..spec.clone()
     };
     for t in levels.level(0).iter().filter(|t| t.overlaps(start, end)) {
-        out.push(Source::Table(t.reader.cursor(dev, share(t.reader.entries))));
+        out.push(Source::Table(t.reader.cursor(dev, share(t.reader.entries))?));
     }
     for (level, tables) in levels.levels.iter().enumerate().skip(1) {
         let lo = tables.partition_point(|t| t.meta.largest.as_slice() < start);
@@ -353,9 +359,9 @@ pub fn sources(
             hi,
             reverse: spec.reverse,
         };
-        out.push(Source::Level(LevelSource::new(walk, dev, share(level_entries))));
+        out.push(Source::Level(LevelSource::new(walk, dev, share(level_entries))?));
     }
-    (out, tombstones)
+    Ok((out, tombstones))
 }
 
 /// Live pairs of one keyspace at one snapshot, in key order or reversed.
@@ -378,6 +384,7 @@ pub struct StoreIter {
     has_pending: bool,
     group: Entry,
     _version: Arc<Version>,
+    failed: Option<crate::error::StoreError>,
     done: bool,
 }
 
@@ -394,10 +401,14 @@ impl StoreIter {
             .end
             .as_deref()
             .is_some_and(|end| end <= spec.start.as_slice());
-        let (sources, mut tombstones) = if empty {
-            (Vec::new(), Vec::new())
+        // A table whose index cannot be read fails the first step.
+        let (sources, mut tombstones, failed) = if empty {
+            (Vec::new(), Vec::new(), None)
         } else {
-            sources(dev, memtables, &version, keyspace, &spec)
+            match sources(dev, memtables, &version, keyspace, &spec) {
+                Ok((s, t)) => (s, t, None),
+                Err(e) => (Vec::new(), Vec::new(), Some(e)),
+            }
         };
         tombstones.retain(|t| t.seq <= snapshot);
         StoreIter {
@@ -411,6 +422,7 @@ impl StoreIter {
             has_pending: false,
             group: Entry::empty(),
             _version: version,
+            failed,
             done: empty,
         }
     }
@@ -470,6 +482,10 @@ impl Iterator for StoreIter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.failed.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
         if self.done {
             return None;
         }

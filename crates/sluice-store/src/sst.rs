@@ -448,17 +448,88 @@ impl From<bool> for CacheUse {
     }
 }
 
-/// An open table: index, filter and range tombstones in memory.
+/// A table's index and bloom filter.
+#[derive(Debug)]
+pub struct TableIndex {
+    index: Vec<IndexEntry>,
+    bloom: Bloom,
+}
+
+impl TableIndex {
+    /// Memory it holds.
+    pub fn bytes(&self) -> usize {
+        self.index
+            .iter()
+            .map(|e| e.last_key.len() + std::mem::size_of::<IndexEntry>())
+            .sum::<usize>()
+            + self.bloom.bits.len()
+    }
+}
+
+/// The bound on pinned index and filter memory, shared by a store's tables.
+#[derive(Debug)]
+pub struct PinBudget {
+    limit_bytes: usize,
+    used_bytes: std::sync::atomic::AtomicUsize,
+}
+
+impl PinBudget {
+    pub fn new(limit_bytes: usize) -> Self {
+        PinBudget {
+            limit_bytes,
+            used_bytes: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn try_take(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.used_bytes
+            .fetch_update(Relaxed, Relaxed, |used| {
+                (used + bytes <= self.limit_bytes).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used_bytes
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn used_bytes(&self) -> usize {
+        self.used_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn limit_bytes(&self) -> usize {
+        self.limit_bytes
+    }
+}
+
+/// An open table: range tombstones in memory; index and filter pinned in
+/// memory while the pin budget lasts, else read on demand through the
+/// index cache.
 #[derive(Debug)]
 pub struct TableReader {
     pub file_no: u64,
     pub keyspace_name: String,
     extent: Extent,
-    index: Vec<IndexEntry>,
-    bloom: Bloom,
+    /// The footer's region offsets (see docs/FORMAT.md), to reload the
+    /// index and filter of an unpinned table.
+    regions: [u32; 6],
+    pinned: Option<Arc<TableIndex>>,
+    index_bytes: usize,
+    budget: Option<Arc<PinBudget>>,
+    index_cache: Option<Arc<crate::cache::IndexCache>>,
     pub range_tombstones: Vec<RangeTombstone>,
     pub entries: u64,
     cache: Option<Arc<crate::cache::BlockCache>>,
+}
+
+impl Drop for TableReader {
+    fn drop(&mut self) {
+        if let (Some(budget), Some(_)) = (&self.budget, &self.pinned) {
+            budget.give_back(self.index_bytes);
+        }
+    }
 }
 
 /// Which table a corruption report is about.
@@ -505,18 +576,10 @@ impl TableReader {
             open_region(&m[from..from + len as usize * STORE_BLOCK_BYTES])
                 .ok_or_else(|| corrupt(block, "region checksum mismatch".into()))
         };
-        let index_bytes = region(at(0), at(1))?;
-        let bloom = Bloom {
-            bits: region(at(2), at(3))?.to_vec(),
-        };
+        let regions = [at(0), at(1), at(2), at(3), at(4), at(5)];
+        let ix = decode_table_index(&regions, &m[..(at(1) + at(3)) as usize * STORE_BLOCK_BYTES])
+            .map_err(|(off, what)| corrupt(extent.start_block + off as u64, what.into()))?;
         let ranges = region(at(4), at(5))?;
-        let bad_index = || {
-            corrupt(
-                extent.start_block + at(0) as u64,
-                "index does not decode".into(),
-            )
-        };
-        let index = decode_index(index_bytes).ok_or_else(bad_index)?;
         let range_tombstones = decode_ranges(ranges).ok_or_else(|| {
             corrupt(
                 extent.start_block + at(4) as u64,
@@ -527,12 +590,66 @@ impl TableReader {
             file_no: place.file_no,
             keyspace_name: place.keyspace.to_string(),
             extent,
-            index,
-            bloom,
+            regions,
+            index_bytes: ix.bytes(),
+            pinned: Some(Arc::new(ix)),
+            budget: None,
+            index_cache: None,
             range_tombstones,
             entries,
             cache: None,
         })
+    }
+
+    /// Keeps the index and filter pinned if `budget` has room for them;
+    /// otherwise hands them to `index_cache`, from which reads take them
+    /// (re-reading them from the device once evicted).
+    pub fn with_index_memory(
+        mut self,
+        budget: Arc<PinBudget>,
+        index_cache: Arc<crate::cache::IndexCache>,
+    ) -> Self {
+        if budget.try_take(self.index_bytes) {
+            self.budget = Some(budget);
+        } else if let Some(ix) = self.pinned.take() {
+            index_cache.insert((self.file_no, 0), ix, self.index_bytes);
+        }
+        self.index_cache = Some(index_cache);
+        self
+    }
+
+    /// Whether the index and filter are pinned.
+    pub fn is_pinned(&self) -> bool {
+        self.pinned.is_some()
+    }
+
+    /// The index and filter: pinned, cached, or read from the device.
+    pub fn table_index(&self, dev: &BlockDevice) -> Result<Arc<TableIndex>> {
+        if let Some(ix) = &self.pinned {
+            return Ok(ix.clone());
+        }
+        let cache = self.index_cache.as_ref().expect("an unpinned table has an index cache");
+        if let Some(ix) = cache.get((self.file_no, 0)) {
+            return Ok(ix);
+        }
+        let r = &self.regions;
+        let first = self.extent.start_block + r[0] as u64;
+        let mut buf = AlignedMem::new((r[1] + r[3]) as usize * STORE_BLOCK_BYTES);
+        dev.read(first, buf.as_mut_slice())?;
+        let ix = Arc::new(decode_table_index(r, buf.as_slice()).map_err(|(off, what)| {
+            let block = self.extent.start_block + off as u64;
+            StoreError::Corrupt {
+                what: "SST",
+                block,
+                lba: dev.lba_of(block),
+                reason: format!(
+                    "keyspace {}, table {}: {what}",
+                    self.keyspace_name, self.file_no
+                ),
+            }
+        })?);
+        cache.insert((self.file_no, 0), ix.clone(), self.index_bytes);
+        Ok(ix)
     }
 
     /// Serves data blocks through `cache`.
@@ -541,16 +658,21 @@ impl TableReader {
         self
     }
 
-    /// Memory held for this table (index, filter, tombstones).
+    /// Index and filter memory pinned for this table (0 when unpinned).
     pub fn pinned_bytes(&self) -> usize {
-        self.index
-            .iter()
-            .map(|e| e.last_key.len() + 24)
-            .sum::<usize>()
-            + self.bloom.bits.len()
+        if self.pinned.is_some() {
+            self.index_bytes
+        } else {
+            0
+        }
     }
 
-    fn read_block(&self, dev: &BlockDevice, i: usize) -> Result<Arc<RawBlock>> {
+    /// Size of the index and filter, pinned or not.
+    pub fn index_bytes(&self) -> usize {
+        self.index_bytes
+    }
+
+    fn read_block(&self, dev: &BlockDevice, ix: &TableIndex, i: usize) -> Result<Arc<RawBlock>> {
         if let Some(hit) = self
             .cache
             .as_ref()
@@ -558,19 +680,19 @@ impl TableReader {
         {
             return Ok(hit);
         }
-        let (block, blocks) = self.run_extent(i, 1);
+        let (block, blocks) = self.run_extent(ix, i, 1);
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
         Ok(self
-            .parse_run(dev, i, 1, buf.as_slice(), CacheUse::FillOnly)?
+            .parse_run(dev, ix, i, 1, buf.as_slice(), CacheUse::FillOnly)?
             .pop()
             .expect("one block"))
     }
 
     /// Where blocks `first..first + count` lie: (first store block, blocks).
-    fn run_extent(&self, first: usize, count: usize) -> (u64, usize) {
-        let start = self.index[first].offset_blocks;
-        let last = &self.index[first + count - 1];
+    fn run_extent(&self, ix: &TableIndex, first: usize, count: usize) -> (u64, usize) {
+        let start = ix.index[first].offset_blocks;
+        let last = &ix.index[first + count - 1];
         (
             self.extent.start_block + start as u64,
             (last.offset_blocks + last.len_blocks - start) as usize,
@@ -582,12 +704,13 @@ impl TableReader {
     fn parse_run(
         &self,
         dev: &BlockDevice,
+        ix: &TableIndex,
         first: usize,
         count: usize,
         bytes: &[u8],
         cache_use: CacheUse,
     ) -> Result<Vec<Arc<RawBlock>>> {
-        let start = self.index[first].offset_blocks;
+        let start = ix.index[first].offset_blocks;
         let cache = self.cache.as_ref().filter(|_| cache_use != CacheUse::Bypass);
         let look_up = cache.filter(|_| cache_use == CacheUse::LookUpAndFill);
         (first..first + count)
@@ -596,7 +719,7 @@ impl TableReader {
                 if let Some(hit) = look_up.and_then(|c| c.get(key)) {
                     return Ok(hit);
                 }
-                let e = &self.index[i];
+                let e = &ix.index[i];
                 let from = (e.offset_blocks - start) as usize * STORE_BLOCK_BYTES;
                 let len = e.len_blocks as usize * STORE_BLOCK_BYTES;
                 let block = self.extent.start_block + e.offset_blocks as u64;
@@ -619,36 +742,49 @@ impl TableReader {
             .collect()
     }
 
-    /// Blocks `first..first + count` (consecutive in the extent) in one
-    /// device read.
+    /// Blocks `first..first + count`, if the cache holds every one.
+    fn cached_run(&self, first: usize, count: usize) -> Option<Vec<Arc<RawBlock>>> {
+        let cache = self.cache.as_ref()?;
+        (first..first + count)
+            .map(|i| cache.get((self.file_no, i as u32)))
+            .collect()
+    }
+
+    /// Blocks `first..first + count` (consecutive in the extent) from the
+    /// cache when it holds them all, else in one device read.
     fn read_run(
         &self,
         dev: &BlockDevice,
+        ix: &TableIndex,
         first: usize,
         count: usize,
         use_cache: bool,
     ) -> Result<Vec<Arc<RawBlock>>> {
-        let count = count.min(self.index.len() - first);
+        let count = count.min(ix.index.len() - first);
         if count <= 1 && use_cache {
-            return Ok(vec![self.read_block(dev, first)?]);
+            return Ok(vec![self.read_block(dev, ix, first)?]);
         }
-        let (block, blocks) = self.run_extent(first, count);
+        if let Some(run) = self.cached_run(first, count).filter(|_| use_cache) {
+            return Ok(run);
+        }
+        let (block, blocks) = self.run_extent(ix, first, count);
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
-        self.parse_run(dev, first, count, buf.as_slice(), CacheUse::from(use_cache))
+        self.parse_run(dev, ix, first, count, buf.as_slice(), CacheUse::from(use_cache))
     }
 
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
     /// table has one.
     pub fn get(&self, dev: &BlockDevice, key: &[u8], snapshot: u64) -> Result<Option<Entry>> {
-        if !self.bloom.may_contain(key) {
+        let ix = self.table_index(dev)?;
+        if !ix.bloom.may_contain(key) {
             return Ok(None);
         }
-        let first = self.index.partition_point(|e| {
+        let first = ix.index.partition_point(|e| {
             internal_cmp(&e.last_key, e.last_seq, key, snapshot) == Ordering::Less
         });
-        for i in first..self.index.len() {
-            let raw = self.read_block(dev, i)?;
+        for i in first..ix.index.len() {
+            let raw = self.read_block(dev, &ix, i)?;
             match raw.seek(key, snapshot) {
                 Some(e) if e.key == key => return Ok(Some(e)),
                 Some(_) => return Ok(None),
@@ -661,7 +797,7 @@ impl TableReader {
     /// Every entry, in order (flush checks, tests).
     pub fn entries(&self, dev: &BlockDevice) -> Result<Vec<Entry>> {
         let mut out = Vec::with_capacity(self.entries as usize);
-        let mut c = CursorState::new(self, CursorSpec::default());
+        let mut c = CursorState::new(self.table_index(dev)?, self.entries, CursorSpec::default());
         while let Some(e) = c.next_entry(self, dev)? {
             out.push(e);
         }
@@ -671,12 +807,12 @@ impl TableReader {
     /// A cursor over the entries whose keys lie in the spec's range, in
     /// internal order or its reverse. It holds the table and the device, so
     /// it can outlive the borrow it was made from.
-    pub fn cursor(self: &Arc<Self>, dev: &BlockDevice, spec: CursorSpec) -> TableCursor {
-        TableCursor {
-            state: CursorState::new(self, spec),
+    pub fn cursor(self: &Arc<Self>, dev: &BlockDevice, spec: CursorSpec) -> Result<TableCursor> {
+        Ok(TableCursor {
+            state: CursorState::new(self.table_index(dev)?, self.entries, spec),
             table: self.clone(),
             dev: dev.clone(),
-        }
+        })
     }
 
     /// Entries whose key lies in `[start, end)` (end None: unbounded), in order.
@@ -687,12 +823,35 @@ impl TableReader {
             ..CursorSpec::default()
         };
         let mut out = Vec::new();
-        let mut c = CursorState::new(self, spec);
+        let mut c = CursorState::new(self.table_index(dev)?, self.entries, spec);
         while let Some(e) = c.next_entry(self, dev)? {
             out.push(e);
         }
         Ok(out)
     }
+}
+
+/// The index and filter from the bytes of their two regions (read
+/// together), or the offset of the bad region and what is wrong with it.
+fn decode_table_index(
+    regions: &[u32; 6],
+    bytes: &[u8],
+) -> std::result::Result<TableIndex, (u32, &'static str)> {
+    let index_len = regions[1] as usize * STORE_BLOCK_BYTES;
+    let filter_len = regions[3] as usize * STORE_BLOCK_BYTES;
+    let index_bytes = bytes
+        .get(..index_len)
+        .and_then(open_region)
+        .ok_or((regions[0], "region checksum mismatch"))?;
+    let bits = bytes
+        .get(index_len..index_len + filter_len)
+        .and_then(open_region)
+        .ok_or((regions[2], "region checksum mismatch"))?;
+    let index = decode_index(index_bytes).ok_or((regions[0], "index does not decode"))?;
+    Ok(TableIndex {
+        index,
+        bloom: Bloom { bits: bits.to_vec() },
+    })
 }
 
 fn decode_index(b: &[u8]) -> Option<Vec<IndexEntry>> {
@@ -761,6 +920,7 @@ impl Default for CursorSpec {
 /// Position of a cursor in one table; the table and device are passed in,
 /// so the same state serves borrowed and owning cursors.
 struct CursorState {
+    ix: Arc<TableIndex>,
     spec: CursorSpec,
     /// Data blocks not yet read: `lo..hi`. Forward reads from `lo` up,
     /// reverse from `hi` down.
@@ -780,9 +940,9 @@ struct CursorState {
 }
 
 impl CursorState {
-    fn new(table: &TableReader, spec: CursorSpec) -> Self {
-        let blocks = table.index.len();
-        let before = |k: &[u8]| table.index.partition_point(|e| e.last_key.as_slice() < k);
+    fn new(ix: Arc<TableIndex>, entries: u64, spec: CursorSpec) -> Self {
+        let blocks = ix.index.len();
+        let before = |k: &[u8]| ix.index.partition_point(|e| e.last_key.as_slice() < k);
         let lo = before(&spec.start);
         // The first block whose last key reaches `end` may still hold keys
         // below it.
@@ -793,17 +953,18 @@ impl CursorState {
         let readahead = match spec.expected_entries {
             0 => READAHEAD_FIRST_BLOCKS,
             n => {
-                let data_bytes = table
+                let data_bytes = ix
                     .index
                     .last()
                     .map_or(0, |e| (e.offset_blocks + e.len_blocks) as usize * STORE_BLOCK_BYTES);
-                let per_entry = data_bytes / table.entries.max(1) as usize;
+                let per_entry = data_bytes / entries.max(1) as usize;
                 // One more block: the range rarely starts at a block's start.
                 (n.saturating_mul(per_entry).div_ceil(STORE_BLOCK_BYTES) + 1)
                     .clamp(READAHEAD_FIRST_BLOCKS, READAHEAD_MAX_BLOCKS)
             }
         };
         CursorState {
+            ix,
             spec,
             lo,
             hi: hi.max(lo),
@@ -854,7 +1015,7 @@ impl CursorState {
             let Some((first, count)) = self.next_run() else {
                 return Ok(None);
             };
-            let run = table.read_run(dev, first, count, self.spec.use_cache)?;
+            let run = table.read_run(dev, &self.ix, first, count, self.spec.use_cache)?;
             self.take_run(run);
         }
         Ok(self.prefetched.pop_front())
@@ -953,6 +1114,25 @@ pub struct TableCursor {
 }
 
 impl TableCursor {
+    /// Takes the first run from the block cache if it holds all of it;
+    /// then there is no first read to batch.
+    pub fn first_from_cache(&mut self) -> bool {
+        let s = &mut self.state;
+        if !s.spec.use_cache || !s.prefetched.is_empty() || s.block.is_some() {
+            return false;
+        }
+        let Some((first, count)) = s.next_run() else {
+            return false;
+        };
+        match self.table.cached_run(first, count) {
+            Some(run) => {
+                s.take_run(run);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The read the cursor will make first, so that a caller can batch the
     /// first reads of many cursors: (first store block, blocks).
     pub fn first_read(&self) -> Option<(u64, usize)> {
@@ -961,7 +1141,7 @@ impl TableCursor {
             return None;
         }
         let (first, count) = s.next_run()?;
-        Some(self.table.run_extent(first, count))
+        Some(self.table.run_extent(&s.ix, first, count))
     }
 
     /// Hands the cursor the bytes of its `first_read`.
@@ -969,6 +1149,7 @@ impl TableCursor {
         let (first, count) = self.state.next_run().expect("a first read");
         let run = self.table.parse_run(
             &self.dev,
+            &self.state.ix,
             first,
             count,
             bytes,

@@ -5,13 +5,15 @@
 
 use crate::batch::WriteBatch;
 use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
-use crate::cache::BlockCache;
+use crate::cache::{BlockCache, IndexCache};
 use crate::compaction::{self, CompactionConfig};
 use crate::error::{Result, StoreError};
 use crate::manifest::{Edit, KeyspaceDef, Manifest, TableMeta, ValueFormat, WalPlace};
 use crate::memtable::Memtable;
 use crate::iter::StoreIter;
-use crate::sst::{write_table, BuiltTable, CursorSpec, TableBuilder, TablePlace, TableReader};
+use crate::sst::{
+    write_table, BuiltTable, CursorSpec, PinBudget, TableBuilder, TablePlace, TableReader,
+};
 use crate::version::{self, Levels, Table, Version};
 use crate::wal::{self, Wal, WalLayout};
 use rand::Rng;
@@ -38,6 +40,12 @@ pub struct StoreConfig {
     pub background_compaction: bool,
     /// Decoded data blocks kept in memory (there is no page cache below).
     pub block_cache_bytes: usize,
+    /// Bound on index and filter memory pinned for the life of their
+    /// tables. Tables opened once it is spent keep theirs in the index
+    /// cache instead, and a read may then cost one more device read.
+    pub pinned_index_bytes: usize,
+    /// Indexes and filters of unpinned tables kept in memory.
+    pub index_cache_bytes: usize,
 }
 
 impl Default for StoreConfig {
@@ -48,6 +56,10 @@ impl Default for StoreConfig {
             compaction: CompactionConfig::default(),
             background_compaction: true,
             block_cache_bytes: 64 << 20,
+            // About 1.3% of the data at 16-byte keys and 200-byte values:
+            // enough for 20 GB of such data.
+            pinned_index_bytes: 256 << 20,
+            index_cache_bytes: 32 << 20,
         }
     }
 }
@@ -110,8 +122,13 @@ pub struct StoreStats {
     pub keyspaces: Vec<String>,
     /// Tables per level, summed over keyspaces.
     pub tables_per_level: Vec<usize>,
-    /// Index + filter memory of all open tables.
+    /// Index + filter memory pinned by open tables, and its bound.
     pub pinned_index_bytes: usize,
+    pub pinned_index_limit_bytes: usize,
+    /// Tables whose index and filter are not pinned (read through the
+    /// index cache), and that cache's use.
+    pub unpinned_tables: usize,
+    pub index_cache_used_bytes: usize,
     pub flushes: u64,
     pub compactions: u64,
     pub block_cache_used_bytes: usize,
@@ -144,6 +161,8 @@ struct Placed {
 struct Inner {
     dev: BlockDevice,
     cache: Arc<BlockCache>,
+    pin_budget: Arc<PinBudget>,
+    index_cache: Arc<IndexCache>,
     config: StoreConfig,
     manifest: Mutex<Manifest>,
     keyspaces: RwLock<BTreeMap<String, KeyspaceDef>>,
@@ -242,8 +261,13 @@ impl Store {
         })?;
         let released = Arc::new(Mutex::new(Vec::new()));
         let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
+        let pin_budget = Arc::new(PinBudget::new(config.pinned_index_bytes));
+        let index_cache = Arc::new(IndexCache::new(config.index_cache_bytes));
         let mut version = Version::default();
-        for meta in state.tables.values() {
+        // Shallow levels are read most: they take the pin budget first.
+        let mut metas: Vec<&TableMeta> = state.tables.values().collect();
+        metas.sort_by_key(|m| (m.level, std::cmp::Reverse(m.file_no)));
+        for meta in metas {
             let name = state
                 .keyspaces
                 .get(&meta.keyspace)
@@ -256,7 +280,8 @@ impl Store {
                     file_no: meta.file_no,
                 },
             )?
-            .with_cache(cache.clone());
+            .with_cache(cache.clone())
+            .with_index_memory(pin_budget.clone(), index_cache.clone());
             version
                 .keyspaces
                 .entry(meta.keyspace)
@@ -292,6 +317,8 @@ impl Store {
         let inner = Arc::new(Inner {
             dev,
             cache,
+            pin_budget,
+            index_cache,
             config: config.clone(),
             manifest: Mutex::new(manifest),
             keyspaces: RwLock::new(keyspaces),
@@ -680,14 +707,14 @@ impl Store {
             (e + m.entry_count(), b + m.approximate_bytes())
         });
         let mut per_level = vec![0usize; version::MAX_LEVELS];
-        let mut pinned = 0usize;
+        let (mut pinned, mut unpinned) = (0usize, 0usize);
         for levels in version.keyspaces.values() {
             for (l, tables) in levels.levels.iter().enumerate() {
                 per_level[l] += tables.len();
-                pinned += tables
-                    .iter()
-                    .map(|t| t.reader.pinned_bytes())
-                    .sum::<usize>();
+                for t in tables {
+                    pinned += t.reader.pinned_bytes();
+                    unpinned += usize::from(!t.reader.is_pinned());
+                }
             }
         }
         StoreStats {
@@ -702,6 +729,9 @@ impl Store {
             keyspaces: read(&inner.keyspaces).keys().cloned().collect(),
             tables_per_level: per_level,
             pinned_index_bytes: pinned,
+            pinned_index_limit_bytes: inner.pin_budget.limit_bytes(),
+            unpinned_tables: unpinned,
+            index_cache_used_bytes: inner.index_cache.used_bytes(),
             flushes: inner.flushes.load(Ordering::Relaxed),
             compactions: inner.compactions.load(Ordering::Relaxed),
             block_cache_used_bytes: inner.cache.used_bytes(),
@@ -877,7 +907,8 @@ impl Inner {
                         file_no: meta.file_no,
                     },
                 )?
-                .with_cache(inner.cache.clone());
+                .with_cache(inner.cache.clone())
+                .with_index_memory(inner.pin_budget.clone(), inner.index_cache.clone());
                 Ok(Arc::new(Table::new(meta, reader, inner.released.clone())))
             })
             .collect()

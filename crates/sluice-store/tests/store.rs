@@ -16,6 +16,10 @@ fn small_config() -> StoreConfig {
         write_buffer_bytes: 48 << 10,
         // Small enough that blocks are evicted all the time.
         block_cache_bytes: 24 << 10,
+        // A few tables keep their index pinned; the rest go through an
+        // index cache that evicts too.
+        pinned_index_bytes: 4 << 10,
+        index_cache_bytes: 8 << 10,
         ..StoreConfig::default()
     };
     cfg.compaction.l0_trigger = 3;
@@ -249,6 +253,56 @@ fn iterators_stream_a_consistent_snapshot_under_writes_and_compaction() {
     store.compact().unwrap();
     let free_after = store.stats().free_blocks;
     assert!(free_after > free_held, "{free_after} <= {free_held}");
+}
+
+/// Pinned index and filter memory stays within its bound; tables past it
+/// are read through the index cache; a bound of zero pins nothing and
+/// every read still answers right, also after reopening.
+#[test]
+fn pinned_index_memory_is_bounded_and_unpinned_tables_read_right() {
+    for limit in [0usize, 6 << 10] {
+        let mem = Arc::new(MemoryDevice::new(4096, 16384));
+        let cfg = StoreConfig {
+            pinned_index_bytes: limit,
+            index_cache_bytes: 4 << 10,
+            ..small_config()
+        };
+        let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+        let ks = store.keyspace("default").unwrap();
+        let k = |i: u32| format!("key{i:06}").into_bytes();
+        for round in 0..3u32 {
+            for i in (0..4000u32).filter(|i| i % 3 == round) {
+                store.put(ks, &k(i), &i.to_le_bytes().repeat(10)).unwrap();
+            }
+            store.flush().unwrap();
+        }
+        let check = |store: &Store| {
+            let st = store.stats();
+            assert!(st.pinned_index_bytes <= limit, "{} > {limit}", st.pinned_index_bytes);
+            assert!(st.unpinned_tables > 0, "{st:?}");
+            assert!(st.index_cache_used_bytes <= 4 << 10);
+            for i in (0..4000u32).step_by(37) {
+                assert_eq!(store.get(ks, &k(i)).unwrap(), Some(i.to_le_bytes().repeat(10)));
+            }
+            assert_eq!(store.get(ks, b"key999999").unwrap(), None);
+            let all = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &store.snapshot(), true, usize::MAX).unwrap();
+            assert_eq!(all.len(), 4000);
+            assert_eq!(all[0].0, k(3999));
+        };
+        check(&store);
+        if limit > 0 {
+            assert!(store.stats().pinned_index_bytes > 0);
+        }
+        drop(store);
+        let store = Store::open(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+        check(&store);
+        // Compaction replaces the tables: their pins are given back and
+        // the new tables take them within the same bound.
+        store.compact().unwrap();
+        let st = store.stats();
+        assert!(st.pinned_index_bytes <= limit);
+        assert_eq!(store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &store.snapshot(), false, usize::MAX).unwrap().len(), 4000);
+    }
 }
 
 #[test]

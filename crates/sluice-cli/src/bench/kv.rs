@@ -294,10 +294,11 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
         let s = st.stats();
         let data = args.num * (args.key_size + args.value_size) as u64;
         println!(
-            "ours: index+filter pinned {} bytes = {:.2}% of {} bytes of keys and values; tables per level {:?}; block cache {} hits, {} misses",
+            "ours: index+filter pinned {} bytes = {:.2}% of {} bytes of keys and values ({} tables unpinned); tables per level {:?}; block cache {} hits, {} misses",
             s.pinned_index_bytes,
             100.0 * s.pinned_index_bytes as f64 / data as f64,
             data,
+            s.unpinned_tables,
             s.tables_per_level,
             s.block_cache_hits,
             s.block_cache_misses
