@@ -12,11 +12,16 @@ use std::sync::Arc;
 #[derive(clap::Args)]
 pub struct KvArgs {
     /// Device: a file (created with --create-mib) or a block device.
-    #[arg(long, default_value = "data/kv.dev")]
-    device: PathBuf,
+    /// Repeat it to spread a store over several devices: the first holds
+    /// the WAL, manifest and table indexes, the others the table data.
+    #[arg(long = "device", default_value = "data/kv.dev")]
+    devices: Vec<PathBuf>,
     /// Keyspace to use.
     #[arg(long, default_value = "default")]
     keyspace: String,
+    /// Memtable size before a flush to a table, in KiB.
+    #[arg(long, default_value_t = 65536)]
+    write_buffer_kib: usize,
     #[command(subcommand)]
     command: KvCommand,
 }
@@ -77,6 +82,10 @@ enum KvCommand {
     },
 }
 
+fn open_devices(paths: &[PathBuf]) -> Result<Vec<Arc<dyn Device>>> {
+    paths.iter().map(|p| open_device(p)).collect()
+}
+
 fn open_device(path: &Path) -> Result<Arc<dyn Device>> {
     let dev = FileDevice::open(path, &FileOptions::default()).with_context(|| {
         format!(
@@ -94,23 +103,30 @@ pub fn run(args: &KvArgs) -> Result<()> {
     } = &args.command
     {
         if let Some(mib) = create_mib {
-            FileDevice::create(&args.device, mib << 20, &FileOptions::default())?;
+            for path in &args.devices {
+                FileDevice::create(path, mib << 20, &FileOptions::default())?;
+            }
         }
-        let store = Store::create(
-            open_device(&args.device)?,
+        let store = Store::create_on(
+            open_devices(&args.devices)?,
             &StoreConfig {
                 wal_blocks: *wal_blocks,
                 ..StoreConfig::default()
             },
         )?;
+        let names: Vec<String> = args.devices.iter().map(|p| p.display().to_string()).collect();
         println!(
             "formatted {}: {} blocks",
-            args.device.display(),
+            names.join(" + "),
             store.stats().device_blocks
         );
         return Ok(());
     }
-    let store = Store::open(open_device(&args.device)?, &StoreConfig::default())?;
+    let config = StoreConfig {
+        write_buffer_bytes: args.write_buffer_kib << 10,
+        ..StoreConfig::default()
+    };
+    let store = Store::open_on(open_devices(&args.devices)?, &config)?;
     if let KvCommand::Keyspace {
         name,
         format,
@@ -194,6 +210,9 @@ pub fn run(args: &KvArgs) -> Result<()> {
             )?;
             writeln!(out, "keyspaces         {}", s.keyspaces.join(", "))?;
             writeln!(out, "tables per level  {:?}", s.tables_per_level)?;
+            if s.device_free_blocks.len() > 1 {
+                writeln!(out, "free per device   {:?}", s.device_free_blocks)?;
+            }
             writeln!(
                 out,
                 "index+filter      {} bytes pinned (bound {}), {} tables unpinned, index cache {} bytes",

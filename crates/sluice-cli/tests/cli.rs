@@ -166,21 +166,42 @@ fn probe_prints_kernel_features() {
 /// store, and the store keeps working after each crash.
 #[test]
 fn kv_survives_kill_9_with_every_acknowledged_write() {
+    kill_9_keeps_every_acknowledged_write("kv-crash", 1);
+}
+
+/// The same on a store spread over three files: WAL, manifest and indexes
+/// on the first, table data on the others.
+#[test]
+fn kv_on_three_devices_survives_kill_9_and_refuses_a_wrong_order() {
+    let devs = kill_9_keeps_every_acknowledged_write("kv-crash-set", 3);
+    let d: Vec<&str> = devs.iter().map(|p| p.to_str().unwrap()).collect();
+    fails_with(
+        &["kv", "--device", d[0], "--device", d[2], "--device", d[1], "stats"],
+        &["cannot be device 1", "pass the devices in the order they were formatted"],
+    );
+    fails_with(
+        &["kv", "--device", d[0], "stats"],
+        &["spans 3 devices but got 1"],
+    );
+}
+
+/// Formats `count` devices, kills `sluice kv load` three times mid-write,
+/// and checks every key it acknowledged; returns the device paths.
+fn kill_9_keeps_every_acknowledged_write(name: &str, count: usize) -> Vec<PathBuf> {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
-    let dev = scratch("kv-crash");
-    let dev_s = dev.to_str().unwrap();
+    let devs: Vec<PathBuf> = (0..count)
+        .map(|i| scratch(name).with_file_name(format!("kv{i}.dev")))
+        .collect();
+    let mut device_args: Vec<String> = Vec::new();
+    for d in &devs {
+        device_args.push("--device".into());
+        device_args.push(d.to_str().unwrap().into());
+    }
     let out = sluice()
-        .args([
-            "kv",
-            "--device",
-            dev_s,
-            "format",
-            "--create-mib",
-            "64",
-            "--wal-blocks",
-            "4096",
-        ])
+        .arg("kv")
+        .args(&device_args)
+        .args(["format", "--create-mib", "64", "--wal-blocks", "4096"])
         .output()
         .unwrap();
     assert!(
@@ -192,18 +213,11 @@ fn kv_survives_kill_9_with_every_acknowledged_write() {
     for (round, kill_after) in [150usize, 7, 600].into_iter().enumerate() {
         let prefix = format!("r{round}-");
         let mut child = sluice()
-            .args([
-                "kv",
-                "--device",
-                dev_s,
-                "load",
-                "--count",
-                "1000000",
-                "--value-bytes",
-                "700",
-                "--prefix",
-                &prefix,
-            ])
+            .arg("kv")
+            .args(&device_args)
+            // Small memtables: tables are flushed while the load runs.
+            .args(["--write-buffer-kib", "128"])
+            .args(["load", "--count", "1000000", "--value-bytes", "700", "--prefix", &prefix])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -217,19 +231,31 @@ fn kv_survives_kill_9_with_every_acknowledged_write() {
         child.wait().unwrap();
         // Keys printed after our last read were acknowledged too; collect them.
         acknowledged.extend(lines.map_while(|l| l.ok()));
-        let device: std::sync::Arc<dyn sluice_io::Device> = std::sync::Arc::new(
-            sluice_io::FileDevice::open(&dev, &sluice_io::FileOptions::default()).unwrap(),
-        );
+        let devices: Vec<std::sync::Arc<dyn sluice_io::Device>> = devs
+            .iter()
+            .map(|d| {
+                std::sync::Arc::new(
+                    sluice_io::FileDevice::open(d, &sluice_io::FileOptions::default()).unwrap(),
+                ) as std::sync::Arc<dyn sluice_io::Device>
+            })
+            .collect();
         let store =
-            sluice_store::Store::open(device, &sluice_store::StoreConfig::default()).unwrap();
+            sluice_store::Store::open_on(devices, &sluice_store::StoreConfig::default()).unwrap();
         for key in &acknowledged {
             assert!(
                 store.get(0, key.as_bytes()).unwrap().is_some(),
                 "round {round}: acknowledged key {key} lost"
             );
         }
+        if round == 2 {
+            // Tables were written, their data on the data devices.
+            let placed = store.table_placement();
+            assert!(!placed.is_empty(), "no table was flushed");
+            assert!(placed.iter().all(|p| p.index_device == 0 && (count == 1 || p.data_device > 0)));
+        }
     }
     assert!(acknowledged.len() >= 757);
+    devs
 }
 
 #[test]

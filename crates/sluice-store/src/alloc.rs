@@ -47,6 +47,11 @@ impl ExtentAllocator {
 
     /// First fit: the lowest free run of at least `blocks`.
     pub fn allocate(&mut self, blocks: u64) -> Result<Extent> {
+        self.allocate_within(blocks, 0, u64::MAX)
+    }
+
+    /// First fit inside blocks `[lo, hi)` (one device of a set).
+    pub fn allocate_within(&mut self, blocks: u64, lo: u64, hi: u64) -> Result<Extent> {
         if blocks == 0 || blocks > MAX_EXTENT_BLOCKS {
             return Err(StoreError::BadExtent {
                 start_block: 0,
@@ -54,21 +59,30 @@ impl ExtentAllocator {
                 problem: "has a length of zero or beyond the largest extent",
             });
         }
-        let Some((&start, &len)) = self.free.iter().find(|(_, &len)| len >= blocks) else {
+        // Each free run clipped to the range.
+        let clipped = |(&s, &l): (&u64, &u64)| {
+            let (a, b) = (s.max(lo), (s + l).min(hi));
+            (b > a).then_some((a, b - a))
+        };
+        let found = self
+            .free
+            .range(..hi)
+            .filter_map(clipped)
+            .find(|&(_, len)| len >= blocks);
+        let Some((start, _)) = found else {
+            let runs = || self.free.range(..hi).filter_map(clipped).map(|(_, l)| l);
             return Err(StoreError::DeviceFull {
                 needed_blocks: blocks,
-                largest_free_blocks: self.largest_free(),
-                free_blocks: self.free_blocks(),
+                largest_free_blocks: runs().max().unwrap_or(0),
+                free_blocks: runs().sum(),
             });
         };
-        self.free.remove(&start);
-        if len > blocks {
-            self.free.insert(start + blocks, len - blocks);
-        }
-        Ok(Extent {
+        let e = Extent {
             start_block: start,
             block_count: blocks as u32,
-        })
+        };
+        self.reserve(e)?;
+        Ok(e)
     }
 
     /// Marks `e` as in use (replaying an allocation). It must be free.

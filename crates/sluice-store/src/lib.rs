@@ -35,4 +35,6 @@ pub use batch::WriteBatch;
 pub use iter::StoreIter;
 pub use error::{Result, StoreError};
 pub use manifest::ValueFormat;
-pub use store::{Snapshot, Store, StoreConfig, StoreStats, WriteOptions, DEFAULT_KEYSPACE};
+pub use store::{
+    Snapshot, Store, StoreConfig, StoreStats, TablePlacement, WriteOptions, DEFAULT_KEYSPACE,
+};

@@ -358,16 +358,56 @@ impl Manifest {
             )));
         }
         let mut state = ManifestState::new(device_blocks);
-        let extent = state.allocator.allocate(MANIFEST_EXTENT_BLOCKS as u64)?;
+        let member_blocks: Vec<u64> = (0..dev.device_count())
+            .map(|k| {
+                let (_, first, end) = dev.member(k);
+                end - first
+            })
+            .collect();
+        // Every device after the first starts with a label naming the
+        // store and its place in the set; its blocks are never allocated.
+        for k in 1..dev.device_count() {
+            let (device, first, _) = dev.member(k);
+            if member_blocks[k] <= SUPERBLOCK_BLOCKS {
+                return Err(StoreError::BadDevice(format!(
+                    "{} is too small to join a store",
+                    device.describe()
+                )));
+            }
+            let label = Superblock {
+                generation: 0,
+                store_id,
+                device_blocks,
+                device_index: k as u32,
+                device_count: member_blocks.len() as u32,
+                created_unix_ms,
+                manifest: Extent {
+                    start_block: 0,
+                    block_count: 0,
+                },
+                manifest_first_seq: 0,
+                member_blocks: member_blocks.clone(),
+            };
+            superblock::write_label(&dev, first, &label)?;
+            state.allocator.reserve(Extent {
+                start_block: first,
+                block_count: SUPERBLOCK_BLOCKS as u32,
+            })?;
+        }
+        let (_, first, end) = dev.member(0);
+        let extent = state
+            .allocator
+            .allocate_within(MANIFEST_EXTENT_BLOCKS as u64, first, end)?;
         let superblock = Superblock {
             generation: 0,
             store_id,
             device_blocks,
             device_index: 0,
-            device_count: 1,
+            device_count: member_blocks.len() as u32,
             created_unix_ms,
             manifest: extent,
             manifest_first_seq: 0,
+            member_blocks,
         };
         let mut m = Manifest {
             dev,
@@ -397,6 +437,11 @@ impl Manifest {
         })
     }
 
+    /// The device set the store lives on.
+    pub fn device(&self) -> &BlockDevice {
+        &self.dev
+    }
+
     pub fn state(&self) -> &ManifestState {
         &self.state
     }
@@ -405,9 +450,28 @@ impl Manifest {
         &self.superblock
     }
 
-    /// Allocates an extent; the allocation is logged with the next group.
+    /// Allocates an extent on the first device (superblock, manifest, WAL
+    /// and table indexes live there); the allocation is logged with the
+    /// next group.
     pub fn allocate(&mut self, blocks: u64) -> Result<Extent> {
-        self.state.allocator.allocate(blocks)
+        self.allocate_on(0, blocks)
+    }
+
+    /// Allocates an extent on device `k` of the set.
+    pub fn allocate_on(&mut self, k: usize, blocks: u64) -> Result<Extent> {
+        let (_, first, end) = self.dev.member(k);
+        self.state.allocator.allocate_within(blocks, first, end)
+    }
+
+    /// Free blocks on device `k` of the set.
+    pub fn free_blocks_on(&self, k: usize) -> u64 {
+        let (_, first, end) = self.dev.member(k);
+        self.state
+            .allocator
+            .free_list()
+            .iter()
+            .map(|e| e.end_block().min(end).saturating_sub(e.start_block.max(first)))
+            .sum()
     }
 
     /// Returns an extent taken with [`Manifest::allocate`] whose `Alloc`
@@ -449,7 +513,9 @@ impl Manifest {
         }
         let at = self.extent.start_block + (self.next_seq - self.first_seq);
         self.dev.write(at, buf.as_slice())?;
-        self.dev.flush()?;
+        // Tables a group adds were flushed when written: only the device
+        // holding the manifest needs it now.
+        self.dev.flush_holding(at)?;
         self.next_seq += blocks.len() as u64;
         Ok(())
     }
@@ -486,7 +552,7 @@ impl Manifest {
         // Sized for the checkpoint as it will be (one extent more or less
         // changes it by a record at most).
         let blocks = Self::extent_blocks_for(self.checkpoint()?.blocks.len() + 1);
-        let new = self.state.allocator.allocate(blocks)?;
+        let new = self.allocate(blocks)?;
         // The old extent is free in the checkpointed state: once the
         // superblock points at the new extent nothing refers to the old one.
         self.state.allocator.release(old)?;

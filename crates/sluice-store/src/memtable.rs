@@ -23,6 +23,9 @@ struct RangeTombstone {
     seq: u64,
 }
 
+/// Receives one version: key, sequence, kind, value.
+pub type VersionVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) + 'a;
+
 #[derive(Debug, Default)]
 pub struct Memtable {
     entries: BTreeMap<InternalKey, Version>,
@@ -140,7 +143,7 @@ impl Memtable {
         reverse: bool,
         after: Option<(&[u8], u64)>,
         max: usize,
-        visit: &mut dyn FnMut(&[u8], u64, EntryKind, &[u8]),
+        visit: &mut VersionVisitor<'_>,
     ) -> usize {
         use std::ops::Bound::{Excluded, Included, Unbounded};
         let lowest = (keyspace, start.to_vec(), Reverse(u64::MAX));

@@ -412,18 +412,40 @@ impl TableBuilder {
 
 /// Writes a built table into `extent` (sized to it) and makes it durable.
 pub fn write_table(dev: &BlockDevice, extent: Extent, table: &BuiltTable) -> Result<()> {
+    let data_blocks = table.index_offset_blocks;
+    let meta = Extent {
+        start_block: extent.start_block + data_blocks as u64,
+        block_count: extent.block_count - data_blocks,
+    };
+    write_table_parts(dev, extent, meta, table)
+}
+
+/// Writes a built table's data blocks from `data.start_block` and its
+/// index, filter, range tombstones and footer into `meta` (sized to them),
+/// and makes them durable. The two may lie on different devices.
+pub fn write_table_parts(
+    dev: &BlockDevice,
+    data: Extent,
+    meta: Extent,
+    table: &BuiltTable,
+) -> Result<()> {
+    let split = table.index_offset_blocks as usize * STORE_BLOCK_BYTES;
     assert_eq!(
-        table.bytes.len(),
-        extent.block_count as usize * STORE_BLOCK_BYTES
+        table.bytes.len() - split,
+        meta.block_count as usize * STORE_BLOCK_BYTES
     );
+    assert!(split <= data.block_count as usize * STORE_BLOCK_BYTES);
+    let (data_bytes, meta_bytes) = table.bytes.split_at(split);
     const CHUNK: usize = 8 << 20;
     let mut buf = AlignedMem::new(CHUNK.min(table.bytes.len()));
-    for (i, chunk) in table.bytes.chunks(CHUNK).enumerate() {
-        buf.as_mut_slice()[..chunk.len()].copy_from_slice(chunk);
-        dev.write(
-            extent.start_block + (i * CHUNK / STORE_BLOCK_BYTES) as u64,
-            &buf.as_slice()[..chunk.len()],
-        )?;
+    for (start, bytes) in [(data.start_block, data_bytes), (meta.start_block, meta_bytes)] {
+        for (i, chunk) in bytes.chunks(CHUNK).enumerate() {
+            buf.as_mut_slice()[..chunk.len()].copy_from_slice(chunk);
+            dev.write(
+                start + (i * CHUNK / STORE_BLOCK_BYTES) as u64,
+                &buf.as_slice()[..chunk.len()],
+            )?;
+        }
     }
     dev.flush()
 }
@@ -512,6 +534,9 @@ pub struct TableReader {
     pub file_no: u64,
     pub keyspace_name: String,
     extent: Extent,
+    /// Where the index region starts (the table's metadata may lie on
+    /// another device than its data blocks).
+    meta_start: u64,
     /// The footer's region offsets (see docs/FORMAT.md), to reload the
     /// index and filter of an unpinned table.
     regions: [u32; 6],
@@ -540,7 +565,20 @@ pub struct TablePlace<'a> {
 }
 
 impl TableReader {
+    /// Opens a table written whole into one extent.
     pub fn open(dev: &BlockDevice, extent: Extent, place: TablePlace<'_>) -> Result<Self> {
+        Self::open_parts(dev, extent, None, place)
+    }
+
+    /// Opens a table whose data blocks start at `data.start_block` and
+    /// whose index, filter, range tombstones and footer fill `meta` (None:
+    /// they follow the data blocks inside `data`).
+    pub fn open_parts(
+        dev: &BlockDevice,
+        extent: Extent,
+        meta: Option<Extent>,
+        place: TablePlace<'_>,
+    ) -> Result<Self> {
         let corrupt = |block: u64, reason: String| StoreError::Corrupt {
             what: "SST",
             block,
@@ -550,7 +588,7 @@ impl TableReader {
                 place.keyspace, place.file_no
             ),
         };
-        let footer_block = extent.end_block() - 1;
+        let footer_block = meta.unwrap_or(extent).end_block() - 1;
         let mut footer = AlignedMem::new(STORE_BLOCK_BYTES);
         dev.read(footer_block, footer.as_mut_slice())?;
         let f = footer.as_slice();
@@ -567,29 +605,39 @@ impl TableReader {
         let entries = u64::from_le_bytes(f[24..32].try_into().expect("8"));
         // Index, filter and range tombstones are contiguous: one read.
         let (meta_off, meta_len) = (at(0), at(1) + at(3) + at(5));
-        let mut meta = AlignedMem::new(meta_len as usize * STORE_BLOCK_BYTES);
-        dev.read(extent.start_block + meta_off as u64, meta.as_mut_slice())?;
-        let m = meta.as_slice();
+        let meta_start = meta.map_or(extent.start_block + meta_off as u64, |m| m.start_block);
+        if let Some(m) = meta.filter(|m| m.block_count != meta_len + 1) {
+            return Err(corrupt(
+                m.start_block,
+                format!(
+                    "footer describes {} blocks of index, filter and tombstones but their extent has {}",
+                    meta_len + 1,
+                    m.block_count
+                ),
+            ));
+        }
+        let meta_block = |off: u32| meta_start + (off - meta_off) as u64;
+        let mut buf = AlignedMem::new(meta_len as usize * STORE_BLOCK_BYTES);
+        dev.read(meta_start, buf.as_mut_slice())?;
+        let m = buf.as_slice();
         let region = |off: u32, len: u32| {
             let from = (off - meta_off) as usize * STORE_BLOCK_BYTES;
-            let block = extent.start_block + off as u64;
+            let block = meta_block(off);
             open_region(&m[from..from + len as usize * STORE_BLOCK_BYTES])
                 .ok_or_else(|| corrupt(block, "region checksum mismatch".into()))
         };
         let regions = [at(0), at(1), at(2), at(3), at(4), at(5)];
         let ix = decode_table_index(&regions, &m[..(at(1) + at(3)) as usize * STORE_BLOCK_BYTES])
-            .map_err(|(off, what)| corrupt(extent.start_block + off as u64, what.into()))?;
+            .map_err(|(off, what)| corrupt(meta_block(off), what.into()))?;
         let ranges = region(at(4), at(5))?;
         let range_tombstones = decode_ranges(ranges).ok_or_else(|| {
-            corrupt(
-                extent.start_block + at(4) as u64,
-                "range tombstones do not decode".into(),
-            )
+            corrupt(meta_block(at(4)), "range tombstones do not decode".into())
         })?;
         Ok(TableReader {
             file_no: place.file_no,
             keyspace_name: place.keyspace.to_string(),
             extent,
+            meta_start,
             regions,
             index_bytes: ix.bytes(),
             pinned: Some(Arc::new(ix)),
@@ -633,11 +681,11 @@ impl TableReader {
             return Ok(ix);
         }
         let r = &self.regions;
-        let first = self.extent.start_block + r[0] as u64;
+        let first = self.meta_start;
         let mut buf = AlignedMem::new((r[1] + r[3]) as usize * STORE_BLOCK_BYTES);
         dev.read(first, buf.as_mut_slice())?;
         let ix = Arc::new(decode_table_index(r, buf.as_slice()).map_err(|(off, what)| {
-            let block = self.extent.start_block + off as u64;
+            let block = self.meta_start + (off - r[0]) as u64;
             StoreError::Corrupt {
                 what: "SST",
                 block,

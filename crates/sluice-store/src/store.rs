@@ -12,7 +12,7 @@ use crate::manifest::{Edit, KeyspaceDef, Manifest, TableMeta, ValueFormat, WalPl
 use crate::memtable::Memtable;
 use crate::iter::StoreIter;
 use crate::sst::{
-    write_table, BuiltTable, CursorSpec, PinBudget, TableBuilder, TablePlace, TableReader,
+    write_table, write_table_parts, BuiltTable, CursorSpec, PinBudget, TableBuilder, TablePlace, TableReader,
 };
 use crate::version::{self, Levels, Table, Version};
 use crate::wal::{self, Wal, WalLayout};
@@ -119,6 +119,8 @@ pub struct StoreStats {
     pub wal_flushes: u64,
     pub free_blocks: u64,
     pub device_blocks: u64,
+    /// Free store blocks on each device of the set, in order.
+    pub device_free_blocks: Vec<u64>,
     pub keyspaces: Vec<String>,
     /// Tables per level, summed over keyspaces.
     pub tables_per_level: Vec<usize>,
@@ -136,6 +138,18 @@ pub struct StoreStats {
     pub block_cache_misses: u64,
 }
 
+/// Where one table lies on the device set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TablePlacement {
+    pub keyspace: u32,
+    pub level: u8,
+    pub file_no: u64,
+    /// Device (index into the set) of its data blocks and of its index.
+    pub data_device: usize,
+    pub index_device: usize,
+    pub data_blocks: u32,
+}
+
 struct Visible {
     seq: u64,
     failed: Option<String>,
@@ -147,15 +161,23 @@ struct Memtables {
     frozen: Option<Arc<RwLock<Memtable>>>,
 }
 
-/// A table written to its extent, not yet logged.
+/// A table written to its extents, not yet logged.
 struct Placed {
     keyspace: u32,
     extent: Extent,
+    /// Index, filter, tombstones and footer, when not inside `extent`.
+    meta: Option<Extent>,
     file_no: u64,
     index_offset_blocks: u32,
     entries: u64,
     smallest: Vec<u8>,
     largest: Vec<u8>,
+}
+
+impl Placed {
+    fn extents(&self) -> impl Iterator<Item = Extent> {
+        std::iter::once(self.extent).chain(self.meta)
+    }
 }
 
 struct Inner {
@@ -180,6 +202,8 @@ struct Inner {
     flush_lock: Mutex<()>,
     compaction_lock: Mutex<()>,
     compaction_cursor: AtomicU64,
+    /// Which data device the next table's data blocks go to.
+    next_data_device: AtomicU64,
     next_file: AtomicU64,
     flushes: AtomicU64,
     compactions: AtomicU64,
@@ -217,7 +241,20 @@ fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 impl Store {
     /// Formats `device` as a new store (everything on it is overwritten).
     pub fn create(device: Arc<dyn Device>, config: &StoreConfig) -> Result<Self> {
-        let dev = BlockDevice::new(device)?;
+        Self::create_on(vec![device], config)
+    }
+
+    /// Formats a store over several devices (everything on them is
+    /// overwritten). The first holds the superblock, manifest, WAL and
+    /// every table's index and filter; table data blocks are striped over
+    /// the others, one table per device in turn. With one device,
+    /// everything shares it.
+    pub fn create_on(devices: Vec<Arc<dyn Device>>, config: &StoreConfig) -> Result<Self> {
+        let sized = devices
+            .iter()
+            .map(|d| Ok((d.clone(), crate::blocks::device_store_blocks(d)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let dev = BlockDevice::set(sized)?;
         let mut rng = rand::thread_rng();
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -244,12 +281,18 @@ impl Store {
             }),
         ])?;
         drop(manifest);
-        Self::open(dev.device().clone(), config)
+        Self::open_on(devices, config)
     }
 
     /// Opens the store on `device`: manifest, tables, WAL replay.
     pub fn open(device: Arc<dyn Device>, config: &StoreConfig) -> Result<Self> {
-        let dev = BlockDevice::new(device)?;
+        Self::open_on(vec![device], config)
+    }
+
+    /// Opens a store formatted over `devices`, given in the order they
+    /// were formatted; each device's label is checked first.
+    pub fn open_on(devices: Vec<Arc<dyn Device>>, config: &StoreConfig) -> Result<Self> {
+        let dev = open_device_set(devices)?;
         let mut manifest = Manifest::open(dev.clone())?;
         reclaim_unreferenced(&mut manifest)?;
         let state = manifest.state().clone();
@@ -272,9 +315,10 @@ impl Store {
                 .keyspaces
                 .get(&meta.keyspace)
                 .map_or("?", |k| k.name.as_str());
-            let reader = TableReader::open(
+            let reader = TableReader::open_parts(
                 &dev,
                 meta.data,
+                Some(meta.index),
                 TablePlace {
                     keyspace: name,
                     file_no: meta.file_no,
@@ -339,6 +383,7 @@ impl Store {
             flush_lock: Mutex::new(()),
             compaction_lock: Mutex::new(()),
             compaction_cursor: AtomicU64::new(0),
+            next_data_device: AtomicU64::new(0),
             next_file: AtomicU64::new(state.next_file),
             flushes: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
@@ -698,6 +743,25 @@ impl Store {
         Ok(())
     }
 
+    /// Where every live table lies, shallowest level first.
+    pub fn table_placement(&self) -> Vec<TablePlacement> {
+        let version = read(&self.inner.version).clone();
+        let dev = &self.inner.dev;
+        version
+            .keyspaces
+            .iter()
+            .flat_map(|(ks, levels)| levels.all().map(move |t| (*ks, t)))
+            .map(|(keyspace, t)| TablePlacement {
+                keyspace,
+                level: t.meta.level,
+                file_no: t.meta.file_no,
+                data_device: dev.member_of(t.meta.data.start_block),
+                index_device: dev.member_of(t.meta.index.start_block),
+                data_blocks: t.meta.data.block_count,
+            })
+            .collect()
+    }
+
     pub fn stats(&self) -> StoreStats {
         let inner = &self.inner;
         let manifest = lock(&inner.manifest);
@@ -725,6 +789,9 @@ impl Store {
             wal_durable_below: inner.wal.last_durable(),
             wal_flushes: inner.wal.flush_count(),
             free_blocks: manifest.state().allocator.free_blocks(),
+            device_free_blocks: (0..inner.dev.device_count())
+                .map(|k| manifest.free_blocks_on(k))
+                .collect(),
             device_blocks: manifest.superblock().device_blocks,
             keyspaces: read(&inner.keyspaces).keys().cloned().collect(),
             tables_per_level: per_level,
@@ -784,7 +851,7 @@ impl Inner {
             match self.place(ks, b.finish()) {
                 Ok(p) => placed.push(p),
                 Err(e) => {
-                    self.unplace(&placed.iter().map(|p| p.extent).collect::<Vec<_>>());
+                    self.unplace(&placed.iter().flat_map(Placed::extents).collect::<Vec<_>>());
                     return Err(e);
                 }
             }
@@ -827,22 +894,56 @@ impl Inner {
     /// Allocates an extent for a built table and writes it there; the
     /// allocation is logged by [`Inner::install`].
     fn place(&self, keyspace: u32, t: BuiltTable) -> Result<Placed> {
-        let blocks = (t.bytes.len() / STORE_BLOCK_BYTES) as u64;
-        let extent = lock(&self.manifest).allocate(blocks)?;
-        if let Err(e) = write_table(&self.dev, extent, &t) {
-            self.unplace(std::slice::from_ref(&extent));
+        let (extent, meta) = self.allocate_table(&t)?;
+        let written = match meta {
+            Some(meta) => write_table_parts(&self.dev, extent, meta, &t),
+            None => write_table(&self.dev, extent, &t),
+        };
+        if let Err(e) = written {
+            self.unplace(&[extent]);
+            self.unplace(meta.as_slice());
             return Err(e);
         }
         let file_no = self.next_file.fetch_add(1, Ordering::Relaxed);
         Ok(Placed {
             keyspace,
             extent,
+            meta,
             file_no,
             index_offset_blocks: t.index_offset_blocks,
             entries: t.entries,
             smallest: t.smallest,
             largest: t.largest,
         })
+    }
+
+    /// Extents for a built table: one on the first device when the store
+    /// has one device (or the table no data blocks); else the data blocks
+    /// on the next data device in turn (the others if it is full) and the
+    /// rest on the first device.
+    fn allocate_table(&self, t: &BuiltTable) -> Result<(Extent, Option<Extent>)> {
+        let blocks = (t.bytes.len() / STORE_BLOCK_BYTES) as u64;
+        let data_blocks = t.index_offset_blocks as u64;
+        let data_devices = self.dev.device_count() - 1;
+        let mut manifest = lock(&self.manifest);
+        if data_devices == 0 || data_blocks == 0 {
+            return Ok((manifest.allocate(blocks)?, None));
+        }
+        let meta = manifest.allocate(blocks - data_blocks)?;
+        let turn = self.next_data_device.fetch_add(1, Ordering::Relaxed) as usize;
+        let mut full = None;
+        for k in (0..data_devices).map(|i| 1 + (turn + i) % data_devices) {
+            match manifest.allocate_on(k, data_blocks) {
+                Ok(data) => return Ok((data, Some(meta))),
+                Err(e @ StoreError::DeviceFull { .. }) => full = Some(e),
+                Err(e) => {
+                    let _ = manifest.release_unlogged(meta);
+                    return Err(e);
+                }
+            }
+        }
+        let _ = manifest.release_unlogged(meta);
+        Err(full.expect("at least one data device"))
     }
 
     /// Gives back extents of placed tables that will not be installed.
@@ -874,15 +975,15 @@ impl Inner {
                 level,
                 file_no: p.file_no,
                 data: p.extent,
-                index: Extent {
+                index: p.meta.unwrap_or(Extent {
                     start_block: p.extent.start_block + p.index_offset_blocks as u64,
                     block_count: p.extent.block_count - p.index_offset_blocks,
-                },
+                }),
                 entries: p.entries,
                 smallest: p.smallest,
                 largest: p.largest,
             };
-            edits.push(Edit::Alloc(p.extent));
+            edits.extend(std::iter::once(p.extent).chain(p.meta).map(Edit::Alloc));
             edits.push(Edit::AddTable(meta.clone()));
             metas.push(meta);
         }
@@ -899,9 +1000,10 @@ impl Inner {
             .into_iter()
             .map(|meta| {
                 let name = names.get(&meta.keyspace).map_or("?", String::as_str);
-                let reader = TableReader::open(
+                let reader = TableReader::open_parts(
                     &inner.dev,
                     meta.data,
+                    Some(meta.index),
                     TablePlace {
                         keyspace: name,
                         file_no: meta.file_no,
@@ -939,7 +1041,7 @@ impl Inner {
             },
         );
         if let Err(e) = ran {
-            self.unplace(&placed.iter().map(|p| p.extent).collect::<Vec<_>>());
+            self.unplace(&placed.iter().flat_map(Placed::extents).collect::<Vec<_>>());
             return Err(e);
         }
         let names: BTreeMap<u32, String> = read(&inner.keyspaces)
@@ -1088,7 +1190,44 @@ impl Drop for Store {
 
 /// Frees extents the manifest has allocated but nothing refers to: tables
 /// removed by a compaction whose frees were not logged before a crash.
+/// Opens the devices of a store as one block device: the superblock on the
+/// first says how many there are and how much of each is used; every other
+/// device's label must name this store and its place in the set.
+fn open_device_set(devices: Vec<Arc<dyn Device>>) -> Result<BlockDevice> {
+    let first = devices.first().cloned().ok_or_else(|| {
+        StoreError::BadDevice("no device given".into())
+    })?;
+    let sb = crate::superblock::read(&BlockDevice::new(first)?)?;
+    if sb.member_blocks.len() != devices.len() {
+        return Err(StoreError::BadDevice(format!(
+            "the store on {} spans {} devices but got {}: pass all of them, in the order they were formatted",
+            devices[0].describe(),
+            sb.member_blocks.len(),
+            devices.len()
+        )));
+    }
+    let names: Vec<String> = devices.iter().map(|d| d.describe()).collect();
+    let dev = BlockDevice::set(devices.into_iter().zip(sb.member_blocks.iter().copied()).collect())?;
+    for (k, name) in names.iter().enumerate().skip(1) {
+        let (_, base, _) = dev.member(k);
+        let problem = match crate::superblock::read_label(&dev, base)? {
+            Ok(label) if label.store_id == sb.store_id && label.device_index == k as u32 => continue,
+            Ok(label) if label.store_id == sb.store_id => format!(
+                "it is device {} of this store, not device {k}: pass the devices in the order they were formatted",
+                label.device_index
+            ),
+            Ok(_) => "it belongs to another store".to_string(),
+            Err(e) => format!("it holds no valid store label ({e:?})"),
+        };
+        return Err(StoreError::BadDevice(format!("{name} cannot be device {k} of the store on {}: {problem}", names[0])));
+    }
+    Ok(dev)
+}
+
 fn reclaim_unreferenced(manifest: &mut Manifest) -> Result<()> {
+    let member_starts: Vec<u64> = (1..manifest.device().device_count())
+        .map(|k| manifest.device().member(k).1)
+        .collect();
     let state = manifest.state();
     let mut referenced: BTreeSet<(u64, u64)> = BTreeSet::new();
     let mut refer = |e: Extent| {
@@ -1097,6 +1236,14 @@ fn reclaim_unreferenced(manifest: &mut Manifest) -> Result<()> {
     refer(manifest.superblock().manifest);
     for t in state.tables.values() {
         refer(t.data);
+        refer(t.index);
+    }
+    // The labels at the start of every device after the first.
+    for &first in &member_starts {
+        refer(Extent {
+            start_block: first,
+            block_count: crate::superblock::SUPERBLOCK_BLOCKS as u32,
+        });
     }
     if let Some(w) = &state.wal {
         w.ring.iter().copied().for_each(&mut refer);

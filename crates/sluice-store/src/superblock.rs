@@ -7,7 +7,8 @@ use crate::blocks::{
 use crate::error::{Result, StoreError};
 
 pub const MAGIC: &[u8; 8] = b"SLUICEKV";
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: the superblock lists the store blocks of each device of the set.
+pub const FORMAT_VERSION: u32 = 2;
 /// Store blocks 0 and 1 hold the two copies.
 pub const SUPERBLOCK_BLOCKS: u64 = 2;
 
@@ -21,7 +22,14 @@ pub struct Superblock {
     pub created_unix_ms: u64,
     pub manifest: Extent,
     pub manifest_first_seq: u64,
+    /// Store blocks used on each device of the set, in order (their sum is
+    /// `device_blocks`).
+    pub member_blocks: Vec<u64>,
 }
+
+/// Where the member table starts, and the most devices it lists.
+const MEMBERS_AT: usize = 96;
+pub const MAX_MEMBERS: usize = crate::blocks::MAX_DEVICES;
 
 impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
@@ -37,6 +45,10 @@ impl Superblock {
         b[56..64].copy_from_slice(&self.created_unix_ms.to_le_bytes());
         self.manifest.encode(&mut b[64..80]);
         b[80..88].copy_from_slice(&self.manifest_first_seq.to_le_bytes());
+        assert!(self.member_blocks.len() <= MAX_MEMBERS);
+        for (k, blocks) in self.member_blocks.iter().enumerate() {
+            b[MEMBERS_AT + 8 * k..MEMBERS_AT + 8 * k + 8].copy_from_slice(&blocks.to_le_bytes());
+        }
         seal_block(&mut b);
         b
     }
@@ -59,6 +71,14 @@ impl Superblock {
         }
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
+        let count = u32_at(52) as usize;
+        if count == 0 || count > MAX_MEMBERS {
+            return Err(DecodeError::Members(count as u32));
+        }
+        let member_blocks: Vec<u64> = (0..count).map(|k| u64_at(MEMBERS_AT + 8 * k)).collect();
+        if member_blocks.iter().sum::<u64>() != u64_at(40) {
+            return Err(DecodeError::Members(count as u32));
+        }
         Ok(Superblock {
             generation: u64_at(16),
             store_id: b[24..40].try_into().expect("16"),
@@ -68,6 +88,7 @@ impl Superblock {
             created_unix_ms: u64_at(56),
             manifest: Extent::decode(&b[64..80]),
             manifest_first_seq: u64_at(80),
+            member_blocks,
         })
     }
 
@@ -83,6 +104,8 @@ pub enum DecodeError {
     Checksum,
     Version(u32),
     BlockSize(u32),
+    /// A device count of zero or over the limit, or sizes that do not add up.
+    Members(u32),
 }
 
 /// Writes `sb` to the copy its generation selects and makes it durable.
@@ -91,6 +114,32 @@ pub fn write(dev: &BlockDevice, sb: &Superblock) -> Result<()> {
     buf.as_mut_slice().copy_from_slice(&sb.encode());
     dev.write(sb.slot(), buf.as_slice())?;
     dev.flush()
+}
+
+/// Writes a device's label (a superblock naming its place in the set) to
+/// both of its first two blocks, from global block `first`.
+pub fn write_label(dev: &BlockDevice, first: u64, label: &Superblock) -> Result<()> {
+    let mut buf = block_buffer();
+    buf.as_mut_slice().copy_from_slice(&label.encode());
+    for slot in 0..SUPERBLOCK_BLOCKS {
+        dev.write(first + slot, buf.as_slice())?;
+    }
+    dev.flush()
+}
+
+/// Reads the label of the device whose blocks start at global block
+/// `first`: the valid copy, or why neither is.
+pub fn read_label(dev: &BlockDevice, first: u64) -> Result<std::result::Result<Superblock, DecodeError>> {
+    let mut last = Err(DecodeError::Magic);
+    for slot in 0..SUPERBLOCK_BLOCKS {
+        let mut buf = block_buffer();
+        dev.read(first + slot, buf.as_mut_slice())?;
+        last = Superblock::decode(buf.as_slice());
+        if last.is_ok() {
+            break;
+        }
+    }
+    Ok(last)
 }
 
 /// Reads both copies and returns the valid one with the higher generation.
@@ -106,12 +155,13 @@ pub fn read(dev: &BlockDevice) -> Result<Superblock> {
         }
     }
     if let Some(best) = copies.into_iter().max_by_key(|sb| sb.generation) {
-        if best.device_blocks > dev.block_count() {
+        let (_, first, end) = dev.member(0);
+        if best.member_blocks[0] > end - first {
             return Err(StoreError::BadDevice(format!(
                 "{} holds {} store blocks but the store was formatted with {}",
                 dev.device().describe(),
-                dev.block_count(),
-                best.device_blocks
+                end - first,
+                best.member_blocks[0]
             )));
         }
         return Ok(best);

@@ -54,10 +54,14 @@ impl Table {
 impl Drop for Table {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
-            self.released
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(self.meta.data);
+            let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
+            released.push(self.meta.data);
+            // On a device set the index lies in its own extent.
+            let (data, index) = (self.meta.data, self.meta.index);
+            let inside = index.start_block >= data.start_block && index.end_block() <= data.end_block();
+            if !inside {
+                released.push(index);
+            }
         }
     }
 }

@@ -294,7 +294,8 @@ impl Wal {
             drop(st);
             let result = result.and_then(|()| {
                 self.flushes.fetch_add(1, Ordering::Relaxed);
-                self.dev.flush()
+                // The ring lives on the first device: only it is flushed.
+                self.dev.flush_holding(self.layout.ring[0].start_block)
             });
             let mut st = self.lock();
             st.committing = false;

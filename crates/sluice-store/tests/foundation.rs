@@ -31,6 +31,7 @@ fn sb(generation: u64) -> Superblock {
             block_count: 4,
         },
         manifest_first_seq: generation * 10,
+        member_blocks: vec![64],
     }
 }
 
@@ -82,7 +83,7 @@ fn superblock_of_another_version_is_named() {
             err,
             StoreError::UnsupportedVersion {
                 found: 9,
-                supported: 1
+                supported: superblock::FORMAT_VERSION
             }
         ),
         "{err}"

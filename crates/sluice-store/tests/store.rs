@@ -39,6 +39,21 @@ fn reopen(mem: &Arc<MemoryDevice>) -> Store {
     Store::open(mem.clone() as Arc<dyn Device>, &small_config()).unwrap()
 }
 
+fn devices(mems: &[Arc<MemoryDevice>]) -> Vec<Arc<dyn Device>> {
+    mems.iter().map(|m| m.clone() as Arc<dyn Device>).collect()
+}
+
+/// A store over `n` memory devices of `blocks` store blocks each.
+fn memory_set(n: usize, blocks: u64) -> (Vec<Arc<MemoryDevice>>, Store) {
+    let mems: Vec<_> = (0..n).map(|_| Arc::new(MemoryDevice::new(4096, blocks))).collect();
+    let store = Store::create_on(devices(&mems), &small_config()).unwrap();
+    (mems, store)
+}
+
+fn reopen_set(mems: &[Arc<MemoryDevice>]) -> Store {
+    Store::open_on(devices(mems), &small_config()).unwrap()
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Put(u8, u16),
@@ -85,8 +100,9 @@ proptest! {
     fn store_matches_an_ordered_map(
         ops in prop::collection::vec(op(), 1..80),
         ranges in prop::collection::vec((any::<u8>(), any::<u8>(), 0u8..9, any::<bool>(), 0usize..40), 4),
+        device_count in prop_oneof![Just(1usize), Just(3usize)],
     ) {
-        let (mem, mut store) = memory_store(8192);
+        let (mems, mut store) = memory_set(device_count, 8192);
         let ks = store.keyspace("default").unwrap();
         let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         let mut snapshots = Vec::new();
@@ -127,14 +143,18 @@ proptest! {
                 Op::Reopen => {
                     snapshots.clear();
                     drop(store);
-                    store = reopen(&mem);
+                    store = reopen_set(&mems);
                 }
                 Op::PowerCut(torn, seed) => {
                     snapshots.clear();
                     drop(store);
-                    let mode = if torn { PowerCutMode::TornSectors { seed } } else { PowerCutMode::DropUnflushed };
-                    mem.power_cut(mode);
-                    store = reopen(&mem);
+                    // Every device of the set loses power at once.
+                    for (i, mem) in mems.iter().enumerate() {
+                        let seed = seed.wrapping_add(i as u64);
+                        let mode = if torn { PowerCutMode::TornSectors { seed } } else { PowerCutMode::DropUnflushed };
+                        mem.power_cut(mode);
+                    }
+                    store = reopen_set(&mems);
                 }
             }
         }
@@ -303,6 +323,75 @@ fn pinned_index_memory_is_bounded_and_unpinned_tables_read_right() {
         assert!(st.pinned_index_bytes <= limit);
         assert_eq!(store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &store.snapshot(), false, usize::MAX).unwrap().len(), 4000);
     }
+}
+
+/// On three devices, table data is striped over the second and third and
+/// every index, the WAL and the manifest stay on the first; frees return
+/// blocks to the device they came from.
+#[test]
+fn a_device_set_places_index_and_data_apart() {
+    // Compactions only when asked: block counts are compared below.
+    let cfg = StoreConfig {
+        background_compaction: false,
+        ..small_config()
+    };
+    let mems: Vec<_> = (0..3).map(|_| Arc::new(MemoryDevice::new(4096, 8192))).collect();
+    let store = Store::create_on(devices(&mems), &cfg).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    let free_at_start = store.stats().device_free_blocks;
+    let k = |i: u32| format!("key{i:06}").into_bytes();
+    for round in 0..4u32 {
+        for i in (0..6000u32).filter(|i| i % 4 == round) {
+            store.put(ks, &k(i), &[round as u8; 90]).unwrap();
+        }
+        store.flush().unwrap();
+    }
+    let placed = store.table_placement();
+    assert!(placed.len() >= 4, "{placed:?}");
+    assert!(placed.iter().all(|p| p.index_device == 0 && p.data_device != 0), "{placed:?}");
+    for d in [1, 2] {
+        assert!(placed.iter().any(|p| p.data_device == d), "nothing on device {d}: {placed:?}");
+    }
+    // Data blocks on the data devices add up to what those devices lost.
+    let st = store.stats();
+    let data_blocks: u64 = placed.iter().map(|p| p.data_blocks as u64).sum();
+    let used_on_data: u64 = (1..3).map(|d| free_at_start[d] - st.device_free_blocks[d]).sum();
+    assert_eq!(data_blocks, used_on_data);
+    store.compact().unwrap();
+    drop(store);
+    let store = Store::open_on(devices(&mems), &cfg).unwrap();
+    assert!(store.table_placement().iter().all(|p| p.index_device == 0 && p.data_device != 0));
+    for i in (0..6000u32).step_by(29) {
+        assert_eq!(store.get(ks, &k(i)).unwrap(), Some(vec![(i % 4) as u8; 90]));
+    }
+    // Everything deleted and compacted away: the data devices are free again.
+    store.delete_range(ks, &k(0), &k(6000)).unwrap();
+    store.compact().unwrap();
+    let st = store.stats();
+    for d in [1, 2] {
+        assert_eq!(st.device_free_blocks[d], free_at_start[d], "device {d}");
+    }
+}
+
+/// Opening a device set checks every device before reading anything.
+#[test]
+fn a_device_set_refuses_missing_swapped_and_foreign_devices() {
+    let (mems, store) = memory_set(3, 4096);
+    drop(store);
+    let err = |devs: Vec<Arc<dyn Device>>| Store::open_on(devs, &small_config()).unwrap_err().to_string();
+    let e = err(devices(&mems[..2]));
+    assert!(e.contains("spans 3 devices but got 2"), "{e}");
+    let e = err(devices(&[mems[0].clone(), mems[2].clone(), mems[1].clone()]));
+    assert!(e.contains("cannot be device 1") && e.contains("it is device 2") && e.contains("order"), "{e}");
+    let (others, other_store) = memory_set(3, 4096);
+    drop(other_store);
+    let e = err(devices(&[mems[0].clone(), others[1].clone(), mems[2].clone()]));
+    assert!(e.contains("belongs to another store"), "{e}");
+    let blank = Arc::new(MemoryDevice::new(4096, 4096));
+    let e = err(devices(&[mems[0].clone(), mems[1].clone(), blank]));
+    assert!(e.contains("cannot be device 2") && e.contains("no valid store label"), "{e}");
+    // Given right, it opens.
+    assert!(Store::open_on(devices(&mems), &small_config()).is_ok());
 }
 
 #[test]
@@ -559,19 +648,30 @@ fn unsynced_writes_survive_a_clean_close_and_a_crash_keeps_a_prefix() {
 /// one io_uring batch; the results must be the same as reading in turn.
 #[test]
 fn batched_scan_reads_on_a_file_match_the_model() {
+    // One file, then three: a scan's first reads then go to three engines.
+    for files in [1usize, 3] {
+        batched_scan_reads_match_the_model_on(files);
+    }
+}
+
+fn batched_scan_reads_match_the_model_on(files: usize) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let dev: Arc<dyn Device> = Arc::new(
-        FileDevice::create(
-            &dir.path().join("scan.dev"),
-            64 << 20,
-            &FileOptions::default(),
-        )
-        .unwrap(),
-    );
+    let devs: Vec<Arc<dyn Device>> = (0..files)
+        .map(|i| {
+            Arc::new(
+                FileDevice::create(
+                    &dir.path().join(format!("scan{i}.dev")),
+                    64 << 20,
+                    &FileOptions::default(),
+                )
+                .unwrap(),
+            ) as Arc<dyn Device>
+        })
+        .collect();
     let mut cfg = small_config();
     cfg.background_compaction = false;
     cfg.compaction.l0_trigger = 100;
-    let store = Store::create(dev, &cfg).unwrap();
+    let store = Store::create_on(devs, &cfg).unwrap();
     let mut model = BTreeMap::new();
     let mut x = 17u64;
     for round in 0..6u64 {
