@@ -124,6 +124,9 @@ pub struct StoreStats {
     pub keyspaces: Vec<String>,
     /// Tables per level, summed over keyspaces.
     pub tables_per_level: Vec<usize>,
+    /// Bytes of data blocks in all live tables (what the pinned index
+    /// and filter serve).
+    pub table_data_bytes: u64,
     /// Index + filter memory pinned by open tables, and its bound.
     pub pinned_index_bytes: usize,
     pub pinned_index_limit_bytes: usize,
@@ -771,11 +774,12 @@ impl Store {
             (e + m.entry_count(), b + m.approximate_bytes())
         });
         let mut per_level = vec![0usize; version::MAX_LEVELS];
-        let (mut pinned, mut unpinned) = (0usize, 0usize);
+        let (mut pinned, mut unpinned, mut data_bytes) = (0usize, 0usize, 0u64);
         for levels in version.keyspaces.values() {
             for (l, tables) in levels.levels.iter().enumerate() {
                 per_level[l] += tables.len();
                 for t in tables {
+                    data_bytes += t.data_bytes();
                     pinned += t.reader.pinned_bytes();
                     unpinned += usize::from(!t.reader.is_pinned());
                 }
@@ -795,6 +799,7 @@ impl Store {
             device_blocks: manifest.superblock().device_blocks,
             keyspaces: read(&inner.keyspaces).keys().cloned().collect(),
             tables_per_level: per_level,
+            table_data_bytes: data_bytes,
             pinned_index_bytes: pinned,
             pinned_index_limit_bytes: inner.pin_budget.limit_bytes(),
             unpinned_tables: unpinned,

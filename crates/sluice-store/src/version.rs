@@ -41,6 +41,15 @@ impl Table {
         self.meta.data.block_count as u64 * crate::blocks::STORE_BLOCK_BYTES as u64
     }
 
+    /// Bytes of the table's data blocks (its index, filter and footer not
+    /// counted).
+    pub fn data_bytes(&self) -> u64 {
+        let (data, index) = (self.meta.data, self.meta.index);
+        let inside = index.start_block >= data.start_block && index.end_block() <= data.end_block();
+        let blocks = data.block_count - if inside { index.block_count } else { 0 };
+        blocks as u64 * crate::blocks::STORE_BLOCK_BYTES as u64
+    }
+
     fn covers(&self, key: &[u8]) -> bool {
         self.meta.smallest.as_slice() <= key && key <= self.meta.largest.as_slice()
     }

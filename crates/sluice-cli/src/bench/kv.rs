@@ -237,11 +237,17 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
     };
     let wopts = WriteOptions { sync: args.sync };
     let mut out = Vec::new();
+    // The workloads run on the current store, for its report.
+    let mut ran: Vec<&str> = Vec::new();
     for &w in workloads {
         if w.starts_with("fill") || store.is_none() {
-            drop(store.take());
+            if let Some(st) = store.take() {
+                report_store(&st, args, &ran);
+            }
+            ran.clear();
             store = Some(fresh_store(args)?);
         }
+        ran.push(w);
         let st = store.as_ref().expect("store");
         let (num, ks) = (args.num, args.key_size);
         let put = |k: u64| -> Result<()> {
@@ -291,20 +297,29 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
         out.push(figures);
     }
     if let Some(st) = &store {
-        let s = st.stats();
-        let data = args.num * (args.key_size + args.value_size) as u64;
-        println!(
-            "ours: index+filter pinned {} bytes = {:.2}% of {} bytes of keys and values ({} tables unpinned); tables per level {:?}; block cache {} hits, {} misses",
-            s.pinned_index_bytes,
-            100.0 * s.pinned_index_bytes as f64 / data as f64,
-            data,
-            s.unpinned_tables,
-            s.tables_per_level,
-            s.block_cache_hits,
-            s.block_cache_misses
-        );
+        report_store(st, args, &ran);
     }
     Ok(out)
+}
+
+/// One line on a store's memory and shape after the workloads `ran` on it.
+fn report_store(st: &Store, args: &KvBenchArgs, ran: &[&str]) {
+    let s = st.stats();
+    let written = args.num * (args.key_size + args.value_size) as u64;
+    let pct = |of: u64| 100.0 * s.pinned_index_bytes as f64 / of.max(1) as f64;
+    println!(
+        "ours after {}: index+filter pinned {} bytes = {:.2}% of the {} bytes of table data blocks, {:.2}% of the {} bytes of keys and values written by one fill ({} tables unpinned); tables per level {:?}; block cache {} hits, {} misses",
+        ran.join(","),
+        s.pinned_index_bytes,
+        pct(s.table_data_bytes),
+        s.table_data_bytes,
+        pct(written),
+        written,
+        s.unpinned_tables,
+        s.tables_per_level,
+        s.block_cache_hits,
+        s.block_cache_misses
+    );
 }
 
 fn run_db_bench(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Figures>> {
