@@ -70,6 +70,8 @@ enum KvCommand {
         limit: usize,
     },
     Stats,
+    /// Flush and compact until every keyspace's data sits in one level.
+    Compact,
     /// Write keys PREFIX000000.. one by one, printing each key once its
     /// write is durable (the crash tests kill it with SIGKILL).
     Load {
@@ -189,6 +191,15 @@ pub fn run(args: &KvArgs) -> Result<()> {
                     String::from_utf8_lossy(&v)
                 )?;
             }
+        }
+        KvCommand::Compact => {
+            store.compact()?;
+            let s = store.stats();
+            writeln!(
+                out,
+                "compacted: tables per level {:?}, {} entries in {} bytes of table data, {} of {} blocks free",
+                s.tables_per_level, s.table_entries, s.table_data_bytes, s.free_blocks, s.device_blocks
+            )?;
         }
         KvCommand::Stats => {
             let s = store.stats();

@@ -150,6 +150,18 @@ impl BlockBuilder {
         self.count += 1;
     }
 
+    /// The most an entry can add to a block: whole key, a restart offset.
+    fn max_growth(e: &Entry) -> usize {
+        let varint_len = |v: usize| (usize::BITS - v.max(1).leading_zeros()).div_ceil(7) as usize;
+        varint_len(0)
+            + varint_len(e.key.len())
+            + varint_len(e.value.len())
+            + 8
+            + e.key.len()
+            + e.value.len()
+            + 4
+    }
+
     fn size_estimate(&self) -> usize {
         self.buf.len() + 4 * self.restarts.len() + 12
     }
@@ -292,12 +304,24 @@ impl TableBuilder {
             self.hashes.push(bloom_hash(&e.key));
             self.smallest = Some(e.key.clone());
         }
-        self.block.add(e);
-        self.last = Some((e.key.clone(), e.seq));
-        self.entries += 1;
-        if self.block.size_estimate() >= TARGET_BLOCK_BYTES - 16 {
+        // Cut before an entry that would spill the block past one store
+        // block: a block is padded to whole store blocks, so one that
+        // spilled would be read, cached and stored at twice its size.
+        // (An entry too large for a block of its own still gets one.)
+        if self.block.count > 0
+            && self.block.size_estimate() + BlockBuilder::max_growth(e) > TARGET_BLOCK_BYTES
+        {
             self.cut_block();
         }
+        self.block.add(e);
+        match &mut self.last {
+            Some((k, s)) => {
+                k.clone_from(&e.key);
+                *s = e.seq;
+            }
+            None => self.last = Some((e.key.clone(), e.seq)),
+        }
+        self.entries += 1;
     }
 
     pub fn add_range_tombstone(&mut self, t: RangeTombstone) {
@@ -473,18 +497,96 @@ impl From<bool> for CacheUse {
 /// A table's index and bloom filter.
 #[derive(Debug)]
 pub struct TableIndex {
-    index: Vec<IndexEntry>,
+    index: BlockIndex,
     bloom: Bloom,
 }
 
 impl TableIndex {
     /// Memory it holds.
     pub fn bytes(&self) -> usize {
-        self.index
-            .iter()
-            .map(|e| e.last_key.len() + std::mem::size_of::<IndexEntry>())
-            .sum::<usize>()
-            + self.bloom.bits.len()
+        self.index.bytes() + self.bloom.bits.len()
+    }
+}
+
+/// The index in memory, one column per field and every last key in one
+/// buffer: 20 bytes per data block plus its key, with no allocation per
+/// entry (it is most of the pinned memory).
+#[derive(Debug, Default)]
+struct BlockIndex {
+    keys: Vec<u8>,
+    /// End of each block's last key in `keys`.
+    key_ends: Vec<u32>,
+    last_seqs: Vec<u64>,
+    offsets_blocks: Vec<u32>,
+    lens_blocks: Vec<u32>,
+}
+
+/// One entry of a [`BlockIndex`].
+#[derive(Debug, Clone, Copy)]
+struct IndexView<'a> {
+    last_key: &'a [u8],
+    last_seq: u64,
+    offset_blocks: u32,
+    len_blocks: u32,
+}
+
+impl BlockIndex {
+    fn push(&mut self, last_key: &[u8], last_seq: u64, offset_blocks: u32, len_blocks: u32) {
+        self.keys.extend_from_slice(last_key);
+        self.key_ends.push(self.keys.len() as u32);
+        self.last_seqs.push(last_seq);
+        self.offsets_blocks.push(offset_blocks);
+        self.lens_blocks.push(len_blocks);
+    }
+
+    fn shrink(mut self) -> Self {
+        self.keys.shrink_to_fit();
+        self.key_ends.shrink_to_fit();
+        self.last_seqs.shrink_to_fit();
+        self.offsets_blocks.shrink_to_fit();
+        self.lens_blocks.shrink_to_fit();
+        self
+    }
+
+    fn len(&self) -> usize {
+        self.key_ends.len()
+    }
+
+    fn get(&self, i: usize) -> IndexView<'_> {
+        let from = if i == 0 { 0 } else { self.key_ends[i - 1] as usize };
+        IndexView {
+            last_key: &self.keys[from..self.key_ends[i] as usize],
+            last_seq: self.last_seqs[i],
+            offset_blocks: self.offsets_blocks[i],
+            len_blocks: self.lens_blocks[i],
+        }
+    }
+
+    fn last(&self) -> Option<IndexView<'_>> {
+        self.len().checked_sub(1).map(|i| self.get(i))
+    }
+
+    /// The first entry for which `before` is false (`before` must hold
+    /// for a prefix of the entries).
+    fn partition_point(&self, before: impl Fn(IndexView<'_>) -> bool) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if before(self.get(mid)) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    fn bytes(&self) -> usize {
+        self.keys.capacity()
+            + 4 * self.key_ends.capacity()
+            + 8 * self.last_seqs.capacity()
+            + 4 * self.offsets_blocks.capacity()
+            + 4 * self.lens_blocks.capacity()
     }
 }
 
@@ -739,8 +841,8 @@ impl TableReader {
 
     /// Where blocks `first..first + count` lie: (first store block, blocks).
     fn run_extent(&self, ix: &TableIndex, first: usize, count: usize) -> (u64, usize) {
-        let start = ix.index[first].offset_blocks;
-        let last = &ix.index[first + count - 1];
+        let start = ix.index.get(first).offset_blocks;
+        let last = ix.index.get(first + count - 1);
         (
             self.extent.start_block + start as u64,
             (last.offset_blocks + last.len_blocks - start) as usize,
@@ -758,7 +860,7 @@ impl TableReader {
         bytes: &[u8],
         cache_use: CacheUse,
     ) -> Result<Vec<Arc<RawBlock>>> {
-        let start = ix.index[first].offset_blocks;
+        let start = ix.index.get(first).offset_blocks;
         let cache = self.cache.as_ref().filter(|_| cache_use != CacheUse::Bypass);
         let look_up = cache.filter(|_| cache_use == CacheUse::LookUpAndFill);
         (first..first + count)
@@ -767,7 +869,7 @@ impl TableReader {
                 if let Some(hit) = look_up.and_then(|c| c.get(key)) {
                     return Ok(hit);
                 }
-                let e = &ix.index[i];
+                let e = ix.index.get(i);
                 let from = (e.offset_blocks - start) as usize * STORE_BLOCK_BYTES;
                 let len = e.len_blocks as usize * STORE_BLOCK_BYTES;
                 let block = self.extent.start_block + e.offset_blocks as u64;
@@ -829,7 +931,7 @@ impl TableReader {
             return Ok(None);
         }
         let first = ix.index.partition_point(|e| {
-            internal_cmp(&e.last_key, e.last_seq, key, snapshot) == Ordering::Less
+            internal_cmp(e.last_key, e.last_seq, key, snapshot) == Ordering::Less
         });
         for i in first..ix.index.len() {
             let raw = self.read_block(dev, &ix, i)?;
@@ -902,19 +1004,15 @@ fn decode_table_index(
     })
 }
 
-fn decode_index(b: &[u8]) -> Option<Vec<IndexEntry>> {
+fn decode_index(b: &[u8]) -> Option<BlockIndex> {
     let mut r = Reader::new(b);
     let n = r.u32()?;
-    (0..n)
-        .map(|_| {
-            Some(IndexEntry {
-                last_key: r.bytes()?,
-                last_seq: r.u64()?,
-                offset_blocks: r.u32()?,
-                len_blocks: r.u32()?,
-            })
-        })
-        .collect()
+    let mut index = BlockIndex::default();
+    for _ in 0..n {
+        let key = r.bytes()?;
+        index.push(&key, r.u64()?, r.u32()?, r.u32()?);
+    }
+    Some(index.shrink())
 }
 
 fn decode_ranges(b: &[u8]) -> Option<Vec<RangeTombstone>> {
@@ -990,7 +1088,7 @@ struct CursorState {
 impl CursorState {
     fn new(ix: Arc<TableIndex>, entries: u64, spec: CursorSpec) -> Self {
         let blocks = ix.index.len();
-        let before = |k: &[u8]| ix.index.partition_point(|e| e.last_key.as_slice() < k);
+        let before = |k: &[u8]| ix.index.partition_point(|e| e.last_key < k);
         let lo = before(&spec.start);
         // The first block whose last key reaches `end` may still hold keys
         // below it.

@@ -125,8 +125,9 @@ pub struct StoreStats {
     /// Tables per level, summed over keyspaces.
     pub tables_per_level: Vec<usize>,
     /// Bytes of data blocks in all live tables (what the pinned index
-    /// and filter serve).
+    /// and filter serve), and the entries (versions) they hold.
     pub table_data_bytes: u64,
+    pub table_entries: u64,
     /// Index + filter memory pinned by open tables, and its bound.
     pub pinned_index_bytes: usize,
     pub pinned_index_limit_bytes: usize,
@@ -774,12 +775,13 @@ impl Store {
             (e + m.entry_count(), b + m.approximate_bytes())
         });
         let mut per_level = vec![0usize; version::MAX_LEVELS];
-        let (mut pinned, mut unpinned, mut data_bytes) = (0usize, 0usize, 0u64);
+        let (mut pinned, mut unpinned, mut data_bytes, mut table_entries) = (0usize, 0usize, 0u64, 0u64);
         for levels in version.keyspaces.values() {
             for (l, tables) in levels.levels.iter().enumerate() {
                 per_level[l] += tables.len();
                 for t in tables {
                     data_bytes += t.data_bytes();
+                    table_entries += t.reader.entries;
                     pinned += t.reader.pinned_bytes();
                     unpinned += usize::from(!t.reader.is_pinned());
                 }
@@ -800,6 +802,7 @@ impl Store {
             keyspaces: read(&inner.keyspaces).keys().cloned().collect(),
             tables_per_level: per_level,
             table_data_bytes: data_bytes,
+            table_entries,
             pinned_index_bytes: pinned,
             pinned_index_limit_bytes: inner.pin_budget.limit_bytes(),
             unpinned_tables: unpinned,
@@ -1181,6 +1184,14 @@ impl Drop for Store {
             self.inner.wake_background();
             let _ = handle.join();
         }
+        // Tables whose last reader let go since the last flush or
+        // compaction: log their frees now rather than reclaim them at open.
+        let frees = self.inner.take_released();
+        if !frees.is_empty() {
+            if let Err(e) = lock(&self.inner.manifest).log(&frees) {
+                log::warn!("closing the store: freed tables not logged (reclaimed at next open): {e}");
+            }
+        }
         // A clean close makes unsynced writes durable too.
         let closed = self
             .inner
@@ -1193,8 +1204,6 @@ impl Drop for Store {
     }
 }
 
-/// Frees extents the manifest has allocated but nothing refers to: tables
-/// removed by a compaction whose frees were not logged before a crash.
 /// Opens the devices of a store as one block device: the superblock on the
 /// first says how many there are and how much of each is used; every other
 /// device's label must name this store and its place in the set.
@@ -1229,6 +1238,10 @@ fn open_device_set(devices: Vec<Arc<dyn Device>>) -> Result<BlockDevice> {
     Ok(dev)
 }
 
+/// Frees extents the manifest has allocated but nothing refers to: tables
+/// removed by a compaction whose frees were not logged before a crash, or
+/// tables written by a flush or compaction that crashed before logging
+/// them.
 fn reclaim_unreferenced(manifest: &mut Manifest) -> Result<()> {
     let member_starts: Vec<u64> = (1..manifest.device().device_count())
         .map(|k| manifest.device().member(k).1)

@@ -308,7 +308,7 @@ fn report_store(st: &Store, args: &KvBenchArgs, ran: &[&str]) {
     let written = args.num * (args.key_size + args.value_size) as u64;
     let pct = |of: u64| 100.0 * s.pinned_index_bytes as f64 / of.max(1) as f64;
     println!(
-        "ours after {}: index+filter pinned {} bytes = {:.2}% of the {} bytes of table data blocks, {:.2}% of the {} bytes of keys and values written by one fill ({} tables unpinned); tables per level {:?}; block cache {} hits, {} misses",
+        "ours after {}: index+filter pinned {} bytes = {:.2}% of the {} bytes of table data blocks, {:.2}% of the {} bytes of keys and values written by one fill ({} tables unpinned); tables per level {:?}; block cache {} hits, {} misses; device {} of {} blocks free",
         ran.join(","),
         s.pinned_index_bytes,
         pct(s.table_data_bytes),
@@ -318,7 +318,9 @@ fn report_store(st: &Store, args: &KvBenchArgs, ran: &[&str]) {
         s.unpinned_tables,
         s.tables_per_level,
         s.block_cache_hits,
-        s.block_cache_misses
+        s.block_cache_misses,
+        s.free_blocks,
+        s.device_blocks
     );
 }
 
