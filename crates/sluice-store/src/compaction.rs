@@ -128,6 +128,22 @@ pub fn pick(
     })
 }
 
+/// Whether the job can move its tables down a level as they are: nothing
+/// in the next level overlaps them and they do not overlap each other
+/// (sequential inserts, typically). Only the manifest changes.
+pub fn is_trivial_move(job: &Job) -> bool {
+    if !job.next_inputs.is_empty() {
+        return false;
+    }
+    let mut spans: Vec<(Vec<u8>, Vec<u8>)> = job
+        .inputs
+        .iter()
+        .filter_map(|t| span(std::slice::from_ref(t)))
+        .collect();
+    spans.sort();
+    spans.windows(2).all(|w| w[0].1 < w[1].0)
+}
+
 /// The snapshot stripe a sequence falls in: the index of the oldest live
 /// snapshot at or above it (`snapshots.len()` for the newest stripe).
 fn stripe(snapshots: &[u64], seq: u64) -> usize {

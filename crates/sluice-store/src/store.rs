@@ -1036,6 +1036,11 @@ impl Inner {
         }) else {
             return Ok(false);
         };
+        if compaction::is_trivial_move(&job) {
+            self.move_down(&job)?;
+            inner.compactions.fetch_add(1, Ordering::Relaxed);
+            return Ok(true);
+        }
         let snapshots: Vec<u64> = lock(&inner.snapshots.live).keys().copied().collect();
         let mut placed = Vec::new();
         let ran = compaction::run(
@@ -1083,6 +1088,29 @@ impl Inner {
         drop(version);
         inner.compactions.fetch_add(1, Ordering::Relaxed);
         Ok(true)
+    }
+
+    /// Moves the job's tables one level down without rewriting them: one
+    /// manifest group re-adds each at its new level.
+    fn move_down(&self, job: &compaction::Job) -> Result<()> {
+        let level = (job.level + 1) as u8;
+        let moved: Vec<Arc<Table>> = job
+            .inputs
+            .iter()
+            .map(|t| Arc::new(t.moved_to(level)))
+            .collect();
+        let mut edits: Vec<Edit> = moved.iter().map(|t| Edit::AddTable(t.meta.clone())).collect();
+        edits.extend(self.take_released());
+        lock(&self.manifest).log(&edits)?;
+        let mut v = write(&self.version);
+        let mut next = (**v).clone();
+        let levels: &mut Levels = next.keyspaces.entry(job.keyspace).or_default();
+        for t in moved {
+            levels.remove(t.meta.file_no);
+            levels.insert(t);
+        }
+        *v = Arc::new(next);
+        Ok(())
     }
 
     fn wake_background(&self) {

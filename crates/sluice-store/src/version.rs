@@ -33,6 +33,20 @@ impl Table {
         }
     }
 
+    /// The same table one level deeper (a trivial move): same extents and
+    /// reader; dropping `self` afterwards frees nothing.
+    pub fn moved_to(&self, level: u8) -> Table {
+        Table {
+            meta: TableMeta {
+                level,
+                ..self.meta.clone()
+            },
+            reader: self.reader.clone(),
+            obsolete: AtomicBool::new(false),
+            released: self.released.clone(),
+        }
+    }
+
     pub fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::Release);
     }
