@@ -305,10 +305,10 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
 /// One line on a store's memory and shape after the workloads `ran` on it.
 fn report_store(st: &Store, args: &KvBenchArgs, ran: &[&str]) {
     let s = st.stats();
-    let written = args.num * (args.key_size + args.value_size) as u64;
+    let written = args.num * (args.key_size + args.value_size) as u64 * args.threads as u64;
     let pct = |of: u64| 100.0 * s.pinned_index_bytes as f64 / of.max(1) as f64;
     println!(
-        "ours after {}: index+filter pinned {} bytes = {:.2}% of the {} bytes of table data blocks, {:.2}% of the {} bytes of keys and values written by one fill ({} tables unpinned); tables per level {:?}; block cache {} hits, {} misses; device {} of {} blocks free",
+        "ours after {}: index+filter pinned {} bytes = {:.2}% of the {} bytes of table data blocks, {:.2}% of the {} bytes of keys and values one fill writes over all threads ({} tables unpinned); tables per level {:?}; block cache {} hits, {} misses; device {} of {} blocks free",
         ran.join(","),
         s.pinned_index_bytes,
         pct(s.table_data_bytes),
