@@ -116,7 +116,11 @@ pub fn run(args: &KvArgs) -> Result<()> {
                 ..StoreConfig::default()
             },
         )?;
-        let names: Vec<String> = args.devices.iter().map(|p| p.display().to_string()).collect();
+        let names: Vec<String> = args
+            .devices
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
         println!(
             "formatted {}: {} blocks",
             names.join(" + "),

@@ -176,8 +176,13 @@ fn kv_on_three_devices_survives_kill_9_and_refuses_a_wrong_order() {
     let devs = kill_9_keeps_every_acknowledged_write("kv-crash-set", 3);
     let d: Vec<&str> = devs.iter().map(|p| p.to_str().unwrap()).collect();
     fails_with(
-        &["kv", "--device", d[0], "--device", d[2], "--device", d[1], "stats"],
-        &["cannot be device 1", "pass the devices in the order they were formatted"],
+        &[
+            "kv", "--device", d[0], "--device", d[2], "--device", d[1], "stats",
+        ],
+        &[
+            "cannot be device 1",
+            "pass the devices in the order they were formatted",
+        ],
     );
     fails_with(
         &["kv", "--device", d[0], "stats"],
@@ -217,7 +222,15 @@ fn kill_9_keeps_every_acknowledged_write(name: &str, count: usize) -> Vec<PathBu
             .args(&device_args)
             // Small memtables: tables are flushed while the load runs.
             .args(["--write-buffer-kib", "128"])
-            .args(["load", "--count", "1000000", "--value-bytes", "700", "--prefix", &prefix])
+            .args([
+                "load",
+                "--count",
+                "1000000",
+                "--value-bytes",
+                "700",
+                "--prefix",
+                &prefix,
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -251,7 +264,9 @@ fn kill_9_keeps_every_acknowledged_write(name: &str, count: usize) -> Vec<PathBu
             // Tables were written, their data on the data devices.
             let placed = store.table_placement();
             assert!(!placed.is_empty(), "no table was flushed");
-            assert!(placed.iter().all(|p| p.index_device == 0 && (count == 1 || p.data_device > 0)));
+            assert!(placed
+                .iter()
+                .all(|p| p.index_device == 0 && (count == 1 || p.data_device > 0)));
         }
     }
     assert!(acknowledged.len() >= 757);

@@ -235,7 +235,10 @@ impl BlockDevice {
                 Ok(())
             });
             for (k, engine, _) in engines {
-                let mut idle = self.members[k].engines.lock().unwrap_or_else(|p| p.into_inner());
+                let mut idle = self.members[k]
+                    .engines
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
                 if idle.len() < MAX_IDLE_ENGINES && engine.in_flight() == 0 {
                     idle.push(engine);
                 }

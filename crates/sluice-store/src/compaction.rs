@@ -250,8 +250,14 @@ pub fn run(
         // Only tombstones: the table spans what this merge emptied in the
         // next level, disjoint from every table left there.
         let merged = || job.inputs.iter().chain(&job.next_inputs);
-        built.smallest = merged().map(|t| t.meta.smallest.clone()).min().unwrap_or_default();
-        built.largest = merged().map(|t| t.meta.largest.clone()).max().unwrap_or_default();
+        built.smallest = merged()
+            .map(|t| t.meta.smallest.clone())
+            .min()
+            .unwrap_or_default();
+        built.largest = merged()
+            .map(|t| t.meta.largest.clone())
+            .max()
+            .unwrap_or_default();
         emit(built)?;
     }
     Ok(())

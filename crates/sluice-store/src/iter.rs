@@ -11,7 +11,9 @@
 use crate::blocks::BlockDevice;
 use crate::error::Result;
 use crate::memtable::Memtable;
-use crate::sst::{internal_cmp, CursorSpec, Entry, EntryKind, RangeTombstone, TableCursor, TableReader};
+use crate::sst::{
+    internal_cmp, CursorSpec, Entry, EntryKind, RangeTombstone, TableCursor, TableReader,
+};
 use crate::version::{tombstone_seq, Version};
 use std::cmp::Ordering;
 use std::sync::{Arc, RwLock};
@@ -161,7 +163,10 @@ impl LevelSource {
     /// The first table is opened at once so that its first read can join
     /// a batch.
     pub fn new(tables: TableList, dev: &BlockDevice, spec: CursorSpec) -> Result<Self> {
-        let cursor = tables.get(0).map(|t| t.cursor(dev, spec.clone())).transpose()?;
+        let cursor = tables
+            .get(0)
+            .map(|t| t.cursor(dev, spec.clone()))
+            .transpose()?;
         Ok(LevelSource {
             tables,
             next: 1,
@@ -287,7 +292,11 @@ impl MergeIter {
         } else if let Some(i) = self.current.take() {
             self.live[i] = self.sources[i].next_into(&mut self.heads[i])?;
         }
-        let want = if self.reverse { Ordering::Greater } else { Ordering::Less };
+        let want = if self.reverse {
+            Ordering::Greater
+        } else {
+            Ordering::Less
+        };
         let mut best: Option<usize> = None;
         for (i, e) in self.heads.iter().enumerate() {
             if !self.live[i] {
@@ -319,8 +328,16 @@ pub fn sources(
     let mut tombstones = Vec::new();
     let mut out = Vec::new();
     for m in memtables {
-        tombstones.extend(m.read().unwrap_or_else(|p| p.into_inner()).range_tombstones(keyspace));
-        out.push(Source::Mem(MemSource::new(m.clone(), keyspace, spec.clone())));
+        tombstones.extend(
+            m.read()
+                .unwrap_or_else(|p| p.into_inner())
+                .range_tombstones(keyspace),
+        );
+        out.push(Source::Mem(MemSource::new(
+            m.clone(),
+            keyspace,
+            spec.clone(),
+        )));
     }
     let Some(levels) = version.levels(keyspace) else {
         return Ok((out, tombstones));
@@ -340,7 +357,9 @@ pub fn sources(
         ..spec.clone()
     };
     for t in levels.level(0).iter().filter(|t| t.overlaps(start, end)) {
-        out.push(Source::Table(t.reader.cursor(dev, share(t.reader.entries))?));
+        out.push(Source::Table(
+            t.reader.cursor(dev, share(t.reader.entries))?,
+        ));
     }
     for (level, tables) in levels.levels.iter().enumerate().skip(1) {
         let lo = tables.partition_point(|t| t.meta.largest.as_slice() < start);
@@ -359,7 +378,11 @@ pub fn sources(
             hi,
             reverse: spec.reverse,
         };
-        out.push(Source::Level(LevelSource::new(walk, dev, share(level_entries))?));
+        out.push(Source::Level(LevelSource::new(
+            walk,
+            dev,
+            share(level_entries),
+        )?));
     }
     Ok((out, tombstones))
 }

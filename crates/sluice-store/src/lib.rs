@@ -32,8 +32,8 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use iter::StoreIter;
 pub use error::{Result, StoreError};
+pub use iter::StoreIter;
 pub use manifest::ValueFormat;
 pub use store::{
     Snapshot, Store, StoreConfig, StoreStats, TablePlacement, WriteOptions, DEFAULT_KEYSPACE,

@@ -470,7 +470,11 @@ impl Manifest {
             .allocator
             .free_list()
             .iter()
-            .map(|e| e.end_block().min(end).saturating_sub(e.start_block.max(first)))
+            .map(|e| {
+                e.end_block()
+                    .min(end)
+                    .saturating_sub(e.start_block.max(first))
+            })
             .sum()
     }
 

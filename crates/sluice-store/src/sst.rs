@@ -462,7 +462,10 @@ pub fn write_table_parts(
     let (data_bytes, meta_bytes) = table.bytes.split_at(split);
     const CHUNK: usize = 8 << 20;
     let mut buf = AlignedMem::new(CHUNK.min(table.bytes.len()));
-    for (start, bytes) in [(data.start_block, data_bytes), (meta.start_block, meta_bytes)] {
+    for (start, bytes) in [
+        (data.start_block, data_bytes),
+        (meta.start_block, meta_bytes),
+    ] {
         for (i, chunk) in bytes.chunks(CHUNK).enumerate() {
             buf.as_mut_slice()[..chunk.len()].copy_from_slice(chunk);
             dev.write(
@@ -553,7 +556,11 @@ impl BlockIndex {
     }
 
     fn get(&self, i: usize) -> IndexView<'_> {
-        let from = if i == 0 { 0 } else { self.key_ends[i - 1] as usize };
+        let from = if i == 0 {
+            0
+        } else {
+            self.key_ends[i - 1] as usize
+        };
         IndexView {
             last_key: &self.keys[from..self.key_ends[i] as usize],
             last_seq: self.last_seqs[i],
@@ -732,9 +739,8 @@ impl TableReader {
         let ix = decode_table_index(&regions, &m[..(at(1) + at(3)) as usize * STORE_BLOCK_BYTES])
             .map_err(|(off, what)| corrupt(meta_block(off), what.into()))?;
         let ranges = region(at(4), at(5))?;
-        let range_tombstones = decode_ranges(ranges).ok_or_else(|| {
-            corrupt(meta_block(at(4)), "range tombstones do not decode".into())
-        })?;
+        let range_tombstones = decode_ranges(ranges)
+            .ok_or_else(|| corrupt(meta_block(at(4)), "range tombstones do not decode".into()))?;
         Ok(TableReader {
             file_no: place.file_no,
             keyspace_name: place.keyspace.to_string(),
@@ -778,7 +784,10 @@ impl TableReader {
         if let Some(ix) = &self.pinned {
             return Ok(ix.clone());
         }
-        let cache = self.index_cache.as_ref().expect("an unpinned table has an index cache");
+        let cache = self
+            .index_cache
+            .as_ref()
+            .expect("an unpinned table has an index cache");
         if let Some(ix) = cache.get((self.file_no, 0)) {
             return Ok(ix);
         }
@@ -786,18 +795,20 @@ impl TableReader {
         let first = self.meta_start;
         let mut buf = AlignedMem::new((r[1] + r[3]) as usize * STORE_BLOCK_BYTES);
         dev.read(first, buf.as_mut_slice())?;
-        let ix = Arc::new(decode_table_index(r, buf.as_slice()).map_err(|(off, what)| {
-            let block = self.meta_start + (off - r[0]) as u64;
-            StoreError::Corrupt {
-                what: "SST",
-                block,
-                lba: dev.lba_of(block),
-                reason: format!(
-                    "keyspace {}, table {}: {what}",
-                    self.keyspace_name, self.file_no
-                ),
-            }
-        })?);
+        let ix = Arc::new(
+            decode_table_index(r, buf.as_slice()).map_err(|(off, what)| {
+                let block = self.meta_start + (off - r[0]) as u64;
+                StoreError::Corrupt {
+                    what: "SST",
+                    block,
+                    lba: dev.lba_of(block),
+                    reason: format!(
+                        "keyspace {}, table {}: {what}",
+                        self.keyspace_name, self.file_no
+                    ),
+                }
+            })?,
+        );
         cache.insert((self.file_no, 0), ix.clone(), self.index_bytes);
         Ok(ix)
     }
@@ -861,7 +872,10 @@ impl TableReader {
         cache_use: CacheUse,
     ) -> Result<Vec<Arc<RawBlock>>> {
         let start = ix.index.get(first).offset_blocks;
-        let cache = self.cache.as_ref().filter(|_| cache_use != CacheUse::Bypass);
+        let cache = self
+            .cache
+            .as_ref()
+            .filter(|_| cache_use != CacheUse::Bypass);
         let look_up = cache.filter(|_| cache_use == CacheUse::LookUpAndFill);
         (first..first + count)
             .map(|i| {
@@ -920,7 +934,14 @@ impl TableReader {
         let (block, blocks) = self.run_extent(ix, first, count);
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
-        self.parse_run(dev, ix, first, count, buf.as_slice(), CacheUse::from(use_cache))
+        self.parse_run(
+            dev,
+            ix,
+            first,
+            count,
+            buf.as_slice(),
+            CacheUse::from(use_cache),
+        )
     }
 
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
@@ -1000,7 +1021,9 @@ fn decode_table_index(
     let index = decode_index(index_bytes).ok_or((regions[0], "index does not decode"))?;
     Ok(TableIndex {
         index,
-        bloom: Bloom { bits: bits.to_vec() },
+        bloom: Bloom {
+            bits: bits.to_vec(),
+        },
     })
 }
 
@@ -1099,10 +1122,9 @@ impl CursorState {
         let readahead = match spec.expected_entries {
             0 => READAHEAD_FIRST_BLOCKS,
             n => {
-                let data_bytes = ix
-                    .index
-                    .last()
-                    .map_or(0, |e| (e.offset_blocks + e.len_blocks) as usize * STORE_BLOCK_BYTES);
+                let data_bytes = ix.index.last().map_or(0, |e| {
+                    (e.offset_blocks + e.len_blocks) as usize * STORE_BLOCK_BYTES
+                });
                 let per_entry = data_bytes / entries.max(1) as usize;
                 // One more block: the range rarely starts at a block's start.
                 (n.saturating_mul(per_entry).div_ceil(STORE_BLOCK_BYTES) + 1)
@@ -1156,7 +1178,11 @@ impl CursorState {
     }
 
     /// The next prefetched block, reading a run first if none is left.
-    fn next_block(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<Arc<RawBlock>>> {
+    fn next_block(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+    ) -> Result<Option<Arc<RawBlock>>> {
         if self.prefetched.is_empty() {
             let Some((first, count)) = self.next_run() else {
                 return Ok(None);
@@ -1175,7 +1201,12 @@ impl CursorState {
 
     /// Decodes the next entry into `out`, reusing its buffers; false past
     /// the end of the range.
-    fn next_into(&mut self, table: &TableReader, dev: &BlockDevice, out: &mut Entry) -> Result<bool> {
+    fn next_into(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+        out: &mut Entry,
+    ) -> Result<bool> {
         if self.spec.reverse {
             self.next_reverse(table, dev, out)
         } else {
@@ -1183,7 +1214,12 @@ impl CursorState {
         }
     }
 
-    fn next_forward(&mut self, table: &TableReader, dev: &BlockDevice, out: &mut Entry) -> Result<bool> {
+    fn next_forward(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+        out: &mut Entry,
+    ) -> Result<bool> {
         loop {
             let mut past_end = false;
             if let Some(block) = &self.block {
@@ -1229,7 +1265,12 @@ impl CursorState {
         }
     }
 
-    fn next_reverse(&mut self, table: &TableReader, dev: &BlockDevice, out: &mut Entry) -> Result<bool> {
+    fn next_reverse(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+        out: &mut Entry,
+    ) -> Result<bool> {
         loop {
             if let Some(e) = self.decoded.pop() {
                 if e.key.as_slice() < self.spec.start.as_slice() {
@@ -1413,9 +1454,11 @@ impl RawBlock {
     fn decode_into(&self, at: usize, out: &mut Entry) -> usize {
         let e = self.entry_at(at).expect("a verified block decodes");
         out.key.truncate(e.shared);
-        out.key.extend_from_slice(&self.bytes[e.key_at..e.key_at + e.unshared]);
+        out.key
+            .extend_from_slice(&self.bytes[e.key_at..e.key_at + e.unshared]);
         out.value.clear();
-        out.value.extend_from_slice(&self.bytes[e.value_at..e.value_at + e.value_len]);
+        out.value
+            .extend_from_slice(&self.bytes[e.value_at..e.value_at + e.value_len]);
         out.seq = e.seq;
         out.kind = e.kind;
         e.next

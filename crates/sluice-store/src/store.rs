@@ -8,11 +8,12 @@ use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
 use crate::cache::{BlockCache, IndexCache};
 use crate::compaction::{self, CompactionConfig};
 use crate::error::{Result, StoreError};
+use crate::iter::StoreIter;
 use crate::manifest::{Edit, KeyspaceDef, Manifest, TableMeta, ValueFormat, WalPlace};
 use crate::memtable::Memtable;
-use crate::iter::StoreIter;
 use crate::sst::{
-    write_table, write_table_parts, BuiltTable, CursorSpec, PinBudget, TableBuilder, TablePlace, TableReader,
+    write_table, write_table_parts, BuiltTable, CursorSpec, PinBudget, TableBuilder, TablePlace,
+    TableReader,
 };
 use crate::version::{self, Levels, Table, Version};
 use crate::wal::{self, Wal, WalLayout};
@@ -685,7 +686,14 @@ impl Store {
             expected_entries,
         };
         let (mems, version) = self.read_view();
-        StoreIter::new(&self.inner.dev, &mems, version, keyspace, spec, snapshot.seq)
+        StoreIter::new(
+            &self.inner.dev,
+            &mems,
+            version,
+            keyspace,
+            spec,
+            snapshot.seq,
+        )
     }
 
     /// [`Store::iter`] over the keys starting with `prefix`.
@@ -698,7 +706,12 @@ impl Store {
     ) -> StoreIter {
         let end = prefix_end(prefix);
         let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        self.iter(keyspace, (Bound::Included(prefix), upper), snapshot, reverse)
+        self.iter(
+            keyspace,
+            (Bound::Included(prefix), upper),
+            snapshot,
+            reverse,
+        )
     }
 
     /// The first `limit` pairs of [`Store::iter`], collected; the first
@@ -726,7 +739,13 @@ impl Store {
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let end = prefix_end(prefix);
         let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        self.scan(keyspace, (Bound::Included(prefix), upper), snapshot, false, limit)
+        self.scan(
+            keyspace,
+            (Bound::Included(prefix), upper),
+            snapshot,
+            false,
+            limit,
+        )
     }
 
     /// Writes the memtable out as level-0 tables and releases its WAL blocks.
@@ -775,7 +794,8 @@ impl Store {
             (e + m.entry_count(), b + m.approximate_bytes())
         });
         let mut per_level = vec![0usize; version::MAX_LEVELS];
-        let (mut pinned, mut unpinned, mut data_bytes, mut table_entries) = (0usize, 0usize, 0u64, 0u64);
+        let (mut pinned, mut unpinned, mut data_bytes, mut table_entries) =
+            (0usize, 0usize, 0u64, 0u64);
         for levels in version.keyspaces.values() {
             for (l, tables) in levels.levels.iter().enumerate() {
                 per_level[l] += tables.len();
@@ -1099,7 +1119,10 @@ impl Inner {
             .iter()
             .map(|t| Arc::new(t.moved_to(level)))
             .collect();
-        let mut edits: Vec<Edit> = moved.iter().map(|t| Edit::AddTable(t.meta.clone())).collect();
+        let mut edits: Vec<Edit> = moved
+            .iter()
+            .map(|t| Edit::AddTable(t.meta.clone()))
+            .collect();
         edits.extend(self.take_released());
         lock(&self.manifest).log(&edits)?;
         let mut v = write(&self.version);
@@ -1217,7 +1240,9 @@ impl Drop for Store {
         let frees = self.inner.take_released();
         if !frees.is_empty() {
             if let Err(e) = lock(&self.inner.manifest).log(&frees) {
-                log::warn!("closing the store: freed tables not logged (reclaimed at next open): {e}");
+                log::warn!(
+                    "closing the store: freed tables not logged (reclaimed at next open): {e}"
+                );
             }
         }
         // A clean close makes unsynced writes durable too.
@@ -1236,9 +1261,10 @@ impl Drop for Store {
 /// first says how many there are and how much of each is used; every other
 /// device's label must name this store and its place in the set.
 fn open_device_set(devices: Vec<Arc<dyn Device>>) -> Result<BlockDevice> {
-    let first = devices.first().cloned().ok_or_else(|| {
-        StoreError::BadDevice("no device given".into())
-    })?;
+    let first = devices
+        .first()
+        .cloned()
+        .ok_or_else(|| StoreError::BadDevice("no device given".into()))?;
     let sb = crate::superblock::read(&BlockDevice::new(first)?)?;
     if sb.member_blocks.len() != devices.len() {
         return Err(StoreError::BadDevice(format!(
@@ -1249,7 +1275,12 @@ fn open_device_set(devices: Vec<Arc<dyn Device>>) -> Result<BlockDevice> {
         )));
     }
     let names: Vec<String> = devices.iter().map(|d| d.describe()).collect();
-    let dev = BlockDevice::set(devices.into_iter().zip(sb.member_blocks.iter().copied()).collect())?;
+    let dev = BlockDevice::set(
+        devices
+            .into_iter()
+            .zip(sb.member_blocks.iter().copied())
+            .collect(),
+    )?;
     for (k, name) in names.iter().enumerate().skip(1) {
         let (_, base, _) = dev.member(k);
         let problem = match crate::superblock::read_label(&dev, base)? {
@@ -1261,7 +1292,10 @@ fn open_device_set(devices: Vec<Arc<dyn Device>>) -> Result<BlockDevice> {
             Ok(_) => "it belongs to another store".to_string(),
             Err(e) => format!("it holds no valid store label ({e:?})"),
         };
-        return Err(StoreError::BadDevice(format!("{name} cannot be device {k} of the store on {}: {problem}", names[0])));
+        return Err(StoreError::BadDevice(format!(
+            "{name} cannot be device {k} of the store on {}: {problem}",
+            names[0]
+        )));
     }
     Ok(dev)
 }

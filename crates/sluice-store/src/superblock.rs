@@ -129,7 +129,10 @@ pub fn write_label(dev: &BlockDevice, first: u64, label: &Superblock) -> Result<
 
 /// Reads the label of the device whose blocks start at global block
 /// `first`: the valid copy, or why neither is.
-pub fn read_label(dev: &BlockDevice, first: u64) -> Result<std::result::Result<Superblock, DecodeError>> {
+pub fn read_label(
+    dev: &BlockDevice,
+    first: u64,
+) -> Result<std::result::Result<Superblock, DecodeError>> {
     let mut last = Err(DecodeError::Magic);
     for slot in 0..SUPERBLOCK_BLOCKS {
         let mut buf = block_buffer();

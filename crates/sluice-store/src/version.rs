@@ -81,7 +81,8 @@ impl Drop for Table {
             released.push(self.meta.data);
             // On a device set the index lies in its own extent.
             let (data, index) = (self.meta.data, self.meta.index);
-            let inside = index.start_block >= data.start_block && index.end_block() <= data.end_block();
+            let inside =
+                index.start_block >= data.start_block && index.end_block() <= data.end_block();
             if !inside {
                 released.push(index);
             }

@@ -45,7 +45,9 @@ fn devices(mems: &[Arc<MemoryDevice>]) -> Vec<Arc<dyn Device>> {
 
 /// A store over `n` memory devices of `blocks` store blocks each.
 fn memory_set(n: usize, blocks: u64) -> (Vec<Arc<MemoryDevice>>, Store) {
-    let mems: Vec<_> = (0..n).map(|_| Arc::new(MemoryDevice::new(4096, blocks))).collect();
+    let mems: Vec<_> = (0..n)
+        .map(|_| Arc::new(MemoryDevice::new(4096, blocks)))
+        .collect();
     let store = Store::create_on(devices(&mems), &small_config()).unwrap();
     (mems, store)
 }
@@ -225,7 +227,11 @@ fn iterators_stream_a_consistent_snapshot_under_writes_and_compaction() {
     let snap = store.snapshot();
     let want: Vec<(Vec<u8>, Vec<u8>)> = (0..3000u32)
         .map(|i| {
-            let v = if i % 3 == 0 { format!("mid{i}") } else { format!("old{i}") };
+            let v = if i % 3 == 0 {
+                format!("mid{i}")
+            } else {
+                format!("old{i}")
+            };
             (k(i), v.into_bytes())
         })
         .collect();
@@ -259,10 +265,17 @@ fn iterators_stream_a_consistent_snapshot_under_writes_and_compaction() {
     assert_eq!(got_reverse, want);
     // The new state is what a fresh iterator sees.
     let now: Vec<_> = store
-        .iter(ks, (Bound::Unbounded, Bound::Unbounded), &store.snapshot(), false)
+        .iter(
+            ks,
+            (Bound::Unbounded, Bound::Unbounded),
+            &store.snapshot(),
+            false,
+        )
         .map(Result::unwrap)
         .collect();
-    assert!(now.iter().all(|(key, v)| v.starts_with(b"new") && (key < &k(1000) || key >= &k(2000))));
+    assert!(now
+        .iter()
+        .all(|(key, v)| v.starts_with(b"new") && (key < &k(1000) || key >= &k(2000))));
     let deleted = (0..3000u32)
         .filter(|i| i % 7 == 6 && !(1000..2000).contains(&(i - 1)))
         .count();
@@ -298,14 +311,29 @@ fn pinned_index_memory_is_bounded_and_unpinned_tables_read_right() {
         }
         let check = |store: &Store| {
             let st = store.stats();
-            assert!(st.pinned_index_bytes <= limit, "{} > {limit}", st.pinned_index_bytes);
+            assert!(
+                st.pinned_index_bytes <= limit,
+                "{} > {limit}",
+                st.pinned_index_bytes
+            );
             assert!(st.unpinned_tables > 0, "{st:?}");
             assert!(st.index_cache_used_bytes <= 4 << 10);
             for i in (0..4000u32).step_by(37) {
-                assert_eq!(store.get(ks, &k(i)).unwrap(), Some(i.to_le_bytes().repeat(10)));
+                assert_eq!(
+                    store.get(ks, &k(i)).unwrap(),
+                    Some(i.to_le_bytes().repeat(10))
+                );
             }
             assert_eq!(store.get(ks, b"key999999").unwrap(), None);
-            let all = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &store.snapshot(), true, usize::MAX).unwrap();
+            let all = store
+                .scan(
+                    ks,
+                    (Bound::Unbounded, Bound::Unbounded),
+                    &store.snapshot(),
+                    true,
+                    usize::MAX,
+                )
+                .unwrap();
             assert_eq!(all.len(), 4000);
             assert_eq!(all[0].0, k(3999));
         };
@@ -321,7 +349,19 @@ fn pinned_index_memory_is_bounded_and_unpinned_tables_read_right() {
         store.compact().unwrap();
         let st = store.stats();
         assert!(st.pinned_index_bytes <= limit);
-        assert_eq!(store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &store.snapshot(), false, usize::MAX).unwrap().len(), 4000);
+        assert_eq!(
+            store
+                .scan(
+                    ks,
+                    (Bound::Unbounded, Bound::Unbounded),
+                    &store.snapshot(),
+                    false,
+                    usize::MAX
+                )
+                .unwrap()
+                .len(),
+            4000
+        );
     }
 }
 
@@ -335,7 +375,9 @@ fn a_device_set_places_index_and_data_apart() {
         background_compaction: false,
         ..small_config()
     };
-    let mems: Vec<_> = (0..3).map(|_| Arc::new(MemoryDevice::new(4096, 8192))).collect();
+    let mems: Vec<_> = (0..3)
+        .map(|_| Arc::new(MemoryDevice::new(4096, 8192)))
+        .collect();
     let store = Store::create_on(devices(&mems), &cfg).unwrap();
     let ks = store.keyspace("default").unwrap();
     let free_at_start = store.stats().device_free_blocks;
@@ -348,19 +390,32 @@ fn a_device_set_places_index_and_data_apart() {
     }
     let placed = store.table_placement();
     assert!(placed.len() >= 4, "{placed:?}");
-    assert!(placed.iter().all(|p| p.index_device == 0 && p.data_device != 0), "{placed:?}");
+    assert!(
+        placed
+            .iter()
+            .all(|p| p.index_device == 0 && p.data_device != 0),
+        "{placed:?}"
+    );
     for d in [1, 2] {
-        assert!(placed.iter().any(|p| p.data_device == d), "nothing on device {d}: {placed:?}");
+        assert!(
+            placed.iter().any(|p| p.data_device == d),
+            "nothing on device {d}: {placed:?}"
+        );
     }
     // Data blocks on the data devices add up to what those devices lost.
     let st = store.stats();
     let data_blocks: u64 = placed.iter().map(|p| p.data_blocks as u64).sum();
-    let used_on_data: u64 = (1..3).map(|d| free_at_start[d] - st.device_free_blocks[d]).sum();
+    let used_on_data: u64 = (1..3)
+        .map(|d| free_at_start[d] - st.device_free_blocks[d])
+        .sum();
     assert_eq!(data_blocks, used_on_data);
     store.compact().unwrap();
     drop(store);
     let store = Store::open_on(devices(&mems), &cfg).unwrap();
-    assert!(store.table_placement().iter().all(|p| p.index_device == 0 && p.data_device != 0));
+    assert!(store
+        .table_placement()
+        .iter()
+        .all(|p| p.index_device == 0 && p.data_device != 0));
     for i in (0..6000u32).step_by(29) {
         assert_eq!(store.get(ks, &k(i)).unwrap(), Some(vec![(i % 4) as u8; 90]));
     }
@@ -378,18 +433,36 @@ fn a_device_set_places_index_and_data_apart() {
 fn a_device_set_refuses_missing_swapped_and_foreign_devices() {
     let (mems, store) = memory_set(3, 4096);
     drop(store);
-    let err = |devs: Vec<Arc<dyn Device>>| Store::open_on(devs, &small_config()).unwrap_err().to_string();
+    let err = |devs: Vec<Arc<dyn Device>>| {
+        Store::open_on(devs, &small_config())
+            .unwrap_err()
+            .to_string()
+    };
     let e = err(devices(&mems[..2]));
     assert!(e.contains("spans 3 devices but got 2"), "{e}");
-    let e = err(devices(&[mems[0].clone(), mems[2].clone(), mems[1].clone()]));
-    assert!(e.contains("cannot be device 1") && e.contains("it is device 2") && e.contains("order"), "{e}");
+    let e = err(devices(&[
+        mems[0].clone(),
+        mems[2].clone(),
+        mems[1].clone(),
+    ]));
+    assert!(
+        e.contains("cannot be device 1") && e.contains("it is device 2") && e.contains("order"),
+        "{e}"
+    );
     let (others, other_store) = memory_set(3, 4096);
     drop(other_store);
-    let e = err(devices(&[mems[0].clone(), others[1].clone(), mems[2].clone()]));
+    let e = err(devices(&[
+        mems[0].clone(),
+        others[1].clone(),
+        mems[2].clone(),
+    ]));
     assert!(e.contains("belongs to another store"), "{e}");
     let blank = Arc::new(MemoryDevice::new(4096, 4096));
     let e = err(devices(&[mems[0].clone(), mems[1].clone(), blank]));
-    assert!(e.contains("cannot be device 2") && e.contains("no valid store label"), "{e}");
+    assert!(
+        e.contains("cannot be device 2") && e.contains("no valid store label"),
+        "{e}"
+    );
     // Given right, it opens.
     assert!(Store::open_on(devices(&mems), &small_config()).is_ok());
 }
@@ -428,7 +501,10 @@ fn sequential_tables_move_down_without_a_rewrite() {
         store.put(0, &k(i), &[8; 100]).unwrap();
     }
     store.compact().unwrap();
-    assert!(store.table_placement().iter().any(|t| !before.contains(&t.file_no)));
+    assert!(store
+        .table_placement()
+        .iter()
+        .any(|t| !before.contains(&t.file_no)));
     drop(store);
     let store = Store::open(mem as Arc<dyn Device>, &cfg).unwrap();
     for i in 0..2000u32 {

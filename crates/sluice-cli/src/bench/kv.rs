@@ -271,7 +271,13 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
                     let k = make_key(rng.gen_range(0..num), ks);
                     let snap = st.snapshot();
                     // A scan with a limit: the store sizes its first reads for it.
-                    st.scan(0, (Bound::Included(&k), Bound::Unbounded), &snap, false, nexts)?;
+                    st.scan(
+                        0,
+                        (Bound::Included(&k), Bound::Unbounded),
+                        &snap,
+                        false,
+                        nexts,
+                    )?;
                     Ok(())
                 })?
             }
