@@ -55,12 +55,23 @@ impl Table {
         self.meta.data.block_count as u64 * crate::blocks::STORE_BLOCK_BYTES as u64
     }
 
+    /// Whether the index extent is the tail of the data extent (one
+    /// device) rather than an extent of its own (a device set).
+    fn index_inside_data(&self) -> bool {
+        let (data, index) = (self.meta.data, self.meta.index);
+        index.start_block >= data.start_block && index.end_block() <= data.end_block()
+    }
+
     /// Bytes of the table's data blocks (its index, filter and footer not
     /// counted).
     pub fn data_bytes(&self) -> u64 {
         let (data, index) = (self.meta.data, self.meta.index);
-        let inside = index.start_block >= data.start_block && index.end_block() <= data.end_block();
-        let blocks = data.block_count - if inside { index.block_count } else { 0 };
+        let blocks = data.block_count
+            - if self.index_inside_data() {
+                index.block_count
+            } else {
+                0
+            };
         blocks as u64 * crate::blocks::STORE_BLOCK_BYTES as u64
     }
 
@@ -80,11 +91,8 @@ impl Drop for Table {
             let mut released = self.released.lock().unwrap_or_else(|p| p.into_inner());
             released.push(self.meta.data);
             // On a device set the index lies in its own extent.
-            let (data, index) = (self.meta.data, self.meta.index);
-            let inside =
-                index.start_block >= data.start_block && index.end_block() <= data.end_block();
-            if !inside {
-                released.push(index);
+            if !self.index_inside_data() {
+                released.push(self.meta.index);
             }
         }
     }
