@@ -1,0 +1,179 @@
+//! Predicates evaluated on JSON documents in place. Each field a predicate
+//! names is found by a skipping scan of the document's bytes (sonic-rs's
+//! lazy lookup) and only that field's value is decoded; the document is
+//! never built as a tree.
+//!
+//! Semantics: a comparison between a field and a literal of another type
+//! (a string field against a number, say) is false, whatever the
+//! operator; so is any comparison on a missing field. Numbers compare by
+//! value (integers exactly, otherwise as f64), strings by bytes, `false`
+//! before `true`; `null` is only equal to `null`. `EXISTS` holds for a
+//! present field, `null` included. `NOT` negates the result.
+
+use crate::expr::{CmpOp, Literal, Path, Predicate, Step};
+use sonic_rs::{JsonNumberTrait, JsonValueTrait, LazyValue, PointerNode};
+use std::cmp::Ordering;
+
+/// A document that is not valid JSON where a field was looked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed JSON document: {0}")]
+pub struct MalformedJson(pub String);
+
+/// A predicate ready to run: each distinct path turned into a pointer once.
+#[derive(Debug, Clone)]
+pub struct JsonPredicate {
+    root: Node,
+    pointers: Vec<Vec<PointerNode>>,
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Cmp(usize, CmpOp, Literal),
+    Between(usize, Literal, Literal),
+    In(usize, Vec<Literal>),
+    Prefix(usize, String),
+    Exists(usize),
+    And(Vec<Node>),
+    Or(Vec<Node>),
+    Not(Box<Node>),
+}
+
+impl JsonPredicate {
+    pub fn compile(pred: &Predicate) -> Self {
+        let mut paths: Vec<Path> = Vec::new();
+        let root = Self::node(pred, &mut paths);
+        let pointers = paths
+            .iter()
+            .map(|p| {
+                p.steps
+                    .iter()
+                    .map(|s| match s {
+                        Step::Key(k) => PointerNode::Key(k.clone().into()),
+                        Step::Index(i) => PointerNode::Index(*i),
+                    })
+                    .collect()
+            })
+            .collect();
+        JsonPredicate { root, pointers }
+    }
+
+    fn node(pred: &Predicate, paths: &mut Vec<Path>) -> Node {
+        let mut slot = |path: &Path| match paths.iter().position(|p| p == path) {
+            Some(i) => i,
+            None => {
+                paths.push(path.clone());
+                paths.len() - 1
+            }
+        };
+        match pred {
+            Predicate::Cmp { path, op, value } => Node::Cmp(slot(path), *op, value.clone()),
+            Predicate::Between { path, low, high } => {
+                Node::Between(slot(path), low.clone(), high.clone())
+            }
+            Predicate::In { path, values } => Node::In(slot(path), values.clone()),
+            Predicate::Prefix { path, prefix } => Node::Prefix(slot(path), prefix.clone()),
+            Predicate::Exists(path) => Node::Exists(slot(path)),
+            Predicate::And(ps) => Node::And(ps.iter().map(|p| Self::node(p, paths)).collect()),
+            Predicate::Or(ps) => Node::Or(ps.iter().map(|p| Self::node(p, paths)).collect()),
+            Predicate::Not(p) => Node::Not(Box::new(Self::node(p, paths))),
+        }
+    }
+
+    /// Whether `doc` satisfies the predicate. Fields are looked up at most
+    /// once each, and only those the evaluation reaches (AND and OR stop
+    /// early).
+    pub fn matches(&self, doc: &[u8]) -> Result<bool, MalformedJson> {
+        let mut fields: Vec<Option<Option<LazyValue<'_>>>> = vec![None; self.pointers.len()];
+        self.eval(&self.root, doc, &mut fields)
+    }
+
+    fn field<'d>(
+        &self,
+        i: usize,
+        doc: &'d [u8],
+        fields: &mut [Option<Option<LazyValue<'d>>>],
+    ) -> Result<Option<LazyValue<'d>>, MalformedJson> {
+        if let Some(v) = &fields[i] {
+            return Ok(v.clone());
+        }
+        let found = match sonic_rs::get_from_slice(doc, &self.pointers[i]) {
+            Ok(v) => Some(v),
+            Err(e) if e.is_not_found() || e.is_unmatched_type() => None,
+            Err(e) => return Err(MalformedJson(e.to_string())),
+        };
+        fields[i] = Some(found.clone());
+        Ok(found)
+    }
+
+    fn eval<'d>(
+        &self,
+        node: &Node,
+        doc: &'d [u8],
+        fields: &mut [Option<Option<LazyValue<'d>>>],
+    ) -> Result<bool, MalformedJson> {
+        Ok(match node {
+            Node::Cmp(p, op, lit) => self
+                .field(*p, doc, fields)?
+                .and_then(|v| compare(&v, lit))
+                .is_some_and(|o| op_holds(*op, o)),
+            Node::Between(p, low, high) => self.field(*p, doc, fields)?.is_some_and(|v| {
+                compare(&v, low).is_some_and(Ordering::is_ge)
+                    && compare(&v, high).is_some_and(Ordering::is_le)
+            }),
+            Node::In(p, values) => self.field(*p, doc, fields)?.is_some_and(|v| {
+                values
+                    .iter()
+                    .any(|l| compare(&v, l) == Some(Ordering::Equal))
+            }),
+            Node::Prefix(p, prefix) => self
+                .field(*p, doc, fields)?
+                .is_some_and(|v| v.as_str().is_some_and(|s| s.starts_with(prefix.as_str()))),
+            Node::Exists(p) => self.field(*p, doc, fields)?.is_some(),
+            Node::And(parts) => {
+                for n in parts {
+                    if !self.eval(n, doc, fields)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            Node::Or(parts) => {
+                for n in parts {
+                    if self.eval(n, doc, fields)? {
+                        return Ok(true);
+                    }
+                }
+                false
+            }
+            Node::Not(n) => !self.eval(n, doc, fields)?,
+        })
+    }
+}
+
+fn op_holds(op: CmpOp, o: Ordering) -> bool {
+    match op {
+        CmpOp::Eq => o.is_eq(),
+        CmpOp::Ne => o.is_ne(),
+        CmpOp::Lt => o.is_lt(),
+        CmpOp::Le => o.is_le(),
+        CmpOp::Gt => o.is_gt(),
+        CmpOp::Ge => o.is_ge(),
+    }
+}
+
+/// The order of a field's value against a literal; None across types.
+fn compare(v: &LazyValue<'_>, lit: &Literal) -> Option<Ordering> {
+    match lit {
+        Literal::Int(n) => {
+            let num = v.as_number()?;
+            match num.as_i64() {
+                Some(i) => Some(i.cmp(n)),
+                None => num.as_f64()?.partial_cmp(&(*n as f64)),
+            }
+        }
+        Literal::Float(x) => v.as_number()?.as_f64()?.partial_cmp(x),
+        Literal::Str(s) => Some(v.as_str()?.cmp(s.as_str())),
+        Literal::Bool(b) => Some(v.as_bool()?.cmp(b)),
+        Literal::Null => v.is_null().then_some(Ordering::Equal),
+    }
+}
