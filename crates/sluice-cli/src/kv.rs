@@ -84,7 +84,7 @@ enum KvCommand {
     },
 }
 
-fn open_devices(paths: &[PathBuf]) -> Result<Vec<Arc<dyn Device>>> {
+pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<Arc<dyn Device>>> {
     paths.iter().map(|p| open_device(p)).collect()
 }
 

@@ -3,6 +3,7 @@
 
 mod bench;
 mod kv;
+mod papers;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -30,6 +31,8 @@ enum Command {
     Bench(bench::BenchCommand),
     /// The key/value store on a device: format, put, get, del, scan, stats.
     Kv(kv::KvArgs),
+    /// The research-paper data set of the near-data demo.
+    Papers(papers::PapersArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
 }
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Kv(args) => kv::run(&args),
+        Command::Papers(args) => papers::run(&args),
         Command::Probe => {
             print_probe();
             Ok(())

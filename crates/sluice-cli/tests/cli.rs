@@ -317,3 +317,50 @@ fn bench_kv_runs_ours_and_db_bench_with_db_bench_flags() {
         &["unknown workload \"nosuch\""],
     );
 }
+
+#[test]
+fn papers_generate_writes_a_database_kv_reads() {
+    let dev = scratch("papers").with_file_name("papers.dev");
+    let d = dev.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = sluice().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "sluice {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&[
+        "kv",
+        "--device",
+        d,
+        "format",
+        "--create-mib",
+        "64",
+        "--wal-blocks",
+        "2048",
+    ]);
+    let out = run(&[
+        "papers", "--device", d, "generate", "--papers", "2000", "--seed", "5",
+    ]);
+    assert!(
+        out.contains("generated 2000 papers, 500 authors, 25 venues"),
+        "{out}"
+    );
+    let first = run(&[
+        "kv",
+        "--device",
+        d,
+        "--keyspace",
+        "papers",
+        "scan",
+        "--limit",
+        "1",
+    ]);
+    assert!(first.contains("{\"id\":0,\"title\":"), "{first}");
+    fails_with(
+        &["papers", "--device", "/nonexistent/p.dev", "generate"],
+        &["/nonexistent/p.dev"],
+    );
+}
