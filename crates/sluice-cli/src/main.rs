@@ -4,6 +4,7 @@
 mod bench;
 mod kv;
 mod papers;
+mod query;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -33,6 +34,8 @@ enum Command {
     Kv(kv::KvArgs),
     /// The research-paper data set of the near-data demo.
     Papers(papers::PapersArgs),
+    /// SCAN a keyspace with a predicate, a projection and a limit, run in the engine.
+    Query(query::QueryArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
 }
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Kv(args) => kv::run(&args),
         Command::Papers(args) => papers::run(&args),
+        Command::Query(args) => query::run(&args),
         Command::Probe => {
             print_probe();
             Ok(())

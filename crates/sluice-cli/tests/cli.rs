@@ -319,7 +319,7 @@ fn bench_kv_runs_ours_and_db_bench_with_db_bench_flags() {
 }
 
 #[test]
-fn papers_generate_writes_a_database_kv_reads() {
+fn papers_generate_writes_a_database_kv_and_query_read() {
     let dev = scratch("papers").with_file_name("papers.dev");
     let d = dev.to_str().unwrap();
     let run = |args: &[&str]| {
@@ -362,5 +362,54 @@ fn papers_generate_writes_a_database_kv_reads() {
     fails_with(
         &["papers", "--device", "/nonexistent/p.dev", "generate"],
         &["/nonexistent/p.dev"],
+    );
+    // SCAN in the engine: only matching rows, projected, come out.
+    let out = sluice()
+        .args(["query", "--device", d, "--keyspace", "papers"])
+        .args(["--where", "year >= 2020 AND venue IN ('VLDB', 'FAST')"])
+        .args(["--select", "year,venue", "--limit", "5"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(rows.lines().count(), 5, "{rows}");
+    for line in rows.lines() {
+        let (_, doc) = line.split_once('\t').unwrap();
+        let doc: serde_json::Value = serde_json::from_str(doc).unwrap();
+        assert!(doc["year"].as_u64().unwrap() >= 2020, "{line}");
+        assert!(
+            ["VLDB", "FAST"].contains(&doc["venue"].as_str().unwrap()),
+            "{line}"
+        );
+        assert!(doc.get("title").is_none(), "not selected: {line}");
+    }
+    assert!(String::from_utf8_lossy(&out.stderr).contains("5 rows of"));
+    fails_with(
+        &[
+            "query",
+            "--device",
+            d,
+            "--keyspace",
+            "papers",
+            "--where",
+            "year >",
+        ],
+        &["column 7", "expected a value"],
+    );
+    fails_with(
+        &[
+            "query",
+            "--device",
+            d,
+            "--keyspace",
+            "refs",
+            "--where",
+            "a = 1",
+        ],
+        &["keyspace refs holds Raw values"],
     );
 }

@@ -9,6 +9,11 @@
 //! value (integers exactly, otherwise as f64), strings by bytes, `false`
 //! before `true`; `null` is only equal to `null`. `EXISTS` holds for a
 //! present field, `null` included. `NOT` negates the result.
+//!
+//! A document that is not JSON is an error where a lookup runs into the
+//! damage; a lookup skips what it does not need without validating it, so
+//! damage past the fields a predicate reads goes unnoticed here (checking
+//! documents when they are written is the place for that).
 
 use crate::expr::{CmpOp, Literal, Path, Predicate, Step};
 use sonic_rs::{JsonNumberTrait, JsonValueTrait, LazyValue, PointerNode};

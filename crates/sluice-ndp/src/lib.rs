@@ -4,15 +4,19 @@
 //! the engine, so that only results leave it.
 //!
 //! Built so far: the predicate language ([`expr`]: comparisons, ranges,
-//! IN, prefix, exists, AND/OR/NOT, with errors that name the column) and
-//! its evaluation on JSON documents in place ([`json`]: only the fields a
-//! predicate names are decoded), and the seeded research-paper data set of
-//! the nKV demonstration ([`papers`]). Scans over the store's blocks,
-//! aggregates, graph operators and result batches come next (issue 5).
+//! IN, prefix, exists, AND/OR/NOT, with errors that name the column), its
+//! evaluation on JSON documents in place ([`json`]: only the fields a
+//! predicate names are decoded), SCAN with predicate, projection and limit
+//! over the store's iterator without copying non-matching pairs out, into
+//! 4 KiB-multiple result batches of a documented encoding ([`scan`]), and
+//! the seeded research-paper data set of the nKV demonstration
+//! ([`papers`]). Accessors over raw SST blocks, aggregates, graph
+//! operators and parallel scans come next (issue 5).
 
 pub mod expr;
 pub mod json;
 pub mod papers;
+pub mod scan;
 
 pub use expr::{parse, ParseError, Predicate};
 pub use json::{JsonPredicate, MalformedJson};

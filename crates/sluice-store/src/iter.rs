@@ -285,6 +285,11 @@ impl MergeIter {
         Ok(())
     }
 
+    /// The version the last `next_entry` returned.
+    pub fn current(&self) -> Option<&Entry> {
+        self.current.map(|i| &self.heads[i])
+    }
+
     /// The next version in merge order; valid until the next call.
     pub fn next_entry(&mut self) -> Result<Option<&Entry>> {
         if !self.primed {
@@ -450,7 +455,8 @@ impl StoreIter {
         }
     }
 
-    fn next_forward(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    /// Advances to the next live pair, left in the merge's current head.
+    fn advance_forward(&mut self) -> Result<bool> {
         while let Some(e) = self.merge.next_entry()? {
             if e.seq > self.snapshot || (self.has_decided && self.decided == e.key) {
                 continue;
@@ -459,20 +465,21 @@ impl StoreIter {
             self.decided.clone_from(&e.key);
             self.has_decided = true;
             if live(&self.tombstones, self.snapshot, e) {
-                return Ok(Some((e.key.clone(), e.value.clone())));
+                return Ok(true);
             }
         }
-        Ok(None)
+        Ok(false)
     }
 
     /// Reversed, a key's versions come oldest first: the visible one is the
     /// last at or below the snapshot before the key changes.
-    fn next_reverse(&mut self) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    /// Advances to the next live pair, left in `self.group`.
+    fn advance_reverse(&mut self) -> Result<bool> {
         loop {
             if !self.has_pending {
                 match self.merge.next_entry()? {
                     Some(e) => self.pending.clone_from(e),
-                    None => return Ok(None),
+                    None => return Ok(false),
                 }
             }
             self.has_pending = false;
@@ -490,7 +497,7 @@ impl StoreIter {
                 }
             }
             if visible && live(&self.tombstones, self.snapshot, &self.group) {
-                return Ok(Some((self.group.key.clone(), self.group.value.clone())));
+                return Ok(true);
             }
         }
     }
@@ -501,32 +508,54 @@ fn live(tombstones: &[RangeTombstone], snapshot: u64, e: &Entry) -> bool {
     e.kind == EntryKind::Put && e.seq > tombstone_seq(tombstones, &e.key, snapshot)
 }
 
+impl StoreIter {
+    /// The next live pair, borrowed from the iterator's own buffers (valid
+    /// until the next call): no allocation or copy per pair, for operators
+    /// that look at every pair and keep few. An error is returned once,
+    /// then the iterator ends.
+    pub fn next_ref(&mut self) -> Result<Option<(&[u8], &[u8])>> {
+        if let Some(e) = self.failed.take() {
+            self.done = true;
+            return Err(e);
+        }
+        if self.done {
+            return Ok(None);
+        }
+        let step = if self.reverse {
+            self.advance_reverse()
+        } else {
+            self.advance_forward()
+        };
+        match step {
+            Ok(true) => {}
+            Ok(false) => {
+                self.done = true;
+                return Ok(None);
+            }
+            Err(e) => {
+                self.done = true;
+                return Err(e);
+            }
+        }
+        let e = if self.reverse {
+            &self.group
+        } else {
+            self.merge
+                .current()
+                .expect("a live pair in the current head")
+        };
+        Ok(Some((&e.key, &e.value)))
+    }
+}
+
 impl Iterator for StoreIter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if let Some(e) = self.failed.take() {
-            self.done = true;
-            return Some(Err(e));
-        }
-        if self.done {
-            return None;
-        }
-        let step = if self.reverse {
-            self.next_reverse()
-        } else {
-            self.next_forward()
-        };
-        match step {
-            Ok(Some(pair)) => Some(Ok(pair)),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
+        match self.next_ref() {
+            Ok(Some((k, v))) => Some(Ok((k.to_vec(), v.to_vec()))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
         }
     }
 }

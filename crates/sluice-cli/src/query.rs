@@ -1,0 +1,102 @@
+//! `sluice query`: SCAN with a predicate, a projection and a limit, run in
+//! the engine (sluice-ndp); only matching rows, projected, come out.
+
+use crate::kv::open_devices;
+use anyhow::{bail, Result};
+use sluice_ndp::expr::Path;
+use sluice_ndp::scan::{self, Projection, ScanSpec};
+use sluice_ndp::{parse, JsonPredicate, Predicate};
+use sluice_store::{Store, StoreConfig, ValueFormat};
+use std::io::Write;
+use std::ops::Bound;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct QueryArgs {
+    #[arg(long = "device", default_value = "data/kv.dev")]
+    devices: Vec<PathBuf>,
+    #[arg(long, default_value = "default")]
+    keyspace: String,
+    /// Predicate, e.g. "venue IN ('VLDB','SIGMOD') AND year BETWEEN 2000 AND 2010".
+    #[arg(long = "where")]
+    predicate: Option<String>,
+    /// Fields to return, comma-separated paths, e.g. "title,year,authors[0]".
+    #[arg(long)]
+    select: Option<String>,
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    #[arg(long)]
+    reverse: bool,
+    /// Result batch size in bytes (a multiple of 4096).
+    #[arg(long, default_value_t = 256 << 10)]
+    batch_bytes: usize,
+}
+
+fn paths(select: &str) -> Result<Vec<Path>> {
+    select
+        .split(',')
+        .map(|field| match parse(&format!("EXISTS {}", field.trim()))? {
+            Predicate::Exists(p) => Ok(p),
+            _ => bail!("--select: {field:?} is not a field path"),
+        })
+        .collect()
+}
+
+pub fn run(args: &QueryArgs) -> Result<()> {
+    // Bad expressions fail before the store is opened.
+    let predicate = args
+        .predicate
+        .as_deref()
+        .map(parse)
+        .transpose()?
+        .map(|p| JsonPredicate::compile(&p));
+    let projection = args
+        .select
+        .as_deref()
+        .map(paths)
+        .transpose()?
+        .map(|p| Projection::new(&p));
+    let store = Store::open_on(open_devices(&args.devices)?, &StoreConfig::default())?;
+    let def = store.keyspace_def(&args.keyspace)?;
+    if (predicate.is_some() || projection.is_some()) && def.format != ValueFormat::Json {
+        bail!(
+            "keyspace {} holds {:?} values: --where and --select read fields of JSON keyspaces",
+            args.keyspace,
+            def.format
+        );
+    }
+    let spec = ScanSpec {
+        keyspace: def.id,
+        range: (Bound::Unbounded, Bound::Unbounded),
+        reverse: args.reverse,
+        predicate: predicate.as_ref(),
+        projection: projection.as_ref(),
+        limit: args.limit,
+        batch_bytes: args.batch_bytes,
+    };
+    let start = Instant::now();
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let stats = scan::scan(&store, &spec, &mut |batch| {
+        for (k, v) in batch.rows() {
+            let key: String = match std::str::from_utf8(k) {
+                Ok(s) if !s.chars().any(char::is_control) => s.into(),
+                _ => k.iter().map(|b| format!("{b:02x}")).collect(),
+            };
+            writeln!(out, "{key}\t{}", String::from_utf8_lossy(v))
+                .map_err(|e| scan::ScanError::Sink(e.to_string()))?;
+        }
+        Ok(())
+    })?;
+    eprintln!(
+        "{} rows of {} examined ({} bytes), {} bytes handed over in {} batches, {:.1} ms",
+        stats.rows_returned,
+        stats.rows_examined,
+        stats.bytes_examined,
+        stats.bytes_returned,
+        stats.batches,
+        start.elapsed().as_secs_f64() * 1e3
+    );
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! SCAN with a predicate, a projection and a limit, run inside the engine.
+//! Each pair is examined where the store's iterator holds it (no copy, no
+//! allocation per pair); only matching pairs are copied out — projected to
+//! the fields asked for — into result batches handed over whole.
+//!
+//! ## Result batch encoding
+//!
+//! A batch is a multiple of 4096 bytes, little-endian:
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 4 | magic `"SLRB"` |
+//! | 4 | 4 | rows |
+//! | 8 | 4 | bytes used, header included |
+//! | 12 | 4 | zero |
+//! | 16 | … | per row: `u32` key length, `u32` value length, key, value |
+//! | used | … | zero padding to the batch size |
+//!
+//! A batch is cut when the next row would pass the batch size; a row larger
+//! than that gets a batch of its own, rounded up to 4096 bytes.
+
+use crate::expr::{Path, Step};
+use crate::json::{JsonPredicate, MalformedJson};
+use sluice_store::{Store, StoreError};
+use sonic_rs::PointerNode;
+use std::ops::Bound;
+
+pub const BATCH_ALIGN_BYTES: usize = 4096;
+pub const BATCH_HEADER_BYTES: usize = 16;
+const MAGIC: &[u8; 4] = b"SLRB";
+/// Largest batch a scan may be asked for.
+pub const MAX_BATCH_BYTES: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("key {key}: {error}")]
+    Malformed { key: String, error: MalformedJson },
+    #[error("batch size {0} bytes: use a multiple of 4096 from 4096 to 64 MiB")]
+    BatchSize(usize),
+    #[error("not a result batch: {0}")]
+    BadBatch(&'static str),
+    /// The consumer of the batches failed (writing them out, say).
+    #[error("handing results over: {0}")]
+    Sink(String),
+}
+
+/// Fields to keep of each matching JSON document: the result is an object
+/// with one member per path found, named by the path as written.
+#[derive(Debug, Clone)]
+pub struct Projection {
+    fields: Vec<(String, Vec<PointerNode>)>,
+}
+
+impl Projection {
+    pub fn new(paths: &[Path]) -> Self {
+        Projection {
+            fields: paths
+                .iter()
+                .map(|p| {
+                    let pointer = p
+                        .steps
+                        .iter()
+                        .map(|s| match s {
+                            Step::Key(k) => PointerNode::Key(k.clone().into()),
+                            Step::Index(i) => PointerNode::Index(*i),
+                        })
+                        .collect();
+                    (p.to_string(), pointer)
+                })
+                .collect(),
+        }
+    }
+
+    /// Appends the projected document to `out`.
+    fn apply(&self, doc: &[u8], out: &mut Vec<u8>) -> Result<(), MalformedJson> {
+        out.push(b'{');
+        let mut first = true;
+        for (name, pointer) in &self.fields {
+            let value = match sonic_rs::get_from_slice(doc, pointer) {
+                Ok(v) => v,
+                Err(e) if e.is_not_found() || e.is_unmatched_type() => continue,
+                Err(e) => return Err(MalformedJson(e.to_string())),
+            };
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend_from_slice(sonic_rs::to_string(name).expect("a string").as_bytes());
+            out.push(b':');
+            out.extend_from_slice(value.as_raw_str().as_bytes());
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+/// One SCAN.
+pub struct ScanSpec<'a> {
+    pub keyspace: u32,
+    pub range: (Bound<&'a [u8]>, Bound<&'a [u8]>),
+    pub reverse: bool,
+    pub predicate: Option<&'a JsonPredicate>,
+    pub projection: Option<&'a Projection>,
+    pub limit: usize,
+    /// Size of each result batch (a multiple of 4096).
+    pub batch_bytes: usize,
+}
+
+/// What a scan looked at and what it handed over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    pub rows_examined: u64,
+    pub bytes_examined: u64,
+    pub rows_returned: u64,
+    /// Bytes of the batches handed over, padding included.
+    pub bytes_returned: u64,
+    pub batches: u64,
+}
+
+/// Rows in the batch encoding above.
+#[derive(Debug, Clone)]
+pub struct ResultBatch {
+    bytes: Vec<u8>,
+}
+
+impl ResultBatch {
+    fn with_capacity(batch_bytes: usize) -> Self {
+        let mut bytes = Vec::with_capacity(batch_bytes);
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&[0; BATCH_HEADER_BYTES - 4]);
+        ResultBatch { bytes }
+    }
+
+    fn rows_count(&self) -> u32 {
+        u32::from_le_bytes(self.bytes[4..8].try_into().expect("4"))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rows_count() == 0
+    }
+
+    fn used(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.bytes
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.bytes
+            .extend_from_slice(&(value.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+        let rows = self.rows_count() + 1;
+        self.bytes[4..8].copy_from_slice(&rows.to_le_bytes());
+    }
+
+    /// Seals the batch: used length in the header, padding to 4 KiB.
+    fn seal(mut self) -> Self {
+        let used = self.bytes.len() as u32;
+        self.bytes[8..12].copy_from_slice(&used.to_le_bytes());
+        let padded = self.bytes.len().div_ceil(BATCH_ALIGN_BYTES) * BATCH_ALIGN_BYTES;
+        self.bytes.resize(padded, 0);
+        self
+    }
+
+    /// The encoded batch, a multiple of 4096 bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Checks an encoded batch received from elsewhere.
+    pub fn decode(bytes: Vec<u8>) -> Result<Self, ScanError> {
+        if bytes.len() < BATCH_HEADER_BYTES || bytes.len() % BATCH_ALIGN_BYTES != 0 {
+            return Err(ScanError::BadBatch("length is not a multiple of 4096"));
+        }
+        if &bytes[..4] != MAGIC {
+            return Err(ScanError::BadBatch("no SLRB magic"));
+        }
+        let used = u32::from_le_bytes(bytes[8..12].try_into().expect("4")) as usize;
+        if !(BATCH_HEADER_BYTES..=bytes.len()).contains(&used) {
+            return Err(ScanError::BadBatch("used length out of range"));
+        }
+        let batch = ResultBatch { bytes };
+        let (mut at, mut rows) = (BATCH_HEADER_BYTES, 0);
+        while at < used {
+            let len = |o: usize| {
+                batch
+                    .bytes
+                    .get(o..o + 4)
+                    .map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize)
+            };
+            let (k, v) = (len(at), len(at + 4));
+            let (Some(k), Some(v)) = (k, v) else {
+                return Err(ScanError::BadBatch("row header runs past the used length"));
+            };
+            at += 8 + k + v;
+            rows += 1;
+        }
+        if at != used || rows != batch.rows_count() {
+            return Err(ScanError::BadBatch("rows do not add up to the header"));
+        }
+        Ok(batch)
+    }
+
+    /// The rows: (key, value).
+    pub fn rows(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        let used = u32::from_le_bytes(self.bytes[8..12].try_into().expect("4")) as usize;
+        let mut at = BATCH_HEADER_BYTES;
+        std::iter::from_fn(move || {
+            if at >= used {
+                return None;
+            }
+            let len =
+                |o: usize| u32::from_le_bytes(self.bytes[o..o + 4].try_into().expect("4")) as usize;
+            let (k, v) = (len(at), len(at + 4));
+            let key = &self.bytes[at + 8..at + 8 + k];
+            let value = &self.bytes[at + 8 + k..at + 8 + k + v];
+            at += 8 + k + v;
+            Some((key, value))
+        })
+    }
+}
+
+fn key_text(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(s) if !s.chars().any(char::is_control) => s.to_string(),
+        _ => key.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+/// Runs the scan, handing each full batch to `emit`.
+pub fn scan(
+    store: &Store,
+    spec: &ScanSpec<'_>,
+    emit: &mut dyn FnMut(ResultBatch) -> Result<(), ScanError>,
+) -> Result<ScanStats, ScanError> {
+    let b = spec.batch_bytes;
+    if b < BATCH_ALIGN_BYTES || b > MAX_BATCH_BYTES || b % BATCH_ALIGN_BYTES != 0 {
+        return Err(ScanError::BatchSize(b));
+    }
+    let snapshot = store.snapshot();
+    let mut iter = store.iter(spec.keyspace, spec.range, &snapshot, spec.reverse);
+    let mut stats = ScanStats::default();
+    let mut batch = ResultBatch::with_capacity(b);
+    // The projected value of the current row (reused).
+    let mut projected: Vec<u8> = Vec::new();
+    let mut hand_over = |batch: ResultBatch, stats: &mut ScanStats| {
+        let sealed = batch.seal();
+        stats.bytes_returned += sealed.bytes.len() as u64;
+        stats.batches += 1;
+        emit(sealed)
+    };
+    while stats.rows_returned < spec.limit as u64 {
+        let Some((key, value)) = iter.next_ref()? else {
+            break;
+        };
+        stats.rows_examined += 1;
+        stats.bytes_examined += (key.len() + value.len()) as u64;
+        let malformed = |error| ScanError::Malformed {
+            key: key_text(key),
+            error,
+        };
+        if let Some(p) = spec.predicate {
+            if !p.matches(value).map_err(malformed)? {
+                continue;
+            }
+        }
+        let row_value: &[u8] = match spec.projection {
+            Some(proj) => {
+                projected.clear();
+                proj.apply(value, &mut projected).map_err(malformed)?;
+                &projected
+            }
+            None => value,
+        };
+        // Rows never straddle batches: a row that does not fit closes the
+        // batch first.
+        if !batch.is_empty() && batch.used() + 8 + key.len() + row_value.len() > b {
+            let full = std::mem::replace(&mut batch, ResultBatch::with_capacity(b));
+            hand_over(full, &mut stats)?;
+        }
+        batch.push(key, row_value);
+        stats.rows_returned += 1;
+    }
+    if !batch.is_empty() {
+        hand_over(batch, &mut stats)?;
+    }
+    Ok(stats)
+}
