@@ -3,6 +3,7 @@
 
 use crate::kv::open_devices;
 use anyhow::{bail, Result};
+use sluice_ndp::aggregate::{aggregate, parse_aggregates, AggregateSpec};
 use sluice_ndp::expr::Path;
 use sluice_ndp::scan::{self, Projection, ScanSpec};
 use sluice_ndp::{parse, JsonPredicate, Predicate};
@@ -31,6 +32,12 @@ pub struct QueryArgs {
     /// Result batch size in bytes (a multiple of 4096).
     #[arg(long, default_value_t = 256 << 10)]
     batch_bytes: usize,
+    /// Aggregates instead of rows, e.g. "count(*),avg(year),max(year)".
+    #[arg(long, conflicts_with = "select")]
+    aggregate: Option<String>,
+    /// With --aggregate: one row per value of this field.
+    #[arg(long, requires = "aggregate")]
+    group_by: Option<String>,
 }
 
 fn paths(select: &str) -> Result<Vec<Path>> {
@@ -57,14 +64,55 @@ pub fn run(args: &QueryArgs) -> Result<()> {
         .map(paths)
         .transpose()?
         .map(|p| Projection::new(&p));
+    let aggregates = args
+        .aggregate
+        .as_deref()
+        .map(parse_aggregates)
+        .transpose()?;
+    let group_by = match args.group_by.as_deref().map(paths).transpose()? {
+        Some(mut p) if p.len() == 1 => p.pop(),
+        Some(_) => bail!("--group-by takes one field"),
+        None => None,
+    };
     let store = Store::open_on(open_devices(&args.devices)?, &StoreConfig::default())?;
     let def = store.keyspace_def(&args.keyspace)?;
-    if (predicate.is_some() || projection.is_some()) && def.format != ValueFormat::Json {
+    let reads_fields = predicate.is_some() || projection.is_some() || aggregates.is_some();
+    if reads_fields && def.format != ValueFormat::Json {
         bail!(
-            "keyspace {} holds {:?} values: --where and --select read fields of JSON keyspaces",
+            "keyspace {} holds {:?} values: --where, --select and --aggregate read fields of JSON keyspaces",
             args.keyspace,
             def.format
         );
+    }
+    if let Some(aggs) = &aggregates {
+        let spec = AggregateSpec {
+            keyspace: def.id,
+            range: (Bound::Unbounded, Bound::Unbounded),
+            predicate: predicate.as_ref(),
+            aggregates: aggs,
+            group_by: group_by.as_ref(),
+        };
+        let start = Instant::now();
+        let (rows, stats) = aggregate(&store, &spec)?;
+        let names: Vec<String> = aggs.iter().map(|a| a.to_string()).collect();
+        let group = args.group_by.as_deref().unwrap_or("");
+        println!("{group}\t{}", names.join("\t"));
+        for row in rows {
+            let values: Vec<String> = row.values.iter().map(|v| v.to_string()).collect();
+            println!(
+                "{}\t{}",
+                row.group.as_deref().unwrap_or("null"),
+                values.join("\t")
+            );
+        }
+        eprintln!(
+            "{} rows matched of {} examined ({} bytes), {:.1} ms",
+            stats.rows_returned,
+            stats.rows_examined,
+            stats.bytes_examined,
+            start.elapsed().as_secs_f64() * 1e3
+        );
+        return Ok(());
     }
     let spec = ScanSpec {
         keyspace: def.id,

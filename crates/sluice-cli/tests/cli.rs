@@ -412,4 +412,39 @@ fn papers_generate_writes_a_database_kv_and_query_read() {
         ],
         &["keyspace refs holds Raw values"],
     );
+    // Aggregates in the engine: one row per group comes out.
+    let out = sluice()
+        .args(["query", "--device", d, "--keyspace", "papers"])
+        .args([
+            "--aggregate",
+            "count(*),min(year),max(year)",
+            "--group-by",
+            "venue",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let mut lines = table.lines();
+    assert_eq!(lines.next(), Some("venue\tcount(*)\tmin(year)\tmax(year)"));
+    let total: u64 = lines
+        .map(|l| l.split('\t').nth(1).unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, 2000, "{table}");
+    fails_with(
+        &[
+            "query",
+            "--device",
+            d,
+            "--keyspace",
+            "papers",
+            "--aggregate",
+            "median(year)",
+        ],
+        &["column 1", "unknown aggregate \"median\""],
+    );
 }

@@ -122,7 +122,7 @@ impl Predicate {
 
 /// A predicate that does not parse: where, and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("predicate {text:?}, column {column}: {message}")]
+#[error("{text:?}, column {column}: {message}")]
 pub struct ParseError {
     pub text: String,
     /// 1-based, in characters.

@@ -10,9 +10,11 @@
 //! over the store's iterator without copying non-matching pairs out, into
 //! 4 KiB-multiple result batches of a documented encoding ([`scan`]), and
 //! the seeded research-paper data set of the nKV demonstration
-//! ([`papers`]). Accessors over raw SST blocks, aggregates, graph
-//! operators and parallel scans come next (issue 5).
+//! ([`papers`]), and COUNT/SUM/MIN/MAX/AVG with GROUP BY ([`aggregate`]).
+//! Accessors over raw SST blocks, graph operators and parallel scans come
+//! next (issue 5).
 
+pub mod aggregate;
 pub mod expr;
 pub mod json;
 pub mod papers;

@@ -223,7 +223,7 @@ impl ResultBatch {
     }
 }
 
-fn key_text(key: &[u8]) -> String {
+pub(crate) fn key_text(key: &[u8]) -> String {
     match std::str::from_utf8(key) {
         Ok(s) if !s.chars().any(char::is_control) => s.to_string(),
         _ => key.iter().map(|b| format!("{b:02x}")).collect(),

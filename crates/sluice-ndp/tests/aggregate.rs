@@ -1,0 +1,180 @@
+//! Aggregates with and without GROUP BY against a reference that parses
+//! every document whole; the aggregate list's parser and its errors.
+
+use serde_json::Value;
+use sluice_io::{Device, MemoryDevice};
+use sluice_ndp::aggregate::{self, parse_aggregates, AggValue, AggregateSpec, Func};
+use sluice_ndp::papers::{self, PaperConfig};
+use sluice_ndp::{parse, JsonPredicate, Predicate};
+use sluice_store::{Store, StoreConfig, ValueFormat};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+fn store() -> Store {
+    let cfg = StoreConfig {
+        wal_blocks: 4096,
+        write_buffer_bytes: 1 << 20,
+        ..StoreConfig::default()
+    };
+    Store::create(
+        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
+        &cfg,
+    )
+    .unwrap()
+}
+
+fn as_f64(v: &AggValue) -> Option<f64> {
+    match v {
+        AggValue::Int(i) => Some(*i as f64),
+        AggValue::Float(x) => Some(*x),
+        AggValue::Null => None,
+    }
+}
+
+#[test]
+fn grouped_aggregates_match_a_full_parse_reference() {
+    let s = store();
+    papers::generate(&s, &PaperConfig::demo(4000, 9), &mut |_| {}).unwrap();
+    let ks = papers::keyspaces(&s).unwrap().papers;
+    let aggs = parse_aggregates(
+        "count(*), sum(year), avg(year), min(year), max(authors[2]), count(authors[3])",
+    )
+    .unwrap();
+    let pred = JsonPredicate::compile(&parse("year >= 2000 AND NOT venue PREFIX 'S'").unwrap());
+    let venue = match parse("EXISTS venue").unwrap() {
+        Predicate::Exists(p) => p,
+        _ => unreachable!(),
+    };
+    let spec = AggregateSpec {
+        keyspace: ks,
+        range: (Bound::Unbounded, Bound::Unbounded),
+        predicate: Some(&pred),
+        aggregates: &aggs,
+        group_by: Some(&venue),
+    };
+    let (rows, stats) = aggregate::aggregate(&s, &spec).unwrap();
+    assert_eq!(stats.rows_examined, 4000);
+    // Reference: (count, sum year, min year, max authors[2], count authors[3]) per venue.
+    let mut want: BTreeMap<String, (u64, u64, u64, Option<u64>, u64)> = BTreeMap::new();
+    for (_, v) in s
+        .scan(
+            ks,
+            (Bound::Unbounded, Bound::Unbounded),
+            &s.snapshot(),
+            false,
+            usize::MAX,
+        )
+        .unwrap()
+    {
+        let d: Value = serde_json::from_slice(&v).unwrap();
+        let (year, venue) = (d["year"].as_u64().unwrap(), d["venue"].as_str().unwrap());
+        if year < 2000 || venue.starts_with('S') {
+            continue;
+        }
+        let e = want
+            .entry(format!("\"{venue}\""))
+            .or_insert((0, 0, u64::MAX, None, 0));
+        e.0 += 1;
+        e.1 += year;
+        e.2 = e.2.min(year);
+        if let Some(a) = d["authors"].get(2).and_then(Value::as_u64) {
+            e.3 = Some(e.3.map_or(a, |m: u64| m.max(a)));
+        }
+        e.4 += u64::from(d["authors"].get(3).is_some());
+    }
+    assert_eq!(rows.len(), want.len());
+    assert_eq!(stats.rows_returned, want.values().map(|w| w.0).sum::<u64>());
+    for (row, (group, w)) in rows.iter().zip(&want) {
+        assert_eq!(row.group.as_deref(), Some(group.as_str()));
+        assert_eq!(row.values[0], AggValue::Int(w.0 as i128));
+        assert_eq!(
+            row.values[1],
+            AggValue::Int(w.1 as i128),
+            "exact integer sum"
+        );
+        assert!((as_f64(&row.values[2]).unwrap() - w.1 as f64 / w.0 as f64).abs() < 1e-9);
+        assert_eq!(as_f64(&row.values[3]), Some(w.2 as f64));
+        assert_eq!(as_f64(&row.values[4]), w.3.map(|m| m as f64));
+        assert_eq!(row.values[5], AggValue::Int(w.4 as i128));
+    }
+}
+
+#[test]
+fn mixed_types_missing_fields_and_no_group() {
+    let s = store();
+    let ks = s.create_keyspace("docs", ValueFormat::Json, "").unwrap();
+    for (k, v) in [
+        ("a", r#"{"x": 1, "g": "p"}"#),
+        ("b", r#"{"x": 2.5, "g": "p"}"#),
+        ("c", r#"{"x": "three", "g": "q"}"#),
+        ("d", r#"{"x": null}"#),
+        ("e", r#"{"y": 7, "g": null}"#),
+    ] {
+        s.put(ks, k.as_bytes(), v.as_bytes()).unwrap();
+    }
+    let aggs = parse_aggregates("count(*), count(x), sum(x), avg(x), min(x), max(x), sum(nothing)")
+        .unwrap();
+    let spec = AggregateSpec {
+        keyspace: ks,
+        range: (Bound::Unbounded, Bound::Unbounded),
+        predicate: None,
+        aggregates: &aggs,
+        group_by: None,
+    };
+    let (rows, _) = aggregate::aggregate(&s, &spec).unwrap();
+    assert_eq!(rows.len(), 1);
+    let v = &rows[0].values;
+    assert_eq!(v[0], AggValue::Int(5));
+    assert_eq!(v[1], AggValue::Int(3), "x present and not null in a, b, c");
+    assert_eq!(v[2], AggValue::Float(3.5), "a float makes the sum a float");
+    assert_eq!(v[3], AggValue::Float(1.75));
+    assert_eq!(v[4], AggValue::Int(1));
+    assert_eq!(v[5], AggValue::Float(2.5));
+    assert_eq!(v[6], AggValue::Null, "no numbers: null");
+    // Grouped: missing and null group fields share the group None.
+    let g = match parse("EXISTS g").unwrap() {
+        Predicate::Exists(p) => p,
+        _ => unreachable!(),
+    };
+    let count = parse_aggregates("count(*)").unwrap();
+    let spec = AggregateSpec {
+        group_by: Some(&g),
+        aggregates: &count,
+        ..spec
+    };
+    let (rows, _) = aggregate::aggregate(&s, &spec).unwrap();
+    let got: Vec<(Option<String>, AggValue)> = rows
+        .into_iter()
+        .map(|r| (r.group, r.values[0].clone()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (None, AggValue::Int(2)),
+            (Some("\"p\"".into()), AggValue::Int(2)),
+            (Some("\"q\"".into()), AggValue::Int(1)),
+        ]
+    );
+}
+
+#[test]
+fn aggregate_lists_parse_and_bad_ones_say_where() {
+    let a = parse_aggregates(" COUNT(*) ,avg( meta.year ),max(authors[0])").unwrap();
+    assert_eq!(a.len(), 3);
+    assert_eq!(a[0].func, Func::Count);
+    assert!(a[0].path.is_none());
+    assert_eq!(a[1].to_string(), "avg(meta.year)");
+    assert_eq!(a[2].to_string(), "max(authors[0])");
+    for (text, column, needle) in [
+        ("count(*), median(x)", 11, "unknown aggregate \"median\""),
+        ("sum(*)", 5, "only count takes *"),
+        ("count(x", 8, "expected \")\""),
+        ("year", 1, "expected name(field)"),
+        ("avg(a b)", 5, "\"a b\" is not a field path"),
+    ] {
+        let e = parse_aggregates(text).unwrap_err();
+        assert_eq!(e.column, column, "{text}: {e}");
+        assert!(e.to_string().contains(needle), "{text}: {e}");
+    }
+}
