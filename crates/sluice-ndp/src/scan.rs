@@ -237,7 +237,7 @@ pub fn scan(
     emit: &mut dyn FnMut(ResultBatch) -> Result<(), ScanError>,
 ) -> Result<ScanStats, ScanError> {
     let b = spec.batch_bytes;
-    if b < BATCH_ALIGN_BYTES || b > MAX_BATCH_BYTES || b % BATCH_ALIGN_BYTES != 0 {
+    if !(BATCH_ALIGN_BYTES..=MAX_BATCH_BYTES).contains(&b) || b % BATCH_ALIGN_BYTES != 0 {
         return Err(ScanError::BatchSize(b));
     }
     let snapshot = store.snapshot();
