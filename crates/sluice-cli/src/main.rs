@@ -2,6 +2,7 @@
 //! call a crate, print.
 
 mod bench;
+mod graph;
 mod kv;
 mod papers;
 mod query;
@@ -36,6 +37,8 @@ enum Command {
     Papers(papers::PapersArgs),
     /// SCAN a keyspace with a predicate, a projection and a limit, run in the engine.
     Query(query::QueryArgs),
+    /// BFS and Betweenness Centrality over an edge keyspace.
+    Graph(graph::GraphArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
 }
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
         Command::Kv(args) => kv::run(&args),
         Command::Papers(args) => papers::run(&args),
         Command::Query(args) => query::run(&args),
+        Command::Graph(args) => graph::run(&args),
         Command::Probe => {
             print_probe();
             Ok(())

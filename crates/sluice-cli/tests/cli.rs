@@ -447,4 +447,22 @@ fn papers_generate_writes_a_database_kv_and_query_read() {
         ],
         &["column 1", "unknown aggregate \"median\""],
     );
+    // Graph operators on the references.
+    let bc = run(&["graph", "--device", d, "bc", "--top", "3"]);
+    let mut lines = bc.lines();
+    assert_eq!(lines.next(), Some("id\tbetweenness"));
+    let scores: Vec<f64> = lines
+        .map(|l| l.split('\t').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(scores.len(), 3);
+    assert!(
+        scores.windows(2).all(|w| w[0] >= w[1]) && scores[0] > 0.0,
+        "{bc}"
+    );
+    let bfs = run(&["graph", "--device", d, "bfs", "--from", "0", "--depth", "1"]);
+    assert!(bfs.lines().nth(1) == Some("0\t0"), "{bfs}");
+    fails_with(
+        &["graph", "--device", d, "--memory-mib", "0", "bc"],
+        &["memory budget", "raise the budget"],
+    );
 }

@@ -10,12 +10,15 @@
 //! over the store's iterator without copying non-matching pairs out, into
 //! 4 KiB-multiple result batches of a documented encoding ([`scan`]), and
 //! the seeded research-paper data set of the nKV demonstration
-//! ([`papers`]), and COUNT/SUM/MIN/MAX/AVG with GROUP BY ([`aggregate`]).
-//! Accessors over raw SST blocks, graph operators and parallel scans come
-//! next (issue 5).
+//! ([`papers`]), COUNT/SUM/MIN/MAX/AVG with GROUP BY ([`aggregate`]), and
+//! graph operators on an adjacency built by one scan of an edge keyspace
+//! ([`graph`]: neighbours, BFS, Betweenness Centrality exact and sampled).
+//! Accessors over raw SST blocks, pipelines and parallel scans come next
+//! (issue 5).
 
 pub mod aggregate;
 pub mod expr;
+pub mod graph;
 pub mod json;
 pub mod papers;
 pub mod scan;

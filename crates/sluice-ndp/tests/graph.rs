@@ -1,0 +1,204 @@
+//! Graph operators: Brandes against the definition of Betweenness
+//! Centrality on random small graphs, sampling, BFS against one prefix scan
+//! per vertex, and the memory budget.
+
+use proptest::prelude::*;
+use sluice_io::{Device, MemoryDevice};
+use sluice_ndp::graph::{Csr, GraphError};
+use sluice_ndp::papers::{self, PaperConfig};
+use sluice_store::{Store, StoreConfig};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// BC by its definition: all-pairs shortest path counts by BFS, then
+/// Σ σ_st(v)/σ_st over s ≠ v ≠ t with d(s,v) + d(v,t) = d(s,t).
+fn reference_bc(g: &Csr) -> Vec<f64> {
+    let n = g.vertices();
+    let mut dist = vec![vec![u32::MAX; n]; n];
+    let mut sigma = vec![vec![0f64; n]; n];
+    for s in 0..n {
+        dist[s][s] = 0;
+        sigma[s][s] = 1.0;
+        let mut q = VecDeque::from([s]);
+        while let Some(v) = q.pop_front() {
+            for &w in g.neighbours(v as u32) {
+                let w = w as usize;
+                if dist[s][w] == u32::MAX {
+                    dist[s][w] = dist[s][v] + 1;
+                    q.push_back(w);
+                }
+                if dist[s][w] == dist[s][v] + 1 {
+                    sigma[s][w] += sigma[s][v];
+                }
+            }
+        }
+    }
+    (0..n)
+        .map(|v| {
+            let mut b = 0.0;
+            for s in 0..n {
+                for t in 0..n {
+                    if s == v || t == v || s == t || dist[s][t] == u32::MAX {
+                        continue;
+                    }
+                    if dist[s][v] != u32::MAX
+                        && dist[v][t] != u32::MAX
+                        && dist[s][v] + dist[v][t] == dist[s][t]
+                    {
+                        b += sigma[s][v] * sigma[v][t] / sigma[s][t];
+                    }
+                }
+            }
+            b
+        })
+        .collect()
+}
+
+fn graph(n: usize, edges: &[(u32, u32)]) -> Csr {
+    let edges: Vec<(u32, u32)> = edges
+        .iter()
+        .map(|&(s, t)| (s % n as u32, t % n as u32))
+        .filter(|(s, t)| s != t)
+        .collect();
+    Csr::from_edges((0..n as u64).collect(), edges)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn brandes_matches_the_definition(n in 1usize..14, edges in prop::collection::vec((any::<u32>(), any::<u32>()), 0..60)) {
+        let g = graph(n, &edges);
+        let got = g.betweenness();
+        let want = reference_bc(&g);
+        for v in 0..n {
+            prop_assert!((got[v] - want[v]).abs() < 1e-9, "vertex {}: {} vs {}", v, got[v], want[v]);
+        }
+        // Every vertex as a source: the sampled estimate is the exact value.
+        let all = g.betweenness_sampled(n, 5).unwrap();
+        for v in 0..n {
+            prop_assert!((all[v] - want[v]).abs() < 1e-9);
+        }
+    }
+}
+
+#[test]
+fn known_values_and_sample_sizes() {
+    // a -> b -> c, a -> d -> c: b and d each carry half of a's paths to c.
+    let g = Csr::from_edges(vec![10, 11, 12, 13], vec![(0, 1), (1, 2), (0, 3), (3, 2)]);
+    assert_eq!(g.betweenness(), vec![0.0, 0.5, 0.0, 0.5]);
+    assert!(matches!(
+        g.betweenness_sampled(0, 1),
+        Err(GraphError::BadSampleSize(0))
+    ));
+    assert!(matches!(
+        g.betweenness_sampled(5, 1),
+        Err(GraphError::BadSampleSize(5))
+    ));
+    // The estimator averages to the exact value over many draws.
+    let edges: Vec<(u32, u32)> = (0..40u32)
+        .flat_map(|v| [(v, (v * 7 + 1) % 40), (v, (v * 3 + 2) % 40)])
+        .collect();
+    let g = graph(40, &edges);
+    let exact = g.betweenness();
+    let top = (0..40)
+        .max_by(|&a, &b| exact[a].total_cmp(&exact[b]))
+        .unwrap();
+    let mean: f64 = (0..400)
+        .map(|seed| g.betweenness_sampled(10, seed).unwrap()[top])
+        .sum::<f64>()
+        / 400.0;
+    assert!(
+        (mean - exact[top]).abs() < 0.1 * exact[top],
+        "mean {mean} vs exact {}",
+        exact[top]
+    );
+}
+
+fn paper_store(papers: u64) -> Store {
+    let cfg = StoreConfig {
+        wal_blocks: 4096,
+        write_buffer_bytes: 1 << 20,
+        ..StoreConfig::default()
+    };
+    let s = Store::create(
+        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
+        &cfg,
+    )
+    .unwrap();
+    papers::generate(&s, &PaperConfig::demo(papers, 21), &mut |_| {}).unwrap();
+    s
+}
+
+#[test]
+fn one_scan_builds_the_graph_bfs_agrees_with_a_scan_per_vertex() {
+    let s = paper_store(1500);
+    let refs = papers::keyspaces(&s).unwrap().refs;
+    let g = Csr::build(&s, refs, 64 << 20, &mut |_, _| true).unwrap();
+    let all = s
+        .scan(
+            refs,
+            (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded),
+            &s.snapshot(),
+            false,
+            usize::MAX,
+        )
+        .unwrap();
+    assert_eq!(g.edges(), all.len());
+    // Reference BFS: the neighbours of each vertex by a prefix scan.
+    let start = 1400u64;
+    let mut want: BTreeMap<u64, u32> = BTreeMap::from([(start, 0)]);
+    let mut frontier = vec![start];
+    for depth in 1..=3u32 {
+        let mut next = Vec::new();
+        for v in frontier {
+            for (k, _) in s
+                .scan_prefix(refs, &v.to_be_bytes(), &s.snapshot(), usize::MAX)
+                .unwrap()
+            {
+                let t = u64::from_be_bytes(k[8..].try_into().unwrap());
+                if !want.contains_key(&t) {
+                    want.insert(t, depth);
+                    next.push(t);
+                }
+            }
+        }
+        frontier = next;
+    }
+    let got: BTreeMap<u64, u32> = g
+        .bfs(g.vertex(start).unwrap(), 3)
+        .into_iter()
+        .map(|(v, d)| (g.ids[v as usize], d))
+        .collect();
+    assert_eq!(got, want);
+    assert!(got.len() > 20, "{}", got.len());
+    // A subgraph: only citations between papers 1000 and up.
+    let sub = Csr::build(&s, refs, 64 << 20, &mut |a, b| a >= 1000 && b >= 1000).unwrap();
+    assert!(sub.ids.iter().all(|&id| id >= 1000));
+    assert!(sub.edges() < g.edges());
+    assert!(matches!(
+        g.vertex(999_999),
+        Err(GraphError::UnknownVertex(999_999))
+    ));
+}
+
+#[test]
+fn a_graph_past_the_memory_budget_is_refused() {
+    let s = paper_store(500);
+    let refs = papers::keyspaces(&s).unwrap().refs;
+    let e = Csr::build(&s, refs, 4096, &mut |_, _| true).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GraphError::TooLarge {
+                budget_bytes: 4096,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("raise the budget"), "{e}");
+    let papers_ks = papers::keyspaces(&s).unwrap().papers;
+    let e = Csr::build(&s, papers_ks, 1 << 30, &mut |_, _| true).unwrap_err();
+    assert!(e.to_string().contains("edge key of 8 bytes"), "{e}");
+}
