@@ -157,8 +157,8 @@ fn one_scan_builds_the_graph_bfs_agrees_with_a_scan_per_vertex() {
                 .unwrap()
             {
                 let t = u64::from_be_bytes(k[8..].try_into().unwrap());
-                if !want.contains_key(&t) {
-                    want.insert(t, depth);
+                if let std::collections::btree_map::Entry::Vacant(e) = want.entry(t) {
+                    e.insert(depth);
                     next.push(t);
                 }
             }
