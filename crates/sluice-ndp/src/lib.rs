@@ -17,6 +17,7 @@
 //! (issue 5).
 
 pub mod aggregate;
+pub mod demo;
 pub mod expr;
 pub mod graph;
 pub mod json;

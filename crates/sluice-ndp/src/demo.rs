@@ -1,0 +1,281 @@
+//! The nKV demonstration scenario on the paper data set: pick a venue and
+//! a year, find the most central paper of that year (SCAN → BC), show its
+//! details (GET), list other papers of the same venue and year and of the
+//! same first author (SCAN). Each step runs in the engine; the same steps
+//! done the "block stack" way — every record pulled out through the plain
+//! iterator and parsed whole on the host — are timed beside it.
+
+use crate::expr::{parse, Literal, Path, Predicate, Step};
+use crate::graph::{Csr, GraphError};
+use crate::json::JsonPredicate;
+use crate::papers::{self, id_key};
+use crate::scan::{self, Projection, ScanSpec, ScanStats};
+use sluice_store::Store;
+use std::collections::HashSet;
+use std::ops::Bound;
+use std::time::{Duration, Instant};
+
+/// What the scenario asks.
+#[derive(Debug, Clone)]
+pub struct DemoQuery {
+    pub venue: String,
+    pub year: u32,
+    /// BC sources to sample (None: exact).
+    pub sources: Option<usize>,
+    pub seed: u64,
+    /// Rows of each listing.
+    pub list: usize,
+    pub memory_bytes: u64,
+}
+
+/// What it found, and what it cost.
+#[derive(Debug, Clone)]
+pub struct DemoReport {
+    pub candidates: usize,
+    /// The most central paper of the venue and year: id, BC, its JSON.
+    pub central: Option<(u64, f64, String)>,
+    pub same_venue_year: Vec<String>,
+    pub same_author: Vec<String>,
+    pub graph_vertices: usize,
+    pub graph_edges: usize,
+    pub ours: Duration,
+    pub ours_bytes_handed_over: u64,
+    pub block_stack: Duration,
+    pub block_stack_bytes_handed_over: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error(transparent)]
+    Scan(#[from] scan::ScanError),
+    #[error(transparent)]
+    Store(#[from] sluice_store::StoreError),
+    #[error("a stored paper is not JSON: {0}")]
+    BadPaper(String),
+    #[error("the engine found paper {ours:?} most central, the host-side run {host:?}")]
+    Disagree {
+        ours: Option<u64>,
+        host: Option<u64>,
+    },
+}
+
+fn field(name: &str) -> Path {
+    Path {
+        steps: vec![Step::Key(name.into())],
+    }
+}
+
+fn venue_year(venue: &str, year: u32) -> Predicate {
+    Predicate::And(vec![
+        Predicate::Cmp {
+            path: field("venue"),
+            op: crate::expr::CmpOp::Eq,
+            value: Literal::Str(venue.into()),
+        },
+        Predicate::Cmp {
+            path: field("year"),
+            op: crate::expr::CmpOp::Eq,
+            value: Literal::Int(year as i64),
+        },
+    ])
+}
+
+/// Runs a SCAN and returns its rows' keys and values.
+fn scan_rows(
+    store: &Store,
+    keyspace: u32,
+    pred: &Predicate,
+    projection: Option<&Projection>,
+    limit: usize,
+    stats: &mut ScanStats,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DemoError> {
+    let compiled = JsonPredicate::compile(pred);
+    let spec = ScanSpec {
+        keyspace,
+        range: (Bound::Unbounded, Bound::Unbounded),
+        reverse: false,
+        predicate: Some(&compiled),
+        projection,
+        limit,
+        batch_bytes: 256 << 10,
+    };
+    let mut rows = Vec::new();
+    let s = scan::scan(store, &spec, &mut |b| {
+        rows.extend(b.rows().map(|(k, v)| (k.to_vec(), v.to_vec())));
+        Ok(())
+    })?;
+    stats.bytes_returned += s.bytes_returned;
+    Ok(rows)
+}
+
+fn paper_id(key: &[u8]) -> u64 {
+    u64::from_be_bytes(key.try_into().unwrap_or([0; 8]))
+}
+
+/// Runs the scenario in the engine, then the block-stack way, and checks
+/// that both found the same.
+pub fn run(store: &Store, q: &DemoQuery) -> Result<DemoReport, DemoError> {
+    let ks = papers::keyspaces(store)?;
+    let start = Instant::now();
+    let mut stats = ScanStats::default();
+    // SCAN: the venue's papers of the year, ids only.
+    let only_id = Projection::new(&[field("id")]);
+    let candidates: HashSet<u64> = scan_rows(
+        store,
+        ks.papers,
+        &venue_year(&q.venue, q.year),
+        Some(&only_id),
+        usize::MAX,
+        &mut stats,
+    )?
+    .iter()
+    .map(|(k, _)| paper_id(k))
+    .collect();
+    // BC over the citation graph, kept in the engine; the most central
+    // candidate comes out.
+    let g = Csr::build(store, ks.refs, q.memory_bytes, &mut |_, _| true)?;
+    let bc = match q.sources {
+        Some(k) => g.betweenness_sampled(k.min(g.vertices()).max(1), q.seed)?,
+        None => g.betweenness(),
+    };
+    let best = (0..g.vertices())
+        .filter(|&v| candidates.contains(&g.ids[v]))
+        .max_by(|&a, &b| bc[a].total_cmp(&bc[b]).then(b.cmp(&a)))
+        .map(|v| (g.ids[v], bc[v]));
+    let mut report = DemoReport {
+        candidates: candidates.len(),
+        central: None,
+        same_venue_year: Vec::new(),
+        same_author: Vec::new(),
+        graph_vertices: g.vertices(),
+        graph_edges: g.edges(),
+        ours: Duration::ZERO,
+        ours_bytes_handed_over: 0,
+        block_stack: Duration::ZERO,
+        block_stack_bytes_handed_over: 0,
+    };
+    if let Some((id, score)) = best {
+        // GET its details.
+        let doc = store.get(ks.papers, &id_key(id))?.unwrap_or_default();
+        stats.bytes_returned += doc.len() as u64;
+        let doc = String::from_utf8_lossy(&doc).into_owned();
+        let first_author =
+            sonic_rs::get_from_slice(doc.as_bytes(), sonic_rs::pointer!["authors", 0])
+                .ok()
+                .and_then(|v| v.as_raw_str().parse::<i64>().ok());
+        report.central = Some((id, score, doc));
+        // SCAN: others of the venue and year, and of the first author.
+        let title = Projection::new(&[field("id"), field("title"), field("venue"), field("year")]);
+        let not_it = |p: Predicate| {
+            Predicate::And(vec![
+                p,
+                Predicate::Cmp {
+                    path: field("id"),
+                    op: crate::expr::CmpOp::Ne,
+                    value: Literal::Int(id as i64),
+                },
+            ])
+        };
+        let rows = scan_rows(
+            store,
+            ks.papers,
+            &not_it(venue_year(&q.venue, q.year)),
+            Some(&title),
+            q.list,
+            &mut stats,
+        )?;
+        report.same_venue_year = rows
+            .into_iter()
+            .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+            .collect();
+        if let Some(author) = first_author {
+            let by = parse(&format!("authors[0] = {author}")).expect("a valid predicate");
+            let rows = scan_rows(
+                store,
+                ks.papers,
+                &not_it(by),
+                Some(&title),
+                q.list,
+                &mut stats,
+            )?;
+            report.same_author = rows
+                .into_iter()
+                .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
+                .collect();
+        }
+    }
+    report.ours = start.elapsed();
+    report.ours_bytes_handed_over = stats.bytes_returned;
+    block_stack(store, q, &mut report)?;
+    Ok(report)
+}
+
+/// The same steps with every record pulled out of the store and parsed
+/// whole on the host (the graph fetched edge by edge likewise).
+fn block_stack(store: &Store, q: &DemoQuery, report: &mut DemoReport) -> Result<(), DemoError> {
+    let ks = papers::keyspaces(store)?;
+    let start = Instant::now();
+    let snap = store.snapshot();
+    let mut bytes = 0u64;
+    let mut candidates = HashSet::new();
+    for row in store.iter(
+        ks.papers,
+        (Bound::Unbounded, Bound::Unbounded),
+        &snap,
+        false,
+    ) {
+        let (k, v) = row?;
+        bytes += (k.len() + v.len()) as u64;
+        let d: serde_json::Value =
+            serde_json::from_slice(&v).map_err(|e| DemoError::BadPaper(e.to_string()))?;
+        if d["venue"] == q.venue.as_str() && d["year"] == q.year {
+            candidates.insert(paper_id(&k));
+        }
+    }
+    let mut ids = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    let mut edges = Vec::new();
+    for row in store.iter(ks.refs, (Bound::Unbounded, Bound::Unbounded), &snap, false) {
+        let (k, v) = row?;
+        bytes += (k.len() + v.len()) as u64;
+        let (s, t) = (paper_id(&k[..8]), paper_id(&k[8..]));
+        let mut num = |id: u64| {
+            *index.entry(id).or_insert_with(|| {
+                ids.push(id);
+                (ids.len() - 1) as u32
+            })
+        };
+        let e = (num(s), num(t));
+        edges.push(e);
+    }
+    let g = Csr::from_edges(ids, edges);
+    let bc = match q.sources {
+        Some(k) => g.betweenness_sampled(k.min(g.vertices()).max(1), q.seed)?,
+        None => g.betweenness(),
+    };
+    let best = (0..g.vertices())
+        .filter(|&v| candidates.contains(&g.ids[v]))
+        .max_by(|&a, &b| bc[a].total_cmp(&bc[b]).then(b.cmp(&a)))
+        .map(|v| g.ids[v]);
+    // The listings would pull every paper out again; one more full pass.
+    for row in store.iter(
+        ks.papers,
+        (Bound::Unbounded, Bound::Unbounded),
+        &snap,
+        false,
+    ) {
+        let (k, v) = row?;
+        bytes += (k.len() + v.len()) as u64;
+        let _: serde_json::Value =
+            serde_json::from_slice(&v).map_err(|e| DemoError::BadPaper(e.to_string()))?;
+    }
+    report.block_stack = start.elapsed();
+    report.block_stack_bytes_handed_over = bytes;
+    let ours = report.central.as_ref().map(|c| c.0);
+    if best != ours {
+        return Err(DemoError::Disagree { ours, host: best });
+    }
+    Ok(())
+}
