@@ -82,6 +82,9 @@ fn venue_year(venue: &str, year: u32) -> Predicate {
     ])
 }
 
+/// A key and its value.
+type Pair = (Vec<u8>, Vec<u8>);
+
 /// Runs a SCAN and returns its rows' keys and values.
 fn scan_rows(
     store: &Store,
@@ -90,7 +93,7 @@ fn scan_rows(
     projection: Option<&Projection>,
     limit: usize,
     stats: &mut ScanStats,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, DemoError> {
+) -> Result<Vec<Pair>, DemoError> {
     let compiled = JsonPredicate::compile(pred);
     let spec = ScanSpec {
         keyspace,
