@@ -4,7 +4,8 @@
 use crate::kv::open_devices;
 use anyhow::Result;
 use clap::Subcommand;
-use sluice_ndp::graph::Csr;
+use sluice_ndp::graph::{matching_ids, Csr};
+use sluice_ndp::{parse, JsonPredicate};
 use sluice_store::{Store, StoreConfig};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -19,6 +20,14 @@ pub struct GraphArgs {
     /// Memory the adjacency structure may take, in MiB.
     #[arg(long, default_value_t = 4096)]
     memory_mib: u64,
+    /// Keep only vertices whose document (in --vertices) matches this
+    /// predicate, and the edges among them: a SCAN feeding the graph
+    /// operator, the matching set kept in the engine.
+    #[arg(long = "where")]
+    predicate: Option<String>,
+    /// Keyspace of the vertex documents --where reads.
+    #[arg(long, default_value = "papers")]
+    vertices: String,
     #[command(subcommand)]
     command: GraphCommand,
 }
@@ -49,7 +58,17 @@ pub fn run(args: &GraphArgs) -> Result<()> {
     let store = Store::open_on(open_devices(&args.devices)?, &StoreConfig::default())?;
     let ks = store.keyspace(&args.keyspace)?;
     let start = Instant::now();
-    let g = Csr::build(&store, ks, args.memory_mib << 20, &mut |_, _| true)?;
+    let g = match &args.predicate {
+        Some(text) => {
+            let pred = JsonPredicate::compile(&parse(text)?);
+            let keep = matching_ids(&store, store.keyspace(&args.vertices)?, &pred)?;
+            eprintln!("graph: {} vertices match --where", keep.len());
+            Csr::build(&store, ks, args.memory_mib << 20, &mut |s, t| {
+                keep.contains(&s) && keep.contains(&t)
+            })?
+        }
+        None => Csr::build(&store, ks, args.memory_mib << 20, &mut |_, _| true)?,
+    };
     eprintln!(
         "graph: {} vertices, {} edges, built in {:.1} ms",
         g.vertices(),

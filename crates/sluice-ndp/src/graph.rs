@@ -204,6 +204,39 @@ impl Csr {
     }
 }
 
+/// The ids (8-byte big-endian keys) of the documents in `keyspace` that
+/// satisfy `predicate`: the first stage of a pipeline whose second stage
+/// builds the subgraph among them. The set stays in the engine.
+pub fn matching_ids(
+    store: &Store,
+    keyspace: u32,
+    predicate: &crate::json::JsonPredicate,
+) -> Result<std::collections::HashSet<u64>, GraphError> {
+    let snapshot = store.snapshot();
+    let mut iter = store.iter(
+        keyspace,
+        (Bound::Unbounded, Bound::Unbounded),
+        &snapshot,
+        false,
+    );
+    let mut ids = std::collections::HashSet::new();
+    while let Some((key, value)) = iter.next_ref()? {
+        let matched = predicate
+            .matches(value)
+            .map_err(|error| ScanError::Malformed {
+                key: crate::scan::key_text(key),
+                error,
+            })?;
+        if matched {
+            let Ok(id) = <[u8; 8]>::try_from(key) else {
+                return Err(GraphError::BadEdgeKey(key.len()));
+            };
+            ids.insert(u64::from_be_bytes(id));
+        }
+    }
+    Ok(ids)
+}
+
 /// Buffers of one Brandes pass, reused from source to source.
 struct Brandes {
     dist: Vec<u32>,

@@ -202,3 +202,66 @@ fn a_graph_past_the_memory_budget_is_refused() {
     let e = Csr::build(&s, papers_ks, 1 << 30, &mut |_, _| true).unwrap_err();
     assert!(e.to_string().contains("edge key of 8 bytes"), "{e}");
 }
+
+/// SCAN feeding BC: the matching set stays in the engine and the subgraph
+/// among it gives the same BC as one built from a host-side filter.
+#[test]
+fn a_predicate_selects_the_subgraph_bc_runs_on() {
+    use sluice_ndp::graph::matching_ids;
+    use sluice_ndp::{parse, JsonPredicate};
+    let s = paper_store(2000);
+    let ks = papers::keyspaces(&s).unwrap();
+    let pred = JsonPredicate::compile(
+        &parse("venue IN ('VLDB', 'SIGMOD', 'ICDE', 'FAST') AND year >= 2000").unwrap(),
+    );
+    let keep = matching_ids(&s, ks.papers, &pred).unwrap();
+    let snap = s.snapshot();
+    let all = |k| {
+        s.scan(
+            k,
+            (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded),
+            &snap,
+            false,
+            usize::MAX,
+        )
+        .unwrap()
+    };
+    let want: std::collections::HashSet<u64> = all(ks.papers)
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let d: serde_json::Value = serde_json::from_slice(&v).unwrap();
+            let hit = ["VLDB", "SIGMOD", "ICDE", "FAST"].contains(&d["venue"].as_str().unwrap())
+                && d["year"].as_u64().unwrap() >= 2000;
+            hit.then(|| u64::from_be_bytes(k[..].try_into().unwrap()))
+        })
+        .collect();
+    assert_eq!(keep, want);
+    let sub = Csr::build(&s, ks.refs, 64 << 20, &mut |a, b| {
+        keep.contains(&a) && keep.contains(&b)
+    })
+    .unwrap();
+    // Reference: the same edges filtered on the host, numbered the same way.
+    let mut ids = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    let mut edges = Vec::new();
+    for (k, _) in all(ks.refs) {
+        let a = u64::from_be_bytes(k[..8].try_into().unwrap());
+        let b = u64::from_be_bytes(k[8..].try_into().unwrap());
+        if want.contains(&a) && want.contains(&b) {
+            let mut num = |id: u64| {
+                *index.entry(id).or_insert_with(|| {
+                    ids.push(id);
+                    (ids.len() - 1) as u32
+                })
+            };
+            let e = (num(a), num(b));
+            edges.push(e);
+        }
+    }
+    let host = Csr::from_edges(ids, edges);
+    assert_eq!(sub, host);
+    assert!(sub.edges() > 10, "{}", sub.edges());
+    let (got, want) = (sub.betweenness(), reference_bc(&host));
+    assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-9));
+    assert!(got.iter().any(|&b| b > 0.0));
+}
