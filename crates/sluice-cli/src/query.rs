@@ -38,6 +38,9 @@ pub struct QueryArgs {
     /// With --aggregate: one row per value of this field.
     #[arg(long, requires = "aggregate")]
     group_by: Option<String>,
+    /// With --aggregate: worker threads over disjoint key ranges.
+    #[arg(long, default_value_t = 1, requires = "aggregate")]
+    threads: usize,
 }
 
 fn paths(select: &str) -> Result<Vec<Path>> {
@@ -91,6 +94,7 @@ pub fn run(args: &QueryArgs) -> Result<()> {
             predicate: predicate.as_ref(),
             aggregates: aggs,
             group_by: group_by.as_ref(),
+            threads: args.threads,
         };
         let start = Instant::now();
         let (rows, stats) = aggregate(&store, &spec)?;

@@ -13,7 +13,7 @@
 use crate::expr::{parse, ParseError, Path, Predicate, Step};
 use crate::json::{JsonPredicate, MalformedJson};
 use crate::scan::{ScanError, ScanStats};
-use sluice_store::Store;
+use sluice_store::{Snapshot, Store};
 use sonic_rs::{JsonNumberTrait, JsonValueTrait, PointerNode};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -122,6 +122,13 @@ enum Sum {
 }
 
 impl Sum {
+    fn merge(self, other: Sum) -> Sum {
+        match (self, other) {
+            (Sum::Int(a), Sum::Int(b)) => Sum::Int(a + b),
+            (a, b) => Sum::Float(a.as_f64() + b.as_f64()),
+        }
+    }
+
     fn add(self, n: &sonic_rs::Number) -> Sum {
         match (self, n.as_i64()) {
             (Sum::Int(s), Some(i)) => Sum::Int(s + i as i128),
@@ -148,6 +155,17 @@ struct Acc {
 }
 
 impl Acc {
+    fn merge(&mut self, other: &Acc) {
+        self.count += other.count;
+        self.sum = self.sum.merge(other.sum);
+        let pick = |a: Option<f64>, b: Option<f64>, f: fn(f64, f64) -> f64| match (a, b) {
+            (Some(x), Some(y)) => Some(f(x, y)),
+            (x, y) => x.or(y),
+        };
+        self.min = pick(self.min, other.min, f64::min);
+        self.max = pick(self.max, other.max, f64::max);
+    }
+
     fn new() -> Self {
         Acc {
             count: 0,
@@ -201,22 +219,130 @@ pub struct AggregateSpec<'a> {
     pub predicate: Option<&'a JsonPredicate>,
     pub aggregates: &'a [Aggregate],
     pub group_by: Option<&'a Path>,
+    /// Worker threads, each over a disjoint part of the key range (cut at
+    /// table boundaries); their groups are merged at the end.
+    pub threads: usize,
 }
+
+/// Most worker threads one aggregation may use.
+pub const MAX_THREADS: usize = 64;
+
+type Groups = BTreeMap<Option<String>, Vec<Acc>>;
 
 /// Runs the aggregation; rows come ordered by group key text.
 pub fn aggregate(
     store: &Store,
     spec: &AggregateSpec<'_>,
 ) -> Result<(Vec<GroupRow>, ScanStats), ScanError> {
+    if spec.threads == 0 || spec.threads > MAX_THREADS {
+        return Err(ScanError::Sink(format!(
+            "{} threads: use 1 to {MAX_THREADS}",
+            spec.threads
+        )));
+    }
+    // The range as [start, end), cut into parts at table boundaries.
+    let start: Vec<u8> = match spec.range.0 {
+        Bound::Included(k) => k.to_vec(),
+        Bound::Excluded(k) => [k, &[0]].concat(),
+        Bound::Unbounded => Vec::new(),
+    };
+    let end: Option<Vec<u8>> = match spec.range.1 {
+        Bound::Included(k) => Some([k, &[0]].concat()),
+        Bound::Excluded(k) => Some(k.to_vec()),
+        Bound::Unbounded => None,
+    };
+    let cuts: Vec<Vec<u8>> = store
+        .split_keys(spec.keyspace, spec.threads)
+        .into_iter()
+        .filter(|k| *k > start && end.as_ref().is_none_or(|e| k < e))
+        .collect();
+    let mut bounds: Vec<Vec<u8>> = vec![start];
+    bounds.extend(cuts);
+    let parts: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..bounds.len())
+        .map(|i| {
+            (
+                bounds[i].clone(),
+                bounds.get(i + 1).cloned().or_else(|| end.clone()),
+            )
+        })
+        .collect();
+    // One snapshot for every worker: the parts add up to one consistent
+    // view.
+    let snapshot = store.snapshot();
+    let snapshot = &snapshot;
+    let results: Vec<Result<(Groups, ScanStats), ScanError>> = if parts.len() == 1 {
+        vec![aggregate_part(store, snapshot, spec, &parts[0])]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = parts
+                .iter()
+                .map(|part| scope.spawn(move || aggregate_part(store, snapshot, spec, part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("an aggregation worker panicked"))
+                .collect()
+        })
+    };
+    let mut groups = Groups::new();
+    let mut stats = ScanStats::default();
+    for r in results {
+        let (g, s) = r?;
+        stats.rows_examined += s.rows_examined;
+        stats.bytes_examined += s.bytes_examined;
+        stats.rows_returned += s.rows_returned;
+        for (key, accs) in g {
+            match groups.get_mut(&key) {
+                Some(mine) => mine.iter_mut().zip(&accs).for_each(|(m, a)| m.merge(a)),
+                None => {
+                    groups.insert(key, accs);
+                }
+            }
+        }
+        if groups.len() > MAX_GROUPS {
+            return Err(too_many_groups());
+        }
+    }
+    let rows = groups
+        .into_iter()
+        .map(|(group, accs)| GroupRow {
+            group,
+            values: spec
+                .aggregates
+                .iter()
+                .zip(accs)
+                .map(|(a, acc)| finish(a.func, &acc))
+                .collect(),
+        })
+        .collect();
+    Ok((rows, stats))
+}
+
+fn too_many_groups() -> ScanError {
+    ScanError::Sink(format!(
+        "more than {MAX_GROUPS} groups: group by a field with fewer values"
+    ))
+}
+
+/// One worker: the groups of the keys in `[part.0, part.1)`.
+fn aggregate_part(
+    store: &Store,
+    snapshot: &Snapshot,
+    spec: &AggregateSpec<'_>,
+    part: &(Vec<u8>, Option<Vec<u8>>),
+) -> Result<(Groups, ScanStats), ScanError> {
+    let range = (
+        Bound::Included(part.0.as_slice()),
+        part.1.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+    );
     let pointers: Vec<Option<Vec<PointerNode>>> = spec
         .aggregates
         .iter()
         .map(|a| a.path.as_ref().map(pointer))
         .collect();
     let group_pointer = spec.group_by.map(pointer);
-    let mut groups: BTreeMap<Option<String>, Vec<Acc>> = BTreeMap::new();
-    let snapshot = store.snapshot();
-    let mut iter = store.iter(spec.keyspace, spec.range, &snapshot, false);
+    let mut groups = Groups::new();
+    let mut iter = store.iter(spec.keyspace, range, snapshot, false);
     let mut stats = ScanStats::default();
     while let Some((key, value)) = iter.next_ref()? {
         stats.rows_examined += 1;
@@ -242,9 +368,7 @@ pub fn aggregate(
             None => None,
         };
         if !groups.contains_key(&group) && groups.len() >= MAX_GROUPS {
-            return Err(ScanError::Sink(format!(
-                "more than {MAX_GROUPS} groups: group by a field with fewer values"
-            )));
+            return Err(too_many_groups());
         }
         let accs = groups
             .entry(group)
@@ -269,19 +393,7 @@ pub fn aggregate(
         }
         stats.rows_returned += 1;
     }
-    let rows = groups
-        .into_iter()
-        .map(|(group, accs)| GroupRow {
-            group,
-            values: spec
-                .aggregates
-                .iter()
-                .zip(accs)
-                .map(|(a, acc)| finish(a.func, &acc))
-                .collect(),
-        })
-        .collect();
-    Ok((rows, stats))
+    Ok((groups, stats))
 }
 
 fn finish(func: Func, acc: &Acc) -> AggValue {

@@ -52,6 +52,7 @@ fn grouped_aggregates_match_a_full_parse_reference() {
         predicate: Some(&pred),
         aggregates: &aggs,
         group_by: Some(&venue),
+        threads: 1,
     };
     let (rows, stats) = aggregate::aggregate(&s, &spec).unwrap();
     assert_eq!(stats.rows_examined, 4000);
@@ -121,6 +122,7 @@ fn mixed_types_missing_fields_and_no_group() {
         predicate: None,
         aggregates: &aggs,
         group_by: None,
+        threads: 1,
     };
     let (rows, _) = aggregate::aggregate(&s, &spec).unwrap();
     assert_eq!(rows.len(), 1);
@@ -177,4 +179,69 @@ fn aggregate_lists_parse_and_bad_ones_say_where() {
         assert_eq!(e.column, column, "{text}: {e}");
         assert!(e.to_string().contains(needle), "{text}: {e}");
     }
+}
+
+/// Worker threads over disjoint parts of the keyspace give the same groups
+/// and counts as one thread.
+#[test]
+fn parallel_parts_add_up_to_the_single_thread_result() {
+    let cfg = StoreConfig {
+        wal_blocks: 4096,
+        write_buffer_bytes: 256 << 10,
+        ..StoreConfig::default()
+    };
+    let s = Store::create(
+        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
+        &cfg,
+    )
+    .unwrap();
+    papers::generate(&s, &PaperConfig::demo(4000, 17), &mut |_| {}).unwrap();
+    let ks = papers::keyspaces(&s).unwrap().papers;
+    assert!(s.split_keys(ks, 4).len() >= 2, "{:?}", s.split_keys(ks, 4));
+    let aggs = parse_aggregates("count(*), sum(year), min(authors[0]), max(authors[0]), avg(year)")
+        .unwrap();
+    let venue = match parse("EXISTS venue").unwrap() {
+        Predicate::Exists(p) => p,
+        _ => unreachable!(),
+    };
+    let (lo, hi) = (100u64.to_be_bytes(), 3900u64.to_be_bytes());
+    let run = |threads| {
+        let spec = AggregateSpec {
+            keyspace: ks,
+            range: (Bound::Excluded(&lo[..]), Bound::Included(&hi[..])),
+            predicate: None,
+            aggregates: &aggs,
+            group_by: Some(&venue),
+            threads,
+        };
+        aggregate::aggregate(&s, &spec).unwrap()
+    };
+    let (one, one_stats) = run(1);
+    for threads in [2, 4, 7] {
+        let (many, stats) = run(threads);
+        assert_eq!(stats.rows_examined, 3800, "threads {threads}");
+        assert_eq!(stats.rows_examined, one_stats.rows_examined);
+        assert_eq!(many.len(), one.len());
+        for (a, b) in many.iter().zip(&one) {
+            assert_eq!(a.group, b.group);
+            for (x, y) in a.values.iter().zip(&b.values) {
+                match (x, y) {
+                    (AggValue::Float(x), AggValue::Float(y)) => assert!((x - y).abs() < 1e-6),
+                    _ => assert_eq!(x, y),
+                }
+            }
+        }
+    }
+    let bad = AggregateSpec {
+        keyspace: ks,
+        range: (Bound::Unbounded, Bound::Unbounded),
+        predicate: None,
+        aggregates: &aggs,
+        group_by: None,
+        threads: 0,
+    };
+    assert!(aggregate::aggregate(&s, &bad)
+        .unwrap_err()
+        .to_string()
+        .contains("0 threads"));
 }

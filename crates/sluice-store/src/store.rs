@@ -766,6 +766,28 @@ impl Store {
         Ok(())
     }
 
+    /// Up to `parts - 1` keys that cut a keyspace into parts of similar
+    /// size, in order (from its tables' first keys): boundaries for
+    /// operators that scan disjoint ranges on several threads.
+    pub fn split_keys(&self, keyspace: u32, parts: usize) -> Vec<Vec<u8>> {
+        let version = read(&self.inner.version).clone();
+        let Some(levels) = version.levels(keyspace) else {
+            return Vec::new();
+        };
+        let mut firsts: Vec<&Vec<u8>> = levels.all().map(|t| &t.meta.smallest).collect();
+        firsts.sort();
+        firsts.dedup();
+        let n = firsts.len();
+        if parts < 2 || n < 2 {
+            return Vec::new();
+        }
+        let mut keys: Vec<Vec<u8>> = (1..parts)
+            .map(|i| firsts[(i * n / parts).clamp(1, n - 1)].clone())
+            .collect();
+        keys.dedup();
+        keys
+    }
+
     /// Where every live table lies, shallowest level first.
     pub fn table_placement(&self) -> Vec<TablePlacement> {
         let version = read(&self.inner.version).clone();
