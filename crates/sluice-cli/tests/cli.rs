@@ -420,6 +420,8 @@ fn papers_generate_writes_a_database_kv_and_query_read() {
             "count(*),min(year),max(year)",
             "--group-by",
             "venue",
+            "--threads",
+            "2",
         ])
         .output()
         .unwrap();

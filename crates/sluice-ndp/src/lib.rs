@@ -10,7 +10,8 @@
 //! over the store's iterator without copying non-matching pairs out, into
 //! 4 KiB-multiple result batches of a documented encoding ([`scan`]), and
 //! the seeded research-paper data set of the nKV demonstration
-//! ([`papers`]), COUNT/SUM/MIN/MAX/AVG with GROUP BY ([`aggregate`]), and
+//! ([`papers`]), COUNT/SUM/MIN/MAX/AVG with GROUP BY on worker threads
+//! over disjoint key ranges ([`aggregate`]), the demo scenario ([`demo`]), and
 //! graph operators on an adjacency built by one scan of an edge keyspace
 //! ([`graph`]: neighbours, BFS, Betweenness Centrality exact and sampled).
 //! Accessors over raw SST blocks, pipelines and parallel scans come next
