@@ -6,7 +6,7 @@
 //! iterator and parsed whole on the host — are timed beside it.
 
 use crate::expr::{parse, Literal, Path, Predicate, Step};
-use crate::graph::{Csr, GraphError};
+use crate::graph::{Csr, CsrBuilder, GraphError};
 use crate::json::JsonPredicate;
 use crate::papers::{self, id_key};
 use crate::scan::{self, Projection, ScanSpec, ScanStats};
@@ -139,14 +139,7 @@ pub fn run(store: &Store, q: &DemoQuery) -> Result<DemoReport, DemoError> {
     // BC over the citation graph, kept in the engine; the most central
     // candidate comes out.
     let g = Csr::build(store, ks.refs, q.memory_bytes, &mut |_, _| true)?;
-    let bc = match q.sources {
-        Some(k) => g.betweenness_sampled(k.min(g.vertices()).max(1), q.seed)?,
-        None => g.betweenness(),
-    };
-    let best = (0..g.vertices())
-        .filter(|&v| candidates.contains(&g.ids[v]))
-        .max_by(|&a, &b| bc[a].total_cmp(&bc[b]).then(b.cmp(&a)))
-        .map(|v| (g.ids[v], bc[v]));
+    let best = g.top_among(&betweenness(&g, q)?, &candidates);
     let mut report = DemoReport {
         candidates: candidates.len(),
         central: None,
@@ -215,6 +208,34 @@ pub fn run(store: &Store, q: &DemoQuery) -> Result<DemoReport, DemoError> {
     Ok(report)
 }
 
+/// Betweenness as the query asks: exact or sampled.
+fn betweenness(g: &Csr, q: &DemoQuery) -> Result<Vec<f64>, GraphError> {
+    match q.sources {
+        Some(k) => g.betweenness_sampled(k.min(g.vertices()).max(1), q.seed),
+        None => Ok(g.betweenness()),
+    }
+}
+
+/// Pulls every pair of `keyspace` out, counting its bytes into `bytes`.
+fn pull_all(
+    store: &Store,
+    keyspace: u32,
+    snap: &sluice_store::Snapshot,
+    bytes: &mut u64,
+    each: &mut dyn FnMut(Vec<u8>, Vec<u8>) -> Result<(), DemoError>,
+) -> Result<(), DemoError> {
+    for row in store.iter(keyspace, (Bound::Unbounded, Bound::Unbounded), snap, false) {
+        let (k, v) = row?;
+        *bytes += (k.len() + v.len()) as u64;
+        each(k, v)?;
+    }
+    Ok(())
+}
+
+fn parse_whole(v: &[u8]) -> Result<serde_json::Value, DemoError> {
+    serde_json::from_slice(v).map_err(|e| DemoError::BadPaper(e.to_string()))
+}
+
 /// The same steps with every record pulled out of the store and parsed
 /// whole on the host (the graph fetched edge by edge likewise).
 fn block_stack(store: &Store, q: &DemoQuery, report: &mut DemoReport) -> Result<(), DemoError> {
@@ -223,57 +244,24 @@ fn block_stack(store: &Store, q: &DemoQuery, report: &mut DemoReport) -> Result<
     let snap = store.snapshot();
     let mut bytes = 0u64;
     let mut candidates = HashSet::new();
-    for row in store.iter(
-        ks.papers,
-        (Bound::Unbounded, Bound::Unbounded),
-        &snap,
-        false,
-    ) {
-        let (k, v) = row?;
-        bytes += (k.len() + v.len()) as u64;
-        let d: serde_json::Value =
-            serde_json::from_slice(&v).map_err(|e| DemoError::BadPaper(e.to_string()))?;
+    pull_all(store, ks.papers, &snap, &mut bytes, &mut |k, v| {
+        let d = parse_whole(&v)?;
         if d["venue"] == q.venue.as_str() && d["year"] == q.year {
             candidates.insert(paper_id(&k));
         }
-    }
-    let mut ids = Vec::new();
-    let mut index = std::collections::HashMap::new();
-    let mut edges = Vec::new();
-    for row in store.iter(ks.refs, (Bound::Unbounded, Bound::Unbounded), &snap, false) {
-        let (k, v) = row?;
-        bytes += (k.len() + v.len()) as u64;
-        let (s, t) = (paper_id(&k[..8]), paper_id(&k[8..]));
-        let mut num = |id: u64| {
-            *index.entry(id).or_insert_with(|| {
-                ids.push(id);
-                (ids.len() - 1) as u32
-            })
-        };
-        let e = (num(s), num(t));
-        edges.push(e);
-    }
-    let g = Csr::from_edges(ids, edges);
-    let bc = match q.sources {
-        Some(k) => g.betweenness_sampled(k.min(g.vertices()).max(1), q.seed)?,
-        None => g.betweenness(),
-    };
-    let best = (0..g.vertices())
-        .filter(|&v| candidates.contains(&g.ids[v]))
-        .max_by(|&a, &b| bc[a].total_cmp(&bc[b]).then(b.cmp(&a)))
-        .map(|v| g.ids[v]);
+        Ok(())
+    })?;
+    let mut builder = CsrBuilder::default();
+    pull_all(store, ks.refs, &snap, &mut bytes, &mut |k, _| {
+        builder.add(paper_id(&k[..8]), paper_id(&k[8..]));
+        Ok(())
+    })?;
+    let g = builder.finish();
+    let best = g.top_among(&betweenness(&g, q)?, &candidates).map(|b| b.0);
     // The listings would pull every paper out again; one more full pass.
-    for row in store.iter(
-        ks.papers,
-        (Bound::Unbounded, Bound::Unbounded),
-        &snap,
-        false,
-    ) {
-        let (k, v) = row?;
-        bytes += (k.len() + v.len()) as u64;
-        let _: serde_json::Value =
-            serde_json::from_slice(&v).map_err(|e| DemoError::BadPaper(e.to_string()))?;
-    }
+    pull_all(store, ks.papers, &snap, &mut bytes, &mut |_, v| {
+        parse_whole(&v).map(|_| ())
+    })?;
     report.block_stack = start.elapsed();
     report.block_stack_bytes_handed_over = bytes;
     let ours = report.central.as_ref().map(|c| c.0);

@@ -55,6 +55,32 @@ impl From<sluice_store::StoreError> for GraphError {
     }
 }
 
+/// Collects edges between stored ids, numbering vertices densely in the
+/// order they are first seen.
+#[derive(Debug, Default)]
+pub struct CsrBuilder {
+    index: HashMap<u64, u32>,
+    ids: Vec<u64>,
+    edges: Vec<(u32, u32)>,
+}
+
+impl CsrBuilder {
+    pub fn add(&mut self, source: u64, target: u64) {
+        let mut vertex = |id: u64| {
+            *self.index.entry(id).or_insert_with(|| {
+                self.ids.push(id);
+                (self.ids.len() - 1) as u32
+            })
+        };
+        let edge = (vertex(source), vertex(target));
+        self.edges.push(edge);
+    }
+
+    pub fn finish(self) -> Csr {
+        Csr::from_edges(self.ids, self.edges)
+    }
+}
+
 impl Csr {
     /// Builds the adjacency of the edges in `keyspace` by one scan,
     /// failing as soon as it would pass `budget_bytes`. `keep(source,
@@ -72,15 +98,7 @@ impl Csr {
             &snapshot,
             false,
         );
-        let mut index: HashMap<u64, u32> = HashMap::new();
-        let mut ids: Vec<u64> = Vec::new();
-        let mut edges: Vec<(u32, u32)> = Vec::new();
-        let mut vertex = |id: u64, ids: &mut Vec<u64>| {
-            *index.entry(id).or_insert_with(|| {
-                ids.push(id);
-                (ids.len() - 1) as u32
-            })
-        };
+        let mut builder = CsrBuilder::default();
         while let Some((key, _)) = iter.next_ref()? {
             let Ok(pair) = <[u8; 16]>::try_from(key) else {
                 return Err(GraphError::BadEdgeKey(key.len()));
@@ -90,20 +108,18 @@ impl Csr {
             if !keep(s, t) {
                 continue;
             }
-            let (sv, tv) = (vertex(s, &mut ids), vertex(t, &mut ids));
-            edges.push((sv, tv));
+            builder.add(s, t);
             // The build holds the edge list and the index besides the CSR.
-            let need =
-                edges.len() as u64 * (EDGE_BYTES + 8) + ids.len() as u64 * (VERTEX_BYTES + 16);
-            if need > budget_bytes {
+            let (vertices, edges) = (builder.ids.len() as u64, builder.edges.len() as u64);
+            if edges * (EDGE_BYTES + 8) + vertices * (VERTEX_BYTES + 16) > budget_bytes {
                 return Err(GraphError::TooLarge {
                     budget_bytes,
-                    vertices: ids.len() as u64,
-                    edges: edges.len() as u64,
+                    vertices,
+                    edges,
                 });
             }
         }
-        Ok(Csr::from_edges(ids, edges))
+        Ok(builder.finish())
     }
 
     /// From dense vertex numbers and edges (duplicates kept once).
@@ -167,6 +183,23 @@ impl Csr {
             }
         }
         order
+    }
+
+    /// The vertex among `candidates` (stored ids) with the highest score,
+    /// the lowest id on ties: (id, score).
+    pub fn top_among(
+        &self,
+        scores: &[f64],
+        candidates: &std::collections::HashSet<u64>,
+    ) -> Option<(u64, f64)> {
+        (0..self.vertices())
+            .filter(|&v| candidates.contains(&self.ids[v]))
+            .max_by(|&a, &b| {
+                scores[a]
+                    .total_cmp(&scores[b])
+                    .then(self.ids[b].cmp(&self.ids[a]))
+            })
+            .map(|v| (self.ids[v], scores[v]))
     }
 
     /// Exact Betweenness Centrality of every vertex (Brandes).

@@ -1,28 +1,16 @@
 //! Aggregates with and without GROUP BY against a reference that parses
 //! every document whole; the aggregate list's parser and its errors.
 
+mod common;
+
+use common::store;
 use serde_json::Value;
-use sluice_io::{Device, MemoryDevice};
 use sluice_ndp::aggregate::{self, parse_aggregates, AggValue, AggregateSpec, Func};
 use sluice_ndp::papers::{self, PaperConfig};
 use sluice_ndp::{parse, JsonPredicate, Predicate};
-use sluice_store::{Store, StoreConfig, ValueFormat};
+use sluice_store::ValueFormat;
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::Arc;
-
-fn store() -> Store {
-    let cfg = StoreConfig {
-        wal_blocks: 4096,
-        write_buffer_bytes: 1 << 20,
-        ..StoreConfig::default()
-    };
-    Store::create(
-        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
-        &cfg,
-    )
-    .unwrap()
-}
 
 fn as_f64(v: &AggValue) -> Option<f64> {
     match v {
@@ -185,16 +173,7 @@ fn aggregate_lists_parse_and_bad_ones_say_where() {
 /// and counts as one thread.
 #[test]
 fn parallel_parts_add_up_to_the_single_thread_result() {
-    let cfg = StoreConfig {
-        wal_blocks: 4096,
-        write_buffer_bytes: 256 << 10,
-        ..StoreConfig::default()
-    };
-    let s = Store::create(
-        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
-        &cfg,
-    )
-    .unwrap();
+    let s = common::store_with_buffer(256 << 10);
     papers::generate(&s, &PaperConfig::demo(4000, 17), &mut |_| {}).unwrap();
     let ks = papers::keyspaces(&s).unwrap().papers;
     assert!(s.split_keys(ks, 4).len() >= 2, "{:?}", s.split_keys(ks, 4));

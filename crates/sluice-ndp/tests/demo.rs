@@ -2,28 +2,17 @@
 //! venue's papers of the year, its listings hold what they say, and the
 //! engine hands over far fewer bytes than pulling every record out.
 
+mod common;
+
 use serde_json::Value;
-use sluice_io::{Device, MemoryDevice};
 use sluice_ndp::demo::{self, DemoQuery};
 use sluice_ndp::graph::Csr;
-use sluice_ndp::papers::{self, PaperConfig};
-use sluice_store::{Store, StoreConfig};
+use sluice_ndp::papers::{self};
 use std::ops::Bound;
-use std::sync::Arc;
 
 #[test]
 fn the_demo_finds_the_most_central_paper_and_lists_its_neighbourhood() {
-    let cfg = StoreConfig {
-        wal_blocks: 4096,
-        write_buffer_bytes: 1 << 20,
-        ..StoreConfig::default()
-    };
-    let s = Store::create(
-        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
-        &cfg,
-    )
-    .unwrap();
-    papers::generate(&s, &PaperConfig::demo(3000, 42), &mut |_| {}).unwrap();
+    let s = common::paper_store(3000, 42);
     let q = DemoQuery {
         venue: "SIGMOD".into(),
         year: 2008,

@@ -2,13 +2,13 @@
 //! Centrality on random small graphs, sampling, BFS against one prefix scan
 //! per vertex, and the memory budget.
 
+mod common;
+
 use proptest::prelude::*;
-use sluice_io::{Device, MemoryDevice};
 use sluice_ndp::graph::{Csr, GraphError};
-use sluice_ndp::papers::{self, PaperConfig};
-use sluice_store::{Store, StoreConfig};
+use sluice_ndp::papers::{self};
+use sluice_store::Store;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
 
 /// BC by its definition: all-pairs shortest path counts by BFS, then
 /// Σ σ_st(v)/σ_st over s ≠ v ≠ t with d(s,v) + d(v,t) = d(s,t).
@@ -116,18 +116,7 @@ fn known_values_and_sample_sizes() {
 }
 
 fn paper_store(papers: u64) -> Store {
-    let cfg = StoreConfig {
-        wal_blocks: 4096,
-        write_buffer_bytes: 1 << 20,
-        ..StoreConfig::default()
-    };
-    let s = Store::create(
-        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
-        &cfg,
-    )
-    .unwrap();
-    papers::generate(&s, &PaperConfig::demo(papers, 21), &mut |_| {}).unwrap();
-    s
+    common::paper_store(papers, 21)
 }
 
 #[test]

@@ -2,26 +2,14 @@
 //! references only to older existing papers with a skewed in-degree, and
 //! documents the predicate evaluator reads the same as a full parser.
 
-use sluice_io::{Device, MemoryDevice};
+mod common;
+
+use common::store;
 use sluice_ndp::papers::{self, PaperConfig, VENUES};
 use sluice_ndp::{parse, JsonPredicate};
-use sluice_store::{Store, StoreConfig};
+use sluice_store::Store;
 use std::collections::HashMap;
 use std::ops::Bound;
-use std::sync::Arc;
-
-fn store() -> Store {
-    let cfg = StoreConfig {
-        wal_blocks: 4096,
-        write_buffer_bytes: 1 << 20,
-        ..StoreConfig::default()
-    };
-    Store::create(
-        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
-        &cfg,
-    )
-    .unwrap()
-}
 
 fn all(store: &Store, ks: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
     store

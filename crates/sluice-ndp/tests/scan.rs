@@ -2,28 +2,18 @@
 //! that pulls every pair out and parses it whole; result batches and their
 //! encoding; bad input.
 
+mod common;
+
 use serde_json::{json, Value};
-use sluice_io::{Device, MemoryDevice};
 use sluice_ndp::expr::Path;
-use sluice_ndp::papers::{self, PaperConfig};
+use sluice_ndp::papers::{self};
 use sluice_ndp::scan::{self, Projection, ResultBatch, ScanError, ScanSpec, BATCH_ALIGN_BYTES};
 use sluice_ndp::{parse, JsonPredicate};
-use sluice_store::{Store, StoreConfig, ValueFormat};
+use sluice_store::{Store, ValueFormat};
 use std::ops::Bound;
-use std::sync::Arc;
 
 fn paper_store(papers: u64) -> (Store, u32) {
-    let cfg = StoreConfig {
-        wal_blocks: 4096,
-        write_buffer_bytes: 1 << 20,
-        ..StoreConfig::default()
-    };
-    let store = Store::create(
-        Arc::new(MemoryDevice::new(4096, 65536)) as Arc<dyn Device>,
-        &cfg,
-    )
-    .unwrap();
-    papers::generate(&store, &PaperConfig::demo(papers, 11), &mut |_| {}).unwrap();
+    let store = common::paper_store(papers, 11);
     let ks = papers::keyspaces(&store).unwrap().papers;
     (store, ks)
 }
