@@ -1,11 +1,10 @@
 //! The block cache: verified data blocks kept in memory under a byte budget,
-//! evicted by CLOCK (second chance). No page cache sits under the store, so
+//! evicted by CLOCK (second chance), in shards with a lock each. No page cache sits under the store, so
 //! this is the only read cache. The same structure caches the indexes and
 //! filters of tables that are not pinned.
 
 use crate::sst::{RawBlock, TableIndex};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// (table file number, data block index).
@@ -29,6 +28,8 @@ struct Clock<T> {
     free: Vec<usize>,
     hand: usize,
     used_bytes: usize,
+    hits: u64,
+    misses: u64,
 }
 
 impl<T> Default for Clock<T> {
@@ -39,60 +40,87 @@ impl<T> Default for Clock<T> {
             free: Vec::new(),
             hand: 0,
             used_bytes: 0,
+            hits: 0,
+            misses: 0,
         }
     }
 }
 
+/// Shards hold at least this much (fewer shards for small caches), so a
+/// shard never holds less than a few dozen blocks.
+const MIN_SHARD_BYTES: usize = 256 << 10;
+/// Most shards: enough that concurrent readers rarely meet on one lock.
+const MAX_SHARDS: usize = 16;
+
+/// A CLOCK cache split into shards by key, each behind its own lock, so
+/// that readers on different threads rarely wait for each other.
 pub struct Cache<T> {
     capacity_bytes: usize,
-    clock: Mutex<Clock<T>>,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    shards: Vec<Mutex<Clock<T>>>,
 }
 
 impl<T> std::fmt::Debug for Cache<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Cache({} bytes)", self.capacity_bytes)
+        write!(
+            f,
+            "Cache({} bytes in {} shards)",
+            self.capacity_bytes,
+            self.shards.len()
+        )
     }
 }
 
 impl<T> Cache<T> {
     pub fn new(capacity_bytes: usize) -> Self {
+        let n = (capacity_bytes / MIN_SHARD_BYTES).clamp(1, MAX_SHARDS);
         Cache {
             capacity_bytes,
-            clock: Mutex::new(Clock::default()),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            shards: (0..n).map(|_| Mutex::new(Clock::default())).collect(),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Clock<T>> {
-        self.clock.lock().unwrap_or_else(|p| p.into_inner())
+    fn shard_capacity(&self) -> usize {
+        self.capacity_bytes / self.shards.len()
+    }
+
+    fn lock(&self, key: BlockKey) -> std::sync::MutexGuard<'_, Clock<T>> {
+        // Neighbouring blocks of one table land in different shards.
+        let h = key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ (key.1 as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let shard = &self.shards[(h >> 32) as usize % self.shards.len()];
+        shard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn each(&self) -> impl Iterator<Item = std::sync::MutexGuard<'_, Clock<T>>> {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub fn get(&self, key: BlockKey) -> Option<Arc<T>> {
-        let mut c = self.lock();
+        let mut c = self.lock(key);
         let Some(&i) = c.map.get(&key) else {
-            self.misses.fetch_add(1, Ordering::Relaxed);
+            c.misses += 1;
             return None;
         };
+        c.hits += 1;
         let slot = c.slots[i].as_mut().expect("mapped slot is full");
         slot.referenced = true;
-        self.hits.fetch_add(1, Ordering::Relaxed);
         Some(slot.block.clone())
     }
 
     /// Caches `block` (of about `bytes`), evicting blocks not referenced
     /// since the hand last passed them.
     pub fn insert(&self, key: BlockKey, block: Arc<T>, bytes: usize) {
-        if bytes > self.capacity_bytes {
+        let capacity = self.shard_capacity();
+        if bytes > capacity {
             return;
         }
-        let mut c = self.lock();
+        let mut c = self.lock(key);
         if c.map.contains_key(&key) {
             return;
         }
-        while c.used_bytes + bytes > self.capacity_bytes {
+        while c.used_bytes + bytes > capacity {
             let n = c.slots.len();
             let h = c.hand % n.max(1);
             c.hand = h + 1;
@@ -132,14 +160,43 @@ impl<T> Cache<T> {
     }
 
     pub fn used_bytes(&self) -> usize {
-        self.lock().used_bytes
+        self.each().map(|c| c.used_bytes).sum()
     }
 
     pub fn hits(&self) -> u64 {
-        self.hits.load(Ordering::Relaxed)
+        self.each().map(|c| c.hits).sum()
     }
 
     pub fn misses(&self) -> u64 {
-        self.misses.load(Ordering::Relaxed)
+        self.each().map(|c| c.misses).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sharded cache stays within its budget, counts hits and misses
+    /// over all shards, and keeps what was just read.
+    #[test]
+    fn shards_share_the_budget_and_the_counters() {
+        let cache: Cache<u32> = Cache::new(4 << 20);
+        assert_eq!(cache.shards.len(), 16);
+        for i in 0..10_000u32 {
+            cache.insert((i as u64 / 100, i % 100), Arc::new(i), 4096);
+            assert!(cache.used_bytes() <= 4 << 20);
+        }
+        assert!(cache.used_bytes() > 3 << 20, "{}", cache.used_bytes());
+        let recent = (99, 99);
+        assert_eq!(cache.get(recent).as_deref(), Some(&9999));
+        assert_eq!(cache.get((0, 0)), None);
+        assert_eq!((cache.hits(), cache.misses()), (1, 1));
+        // A small cache is one shard: nothing is lost to rounding.
+        let small: Cache<u32> = Cache::new(32 << 10);
+        assert_eq!(small.shards.len(), 1);
+        for i in 0..8u32 {
+            small.insert((1, i), Arc::new(i), 4096);
+        }
+        assert!((0..8).all(|i| small.get((1, i)).is_some()));
     }
 }
