@@ -104,6 +104,14 @@ fn bench_pool_reports_both_experiments() {
     assert!(io.iter().all(|r| r["pool_us"].as_f64().unwrap() > 0.0));
 }
 
+/// Runs `sluice ARGS`, asserts success, and returns stdout and stderr.
+fn succeeds(args: &[&str]) -> (String, String) {
+    let out = sluice().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "sluice {args:?}: {stderr}");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+}
+
 /// Runs `sluice ARGS` and checks that it fails with every needle in stderr.
 fn fails_with(args: &[&str], needles: &[&str]) {
     let out = sluice().args(args).output().unwrap();
@@ -322,15 +330,7 @@ fn bench_kv_runs_ours_and_db_bench_with_db_bench_flags() {
 fn papers_generate_writes_a_database_kv_and_query_read() {
     let dev = scratch("papers").with_file_name("papers.dev");
     let d = dev.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let out = sluice().args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "sluice {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let run = |args: &[&str]| succeeds(args).0;
     run(&[
         "kv",
         "--device",
@@ -364,18 +364,19 @@ fn papers_generate_writes_a_database_kv_and_query_read() {
         &["/nonexistent/p.dev"],
     );
     // SCAN in the engine: only matching rows, projected, come out.
-    let out = sluice()
-        .args(["query", "--device", d, "--keyspace", "papers"])
-        .args(["--where", "year >= 2020 AND venue IN ('VLDB', 'FAST')"])
-        .args(["--select", "year,venue", "--limit", "5"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows = String::from_utf8_lossy(&out.stdout);
+    let (rows, stderr) = succeeds(&[
+        "query",
+        "--device",
+        d,
+        "--keyspace",
+        "papers",
+        "--where",
+        "year >= 2020 AND venue IN ('VLDB', 'FAST')",
+        "--select",
+        "year,venue",
+        "--limit",
+        "5",
+    ]);
     assert_eq!(rows.lines().count(), 5, "{rows}");
     for line in rows.lines() {
         let (_, doc) = line.split_once('\t').unwrap();
@@ -387,7 +388,7 @@ fn papers_generate_writes_a_database_kv_and_query_read() {
         );
         assert!(doc.get("title").is_none(), "not selected: {line}");
     }
-    assert!(String::from_utf8_lossy(&out.stderr).contains("5 rows of"));
+    assert!(stderr.contains("5 rows of"), "{stderr}");
     fails_with(
         &[
             "query",
@@ -413,24 +414,19 @@ fn papers_generate_writes_a_database_kv_and_query_read() {
         &["keyspace refs holds Raw values"],
     );
     // Aggregates in the engine: one row per group comes out.
-    let out = sluice()
-        .args(["query", "--device", d, "--keyspace", "papers"])
-        .args([
-            "--aggregate",
-            "count(*),min(year),max(year)",
-            "--group-by",
-            "venue",
-            "--threads",
-            "2",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let table = String::from_utf8_lossy(&out.stdout);
+    let (table, _) = succeeds(&[
+        "query",
+        "--device",
+        d,
+        "--keyspace",
+        "papers",
+        "--aggregate",
+        "count(*),min(year),max(year)",
+        "--group-by",
+        "venue",
+        "--threads",
+        "2",
+    ]);
     let mut lines = table.lines();
     assert_eq!(lines.next(), Some("venue\tcount(*)\tmin(year)\tmax(year)"));
     let total: u64 = lines

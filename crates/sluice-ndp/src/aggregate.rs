@@ -10,8 +10,8 @@
 //! seen they are f64. Groups are keyed by the group field's JSON text
 //! (`"VLDB"`, `2010`); rows without the field form the group `null`.
 
-use crate::expr::{parse, ParseError, Path, Predicate, Step};
-use crate::json::{JsonPredicate, MalformedJson};
+use crate::expr::{parse, ParseError, Path, Predicate};
+use crate::json::{self, pointer, JsonPredicate, MalformedJson};
 use crate::scan::{ScanError, ScanStats};
 use sluice_store::{Snapshot, Store};
 use sonic_rs::{JsonNumberTrait, JsonValueTrait, PointerNode};
@@ -202,16 +202,6 @@ pub struct GroupRow {
     pub values: Vec<AggValue>,
 }
 
-fn pointer(p: &Path) -> Vec<PointerNode> {
-    p.steps
-        .iter()
-        .map(|s| match s {
-            Step::Key(k) => PointerNode::Key(k.clone().into()),
-            Step::Index(i) => PointerNode::Index(*i),
-        })
-        .collect()
-}
-
 /// One aggregation over a key range of a JSON keyspace.
 pub struct AggregateSpec<'a> {
     pub keyspace: u32,
@@ -351,11 +341,7 @@ fn aggregate_part(
             key: crate::scan::key_text(key),
             error,
         };
-        let lookup = |p: &Vec<PointerNode>| match sonic_rs::get_from_slice(value, p) {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.is_not_found() || e.is_unmatched_type() => Ok(None),
-            Err(e) => Err(malformed(MalformedJson(e.to_string()))),
-        };
+        let lookup = |p: &[PointerNode]| json::lookup(value, p).map_err(malformed);
         if let Some(p) = spec.predicate {
             if !p.matches(value).map_err(malformed)? {
                 continue;

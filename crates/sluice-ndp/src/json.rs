@@ -47,18 +47,7 @@ impl JsonPredicate {
     pub fn compile(pred: &Predicate) -> Self {
         let mut paths: Vec<Path> = Vec::new();
         let root = Self::node(pred, &mut paths);
-        let pointers = paths
-            .iter()
-            .map(|p| {
-                p.steps
-                    .iter()
-                    .map(|s| match s {
-                        Step::Key(k) => PointerNode::Key(k.clone().into()),
-                        Step::Index(i) => PointerNode::Index(*i),
-                    })
-                    .collect()
-            })
-            .collect();
+        let pointers = paths.iter().map(pointer).collect();
         JsonPredicate { root, pointers }
     }
 
@@ -101,11 +90,7 @@ impl JsonPredicate {
         if let Some(v) = &fields[i] {
             return Ok(v.clone());
         }
-        let found = match sonic_rs::get_from_slice(doc, &self.pointers[i]) {
-            Ok(v) => Some(v),
-            Err(e) if e.is_not_found() || e.is_unmatched_type() => None,
-            Err(e) => return Err(MalformedJson(e.to_string())),
-        };
+        let found = lookup(doc, &self.pointers[i])?;
         fields[i] = Some(found.clone());
         Ok(found)
     }
@@ -152,6 +137,30 @@ impl JsonPredicate {
             }
             Node::Not(n) => !self.eval(n, doc, fields)?,
         })
+    }
+}
+
+/// The sonic-rs pointer that finds `path` in a document.
+pub(crate) fn pointer(path: &Path) -> Vec<PointerNode> {
+    path.steps
+        .iter()
+        .map(|s| match s {
+            Step::Key(k) => PointerNode::Key(k.clone().into()),
+            Step::Index(i) => PointerNode::Index(*i),
+        })
+        .collect()
+}
+
+/// The value at `pointer` in `doc`, found by a skipping scan; None when a
+/// step is missing or crosses a value that is not an object or array.
+pub(crate) fn lookup<'d>(
+    doc: &'d [u8],
+    pointer: &[PointerNode],
+) -> Result<Option<LazyValue<'d>>, MalformedJson> {
+    match sonic_rs::get_from_slice(doc, pointer) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_not_found() || e.is_unmatched_type() => Ok(None),
+        Err(e) => Err(MalformedJson(e.to_string())),
     }
 }
 

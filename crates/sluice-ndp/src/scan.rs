@@ -19,8 +19,8 @@
 //! A batch is cut when the next row would pass the batch size; a row larger
 //! than that gets a batch of its own, rounded up to 4096 bytes.
 
-use crate::expr::{Path, Step};
-use crate::json::{JsonPredicate, MalformedJson};
+use crate::expr::Path;
+use crate::json::{lookup, pointer, JsonPredicate, MalformedJson};
 use sluice_store::{Store, StoreError};
 use sonic_rs::PointerNode;
 use std::ops::Bound;
@@ -56,20 +56,7 @@ pub struct Projection {
 impl Projection {
     pub fn new(paths: &[Path]) -> Self {
         Projection {
-            fields: paths
-                .iter()
-                .map(|p| {
-                    let pointer = p
-                        .steps
-                        .iter()
-                        .map(|s| match s {
-                            Step::Key(k) => PointerNode::Key(k.clone().into()),
-                            Step::Index(i) => PointerNode::Index(*i),
-                        })
-                        .collect();
-                    (p.to_string(), pointer)
-                })
-                .collect(),
+            fields: paths.iter().map(|p| (p.to_string(), pointer(p))).collect(),
         }
     }
 
@@ -78,10 +65,8 @@ impl Projection {
         out.push(b'{');
         let mut first = true;
         for (name, pointer) in &self.fields {
-            let value = match sonic_rs::get_from_slice(doc, pointer) {
-                Ok(v) => v,
-                Err(e) if e.is_not_found() || e.is_unmatched_type() => continue,
-                Err(e) => return Err(MalformedJson(e.to_string())),
+            let Some(value) = lookup(doc, pointer)? else {
+                continue;
             };
             if !first {
                 out.push(b',');
