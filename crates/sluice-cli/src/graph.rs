@@ -5,7 +5,7 @@ use crate::kv::open_devices;
 use anyhow::Result;
 use clap::Subcommand;
 use sluice_ndp::graph::{matching_ids, Csr};
-use sluice_ndp::{parse, JsonPredicate};
+use sluice_ndp::{parse, FieldPredicate, Layout};
 use sluice_store::{Store, StoreConfig};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -60,8 +60,9 @@ pub fn run(args: &GraphArgs) -> Result<()> {
     let start = Instant::now();
     let g = match &args.predicate {
         Some(text) => {
-            let pred = JsonPredicate::compile(&parse(text)?);
-            let keep = matching_ids(&store, store.keyspace(&args.vertices)?, &pred)?;
+            let vertices = store.keyspace_def(&args.vertices)?;
+            let pred = FieldPredicate::compile_for(&parse(text)?, &Layout::of(&vertices)?)?;
+            let keep = matching_ids(&store, vertices.id, &pred)?;
             eprintln!("graph: {} vertices match --where", keep.len());
             Csr::build(&store, ks, args.memory_mib << 20, &mut |s, t| {
                 keep.contains(&s) && keep.contains(&t)

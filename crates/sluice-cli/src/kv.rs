@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use sluice_io::{Device, FileDevice, FileOptions};
+use sluice_ndp::Layout;
 use sluice_store::{Store, StoreConfig, ValueFormat};
 use std::io::Write;
 use std::ops::Bound;
@@ -145,20 +146,47 @@ pub fn run(args: &KvArgs) -> Result<()> {
             "record" => ValueFormat::Record,
             other => bail!("unknown value format {other:?}: use raw, json or record"),
         };
+        // The schema is checked here: a keyspace is never created with one
+        // that queries could not read.
+        match (format, schema.trim().is_empty()) {
+            (ValueFormat::Raw, false) => bail!("raw keyspaces take no --schema"),
+            (ValueFormat::Record, true) => {
+                bail!("record keyspaces need --schema, e.g. \"name:str,year:u32\"")
+            }
+            (ValueFormat::Raw, true) | (ValueFormat::Json, true) => {}
+            (_, false) => {
+                sluice_ndp::Schema::parse(schema)?;
+            }
+        }
         let id = store.create_keyspace(name, format, schema)?;
         println!("keyspace {name} created (id {id})");
         return Ok(());
     }
-    let ks = store.keyspace(&args.keyspace)?;
+    let def = store.keyspace_def(&args.keyspace)?;
+    let ks = def.id;
+    let layout = Layout::of(&def).ok();
     let out = std::io::stdout();
     let mut out = out.lock();
     match &args.command {
         KvCommand::Put { key, value } => {
-            let seq = store.put(ks, key.as_bytes(), value.as_bytes())?;
+            let encoded = match (&def.format, &layout) {
+                (ValueFormat::Record, Some(l)) => l.encode_record(value)?,
+                (ValueFormat::Json, _) => {
+                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(value) {
+                        bail!(
+                            "keyspace {} holds JSON: the value is not JSON ({e})",
+                            def.name
+                        );
+                    }
+                    value.as_bytes().to_vec()
+                }
+                _ => value.as_bytes().to_vec(),
+            };
+            let seq = store.put(ks, key.as_bytes(), &encoded)?;
             writeln!(out, "ok (sequence {seq})")?;
         }
         KvCommand::Get { key } => match store.get(ks, key.as_bytes())? {
-            Some(v) => writeln!(out, "{}", String::from_utf8_lossy(&v))?,
+            Some(v) => writeln!(out, "{}", shown(layout.as_ref(), &v)?)?,
             None => bail!("key {key:?} not found in keyspace {}", args.keyspace),
         },
         KvCommand::Del { key } => {
@@ -192,7 +220,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
                     out,
                     "{}\t{}",
                     String::from_utf8_lossy(&k),
-                    String::from_utf8_lossy(&v)
+                    shown(layout.as_ref(), &v)?
                 )?;
             }
         }
@@ -258,4 +286,16 @@ pub fn run(args: &KvArgs) -> Result<()> {
         KvCommand::Format { .. } | KvCommand::Keyspace { .. } => unreachable!("handled above"),
     }
     Ok(())
+}
+
+/// A value as printed: records as JSON, everything else as text.
+fn shown(layout: Option<&Layout>, value: &[u8]) -> Result<String> {
+    match layout.filter(|l| l.is_record()) {
+        Some(l) => {
+            let mut text = Vec::new();
+            l.to_json(value, &mut text)?;
+            Ok(String::from_utf8(text)?)
+        }
+        None => Ok(String::from_utf8_lossy(value).into_owned()),
+    }
 }

@@ -6,8 +6,8 @@ use anyhow::{bail, Result};
 use sluice_ndp::aggregate::{aggregate, parse_aggregates, AggregateSpec};
 use sluice_ndp::expr::Path;
 use sluice_ndp::scan::{self, Projection, ScanSpec};
-use sluice_ndp::{parse, JsonPredicate, Predicate};
-use sluice_store::{Store, StoreConfig, ValueFormat};
+use sluice_ndp::{parse, FieldPredicate, Layout, Predicate};
+use sluice_store::{Store, StoreConfig};
 use std::io::Write;
 use std::ops::Bound;
 use std::path::PathBuf;
@@ -54,19 +54,10 @@ fn paths(select: &str) -> Result<Vec<Path>> {
 }
 
 pub fn run(args: &QueryArgs) -> Result<()> {
-    // Bad expressions fail before the store is opened.
-    let predicate = args
-        .predicate
-        .as_deref()
-        .map(parse)
-        .transpose()?
-        .map(|p| JsonPredicate::compile(&p));
-    let projection = args
-        .select
-        .as_deref()
-        .map(paths)
-        .transpose()?
-        .map(|p| Projection::new(&p));
+    // Bad expressions fail before the store is opened, fields that do not
+    // fit the keyspace's format before the scan starts.
+    let predicate = args.predicate.as_deref().map(parse).transpose()?;
+    let select = args.select.as_deref().map(paths).transpose()?;
     let aggregates = args
         .aggregate
         .as_deref()
@@ -79,17 +70,25 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     };
     let store = Store::open_on(open_devices(&args.devices)?, &StoreConfig::default())?;
     let def = store.keyspace_def(&args.keyspace)?;
-    let reads_fields = predicate.is_some() || projection.is_some() || aggregates.is_some();
-    if reads_fields && def.format != ValueFormat::Json {
-        bail!(
-            "keyspace {} holds {:?} values: --where, --select and --aggregate read fields of JSON keyspaces",
-            args.keyspace,
-            def.format
-        );
-    }
+    let reads_fields = predicate.is_some() || select.is_some() || aggregates.is_some();
+    // Raw keyspaces can still be listed; reading fields needs a format.
+    let layout = match Layout::of(&def) {
+        Ok(layout) => Some(layout),
+        Err(e) if reads_fields => return Err(e.into()),
+        Err(_) => None,
+    };
+    let predicate = match (&predicate, &layout) {
+        (Some(p), Some(l)) => Some(FieldPredicate::compile_for(p, l)?),
+        _ => None,
+    };
+    let projection = match (&select, &layout) {
+        (Some(s), Some(l)) => Some(Projection::new_for(s, l)?),
+        _ => None,
+    };
     if let Some(aggs) = &aggregates {
         let spec = AggregateSpec {
             keyspace: def.id,
+            layout: layout.as_ref().expect("checked above"),
             range: (Bound::Unbounded, Bound::Unbounded),
             predicate: predicate.as_ref(),
             aggregates: aggs,
@@ -130,8 +129,25 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     let start = Instant::now();
     let out = std::io::stdout();
     let mut out = out.lock();
+    // Records print as JSON; projections already are.
+    let as_record = layout
+        .as_ref()
+        .filter(|l| l.is_record() && projection.is_none());
+    let mut text = Vec::new();
     let stats = scan::scan(&store, &spec, &mut |batch| {
         for (k, v) in batch.rows() {
+            let v = match as_record {
+                Some(l) => {
+                    text.clear();
+                    l.to_json(v, &mut text)
+                        .map_err(|e| scan::ScanError::Malformed {
+                            key: String::from_utf8_lossy(k).into(),
+                            error: e,
+                        })?;
+                    &text[..]
+                }
+                None => v,
+            };
             let key: String = match std::str::from_utf8(k) {
                 Ok(s) if !s.chars().any(char::is_control) => s.into(),
                 _ => k.iter().map(|b| format!("{b:02x}")).collect(),

@@ -411,7 +411,45 @@ fn papers_generate_writes_a_database_kv_and_query_read() {
             "--where",
             "a = 1",
         ],
-        &["keyspace refs holds Raw values"],
+        &["keyspace refs holds raw values"],
+    );
+    // Fields the declared format lacks, or of another type: refused before
+    // the scan, with the fields there are.
+    fails_with(
+        &[
+            "query",
+            "--device",
+            d,
+            "--keyspace",
+            "papers",
+            "--where",
+            "yaer = 2010",
+        ],
+        &["no field \"yaer\"", "year (u32)"],
+    );
+    fails_with(
+        &[
+            "query",
+            "--device",
+            d,
+            "--keyspace",
+            "papers",
+            "--where",
+            "year = 'x'",
+        ],
+        &["year is u32", "the string \"x\""],
+    );
+    fails_with(
+        &[
+            "query",
+            "--device",
+            d,
+            "--keyspace",
+            "papers",
+            "--aggregate",
+            "sum(venue)",
+        ],
+        &["sum(venue) needs a numeric field"],
     );
     // Aggregates in the engine: one row per group comes out.
     let (table, _) = succeeds(&[
@@ -463,4 +501,90 @@ fn papers_generate_writes_a_database_kv_and_query_read() {
         &["graph", "--device", d, "--memory-mib", "0", "bc"],
         &["memory budget", "raise the budget"],
     );
+}
+
+fn with(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn record_keyspaces_take_json_store_records_and_answer_queries() {
+    let dev = scratch("records");
+    let d = dev.to_str().unwrap();
+    succeeds(&[
+        "kv",
+        "--device",
+        d,
+        "format",
+        "--create-mib",
+        "64",
+        "--wal-blocks",
+        "2048",
+    ]);
+    let kv = |args: &[&str]| -> Vec<String> {
+        ["kv", "--device", d, "--keyspace", "people"]
+            .iter()
+            .chain(args)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    fails_with(
+        &[
+            "kv", "--device", d, "keyspace", "people", "--format", "record",
+        ],
+        &["record keyspaces need --schema"],
+    );
+    fails_with(
+        &[
+            "kv",
+            "--device",
+            d,
+            "keyspace",
+            "people",
+            "--format",
+            "record",
+            "--schema",
+            "name:text",
+        ],
+        &["unknown type \"text\""],
+    );
+    succeeds(&[
+        "kv",
+        "--device",
+        d,
+        "keyspace",
+        "people",
+        "--format",
+        "record",
+        "--schema",
+        "name:str,born:u32,h:f64",
+    ]);
+    for (k, v) in [
+        ("p1", r#"{"name":"Ada","born":1815,"h":1.5}"#),
+        ("p2", r#"{"name":"Alan","born":1912,"h":2.25}"#),
+        ("p3", r#"{"name":"Grace","born":1906,"h":3}"#),
+    ] {
+        succeeds(&with(&kv(&["put", k, v])));
+    }
+    fails_with(
+        &with(&kv(&["put", "p4", r#"{"name":"Edsger"}"#])),
+        &["field born (u32) is missing"],
+    );
+    let (got, _) = succeeds(&with(&kv(&["get", "p2"])));
+    assert_eq!(got.trim(), r#"{"name":"Alan","born":1912,"h":2.25}"#);
+    let q = |extra: &[&str]| -> Vec<String> {
+        ["query", "--device", d, "--keyspace", "people"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let (rows, _) = succeeds(&with(&q(&["--where", "born > 1900 AND name PREFIX 'G'"])));
+    assert_eq!(
+        rows.trim(),
+        "p3\t{\"name\":\"Grace\",\"born\":1906,\"h\":3.0}"
+    );
+    let (rows, _) = succeeds(&with(&q(&["--aggregate", "count(*),sum(born),max(h)"])));
+    assert_eq!(rows.lines().nth(1), Some("null\t3\t5633\t3"), "{rows}");
+    fails_with(&with(&q(&["--where", "born = null"])), &["never null"]);
 }

@@ -11,10 +11,10 @@
 //! (`"VLDB"`, `2010`); rows without the field form the group `null`.
 
 use crate::expr::{parse, ParseError, Path, Predicate};
-use crate::json::{self, pointer, JsonPredicate, MalformedJson};
+use crate::format::{Access, Layout};
+use crate::predicate::{FieldPredicate, MalformedValue};
 use crate::scan::{ScanError, ScanStats};
 use sluice_store::{Snapshot, Store};
-use sonic_rs::{JsonNumberTrait, JsonValueTrait, PointerNode};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
@@ -129,11 +129,12 @@ impl Sum {
         }
     }
 
-    fn add(self, n: &sonic_rs::Number) -> Sum {
-        match (self, n.as_i64()) {
+    /// Adds a number: `exact` when it is an integer, `x` its f64 value.
+    fn add(self, exact: Option<i64>, x: f64) -> Sum {
+        match (self, exact) {
             (Sum::Int(s), Some(i)) => Sum::Int(s + i as i128),
-            (Sum::Int(s), None) => Sum::Float(s as f64 + n.as_f64().unwrap_or(0.0)),
-            (Sum::Float(s), _) => Sum::Float(s + n.as_f64().unwrap_or(0.0)),
+            (Sum::Int(s), None) => Sum::Float(s as f64 + x),
+            (Sum::Float(s), _) => Sum::Float(s + x),
         }
     }
 
@@ -202,11 +203,13 @@ pub struct GroupRow {
     pub values: Vec<AggValue>,
 }
 
-/// One aggregation over a key range of a JSON keyspace.
+/// One aggregation over a key range of a JSON or record keyspace.
 pub struct AggregateSpec<'a> {
     pub keyspace: u32,
+    /// The keyspace's value format; fields are checked against it first.
+    pub layout: &'a Layout,
     pub range: (Bound<&'a [u8]>, Bound<&'a [u8]>),
-    pub predicate: Option<&'a JsonPredicate>,
+    pub predicate: Option<&'a FieldPredicate>,
     pub aggregates: &'a [Aggregate],
     pub group_by: Option<&'a Path>,
     /// Worker threads, each over a disjoint part of the key range (cut at
@@ -229,6 +232,17 @@ pub fn aggregate(
             "{} threads: use 1 to {MAX_THREADS}",
             spec.threads
         )));
+    }
+    // Fields are checked against the declared format before any work.
+    for a in spec.aggregates {
+        if let (Some(p), true) = (&a.path, a.func != Func::Count) {
+            spec.layout.check_numeric(p, &a.to_string())?;
+        } else if let Some(p) = &a.path {
+            spec.layout.check_path(p)?;
+        }
+    }
+    if let Some(g) = spec.group_by {
+        spec.layout.check_path(g)?;
     }
     // The range as [start, end), cut into parts at table boundaries.
     let start: Vec<u8> = match spec.range.0 {
@@ -325,32 +339,35 @@ fn aggregate_part(
         Bound::Included(part.0.as_slice()),
         part.1.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
     );
-    let pointers: Vec<Option<Vec<PointerNode>>> = spec
+    let layout = spec.layout;
+    let accesses: Vec<Option<Access>> = spec
         .aggregates
         .iter()
-        .map(|a| a.path.as_ref().map(pointer))
+        .map(|a| a.path.as_ref().map(|p| layout.access(p)))
         .collect();
-    let group_pointer = spec.group_by.map(pointer);
+    let group_access = spec.group_by.map(|p| layout.access(p));
     let mut groups = Groups::new();
     let mut iter = store.iter(spec.keyspace, range, snapshot, false);
     let mut stats = ScanStats::default();
     while let Some((key, value)) = iter.next_ref()? {
         stats.rows_examined += 1;
         stats.bytes_examined += (key.len() + value.len()) as u64;
-        let malformed = |error: MalformedJson| ScanError::Malformed {
+        let malformed = |error: MalformedValue| ScanError::Malformed {
             key: crate::scan::key_text(key),
             error,
         };
-        let lookup = |p: &[PointerNode]| json::lookup(value, p).map_err(malformed);
+        let lookup = |a: &Access| layout.get(value, a).map_err(malformed);
         if let Some(p) = spec.predicate {
             if !p.matches(value).map_err(malformed)? {
                 continue;
             }
         }
-        let group = match &group_pointer {
-            Some(p) => lookup(p)?
-                .filter(|v| !v.is_null())
-                .map(|v| v.as_raw_str().to_string()),
+        let group = match &group_access {
+            Some(a) => lookup(a)?.filter(|v| !v.is_null()).map(|v| {
+                let mut text = Vec::new();
+                v.write_json(&mut text);
+                String::from_utf8(text).expect("JSON text is UTF-8")
+            }),
             None => None,
         };
         if !groups.contains_key(&group) && groups.len() >= MAX_GROUPS {
@@ -361,19 +378,18 @@ fn aggregate_part(
             .or_insert_with(|| vec![Acc::new(); spec.aggregates.len()]);
         for (i, agg) in spec.aggregates.iter().enumerate() {
             let acc = &mut accs[i];
-            let Some(p) = &pointers[i] else {
+            let Some(a) = &accesses[i] else {
                 acc.count += 1;
                 continue;
             };
-            let Some(v) = lookup(p)? else { continue };
+            let Some(v) = lookup(a)? else { continue };
             if agg.func == Func::Count {
                 acc.count += u64::from(!v.is_null());
                 continue;
             }
-            let Some(n) = v.as_number() else { continue };
-            let Some(x) = n.as_f64() else { continue };
+            let Some(x) = v.as_f64() else { continue };
             acc.count += 1;
-            acc.sum = acc.sum.add(&n);
+            acc.sum = acc.sum.add(v.as_i64(), x);
             acc.min = Some(acc.min.map_or(x, |m| m.min(x)));
             acc.max = Some(acc.max.map_or(x, |m| m.max(x)));
         }

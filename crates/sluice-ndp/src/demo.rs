@@ -7,8 +7,8 @@
 
 use crate::expr::{parse, Literal, Path, Predicate, Step};
 use crate::graph::{Csr, CsrBuilder, GraphError};
-use crate::json::JsonPredicate;
 use crate::papers::{self, id_key};
+use crate::predicate::FieldPredicate;
 use crate::scan::{self, Projection, ScanSpec, ScanStats};
 use sluice_store::Store;
 use std::collections::HashSet;
@@ -94,7 +94,7 @@ fn scan_rows(
     limit: usize,
     stats: &mut ScanStats,
 ) -> Result<Vec<Pair>, DemoError> {
-    let compiled = JsonPredicate::compile(pred);
+    let compiled = FieldPredicate::compile(pred);
     let spec = ScanSpec {
         keyspace,
         range: (Bound::Unbounded, Bound::Unbounded),

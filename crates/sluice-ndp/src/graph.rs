@@ -243,7 +243,7 @@ impl Csr {
 pub fn matching_ids(
     store: &Store,
     keyspace: u32,
-    predicate: &crate::json::JsonPredicate,
+    predicate: &crate::predicate::FieldPredicate,
 ) -> Result<std::collections::HashSet<u64>, GraphError> {
     let snapshot = store.snapshot();
     let mut iter = store.iter(

@@ -20,10 +20,12 @@
 pub mod aggregate;
 pub mod demo;
 pub mod expr;
+pub mod format;
 pub mod graph;
-pub mod json;
 pub mod papers;
+pub mod predicate;
 pub mod scan;
 
 pub use expr::{parse, ParseError, Predicate};
-pub use json::{JsonPredicate, MalformedJson};
+pub use format::{FormatError, Layout, Schema};
+pub use predicate::{FieldPredicate, MalformedValue};

@@ -226,18 +226,26 @@ fn words(rng: &mut Rng, n: usize) -> String {
         .join(" ")
 }
 
-/// Creates the four keyspaces (JSON, except `refs`: raw) if missing.
+/// The declared fields of the JSON keyspaces (see [`crate::format`]):
+/// queries naming other fields, or comparing these with literals of other
+/// types, are refused before they run.
+pub const PAPER_SCHEMA: &str = "id:u64,title:str,venue:str,year:u32,authors:u64[],abstract:str";
+pub const AUTHOR_SCHEMA: &str = "id:u64,name:str,affiliation:str";
+pub const VENUE_SCHEMA: &str = "id:u32,name:str";
+
+/// Creates the four keyspaces (JSON with declared fields, except `refs`:
+/// raw) if missing.
 pub fn keyspaces(store: &Store) -> Result<PaperKeyspaces, StoreError> {
-    let ks = |name: &str, format: ValueFormat| match store.keyspace(name) {
+    let ks = |name: &str, format: ValueFormat, schema: &str| match store.keyspace(name) {
         Ok(id) => Ok(id),
-        Err(StoreError::UnknownKeyspace { .. }) => store.create_keyspace(name, format, ""),
+        Err(StoreError::UnknownKeyspace { .. }) => store.create_keyspace(name, format, schema),
         Err(e) => Err(e),
     };
     Ok(PaperKeyspaces {
-        papers: ks("papers", ValueFormat::Json)?,
-        authors: ks("authors", ValueFormat::Json)?,
-        venues: ks("venues", ValueFormat::Json)?,
-        refs: ks("refs", ValueFormat::Raw)?,
+        papers: ks("papers", ValueFormat::Json, PAPER_SCHEMA)?,
+        authors: ks("authors", ValueFormat::Json, AUTHOR_SCHEMA)?,
+        venues: ks("venues", ValueFormat::Json, VENUE_SCHEMA)?,
+        refs: ks("refs", ValueFormat::Raw, "")?,
     })
 }
 

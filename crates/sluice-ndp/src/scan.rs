@@ -20,9 +20,9 @@
 //! than that gets a batch of its own, rounded up to 4096 bytes.
 
 use crate::expr::Path;
-use crate::json::{lookup, pointer, JsonPredicate, MalformedJson};
+use crate::format::{Access, FormatError, Layout};
+use crate::predicate::{FieldPredicate, MalformedValue};
 use sluice_store::{Store, StoreError};
-use sonic_rs::PointerNode;
 use std::ops::Bound;
 
 pub const BATCH_ALIGN_BYTES: usize = 4096;
@@ -35,8 +35,10 @@ pub const MAX_BATCH_BYTES: usize = 64 << 20;
 pub enum ScanError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Format(#[from] FormatError),
     #[error("key {key}: {error}")]
-    Malformed { key: String, error: MalformedJson },
+    Malformed { key: String, error: MalformedValue },
     #[error("batch size {0} bytes: use a multiple of 4096 from 4096 to 64 MiB")]
     BatchSize(usize),
     #[error("not a result batch: {0}")]
@@ -46,26 +48,42 @@ pub enum ScanError {
     Sink(String),
 }
 
-/// Fields to keep of each matching JSON document: the result is an object
+/// Fields to keep of each matching value: the result is a JSON object
 /// with one member per path found, named by the path as written.
 #[derive(Debug, Clone)]
 pub struct Projection {
-    fields: Vec<(String, Vec<PointerNode>)>,
+    layout: Layout,
+    fields: Vec<(String, Access)>,
 }
 
 impl Projection {
+    /// For JSON documents with no declared fields.
     pub fn new(paths: &[Path]) -> Self {
-        Projection {
-            fields: paths.iter().map(|p| (p.to_string(), pointer(p))).collect(),
+        Self::build(paths, Layout::json_undeclared())
+    }
+
+    /// For a keyspace's declared format; unknown fields are refused here.
+    pub fn new_for(paths: &[Path], layout: &Layout) -> Result<Self, FormatError> {
+        for p in paths {
+            layout.check_path(p)?;
         }
+        Ok(Self::build(paths, layout.clone()))
+    }
+
+    fn build(paths: &[Path], layout: Layout) -> Self {
+        let fields = paths
+            .iter()
+            .map(|p| (p.to_string(), layout.access(p)))
+            .collect();
+        Projection { layout, fields }
     }
 
     /// Appends the projected document to `out`.
-    fn apply(&self, doc: &[u8], out: &mut Vec<u8>) -> Result<(), MalformedJson> {
+    fn apply(&self, doc: &[u8], out: &mut Vec<u8>) -> Result<(), MalformedValue> {
         out.push(b'{');
         let mut first = true;
-        for (name, pointer) in &self.fields {
-            let Some(value) = lookup(doc, pointer)? else {
+        for (name, access) in &self.fields {
+            let Some(value) = self.layout.get(doc, access)? else {
                 continue;
             };
             if !first {
@@ -74,7 +92,7 @@ impl Projection {
             first = false;
             out.extend_from_slice(sonic_rs::to_string(name).expect("a string").as_bytes());
             out.push(b':');
-            out.extend_from_slice(value.as_raw_str().as_bytes());
+            value.write_json(out);
         }
         out.push(b'}');
         Ok(())
@@ -86,7 +104,7 @@ pub struct ScanSpec<'a> {
     pub keyspace: u32,
     pub range: (Bound<&'a [u8]>, Bound<&'a [u8]>),
     pub reverse: bool,
-    pub predicate: Option<&'a JsonPredicate>,
+    pub predicate: Option<&'a FieldPredicate>,
     pub projection: Option<&'a Projection>,
     pub limit: usize,
     /// Size of each result batch (a multiple of 4096).

@@ -7,7 +7,7 @@ use common::store;
 use serde_json::Value;
 use sluice_ndp::aggregate::{self, parse_aggregates, AggValue, AggregateSpec, Func};
 use sluice_ndp::papers::{self, PaperConfig};
-use sluice_ndp::{parse, JsonPredicate, Predicate};
+use sluice_ndp::{parse, FieldPredicate, Layout, Predicate};
 use sluice_store::ValueFormat;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -29,12 +29,13 @@ fn grouped_aggregates_match_a_full_parse_reference() {
         "count(*), sum(year), avg(year), min(year), max(authors[2]), count(authors[3])",
     )
     .unwrap();
-    let pred = JsonPredicate::compile(&parse("year >= 2000 AND NOT venue PREFIX 'S'").unwrap());
+    let pred = FieldPredicate::compile(&parse("year >= 2000 AND NOT venue PREFIX 'S'").unwrap());
     let venue = match parse("EXISTS venue").unwrap() {
         Predicate::Exists(p) => p,
         _ => unreachable!(),
     };
     let spec = AggregateSpec {
+        layout: &Layout::json_undeclared(),
         keyspace: ks,
         range: (Bound::Unbounded, Bound::Unbounded),
         predicate: Some(&pred),
@@ -105,6 +106,7 @@ fn mixed_types_missing_fields_and_no_group() {
     let aggs = parse_aggregates("count(*), count(x), sum(x), avg(x), min(x), max(x), sum(nothing)")
         .unwrap();
     let spec = AggregateSpec {
+        layout: &Layout::json_undeclared(),
         keyspace: ks,
         range: (Bound::Unbounded, Bound::Unbounded),
         predicate: None,
@@ -129,6 +131,7 @@ fn mixed_types_missing_fields_and_no_group() {
     };
     let count = parse_aggregates("count(*)").unwrap();
     let spec = AggregateSpec {
+        layout: &Layout::json_undeclared(),
         group_by: Some(&g),
         aggregates: &count,
         ..spec
@@ -186,6 +189,7 @@ fn parallel_parts_add_up_to_the_single_thread_result() {
     let (lo, hi) = (100u64.to_be_bytes(), 3900u64.to_be_bytes());
     let run = |threads| {
         let spec = AggregateSpec {
+            layout: &Layout::json_undeclared(),
             keyspace: ks,
             range: (Bound::Excluded(&lo[..]), Bound::Included(&hi[..])),
             predicate: None,
@@ -212,6 +216,7 @@ fn parallel_parts_add_up_to_the_single_thread_result() {
         }
     }
     let bad = AggregateSpec {
+        layout: &Layout::json_undeclared(),
         keyspace: ks,
         range: (Bound::Unbounded, Bound::Unbounded),
         predicate: None,

@@ -197,10 +197,10 @@ fn a_graph_past_the_memory_budget_is_refused() {
 #[test]
 fn a_predicate_selects_the_subgraph_bc_runs_on() {
     use sluice_ndp::graph::matching_ids;
-    use sluice_ndp::{parse, JsonPredicate};
+    use sluice_ndp::{parse, FieldPredicate};
     let s = paper_store(2000);
     let ks = papers::keyspaces(&s).unwrap();
-    let pred = JsonPredicate::compile(
+    let pred = FieldPredicate::compile(
         &parse("venue IN ('VLDB', 'SIGMOD', 'ICDE', 'FAST') AND year >= 2000").unwrap(),
     );
     let keep = matching_ids(&s, ks.papers, &pred).unwrap();

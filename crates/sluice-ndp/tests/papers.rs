@@ -6,7 +6,7 @@ mod common;
 
 use common::store;
 use sluice_ndp::papers::{self, PaperConfig, VENUES};
-use sluice_ndp::{parse, JsonPredicate};
+use sluice_ndp::{parse, FieldPredicate};
 use sluice_store::Store;
 use std::collections::HashMap;
 use std::ops::Bound;
@@ -92,7 +92,7 @@ fn papers_are_json_that_predicates_read_like_a_full_parser() {
     let cfg = PaperConfig::demo(2000, 3);
     papers::generate(&s, &cfg, &mut |_| {}).unwrap();
     let ks = papers::keyspaces(&s).unwrap();
-    let pred = JsonPredicate::compile(
+    let pred = FieldPredicate::compile(
         &parse("venue IN ('VLDB', 'SIGMOD') AND year BETWEEN 2000 AND 2010 AND authors[1] >= 0")
             .unwrap(),
     );

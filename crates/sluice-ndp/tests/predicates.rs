@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use sluice_ndp::expr::{CmpOp, Literal, Path, Step};
-use sluice_ndp::{parse, JsonPredicate, Predicate};
+use sluice_ndp::{parse, FieldPredicate, Predicate};
 use std::cmp::Ordering;
 
 fn path(text: &str) -> Path {
@@ -291,14 +291,14 @@ proptest! {
     #[test]
     fn in_place_evaluation_matches_the_reference(p in predicate(), doc in document(), pretty in any::<bool>()) {
         let bytes = if pretty { serde_json::to_vec_pretty(&doc) } else { serde_json::to_vec(&doc) }.unwrap();
-        let compiled = JsonPredicate::compile(&p);
+        let compiled = FieldPredicate::compile(&p);
         prop_assert_eq!(compiled.matches(&bytes).unwrap(), reference(&p, &doc), "{} on {}", p, doc);
     }
 }
 
 #[test]
 fn a_malformed_document_is_an_error_not_a_miss() {
-    let p = JsonPredicate::compile(&parse("b = 1").unwrap());
+    let p = FieldPredicate::compile(&parse("b = 1").unwrap());
     let e = p.matches(br#"{"a": 1, "b": "#).unwrap_err();
     assert!(e.to_string().contains("malformed JSON"), "{e}");
     assert!(p.matches(br#"{"a": 1, "b": 1}"#).unwrap());

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use sluice_ndp::expr::Path;
 use sluice_ndp::papers::{self};
 use sluice_ndp::scan::{self, Projection, ResultBatch, ScanError, ScanSpec, BATCH_ALIGN_BYTES};
-use sluice_ndp::{parse, JsonPredicate};
+use sluice_ndp::{parse, FieldPredicate};
 use sluice_store::{Store, ValueFormat};
 use std::ops::Bound;
 
@@ -39,7 +39,7 @@ fn run(store: &Store, spec: &ScanSpec<'_>) -> (Vec<ResultBatch>, scan::ScanStats
 fn predicate_projection_and_limit_match_the_host_side_reference() {
     let (store, ks) = paper_store(3000);
     let text = "venue IN ('VLDB', 'SIGMOD', 'FAST') AND year >= 2000 AND NOT title PREFIX 'scan'";
-    let pred = JsonPredicate::compile(&parse(text).unwrap());
+    let pred = FieldPredicate::compile(&parse(text).unwrap());
     let proj = Projection::new(&[
         path("title"),
         path("year"),
@@ -182,7 +182,7 @@ fn bad_batch_sizes_malformed_documents_and_damaged_batches_are_errors() {
     store
         .put(bad, b"doc-1", br#"{"title": "x", "year": "#)
         .unwrap();
-    let pred = JsonPredicate::compile(&parse("year > 1").unwrap());
+    let pred = FieldPredicate::compile(&parse("year > 1").unwrap());
     spec.keyspace = bad;
     spec.batch_bytes = 4096;
     spec.predicate = Some(&pred);

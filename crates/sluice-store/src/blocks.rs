@@ -374,6 +374,20 @@ pub fn seal_block(block: &mut [u8]) {
     block[STORE_BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Seals a block with a checksum seeded by its store's id: a block that
+/// an earlier store left on the device (formatted over) never passes for
+/// one of this store's, even where its sequence number would fit.
+pub fn seal_block_for(block: &mut [u8], store_id: &[u8; 16]) {
+    let crc = crc32c::crc32c_append(crc32c::crc32c(store_id), &block[..STORE_BLOCK_BYTES - 4]);
+    block[STORE_BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+}
+
+pub fn block_is_sealed_for(block: &[u8], store_id: &[u8; 16]) -> bool {
+    block.len() == STORE_BLOCK_BYTES
+        && crc32c::crc32c_append(crc32c::crc32c(store_id), &block[..STORE_BLOCK_BYTES - 4])
+            == u32::from_le_bytes(block[STORE_BLOCK_BYTES - 4..].try_into().expect("4 bytes"))
+}
+
 pub fn block_is_sealed(block: &[u8]) -> bool {
     block.len() == STORE_BLOCK_BYTES && trailing_crc_ok(block)
 }

@@ -34,7 +34,7 @@ pub mod wal;
 pub use batch::WriteBatch;
 pub use error::{Result, StoreError};
 pub use iter::StoreIter;
-pub use manifest::ValueFormat;
+pub use manifest::{KeyspaceDef, ValueFormat};
 pub use store::{
     Snapshot, Store, StoreConfig, StoreStats, TablePlacement, WriteOptions, DEFAULT_KEYSPACE,
 };

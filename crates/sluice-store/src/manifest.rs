@@ -9,7 +9,7 @@
 //! and only then is the old extent freed.
 
 use crate::alloc::ExtentAllocator;
-use crate::blocks::{block_is_sealed, seal_block, BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::blocks::{block_is_sealed_for, seal_block_for, BlockDevice, Extent, STORE_BLOCK_BYTES};
 use crate::codec::Reader;
 use crate::error::{Result, StoreError};
 use crate::superblock::{self, Superblock, SUPERBLOCK_BLOCKS};
@@ -312,11 +312,11 @@ impl BlockPacker {
     }
 
     /// Numbers and seals the blocks from `first_seq` on.
-    fn finish(mut self, first_seq: u64) -> Vec<Vec<u8>> {
+    fn finish(mut self, first_seq: u64, store_id: &[u8; 16]) -> Vec<Vec<u8>> {
         for (i, b) in self.blocks.iter_mut().enumerate() {
             b[0..4].copy_from_slice(MAGIC);
             b[8..16].copy_from_slice(&(first_seq + i as u64).to_le_bytes());
-            seal_block(b);
+            seal_block_for(b, store_id);
         }
         self.blocks
     }
@@ -509,7 +509,7 @@ impl Manifest {
     }
 
     fn write_blocks(&mut self, packer: BlockPacker) -> Result<()> {
-        let blocks = packer.finish(self.next_seq);
+        let blocks = packer.finish(self.next_seq, &self.superblock.store_id);
         let mut buf = AlignedMem::new(blocks.len() * STORE_BLOCK_BYTES);
         for (i, b) in blocks.iter().enumerate() {
             buf.as_mut_slice()[i * STORE_BLOCK_BYTES..(i + 1) * STORE_BLOCK_BYTES]
@@ -582,7 +582,7 @@ fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64)> {
         dev.read(block, buf.as_mut_slice())?;
         let b = buf.as_slice();
         let valid = &b[0..4] == MAGIC
-            && block_is_sealed(b)
+            && block_is_sealed_for(b, &sb.store_id)
             && u64::from_le_bytes(b[8..16].try_into().expect("8")) == seq;
         if !valid {
             break;

@@ -8,7 +8,7 @@ use crate::error::{Result, StoreError};
 
 pub const MAGIC: &[u8; 8] = b"SLUICEKV";
 /// 2: the superblock lists the store blocks of each device of the set.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Store blocks 0 and 1 hold the two copies.
 pub const SUPERBLOCK_BLOCKS: u64 = 2;
 

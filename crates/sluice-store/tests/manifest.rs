@@ -120,13 +120,12 @@ fn a_corrupt_manifest_block_is_reported_with_its_place() {
     m.log(&edits).unwrap();
     let start = m.superblock().manifest.start_block;
     drop(m);
-    // Flip a payload byte and re-seal the block: the block checksum passes,
-    // the record checksum does not.
+    // Flip a payload byte and re-seal the block (checksum seeded with the
+    // store id): the block checksum passes, the record checksum does not.
     let mut buf = sluice_io::mem::AlignedMem::new(STORE_BLOCK_BYTES);
     dev.read(start + 1, buf.as_mut_slice()).unwrap();
     buf.as_mut_slice()[30] ^= 0xFF;
-    let crc = crc32c::crc32c(&buf.as_slice()[..STORE_BLOCK_BYTES - 4]);
-    buf.as_mut_slice()[STORE_BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+    sluice_store::blocks::seal_block_for(buf.as_mut_slice(), &[2; 16]);
     dev.write(start + 1, buf.as_slice()).unwrap();
     let err = Manifest::open(dev).unwrap_err();
     let msg = err.to_string();

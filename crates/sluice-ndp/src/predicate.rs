@@ -1,7 +1,8 @@
-//! Predicates evaluated on JSON documents in place. Each field a predicate
-//! names is found by a skipping scan of the document's bytes (sonic-rs's
-//! lazy lookup) and only that field's value is decoded; the document is
-//! never built as a tree.
+//! Predicates evaluated on stored values in place. In a JSON document each
+//! field a predicate names is found by a skipping scan of the document's
+//! bytes (sonic-rs's lazy lookup) and only that field's value is decoded;
+//! the document is never built as a tree. In a typed record
+//! ([`crate::format`]) a field is read at its offset.
 //!
 //! Semantics: a comparison between a field and a literal of another type
 //! (a string field against a number, say) is false, whatever the
@@ -16,19 +17,23 @@
 //! documents when they are written is the place for that).
 
 use crate::expr::{CmpOp, Literal, Path, Predicate, Step};
+use crate::format::{Access, FormatError, Layout, Val};
 use sonic_rs::{JsonNumberTrait, JsonValueTrait, LazyValue, PointerNode};
 use std::cmp::Ordering;
 
-/// A document that is not valid JSON where a field was looked for.
+/// A stored value that is not of its keyspace's format where a field was
+/// looked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("malformed JSON document: {0}")]
-pub struct MalformedJson(pub String);
+#[error("malformed value: {0}")]
+pub struct MalformedValue(pub String);
 
-/// A predicate ready to run: each distinct path turned into a pointer once.
+/// A predicate ready to run: each distinct path turned into an accessor
+/// once.
 #[derive(Debug, Clone)]
-pub struct JsonPredicate {
+pub struct FieldPredicate {
     root: Node,
-    pointers: Vec<Vec<PointerNode>>,
+    layout: Layout,
+    accesses: Vec<Access>,
 }
 
 #[derive(Debug, Clone)]
@@ -43,12 +48,29 @@ enum Node {
     Not(Box<Node>),
 }
 
-impl JsonPredicate {
+impl FieldPredicate {
+    /// For JSON documents with no declared fields: nothing to check.
     pub fn compile(pred: &Predicate) -> Self {
+        Self::build(pred, Layout::json_undeclared())
+    }
+
+    /// For a keyspace's declared format: a predicate naming a field the
+    /// format lacks, or comparing one with a literal of another type, is
+    /// refused here, before any work starts.
+    pub fn compile_for(pred: &Predicate, layout: &Layout) -> Result<Self, FormatError> {
+        layout.check_predicate(pred)?;
+        Ok(Self::build(pred, layout.clone()))
+    }
+
+    fn build(pred: &Predicate, layout: Layout) -> Self {
         let mut paths: Vec<Path> = Vec::new();
         let root = Self::node(pred, &mut paths);
-        let pointers = paths.iter().map(pointer).collect();
-        JsonPredicate { root, pointers }
+        let accesses = paths.iter().map(|p| layout.access(p)).collect();
+        FieldPredicate {
+            root,
+            layout,
+            accesses,
+        }
     }
 
     fn node(pred: &Predicate, paths: &mut Vec<Path>) -> Node {
@@ -76,21 +98,28 @@ impl JsonPredicate {
     /// Whether `doc` satisfies the predicate. Fields are looked up at most
     /// once each, and only those the evaluation reaches (AND and OR stop
     /// early).
-    pub fn matches(&self, doc: &[u8]) -> Result<bool, MalformedJson> {
-        let mut fields: Vec<Option<Option<LazyValue<'_>>>> = vec![None; self.pointers.len()];
-        self.eval(&self.root, doc, &mut fields)
+    pub fn matches(&self, doc: &[u8]) -> Result<bool, MalformedValue> {
+        // Up to 8 fields without an allocation per document.
+        const INLINE: usize = 8;
+        if self.accesses.len() <= INLINE {
+            let mut fields: [Option<Option<Val<'_>>>; INLINE] = Default::default();
+            self.eval(&self.root, doc, &mut fields)
+        } else {
+            let mut fields: Vec<Option<Option<Val<'_>>>> = vec![None; self.accesses.len()];
+            self.eval(&self.root, doc, &mut fields)
+        }
     }
 
     fn field<'d>(
         &self,
         i: usize,
         doc: &'d [u8],
-        fields: &mut [Option<Option<LazyValue<'d>>>],
-    ) -> Result<Option<LazyValue<'d>>, MalformedJson> {
+        fields: &mut [Option<Option<Val<'d>>>],
+    ) -> Result<Option<Val<'d>>, MalformedValue> {
         if let Some(v) = &fields[i] {
             return Ok(v.clone());
         }
-        let found = lookup(doc, &self.pointers[i])?;
+        let found = self.layout.get(doc, &self.accesses[i])?;
         fields[i] = Some(found.clone());
         Ok(found)
     }
@@ -99,22 +128,20 @@ impl JsonPredicate {
         &self,
         node: &Node,
         doc: &'d [u8],
-        fields: &mut [Option<Option<LazyValue<'d>>>],
-    ) -> Result<bool, MalformedJson> {
+        fields: &mut [Option<Option<Val<'d>>>],
+    ) -> Result<bool, MalformedValue> {
         Ok(match node {
             Node::Cmp(p, op, lit) => self
                 .field(*p, doc, fields)?
-                .and_then(|v| compare(&v, lit))
+                .and_then(|v| v.compare(lit))
                 .is_some_and(|o| op_holds(*op, o)),
             Node::Between(p, low, high) => self.field(*p, doc, fields)?.is_some_and(|v| {
-                compare(&v, low).is_some_and(Ordering::is_ge)
-                    && compare(&v, high).is_some_and(Ordering::is_le)
+                v.compare(low).is_some_and(Ordering::is_ge)
+                    && v.compare(high).is_some_and(Ordering::is_le)
             }),
-            Node::In(p, values) => self.field(*p, doc, fields)?.is_some_and(|v| {
-                values
-                    .iter()
-                    .any(|l| compare(&v, l) == Some(Ordering::Equal))
-            }),
+            Node::In(p, values) => self
+                .field(*p, doc, fields)?
+                .is_some_and(|v| values.iter().any(|l| v.compare(l) == Some(Ordering::Equal))),
             Node::Prefix(p, prefix) => self
                 .field(*p, doc, fields)?
                 .is_some_and(|v| v.as_str().is_some_and(|s| s.starts_with(prefix.as_str()))),
@@ -156,11 +183,11 @@ pub(crate) fn pointer(path: &Path) -> Vec<PointerNode> {
 pub(crate) fn lookup<'d>(
     doc: &'d [u8],
     pointer: &[PointerNode],
-) -> Result<Option<LazyValue<'d>>, MalformedJson> {
+) -> Result<Option<LazyValue<'d>>, MalformedValue> {
     match sonic_rs::get_from_slice(doc, pointer) {
         Ok(v) => Ok(Some(v)),
         Err(e) if e.is_not_found() || e.is_unmatched_type() => Ok(None),
-        Err(e) => Err(MalformedJson(e.to_string())),
+        Err(e) => Err(MalformedValue(format!("JSON: {e}"))),
     }
 }
 
@@ -175,8 +202,8 @@ fn op_holds(op: CmpOp, o: Ordering) -> bool {
     }
 }
 
-/// The order of a field's value against a literal; None across types.
-fn compare(v: &LazyValue<'_>, lit: &Literal) -> Option<Ordering> {
+/// The order of a JSON value against a literal; None across types.
+pub(crate) fn compare(v: &LazyValue<'_>, lit: &Literal) -> Option<Ordering> {
     match lit {
         Literal::Int(n) => {
             let num = v.as_number()?;
