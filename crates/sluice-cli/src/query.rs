@@ -38,8 +38,8 @@ pub struct QueryArgs {
     /// With --aggregate: one row per value of this field.
     #[arg(long, requires = "aggregate")]
     group_by: Option<String>,
-    /// With --aggregate: worker threads over disjoint key ranges.
-    #[arg(long, default_value_t = 1, requires = "aggregate")]
+    /// Worker threads over disjoint key ranges (cut at table boundaries).
+    #[arg(long, default_value_t = 1)]
     threads: usize,
 }
 
@@ -125,6 +125,7 @@ pub fn run(args: &QueryArgs) -> Result<()> {
         projection: projection.as_ref(),
         limit: args.limit,
         batch_bytes: args.batch_bytes,
+        threads: args.threads,
     };
     let start = Instant::now();
     let out = std::io::stdout();

@@ -13,7 +13,7 @@
 use crate::expr::{parse, ParseError, Path, Predicate};
 use crate::format::{Access, Layout};
 use crate::predicate::{FieldPredicate, MalformedValue};
-use crate::scan::{ScanError, ScanStats};
+use crate::scan::{key_parts, part_range, KeyPart, ScanError, ScanStats};
 use sluice_store::{Snapshot, Store};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -217,9 +217,6 @@ pub struct AggregateSpec<'a> {
     pub threads: usize,
 }
 
-/// Most worker threads one aggregation may use.
-pub const MAX_THREADS: usize = 64;
-
 type Groups = BTreeMap<Option<String>, Vec<Acc>>;
 
 /// Runs the aggregation; rows come ordered by group key text.
@@ -227,12 +224,6 @@ pub fn aggregate(
     store: &Store,
     spec: &AggregateSpec<'_>,
 ) -> Result<(Vec<GroupRow>, ScanStats), ScanError> {
-    if spec.threads == 0 || spec.threads > MAX_THREADS {
-        return Err(ScanError::Sink(format!(
-            "{} threads: use 1 to {MAX_THREADS}",
-            spec.threads
-        )));
-    }
     // Fields are checked against the declared format before any work.
     for a in spec.aggregates {
         if let (Some(p), true) = (&a.path, a.func != Func::Count) {
@@ -244,32 +235,7 @@ pub fn aggregate(
     if let Some(g) = spec.group_by {
         spec.layout.check_path(g)?;
     }
-    // The range as [start, end), cut into parts at table boundaries.
-    let start: Vec<u8> = match spec.range.0 {
-        Bound::Included(k) => k.to_vec(),
-        Bound::Excluded(k) => [k, &[0]].concat(),
-        Bound::Unbounded => Vec::new(),
-    };
-    let end: Option<Vec<u8>> = match spec.range.1 {
-        Bound::Included(k) => Some([k, &[0]].concat()),
-        Bound::Excluded(k) => Some(k.to_vec()),
-        Bound::Unbounded => None,
-    };
-    let cuts: Vec<Vec<u8>> = store
-        .split_keys(spec.keyspace, spec.threads)
-        .into_iter()
-        .filter(|k| *k > start && end.as_ref().is_none_or(|e| k < e))
-        .collect();
-    let mut bounds: Vec<Vec<u8>> = vec![start];
-    bounds.extend(cuts);
-    let parts: Vec<(Vec<u8>, Option<Vec<u8>>)> = (0..bounds.len())
-        .map(|i| {
-            (
-                bounds[i].clone(),
-                bounds.get(i + 1).cloned().or_else(|| end.clone()),
-            )
-        })
-        .collect();
+    let parts = key_parts(store, spec.keyspace, spec.range, spec.threads)?;
     // One snapshot for every worker: the parts add up to one consistent
     // view.
     let snapshot = store.snapshot();
@@ -333,12 +299,9 @@ fn aggregate_part(
     store: &Store,
     snapshot: &Snapshot,
     spec: &AggregateSpec<'_>,
-    part: &(Vec<u8>, Option<Vec<u8>>),
+    part: &KeyPart,
 ) -> Result<(Groups, ScanStats), ScanError> {
-    let range = (
-        Bound::Included(part.0.as_slice()),
-        part.1.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-    );
+    let range = part_range(part);
     let layout = spec.layout;
     let accesses: Vec<Option<Access>> = spec
         .aggregates

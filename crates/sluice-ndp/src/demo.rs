@@ -103,6 +103,7 @@ fn scan_rows(
         projection,
         limit,
         batch_bytes: 256 << 10,
+        threads: 1,
     };
     let mut rows = Vec::new();
     let s = scan::scan(store, &spec, &mut |b| {

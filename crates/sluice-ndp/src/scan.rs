@@ -109,6 +109,8 @@ pub struct ScanSpec<'a> {
     pub limit: usize,
     /// Size of each result batch (a multiple of 4096).
     pub batch_bytes: usize,
+    /// Worker threads over disjoint parts of the range (1 to 64).
+    pub threads: usize,
 }
 
 /// What a scan looked at and what it handed over.
@@ -233,32 +235,134 @@ pub(crate) fn key_text(key: &[u8]) -> String {
     }
 }
 
-/// Runs the scan, handing each full batch to `emit`.
-pub fn scan(
+/// Most worker threads one operation may use.
+pub const MAX_THREADS: usize = 64;
+/// Full batches each scan worker may have waiting for the consumer.
+const BATCHES_IN_FLIGHT_PER_WORKER: usize = 4;
+
+/// A part of a key range: `[start, end)`, `end` None for unbounded.
+pub(crate) type KeyPart = (Vec<u8>, Option<Vec<u8>>);
+
+/// Cuts `range` of `keyspace` into up to `threads` disjoint parts at table
+/// boundaries (`Store::split_keys`), in key order.
+pub(crate) fn key_parts(
     store: &Store,
-    spec: &ScanSpec<'_>,
-    emit: &mut dyn FnMut(ResultBatch) -> Result<(), ScanError>,
-) -> Result<ScanStats, ScanError> {
-    let b = spec.batch_bytes;
-    if !(BATCH_ALIGN_BYTES..=MAX_BATCH_BYTES).contains(&b) || b % BATCH_ALIGN_BYTES != 0 {
-        return Err(ScanError::BatchSize(b));
+    keyspace: u32,
+    range: (Bound<&[u8]>, Bound<&[u8]>),
+    threads: usize,
+) -> Result<Vec<KeyPart>, ScanError> {
+    if threads == 0 || threads > MAX_THREADS {
+        return Err(ScanError::Sink(format!(
+            "{threads} threads: use 1 to {MAX_THREADS}"
+        )));
     }
-    let snapshot = store.snapshot();
-    let mut iter = store.iter(spec.keyspace, spec.range, &snapshot, spec.reverse);
+    let start: Vec<u8> = match range.0 {
+        Bound::Included(k) => k.to_vec(),
+        Bound::Excluded(k) => [k, &[0]].concat(),
+        Bound::Unbounded => Vec::new(),
+    };
+    let end: Option<Vec<u8>> = match range.1 {
+        Bound::Included(k) => Some([k, &[0]].concat()),
+        Bound::Excluded(k) => Some(k.to_vec()),
+        Bound::Unbounded => None,
+    };
+    let cuts: Vec<Vec<u8>> = if threads == 1 {
+        Vec::new()
+    } else {
+        store
+            .split_keys(keyspace, threads)
+            .into_iter()
+            .filter(|k| *k > start && end.as_ref().is_none_or(|e| k < e))
+            .collect()
+    };
+    let mut bounds: Vec<Vec<u8>> = vec![start];
+    bounds.extend(cuts);
+    Ok((0..bounds.len())
+        .map(|i| {
+            (
+                bounds[i].clone(),
+                bounds.get(i + 1).cloned().or_else(|| end.clone()),
+            )
+        })
+        .collect())
+}
+
+pub(crate) fn part_range(part: &KeyPart) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (
+        Bound::Included(part.0.as_slice()),
+        part.1.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+    )
+}
+
+/// Packs rows into batches of `batch_bytes`, handing each over when the
+/// next row would not fit.
+struct Batcher<'e> {
+    batch_bytes: usize,
+    batch: ResultBatch,
+    stats: ScanStats,
+    emit: &'e mut dyn FnMut(ResultBatch) -> Result<(), ScanError>,
+}
+
+impl<'e> Batcher<'e> {
+    fn new(
+        batch_bytes: usize,
+        emit: &'e mut dyn FnMut(ResultBatch) -> Result<(), ScanError>,
+    ) -> Self {
+        Batcher {
+            batch_bytes,
+            batch: ResultBatch::with_capacity(batch_bytes),
+            stats: ScanStats::default(),
+            emit,
+        }
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8]) -> Result<(), ScanError> {
+        // Rows never straddle batches: a row that does not fit closes the
+        // batch first.
+        if !self.batch.is_empty()
+            && self.batch.used() + 8 + key.len() + value.len() > self.batch_bytes
+        {
+            let full = std::mem::replace(
+                &mut self.batch,
+                ResultBatch::with_capacity(self.batch_bytes),
+            );
+            self.hand_over(full)?;
+        }
+        self.batch.push(key, value);
+        self.stats.rows_returned += 1;
+        Ok(())
+    }
+
+    fn hand_over(&mut self, batch: ResultBatch) -> Result<(), ScanError> {
+        let sealed = batch.seal();
+        self.stats.bytes_returned += sealed.bytes.len() as u64;
+        self.stats.batches += 1;
+        (self.emit)(sealed)
+    }
+
+    fn finish(mut self) -> Result<ScanStats, ScanError> {
+        if !self.batch.is_empty() {
+            let last = std::mem::replace(&mut self.batch, ResultBatch::with_capacity(0));
+            self.hand_over(last)?;
+        }
+        Ok(self.stats)
+    }
+}
+
+/// Examines the pairs of `range`, handing each matching row (projected)
+/// to `row` until it returns false. Returns rows and bytes examined.
+fn examine(
+    store: &Store,
+    snapshot: &sluice_store::Snapshot,
+    spec: &ScanSpec<'_>,
+    range: (Bound<&[u8]>, Bound<&[u8]>),
+    row: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool, ScanError>,
+) -> Result<ScanStats, ScanError> {
+    let mut iter = store.iter(spec.keyspace, range, snapshot, spec.reverse);
     let mut stats = ScanStats::default();
-    let mut batch = ResultBatch::with_capacity(b);
     // The projected value of the current row (reused).
     let mut projected: Vec<u8> = Vec::new();
-    let mut hand_over = |batch: ResultBatch, stats: &mut ScanStats| {
-        let sealed = batch.seal();
-        stats.bytes_returned += sealed.bytes.len() as u64;
-        stats.batches += 1;
-        emit(sealed)
-    };
-    while stats.rows_returned < spec.limit as u64 {
-        let Some((key, value)) = iter.next_ref()? else {
-            break;
-        };
+    while let Some((key, value)) = iter.next_ref()? {
         stats.rows_examined += 1;
         stats.bytes_examined += (key.len() + value.len()) as u64;
         let malformed = |error| ScanError::Malformed {
@@ -278,17 +382,114 @@ pub fn scan(
             }
             None => value,
         };
-        // Rows never straddle batches: a row that does not fit closes the
-        // batch first.
-        if !batch.is_empty() && batch.used() + 8 + key.len() + row_value.len() > b {
-            let full = std::mem::replace(&mut batch, ResultBatch::with_capacity(b));
-            hand_over(full, &mut stats)?;
+        if !row(key, row_value)? {
+            break;
         }
-        batch.push(key, row_value);
-        stats.rows_returned += 1;
-    }
-    if !batch.is_empty() {
-        hand_over(batch, &mut stats)?;
     }
     Ok(stats)
+}
+
+/// Runs the scan, handing each full batch to `emit`. With more than one
+/// thread, workers scan disjoint parts of the range (cut at table
+/// boundaries) from one snapshot; their rows are re-packed in key order,
+/// so the batches are the same whatever the thread count.
+pub fn scan(
+    store: &Store,
+    spec: &ScanSpec<'_>,
+    emit: &mut dyn FnMut(ResultBatch) -> Result<(), ScanError>,
+) -> Result<ScanStats, ScanError> {
+    let b = spec.batch_bytes;
+    if !(BATCH_ALIGN_BYTES..=MAX_BATCH_BYTES).contains(&b) || b % BATCH_ALIGN_BYTES != 0 {
+        return Err(ScanError::BatchSize(b));
+    }
+    let mut parts = key_parts(store, spec.keyspace, spec.range, spec.threads)?;
+    let snapshot = store.snapshot();
+    let mut out = Batcher::new(b, emit);
+    let limit = spec.limit as u64;
+    if parts.len() == 1 {
+        let examined = examine(store, &snapshot, spec, spec.range, &mut |k, v| {
+            if out.stats.rows_returned >= limit {
+                return Ok(false);
+            }
+            out.push(k, v)?;
+            Ok(out.stats.rows_returned < limit)
+        })?;
+        let mut stats = out.finish()?;
+        stats.rows_examined = examined.rows_examined;
+        stats.bytes_examined = examined.bytes_examined;
+        return Ok(stats);
+    }
+    if spec.reverse {
+        parts.reverse();
+    }
+    let snapshot = &snapshot;
+    std::thread::scope(|scope| {
+        let receivers: Vec<_> = parts
+            .iter()
+            .map(|part| {
+                let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT_PER_WORKER);
+                scope.spawn(move || scan_worker(store, snapshot, spec, part, tx));
+                rx
+            })
+            .collect();
+        let mut examined = ScanStats::default();
+        // Parts are drained in key order; a worker ahead of the consumer
+        // waits on its full channel, bounding memory.
+        'parts: for rx in &receivers {
+            for msg in rx {
+                match msg? {
+                    WorkerMsg::Batch(batch) => {
+                        for (k, v) in batch.rows() {
+                            if out.stats.rows_returned >= limit {
+                                break 'parts;
+                            }
+                            out.push(k, v)?;
+                        }
+                    }
+                    WorkerMsg::Done(s) => {
+                        examined.rows_examined += s.rows_examined;
+                        examined.bytes_examined += s.bytes_examined;
+                    }
+                }
+            }
+        }
+        // Dropping the receivers stops workers still running (past the
+        // limit).
+        drop(receivers);
+        let mut stats = out.finish()?;
+        stats.rows_examined = examined.rows_examined;
+        stats.bytes_examined = examined.bytes_examined;
+        Ok(stats)
+    })
+}
+
+enum WorkerMsg {
+    Batch(ResultBatch),
+    Done(ScanStats),
+}
+
+/// One scan worker: its part's matching rows in batches, then its counts.
+fn scan_worker(
+    store: &Store,
+    snapshot: &sluice_store::Snapshot,
+    spec: &ScanSpec<'_>,
+    part: &KeyPart,
+    tx: std::sync::mpsc::SyncSender<Result<WorkerMsg, ScanError>>,
+) {
+    let closed = || ScanError::Sink("the consumer stopped".into());
+    let mut send = |batch: ResultBatch| tx.send(Ok(WorkerMsg::Batch(batch))).map_err(|_| closed());
+    let mut rows = 0u64;
+    let limit = spec.limit as u64;
+    let result = (|| {
+        let mut batcher = Batcher::new(spec.batch_bytes, &mut send);
+        let examined = examine(store, snapshot, spec, part_range(part), &mut |k, v| {
+            batcher.push(k, v)?;
+            rows += 1;
+            Ok(rows < limit)
+        })?;
+        batcher.finish()?;
+        Ok(examined)
+    })();
+    // A send fails only when the consumer is gone; nothing to report then.
+    let _ = tx.send(result.map(WorkerMsg::Done));
 }

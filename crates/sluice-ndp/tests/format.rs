@@ -254,6 +254,7 @@ proptest! {
             projection: Some(&proj),
             limit: usize::MAX,
             batch_bytes: 4096,
+            threads: 1,
         };
         let mut got = Vec::new();
         scan(&s, &spec, &mut |b| {
