@@ -28,6 +28,9 @@ pub struct GraphArgs {
     /// Keyspace of the vertex documents --where reads.
     #[arg(long, default_value = "papers")]
     vertices: String,
+    /// Worker threads for BC.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
     #[command(subcommand)]
     command: GraphCommand,
 }
@@ -80,8 +83,8 @@ pub fn run(args: &GraphArgs) -> Result<()> {
         GraphCommand::Bc { sources, seed, top } => {
             let start = Instant::now();
             let bc = match sources {
-                Some(k) => g.betweenness_sampled(*k, *seed)?,
-                None => g.betweenness(),
+                Some(k) => g.betweenness_sampled(*k, *seed, args.threads)?,
+                None => g.betweenness(args.threads)?,
             };
             let mut order: Vec<usize> = (0..bc.len()).collect();
             order.sort_by(|&a, &b| bc[b].total_cmp(&bc[a]).then(a.cmp(&b)));

@@ -46,6 +46,9 @@ enum PapersCommand {
         /// Memory the citation graph may take, in MiB.
         #[arg(long, default_value_t = 4096)]
         memory_mib: u64,
+        /// Worker threads for BC.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
     },
 }
 
@@ -80,7 +83,8 @@ pub fn run(args: &PapersArgs) -> Result<()> {
             sources,
             list,
             memory_mib,
-        } => demo(&store, venue, *year, *sources, *list, *memory_mib)?,
+            threads,
+        } => demo(&store, venue, *year, *sources, *list, *memory_mib, *threads)?,
     }
     Ok(())
 }
@@ -92,6 +96,7 @@ fn demo(
     sources: usize,
     list: usize,
     memory_mib: u64,
+    threads: usize,
 ) -> Result<()> {
     let q = DemoQuery {
         venue: venue.into(),
@@ -100,6 +105,7 @@ fn demo(
         seed: 1,
         list,
         memory_bytes: memory_mib << 20,
+        threads,
     };
     let r = sluice_ndp::demo::run(store, &q)?;
     let how = match q.sources {

@@ -26,6 +26,8 @@ pub struct DemoQuery {
     /// Rows of each listing.
     pub list: usize,
     pub memory_bytes: u64,
+    /// Worker threads for BC (both the engine's run and the host-side one).
+    pub threads: usize,
 }
 
 /// What it found, and what it cost.
@@ -212,8 +214,8 @@ pub fn run(store: &Store, q: &DemoQuery) -> Result<DemoReport, DemoError> {
 /// Betweenness as the query asks: exact or sampled.
 fn betweenness(g: &Csr, q: &DemoQuery) -> Result<Vec<f64>, GraphError> {
     match q.sources {
-        Some(k) => g.betweenness_sampled(k.min(g.vertices()).max(1), q.seed),
-        None => Ok(g.betweenness()),
+        Some(k) => g.betweenness_sampled(k.min(g.vertices()).max(1), q.seed, q.threads),
+        None => g.betweenness(q.threads),
     }
 }
 

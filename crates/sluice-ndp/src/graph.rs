@@ -47,6 +47,8 @@ pub enum GraphError {
     UnknownVertex(u64),
     #[error("{0} sources asked for: use 1 to the vertex count")]
     BadSampleSize(usize),
+    #[error("{0} threads: use 1 to 64")]
+    BadThreads(usize),
 }
 
 impl From<sluice_store::StoreError> for GraphError {
@@ -202,18 +204,21 @@ impl Csr {
             .map(|v| (self.ids[v], scores[v]))
     }
 
-    /// Exact Betweenness Centrality of every vertex (Brandes).
-    pub fn betweenness(&self) -> Vec<f64> {
-        let mut bc = vec![0.0; self.vertices()];
-        let mut work = Brandes::new(self.vertices());
-        for s in 0..self.vertices() as u32 {
-            work.accumulate(self, s, 1.0, &mut bc);
-        }
-        bc
+    /// Exact Betweenness Centrality of every vertex (Brandes), the sources
+    /// spread over `threads` workers.
+    pub fn betweenness(&self, threads: usize) -> Result<Vec<f64>, GraphError> {
+        let sources: Vec<u32> = (0..self.vertices() as u32).collect();
+        self.accumulate(&sources, 1.0, threads)
     }
 
-    /// Betweenness Centrality estimated from `k` sources drawn with `seed`.
-    pub fn betweenness_sampled(&self, k: usize, seed: u64) -> Result<Vec<f64>, GraphError> {
+    /// Betweenness Centrality estimated from `k` sources drawn with `seed`
+    /// (the same sources whatever the thread count).
+    pub fn betweenness_sampled(
+        &self,
+        k: usize,
+        seed: u64,
+        threads: usize,
+    ) -> Result<Vec<f64>, GraphError> {
         let n = self.vertices();
         if k == 0 || k > n {
             return Err(GraphError::BadSampleSize(k));
@@ -228,10 +233,45 @@ impl Csr {
             let j = i + ((x >> 33) as usize % (n - i));
             order.swap(i, j);
         }
+        self.accumulate(&order[..k], n as f64 / k as f64, threads)
+    }
+
+    /// Sums `scale` times each source's dependencies. Workers take every
+    /// `threads`-th source (neighbouring sources cost alike) into their
+    /// own buffers; the sums are added at the end.
+    fn accumulate(
+        &self,
+        sources: &[u32],
+        scale: f64,
+        threads: usize,
+    ) -> Result<Vec<f64>, GraphError> {
+        if threads == 0 || threads > crate::scan::MAX_THREADS {
+            return Err(GraphError::BadThreads(threads));
+        }
+        let n = self.vertices();
+        let work = |first: usize| {
+            let mut bc = vec![0.0; n];
+            let mut brandes = Brandes::new(n);
+            for &s in sources.iter().skip(first).step_by(threads) {
+                brandes.accumulate(self, s, scale, &mut bc);
+            }
+            bc
+        };
+        if threads == 1 || sources.len() < 2 {
+            return Ok(work(0));
+        }
+        let parts: Vec<Vec<f64>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads.min(sources.len()))
+                .map(|first| scope.spawn(move || work(first)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a BC worker panicked"))
+                .collect()
+        });
         let mut bc = vec![0.0; n];
-        let mut work = Brandes::new(n);
-        for &s in &order[..k] {
-            work.accumulate(self, s, n as f64 / k as f64, &mut bc);
+        for part in parts {
+            bc.iter_mut().zip(part).for_each(|(a, b)| *a += b);
         }
         Ok(bc)
     }

@@ -20,6 +20,7 @@ fn the_demo_finds_the_most_central_paper_and_lists_its_neighbourhood() {
         seed: 1,
         list: 4,
         memory_bytes: 64 << 20,
+        threads: 2,
     };
     let r = demo::run(&s, &q).unwrap();
     // Independently: candidates by full parse, BC over the whole graph.
@@ -44,7 +45,7 @@ fn the_demo_finds_the_most_central_paper_and_lists_its_neighbourhood() {
     assert_eq!(r.candidates, candidates.len());
     assert!(candidates.len() >= 2, "{}", candidates.len());
     let g = Csr::build(&s, ks.refs, 64 << 20, &mut |_, _| true).unwrap();
-    let bc = g.betweenness();
+    let bc = g.betweenness(1).unwrap();
     let best = candidates
         .iter()
         .filter_map(|id| g.ids.iter().position(|x| x == id).map(|v| bc[v]))

@@ -69,13 +69,18 @@ proptest! {
     #[test]
     fn brandes_matches_the_definition(n in 1usize..14, edges in prop::collection::vec((any::<u32>(), any::<u32>()), 0..60)) {
         let g = graph(n, &edges);
-        let got = g.betweenness();
+        let got = g.betweenness(1).unwrap();
         let want = reference_bc(&g);
         for v in 0..n {
             prop_assert!((got[v] - want[v]).abs() < 1e-9, "vertex {}: {} vs {}", v, got[v], want[v]);
         }
+        // Sources spread over workers: the same sums.
+        let spread = g.betweenness(3).unwrap();
+        for v in 0..n {
+            prop_assert!((spread[v] - want[v]).abs() < 1e-9);
+        }
         // Every vertex as a source: the sampled estimate is the exact value.
-        let all = g.betweenness_sampled(n, 5).unwrap();
+        let all = g.betweenness_sampled(n, 5, 1).unwrap();
         for v in 0..n {
             prop_assert!((all[v] - want[v]).abs() < 1e-9);
         }
@@ -86,13 +91,13 @@ proptest! {
 fn known_values_and_sample_sizes() {
     // a -> b -> c, a -> d -> c: b and d each carry half of a's paths to c.
     let g = Csr::from_edges(vec![10, 11, 12, 13], vec![(0, 1), (1, 2), (0, 3), (3, 2)]);
-    assert_eq!(g.betweenness(), vec![0.0, 0.5, 0.0, 0.5]);
+    assert_eq!(g.betweenness(1).unwrap(), vec![0.0, 0.5, 0.0, 0.5]);
     assert!(matches!(
-        g.betweenness_sampled(0, 1),
+        g.betweenness_sampled(0, 1, 1),
         Err(GraphError::BadSampleSize(0))
     ));
     assert!(matches!(
-        g.betweenness_sampled(5, 1),
+        g.betweenness_sampled(5, 1, 1),
         Err(GraphError::BadSampleSize(5))
     ));
     // The estimator averages to the exact value over many draws.
@@ -100,12 +105,12 @@ fn known_values_and_sample_sizes() {
         .flat_map(|v| [(v, (v * 7 + 1) % 40), (v, (v * 3 + 2) % 40)])
         .collect();
     let g = graph(40, &edges);
-    let exact = g.betweenness();
+    let exact = g.betweenness(1).unwrap();
     let top = (0..40)
         .max_by(|&a, &b| exact[a].total_cmp(&exact[b]))
         .unwrap();
     let mean: f64 = (0..400)
-        .map(|seed| g.betweenness_sampled(10, seed).unwrap()[top])
+        .map(|seed| g.betweenness_sampled(10, seed, 1).unwrap()[top])
         .sum::<f64>()
         / 400.0;
     assert!(
@@ -250,7 +255,7 @@ fn a_predicate_selects_the_subgraph_bc_runs_on() {
     let host = Csr::from_edges(ids, edges);
     assert_eq!(sub, host);
     assert!(sub.edges() > 10, "{}", sub.edges());
-    let (got, want) = (sub.betweenness(), reference_bc(&host));
+    let (got, want) = (sub.betweenness(2).unwrap(), reference_bc(&host));
     assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-9));
     assert!(got.iter().any(|&b| b > 0.0));
 }
