@@ -57,11 +57,37 @@ impl From<sluice_store::StoreError> for GraphError {
     }
 }
 
+/// A multiplicative hash for vertex ids: ids are not chosen by an
+/// adversary here, and SipHash (the default) costs more than the rest of
+/// the build per edge.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // Fibonacci hashing; the high bits are the well-mixed ones, and
+        // hashbrown takes its control bits from the top.
+        self.0 = (id ^ (id >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type IdMap = HashMap<u64, u32, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// Collects edges between stored ids, numbering vertices densely in the
 /// order they are first seen.
 #[derive(Debug, Default)]
 pub struct CsrBuilder {
-    index: HashMap<u64, u32>,
+    index: IdMap,
     ids: Vec<u64>,
     edges: Vec<(u32, u32)>,
 }
@@ -315,8 +341,9 @@ struct Brandes {
     dist: Vec<u32>,
     sigma: Vec<f64>,
     delta: Vec<f64>,
-    stack: Vec<u32>,
-    queue: VecDeque<u32>,
+    /// Vertices in the order the BFS reaches them: read forward it is the
+    /// BFS queue, backward the order of dependency accumulation.
+    order: Vec<u32>,
 }
 
 impl Brandes {
@@ -325,44 +352,52 @@ impl Brandes {
             dist: vec![u32::MAX; n],
             sigma: vec![0.0; n],
             delta: vec![0.0; n],
-            stack: Vec::with_capacity(n),
-            queue: VecDeque::with_capacity(n),
+            order: Vec::with_capacity(n),
         }
     }
 
     /// Adds `scale` times source `s`'s dependencies to `bc`.
     fn accumulate(&mut self, g: &Csr, s: u32, scale: f64, bc: &mut [f64]) {
-        self.dist.fill(u32::MAX);
-        self.sigma.fill(0.0);
-        self.delta.fill(0.0);
-        self.stack.clear();
+        // Only what the last pass touched is reset.
+        for &v in &self.order {
+            self.dist[v as usize] = u32::MAX;
+            self.sigma[v as usize] = 0.0;
+            self.delta[v as usize] = 0.0;
+        }
+        self.order.clear();
         self.dist[s as usize] = 0;
         self.sigma[s as usize] = 1.0;
-        self.queue.push_back(s);
-        while let Some(v) = self.queue.pop_front() {
-            self.stack.push(v);
-            let dv = self.dist[v as usize];
-            for &w in g.neighbours(v) {
+        self.order.push(s);
+        let mut head = 0;
+        while head < self.order.len() {
+            let v = self.order[head] as usize;
+            head += 1;
+            let next = self.dist[v] + 1;
+            let sigma_v = self.sigma[v];
+            for &w in g.neighbours(v as u32) {
                 let w = w as usize;
                 if self.dist[w] == u32::MAX {
-                    self.dist[w] = dv + 1;
-                    self.queue.push_back(w as u32);
+                    self.dist[w] = next;
+                    self.order.push(w as u32);
                 }
-                if self.dist[w] == dv + 1 {
-                    self.sigma[w] += self.sigma[v as usize];
+                if self.dist[w] == next {
+                    self.sigma[w] += sigma_v;
                 }
             }
         }
         // Predecessors are found again from the distances instead of being
         // stored: w precedes v on a shortest path iff dist[w] + 1 == dist[v].
-        while let Some(w) = self.stack.pop() {
-            let w = w as usize;
+        for i in (0..self.order.len()).rev() {
+            let w = self.order[i] as usize;
+            let next = self.dist[w] + 1;
+            let mut d = 0.0;
             for &v in g.neighbours(w as u32) {
                 let v = v as usize;
-                if self.dist[v] == self.dist[w] + 1 {
-                    self.delta[w] += self.sigma[w] / self.sigma[v] * (1.0 + self.delta[v]);
+                if self.dist[v] == next {
+                    d += (1.0 + self.delta[v]) / self.sigma[v];
                 }
             }
+            self.delta[w] = self.sigma[w] * d;
             if w != s as usize {
                 bc[w] += scale * self.delta[w];
             }

@@ -4,6 +4,7 @@
 mod fio;
 mod io;
 mod kv;
+mod ndp;
 mod pool;
 
 use anyhow::{Context, Result};
@@ -23,6 +24,8 @@ pub enum BenchCommand {
     Pool(pool::PoolArgs),
     /// db_bench's workloads on Sluice's store against RocksDB's db_bench.
     Kv(kv::KvBenchArgs),
+    /// Near-data SCAN, BC and GET against the block stack, RocksDB and networkit.
+    Ndp(ndp::NdpBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
@@ -30,6 +33,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Io(args) => io::run(&args),
         BenchCommand::Pool(args) => pool::run(&args),
         BenchCommand::Kv(args) => kv::run(&args),
+        BenchCommand::Ndp(args) => ndp::run(&args),
     }
 }
 
