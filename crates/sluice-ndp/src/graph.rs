@@ -83,25 +83,87 @@ impl std::hash::Hasher for IdHasher {
 
 type IdMap = HashMap<u64, u32, std::hash::BuildHasherDefault<IdHasher>>;
 
+/// Slots a direct id table may hold per vertex: ids up to that many times
+/// the vertex count are looked up by indexing, past it by hashing.
+const DIRECT_SLOTS_PER_VERTEX: u64 = 8;
+const DIRECT_MIN_SLOTS: u64 = 1 << 16;
+const UNSET: u32 = u32::MAX;
+
+/// Stored id to dense number. Ids that are small integers (the paper
+/// set's are 0..n) are looked up by indexing a table, one cache line
+/// instead of a hash probe; the table turns into a hash map the first time
+/// an id would make it sparser than `DIRECT_SLOTS_PER_VERTEX`.
+#[derive(Debug)]
+enum IdIndex {
+    Direct(Vec<u32>),
+    Hashed(IdMap),
+}
+
+impl Default for IdIndex {
+    fn default() -> Self {
+        IdIndex::Direct(Vec::new())
+    }
+}
+
 /// Collects edges between stored ids, numbering vertices densely in the
 /// order they are first seen.
 #[derive(Debug, Default)]
 pub struct CsrBuilder {
-    index: IdMap,
+    index: IdIndex,
     ids: Vec<u64>,
     edges: Vec<(u32, u32)>,
+    last_source: Option<(u64, u32)>,
 }
 
 impl CsrBuilder {
-    pub fn add(&mut self, source: u64, target: u64) {
-        let mut vertex = |id: u64| {
-            *self.index.entry(id).or_insert_with(|| {
-                self.ids.push(id);
-                (self.ids.len() - 1) as u32
-            })
+    fn vertex(&mut self, id: u64) -> u32 {
+        let next = self.ids.len() as u32;
+        let limit = DIRECT_MIN_SLOTS.max((self.ids.len() as u64 + 1) * DIRECT_SLOTS_PER_VERTEX);
+        if let IdIndex::Direct(table) = &mut self.index {
+            if id < limit {
+                if id as usize >= table.len() {
+                    table.resize(
+                        (id as usize + 1).next_power_of_two().min(limit as usize),
+                        UNSET,
+                    );
+                }
+                let slot = &mut table[id as usize];
+                if *slot == UNSET {
+                    *slot = next;
+                    self.ids.push(id);
+                }
+                return *slot;
+            }
+            let map: IdMap = self
+                .ids
+                .iter()
+                .enumerate()
+                .map(|(v, &id)| (id, v as u32))
+                .collect();
+            self.index = IdIndex::Hashed(map);
+        }
+        let IdIndex::Hashed(map) = &mut self.index else {
+            unreachable!("turned into a map above")
         };
-        let edge = (vertex(source), vertex(target));
-        self.edges.push(edge);
+        *map.entry(id).or_insert_with(|| {
+            self.ids.push(id);
+            next
+        })
+    }
+
+    pub fn add(&mut self, source: u64, target: u64) {
+        // Edges read from a keyspace come grouped by source: one lookup
+        // per source, not per edge.
+        let s = match self.last_source {
+            Some((id, v)) if id == source => v,
+            _ => {
+                let v = self.vertex(source);
+                self.last_source = Some((source, v));
+                v
+            }
+        };
+        let t = self.vertex(target);
+        self.edges.push((s, t));
     }
 
     pub fn finish(self) -> Csr {
@@ -137,9 +199,10 @@ impl Csr {
                 continue;
             }
             builder.add(s, t);
-            // The build holds the edge list and the index besides the CSR.
+            // The build holds the edge list and the id index (at most 32
+            // bytes per vertex either way) besides the CSR.
             let (vertices, edges) = (builder.ids.len() as u64, builder.edges.len() as u64);
-            if edges * (EDGE_BYTES + 8) + vertices * (VERTEX_BYTES + 16) > budget_bytes {
+            if edges * (EDGE_BYTES + 8) + vertices * (VERTEX_BYTES + 32) > budget_bytes {
                 return Err(GraphError::TooLarge {
                     budget_bytes,
                     vertices,
@@ -150,10 +213,10 @@ impl Csr {
         Ok(builder.finish())
     }
 
-    /// From dense vertex numbers and edges (duplicates kept once).
-    pub fn from_edges(ids: Vec<u64>, mut edges: Vec<(u32, u32)>) -> Csr {
-        edges.sort_unstable();
-        edges.dedup();
+    /// From dense vertex numbers and edges (duplicates kept once). A
+    /// counting sort by source, then each row sorted on its own: linear in
+    /// the edges but for the rows' own (short) sorts.
+    pub fn from_edges(ids: Vec<u64>, edges: Vec<(u32, u32)>) -> Csr {
         let n = ids.len();
         let mut offsets = vec![0u64; n + 1];
         for &(s, _) in &edges {
@@ -162,10 +225,38 @@ impl Csr {
         for v in 0..n {
             offsets[v + 1] += offsets[v];
         }
+        let mut fill: Vec<u64> = offsets[..n].to_vec();
+        let mut targets = vec![0u32; edges.len()];
+        for (s, t) in edges {
+            targets[fill[s as usize] as usize] = t;
+            fill[s as usize] += 1;
+        }
+        // Sort and deduplicate each row, compacting in place.
+        let mut write = 0usize;
+        let mut start = 0usize;
+        for v in 0..n {
+            let end = offsets[v + 1] as usize;
+            let row = &mut targets[start..end];
+            row.sort_unstable();
+            let mut last: Option<u32> = None;
+            let row_start = write;
+            for i in start..end {
+                let t = targets[i];
+                if last != Some(t) {
+                    targets[write] = t;
+                    write += 1;
+                    last = Some(t);
+                }
+            }
+            offsets[v] = row_start as u64;
+            start = end;
+        }
+        offsets[n] = write as u64;
+        targets.truncate(write);
         Csr {
             ids,
             offsets,
-            targets: edges.into_iter().map(|(_, t)| t).collect(),
+            targets,
         }
     }
 

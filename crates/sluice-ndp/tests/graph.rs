@@ -259,3 +259,110 @@ fn a_predicate_selects_the_subgraph_bc_runs_on() {
     assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-9));
     assert!(got.iter().any(|&b| b > 0.0));
 }
+
+/// networkx (Python) computes BC of the same fixed graph — the citations
+/// among 400 papers of seed 21 — and agrees on every vertex.
+/// scripts/setup installs networkx; without it this test fails saying so.
+#[test]
+fn networkx_agrees_on_a_fixed_graph() {
+    let store = paper_store(400);
+    let refs = papers::keyspaces(&store).unwrap().refs;
+    let g = Csr::build(&store, refs, 64 << 20, &mut |_, _| true).unwrap();
+    assert!(
+        g.vertices() > 300 && g.edges() > 2000,
+        "{} {}",
+        g.vertices(),
+        g.edges()
+    );
+    let ours = g.betweenness(2).unwrap();
+    let mut edges = String::new();
+    for v in 0..g.vertices() as u32 {
+        for &t in g.neighbours(v) {
+            edges.push_str(&format!("{} {}\n", g.ids[v as usize], g.ids[t as usize]));
+        }
+    }
+    let script = "import sys, json, networkx as nx\n\
+                  g = nx.DiGraph()\n\
+                  g.add_edges_from(tuple(map(int, l.split())) for l in sys.stdin if l.strip())\n\
+                  print(json.dumps({str(k): v for k, v in nx.betweenness_centrality(g, normalized=False).items()}))";
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 is needed for this test (scripts/setup installs it with networkx)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(edges.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "networkx failed (scripts/setup installs it): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let theirs: BTreeMap<String, f64> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(theirs.len(), g.vertices());
+    for (v, score) in ours.iter().enumerate() {
+        let want = theirs[&g.ids[v].to_string()];
+        assert!(
+            (score - want).abs() <= 1e-9 * want.abs().max(1.0),
+            "paper {}: ours {score}, networkx {want}",
+            g.ids[v]
+        );
+    }
+    assert!(
+        ours.iter().any(|&s| s > 1.0),
+        "a graph with paths through vertices"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// The builder numbers vertices in the order first seen whether ids are
+    /// looked up in its direct table or (once a large id comes) hashed.
+    #[test]
+    fn the_builder_numbers_small_and_large_ids_alike(
+        edges in prop::collection::vec(
+            (prop_oneof![0u64..300, 1u64 << 20..1u64 << 21, any::<u64>()],
+             prop_oneof![0u64..300, any::<u64>()]),
+            0..200),
+    ) {
+        let mut builder = sluice_ndp::graph::CsrBuilder::default();
+        let mut index = std::collections::HashMap::new();
+        let mut ids = Vec::new();
+        let mut dense = Vec::new();
+        for &(s, t) in &edges {
+            builder.add(s, t);
+            let mut number = |id: u64| *index.entry(id).or_insert_with(|| { ids.push(id); ids.len() as u32 - 1 });
+            let e = (number(s), number(t));
+            dense.push(e);
+        }
+        prop_assert_eq!(builder.finish(), Csr::from_edges(ids, dense));
+    }
+}
+
+proptest! {
+    /// Each row holds its source's targets sorted, each once.
+    #[test]
+    fn rows_hold_each_sources_targets_sorted_once(
+        n in 1usize..30,
+        edges in prop::collection::vec((any::<u32>(), any::<u32>()), 0..200),
+    ) {
+        let edges: Vec<(u32, u32)> = edges.iter().map(|&(s, t)| (s % n as u32, t % n as u32)).collect();
+        let g = Csr::from_edges((0..n as u64).collect(), edges.clone());
+        let mut total = 0;
+        for v in 0..n as u32 {
+            let want: std::collections::BTreeSet<u32> =
+                edges.iter().filter(|e| e.0 == v).map(|e| e.1).collect();
+            prop_assert_eq!(g.neighbours(v).to_vec(), want.into_iter().collect::<Vec<_>>());
+            total += g.neighbours(v).len();
+        }
+        prop_assert_eq!(total, g.edges());
+    }
+}

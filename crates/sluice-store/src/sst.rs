@@ -1104,6 +1104,9 @@ struct CursorState {
     block: Option<Arc<RawBlock>>,
     pos: usize,
     last_key: Vec<u8>,
+    /// Forward: a key at or past the start was seen, so every later one is
+    /// too (keys only grow) and needs no comparison with the start.
+    past_start: bool,
     /// Reverse: the current block's entries still to give, last first.
     decoded: Vec<Entry>,
 }
@@ -1141,6 +1144,7 @@ impl CursorState {
             block: None,
             pos: 0,
             last_key: Vec::new(),
+            past_start: false,
             decoded: Vec::new(),
         }
     }
@@ -1231,8 +1235,11 @@ impl CursorState {
                     self.last_key.truncate(e.shared);
                     self.last_key
                         .extend_from_slice(&block.bytes[e.key_at..e.key_at + e.unshared]);
-                    if self.last_key.as_slice() < self.spec.start.as_slice() {
-                        continue;
+                    if !self.past_start {
+                        if self.last_key.as_slice() < self.spec.start.as_slice() {
+                            continue;
+                        }
+                        self.past_start = true;
                     }
                     past_end = self
                         .spec
@@ -1259,7 +1266,11 @@ impl CursorState {
                 return Ok(false);
             };
             // Start at the last restart point before the start key.
-            self.pos = block.restart_before(&self.spec.start);
+            self.pos = if self.past_start {
+                0
+            } else {
+                block.restart_before(&self.spec.start)
+            };
             self.last_key.clear();
             self.block = Some(block);
         }
