@@ -7,7 +7,7 @@
 //   ndp_rocksdb load DB DUMP
 //       Loads the pairs dumped by `sluice bench ndp` (format below) into
 //       column families "papers" and "refs", then compacts each fully.
-//   ndp_rocksdb run DB CACHE_BYTES PAPERS SCAN_BELOW[,..] BC_SOURCES BC_SEED GETS REPEAT
+//   ndp_rocksdb run DB CACHE_BYTES PAPERS SCAN_BELOW[,..] BC_SOURCES BC_SEED GETS HOT REPEAT
 //       Prints one JSON object per measurement on stdout.
 //
 // Dump format (little-endian): magic "SLPAIRS1", then per pair `u8 family`
@@ -297,9 +297,10 @@ void bc(Db& db, size_t k, uint64_t seed) {
       (unsigned long long)g.ids[top], scores[top], sum);
 }
 
-// Point GETs of papers drawn by a 64-bit LCG, the same sequence as
+// Point GETs of papers drawn by a 64-bit LCG from the first `papers`
+// (all of them, or a hot set the block cache holds), the same sequence as
 // Sluice's side; per-GET latency.
-void gets(Db& db, uint64_t papers, uint64_t count) {
+void gets(Db& db, const char* set, uint64_t papers, uint64_t count) {
   std::vector<double> lat_us;
   lat_us.reserve(count);
   uint64_t x = 42, bytes = 0;
@@ -323,9 +324,9 @@ void gets(Db& db, uint64_t papers, uint64_t count) {
   for (double l : lat_us) mean += l;
   mean /= static_cast<double>(lat_us.size());
   std::printf(
-      "{\"op\":\"get\",\"seconds\":%.6f,\"count\":%llu,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-      "\"mean_us\":%.3f,\"bytes\":%llu}\n",
-      seconds, (unsigned long long)count, lat_us[lat_us.size() / 2],
+      "{\"op\":\"get\",\"set\":\"%s\",\"seconds\":%.6f,\"count\":%llu,\"p50_us\":%.3f,"
+      "\"p99_us\":%.3f,\"mean_us\":%.3f,\"bytes\":%llu}\n",
+      set, seconds, (unsigned long long)count, lat_us[lat_us.size() / 2],
       lat_us[lat_us.size() * 99 / 100], mean, (unsigned long long)bytes);
 }
 
@@ -344,18 +345,20 @@ int main(int argc, char** argv) {
     load(argv[2], argv[3]);
     return 0;
   }
-  if (argc == 10 && std::string(argv[1]) == "run") {
+  if (argc == 11 && std::string(argv[1]) == "run") {
     auto db = open(argv[2], std::stoull(argv[3]));
     uint64_t papers = std::stoull(argv[4]);
     auto below = numbers(argv[5]);
     size_t sources = std::stoull(argv[6]);
     uint64_t seed = std::stoull(argv[7]);
     uint64_t count = std::stoull(argv[8]);
-    int repeat = std::stoi(argv[9]);
+    uint64_t hot = std::min<uint64_t>(std::stoull(argv[9]), papers);
+    int repeat = std::stoi(argv[10]);
     for (int r = 0; r < repeat; r++) {
       for (uint64_t b : below) scan(*db, b);
       bc(*db, sources, seed);
-      gets(*db, papers, count);
+      gets(*db, "all", papers, count);
+      gets(*db, "hot", hot, count);
       std::fflush(stdout);
     }
     return 0;
@@ -363,6 +366,6 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "usage: ndp_rocksdb load DB DUMP\n"
                "       ndp_rocksdb run DB CACHE_BYTES PAPERS SCAN_BELOW[,..] BC_SOURCES BC_SEED "
-               "GETS REPEAT\n");
+               "GETS HOT REPEAT\n");
   return 2;
 }

@@ -588,3 +588,58 @@ fn record_keyspaces_take_json_store_records_and_answer_queries() {
     assert_eq!(rows.lines().nth(1), Some("null\t3\t5633\t3"), "{rows}");
     fails_with(&with(&q(&["--where", "born = null"])), &["never null"]);
 }
+
+/// The near-data benchmark runs every side for real — ours, the block
+/// stack, the RocksDB program (compiled with g++ against librocksdb-dev)
+/// and networkit — and cross-checks their results; here at a small scale.
+#[test]
+fn bench_ndp_runs_every_side_and_they_agree() {
+    let rocksdb_dir = scratch("bench-ndp").with_file_name("rocksdb");
+    let (stdout, report) = run_bench(
+        "bench-ndp",
+        &[
+            "bench",
+            "ndp",
+            "--papers",
+            "3000",
+            "--selectivity",
+            "1,50",
+            "--repeat",
+            "1",
+            "--gets",
+            "300",
+            "--get-hot-papers",
+            "100",
+            "--bc-sources",
+            "4",
+            "--networkit-papers",
+            "400",
+            "--threads",
+            "2",
+            "--rocksdb-dir",
+            rocksdb_dir.to_str().unwrap(),
+        ],
+    );
+    let scans = report["scan"].as_array().unwrap();
+    assert_eq!(scans.len(), 2);
+    for (row, want) in scans.iter().zip([30, 1500]) {
+        assert_eq!(row["ours"]["matched"], want, "{row}");
+        assert_eq!(row["rocksdb"]["matched"], want, "{row}");
+        assert_eq!(row["block_stack"]["matched"], want, "{row}");
+        // Ours hands over the matching rows in 256 KiB batches; the block
+        // stack every pair.
+        let ours = row["ours"]["bytes_returned"].as_u64().unwrap();
+        let block = row["block_stack_bytes_handed_over"].as_u64().unwrap();
+        assert!(ours > 0 && ours < block, "{row}");
+        assert!(row["ratio_rocksdb"].as_f64().unwrap() > 0.0);
+    }
+    assert!(
+        report["bc"]["ratio"].as_f64().unwrap() > 0.0,
+        "{}",
+        report["bc"]
+    );
+    assert_eq!(report["get"].as_array().unwrap().len(), 2);
+    assert!(report["get"][1]["rocksdb"]["p50_us"].as_f64().unwrap() > 0.0);
+    assert!(report["networkit"]["ours_over_networkit"].as_f64().unwrap() > 0.0);
+    assert!(stdout.contains("(same scores)"), "{stdout}");
+}

@@ -45,9 +45,12 @@ pub struct NdpBenchArgs {
     /// BC sources sampled on the whole citation graph.
     #[arg(long, default_value_t = 16)]
     bc_sources: usize,
-    /// Random point GETs of papers.
+    /// Random point GETs of papers, over all papers and again over a hot set.
     #[arg(long, default_value_t = 20_000)]
     gets: u64,
+    /// Papers of the hot set (the first ones; their blocks fit the cache).
+    #[arg(long, default_value_t = 10_000)]
+    get_hot_papers: u64,
     /// Block cache of each side, MiB.
     #[arg(long, default_value_t = 32)]
     cache_mib: u64,
@@ -140,20 +143,23 @@ pub fn run(args: &NdpBenchArgs) -> Result<()> {
     let mut block_scan = vec![Vec::new(); below.len()];
     let mut ours_bc = Vec::new();
     let mut ours_get = Vec::new();
+    let mut ours_hot = Vec::new();
+    let hot = args.get_hot_papers.clamp(1, args.papers);
     for _ in 0..args.repeat {
         for (i, &b) in below.iter().enumerate() {
             ours_scan[i].push(scan_ours(&store, b, args.threads)?);
             block_scan[i].push(scan_block_stack(&store, b)?);
         }
         ours_bc.push(bc_ours(&store, args)?);
-        ours_get.push(gets_ours(&store, args)?);
+        ours_get.push(gets_ours(&store, args.papers, args.gets)?);
+        ours_hot.push(gets_ours(&store, hot, args.gets)?);
     }
-    let (rdb_scan, rdb_bc, rdb_get) = match &baseline {
+    let (rdb_scan, rdb_bc, rdb_get, rdb_hot) = match &baseline {
         Some(bin) => {
-            let (s, b, g) = run_baseline(bin, args, &below)?;
-            (Some(s), Some(b), Some(g))
+            let (s, b, g, h) = run_baseline(bin, args, &below, hot)?;
+            (Some(s), Some(b), Some(g), Some(h))
         }
-        None => (None, None, None),
+        None => (None, None, None, None),
     };
     let examined_bytes = store.stats().table_data_bytes;
     let mut report = serde_json::Map::new();
@@ -241,29 +247,36 @@ pub fn run(args: &NdpBenchArgs) -> Result<()> {
         println!();
         report.insert("bc".into(), serde_json::json!({ "ours": ours }));
     }
-    let ours = median_get(&ours_get);
-    print!(
-        "\nGET of {} random papers: ours p50 {:.1} us, p99 {:.1} us, mean {:.1} us",
-        args.gets, ours.p50_us, ours.p99_us, ours.mean_us
-    );
-    if let Some(r) = &rdb_get {
-        let r = median_get(r);
-        println!(
-            "; rocksdb p50 {:.1} us, p99 {:.1} us, mean {:.1} us: p50 rocksdb/ours {:.2}, mean {:.2}",
-            r.p50_us,
-            r.p99_us,
-            r.mean_us,
-            r.p50_us / ours.p50_us,
-            r.mean_us / ours.mean_us
+    let mut get_rows = Vec::new();
+    for (name, papers, ours, theirs) in [
+        ("all", args.papers, &ours_get, &rdb_get),
+        ("hot", hot, &ours_hot, &rdb_hot),
+    ] {
+        let ours = median_get(ours);
+        print!(
+            "\nGET of {} random papers among {papers} ({name}): ours p50 {:.1} us, p99 {:.1} us, mean {:.1} us",
+            args.gets, ours.p50_us, ours.p99_us, ours.mean_us
         );
-        report.insert(
-            "get".into(),
-            serde_json::json!({"ours": ours, "rocksdb": r, "ratio_p50": r.p50_us / ours.p50_us, "ratio_mean": r.mean_us / ours.mean_us}),
-        );
-    } else {
-        println!();
-        report.insert("get".into(), serde_json::json!({ "ours": ours }));
+        let mut row = serde_json::json!({"set": name, "papers": papers, "ours": ours});
+        if let Some(r) = theirs {
+            let r = median_get(r);
+            println!(
+                "; rocksdb p50 {:.1} us, p99 {:.1} us, mean {:.1} us: p50 rocksdb/ours {:.2}, mean {:.2}",
+                r.p50_us,
+                r.p99_us,
+                r.mean_us,
+                r.p50_us / ours.p50_us,
+                r.mean_us / ours.mean_us
+            );
+            row["rocksdb"] = serde_json::json!(r);
+            row["ratio_p50"] = (r.p50_us / ours.p50_us).into();
+            row["ratio_mean"] = (r.mean_us / ours.mean_us).into();
+        } else {
+            println!();
+        }
+        get_rows.push(row);
     }
+    report.insert("get".into(), get_rows.into());
     if args.networkit_papers > 0 {
         report.insert("networkit".into(), networkit(&store, args)?);
     }
@@ -376,16 +389,17 @@ fn bc_ours(store: &Store, args: &NdpBenchArgs) -> Result<BcFigures> {
     })
 }
 
-/// The same LCG as the baseline: the same papers in the same order.
-fn gets_ours(store: &Store, args: &NdpBenchArgs) -> Result<GetFigures> {
+/// The same LCG as the baseline: the same papers in the same order, drawn
+/// from the first `papers`.
+fn gets_ours(store: &Store, papers: u64, count: u64) -> Result<GetFigures> {
     let ks = store.keyspace("papers")?;
-    let mut lat_us = Vec::with_capacity(args.gets as usize);
+    let mut lat_us = Vec::with_capacity(count as usize);
     let mut x = 42u64;
-    for _ in 0..args.gets {
+    for _ in 0..count {
         x = x
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        let id = (x >> 33) % args.papers;
+        let id = (x >> 33) % papers;
         let t = Instant::now();
         let v = store.get(ks, &papers::id_key(id))?;
         lat_us.push(t.elapsed().as_secs_f64() * 1e6);
@@ -402,13 +416,27 @@ fn gets_ours(store: &Store, args: &NdpBenchArgs) -> Result<GetFigures> {
     })
 }
 
+/// A file of the repository: under the current directory, else under the
+/// checkout this binary was built from.
+fn repo_file(relative: &str) -> Result<PathBuf> {
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    [PathBuf::from("."), built_from]
+        .iter()
+        .map(|root| root.join(relative))
+        .find(|p| p.exists())
+        .with_context(|| format!("{relative} not found: run from the repository root"))
+}
+
 /// Compiles the RocksDB program when missing or older than its source.
 fn build_baseline() -> Result<PathBuf> {
-    let source = Path::new(BASELINE_SOURCE);
-    if !source.exists() {
-        bail!("{BASELINE_SOURCE} not found: run from the repository root, or pass --no-rocksdb");
-    }
-    let bin = PathBuf::from("target/ndp_rocksdb");
+    let source = repo_file(BASELINE_SOURCE)?;
+    let source = source.as_path();
+    let bin = source
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .context("the baseline's checkout")?
+        .join("target/ndp_rocksdb");
     let stale = match (bin.metadata(), source.metadata()) {
         (Ok(b), Ok(s)) => b.modified()? < s.modified()?,
         _ => true,
@@ -519,9 +547,19 @@ fn write_dump(store: &Store, path: &Path) -> Result<()> {
     Ok(())
 }
 
-type BaselineFigures = (Vec<Vec<ScanFigures>>, Vec<BcFigures>, Vec<GetFigures>);
+type BaselineFigures = (
+    Vec<Vec<ScanFigures>>,
+    Vec<BcFigures>,
+    Vec<GetFigures>,
+    Vec<GetFigures>,
+);
 
-fn run_baseline(bin: &Path, args: &NdpBenchArgs, below: &[u64]) -> Result<BaselineFigures> {
+fn run_baseline(
+    bin: &Path,
+    args: &NdpBenchArgs,
+    below: &[u64],
+    hot: u64,
+) -> Result<BaselineFigures> {
     let list: Vec<String> = below.iter().map(u64::to_string).collect();
     let out = Command::new(bin)
         .arg("run")
@@ -532,6 +570,7 @@ fn run_baseline(bin: &Path, args: &NdpBenchArgs, below: &[u64]) -> Result<Baseli
         .arg(args.bc_sources.to_string())
         .arg(args.seed.to_string())
         .arg(args.gets.to_string())
+        .arg(hot.to_string())
         .arg(args.repeat.to_string())
         .output()
         .context("running the RocksDB baseline")?;
@@ -542,7 +581,7 @@ fn run_baseline(bin: &Path, args: &NdpBenchArgs, below: &[u64]) -> Result<Baseli
         );
     }
     let mut scans = vec![Vec::new(); below.len()];
-    let (mut bcs, mut gets) = (Vec::new(), Vec::new());
+    let (mut bcs, mut gets, mut hots) = (Vec::new(), Vec::new(), Vec::new());
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let v: serde_json::Value =
             serde_json::from_str(line).with_context(|| format!("baseline output line {line:?}"))?;
@@ -567,31 +606,34 @@ fn run_baseline(bin: &Path, args: &NdpBenchArgs, below: &[u64]) -> Result<Baseli
                 top_score: f("top_score"),
                 score_sum: f("score_sum"),
             }),
-            Some("get") => gets.push(GetFigures {
-                p50_us: f("p50_us"),
-                p99_us: f("p99_us"),
-                mean_us: f("mean_us"),
-            }),
+            Some("get") => {
+                let figures = GetFigures {
+                    p50_us: f("p50_us"),
+                    p99_us: f("p99_us"),
+                    mean_us: f("mean_us"),
+                };
+                match v["set"].as_str() {
+                    Some("hot") => hots.push(figures),
+                    _ => gets.push(figures),
+                }
+            }
             _ => bail!("unexpected baseline output {line:?}"),
         }
     }
-    if bcs.len() != args.repeat || gets.len() != args.repeat {
+    if bcs.len() != args.repeat || gets.len() != args.repeat || hots.len() != args.repeat {
         bail!(
             "the RocksDB baseline printed {} runs, {} asked for",
             bcs.len(),
             args.repeat
         );
     }
-    Ok((scans, bcs, gets))
+    Ok((scans, bcs, gets, hots))
 }
 
 /// Exact BC on the citation subgraph of the first papers: ours against
 /// networkit on the same graph, both on the same threads, load excluded.
 fn networkit(store: &Store, args: &NdpBenchArgs) -> Result<serde_json::Value> {
-    let script = Path::new(NETWORKIT_SCRIPT);
-    if !script.exists() {
-        bail!("{NETWORKIT_SCRIPT} not found: run from the repository root");
-    }
+    let script = repo_file(NETWORKIT_SCRIPT)?;
     let m = args.networkit_papers;
     let refs = store.keyspace("refs")?;
     let g = Csr::build(store, refs, 8 << 30, &mut |s, t| s < m && t < m)?;
@@ -615,7 +657,7 @@ fn networkit(store: &Store, args: &NdpBenchArgs) -> Result<serde_json::Value> {
         let top = scores.iter().cloned().fold(0.0, f64::max);
         let sum: f64 = scores.iter().sum();
         let out = Command::new("python3")
-            .arg(script)
+            .arg(&script)
             .arg(&edges)
             .arg(args.networkit_threads.to_string())
             .output()
