@@ -18,6 +18,16 @@
 //!
 //! A batch is cut when the next row would pass the batch size; a row larger
 //! than that gets a batch of its own, rounded up to 4096 bytes.
+//!
+//! Why not Arrow IPC, the ecosystem's choice for columnar result sets: the
+//! rows here are a key and a variable JSON document (or a projection of
+//! one), not typed columns, so an Arrow batch would hold two binary columns
+//! and add a schema message and flatbuffer metadata per batch for nothing a
+//! reader could use; and a batch must be a whole number of 4 KiB blocks so
+//! it can be written to or read from a device with direct I/O as it is.
+//! Typed record keyspaces ([`crate::format`]) projected to their fields are
+//! where an Arrow encoding would pay; that is left for when a consumer
+//! needs it.
 
 use crate::expr::Path;
 use crate::format::{Access, FormatError, Layout};

@@ -46,7 +46,7 @@ pub struct NdpBenchArgs {
     #[arg(long, default_value_t = 16)]
     bc_sources: usize,
     /// Random point GETs of papers, over all papers and again over a hot set.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 200_000)]
     gets: u64,
     /// Papers of the hot set (the first ones; their blocks fit the cache).
     #[arg(long, default_value_t = 10_000)]
