@@ -28,8 +28,8 @@ pub struct GraphArgs {
     /// Keyspace of the vertex documents --where reads.
     #[arg(long, default_value = "papers")]
     vertices: String,
-    /// Worker threads for BC.
-    #[arg(long, default_value_t = 1)]
+    /// Worker threads for BC (default: one per core).
+    #[arg(long, default_value_t = crate::cores())]
     threads: usize,
     #[command(subcommand)]
     command: GraphCommand,

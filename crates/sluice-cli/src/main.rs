@@ -15,10 +15,14 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The version with the store format this build reads and writes
+/// (scripts/main remakes its database when this changes).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 3");
+
 #[derive(Parser)]
 #[command(
     name = "sluice",
-    version,
+    version = VERSION,
     about = "Direct-I/O document and key/value store: tools and benchmarks"
 )]
 struct Cli {
@@ -101,4 +105,22 @@ fn print_probe() {
             ""
         }
     );
+}
+
+/// Cores this process may run on: the default worker count of operators
+/// that split their work.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(64))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_version_names_the_store_format_of_this_build() {
+        let want = format!(
+            ", store format {}",
+            sluice_store::superblock::FORMAT_VERSION
+        );
+        assert!(super::VERSION.ends_with(&want), "{}", super::VERSION);
+    }
 }

@@ -46,8 +46,8 @@ enum PapersCommand {
         /// Memory the citation graph may take, in MiB.
         #[arg(long, default_value_t = 4096)]
         memory_mib: u64,
-        /// Worker threads for BC.
-        #[arg(long, default_value_t = 1)]
+        /// Worker threads for BC (default: one per core).
+        #[arg(long, default_value_t = crate::cores())]
         threads: usize,
     },
 }

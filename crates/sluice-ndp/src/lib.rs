@@ -3,19 +3,27 @@
 //! Sluice's near-data operators: work that runs next to the data, inside
 //! the engine, so that only results leave it.
 //!
-//! Built so far: the predicate language ([`expr`]: comparisons, ranges,
-//! IN, prefix, exists, AND/OR/NOT, with errors that name the column), its
-//! evaluation on JSON documents in place ([`json`]: only the fields a
-//! predicate names are decoded), SCAN with predicate, projection and limit
-//! over the store's iterator without copying non-matching pairs out, into
-//! 4 KiB-multiple result batches of a documented encoding ([`scan`]), and
-//! the seeded research-paper data set of the nKV demonstration
-//! ([`papers`]), COUNT/SUM/MIN/MAX/AVG with GROUP BY on worker threads
-//! over disjoint key ranges ([`aggregate`]), the demo scenario ([`demo`]), and
-//! graph operators on an adjacency built by one scan of an edge keyspace
-//! ([`graph`]: neighbours, BFS, Betweenness Centrality exact and sampled).
-//! Accessors over raw SST blocks, pipelines and parallel scans come next
-//! (issue 5).
+//! - [`expr`]: the predicate language (comparisons, ranges, IN, prefix,
+//!   exists, AND/OR/NOT), with errors that name the column;
+//! - [`format`]: the declared value formats (JSON with or without declared
+//!   fields, typed records) and the checks a query passes before it runs;
+//! - [`predicate`]: predicates evaluated on stored values in place, only
+//!   the fields they name decoded;
+//! - [`scan`]: SCAN with predicate, projection and limit, on worker threads
+//!   over disjoint key ranges, into 4 KiB-multiple result batches of a
+//!   documented encoding;
+//! - [`aggregate`]: COUNT/SUM/MIN/MAX/AVG with GROUP BY, on worker threads;
+//! - [`graph`]: an adjacency built by one scan of an edge keyspace,
+//!   neighbours, BFS, Betweenness Centrality exact and sampled on worker
+//!   threads, and the SCAN → BC pipeline;
+//! - [`papers`]: the seeded research-paper data set of the nKV
+//!   demonstration, and [`demo`]: its scenario.
+//!
+//! The operators read pairs through the store's merged iterator, which
+//! walks the SST data blocks in place (prefix-compressed entries decoded
+//! from the cached block) and hands each visible pair over by reference;
+//! the pair is copied once from the block into the iterator's head buffer,
+//! never parsed whole.
 
 pub mod aggregate;
 pub mod demo;
