@@ -266,16 +266,7 @@ pub(crate) fn key_parts(
             "{threads} threads: use 1 to {MAX_THREADS}"
         )));
     }
-    let start: Vec<u8> = match range.0 {
-        Bound::Included(k) => k.to_vec(),
-        Bound::Excluded(k) => [k, &[0]].concat(),
-        Bound::Unbounded => Vec::new(),
-    };
-    let end: Option<Vec<u8>> = match range.1 {
-        Bound::Included(k) => Some([k, &[0]].concat()),
-        Bound::Excluded(k) => Some(k.to_vec()),
-        Bound::Unbounded => None,
-    };
+    let (start, end) = sluice_store::half_open(range);
     let cuts: Vec<Vec<u8>> = if threads == 1 {
         Vec::new()
     } else {

@@ -36,5 +36,6 @@ pub use error::{Result, StoreError};
 pub use iter::StoreIter;
 pub use manifest::{KeyspaceDef, ValueFormat};
 pub use store::{
-    Snapshot, Store, StoreConfig, StoreStats, TablePlacement, WriteOptions, DEFAULT_KEYSPACE,
+    half_open, Snapshot, Store, StoreConfig, StoreStats, TablePlacement, WriteOptions,
+    DEFAULT_KEYSPACE,
 };

@@ -668,16 +668,7 @@ impl Store {
         reverse: bool,
         expected_entries: usize,
     ) -> StoreIter {
-        let start: Vec<u8> = match range.0 {
-            Bound::Included(k) => k.to_vec(),
-            Bound::Excluded(k) => [k, &[0]].concat(),
-            Bound::Unbounded => Vec::new(),
-        };
-        let end: Option<Vec<u8>> = match range.1 {
-            Bound::Included(k) => Some([k, &[0]].concat()),
-            Bound::Excluded(k) => Some(k.to_vec()),
-            Bound::Unbounded => None,
-        };
+        let (start, end) = half_open(range);
         let spec = CursorSpec {
             start,
             end,
@@ -1403,4 +1394,20 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+/// A key range as `[start, end)`: the start key included, the end key
+/// excluded (None: unbounded). The key right after `k` is `k ++ 0x00`.
+pub fn half_open(range: (Bound<&[u8]>, Bound<&[u8]>)) -> (Vec<u8>, Option<Vec<u8>>) {
+    let start = match range.0 {
+        Bound::Included(k) => k.to_vec(),
+        Bound::Excluded(k) => [k, &[0]].concat(),
+        Bound::Unbounded => Vec::new(),
+    };
+    let end = match range.1 {
+        Bound::Included(k) => Some([k, &[0]].concat()),
+        Bound::Excluded(k) => Some(k.to_vec()),
+        Bound::Unbounded => None,
+    };
+    (start, end)
 }
