@@ -196,7 +196,8 @@ pub fn run(args: &NdpBenchArgs) -> Result<()> {
                 bail!("RocksDB found {} rows, ours {}", r.matched, ours.matched);
             }
         }
-        let block_bytes = examined_bytes_pulled(&block_scan[i]);
+        // The block stack hands over every pair it pulls.
+        let block_bytes = block.bytes_returned;
         println!(
             "{:>8} {:>9} {:>10.1} {:>10.1} {:>10} {:>14} {:>14} {:>9.2} {:>9}",
             p,
@@ -312,11 +313,6 @@ fn median_get(runs: &[GetFigures]) -> GetFigures {
         p99_us: median(runs.iter().map(|r| r.p99_us).collect()),
         mean_us: median(runs.iter().map(|r| r.mean_us).collect()),
     }
-}
-
-/// The block stack hands over every pair it pulls.
-fn examined_bytes_pulled(runs: &[ScanFigures]) -> u64 {
-    runs[0].bytes_returned
 }
 
 fn scan_ours(store: &Store, below: u64, threads: usize) -> Result<ScanFigures> {
@@ -466,19 +462,18 @@ fn build_baseline() -> Result<PathBuf> {
 /// RocksDB, once per (papers, seed); a marker file remembers it.
 fn prepare(args: &NdpBenchArgs, baseline: Option<&Path>) -> Result<Arc<dyn Device>> {
     let marker = PathBuf::from(format!("{}.papers", args.device.display()));
-    let want = format!(
-        "{} {} rocksdb={}",
-        args.papers,
-        args.seed,
-        baseline.is_some()
-    );
+    // The build's version names the store format: a data set an older
+    // format wrote is made again rather than refused at open.
+    let data_set = format!("{} {} {}", crate::VERSION, args.papers, args.seed);
+    let want = format!("{data_set} rocksdb={}", baseline.is_some());
     let have = std::fs::read_to_string(&marker).unwrap_or_default();
     if let Some(dir) = args.device.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
     let size_bytes = (args.papers * 8192).max(512 << 20);
-    let ready =
-        have.trim() == want || (baseline.is_none() && have.trim() == want.replace("false", "true"));
+    // A data set loaded into RocksDB serves a run without it too.
+    let ready = have.trim() == want
+        || (baseline.is_none() && have.trim() == format!("{data_set} rocksdb=true"));
     if ready && args.device.exists() {
         let dev = FileDevice::open(&args.device, &FileOptions::default())?;
         return Ok(Arc::new(dev));
