@@ -1,0 +1,788 @@
+//! `sluice export`: one task per slice pulls pages from the source and writes
+//! each with direct I/O at the LBA its slice's extents give, then makes the
+//! slice's checkpoint durable. Layout in docs/FORMAT.md ("Export device").
+
+use crate::device::{write_padded, DeviceIo};
+use crate::error::{Error, Result};
+use crate::format::{
+    max_extent_slots, Checkpoint, CursorKind, ExportState, Header, ManifestBlock, PageEntry,
+    SliceState, MAX_SLICES, NO_EXTENT,
+};
+use crate::http::Client;
+use crate::layout::{load_export, ExtentAllocator};
+use crate::progress::{Counter, ProgressMode, Reporter};
+use crate::source::{index_info, pick_sort, CursorState, IndexInfo, SharedPit, SliceCursor, SourceSpec};
+use sluice_io::{Device, FileDevice, FileOptions};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Largest page the engine accepts for a search (OpenSearch's default
+/// `index.max_result_window`).
+pub const MAX_PAGE_DOCS: u32 = 10_000;
+/// Largest slot: one usual page.
+pub const MAX_SLOT_BYTES: u64 = 256 << 20;
+/// Headroom over the sampled page size before a page spills into a second slot.
+const SLOT_HEADROOM: f64 = 1.15;
+
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub device: PathBuf,
+    /// Size of the file to create when `device` does not exist; none = the size needed.
+    pub device_size_bytes: Option<u64>,
+    pub block_size_bytes: u32,
+    pub spec: SourceSpec,
+    /// None: the index's primary shard count.
+    pub slices: Option<u32>,
+    pub page_docs: u32,
+    pub cursor: CursorKind,
+    /// Slot size in bytes; none = sized from a sample.
+    pub slot_bytes: Option<u64>,
+    pub extent_slots: u32,
+    /// Documents per second over all slices; none = as fast as the source goes.
+    pub throttle_docs_per_s: Option<f64>,
+    pub resume: bool,
+    pub progress: ProgressMode,
+    pub progress_interval: Duration,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions {
+            device: "data/export.dev".into(),
+            device_size_bytes: None,
+            block_size_bytes: 4096,
+            spec: SourceSpec {
+                keep_alive: "5m".into(),
+                ..SourceSpec::default()
+            },
+            slices: None,
+            page_docs: 2048,
+            cursor: CursorKind::Pit,
+            slot_bytes: None,
+            extent_slots: 16,
+            throttle_docs_per_s: None,
+            resume: false,
+            progress: ProgressMode::Auto,
+            progress_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ExportSummary {
+    pub docs: u64,
+    pub pages: u64,
+    pub bytes: u64,
+    pub slices: Vec<SliceSummary>,
+    pub elapsed: Duration,
+    /// Documents written by this run (less than `docs` after `--resume`).
+    pub docs_this_run: u64,
+    pub sort: String,
+    pub device_bytes_used: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct SliceSummary {
+    pub docs: u64,
+    pub pages: u64,
+}
+
+/// Sizes of the layout, from what the sample says about the index.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub slices: u32,
+    pub slot_blocks: u32,
+    pub extent_slots: u32,
+    pub needed_extents: u64,
+    pub needed_bytes: u64,
+    pub detail: String,
+}
+
+pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
+    let bs = options.block_size_bytes as u64;
+    let slices = options.slices.unwrap_or(info.primary_shards).clamp(1, MAX_SLICES);
+    if options.slices.is_some_and(|s| s == 0 || s > MAX_SLICES) {
+        return Err(Error::Config(format!(
+            "--slices must be between 1 and {MAX_SLICES}"
+        )));
+    }
+    if options.page_docs == 0 || options.page_docs > MAX_PAGE_DOCS {
+        return Err(Error::Config(format!(
+            "--page-docs {} must be between 1 and {MAX_PAGE_DOCS} (the engine's result window)",
+            options.page_docs
+        )));
+    }
+    let extent_slots = options.extent_slots;
+    if extent_slots == 0 || extent_slots > max_extent_slots(options.block_size_bytes) {
+        return Err(Error::Config(format!(
+            "extent slots {extent_slots} must be between 1 and {}",
+            max_extent_slots(options.block_size_bytes)
+        )));
+    }
+    let docs_per_page = (options.page_docs as u64).min(info.doc_count.max(1));
+    let usual_page_bytes = match options.slot_bytes {
+        Some(b) => b,
+        None => (info.mean_hit_bytes * docs_per_page as f64 * SLOT_HEADROOM) as u64 + 64,
+    };
+    if usual_page_bytes > MAX_SLOT_BYTES {
+        return Err(Error::Config(format!(
+            "a page of {docs_per_page} documents takes about {usual_page_bytes} bytes, more than the {MAX_SLOT_BYTES}-byte limit; lower --page-docs"
+        )));
+    }
+    let slot_blocks = usual_page_bytes.div_ceil(bs).max(1);
+    let slot_bytes = slot_blocks * bs;
+    let data_bytes = (info.doc_count as f64 * info.mean_hit_bytes * SLOT_HEADROOM) as u64;
+    let slots = data_bytes.div_ceil(slot_bytes) + 2 * slices as u64;
+    let needed_extents = slots.div_ceil(extent_slots as u64) + slices as u64;
+    let extent_bytes = extent_slots as u64 * slot_bytes;
+    let needed_bytes = (2 + 2 * slices as u64 + needed_extents) * bs + needed_extents * extent_bytes;
+    Ok(Plan {
+        slices,
+        slot_blocks: slot_blocks as u32,
+        extent_slots,
+        needed_extents,
+        needed_bytes,
+        detail: format!(
+            "{} documents of about {:.0} bytes in {slices} slices: {needed_extents} extents of {extent_slots} slots of {slot_bytes} bytes",
+            info.doc_count, info.mean_hit_bytes
+        ),
+    })
+}
+
+/// Opens the device, creating a file of the needed size where there is none.
+fn open_device(options: &ExportOptions, needed_bytes: u64) -> Result<Arc<FileDevice>> {
+    let file_options = FileOptions {
+        block_size_bytes: options.block_size_bytes,
+        ..FileOptions::default()
+    };
+    let device = if options.device.exists() {
+        FileDevice::open(&options.device, &file_options)?
+    } else {
+        let mib = 1u64 << 20;
+        let size = options
+            .device_size_bytes
+            .unwrap_or(needed_bytes)
+            .div_ceil(mib)
+            * mib;
+        FileDevice::create(&options.device, size, &file_options)?
+    };
+    Ok(Arc::new(device))
+}
+
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn description(client: &Client, spec: &SourceSpec, sort: &str) -> String {
+    serde_json::json!({
+        "source": client.base_url(),
+        "index": spec.index,
+        "query": spec.query,
+        "source_includes": spec.source_includes,
+        "source_excludes": spec.source_excludes,
+        "sort": sort,
+    })
+    .to_string()
+}
+
+/// Runs an export (or resumes one) to the end.
+pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary> {
+    let start = Instant::now();
+    options.spec.validate()?;
+    if options.resume {
+        return resume(client, options, start);
+    }
+    let info = index_info(client, &options.spec)?;
+    let plan = plan(options, &info)?;
+    let device = open_device(options, plan.needed_bytes)?;
+    let geometry = device.geometry();
+    if geometry.block_size_bytes != options.block_size_bytes {
+        return Err(Error::Config(format!(
+            "{} has {}-byte blocks; run with --block-size {}",
+            options.device.display(),
+            geometry.block_size_bytes,
+            geometry.block_size_bytes
+        )));
+    }
+    if geometry.size_bytes() < plan.needed_bytes {
+        return Err(Error::DeviceTooSmall {
+            path: options.device.clone(),
+            size_bytes: geometry.size_bytes(),
+            needed_bytes: plan.needed_bytes,
+            detail: plan.detail,
+        });
+    }
+    let pit = match options.cursor {
+        CursorKind::Pit => Some(SharedPit::open(client, &options.spec)?),
+        CursorKind::Scroll => None,
+    };
+    let sort = match &pit {
+        Some(p) => pick_sort(client, p, plan.slices, info.primary_shards)?,
+        None => r#"["_doc"]"#.to_string(),
+    };
+    let manifest_lba = 2 + 2 * plan.slices as u64;
+    let extent_blocks = plan.extent_slots as u64 * plan.slot_blocks as u64;
+    let extent_capacity = (geometry.block_count - manifest_lba) / (1 + extent_blocks);
+    let header = Header {
+        block_size_bytes: geometry.block_size_bytes,
+        generation: 1,
+        state: ExportState::InProgress,
+        slice_count: plan.slices,
+        page_docs: options.page_docs,
+        slot_blocks: plan.slot_blocks,
+        extent_slots: plan.extent_slots,
+        cursor_kind: options.cursor,
+        manifest_lba,
+        data_lba: manifest_lba + extent_capacity,
+        extent_capacity,
+        created_unix_ms: now_unix_ms(),
+        total_docs: 0,
+        total_pages: 0,
+        total_bytes: 0,
+        description: description(client, &options.spec, &sort),
+    };
+    let io = DeviceIo::open(device.clone() as Arc<dyn Device>, 4, 16 << 20)?;
+    initialise(&io, &header)?;
+    log::info!(
+        "export of {} ({} documents) to {}: {} slices, sort {sort}, pages of {} documents in slots of {} bytes",
+        options.spec.index,
+        info.doc_count,
+        options.device.display(),
+        plan.slices,
+        options.page_docs,
+        header.slot_bytes()
+    );
+    let checkpoints = (0..plan.slices).map(Checkpoint::new).collect();
+    let allocator = ExtentAllocator::new(extent_capacity, Vec::new());
+    run_slices(
+        client,
+        options,
+        device,
+        header,
+        checkpoints,
+        Vec::new(),
+        allocator,
+        pit,
+        sort,
+        Some(info.doc_count),
+        start,
+    )
+}
+
+/// Makes the device an empty export: old headers and checkpoints go first,
+/// so a crash here leaves no export rather than a mix of two.
+fn initialise(io: &DeviceIo, header: &Header) -> Result<()> {
+    let bs = header.block_size_bytes as usize;
+    let zero = vec![0u8; bs];
+    io.write(0, &zero)?;
+    io.write(1, &zero)?;
+    let mut block = vec![0u8; bs];
+    for slice in 0..header.slice_count {
+        Checkpoint::new(slice).encode(&mut block)?;
+        io.write(Header::checkpoint_lba(slice, 0), &block)?;
+        io.write(Header::checkpoint_lba(slice, 1), &zero)?;
+    }
+    io.flush()?;
+    header.encode(&mut block)?;
+    io.write(header.generation & 1, &block)?;
+    io.flush()
+}
+
+fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<ExportSummary> {
+    if !options.device.exists() {
+        return Err(Error::Config(format!(
+            "--resume: {} does not exist; run the export without --resume first",
+            options.device.display()
+        )));
+    }
+    let file_options = FileOptions {
+        block_size_bytes: options.block_size_bytes,
+        ..FileOptions::default()
+    };
+    let device = Arc::new(FileDevice::open(&options.device, &file_options)?);
+    let io = DeviceIo::open(device.clone() as Arc<dyn Device>, 4, 16 << 20)?;
+    let loaded = load_export(&io)?;
+    let header = loaded.header;
+    let sort = serde_json::from_str::<serde_json::Value>(&header.description)
+        .ok()
+        .and_then(|d| d["sort"].as_str().map(String::from))
+        .unwrap_or_default();
+    let wanted = description(client, &options.spec, &sort);
+    if wanted != header.description {
+        return Err(Error::Config(format!(
+            "--resume: {} holds an export of {}; this run asks for {}; resume with the same source, index, query and _source filters, or start a new export without --resume",
+            options.device.display(),
+            header.description,
+            wanted
+        )));
+    }
+    if header.state == ExportState::Complete {
+        log::info!(
+            "{} already holds a complete export ({} documents); nothing to resume",
+            options.device.display(),
+            header.total_docs
+        );
+    }
+    if header.cursor_kind == CursorKind::Scroll
+        && loaded.slices.iter().any(|s| s.checkpoint.state != SliceState::Done)
+    {
+        return Err(Error::Config(
+            "--resume: this export used --api scroll, and a scroll cannot be resumed exactly (the source's position runs ahead of what was written); start it again, or use the default point-in-time cursor, which resumes".into(),
+        ));
+    }
+    let used: Vec<u64> = loaded
+        .slices
+        .iter()
+        .flat_map(|s| s.extents.iter().copied())
+        .collect();
+    let allocator = ExtentAllocator::new(header.extent_capacity, used);
+    let pit = match header.cursor_kind {
+        CursorKind::Scroll => None,
+        CursorKind::Pit => {
+            let recorded = loaded.slices.iter().find_map(|s| {
+                match CursorState::parse(&s.checkpoint.cursor).ok()? {
+                    CursorState::Pit { pit_id, .. } => Some(pit_id),
+                    CursorState::Scroll { .. } => None,
+                }
+            });
+            Some(match recorded {
+                Some(id) => SharedPit::adopt(id, &options.spec),
+                None => SharedPit::open(client, &options.spec)?,
+            })
+        }
+    };
+    let current_manifests = loaded.slices.iter().map(|s| s.current_manifest.clone()).collect();
+    let checkpoints: Vec<Checkpoint> = loaded.slices.into_iter().map(|s| s.checkpoint).collect();
+    log::info!(
+        "resuming the export on {}: {} of {} slices done, {} documents durable",
+        options.device.display(),
+        checkpoints.iter().filter(|c| c.state == SliceState::Done).count(),
+        checkpoints.len(),
+        checkpoints.iter().map(|c| c.docs).sum::<u64>()
+    );
+    run_slices(
+        client,
+        options,
+        device,
+        header,
+        checkpoints,
+        current_manifests,
+        allocator,
+        pit,
+        sort,
+        None,
+        start,
+    )
+}
+
+/// Shared by all slice tasks of one export.
+struct Shared<'a> {
+    client: &'a Client,
+    options: &'a ExportOptions,
+    header: &'a Header,
+    device: Arc<dyn Device>,
+    allocator: &'a ExtentAllocator,
+    pit: Option<&'a SharedPit>,
+    sort: &'a str,
+    stop: AtomicBool,
+    throttle: Option<Throttle>,
+    counters: Arc<Vec<Counter>>,
+    first_error: Mutex<Option<Error>>,
+}
+
+impl Shared<'_> {
+    fn fail(&self, e: Error) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut first = self.first_error.lock().expect("error lock");
+        if first.is_none() {
+            *first = Some(e);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_slices(
+    client: &Client,
+    options: &ExportOptions,
+    device: Arc<FileDevice>,
+    header: Header,
+    checkpoints: Vec<Checkpoint>,
+    current_manifests: Vec<Option<ManifestBlock>>,
+    allocator: ExtentAllocator,
+    pit: Option<SharedPit>,
+    sort: String,
+    total_docs: Option<u64>,
+    start: Instant,
+) -> Result<ExportSummary> {
+    let counters: Arc<Vec<Counter>> =
+        Arc::new((0..header.slice_count).map(|_| Counter::default()).collect());
+    let docs_before: u64 = checkpoints.iter().map(|c| c.docs).sum();
+    for (c, counter) in checkpoints.iter().zip(counters.iter()) {
+        counter.done.store(c.state == SliceState::Done, Ordering::Relaxed);
+    }
+    let shared = Shared {
+        client,
+        options,
+        header: &header,
+        device: device.clone(),
+        allocator: &allocator,
+        pit: pit.as_ref(),
+        sort: &sort,
+        stop: AtomicBool::new(false),
+        throttle: options.throttle_docs_per_s.map(Throttle::new),
+        counters: counters.clone(),
+        first_error: Mutex::new(None),
+    };
+    let reporter = Reporter::start(
+        options.progress,
+        "export",
+        counters.clone(),
+        total_docs.map(|t| t.saturating_sub(docs_before)),
+        options.progress_interval,
+    );
+    let mut manifests = current_manifests;
+    manifests.resize(checkpoints.len(), None);
+    let finals: Vec<Option<Checkpoint>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = checkpoints
+            .into_iter()
+            .zip(manifests)
+            .map(|(ckpt, manifest)| {
+                let shared = &shared;
+                std::thread::Builder::new()
+                    .name(format!("slice-{}", ckpt.slice))
+                    .spawn_scoped(scope, move || run_slice(shared, ckpt, manifest))
+                    .expect("spawn slice task")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("slice task panicked"))
+            .collect()
+    });
+    reporter.finish();
+    if let Some(e) = shared.first_error.lock().expect("error lock").take() {
+        if let Some(p) = &pit {
+            if e.to_string().contains("interrupted") {
+                p.close(client);
+            }
+        }
+        return Err(e);
+    }
+    let finals: Vec<Checkpoint> = finals.into_iter().map(|c| c.expect("no error, a checkpoint")).collect();
+    let io = DeviceIo::open(device as Arc<dyn Device>, 4, 16 << 20)?;
+    let mut done = header.clone();
+    done.state = ExportState::Complete;
+    done.generation += 1;
+    done.total_docs = finals.iter().map(|c| c.docs).sum();
+    done.total_pages = finals.iter().map(|c| c.pages).sum();
+    done.total_bytes = finals.iter().map(|c| c.bytes).sum();
+    let mut block = vec![0u8; header.block_size_bytes as usize];
+    done.encode(&mut block)?;
+    io.write(done.generation & 1, &block)?;
+    io.flush()?;
+    if let Some(p) = &pit {
+        p.close(client);
+    }
+    let used_extents = allocator.high_water();
+    Ok(ExportSummary {
+        docs: done.total_docs,
+        pages: done.total_pages,
+        bytes: done.total_bytes,
+        slices: finals
+            .iter()
+            .map(|c| SliceSummary {
+                docs: c.docs,
+                pages: c.pages,
+            })
+            .collect(),
+        elapsed: start.elapsed(),
+        docs_this_run: done.total_docs - docs_before,
+        sort,
+        device_bytes_used: (header.data_lba + used_extents * header.extent_blocks())
+            * header.block_size_bytes as u64,
+    })
+}
+
+/// One slice: a fetcher thread pulls pages into a channel of one, this
+/// thread writes them, so the next fetch overlaps the current write.
+fn run_slice(
+    shared: &Shared<'_>,
+    ckpt: Checkpoint,
+    manifest: Option<ManifestBlock>,
+) -> Option<Checkpoint> {
+    let slice = ckpt.slice;
+    if ckpt.state == SliceState::Done {
+        return Some(ckpt);
+    }
+    let resume_from = if ckpt.cursor.is_empty() {
+        None
+    } else {
+        match CursorState::parse(&ckpt.cursor) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                shared.fail(e);
+                return None;
+            }
+        }
+    };
+    let mut writer = match SliceWriter::new(shared, ckpt, manifest) {
+        Ok(w) => w,
+        Err(e) => {
+            shared.fail(e);
+            return None;
+        }
+    };
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let outcome = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name(format!("fetch-{slice}"))
+            .spawn_scoped(scope, || {
+                let mut cursor = SliceCursor::new(
+                    shared.client,
+                    &shared.options.spec,
+                    shared.pit,
+                    shared.sort.to_string(),
+                    slice,
+                    shared.header.slice_count,
+                    shared.header.page_docs,
+                    resume_from,
+                );
+                loop {
+                    if shared.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    match cursor.next_page() {
+                        Ok(Some(page)) => {
+                            if let Some(t) = &shared.throttle {
+                                t.take(page.docs as u64);
+                            }
+                            if tx.send(page).is_err() {
+                                break;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            shared.fail(e);
+                            break;
+                        }
+                    }
+                }
+                cursor.close();
+            })
+            .expect("spawn fetcher");
+        for page in rx.iter() {
+            if shared.stop.load(Ordering::Relaxed) {
+                return Err(());
+            }
+            if let Err(e) = writer.write_page(page) {
+                shared.fail(e);
+                return Err(());
+            }
+        }
+        Ok(())
+    });
+    if outcome.is_err() || shared.stop.load(Ordering::Relaxed) {
+        return None;
+    }
+    match writer.finish() {
+        Ok(c) => {
+            shared.counters[slice as usize].done.store(true, Ordering::Relaxed);
+            Some(c)
+        }
+        Err(e) => {
+            shared.fail(e);
+            None
+        }
+    }
+}
+
+struct SliceWriter<'s, 'a> {
+    shared: &'s Shared<'a>,
+    io: DeviceIo,
+    ckpt: Checkpoint,
+    manifest: Option<ManifestBlock>,
+    block: Vec<u8>,
+}
+
+impl<'s, 'a> SliceWriter<'s, 'a> {
+    fn new(
+        shared: &'s Shared<'a>,
+        ckpt: Checkpoint,
+        manifest: Option<ManifestBlock>,
+    ) -> Result<Self> {
+        let extent_bytes = shared.header.extent_blocks() * shared.header.block_size_bytes as u64;
+        let io = DeviceIo::open(shared.device.clone(), 4, 2 * extent_bytes + (16 << 20))?;
+        Ok(SliceWriter {
+            shared,
+            io,
+            block: vec![0u8; shared.header.block_size_bytes as usize],
+            ckpt,
+            manifest,
+        })
+    }
+
+    /// Page, manifest block, flush; then the checkpoint, flush. When the
+    /// checkpoint is durable, so is everything it counts.
+    fn write_page(&mut self, page: crate::source::FetchedPage) -> Result<()> {
+        let h = self.shared.header;
+        let slot_bytes = h.slot_bytes();
+        let slots = (page.bytes.len() as u64).div_ceil(slot_bytes).max(1);
+        if slots > h.extent_slots as u64 {
+            return Err(Error::Config(format!(
+                "page {} of slice {} is {} bytes (its largest document {} bytes), more than one extent ({} bytes); export again with a smaller --page-docs or a larger --slot-bytes",
+                self.ckpt.pages,
+                self.ckpt.slice,
+                page.bytes.len(),
+                page.max_hit_bytes,
+                h.extent_slots as u64 * slot_bytes
+            )));
+        }
+        let slots = slots as u32;
+        if self.ckpt.current_extent == NO_EXTENT || self.ckpt.next_slot + slots > h.extent_slots {
+            let extent = self.shared.allocator.take().ok_or_else(|| {
+                Error::Incomplete(format!(
+                    "the device is full after {} pages of slice {}: the index holds more than its sample promised; the export stays in progress (not complete); export again onto a larger device",
+                    self.ckpt.pages, self.ckpt.slice
+                ))
+            })?;
+            self.manifest = Some(ManifestBlock {
+                extent,
+                owner_slice: self.ckpt.slice,
+                prev_extent: self.ckpt.current_extent,
+                entries: Vec::new(),
+            });
+            self.ckpt.current_extent = extent;
+            self.ckpt.next_slot = 0;
+        }
+        let extent = self.ckpt.current_extent;
+        let lba = h.slot_lba(extent, self.ckpt.next_slot);
+        write_padded(&self.io, lba, &page.bytes, b' ')?;
+        let manifest = self.manifest.as_mut().expect("current extent has a manifest");
+        debug_assert_eq!(manifest.extent, extent);
+        manifest.entries.push(PageEntry {
+            slice: self.ckpt.slice,
+            seq: u32::try_from(self.ckpt.pages).map_err(|_| {
+                Error::Config("a slice has more than 2^32 pages; raise --page-docs".into())
+            })?,
+            lba,
+            byte_len: page.bytes.len() as u32,
+            doc_count: page.docs,
+            crc32c: crc32c::crc32c(&page.bytes),
+            slots,
+        });
+        manifest.encode(&mut self.block);
+        self.io.write(h.manifest_block_lba(extent), &self.block)?;
+        self.io.flush()?;
+        self.ckpt.state = SliceState::Running;
+        self.ckpt.pages += 1;
+        self.ckpt.docs += page.docs as u64;
+        self.ckpt.bytes += page.bytes.len() as u64;
+        self.ckpt.next_slot += slots;
+        self.ckpt.cursor = page.cursor_after;
+        self.write_checkpoint()?;
+        self.shared.counters[self.ckpt.slice as usize].add(page.docs as u64, page.bytes.len() as u64);
+        Ok(())
+    }
+
+    fn write_checkpoint(&mut self) -> Result<()> {
+        self.ckpt.generation += 1;
+        self.ckpt.encode(&mut self.block)?;
+        self.io.write(
+            Header::checkpoint_lba(self.ckpt.slice, self.ckpt.generation),
+            &self.block,
+        )?;
+        self.io.flush()
+    }
+
+    fn finish(mut self) -> Result<Checkpoint> {
+        self.ckpt.state = SliceState::Done;
+        self.write_checkpoint()?;
+        Ok(self.ckpt)
+    }
+}
+
+/// Hands out documents per second over all slices.
+struct Throttle {
+    docs_per_s: f64,
+    state: Mutex<(Instant, u64)>,
+}
+
+impl Throttle {
+    fn new(docs_per_s: f64) -> Self {
+        Throttle {
+            docs_per_s: docs_per_s.max(1e-3),
+            state: Mutex::new((Instant::now(), 0)),
+        }
+    }
+
+    fn take(&self, docs: u64) {
+        let due = {
+            let mut s = self.state.lock().expect("throttle lock");
+            s.1 += docs;
+            s.0 + Duration::from_secs_f64(s.1 as f64 / self.docs_per_s)
+        };
+        let now = Instant::now();
+        if due > now {
+            std::thread::sleep(due - now);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(docs: u64, mean: f64) -> IndexInfo {
+        IndexInfo {
+            primary_shards: 4,
+            doc_count: docs,
+            mean_hit_bytes: mean,
+            max_hit_bytes: mean as usize,
+        }
+    }
+
+    #[test]
+    fn plan_sizes_slots_from_the_sample_and_counts_every_region() {
+        let options = ExportOptions::default();
+        let p = plan(&options, &info(1_000_000, 1580.0)).unwrap();
+        assert_eq!(p.slices, 4);
+        // 2048 × 1580 × 1.15 bytes, in 4 KiB blocks.
+        assert_eq!(p.slot_blocks, ((2048.0 * 1580.0 * 1.15) as u64 + 64).div_ceil(4096) as u32);
+        let data = 1_000_000.0 * 1580.0;
+        assert!(p.needed_bytes as f64 > data * 1.15);
+        assert!((p.needed_bytes as f64) < data * 1.15 + 4.0 * 16.0 * 4.0 * 1e6 + 1e8);
+    }
+
+    #[test]
+    fn plan_refuses_page_sizes_the_engine_refuses() {
+        let mut options = ExportOptions {
+            page_docs: 20_000,
+            ..ExportOptions::default()
+        };
+        assert!(plan(&options, &info(10, 100.0)).is_err());
+        options.page_docs = 100;
+        options.slices = Some(0);
+        assert!(plan(&options, &info(10, 100.0)).is_err());
+    }
+
+    #[test]
+    fn an_empty_index_still_gets_a_layout() {
+        let p = plan(&ExportOptions::default(), &info(0, 0.0)).unwrap();
+        assert_eq!(p.slot_blocks, 1);
+        assert!(p.needed_extents >= 4);
+    }
+
+    #[test]
+    fn throttle_spaces_documents_out() {
+        let t = Throttle::new(1000.0);
+        let start = Instant::now();
+        for _ in 0..5 {
+            t.take(20);
+        }
+        assert!(start.elapsed() >= Duration::from_millis(95));
+    }
+}

@@ -1,0 +1,541 @@
+//! The export device's blocks, byte by byte as docs/FORMAT.md ("Export
+//! device format") writes them down: header, checkpoints, manifest blocks.
+//! Every block ends with a CRC32C of the bytes before it.
+
+use crate::error::{Error, Result};
+
+pub const HEADER_MAGIC: &[u8; 8] = b"SLCEXPT1";
+pub const CHECKPOINT_MAGIC: &[u8; 8] = b"SLCCKPT1";
+pub const MANIFEST_MAGIC: &[u8; 8] = b"SLCMANI1";
+pub const FORMAT_VERSION: u32 = 1;
+/// Most slices one export may have (each takes two checkpoint blocks).
+pub const MAX_SLICES: u32 = 1024;
+/// "No extent": a slice that has written nothing yet, or the first extent's predecessor.
+pub const NO_EXTENT: u64 = u64::MAX;
+pub const ENTRY_BYTES: usize = 32;
+const MANIFEST_HEADER_BYTES: usize = 64;
+const HEADER_FIXED_BYTES: usize = 108;
+const CHECKPOINT_FIXED_BYTES: usize = 64;
+
+/// Manifest entries one block holds: the most slots an extent may have.
+pub fn max_extent_slots(block_size_bytes: u32) -> u32 {
+    ((block_size_bytes as usize - MANIFEST_HEADER_BYTES - 4) / ENTRY_BYTES) as u32
+}
+
+/// Longest cursor a checkpoint block holds.
+pub fn max_cursor_bytes(block_size_bytes: u32) -> usize {
+    block_size_bytes as usize - CHECKPOINT_FIXED_BYTES - 4
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportState {
+    InProgress = 1,
+    Complete = 2,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CursorKind {
+    /// Point in time + search_after.
+    Pit = 0,
+    Scroll = 1,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceState {
+    NotStarted = 0,
+    Running = 1,
+    Done = 2,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub block_size_bytes: u32,
+    pub generation: u64,
+    pub state: ExportState,
+    pub slice_count: u32,
+    pub page_docs: u32,
+    pub slot_blocks: u32,
+    pub extent_slots: u32,
+    pub cursor_kind: CursorKind,
+    pub manifest_lba: u64,
+    pub data_lba: u64,
+    pub extent_capacity: u64,
+    pub created_unix_ms: u64,
+    pub total_docs: u64,
+    pub total_pages: u64,
+    pub total_bytes: u64,
+    /// JSON: source URL (no credentials), index, query, `_source` filters.
+    pub description: String,
+}
+
+impl Header {
+    /// LBA of copy `copy` (0 or 1) of slice `slice`'s checkpoint.
+    pub fn checkpoint_lba(slice: u32, copy: u64) -> u64 {
+        2 + 2 * slice as u64 + (copy & 1)
+    }
+
+    pub fn manifest_block_lba(&self, extent: u64) -> u64 {
+        debug_assert!(extent < self.extent_capacity);
+        self.manifest_lba + extent
+    }
+
+    pub fn extent_blocks(&self) -> u64 {
+        self.extent_slots as u64 * self.slot_blocks as u64
+    }
+
+    pub fn slot_lba(&self, extent: u64, slot: u32) -> u64 {
+        debug_assert!(extent < self.extent_capacity && slot < self.extent_slots);
+        self.data_lba + extent * self.extent_blocks() + slot as u64 * self.slot_blocks as u64
+    }
+
+    pub fn slot_bytes(&self) -> u64 {
+        self.slot_blocks as u64 * self.block_size_bytes as u64
+    }
+
+    pub fn encode(&self, block: &mut [u8]) -> Result<()> {
+        assert_eq!(block.len(), self.block_size_bytes as usize);
+        let room = block.len() - HEADER_FIXED_BYTES - 4;
+        if self.description.len() > room {
+            return Err(Error::Config(format!(
+                "the export description ({} bytes: source, index, query, _source filters) does not fit the header's {room} bytes; shorten the query",
+                self.description.len()
+            )));
+        }
+        block.fill(0);
+        let mut w = Writer::new(block);
+        w.bytes(HEADER_MAGIC);
+        w.u32(FORMAT_VERSION);
+        w.u32(self.block_size_bytes);
+        w.u64(self.generation);
+        w.u32(self.state as u32);
+        w.u32(self.slice_count);
+        w.u32(self.page_docs);
+        w.u32(self.slot_blocks);
+        w.u32(self.extent_slots);
+        w.u32(self.cursor_kind as u32);
+        w.u64(self.manifest_lba);
+        w.u64(self.data_lba);
+        w.u64(self.extent_capacity);
+        w.u64(self.created_unix_ms);
+        w.u64(self.total_docs);
+        w.u64(self.total_pages);
+        w.u64(self.total_bytes);
+        w.u32(self.description.len() as u32);
+        debug_assert_eq!(w.pos, HEADER_FIXED_BYTES);
+        w.bytes(self.description.as_bytes());
+        seal(block);
+        Ok(())
+    }
+
+    /// Decodes one header copy; `lba` names it in errors.
+    pub fn decode(block: &[u8], lba: u64) -> Result<Header> {
+        check_block(block, HEADER_MAGIC, "export header", lba)?;
+        let mut r = Reader::new(block, 8);
+        let version = r.u32();
+        if version != FORMAT_VERSION {
+            return Err(Error::Format(format!(
+                "export header at LBA {lba} is format version {version}; this build reads version {FORMAT_VERSION}"
+            )));
+        }
+        let block_size_bytes = r.u32();
+        if block_size_bytes as usize != block.len() {
+            return Err(Error::Format(format!(
+                "export header at LBA {lba} was written with {block_size_bytes}-byte blocks; the device has {}-byte blocks",
+                block.len()
+            )));
+        }
+        let generation = r.u64();
+        let state = match r.u32() {
+            1 => ExportState::InProgress,
+            2 => ExportState::Complete,
+            other => return Err(invalid("export header", lba, format!("state {other}"))),
+        };
+        let slice_count = r.u32();
+        let page_docs = r.u32();
+        let slot_blocks = r.u32();
+        let extent_slots = r.u32();
+        let cursor_kind = match r.u32() {
+            0 => CursorKind::Pit,
+            1 => CursorKind::Scroll,
+            other => return Err(invalid("export header", lba, format!("cursor kind {other}"))),
+        };
+        let header = Header {
+            block_size_bytes,
+            generation,
+            state,
+            slice_count,
+            page_docs,
+            slot_blocks,
+            extent_slots,
+            cursor_kind,
+            manifest_lba: r.u64(),
+            data_lba: r.u64(),
+            extent_capacity: r.u64(),
+            created_unix_ms: r.u64(),
+            total_docs: r.u64(),
+            total_pages: r.u64(),
+            total_bytes: r.u64(),
+            description: {
+                let len = r.u32() as usize;
+                r.string(len, block.len() - 4)
+                    .map_err(|d| invalid("export header", lba, d))?
+            },
+        };
+        header.validate(lba)?;
+        Ok(header)
+    }
+
+    fn validate(&self, lba: u64) -> Result<()> {
+        let bad = |what: String| Err(invalid("export header", lba, what));
+        if self.slice_count == 0 || self.slice_count > MAX_SLICES {
+            return bad(format!("slice count {}", self.slice_count));
+        }
+        if self.slot_blocks == 0 || self.page_docs == 0 {
+            return bad("zero slot size or page size".into());
+        }
+        if self.extent_slots == 0 || self.extent_slots > max_extent_slots(self.block_size_bytes) {
+            return bad(format!("extent_slots {}", self.extent_slots));
+        }
+        if self.manifest_lba != 2 + 2 * self.slice_count as u64
+            || self.data_lba != self.manifest_lba + self.extent_capacity
+        {
+            return bad("region addresses do not follow from the slice count".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub slice: u32,
+    pub state: SliceState,
+    pub generation: u64,
+    pub pages: u64,
+    pub docs: u64,
+    pub bytes: u64,
+    pub current_extent: u64,
+    pub next_slot: u32,
+    /// JSON: `{"pit_id":…,"search_after":[…]}` or `{"scroll_id":…}`; empty before the first page.
+    pub cursor: String,
+}
+
+impl Checkpoint {
+    pub fn new(slice: u32) -> Self {
+        Checkpoint {
+            slice,
+            state: SliceState::NotStarted,
+            generation: 0,
+            pages: 0,
+            docs: 0,
+            bytes: 0,
+            current_extent: NO_EXTENT,
+            next_slot: 0,
+            cursor: String::new(),
+        }
+    }
+
+    pub fn encode(&self, block: &mut [u8]) -> Result<()> {
+        let room = max_cursor_bytes(block.len() as u32);
+        if self.cursor.len() > room {
+            return Err(Error::Config(format!(
+                "slice {}'s cursor ({} bytes) does not fit a checkpoint block ({room} bytes); use a device with 4096-byte blocks or fewer shards per slice",
+                self.slice,
+                self.cursor.len()
+            )));
+        }
+        block.fill(0);
+        let mut w = Writer::new(block);
+        w.bytes(CHECKPOINT_MAGIC);
+        w.u32(self.slice);
+        w.u32(self.state as u32);
+        w.u64(self.generation);
+        w.u64(self.pages);
+        w.u64(self.docs);
+        w.u64(self.bytes);
+        w.u64(self.current_extent);
+        w.u32(self.next_slot);
+        w.u32(self.cursor.len() as u32);
+        debug_assert_eq!(w.pos, CHECKPOINT_FIXED_BYTES);
+        w.bytes(self.cursor.as_bytes());
+        seal(block);
+        Ok(())
+    }
+
+    pub fn decode(block: &[u8], lba: u64) -> Result<Checkpoint> {
+        check_block(block, CHECKPOINT_MAGIC, "checkpoint", lba)?;
+        let mut r = Reader::new(block, 8);
+        let slice = r.u32();
+        let state = match r.u32() {
+            0 => SliceState::NotStarted,
+            1 => SliceState::Running,
+            2 => SliceState::Done,
+            other => return Err(invalid("checkpoint", lba, format!("state {other}"))),
+        };
+        Ok(Checkpoint {
+            slice,
+            state,
+            generation: r.u64(),
+            pages: r.u64(),
+            docs: r.u64(),
+            bytes: r.u64(),
+            current_extent: r.u64(),
+            next_slot: r.u32(),
+            cursor: {
+                let len = r.u32() as usize;
+                r.string(len, block.len() - 4)
+                    .map_err(|d| invalid("checkpoint", lba, d))?
+            },
+        })
+    }
+}
+
+/// One page's manifest entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageEntry {
+    pub slice: u32,
+    pub seq: u32,
+    pub lba: u64,
+    pub byte_len: u32,
+    pub doc_count: u32,
+    pub crc32c: u32,
+    pub slots: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestBlock {
+    pub extent: u64,
+    pub owner_slice: u32,
+    pub prev_extent: u64,
+    pub entries: Vec<PageEntry>,
+}
+
+impl ManifestBlock {
+    pub fn encode(&self, block: &mut [u8]) {
+        assert!(self.entries.len() <= max_extent_slots(block.len() as u32) as usize);
+        block.fill(0);
+        let mut w = Writer::new(block);
+        w.bytes(MANIFEST_MAGIC);
+        w.u64(self.extent);
+        w.u32(self.owner_slice);
+        w.u32(self.entries.len() as u32);
+        w.u64(self.prev_extent);
+        w.pos = MANIFEST_HEADER_BYTES;
+        for e in &self.entries {
+            w.u32(e.slice);
+            w.u32(e.seq);
+            w.u64(e.lba);
+            w.u32(e.byte_len);
+            w.u32(e.doc_count);
+            w.u32(e.crc32c);
+            w.u32(e.slots);
+        }
+        seal(block);
+    }
+
+    pub fn decode(block: &[u8], lba: u64) -> Result<ManifestBlock> {
+        check_block(block, MANIFEST_MAGIC, "manifest block", lba)?;
+        let mut r = Reader::new(block, 8);
+        let extent = r.u64();
+        let owner_slice = r.u32();
+        let count = r.u32() as usize;
+        let prev_extent = r.u64();
+        if count > max_extent_slots(block.len() as u32) as usize {
+            return Err(invalid("manifest block", lba, format!("{count} entries")));
+        }
+        r.pos = MANIFEST_HEADER_BYTES;
+        let entries = (0..count)
+            .map(|_| PageEntry {
+                slice: r.u32(),
+                seq: r.u32(),
+                lba: r.u64(),
+                byte_len: r.u32(),
+                doc_count: r.u32(),
+                crc32c: r.u32(),
+                slots: r.u32(),
+            })
+            .collect();
+        Ok(ManifestBlock {
+            extent,
+            owner_slice,
+            prev_extent,
+            entries,
+        })
+    }
+}
+
+fn seal(block: &mut [u8]) {
+    let end = block.len() - 4;
+    let crc = crc32c::crc32c(&block[..end]);
+    block[end..].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn check_block(block: &[u8], magic: &[u8; 8], what: &str, lba: u64) -> Result<()> {
+    if &block[..8] != magic {
+        return Err(Error::Format(format!(
+            "no {what} at LBA {lba} (found {:?} where {:?} belongs): not a Sluice export device, or not written yet",
+            String::from_utf8_lossy(&block[..8]),
+            String::from_utf8_lossy(magic)
+        )));
+    }
+    let end = block.len() - 4;
+    let stored = u32::from_le_bytes(block[end..].try_into().expect("4 bytes"));
+    let computed = crc32c::crc32c(&block[..end]);
+    if stored != computed {
+        return Err(Error::Format(format!(
+            "{what} at LBA {lba} is corrupt: CRC32C {computed:#010x}, recorded {stored:#010x}"
+        )));
+    }
+    Ok(())
+}
+
+fn invalid(what: &str, lba: u64, detail: String) -> Error {
+    Error::Format(format!("{what} at LBA {lba} is invalid: {detail}"))
+}
+
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    pos: usize,
+}
+
+impl<'a> Writer<'a> {
+    fn new(buf: &'a mut [u8]) -> Self {
+        Writer { buf, pos: 0 }
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.buf[self.pos..self.pos + b.len()].copy_from_slice(b);
+        self.pos += b.len();
+    }
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8], pos: usize) -> Self {
+        Reader { buf, pos }
+    }
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let out = self.buf[self.pos..self.pos + N].try_into().expect("in block");
+        self.pos += N;
+        out
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take())
+    }
+    fn string(&mut self, len: usize, limit: usize) -> std::result::Result<String, String> {
+        if self.pos + len > limit {
+            return Err(format!("a text of {len} bytes runs past the block"));
+        }
+        let s = std::str::from_utf8(&self.buf[self.pos..self.pos + len])
+            .map_err(|_| "a text that is not UTF-8".to_string())?;
+        self.pos += len;
+        Ok(s.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            block_size_bytes: 4096,
+            generation: 3,
+            state: ExportState::InProgress,
+            slice_count: 4,
+            page_docs: 2048,
+            slot_blocks: 800,
+            extent_slots: 16,
+            cursor_kind: CursorKind::Pit,
+            manifest_lba: 10,
+            data_lba: 110,
+            extent_capacity: 100,
+            created_unix_ms: 1_700_000_000_000,
+            total_docs: 0,
+            total_pages: 0,
+            total_bytes: 0,
+            description: r#"{"index":"papers"}"#.into(),
+        }
+    }
+
+    #[test]
+    fn header_round_trips_and_every_flipped_byte_is_caught() {
+        let h = header();
+        let mut block = vec![0u8; 4096];
+        h.encode(&mut block).unwrap();
+        assert_eq!(Header::decode(&block, 0).unwrap(), h);
+        for pos in [0, 9, 30, 108, 2000, 4095] {
+            let mut bad = block.clone();
+            bad[pos] ^= 0x40;
+            let err = Header::decode(&bad, 1).unwrap_err().to_string();
+            assert!(err.contains("LBA 1"), "{err}");
+        }
+    }
+
+    #[test]
+    fn header_regions_must_follow_from_the_slice_count() {
+        let mut h = header();
+        h.data_lba = 111;
+        let mut block = vec![0u8; 4096];
+        h.encode(&mut block).unwrap();
+        assert!(Header::decode(&block, 0).is_err());
+    }
+
+    #[test]
+    fn checkpoint_and_manifest_round_trip() {
+        let c = Checkpoint {
+            slice: 3,
+            state: SliceState::Running,
+            generation: 9,
+            pages: 8,
+            docs: 16000,
+            bytes: 25_000_000,
+            current_extent: 5,
+            next_slot: 2,
+            cursor: r#"{"pit_id":"abc","search_after":[12]}"#.into(),
+        };
+        let mut block = vec![0u8; 4096];
+        c.encode(&mut block).unwrap();
+        assert_eq!(Checkpoint::decode(&block, 9).unwrap(), c);
+        let m = ManifestBlock {
+            extent: 5,
+            owner_slice: 3,
+            prev_extent: NO_EXTENT,
+            entries: (0..max_extent_slots(4096))
+                .map(|i| PageEntry {
+                    slice: 3,
+                    seq: i,
+                    lba: 1000 + i as u64,
+                    byte_len: 77 + i,
+                    doc_count: i,
+                    crc32c: i * 7,
+                    slots: 1,
+                })
+                .collect(),
+        };
+        m.encode(&mut block);
+        assert_eq!(ManifestBlock::decode(&block, 12).unwrap(), m);
+        block[100] ^= 1;
+        let err = ManifestBlock::decode(&block, 12).unwrap_err().to_string();
+        assert!(err.contains("manifest block at LBA 12 is corrupt"), "{err}");
+    }
+
+    #[test]
+    fn oversized_cursor_is_refused_with_sizes() {
+        let mut c = Checkpoint::new(0);
+        c.cursor = "x".repeat(5000);
+        let err = c.encode(&mut [0u8; 4096]).unwrap_err().to_string();
+        assert!(err.contains("5000 bytes"), "{err}");
+    }
+}

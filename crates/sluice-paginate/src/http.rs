@@ -1,0 +1,364 @@
+//! The HTTP client to the search engine: basic auth or an API key, TLS with a
+//! custom CA, timeouts, and retries with backoff on 429, 5xx and dropped
+//! connections.
+
+use crate::error::{Error, Result};
+use base64::Engine as _;
+use rand::Rng;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest response body accepted: a page of big documents fits many times.
+pub const MAX_RESPONSE_BYTES: u64 = 1 << 30;
+/// Most retries of one request.
+pub const MAX_RETRIES: u32 = 32;
+
+#[derive(Debug, Clone, Default)]
+pub enum Auth {
+    #[default]
+    None,
+    Basic {
+        user: String,
+        password: String,
+    },
+    /// The `id:key` pair or its base64 form, sent as `Authorization: ApiKey …`.
+    ApiKey(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// `http://host:port` or `https://host:port`, optionally with a path prefix.
+    pub url: String,
+    pub auth: Auth,
+    /// PEM file of the CA that signed the source's certificate.
+    pub ca_cert: Option<PathBuf>,
+    pub connect_timeout_ms: u64,
+    /// Whole request, answer included.
+    pub request_timeout_ms: u64,
+    pub max_retries: u32,
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            url: "http://127.0.0.1:9200".into(),
+            auth: Auth::None,
+            ca_cert: None,
+            connect_timeout_ms: 5_000,
+            request_timeout_ms: 120_000,
+            max_retries: 6,
+            retry_base_ms: 100,
+            retry_max_ms: 5_000,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// `type: reason` of an OpenSearch/Elasticsearch error body, or its start.
+    pub fn error_summary(&self) -> String {
+        error_summary(&self.body)
+    }
+}
+
+#[derive(Clone)]
+pub struct Client {
+    agent: ureq::Agent,
+    base: String,
+    authorization: Option<String>,
+    options: HttpOptions,
+}
+
+impl Client {
+    pub fn new(options: &HttpOptions) -> Result<Client> {
+        if options.max_retries > MAX_RETRIES {
+            return Err(Error::Config(format!(
+                "--retries {} is more than {MAX_RETRIES}",
+                options.max_retries
+            )));
+        }
+        let (base, url_auth) = split_credentials(&options.url)?;
+        let auth = match (&options.auth, url_auth) {
+            (Auth::None, Some(a)) => a,
+            (a, _) => a.clone(),
+        };
+        let authorization = match auth {
+            Auth::None => None,
+            Auth::Basic { user, password } => Some(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+            )),
+            Auth::ApiKey(key) => Some(format!("ApiKey {}", api_key_base64(&key))),
+        };
+        let mut builder = ureq::AgentBuilder::new()
+            .timeout_connect(Duration::from_millis(options.connect_timeout_ms))
+            .timeout(Duration::from_millis(options.request_timeout_ms))
+            .max_idle_connections_per_host(64);
+        if let Some(ca) = &options.ca_cert {
+            builder = builder.tls_config(Arc::new(tls_config(ca)?));
+        }
+        Ok(Client {
+            agent: builder.build(),
+            base: base.trim_end_matches('/').to_string(),
+            authorization,
+            options: options.clone(),
+        })
+    }
+
+    /// The source URL without credentials, for messages and the export header.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// Sends a request, retrying on 429, 5xx and transport errors. Any
+    /// other status comes back as a `Response` for the caller to judge.
+    pub fn send(&self, method: &str, path: &str, body: Option<&[u8]>) -> Result<Response> {
+        let url = format!("{}{}", self.base, path);
+        let mut attempt = 0u32;
+        loop {
+            let outcome = self.send_once(method, &url, body);
+            let retry_reason = match &outcome {
+                Ok(r) if r.status == 429 || r.status >= 500 => {
+                    format!("HTTP {} ({})", r.status, r.error_summary())
+                }
+                Ok(_) => return outcome.map_err(Error::Source),
+                Err(e) => e.clone(),
+            };
+            if attempt >= self.options.max_retries {
+                return match outcome {
+                    Ok(_) => Err(Error::Source(format!(
+                        "{method} {url} failed after {} attempts: {retry_reason}",
+                        attempt + 1
+                    ))),
+                    Err(_) => Err(Error::Source(format!(
+                        "cannot reach the source at {}: {retry_reason} (after {} attempts); check that it runs and that --source is right",
+                        self.base,
+                        attempt + 1
+                    ))),
+                };
+            }
+            let delay = backoff_ms(&self.options, attempt);
+            log::warn!("{method} {url}: {retry_reason}; retry {} in {delay} ms", attempt + 1);
+            std::thread::sleep(Duration::from_millis(delay));
+            attempt += 1;
+        }
+    }
+
+    fn send_once(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&[u8]>,
+    ) -> std::result::Result<Response, String> {
+        let mut request = self.agent.request(method, url);
+        if let Some(auth) = &self.authorization {
+            request = request.set("Authorization", auth);
+        }
+        let result = match body {
+            Some(b) => request
+                .set("Content-Type", content_type(url))
+                .send_bytes(b),
+            None => request.call(),
+        };
+        let response = match result {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(ureq::Error::Transport(t)) => return Err(t.to_string()),
+        };
+        let status = response.status();
+        let mut body = Vec::new();
+        response
+            .into_reader()
+            .take(MAX_RESPONSE_BYTES)
+            .read_to_end(&mut body)
+            .map_err(|e| format!("reading the answer: {e}"))?;
+        Ok(Response { status, body })
+    }
+}
+
+fn content_type(url: &str) -> &'static str {
+    if url.contains("/_bulk") {
+        "application/x-ndjson"
+    } else {
+        "application/json"
+    }
+}
+
+fn backoff_ms(options: &HttpOptions, attempt: u32) -> u64 {
+    let exp = options
+        .retry_base_ms
+        .saturating_mul(1u64 << attempt.min(20))
+        .min(options.retry_max_ms);
+    // Full jitter on the upper half: slices retrying together spread out.
+    exp / 2 + rand::thread_rng().gen_range(0..=exp / 2)
+}
+
+/// Takes `user:password@` out of a URL.
+fn split_credentials(url: &str) -> Result<(String, Option<Auth>)> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(Error::Config(format!(
+            "source URL {url:?} has no scheme; write it as http://host:port or https://host:port"
+        )));
+    };
+    if scheme != "http" && scheme != "https" {
+        return Err(Error::Config(format!(
+            "source URL {url:?}: scheme {scheme:?} is not http or https"
+        )));
+    }
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        None => Ok((url.to_string(), None)),
+        Some((userinfo, host)) => {
+            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            Ok((
+                format!("{scheme}://{host}{path}"),
+                Some(Auth::Basic {
+                    user: user.to_string(),
+                    password: password.to_string(),
+                }),
+            ))
+        }
+    }
+}
+
+fn api_key_base64(key: &str) -> String {
+    if key.contains(':') {
+        base64::engine::general_purpose::STANDARD.encode(key)
+    } else {
+        key.to_string()
+    }
+}
+
+fn tls_config(ca_path: &std::path::Path) -> Result<rustls::ClientConfig> {
+    let pem = std::fs::read(ca_path).map_err(|e| {
+        Error::Config(format!("cannot read CA certificate {}: {e}", ca_path.display()))
+    })?;
+    let mut roots = rustls::RootCertStore::empty();
+    let mut count = 0;
+    for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+        let cert = cert.map_err(|e| {
+            Error::Config(format!("CA file {} is not valid PEM: {e}", ca_path.display()))
+        })?;
+        roots.add(cert).map_err(|e| {
+            Error::Config(format!(
+                "CA file {} holds a certificate rustls refuses: {e}",
+                ca_path.display()
+            ))
+        })?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(Error::Config(format!(
+            "CA file {} holds no PEM certificate",
+            ca_path.display()
+        )));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS setup: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(config)
+}
+
+/// `type: reason` of an error body, else its first 300 bytes.
+pub fn error_summary(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        error: Option<ErrorField>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum ErrorField {
+        Object {
+            #[serde(rename = "type")]
+            kind: Option<String>,
+            reason: Option<String>,
+        },
+        Text(String),
+    }
+    if let Ok(Body { error: Some(e) }) = serde_json::from_slice::<Body>(body) {
+        return match e {
+            ErrorField::Object { kind, reason } => format!(
+                "{}: {}",
+                kind.unwrap_or_default(),
+                reason.unwrap_or_default()
+            ),
+            ErrorField::Text(t) => t,
+        };
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(300)]);
+    if text.trim().is_empty() {
+        "empty answer".into()
+    } else {
+        text.trim().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_taken_out_of_the_url() {
+        let (base, auth) = split_credentials("https://ann:s3cret@db:9200/prefix").unwrap();
+        assert_eq!(base, "https://db:9200/prefix");
+        assert!(
+            matches!(auth, Some(Auth::Basic { user, password }) if user == "ann" && password == "s3cret")
+        );
+        assert!(split_credentials("db:9200").is_err());
+        assert!(split_credentials("ftp://db").is_err());
+    }
+
+    #[test]
+    fn error_bodies_are_summarised() {
+        let body = br#"{"error":{"root_cause":[],"type":"index_not_found_exception","reason":"no such index [x]"},"status":404}"#;
+        assert_eq!(
+            error_summary(body),
+            "index_not_found_exception: no such index [x]"
+        );
+        assert_eq!(error_summary(b"Unauthorized"), "Unauthorized");
+    }
+
+    #[test]
+    fn backoff_grows_and_stays_under_the_cap() {
+        let o = HttpOptions::default();
+        for attempt in 0..40 {
+            let d = backoff_ms(&o, attempt);
+            assert!(d <= o.retry_max_ms);
+        }
+        assert!(backoff_ms(&o, 0) <= o.retry_base_ms);
+    }
+
+    #[test]
+    fn unreachable_source_says_so() {
+        let options = HttpOptions {
+            url: "http://127.0.0.1:1".into(),
+            max_retries: 1,
+            retry_base_ms: 1,
+            ..HttpOptions::default()
+        };
+        let err = Client::new(&options)
+            .unwrap()
+            .send("GET", "/", None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot reach the source at http://127.0.0.1:1"), "{err}");
+        assert!(err.contains("2 attempts"), "{err}");
+    }
+}

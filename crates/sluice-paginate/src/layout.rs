@@ -1,0 +1,234 @@
+//! Reading an export's layout back: the newest valid header, each slice's
+//! newest valid checkpoint, and the slice's pages found by walking its chain
+//! of manifest blocks. Plus the extent allocator shared by the slices.
+
+use crate::device::{read_block, DeviceIo};
+use crate::error::{Error, Result};
+use crate::format::{Checkpoint, ExportState, Header, ManifestBlock, PageEntry, NO_EXTENT};
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+#[derive(Debug, Clone)]
+pub struct LoadedSlice {
+    pub checkpoint: Checkpoint,
+    /// The slice's extents, oldest first.
+    pub extents: Vec<u64>,
+    /// Its durable pages in sequence order: 0 … pages − 1.
+    pub pages: Vec<PageEntry>,
+    /// The manifest block of the current extent, cut to the durable pages.
+    pub current_manifest: Option<ManifestBlock>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadedExport {
+    pub header: Header,
+    pub slices: Vec<LoadedSlice>,
+}
+
+impl LoadedExport {
+    /// Refuses an export that is not complete, naming what is missing.
+    pub fn require_complete(&self, device: &str) -> Result<()> {
+        if self.header.state == ExportState::Complete {
+            return Ok(());
+        }
+        let open: Vec<String> = self
+            .slices
+            .iter()
+            .filter(|s| s.checkpoint.state != crate::format::SliceState::Done)
+            .map(|s| s.checkpoint.slice.to_string())
+            .collect();
+        Err(Error::Incomplete(format!(
+            "the export on {device} is not complete (slices {} not finished, {} documents durable so far); finish it with `sluice export --resume` and the same options",
+            if open.is_empty() { "none".into() } else { open.join(", ") },
+            self.slices.iter().map(|s| s.checkpoint.docs).sum::<u64>()
+        )))
+    }
+}
+
+/// The valid copy with the higher generation, or both copies' errors.
+fn newest<T>(
+    a: Result<T>,
+    b: Result<T>,
+    generation: impl Fn(&T) -> u64,
+) -> Result<T> {
+    match (a, b) {
+        (Ok(x), Ok(y)) => Ok(if generation(&y) > generation(&x) { y } else { x }),
+        (Ok(x), Err(_)) | (Err(_), Ok(x)) => Ok(x),
+        (Err(e), Err(f)) => Err(Error::Format(format!("{e}; and the other copy: {f}"))),
+    }
+}
+
+pub fn load_header(io: &DeviceIo) -> Result<Header> {
+    let a = read_block(io, 0).and_then(|b| Header::decode(&b, 0));
+    let b = read_block(io, 1).and_then(|b| Header::decode(&b, 1));
+    newest(a, b, |h| h.generation)
+}
+
+pub fn load_export(io: &DeviceIo) -> Result<LoadedExport> {
+    let header = load_header(io)?;
+    let slices = (0..header.slice_count)
+        .map(|slice| load_slice(io, &header, slice))
+        .collect::<Result<_>>()?;
+    Ok(LoadedExport { header, slices })
+}
+
+fn load_slice(io: &DeviceIo, header: &Header, slice: u32) -> Result<LoadedSlice> {
+    let copy = |c: u64| {
+        let lba = Header::checkpoint_lba(slice, c);
+        read_block(io, lba).and_then(|b| Checkpoint::decode(&b, lba))
+    };
+    let checkpoint = newest(copy(0), copy(1), |c| c.generation)?;
+    if checkpoint.slice != slice {
+        return Err(Error::Format(format!(
+            "the checkpoint of slice {slice} names slice {}",
+            checkpoint.slice
+        )));
+    }
+    let mut extents = Vec::new();
+    let mut pages = Vec::new();
+    let mut current_manifest = None;
+    let mut extent = checkpoint.current_extent;
+    while extent != NO_EXTENT {
+        if extent >= header.extent_capacity || extents.len() as u64 >= header.extent_capacity {
+            return Err(Error::Format(format!(
+                "slice {slice}'s chain of extents is broken at extent {extent} (capacity {})",
+                header.extent_capacity
+            )));
+        }
+        let lba = header.manifest_block_lba(extent);
+        let mut block = ManifestBlock::decode(&read_block(io, lba)?, lba)?;
+        if block.extent != extent || block.owner_slice != slice {
+            return Err(Error::Format(format!(
+                "manifest block at LBA {lba} belongs to extent {} of slice {}, where slice {slice}'s extent {extent} was expected",
+                block.extent, block.owner_slice
+            )));
+        }
+        // Entries written after the last durable checkpoint are not part of the export.
+        block.entries.retain(|e| (e.seq as u64) < checkpoint.pages);
+        pages.extend(block.entries.iter().copied());
+        extents.push(extent);
+        extent = block.prev_extent;
+        if current_manifest.is_none() {
+            current_manifest = Some(block);
+        }
+    }
+    extents.reverse();
+    pages.sort_by_key(|e| e.seq);
+    check_pages(slice, &checkpoint, &pages)?;
+    Ok(LoadedSlice {
+        checkpoint,
+        extents,
+        pages,
+        current_manifest,
+    })
+}
+
+fn check_pages(slice: u32, checkpoint: &Checkpoint, pages: &[PageEntry]) -> Result<()> {
+    let broken = |what: String| {
+        Err(Error::Format(format!(
+            "slice {slice}'s manifest does not match its checkpoint: {what}"
+        )))
+    };
+    if pages.len() as u64 != checkpoint.pages {
+        return broken(format!(
+            "{} pages found, {} recorded",
+            pages.len(),
+            checkpoint.pages
+        ));
+    }
+    for (i, p) in pages.iter().enumerate() {
+        if p.seq as usize != i || p.slice != slice {
+            return broken(format!("page {i} missing or repeated (found page {} of slice {})", p.seq, p.slice));
+        }
+    }
+    let docs: u64 = pages.iter().map(|p| p.doc_count as u64).sum();
+    let bytes: u64 = pages.iter().map(|p| p.byte_len as u64).sum();
+    if docs != checkpoint.docs || bytes != checkpoint.bytes {
+        return broken(format!(
+            "{docs} documents in {bytes} bytes found, {} in {} recorded",
+            checkpoint.docs, checkpoint.bytes
+        ));
+    }
+    Ok(())
+}
+
+/// Hands out extents, lowest free first, to the slices of one export.
+#[derive(Debug)]
+pub struct ExtentAllocator {
+    capacity: u64,
+    state: Mutex<AllocState>,
+}
+
+#[derive(Debug)]
+struct AllocState {
+    next: u64,
+    holes: BTreeSet<u64>,
+}
+
+impl ExtentAllocator {
+    /// `used`: extents that belong to the export already (after `--resume`).
+    pub fn new(capacity: u64, used: Vec<u64>) -> Self {
+        let next = used.iter().max().map_or(0, |m| m + 1);
+        let used: BTreeSet<u64> = used.into_iter().collect();
+        let holes = (0..next).filter(|e| !used.contains(e)).collect();
+        ExtentAllocator {
+            capacity,
+            state: Mutex::new(AllocState { next, holes }),
+        }
+    }
+
+    pub fn take(&self) -> Option<u64> {
+        let mut st = self.state.lock().expect("allocator lock");
+        if let Some(e) = st.holes.pop_first() {
+            return Some(e);
+        }
+        (st.next < self.capacity).then(|| {
+            st.next += 1;
+            st.next - 1
+        })
+    }
+
+    /// One past the highest extent handed out.
+    pub fn high_water(&self) -> u64 {
+        self.state.lock().expect("allocator lock").next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocator_fills_holes_first_and_stops_at_capacity() {
+        let a = ExtentAllocator::new(6, vec![0, 3, 1]);
+        assert_eq!(a.take(), Some(2));
+        assert_eq!(a.take(), Some(4));
+        assert_eq!(a.take(), Some(5));
+        assert_eq!(a.take(), None);
+        assert_eq!(a.high_water(), 6);
+    }
+
+    #[test]
+    fn page_checks_name_what_is_wrong() {
+        let mut c = Checkpoint::new(2);
+        c.pages = 2;
+        c.docs = 3;
+        c.bytes = 30;
+        let e = |seq, docs| PageEntry {
+            slice: 2,
+            seq,
+            lba: 0,
+            byte_len: 15,
+            doc_count: docs,
+            crc32c: 0,
+            slots: 1,
+        };
+        check_pages(2, &c, &[e(0, 1), e(1, 2)]).unwrap();
+        let err = check_pages(2, &c, &[e(0, 1), e(0, 2)]).unwrap_err().to_string();
+        assert!(err.contains("page 1 missing or repeated"), "{err}");
+        let err = check_pages(2, &c, &[e(0, 1)]).unwrap_err().to_string();
+        assert!(err.contains("1 pages found, 2 recorded"), "{err}");
+        let err = check_pages(2, &c, &[e(0, 1), e(1, 1)]).unwrap_err().to_string();
+        assert!(err.contains("2 documents"), "{err}");
+    }
+}

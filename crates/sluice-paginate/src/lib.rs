@@ -1,0 +1,36 @@
+//! # sluice-paginate
+//!
+//! Sliced-scroll pagination onto a device of our own, after the paper
+//! "Sliced-scroll driven direct NVMe access for huge data pagination":
+//!
+//! - [`export`]: one task per slice of a search index pulls pages (point in
+//!   time + search_after, or scroll) and writes each with direct I/O at the
+//!   LBA its slice's extents give; a per-slice checkpoint is made durable
+//!   after each page, so `--resume` continues with no gap and no duplicate.
+//! - [`read`]: N tasks read the pages back through the io_uring engine with
+//!   fixed buffers at deep queue depth and parse each page (sonic-rs) in the
+//!   completion path, handing the hits to a [`read::Sink`].
+//! - [`format`]: the device layout, byte by byte as docs/FORMAT.md has it.
+//! - [`http`], [`source`]: the client to OpenSearch/Elasticsearch.
+//! - [`load`], [`docgen`]: a seeded data set of paper-shaped documents.
+//!
+//! Data flows one way: sluice-io (device, pool, engine) → this crate → the
+//! store's import and the CLI.
+
+pub mod device;
+pub mod docgen;
+pub mod error;
+pub mod export;
+pub mod format;
+pub mod http;
+pub mod layout;
+pub mod load;
+pub mod progress;
+pub mod read;
+pub mod sinks;
+pub mod source;
+
+pub use error::{Error, Result};
+pub use export::{export, ExportOptions, ExportSummary};
+pub use http::{Auth, Client, HttpOptions};
+pub use read::{read_export, Hit, OnCorrupt, PageInfo, ReadOptions, ReadSummary, Sink};

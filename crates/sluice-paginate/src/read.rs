@@ -1,0 +1,395 @@
+//! `sluice read`: N tasks read their slices' pages back with deep queues of
+//! direct reads into fixed buffers and parse each page as its read completes.
+//! Memory: tasks × queue depth × the largest page, whatever the export's size.
+
+use crate::device::{check_done, engine_config, DeviceIo};
+use crate::error::{Error, Result};
+use crate::format::PageEntry;
+use crate::layout::load_export;
+use crate::progress::{Counter, ProgressMode, Reporter};
+use serde::Deserialize;
+use sluice_io::{open_engine, Completion, Device, Direction, EngineKind, Request};
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most pages in flight per task.
+pub const MAX_QUEUE_DEPTH: usize = 256;
+/// Most reading tasks.
+pub const MAX_TASKS: usize = 256;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnCorrupt {
+    /// Report the page and go on with the rest.
+    Skip,
+    /// Stop at the first bad page.
+    Fail,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    pub tasks: usize,
+    /// Pages in flight per task.
+    pub queue_depth: usize,
+    pub on_corrupt: OnCorrupt,
+    /// The engine: io_uring (direct, fixed buffers) or the posix baseline.
+    pub engine: EngineKind,
+    pub progress: ProgressMode,
+    pub progress_interval: Duration,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions {
+            tasks: 2,
+            queue_depth: 8,
+            on_corrupt: OnCorrupt::Fail,
+            engine: EngineKind::Uring,
+            progress: ProgressMode::Off,
+            progress_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One hit of a page: its id and the raw JSON of its source.
+#[derive(Debug)]
+pub struct Hit<'a> {
+    pub id: Cow<'a, str>,
+    /// The source's JSON text exactly as the export holds it (`null` if it had none).
+    pub source: &'a str,
+}
+
+#[derive(Deserialize)]
+struct PageHit<'a> {
+    #[serde(borrow, rename = "_id")]
+    id: Cow<'a, str>,
+    #[serde(borrow, rename = "_source")]
+    source: sonic_rs::LazyValue<'a>,
+}
+
+/// Where a page came from.
+#[derive(Debug, Clone, Copy)]
+pub struct PageInfo {
+    pub slice: u32,
+    pub seq: u32,
+    pub lba: u64,
+    pub docs: u32,
+    pub bytes: u32,
+}
+
+/// Takes the parsed pages of one task. Later issues import into the store
+/// through this.
+pub trait Sink: Send {
+    fn page(&mut self, page: &PageInfo, hits: &[Hit<'_>]) -> Result<()>;
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SliceCount {
+    pub docs: u64,
+    pub pages: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadSummary {
+    pub docs: u64,
+    pub pages: u64,
+    /// Page bytes parsed (before padding).
+    pub bytes: u64,
+    /// Bytes read from the device (whole blocks).
+    pub device_bytes: u64,
+    pub slices: Vec<SliceCount>,
+    /// Pages skipped under `OnCorrupt::Skip`, each with what was wrong.
+    pub bad_pages: Vec<String>,
+    pub elapsed: Duration,
+    pub tasks: usize,
+}
+
+/// A parsed page; [`ParsedPage::hits`] lends out its hits.
+pub struct ParsedPage<'a> {
+    hits: Vec<PageHit<'a>>,
+}
+
+impl ParsedPage<'_> {
+    pub fn hits(&self) -> Vec<Hit<'_>> {
+        self.hits
+            .iter()
+            .map(|h| Hit {
+                id: Cow::Borrowed(&h.id),
+                source: h.source.as_raw_str(),
+            })
+            .collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.hits.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hits.is_empty()
+    }
+}
+
+/// Parses one page: a JSON array of `{"_id","_source"}` objects, checked
+/// whole (the source values are validated as they are skipped).
+pub fn parse_page<'a>(bytes: &'a [u8], info: &PageInfo) -> Result<ParsedPage<'a>> {
+    let malformed = |detail: String| Error::MalformedPage {
+        slice: info.slice,
+        seq: info.seq,
+        lba: info.lba,
+        detail,
+    };
+    let hits: Vec<PageHit<'a>> =
+        sonic_rs::from_slice(bytes).map_err(|e| malformed(e.to_string()))?;
+    if hits.len() != info.docs as usize {
+        return Err(malformed(format!(
+            "{} hits, the manifest records {}",
+            hits.len(),
+            info.docs
+        )));
+    }
+    Ok(ParsedPage { hits })
+}
+
+/// Reads a complete export and hands each task's parsed pages to its sink.
+pub fn read_export<S, F>(
+    device: Arc<dyn Device>,
+    options: &ReadOptions,
+    make_sink: F,
+) -> Result<(ReadSummary, Vec<S>)>
+where
+    S: Sink,
+    F: Fn(usize) -> S,
+{
+    let start = Instant::now();
+    if options.tasks == 0 || options.tasks > MAX_TASKS {
+        return Err(Error::Config(format!(
+            "--tasks must be between 1 and {MAX_TASKS}"
+        )));
+    }
+    if options.queue_depth == 0 || options.queue_depth > MAX_QUEUE_DEPTH {
+        return Err(Error::Config(format!(
+            "--queue-depth must be between 1 and {MAX_QUEUE_DEPTH}"
+        )));
+    }
+    let loaded = {
+        let io = DeviceIo::open(device.clone(), 4, 16 << 20)?;
+        load_export(&io)?
+    };
+    loaded.require_complete(&device.describe())?;
+    let bs = loaded.header.block_size_bytes as u64;
+    let tasks = options.tasks.min(loaded.slices.len()).max(1);
+    let mut work: Vec<Vec<PageEntry>> = vec![Vec::new(); tasks];
+    for (i, s) in loaded.slices.iter().enumerate() {
+        work[i % tasks].extend(s.pages.iter().copied());
+    }
+    let counters: Arc<Vec<Counter>> =
+        Arc::new((0..loaded.slices.len()).map(|_| Counter::default()).collect());
+    let reporter = Reporter::start(
+        options.progress,
+        "read",
+        counters.clone(),
+        Some(loaded.header.total_docs),
+        options.progress_interval,
+    );
+    let sinks: Vec<S> = (0..tasks).map(&make_sink).collect();
+    let results: Vec<Result<(S, TaskTally)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = work
+            .into_iter()
+            .zip(sinks)
+            .enumerate()
+            .map(|(t, (pages, sink))| {
+                let device = device.clone();
+                let counters = counters.clone();
+                std::thread::Builder::new()
+                    .name(format!("read-{t}"))
+                    .spawn_scoped(scope, move || {
+                        read_task(device, options, bs, pages, sink, &counters)
+                    })
+                    .expect("spawn read task")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("read task panicked"))
+            .collect()
+    });
+    reporter.finish();
+    let mut sinks = Vec::with_capacity(tasks);
+    let mut bad_pages = Vec::new();
+    let mut device_bytes = 0;
+    for r in results {
+        let (sink, tally) = r?;
+        sinks.push(sink);
+        bad_pages.extend(tally.bad_pages);
+        device_bytes += tally.device_bytes;
+    }
+    let slices: Vec<SliceCount> = counters
+        .iter()
+        .map(|c| SliceCount {
+            docs: c.docs.load(Ordering::Relaxed),
+            pages: c.pages.load(Ordering::Relaxed),
+            bytes: c.bytes.load(Ordering::Relaxed),
+        })
+        .collect();
+    Ok((
+        ReadSummary {
+            docs: slices.iter().map(|s| s.docs).sum(),
+            pages: slices.iter().map(|s| s.pages).sum(),
+            bytes: slices.iter().map(|s| s.bytes).sum(),
+            device_bytes,
+            slices,
+            bad_pages,
+            elapsed: start.elapsed(),
+            tasks,
+        },
+        sinks,
+    ))
+}
+
+#[derive(Default)]
+struct TaskTally {
+    bad_pages: Vec<String>,
+    device_bytes: u64,
+}
+
+fn read_task<S: Sink>(
+    device: Arc<dyn Device>,
+    options: &ReadOptions,
+    bs: u64,
+    pages: Vec<PageEntry>,
+    mut sink: S,
+    counters: &[Counter],
+) -> Result<(S, TaskTally)> {
+    let len_of = |p: &PageEntry| (p.byte_len as u64).div_ceil(bs).max(1) * bs;
+    let largest = pages.iter().map(len_of).max().unwrap_or(bs);
+    let pinned = largest * (options.queue_depth as u64 + 1) + (8 << 20);
+    let mut config = engine_config(options.queue_depth, pinned);
+    config.kind = options.engine;
+    let mut engine = open_engine(device, &config)?;
+    let mut tally = TaskTally::default();
+    let mut next = 0usize;
+    let mut done = Vec::with_capacity(options.queue_depth);
+    while next < pages.len() || engine.in_flight() > 0 {
+        while next < pages.len() && engine.in_flight() < options.queue_depth {
+            let p = &pages[next];
+            let buf = engine.pool().alloc(len_of(p) as usize, Direction::Read)?;
+            if let Err(r) = engine.submit(Request::read(p.lba, buf, next as u64)) {
+                return Err(r.error.into());
+            }
+            next += 1;
+        }
+        done.clear();
+        engine.reap(1, &mut done)?;
+        for c in done.drain(..) {
+            let entry = pages[c.user_data as usize];
+            tally.device_bytes += len_of(&entry);
+            complete(c, &entry, len_of(&entry), &mut sink, counters, options, &mut tally)?;
+        }
+    }
+    Ok((sink, tally))
+}
+
+/// Checks and parses one page in its completion, then hands it to the sink.
+fn complete<S: Sink>(
+    c: Completion,
+    entry: &PageEntry,
+    len: u64,
+    sink: &mut S,
+    counters: &[Counter],
+    options: &ReadOptions,
+    tally: &mut TaskTally,
+) -> Result<()> {
+    check_done(c.result, len as usize, "page read", entry.lba)?;
+    let buf = c.buf.expect("a read hands its buffer back");
+    let owned;
+    let all = match buf.as_slice() {
+        Some(s) => s,
+        None => {
+            owned = buf.to_vec();
+            &owned
+        }
+    };
+    let bytes = &all[..entry.byte_len as usize];
+    let info = PageInfo {
+        slice: entry.slice,
+        seq: entry.seq,
+        lba: entry.lba,
+        docs: entry.doc_count,
+        bytes: entry.byte_len,
+    };
+    let computed = crc32c::crc32c(bytes);
+    let parsed = if computed != entry.crc32c {
+        Err(Error::CorruptPage {
+            slice: entry.slice,
+            seq: entry.seq,
+            lba: entry.lba,
+            computed,
+            recorded: entry.crc32c,
+        })
+    } else {
+        parse_page(bytes, &info)
+    };
+    match parsed {
+        Ok(parsed) => {
+            sink.page(&info, &parsed.hits())?;
+            counters[entry.slice as usize].add(entry.doc_count as u64, entry.byte_len as u64);
+            Ok(())
+        }
+        Err(e) if options.on_corrupt == OnCorrupt::Skip => {
+            log::warn!("skipping: {e}");
+            tally.bad_pages.push(e.to_string());
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(docs: u32) -> PageInfo {
+        PageInfo {
+            slice: 1,
+            seq: 7,
+            lba: 4242,
+            docs,
+            bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_page_parses_to_ids_and_raw_sources() {
+        let page = br#"[{"_id":"a","_source":{"x": [1,2]}},{"_id":"b\n","_source":null}]
+   "#;
+        let parsed = parse_page(page, &info(2)).unwrap();
+        let hits = parsed.hits();
+        assert_eq!(hits[0].id, "a");
+        assert_eq!(hits[0].source, r#"{"x": [1,2]}"#);
+        assert_eq!(hits[1].id, "b\n");
+        assert_eq!(hits[1].source, "null");
+    }
+
+    #[test]
+    fn malformed_pages_name_slice_page_and_lba() {
+        for bad in [
+            &br#"[{"_id":"a","_source":{"x": [1,2}}]"#[..],
+            br#"[{"_id":"a","_source":{"x":tru}}]"#,
+            br#"[{"_id":"a"}]"#,
+            br#"{"_id":"a","_source":{}}"#,
+        ] {
+            let err = parse_page(bad, &info(1)).err().unwrap().to_string();
+            assert!(
+                err.contains("page 7 of slice 1 at LBA 4242 is not valid JSON"),
+                "{err}"
+            );
+        }
+        let err = parse_page(br#"[{"_id":"a","_source":{}}]"#, &info(2))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("1 hits, the manifest records 2"), "{err}");
+    }
+}

@@ -1,0 +1,678 @@
+//! The search engine as a source of pages: index facts, the point in time
+//! (shared by all slices, reopened when it expires), and one cursor per slice
+//! (point in time + search_after, or scroll).
+
+use crate::error::{Error, Result};
+use crate::format::CursorKind;
+use crate::http::{Client, Response};
+use serde::Deserialize;
+use std::borrow::Cow;
+use std::sync::Mutex;
+
+/// What to take from the index.
+#[derive(Debug, Clone, Default)]
+pub struct SourceSpec {
+    pub index: String,
+    /// The `query` clause as JSON text (`{"range":{"year":{"gte":2015}}}`); none = all.
+    pub query: Option<String>,
+    pub source_includes: Vec<String>,
+    pub source_excludes: Vec<String>,
+    /// PIT and scroll keep-alive, in the engine's time syntax (`5m`).
+    pub keep_alive: String,
+}
+
+impl SourceSpec {
+    fn query_json(&self) -> Result<Option<serde_json::Value>> {
+        match &self.query {
+            None => Ok(None),
+            Some(q) => serde_json::from_str(q).map(Some).map_err(|e| {
+                Error::Config(format!(
+                    "--query is not JSON ({e}); give the query clause, e.g. '{{\"term\":{{\"venue\":\"VLDB\"}}}}'"
+                ))
+            }),
+        }
+    }
+
+    fn source_filter(&self) -> Option<serde_json::Value> {
+        if self.source_includes.is_empty() && self.source_excludes.is_empty() {
+            return None;
+        }
+        Some(serde_json::json!({
+            "includes": self.source_includes,
+            "excludes": self.source_excludes,
+        }))
+    }
+
+    /// Checks the index name before it goes into a URL path.
+    pub fn validate(&self) -> Result<()> {
+        let bad = self.index.is_empty()
+            || self
+                .index
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '/' | '?' | '#' | '"' | '\\'));
+        if bad {
+            return Err(Error::Config(format!(
+                "index name {:?} is empty or holds one of / ? # \" \\ or a space",
+                self.index
+            )));
+        }
+        self.query_json().map(|_| ())
+    }
+}
+
+/// Facts about the index, asked before anything is written.
+#[derive(Debug, Clone)]
+pub struct IndexInfo {
+    pub primary_shards: u32,
+    /// Documents the query matches.
+    pub doc_count: u64,
+    /// Mean bytes of one hit as a page holds it, from a sample (0 without documents).
+    pub mean_hit_bytes: f64,
+    /// Largest sampled hit.
+    pub max_hit_bytes: usize,
+}
+
+/// Maps statuses every call treats alike to clear errors.
+pub fn check(response: Response, what: &str, client: &Client, index: &str) -> Result<Response> {
+    if response.is_success() {
+        return Ok(response);
+    }
+    let summary = response.error_summary();
+    Err(Error::Source(match response.status {
+        401 => format!(
+            "{} refused the credentials ({what}: HTTP 401: {summary}); check --user and --password (or SLUICE_SOURCE_PASSWORD) or --api-key",
+            client.base_url()
+        ),
+        403 => format!(
+            "{} denied {what} (HTTP 403: {summary}); the user needs read and point-in-time rights on {index}",
+            client.base_url()
+        ),
+        404 if summary.starts_with("index_not_found_exception") => format!(
+            "index {index:?} does not exist on {} ({summary}){}",
+            client.base_url(),
+            known_indices(client)
+        ),
+        status => format!("{what} failed: HTTP {status}: {summary}"),
+    }))
+}
+
+fn known_indices(client: &Client) -> String {
+    let Ok(r) = client.send("GET", "/_cat/indices?h=index&s=index", None) else {
+        return String::new();
+    };
+    if !r.is_success() {
+        return String::new();
+    }
+    let names: Vec<String> = String::from_utf8_lossy(&r.body)
+        .lines()
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && !n.starts_with('.'))
+        .take(20)
+        .map(String::from)
+        .collect();
+    if names.is_empty() {
+        "; the source holds no index".into()
+    } else {
+        format!("; indices there: {}", names.join(", "))
+    }
+}
+
+pub fn index_info(client: &Client, spec: &SourceSpec) -> Result<IndexInfo> {
+    spec.validate()?;
+    let index = &spec.index;
+    let settings = check(
+        client.send(
+            "GET",
+            &format!("/{index}/_settings/index.number_of_shards"),
+            None,
+        )?,
+        "reading the index settings",
+        client,
+        index,
+    )?;
+    let settings: serde_json::Value = serde_json::from_slice(&settings.body)
+        .map_err(|e| Error::Source(format!("index settings are not JSON: {e}")))?;
+    let primary_shards: u32 = settings
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, v)| v.pointer("/settings/index/number_of_shards")?.as_str()?.parse::<u32>().ok())
+        .sum();
+    if primary_shards == 0 {
+        return Err(Error::Source(format!(
+            "{index} names no index with shards on {}",
+            client.base_url()
+        )));
+    }
+    let mut count_body = serde_json::Map::new();
+    if let Some(q) = spec.query_json()? {
+        count_body.insert("query".into(), q);
+    }
+    let count = check(
+        client.send(
+            "POST",
+            &format!("/{index}/_count"),
+            Some(serde_json::Value::Object(count_body).to_string().as_bytes()),
+        )?,
+        "counting the documents",
+        client,
+        index,
+    )?;
+    #[derive(Deserialize)]
+    struct Count {
+        count: u64,
+    }
+    let doc_count = sonic_rs::from_slice::<Count>(&count.body)
+        .map_err(|e| Error::Source(format!("count answer is not what was expected: {e}")))?
+        .count;
+    let (mean_hit_bytes, max_hit_bytes) = sample_hit_bytes(client, spec)?;
+    Ok(IndexInfo {
+        primary_shards,
+        doc_count,
+        mean_hit_bytes,
+        max_hit_bytes,
+    })
+}
+
+const SAMPLE_DOCS: usize = 200;
+
+fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<(f64, usize)> {
+    let mut body = serde_json::json!({ "size": SAMPLE_DOCS, "track_total_hits": false });
+    if let Some(q) = spec.query_json()? {
+        body["query"] = q;
+    }
+    if let Some(f) = spec.source_filter() {
+        body["_source"] = f;
+    }
+    let r = check(
+        client.send(
+            "POST",
+            &format!("/{}/_search", spec.index),
+            Some(body.to_string().as_bytes()),
+        )?,
+        "sampling documents",
+        client,
+        &spec.index,
+    )?;
+    let page = build_page(&r.body)?;
+    if page.docs == 0 {
+        return Ok((0.0, 0));
+    }
+    Ok((
+        page.bytes.len() as f64 / page.docs as f64,
+        page.max_hit_bytes,
+    ))
+}
+
+/// One page as it goes onto the device, and where the next one starts.
+#[derive(Debug)]
+pub struct FetchedPage {
+    /// `[{"_id":…,"_source":…},…]\n`
+    pub bytes: Vec<u8>,
+    pub docs: u32,
+    pub max_hit_bytes: usize,
+    /// The checkpoint cursor after this page.
+    pub cursor_after: String,
+}
+
+#[derive(Deserialize)]
+struct SearchResponse<'a> {
+    #[serde(borrow, default)]
+    pit_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "_scroll_id")]
+    scroll_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    hits: Hits<'a>,
+}
+
+#[derive(Deserialize)]
+struct Hits<'a> {
+    #[serde(borrow)]
+    hits: Vec<RawHit<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawHit<'a> {
+    #[serde(borrow, rename = "_id")]
+    id: sonic_rs::LazyValue<'a>,
+    #[serde(borrow, default, rename = "_source")]
+    source: Option<sonic_rs::LazyValue<'a>>,
+    #[serde(borrow, default)]
+    sort: Option<sonic_rs::LazyValue<'a>>,
+}
+
+struct BuiltPage {
+    bytes: Vec<u8>,
+    docs: u32,
+    max_hit_bytes: usize,
+    last_sort: Option<String>,
+    pit_id: Option<String>,
+    scroll_id: Option<String>,
+}
+
+/// Turns a search answer into page bytes: each hit reduced to `_id` and
+/// `_source`, the source's bytes unchanged.
+fn build_page(body: &[u8]) -> Result<BuiltPage> {
+    let response: SearchResponse = sonic_rs::from_slice(body).map_err(|e| {
+        Error::Source(format!(
+            "search answer is not what was expected ({e}): {}",
+            crate::http::error_summary(body)
+        ))
+    })?;
+    let hits = &response.hits.hits;
+    let mut bytes = Vec::with_capacity(body.len());
+    bytes.push(b'[');
+    let mut max_hit_bytes = 0;
+    for (i, hit) in hits.iter().enumerate() {
+        let start = bytes.len();
+        if i > 0 {
+            bytes.push(b',');
+        }
+        bytes.extend_from_slice(b"{\"_id\":");
+        bytes.extend_from_slice(hit.id.as_raw_str().as_bytes());
+        bytes.extend_from_slice(b",\"_source\":");
+        match &hit.source {
+            Some(s) => bytes.extend_from_slice(s.as_raw_str().as_bytes()),
+            None => bytes.extend_from_slice(b"null"),
+        }
+        bytes.push(b'}');
+        max_hit_bytes = max_hit_bytes.max(bytes.len() - start);
+    }
+    bytes.extend_from_slice(b"]\n");
+    Ok(BuiltPage {
+        docs: u32::try_from(hits.len()).expect("page size is bounded"),
+        max_hit_bytes,
+        last_sort: hits
+            .last()
+            .and_then(|h| h.sort.as_ref())
+            .map(|s| s.as_raw_str().to_string()),
+        pit_id: response.pit_id.map(Cow::into_owned),
+        scroll_id: response.scroll_id.map(Cow::into_owned),
+        bytes,
+    })
+}
+
+/// The point in time all slices read from. When it expires, the first slice
+/// to notice opens a new one and the others take it.
+pub struct SharedPit {
+    id: Mutex<String>,
+    index: String,
+    keep_alive: String,
+}
+
+impl SharedPit {
+    pub fn open(client: &Client, spec: &SourceSpec) -> Result<SharedPit> {
+        let id = open_pit(client, spec)?;
+        Ok(SharedPit {
+            id: Mutex::new(id),
+            index: spec.index.clone(),
+            keep_alive: spec.keep_alive.clone(),
+        })
+    }
+
+    /// Takes over a PIT recorded in a checkpoint (it may have expired).
+    pub fn adopt(id: String, spec: &SourceSpec) -> SharedPit {
+        SharedPit {
+            id: Mutex::new(id),
+            index: spec.index.clone(),
+            keep_alive: spec.keep_alive.clone(),
+        }
+    }
+
+    pub fn current(&self) -> String {
+        self.id.lock().expect("pit lock").clone()
+    }
+
+    /// Replaces `stale` with a new PIT unless another slice already did.
+    pub fn reopen(&self, client: &Client, stale: &str) -> Result<String> {
+        let mut id = self.id.lock().expect("pit lock");
+        if *id == stale {
+            let spec = SourceSpec {
+                index: self.index.clone(),
+                keep_alive: self.keep_alive.clone(),
+                ..SourceSpec::default()
+            };
+            *id = open_pit(client, &spec)?;
+            log::warn!(
+                "the point in time on {} expired; opened a new one and continue from the last sort values",
+                self.index
+            );
+        }
+        Ok(id.clone())
+    }
+
+    pub fn close(&self, client: &Client) {
+        let body = serde_json::json!({ "pit_id": [self.current()] }).to_string();
+        if let Err(e) = client.send("DELETE", "/_search/point_in_time", Some(body.as_bytes())) {
+            log::warn!("closing the point in time: {e}");
+        }
+    }
+}
+
+fn open_pit(client: &Client, spec: &SourceSpec) -> Result<String> {
+    let r = check(
+        client.send(
+            "POST",
+            &format!(
+                "/{}/_search/point_in_time?keep_alive={}",
+                spec.index, spec.keep_alive
+            ),
+            None,
+        )?,
+        "opening a point in time",
+        client,
+        &spec.index,
+    )?;
+    #[derive(Deserialize)]
+    struct Pit {
+        pit_id: String,
+    }
+    Ok(sonic_rs::from_slice::<Pit>(&r.body)
+        .map_err(|e| Error::Source(format!("point-in-time answer without pit_id: {e}")))?
+        .pit_id)
+}
+
+/// The sort of a point-in-time cursor: `_shard_doc` where the engine has it
+/// (Elasticsearch 7.12+, OpenSearch 3.3+); else `_doc`, which is unique
+/// within one shard, with `_id` added when a slice spans several shards.
+pub fn pick_sort(client: &Client, pit: &SharedPit, slices: u32, shards: u32) -> Result<String> {
+    let shard_doc = r#"[{"_shard_doc":"asc"}]"#;
+    let body = format!(
+        r#"{{"size":0,"pit":{{"id":"{}"}},"sort":{shard_doc},"track_total_hits":false}}"#,
+        pit.current()
+    );
+    let r = client.send("POST", "/_search", Some(body.as_bytes()))?;
+    if r.is_success() {
+        return Ok(shard_doc.into());
+    }
+    let summary = r.error_summary();
+    if !summary.contains("_shard_doc") {
+        return Err(Error::Source(format!(
+            "probing the sort on the point in time failed: HTTP {}: {summary}",
+            r.status
+        )));
+    }
+    // Slicing a PIT gives each slice whole shards when slices >= shards.
+    Ok(if slices >= shards {
+        r#"[{"_doc":"asc"}]"#.into()
+    } else {
+        log::info!(
+            "{slices} slices over {shards} shards: sorting by _doc then _id (the engine has no _shard_doc; _id costs heap on the source)"
+        );
+        r#"[{"_doc":"asc"},{"_id":"asc"}]"#.into()
+    })
+}
+
+/// The saved state of a slice's cursor, as a checkpoint records it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum CursorState {
+    Pit {
+        pit_id: String,
+        /// Raw JSON array of the last hit's sort values; none before the first page.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        search_after: Option<serde_json::Value>,
+    },
+    Scroll {
+        scroll_id: String,
+    },
+}
+
+impl CursorState {
+    pub fn parse(text: &str) -> Result<CursorState> {
+        serde_json::from_str(text)
+            .map_err(|e| Error::Format(format!("checkpoint cursor {text:?} is unreadable: {e}")))
+    }
+}
+
+/// One slice's cursor: fetches its pages in order.
+pub struct SliceCursor<'a> {
+    client: &'a Client,
+    spec: &'a SourceSpec,
+    pit: Option<&'a SharedPit>,
+    sort: String,
+    slice: u32,
+    slices: u32,
+    page_docs: u32,
+    kind: CursorKind,
+    /// Raw search_after JSON (PIT) or scroll id; none before the first page.
+    position: Option<String>,
+    pit_id: String,
+    done: bool,
+}
+
+impl<'a> SliceCursor<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: &'a Client,
+        spec: &'a SourceSpec,
+        pit: Option<&'a SharedPit>,
+        sort: String,
+        slice: u32,
+        slices: u32,
+        page_docs: u32,
+        resume_from: Option<CursorState>,
+    ) -> Self {
+        let kind = if pit.is_some() {
+            CursorKind::Pit
+        } else {
+            CursorKind::Scroll
+        };
+        let mut pit_id = pit.map(SharedPit::current).unwrap_or_default();
+        let position = match resume_from {
+            None => None,
+            Some(CursorState::Pit {
+                pit_id: id,
+                search_after,
+            }) => {
+                pit_id = id;
+                search_after.map(|v| v.to_string())
+            }
+            Some(CursorState::Scroll { scroll_id }) => Some(scroll_id),
+        };
+        SliceCursor {
+            client,
+            spec,
+            pit,
+            sort,
+            slice,
+            slices,
+            page_docs,
+            kind,
+            position,
+            pit_id,
+            done: false,
+        }
+    }
+
+    /// The next page, or none when the slice has no more hits.
+    pub fn next_page(&mut self) -> Result<Option<FetchedPage>> {
+        if self.done {
+            return Ok(None);
+        }
+        let built = match self.kind {
+            CursorKind::Pit => self.next_pit_page()?,
+            CursorKind::Scroll => self.next_scroll_page()?,
+        };
+        if built.docs == 0 {
+            self.done = true;
+            return Ok(None);
+        }
+        let cursor = match self.kind {
+            CursorKind::Pit => {
+                if let Some(id) = built.pit_id {
+                    self.pit_id = id;
+                }
+                let sort = built.last_sort.ok_or_else(|| {
+                    Error::Source("a hit came without sort values; search_after cannot go on".into())
+                })?;
+                self.position = Some(sort.clone());
+                CursorState::Pit {
+                    pit_id: self.pit_id.clone(),
+                    search_after: Some(
+                        serde_json::from_str(&sort)
+                            .map_err(|e| Error::Source(format!("sort values are not JSON: {e}")))?,
+                    ),
+                }
+            }
+            CursorKind::Scroll => {
+                let id = built.scroll_id.ok_or_else(|| {
+                    Error::Source("a scroll answer came without _scroll_id".into())
+                })?;
+                self.position = Some(id.clone());
+                CursorState::Scroll { scroll_id: id }
+            }
+        };
+        // A short page is the last one: no need to ask again.
+        if built.docs < self.page_docs {
+            self.done = true;
+        }
+        Ok(Some(FetchedPage {
+            bytes: built.bytes,
+            docs: built.docs,
+            max_hit_bytes: built.max_hit_bytes,
+            cursor_after: serde_json::to_string(&cursor).expect("cursor serialises"),
+        }))
+    }
+
+    fn slice_clause(&self) -> Option<serde_json::Value> {
+        (self.slices > 1).then(|| serde_json::json!({ "id": self.slice, "max": self.slices }))
+    }
+
+    fn search_body(&self) -> Result<serde_json::Value> {
+        let mut body = serde_json::json!({ "size": self.page_docs, "track_total_hits": false });
+        if let Some(q) = self.spec.query_json()? {
+            body["query"] = q;
+        }
+        if let Some(f) = self.spec.source_filter() {
+            body["_source"] = f;
+        }
+        if let Some(s) = self.slice_clause() {
+            body["slice"] = s;
+        }
+        Ok(body)
+    }
+
+    fn next_pit_page(&mut self) -> Result<BuiltPage> {
+        let pit = self.pit.expect("pit cursor has a pit");
+        let mut reopened = false;
+        loop {
+            let mut body = self.search_body()?;
+            body["pit"] = serde_json::json!({ "id": self.pit_id, "keep_alive": self.spec.keep_alive });
+            body["sort"] = serde_json::from_str(&self.sort).expect("sort is JSON");
+            if let Some(after) = &self.position {
+                body["search_after"] = serde_json::from_str(after)
+                    .map_err(|e| Error::Format(format!("saved sort values are not JSON: {e}")))?;
+            }
+            let r = self
+                .client
+                .send("POST", "/_search", Some(body.to_string().as_bytes()))?;
+            if r.status == 404 && r.error_summary().contains("search_context_missing") && !reopened {
+                self.pit_id = pit.reopen(self.client, &self.pit_id)?;
+                reopened = true;
+                continue;
+            }
+            let r = check(
+                r,
+                &format!("search of slice {}", self.slice),
+                self.client,
+                &self.spec.index,
+            )?;
+            return build_page(&r.body);
+        }
+    }
+
+    fn next_scroll_page(&mut self) -> Result<BuiltPage> {
+        let r = match &self.position {
+            None => {
+                let mut body = self.search_body()?;
+                body["sort"] = serde_json::json!(["_doc"]);
+                self.client.send(
+                    "POST",
+                    &format!("/{}/_search?scroll={}", self.spec.index, self.spec.keep_alive),
+                    Some(body.to_string().as_bytes()),
+                )?
+            }
+            Some(id) => {
+                let body = serde_json::json!({ "scroll": self.spec.keep_alive, "scroll_id": id });
+                let r = self.client.send(
+                    "POST",
+                    "/_search/scroll",
+                    Some(body.to_string().as_bytes()),
+                )?;
+                if r.status == 404 && r.error_summary().contains("search_context_missing") {
+                    return Err(Error::Source(format!(
+                        "the scroll of slice {} expired on the source (keep-alive {}); a scroll cannot be reopened where it stopped: raise --keep-alive, or use the default point-in-time cursor, which can",
+                        self.slice, self.spec.keep_alive
+                    )));
+                }
+                r
+            }
+        };
+        let r = check(
+            r,
+            &format!("scroll of slice {}", self.slice),
+            self.client,
+            &self.spec.index,
+        )?;
+        build_page(&r.body)
+    }
+
+    /// Releases the scroll context (a PIT is closed once for all slices).
+    pub fn close(&self) {
+        if let (CursorKind::Scroll, Some(id)) = (self.kind, &self.position) {
+            let body = serde_json::json!({ "scroll_id": [id] }).to_string();
+            let _ = self
+                .client
+                .send("DELETE", "/_search/scroll", Some(body.as_bytes()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_keeps_id_and_source_bytes_and_the_last_sort() {
+        let body = br#"{"pit_id":"P2","took":1,"hits":{"hits":[
+            {"_index":"x","_id":"a\"1","_score":null,"_source":{"t": "k\u00e9y" ,"n":[1, 2]},"sort":[7]},
+            {"_index":"x","_id":"b","_source":{},"sort":[9,"b"]}]}}"#;
+        let page = build_page(body).unwrap();
+        assert_eq!(page.docs, 2);
+        assert_eq!(
+            std::str::from_utf8(&page.bytes).unwrap(),
+            "[{\"_id\":\"a\\\"1\",\"_source\":{\"t\": \"k\\u00e9y\" ,\"n\":[1, 2]}},{\"_id\":\"b\",\"_source\":{}}]\n"
+        );
+        assert_eq!(page.last_sort.as_deref(), Some(r#"[9,"b"]"#));
+        assert_eq!(page.pit_id.as_deref(), Some("P2"));
+        let v: serde_json::Value = serde_json::from_slice(&page.bytes).unwrap();
+        assert_eq!(v[0]["_id"], "a\"1");
+    }
+
+    #[test]
+    fn cursor_state_round_trips_through_checkpoint_text() {
+        let c = CursorState::Pit {
+            pit_id: "abc".into(),
+            search_after: Some(serde_json::json!([3, "x"])),
+        };
+        let text = serde_json::to_string(&c).unwrap();
+        assert_eq!(text, r#"{"pit_id":"abc","search_after":[3,"x"]}"#);
+        assert_eq!(CursorState::parse(&text).unwrap(), c);
+        let s = CursorState::parse(r#"{"scroll_id":"s1"}"#).unwrap();
+        assert_eq!(s, CursorState::Scroll { scroll_id: "s1".into() });
+    }
+
+    #[test]
+    fn bad_index_names_and_queries_are_refused() {
+        let mut spec = SourceSpec {
+            index: "a/b".into(),
+            ..SourceSpec::default()
+        };
+        assert!(spec.validate().is_err());
+        spec.index = "papers".into();
+        spec.query = Some("{not json".into());
+        let err = spec.validate().unwrap_err().to_string();
+        assert!(err.contains("--query is not JSON"), "{err}");
+    }
+}
