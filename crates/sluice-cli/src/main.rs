@@ -4,6 +4,7 @@
 mod bench;
 mod graph;
 mod kv;
+mod pagination;
 mod papers;
 mod query;
 
@@ -43,6 +44,12 @@ enum Command {
     Query(query::QueryArgs),
     /// BFS and Betweenness Centrality over an edge keyspace.
     Graph(graph::GraphArgs),
+    /// Bulk-index seeded paper documents (1556 bytes each) into OpenSearch.
+    Load(pagination::LoadArgs),
+    /// Export an index onto a device: sliced point-in-time (or scroll) pages written with direct I/O.
+    Export(pagination::ExportArgs),
+    /// Read an export back at device speed, parsing each page as it arrives.
+    Read(pagination::ReadArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
 }
@@ -59,6 +66,9 @@ fn main() -> ExitCode {
         Command::Papers(args) => papers::run(&args),
         Command::Query(args) => query::run(&args),
         Command::Graph(args) => graph::run(&args),
+        Command::Load(args) => pagination::run_load(&args),
+        Command::Export(args) => pagination::run_export(&args),
+        Command::Read(args) => pagination::run_read(&args),
         Command::Probe => {
             print_probe();
             Ok(())

@@ -61,7 +61,7 @@ impl Default for ExportOptions {
             page_docs: 2048,
             cursor: CursorKind::Pit,
             slot_bytes: None,
-            extent_slots: 16,
+            extent_slots: 8,
             throttle_docs_per_s: None,
             resume: false,
             progress: ProgressMode::Auto,
@@ -540,7 +540,7 @@ fn run_slice(
     let outcome = std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name(format!("fetch-{slice}"))
-            .spawn_scoped(scope, || {
+            .spawn_scoped(scope, move || {
                 let mut cursor = SliceCursor::new(
                     shared.client,
                     &shared.options.spec,

@@ -278,29 +278,29 @@ fn tls_config(ca_path: &std::path::Path) -> Result<rustls::ClientConfig> {
 
 /// `type: reason` of an error body, else its first 300 bytes.
 pub fn error_summary(body: &[u8]) -> String {
-    #[derive(serde::Deserialize)]
-    struct Body {
-        error: Option<ErrorField>,
-    }
-    #[derive(serde::Deserialize)]
-    #[serde(untagged)]
-    enum ErrorField {
-        Object {
-            #[serde(rename = "type")]
-            kind: Option<String>,
-            reason: Option<String>,
-        },
-        Text(String),
-    }
-    if let Ok(Body { error: Some(e) }) = serde_json::from_slice::<Body>(body) {
-        return match e {
-            ErrorField::Object { kind, reason } => format!(
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+        let e = &v["error"];
+        if let Some(text) = e.as_str() {
+            return text.to_string();
+        }
+        let line = |x: &serde_json::Value| {
+            format!(
                 "{}: {}",
-                kind.unwrap_or_default(),
-                reason.unwrap_or_default()
-            ),
-            ErrorField::Text(t) => t,
+                x["type"].as_str().unwrap_or_default(),
+                x["reason"].as_str().unwrap_or_default()
+            )
         };
+        if e.is_object() {
+            let mut summary = line(e);
+            // The root cause says more than a wrapper such as "all shards failed".
+            if let Some(root) = e["root_cause"].as_array().and_then(|r| r.first()) {
+                let root = line(root);
+                if root != summary {
+                    summary = format!("{summary} ({root})");
+                }
+            }
+            return summary;
+        }
     }
     let text = String::from_utf8_lossy(&body[..body.len().min(300)]);
     if text.trim().is_empty() {
@@ -327,12 +327,17 @@ mod tests {
 
     #[test]
     fn error_bodies_are_summarised() {
-        let body = br#"{"error":{"root_cause":[],"type":"index_not_found_exception","reason":"no such index [x]"},"status":404}"#;
+        let body = br#"{"error":{"root_cause":[{"type":"index_not_found_exception","reason":"no such index [x]"}],"type":"index_not_found_exception","reason":"no such index [x]"},"status":404}"#;
         assert_eq!(
             error_summary(body),
             "index_not_found_exception: no such index [x]"
         );
         assert_eq!(error_summary(b"Unauthorized"), "Unauthorized");
+        let wrapped = br#"{"error":{"root_cause":[{"type":"query_shard_exception","reason":"No mapping found for [_shard_doc]"}],"type":"search_phase_execution_exception","reason":"all shards failed"}}"#;
+        assert_eq!(
+            error_summary(wrapped),
+            "search_phase_execution_exception: all shards failed (query_shard_exception: No mapping found for [_shard_doc])"
+        );
     }
 
     #[test]
