@@ -232,7 +232,10 @@ pub fn run_export(args: &ExportArgs) -> Result<()> {
         }
     );
     for (i, slice) in s.slices.iter().enumerate() {
-        println!("  slice {i}: {} documents in {} pages", slice.docs, slice.pages);
+        println!(
+            "  slice {i}: {} documents in {} pages",
+            slice.docs, slice.pages
+        );
     }
     Ok(())
 }
@@ -322,7 +325,10 @@ pub fn run_read(args: &ReadArgs) -> Result<()> {
         SinkArg::Count => {
             let (s, sinks) = read_export(device, &options, |_| CountSink::default())?;
             let source_bytes: u64 = sinks.iter().map(|k| k.source_bytes).sum();
-            report(&s, &format!("{:.1} MB of sources", source_bytes as f64 / 1e6));
+            report(
+                &s,
+                &format!("{:.1} MB of sources", source_bytes as f64 / 1e6),
+            );
             s
         }
         SinkArg::Ndjson => {
@@ -349,7 +355,10 @@ pub fn run_read(args: &ReadArgs) -> Result<()> {
                     })?;
                     flush(&out)?;
                     let matched: u64 = sinks.iter().map(|k| k.written).sum();
-                    report(&s, &format!("{matched} match, written to {}", path.display()));
+                    report(
+                        &s,
+                        &format!("{matched} match, written to {}", path.display()),
+                    );
                     s
                 }
             }
@@ -370,9 +379,10 @@ fn output(path: Option<&PathBuf>, stdout_default: bool) -> Result<SharedOut> {
             1 << 20,
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
-        _ if stdout_default || path.is_some() => {
-            Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout()))
-        }
+        _ if stdout_default || path.is_some() => Box::new(std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::io::stdout(),
+        )),
         _ => bail!("give --out"),
     };
     Ok(Arc::new(Mutex::new(w)))

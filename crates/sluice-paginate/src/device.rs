@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 pub fn page_pool_config(max_pinned_bytes: u64) -> PoolConfig {
     let base = PoolConfig::default();
     PoolConfig {
-        max_pinned_bytes: max_pinned_bytes.max(base.small_tier_bytes() + base.chunk_size_bytes as u64),
+        max_pinned_bytes: max_pinned_bytes
+            .max(base.small_tier_bytes() + base.chunk_size_bytes as u64),
         max_segments: 1,
         on_exhausted: OnExhausted::Wait { timeout_ms: 60_000 },
         ..base
@@ -35,7 +36,11 @@ pub struct DeviceIo {
 }
 
 impl DeviceIo {
-    pub fn open(device: Arc<dyn Device>, queue_depth: usize, max_pinned_bytes: u64) -> Result<Self> {
+    pub fn open(
+        device: Arc<dyn Device>,
+        queue_depth: usize,
+        max_pinned_bytes: u64,
+    ) -> Result<Self> {
         let block_size_bytes = device.geometry().block_size_bytes as usize;
         let engine = open_engine(device, &engine_config(queue_depth, max_pinned_bytes))?;
         Ok(DeviceIo {
@@ -74,7 +79,12 @@ impl DeviceIo {
     }
 }
 
-pub fn check_done(result: sluice_io::Result<usize>, expected: usize, what: &str, lba: u64) -> Result<()> {
+pub fn check_done(
+    result: sluice_io::Result<usize>,
+    expected: usize,
+    what: &str,
+    lba: u64,
+) -> Result<()> {
     let n = result?;
     if n != expected {
         return Err(Error::Format(format!(

@@ -11,7 +11,9 @@ use crate::format::{
 use crate::http::Client;
 use crate::layout::{load_export, ExtentAllocator};
 use crate::progress::{Counter, ProgressMode, Reporter};
-use crate::source::{index_info, pick_sort, CursorState, IndexInfo, SharedPit, SliceCursor, SourceSpec};
+use crate::source::{
+    index_info, pick_sort, slice_field, CursorState, IndexInfo, SharedPit, SliceCursor, SourceSpec,
+};
 use sluice_io::{Device, FileDevice, FileOptions};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +25,10 @@ use std::time::{Duration, Instant};
 pub const MAX_PAGE_DOCS: u32 = 10_000;
 /// Largest slot: one usual page.
 pub const MAX_SLOT_BYTES: u64 = 256 << 20;
+/// Extent size the slot count is picked for: large enough that a page of
+/// documents many times the usual size still fits one extent, small enough
+/// that the one partly used extent per slice wastes little.
+pub const AUTO_EXTENT_BYTES: u64 = 32 << 20;
 /// Headroom over the sampled page size before a page spills into a second slot.
 const SLOT_HEADROOM: f64 = 1.15;
 
@@ -39,7 +45,8 @@ pub struct ExportOptions {
     pub cursor: CursorKind,
     /// Slot size in bytes; none = sized from a sample.
     pub slot_bytes: Option<u64>,
-    pub extent_slots: u32,
+    /// Slots per extent; none = enough for [`AUTO_EXTENT_BYTES`] (at least 8).
+    pub extent_slots: Option<u32>,
     /// Documents per second over all slices; none = as fast as the source goes.
     pub throttle_docs_per_s: Option<f64>,
     pub resume: bool,
@@ -61,7 +68,7 @@ impl Default for ExportOptions {
             page_docs: 2048,
             cursor: CursorKind::Pit,
             slot_bytes: None,
-            extent_slots: 8,
+            extent_slots: None,
             throttle_docs_per_s: None,
             resume: false,
             progress: ProgressMode::Auto,
@@ -81,6 +88,8 @@ pub struct ExportSummary {
     pub docs_this_run: u64,
     pub sort: String,
     pub device_bytes_used: u64,
+    /// Times the point in time expired mid-run and was reopened.
+    pub pit_reopens: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -102,7 +111,10 @@ pub struct Plan {
 
 pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
     let bs = options.block_size_bytes as u64;
-    let slices = options.slices.unwrap_or(info.primary_shards).clamp(1, MAX_SLICES);
+    let slices = options
+        .slices
+        .unwrap_or(info.primary_shards)
+        .clamp(1, MAX_SLICES);
     if options.slices.is_some_and(|s| s == 0 || s > MAX_SLICES) {
         return Err(Error::Config(format!(
             "--slices must be between 1 and {MAX_SLICES}"
@@ -112,13 +124,6 @@ pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
         return Err(Error::Config(format!(
             "--page-docs {} must be between 1 and {MAX_PAGE_DOCS} (the engine's result window)",
             options.page_docs
-        )));
-    }
-    let extent_slots = options.extent_slots;
-    if extent_slots == 0 || extent_slots > max_extent_slots(options.block_size_bytes) {
-        return Err(Error::Config(format!(
-            "extent slots {extent_slots} must be between 1 and {}",
-            max_extent_slots(options.block_size_bytes)
         )));
     }
     let docs_per_page = (options.page_docs as u64).min(info.doc_count.max(1));
@@ -133,11 +138,22 @@ pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
     }
     let slot_blocks = usual_page_bytes.div_ceil(bs).max(1);
     let slot_bytes = slot_blocks * bs;
+    let most_slots = max_extent_slots(options.block_size_bytes);
+    let extent_slots = match options.extent_slots {
+        Some(n) if n == 0 || n > most_slots => {
+            return Err(Error::Config(format!(
+                "extent slots {n} must be between 1 and {most_slots}"
+            )))
+        }
+        Some(n) => n,
+        None => (AUTO_EXTENT_BYTES.div_ceil(slot_bytes) as u32).clamp(8, most_slots),
+    };
     let data_bytes = (info.doc_count as f64 * info.mean_hit_bytes * SLOT_HEADROOM) as u64;
     let slots = data_bytes.div_ceil(slot_bytes) + 2 * slices as u64;
     let needed_extents = slots.div_ceil(extent_slots as u64) + slices as u64;
     let extent_bytes = extent_slots as u64 * slot_bytes;
-    let needed_bytes = (2 + 2 * slices as u64 + needed_extents) * bs + needed_extents * extent_bytes;
+    let needed_bytes =
+        (2 + 2 * slices as u64 + needed_extents) * bs + needed_extents * extent_bytes;
     Ok(Plan {
         slices,
         slot_blocks: slot_blocks as u32,
@@ -177,8 +193,14 @@ fn now_unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn description(client: &Client, spec: &SourceSpec, sort: &str) -> String {
+fn description(
+    client: &Client,
+    spec: &SourceSpec,
+    sort: &str,
+    slice_field: &Option<String>,
+) -> String {
     serde_json::json!({
+        "slice_field": slice_field,
         "source": client.base_url(),
         "index": spec.index,
         "query": spec.query,
@@ -224,6 +246,7 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
         Some(p) => pick_sort(client, p, plan.slices, info.primary_shards)?,
         None => r#"["_doc"]"#.to_string(),
     };
+    let split_field = slice_field(plan.slices, info.primary_shards);
     let manifest_lba = 2 + 2 * plan.slices as u64;
     let extent_blocks = plan.extent_slots as u64 * plan.slot_blocks as u64;
     let extent_capacity = (geometry.block_count - manifest_lba) / (1 + extent_blocks);
@@ -243,7 +266,7 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
         total_docs: 0,
         total_pages: 0,
         total_bytes: 0,
-        description: description(client, &options.spec, &sort),
+        description: description(client, &options.spec, &sort, &split_field),
     };
     let io = DeviceIo::open(device.clone() as Arc<dyn Device>, 4, 16 << 20)?;
     initialise(&io, &header)?;
@@ -268,6 +291,7 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
         allocator,
         pit,
         sort,
+        split_field,
         Some(info.doc_count),
         start,
     )
@@ -307,11 +331,10 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
     let io = DeviceIo::open(device.clone() as Arc<dyn Device>, 4, 16 << 20)?;
     let loaded = load_export(&io)?;
     let header = loaded.header;
-    let sort = serde_json::from_str::<serde_json::Value>(&header.description)
-        .ok()
-        .and_then(|d| d["sort"].as_str().map(String::from))
-        .unwrap_or_default();
-    let wanted = description(client, &options.spec, &sort);
+    let recorded: serde_json::Value = serde_json::from_str(&header.description).unwrap_or_default();
+    let sort = recorded["sort"].as_str().unwrap_or_default().to_string();
+    let split_field = recorded["slice_field"].as_str().map(String::from);
+    let wanted = description(client, &options.spec, &sort, &split_field);
     if wanted != header.description {
         return Err(Error::Config(format!(
             "--resume: {} holds an export of {}; this run asks for {}; resume with the same source, index, query and _source filters, or start a new export without --resume",
@@ -328,7 +351,10 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
         );
     }
     if header.cursor_kind == CursorKind::Scroll
-        && loaded.slices.iter().any(|s| s.checkpoint.state != SliceState::Done)
+        && loaded
+            .slices
+            .iter()
+            .any(|s| s.checkpoint.state != SliceState::Done)
     {
         return Err(Error::Config(
             "--resume: this export used --api scroll, and a scroll cannot be resumed exactly (the source's position runs ahead of what was written); start it again, or use the default point-in-time cursor, which resumes".into(),
@@ -355,12 +381,19 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
             })
         }
     };
-    let current_manifests = loaded.slices.iter().map(|s| s.current_manifest.clone()).collect();
+    let current_manifests = loaded
+        .slices
+        .iter()
+        .map(|s| s.current_manifest.clone())
+        .collect();
     let checkpoints: Vec<Checkpoint> = loaded.slices.into_iter().map(|s| s.checkpoint).collect();
     log::info!(
         "resuming the export on {}: {} of {} slices done, {} documents durable",
         options.device.display(),
-        checkpoints.iter().filter(|c| c.state == SliceState::Done).count(),
+        checkpoints
+            .iter()
+            .filter(|c| c.state == SliceState::Done)
+            .count(),
         checkpoints.len(),
         checkpoints.iter().map(|c| c.docs).sum::<u64>()
     );
@@ -374,6 +407,7 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
         allocator,
         pit,
         sort,
+        split_field,
         None,
         start,
     )
@@ -388,6 +422,7 @@ struct Shared<'a> {
     allocator: &'a ExtentAllocator,
     pit: Option<&'a SharedPit>,
     sort: &'a str,
+    split_field: Option<String>,
     stop: AtomicBool,
     throttle: Option<Throttle>,
     counters: Arc<Vec<Counter>>,
@@ -415,14 +450,20 @@ fn run_slices(
     allocator: ExtentAllocator,
     pit: Option<SharedPit>,
     sort: String,
+    split_field: Option<String>,
     total_docs: Option<u64>,
     start: Instant,
 ) -> Result<ExportSummary> {
-    let counters: Arc<Vec<Counter>> =
-        Arc::new((0..header.slice_count).map(|_| Counter::default()).collect());
+    let counters: Arc<Vec<Counter>> = Arc::new(
+        (0..header.slice_count)
+            .map(|_| Counter::default())
+            .collect(),
+    );
     let docs_before: u64 = checkpoints.iter().map(|c| c.docs).sum();
     for (c, counter) in checkpoints.iter().zip(counters.iter()) {
-        counter.done.store(c.state == SliceState::Done, Ordering::Relaxed);
+        counter
+            .done
+            .store(c.state == SliceState::Done, Ordering::Relaxed);
     }
     let shared = Shared {
         client,
@@ -432,6 +473,7 @@ fn run_slices(
         allocator: &allocator,
         pit: pit.as_ref(),
         sort: &sort,
+        split_field,
         stop: AtomicBool::new(false),
         throttle: options.throttle_docs_per_s.map(Throttle::new),
         counters: counters.clone(),
@@ -465,14 +507,13 @@ fn run_slices(
     });
     reporter.finish();
     if let Some(e) = shared.first_error.lock().expect("error lock").take() {
-        if let Some(p) = &pit {
-            if e.to_string().contains("interrupted") {
-                p.close(client);
-            }
-        }
+        // The point in time stays open (until its keep-alive runs out) for --resume.
         return Err(e);
     }
-    let finals: Vec<Checkpoint> = finals.into_iter().map(|c| c.expect("no error, a checkpoint")).collect();
+    let finals: Vec<Checkpoint> = finals
+        .into_iter()
+        .map(|c| c.expect("no error, a checkpoint"))
+        .collect();
     let io = DeviceIo::open(device as Arc<dyn Device>, 4, 16 << 20)?;
     let mut done = header.clone();
     done.state = ExportState::Complete;
@@ -502,6 +543,7 @@ fn run_slices(
         elapsed: start.elapsed(),
         docs_this_run: done.total_docs - docs_before,
         sort,
+        pit_reopens: pit.as_ref().map_or(0, SharedPit::reopened),
         device_bytes_used: (header.data_lba + used_extents * header.extent_blocks())
             * header.block_size_bytes as u64,
     })
@@ -549,6 +591,7 @@ fn run_slice(
                     slice,
                     shared.header.slice_count,
                     shared.header.page_docs,
+                    shared.split_field.clone(),
                     resume_from,
                 );
                 loop {
@@ -590,7 +633,9 @@ fn run_slice(
     }
     match writer.finish() {
         Ok(c) => {
-            shared.counters[slice as usize].done.store(true, Ordering::Relaxed);
+            shared.counters[slice as usize]
+                .done
+                .store(true, Ordering::Relaxed);
             Some(c)
         }
         Err(e) => {
@@ -661,7 +706,10 @@ impl<'s, 'a> SliceWriter<'s, 'a> {
         let extent = self.ckpt.current_extent;
         let lba = h.slot_lba(extent, self.ckpt.next_slot);
         write_padded(&self.io, lba, &page.bytes, b' ')?;
-        let manifest = self.manifest.as_mut().expect("current extent has a manifest");
+        let manifest = self
+            .manifest
+            .as_mut()
+            .expect("current extent has a manifest");
         debug_assert_eq!(manifest.extent, extent);
         manifest.entries.push(PageEntry {
             slice: self.ckpt.slice,
@@ -684,7 +732,8 @@ impl<'s, 'a> SliceWriter<'s, 'a> {
         self.ckpt.next_slot += slots;
         self.ckpt.cursor = page.cursor_after;
         self.write_checkpoint()?;
-        self.shared.counters[self.ckpt.slice as usize].add(page.docs as u64, page.bytes.len() as u64);
+        self.shared.counters[self.ckpt.slice as usize]
+            .add(page.docs as u64, page.bytes.len() as u64);
         Ok(())
     }
 
@@ -751,7 +800,10 @@ mod tests {
         let p = plan(&options, &info(1_000_000, 1580.0)).unwrap();
         assert_eq!(p.slices, 4);
         // 2048 × 1580 × 1.15 bytes, in 4 KiB blocks.
-        assert_eq!(p.slot_blocks, ((2048.0 * 1580.0 * 1.15) as u64 + 64).div_ceil(4096) as u32);
+        assert_eq!(
+            p.slot_blocks,
+            ((2048.0 * 1580.0 * 1.15) as u64 + 64).div_ceil(4096) as u32
+        );
         let data = 1_000_000.0 * 1580.0;
         assert!(p.needed_bytes as f64 > data * 1.15);
         assert!((p.needed_bytes as f64) < data * 1.15 + 4.0 * 16.0 * 4.0 * 1e6 + 1e8);

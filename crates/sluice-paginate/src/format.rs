@@ -157,7 +157,13 @@ impl Header {
         let cursor_kind = match r.u32() {
             0 => CursorKind::Pit,
             1 => CursorKind::Scroll,
-            other => return Err(invalid("export header", lba, format!("cursor kind {other}"))),
+            other => {
+                return Err(invalid(
+                    "export header",
+                    lba,
+                    format!("cursor kind {other}"),
+                ))
+            }
         };
         let header = Header {
             block_size_bytes,
@@ -423,7 +429,9 @@ impl<'a> Reader<'a> {
         Reader { buf, pos }
     }
     fn take<const N: usize>(&mut self) -> [u8; N] {
-        let out = self.buf[self.pos..self.pos + N].try_into().expect("in block");
+        let out = self.buf[self.pos..self.pos + N]
+            .try_into()
+            .expect("in block");
         self.pos += N;
         out
     }

@@ -151,7 +151,10 @@ impl Client {
                 };
             }
             let delay = backoff_ms(&self.options, attempt);
-            log::warn!("{method} {url}: {retry_reason}; retry {} in {delay} ms", attempt + 1);
+            log::warn!(
+                "{method} {url}: {retry_reason}; retry {} in {delay} ms",
+                attempt + 1
+            );
             std::thread::sleep(Duration::from_millis(delay));
             attempt += 1;
         }
@@ -168,9 +171,7 @@ impl Client {
             request = request.set("Authorization", auth);
         }
         let result = match body {
-            Some(b) => request
-                .set("Content-Type", content_type(url))
-                .send_bytes(b),
+            Some(b) => request.set("Content-Type", content_type(url)).send_bytes(b),
             None => request.call(),
         };
         let response = match result {
@@ -245,13 +246,19 @@ fn api_key_base64(key: &str) -> String {
 
 fn tls_config(ca_path: &std::path::Path) -> Result<rustls::ClientConfig> {
     let pem = std::fs::read(ca_path).map_err(|e| {
-        Error::Config(format!("cannot read CA certificate {}: {e}", ca_path.display()))
+        Error::Config(format!(
+            "cannot read CA certificate {}: {e}",
+            ca_path.display()
+        ))
     })?;
     let mut roots = rustls::RootCertStore::empty();
     let mut count = 0;
     for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
         let cert = cert.map_err(|e| {
-            Error::Config(format!("CA file {} is not valid PEM: {e}", ca_path.display()))
+            Error::Config(format!(
+                "CA file {} is not valid PEM: {e}",
+                ca_path.display()
+            ))
         })?;
         roots.add(cert).map_err(|e| {
             Error::Config(format!(
@@ -363,7 +370,10 @@ mod tests {
             .send("GET", "/", None)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("cannot reach the source at http://127.0.0.1:1"), "{err}");
+        assert!(
+            err.contains("cannot reach the source at http://127.0.0.1:1"),
+            "{err}"
+        );
         assert!(err.contains("2 attempts"), "{err}");
     }
 }

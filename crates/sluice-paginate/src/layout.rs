@@ -46,13 +46,13 @@ impl LoadedExport {
 }
 
 /// The valid copy with the higher generation, or both copies' errors.
-fn newest<T>(
-    a: Result<T>,
-    b: Result<T>,
-    generation: impl Fn(&T) -> u64,
-) -> Result<T> {
+fn newest<T>(a: Result<T>, b: Result<T>, generation: impl Fn(&T) -> u64) -> Result<T> {
     match (a, b) {
-        (Ok(x), Ok(y)) => Ok(if generation(&y) > generation(&x) { y } else { x }),
+        (Ok(x), Ok(y)) => Ok(if generation(&y) > generation(&x) {
+            y
+        } else {
+            x
+        }),
         (Ok(x), Err(_)) | (Err(_), Ok(x)) => Ok(x),
         (Err(e), Err(f)) => Err(Error::Format(format!("{e}; and the other copy: {f}"))),
     }
@@ -138,7 +138,10 @@ fn check_pages(slice: u32, checkpoint: &Checkpoint, pages: &[PageEntry]) -> Resu
     }
     for (i, p) in pages.iter().enumerate() {
         if p.seq as usize != i || p.slice != slice {
-            return broken(format!("page {i} missing or repeated (found page {} of slice {})", p.seq, p.slice));
+            return broken(format!(
+                "page {i} missing or repeated (found page {} of slice {})",
+                p.seq, p.slice
+            ));
         }
     }
     let docs: u64 = pages.iter().map(|p| p.doc_count as u64).sum();
@@ -224,11 +227,15 @@ mod tests {
             slots: 1,
         };
         check_pages(2, &c, &[e(0, 1), e(1, 2)]).unwrap();
-        let err = check_pages(2, &c, &[e(0, 1), e(0, 2)]).unwrap_err().to_string();
+        let err = check_pages(2, &c, &[e(0, 1), e(0, 2)])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("page 1 missing or repeated"), "{err}");
         let err = check_pages(2, &c, &[e(0, 1)]).unwrap_err().to_string();
         assert!(err.contains("1 pages found, 2 recorded"), "{err}");
-        let err = check_pages(2, &c, &[e(0, 1), e(1, 1)]).unwrap_err().to_string();
+        let err = check_pages(2, &c, &[e(0, 1), e(1, 1)])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("2 documents"), "{err}");
     }
 }

@@ -53,7 +53,11 @@ const MAPPING: &str = r#"{"properties":{"id":{"type":"long"},"doi":{"type":"keyw
 /// and checks the count.
 pub fn load(client: &Client, options: &LoadOptions) -> Result<LoadSummary> {
     let start = Instant::now();
-    if options.shards == 0 || options.shards > 1024 || options.connections == 0 || options.connections > 64 {
+    if options.shards == 0
+        || options.shards > 1024
+        || options.connections == 0
+        || options.connections > 64
+    {
         return Err(Error::Config(
             "--shards must be 1..=1024 and --connections 1..=64".into(),
         ));
@@ -98,13 +102,27 @@ pub fn load(client: &Client, options: &LoadOptions) -> Result<LoadSummary> {
     let index = &options.index;
     let settings = r#"{"index":{"refresh_interval":"1s"}}"#;
     check(
-        client.send("PUT", &format!("/{index}/_settings"), Some(settings.as_bytes()))?,
+        client.send(
+            "PUT",
+            &format!("/{index}/_settings"),
+            Some(settings.as_bytes()),
+        )?,
         "restoring the refresh interval",
         client,
         index,
     )?;
-    check(client.send("POST", &format!("/{index}/_refresh"), None)?, "refresh", client, index)?;
-    let count = check(client.send("GET", &format!("/{index}/_count"), None)?, "count", client, index)?;
+    check(
+        client.send("POST", &format!("/{index}/_refresh"), None)?,
+        "refresh",
+        client,
+        index,
+    )?;
+    let count = check(
+        client.send("GET", &format!("/{index}/_count"), None)?,
+        "count",
+        client,
+        index,
+    )?;
     let count: serde_json::Value = serde_json::from_slice(&count.body)
         .map_err(|e| Error::Source(format!("count answer: {e}")))?;
     if count["count"].as_u64() != Some(options.docs) {
@@ -130,7 +148,12 @@ fn create_index(client: &Client, options: &LoadOptions) -> Result<()> {
                 client.base_url()
             )));
         }
-        check(client.send("DELETE", &format!("/{index}"), None)?, "dropping the index", client, index)?;
+        check(
+            client.send("DELETE", &format!("/{index}"), None)?,
+            "dropping the index",
+            client,
+            index,
+        )?;
     }
     let body = format!(
         r#"{{"settings":{{"index":{{"number_of_shards":{},"number_of_replicas":0,"refresh_interval":"-1"}}}},"mappings":{MAPPING}}}"#,
@@ -159,7 +182,12 @@ fn bulk(client: &Client, options: &LoadOptions, first: u64, last: u64) -> Result
     }
     let path = format!("/{}/_bulk", options.index);
     for attempt in 0..10u32 {
-        let r = check(client.send("POST", &path, Some(&body))?, "bulk indexing", client, &options.index)?;
+        let r = check(
+            client.send("POST", &path, Some(&body))?,
+            "bulk indexing",
+            client,
+            &options.index,
+        )?;
         let answer: serde_json::Value = serde_json::from_slice(&r.body)
             .map_err(|e| Error::Source(format!("bulk answer is not JSON: {e}")))?;
         if answer["errors"] != serde_json::Value::Bool(true) {

@@ -86,9 +86,18 @@ impl Drop for Reporter {
 }
 
 fn sums(counters: &[Counter]) -> (u64, u64, usize) {
-    let docs = counters.iter().map(|c| c.docs.load(Ordering::Relaxed)).sum();
-    let bytes = counters.iter().map(|c| c.bytes.load(Ordering::Relaxed)).sum();
-    let done = counters.iter().filter(|c| c.done.load(Ordering::Relaxed)).count();
+    let docs = counters
+        .iter()
+        .map(|c| c.docs.load(Ordering::Relaxed))
+        .sum();
+    let bytes = counters
+        .iter()
+        .map(|c| c.bytes.load(Ordering::Relaxed))
+        .sum();
+    let done = counters
+        .iter()
+        .filter(|c| c.done.load(Ordering::Relaxed))
+        .count();
     (docs, bytes, done)
 }
 

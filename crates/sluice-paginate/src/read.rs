@@ -184,8 +184,11 @@ where
     for (i, s) in loaded.slices.iter().enumerate() {
         work[i % tasks].extend(s.pages.iter().copied());
     }
-    let counters: Arc<Vec<Counter>> =
-        Arc::new((0..loaded.slices.len()).map(|_| Counter::default()).collect());
+    let counters: Arc<Vec<Counter>> = Arc::new(
+        (0..loaded.slices.len())
+            .map(|_| Counter::default())
+            .collect(),
+    );
     let reporter = Reporter::start(
         options.progress,
         "read",
@@ -285,7 +288,15 @@ fn read_task<S: Sink>(
         for c in done.drain(..) {
             let entry = pages[c.user_data as usize];
             tally.device_bytes += len_of(&entry);
-            complete(c, &entry, len_of(&entry), &mut sink, counters, options, &mut tally)?;
+            complete(
+                c,
+                &entry,
+                len_of(&entry),
+                &mut sink,
+                counters,
+                options,
+                &mut tally,
+            )?;
         }
     }
     Ok((sink, tally))

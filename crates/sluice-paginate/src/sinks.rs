@@ -92,7 +92,10 @@ impl FilterCountSink {
 impl Sink for FilterCountSink {
     fn page(&mut self, _page: &PageInfo, hits: &[Hit<'_>]) -> Result<()> {
         self.examined += hits.len() as u64;
-        self.matched += hits.iter().filter(|h| self.filter.matches(h.source)).count() as u64;
+        self.matched += hits
+            .iter()
+            .filter(|h| self.filter.matches(h.source))
+            .count() as u64;
         Ok(())
     }
 }
@@ -129,10 +132,14 @@ impl Filter {
     pub fn parse(exprs: &[String]) -> Result<Filter> {
         if exprs.is_empty() {
             return Err(Error::Config(
-                "the filter sink needs at least one --where condition, e.g. --where 'year>=2015'".into(),
+                "the filter sink needs at least one --where condition, e.g. --where 'year>=2015'"
+                    .into(),
             ));
         }
-        let conditions = exprs.iter().map(|e| parse_condition(e)).collect::<Result<_>>()?;
+        let conditions = exprs
+            .iter()
+            .map(|e| parse_condition(e))
+            .collect::<Result<_>>()?;
         Ok(Filter { conditions })
     }
 

@@ -136,7 +136,12 @@ pub fn index_info(client: &Client, spec: &SourceSpec) -> Result<IndexInfo> {
         .as_object()
         .into_iter()
         .flatten()
-        .filter_map(|(_, v)| v.pointer("/settings/index/number_of_shards")?.as_str()?.parse::<u32>().ok())
+        .filter_map(|(_, v)| {
+            v.pointer("/settings/index/number_of_shards")?
+                .as_str()?
+                .parse::<u32>()
+                .ok()
+        })
         .sum();
     if primary_shards == 0 {
         return Err(Error::Source(format!(
@@ -292,10 +297,22 @@ fn build_page(body: &[u8]) -> Result<BuiltPage> {
     })
 }
 
+fn empty_page() -> BuiltPage {
+    BuiltPage {
+        bytes: Vec::new(),
+        docs: 0,
+        max_hit_bytes: 0,
+        last_sort: None,
+        pit_id: None,
+        scroll_id: None,
+    }
+}
+
 /// The point in time all slices read from. When it expires, the first slice
 /// to notice opens a new one and the others take it.
 pub struct SharedPit {
     id: Mutex<String>,
+    reopened: std::sync::atomic::AtomicU32,
     index: String,
     keep_alive: String,
 }
@@ -305,6 +322,7 @@ impl SharedPit {
         let id = open_pit(client, spec)?;
         Ok(SharedPit {
             id: Mutex::new(id),
+            reopened: Default::default(),
             index: spec.index.clone(),
             keep_alive: spec.keep_alive.clone(),
         })
@@ -314,6 +332,7 @@ impl SharedPit {
     pub fn adopt(id: String, spec: &SourceSpec) -> SharedPit {
         SharedPit {
             id: Mutex::new(id),
+            reopened: Default::default(),
             index: spec.index.clone(),
             keep_alive: spec.keep_alive.clone(),
         }
@@ -333,12 +352,19 @@ impl SharedPit {
                 ..SourceSpec::default()
             };
             *id = open_pit(client, &spec)?;
+            self.reopened
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             log::warn!(
                 "the point in time on {} expired; opened a new one and continue from the last sort values",
                 self.index
             );
         }
         Ok(id.clone())
+    }
+
+    /// How often the PIT expired and was opened again.
+    pub fn reopened(&self) -> u32 {
+        self.reopened.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn close(&self, client: &Client) {
@@ -403,6 +429,14 @@ pub fn pick_sort(client: &Client, pit: &SharedPit, slices: u32, shards: u32) -> 
     })
 }
 
+/// The field slices split documents by. With no more slices than shards,
+/// none: the engine gives each slice whole shards. With more, each shard's
+/// documents are split by a numeric doc-values field; `_seq_no` is in every
+/// index (the default `_id` needs id field data, which OpenSearch 2 refuses).
+pub fn slice_field(slices: u32, shards: u32) -> Option<String> {
+    (slices > shards).then(|| "_seq_no".to_string())
+}
+
 /// The saved state of a slice's cursor, as a checkpoint records it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
 #[serde(untagged)]
@@ -434,6 +468,7 @@ pub struct SliceCursor<'a> {
     slice: u32,
     slices: u32,
     page_docs: u32,
+    slice_field: Option<String>,
     kind: CursorKind,
     /// Raw search_after JSON (PIT) or scroll id; none before the first page.
     position: Option<String>,
@@ -451,6 +486,7 @@ impl<'a> SliceCursor<'a> {
         slice: u32,
         slices: u32,
         page_docs: u32,
+        slice_field: Option<String>,
         resume_from: Option<CursorState>,
     ) -> Self {
         let kind = if pit.is_some() {
@@ -478,6 +514,7 @@ impl<'a> SliceCursor<'a> {
             slice,
             slices,
             page_docs,
+            slice_field,
             kind,
             position,
             pit_id,
@@ -504,7 +541,9 @@ impl<'a> SliceCursor<'a> {
                     self.pit_id = id;
                 }
                 let sort = built.last_sort.ok_or_else(|| {
-                    Error::Source("a hit came without sort values; search_after cannot go on".into())
+                    Error::Source(
+                        "a hit came without sort values; search_after cannot go on".into(),
+                    )
                 })?;
                 self.position = Some(sort.clone());
                 CursorState::Pit {
@@ -536,11 +575,21 @@ impl<'a> SliceCursor<'a> {
     }
 
     fn slice_clause(&self) -> Option<serde_json::Value> {
-        (self.slices > 1).then(|| serde_json::json!({ "id": self.slice, "max": self.slices }))
+        (self.slices > 1).then(|| {
+            let mut clause = serde_json::json!({ "id": self.slice, "max": self.slices });
+            if let Some(field) = &self.slice_field {
+                clause["field"] = field.as_str().into();
+            }
+            clause
+        })
     }
 
     fn search_body(&self) -> Result<serde_json::Value> {
-        let mut body = serde_json::json!({ "size": self.page_docs, "track_total_hits": false });
+        let mut body = serde_json::json!({ "size": self.page_docs });
+        if self.kind == CursorKind::Pit {
+            // A scroll refuses it.
+            body["track_total_hits"] = false.into();
+        }
         if let Some(q) = self.spec.query_json()? {
             body["query"] = q;
         }
@@ -558,7 +607,8 @@ impl<'a> SliceCursor<'a> {
         let mut reopened = false;
         loop {
             let mut body = self.search_body()?;
-            body["pit"] = serde_json::json!({ "id": self.pit_id, "keep_alive": self.spec.keep_alive });
+            body["pit"] =
+                serde_json::json!({ "id": self.pit_id, "keep_alive": self.spec.keep_alive });
             body["sort"] = serde_json::from_str(&self.sort).expect("sort is JSON");
             if let Some(after) = &self.position {
                 body["search_after"] = serde_json::from_str(after)
@@ -567,10 +617,14 @@ impl<'a> SliceCursor<'a> {
             let r = self
                 .client
                 .send("POST", "/_search", Some(body.to_string().as_bytes()))?;
-            if r.status == 404 && r.error_summary().contains("search_context_missing") && !reopened {
+            if r.status == 404 && r.error_summary().contains("search_context_missing") && !reopened
+            {
                 self.pit_id = pit.reopen(self.client, &self.pit_id)?;
                 reopened = true;
                 continue;
+            }
+            if self.is_empty_shard(&r) {
+                return Ok(empty_page());
             }
             let r = check(
                 r,
@@ -589,7 +643,10 @@ impl<'a> SliceCursor<'a> {
                 body["sort"] = serde_json::json!(["_doc"]);
                 self.client.send(
                     "POST",
-                    &format!("/{}/_search?scroll={}", self.spec.index, self.spec.keep_alive),
+                    &format!(
+                        "/{}/_search?scroll={}",
+                        self.spec.index, self.spec.keep_alive
+                    ),
                     Some(body.to_string().as_bytes()),
                 )?
             }
@@ -609,6 +666,9 @@ impl<'a> SliceCursor<'a> {
                 r
             }
         };
+        if self.is_empty_shard(&r) {
+            return Ok(empty_page());
+        }
         let r = check(
             r,
             &format!("scroll of slice {}", self.slice),
@@ -616,6 +676,16 @@ impl<'a> SliceCursor<'a> {
             &self.spec.index,
         )?;
         build_page(&r.body)
+    }
+
+    /// A shard that never held a document has no `_seq_no` field to split
+    /// by, and the engine says "field not found": that slice is empty.
+    fn is_empty_shard(&self, r: &Response) -> bool {
+        r.status == 400
+            && self
+                .slice_field
+                .as_ref()
+                .is_some_and(|f| r.error_summary().contains(&format!("field {f} not found")))
     }
 
     /// Releases the scroll context (a PIT is closed once for all slices).
@@ -660,7 +730,12 @@ mod tests {
         assert_eq!(text, r#"{"pit_id":"abc","search_after":[3,"x"]}"#);
         assert_eq!(CursorState::parse(&text).unwrap(), c);
         let s = CursorState::parse(r#"{"scroll_id":"s1"}"#).unwrap();
-        assert_eq!(s, CursorState::Scroll { scroll_id: "s1".into() });
+        assert_eq!(
+            s,
+            CursorState::Scroll {
+                scroll_id: "s1".into()
+            }
+        );
     }
 
     #[test]
