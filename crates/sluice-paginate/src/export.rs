@@ -580,6 +580,10 @@ fn run_slice(
     };
     let (tx, rx) = crossbeam_channel::bounded(1);
     let outcome = std::thread::scope(|scope| {
+        // Owned here, so that a writer that stops early drops it and a
+        // fetcher blocked on a full channel gets an error instead of waiting
+        // for the scope forever.
+        let rx = rx;
         std::thread::Builder::new()
             .name(format!("fetch-{slice}"))
             .spawn_scoped(scope, move || {
