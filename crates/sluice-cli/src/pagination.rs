@@ -216,15 +216,16 @@ pub fn run_export(args: &ExportArgs) -> Result<()> {
     let s = export(&client, &options)?;
     let secs = s.elapsed.as_secs_f64();
     println!(
-        "exported {} documents in {} pages ({:.1} MB) from {} to {} in {:.1} s: {:.0} docs/s, {:.1} MB/s{}",
+        "exported {} documents in {} pages ({:.1} MB, {:.1} MB of the device used) from {} to {} in {:.1} s: {:.0} docs/s, {:.1} MB/s{}",
         s.docs,
         s.pages,
         s.bytes as f64 / 1e6,
+        s.device_bytes_used as f64 / 1e6,
         args.index,
         args.device.display(),
         secs,
         s.docs_this_run as f64 / secs,
-        s.bytes as f64 / secs / 1e6,
+        s.bytes_this_run as f64 / secs / 1e6,
         if s.docs_this_run != s.docs {
             format!(" ({} of them in this run)", s.docs_this_run)
         } else {

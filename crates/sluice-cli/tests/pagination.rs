@@ -643,23 +643,17 @@ fn tls_and_basic_auth_through_nginx() {
     );
 
     // The same through the command line, password from the environment.
-    let out = sluice()
-        .args([
-            "export",
-            "--progress",
-            "off",
-            "--index",
-            "t-small",
-            "--user",
-            "sluice",
-        ])
-        .args(["--source", &tls_url, "--ca-cert"])
-        .arg(dir.join("ca.pem"))
-        .arg("--device")
-        .arg(dir.join("cli.dev"))
-        .env("SLUICE_SOURCE_PASSWORD", "s3cret")
-        .output()
-        .unwrap();
+    let cli_export = |password: &str| {
+        let mut c = sluice();
+        c.args(["export", "--progress", "off", "--index", "t-small"])
+            .args(["--user", "sluice", "--source", &tls_url, "--ca-cert"])
+            .arg(dir.join("ca.pem"))
+            .arg("--device")
+            .arg(dir.join("cli.dev"))
+            .env("SLUICE_SOURCE_PASSWORD", password);
+        c
+    };
+    let out = cli_export("s3cret").output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -667,23 +661,7 @@ fn tls_and_basic_auth_through_nginx() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("exported 5000 documents"), "{stdout}");
-    let err = run_fail(
-        sluice()
-            .args([
-                "export",
-                "--progress",
-                "off",
-                "--index",
-                "t-small",
-                "--user",
-                "sluice",
-            ])
-            .args(["--source", &tls_url, "--ca-cert"])
-            .arg(dir.join("ca.pem"))
-            .arg("--device")
-            .arg(dir.join("cli.dev"))
-            .env("SLUICE_SOURCE_PASSWORD", "wrong"),
-    );
+    let err = run_fail(&mut cli_export("wrong"));
     assert!(err.contains("check --user and --password"), "{err}");
 }
 

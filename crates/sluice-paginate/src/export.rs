@@ -84,8 +84,10 @@ pub struct ExportSummary {
     pub bytes: u64,
     pub slices: Vec<SliceSummary>,
     pub elapsed: Duration,
-    /// Documents written by this run (less than `docs` after `--resume`).
+    /// Documents and page bytes written by this run (less than `docs` and
+    /// `bytes` after `--resume`).
     pub docs_this_run: u64,
+    pub bytes_this_run: u64,
     pub sort: String,
     pub device_bytes_used: u64,
     /// Times the point in time expired mid-run and was reopened.
@@ -460,6 +462,7 @@ fn run_slices(
             .collect(),
     );
     let docs_before: u64 = checkpoints.iter().map(|c| c.docs).sum();
+    let bytes_before: u64 = checkpoints.iter().map(|c| c.bytes).sum();
     for (c, counter) in checkpoints.iter().zip(counters.iter()) {
         counter
             .done
@@ -542,6 +545,7 @@ fn run_slices(
             .collect(),
         elapsed: start.elapsed(),
         docs_this_run: done.total_docs - docs_before,
+        bytes_this_run: done.total_bytes - bytes_before,
         sort,
         pit_reopens: pit.as_ref().map_or(0, SharedPit::reopened),
         device_bytes_used: (header.data_lba + used_extents * header.extent_blocks())
@@ -794,7 +798,6 @@ mod tests {
             primary_shards: 4,
             doc_count: docs,
             mean_hit_bytes: mean,
-            max_hit_bytes: mean as usize,
         }
     }
 

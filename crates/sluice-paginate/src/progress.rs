@@ -68,15 +68,12 @@ impl Reporter {
         Reporter { stop, thread }
     }
 
-    pub fn finish(mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    /// Draws the last state and returns once the reporter has stopped.
+    pub fn finish(self) {}
 }
 
 impl Drop for Reporter {
+    /// Stops and joins the reporter thread (also when the work failed).
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {

@@ -314,14 +314,9 @@ fn complete<S: Sink>(
 ) -> Result<()> {
     check_done(c.result, len as usize, "page read", entry.lba)?;
     let buf = c.buf.expect("a read hands its buffer back");
-    let owned;
-    let all = match buf.as_slice() {
-        Some(s) => s,
-        None => {
-            owned = buf.to_vec();
-            &owned
-        }
-    };
+    let all = buf
+        .as_slice()
+        .expect("page buffers are contiguous: the pool allows one segment");
     let bytes = &all[..entry.byte_len as usize];
     let info = PageInfo {
         slice: entry.slice,

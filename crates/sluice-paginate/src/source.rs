@@ -68,8 +68,6 @@ pub struct IndexInfo {
     pub doc_count: u64,
     /// Mean bytes of one hit as a page holds it, from a sample (0 without documents).
     pub mean_hit_bytes: f64,
-    /// Largest sampled hit.
-    pub max_hit_bytes: usize,
 }
 
 /// Maps statuses every call treats alike to clear errors.
@@ -170,18 +168,17 @@ pub fn index_info(client: &Client, spec: &SourceSpec) -> Result<IndexInfo> {
     let doc_count = sonic_rs::from_slice::<Count>(&count.body)
         .map_err(|e| Error::Source(format!("count answer is not what was expected: {e}")))?
         .count;
-    let (mean_hit_bytes, max_hit_bytes) = sample_hit_bytes(client, spec)?;
+    let mean_hit_bytes = sample_hit_bytes(client, spec)?;
     Ok(IndexInfo {
         primary_shards,
         doc_count,
         mean_hit_bytes,
-        max_hit_bytes,
     })
 }
 
 const SAMPLE_DOCS: usize = 200;
 
-fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<(f64, usize)> {
+fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
     let mut body = serde_json::json!({ "size": SAMPLE_DOCS, "track_total_hits": false });
     if let Some(q) = spec.query_json()? {
         body["query"] = q;
@@ -201,12 +198,9 @@ fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<(f64, usize)> 
     )?;
     let page = build_page(&r.body)?;
     if page.docs == 0 {
-        return Ok((0.0, 0));
+        return Ok(0.0);
     }
-    Ok((
-        page.bytes.len() as f64 / page.docs as f64,
-        page.max_hit_bytes,
-    ))
+    Ok(page.bytes.len() as f64 / page.docs as f64)
 }
 
 /// One page as it goes onto the device, and where the next one starts.
@@ -295,6 +289,11 @@ fn build_page(body: &[u8]) -> Result<BuiltPage> {
         scroll_id: response.scroll_id.map(Cow::into_owned),
         bytes,
     })
+}
+
+/// The engine no longer holds the point in time or scroll (expired or deleted).
+fn context_missing(r: &Response) -> bool {
+    r.status == 404 && r.error_summary().contains("search_context_missing")
 }
 
 fn empty_page() -> BuiltPage {
@@ -617,22 +616,12 @@ impl<'a> SliceCursor<'a> {
             let r = self
                 .client
                 .send("POST", "/_search", Some(body.to_string().as_bytes()))?;
-            if r.status == 404 && r.error_summary().contains("search_context_missing") && !reopened
-            {
+            if context_missing(&r) && !reopened {
                 self.pit_id = pit.reopen(self.client, &self.pit_id)?;
                 reopened = true;
                 continue;
             }
-            if self.is_empty_shard(&r) {
-                return Ok(empty_page());
-            }
-            let r = check(
-                r,
-                &format!("search of slice {}", self.slice),
-                self.client,
-                &self.spec.index,
-            )?;
-            return build_page(&r.body);
+            return self.page_from(r, "search");
         }
     }
 
@@ -657,7 +646,7 @@ impl<'a> SliceCursor<'a> {
                     "/_search/scroll",
                     Some(body.to_string().as_bytes()),
                 )?;
-                if r.status == 404 && r.error_summary().contains("search_context_missing") {
+                if context_missing(&r) {
                     return Err(Error::Source(format!(
                         "the scroll of slice {} expired on the source (keep-alive {}); a scroll cannot be reopened where it stopped: raise --keep-alive, or use the default point-in-time cursor, which can",
                         self.slice, self.spec.keep_alive
@@ -666,12 +655,18 @@ impl<'a> SliceCursor<'a> {
                 r
             }
         };
+        self.page_from(r, "scroll")
+    }
+
+    /// The page of an answer: empty for a shard that never held a document,
+    /// else the hits of a successful answer.
+    fn page_from(&self, r: Response, what: &str) -> Result<BuiltPage> {
         if self.is_empty_shard(&r) {
             return Ok(empty_page());
         }
         let r = check(
             r,
-            &format!("scroll of slice {}", self.slice),
+            &format!("{what} of slice {}", self.slice),
             self.client,
             &self.spec.index,
         )?;
