@@ -12,7 +12,9 @@
 //!   completion path, handing the hits to a [`read::Sink`].
 //! - [`format`]: the device layout, byte by byte as docs/FORMAT.md has it.
 //! - [`http`], [`source`]: the client to OpenSearch/Elasticsearch.
-//! - [`load`], [`docgen`]: a seeded data set of paper-shaped documents.
+//! - [`load`], [`docgen`]: a seeded data set of paper-shaped documents;
+//!   [`synthetic`]: pages of them written without a search engine, through
+//!   [`export::write_new_export`] (the read benchmark's workload).
 //!
 //! Data flows one way: sluice-io (device, pool, engine) → this crate → the
 //! store's import and the CLI.
@@ -29,8 +31,12 @@ pub mod progress;
 pub mod read;
 pub mod sinks;
 pub mod source;
+pub mod synthetic;
 
 pub use error::{Error, Result};
-pub use export::{export, ExportOptions, ExportSummary};
+pub use export::{
+    export, write_new_export, ExportOptions, ExportSummary, Layout, PageSource, WriteSettings,
+};
 pub use http::{Auth, Client, HttpOptions};
 pub use read::{read_export, Hit, OnCorrupt, PageInfo, ReadOptions, ReadSummary, Sink};
+pub use source::FetchedPage;
