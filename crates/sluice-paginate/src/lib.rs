@@ -38,5 +38,7 @@ pub use export::{
     export, write_new_export, ExportOptions, ExportSummary, Layout, PageSource, WriteSettings,
 };
 pub use http::{Auth, Client, HttpOptions};
-pub use read::{read_export, Hit, OnCorrupt, PageInfo, ReadOptions, ReadSummary, Sink};
+pub use read::{
+    read_export, read_pages, Hit, OnCorrupt, PageInfo, PageSink, ReadOptions, ReadSummary, Sink,
+};
 pub use source::FetchedPage;

@@ -43,7 +43,7 @@ impl Default for ReadOptions {
     fn default() -> Self {
         ReadOptions {
             tasks: 2,
-            queue_depth: 8,
+            queue_depth: 4,
             on_corrupt: OnCorrupt::Fail,
             engine: EngineKind::Uring,
             progress: ProgressMode::Off,
@@ -152,6 +152,24 @@ pub fn parse_page<'a>(bytes: &'a [u8], info: &PageInfo) -> Result<ParsedPage<'a>
     Ok(ParsedPage { hits })
 }
 
+/// Takes each page's bytes, their CRC checked, before any parsing: for
+/// callers that parse pages themselves (the read benchmark's parser
+/// ablation). A [`Error::MalformedPage`] it returns counts as a bad page
+/// under [`OnCorrupt::Skip`]; any other error stops the read.
+pub trait PageSink: Send {
+    fn raw_page(&mut self, page: &PageInfo, bytes: &[u8]) -> Result<()>;
+}
+
+/// A [`Sink`] behind the sonic-rs parse.
+struct Parsing<S>(S);
+
+impl<S: Sink> PageSink for Parsing<S> {
+    fn raw_page(&mut self, page: &PageInfo, bytes: &[u8]) -> Result<()> {
+        let parsed = parse_page(bytes, page)?;
+        self.0.page(page, &parsed.hits())
+    }
+}
+
 /// Reads a complete export and hands each task's parsed pages to its sink.
 pub fn read_export<S, F>(
     device: Arc<dyn Device>,
@@ -161,6 +179,21 @@ pub fn read_export<S, F>(
 where
     S: Sink,
     F: Fn(usize) -> S,
+{
+    let (summary, sinks) = read_pages(device, options, |t| Parsing(make_sink(t)))?;
+    Ok((summary, sinks.into_iter().map(|p| p.0).collect()))
+}
+
+/// Reads a complete export and hands each task's checked page bytes to its
+/// [`PageSink`], unparsed.
+pub fn read_pages<P, F>(
+    device: Arc<dyn Device>,
+    options: &ReadOptions,
+    make_sink: F,
+) -> Result<(ReadSummary, Vec<P>)>
+where
+    P: PageSink,
+    F: Fn(usize) -> P,
 {
     let start = Instant::now();
     if options.tasks == 0 || options.tasks > MAX_TASKS {
@@ -196,8 +229,8 @@ where
         Some(loaded.header.total_docs),
         options.progress_interval,
     );
-    let sinks: Vec<S> = (0..tasks).map(&make_sink).collect();
-    let results: Vec<Result<(S, TaskTally)>> = std::thread::scope(|scope| {
+    let sinks: Vec<P> = (0..tasks).map(&make_sink).collect();
+    let results: Vec<Result<(P, TaskTally)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = work
             .into_iter()
             .zip(sinks)
@@ -257,7 +290,7 @@ struct TaskTally {
     device_bytes: u64,
 }
 
-fn read_task<S: Sink>(
+fn read_task<S: PageSink>(
     device: Arc<dyn Device>,
     options: &ReadOptions,
     bs: u64,
@@ -267,7 +300,11 @@ fn read_task<S: Sink>(
 ) -> Result<(S, TaskTally)> {
     let len_of = |p: &PageEntry| (p.byte_len as u64).div_ceil(bs).max(1) * bs;
     let largest = pages.iter().map(len_of).max().unwrap_or(bs);
-    let pinned = largest * (options.queue_depth as u64 + 1) + (8 << 20);
+    // A page below the pool's chunk size takes a chunk of its own (page
+    // buffers are one contiguous run), so count whole chunks per page.
+    let chunk = sluice_io::PoolConfig::default().chunk_size_bytes as u64;
+    let per_page = largest.div_ceil(chunk) * chunk;
+    let pinned = per_page * (options.queue_depth as u64 + 1) + (8 << 20);
     let mut config = engine_config(options.queue_depth, pinned);
     config.kind = options.engine;
     let mut engine = open_engine(device, &config)?;
@@ -303,7 +340,7 @@ fn read_task<S: Sink>(
 }
 
 /// Checks and parses one page in its completion, then hands it to the sink.
-fn complete<S: Sink>(
+fn complete<S: PageSink>(
     c: Completion,
     entry: &PageEntry,
     len: u64,
@@ -326,7 +363,7 @@ fn complete<S: Sink>(
         bytes: entry.byte_len,
     };
     let computed = crc32c::crc32c(bytes);
-    let parsed = if computed != entry.crc32c {
+    let handed = if computed != entry.crc32c {
         Err(Error::CorruptPage {
             slice: entry.slice,
             seq: entry.seq,
@@ -335,15 +372,16 @@ fn complete<S: Sink>(
             recorded: entry.crc32c,
         })
     } else {
-        parse_page(bytes, &info)
+        sink.raw_page(&info, bytes)
     };
-    match parsed {
-        Ok(parsed) => {
-            sink.page(&info, &parsed.hits())?;
+    match handed {
+        Ok(()) => {
             counters[entry.slice as usize].add(entry.doc_count as u64, entry.byte_len as u64);
             Ok(())
         }
-        Err(e) if options.on_corrupt == OnCorrupt::Skip => {
+        Err(e @ (Error::CorruptPage { .. } | Error::MalformedPage { .. }))
+            if options.on_corrupt == OnCorrupt::Skip =>
+        {
             log::warn!("skipping: {e}");
             tally.bad_pages.push(e.to_string());
             Ok(())

@@ -3,8 +3,10 @@
 
 mod fio;
 mod io;
+mod jansson;
 mod kv;
 mod ndp;
+mod pages;
 mod pool;
 
 use anyhow::{Context, Result};
@@ -26,6 +28,9 @@ pub enum BenchCommand {
     Kv(kv::KvBenchArgs),
     /// Near-data SCAN, BC and GET against the block stack, RocksDB and networkit.
     Ndp(ndp::NdpBenchArgs),
+    /// The sliced-scroll paper's read + parse of L pages of 2048 documents:
+    /// ours against fio, fread + Jansson and the I/O × parser ablation.
+    Read(pages::ReadBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
@@ -34,6 +39,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Pool(args) => pool::run(&args),
         BenchCommand::Kv(args) => kv::run(&args),
         BenchCommand::Ndp(args) => ndp::run(&args),
+        BenchCommand::Read(args) => pages::run(&args),
     }
 }
 
@@ -114,4 +120,15 @@ pub fn median(values: &mut [f64]) -> f64 {
     } else {
         (values[n / 2 - 1] + values[n / 2]) / 2.0
     }
+}
+
+/// A file of the repository: under the current directory, else under the
+/// checkout this binary was built from.
+pub fn repo_file(relative: &str) -> Result<PathBuf> {
+    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    [PathBuf::from("."), built_from]
+        .iter()
+        .map(|root| root.join(relative))
+        .find(|p| p.exists())
+        .with_context(|| format!("{relative} not found: run from the repository root"))
 }

@@ -13,6 +13,7 @@
 //! same centrality, or the run fails.
 
 use super::median as median_of;
+use super::repo_file;
 
 fn median(mut v: Vec<f64>) -> f64 {
     median_of(&mut v)
@@ -410,17 +411,6 @@ fn gets_ours(store: &Store, papers: u64, count: u64) -> Result<GetFigures> {
         p99_us: lat_us[n * 99 / 100],
         mean_us: lat_us.iter().sum::<f64>() / n as f64,
     })
-}
-
-/// A file of the repository: under the current directory, else under the
-/// checkout this binary was built from.
-fn repo_file(relative: &str) -> Result<PathBuf> {
-    let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    [PathBuf::from("."), built_from]
-        .iter()
-        .map(|root| root.join(relative))
-        .find(|p| p.exists())
-        .with_context(|| format!("{relative} not found: run from the repository root"))
 }
 
 /// Compiles the RocksDB program when missing or older than its source.
