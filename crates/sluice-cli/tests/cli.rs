@@ -643,3 +643,57 @@ fn bench_ndp_runs_every_side_and_they_agree() {
     assert!(report["networkit"]["ours_over_networkit"].as_f64().unwrap() > 0.0);
     assert!(stdout.contains("(same scores)"), "{stdout}");
 }
+
+#[test]
+fn bench_read_runs_every_side_on_generated_pages_and_prints_the_ratios() {
+    // Cold runs drop the page cache (root; CI runs as root).
+    let (stdout, v) = run_bench(
+        "bench-read",
+        &[
+            "bench",
+            "read",
+            "--pages",
+            "4,6",
+            "--page-docs",
+            "128",
+            "--runs",
+            "1",
+            "--tasks",
+            "2",
+        ],
+    );
+    let reports = v.as_array().unwrap();
+    assert_eq!(reports.len(), 2);
+    for (r, pages) in reports.iter().zip([4, 6]) {
+        assert_eq!(r["pages"], pages);
+        assert_eq!(r["docs"], pages * 128);
+        let cells = r["cells"].as_array().unwrap();
+        // fio, ours, buffered + sonic-rs, the two Jansson cells and fread, cold and warm.
+        assert_eq!(cells.len(), 12, "{r}");
+        for c in cells {
+            assert!(c["median_mb_per_s"].as_f64().unwrap() > 0.0, "{c}");
+        }
+        let parsers = r["parsers_one_thread"].as_array().unwrap();
+        assert_eq!(parsers.len(), 4);
+    }
+    for want in [
+        "cold: sluice read / fio",
+        "cold: sluice read / fread + Jansson",
+        "warm: buffered pread + sonic-rs / fread + Jansson",
+        "simd-json",
+    ] {
+        assert!(stdout.contains(want), "{want} missing from {stdout}");
+    }
+}
+
+#[test]
+fn bench_read_refuses_a_page_count_the_slices_cannot_share() {
+    let out = sluice()
+        .args(["bench", "read", "--pages", "5", "--tasks", "2", "--device"])
+        .arg(scratch("bench-read-bad"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("multiple of --tasks (2)"), "{stderr}");
+}

@@ -1,6 +1,7 @@
 //! `sluice bench`: each benchmark runs Sluice and its baseline in the same run
 //! and prints the ratio. Medians over repeated runs; these machines are noisy.
 
+mod export;
 mod fio;
 mod io;
 mod jansson;
@@ -31,6 +32,9 @@ pub enum BenchCommand {
     /// The sliced-scroll paper's read + parse of L pages of 2048 documents:
     /// ours against fio, fread + Jansson and the I/O × parser ablation.
     Read(pages::ReadBenchArgs),
+    /// Documents per second out of a search index: sluice export against
+    /// elasticdump, opensearch-py's helpers.scan and a bare sliced PIT loop.
+    Export(export::ExportBenchArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
@@ -40,6 +44,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Kv(args) => kv::run(&args),
         BenchCommand::Ndp(args) => ndp::run(&args),
         BenchCommand::Read(args) => pages::run(&args),
+        BenchCommand::Export(args) => export::run(&args),
     }
 }
 

@@ -461,8 +461,9 @@ impl PageSink for JanssonSink<'_> {
 }
 
 fn run_fio(device: &Path, prepared: &Prepared) -> Result<f64> {
-    let mib = 1u64 << 20;
-    let size = prepared.region_bytes() / mib * mib;
+    // 1 MiB requests, or page-sized ones for pages smaller than that.
+    let block = prepared.slot_bytes.min(1 << 20);
+    let size = prepared.region_bytes() / block * block;
     let out = Command::new("fio")
         .args([
             "--name=pages",
@@ -472,7 +473,7 @@ fn run_fio(device: &Path, prepared: &Prepared) -> Result<f64> {
             "--fixedbufs=1",
             "--registerfiles=1",
             "--rw=read",
-            "--bs=1M",
+            &format!("--bs={block}"),
             "--iodepth=32",
             &format!("--offset={}", prepared.data_offset_bytes),
             &format!("--size={size}"),
