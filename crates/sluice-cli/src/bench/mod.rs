@@ -137,3 +137,46 @@ pub fn repo_file(relative: &str) -> Result<PathBuf> {
         .find(|p| p.exists())
         .with_context(|| format!("{relative} not found: run from the repository root"))
 }
+
+/// Compiles a baseline program (`relative`, e.g. bench/baselines/x.c) into
+/// target/ when missing or older than its source; `hint` says what to
+/// install when the compiler or a library is missing.
+pub fn build_baseline(
+    relative: &str,
+    compiler: &str,
+    flags: &[&str],
+    libs: &[&str],
+    hint: &str,
+) -> Result<PathBuf> {
+    let source = repo_file(relative)?;
+    let stem = source.file_stem().context("the baseline's name")?;
+    let bin = source
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .context("the baseline's checkout")?
+        .join("target")
+        .join(stem);
+    let stale = match (bin.metadata(), source.metadata()) {
+        (Ok(b), Ok(s)) => b.modified()? < s.modified()?,
+        _ => true,
+    };
+    if stale {
+        eprintln!("compiling {relative}...");
+        let out = std::process::Command::new(compiler)
+            .args(flags)
+            .arg("-o")
+            .arg(&bin)
+            .arg(&source)
+            .args(libs)
+            .output()
+            .with_context(|| format!("running {compiler}: {hint}"))?;
+        if !out.status.success() {
+            anyhow::bail!(
+                "compiling {relative} failed ({hint}):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    Ok(bin)
+}

@@ -13,7 +13,7 @@
 //! same centrality, or the run fails.
 
 use super::median as median_of;
-use super::repo_file;
+use super::{build_baseline, repo_file};
 
 fn median(mut v: Vec<f64>) -> f64 {
     median_of(&mut v)
@@ -126,7 +126,13 @@ pub fn run(args: &NdpBenchArgs) -> Result<()> {
     let baseline = if args.no_rocksdb {
         None
     } else {
-        Some(build_baseline()?)
+        Some(build_baseline(
+            BASELINE_SOURCE,
+            "g++",
+            &["-O2", "-std=c++17"],
+            &["-lrocksdb"],
+            "install g++, librocksdb-dev and rapidjson-dev; scripts/setup does",
+        )?)
     };
     let dev = prepare(args, baseline.as_deref())?;
     let store = Store::open_on(
@@ -411,41 +417,6 @@ fn gets_ours(store: &Store, papers: u64, count: u64) -> Result<GetFigures> {
         p99_us: lat_us[n * 99 / 100],
         mean_us: lat_us.iter().sum::<f64>() / n as f64,
     })
-}
-
-/// Compiles the RocksDB program when missing or older than its source.
-fn build_baseline() -> Result<PathBuf> {
-    let source = repo_file(BASELINE_SOURCE)?;
-    let source = source.as_path();
-    let bin = source
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .context("the baseline's checkout")?
-        .join("target/ndp_rocksdb");
-    let stale = match (bin.metadata(), source.metadata()) {
-        (Ok(b), Ok(s)) => b.modified()? < s.modified()?,
-        _ => true,
-    };
-    if stale {
-        eprintln!("compiling {BASELINE_SOURCE}...");
-        let out = Command::new("g++")
-            .args(["-O2", "-std=c++17", "-o"])
-            .arg(&bin)
-            .arg(source)
-            .arg("-lrocksdb")
-            .output()
-            .context(
-                "running g++: install g++, librocksdb-dev and rapidjson-dev (scripts/setup does)",
-            )?;
-        if !out.status.success() {
-            bail!(
-                "compiling {BASELINE_SOURCE} failed (install librocksdb-dev and rapidjson-dev; scripts/setup does):\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-    Ok(bin)
 }
 
 /// Generates the data set on our device and loads the same pairs into

@@ -17,7 +17,7 @@
 //! region once first, so the buffered sides read from memory.
 
 use super::jansson::Jansson;
-use super::{median, repo_file};
+use super::{build_baseline, median};
 use anyhow::{bail, ensure, Context, Result};
 use simd_json::prelude::ValueAsArray as _;
 use sluice_io::{Device, EngineKind, FileDevice, FileOptions};
@@ -167,7 +167,14 @@ pub fn run(args: &ReadBenchArgs) -> Result<()> {
     let jansson = if args.no_jansson {
         None
     } else {
-        Some((Jansson::load()?, build_baseline()?))
+        let bin = build_baseline(
+            BASELINE_SOURCE,
+            "cc",
+            &["-O2", "-pthread"],
+            &["-ljansson"],
+            "install gcc and libjansson-dev; scripts/setup does",
+        )?;
+        Some((Jansson::load()?, bin))
     };
     if !args.no_fio {
         super::fio::locate()?;
@@ -525,38 +532,6 @@ fn run_fread_jansson(
         prepared.docs
     );
     v["seconds"].as_f64().context("no seconds")
-}
-
-/// Compiles the baseline into target/ when missing or older than its source.
-fn build_baseline() -> Result<PathBuf> {
-    let source = repo_file(BASELINE_SOURCE)?;
-    let bin = source
-        .parent()
-        .and_then(Path::parent)
-        .and_then(Path::parent)
-        .context("the baseline's checkout")?
-        .join("target/fread_jansson");
-    let stale = match (bin.metadata(), source.metadata()) {
-        (Ok(b), Ok(s)) => b.modified()? < s.modified()?,
-        _ => true,
-    };
-    if stale {
-        eprintln!("compiling {BASELINE_SOURCE}...");
-        let out = Command::new("cc")
-            .args(["-O2", "-pthread", "-o"])
-            .arg(&bin)
-            .arg(&source)
-            .arg("-ljansson")
-            .output()
-            .context("running cc: install gcc and libjansson-dev (scripts/setup does)")?;
-        if !out.status.success() {
-            bail!(
-                "compiling {BASELINE_SOURCE} failed (install libjansson-dev; scripts/setup does):\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    }
-    Ok(bin)
 }
 
 fn drop_caches() -> Result<()> {
