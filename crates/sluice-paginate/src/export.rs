@@ -362,10 +362,9 @@ fn cursor_factory<'a>(
     spec: &'a SourceSpec,
     pit: Option<&'a SharedPit>,
     sort: &'a str,
-    header: &Header,
+    (slices, page_docs): (u32, u32),
     split_field: &'a Option<String>,
 ) -> impl Fn(u32, &str) -> Result<Box<dyn PageSource + 'a>> + Sync + 'a {
-    let (slices, page_docs) = (header.slice_count, header.page_docs);
     move |slice, cursor| {
         let resume_from = if cursor.is_empty() {
             None
@@ -430,10 +429,6 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
         cursor_kind: options.cursor,
         description: description(client, &options.spec, &sort, &split_field),
     };
-    let header = new_header(geometry, &layout)?;
-    let device = device as Arc<dyn Device>;
-    let io = DeviceIo::open(device.clone(), 4, 16 << 20)?;
-    initialise(&io, &header)?;
     log::info!(
         "export of {} ({} documents) to {}: {} slices, sort {sort}, pages of {} documents in slots of {} bytes",
         options.spec.index,
@@ -441,7 +436,7 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
         options.device.display(),
         plan.slices,
         options.page_docs,
-        header.slot_bytes()
+        plan.slot_blocks as u64 * options.block_size_bytes as u64
     );
     let summary = {
         let sources = cursor_factory(
@@ -449,23 +444,17 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
             &options.spec,
             pit.as_ref(),
             &sort,
-            &header,
+            (layout.slices, layout.page_docs),
             &split_field,
         );
-        let checkpoints = (0..plan.slices).map(Checkpoint::new).collect();
-        let allocator = ExtentAllocator::new(header.extent_capacity, Vec::new());
-        write_slices(
-            device,
-            header,
-            checkpoints,
-            Vec::new(),
-            allocator,
+        write_new_export(
+            device as Arc<dyn Device>,
+            &layout,
             &sources,
             &WriteSettings::from_options(options, Some(info.doc_count)),
-            start,
         )
     };
-    finish_source(client, pit, sort, summary)
+    finish_source(client, pit, sort, start, summary)
 }
 
 /// Closes the point in time after a complete export (after an error it stays
@@ -474,9 +463,12 @@ fn finish_source(
     client: &Client,
     pit: Option<SharedPit>,
     sort: String,
+    start: Instant,
     summary: Result<ExportSummary>,
 ) -> Result<ExportSummary> {
     let mut summary = summary?;
+    // From the start of the command: the index sample and PIT count too.
+    summary.elapsed = start.elapsed();
     if let Some(p) = &pit {
         p.close(client);
         summary.pit_reopens = p.reopened();
@@ -591,7 +583,7 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
             &options.spec,
             pit.as_ref(),
             &sort,
-            &header,
+            (header.slice_count, header.page_docs),
             &split_field,
         );
         write_slices(
@@ -605,7 +597,7 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
             start,
         )
     };
-    finish_source(client, pit, sort, summary)
+    finish_source(client, pit, sort, start, summary)
 }
 
 /// Shared by all slice tasks of one export.

@@ -413,22 +413,14 @@ fn measure(
             return run_fread_jansson(bin, &args.device, prepared, args.tasks);
         }
         Cell::Sluice | Cell::PreadSonic => {
-            let (direct, engine) = if cell == Cell::Sluice {
-                (true, EngineKind::Uring)
-            } else {
-                (false, EngineKind::Posix)
-            };
+            let (direct, engine) = io_path(cell);
             let (summary, _) =
                 read_export(open(direct)?, &options(engine), |_| CountSink::default())?;
             summary.docs
         }
         Cell::UringJansson | Cell::PreadJansson => {
             let (j, _) = jansson.context("Jansson")?;
-            let (direct, engine) = if cell == Cell::UringJansson {
-                (true, EngineKind::Uring)
-            } else {
-                (false, EngineKind::Posix)
-            };
+            let (direct, engine) = io_path(cell);
             let (_, sinks) = read_pages(open(direct)?, &options(engine), |_| JanssonSink {
                 jansson: j,
                 docs: 0,
@@ -443,6 +435,14 @@ fn measure(
         prepared.docs
     );
     Ok(seconds)
+}
+
+/// O_DIRECT and the engine of a cell: io_uring direct, or buffered pread.
+fn io_path(cell: Cell) -> (bool, EngineKind) {
+    match cell {
+        Cell::Sluice | Cell::UringJansson => (true, EngineKind::Uring),
+        _ => (false, EngineKind::Posix),
+    }
 }
 
 /// Our read path with Jansson instead of sonic-rs.
