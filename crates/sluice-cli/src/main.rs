@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The version with the store format this build reads and writes
 /// (scripts/main remakes its database when this changes).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 3");
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 4");
 
 #[derive(Parser)]
 #[command(

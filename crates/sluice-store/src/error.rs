@@ -47,6 +47,20 @@ pub enum StoreError {
     #[error("unknown keyspace {name:?}; known: {known}")]
     UnknownKeyspace { name: String, known: String },
 
+    #[error(
+        "the write-ahead log is damaged before its end: {} fail{} their checks, yet log block {proven_by} \
+         was written after they were durable, so they hold acknowledged writes. Nothing was changed. \
+         Choose a recovery and open again: `--recover-wal point-in-time` keeps the log up to the first \
+         damaged block and drops everything after it; `--recover-wal skip-damaged` keeps every intact \
+         block and drops only the records in damaged ones (from Rust: StoreConfig::wal_recovery)",
+        DamagedBlock::list(damaged),
+        if damaged.len() == 1 { "s" } else { "" }
+    )]
+    WalDamaged {
+        damaged: Vec<DamagedBlock>,
+        proven_by: u64,
+    },
+
     #[error("corrupt {what} at store block {block} (LBA {lba}): {reason}")]
     Corrupt {
         what: &'static str,
@@ -54,4 +68,35 @@ pub enum StoreError {
         lba: u64,
         reason: String,
     },
+}
+
+/// A log block that failed its checks where the log proves it was durable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedBlock {
+    /// Log block sequence.
+    pub seq: u64,
+    /// Store block, and the LBA on its device.
+    pub block: u64,
+    pub lba: u64,
+}
+
+impl DamagedBlock {
+    /// "log block 7 (store block 12, LBA 96)", the first few of a list.
+    fn list(blocks: &[DamagedBlock]) -> String {
+        const SHOWN: usize = 4;
+        let mut s: Vec<String> = blocks
+            .iter()
+            .take(SHOWN)
+            .map(|d| {
+                format!(
+                    "log block {} (store block {}, LBA {})",
+                    d.seq, d.block, d.lba
+                )
+            })
+            .collect();
+        if blocks.len() > SHOWN {
+            s.push(format!("{} more", blocks.len() - SHOWN));
+        }
+        s.join(", ")
+    }
 }

@@ -8,7 +8,7 @@
 //! the two-copy superblock ([`superblock`]), the extent allocator
 //! ([`alloc`]), the manifest of version edits and keyspace catalogue
 //! ([`manifest`]), the write-ahead log with group commit and torn-tail
-//! recovery ([`wal`]), the memtable ([`memtable`]), sorted tables
+//! recovery ([`wal`]), one parity block per write group ([`parity`]), the memtable ([`memtable`]), sorted tables
 //! ([`sst`]) with a CLOCK block cache ([`cache`]), the live table set
 //! ([`version`]), streaming merged iteration ([`iter`]), leveled compaction
 //! ([`compaction`]), and the [`Store`] API over them: keyspaces, atomic
@@ -25,6 +25,7 @@ pub mod error;
 pub mod iter;
 pub mod manifest;
 pub mod memtable;
+pub mod parity;
 pub mod sst;
 pub mod store;
 pub mod superblock;
@@ -32,7 +33,7 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use error::{Result, StoreError};
+pub use error::{DamagedBlock, Result, StoreError};
 pub use iter::StoreIter;
 pub use manifest::{KeyspaceDef, ValueFormat};
 pub use store::{

@@ -9,15 +9,21 @@
 //! and only then is the old extent freed.
 
 use crate::alloc::ExtentAllocator;
-use crate::blocks::{block_is_sealed_for, seal_block_for, BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::blocks::{
+    block_buffer, block_is_sealed_for, seal_block_for, BlockDevice, Extent, STORE_BLOCK_BYTES,
+};
 use crate::codec::Reader;
 use crate::error::{Result, StoreError};
+use crate::parity::{LogFormat, Parity, Scan, Slot, DERIVED_BYTES};
 use crate::superblock::{self, Superblock, SUPERBLOCK_BLOCKS};
 use sluice_io::mem::AlignedMem;
 use std::collections::BTreeMap;
 
 const MAGIC: &[u8; 4] = b"MANB";
-const HEADER_BYTES: usize = 16;
+const PARITY_MAGIC: &[u8; 4] = b"MANP";
+const USED_AT: usize = DERIVED_BYTES;
+const CLAIM_AT: usize = DERIVED_BYTES + 8;
+const HEADER_BYTES: usize = DERIVED_BYTES + 16;
 const PAYLOAD_BYTES: usize = STORE_BLOCK_BYTES - HEADER_BYTES - 4;
 /// u32 length, u8 type, u32 CRC32C of type + payload.
 const RECORD_HEADER_BYTES: usize = 9;
@@ -305,19 +311,31 @@ impl BlockPacker {
     }
 
     fn seal_last_header(&mut self) {
-        let used = self.used as u32;
+        let used = self.used as u64;
         let b = self.blocks.last_mut().expect("a block");
-        b[0..4].copy_from_slice(MAGIC);
-        b[4..8].copy_from_slice(&used.to_le_bytes());
+        b[USED_AT..USED_AT + 8].copy_from_slice(&used.to_le_bytes());
     }
 
-    /// Numbers and seals the blocks from `first_seq` on.
+    /// Blocks the group takes on the device: its own and its parity block.
+    fn device_blocks(&self) -> u64 {
+        self.blocks.len() as u64 + 1
+    }
+
+    /// Numbers and seals the blocks from `first_seq` on, each marked with
+    /// `first_seq` (every block before the group is durable when it is
+    /// written), and adds the group's parity block.
     fn finish(mut self, first_seq: u64, store_id: &[u8; 16]) -> Vec<Vec<u8>> {
+        let mut parity = Parity::new(first_seq);
         for (i, b) in self.blocks.iter_mut().enumerate() {
-            b[0..4].copy_from_slice(MAGIC);
-            b[8..16].copy_from_slice(&(first_seq + i as u64).to_le_bytes());
+            write_derived_header(b, first_seq + i as u64);
+            b[CLAIM_AT..CLAIM_AT + 8].copy_from_slice(&first_seq.to_le_bytes());
             seal_block_for(b, store_id);
+            parity.add(b);
         }
+        let parity_seq = first_seq + self.blocks.len() as u64;
+        let mut p = vec![0u8; STORE_BLOCK_BYTES];
+        parity.seal_into(&mut p, PARITY_MAGIC, parity_seq, 0, store_id);
+        self.blocks.push(p);
         self.blocks
     }
 }
@@ -334,6 +352,8 @@ pub struct Manifest {
     first_seq: u64,
     next_seq: u64,
     state: ManifestState,
+    /// The extent as replay read it, until [`Manifest::begin_writing`].
+    replayed: Option<Scan>,
 }
 
 impl std::fmt::Debug for Manifest {
@@ -416,17 +436,18 @@ impl Manifest {
             first_seq: 0,
             next_seq: 0,
             state,
+            replayed: None,
         };
         m.write_checkpoint()?;
-        m.superblock.generation = 1;
-        superblock::write(&m.dev, &m.superblock)?;
+        superblock::write_both(&m.dev, &mut m.superblock)?;
         Ok(m)
     }
 
-    /// Opens the store on `dev`: superblock, then manifest replay.
+    /// Opens the store on `dev`: superblock, then manifest replay. Reads
+    /// only: call [`Manifest::begin_writing`] before logging anything.
     pub fn open(dev: BlockDevice) -> Result<Self> {
         let sb = superblock::read(&dev)?;
-        let (state, next_seq) = replay(&dev, &sb)?;
+        let (state, next_seq, scan) = replay(&dev, &sb)?;
         Ok(Manifest {
             dev,
             extent: sb.manifest,
@@ -434,7 +455,22 @@ impl Manifest {
             next_seq,
             superblock: sb,
             state,
+            replayed: Some(scan),
         })
+    }
+
+    /// Makes the extent what replay took it to be before anything is
+    /// logged: rebuilt blocks are written back and every valid block after
+    /// the end (a remnant of a group torn by a crash) is zeroed, so that
+    /// none can be read as part of the log once new groups follow.
+    pub fn begin_writing(&mut self) -> Result<()> {
+        if let Some(scan) = self.replayed.take() {
+            let format = ManifestLog {
+                sb: &self.superblock,
+            };
+            scan.seal(&self.dev, &format, self.next_seq, &[], |_| block_buffer())?;
+        }
+        Ok(())
     }
 
     /// The device set the store lives on.
@@ -494,7 +530,7 @@ impl Manifest {
             packer.push(t, &p)?;
         }
         packer.push(T_GROUP_COMMIT, &[])?;
-        let blocks_needed = packer.blocks.len() as u64;
+        let blocks_needed = packer.device_blocks();
         if self.next_seq - self.first_seq + blocks_needed > self.extent.block_count as u64 {
             for e in edits.iter().filter(|e| !matches!(e, Edit::Alloc(_))) {
                 self.state.apply(e)?;
@@ -555,7 +591,7 @@ impl Manifest {
         let old = self.extent;
         // Sized for the checkpoint as it will be (one extent more or less
         // changes it by a record at most).
-        let blocks = Self::extent_blocks_for(self.checkpoint()?.blocks.len() + 1);
+        let blocks = Self::extent_blocks_for(self.checkpoint()?.device_blocks() as usize + 1);
         let new = self.allocate(blocks)?;
         // The old extent is free in the checkpointed state: once the
         // superblock points at the new extent nothing refers to the old one.
@@ -563,40 +599,109 @@ impl Manifest {
         self.extent = new;
         self.first_seq = self.next_seq;
         self.write_checkpoint()?;
-        self.superblock.generation += 1;
         self.superblock.manifest = new;
         self.superblock.manifest_first_seq = self.first_seq;
-        superblock::write(&self.dev, &self.superblock)
+        superblock::write_both(&self.dev, &mut self.superblock)
     }
 }
 
-/// Reads the manifest the superblock points at and rebuilds the state.
-fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64)> {
-    let mut buf = AlignedMem::new(STORE_BLOCK_BYTES);
+fn write_derived_header(b: &mut [u8], seq: u64) {
+    b[0..4].copy_from_slice(MAGIC);
+    b[4..8].fill(0);
+    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    b[16..DERIVED_BYTES].fill(0);
+}
+
+/// The manifest extent the superblock names, as a protected log.
+struct ManifestLog<'a> {
+    sb: &'a Superblock,
+}
+
+impl LogFormat for ManifestLog<'_> {
+    fn place_of(&self, seq: u64) -> (u64, u64) {
+        let i = seq - self.sb.manifest_first_seq;
+        (
+            self.sb.manifest.start_block + i,
+            self.sb.manifest.block_count as u64 - i,
+        )
+    }
+
+    fn classify(&self, b: &[u8], seq: u64) -> Slot {
+        let mut derived = [0u8; DERIVED_BYTES];
+        write_derived_header(&mut derived, seq);
+        if b[..DERIVED_BYTES] == derived && block_is_sealed_for(b, &self.sb.store_id) {
+            let used = u64::from_le_bytes(b[USED_AT..USED_AT + 8].try_into().expect("8"));
+            let claim = u64::from_le_bytes(b[CLAIM_AT..CLAIM_AT + 8].try_into().expect("8"));
+            if used <= PAYLOAD_BYTES as u64 && claim <= seq {
+                // The durable mark is the group's first block.
+                return Slot::Data {
+                    claim,
+                    group: claim,
+                };
+            }
+        }
+        match crate::parity::check_parity(b, PARITY_MAGIC, seq, 0, &self.sb.store_id) {
+            Some(first) => Slot::Parity { first },
+            None => Slot::Invalid,
+        }
+    }
+
+    fn derived_header(&self, block: &mut [u8], seq: u64) {
+        write_derived_header(block, seq);
+    }
+}
+
+/// Reads the manifest the superblock points at and rebuilds the state. A
+/// block that fails is the end of the log (a group torn by a crash) unless
+/// a later block was written after it was durable: then it is damage, and
+/// open fails naming it. One damaged block per group is rebuilt from the
+/// group's parity.
+fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64, Scan)> {
+    let format = ManifestLog { sb };
+    let scan = Scan::read(
+        dev,
+        &format,
+        sb.manifest_first_seq,
+        sb.manifest.block_count as u64,
+    )?;
+    for &seq in scan.rebuilt.keys() {
+        log::warn!(
+            "manifest block {seq} (store block {}) was damaged and is rebuilt from its group's parity",
+            format.place_of(seq).0
+        );
+    }
+    if let Some(&seq) = scan.damaged().first() {
+        let block = format.place_of(seq).0;
+        let (_, proven_by) = scan.proven_below();
+        return Err(StoreError::Corrupt {
+            what: "manifest block",
+            block,
+            lba: dev.lba_of(block),
+            reason: format!(
+                "it fails its checks and cannot be rebuilt from its group's parity, yet manifest \
+                 block {proven_by} was written after it was durable: the store's catalogue past it \
+                 is lost. Nothing was changed; restore the device from a copy"
+            ),
+        });
+    }
+    let end = scan.first_invalid();
+    let mut buf = block_buffer();
     let mut state: Option<ManifestState> = None;
     let mut checkpoint: Option<ManifestState> = None;
     let mut group: Vec<Edit> = Vec::new();
-    let mut seq = sb.manifest_first_seq;
-    for i in 0..sb.manifest.block_count as u64 {
-        let block = sb.manifest.start_block + i;
-        dev.read(block, buf.as_mut_slice())?;
-        let b = buf.as_slice();
-        let valid = &b[0..4] == MAGIC
-            && block_is_sealed_for(b, &sb.store_id)
-            && u64::from_le_bytes(b[8..16].try_into().expect("8")) == seq;
-        if !valid {
-            break;
+    for seq in sb.manifest_first_seq..end {
+        if !matches!(scan.slot(seq), Slot::Data { .. }) {
+            continue;
         }
+        let block = format.place_of(seq).0;
+        let b = scan.block(dev, &format, seq, &mut buf)?;
         let corrupt = |reason: String| StoreError::Corrupt {
             what: "manifest block",
             block,
             lba: dev.lba_of(block),
             reason,
         };
-        let used = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
-        if used > PAYLOAD_BYTES {
-            return Err(corrupt(format!("payload length {used}")));
-        }
+        let used = u64::from_le_bytes(b[USED_AT..USED_AT + 8].try_into().expect("8")) as usize;
         let mut at = HEADER_BYTES;
         while at < HEADER_BYTES + used {
             let len = u32::from_le_bytes(b[at..at + 4].try_into().expect("4")) as usize;
@@ -643,7 +748,6 @@ fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64)> {
             }
             at += RECORD_HEADER_BYTES + len;
         }
-        seq += 1;
     }
     let state = state.ok_or_else(|| StoreError::Corrupt {
         what: "manifest",
@@ -660,5 +764,5 @@ fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64)> {
             reason: "the free map lists the manifest's own extent as free".into(),
         });
     }
-    Ok((state, seq))
+    Ok((state, end, scan))
 }

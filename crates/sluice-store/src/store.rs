@@ -16,7 +16,7 @@ use crate::sst::{
     TableReader,
 };
 use crate::version::{self, Levels, Table, Version};
-use crate::wal::{self, Wal, WalLayout};
+use crate::wal::{self, Wal, WalLayout, WalRecovery};
 use rand::Rng;
 use sluice_io::Device;
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +47,9 @@ pub struct StoreConfig {
     pub pinned_index_bytes: usize,
     /// Indexes and filters of unpinned tables kept in memory.
     pub index_cache_bytes: usize,
+    /// What open does when the WAL is damaged before its end (default:
+    /// refuse, naming the blocks).
+    pub wal_recovery: WalRecovery,
 }
 
 impl Default for StoreConfig {
@@ -61,6 +64,7 @@ impl Default for StoreConfig {
             // enough for 20 GB of such data.
             pinned_index_bytes: 256 << 20,
             index_cache_bytes: 32 << 20,
+            wal_recovery: WalRecovery::Strict,
         }
     }
 }
@@ -299,7 +303,6 @@ impl Store {
     pub fn open_on(devices: Vec<Arc<dyn Device>>, config: &StoreConfig) -> Result<Self> {
         let dev = open_device_set(devices)?;
         let mut manifest = Manifest::open(dev.clone())?;
-        reclaim_unreferenced(&mut manifest)?;
         let state = manifest.state().clone();
         let place = state.wal.clone().ok_or_else(|| StoreError::Corrupt {
             what: "manifest",
@@ -307,6 +310,35 @@ impl Store {
             lba: dev.lba_of(manifest.superblock().manifest.start_block),
             reason: "no write-ahead log recorded".into(),
         })?;
+        // Everything up to here only reads: a store that cannot be
+        // recovered as asked is left as it was.
+        let layout = WalLayout {
+            ring: place.ring.clone(),
+            epoch: place.epoch,
+        };
+        let recovered = wal::recover(&dev, &layout, place.tail_seq, config.wal_recovery)?;
+        report_wal_recovery(&recovered, config.wal_recovery);
+        let mut memtable = Memtable::default();
+        let mut last_seq = state.last_sequence;
+        for (pos, record) in &recovered.records {
+            let (first, batch) = WriteBatch::decode(record).ok_or_else(|| {
+                let block = layout.ring[0].start_block + pos.end_seq % layout.ring_blocks();
+                StoreError::Corrupt {
+                    what: "WAL record",
+                    block,
+                    lba: dev.lba_of(block),
+                    reason: "a record with valid checksums does not decode as a write batch".into(),
+                }
+            })?;
+            // Records older than the last flush are already in tables.
+            if first > state.last_sequence {
+                memtable.apply(first, &batch);
+            }
+            last_seq = last_seq.max(first + batch.len() as u64 - 1);
+        }
+        manifest.begin_writing()?;
+        recovered.seal(&dev, &layout)?;
+        reclaim_unreferenced(&mut manifest)?;
         let released = Arc::new(Mutex::new(Vec::new()));
         let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
         let pin_budget = Arc::new(PinBudget::new(config.pinned_index_bytes));
@@ -336,26 +368,6 @@ impl Store {
                 .entry(meta.keyspace)
                 .or_default()
                 .insert(Arc::new(Table::new(meta.clone(), reader, released.clone())));
-        }
-        let layout = WalLayout {
-            ring: place.ring.clone(),
-            epoch: place.epoch,
-        };
-        let recovered = wal::recover(&dev, &layout, place.tail_seq)?;
-        let mut memtable = Memtable::default();
-        let mut last_seq = state.last_sequence;
-        for (pos, record) in &recovered.records {
-            let (first, batch) = WriteBatch::decode(record).ok_or_else(|| StoreError::Corrupt {
-                what: "WAL record",
-                block: layout.ring[0].start_block + pos.end_seq % layout.ring_blocks(),
-                lba: 0,
-                reason: "a record with valid checksums does not decode as a write batch".into(),
-            })?;
-            // Records older than the last flush are already in tables.
-            if first > state.last_sequence {
-                memtable.apply(first, &batch);
-            }
-            last_seq = last_seq.max(first + batch.len() as u64 - 1);
         }
         let keyspaces = state
             .keyspaces
@@ -1167,22 +1179,29 @@ impl Inner {
     }
 
     fn wal_epoch(&self) -> u64 {
-        lock(&self.manifest)
-            .state()
-            .wal
-            .as_ref()
-            .expect("a WAL")
-            .epoch
+        self.wal.layout().epoch
     }
 
     fn wal_ring(&self) -> Vec<Extent> {
-        lock(&self.manifest)
-            .state()
-            .wal
-            .as_ref()
-            .expect("a WAL")
-            .ring
-            .clone()
+        self.wal.layout().ring.clone()
+    }
+}
+
+/// Says what WAL recovery rebuilt or, as asked, passed over.
+fn report_wal_recovery(recovered: &wal::Recovered, mode: WalRecovery) {
+    if !recovered.rebuilt.is_empty() {
+        log::warn!(
+            "WAL: {} damaged log block(s) rebuilt from their group's parity: {:?}",
+            recovered.rebuilt.len(),
+            recovered.rebuilt
+        );
+    }
+    if !recovered.dropped.is_empty() {
+        log::warn!(
+            "WAL recovery {mode:?}: {} log block(s) dropped as asked: {:?}",
+            recovered.dropped.len(),
+            recovered.dropped
+        );
     }
 }
 

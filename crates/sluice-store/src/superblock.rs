@@ -8,7 +8,9 @@ use crate::error::{Result, StoreError};
 
 pub const MAGIC: &[u8; 8] = b"SLUICEKV";
 /// 2: the superblock lists the store blocks of each device of the set.
-pub const FORMAT_VERSION: u32 = 3;
+/// 3: manifest checksums seeded with the store id. 4: WAL and manifest
+/// blocks carry a durable mark and each write group a parity block.
+pub const FORMAT_VERSION: u32 = 4;
 /// Store blocks 0 and 1 hold the two copies.
 pub const SUPERBLOCK_BLOCKS: u64 = 2;
 
@@ -114,6 +116,17 @@ pub fn write(dev: &BlockDevice, sb: &Superblock) -> Result<()> {
     buf.as_mut_slice().copy_from_slice(&sb.encode());
     dev.write(sb.slot(), buf.as_slice())?;
     dev.flush()
+}
+
+/// Writes `sb` to both copies, one after the other, each made durable
+/// before the next: the generation rises by two. A crash or damage to
+/// either copy then leaves the other pointing at the same manifest.
+pub fn write_both(dev: &BlockDevice, sb: &mut Superblock) -> Result<()> {
+    for _ in 0..SUPERBLOCK_BLOCKS {
+        sb.generation += 1;
+        write(dev, sb)?;
+    }
+    Ok(())
 }
 
 /// Writes a device's label (a superblock naming its place in the set) to

@@ -1,18 +1,22 @@
 //! The write-ahead log: a ring of extents holding 4096-byte log blocks,
-//! early write of every block that fills, group commit, and recovery that
-//! ends at the first block that is torn or from an earlier lap. Layout and
-//! rules in docs/FORMAT.md ("Write-ahead log").
+//! early write of every block that fills, group commit with a parity block
+//! per group, and recovery that tells a torn tail (the normal end after a
+//! crash) from damage in the middle of the log (reported, never passed over
+//! silently). Layout and rules in docs/FORMAT.md ("Write-ahead log").
 
-use crate::blocks::{
-    block_buffer, block_is_sealed, seal_block, BlockDevice, Extent, STORE_BLOCK_BYTES,
-};
-use crate::error::{Result, StoreError};
+use crate::blocks::{block_buffer, BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::error::{DamagedBlock, Result, StoreError};
+use crate::parity::{self, LogFormat, Parity, Scan, Slot, DERIVED_BYTES};
 use sluice_io::mem::AlignedMem;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 const MAGIC: &[u8; 4] = b"WALB";
-const HEADER_BYTES: usize = 24;
+const PARITY_MAGIC: &[u8; 4] = b"WALP";
+const USED_AT: usize = DERIVED_BYTES;
+const CLAIM_AT: usize = DERIVED_BYTES + 8;
+const GROUP_AT: usize = DERIVED_BYTES + 16;
+const HEADER_BYTES: usize = DERIVED_BYTES + 24;
 const PAYLOAD_BYTES: usize = STORE_BLOCK_BYTES - HEADER_BYTES - 4;
 /// crc u32, length u16, type u8.
 const FRAGMENT_HEADER_BYTES: usize = 7;
@@ -31,6 +35,33 @@ pub struct LogPosition {
     pub end_seq: u64,
 }
 
+/// What recovery does when the log is damaged before its end (a block that
+/// fails its checks although a later block proves it was durable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WalRecovery {
+    /// Refuse to open, naming the damaged blocks and these choices.
+    #[default]
+    Strict,
+    /// Keep the log up to the first damaged block; drop everything after.
+    PointInTime,
+    /// Keep every intact block; drop only the records in damaged ones.
+    SkipDamaged,
+}
+
+impl std::str::FromStr for WalRecovery {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "strict" => Ok(WalRecovery::Strict),
+            "point-in-time" => Ok(WalRecovery::PointInTime),
+            "skip-damaged" => Ok(WalRecovery::SkipDamaged),
+            other => Err(format!(
+                "unknown WAL recovery {other:?}: use strict, point-in-time or skip-damaged"
+            )),
+        }
+    }
+}
+
 /// The log's place on the device.
 #[derive(Debug, Clone)]
 pub struct WalLayout {
@@ -46,10 +77,16 @@ impl WalLayout {
 
     /// The store block that log block `seq` occupies.
     fn block_of(&self, seq: u64) -> u64 {
+        self.place_of(seq).0
+    }
+
+    /// The store block of `seq`, and how many log blocks from `seq` on are
+    /// contiguous on the device.
+    fn place_of(&self, seq: u64) -> (u64, u64) {
         let mut pos = seq % self.ring_blocks();
         for e in &self.ring {
             if pos < e.block_count as u64 {
-                return e.start_block + pos;
+                return (e.start_block + pos, e.block_count as u64 - pos);
             }
             pos -= e.block_count as u64;
         }
@@ -79,6 +116,10 @@ struct State {
     open_seq: u64,
     /// Oldest log block still needed (its records are not yet in tables).
     tail_seq: u64,
+    /// XOR of the blocks sealed since the last parity block.
+    parity: Parity,
+    /// A commit's closing block and parity block, written with one request.
+    stage: AlignedMem,
     committing: bool,
     failed: Option<String>,
 }
@@ -110,9 +151,9 @@ impl Wal {
     /// Opens the log for appending at `next_seq`, keeping blocks from
     /// `tail_seq` on (as recovery reported them).
     pub fn open(dev: BlockDevice, layout: WalLayout, tail_seq: u64, next_seq: u64) -> Result<Self> {
-        if layout.ring_blocks() < 2 {
+        if layout.ring_blocks() < 4 {
             return Err(StoreError::BadDevice(
-                "the WAL ring needs at least 2 blocks".into(),
+                "the WAL ring needs at least 4 blocks".into(),
             ));
         }
         assert!(tail_seq <= next_seq);
@@ -124,6 +165,8 @@ impl Wal {
                 open_used: 0,
                 open_seq: next_seq,
                 tail_seq,
+                parity: Parity::new(next_seq),
+                stage: AlignedMem::new(2 * STORE_BLOCK_BYTES),
                 committing: false,
                 failed: None,
             }),
@@ -132,6 +175,11 @@ impl Wal {
             durable_below: AtomicU64::new(next_seq),
             flushes: AtomicU64::new(0),
         })
+    }
+
+    /// The ring and epoch this log writes.
+    pub fn layout(&self) -> &WalLayout {
+        &self.layout
     }
 
     /// Every log block below this sequence has been written (no system call).
@@ -153,14 +201,13 @@ impl Wal {
         self.flushes.load(Ordering::Relaxed)
     }
 
-    /// Writes the open block (padded) if it holds anything, so that every
-    /// record appended so far lies before the returned sequence.
+    /// Writes the open block (padded) if it holds anything and ends the
+    /// group with its parity block, so that every record appended so far
+    /// lies before the returned sequence and no group straddles it.
     pub fn close_block(&self) -> Result<u64> {
         let mut st = self.lock();
         self.check_failed(&st)?;
-        if st.open_used > 0 {
-            self.write_open(&mut st)?;
-        }
+        self.close_group(&mut st)?;
         Ok(st.open_seq)
     }
 
@@ -186,12 +233,14 @@ impl Wal {
         }
         let mut st = self.lock();
         self.check_failed(&st)?;
-        // Room check before any byte is placed, so a record is all or nothing.
+        // Room check before any byte is placed, so a record is all or
+        // nothing: its fragments, the open block, and the parity block a
+        // commit or close adds after them.
         let fragments = record
             .len()
             .div_ceil(PAYLOAD_BYTES - FRAGMENT_HEADER_BYTES)
             .max(1);
-        let worst_blocks = (fragments + 1) as u64;
+        let worst_blocks = (fragments + 2) as u64;
         let ring = self.layout.ring_blocks();
         let used = st.open_seq - st.tail_seq;
         if used + worst_blocks > ring {
@@ -240,27 +289,67 @@ impl Wal {
         }
     }
 
-    /// Seals the open block, writes it at its ring position and opens the next.
-    fn write_open(&self, st: &mut State) -> Result<()> {
-        let seq = st.open_seq;
+    /// Seals the open block in place: header, the durable mark every block
+    /// carries, padding, checksum; adds it to the group's parity.
+    fn seal_open(&self, st: &mut State) {
         let used = st.open_used;
-        let epoch = self.layout.epoch;
         let b = st.open.as_mut_slice();
-        b[0..4].copy_from_slice(MAGIC);
-        b[4..6].copy_from_slice(&(used as u16).to_le_bytes());
-        b[6..8].fill(0);
-        b[8..16].copy_from_slice(&seq.to_le_bytes());
-        b[16..24].copy_from_slice(&epoch.to_le_bytes());
+        write_derived_header(b, st.open_seq, self.layout.epoch);
+        b[USED_AT..USED_AT + 8].copy_from_slice(&(used as u64).to_le_bytes());
+        b[CLAIM_AT..CLAIM_AT + 8].copy_from_slice(&self.last_durable().to_le_bytes());
+        b[GROUP_AT..GROUP_AT + 8].copy_from_slice(&st.parity.first_seq().to_le_bytes());
         b[HEADER_BYTES + used..STORE_BLOCK_BYTES - 4].fill(0);
-        seal_block(b);
-        if let Err(e) = self
-            .dev
-            .write(self.layout.block_of(seq), st.open.as_slice())
-        {
+        crate::blocks::seal_block(b);
+        st.parity.add(b);
+    }
+
+    /// Seals, writes at its ring position, and opens the next block (the
+    /// early write of a block that filled).
+    fn write_open(&self, st: &mut State) -> Result<()> {
+        self.seal_open(st);
+        let at = self.layout.block_of(st.open_seq);
+        if let Err(e) = self.dev.write(at, st.open.as_slice()) {
             st.failed = Some(e.to_string());
             return Err(e);
         }
         st.open_seq += 1;
+        st.open_used = 0;
+        self.written_below.store(st.open_seq, Ordering::Release);
+        Ok(())
+    }
+
+    /// Ends the group: seals the open block if it holds anything and the
+    /// parity block after it, and writes both, with one request where they
+    /// are adjacent on the device.
+    fn close_group(&self, st: &mut State) -> Result<()> {
+        let mut count = 0usize;
+        if st.open_used > 0 {
+            self.seal_open(st);
+            let State { open, stage, .. } = &mut *st;
+            stage.as_mut_slice()[..STORE_BLOCK_BYTES].copy_from_slice(open.as_slice());
+            count = 1;
+        }
+        if !st.parity.is_empty() {
+            let seq = st.open_seq + count as u64;
+            let State { parity, stage, .. } = &mut *st;
+            let out = &mut stage.as_mut_slice()[count * STORE_BLOCK_BYTES..][..STORE_BLOCK_BYTES];
+            parity.seal_into(out, PARITY_MAGIC, seq, self.layout.epoch, &[]);
+            count += 1;
+        }
+        let mut done = 0;
+        while done < count {
+            let seq = st.open_seq + done as u64;
+            let (at, contiguous) = self.layout.place_of(seq);
+            let n = (count - done).min(contiguous as usize);
+            let bytes =
+                &st.stage.as_slice()[done * STORE_BLOCK_BYTES..(done + n) * STORE_BLOCK_BYTES];
+            if let Err(e) = self.dev.write(at, bytes) {
+                st.failed = Some(e.to_string());
+                return Err(e);
+            }
+            done += n;
+        }
+        st.open_seq += count as u64;
         st.open_used = 0;
         self.written_below.store(st.open_seq, Ordering::Release);
         Ok(())
@@ -284,12 +373,9 @@ impl Wal {
                 return Ok(());
             }
             st.committing = true;
-            // The open block holds the record (or later ones): write it padded.
-            let result = if st.open_seq <= pos.end_seq && st.open_used > 0 {
-                self.write_open(&mut st)
-            } else {
-                Ok(())
-            };
+            // Everything sealed since the last parity, the open block if it
+            // holds anything, and their parity go out before the flush.
+            let result = self.close_group(&mut st);
             let target = st.open_seq;
             drop(st);
             let result = result.and_then(|()| {
@@ -312,6 +398,14 @@ impl Wal {
     }
 }
 
+fn write_derived_header(b: &mut [u8], seq: u64, epoch: u64) {
+    b[0..4].copy_from_slice(MAGIC);
+    b[4..8].fill(0);
+    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    b[16..24].copy_from_slice(&epoch.to_le_bytes());
+    b[24..DERIVED_BYTES].fill(0);
+}
+
 fn put_fragment(st: &mut State, kind: u8, data: &[u8]) {
     let at = HEADER_BYTES + st.open_used;
     let b = st.open.as_mut_slice();
@@ -324,90 +418,230 @@ fn put_fragment(st: &mut State, kind: u8, data: &[u8]) {
     st.open_used += FRAGMENT_HEADER_BYTES + data.len();
 }
 
-/// What recovery found.
-#[derive(Debug)]
-pub struct Recovered {
-    /// Complete records, in log order, with where each ended.
-    pub records: Vec<(LogPosition, Vec<u8>)>,
-    /// The first log block sequence that did not validate: append from here.
-    pub next_seq: u64,
+impl LogFormat for WalLayout {
+    fn place_of(&self, seq: u64) -> (u64, u64) {
+        WalLayout::place_of(self, seq)
+    }
+
+    fn classify(&self, block: &[u8], seq: u64) -> Slot {
+        classify(block, seq, self.epoch)
+    }
+
+    fn derived_header(&self, block: &mut [u8], seq: u64) {
+        write_derived_header(block, seq, self.epoch);
+    }
 }
 
-/// Reads the log from `start_seq` until the first block that is torn, never
-/// written, from an earlier lap or another ring. A record whose fragments
-/// do not complete is dropped: its commit never returned.
-pub fn recover(dev: &BlockDevice, layout: &WalLayout, start_seq: u64) -> Result<Recovered> {
+fn classify(b: &[u8], seq: u64, epoch: u64) -> Slot {
+    let mut derived = [0u8; DERIVED_BYTES];
+    write_derived_header(&mut derived, seq, epoch);
+    if b[..DERIVED_BYTES] == derived && crate::blocks::block_is_sealed(b) {
+        let used = u64::from_le_bytes(b[USED_AT..USED_AT + 8].try_into().expect("8"));
+        let claim = u64::from_le_bytes(b[CLAIM_AT..CLAIM_AT + 8].try_into().expect("8"));
+        let group = u64::from_le_bytes(b[GROUP_AT..GROUP_AT + 8].try_into().expect("8"));
+        if used <= PAYLOAD_BYTES as u64 && claim <= seq && group <= seq {
+            return Slot::Data { claim, group };
+        }
+    }
+    match parity::check_parity(b, PARITY_MAGIC, seq, epoch, &[]) {
+        Some(first) => Slot::Parity { first },
+        None => Slot::Invalid,
+    }
+}
+
+/// What recovery found. Nothing is written until [`Recovered::seal`].
+#[derive(Debug)]
+pub struct Recovered {
+    /// Every block of the ring as read back.
+    scan: Scan,
+    /// Damaged blocks below the end that recovery passed over.
+    skipped: Vec<u64>,
+    /// Complete records, in log order, with where each ended.
+    pub records: Vec<(LogPosition, Vec<u8>)>,
+    /// The end of the log: append after it (under a new epoch).
+    pub next_seq: u64,
+    /// Log blocks that were damaged and rebuilt from their group's parity.
+    pub rebuilt: Vec<u64>,
+    /// Damaged log blocks passed over by the recovery asked for, and the
+    /// blocks dropped after a point-in-time stop.
+    pub dropped: Vec<u64>,
+}
+
+/// Reads the log from `start_seq`: every block of the ring is classified,
+/// a damaged block is rebuilt from its group's parity where the rest of the
+/// group is intact, and the log ends at the first block that fails unless a
+/// later block proves it was durable — then it is damage, handled as
+/// `mode` says. A record whose fragments do not complete is dropped: its
+/// commit never returned.
+pub fn recover(
+    dev: &BlockDevice,
+    layout: &WalLayout,
+    start_seq: u64,
+    mode: WalRecovery,
+) -> Result<Recovered> {
+    let scan = Scan::read(dev, layout, start_seq, layout.ring_blocks())?;
+    for &seq in scan.rebuilt.keys() {
+        log::warn!(
+            "WAL block {seq} (store block {}) was damaged and is rebuilt from its group's parity",
+            layout.block_of(seq)
+        );
+    }
+    let first_invalid = scan.first_invalid();
+    let (proven_below, proven_by) = scan.proven_below();
+    let damaged = scan.damaged();
+    let (end, skip, dropped) = if damaged.is_empty() {
+        (first_invalid, Vec::new(), Vec::new())
+    } else {
+        match mode {
+            WalRecovery::Strict => {
+                return Err(StoreError::WalDamaged {
+                    damaged: damaged
+                        .iter()
+                        .map(|&seq| {
+                            let block = layout.block_of(seq);
+                            DamagedBlock {
+                                seq,
+                                block,
+                                lba: dev.lba_of(block),
+                            }
+                        })
+                        .collect(),
+                    proven_by,
+                })
+            }
+            WalRecovery::PointInTime => {
+                let after: Vec<u64> = (first_invalid..proven_below).collect();
+                (first_invalid, Vec::new(), after)
+            }
+            WalRecovery::SkipDamaged => {
+                let end = scan.first_invalid_from(proven_below);
+                (end, damaged.clone(), damaged)
+            }
+        }
+    };
+    let records = decode_records(dev, layout, &scan, end, &skip)?;
+    Ok(Recovered {
+        rebuilt: scan.rebuilt.keys().copied().collect(),
+        scan,
+        skipped: skip,
+        records,
+        next_seq: end,
+        dropped,
+    })
+}
+
+impl Recovered {
+    /// Makes the ring what recovery took it to be, so that appending at
+    /// `next_seq` under the same epoch is safe: rebuilt blocks go back,
+    /// damaged blocks passed over become empty log blocks, and every valid
+    /// block after the end (a torn write's remnant, or blocks dropped as
+    /// asked) is zeroed — none can be replayed after newer writes later.
+    pub fn seal(&self, dev: &BlockDevice, layout: &WalLayout) -> Result<usize> {
+        self.scan
+            .seal(dev, layout, self.next_seq, &self.skipped, |seq| {
+                empty_block(layout, seq)
+            })
+    }
+}
+
+/// A valid log block at `seq` holding no records.
+fn empty_block(layout: &WalLayout, seq: u64) -> AlignedMem {
+    let mut b = block_buffer();
+    write_derived_header(b.as_mut_slice(), seq, layout.epoch);
+    // Its own group: it names no parity place.
+    b.as_mut_slice()[GROUP_AT..GROUP_AT + 8].copy_from_slice(&seq.to_le_bytes());
+    crate::blocks::seal_block(b.as_mut_slice());
+    b
+}
+
+/// Reassembles the records of the data blocks from the scan's start to
+/// `end`, passing over the blocks in `skip` (a record with a fragment in
+/// one is dropped).
+fn decode_records(
+    dev: &BlockDevice,
+    layout: &WalLayout,
+    scan: &Scan,
+    end: u64,
+    skip: &[u64],
+) -> Result<Vec<(LogPosition, Vec<u8>)>> {
     let mut records = Vec::new();
     let mut partial: Option<Vec<u8>> = None;
     let mut buf = block_buffer();
-    let mut seq = start_seq;
-    while seq - start_seq < layout.ring_blocks() {
-        let block = layout.block_of(seq);
-        dev.read(block, buf.as_mut_slice())?;
-        let b = buf.as_slice();
-        let valid = &b[0..4] == MAGIC
-            && block_is_sealed(b)
-            && u64::from_le_bytes(b[8..16].try_into().expect("8")) == seq
-            && u64::from_le_bytes(b[16..24].try_into().expect("8")) == layout.epoch;
-        if !valid {
-            break;
+    for seq in scan.start_seq..end {
+        if skip.contains(&seq) {
+            partial = None;
+            continue;
         }
-        let used = u16::from_le_bytes(b[4..6].try_into().expect("2")) as usize;
-        let corrupt = |reason: String| StoreError::Corrupt {
-            what: "WAL block",
-            block,
-            lba: dev.lba_of(block),
-            reason,
-        };
-        if used > PAYLOAD_BYTES {
+        if !matches!(scan.slot(seq), Slot::Data { .. }) {
+            continue;
+        }
+        let b = scan.block(dev, layout, seq, &mut buf)?;
+        decode_block(
+            b,
+            seq,
+            layout.block_of(seq),
+            dev,
+            &mut records,
+            &mut partial,
+        )?;
+    }
+    Ok(records)
+}
+
+fn decode_block(
+    b: &[u8],
+    seq: u64,
+    block: u64,
+    dev: &BlockDevice,
+    records: &mut Vec<(LogPosition, Vec<u8>)>,
+    partial: &mut Option<Vec<u8>>,
+) -> Result<()> {
+    let corrupt = |reason: String| StoreError::Corrupt {
+        what: "WAL block",
+        block,
+        lba: dev.lba_of(block),
+        reason,
+    };
+    let used = u64::from_le_bytes(b[USED_AT..USED_AT + 8].try_into().expect("8")) as usize;
+    let mut at = HEADER_BYTES;
+    let end = HEADER_BYTES + used;
+    while at < end {
+        if end - at < FRAGMENT_HEADER_BYTES {
+            return Err(corrupt("truncated fragment header".into()));
+        }
+        let crc = u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+        let len = u16::from_le_bytes(b[at + 4..at + 6].try_into().expect("2")) as usize;
+        let kind = b[at + 6];
+        let data_at = at + FRAGMENT_HEADER_BYTES;
+        if data_at + len > end {
             return Err(corrupt(format!(
-                "payload length {used} exceeds {PAYLOAD_BYTES}"
+                "fragment of {len} bytes runs past the payload"
             )));
         }
-        let mut at = HEADER_BYTES;
-        let end = HEADER_BYTES + used;
-        while at < end {
-            if end - at < FRAGMENT_HEADER_BYTES {
-                return Err(corrupt("truncated fragment header".into()));
-            }
-            let crc = u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
-            let len = u16::from_le_bytes(b[at + 4..at + 6].try_into().expect("2")) as usize;
-            let kind = b[at + 6];
-            let data_at = at + FRAGMENT_HEADER_BYTES;
-            if data_at + len > end {
-                return Err(corrupt(format!(
-                    "fragment of {len} bytes runs past the payload"
-                )));
-            }
-            let data = &b[data_at..data_at + len];
-            if crc32c::crc32c_append(crc32c::crc32c(&[kind]), data) != crc {
-                return Err(corrupt("fragment checksum mismatch".into()));
-            }
-            let pos = LogPosition { end_seq: seq };
-            match kind {
-                FULL => {
-                    partial = None;
-                    records.push((pos, data.to_vec()));
-                }
-                FIRST => partial = Some(data.to_vec()),
-                MIDDLE | LAST => match partial.as_mut() {
-                    Some(p) => {
-                        p.extend_from_slice(data);
-                        if kind == LAST {
-                            records.push((pos, partial.take().expect("partial record")));
-                        }
-                    }
-                    // The record began before start_seq: not ours to replay.
-                    None => {}
-                },
-                other => return Err(corrupt(format!("unknown fragment type {other}"))),
-            }
-            at = data_at + len;
+        let data = &b[data_at..data_at + len];
+        if crc32c::crc32c_append(crc32c::crc32c(&[kind]), data) != crc {
+            return Err(corrupt("fragment checksum mismatch".into()));
         }
-        seq += 1;
+        let pos = LogPosition { end_seq: seq };
+        match kind {
+            FULL => {
+                *partial = None;
+                records.push((pos, data.to_vec()));
+            }
+            FIRST => *partial = Some(data.to_vec()),
+            MIDDLE | LAST => {
+                // None: the record began before the start, or in a block
+                // passed over as damaged: not ours to replay.
+                if let Some(p) = partial.as_mut() {
+                    p.extend_from_slice(data);
+                    if kind == LAST {
+                        records.push((pos, partial.take().expect("partial record")));
+                    }
+                }
+            }
+            other => return Err(corrupt(format!("unknown fragment type {other}"))),
+        }
+        at = data_at + len;
     }
-    Ok(Recovered {
-        records,
-        next_seq: seq,
-    })
+    Ok(())
 }

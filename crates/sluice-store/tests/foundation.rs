@@ -7,7 +7,7 @@ use sluice_io::{Device, MemoryDevice, PowerCutMode};
 use sluice_store::alloc::ExtentAllocator;
 use sluice_store::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
 use sluice_store::superblock::{self, Superblock};
-use sluice_store::wal::{self, LogPosition, Wal, WalLayout};
+use sluice_store::wal::{self, LogPosition, Wal, WalLayout, WalRecovery};
 use sluice_store::StoreError;
 use std::sync::Arc;
 
@@ -216,7 +216,7 @@ fn wal_committed_records_survive_a_power_cut() {
     let _ = wal.append(&record(99, 100)).unwrap();
     drop(wal);
     mem.power_cut(PowerCutMode::DropUnflushed);
-    let got = wal::recover(&dev, &lay, 0).unwrap();
+    let got = wal::recover(&dev, &lay, 0, WalRecovery::Strict).unwrap();
     let bodies: Vec<Vec<u8>> = got.records.iter().map(|(_, r)| r.clone()).collect();
     let want: Vec<Vec<u8>> = sizes
         .iter()
@@ -228,7 +228,7 @@ fn wal_committed_records_survive_a_power_cut() {
     let wal = Wal::open(dev.clone(), lay.clone(), 0, got.next_seq).unwrap();
     let p = wal.append(&record(100, 7000)).unwrap();
     wal.commit(p).unwrap();
-    let again = wal::recover(&dev, &lay, 0).unwrap();
+    let again = wal::recover(&dev, &lay, 0, WalRecovery::Strict).unwrap();
     assert_eq!(again.records.len(), sizes.len() + 1);
     assert_eq!(again.records.last().unwrap().1, record(100, 7000));
 }
@@ -236,7 +236,8 @@ fn wal_committed_records_survive_a_power_cut() {
 #[test]
 fn wal_wraps_around_its_ring_and_refuses_to_overrun_the_tail() {
     let (_mem, dev) = memory(64, 4096);
-    let lay = layout(&[(4, 6)]);
+    // Each commit below takes a log block and its group's parity block.
+    let lay = layout(&[(4, 12)]);
     lay.format(&dev).unwrap();
     let wal = Wal::open(dev.clone(), lay.clone(), 0, 0).unwrap();
     let mut positions = Vec::new();
@@ -252,7 +253,13 @@ fn wal_wraps_around_its_ring_and_refuses_to_overrun_the_tail() {
         }
     };
     assert!(
-        matches!(err, StoreError::WalFull { ring_blocks: 6, .. }),
+        matches!(
+            err,
+            StoreError::WalFull {
+                ring_blocks: 12,
+                ..
+            }
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("flush the memtable"));
@@ -263,7 +270,7 @@ fn wal_wraps_around_its_ring_and_refuses_to_overrun_the_tail() {
         let p = wal.append(&record(i, 3000)).unwrap();
         wal.commit(p).unwrap();
     }
-    let got = wal::recover(&dev, &lay, tail).unwrap();
+    let got = wal::recover(&dev, &lay, tail, WalRecovery::Strict).unwrap();
     let ids: Vec<u64> = got
         .records
         .iter()
@@ -290,16 +297,26 @@ fn wal_rejects_records_over_the_limit_and_blocks_of_another_ring() {
         ..lay.clone()
     };
     assert!(
-        wal::recover(&dev, &other, 0).unwrap().records.is_empty(),
+        wal::recover(&dev, &other, 0, WalRecovery::Strict)
+            .unwrap()
+            .records
+            .is_empty(),
         "another epoch never validates"
     );
-    assert_eq!(wal::recover(&dev, &lay, 0).unwrap().records.len(), 1);
+    assert_eq!(
+        wal::recover(&dev, &lay, 0, WalRecovery::Strict)
+            .unwrap()
+            .records
+            .len(),
+        1
+    );
 }
 
 #[test]
 fn wal_group_commit_shares_flushes_between_threads() {
-    let (mem, dev) = memory(512, 4096);
-    let lay = layout(&[(2, 400)]);
+    let (mem, dev) = memory(1024, 4096);
+    // Room for every commit to take a block and a parity block.
+    let lay = layout(&[(2, 800)]);
     lay.format(&dev).unwrap();
     let wal = Arc::new(Wal::open(dev.clone(), lay.clone(), 0, 0).unwrap());
     let threads = 8;
@@ -321,7 +338,7 @@ fn wal_group_commit_shares_flushes_between_threads() {
     let commits = threads * per_thread;
     assert!(wal.flush_count() <= commits, "one flush per commit at most");
     mem.power_cut(PowerCutMode::DropUnflushed);
-    let got = wal::recover(&dev, &lay, 0).unwrap();
+    let got = wal::recover(&dev, &lay, 0, WalRecovery::Strict).unwrap();
     let mut ids: Vec<u64> = got
         .records
         .iter()
@@ -368,7 +385,7 @@ proptest! {
         drop(wal);
         let mode = if torn { PowerCutMode::TornSectors { seed } } else { PowerCutMode::DropUnflushed };
         mem.power_cut(mode);
-        let got = wal::recover(&dev, &lay, 0).unwrap();
+        let got = wal::recover(&dev, &lay, 0, WalRecovery::Strict).unwrap();
         let bodies: Vec<Vec<u8>> = got.records.into_iter().map(|(_, r)| r).collect();
         prop_assert!(bodies.len() >= committed, "lost committed records: {} < {}", bodies.len(), committed);
         prop_assert!(bodies.len() <= appended.len());

@@ -120,13 +120,16 @@ fn a_corrupt_manifest_block_is_reported_with_its_place() {
     m.log(&edits).unwrap();
     let start = m.superblock().manifest.start_block;
     drop(m);
-    // Flip a payload byte and re-seal the block (checksum seeded with the
-    // store id): the block checksum passes, the record checksum does not.
+    // The checkpoint and its parity block come first, then the group's
+    // block. Flip a payload byte of it and re-seal the block (checksum
+    // seeded with the store id): the block checksum passes, the record
+    // checksum does not.
+    let group_block = start + 2;
     let mut buf = sluice_io::mem::AlignedMem::new(STORE_BLOCK_BYTES);
-    dev.read(start + 1, buf.as_mut_slice()).unwrap();
-    buf.as_mut_slice()[30] ^= 0xFF;
+    dev.read(group_block, buf.as_mut_slice()).unwrap();
+    buf.as_mut_slice()[60] ^= 0xFF;
     sluice_store::blocks::seal_block_for(buf.as_mut_slice(), &[2; 16]);
-    dev.write(start + 1, buf.as_slice()).unwrap();
+    dev.write(group_block, buf.as_slice()).unwrap();
     let err = Manifest::open(dev).unwrap_err();
     let msg = err.to_string();
     assert!(
@@ -140,7 +143,7 @@ fn a_corrupt_manifest_block_is_reported_with_its_place() {
         "{msg}"
     );
     assert!(
-        msg.contains(&format!("store block {}", start + 1)) && msg.contains("LBA"),
+        msg.contains(&format!("store block {group_block}")) && msg.contains("LBA"),
         "{msg}"
     );
 }

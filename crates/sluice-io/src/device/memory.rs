@@ -112,6 +112,19 @@ impl MemoryDevice {
         st.visible = durable;
     }
 
+    /// Damages the medium: `change` rewrites `len_bytes` bytes from
+    /// `offset_bytes` in what the device holds durably and shows, as a
+    /// flipped bit or a ruined block would, with no error on later reads.
+    pub fn damage(&self, offset_bytes: usize, len_bytes: usize, change: impl FnOnce(&mut [u8])) {
+        let mut st = self.state();
+        change(&mut st.durable[offset_bytes..offset_bytes + len_bytes]);
+        let State {
+            durable, visible, ..
+        } = &mut *st;
+        visible[offset_bytes..offset_bytes + len_bytes]
+            .copy_from_slice(&durable[offset_bytes..offset_bytes + len_bytes]);
+    }
+
     /// Number of writes that a power cut now would affect.
     pub fn unflushed_writes(&self) -> usize {
         self.state().pending.len()
