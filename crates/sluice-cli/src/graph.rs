@@ -58,7 +58,10 @@ enum GraphCommand {
 }
 
 pub fn run(args: &GraphArgs) -> Result<()> {
-    let store = Store::open_on(open_devices(&args.devices)?, &StoreConfig::default())?;
+    let store = Store::open_on(
+        open_devices(&args.devices)?,
+        &crate::store_config(StoreConfig::default()),
+    )?;
     let ks = store.keyspace(&args.keyspace)?;
     let start = Instant::now();
     let g = match &args.predicate {

@@ -129,10 +129,10 @@ pub fn run(args: &KvArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let config = StoreConfig {
+    let config = crate::store_config(StoreConfig {
         write_buffer_bytes: args.write_buffer_kib << 10,
         ..StoreConfig::default()
-    };
+    });
     let store = Store::open_on(open_devices(&args.devices)?, &config)?;
     if let KvCommand::Keyspace {
         name,

@@ -53,7 +53,10 @@ enum PapersCommand {
 }
 
 pub fn run(args: &PapersArgs) -> Result<()> {
-    let store = Store::open_on(open_devices(&args.devices)?, &StoreConfig::default())?;
+    let store = Store::open_on(
+        open_devices(&args.devices)?,
+        &crate::store_config(StoreConfig::default()),
+    )?;
     match &args.command {
         PapersCommand::Generate { papers: n, seed } => {
             let cfg = PaperConfig::demo(*n, *seed);

@@ -68,7 +68,10 @@ pub fn run(args: &QueryArgs) -> Result<()> {
         Some(_) => bail!("--group-by takes one field"),
         None => None,
     };
-    let store = Store::open_on(open_devices(&args.devices)?, &StoreConfig::default())?;
+    let store = Store::open_on(
+        open_devices(&args.devices)?,
+        &crate::store_config(StoreConfig::default()),
+    )?;
     let def = store.keyspace_def(&args.keyspace)?;
     let reads_fields = predicate.is_some() || select.is_some() || aggregates.is_some();
     // Raw keyspaces can still be listed; reading fields needs a format.
