@@ -12,7 +12,7 @@ use crate::http::Client;
 use crate::layout::{load_export, ExtentAllocator};
 use crate::progress::{Counter, ProgressMode, Reporter};
 use crate::source::{
-    index_info, pick_sort, slice_field, CursorState, FetchedPage, IndexInfo, SharedPit,
+    index_info, pick_sort, slice_field, CursorState, Engine, FetchedPage, IndexInfo, SharedPit,
     SliceCursor, SourceSpec,
 };
 use sluice_io::{Device, FileDevice, FileOptions, Geometry};
@@ -170,23 +170,51 @@ pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
     })
 }
 
-/// Opens the device, creating a file of the needed size where there is none.
-fn open_device(options: &ExportOptions, needed_bytes: u64) -> Result<Arc<FileDevice>> {
+/// Opens the device, creating a file of the needed size where there is
+/// none, and checks it fits the plan; a file created here is removed again
+/// when it does not.
+fn open_device(options: &ExportOptions, plan: &Plan) -> Result<Arc<FileDevice>> {
     let file_options = FileOptions {
         block_size_bytes: options.block_size_bytes,
         ..FileOptions::default()
     };
-    let device = if options.device.exists() {
-        FileDevice::open(&options.device, &file_options)?
-    } else {
+    let created = !options.device.exists();
+    let device = if created {
         let mib = 1u64 << 20;
         let size = options
             .device_size_bytes
-            .unwrap_or(needed_bytes)
+            .unwrap_or(plan.needed_bytes)
             .div_ceil(mib)
             * mib;
         FileDevice::create(&options.device, size, &file_options)?
+    } else {
+        FileDevice::open(&options.device, &file_options)?
     };
+    let geometry = device.geometry();
+    let fits = if geometry.block_size_bytes != options.block_size_bytes {
+        Err(Error::Config(format!(
+            "{} has {}-byte blocks; run with --block-size {}",
+            options.device.display(),
+            geometry.block_size_bytes,
+            geometry.block_size_bytes
+        )))
+    } else if geometry.size_bytes() < plan.needed_bytes {
+        Err(Error::DeviceTooSmall {
+            path: options.device.clone(),
+            size_bytes: geometry.size_bytes(),
+            needed_bytes: plan.needed_bytes,
+            detail: plan.detail.clone(),
+        })
+    } else {
+        Ok(())
+    };
+    if let Err(e) = fits {
+        drop(device);
+        if created {
+            let _ = std::fs::remove_file(&options.device);
+        }
+        return Err(e);
+    }
     Ok(Arc::new(device))
 }
 
@@ -392,33 +420,34 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
     if options.resume {
         return resume(client, options, start);
     }
+    // Every request needed to start is answered before the device is touched.
+    let engine = Engine::detect(client)?;
     let info = index_info(client, &options.spec)?;
     let plan = plan(options, &info)?;
-    let device = open_device(options, plan.needed_bytes)?;
-    let geometry = device.geometry();
-    if geometry.block_size_bytes != options.block_size_bytes {
-        return Err(Error::Config(format!(
-            "{} has {}-byte blocks; run with --block-size {}",
-            options.device.display(),
-            geometry.block_size_bytes,
-            geometry.block_size_bytes
-        )));
-    }
-    if geometry.size_bytes() < plan.needed_bytes {
-        return Err(Error::DeviceTooSmall {
-            path: options.device.clone(),
-            size_bytes: geometry.size_bytes(),
-            needed_bytes: plan.needed_bytes,
-            detail: plan.detail,
-        });
-    }
-    let pit = match options.cursor {
-        CursorKind::Pit => Some(SharedPit::open(client, &options.spec)?),
+    let cursor_kind = match options.cursor {
+        CursorKind::Pit if !engine.has_pit() => {
+            log::info!("{engine} has no point in time: exporting with sliced scroll instead");
+            CursorKind::Scroll
+        }
+        kind => kind,
+    };
+    let pit = match cursor_kind {
+        CursorKind::Pit => Some(SharedPit::open(client, engine, &options.spec)?),
         CursorKind::Scroll => None,
     };
     let sort = match &pit {
-        Some(p) => pick_sort(client, p, plan.slices, info.primary_shards)?,
-        None => r#"["_doc"]"#.to_string(),
+        Some(p) => pick_sort(client, p, plan.slices, info.primary_shards),
+        None => Ok(r#"["_doc"]"#.to_string()),
+    };
+    let device = sort.and_then(|sort| Ok((sort, open_device(options, &plan)?)));
+    let (sort, device) = match device {
+        Ok(d) => d,
+        Err(e) => {
+            if let Some(p) = &pit {
+                p.close(client);
+            }
+            return Err(e);
+        }
     };
     let split_field = slice_field(plan.slices, info.primary_shards);
     let layout = Layout {
@@ -426,7 +455,7 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
         page_docs: options.page_docs,
         slot_blocks: plan.slot_blocks,
         extent_slots: plan.extent_slots,
-        cursor_kind: options.cursor,
+        cursor_kind,
         description: description(client, &options.spec, &sort, &split_field),
     };
     log::info!(
@@ -555,9 +584,10 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
                     CursorState::Scroll { .. } => None,
                 }
             });
+            let engine = Engine::detect(client)?;
             Some(match recorded {
-                Some(id) => SharedPit::adopt(id, &options.spec),
-                None => SharedPit::open(client, &options.spec)?,
+                Some(id) => SharedPit::adopt(engine, id, &options.spec),
+                None => SharedPit::open(client, engine, &options.spec)?,
             })
         }
     };

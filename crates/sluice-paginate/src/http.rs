@@ -61,6 +61,9 @@ impl Default for HttpOptions {
 pub struct Response {
     pub status: u16,
     pub body: Vec<u8>,
+    /// The `X-Elastic-Product` header (Elasticsearch 7.14+ sends it on
+    /// every answer).
+    pub elastic_product: Option<String>,
 }
 
 impl Response {
@@ -180,13 +183,18 @@ impl Client {
             Err(ureq::Error::Transport(t)) => return Err(t.to_string()),
         };
         let status = response.status();
+        let elastic_product = response.header("X-Elastic-Product").map(String::from);
         let mut body = Vec::new();
         response
             .into_reader()
             .take(MAX_RESPONSE_BYTES)
             .read_to_end(&mut body)
             .map_err(|e| format!("reading the answer: {e}"))?;
-        Ok(Response { status, body })
+        Ok(Response {
+            status,
+            body,
+            elastic_product,
+        })
     }
 }
 

@@ -37,8 +37,18 @@ impl LoadedExport {
             .filter(|s| s.checkpoint.state != crate::format::SliceState::Done)
             .map(|s| s.checkpoint.slice.to_string())
             .collect();
+        // A scroll cannot be resumed where it stopped (the source's position
+        // runs ahead of what was written): only a new export finishes it.
+        let what_to_do = match self.header.cursor_kind {
+            crate::format::CursorKind::Pit => {
+                "finish it with `sluice export --resume` and the same options"
+            }
+            crate::format::CursorKind::Scroll => {
+                "it was written with --api scroll, which cannot resume: run the export again without --resume (the default point-in-time cursor can resume after an interruption)"
+            }
+        };
         Err(Error::Incomplete(format!(
-            "the export on {device} is not complete (slices {} not finished, {} documents durable so far); finish it with `sluice export --resume` and the same options",
+            "the export on {device} is not complete (slices {} not finished, {} documents durable so far); {what_to_do}",
             if open.is_empty() { "none".into() } else { open.join(", ") },
             self.slices.iter().map(|s| s.checkpoint.docs).sum::<u64>()
         )))

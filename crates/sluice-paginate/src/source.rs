@@ -60,6 +60,156 @@ impl SourceSpec {
     }
 }
 
+/// Which search engine answers at the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    OpenSearch,
+    Elasticsearch,
+}
+
+/// The engine and version at the source: they decide the point-in-time API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Engine {
+    pub flavor: Flavor,
+    /// major, minor, patch
+    pub version: (u32, u32, u32),
+}
+
+impl std::fmt::Display for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, b, c) = self.version;
+        let name = match self.flavor {
+            Flavor::OpenSearch => "OpenSearch",
+            Flavor::Elasticsearch => "Elasticsearch",
+        };
+        write!(f, "{name} {a}.{b}.{c}")
+    }
+}
+
+impl Engine {
+    /// Asks the source: `GET /` names the version and, for OpenSearch, the
+    /// distribution; Elasticsearch 7.14+ also sends `X-Elastic-Product`.
+    /// Where `GET /` is not served (Elasticsearch builds without the root
+    /// handler), the header and the node's version say it.
+    pub fn detect(client: &Client) -> Result<Engine> {
+        let root = client.send("GET", "/", None)?;
+        if root.status == 401 || root.status == 403 {
+            check(root, "asking the source what it is", client, "")?;
+            unreachable!("check fails on 401 and 403");
+        }
+        #[derive(Deserialize)]
+        struct Root {
+            version: RootVersion,
+        }
+        #[derive(Deserialize)]
+        struct RootVersion {
+            number: String,
+            #[serde(default)]
+            distribution: Option<String>,
+        }
+        if root.is_success() {
+            let r: Root = serde_json::from_slice(&root.body).map_err(|e| {
+                Error::Source(format!(
+                    "{} does not answer GET / like Elasticsearch or OpenSearch ({e}): {}",
+                    client.base_url(),
+                    crate::http::error_summary(&root.body)
+                ))
+            })?;
+            let flavor = match r.version.distribution.as_deref() {
+                Some("opensearch") => Flavor::OpenSearch,
+                _ => Flavor::Elasticsearch,
+            };
+            return Ok(Engine {
+                flavor,
+                version: parse_version(&r.version.number)?,
+            });
+        }
+        let nodes = check(
+            client.send("GET", "/_nodes/_local?filter_path=nodes.*.version", None)?,
+            "asking the source for its version",
+            client,
+            "",
+        )?;
+        let v: serde_json::Value = serde_json::from_slice(&nodes.body)
+            .map_err(|e| Error::Source(format!("the node information is not JSON: {e}")))?;
+        let number = v["nodes"]
+            .as_object()
+            .and_then(|n| n.values().next())
+            .and_then(|n| n["version"].as_str())
+            .ok_or_else(|| {
+                Error::Source(format!(
+                    "{} names no version (GET / answered HTTP {})",
+                    client.base_url(),
+                    root.status
+                ))
+            })?;
+        // OpenSearch always serves GET /: without it, this is Elasticsearch.
+        Ok(Engine {
+            flavor: Flavor::Elasticsearch,
+            version: parse_version(number)?,
+        })
+    }
+
+    /// Whether the engine has point-in-time searches (Elasticsearch 7.10,
+    /// OpenSearch 2.4).
+    pub fn has_pit(&self) -> bool {
+        match self.flavor {
+            Flavor::Elasticsearch => self.version >= (7, 10, 0),
+            Flavor::OpenSearch => self.version >= (2, 4, 0),
+        }
+    }
+
+    fn open_pit(&self, client: &Client, index: &str, keep_alive: &str) -> Result<String> {
+        let path = match self.flavor {
+            Flavor::Elasticsearch => format!("/{index}/_pit?keep_alive={keep_alive}"),
+            Flavor::OpenSearch => format!("/{index}/_search/point_in_time?keep_alive={keep_alive}"),
+        };
+        let r = check(
+            client.send("POST", &path, None)?,
+            "opening a point in time",
+            client,
+            index,
+        )?;
+        let answer: serde_json::Value = serde_json::from_slice(&r.body)
+            .map_err(|e| Error::Source(format!("the point-in-time answer is not JSON: {e}")))?;
+        let field = match self.flavor {
+            Flavor::Elasticsearch => "id",
+            Flavor::OpenSearch => "pit_id",
+        };
+        answer[field].as_str().map(String::from).ok_or_else(|| {
+            Error::Source(format!(
+                "the point-in-time answer of {self} has no {field:?}"
+            ))
+        })
+    }
+
+    fn close_pit(&self, client: &Client, id: &str) -> Result<Response> {
+        let (path, body) = match self.flavor {
+            Flavor::Elasticsearch => ("/_pit", serde_json::json!({ "id": id })),
+            Flavor::OpenSearch => (
+                "/_search/point_in_time",
+                serde_json::json!({ "pit_id": [id] }),
+            ),
+        };
+        client.send("DELETE", path, Some(body.to_string().as_bytes()))
+    }
+}
+
+/// "8.19.7", "9.2.0-SNAPSHOT", "2.11.1" → (major, minor, patch).
+fn parse_version(text: &str) -> Result<(u32, u32, u32)> {
+    let mut parts = text
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (
+        parts.next().flatten(),
+        parts.next().flatten(),
+        parts.next().flatten(),
+    ) {
+        (Some(a), Some(b), c) => Ok((a, b, c.unwrap_or(0))),
+        _ => Err(Error::Source(format!("unreadable engine version {text:?}"))),
+    }
+}
+
 /// Facts about the index, asked before anything is written.
 #[derive(Debug, Clone)]
 pub struct IndexInfo {
@@ -310,6 +460,7 @@ fn empty_page() -> BuiltPage {
 /// The point in time all slices read from. When it expires, the first slice
 /// to notice opens a new one and the others take it.
 pub struct SharedPit {
+    engine: Engine,
     id: Mutex<String>,
     reopened: std::sync::atomic::AtomicU32,
     index: String,
@@ -317,19 +468,15 @@ pub struct SharedPit {
 }
 
 impl SharedPit {
-    pub fn open(client: &Client, spec: &SourceSpec) -> Result<SharedPit> {
-        let id = open_pit(client, spec)?;
-        Ok(SharedPit {
-            id: Mutex::new(id),
-            reopened: Default::default(),
-            index: spec.index.clone(),
-            keep_alive: spec.keep_alive.clone(),
-        })
+    pub fn open(client: &Client, engine: Engine, spec: &SourceSpec) -> Result<SharedPit> {
+        let id = engine.open_pit(client, &spec.index, &spec.keep_alive)?;
+        Ok(Self::adopt(engine, id, spec))
     }
 
     /// Takes over a PIT recorded in a checkpoint (it may have expired).
-    pub fn adopt(id: String, spec: &SourceSpec) -> SharedPit {
+    pub fn adopt(engine: Engine, id: String, spec: &SourceSpec) -> SharedPit {
         SharedPit {
+            engine,
             id: Mutex::new(id),
             reopened: Default::default(),
             index: spec.index.clone(),
@@ -345,12 +492,9 @@ impl SharedPit {
     pub fn reopen(&self, client: &Client, stale: &str) -> Result<String> {
         let mut id = self.id.lock().expect("pit lock");
         if *id == stale {
-            let spec = SourceSpec {
-                index: self.index.clone(),
-                keep_alive: self.keep_alive.clone(),
-                ..SourceSpec::default()
-            };
-            *id = open_pit(client, &spec)?;
+            *id = self
+                .engine
+                .open_pit(client, &self.index, &self.keep_alive)?;
             self.reopened
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             log::warn!(
@@ -367,34 +511,16 @@ impl SharedPit {
     }
 
     pub fn close(&self, client: &Client) {
-        let body = serde_json::json!({ "pit_id": [self.current()] }).to_string();
-        if let Err(e) = client.send("DELETE", "/_search/point_in_time", Some(body.as_bytes())) {
-            log::warn!("closing the point in time: {e}");
+        match self.engine.close_pit(client, &self.current()) {
+            Ok(r) if r.is_success() || r.status == 404 => {}
+            Ok(r) => log::warn!(
+                "closing the point in time: HTTP {}: {}",
+                r.status,
+                r.error_summary()
+            ),
+            Err(e) => log::warn!("closing the point in time: {e}"),
         }
     }
-}
-
-fn open_pit(client: &Client, spec: &SourceSpec) -> Result<String> {
-    let r = check(
-        client.send(
-            "POST",
-            &format!(
-                "/{}/_search/point_in_time?keep_alive={}",
-                spec.index, spec.keep_alive
-            ),
-            None,
-        )?,
-        "opening a point in time",
-        client,
-        &spec.index,
-    )?;
-    #[derive(Deserialize)]
-    struct Pit {
-        pit_id: String,
-    }
-    Ok(sonic_rs::from_slice::<Pit>(&r.body)
-        .map_err(|e| Error::Source(format!("point-in-time answer without pit_id: {e}")))?
-        .pit_id)
 }
 
 /// The sort of a point-in-time cursor: `_shard_doc` where the engine has it
@@ -531,6 +657,11 @@ impl<'a> SliceCursor<'a> {
             CursorKind::Scroll => self.next_scroll_page()?,
         };
         if built.docs == 0 {
+            // An empty answer still opened (or kept) a scroll context: keep
+            // its id so that close() clears it.
+            if let Some(id) = built.scroll_id {
+                self.position = Some(id);
+            }
             self.done = true;
             return Ok(None);
         }
@@ -731,6 +862,25 @@ mod tests {
                 scroll_id: "s1".into()
             }
         );
+    }
+
+    #[test]
+    fn engine_versions_parse() {
+        assert_eq!(parse_version("8.19.7").unwrap(), (8, 19, 7));
+        assert_eq!(parse_version("9.2.0-SNAPSHOT").unwrap(), (9, 2, 0));
+        assert_eq!(parse_version("7.10").unwrap(), (7, 10, 0));
+        assert!(parse_version("x").is_err());
+        let es = |v| Engine {
+            flavor: Flavor::Elasticsearch,
+            version: v,
+        };
+        let os = |v| Engine {
+            flavor: Flavor::OpenSearch,
+            version: v,
+        };
+        assert!(es((7, 10, 0)).has_pit() && !es((7, 9, 3)).has_pit());
+        assert!(os((2, 4, 0)).has_pit() && !os((1, 3, 9)).has_pit());
+        assert_eq!(es((8, 19, 7)).to_string(), "Elasticsearch 8.19.7");
     }
 
     #[test]

@@ -327,7 +327,11 @@ struct BareHit<'a> {
 /// same PIT, sort and page size as `sluice export` and keeps only the
 /// count and the last sort values (search_after needs them).
 fn ceiling(client: &Client, spec: &SourceSpec, shards: u32, page_docs: u32) -> Result<u64> {
-    let pit = SharedPit::open(client, spec)?;
+    let pit = SharedPit::open(
+        client,
+        sluice_paginate::source::Engine::detect(client)?,
+        spec,
+    )?;
     let sort = pick_sort(client, &pit, shards, shards)?;
     let id = pit.current();
     let totals: Vec<Result<u64>> = std::thread::scope(|scope| {
