@@ -370,8 +370,20 @@ struct SearchResponse<'a> {
     pit_id: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "_scroll_id")]
     scroll_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "_shards")]
+    shards: Option<Shards<'a>>,
     #[serde(borrow)]
     hits: Hits<'a>,
+}
+
+/// Shards that failed under an HTTP 200: their hits are missing from the
+/// page, so the page must not count.
+#[derive(Deserialize)]
+struct Shards<'a> {
+    #[serde(default)]
+    failed: u32,
+    #[serde(borrow, default)]
+    failures: Option<sonic_rs::LazyValue<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -392,6 +404,9 @@ struct RawHit<'a> {
 
 struct BuiltPage {
     bytes: Vec<u8>,
+    /// Shards that failed, and why (raw JSON): the page is incomplete.
+    failed_shards: u32,
+    shard_failures: String,
     docs: u32,
     max_hit_bytes: usize,
     last_sort: Option<String>,
@@ -428,7 +443,18 @@ fn build_page(body: &[u8]) -> Result<BuiltPage> {
         max_hit_bytes = max_hit_bytes.max(bytes.len() - start);
     }
     bytes.extend_from_slice(b"]\n");
+    let (failed_shards, shard_failures) = match &response.shards {
+        Some(sh) if sh.failed > 0 => (
+            sh.failed,
+            sh.failures
+                .as_ref()
+                .map_or(String::new(), |f| f.as_raw_str().to_string()),
+        ),
+        _ => (0, String::new()),
+    };
     Ok(BuiltPage {
+        failed_shards,
+        shard_failures,
         docs: u32::try_from(hits.len()).expect("page size is bounded"),
         max_hit_bytes,
         last_sort: hits
@@ -448,6 +474,8 @@ fn context_missing(r: &Response) -> bool {
 
 fn empty_page() -> BuiltPage {
     BuiltPage {
+        failed_shards: 0,
+        shard_failures: String::new(),
         bytes: Vec::new(),
         docs: 0,
         max_hit_bytes: 0,
@@ -752,7 +780,19 @@ impl<'a> SliceCursor<'a> {
                 reopened = true;
                 continue;
             }
-            return self.page_from(r, "search");
+            let page = self.page_from(r, "search")?;
+            // Some shards lost the point in time while the others answered
+            // (it expired or was closed during this search): the same page
+            // again on a new one.
+            if page.failed_shards > 0
+                && page.shard_failures.contains("search_context_missing")
+                && !reopened
+            {
+                self.pit_id = pit.reopen(self.client, &self.pit_id)?;
+                reopened = true;
+                continue;
+            }
+            return self.complete(page);
         }
     }
 
@@ -786,7 +826,23 @@ impl<'a> SliceCursor<'a> {
                 r
             }
         };
-        self.page_from(r, "scroll")
+        let page = self.page_from(r, "scroll")?;
+        self.complete(page)
+    }
+
+    /// Refuses a page some shards did not answer: counting it would drop
+    /// their documents without a word (a short page ends the slice).
+    fn complete(&self, page: BuiltPage) -> Result<BuiltPage> {
+        if page.failed_shards == 0 {
+            return Ok(page);
+        }
+        Err(Error::Source(format!(
+            "{} shard(s) failed in the search of slice {} on {} (their documents would be missing from the page): {}",
+            page.failed_shards,
+            self.slice,
+            self.spec.index,
+            crate::http::error_summary(page.shard_failures.as_bytes())
+        )))
     }
 
     /// The page of an answer: empty for a shard that never held a document,
@@ -844,6 +900,20 @@ mod tests {
         assert_eq!(page.pit_id.as_deref(), Some("P2"));
         let v: serde_json::Value = serde_json::from_slice(&page.bytes).unwrap();
         assert_eq!(v[0]["_id"], "a\"1");
+    }
+
+    #[test]
+    fn a_page_with_failed_shards_says_so() {
+        let body = br#"{"_shards":{"total":2,"successful":1,"skipped":0,"failed":1,
+            "failures":[{"shard":1,"reason":{"type":"search_context_missing_exception","reason":"No search context found for id [2]"}}]},
+            "hits":{"hits":[{"_id":"a","_source":{},"sort":[1]}]}}"#;
+        let page = build_page(body).unwrap();
+        assert_eq!(page.failed_shards, 1);
+        assert!(page.shard_failures.contains("search_context_missing"));
+        let ok =
+            build_page(br#"{"_shards":{"total":2,"successful":2,"failed":0},"hits":{"hits":[]}}"#)
+                .unwrap();
+        assert_eq!(ok.failed_shards, 0);
     }
 
     #[test]

@@ -1,0 +1,12 @@
+//! The pagination suite (tests/suite/pagination.rs) against a real
+//! Elasticsearch 7.17.29, started by this test binary through
+//! scripts/search-engine from its Maven integ-test zip with the system Java.
+
+const ENGINE: EngineUnderTest = EngineUnderTest {
+    name: "elasticsearch",
+    version: "7.17.29",
+    port: 9255,
+    tls_port: 9456,
+};
+
+include!("suite/pagination.rs");
