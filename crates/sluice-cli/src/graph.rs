@@ -12,6 +12,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct GraphArgs {
+    #[command(flatten)]
+    store: crate::StoreOpenArgs,
     #[arg(long = "device", default_value = "data/kv.dev")]
     devices: Vec<PathBuf>,
     /// Edge keyspace: keys are source id ++ target id, 8 bytes big-endian each.
@@ -60,7 +62,7 @@ enum GraphCommand {
 pub fn run(args: &GraphArgs) -> Result<()> {
     let store = Store::open_on(
         open_devices(&args.devices)?,
-        &crate::store_config(StoreConfig::default()),
+        &args.store.config(StoreConfig::default()),
     )?;
     let ks = store.keyspace(&args.keyspace)?;
     let start = Instant::now();

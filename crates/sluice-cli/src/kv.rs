@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct KvArgs {
+    #[command(flatten)]
+    store: crate::StoreOpenArgs,
     /// Device: a file (created with --create-mib) or a block device.
     /// Repeat it to spread a store over several devices: the first holds
     /// the WAL, manifest and table indexes, the others the table data.
@@ -129,7 +131,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let config = crate::store_config(StoreConfig {
+    let config = args.store.config(StoreConfig {
         write_buffer_bytes: args.write_buffer_kib << 10,
         ..StoreConfig::default()
     });

@@ -27,27 +27,28 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 4")
     about = "Direct-I/O document and key/value store: tools and benchmarks"
 )]
 struct Cli {
-    /// What a command that opens a store does if its write-ahead log is
-    /// damaged before its end: strict (refuse, naming the damaged blocks),
-    /// point-in-time (keep the log up to the first damaged block, drop the
-    /// rest) or skip-damaged (keep every intact block, drop only the
-    /// records in damaged ones).
-    #[arg(long, global = true, value_name = "MODE", default_value = "strict")]
-    recover_wal: sluice_store::wal::WalRecovery,
     #[command(subcommand)]
     command: Command,
 }
 
-/// The WAL recovery the command line asked for.
-static RECOVER_WAL: std::sync::OnceLock<sluice_store::wal::WalRecovery> =
-    std::sync::OnceLock::new();
+/// Options of every command that opens a store.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StoreOpenArgs {
+    /// What to do if the store's write-ahead log is damaged before its end:
+    /// strict (refuse, naming the damaged blocks), point-in-time (keep the
+    /// log up to the first damaged block, drop the rest) or skip-damaged
+    /// (keep every intact block, drop only the records in damaged ones).
+    #[arg(long, value_name = "MODE", default_value = "strict")]
+    recover_wal: sluice_store::wal::WalRecovery,
+}
 
-/// `base` with the command line's store options applied: every command
-/// that opens a store takes its configuration from here.
-pub fn store_config(base: sluice_store::StoreConfig) -> sluice_store::StoreConfig {
-    sluice_store::StoreConfig {
-        wal_recovery: RECOVER_WAL.get().copied().unwrap_or_default(),
-        ..base
+impl StoreOpenArgs {
+    /// `base` with these options applied.
+    pub fn config(&self, base: sluice_store::StoreConfig) -> sluice_store::StoreConfig {
+        sluice_store::StoreConfig {
+            wal_recovery: self.recover_wal,
+            ..base
+        }
     }
 }
 
@@ -80,9 +81,6 @@ fn main() -> ExitCode {
         .format_target(false)
         .init();
     let cli = Cli::parse();
-    RECOVER_WAL
-        .set(cli.recover_wal)
-        .expect("set once, at start");
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Kv(args) => kv::run(&args),

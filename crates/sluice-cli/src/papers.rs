@@ -11,6 +11,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct PapersArgs {
+    #[command(flatten)]
+    store: crate::StoreOpenArgs,
     /// The store's devices (format one with `sluice kv format`).
     #[arg(long = "device", default_value = "data/kv.dev")]
     devices: Vec<PathBuf>,
@@ -55,7 +57,7 @@ enum PapersCommand {
 pub fn run(args: &PapersArgs) -> Result<()> {
     let store = Store::open_on(
         open_devices(&args.devices)?,
-        &crate::store_config(StoreConfig::default()),
+        &args.store.config(StoreConfig::default()),
     )?;
     match &args.command {
         PapersCommand::Generate { papers: n, seed } => {

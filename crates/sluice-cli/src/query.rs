@@ -15,6 +15,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct QueryArgs {
+    #[command(flatten)]
+    store: crate::StoreOpenArgs,
     #[arg(long = "device", default_value = "data/kv.dev")]
     devices: Vec<PathBuf>,
     #[arg(long, default_value = "default")]
@@ -70,7 +72,7 @@ pub fn run(args: &QueryArgs) -> Result<()> {
     };
     let store = Store::open_on(
         open_devices(&args.devices)?,
-        &crate::store_config(StoreConfig::default()),
+        &args.store.config(StoreConfig::default()),
     )?;
     let def = store.keyspace_def(&args.keyspace)?;
     let reads_fields = predicate.is_some() || select.is_some() || aggregates.is_some();

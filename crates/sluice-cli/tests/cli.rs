@@ -778,11 +778,11 @@ fn wal_damage_through_the_command_line() {
     );
 
     let (out, _) = succeeds(&[
-        "--recover-wal",
-        "skip-damaged",
         "kv",
         "--device",
         d,
+        "--recover-wal",
+        "skip-damaged",
         "scan",
         "--prefix",
         "load-",
