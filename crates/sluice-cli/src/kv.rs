@@ -36,9 +36,10 @@ enum KvCommand {
         /// Create (or grow) a file of this many MiB first.
         #[arg(long)]
         create_mib: Option<u64>,
-        /// WAL ring size in 4 KiB blocks.
-        #[arg(long, default_value_t = 16384)]
-        wal_blocks: u32,
+        /// WAL ring size in 4 KiB blocks (default: an eighth of the first
+        /// device, at most 16384 = 64 MiB).
+        #[arg(long)]
+        wal_blocks: Option<u32>,
     },
     /// Create a keyspace with a declared value format: raw, json or record.
     Keyspace {
@@ -112,10 +113,12 @@ pub fn run(args: &KvArgs) -> Result<()> {
                 FileDevice::create(path, mib << 20, &FileOptions::default())?;
             }
         }
+        let devices = open_devices(&args.devices)?;
+        let first_blocks = sluice_store::blocks::device_store_blocks(&devices[0])?;
         let store = Store::create_on(
-            open_devices(&args.devices)?,
+            devices,
             &StoreConfig {
-                wal_blocks: *wal_blocks,
+                wal_blocks: wal_blocks.unwrap_or_else(|| StoreConfig::wal_blocks_for(first_blocks)),
                 ..StoreConfig::default()
             },
         )?;

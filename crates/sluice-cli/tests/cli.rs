@@ -801,3 +801,44 @@ fn wal_damage_through_the_command_line() {
     let (out, _) = succeeds(&["kv", "--device", d, "get", "load-002999"]);
     assert!(!out.trim().is_empty(), "a key after the damage is kept");
 }
+
+/// A small device formats with a WAL that fits it; a format whose parts do
+/// not fit is refused before anything is written, naming each part and the
+/// flag that changes it, and the store already there stays readable.
+#[test]
+fn format_fits_small_devices_and_refuses_what_does_not_fit_before_writing() {
+    let dev = scratch("format-fit").with_file_name("kv.dev");
+    let _ = std::fs::remove_file(&dev);
+    let d = dev.to_str().unwrap();
+    succeeds(&["kv", "--device", d, "format", "--create-mib", "64"]);
+    succeeds(&["kv", "--device", d, "put", "kept", "1"]);
+    let before = std::fs::read(&dev).unwrap();
+    fails_with(
+        &["kv", "--device", d, "format", "--wal-blocks", "100000"],
+        &[
+            "a store on it needs",
+            "for the WAL ring",
+            "--wal-blocks",
+            "Nothing was written",
+        ],
+    );
+    assert!(
+        std::fs::read(&dev).unwrap() == before,
+        "a refused format wrote to the device"
+    );
+    let (out, _) = succeeds(&["kv", "--device", d, "get", "kept"]);
+    assert_eq!(out.trim(), "1");
+    let tiny = dev.with_file_name("tiny.dev");
+    let _ = std::fs::remove_file(&tiny);
+    fails_with(
+        &[
+            "kv",
+            "--device",
+            tiny.to_str().unwrap(),
+            "format",
+            "--create-mib",
+            "1",
+        ],
+        &["use a device of at least"],
+    );
+}

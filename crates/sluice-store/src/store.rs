@@ -52,6 +52,55 @@ pub struct StoreConfig {
     pub wal_recovery: WalRecovery,
 }
 
+/// Blocks the first device keeps for tables at the least when a store is
+/// formatted (their indexes live there even on a device set).
+const MIN_TABLE_BLOCKS: u64 = 256;
+
+impl StoreConfig {
+    /// A WAL ring for a first device of `device_blocks` store blocks: an
+    /// eighth of it, between 64 blocks and the default 16384 (64 MiB).
+    pub fn wal_blocks_for(device_blocks: u64) -> u32 {
+        (device_blocks / 8).clamp(64, StoreConfig::default().wal_blocks as u64) as u32
+    }
+}
+
+/// Refuses, before anything is written, a format whose parts do not fit
+/// the first device, naming each part and what changes it.
+fn check_format_fits(
+    device: &Arc<dyn Device>,
+    device_blocks: u64,
+    config: &StoreConfig,
+) -> Result<()> {
+    let fixed =
+        crate::superblock::SUPERBLOCK_BLOCKS + crate::manifest::MANIFEST_EXTENT_BLOCKS as u64;
+    let needed = fixed + config.wal_blocks as u64 + MIN_TABLE_BLOCKS;
+    if needed <= device_blocks {
+        return Ok(());
+    }
+    let mib = |blocks: u64| blocks as f64 * STORE_BLOCK_BYTES as f64 / (1 << 20) as f64;
+    let room_for_wal = device_blocks.saturating_sub(fixed + MIN_TABLE_BLOCKS);
+    let advice = if room_for_wal >= 64 {
+        format!(
+            "format with a smaller WAL (--wal-blocks {}, StoreConfig::wal_blocks) or a larger device",
+            StoreConfig::wal_blocks_for(device_blocks).min(room_for_wal as u32)
+        )
+    } else {
+        format!(
+            "use a device of at least {:.1} MiB",
+            mib(fixed + 64 + MIN_TABLE_BLOCKS)
+        )
+    };
+    Err(StoreError::BadDevice(format!(
+        "{} holds {device_blocks} store blocks ({:.1} MiB); a store on it needs {needed} ({:.1} MiB): \
+         {fixed} for the superblock and manifest, {} for the WAL ring and at least {MIN_TABLE_BLOCKS} \
+         for tables. Nothing was written; {advice}",
+        device.describe(),
+        mib(device_blocks),
+        mib(needed),
+        config.wal_blocks
+    )))
+}
+
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
@@ -263,6 +312,7 @@ impl Store {
             .iter()
             .map(|d| Ok((d.clone(), crate::blocks::device_store_blocks(d)?)))
             .collect::<Result<Vec<_>>>()?;
+        check_format_fits(&sized[0].0, sized[0].1, config)?;
         let dev = BlockDevice::set(sized)?;
         let mut rng = rand::thread_rng();
         let now_ms = std::time::SystemTime::now()
