@@ -52,8 +52,10 @@ enum GraphCommand {
     },
     /// Vertices reached from a vertex within a number of hops.
     Bfs {
+        /// Vertex id to start from.
         #[arg(long)]
         from: u64,
+        /// Hops to follow.
         #[arg(long, default_value_t = 2)]
         depth: u32,
     },

@@ -5,7 +5,7 @@ use clap::Subcommand;
 use sluice_io::{Device, FileDevice, FileOptions};
 use sluice_ndp::Layout;
 use sluice_store::{Store, StoreConfig, ValueFormat};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,16 +50,16 @@ enum KvCommand {
         #[arg(long, default_value = "")]
         schema: String,
     },
+    /// Write one key; durable when it returns.
     Put {
         key: String,
+        /// Bytes as given; JSON for a record keyspace.
         value: String,
     },
-    Get {
-        key: String,
-    },
-    Del {
-        key: String,
-    },
+    /// Print one key's value (an error naming the key if it is absent).
+    Get { key: String },
+    /// Delete one key.
+    Del { key: String },
     /// Keys in [start, end) (or with a prefix), in order.
     Scan {
         #[arg(long)]
@@ -73,11 +73,13 @@ enum KvCommand {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
+    /// Counters: sequence, memtable, WAL, free space, tables per level, caches.
     Stats,
     /// Flush and compact until every keyspace's data sits in one level.
     Compact,
     /// Write keys PREFIX000000.. one by one, printing each key once its
     /// write is durable (the crash tests kill it with SIGKILL).
+    #[command(hide = true)]
     Load {
         #[arg(long, default_value_t = 1000)]
         count: u64,
@@ -191,7 +193,11 @@ pub fn run(args: &KvArgs) -> Result<()> {
             writeln!(out, "ok (sequence {seq})")?;
         }
         KvCommand::Get { key } => match store.get(ks, key.as_bytes())? {
-            Some(v) => writeln!(out, "{}", shown(layout.as_ref(), &v)?)?,
+            Some(v) => writeln!(
+                out,
+                "{}",
+                shown(layout.as_ref(), &v, std::io::stdout().is_terminal())?
+            )?,
             None => bail!("key {key:?} not found in keyspace {}", args.keyspace),
         },
         KvCommand::Del { key } => {
@@ -219,13 +225,14 @@ pub fn run(args: &KvArgs) -> Result<()> {
                     store.iter(ks, (lo, hi), &snap, *reverse)
                 }
             };
+            let terminal = std::io::stdout().is_terminal();
             for row in rows.take(*limit) {
                 let (k, v) = row?;
                 writeln!(
                     out,
                     "{}\t{}",
-                    String::from_utf8_lossy(&k),
-                    shown(layout.as_ref(), &v)?
+                    printable(&k, terminal),
+                    shown(layout.as_ref(), &v, terminal)?
                 )?;
             }
         }
@@ -294,13 +301,39 @@ pub fn run(args: &KvArgs) -> Result<()> {
 }
 
 /// A value as printed: records as JSON, everything else as text.
-fn shown(layout: Option<&Layout>, value: &[u8]) -> Result<String> {
+fn shown(layout: Option<&Layout>, value: &[u8], terminal: bool) -> Result<String> {
     match layout.filter(|l| l.is_record()) {
         Some(l) => {
             let mut text = Vec::new();
             l.to_json(value, &mut text)?;
             Ok(String::from_utf8(text)?)
         }
-        None => Ok(String::from_utf8_lossy(value).into_owned()),
+        None => Ok(printable(value, terminal)),
+    }
+}
+
+/// Bytes as text. To a terminal, bytes that are not printable UTF-8 (a
+/// binary key, control characters, the tab that separates columns) are
+/// escaped as `\xNN`, so they can neither garble the screen nor pass for
+/// other keys; to a pipe or file, the text as it is.
+fn printable(bytes: &[u8], terminal: bool) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if !terminal || !text.chars().any(char::is_control) => text.to_string(),
+        _ if !terminal => String::from_utf8_lossy(bytes).into_owned(),
+        _ => bytes.escape_ascii().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn binary_keys_are_escaped_on_a_terminal_and_passed_through_elsewhere() {
+        let edge = [0u8, 0, 0, 7, b'\t', 0x1b, 0xff, b'a'];
+        assert_eq!(printable(&edge, true), "\\x00\\x00\\x00\\x07\\t\\x1b\\xffa");
+        assert_eq!(printable("paper:1 é".as_bytes(), true), "paper:1 é");
+        assert_eq!(printable(b"a\tb", false), "a\tb");
+        assert_eq!(printable(&[0xff, b'x'], false), "\u{fffd}x");
     }
 }

@@ -89,13 +89,16 @@ impl From<ProgressArg> for ProgressMode {
 pub struct LoadArgs {
     #[command(flatten)]
     source: SourceArgs,
+    /// Index to create and fill.
     #[arg(long, default_value = "papers")]
     index: String,
     /// Documents to index (paper-shaped JSON of 1556 bytes each).
     #[arg(long, default_value_t = 10_000)]
     docs: u64,
+    /// Primary shards of the new index.
     #[arg(long, default_value_t = 4)]
     shards: u32,
+    /// Seed of the generated documents (the same seed gives the same documents).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Drop an existing index of that name first.
@@ -138,6 +141,7 @@ pub fn run_load(args: &LoadArgs) -> Result<()> {
 pub enum ApiArg {
     /// Point in time + search_after.
     Pit,
+    /// Sliced scroll.
     Scroll,
 }
 
@@ -159,6 +163,8 @@ pub struct ExportArgs {
     /// Documents per page (one search response).
     #[arg(long, default_value_t = 2048)]
     page_docs: u32,
+    /// Cursor: pit (point in time + search_after; resumes after a crash)
+    /// or scroll (cannot resume).
     #[arg(long, value_enum, default_value = "pit")]
     api: ApiArg,
     /// Point-in-time or scroll keep-alive.
@@ -267,6 +273,7 @@ pub enum ReadEngineArg {
 
 #[derive(clap::Args)]
 pub struct ReadArgs {
+    /// The device an export was written to.
     #[arg(long, default_value = "data/export.dev")]
     device: PathBuf,
     #[arg(long, value_enum, default_value = "count")]
@@ -284,6 +291,8 @@ pub struct ReadArgs {
     /// device requests deep; `sluice bench read` measured 4 fastest here.
     #[arg(long, default_value_t = 4)]
     queue_depth: usize,
+    /// A page whose checksum or JSON is bad: stop (fail) or report it and
+    /// read the rest (skip).
     #[arg(long, value_enum, default_value = "fail")]
     on_corrupt: OnCorruptArg,
     #[arg(long, value_enum, default_value = "uring")]

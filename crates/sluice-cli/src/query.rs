@@ -17,8 +17,10 @@ use std::time::Instant;
 pub struct QueryArgs {
     #[command(flatten)]
     store: crate::StoreOpenArgs,
+    /// The store's devices, in the order they were formatted.
     #[arg(long = "device", default_value = "data/kv.dev")]
     devices: Vec<PathBuf>,
+    /// Keyspace to scan (its declared format decides which fields exist).
     #[arg(long, default_value = "default")]
     keyspace: String,
     /// Predicate, e.g. "venue IN ('VLDB','SIGMOD') AND year BETWEEN 2000 AND 2010".
@@ -27,8 +29,10 @@ pub struct QueryArgs {
     /// Fields to return, comma-separated paths, e.g. "title,year,authors[0]".
     #[arg(long)]
     select: Option<String>,
+    /// Most rows to return.
     #[arg(long, default_value_t = 100)]
     limit: usize,
+    /// Scan from the largest key down.
     #[arg(long)]
     reverse: bool,
     /// Result batch size in bytes (a multiple of 4096).
