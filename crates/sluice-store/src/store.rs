@@ -372,7 +372,7 @@ impl Store {
         let mut last_seq = state.last_sequence;
         for (pos, record) in &recovered.records {
             let (first, batch) = WriteBatch::decode(record).ok_or_else(|| {
-                let block = layout.ring[0].start_block + pos.end_seq % layout.ring_blocks();
+                let block = layout.block_of(pos.end_seq);
                 StoreError::Corrupt {
                     what: "WAL record",
                     block,
@@ -1237,15 +1237,9 @@ impl Inner {
     }
 }
 
-/// Says what WAL recovery rebuilt or, as asked, passed over.
+/// Says what WAL recovery, as asked, passed over (recovery itself names
+/// each block it rebuilt).
 fn report_wal_recovery(recovered: &wal::Recovered, mode: WalRecovery) {
-    if !recovered.rebuilt.is_empty() {
-        log::warn!(
-            "WAL: {} damaged log block(s) rebuilt from their group's parity: {:?}",
-            recovered.rebuilt.len(),
-            recovered.rebuilt
-        );
-    }
     if !recovered.dropped.is_empty() {
         log::warn!(
             "WAL recovery {mode:?}: {} log block(s) dropped as asked: {:?}",

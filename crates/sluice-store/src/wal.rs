@@ -76,7 +76,7 @@ impl WalLayout {
     }
 
     /// The store block that log block `seq` occupies.
-    fn block_of(&self, seq: u64) -> u64 {
+    pub fn block_of(&self, seq: u64) -> u64 {
         self.place_of(seq).0
     }
 
