@@ -137,7 +137,7 @@ fn uring_and_posix_see_each_others_writes() {
 
 #[test]
 fn loop_device_geometry_and_io() {
-    let Some(lo) = LoopDevice::attach(32 << 20) else {
+    let Some(lo) = LoopDevice::attach("loop_device_geometry_and_io", 32 << 20) else {
         return;
     };
     let opts = FileOptions::default();
@@ -478,7 +478,10 @@ fn iopoll_without_poll_queues_falls_back_with_a_note() {
     let dev = file_device(&dir, 1 << 20);
     let (maj, min) = dev.backing_dev().unwrap();
     if sluice_io::probe::device_has_poll_queues(maj, min) {
-        eprintln!("this disk has poll queues: IOPOLL is used, nothing to fall back from");
+        common::skipped(
+            "iopoll_without_poll_queues_falls_back_with_a_note",
+            "this disk has poll queues: IOPOLL is used, there is no fallback to check",
+        );
         return;
     }
     let mut cfg = config(EngineKind::Uring);

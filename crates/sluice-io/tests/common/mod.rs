@@ -22,6 +22,16 @@ pub fn disk_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
+/// Records that `test` could not run here, and why: the harness counts a
+/// test that returns as passed, so scripts/test reads these files, lists
+/// the reasons and counts the tests as skipped in its closing line.
+pub fn skipped(test: &str, reason: &str) {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("skipped");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(test), reason).unwrap();
+    eprintln!("SKIPPED {test}: {reason}");
+}
+
 /// A loop device over a temporary file, detached on drop.
 pub struct LoopDevice {
     pub path: PathBuf,
@@ -32,11 +42,12 @@ impl LoopDevice {
     /// Attaches a loop device of `size_bytes`. Loop devices need root: when
     /// the test does not run as root it says so and returns None (CI runs as
     /// root, so there the test always runs).
-    pub fn attach(size_bytes: u64) -> Option<Self> {
+    pub fn attach(test: &str, size_bytes: u64) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!(
-                "SKIPPED: loop devices need root; run the tests as root to cover raw block devices"
+            skipped(
+                test,
+                "loop devices need root; run the tests as root to cover raw block devices",
             );
             return None;
         }
