@@ -822,3 +822,45 @@ fn hostile_documents_come_back_byte_for_byte() {
         assert_eq!(got, want, "ids and source bytes over {slices} slices");
     }
 }
+
+/// Search contexts open on the source (scrolls and points in time).
+fn open_contexts(c: &Client) -> u64 {
+    let r = c
+        .send("GET", "/_nodes/stats/indices/search?filter_path=nodes.*.indices.search.open_contexts", None)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    v["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n["indices"]["search"]["open_contexts"].as_u64().unwrap())
+        .sum()
+}
+
+/// Every context an export opens is closed when it ends, including the
+/// scroll contexts of slices whose first page is empty (one document over
+/// eight slices: seven slices see nothing).
+#[test]
+fn an_export_leaves_no_search_context_open() {
+    let _g = serial();
+    let c = client();
+    let index = "t-one-doc";
+    let _ = c.send("DELETE", &format!("/{index}"), None).unwrap();
+    let settings = r#"{"settings":{"number_of_shards":3,"number_of_replicas":0}}"#;
+    assert!(c.send("PUT", &format!("/{index}"), Some(settings.as_bytes())).unwrap().is_success());
+    let r = c
+        .send("PUT", &format!("/{index}/_doc/only?refresh=true"), Some(br#"{"a":1}"#))
+        .unwrap();
+    assert!(r.is_success(), "{}", r.error_summary());
+    for cursor in [CursorKind::Scroll, CursorKind::Pit] {
+        let before = open_contexts(&c);
+        let dev = tmp(&format!("contexts-{cursor:?}")).join("export.dev");
+        let mut o = options(index, &dev);
+        o.slices = Some(8);
+        o.cursor = cursor;
+        let s = export(&c, &o).unwrap();
+        assert_eq!(s.docs, 1);
+        let after = open_contexts(&c);
+        assert!(after <= before, "{cursor:?}: {before} contexts open before the export, {after} after");
+    }
+}
