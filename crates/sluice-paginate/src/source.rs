@@ -92,11 +92,12 @@ impl Engine {
     /// Where `GET /` is not served (Elasticsearch builds without the root
     /// handler), the header and the node's version say it.
     pub fn detect(client: &Client) -> Result<Engine> {
-        let root = client.send("GET", "/", None)?;
-        if root.status == 401 || root.status == 403 {
-            check(root, "asking the source what it is", client, "")?;
-            unreachable!("check fails on 401 and 403");
-        }
+        let what = "asking the source what it is";
+        let root = match client.send("GET", "/", None)? {
+            // check() turns refused credentials into an error that says what to do.
+            r if r.status == 401 || r.status == 403 => check(r, what, client, "the cluster")?,
+            r => r,
+        };
         #[derive(Deserialize)]
         struct Root {
             version: RootVersion,
@@ -128,7 +129,7 @@ impl Engine {
             client.send("GET", "/_nodes/_local?filter_path=nodes.*.version", None)?,
             "asking the source for its version",
             client,
-            "",
+            "the cluster",
         )?;
         let v: serde_json::Value = serde_json::from_slice(&nodes.body)
             .map_err(|e| Error::Source(format!("the node information is not JSON: {e}")))?;

@@ -71,12 +71,16 @@ fn wal_ring(mem: &Arc<MemoryDevice>) -> Vec<Extent> {
     m.state().wal.as_ref().unwrap().ring.clone()
 }
 
+/// Reads `blocks` store blocks from `block` on, as the store would.
+fn read_blocks(mem: &Arc<MemoryDevice>, block: u64, blocks: usize) -> Vec<u8> {
+    let dev = BlockDevice::new(mem.clone() as Arc<dyn Device>).unwrap();
+    let mut buf = sluice_io::mem::AlignedMem::new(blocks * STORE_BLOCK_BYTES);
+    dev.read(block, buf.as_mut_slice()).unwrap();
+    buf.as_slice().to_vec()
+}
+
 fn read_block(mem: &Arc<MemoryDevice>, block: u64) -> Vec<u8> {
-    let mut out = vec![0u8; STORE_BLOCK_BYTES];
-    mem.damage(block as usize * STORE_BLOCK_BYTES, STORE_BLOCK_BYTES, |b| {
-        out.copy_from_slice(b)
-    });
-    out
+    read_blocks(mem, block, 1)
 }
 
 fn flip_byte(mem: &Arc<MemoryDevice>, block: u64, at: usize) {
@@ -137,11 +141,7 @@ fn early_block_and_its_parity(mem: &Arc<MemoryDevice>) -> (u64, u64, Vec<u32>) {
 }
 
 fn device_bytes(mem: &Arc<MemoryDevice>) -> Vec<u8> {
-    let mut out = Vec::new();
-    mem.damage(0, DEVICE_BLOCKS as usize * STORE_BLOCK_BYTES, |b| {
-        out = b.to_vec()
-    });
-    out
+    read_blocks(mem, 0, DEVICE_BLOCKS as usize)
 }
 
 fn present(store: &Store) -> Vec<u32> {
