@@ -172,6 +172,15 @@ fn open(device: &Path) -> Arc<dyn Device> {
     Arc::new(FileDevice::open(device, &FileOptions::default()).unwrap())
 }
 
+/// What a running export has made durable so far; none while its device
+/// does not exist yet (it is created once the source has answered) or
+/// holds no export yet.
+fn export_so_far(device: &Path) -> Option<sluice_paginate::layout::LoadedExport> {
+    let dev = FileDevice::open(device, &FileOptions::default()).ok()?;
+    let io = DeviceIo::open(Arc::new(dev), 4, 16 << 20).ok()?;
+    load_export(&io).ok()
+}
+
 fn read_all(device: &Path) -> Vec<(String, u64)> {
     let (summary, sinks) = read_export(open(device), &ReadOptions::default(), |_| {
         Collect(Vec::new())
@@ -265,10 +274,7 @@ fn kill_9_mid_export_then_resume_gives_the_exact_set() {
     let deadline = Instant::now() + Duration::from_secs(60);
     let durable = loop {
         std::thread::sleep(Duration::from_millis(200));
-        let docs = DeviceIo::open(open(&dev), 4, 16 << 20)
-            .ok()
-            .and_then(|io| load_export(&io).ok())
-            .map_or(0, |l| {
+        let docs = export_so_far(&dev).map_or(0, |l| {
                 l.slices.iter().map(|s| s.checkpoint.docs).sum::<u64>()
             });
         if docs >= 20_000 || Instant::now() > deadline {
@@ -309,10 +315,7 @@ fn an_expired_point_in_time_is_reopened_and_the_export_goes_on() {
         let deadline = Instant::now() + Duration::from_secs(60);
         let pit_id = loop {
             std::thread::sleep(Duration::from_millis(100));
-            let id = DeviceIo::open(open(&dev), 4, 16 << 20)
-                .ok()
-                .and_then(|io| load_export(&io).ok())
-                .and_then(|l| {
+            let id = export_so_far(&dev).and_then(|l| {
                     l.slices.iter().find_map(|s| match CursorState::parse(&s.checkpoint.cursor).ok()? {
                         CursorState::Pit { pit_id, .. } => Some(pit_id),
                         CursorState::Scroll { .. } => None,
