@@ -10,6 +10,8 @@
 //! - [`engine`]: the io_uring engine (registered file, fixed buffers, batched
 //!   submission, SQPOLL, IOPOLL, two priority classes) and the posix baseline.
 //! - [`probe`]: what the kernel offers; engines fall back from it.
+//! - [`sync_io`]: [`DeviceIo`], blocking I/O from any thread through leased
+//!   engines — how the crates above wait for a device I/O.
 //!
 //! Data flows one way: device → pool → engine → the crates above.
 //!
@@ -23,6 +25,7 @@ pub mod error;
 pub mod mem;
 pub mod pool;
 pub mod probe;
+pub mod sync_io;
 
 pub use device::{Device, FileDevice, FileOptions, Geometry, MemoryDevice, PowerCutMode};
 pub use engine::{
@@ -30,4 +33,5 @@ pub use engine::{
     UringEngine,
 };
 pub use error::{IoError, Result};
+pub use sync_io::{DeviceIo, EngineLease};
 pub use pool::{BufferPool, Direction, IoBuf, OnExhausted, Pinning, PoolConfig, PoolStats, Tier};

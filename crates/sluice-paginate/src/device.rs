@@ -3,10 +3,8 @@
 //! need. The deep-queue read path lives in [`crate::read`].
 
 use crate::error::{Error, Result};
-use sluice_io::{
-    open_engine, Device, Direction, Engine, EngineConfig, OnExhausted, PoolConfig, Request,
-};
-use std::sync::{Arc, Mutex};
+use sluice_io::{Device, EngineConfig, OnExhausted, PoolConfig, Priority};
+use std::sync::Arc;
 
 /// Pool settings for page buffers: contiguous buffers only (a page is parsed
 /// in place), pinned memory capped at `max_pinned_bytes`.
@@ -29,10 +27,10 @@ pub fn engine_config(queue_depth: usize, max_pinned_bytes: u64) -> EngineConfig 
     }
 }
 
-/// One engine used from one thread at a time.
+/// The exporter's blocking I/O: sluice-io's [`sluice_io::DeviceIo`] (engines
+/// leased per call from any thread), with this crate's errors.
 pub struct DeviceIo {
-    engine: Mutex<Box<dyn Engine>>,
-    block_size_bytes: usize,
+    io: sluice_io::DeviceIo,
 }
 
 impl DeviceIo {
@@ -41,41 +39,29 @@ impl DeviceIo {
         queue_depth: usize,
         max_pinned_bytes: u64,
     ) -> Result<Self> {
-        let block_size_bytes = device.geometry().block_size_bytes as usize;
-        let engine = open_engine(device, &engine_config(queue_depth, max_pinned_bytes))?;
-        Ok(DeviceIo {
-            engine: Mutex::new(engine),
-            block_size_bytes,
-        })
+        let io = sluice_io::DeviceIo::open(device, engine_config(queue_depth, max_pinned_bytes))?;
+        Ok(DeviceIo { io })
     }
 
     pub fn block_size_bytes(&self) -> usize {
-        self.block_size_bytes
+        self.io.block_size_bytes()
     }
 
     /// Writes whole blocks.
     pub fn write(&self, lba: u64, data: &[u8]) -> Result<()> {
-        debug_assert_eq!(data.len() % self.block_size_bytes, 0);
-        let mut engine = self.engine.lock().expect("engine lock");
-        let mut buf = engine.pool().alloc(data.len(), Direction::Write)?;
-        buf.write_at(0, data);
-        let done = engine.run(Request::write(lba, buf, 0));
-        check_done(done.result, data.len(), "write", lba)
+        debug_assert_eq!(data.len() % self.block_size_bytes(), 0);
+        Ok(self.io.write(lba, data, Priority::High)?)
     }
 
     pub fn flush(&self) -> Result<()> {
-        let mut engine = self.engine.lock().expect("engine lock");
-        engine.run(Request::flush(0)).result?;
-        Ok(())
+        Ok(self.io.flush(Priority::High)?)
     }
 
     /// Reads `len_bytes` (whole blocks) at `lba`.
     pub fn read(&self, lba: u64, len_bytes: usize) -> Result<Vec<u8>> {
-        let mut engine = self.engine.lock().expect("engine lock");
-        let buf = engine.pool().alloc(len_bytes, Direction::Read)?;
-        let done = engine.run(Request::read(lba, buf, 0));
-        check_done(done.result, len_bytes, "read", lba)?;
-        Ok(done.buf.expect("a read hands its buffer back").to_vec())
+        let mut out = vec![0u8; len_bytes];
+        self.io.read(lba, &mut out, Priority::High)?;
+        Ok(out)
     }
 }
 
@@ -98,16 +84,7 @@ pub fn read_block(io: &DeviceIo, lba: u64) -> Result<Vec<u8>> {
     io.read(lba, io.block_size_bytes())
 }
 
-/// Writes `data` at `lba`, padded with `pad` to whole blocks, in one I/O.
+/// Writes `data` at `lba`, padded with `pad` to whole blocks, copied once.
 pub fn write_padded(io: &DeviceIo, lba: u64, data: &[u8], pad: u8) -> Result<()> {
-    let bs = io.block_size_bytes();
-    let len = data.len().div_ceil(bs).max(1) * bs;
-    let mut engine = io.engine.lock().expect("engine lock");
-    let mut buf = engine.pool().alloc(len, Direction::Write)?;
-    buf.write_at(0, data);
-    if len > data.len() {
-        buf.write_at(data.len(), &vec![pad; len - data.len()]);
-    }
-    let done = engine.run(Request::write(lba, buf, 0));
-    check_done(done.result, len, "page write", lba)
+    Ok(io.io.write_padded(lba, data, pad, Priority::High)?)
 }

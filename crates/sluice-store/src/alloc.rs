@@ -62,7 +62,7 @@ impl ExtentAllocator {
         // Each free run clipped to the range.
         let clipped = |(&s, &l): (&u64, &u64)| {
             let (a, b) = (s.max(lo), (s + l).min(hi));
-            (b > a).then_some((a, b - a))
+            (b > a).then(|| (a, b - a))
         };
         let found = self
             .free

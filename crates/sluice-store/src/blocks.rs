@@ -2,11 +2,37 @@
 //! the extents they are handed out in. See docs/FORMAT.md.
 
 use crate::error::{Result, StoreError};
-use sluice_io::engine::{open_engine, Engine, EngineConfig, EngineKind, Request};
+use sluice_io::engine::{Engine, EngineConfig, EngineKind, Priority, Request};
 use sluice_io::mem::AlignedMem;
 use sluice_io::pool::Direction;
-use sluice_io::Device;
-use std::sync::{Arc, Mutex};
+use sluice_io::{Device, DeviceIo};
+use std::cell::Cell;
+use std::sync::Arc;
+
+thread_local! {
+    static IO_PRIORITY: Cell<Priority> = const { Cell::new(Priority::High) };
+}
+
+/// Runs `f` with every store I/O of this thread at `priority` (in the
+/// engine's gate and as the kernel's ioprio): the background thread's
+/// memtable flushes and compactions run at [`Priority::Low`]; log writes and
+/// foreground reads stay at the default, high.
+pub fn with_io_priority<T>(priority: Priority, f: impl FnOnce() -> T) -> T {
+    let before = IO_PRIORITY.with(|p| p.replace(priority));
+    struct Restore(Priority);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IO_PRIORITY.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(before);
+    f()
+}
+
+/// The priority this thread's store I/O carries now.
+pub fn io_priority() -> Priority {
+    IO_PRIORITY.with(Cell::get)
+}
 
 /// Size of a store block, whatever the device's logical block size.
 pub const STORE_BLOCK_BYTES: usize = 4096;
@@ -42,12 +68,12 @@ impl Extent {
 /// One device of a set, and the store blocks it holds.
 struct Member {
     device: Arc<dyn Device>,
+    /// Every I/O of this device goes through here.
+    io: DeviceIo,
     lbas_per_block: u64,
     /// First global store block of this device, and how many it holds.
     base_block: u64,
     block_count: u64,
-    /// io_uring engines for batched reads, kept for reuse.
-    engines: Mutex<Vec<Box<dyn Engine>>>,
 }
 
 /// One or more devices addressed as a single run of store blocks: device
@@ -66,9 +92,11 @@ impl std::fmt::Debug for BlockDevice {
     }
 }
 
-/// Engines kept for batched reads per device; more concurrent batches open
-/// and drop their own.
+/// Engines kept idle per device; more concurrent callers open and drop
+/// their own.
 const MAX_IDLE_ENGINES: usize = 8;
+/// Pinned memory one engine of the store may hold.
+const ENGINE_PINNED_BYTES: u64 = 64 << 20;
 /// Reads one batch may hold.
 const MAX_BATCH_READS: usize = 64;
 /// Devices one store may span.
@@ -116,12 +144,17 @@ impl BlockDevice {
                     device.describe()
                 )));
             }
+            let io = DeviceIo::with_idle(device.clone(), engine_config(), MAX_IDLE_ENGINES)
+                .map_err(|error| StoreError::Io {
+                    block: base_block,
+                    error,
+                })?;
             members.push(Member {
                 lbas_per_block: lbas_per_block(&device)?,
                 device,
+                io,
                 base_block,
                 block_count,
-                engines: Mutex::new(Vec::new()),
             });
             base_block += block_count;
         }
@@ -180,21 +213,48 @@ impl BlockDevice {
     }
 
     /// Reads whole blocks starting at `block` into `buf` (a multiple of the
-    /// block size, aligned).
+    /// block size), at this thread's I/O priority.
     pub fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
         debug_assert!(buf.len() % STORE_BLOCK_BYTES == 0);
         let (m, lba) = self.locate(block, buf.len())?;
-        m.device
-            .read_at(lba, buf)
+        m.io.read(lba, buf, io_priority())
             .map_err(|error| StoreError::Io { block, error })
     }
 
+    /// Writes whole blocks from `block`; returns once the device has them,
+    /// not yet durable.
     pub fn write(&self, block: u64, buf: &[u8]) -> Result<()> {
         debug_assert!(buf.len() % STORE_BLOCK_BYTES == 0);
         let (m, lba) = self.locate(block, buf.len())?;
-        m.device
-            .write_at(lba, buf)
+        m.io.write(lba, buf, io_priority())
             .map_err(|error| StoreError::Io { block, error })
+    }
+
+    /// Writes each `(first block, bytes)` run and makes them durable, all
+    /// submitted together (one `io_uring_enter`). Every run must lie on
+    /// the device holding the first.
+    pub fn write_durable(&self, runs: &[(u64, &[u8])]) -> Result<()> {
+        let Some(&(first, _)) = runs.first() else {
+            return Ok(());
+        };
+        let k = self.member_of(first);
+        let mut writes = Vec::with_capacity(runs.len());
+        for &(block, bytes) in runs {
+            debug_assert!(bytes.len() % STORE_BLOCK_BYTES == 0);
+            let (m, lba) = self.locate(block, bytes.len())?;
+            assert!(
+                std::ptr::eq(m, &self.members[k]),
+                "one durable write spans one device"
+            );
+            writes.push((lba, bytes));
+        }
+        self.members[k]
+            .io
+            .write_durable(&writes, io_priority())
+            .map_err(|error| StoreError::Io {
+                block: first,
+                error,
+            })
     }
 
     /// Reads several runs `(first block, blocks)` at once: submitted
@@ -218,7 +278,7 @@ impl BlockDevice {
         runs: &[(u64, usize)],
         visit: &mut dyn FnMut(usize, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let batched = runs.len() > 1 && self.members.iter().all(|m| m.device.raw_fd().is_some());
+        let batched = runs.len() > 1;
         if !batched {
             for (i, &(b, n)) in runs.iter().enumerate() {
                 visit(i, &self.read_vec(b, n)?)?;
@@ -227,35 +287,24 @@ impl BlockDevice {
         }
         let all: Vec<usize> = (0..runs.len()).collect();
         for batch in all.chunks(MAX_BATCH_READS) {
-            let mut engines: Vec<(usize, Box<dyn Engine>, usize)> = Vec::new();
-            let result = self.submit_batch(runs, batch, &mut engines).and_then(|()| {
-                for (_, engine, submitted) in &mut engines {
-                    reap_all(engine.as_mut(), *submitted, runs, visit)?;
-                }
-                Ok(())
-            });
-            for (k, engine, _) in engines {
-                let mut idle = self.members[k]
-                    .engines
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                if idle.len() < MAX_IDLE_ENGINES && engine.in_flight() == 0 {
-                    idle.push(engine);
-                }
+            let mut engines: Vec<(usize, sluice_io::EngineLease<'_>, usize)> = Vec::new();
+            self.submit_batch(runs, batch, &mut engines)?;
+            for (_, engine, submitted) in &mut engines {
+                reap_all(&mut **engine, *submitted, runs, visit)?;
             }
-            result?;
         }
         Ok(())
     }
 
-    /// Submits the runs `batch` names, each to its device's engine (taken
-    /// into `engines` with how many it was given).
-    fn submit_batch(
-        &self,
+    /// Submits the runs `batch` names, each to an engine leased from its
+    /// device (taken into `engines` with how many it was given).
+    fn submit_batch<'a>(
+        &'a self,
         runs: &[(u64, usize)],
         batch: &[usize],
-        engines: &mut Vec<(usize, Box<dyn Engine>, usize)>,
+        engines: &mut Vec<(usize, sluice_io::EngineLease<'a>, usize)>,
     ) -> Result<()> {
+        let priority = io_priority();
         for &i in batch {
             let (block, blocks) = runs[i];
             let (m, lba) = self.locate(block, blocks * STORE_BLOCK_BYTES)?;
@@ -263,7 +312,8 @@ impl BlockDevice {
             let at = match engines.iter().position(|(e, _, _)| *e == k) {
                 Some(at) => at,
                 None => {
-                    engines.push((k, self.take_engine(m, block)?, 0));
+                    let lease = m.io.lease().map_err(|error| StoreError::Io { block, error })?;
+                    engines.push((k, lease, 0));
                     engines.len() - 1
                 }
             };
@@ -273,7 +323,7 @@ impl BlockDevice {
                 .alloc(blocks * STORE_BLOCK_BYTES, Direction::Read)
                 .map_err(|error| StoreError::Io { block, error })?;
             engine
-                .submit(Request::read(lba, buf, i as u64))
+                .submit(Request::read(lba, buf, i as u64).with_priority(priority))
                 .map_err(|r| StoreError::Io {
                     block,
                     error: r.error,
@@ -283,46 +333,44 @@ impl BlockDevice {
         Ok(())
     }
 
-    fn take_engine(&self, m: &Member, block: u64) -> Result<Box<dyn Engine>> {
-        if let Some(e) = m.engines.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Ok(e);
-        }
-        let mut cfg = EngineConfig {
-            kind: EngineKind::Uring,
-            queue_depth: MAX_BATCH_READS,
-            // Engines move between reader threads.
-            defer_taskrun: false,
-            ..EngineConfig::default()
-        };
-        cfg.pool.max_pinned_bytes = 64 << 20;
-        open_engine(m.device.clone(), &cfg).map_err(|error| StoreError::Io { block, error })
-    }
-
     fn read_vec(&self, block: u64, blocks: usize) -> Result<Vec<u8>> {
-        let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
-        self.read(block, buf.as_mut_slice())?;
-        Ok(buf.as_slice().to_vec())
+        let mut buf = vec![0u8; blocks * STORE_BLOCK_BYTES];
+        self.read(block, &mut buf)?;
+        Ok(buf)
     }
 
     /// Makes the completed writes of the device holding `block` durable
     /// (the WAL and manifest live on one device; no need to flush all).
     pub fn flush_holding(&self, block: u64) -> Result<()> {
         let m = &self.members[self.member_of(block)];
-        m.device
-            .flush()
+        m.io.flush(io_priority())
             .map_err(|error| StoreError::Io { block, error })
     }
 
     /// Makes every device's completed writes durable.
     pub fn flush(&self) -> Result<()> {
         for m in self.members.iter() {
-            m.device.flush().map_err(|error| StoreError::Io {
+            m.io.flush(io_priority()).map_err(|error| StoreError::Io {
                 block: m.base_block,
                 error,
             })?;
         }
         Ok(())
     }
+}
+
+/// How the store's engines are opened: io_uring where the device has a
+/// descriptor (posix workers otherwise), reads batched up to
+/// [`MAX_BATCH_READS`], pinned memory bounded.
+fn engine_config() -> EngineConfig {
+    let mut cfg = EngineConfig {
+        kind: EngineKind::Uring,
+        queue_depth: MAX_BATCH_READS,
+        posix_threads: 4,
+        ..EngineConfig::default()
+    };
+    cfg.pool.max_pinned_bytes = ENGINE_PINNED_BYTES;
+    cfg
 }
 
 /// Waits for `submitted` reads on `engine` and hands each to `visit`.

@@ -26,6 +26,7 @@ pub mod iter;
 pub mod manifest;
 pub mod memtable;
 pub mod parity;
+mod seqgate;
 pub mod sst;
 pub mod store;
 pub mod superblock;

@@ -460,20 +460,8 @@ pub fn write_table_parts(
     );
     assert!(split <= data.block_count as usize * STORE_BLOCK_BYTES);
     let (data_bytes, meta_bytes) = table.bytes.split_at(split);
-    const CHUNK: usize = 8 << 20;
-    let mut buf = AlignedMem::new(CHUNK.min(table.bytes.len()));
-    for (start, bytes) in [
-        (data.start_block, data_bytes),
-        (meta.start_block, meta_bytes),
-    ] {
-        for (i, chunk) in bytes.chunks(CHUNK).enumerate() {
-            buf.as_mut_slice()[..chunk.len()].copy_from_slice(chunk);
-            dev.write(
-                start + (i * CHUNK / STORE_BLOCK_BYTES) as u64,
-                &buf.as_slice()[..chunk.len()],
-            )?;
-        }
-    }
+    dev.write(data.start_block, data_bytes)?;
+    dev.write(meta.start_block, meta_bytes)?;
     dev.flush()
 }
 

@@ -4,7 +4,9 @@
 //! that merge the memtables with the tables.
 
 use crate::batch::WriteBatch;
-use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::blocks::{with_io_priority, BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::seqgate::SeqGate;
+use sluice_io::Priority;
 use crate::cache::{BlockCache, IndexCache};
 use crate::compaction::{self, CompactionConfig};
 use crate::error::{Result, StoreError};
@@ -208,8 +210,10 @@ pub struct TablePlacement {
     pub data_blocks: u32,
 }
 
+/// Writes that finished ahead of an earlier one, waiting to become visible.
 struct Visible {
-    seq: u64,
+    /// `first -> last` sequence of each such write.
+    done: std::collections::BTreeMap<u64, u64>,
     failed: Option<String>,
 }
 
@@ -252,7 +256,11 @@ struct Inner {
     /// Sequence assignment and WAL append order.
     writer: Mutex<u64>,
     visible: Mutex<Visible>,
-    published: Condvar,
+    /// Every write up to this sequence is visible to reads; writers wait on
+    /// it for their own write to become visible.
+    visible_seq: SeqGate,
+    /// Set with `visible.failed`, read by waiters without the lock.
+    write_failed: AtomicBool,
     snapshots: Arc<SnapshotRegistry>,
     /// Extents of replaced tables whose last reader is gone.
     released: Arc<Mutex<Vec<Extent>>>,
@@ -441,10 +449,11 @@ impl Store {
             version: RwLock::new(Arc::new(version)),
             writer: Mutex::new(last_seq + 1),
             visible: Mutex::new(Visible {
-                seq: last_seq,
+                done: Default::default(),
                 failed: None,
             }),
-            published: Condvar::new(),
+            visible_seq: SeqGate::new(last_seq),
+            write_failed: AtomicBool::new(false),
             snapshots: Arc::new(SnapshotRegistry::default()),
             released,
             flush_lock: Mutex::new(()),
@@ -555,7 +564,7 @@ impl Store {
 
     fn write_inner(&self, batch: &WriteBatch, options: WriteOptions, retried: bool) -> Result<u64> {
         if batch.is_empty() {
-            return Ok(lock(&self.inner.visible).seq);
+            return Ok(self.inner.visible_seq.get());
         }
         self.check_keyspaces(batch)?;
         self.check_failed()?;
@@ -612,29 +621,36 @@ impl Store {
         bytes
     }
 
-    /// Makes `first..=last` visible once everything before it is.
+    /// Makes `first..=last` visible once everything before it is: the
+    /// write that completes the prefix makes every finished write after it
+    /// visible at once, and wakes their writers (no writer waits for its
+    /// predecessor to publish first).
     fn publish(&self, first: u64, last: u64, failure: Option<String>) -> Result<()> {
-        let mut v = lock(&self.inner.visible);
+        let inner = &self.inner;
         if let Some(why) = failure {
-            v.failed.get_or_insert(why);
-            self.inner.published.notify_all();
+            lock(&inner.visible).failed.get_or_insert(why);
+            inner.write_failed.store(true, Ordering::Release);
+            inner.visible_seq.wake_all();
             return Ok(());
         }
-        while v.seq + 1 != first {
-            if let Some(why) = &v.failed {
-                return Err(StoreError::BadDevice(format!(
-                    "the store failed and takes no writes: {why}"
-                )));
+        let seq = {
+            let mut v = lock(&inner.visible);
+            v.done.insert(first, last);
+            let mut seq = inner.visible_seq.get();
+            while let Some(end) = v.done.remove(&(seq + 1)) {
+                seq = end;
             }
-            v = self
-                .inner
-                .published
-                .wait(v)
-                .unwrap_or_else(|p| p.into_inner());
+            inner.visible_seq.advance(seq, false);
+            seq
+        };
+        if seq >= last
+            || inner
+                .visible_seq
+                .wait(last, || inner.write_failed.load(Ordering::Acquire))
+        {
+            return Ok(());
         }
-        v.seq = last;
-        self.inner.published.notify_all();
-        Ok(())
+        self.check_failed()
     }
 
     fn check_failed(&self) -> Result<()> {
@@ -665,7 +681,7 @@ impl Store {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let seq = lock(&self.inner.visible).seq;
+        let seq = self.inner.visible_seq.get();
         *lock(&self.inner.snapshots.live).entry(seq).or_insert(0) += 1;
         Snapshot {
             seq,
@@ -883,7 +899,7 @@ impl Store {
             }
         }
         StoreStats {
-            last_sequence: lock(&inner.visible).seq,
+            last_sequence: inner.visible_seq.get(),
             memtable_entries: entries,
             memtable_bytes: bytes,
             wal_written_below: inner.wal.last_written(),
@@ -912,8 +928,14 @@ impl Store {
 }
 
 impl Inner {
-    /// Writes the memtable out as level-0 tables and releases its WAL blocks.
+    /// Writes the memtable out as level-0 tables and releases its WAL
+    /// blocks; the tables and the manifest at low I/O priority, the log's
+    /// last block at high.
     pub fn flush(&self) -> Result<()> {
+        with_io_priority(Priority::Low, || self.flush_memtable())
+    }
+
+    fn flush_memtable(&self) -> Result<()> {
         let inner = self;
         let _one = lock(&inner.flush_lock);
         // Freeze: new writes go to a fresh memtable; the WAL closes its open
@@ -924,19 +946,16 @@ impl Inner {
             if read(&mem.active).is_empty() {
                 return Ok(());
             }
-            let tail = inner.wal.close_block()?;
+            let tail = with_io_priority(Priority::High, || inner.wal.close_block())?;
             let frozen =
                 std::mem::replace(&mut mem.active, Arc::new(RwLock::new(Memtable::default())));
             mem.frozen = Some(frozen.clone());
             (frozen, tail, *next - 1)
         };
         // Every frozen write must be visible (committed) before it is flushed.
-        {
-            let mut v = lock(&inner.visible);
-            while v.seq < last_seq && v.failed.is_none() {
-                v = inner.published.wait(v).unwrap_or_else(|p| p.into_inner());
-            }
-        }
+        inner
+            .visible_seq
+            .wait(last_seq, || inner.write_failed.load(Ordering::Acquire));
         let frozen_guard = read(&frozen);
         let names: BTreeMap<u32, String> = read(&inner.keyspaces)
             .values()
@@ -1122,6 +1141,10 @@ impl Inner {
     /// Runs one due compaction, if any (or, with `force`, one that pushes
     /// data down). Returns whether it did anything.
     fn compact_once(&self, force: bool) -> Result<bool> {
+        with_io_priority(Priority::Low, || self.compact_one(force))
+    }
+
+    fn compact_one(&self, force: bool) -> Result<bool> {
         let inner = self;
         let _one = lock(&inner.compaction_lock);
         let version = read(&inner.version).clone();
@@ -1249,26 +1272,10 @@ fn report_wal_recovery(recovered: &wal::Recovered, mode: WalRecovery) {
     }
 }
 
-/// Sets the kernel I/O priority of the calling thread (ioprio_set(2)):
-/// best effort at `level` (0 highest, 7 lowest).
-fn set_io_priority(level: u16) {
-    const IOPRIO_WHO_PROCESS: libc::c_int = 1;
-    let prio = sluice_io::engine::ioprio(sluice_io::engine::IOPRIO_CLASS_BE, level);
-    // SAFETY: plain integers; who=0 is the calling thread.
-    unsafe {
-        libc::syscall(
-            libc::SYS_ioprio_set,
-            IOPRIO_WHO_PROCESS,
-            0,
-            prio as libc::c_int,
-        )
-    };
-}
-
-/// Flushes (at high I/O priority: writers wait on them) and compactions
-/// (at the lowest, yielding to foreground reads and log writes).
+/// Memtable flushes and compactions, both at low I/O priority (yielding to
+/// foreground reads and log writes; see [`Inner::flush`] and
+/// [`Inner::compact_once`]).
 fn background_loop(inner: &Arc<Inner>) {
-    set_io_priority(7);
     loop {
         {
             let mut woken = lock(&inner.wake_lock);
@@ -1285,11 +1292,9 @@ fn background_loop(inner: &Arc<Inner>) {
             break;
         }
         if inner.flush_requested.swap(false, Ordering::AcqRel) {
-            set_io_priority(0);
             if let Err(e) = inner.flush() {
                 log::error!("background flush failed: {e}");
             }
-            set_io_priority(7);
         }
         loop {
             match inner.compact_once(false) {

@@ -8,8 +8,9 @@ use crate::blocks::{block_buffer, BlockDevice, Extent, STORE_BLOCK_BYTES};
 use crate::error::{DamagedBlock, Result, StoreError};
 use crate::parity::{self, LogFormat, Parity, Scan, Slot, DERIVED_BYTES};
 use sluice_io::mem::AlignedMem;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use crate::seqgate::SeqGate;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 const MAGIC: &[u8; 4] = b"WALB";
 const PARITY_MAGIC: &[u8; 4] = b"WALP";
@@ -120,7 +121,6 @@ struct State {
     parity: Parity,
     /// A commit's closing block and parity block, written with one request.
     stage: AlignedMem,
-    committing: bool,
     failed: Option<String>,
 }
 
@@ -129,11 +129,13 @@ pub struct Wal {
     dev: BlockDevice,
     layout: WalLayout,
     state: Mutex<State>,
-    commit_done: Condvar,
+    /// Whether a committer is writing and flushing a group now (one at a
+    /// time; the others wait on `durable_below`).
+    committing: AtomicBool,
     /// Every log block below this sequence has been written.
     written_below: AtomicU64,
-    /// Every log block below this sequence is durable.
-    durable_below: AtomicU64,
+    /// Every log block below this sequence is durable; committers wait on it.
+    durable_below: SeqGate,
     flushes: AtomicU64,
 }
 
@@ -167,12 +169,11 @@ impl Wal {
                 tail_seq,
                 parity: Parity::new(next_seq),
                 stage: AlignedMem::new(2 * STORE_BLOCK_BYTES),
-                committing: false,
                 failed: None,
             }),
-            commit_done: Condvar::new(),
+            committing: AtomicBool::new(false),
             written_below: AtomicU64::new(next_seq),
-            durable_below: AtomicU64::new(next_seq),
+            durable_below: SeqGate::new(next_seq),
             flushes: AtomicU64::new(0),
         })
     }
@@ -189,7 +190,7 @@ impl Wal {
 
     /// Every log block below this sequence is durable (no system call).
     pub fn last_durable(&self) -> u64 {
-        self.durable_below.load(Ordering::Acquire)
+        self.durable_below.get()
     }
 
     pub fn is_durable(&self, pos: LogPosition) -> bool {
@@ -320,8 +321,25 @@ impl Wal {
 
     /// Ends the group: seals the open block if it holds anything and the
     /// parity block after it, and writes both, with one request where they
-    /// are adjacent on the device.
+    /// are adjacent on the device. Used where the caller holds the state
+    /// lock throughout (closing the log for a flush, at close).
     fn close_group(&self, st: &mut State) -> Result<()> {
+        let (first_seq, count) = self.stage_group(st);
+        let runs = self.staged_runs(st, first_seq, count);
+        for (at, bytes) in runs {
+            if let Err(e) = self.dev.write(at, bytes) {
+                st.failed = Some(e.to_string());
+                return Err(e);
+            }
+        }
+        self.written_below.store(st.open_seq, Ordering::Release);
+        Ok(())
+    }
+
+    /// Seals the open block (if it holds anything) and the group's parity
+    /// block into `stage` and moves the log past them. Returns the first
+    /// staged sequence and how many blocks were staged (0 to 2).
+    fn stage_group(&self, st: &mut State) -> (u64, usize) {
         let mut count = 0usize;
         if st.open_used > 0 {
             self.seal_open(st);
@@ -336,65 +354,94 @@ impl Wal {
             parity.seal_into(out, PARITY_MAGIC, seq, self.layout.epoch, &[]);
             count += 1;
         }
-        let mut done = 0;
-        while done < count {
-            let seq = st.open_seq + done as u64;
-            let (at, contiguous) = self.layout.place_of(seq);
-            let n = (count - done).min(contiguous as usize);
-            let bytes =
-                &st.stage.as_slice()[done * STORE_BLOCK_BYTES..(done + n) * STORE_BLOCK_BYTES];
-            if let Err(e) = self.dev.write(at, bytes) {
-                st.failed = Some(e.to_string());
-                return Err(e);
-            }
-            done += n;
-        }
+        let first_seq = st.open_seq;
         st.open_seq += count as u64;
         st.open_used = 0;
-        self.written_below.store(st.open_seq, Ordering::Release);
-        Ok(())
+        (first_seq, count)
     }
 
-    /// Makes every record up to `pos` durable. Concurrent callers share one
-    /// write and one flush.
+    /// The staged blocks as `(store block, bytes)` runs: one run, or two
+    /// where the ring wraps between them.
+    fn staged_runs<'a>(&self, st: &'a State, first_seq: u64, count: usize) -> Vec<(u64, &'a [u8])> {
+        let mut runs = Vec::with_capacity(2);
+        let mut done = 0;
+        while done < count {
+            let (at, contiguous) = self.layout.place_of(first_seq + done as u64);
+            let n = (count - done).min(contiguous as usize);
+            runs.push((
+                at,
+                &st.stage.as_slice()[done * STORE_BLOCK_BYTES..(done + n) * STORE_BLOCK_BYTES],
+            ));
+            done += n;
+        }
+        runs
+    }
+
+    /// Makes every record up to `pos` durable. One committer at a time
+    /// writes the group (every block since the last parity, the open block,
+    /// the parity block) and the flush after it, submitted together; the
+    /// others wait on the durable mark — spinning briefly, then parked —
+    /// and are woken only when it covers them (or, one of them, to lead
+    /// the next group).
     pub fn commit(&self, pos: LogPosition) -> Result<()> {
         loop {
             if self.is_durable(pos) {
                 return Ok(());
             }
-            let mut st = self.lock();
-            self.check_failed(&st)?;
-            if st.committing {
-                // Another caller is flushing; its flush may cover us.
-                let _st = self.commit_done.wait(st).unwrap_or_else(|p| p.into_inner());
+            if self
+                .committing
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                let led = self.lead_group();
+                self.committing.store(false, Ordering::Release);
+                match led {
+                    Ok(target) => self.durable_below.advance(target, true),
+                    Err(e) => {
+                        self.durable_below.wake_all();
+                        return Err(e);
+                    }
+                }
                 continue;
             }
-            if self.is_durable(pos) {
-                return Ok(());
+            // Another committer leads; its flush may cover us. If it ends
+            // without covering us, we are woken to lead the next group.
+            self.durable_below
+                .wait(pos.end_seq + 1, || !self.committing.load(Ordering::Acquire));
+            if !self.is_durable(pos) {
+                self.check_failed(&self.lock())?;
             }
-            st.committing = true;
-            // Everything sealed since the last parity, the open block if it
-            // holds anything, and their parity go out before the flush.
-            let result = self.close_group(&mut st);
-            let target = st.open_seq;
-            drop(st);
-            let result = result.and_then(|()| {
-                self.flushes.fetch_add(1, Ordering::Relaxed);
-                // The ring lives on the first device: only it is flushed.
-                self.dev.flush_holding(self.layout.ring[0].start_block)
-            });
-            let mut st = self.lock();
-            st.committing = false;
-            match &result {
-                Ok(()) => {
-                    self.durable_below.fetch_max(target, Ordering::AcqRel);
-                }
-                Err(e) => st.failed = Some(e.to_string()),
-            }
-            drop(st);
-            self.commit_done.notify_all();
-            result?;
         }
+    }
+
+    /// Closes the group under the state lock, then writes it and flushes
+    /// outside it (appends go on meanwhile, into the next blocks). Returns
+    /// the sequence below which every block is durable.
+    fn lead_group(&self) -> Result<u64> {
+        let mut st = self.lock();
+        self.check_failed(&st)?;
+        let (first_seq, count) = self.stage_group(&mut st);
+        let target = st.open_seq;
+        let staged: Vec<(u64, Vec<u8>)> = self
+            .staged_runs(&st, first_seq, count)
+            .into_iter()
+            .map(|(at, bytes)| (at, bytes.to_vec()))
+            .collect();
+        drop(st);
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        let runs: Vec<(u64, &[u8])> = staged.iter().map(|(at, b)| (*at, &b[..])).collect();
+        let written = if runs.is_empty() {
+            // Blocks written early, and nothing open: a flush alone.
+            self.dev.flush_holding(self.layout.ring[0].start_block)
+        } else {
+            self.dev.write_durable(&runs)
+        };
+        if let Err(e) = written {
+            self.lock().failed = Some(e.to_string());
+            return Err(e);
+        }
+        self.written_below.fetch_max(target, Ordering::AcqRel);
+        Ok(target)
     }
 }
 

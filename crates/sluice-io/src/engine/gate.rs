@@ -70,7 +70,7 @@ impl<T> PriorityGate<T> {
         self.high.len() + self.low.len()
     }
 
-    #[cfg(test)]
+    /// Requests issued and not yet completed.
     pub fn issued(&self) -> usize {
         self.high_issued + self.low_issued
     }

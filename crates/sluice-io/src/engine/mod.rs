@@ -62,6 +62,11 @@ pub struct Request {
     pub buf: Option<IoBuf>,
     pub priority: Priority,
     pub user_data: u64,
+    /// For a flush: start only once every request this engine issued before
+    /// it has completed (io_uring's IOSQE_IO_DRAIN), so writes and the flush
+    /// that makes them durable go to the kernel together, in one system
+    /// call. Requests of one priority are issued in the order submitted.
+    pub after_prior: bool,
 }
 
 impl Request {
@@ -72,6 +77,7 @@ impl Request {
             buf: Some(buf),
             priority: Priority::High,
             user_data,
+            after_prior: false,
         }
     }
 
@@ -82,6 +88,7 @@ impl Request {
             buf: Some(buf),
             priority: Priority::High,
             user_data,
+            after_prior: false,
         }
     }
 
@@ -92,6 +99,17 @@ impl Request {
             buf: None,
             priority: Priority::High,
             user_data,
+            after_prior: false,
+        }
+    }
+
+    /// A flush that waits for every request issued before it on the same
+    /// engine (see [`Request::after_prior`]): submit the writes, then this,
+    /// and reap them all — one `io_uring_enter` makes the writes durable.
+    pub fn flush_after_prior(user_data: u64) -> Self {
+        Request {
+            after_prior: true,
+            ..Request::flush(user_data)
         }
     }
 

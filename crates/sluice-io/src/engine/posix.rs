@@ -67,6 +67,12 @@ impl PosixEngine {
     fn issue_queued(&mut self) {
         let jobs = self.jobs.as_ref().expect("workers running");
         while let Some((priority, request)) = self.gate.pop() {
+            // An ordered flush waits, and everything behind it, until what
+            // was issued before it has completed (workers run in parallel).
+            if request.after_prior && self.gate.issued() > 1 {
+                self.gate.unpop(priority, request);
+                break;
+            }
             let ioprio = match priority {
                 Priority::High => self.high_ioprio,
                 Priority::Low => self.low_ioprio,
@@ -174,22 +180,25 @@ impl Engine for PosixEngine {
     fn reap(&mut self, min_complete: usize, out: &mut Vec<Completion>) -> Result<usize> {
         let min = min_complete.min(self.accepted);
         let mut added = 0;
-        self.issue_queued();
-        while let Ok(c) = self.done.try_recv() {
-            self.take(c, out);
-            added += 1;
-        }
-        while added < min {
+        loop {
+            // A completion may free the gate for held requests (an ordered
+            // flush waits for everything before it).
+            self.issue_queued();
+            while let Ok(c) = self.done.try_recv() {
+                self.take(c, out);
+                added += 1;
+                self.issue_queued();
+            }
+            if added >= min {
+                return Ok(added);
+            }
             let c = self
                 .done
                 .recv()
                 .map_err(|_| IoError::EngineStopped("posix workers exited".into()))?;
             self.take(c, out);
             added += 1;
-            self.issue_queued();
         }
-        self.issue_queued();
-        Ok(added)
     }
 
     fn notes(&self) -> &[String] {

@@ -349,6 +349,21 @@ impl UringEngine {
         }
     }
 
+    /// Issues everything queued and waits for all of it, keeping the
+    /// completions for the next reap.
+    fn complete_issued_into_ready(&mut self) -> Result<()> {
+        let mut done = Vec::new();
+        while self.sqes_in_kernel > 0 || self.gate.queued() > 0 {
+            self.issue_queued();
+            self.enter(usize::from(self.sqes_in_kernel > 0))?;
+            self.drain_completions(&mut done);
+        }
+        // `ready` holds completions still counted as accepted until reaped.
+        self.accepted += done.len();
+        self.ready.extend(done);
+        Ok(())
+    }
+
     fn drain_completions(&mut self, out: &mut Vec<Completion>) -> usize {
         let mut added = 0;
         // SAFETY: only this engine touches the completion queue.
@@ -436,6 +451,11 @@ fn for_each_entry(
             opcode::Fsync::new,
             ().flags(types::FsyncFlags::DATASYNC)
         );
+        let e = if req.after_prior {
+            e.flags(squeue::Flags::IO_DRAIN)
+        } else {
+            e
+        };
         push(e.user_data(ud));
         return;
     };
@@ -498,7 +518,14 @@ impl Engine for UringEngine {
         )?;
         self.accepted += 1;
         if request.op == Op::Flush && self.iopoll {
-            // An IOPOLL ring takes no fsync: flush synchronously.
+            // An IOPOLL ring takes no fsync: flush synchronously, once what
+            // was issued before it has completed where it asks for that.
+            if request.after_prior {
+                if let Err(error) = self.complete_issued_into_ready() {
+                    self.accepted -= 1;
+                    return Err(Rejected { error, request });
+                }
+            }
             let result = self.device.flush().map(|()| 0);
             self.ready.push_back(Completion {
                 user_data: request.user_data,

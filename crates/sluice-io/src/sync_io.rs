@@ -1,0 +1,296 @@
+//! [`DeviceIo`]: blocking I/O on one device from any thread, through the
+//! engine and the pool — the one way the crates above do a device I/O when
+//! they want to wait for it (the store's log, tables, manifest and
+//! superblock; the exporter's pages and checkpoints).
+//!
+//! A `DeviceIo` keeps a few idle engines. Each call leases one (opening a
+//! new one when all are busy), submits its requests, reaps them and gives
+//! the engine back, so threads never share a ring and never wait for each
+//! other's I/O. Callers that want deep queues lease an engine and drive it
+//! themselves ([`DeviceIo::lease`]).
+//!
+//! Every request carries a [`Priority`]: the engine's gate and the kernel's
+//! ioprio (the engine's `high_ioprio`/`low_ioprio`) both see it.
+//!
+//! [`DeviceIo::write_durable`] submits the writes and a flush ordered after
+//! them ([`Request::flush_after_prior`]) together and waits for all of them:
+//! one `io_uring_enter` makes the bytes durable.
+
+use crate::device::Device;
+use crate::engine::{open_engine, Completion, Engine, EngineConfig, Priority, Request};
+use crate::error::{IoError, Result};
+use crate::pool::Direction;
+use std::sync::{Arc, Mutex};
+
+/// Engines kept idle per device by default; more concurrent callers open
+/// and drop their own.
+pub const DEFAULT_MAX_IDLE_ENGINES: usize = 8;
+/// Bytes one request of a long write or read carries: a long run goes out
+/// as several requests in flight at once.
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+/// Requests one call keeps in flight at most (with [`MAX_REQUEST_BYTES`],
+/// 16 MiB of buffers), whatever the engine's queue depth.
+pub const MAX_REQUESTS_IN_FLIGHT: usize = 16;
+
+/// Blocking, thread-safe I/O on one device through leased engines.
+pub struct DeviceIo {
+    device: Arc<dyn Device>,
+    config: EngineConfig,
+    idle: Mutex<Vec<Box<dyn Engine>>>,
+    max_idle_engines: usize,
+    notes: Vec<String>,
+    describe: String,
+}
+
+impl std::fmt::Debug for DeviceIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceIo({}, {})", self.device.describe(), self.describe)
+    }
+}
+
+/// An engine leased from a [`DeviceIo`]; returned on drop when nothing is
+/// left in flight on it (else dropped, which drains it).
+pub struct EngineLease<'a> {
+    io: &'a DeviceIo,
+    engine: Option<Box<dyn Engine>>,
+}
+
+impl std::ops::Deref for EngineLease<'_> {
+    type Target = dyn Engine;
+    fn deref(&self) -> &Self::Target {
+        self.engine.as_deref().expect("leased engine")
+    }
+}
+
+impl std::ops::DerefMut for EngineLease<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.engine.as_deref_mut().expect("leased engine")
+    }
+}
+
+impl Drop for EngineLease<'_> {
+    fn drop(&mut self) {
+        let Some(engine) = self.engine.take() else {
+            return;
+        };
+        if engine.in_flight() != 0 {
+            return;
+        }
+        let mut idle = self.io.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.io.max_idle_engines {
+            idle.push(engine);
+        }
+    }
+}
+
+impl DeviceIo {
+    /// Opens the first engine at once, so a missing feature or a refused
+    /// setting is reported here and not at the first I/O. Engines move
+    /// between threads, so `defer_taskrun` (a single-issuer ring) is off.
+    pub fn open(device: Arc<dyn Device>, config: EngineConfig) -> Result<Self> {
+        Self::with_idle(device, config, DEFAULT_MAX_IDLE_ENGINES)
+    }
+
+    pub fn with_idle(
+        device: Arc<dyn Device>,
+        mut config: EngineConfig,
+        max_idle_engines: usize,
+    ) -> Result<Self> {
+        config.defer_taskrun = false;
+        let first = open_engine(device.clone(), &config)?;
+        let notes = first.notes().to_vec();
+        let describe = first.describe();
+        Ok(DeviceIo {
+            device,
+            config,
+            idle: Mutex::new(vec![first]),
+            max_idle_engines: max_idle_engines.max(1),
+            notes,
+            describe,
+        })
+    }
+
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
+    pub fn block_size_bytes(&self) -> usize {
+        self.device.geometry().block_size_bytes as usize
+    }
+
+    /// Fallbacks made when the first engine was opened, one line each.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The engine in use, as [`Engine::describe`] says it.
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// An engine for this thread alone until the lease is dropped.
+    pub fn lease(&self) -> Result<EngineLease<'_>> {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let engine = match idle {
+            Some(e) => e,
+            None => open_engine(self.device.clone(), &self.config)?,
+        };
+        Ok(EngineLease {
+            io: self,
+            engine: Some(engine),
+        })
+    }
+
+    /// Reads `out.len()` bytes (whole blocks) at `lba`.
+    pub fn read(&self, lba: u64, out: &mut [u8], priority: Priority) -> Result<()> {
+        let mut engine = self.lease()?;
+        let pieces = self.pieces(lba, out.len());
+        let mut done = Vec::new();
+        let mut submitted = 0;
+        let mut next = 0;
+        while next < pieces.len() || submitted > 0 {
+            while next < pieces.len() && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
+                let (at, offset, len) = pieces[next];
+                let buf = engine.pool().alloc(len, Direction::Read)?;
+                let request = Request::read(at, buf, offset as u64).with_priority(priority);
+                engine.submit(request).map_err(|r| r.error)?;
+                submitted += 1;
+                next += 1;
+            }
+            done.clear();
+            submitted -= engine.reap(1, &mut done)?;
+            for c in done.drain(..) {
+                let offset = c.user_data as usize;
+                let buf = checked(c)?.expect("a read returns its buffer");
+                buf.read_at(0, &mut out[offset..offset + buf.len()]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes `data` (whole blocks) at `lba`; returns once the device has it
+    /// (not yet durable: see [`DeviceIo::flush`] and [`DeviceIo::write_durable`]).
+    pub fn write(&self, lba: u64, data: &[u8], priority: Priority) -> Result<()> {
+        self.write_all(&[(lba, data)], priority, false)
+    }
+
+    /// Writes every `(lba, data)` run and then makes them durable, all
+    /// submitted together: with io_uring, one system call.
+    pub fn write_durable(&self, writes: &[(u64, &[u8])], priority: Priority) -> Result<()> {
+        self.write_all(writes, priority, true)
+    }
+
+    /// Writes `data` at `lba` padded with `pad` to whole blocks, copied
+    /// once, straight into the I/O buffers.
+    pub fn write_padded(&self, lba: u64, data: &[u8], pad: u8, priority: Priority) -> Result<()> {
+        let block = self.block_size_bytes();
+        let len = data.len().div_ceil(block).max(1) * block;
+        self.write_runs(&[(lba, data, len)], pad, priority, false)
+    }
+
+    /// Makes every completed write durable.
+    pub fn flush(&self, priority: Priority) -> Result<()> {
+        let mut engine = self.lease()?;
+        checked(engine.run(Request::flush(0).with_priority(priority)))?;
+        Ok(())
+    }
+
+    fn write_all(&self, writes: &[(u64, &[u8])], priority: Priority, durable: bool) -> Result<()> {
+        let runs: Vec<(u64, &[u8], usize)> = writes.iter().map(|&(l, d)| (l, d, d.len())).collect();
+        self.write_runs(&runs, 0, priority, durable)
+    }
+
+    /// Writes each `(lba, data, len)` run: `data` then `pad` up to `len`.
+    fn write_runs(
+        &self,
+        writes: &[(u64, &[u8], usize)],
+        pad: u8,
+        priority: Priority,
+        durable: bool,
+    ) -> Result<()> {
+        let mut engine = self.lease()?;
+        let mut pieces = Vec::new();
+        for (run, &(lba, _, len)) in writes.iter().enumerate() {
+            for (at, offset, len) in self.pieces(lba, len) {
+                pieces.push((run, at, offset, len));
+            }
+        }
+        // The flush goes in with the last writes only when all of them fit
+        // in the queue with it; else the writes drain first.
+        let mut flush_pending = durable;
+        let mut submitted = 0;
+        let mut next = 0;
+        let mut done = Vec::new();
+        let mut first_error = None;
+        while next < pieces.len() || submitted > 0 || flush_pending {
+            while next < pieces.len() && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
+                let (run, at, offset, len) = pieces[next];
+                let mut buf = engine.pool().alloc(len, Direction::Write)?;
+                let data = writes[run].1;
+                let have = data.len().saturating_sub(offset).min(len);
+                buf.write_at(0, &data[offset..offset + have]);
+                if have < len {
+                    buf.write_at(have, &vec![pad; len - have]);
+                }
+                engine
+                    .submit(Request::write(at, buf, 0).with_priority(priority))
+                    .map_err(|r| r.error)?;
+                submitted += 1;
+                next += 1;
+            }
+            if next == pieces.len() && flush_pending && submitted < engine.queue_depth() {
+                let flush = Request::flush_after_prior(1).with_priority(priority);
+                engine.submit(flush).map_err(|r| r.error)?;
+                submitted += 1;
+                flush_pending = false;
+            }
+            done.clear();
+            // Everything submitted is reaped in one wait where it can be.
+            submitted -= engine.reap(submitted, &mut done)?;
+            for c in done.drain(..) {
+                if let Err(e) = checked(c) {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// `(lba, byte offset, length)` of the requests a run of `len` bytes at
+    /// `lba` is cut into.
+    fn pieces(&self, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
+        let block = self.block_size_bytes();
+        assert!(len % block == 0, "I/O of {len} bytes is not whole {block}-byte blocks");
+        let mut out = Vec::with_capacity(len.div_ceil(MAX_REQUEST_BYTES));
+        let mut offset = 0;
+        while offset < len {
+            let n = (len - offset).min(MAX_REQUEST_BYTES);
+            out.push((lba + (offset / block) as u64, offset, n));
+            offset += n;
+        }
+        out
+    }
+}
+
+/// The buffer of a completed request that moved all its bytes, or why not.
+fn checked(c: Completion) -> Result<Option<crate::pool::IoBuf>> {
+    let n = c.result?;
+    let expected = c.buf.as_ref().map_or(0, |b| b.len());
+    if n != expected {
+        return Err(IoError::ShortTransfer {
+            op: match c.op {
+                crate::engine::Op::Read => "read",
+                crate::engine::Op::Write => "write",
+                crate::engine::Op::Flush => "flush",
+            },
+            lba: c.lba,
+            done_bytes: n,
+            len_bytes: expected,
+        });
+    }
+    Ok(c.buf)
+}

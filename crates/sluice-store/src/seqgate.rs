@@ -1,0 +1,183 @@
+//! A sequence number that only grows, which threads wait on: readable by
+//! any thread without a lock or a system call, waited for by spinning
+//! briefly and then parking, and advanced with a wake-up for exactly the
+//! waiters it satisfies (no thundering herd: a condition variable's
+//! `notify_all` woke every waiter for every advance).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::thread::Thread;
+
+/// Polls of the value before a waiter parks: about a microsecond, enough
+/// for a wake that is already on its way, far less than a device flush.
+const SPIN_POLLS: u32 = 256;
+/// Threads parked on one gate at most (the store bounds its writers far
+/// below this; past it waiters still park, the list only grows).
+const PARKED_HINT: usize = 64;
+
+#[derive(Debug)]
+pub struct SeqGate {
+    value: AtomicU64,
+    parked: Mutex<Vec<Parked>>,
+}
+
+#[derive(Debug)]
+struct Parked {
+    target: u64,
+    thread: Thread,
+}
+
+impl SeqGate {
+    pub fn new(value: u64) -> Self {
+        SeqGate {
+            value: AtomicU64::new(value),
+            parked: Mutex::new(Vec::with_capacity(PARKED_HINT)),
+        }
+    }
+
+    /// The current value (no lock, no system call).
+    pub fn get(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+
+    fn parked(&self) -> std::sync::MutexGuard<'_, Vec<Parked>> {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Raises the value to `to` (never lowers it) and wakes the waiters it
+    /// satisfies; with `and_one_more`, also the first waiter it does not
+    /// satisfy (who may then act to satisfy the rest).
+    pub fn advance(&self, to: u64, and_one_more: bool) {
+        let now = self.value.fetch_max(to, Ordering::AcqRel).max(to);
+        let mut parked = self.parked();
+        let mut extra = and_one_more;
+        parked.retain(|p| {
+            if p.target <= now || std::mem::take(&mut extra) {
+                p.thread.unpark();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Wakes every waiter (after a failure their `stop` reports).
+    pub fn wake_all(&self) {
+        for p in self.parked().drain(..) {
+            p.thread.unpark();
+        }
+    }
+
+    /// Returns once the value reaches `target` (true) or `stop()` holds
+    /// (false). `stop` must become true only together with a wake-up
+    /// ([`SeqGate::advance`] with `and_one_more`, or [`SeqGate::wake_all`])
+    /// made after it turned true.
+    pub fn wait(&self, target: u64, stop: impl Fn() -> bool) -> bool {
+        for _ in 0..SPIN_POLLS {
+            if self.get() >= target {
+                return true;
+            }
+            if stop() {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+        let me = std::thread::current();
+        loop {
+            self.parked().push(Parked {
+                target,
+                thread: me.clone(),
+            });
+            // Checked after registering: an advance or a stop that came
+            // before the registration is seen here; one after it wakes us.
+            let done = self.get() >= target;
+            if done || stop() {
+                let id = me.id();
+                self.parked().retain(|p| p.thread.id() != id);
+                return done;
+            }
+            std::thread::park();
+            let id = me.id();
+            self.parked().retain(|p| p.thread.id() != id);
+            if self.get() >= target {
+                return true;
+            }
+            if stop() {
+                return false;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn waiters_wake_when_their_target_is_reached_and_not_before() {
+        let gate = Arc::new(SeqGate::new(0));
+        let woke = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (1..=8u64)
+            .map(|t| {
+                let (gate, woke) = (gate.clone(), woke.clone());
+                std::thread::spawn(move || {
+                    assert!(gate.wait(t * 10, || false));
+                    assert!(gate.get() >= t * 10, "woke at {} for {}", gate.get(), t * 10);
+                    woke.fetch_add(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(woke.load(Ordering::SeqCst), 0);
+        gate.advance(35, false);
+        while woke.load(Ordering::SeqCst) < 3 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(woke.load(Ordering::SeqCst), 3, "only targets 10, 20, 30 are reached");
+        gate.advance(80, false);
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn stop_wakes_a_waiter_without_the_target() {
+        let gate = Arc::new(SeqGate::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = {
+            let (gate, stop) = (gate.clone(), stop.clone());
+            std::thread::spawn(move || gate.wait(100, || stop.load(Ordering::SeqCst)))
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        stop.store(true, Ordering::SeqCst);
+        gate.advance(1, true);
+        assert!(!t.join().unwrap());
+    }
+
+    #[test]
+    fn no_wake_up_is_lost_under_many_advances() {
+        let gate = Arc::new(SeqGate::new(0));
+        let threads: Vec<_> = (0..16u64)
+            .map(|t| {
+                let gate = gate.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200u64 {
+                        assert!(gate.wait(i * 16 + t, || false));
+                    }
+                })
+            })
+            .collect();
+        for v in 0..=(200 * 16) {
+            gate.advance(v, false);
+            if v % 64 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+}
