@@ -32,8 +32,34 @@ pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 /// 16 MiB of buffers), whatever the engine's queue depth.
 pub const MAX_REQUESTS_IN_FLIGHT: usize = 16;
 
+/// How [`DeviceIo::write_durable`] makes writes durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurableWrites {
+    /// The writes, then a flush ordered after them (IOSQE_IO_DRAIN),
+    /// submitted together.
+    OrderedFlush,
+    /// A single write with RWF_DSYNC (FUA where the device has it);
+    /// several writes still take an ordered flush.
+    Dsync,
+}
+
+impl DurableWrites {
+    /// `SLUICE_DURABLE_WRITES=dsync|ordered-flush` picks one for a run;
+    /// the default is the faster one here (docs/BENCHMARKS.md).
+    pub fn from_env() -> Self {
+        match std::env::var("SLUICE_DURABLE_WRITES").as_deref() {
+            Ok("ordered-flush") => DurableWrites::OrderedFlush,
+            Ok("dsync") => DurableWrites::Dsync,
+            _ => DurableWrites::DEFAULT,
+        }
+    }
+
+    pub const DEFAULT: DurableWrites = DurableWrites::Dsync;
+}
+
 /// Blocking, thread-safe I/O on one device through leased engines.
 pub struct DeviceIo {
+    durable_writes: DurableWrites,
     device: Arc<dyn Device>,
     config: EngineConfig,
     idle: Mutex<Vec<Box<dyn Engine>>>,
@@ -101,6 +127,7 @@ impl DeviceIo {
         let notes = first.notes().to_vec();
         let describe = first.describe();
         Ok(DeviceIo {
+            durable_writes: DurableWrites::from_env(),
             device,
             config,
             idle: Mutex::new(vec![first]),
@@ -126,6 +153,14 @@ impl DeviceIo {
     /// The engine in use, as [`Engine::describe`] says it.
     pub fn describe(&self) -> &str {
         &self.describe
+    }
+
+    pub fn durable_writes(&self) -> DurableWrites {
+        self.durable_writes
+    }
+
+    pub fn set_durable_writes(&mut self, how: DurableWrites) {
+        self.durable_writes = how;
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -219,8 +254,10 @@ impl DeviceIo {
                 pieces.push((run, at, offset, len));
             }
         }
-        // The flush goes in with the last writes only when all of them fit
-        // in the queue with it; else the writes drain first.
+        // One write made durable by itself, or writes and a flush ordered
+        // after them; the flush goes in with the last writes when they fit
+        // in the queue with it, else the writes drain first.
+        let dsync_one = durable && pieces.len() == 1 && self.durable_writes == DurableWrites::Dsync;
         let mut flush_pending = durable;
         let mut submitted = 0;
         let mut next = 0;
@@ -236,9 +273,12 @@ impl DeviceIo {
                 if have < len {
                     buf.write_at(have, &vec![pad; len - have]);
                 }
-                engine
-                    .submit(Request::write(at, buf, 0).with_priority(priority))
-                    .map_err(|r| r.error)?;
+                let mut request = Request::write(at, buf, 0).with_priority(priority);
+                if dsync_one {
+                    request = request.durable();
+                    flush_pending = false;
+                }
+                engine.submit(request).map_err(|r| r.error)?;
                 submitted += 1;
                 next += 1;
             }

@@ -362,6 +362,7 @@ fn bad_requests_are_rejected_with_the_buffer_back() {
             priority: Priority::High,
             user_data: 3,
             after_prior: false,
+            dsync: false,
         });
         assert!(
             matches!(c.result, Err(IoError::Config(_))),

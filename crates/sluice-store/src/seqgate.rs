@@ -8,9 +8,24 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread::Thread;
 
-/// Polls of the value before a waiter parks: about a microsecond, enough
-/// for a wake that is already on its way, far less than a device flush.
+/// Polls of the value before a waiter parks where the machine has more than
+/// two cores: about a microsecond, enough for a wake already on its way, far
+/// less than a device flush. On two cores a spinning waiter holds a core the
+/// thread it waits for needs: parking at once measured faster there
+/// (docs/BENCHMARKS.md, "Synced writes on one I/O path").
 const SPIN_POLLS: u32 = 256;
+
+fn spin_polls() -> u32 {
+    static POLLS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *POLLS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cores > 2 {
+            SPIN_POLLS
+        } else {
+            0
+        }
+    })
+}
 /// Threads parked on one gate at most (the store bounds its writers far
 /// below this; past it waiters still park, the list only grows).
 const PARKED_HINT: usize = 64;
@@ -24,6 +39,9 @@ pub struct SeqGate {
 #[derive(Debug)]
 struct Parked {
     target: u64,
+    /// The waiter's own mark (the store: the log position its write needs
+    /// durable), for [`SeqGate::advance`] to pick one to wake.
+    key: u64,
     thread: Thread,
 }
 
@@ -45,19 +63,28 @@ impl SeqGate {
     }
 
     /// Raises the value to `to` (never lowers it) and wakes the waiters it
-    /// satisfies; with `and_one_more`, also the first waiter it does not
-    /// satisfy (who may then act to satisfy the rest).
-    pub fn advance(&self, to: u64, and_one_more: bool) {
+    /// satisfies; with `and_one_keyed_from: Some(k)`, also the unsatisfied
+    /// waiter of the smallest key at least `k` (who may then act to satisfy
+    /// the rest).
+    pub fn advance(&self, to: u64, and_one_keyed_from: Option<u64>) {
         let now = self.value.fetch_max(to, Ordering::AcqRel).max(to);
         let mut parked = self.parked();
-        let mut extra = and_one_more;
+        let extra = and_one_keyed_from.and_then(|k| {
+            parked
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.target > now && p.key >= k)
+                .min_by_key(|(_, p)| p.key)
+                .map(|(i, _)| i)
+        });
+        let mut i = 0;
         parked.retain(|p| {
-            if p.target <= now || std::mem::take(&mut extra) {
+            let wake = p.target <= now || Some(i) == extra;
+            i += 1;
+            if wake {
                 p.thread.unpark();
-                false
-            } else {
-                true
             }
+            !wake
         });
     }
 
@@ -72,8 +99,8 @@ impl SeqGate {
     /// (false). `stop` must become true only together with a wake-up
     /// ([`SeqGate::advance`] with `and_one_more`, or [`SeqGate::wake_all`])
     /// made after it turned true.
-    pub fn wait(&self, target: u64, stop: impl Fn() -> bool) -> bool {
-        for _ in 0..SPIN_POLLS {
+    pub fn wait(&self, target: u64, key: u64, stop: impl Fn() -> bool) -> bool {
+        for _ in 0..spin_polls() {
             if self.get() >= target {
                 return true;
             }
@@ -86,6 +113,7 @@ impl SeqGate {
         loop {
             self.parked().push(Parked {
                 target,
+                key,
                 thread: me.clone(),
             });
             // Checked after registering: an advance or a stop that came
@@ -123,7 +151,7 @@ mod tests {
             .map(|t| {
                 let (gate, woke) = (gate.clone(), woke.clone());
                 std::thread::spawn(move || {
-                    assert!(gate.wait(t * 10, || false));
+                    assert!(gate.wait(t * 10, 0, || false));
                     assert!(gate.get() >= t * 10, "woke at {} for {}", gate.get(), t * 10);
                     woke.fetch_add(1, Ordering::SeqCst);
                 })
@@ -131,13 +159,13 @@ mod tests {
             .collect();
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert_eq!(woke.load(Ordering::SeqCst), 0);
-        gate.advance(35, false);
+        gate.advance(35, None);
         while woke.load(Ordering::SeqCst) < 3 {
             std::thread::yield_now();
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert_eq!(woke.load(Ordering::SeqCst), 3, "only targets 10, 20, 30 are reached");
-        gate.advance(80, false);
+        gate.advance(80, None);
         for t in threads {
             t.join().unwrap();
         }
@@ -149,11 +177,11 @@ mod tests {
         let stop = Arc::new(AtomicBool::new(false));
         let t = {
             let (gate, stop) = (gate.clone(), stop.clone());
-            std::thread::spawn(move || gate.wait(100, || stop.load(Ordering::SeqCst)))
+            std::thread::spawn(move || gate.wait(100, 7, || stop.load(Ordering::SeqCst)))
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
         stop.store(true, Ordering::SeqCst);
-        gate.advance(1, true);
+        gate.advance(1, Some(5));
         assert!(!t.join().unwrap());
     }
 
@@ -165,13 +193,13 @@ mod tests {
                 let gate = gate.clone();
                 std::thread::spawn(move || {
                     for i in 0..200u64 {
-                        assert!(gate.wait(i * 16 + t, || false));
+                        assert!(gate.wait(i * 16 + t, 0, || false));
                     }
                 })
             })
             .collect();
         for v in 0..=(200 * 16) {
-            gate.advance(v, false);
+            gate.advance(v, None);
             if v % 64 == 0 {
                 std::thread::yield_now();
             }

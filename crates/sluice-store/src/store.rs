@@ -210,10 +210,12 @@ pub struct TablePlacement {
     pub data_blocks: u32,
 }
 
-/// Writes that finished ahead of an earlier one, waiting to become visible.
+/// Writes in the memtable not yet visible to reads.
 struct Visible {
-    /// `first -> last` sequence of each such write.
-    done: std::collections::BTreeMap<u64, u64>,
+    /// `first -> (last, log position it needs durable)` of each: a write
+    /// becomes visible once every earlier one has and, if synced, its log
+    /// position is durable.
+    pending: BTreeMap<u64, (u64, Option<wal::LogPosition>)>,
     failed: Option<String>,
 }
 
@@ -449,7 +451,7 @@ impl Store {
             version: RwLock::new(Arc::new(version)),
             writer: Mutex::new(last_seq + 1),
             visible: Mutex::new(Visible {
-                done: Default::default(),
+                pending: BTreeMap::new(),
                 failed: None,
             }),
             visible_seq: SeqGate::new(last_seq),
@@ -605,13 +607,7 @@ impl Store {
             (first, pos)
         };
         let last = first + batch.len() as u64 - 1;
-        let committed = if options.sync {
-            inner.wal.commit(pos)
-        } else {
-            Ok(())
-        };
-        self.publish(first, last, committed.as_ref().err().map(|e| e.to_string()))?;
-        committed?;
+        self.finish_write(first, last, options.sync.then_some(pos))?;
         Ok(last)
     }
 
@@ -621,36 +617,70 @@ impl Store {
         bytes
     }
 
-    /// Makes `first..=last` visible once everything before it is: the
-    /// write that completes the prefix makes every finished write after it
-    /// visible at once, and wakes their writers (no writer waits for its
-    /// predecessor to publish first).
-    fn publish(&self, first: u64, last: u64, failure: Option<String>) -> Result<()> {
+    /// Returns once `first..=last` is visible (and, with `durable_at`,
+    /// durable). A write waits once: on the visible mark. Whoever finds the
+    /// log not yet durable and no commit under way leads one (the WAL's
+    /// group commit); the leader then makes every write its flush covered
+    /// visible at once and wakes exactly their writers, plus one whose
+    /// write it did not cover to lead the next group.
+    fn finish_write(&self, first: u64, last: u64, durable_at: Option<wal::LogPosition>) -> Result<()> {
         let inner = &self.inner;
-        if let Some(why) = failure {
-            lock(&inner.visible).failed.get_or_insert(why);
-            inner.write_failed.store(true, Ordering::Release);
-            inner.visible_seq.wake_all();
-            return Ok(());
-        }
-        let seq = {
-            let mut v = lock(&inner.visible);
-            v.done.insert(first, last);
-            let mut seq = inner.visible_seq.get();
-            while let Some(end) = v.done.remove(&(seq + 1)) {
-                seq = end;
+        lock(&inner.visible).pending.insert(first, (last, durable_at));
+        self.advance_visible(false);
+        let failed = || inner.write_failed.load(Ordering::Acquire);
+        let undurable = |pos: Option<wal::LogPosition>| pos.is_some_and(|p| !inner.wal.is_durable(p));
+        loop {
+            if inner.visible_seq.get() >= last {
+                return Ok(());
             }
-            inner.visible_seq.advance(seq, false);
-            seq
-        };
-        if seq >= last
-            || inner
-                .visible_seq
-                .wait(last, || inner.write_failed.load(Ordering::Acquire))
-        {
-            return Ok(());
+            if failed() {
+                return self.check_failed();
+            }
+            if undurable(durable_at) {
+                match inner.wal.try_lead_commit() {
+                    Some(Ok(_)) => {
+                        self.advance_visible(true);
+                        continue;
+                    }
+                    Some(Err(e)) => {
+                        self.fail(e.to_string());
+                        return Err(e);
+                    }
+                    None => {}
+                }
+            }
+            let key = durable_at.map_or(0, |p| p.end_seq);
+            inner.visible_seq.wait(last, key, || {
+                failed() || (undurable(durable_at) && !inner.wal.is_committing())
+            });
         }
-        self.check_failed()
+    }
+
+    /// Makes visible every pending write whose predecessors are visible and
+    /// whose log position is durable; with `wake_next_leader`, also wakes
+    /// one writer whose position is not yet durable.
+    fn advance_visible(&self, wake_next_leader: bool) {
+        let inner = &self.inner;
+        let durable = inner.wal.last_durable();
+        let mut v = lock(&inner.visible);
+        let mut seq = inner.visible_seq.get();
+        while let Some(&(end, need)) = v.pending.get(&(seq + 1)) {
+            if need.is_some_and(|p| p.end_seq >= durable) {
+                break;
+            }
+            v.pending.remove(&(seq + 1));
+            seq = end;
+        }
+        inner
+            .visible_seq
+            .advance(seq, wake_next_leader.then_some(durable));
+    }
+
+    /// The store takes no more writes; every waiting writer is told.
+    fn fail(&self, why: String) {
+        lock(&self.inner.visible).failed.get_or_insert(why);
+        self.inner.write_failed.store(true, Ordering::Release);
+        self.inner.visible_seq.wake_all();
     }
 
     fn check_failed(&self) -> Result<()> {
@@ -955,7 +985,7 @@ impl Inner {
         // Every frozen write must be visible (committed) before it is flushed.
         inner
             .visible_seq
-            .wait(last_seq, || inner.write_failed.load(Ordering::Acquire));
+            .wait(last_seq, 0, || inner.write_failed.load(Ordering::Acquire));
         let frozen_guard = read(&frozen);
         let names: BTreeMap<u32, String> = read(&inner.keyspaces)
             .values()

@@ -388,30 +388,41 @@ impl Wal {
             if self.is_durable(pos) {
                 return Ok(());
             }
-            if self
-                .committing
-                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                let led = self.lead_group();
-                self.committing.store(false, Ordering::Release);
-                match led {
-                    Ok(target) => self.durable_below.advance(target, true),
-                    Err(e) => {
-                        self.durable_below.wake_all();
-                        return Err(e);
-                    }
-                }
+            if let Some(led) = self.try_lead_commit() {
+                led?;
                 continue;
             }
             // Another committer leads; its flush may cover us. If it ends
             // without covering us, we are woken to lead the next group.
-            self.durable_below
-                .wait(pos.end_seq + 1, || !self.committing.load(Ordering::Acquire));
+            self.durable_below.wait(pos.end_seq + 1, pos.end_seq, || {
+                !self.is_committing() && !self.is_durable(pos)
+            });
             if !self.is_durable(pos) {
                 self.check_failed(&self.lock())?;
             }
         }
+    }
+
+    /// Whether a committer is writing and flushing a group now.
+    pub fn is_committing(&self) -> bool {
+        self.committing.load(Ordering::Acquire)
+    }
+
+    /// Commits one group unless another committer is at it (then `None`):
+    /// every record appended so far is durable when it returns `Ok`, with
+    /// the new durable mark. Waiters on the mark are woken as it covers
+    /// them, and one more to lead the next group.
+    pub fn try_lead_commit(&self) -> Option<Result<u64>> {
+        self.committing
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        let led = self.lead_group();
+        self.committing.store(false, Ordering::Release);
+        match &led {
+            Ok(target) => self.durable_below.advance(*target, Some(*target)),
+            Err(_) => self.durable_below.wake_all(),
+        }
+        Some(led)
     }
 
     /// Closes the group under the state lock, then writes it and flushes

@@ -328,6 +328,18 @@ fn report_store(st: &Store, args: &KvBenchArgs, ran: &[&str]) {
         s.free_blocks,
         s.device_blocks
     );
+    if args.sync && s.wal_flushes > 0 {
+        // Every write on this store (it is fresh at each fill) was synced:
+        // how many each durable WAL write (one group) carried on average.
+        let writing = ran.iter().filter(|w| w.starts_with("fill") || **w == "overwrite");
+        let synced = args.num * args.threads as u64 * writing.count() as u64;
+        println!(
+            "ours WAL groups: {} durable writes for {} synced writes ({:.1} writes per group)",
+            s.wal_flushes,
+            synced,
+            synced as f64 / s.wal_flushes as f64
+        );
+    }
 }
 
 fn run_db_bench(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Figures>> {

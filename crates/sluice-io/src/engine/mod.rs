@@ -67,6 +67,10 @@ pub struct Request {
     /// that makes them durable go to the kernel together, in one system
     /// call. Requests of one priority are issued in the order submitted.
     pub after_prior: bool,
+    /// For a write: durable when it completes (RWF_DSYNC: a FUA write
+    /// where the device has it, else the kernel flushes after it) —
+    /// one request instead of a write and a flush.
+    pub dsync: bool,
 }
 
 impl Request {
@@ -78,6 +82,7 @@ impl Request {
             priority: Priority::High,
             user_data,
             after_prior: false,
+            dsync: false,
         }
     }
 
@@ -89,6 +94,7 @@ impl Request {
             priority: Priority::High,
             user_data,
             after_prior: false,
+            dsync: false,
         }
     }
 
@@ -100,6 +106,7 @@ impl Request {
             priority: Priority::High,
             user_data,
             after_prior: false,
+            dsync: false,
         }
     }
 
@@ -111,6 +118,12 @@ impl Request {
             after_prior: true,
             ..Request::flush(user_data)
         }
+    }
+
+    /// This write, durable when it completes (see [`Request::dsync`]).
+    pub fn durable(mut self) -> Self {
+        self.dsync = true;
+        self
     }
 
     pub fn with_priority(mut self, priority: Priority) -> Self {

@@ -140,6 +140,9 @@ fn execute(device: &dyn Device, request: &Request, block_size: u64) -> Result<us
             Op::Flush => unreachable!("flush carries no buffer"),
         }
     }
+    if request.dsync {
+        device.flush()?;
+    }
     Ok(buf.len())
 }
 

@@ -459,6 +459,7 @@ fn for_each_entry(
         push(e.user_data(ud));
         return;
     };
+    let rw_flags = if req.dsync { libc::RWF_DSYNC } else { 0 };
     for (at, seg) in buf.io_segments() {
         let (off, ptr, len) = (base + at as u64, seg.ptr(), seg.len_bytes() as u32);
         let e = match (req.op, seg.buf_index()) {
@@ -475,12 +476,12 @@ fn for_each_entry(
             (Op::Write, Some(i)) => entry!(
                 target,
                 opcode::WriteFixed::new,
-                (ptr, len, i).offset(off).ioprio(ioprio)
+                (ptr, len, i).offset(off).ioprio(ioprio).rw_flags(rw_flags)
             ),
             (Op::Write, None) => entry!(
                 target,
                 opcode::Write::new,
-                (ptr, len).offset(off).ioprio(ioprio)
+                (ptr, len).offset(off).ioprio(ioprio).rw_flags(rw_flags)
             ),
             (Op::Flush, _) => unreachable!("flush carries no buffer"),
         };
