@@ -618,17 +618,17 @@ impl Store {
     }
 
     /// Returns once `first..=last` is visible (and, with `durable_at`,
-    /// durable). A write waits once: on the visible mark. Whoever finds the
-    /// log not yet durable and no commit under way leads one (the WAL's
-    /// group commit); the leader then makes every write its flush covered
-    /// visible at once and wakes exactly their writers, plus one whose
-    /// write it did not cover to lead the next group.
+    /// durable). A write waits once: on the visible mark. Whoever finds its
+    /// record in no commit group yet and a committer's slot free leads one
+    /// (the WAL's group commit, up to `wal::MAX_COMMIT_LEADERS` groups in
+    /// flight); the leader then makes every write now durable visible at
+    /// once and wakes exactly their writers, plus one whose record no group
+    /// holds, to lead the next.
     fn finish_write(&self, first: u64, last: u64, durable_at: Option<wal::LogPosition>) -> Result<()> {
         let inner = &self.inner;
         lock(&inner.visible).pending.insert(first, (last, durable_at));
         self.advance_visible(false);
         let failed = || inner.write_failed.load(Ordering::Acquire);
-        let undurable = |pos: Option<wal::LogPosition>| pos.is_some_and(|p| !inner.wal.is_durable(p));
         loop {
             if inner.visible_seq.get() >= last {
                 return Ok(());
@@ -636,7 +636,7 @@ impl Store {
             if failed() {
                 return self.check_failed();
             }
-            if undurable(durable_at) {
+            if durable_at.is_some_and(|p| inner.wal.can_lead(p)) {
                 match inner.wal.try_lead_commit() {
                     Some(Ok(_)) => {
                         self.advance_visible(true);
@@ -651,14 +651,14 @@ impl Store {
             }
             let key = durable_at.map_or(0, |p| p.end_seq);
             inner.visible_seq.wait(last, key, || {
-                failed() || (undurable(durable_at) && !inner.wal.is_committing())
+                failed() || durable_at.is_some_and(|p| inner.wal.can_lead(p))
             });
         }
     }
 
     /// Makes visible every pending write whose predecessors are visible and
     /// whose log position is durable; with `wake_next_leader`, also wakes
-    /// one writer whose position is not yet durable.
+    /// one writer whose record no commit group holds yet.
     fn advance_visible(&self, wake_next_leader: bool) {
         let inner = &self.inner;
         let durable = inner.wal.last_durable();
@@ -673,7 +673,7 @@ impl Store {
         }
         inner
             .visible_seq
-            .advance(seq, wake_next_leader.then_some(durable));
+            .advance(seq, wake_next_leader.then(|| inner.wal.staged_below()));
     }
 
     /// The store takes no more writes; every waiting writer is told.
