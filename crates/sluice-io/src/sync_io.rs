@@ -123,6 +123,9 @@ impl DeviceIo {
         max_idle_engines: usize,
     ) -> Result<Self> {
         config.defer_taskrun = false;
+        // Requests go to the kernel from `reap`, with the wait: a call
+        // makes one `io_uring_enter` for all it submits, not one more each.
+        config.submit_batch = config.queue_depth;
         let first = open_engine(device.clone(), &config)?;
         let notes = first.notes().to_vec();
         let describe = first.describe();
