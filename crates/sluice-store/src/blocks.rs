@@ -257,6 +257,15 @@ impl BlockDevice {
             })
     }
 
+    /// An engine of its own on the device holding `block`, for a caller
+    /// that keeps writes in flight across calls (the WAL's early writes),
+    /// with the LBA of `block` there.
+    pub fn own_engine(&self, block: u64) -> Result<Box<dyn Engine>> {
+        let (m, _) = self.locate(block, STORE_BLOCK_BYTES)?;
+        sluice_io::open_engine(m.device.clone(), m.io.config())
+            .map_err(|error| StoreError::Io { block, error })
+    }
+
     /// Reads several runs `(first block, blocks)` at once: submitted
     /// together through io_uring, so they cost about one device latency
     /// instead of one each. Devices without a descriptor read in turn.

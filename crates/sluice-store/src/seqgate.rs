@@ -53,6 +53,12 @@ impl SeqGate {
         }
     }
 
+    /// Whether any thread is parked on the gate now (a hint: it may change
+    /// at once).
+    pub fn has_parked(&self) -> bool {
+        !self.parked().is_empty()
+    }
+
     /// The current value (no lock, no system call).
     pub fn get(&self) -> u64 {
         self.value.load(Ordering::Acquire)

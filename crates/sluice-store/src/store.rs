@@ -637,7 +637,7 @@ impl Store {
                 return self.check_failed();
             }
             if durable_at.is_some_and(|p| inner.wal.can_lead(p)) {
-                match inner.wal.try_lead_commit() {
+                match inner.wal.try_lead_commit(inner.visible_seq.has_parked()) {
                     Some(Ok(_)) => {
                         self.advance_visible(true);
                         continue;

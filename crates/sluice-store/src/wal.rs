@@ -125,6 +125,10 @@ struct State {
     /// made durable by the group's write (blocks written early or by
     /// `close_block` before it included: the device flush covers them).
     group_start: u64,
+    /// The engine full blocks are written early on, without waiting: the
+    /// writes are reaped as later ones go out, and all of them before a
+    /// group is made durable or closed.
+    early: Box<dyn sluice_io::Engine>,
     failed: Option<String>,
 }
 
@@ -136,11 +140,18 @@ struct State {
 /// path"). A device with FUA may want more.
 pub const MAX_COMMIT_LEADERS: usize = 1;
 
+/// Longest a commit leader waits for more records to join its group, when
+/// other writers are waiting (a fraction of one durable write, ~200 µs here).
+pub const GATHER_MAX_US: u64 = 100;
+
 /// An open write-ahead log.
 pub struct Wal {
     dev: BlockDevice,
     layout: WalLayout,
     state: Mutex<State>,
+    /// Records appended since the log was opened (for a leader gathering
+    /// its group).
+    appended: AtomicU64,
     /// Committers writing a group now (at most [`MAX_COMMIT_LEADERS`]).
     leaders: AtomicUsize,
     /// Every block below this sequence is in a group some committer has
@@ -175,6 +186,7 @@ impl Wal {
             ));
         }
         assert!(tail_seq <= next_seq);
+        let early = dev.own_engine(layout.ring[0].start_block)?;
         Ok(Wal {
             dev,
             layout,
@@ -186,8 +198,10 @@ impl Wal {
                 parity: Parity::new(next_seq),
                 stage: AlignedMem::new(2 * STORE_BLOCK_BYTES),
                 group_start: next_seq,
+                early,
                 failed: None,
             }),
+            appended: AtomicU64::new(0),
             leaders: AtomicUsize::new(0),
             staged_below: AtomicU64::new(next_seq),
             completed: Mutex::new(std::collections::BTreeMap::new()),
@@ -294,6 +308,7 @@ impl Wal {
         let pos = LogPosition {
             end_seq: st.open_seq,
         };
+        self.appended.fetch_add(1, Ordering::Release);
         if PAYLOAD_BYTES - st.open_used < FRAGMENT_HEADER_BYTES + 1 {
             self.write_open(&mut st)?;
         }
@@ -328,7 +343,7 @@ impl Wal {
     fn write_open(&self, st: &mut State) -> Result<()> {
         self.seal_open(st);
         let at = self.layout.block_of(st.open_seq);
-        if let Err(e) = self.dev.write(at, st.open.as_slice()) {
+        if let Err(e) = self.submit_early(st, at) {
             st.failed = Some(e.to_string());
             return Err(e);
         }
@@ -338,11 +353,42 @@ impl Wal {
         Ok(())
     }
 
+    /// Hands the sealed open block to the early engine (not waiting for
+    /// it) and takes in whatever earlier early writes have completed.
+    fn submit_early(&self, st: &mut State, block: u64) -> Result<()> {
+        let State { early, open, .. } = &mut *st;
+        let io = |error| StoreError::Io { block, error };
+        if early.in_flight() >= early.queue_depth() {
+            reap_early(early.as_mut(), 1, block)?;
+        }
+        let mut buf = early.pool().alloc(STORE_BLOCK_BYTES, sluice_io::Direction::Write).map_err(io)?;
+        buf.write_at(0, open.as_slice());
+        let lba = self.dev.lba_of(block);
+        early
+            .submit(sluice_io::Request::write(lba, buf, block))
+            .map_err(|r| io(r.error))?;
+        reap_early(early.as_mut(), 0, block)
+    }
+
+    /// Waits until every early write is on the device.
+    fn drain_early(&self, st: &mut State) -> Result<()> {
+        let n = st.early.in_flight();
+        if n == 0 {
+            return Ok(());
+        }
+        let result = reap_early(st.early.as_mut(), n, self.layout.ring[0].start_block);
+        if let Err(e) = &result {
+            st.failed = Some(e.to_string());
+        }
+        result
+    }
+
     /// Ends the group: seals the open block if it holds anything and the
     /// parity block after it, and writes both, with one request where they
     /// are adjacent on the device. Used where the caller holds the state
     /// lock throughout (closing the log for a flush, at close).
     fn close_group(&self, st: &mut State) -> Result<()> {
+        self.drain_early(st)?;
         let (first_seq, count) = self.stage_group(st);
         let runs = self.staged_runs(st, first_seq, count);
         for (at, bytes) in runs {
@@ -408,7 +454,7 @@ impl Wal {
                 return Ok(());
             }
             if self.can_lead(pos) {
-                if let Some(led) = self.try_lead_commit() {
+                if let Some(led) = self.try_lead_commit(false) {
                     led?;
                     continue;
                 }
@@ -440,12 +486,19 @@ impl Wal {
     /// `None`): every record appended before it staged its group is durable
     /// once the groups before it are too. Waiters on the durable mark are
     /// woken as it covers them, and one more to lead the next group.
-    pub fn try_lead_commit(&self) -> Option<Result<u64>> {
+    ///
+    /// With `gather`, the leader first lets other threads run while records
+    /// keep arriving (up to [`GATHER_MAX_US`]), so that writers woken by the
+    /// last commit join this group instead of waiting for the next.
+    pub fn try_lead_commit(&self, gather: bool) -> Option<Result<u64>> {
         self.leaders
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < MAX_COMMIT_LEADERS).then_some(n + 1)
             })
             .ok()?;
+        if gather {
+            self.gather();
+        }
         let led = self.lead_group();
         self.leaders.fetch_sub(1, Ordering::AcqRel);
         match &led {
@@ -455,12 +508,28 @@ impl Wal {
         Some(led)
     }
 
+    /// Yields while other threads append, up to [`GATHER_MAX_US`].
+    fn gather(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_micros(GATHER_MAX_US);
+        let mut seen = self.appended.load(Ordering::Acquire);
+        loop {
+            std::thread::yield_now();
+            let now = self.appended.load(Ordering::Acquire);
+            if now == seen || std::time::Instant::now() >= deadline {
+                return;
+            }
+            seen = now;
+        }
+    }
+
     /// Closes the group under the state lock, then writes it durable
     /// outside it (appends, and other groups, go on meanwhile). Returns
     /// the durable mark after it: every block below is durable.
     fn lead_group(&self) -> Result<u64> {
         let mut st = self.lock();
         self.check_failed(&st)?;
+        // The durable write's flush covers only writes already complete.
+        self.drain_early(&mut st)?;
         let (first_seq, count) = self.stage_group(&mut st);
         let start = st.group_start;
         let target = st.open_seq;
@@ -499,6 +568,24 @@ impl Wal {
         self.durable_below.advance(durable, None);
         Ok(durable)
     }
+}
+
+/// Takes in at least `min` completed early writes; the first failure is
+/// returned, naming the store block it was for.
+fn reap_early(engine: &mut dyn sluice_io::Engine, min: usize, block: u64) -> Result<()> {
+    let mut done = Vec::new();
+    engine
+        .reap(min, &mut done)
+        .map_err(|error| StoreError::Io { block, error })?;
+    for c in done {
+        if let Err(error) = c.result {
+            return Err(StoreError::Io {
+                block: c.user_data,
+                error,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn write_derived_header(b: &mut [u8], seq: u64, epoch: u64) {
