@@ -251,62 +251,19 @@ impl DeviceIo {
         durable: bool,
     ) -> Result<()> {
         let mut engine = self.lease()?;
-        let mut pieces = Vec::new();
-        for (run, &(lba, _, len)) in writes.iter().enumerate() {
-            for (at, offset, len) in self.pieces(lba, len) {
-                pieces.push((run, at, offset, len));
-            }
-        }
-        // One write made durable by itself, or writes and a flush ordered
-        // after them; the flush goes in with the last writes when they fit
-        // in the queue with it, else the writes drain first.
-        let dsync_one = durable && pieces.len() == 1 && self.durable_writes == DurableWrites::Dsync;
-        let mut flush_pending = durable;
-        let mut submitted = 0;
-        let mut next = 0;
-        let mut done = Vec::new();
-        let mut first_error = None;
-        while next < pieces.len() || submitted > 0 || flush_pending {
-            while next < pieces.len() && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
-                let (run, at, offset, len) = pieces[next];
-                let mut buf = engine.pool().alloc(len, Direction::Write)?;
-                let data = writes[run].1;
-                let have = data.len().saturating_sub(offset).min(len);
-                buf.write_at(0, &data[offset..offset + have]);
-                if have < len {
-                    buf.write_at(have, &vec![pad; len - have]);
-                }
-                let mut request = Request::write(at, buf, 0).with_priority(priority);
-                if dsync_one {
-                    request = request.durable();
-                    flush_pending = false;
-                }
-                engine.submit(request).map_err(|r| r.error)?;
-                submitted += 1;
-                next += 1;
-            }
-            if next == pieces.len() && flush_pending && submitted < engine.queue_depth() {
-                let flush = Request::flush_after_prior(1).with_priority(priority);
-                engine.submit(flush).map_err(|r| r.error)?;
-                submitted += 1;
-                flush_pending = false;
-            }
-            done.clear();
-            // Everything submitted is reaped in one wait where it can be.
-            submitted -= engine.reap(submitted, &mut done)?;
-            for c in done.drain(..) {
-                if let Err(e) = checked(c) {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        let how = durable.then_some(self.durable_writes);
+        write_runs_on(&mut *engine, writes, pad, priority, how)
     }
 
-    /// `(lba, byte offset, length)` of the requests a run of `len` bytes at
-    /// `lba` is cut into.
     fn pieces(&self, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
-        let block = self.block_size_bytes();
+        pieces_of(self.block_size_bytes(), lba, len)
+    }
+}
+
+/// `(lba, byte offset, length)` of the requests a run of `len` bytes at
+/// `lba` is cut into, for blocks of `block` bytes.
+fn pieces_of(block: usize, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
+    {
         assert!(len % block == 0, "I/O of {len} bytes is not whole {block}-byte blocks");
         let mut out = Vec::with_capacity(len.div_ceil(MAX_REQUEST_BYTES));
         let mut offset = 0;
@@ -337,3 +294,67 @@ fn checked(c: Completion) -> Result<Option<crate::pool::IoBuf>> {
     }
     Ok(c.buf)
 }
+
+/// Writes each `(lba, data, len)` run on `engine` (idle when called):
+/// `data` then `pad` up to `len`; with `durable`, made durable that way,
+/// all submitted together.
+pub fn write_runs_on(
+engine: &mut dyn Engine,
+writes: &[(u64, &[u8], usize)],
+pad: u8,
+priority: Priority,
+durable: Option<DurableWrites>,
+) -> Result<()> {
+    let block = engine.device().geometry().block_size_bytes as usize;
+    let mut pieces = Vec::new();
+    for (run, &(lba, _, len)) in writes.iter().enumerate() {
+        for (at, offset, len) in pieces_of(block, lba, len) {
+            pieces.push((run, at, offset, len));
+        }
+    }
+    // One write made durable by itself, or writes and a flush ordered
+    // after them; the flush goes in with the last writes when they fit
+    // in the queue with it, else the writes drain first.
+    let dsync_one = pieces.len() == 1 && durable == Some(DurableWrites::Dsync);
+    let mut flush_pending = durable.is_some();
+    let mut submitted = 0;
+    let mut next = 0;
+    let mut done = Vec::new();
+    let mut first_error = None;
+    while next < pieces.len() || submitted > 0 || flush_pending {
+        while next < pieces.len() && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
+            let (run, at, offset, len) = pieces[next];
+            let mut buf = engine.pool().alloc(len, Direction::Write)?;
+            let data = writes[run].1;
+            let have = data.len().saturating_sub(offset).min(len);
+            buf.write_at(0, &data[offset..offset + have]);
+            if have < len {
+                buf.write_at(have, &vec![pad; len - have]);
+            }
+            let mut request = Request::write(at, buf, 0).with_priority(priority);
+            if dsync_one {
+                request = request.durable();
+                flush_pending = false;
+            }
+            engine.submit(request).map_err(|r| r.error)?;
+            submitted += 1;
+            next += 1;
+        }
+        if next == pieces.len() && flush_pending && submitted < engine.queue_depth() {
+            let flush = Request::flush_after_prior(1).with_priority(priority);
+            engine.submit(flush).map_err(|r| r.error)?;
+            submitted += 1;
+            flush_pending = false;
+        }
+        done.clear();
+        // Everything submitted is reaped in one wait where it can be.
+        submitted -= engine.reap(submitted, &mut done)?;
+        for c in done.drain(..) {
+            if let Err(e) = checked(c) {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+

@@ -260,10 +260,34 @@ impl BlockDevice {
     /// An engine of its own on the device holding `block`, for a caller
     /// that keeps writes in flight across calls (the WAL's early writes),
     /// with the LBA of `block` there.
-    pub fn own_engine(&self, block: u64) -> Result<Box<dyn Engine>> {
+    /// With `sqpoll_idle_ms`, a SQPOLL ring whose reaps poll completions:
+    /// its I/O makes no system call while the kernel thread is awake.
+    pub fn own_engine(&self, block: u64, sqpoll_idle_ms: Option<u32>) -> Result<Box<dyn Engine>> {
         let (m, _) = self.locate(block, STORE_BLOCK_BYTES)?;
-        sluice_io::open_engine(m.device.clone(), m.io.config())
+        let mut config = m.io.config().clone();
+        if sqpoll_idle_ms.is_some() {
+            config.sqpoll_idle_ms = sqpoll_idle_ms;
+            config.poll_completions = true;
+            config.submit_batch = 0;
+        }
+        sluice_io::open_engine(m.device.clone(), &config)
             .map_err(|error| StoreError::Io { block, error })
+    }
+
+    /// [`BlockDevice::write_durable`] on a caller's own engine (idle when
+    /// called; see [`BlockDevice::own_engine`]).
+    pub fn write_durable_on(&self, engine: &mut dyn Engine, runs: &[(u64, &[u8])]) -> Result<()> {
+        let Some(&(first, _)) = runs.first() else {
+            return Ok(());
+        };
+        let mut writes = Vec::with_capacity(runs.len());
+        for &(block, bytes) in runs {
+            let (_, lba) = self.locate(block, bytes.len())?;
+            writes.push((lba, bytes, bytes.len()));
+        }
+        let how = self.members[self.member_of(first)].io.durable_writes();
+        sluice_io::write_runs_on(engine, &writes, 0, io_priority(), Some(how))
+            .map_err(|error| StoreError::Io { block: first, error })
     }
 
     /// Reads several runs `(first block, blocks)` at once: submitted

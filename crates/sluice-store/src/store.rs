@@ -52,6 +52,11 @@ pub struct StoreConfig {
     /// What open does when the WAL is damaged before its end (default:
     /// refuse, naming the blocks).
     pub wal_recovery: WalRecovery,
+    /// SQPOLL for the log's two engines, with this idle time before their
+    /// kernel threads sleep: a synced commit then makes no system call
+    /// while they are awake, at the cost of a core each while busy. Off by
+    /// default (measured: docs/BENCHMARKS.md).
+    pub wal_sqpoll_idle_ms: Option<u32>,
 }
 
 /// Blocks the first device keeps for tables at the least when a store is
@@ -116,6 +121,7 @@ impl Default for StoreConfig {
             pinned_index_bytes: 256 << 20,
             index_cache_bytes: 32 << 20,
             wal_recovery: WalRecovery::Strict,
+            wal_sqpoll_idle_ms: None,
         }
     }
 }
@@ -434,7 +440,13 @@ impl Store {
             .values()
             .map(|k| (k.name.clone(), k.clone()))
             .collect();
-        let wal = Wal::open(dev.clone(), layout, place.tail_seq, recovered.next_seq)?;
+        let wal = Wal::open(
+            dev.clone(),
+            layout,
+            place.tail_seq,
+            recovered.next_seq,
+            config.wal_sqpoll_idle_ms,
+        )?;
         let inner = Arc::new(Inner {
             dev,
             cache,

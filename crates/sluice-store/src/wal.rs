@@ -154,12 +154,16 @@ pub struct Wal {
     appended: AtomicU64,
     /// Committers writing a group now (at most [`MAX_COMMIT_LEADERS`]).
     leaders: AtomicUsize,
+    /// The engine commit groups are written durable on (one leader at a
+    /// time holds it).
+    commit_engine: Mutex<Box<dyn sluice_io::Engine>>,
     /// Every block below this sequence is in a group some committer has
     /// taken (written, or being written).
     staged_below: AtomicU64,
     /// Groups durable ahead of an earlier one: first block -> end.
     completed: Mutex<std::collections::BTreeMap<u64, u64>>,
-    /// Every log block below this sequence has been written.
+    /// Every log block below this sequence has been handed to the device
+    /// (an early write may still be in flight).
     written_below: AtomicU64,
     /// Every log block below this sequence is durable; committers wait on it.
     durable_below: SeqGate,
@@ -179,14 +183,24 @@ impl std::fmt::Debug for Wal {
 impl Wal {
     /// Opens the log for appending at `next_seq`, keeping blocks from
     /// `tail_seq` on (as recovery reported them).
-    pub fn open(dev: BlockDevice, layout: WalLayout, tail_seq: u64, next_seq: u64) -> Result<Self> {
+    /// With `sqpoll_idle_ms`, the log's engines are SQPOLL rings whose
+    /// waits poll: a commit makes no system call while their kernel
+    /// threads are awake (each costs a core while busy).
+    pub fn open(
+        dev: BlockDevice,
+        layout: WalLayout,
+        tail_seq: u64,
+        next_seq: u64,
+        sqpoll_idle_ms: Option<u32>,
+    ) -> Result<Self> {
         if layout.ring_blocks() < 4 {
             return Err(StoreError::BadDevice(
                 "the WAL ring needs at least 4 blocks".into(),
             ));
         }
         assert!(tail_seq <= next_seq);
-        let early = dev.own_engine(layout.ring[0].start_block)?;
+        let early = dev.own_engine(layout.ring[0].start_block, sqpoll_idle_ms)?;
+        let commit_engine = Mutex::new(dev.own_engine(layout.ring[0].start_block, sqpoll_idle_ms)?);
         Ok(Wal {
             dev,
             layout,
@@ -203,6 +217,7 @@ impl Wal {
             }),
             appended: AtomicU64::new(0),
             leaders: AtomicUsize::new(0),
+            commit_engine,
             staged_below: AtomicU64::new(next_seq),
             completed: Mutex::new(std::collections::BTreeMap::new()),
             written_below: AtomicU64::new(next_seq),
@@ -216,7 +231,8 @@ impl Wal {
         &self.layout
     }
 
-    /// Every log block below this sequence has been written (no system call).
+    /// Every log block below this sequence has been handed to the device;
+    /// early writes may still be in flight (no system call).
     pub fn last_written(&self) -> u64 {
         self.written_below.load(Ordering::Acquire)
     }
@@ -550,7 +566,8 @@ impl Wal {
             // Blocks written early or closed, nothing open: a flush alone.
             self.dev.flush_holding(self.layout.ring[0].start_block)
         } else {
-            self.dev.write_durable(&runs)
+            let mut engine = self.commit_engine.lock().unwrap_or_else(|p| p.into_inner());
+            self.dev.write_durable_on(engine.as_mut(), &runs)
         };
         if let Err(e) = written {
             self.lock().failed = Some(e.to_string());

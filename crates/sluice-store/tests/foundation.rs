@@ -203,7 +203,7 @@ fn wal_committed_records_survive_a_power_cut() {
     let (mem, dev) = memory(128, 512);
     let lay = layout(&[(10, 20), (40, 20)]);
     lay.format(&dev).unwrap();
-    let wal = Wal::open(dev.clone(), lay.clone(), 0, 0).unwrap();
+    let wal = Wal::open(dev.clone(), lay.clone(), 0, 0, None).unwrap();
     let sizes = [10, 5000, 0, 4068, 4061, 12000, 33];
     let mut last = LogPosition { end_seq: 0 };
     for (i, &len) in sizes.iter().enumerate() {
@@ -225,7 +225,7 @@ fn wal_committed_records_survive_a_power_cut() {
         .collect();
     assert_eq!(bodies, want);
     // Appending resumes after the recovered tail, and recovery sees both.
-    let wal = Wal::open(dev.clone(), lay.clone(), 0, got.next_seq).unwrap();
+    let wal = Wal::open(dev.clone(), lay.clone(), 0, got.next_seq, None).unwrap();
     let p = wal.append(&record(100, 7000)).unwrap();
     wal.commit(p).unwrap();
     let again = wal::recover(&dev, &lay, 0, WalRecovery::Strict).unwrap();
@@ -239,7 +239,7 @@ fn wal_wraps_around_its_ring_and_refuses_to_overrun_the_tail() {
     // Each commit below takes a log block and its group's parity block.
     let lay = layout(&[(4, 12)]);
     lay.format(&dev).unwrap();
-    let wal = Wal::open(dev.clone(), lay.clone(), 0, 0).unwrap();
+    let wal = Wal::open(dev.clone(), lay.clone(), 0, 0, None).unwrap();
     let mut positions = Vec::new();
     for i in 0..4 {
         let p = wal.append(&record(i, 3000)).unwrap();
@@ -285,7 +285,7 @@ fn wal_rejects_records_over_the_limit_and_blocks_of_another_ring() {
     let (_mem, dev) = memory(64, 4096);
     let lay = layout(&[(4, 8)]);
     lay.format(&dev).unwrap();
-    let wal = Wal::open(dev.clone(), lay.clone(), 0, 0).unwrap();
+    let wal = Wal::open(dev.clone(), lay.clone(), 0, 0, None).unwrap();
     let err = wal
         .append(&vec![0u8; wal::MAX_RECORD_BYTES + 1])
         .unwrap_err();
@@ -318,7 +318,7 @@ fn wal_group_commit_shares_flushes_between_threads() {
     // Room for every commit to take a block and a parity block.
     let lay = layout(&[(2, 800)]);
     lay.format(&dev).unwrap();
-    let wal = Arc::new(Wal::open(dev.clone(), lay.clone(), 0, 0).unwrap());
+    let wal = Arc::new(Wal::open(dev.clone(), lay.clone(), 0, 0, None).unwrap());
     let threads = 8;
     let per_thread = 40u64;
     let handles: Vec<_> = (0..threads)
@@ -370,7 +370,7 @@ proptest! {
         let (mem, dev) = memory(256, 512);
         let lay = layout(&[(3, 100), (120, 80)]);
         lay.format(&dev).unwrap();
-        let wal = Wal::open(dev.clone(), lay.clone(), 0, 0).unwrap();
+        let wal = Wal::open(dev.clone(), lay.clone(), 0, 0, None).unwrap();
         let mut appended = Vec::new();
         let mut committed = 0usize;
         for (i, &len) in sizes.iter().enumerate() {

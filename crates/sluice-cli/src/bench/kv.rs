@@ -44,6 +44,10 @@ pub struct KvBenchArgs {
     /// Make every write durable before it returns (db_bench --sync).
     #[arg(long)]
     sync: bool,
+    /// Run our log's engines on SQPOLL rings with this idle time (ms):
+    /// commits then make no system call while the kernel threads are awake
+    #[arg(long, value_name = "IDLE_MS")]
+    wal_sqpoll: Option<u32>,
     /// Our device file (created as needed).
     #[arg(long, default_value = "data/kv-bench.dev")]
     device: PathBuf,
@@ -184,6 +188,7 @@ fn fresh_store(args: &KvBenchArgs) -> Result<Store> {
     let dev = FileDevice::create(&args.device, device_bytes(args), &FileOptions::default())?;
     let config = StoreConfig {
         block_cache_bytes: args.cache_size as usize,
+        wal_sqpoll_idle_ms: args.wal_sqpoll,
         ..StoreConfig::default()
     };
     Ok(Store::create(Arc::new(dev) as Arc<dyn Device>, &config)?)

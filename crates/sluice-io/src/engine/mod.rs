@@ -196,6 +196,10 @@ pub struct EngineConfig {
     pub defer_taskrun: bool,
     /// Busy-poll completions (only where the device has poll queues).
     pub iopoll: bool,
+    /// With SQPOLL: `reap` polls the completion queue instead of waiting
+    /// in the kernel, so while the submission thread is awake a request
+    /// costs no system call at all. Burns the waiting thread's core.
+    pub poll_completions: bool,
     /// Use fixed buffers (ReadFixed/WriteFixed) from a registered pool.
     pub fixed_buffers: bool,
     /// Low-priority requests wait while high ones hold this share of the depth.
@@ -217,6 +221,7 @@ impl Default for EngineConfig {
             defer_taskrun: true,
             submit_batch: 0,
             iopoll: false,
+            poll_completions: false,
             fixed_buffers: true,
             high_share: 0.75,
             high_ioprio: 0,

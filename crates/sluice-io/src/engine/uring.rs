@@ -76,6 +76,8 @@ pub struct UringEngine {
     fixed_file: bool,
     iopoll: bool,
     sqpoll: bool,
+    /// SQPOLL and `poll_completions`: reap without entering the kernel.
+    poll_cq: bool,
     block_size_bytes: u64,
     queue_depth: usize,
     sq_entries: usize,
@@ -248,6 +250,7 @@ impl UringEngine {
             fixed_file,
             iopoll,
             sqpoll,
+            poll_cq: sqpoll && config.poll_completions,
             block_size_bytes,
             queue_depth: config.queue_depth,
             sq_entries,
@@ -346,6 +349,28 @@ impl UringEngine {
                 }
                 Err(e) => return Err(IoError::os("io_uring_enter", self.device.describe(), e)),
             }
+        }
+    }
+
+    /// `reap` on a SQPOLL ring without waiting in the kernel: entries are
+    /// published for the submission thread (a system call only to wake it
+    /// when it sleeps) and completions are polled.
+    fn reap_polling(&mut self, min: usize, mut added: usize, out: &mut Vec<Completion>) -> Result<usize> {
+        loop {
+            self.issue_queued();
+            if self.unsubmitted > 0 {
+                // Enters the kernel only when the SQ thread needs a wake-up.
+                self.ring
+                    .submitter()
+                    .submit()
+                    .map_err(|e| IoError::os("io_uring_enter", self.device.describe(), e))?;
+                self.unsubmitted = 0;
+            }
+            added += self.drain_completions(out);
+            if added >= min || (self.sqes_in_kernel == 0 && self.gate.queued() == 0) {
+                return Ok(added);
+            }
+            std::hint::spin_loop();
         }
     }
 
@@ -570,6 +595,9 @@ impl Engine for UringEngine {
             added += 1;
         }
         let min = min_complete.min(self.accepted + added);
+        if self.poll_cq {
+            return self.reap_polling(min, added, out);
+        }
         loop {
             self.issue_queued();
             let want = usize::from(added < min && self.sqes_in_kernel > 0);

@@ -210,6 +210,9 @@ struct State {
     /// Memory released on a thread that could not unregister it: kept
     /// (and counted as pinned) until the issuer empties its slot.
     deferred_unpins: Vec<(AlignedMem, u16)>,
+    /// Allocations waiting for memory to come back: a buffer given back
+    /// wakes them only when there are any (a wake is a system call).
+    waiting: usize,
 }
 
 #[derive(Debug)]
@@ -272,6 +275,7 @@ impl BufferPool {
                     stats,
                     unregistered_chunks: Vec::new(),
                     deferred_unpins: Vec::new(),
+                    waiting: 0,
                 }),
                 returned: Condvar::new(),
                 issuer_work: AtomicBool::new(false),
@@ -338,12 +342,14 @@ impl BufferPool {
             }
             st.stats.waits += 1;
             let rest = Duration::from_millis(timeout_ms) - waited;
+            st.waiting += 1;
             st = self
                 .shared
                 .returned
                 .wait_timeout(st, rest)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            st.waiting -= 1;
         }
     }
 
@@ -675,8 +681,11 @@ impl Shared {
             buf::Origin::Big { mem, slot } => self.unpin_owned(&mut st, mem, slot),
             buf::Origin::Unpooled(_) => {}
         }
+        let anyone_waiting = st.waiting > 0;
         drop(st);
-        self.returned.notify_all();
+        if anyone_waiting {
+            self.returned.notify_all();
+        }
     }
 }
 
