@@ -129,6 +129,8 @@ struct State {
     /// writes are reaped as later ones go out, and all of them before a
     /// group is made durable or closed.
     early: Box<dyn sluice_io::Engine>,
+    /// Early writes queued on `early` since it last entered the kernel.
+    early_unsubmitted: usize,
     failed: Option<String>,
 }
 
@@ -139,6 +141,12 @@ struct State {
 /// from 22494 to 16581 ops/s (docs/BENCHMARKS.md, "Synced writes on one I/O
 /// path"). A device with FUA may want more.
 pub const MAX_COMMIT_LEADERS: usize = 1;
+
+/// Full blocks queued before they go to the kernel in one submission (one
+/// system call and one device notification for all of them). Unsynced
+/// writes in queued blocks are lost if the process dies before the next
+/// submission, commit or close, as those in the open block always are.
+pub const EARLY_WRITES_PER_SUBMIT: usize = 8;
 
 /// Longest a commit leader waits for more records to join its group, when
 /// other writers are waiting (a fraction of one durable write, ~200 µs here).
@@ -213,6 +221,7 @@ impl Wal {
                 stage: AlignedMem::new(2 * STORE_BLOCK_BYTES),
                 group_start: next_seq,
                 early,
+                early_unsubmitted: 0,
                 failed: None,
             }),
             appended: AtomicU64::new(0),
@@ -383,11 +392,17 @@ impl Wal {
         early
             .submit(sluice_io::Request::write(lba, buf, block))
             .map_err(|r| io(r.error))?;
-        reap_early(early.as_mut(), 0, block)
+        st.early_unsubmitted += 1;
+        if st.early_unsubmitted < EARLY_WRITES_PER_SUBMIT {
+            return Ok(());
+        }
+        st.early_unsubmitted = 0;
+        reap_early(st.early.as_mut(), 0, block)
     }
 
     /// Waits until every early write is on the device.
     fn drain_early(&self, st: &mut State) -> Result<()> {
+        st.early_unsubmitted = 0;
         let n = st.early.in_flight();
         if n == 0 {
             return Ok(());
