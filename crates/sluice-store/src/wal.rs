@@ -131,6 +131,8 @@ struct State {
     early: Box<dyn sluice_io::Engine>,
     /// Early writes queued on `early` since it last entered the kernel.
     early_unsubmitted: usize,
+    /// Commits made when the last early write was queued.
+    commits_at_early: u64,
     failed: Option<String>,
 }
 
@@ -143,9 +145,11 @@ struct State {
 pub const MAX_COMMIT_LEADERS: usize = 1;
 
 /// Full blocks queued before they go to the kernel in one submission (one
-/// system call and one device notification for all of them). Unsynced
-/// writes in queued blocks are lost if the process dies before the next
-/// submission, commit or close, as those in the open block always are.
+/// system call and one device notification for all of them), while no
+/// commit is being made (then each goes at once, as a commit would wait for
+/// it). Unsynced writes in queued blocks are lost if the process dies
+/// before the next submission, commit or close, as those in the open block
+/// always are.
 pub const EARLY_WRITES_PER_SUBMIT: usize = 8;
 
 /// Longest a commit leader waits for more records to join its group, when
@@ -222,6 +226,7 @@ impl Wal {
                 group_start: next_seq,
                 early,
                 early_unsubmitted: 0,
+                commits_at_early: 0,
                 failed: None,
             }),
             appended: AtomicU64::new(0),
@@ -393,7 +398,12 @@ impl Wal {
             .submit(sluice_io::Request::write(lba, buf, block))
             .map_err(|r| io(r.error))?;
         st.early_unsubmitted += 1;
-        if st.early_unsubmitted < EARLY_WRITES_PER_SUBMIT {
+        // Batched only while no commit came since the last early write: a
+        // commit would wait for the queued blocks at their full latency.
+        let commits = self.flushes.load(Ordering::Relaxed);
+        let committing = commits != st.commits_at_early;
+        st.commits_at_early = commits;
+        if st.early_unsubmitted < EARLY_WRITES_PER_SUBMIT && !committing {
             return Ok(());
         }
         st.early_unsubmitted = 0;
