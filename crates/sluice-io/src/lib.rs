@@ -33,5 +33,5 @@ pub use engine::{
     UringEngine,
 };
 pub use error::{IoError, Result};
-pub use sync_io::{write_runs_on, DeviceIo, DurableWrites, EngineLease};
 pub use pool::{BufferPool, Direction, IoBuf, OnExhausted, Pinning, PoolConfig, PoolStats, Tier};
+pub use sync_io::{write_runs_on, DeviceIo, DurableWrites, EngineLease};

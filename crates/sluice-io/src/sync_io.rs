@@ -191,7 +191,9 @@ impl DeviceIo {
         let mut submitted = 0;
         let mut next = 0;
         while next < pieces.len() || submitted > 0 {
-            while next < pieces.len() && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
+            while next < pieces.len()
+                && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT)
+            {
                 let (at, offset, len) = pieces[next];
                 let buf = engine.pool().alloc(len, Direction::Read)?;
                 let request = Request::read(at, buf, offset as u64).with_priority(priority);
@@ -264,7 +266,10 @@ impl DeviceIo {
 /// `lba` is cut into, for blocks of `block` bytes.
 fn pieces_of(block: usize, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
     {
-        assert!(len % block == 0, "I/O of {len} bytes is not whole {block}-byte blocks");
+        assert!(
+            len % block == 0,
+            "I/O of {len} bytes is not whole {block}-byte blocks"
+        );
         let mut out = Vec::with_capacity(len.div_ceil(MAX_REQUEST_BYTES));
         let mut offset = 0;
         while offset < len {
@@ -299,11 +304,11 @@ fn checked(c: Completion) -> Result<Option<crate::pool::IoBuf>> {
 /// `data` then `pad` up to `len`; with `durable`, made durable that way,
 /// all submitted together.
 pub fn write_runs_on(
-engine: &mut dyn Engine,
-writes: &[(u64, &[u8], usize)],
-pad: u8,
-priority: Priority,
-durable: Option<DurableWrites>,
+    engine: &mut dyn Engine,
+    writes: &[(u64, &[u8], usize)],
+    pad: u8,
+    priority: Priority,
+    durable: Option<DurableWrites>,
 ) -> Result<()> {
     let block = engine.device().geometry().block_size_bytes as usize;
     let mut pieces = Vec::new();
@@ -357,4 +362,3 @@ durable: Option<DurableWrites>,
     }
     first_error.map_or(Ok(()), Err)
 }
-

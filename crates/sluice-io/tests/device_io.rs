@@ -41,7 +41,10 @@ fn ordered_flush_covers_every_write_submitted_before_it() {
         }
         assert!(done.iter().all(|c| c.result.is_ok()));
         let flush_at = done.iter().position(|c| c.user_data == 99).unwrap();
-        assert_eq!(flush_at, 12, "the flush completed before a write it orders after");
+        assert_eq!(
+            flush_at, 12,
+            "the flush completed before a write it orders after"
+        );
         dev.power_cut(PowerCutMode::DropUnflushed);
         let mut got = sluice_io::mem::AlignedMem::new(1 << 20);
         for i in 0..12u64 {
@@ -71,7 +74,10 @@ fn write_durable_survives_a_power_cut() {
     assert_eq!(got, short);
     let mut got = vec![0u8; 4096];
     io.read(1600, &mut got, Priority::High).unwrap();
-    assert!(got.iter().all(|&b| b == 0), "an unflushed write survived a power cut");
+    assert!(
+        got.iter().all(|&b| b == 0),
+        "an unflushed write survived a power cut"
+    );
 }
 
 /// Threads share one DeviceIo on a real file: each its own region, long
@@ -90,7 +96,11 @@ fn threads_share_a_device_io_on_a_file() {
                 std::thread::spawn(move || {
                     let data = pattern(3 << 20, t + 1);
                     let lba = t * (8 << 20) / 4096;
-                    let prio = if t % 2 == 0 { Priority::High } else { Priority::Low };
+                    let prio = if t % 2 == 0 {
+                        Priority::High
+                    } else {
+                        Priority::Low
+                    };
                     io.write_durable(&[(lba, &data)], prio).unwrap();
                     let mut got = vec![0u8; data.len()];
                     io.read(lba, &mut got, prio).unwrap();

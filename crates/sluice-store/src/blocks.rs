@@ -230,33 +230,6 @@ impl BlockDevice {
             .map_err(|error| StoreError::Io { block, error })
     }
 
-    /// Writes each `(first block, bytes)` run and makes them durable, all
-    /// submitted together (one `io_uring_enter`). Every run must lie on
-    /// the device holding the first.
-    pub fn write_durable(&self, runs: &[(u64, &[u8])]) -> Result<()> {
-        let Some(&(first, _)) = runs.first() else {
-            return Ok(());
-        };
-        let k = self.member_of(first);
-        let mut writes = Vec::with_capacity(runs.len());
-        for &(block, bytes) in runs {
-            debug_assert!(bytes.len() % STORE_BLOCK_BYTES == 0);
-            let (m, lba) = self.locate(block, bytes.len())?;
-            assert!(
-                std::ptr::eq(m, &self.members[k]),
-                "one durable write spans one device"
-            );
-            writes.push((lba, bytes));
-        }
-        self.members[k]
-            .io
-            .write_durable(&writes, io_priority())
-            .map_err(|error| StoreError::Io {
-                block: first,
-                error,
-            })
-    }
-
     /// An engine of its own on the device holding `block`, for a caller
     /// that keeps writes in flight across calls (the WAL's early writes),
     /// with the LBA of `block` there.
@@ -274,20 +247,33 @@ impl BlockDevice {
             .map_err(|error| StoreError::Io { block, error })
     }
 
-    /// [`BlockDevice::write_durable`] on a caller's own engine (idle when
-    /// called; see [`BlockDevice::own_engine`]).
+    /// Writes each `(first block, bytes)` run and makes them durable, all
+    /// submitted together (one `io_uring_enter`, or none on a polling
+    /// SQPOLL ring), on a caller's own engine (idle when called; see
+    /// [`BlockDevice::own_engine`]). Every run lies on the device holding
+    /// the first.
     pub fn write_durable_on(&self, engine: &mut dyn Engine, runs: &[(u64, &[u8])]) -> Result<()> {
         let Some(&(first, _)) = runs.first() else {
             return Ok(());
         };
+        let k = self.member_of(first);
         let mut writes = Vec::with_capacity(runs.len());
         for &(block, bytes) in runs {
+            assert_eq!(
+                self.member_of(block),
+                k,
+                "one durable write spans one device"
+            );
             let (_, lba) = self.locate(block, bytes.len())?;
             writes.push((lba, bytes, bytes.len()));
         }
-        let how = self.members[self.member_of(first)].io.durable_writes();
-        sluice_io::write_runs_on(engine, &writes, 0, io_priority(), Some(how))
-            .map_err(|error| StoreError::Io { block: first, error })
+        let how = self.members[k].io.durable_writes();
+        sluice_io::write_runs_on(engine, &writes, 0, io_priority(), Some(how)).map_err(|error| {
+            StoreError::Io {
+                block: first,
+                error,
+            }
+        })
     }
 
     /// Reads several runs `(first block, blocks)` at once: submitted
@@ -345,7 +331,9 @@ impl BlockDevice {
             let at = match engines.iter().position(|(e, _, _)| *e == k) {
                 Some(at) => at,
                 None => {
-                    let lease = m.io.lease().map_err(|error| StoreError::Io { block, error })?;
+                    let lease =
+                        m.io.lease()
+                            .map_err(|error| StoreError::Io { block, error })?;
                     engines.push((k, lease, 0));
                     engines.len() - 1
                 }

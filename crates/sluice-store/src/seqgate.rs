@@ -158,7 +158,12 @@ mod tests {
                 let (gate, woke) = (gate.clone(), woke.clone());
                 std::thread::spawn(move || {
                     assert!(gate.wait(t * 10, 0, || false));
-                    assert!(gate.get() >= t * 10, "woke at {} for {}", gate.get(), t * 10);
+                    assert!(
+                        gate.get() >= t * 10,
+                        "woke at {} for {}",
+                        gate.get(),
+                        t * 10
+                    );
                     woke.fetch_add(1, Ordering::SeqCst);
                 })
             })
@@ -170,7 +175,11 @@ mod tests {
             std::thread::yield_now();
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
-        assert_eq!(woke.load(Ordering::SeqCst), 3, "only targets 10, 20, 30 are reached");
+        assert_eq!(
+            woke.load(Ordering::SeqCst),
+            3,
+            "only targets 10, 20, 30 are reached"
+        );
         gate.advance(80, None);
         for t in threads {
             t.join().unwrap();

@@ -5,14 +5,13 @@
 
 use crate::batch::WriteBatch;
 use crate::blocks::{with_io_priority, BlockDevice, Extent, STORE_BLOCK_BYTES};
-use crate::seqgate::SeqGate;
-use sluice_io::Priority;
 use crate::cache::{BlockCache, IndexCache};
 use crate::compaction::{self, CompactionConfig};
 use crate::error::{Result, StoreError};
 use crate::iter::StoreIter;
 use crate::manifest::{Edit, KeyspaceDef, Manifest, TableMeta, ValueFormat, WalPlace};
 use crate::memtable::Memtable;
+use crate::seqgate::SeqGate;
 use crate::sst::{
     write_table, write_table_parts, BuiltTable, CursorSpec, PinBudget, TableBuilder, TablePlace,
     TableReader,
@@ -21,6 +20,7 @@ use crate::version::{self, Levels, Table, Version};
 use crate::wal::{self, Wal, WalLayout, WalRecovery};
 use rand::Rng;
 use sluice_io::Device;
+use sluice_io::Priority;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -636,9 +636,16 @@ impl Store {
     /// flight); the leader then makes every write now durable visible at
     /// once and wakes exactly their writers, plus one whose record no group
     /// holds, to lead the next.
-    fn finish_write(&self, first: u64, last: u64, durable_at: Option<wal::LogPosition>) -> Result<()> {
+    fn finish_write(
+        &self,
+        first: u64,
+        last: u64,
+        durable_at: Option<wal::LogPosition>,
+    ) -> Result<()> {
         let inner = &self.inner;
-        lock(&inner.visible).pending.insert(first, (last, durable_at));
+        lock(&inner.visible)
+            .pending
+            .insert(first, (last, durable_at));
         self.advance_visible(false);
         let failed = || inner.write_failed.load(Ordering::Acquire);
         loop {

@@ -7,8 +7,8 @@
 use crate::blocks::{block_buffer, BlockDevice, Extent, STORE_BLOCK_BYTES};
 use crate::error::{DamagedBlock, Result, StoreError};
 use crate::parity::{self, LogFormat, Parity, Scan, Slot, DERIVED_BYTES};
-use sluice_io::mem::AlignedMem;
 use crate::seqgate::SeqGate;
+use sluice_io::mem::AlignedMem;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
@@ -391,7 +391,10 @@ impl Wal {
         if early.in_flight() >= early.queue_depth() {
             reap_early(early.as_mut(), 1, block)?;
         }
-        let mut buf = early.pool().alloc(STORE_BLOCK_BYTES, sluice_io::Direction::Write).map_err(io)?;
+        let mut buf = early
+            .pool()
+            .alloc(STORE_BLOCK_BYTES, sluice_io::Direction::Write)
+            .map_err(io)?;
         buf.write_at(0, open.as_slice());
         let lba = self.dev.lba_of(block);
         early
@@ -543,7 +546,9 @@ impl Wal {
         let led = self.lead_group();
         self.leaders.fetch_sub(1, Ordering::AcqRel);
         match &led {
-            Ok(durable) => self.durable_below.advance(*durable, Some(self.staged_below())),
+            Ok(durable) => self
+                .durable_below
+                .advance(*durable, Some(self.staged_below())),
             Err(_) => self.durable_below.wake_all(),
         }
         Some(led)

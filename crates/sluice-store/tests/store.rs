@@ -893,7 +893,10 @@ fn synced_writes_on_sqpoll_log_engines_survive_a_reopen() {
         t.join().unwrap();
     }
     let flushes = store.stats().wal_flushes;
-    assert!(flushes > 0 && flushes <= 800, "{flushes} WAL flushes for 800 writes");
+    assert!(
+        flushes > 0 && flushes <= 800,
+        "{flushes} WAL flushes for 800 writes"
+    );
     drop(store);
     let store = Store::open(dev, &config).unwrap();
     for t in 0..4u32 {

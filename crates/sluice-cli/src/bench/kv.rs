@@ -336,7 +336,9 @@ fn report_store(st: &Store, args: &KvBenchArgs, ran: &[&str]) {
     if args.sync && s.wal_flushes > 0 {
         // Every write on this store (it is fresh at each fill) was synced:
         // how many each durable WAL write (one group) carried on average.
-        let writing = ran.iter().filter(|w| w.starts_with("fill") || **w == "overwrite");
+        let writing = ran
+            .iter()
+            .filter(|w| w.starts_with("fill") || **w == "overwrite");
         let synced = args.num * args.threads as u64 * writing.count() as u64;
         println!(
             "ours WAL groups: {} durable writes for {} synced writes ({:.1} writes per group)",

@@ -355,7 +355,12 @@ impl UringEngine {
     /// `reap` on a SQPOLL ring without waiting in the kernel: entries are
     /// published for the submission thread (a system call only to wake it
     /// when it sleeps) and completions are polled.
-    fn reap_polling(&mut self, min: usize, mut added: usize, out: &mut Vec<Completion>) -> Result<usize> {
+    fn reap_polling(
+        &mut self,
+        min: usize,
+        mut added: usize,
+        out: &mut Vec<Completion>,
+    ) -> Result<usize> {
         loop {
             self.issue_queued();
             if self.unsubmitted > 0 {
