@@ -570,8 +570,12 @@ impl Store {
 
     /// [`Store::write`] with options: `sync: false` returns once the batch
     /// is in the WAL's open block and the memtable, before it is durable
-    /// (as RocksDB's default); a crash may lose it, never part of it. Its
-    /// block is written when it fills, or with the next synced write.
+    /// (as RocksDB's default); a crash — of the machine, or of the process,
+    /// unlike RocksDB, whose unsynced writes wait in the page cache — may
+    /// lose it, never part of it. Its block is written once it fills (full
+    /// blocks go out eight at a time while no commit is made:
+    /// `wal::EARLY_WRITES_PER_SUBMIT`), or with the next synced write or
+    /// close.
     pub fn write_with(&self, batch: &WriteBatch, options: WriteOptions) -> Result<u64> {
         self.write_inner(batch, options, false)
     }
