@@ -64,7 +64,6 @@ pub struct DeviceIo {
     config: EngineConfig,
     idle: Mutex<Vec<Box<dyn Engine>>>,
     max_idle_engines: usize,
-    notes: Vec<String>,
     describe: String,
 }
 
@@ -127,7 +126,6 @@ impl DeviceIo {
         // makes one `io_uring_enter` for all it submits, not one more each.
         config.submit_batch = config.queue_depth;
         let first = open_engine(device.clone(), &config)?;
-        let notes = first.notes().to_vec();
         let describe = first.describe();
         Ok(DeviceIo {
             durable_writes: DurableWrites::from_env(),
@@ -135,7 +133,6 @@ impl DeviceIo {
             config,
             idle: Mutex::new(vec![first]),
             max_idle_engines: max_idle_engines.max(1),
-            notes,
             describe,
         })
     }
@@ -148,11 +145,6 @@ impl DeviceIo {
         self.device.geometry().block_size_bytes as usize
     }
 
-    /// Fallbacks made when the first engine was opened, one line each.
-    pub fn notes(&self) -> &[String] {
-        &self.notes
-    }
-
     /// The engine in use, as [`Engine::describe`] says it.
     pub fn describe(&self) -> &str {
         &self.describe
@@ -160,10 +152,6 @@ impl DeviceIo {
 
     pub fn durable_writes(&self) -> DurableWrites {
         self.durable_writes
-    }
-
-    pub fn set_durable_writes(&mut self, how: DurableWrites) {
-        self.durable_writes = how;
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -265,20 +253,18 @@ impl DeviceIo {
 /// `(lba, byte offset, length)` of the requests a run of `len` bytes at
 /// `lba` is cut into, for blocks of `block` bytes.
 fn pieces_of(block: usize, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
-    {
-        assert!(
-            len % block == 0,
-            "I/O of {len} bytes is not whole {block}-byte blocks"
-        );
-        let mut out = Vec::with_capacity(len.div_ceil(MAX_REQUEST_BYTES));
-        let mut offset = 0;
-        while offset < len {
-            let n = (len - offset).min(MAX_REQUEST_BYTES);
-            out.push((lba + (offset / block) as u64, offset, n));
-            offset += n;
-        }
-        out
+    assert!(
+        len % block == 0,
+        "I/O of {len} bytes is not whole {block}-byte blocks"
+    );
+    let mut out = Vec::with_capacity(len.div_ceil(MAX_REQUEST_BYTES));
+    let mut offset = 0;
+    while offset < len {
+        let n = (len - offset).min(MAX_REQUEST_BYTES);
+        out.push((lba + (offset / block) as u64, offset, n));
+        offset += n;
     }
+    out
 }
 
 /// The buffer of a completed request that moved all its bytes, or why not.
@@ -287,11 +273,7 @@ fn checked(c: Completion) -> Result<Option<crate::pool::IoBuf>> {
     let expected = c.buf.as_ref().map_or(0, |b| b.len());
     if n != expected {
         return Err(IoError::ShortTransfer {
-            op: match c.op {
-                crate::engine::Op::Read => "read",
-                crate::engine::Op::Write => "write",
-                crate::engine::Op::Flush => "flush",
-            },
+            op: c.op.name(),
             lba: c.lba,
             done_bytes: n,
             len_bytes: expected,

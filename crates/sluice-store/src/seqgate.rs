@@ -26,8 +26,8 @@ fn spin_polls() -> u32 {
         }
     })
 }
-/// Threads parked on one gate at most (the store bounds its writers far
-/// below this; past it waiters still park, the list only grows).
+/// Room the parked list starts with (it grows past it: one entry per
+/// parked thread).
 const PARKED_HINT: usize = 64;
 
 #[derive(Debug)]

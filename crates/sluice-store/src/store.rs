@@ -647,10 +647,7 @@ impl Store {
         durable_at: Option<wal::LogPosition>,
     ) -> Result<()> {
         let inner = &self.inner;
-        lock(&inner.visible)
-            .pending
-            .insert(first, (last, durable_at));
-        self.advance_visible(false);
+        self.advance_visible(Some((first, last, durable_at)), false);
         let failed = || inner.write_failed.load(Ordering::Acquire);
         loop {
             if inner.visible_seq.get() >= last {
@@ -662,7 +659,7 @@ impl Store {
             if durable_at.is_some_and(|p| inner.wal.can_lead(p)) {
                 match inner.wal.try_lead_commit(inner.visible_seq.has_parked()) {
                     Some(Ok(_)) => {
-                        self.advance_visible(true);
+                        self.advance_visible(None, true);
                         continue;
                     }
                     Some(Err(e)) => {
@@ -679,13 +676,24 @@ impl Store {
         }
     }
 
-    /// Makes visible every pending write whose predecessors are visible and
-    /// whose log position is durable; with `wake_next_leader`, also wakes
-    /// one writer whose record no commit group holds yet.
-    fn advance_visible(&self, wake_next_leader: bool) {
+    /// Adds `finished` (first, last, log position it needs durable) to the
+    /// pending writes, then makes visible every pending write whose
+    /// predecessors are visible and whose log position is durable; with
+    /// `wake_next_leader`, also wakes one writer whose record no commit
+    /// group holds yet.
+    fn advance_visible(
+        &self,
+        finished: Option<(u64, u64, Option<wal::LogPosition>)>,
+        wake_next_leader: bool,
+    ) {
         let inner = &self.inner;
-        let durable = inner.wal.last_durable();
         let mut v = lock(&inner.visible);
+        if let Some((first, last, need)) = finished {
+            v.pending.insert(first, (last, need));
+        }
+        // Read under the lock, after the insert: a commit that made this
+        // write durable either shows here or advances after we let go.
+        let durable = inner.wal.last_durable();
         let mut seq = inner.visible_seq.get();
         while let Some(&(end, need)) = v.pending.get(&(seq + 1)) {
             if need.is_some_and(|p| p.end_seq >= durable) {

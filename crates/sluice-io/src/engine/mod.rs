@@ -54,6 +54,17 @@ pub enum Op {
     Flush,
 }
 
+impl Op {
+    /// The operation's name in errors.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Flush => "flush",
+        }
+    }
+}
+
 /// One I/O. `buf` is required for reads and writes; its `len()` is the length.
 #[derive(Debug)]
 pub struct Request {

@@ -406,7 +406,7 @@ impl UringEngine {
                 .expect("completion for a live slot");
             let res = cqe.result();
             if res < 0 {
-                let op = op_name(inflight.request.op);
+                let op = inflight.request.op.name();
                 inflight
                     .error
                     .get_or_insert(IoError::from_errno(op, inflight.request.lba, -res));
@@ -427,21 +427,13 @@ impl UringEngine {
     }
 }
 
-fn op_name(op: Op) -> &'static str {
-    match op {
-        Op::Read => "read",
-        Op::Write => "write",
-        Op::Flush => "flush",
-    }
-}
-
 fn finish(done: InFlight) -> Completion {
     let req = done.request;
     let len = req.len_bytes();
     let result = match done.error {
         Some(e) => Err(e),
         None if done.done_bytes < len => Err(IoError::ShortTransfer {
-            op: op_name(req.op),
+            op: req.op.name(),
             lba: req.lba,
             done_bytes: done.done_bytes,
             len_bytes: len,
