@@ -359,6 +359,62 @@ fn pvalue(k: u8, v: u16) -> Vec<u8> {
     out
 }
 
+/// The memory device as one process sees it: `kill` is the process dying —
+/// it waits for the writes under way (they landed before the death) and
+/// drops every later one, as the I/O of a dead process never reaches the
+/// device. A store that is only forgotten keeps its engines' threads, whose
+/// queued writes would otherwise land after the power cut.
+#[derive(Debug)]
+struct ProcessView {
+    mem: Arc<MemoryDevice>,
+    dead: std::sync::RwLock<bool>,
+}
+
+impl ProcessView {
+    fn new(mem: &Arc<MemoryDevice>) -> Arc<Self> {
+        Arc::new(ProcessView {
+            mem: mem.clone(),
+            dead: std::sync::RwLock::new(false),
+        })
+    }
+
+    fn kill(&self) {
+        *self.dead.write().unwrap() = true;
+    }
+}
+
+impl Device for ProcessView {
+    fn geometry(&self) -> sluice_io::Geometry {
+        self.mem.geometry()
+    }
+    fn read_at(&self, lba: u64, buf: &mut [u8]) -> sluice_io::Result<()> {
+        self.mem.read_at(lba, buf)
+    }
+    fn write_at(&self, lba: u64, buf: &[u8]) -> sluice_io::Result<()> {
+        let dead = self.dead.read().unwrap();
+        if *dead {
+            return Ok(());
+        }
+        self.mem.write_at(lba, buf)
+    }
+    fn flush(&self) -> sluice_io::Result<()> {
+        let dead = self.dead.read().unwrap();
+        if *dead {
+            return Ok(());
+        }
+        self.mem.flush()
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    fn is_direct(&self) -> bool {
+        self.mem.is_direct()
+    }
+    fn describe(&self) -> String {
+        self.mem.describe()
+    }
+}
+
 /// Flips one bit, or fills one whole block with garbage, at a place in the
 /// WAL ring picked by `at`.
 fn damage_the_ring(mem: &Arc<MemoryDevice>, at: u32, whole_block: bool, seed: u64) {
@@ -403,7 +459,8 @@ proptest! {
             ..StoreConfig::default()
         };
         let mem = Arc::new(MemoryDevice::new(4096, 8192));
-        let mut store = Store::create(mem.clone() as Arc<dyn Device>, &small).unwrap();
+        let mut view = ProcessView::new(&mem);
+        let mut store = Store::create(view.clone() as Arc<dyn Device>, &small).unwrap();
         let ks = store.keyspace("default").unwrap();
         // Acknowledged durable state, and unsynced writes since, which a
         // crash may or may not keep (only whole, in order).
@@ -435,10 +492,12 @@ proptest! {
                     // A crash: no clean close (dropping would flush), and
                     // the device loses or tears what was not flushed.
                     std::mem::forget(store);
+                    view.kill();
                     let mode = if torn { PowerCutMode::TornSectors { seed } } else { PowerCutMode::DropUnflushed };
                     mem.power_cut(mode);
                     damage_the_ring(&mem, at, whole_block, seed);
-                    store = Store::open(mem.clone() as Arc<dyn Device>, &small)
+                    view = ProcessView::new(&mem);
+                    store = Store::open(view.clone() as Arc<dyn Device>, &small)
                         .map_err(|e| TestCaseError::fail(format!("open after a single damage: {e}")))?;
                     // Of the unsynced writes, exactly a prefix survives.
                     let survived = (0..=unsynced.len()).rev().find(|&n| {
