@@ -12,7 +12,7 @@ use sluice_paginate::sinks::{CountSink, Filter, FilterCountSink, NdjsonSink, Sha
 use sluice_paginate::source::SourceSpec;
 use sluice_paginate::{export, Auth, Client, ExportOptions, HttpOptions};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -301,7 +301,7 @@ pub struct ReadArgs {
     progress: ProgressArg,
 }
 
-fn open_export_device(path: &PathBuf, direct: bool) -> Result<Arc<dyn Device>> {
+fn open_export_device(path: &Path, direct: bool) -> Result<Arc<dyn Device>> {
     let device = FileDevice::open(
         path,
         &FileOptions {

@@ -1,6 +1,7 @@
 //! The `sluice` binary end to end: the benchmark commands run against a
 //! real file (and real fio, which scripts/setup installs), and bad
 //! arguments get clear errors.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use std::path::PathBuf;
 use std::process::Command;

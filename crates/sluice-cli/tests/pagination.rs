@@ -6,6 +6,7 @@
 //! The suite (tests/suite/pagination.rs) runs against Elasticsearch 8 and 7
 //! too (pagination_es8.rs, pagination_es7.rs); the export benchmark, whose
 //! baselines include opensearch-py, runs here only.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 const ENGINE: EngineUnderTest = EngineUnderTest {
     name: "opensearch",

@@ -64,7 +64,7 @@ impl AlignedMem {
     /// Maps `len` bytes (a multiple of the huge page size) at a huge-page
     /// boundary and advises huge pages. None if the kernel refuses the map.
     fn mapped_huge(len: usize) -> Option<Self> {
-        debug_assert!(len % HUGE_PAGE_SIZE_BYTES == 0);
+        debug_assert!(len.is_multiple_of(HUGE_PAGE_SIZE_BYTES));
         let span = len + HUGE_PAGE_SIZE_BYTES;
         // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
         let raw = unsafe {

@@ -254,7 +254,7 @@ impl DeviceIo {
 /// `lba` is cut into, for blocks of `block` bytes.
 fn pieces_of(block: usize, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
     assert!(
-        len % block == 0,
+        len.is_multiple_of(block),
         "I/O of {len} bytes is not whole {block}-byte blocks"
     );
     let mut out = Vec::with_capacity(len.div_ceil(MAX_REQUEST_BYTES));

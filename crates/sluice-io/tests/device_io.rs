@@ -1,5 +1,6 @@
 //! DeviceIo (blocking I/O through leased engines) and the ordered flush it
 //! makes writes durable with.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use sluice_io::engine::{open_engine, EngineConfig, EngineKind, Priority, Request};
 use sluice_io::pool::Direction;

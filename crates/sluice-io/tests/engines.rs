@@ -1,5 +1,6 @@
 //! Engine tests: every engine on a real file, on a loop device, and on the
 //! memory device with each injected fault.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use sluice_io::engine::{
     open_engine, Completion, Engine, EngineConfig, EngineKind, Op, Priority, Request,

@@ -1,4 +1,5 @@
 //! Property and unit tests of the pinned buffer pool.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use proptest::prelude::*;
 use sluice_io::pool::region::{Region, RegionAllocator};

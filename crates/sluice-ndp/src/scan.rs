@@ -187,7 +187,7 @@ impl ResultBatch {
 
     /// Checks an encoded batch received from elsewhere.
     pub fn decode(bytes: Vec<u8>) -> Result<Self, ScanError> {
-        if bytes.len() < BATCH_HEADER_BYTES || bytes.len() % BATCH_ALIGN_BYTES != 0 {
+        if bytes.len() < BATCH_HEADER_BYTES || !bytes.len().is_multiple_of(BATCH_ALIGN_BYTES) {
             return Err(ScanError::BadBatch("length is not a multiple of 4096"));
         }
         if &bytes[..4] != MAGIC {
@@ -350,6 +350,9 @@ impl<'e> Batcher<'e> {
     }
 }
 
+/// Receives one matching row (key, projected value); false stops the scan.
+type RowSink<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool, ScanError> + 'a;
+
 /// Examines the pairs of `range`, handing each matching row (projected)
 /// to `row` until it returns false. Returns rows and bytes examined.
 fn examine(
@@ -357,7 +360,7 @@ fn examine(
     snapshot: &sluice_store::Snapshot,
     spec: &ScanSpec<'_>,
     range: (Bound<&[u8]>, Bound<&[u8]>),
-    row: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool, ScanError>,
+    row: &mut RowSink<'_>,
 ) -> Result<ScanStats, ScanError> {
     let mut iter = store.iter(spec.keyspace, range, snapshot, spec.reverse);
     let mut stats = ScanStats::default();
@@ -400,7 +403,7 @@ pub fn scan(
     emit: &mut dyn FnMut(ResultBatch) -> Result<(), ScanError>,
 ) -> Result<ScanStats, ScanError> {
     let b = spec.batch_bytes;
-    if !(BATCH_ALIGN_BYTES..=MAX_BATCH_BYTES).contains(&b) || b % BATCH_ALIGN_BYTES != 0 {
+    if !(BATCH_ALIGN_BYTES..=MAX_BATCH_BYTES).contains(&b) || !b.is_multiple_of(BATCH_ALIGN_BYTES) {
         return Err(ScanError::BatchSize(b));
     }
     let mut parts = key_parts(store, spec.keyspace, spec.range, spec.threads)?;

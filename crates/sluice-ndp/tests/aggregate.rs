@@ -1,5 +1,6 @@
 //! Aggregates with and without GROUP BY against a reference that parses
 //! every document whole; the aggregate list's parser and its errors.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The demo scenario: the paper it picks is the most central of the
 //! venue's papers of the year, its listings hold what they say, and the
 //! engine hands over far fewer bytes than pulling every record out.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 mod common;
 

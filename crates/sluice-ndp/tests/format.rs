@@ -1,6 +1,7 @@
 //! Declared value formats: schema text, typed records read in place
 //! (checked against the same predicates on the records' JSON rendering),
 //! and the checks that refuse a query before any work starts.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Graph operators: Brandes against the definition of Betweenness
 //! Centrality on random small graphs, sampling, BFS against one prefix scan
 //! per vertex, and the memory budget.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The paper data set: deterministic per seed, the counts it reports,
 //! references only to older existing papers with a skewed in-degree, and
 //! documents the predicate evaluator reads the same as a full parser.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 mod common;
 

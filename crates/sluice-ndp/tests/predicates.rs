@@ -1,6 +1,7 @@
 //! The predicate language: what parses to what, errors that name the
 //! column, printing that parses back, and evaluation on raw JSON against a
 //! reference that parses the whole document.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use proptest::prelude::*;
 use serde_json::{json, Value};

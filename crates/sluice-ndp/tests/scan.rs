@@ -1,6 +1,7 @@
 //! SCAN with predicate, projection and limit against a host-side reference
 //! that pulls every pair out and parses it whole; result batches and their
 //! encoding; bad input.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 mod common;
 

@@ -18,6 +18,7 @@
 //!
 //! Data flows one way: sluice-io (device, pool, engine) → this crate → the
 //! store's import and the CLI.
+#![forbid(unsafe_code)]
 
 pub mod device;
 pub mod docgen;

@@ -104,7 +104,7 @@ pub const MAX_DEVICES: usize = 64;
 
 fn lbas_per_block(device: &Arc<dyn Device>) -> Result<u64> {
     let lba = device.geometry().block_size_bytes as usize;
-    if lba > STORE_BLOCK_BYTES || STORE_BLOCK_BYTES % lba != 0 {
+    if lba > STORE_BLOCK_BYTES || !STORE_BLOCK_BYTES.is_multiple_of(lba) {
         return Err(StoreError::BadDevice(format!(
             "{}: logical block size {lba} does not divide the store block size {STORE_BLOCK_BYTES}",
             device.describe()
@@ -215,7 +215,7 @@ impl BlockDevice {
     /// Reads whole blocks starting at `block` into `buf` (a multiple of the
     /// block size), at this thread's I/O priority.
     pub fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
-        debug_assert!(buf.len() % STORE_BLOCK_BYTES == 0);
+        debug_assert!(buf.len().is_multiple_of(STORE_BLOCK_BYTES));
         let (m, lba) = self.locate(block, buf.len())?;
         m.io.read(lba, buf, io_priority())
             .map_err(|error| StoreError::Io { block, error })
@@ -224,7 +224,7 @@ impl BlockDevice {
     /// Writes whole blocks from `block`; returns once the device has them,
     /// not yet durable.
     pub fn write(&self, block: u64, buf: &[u8]) -> Result<()> {
-        debug_assert!(buf.len() % STORE_BLOCK_BYTES == 0);
+        debug_assert!(buf.len().is_multiple_of(STORE_BLOCK_BYTES));
         let (m, lba) = self.locate(block, buf.len())?;
         m.io.write(lba, buf, io_priority())
             .map_err(|error| StoreError::Io { block, error })

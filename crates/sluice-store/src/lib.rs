@@ -14,6 +14,7 @@
 //! ([`compaction`]), and the [`Store`] API over them: keyspaces, atomic
 //! batches, deletes and range deletes, snapshots, streaming forward and
 //! reverse iterators over ranges and prefixes, flush, compact, stats.
+#![forbid(unsafe_code)]
 
 pub mod alloc;
 pub mod batch;

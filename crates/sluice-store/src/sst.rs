@@ -128,7 +128,7 @@ impl BlockBuilder {
     }
 
     fn add(&mut self, e: &Entry) {
-        let shared = if self.count % RESTART_INTERVAL == 0 {
+        let shared = if self.count.is_multiple_of(RESTART_INTERVAL) {
             self.restarts.push(self.buf.len() as u32);
             0
         } else {

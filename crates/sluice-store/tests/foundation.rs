@@ -1,6 +1,7 @@
 //! Superblock, extent allocator and write-ahead log: formats, bad input, and
 //! crash safety on the memory device (power cuts that drop or tear every
 //! write not yet flushed).
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use proptest::prelude::*;
 use sluice_io::{Device, MemoryDevice, PowerCutMode};

@@ -1,6 +1,7 @@
 //! The manifest: edits survive reopen and power cuts, roll-over to new
 //! extents keeps the state, and a torn write loses only the group whose
 //! `log` call had not returned.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use proptest::prelude::*;
 use sluice_io::{Device, MemoryDevice, PowerCutMode};

@@ -1,5 +1,6 @@
 //! Tables: build, write, open, point reads at snapshots, ranges, bloom, and
 //! corruption reported with its place.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use proptest::prelude::*;
 use sluice_io::{Device, MemoryDevice};

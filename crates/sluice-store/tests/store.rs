@@ -1,5 +1,6 @@
 //! The store against an in-memory ordered map: puts, deletes, range deletes,
 //! batches, snapshots, scans, reopen and power cuts. Plus bad input.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use proptest::prelude::*;
 use sluice_io::{Device, FileDevice, FileOptions, MemoryDevice, PowerCutMode};

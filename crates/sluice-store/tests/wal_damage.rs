@@ -4,6 +4,7 @@
 //! no block written before a recovery is ever replayed after newer writes.
 //! And a property test: single-byte and whole-block damage anywhere in the
 //! ring, at random moments, against an ordered map.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use proptest::prelude::*;
 use sluice_io::{Device, MemoryDevice, PowerCutMode};

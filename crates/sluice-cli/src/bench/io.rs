@@ -302,12 +302,12 @@ fn run_ours(engine: &mut dyn Engine, row: &Row, seconds: f64) -> Result<RunResul
             Request::read(lba, buf, ud)
         }
     };
-    for ud in 0..row.queue_depth {
+    for (ud, started_at) in started.iter_mut().enumerate() {
         let mut buf = engine.pool().alloc(row.block_bytes, direction)?;
         if row.write {
             buf.write_at(0, &vec![0xA5; row.block_bytes]);
         }
-        started[ud] = Instant::now();
+        *started_at = Instant::now();
         engine
             .submit(make(next_lba(&mut rng), buf, ud as u64))
             .map_err(|r| r.error)?;

@@ -237,7 +237,10 @@ fn prepare(args: &ReadBenchArgs, pages: u64) -> Result<Prepared> {
     let slices = args.tasks as u64;
     let per_slice = pages / slices;
     let most = MOST_EXTENT_SLOTS.min(max_extent_slots(BLOCK_BYTES as u32) as u64);
-    let extent_slots = (1..=most).rev().find(|d| per_slice % d == 0).unwrap_or(1);
+    let extent_slots = (1..=most)
+        .rev()
+        .find(|d| per_slice.is_multiple_of(*d))
+        .unwrap_or(1);
     let slot_blocks = (page_bytes(args.page_docs) as u64).div_ceil(BLOCK_BYTES);
     let extents = pages / extent_slots;
     let manifest_lba = 2 + 2 * slices;

@@ -87,6 +87,9 @@ fn cluster() {
             "while kill -0 {} 2>/dev/null; do sleep 1; done; exec {stop_line}",
             std::process::id(),
         );
+        // The watchdog outlives this process on purpose (setsid): it stops
+        // the engine once the test binary exits, so nobody waits for it.
+        #[allow(clippy::zombie_processes)]
         Command::new("setsid")
             .args(["bash", "-c", &watchdog])
             .env("SEARCH_HOME", &home)

@@ -49,7 +49,7 @@ impl FileDevice {
     /// fallocate so that later writes never allocate, and opens it.
     pub fn create(path: &Path, size_bytes: u64, options: &FileOptions) -> Result<Self> {
         check_block_size(path, options.block_size_bytes)?;
-        if size_bytes == 0 || size_bytes % options.block_size_bytes as u64 != 0 {
+        if size_bytes == 0 || !size_bytes.is_multiple_of(options.block_size_bytes as u64) {
             return Err(IoError::Misaligned {
                 what: "device size",
                 value: size_bytes,

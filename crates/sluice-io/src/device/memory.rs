@@ -57,7 +57,7 @@ pub struct MemoryDevice {
 
 impl MemoryDevice {
     pub fn new(block_size_bytes: u32, block_count: u64) -> Self {
-        assert!(block_size_bytes as usize % SECTOR_SIZE_BYTES == 0);
+        assert!((block_size_bytes as usize).is_multiple_of(SECTOR_SIZE_BYTES));
         let size = block_size_bytes as usize * block_count as usize;
         MemoryDevice {
             geometry: Geometry {

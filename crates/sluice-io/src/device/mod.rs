@@ -39,7 +39,7 @@ impl Geometry {
                 max_bytes: MAX_IO_BYTES,
             });
         }
-        if len_bytes % bs != 0 {
+        if !len_bytes.is_multiple_of(bs) {
             return Err(IoError::Misaligned {
                 what: "I/O length",
                 value: len_bytes,
@@ -55,7 +55,7 @@ impl Geometry {
                 block_count: self.block_count,
             });
         }
-        if buf_addr % self.block_size_bytes as usize != 0 {
+        if !buf_addr.is_multiple_of(self.block_size_bytes as usize) {
             return Err(IoError::MisalignedBuffer {
                 address: buf_addr,
                 alignment_bytes: self.block_size_bytes as usize,
@@ -66,7 +66,7 @@ impl Geometry {
 
     /// Converts a byte offset to an LBA, refusing offsets inside a block.
     pub fn lba_of_offset(&self, offset_bytes: u64) -> Result<u64> {
-        if offset_bytes % self.block_size_bytes as u64 != 0 {
+        if !offset_bytes.is_multiple_of(self.block_size_bytes as u64) {
             return Err(IoError::Misaligned {
                 what: "byte offset",
                 value: offset_bytes,

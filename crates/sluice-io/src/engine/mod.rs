@@ -285,6 +285,9 @@ pub trait Engine: Send {
     fn in_flight(&self) -> usize;
     /// Accepts a request. Checked against the device first; a bad or
     /// surplus request comes back in `Rejected`, untouched.
+    // The request travels back whole so the caller keeps its buffer; boxing
+    // it would allocate on the submit path.
+    #[allow(clippy::result_large_err)]
     fn submit(&mut self, request: Request) -> std::result::Result<(), Rejected>;
     /// Issues what is queued and appends at least `min_complete` completions
     /// (fewer only if fewer are in flight) to `out`. Returns how many it added.
@@ -326,6 +329,7 @@ pub trait Engine: Send {
 
 /// Takes a request into an engine holding `accepted` of `queue_depth`, or
 /// hands it back with the reason.
+#[allow(clippy::result_large_err)] // as Engine::submit: the request comes back whole
 pub(crate) fn admit(
     device: &dyn Device,
     accepted: usize,

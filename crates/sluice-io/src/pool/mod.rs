@@ -93,14 +93,16 @@ impl PoolConfig {
                 self.small_block_size_bytes, self.chunk_size_bytes
             ));
         }
-        if self.chunk_size_bytes < PAGE_SIZE_BYTES || self.chunk_size_bytes % PAGE_SIZE_BYTES != 0 {
+        if self.chunk_size_bytes < PAGE_SIZE_BYTES
+            || !self.chunk_size_bytes.is_multiple_of(PAGE_SIZE_BYTES)
+        {
             return bad(format!(
                 "chunk_size_bytes {} must be a positive multiple of {PAGE_SIZE_BYTES}",
                 self.chunk_size_bytes
             ));
         }
         if self.chunk_size_bytes >= HUGE_PAGE_SIZE_BYTES
-            && self.chunk_size_bytes % HUGE_PAGE_SIZE_BYTES != 0
+            && !self.chunk_size_bytes.is_multiple_of(HUGE_PAGE_SIZE_BYTES)
         {
             return bad(format!(
                 "chunk_size_bytes {} must be a multiple of {HUGE_PAGE_SIZE_BYTES} (huge pages) from 2 MiB up",

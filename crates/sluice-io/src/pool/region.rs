@@ -48,7 +48,7 @@ impl RegionAllocator {
     /// `unit_bytes` is the allocation granule (a page); chunk size a multiple of it.
     pub fn new(chunk_size_bytes: usize, unit_bytes: usize) -> Self {
         assert!(unit_bytes.is_power_of_two());
-        assert!(chunk_size_bytes >= unit_bytes && chunk_size_bytes % unit_bytes == 0);
+        assert!(chunk_size_bytes >= unit_bytes && chunk_size_bytes.is_multiple_of(unit_bytes));
         RegionAllocator {
             chunk_size_bytes,
             unit_bytes,
