@@ -1,0 +1,310 @@
+//! A data block: entries with shared key prefixes and restart points,
+//! encoded by [`BlockBuilder`] and searched in place by [`RawBlock`]; and
+//! the framing (length + CRC32C) of a table's other regions.
+
+use super::{internal_cmp, Entry, EntryKind};
+use crate::blocks::{trailing_crc_ok, STORE_BLOCK_BYTES};
+use sluice_io::mem::round_up;
+use std::cmp::Ordering;
+
+/// A restart point (full key) every this many entries in a data block.
+const RESTART_INTERVAL: usize = 16;
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*at)?;
+        *at += 1;
+        v |= ((byte & 0x7F) as u64) << shift;
+        if byte < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Builds one data block.
+pub(super) struct BlockBuilder {
+    buf: Vec<u8>,
+    restarts: Vec<u32>,
+    last_key: Vec<u8>,
+    pub(super) count: usize,
+}
+
+impl BlockBuilder {
+    pub(super) fn new() -> Self {
+        BlockBuilder {
+            buf: Vec::new(),
+            restarts: Vec::new(),
+            last_key: Vec::new(),
+            count: 0,
+        }
+    }
+
+    pub(super) fn add(&mut self, e: &Entry) {
+        let shared = if self.count.is_multiple_of(RESTART_INTERVAL) {
+            self.restarts.push(self.buf.len() as u32);
+            0
+        } else {
+            self.last_key
+                .iter()
+                .zip(&e.key)
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        put_varint(&mut self.buf, shared as u64);
+        put_varint(&mut self.buf, (e.key.len() - shared) as u64);
+        put_varint(&mut self.buf, e.value.len() as u64);
+        self.buf
+            .extend_from_slice(&((e.seq << 8) | e.kind as u64).to_le_bytes());
+        self.buf.extend_from_slice(&e.key[shared..]);
+        self.buf.extend_from_slice(&e.value);
+        self.last_key.clear();
+        self.last_key.extend_from_slice(&e.key);
+        self.count += 1;
+    }
+
+    /// The most an entry can add to a block: whole key, a restart offset.
+    pub(super) fn max_growth(e: &Entry) -> usize {
+        let varint_len = |v: usize| (usize::BITS - v.max(1).leading_zeros()).div_ceil(7) as usize;
+        varint_len(0)
+            + varint_len(e.key.len())
+            + varint_len(e.value.len())
+            + 8
+            + e.key.len()
+            + e.value.len()
+            + 4
+    }
+
+    pub(super) fn size_estimate(&self) -> usize {
+        self.buf.len() + 4 * self.restarts.len() + 12
+    }
+
+    /// The block padded to whole store blocks: entries, restart offsets,
+    /// zero padding, then in the last 12 bytes `u32 restart count`,
+    /// `u32 entries length`, `u32 CRC32C` of everything before it.
+    pub(super) fn finish(self) -> Vec<u8> {
+        let mut b = self.buf;
+        let entries_len = b.len() as u32;
+        for r in &self.restarts {
+            b.extend_from_slice(&r.to_le_bytes());
+        }
+        let padded = round_up(b.len() + 12, STORE_BLOCK_BYTES);
+        b.resize(padded, 0);
+        b[padded - 12..padded - 8].copy_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        b[padded - 8..padded - 4].copy_from_slice(&entries_len.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..padded - 4]);
+        b[padded - 4..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+}
+
+/// A region (index, filter, range tombstones): payload, padded, with
+/// `u32 payload length` and `u32 CRC32C` in its last 8 bytes.
+pub(super) fn seal_region(mut payload: Vec<u8>) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let padded = round_up(payload.len() + 8, STORE_BLOCK_BYTES);
+    payload.resize(padded, 0);
+    payload[padded - 8..padded - 4].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&payload[..padded - 4]);
+    payload[padded - 4..].copy_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+pub(super) fn open_region(region: &[u8]) -> Option<&[u8]> {
+    let n = region.len();
+    if n < 8 || !trailing_crc_ok(region) {
+        return None;
+    }
+    let len = u32::from_le_bytes(region[n - 8..n - 4].try_into().ok()?) as usize;
+    region.get(..len)
+}
+
+/// A data block whose checksum has been verified, searched in place.
+#[derive(Debug)]
+pub struct RawBlock {
+    pub(super) bytes: Vec<u8>,
+    pub(super) entries_len: usize,
+    restarts: Vec<u32>,
+}
+
+/// Where the parts of one encoded entry lie in a block.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EntryAt {
+    pub(super) shared: usize,
+    /// The unshared key bytes and the value, as byte ranges of the block.
+    pub(super) key_at: usize,
+    pub(super) unshared: usize,
+    pub(super) value_at: usize,
+    pub(super) value_len: usize,
+    pub(super) seq: u64,
+    pub(super) kind: EntryKind,
+    pub(super) next: usize,
+}
+
+impl RawBlock {
+    /// Verifies the checksum and the trailer, and that every entry decodes,
+    /// without building any entry.
+    pub fn parse(b: &[u8]) -> Option<Self> {
+        let n = b.len();
+        if n < 12 || !trailing_crc_ok(b) {
+            return None;
+        }
+        let count = u32::from_le_bytes(b[n - 12..n - 8].try_into().ok()?) as usize;
+        let entries_len = u32::from_le_bytes(b[n - 8..n - 4].try_into().ok()?) as usize;
+        let restarts_end = entries_len.checked_add(count.checked_mul(4)?)?;
+        if restarts_end > n - 12 {
+            return None;
+        }
+        let restarts: Vec<u32> = b[entries_len..restarts_end]
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
+            .collect();
+        if restarts.first().is_some_and(|&r| r != 0) || restarts.windows(2).any(|w| w[0] >= w[1]) {
+            return None;
+        }
+        let block = RawBlock {
+            bytes: b[..entries_len].to_vec(),
+            entries_len,
+            restarts,
+        };
+        let (mut at, mut last_key_len) = (0, 0);
+        let mut restarts = block.restarts.iter().peekable();
+        while at < entries_len {
+            let e = block.entry_at(at)?;
+            // A restart point stores its key whole.
+            if restarts.next_if(|&&r| r as usize == at).is_some() && e.shared != 0 {
+                return None;
+            }
+            if e.shared > last_key_len {
+                return None;
+            }
+            last_key_len = e.shared + e.unshared;
+            at = e.next;
+        }
+        (restarts.next().is_none() && at == entries_len).then_some(block)
+    }
+
+    /// The layout of the entry at byte `at`, bounds-checked.
+    pub(super) fn entry_at(&self, mut at: usize) -> Option<EntryAt> {
+        let body = &self.bytes;
+        let shared = get_varint(body, &mut at)? as usize;
+        let unshared = get_varint(body, &mut at)? as usize;
+        let value_len = get_varint(body, &mut at)? as usize;
+        let trailer = u64::from_le_bytes(body.get(at..at.checked_add(8)?)?.try_into().ok()?);
+        let key_at = at + 8;
+        let value_at = key_at.checked_add(unshared)?;
+        let next = value_at.checked_add(value_len)?;
+        if next > body.len() {
+            return None;
+        }
+        let kind = match trailer & 0xFF {
+            1 => EntryKind::Put,
+            2 => EntryKind::Delete,
+            _ => return None,
+        };
+        Some(EntryAt {
+            shared,
+            key_at,
+            unshared,
+            value_at,
+            value_len,
+            seq: trailer >> 8,
+            kind,
+            next,
+        })
+    }
+
+    /// Decodes the entry at byte `at` into `out`, reusing its buffers;
+    /// `out.key` must hold the key before it (anything at a restart point).
+    /// Returns the next entry's offset.
+    fn decode_into(&self, at: usize, out: &mut Entry) -> usize {
+        let e = self.entry_at(at).expect("a verified block decodes");
+        out.key.truncate(e.shared);
+        out.key
+            .extend_from_slice(&self.bytes[e.key_at..e.key_at + e.unshared]);
+        out.value.clear();
+        out.value
+            .extend_from_slice(&self.bytes[e.value_at..e.value_at + e.value_len]);
+        out.seq = e.seq;
+        out.kind = e.kind;
+        e.next
+    }
+
+    /// Every entry of the block, in order.
+    pub(super) fn decode_all(&self) -> Vec<Entry> {
+        let mut out: Vec<Entry> = Vec::new();
+        let mut e = Entry::empty();
+        let mut at = 0;
+        while at < self.entries_len {
+            at = self.decode_into(at, &mut e);
+            out.push(e.clone());
+        }
+        out
+    }
+
+    /// The key and sequence stored whole at restart point `r`.
+    fn restart_key(&self, r: usize) -> (&[u8], u64) {
+        let e = self
+            .entry_at(self.restarts[r] as usize)
+            .expect("a verified block decodes");
+        (&self.bytes[e.key_at..e.key_at + e.unshared], e.seq)
+    }
+
+    /// Index of the first restart point not before the target, found by
+    /// binary search with `before(key, seq)`.
+    fn first_restart_not_before(&self, before: impl Fn(&[u8], u64) -> bool) -> usize {
+        let (mut lo, mut hi) = (0usize, self.restarts.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let (k, s) = self.restart_key(mid);
+            if before(k, s) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Offset of the last restart point whose key is before `key` (or 0).
+    pub(super) fn restart_before(&self, key: &[u8]) -> usize {
+        let r = self.first_restart_not_before(|k, _| k < key);
+        self.restarts
+            .get(r.saturating_sub(1))
+            .map_or(0, |&o| o as usize)
+    }
+
+    /// The first entry at or after (key, snapshot) in internal order.
+    pub fn seek(&self, key: &[u8], snapshot: u64) -> Option<Entry> {
+        let r = self
+            .first_restart_not_before(|k, s| internal_cmp(k, s, key, snapshot) == Ordering::Less);
+        let mut at = self
+            .restarts
+            .get(r.saturating_sub(1))
+            .map_or(0, |&o| o as usize);
+        let mut e = Entry::empty();
+        while at < self.entries_len {
+            let next = self.entry_at(at).expect("a verified block decodes");
+            // Compare before copying the value: most entries passed over
+            // are not the answer.
+            e.key.truncate(next.shared);
+            e.key
+                .extend_from_slice(&self.bytes[next.key_at..next.key_at + next.unshared]);
+            if internal_cmp(&e.key, next.seq, key, snapshot) != Ordering::Less {
+                self.decode_into(at, &mut e);
+                return Some(e);
+            }
+            at = next.next;
+        }
+        None
+    }
+}

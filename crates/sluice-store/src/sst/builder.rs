@@ -1,0 +1,228 @@
+//! Builds a whole table in memory from entries in internal order, and
+//! writes it to its extent(s).
+
+use super::block::{seal_region, BlockBuilder};
+use super::bloom::{bloom_hash, Bloom, HashPair};
+use super::index::IndexEntry;
+use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC, TARGET_BLOCK_BYTES};
+use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::error::Result;
+use std::cmp::Ordering;
+
+/// What a finished table needs in the manifest.
+#[derive(Debug, Clone)]
+pub struct BuiltTable {
+    pub bytes: Vec<u8>,
+    pub index_offset_blocks: u32,
+    pub entries: u64,
+    pub smallest: Vec<u8>,
+    pub largest: Vec<u8>,
+}
+
+/// Builds a table in memory from entries in internal order.
+pub struct TableBuilder {
+    data: Vec<u8>,
+    block: BlockBuilder,
+    index: Vec<IndexEntry>,
+    hashes: Vec<HashPair>,
+    last: Option<(Vec<u8>, u64)>,
+    smallest: Option<Vec<u8>>,
+    entries: u64,
+    range_tombstones: Vec<RangeTombstone>,
+}
+
+impl Default for TableBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TableBuilder {
+    pub fn new() -> Self {
+        TableBuilder {
+            data: Vec::new(),
+            block: BlockBuilder::new(),
+            index: Vec::new(),
+            hashes: Vec::new(),
+            last: None,
+            smallest: None,
+            entries: 0,
+            range_tombstones: Vec::new(),
+        }
+    }
+
+    /// Adds an entry; entries must come in strictly increasing internal order.
+    pub fn add(&mut self, e: &Entry) {
+        if let Some((k, s)) = &self.last {
+            assert_eq!(
+                internal_cmp(k, *s, &e.key, e.seq),
+                Ordering::Less,
+                "entries out of order"
+            );
+            if k != &e.key {
+                self.hashes.push(bloom_hash(&e.key));
+            }
+        } else {
+            self.hashes.push(bloom_hash(&e.key));
+            self.smallest = Some(e.key.clone());
+        }
+        // Cut before an entry that would spill the block past one store
+        // block: a block is padded to whole store blocks, so one that
+        // spilled would be read, cached and stored at twice its size.
+        // (An entry too large for a block of its own still gets one.)
+        if self.block.count > 0
+            && self.block.size_estimate() + BlockBuilder::max_growth(e) > TARGET_BLOCK_BYTES
+        {
+            self.cut_block();
+        }
+        self.block.add(e);
+        match &mut self.last {
+            Some((k, s)) => {
+                k.clone_from(&e.key);
+                *s = e.seq;
+            }
+            None => self.last = Some((e.key.clone(), e.seq)),
+        }
+        self.entries += 1;
+    }
+
+    pub fn add_range_tombstone(&mut self, t: RangeTombstone) {
+        self.range_tombstones.push(t);
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Bytes written so far (for splitting compaction output).
+    pub fn estimated_bytes(&self) -> usize {
+        self.data.len() + self.block.size_estimate()
+    }
+
+    fn cut_block(&mut self) {
+        if self.block.count == 0 {
+            return;
+        }
+        let (key, seq) = self.last.clone().expect("a last entry");
+        let block = std::mem::replace(&mut self.block, BlockBuilder::new()).finish();
+        self.index.push(IndexEntry {
+            last_key: key,
+            last_seq: seq,
+            offset_blocks: (self.data.len() / STORE_BLOCK_BYTES) as u32,
+            len_blocks: (block.len() / STORE_BLOCK_BYTES) as u32,
+        });
+        self.data.extend_from_slice(&block);
+    }
+
+    /// Data, index, filter, range tombstones, footer.
+    pub fn finish(mut self) -> BuiltTable {
+        self.cut_block();
+        let mut index = Vec::new();
+        index.extend_from_slice(&(self.index.len() as u32).to_le_bytes());
+        for e in &self.index {
+            index.extend_from_slice(&(e.last_key.len() as u32).to_le_bytes());
+            index.extend_from_slice(&e.last_key);
+            index.extend_from_slice(&e.last_seq.to_le_bytes());
+            index.extend_from_slice(&e.offset_blocks.to_le_bytes());
+            index.extend_from_slice(&e.len_blocks.to_le_bytes());
+        }
+        let bloom = Bloom::build(&self.hashes);
+        let mut ranges = Vec::new();
+        ranges.extend_from_slice(&(self.range_tombstones.len() as u32).to_le_bytes());
+        for t in &self.range_tombstones {
+            for part in [&t.start, &t.end] {
+                ranges.extend_from_slice(&(part.len() as u32).to_le_bytes());
+                ranges.extend_from_slice(part);
+            }
+            ranges.extend_from_slice(&t.seq.to_le_bytes());
+        }
+        let index_region = seal_region(index);
+        let filter_region = seal_region(bloom.bits);
+        let range_region = seal_region(ranges);
+        let blocks = |n: usize| (n / STORE_BLOCK_BYTES) as u32;
+        let index_off = blocks(self.data.len());
+        let filter_off = index_off + blocks(index_region.len());
+        let range_off = filter_off + blocks(filter_region.len());
+        let footer_off = range_off + blocks(range_region.len());
+        let mut footer = vec![0u8; STORE_BLOCK_BYTES];
+        for (i, v) in [
+            index_off,
+            blocks(index_region.len()),
+            filter_off,
+            blocks(filter_region.len()),
+            range_off,
+            blocks(range_region.len()),
+        ]
+        .iter()
+        .enumerate()
+        {
+            footer[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        footer[24..32].copy_from_slice(&self.entries.to_le_bytes());
+        footer[STORE_BLOCK_BYTES - 12..STORE_BLOCK_BYTES - 4].copy_from_slice(FOOTER_MAGIC);
+        let crc = crc32c::crc32c(&footer[..STORE_BLOCK_BYTES - 4]);
+        footer[STORE_BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+        let mut bytes = self.data;
+        bytes.extend_from_slice(&index_region);
+        bytes.extend_from_slice(&filter_region);
+        bytes.extend_from_slice(&range_region);
+        bytes.extend_from_slice(&footer);
+        debug_assert_eq!(bytes.len() / STORE_BLOCK_BYTES, footer_off as usize + 1);
+        // The key range is that of the point keys; a table holding only
+        // range tombstones spans them instead (a deeper level's caller may
+        // narrow it to keep the level disjoint).
+        let (smallest, largest) = match (self.smallest, self.last) {
+            (Some(s), Some((l, _))) => (s, l),
+            _ => (
+                self.range_tombstones
+                    .iter()
+                    .map(|t| t.start.clone())
+                    .min()
+                    .unwrap_or_default(),
+                self.range_tombstones
+                    .iter()
+                    .map(|t| t.end.clone())
+                    .max()
+                    .unwrap_or_default(),
+            ),
+        };
+        BuiltTable {
+            bytes,
+            index_offset_blocks: index_off,
+            entries: self.entries,
+            smallest,
+            largest,
+        }
+    }
+}
+
+/// Writes a built table into `extent` (sized to it) and makes it durable.
+pub fn write_table(dev: &BlockDevice, extent: Extent, table: &BuiltTable) -> Result<()> {
+    let data_blocks = table.index_offset_blocks;
+    let meta = Extent {
+        start_block: extent.start_block + data_blocks as u64,
+        block_count: extent.block_count - data_blocks,
+    };
+    write_table_parts(dev, extent, meta, table)
+}
+
+/// Writes a built table's data blocks from `data.start_block` and its
+/// index, filter, range tombstones and footer into `meta` (sized to them),
+/// and makes them durable. The two may lie on different devices.
+pub fn write_table_parts(
+    dev: &BlockDevice,
+    data: Extent,
+    meta: Extent,
+    table: &BuiltTable,
+) -> Result<()> {
+    let split = table.index_offset_blocks as usize * STORE_BLOCK_BYTES;
+    assert_eq!(
+        table.bytes.len() - split,
+        meta.block_count as usize * STORE_BLOCK_BYTES
+    );
+    assert!(split <= data.block_count as usize * STORE_BLOCK_BYTES);
+    let (data_bytes, meta_bytes) = table.bytes.split_at(split);
+    dev.write(data.start_block, data_bytes)?;
+    dev.write(meta.start_block, meta_bytes)?;
+    dev.flush()
+}

@@ -1,0 +1,327 @@
+//! Walking one table's range forward or in reverse, reading data blocks
+//! ahead in runs that double while the walk goes on.
+
+use super::block::RawBlock;
+use super::index::TableIndex;
+use super::reader::{CacheUse, TableReader};
+use super::Entry;
+use crate::blocks::BlockDevice;
+use crate::blocks::STORE_BLOCK_BYTES;
+use crate::error::Result;
+use std::sync::Arc;
+
+/// Most data blocks one read-ahead fetches (256 KiB of 4 KiB blocks).
+const READAHEAD_MAX_BLOCKS: usize = 64;
+/// Blocks the first read of a cursor fetches; each later read doubles it.
+const READAHEAD_FIRST_BLOCKS: usize = 2;
+
+/// What a cursor walks: keys in `[start, end)` (end None: unbounded),
+/// forward (internal order) or reverse (key descending, sequence
+/// ascending).
+#[derive(Debug, Clone)]
+pub struct CursorSpec {
+    pub start: Vec<u8>,
+    pub end: Option<Vec<u8>>,
+    pub reverse: bool,
+    /// Blocks read are looked up in and added to the block cache. A
+    /// compaction reads without it, so it does not evict what readers use.
+    pub use_cache: bool,
+    /// Entries the caller expects to take from this cursor (0: unknown).
+    /// The first read is sized to cover them, so a scan with a limit
+    /// usually costs one round of reads; later reads double as usual.
+    pub expected_entries: usize,
+}
+
+impl Default for CursorSpec {
+    fn default() -> Self {
+        CursorSpec {
+            start: Vec::new(),
+            end: None,
+            reverse: false,
+            use_cache: true,
+            expected_entries: 0,
+        }
+    }
+}
+
+/// Position of a cursor in one table; the table and device are passed in,
+/// so the same state serves borrowed and owning cursors.
+pub(super) struct CursorState {
+    ix: Arc<TableIndex>,
+    spec: CursorSpec,
+    /// Data blocks not yet read: `lo..hi`. Forward reads from `lo` up,
+    /// reverse from `hi` down.
+    lo: usize,
+    hi: usize,
+    /// Blocks read ahead, in the order they will be walked, and how many
+    /// the next read takes: doubling while the cursor keeps going.
+    prefetched: std::collections::VecDeque<Arc<RawBlock>>,
+    readahead: usize,
+    /// Forward: the block being walked, the byte offset of its next entry
+    /// and the key before it.
+    block: Option<Arc<RawBlock>>,
+    pos: usize,
+    last_key: Vec<u8>,
+    /// Forward: a key at or past the start was seen, so every later one is
+    /// too (keys only grow) and needs no comparison with the start.
+    past_start: bool,
+    /// Reverse: the current block's entries still to give, last first.
+    decoded: Vec<Entry>,
+}
+
+impl CursorState {
+    pub(super) fn new(ix: Arc<TableIndex>, entries: u64, spec: CursorSpec) -> Self {
+        let blocks = ix.index.len();
+        let before = |k: &[u8]| ix.index.partition_point(|e| e.last_key < k);
+        let lo = before(&spec.start);
+        // The first block whose last key reaches `end` may still hold keys
+        // below it.
+        let hi = spec
+            .end
+            .as_deref()
+            .map_or(blocks, |end| (before(end) + 1).min(blocks));
+        let readahead = match spec.expected_entries {
+            0 => READAHEAD_FIRST_BLOCKS,
+            n => {
+                let data_bytes = ix.index.last().map_or(0, |e| {
+                    (e.offset_blocks + e.len_blocks) as usize * STORE_BLOCK_BYTES
+                });
+                let per_entry = data_bytes / entries.max(1) as usize;
+                // One more block: the range rarely starts at a block's start.
+                (n.saturating_mul(per_entry).div_ceil(STORE_BLOCK_BYTES) + 1)
+                    .clamp(READAHEAD_FIRST_BLOCKS, READAHEAD_MAX_BLOCKS)
+            }
+        };
+        CursorState {
+            ix,
+            spec,
+            lo,
+            hi: hi.max(lo),
+            prefetched: std::collections::VecDeque::new(),
+            readahead,
+            block: None,
+            pos: 0,
+            last_key: Vec::new(),
+            past_start: false,
+            decoded: Vec::new(),
+        }
+    }
+
+    /// The next run of blocks to read: (first block index, count).
+    fn next_run(&self) -> Option<(usize, usize)> {
+        if self.lo >= self.hi {
+            return None;
+        }
+        let count = self.readahead.min(self.hi - self.lo);
+        Some(if self.spec.reverse {
+            (self.hi - count, count)
+        } else {
+            (self.lo, count)
+        })
+    }
+
+    /// Takes the blocks of `next_run`, in ascending order.
+    fn take_run(&mut self, run: Vec<Arc<RawBlock>>) {
+        if self.spec.reverse {
+            self.hi -= run.len();
+            self.prefetched.extend(run.into_iter().rev());
+        } else {
+            self.lo += run.len();
+            self.prefetched.extend(run);
+        }
+        self.readahead = (self.readahead * 2).min(READAHEAD_MAX_BLOCKS);
+    }
+
+    fn finish(&mut self) {
+        self.lo = self.hi;
+        self.prefetched.clear();
+        self.block = None;
+        self.decoded.clear();
+    }
+
+    /// The next prefetched block, reading a run first if none is left.
+    fn next_block(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+    ) -> Result<Option<Arc<RawBlock>>> {
+        if self.prefetched.is_empty() {
+            let Some((first, count)) = self.next_run() else {
+                return Ok(None);
+            };
+            let run = table.read_run(dev, &self.ix, first, count, self.spec.use_cache)?;
+            self.take_run(run);
+        }
+        Ok(self.prefetched.pop_front())
+    }
+
+    /// The next entry as an owned value (tests, flush checks).
+    pub(super) fn next_entry(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+    ) -> Result<Option<Entry>> {
+        let mut e = Entry::empty();
+        Ok(self.next_into(table, dev, &mut e)?.then_some(e))
+    }
+
+    /// Decodes the next entry into `out`, reusing its buffers; false past
+    /// the end of the range.
+    fn next_into(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+        out: &mut Entry,
+    ) -> Result<bool> {
+        if self.spec.reverse {
+            self.next_reverse(table, dev, out)
+        } else {
+            self.next_forward(table, dev, out)
+        }
+    }
+
+    fn next_forward(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+        out: &mut Entry,
+    ) -> Result<bool> {
+        loop {
+            let mut past_end = false;
+            if let Some(block) = &self.block {
+                if self.pos < block.entries_len {
+                    let e = block.entry_at(self.pos).expect("a verified block decodes");
+                    self.pos = e.next;
+                    // The key first: entries before the start are passed
+                    // over without copying their values.
+                    self.last_key.truncate(e.shared);
+                    self.last_key
+                        .extend_from_slice(&block.bytes[e.key_at..e.key_at + e.unshared]);
+                    if !self.past_start {
+                        if self.last_key.as_slice() < self.spec.start.as_slice() {
+                            continue;
+                        }
+                        self.past_start = true;
+                    }
+                    past_end = self
+                        .spec
+                        .end
+                        .as_deref()
+                        .is_some_and(|end| self.last_key.as_slice() >= end);
+                    if !past_end {
+                        out.key.clone_from(&self.last_key);
+                        out.value.clear();
+                        out.value
+                            .extend_from_slice(&block.bytes[e.value_at..e.value_at + e.value_len]);
+                        out.seq = e.seq;
+                        out.kind = e.kind;
+                        return Ok(true);
+                    }
+                }
+            }
+            if past_end {
+                self.finish();
+                return Ok(false);
+            }
+            let Some(block) = self.next_block(table, dev)? else {
+                self.block = None;
+                return Ok(false);
+            };
+            // Start at the last restart point before the start key.
+            self.pos = if self.past_start {
+                0
+            } else {
+                block.restart_before(&self.spec.start)
+            };
+            self.last_key.clear();
+            self.block = Some(block);
+        }
+    }
+
+    fn next_reverse(
+        &mut self,
+        table: &TableReader,
+        dev: &BlockDevice,
+        out: &mut Entry,
+    ) -> Result<bool> {
+        loop {
+            if let Some(e) = self.decoded.pop() {
+                if e.key.as_slice() < self.spec.start.as_slice() {
+                    self.finish();
+                    return Ok(false);
+                }
+                *out = e;
+                return Ok(true);
+            }
+            let Some(block) = self.next_block(table, dev)? else {
+                return Ok(false);
+            };
+            let end = self.spec.end.as_deref();
+            self.decoded = block
+                .decode_all()
+                .into_iter()
+                .take_while(|e| end.is_none_or(|end| e.key.as_slice() < end))
+                .collect();
+        }
+    }
+}
+
+/// See [`TableReader::cursor`].
+pub struct TableCursor {
+    pub(super) table: Arc<TableReader>,
+    pub(super) dev: BlockDevice,
+    pub(super) state: CursorState,
+}
+
+impl TableCursor {
+    /// Takes the first run from the block cache if it holds all of it;
+    /// then there is no first read to batch.
+    pub fn first_from_cache(&mut self) -> bool {
+        let s = &mut self.state;
+        if !s.spec.use_cache || !s.prefetched.is_empty() || s.block.is_some() {
+            return false;
+        }
+        let Some((first, count)) = s.next_run() else {
+            return false;
+        };
+        match self.table.cached_run(first, count) {
+            Some(run) => {
+                s.take_run(run);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The read the cursor will make first, so that a caller can batch the
+    /// first reads of many cursors: (first store block, blocks).
+    pub fn first_read(&self) -> Option<(u64, usize)> {
+        let s = &self.state;
+        if !s.prefetched.is_empty() || s.block.is_some() || !s.decoded.is_empty() {
+            return None;
+        }
+        let (first, count) = s.next_run()?;
+        Some(self.table.run_extent(&s.ix, first, count))
+    }
+
+    /// Hands the cursor the bytes of its `first_read`.
+    pub fn seed(&mut self, bytes: &[u8]) -> Result<()> {
+        let (first, count) = self.state.next_run().expect("a first read");
+        let run = self.table.parse_run(
+            &self.dev,
+            &self.state.ix,
+            first,
+            count,
+            bytes,
+            CacheUse::from(self.state.spec.use_cache),
+        )?;
+        self.state.take_run(run);
+        Ok(())
+    }
+
+    /// Decodes the next entry into `out`, reusing its buffers; false past
+    /// the end of the range.
+    pub fn next_into(&mut self, out: &mut Entry) -> Result<bool> {
+        self.state.next_into(&self.table, &self.dev, out)
+    }
+}

@@ -1,0 +1,437 @@
+//! An open table: point reads, block reads through the cache, and the
+//! budget of index memory pinned across a store's tables.
+
+use super::block::{open_region, RawBlock};
+use super::cursor::{CursorSpec, CursorState, TableCursor};
+use super::index::{decode_ranges, decode_table_index, TableIndex};
+use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC};
+use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::error::{Result, StoreError};
+use sluice_io::mem::AlignedMem;
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// How a block read goes through the block cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CacheUse {
+    /// Cached blocks are taken from the cache, new ones added.
+    LookUpAndFill,
+    /// The caller has looked already: only add.
+    FillOnly,
+    Bypass,
+}
+
+impl From<bool> for CacheUse {
+    fn from(use_cache: bool) -> Self {
+        if use_cache {
+            CacheUse::LookUpAndFill
+        } else {
+            CacheUse::Bypass
+        }
+    }
+}
+
+/// The bound on pinned index and filter memory, shared by a store's tables.
+#[derive(Debug)]
+pub struct PinBudget {
+    limit_bytes: usize,
+    used_bytes: std::sync::atomic::AtomicUsize,
+}
+
+impl PinBudget {
+    pub fn new(limit_bytes: usize) -> Self {
+        PinBudget {
+            limit_bytes,
+            used_bytes: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    fn try_take(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.used_bytes
+            .fetch_update(Relaxed, Relaxed, |used| {
+                (used + bytes <= self.limit_bytes).then_some(used + bytes)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used_bytes
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn used_bytes(&self) -> usize {
+        self.used_bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn limit_bytes(&self) -> usize {
+        self.limit_bytes
+    }
+}
+
+/// An open table: range tombstones in memory; index and filter pinned in
+/// memory while the pin budget lasts, else read on demand through the
+/// index cache.
+#[derive(Debug)]
+pub struct TableReader {
+    pub file_no: u64,
+    pub keyspace_name: String,
+    extent: Extent,
+    /// Where the index region starts (the table's metadata may lie on
+    /// another device than its data blocks).
+    meta_start: u64,
+    /// The footer's region offsets (see docs/FORMAT.md), to reload the
+    /// index and filter of an unpinned table.
+    regions: [u32; 6],
+    pinned: Option<Arc<TableIndex>>,
+    index_bytes: usize,
+    budget: Option<Arc<PinBudget>>,
+    index_cache: Option<Arc<crate::cache::IndexCache>>,
+    pub range_tombstones: Vec<RangeTombstone>,
+    pub entries: u64,
+    cache: Option<Arc<crate::cache::BlockCache>>,
+}
+
+impl Drop for TableReader {
+    fn drop(&mut self) {
+        if let (Some(budget), Some(_)) = (&self.budget, &self.pinned) {
+            budget.give_back(self.index_bytes);
+        }
+    }
+}
+
+/// Which table a corruption report is about.
+#[derive(Debug, Clone)]
+pub struct TablePlace<'a> {
+    pub keyspace: &'a str,
+    pub file_no: u64,
+}
+
+impl TableReader {
+    /// Opens a table written whole into one extent.
+    pub fn open(dev: &BlockDevice, extent: Extent, place: TablePlace<'_>) -> Result<Self> {
+        Self::open_parts(dev, extent, None, place)
+    }
+
+    /// Opens a table whose data blocks start at `data.start_block` and
+    /// whose index, filter, range tombstones and footer fill `meta` (None:
+    /// they follow the data blocks inside `data`).
+    pub fn open_parts(
+        dev: &BlockDevice,
+        extent: Extent,
+        meta: Option<Extent>,
+        place: TablePlace<'_>,
+    ) -> Result<Self> {
+        let corrupt = |block: u64, reason: String| StoreError::Corrupt {
+            what: "SST",
+            block,
+            lba: dev.lba_of(block),
+            reason: format!(
+                "keyspace {}, table {}: {reason}",
+                place.keyspace, place.file_no
+            ),
+        };
+        let footer_block = meta.unwrap_or(extent).end_block() - 1;
+        let mut footer = AlignedMem::new(STORE_BLOCK_BYTES);
+        dev.read(footer_block, footer.as_mut_slice())?;
+        let f = footer.as_slice();
+        let crc = u32::from_le_bytes(f[STORE_BLOCK_BYTES - 4..].try_into().expect("4"));
+        if &f[STORE_BLOCK_BYTES - 12..STORE_BLOCK_BYTES - 4] != FOOTER_MAGIC
+            || crc32c::crc32c(&f[..STORE_BLOCK_BYTES - 4]) != crc
+        {
+            return Err(corrupt(
+                footer_block,
+                "footer checksum or magic mismatch".into(),
+            ));
+        }
+        let at = |i: usize| u32::from_le_bytes(f[i * 4..i * 4 + 4].try_into().expect("4"));
+        let entries = u64::from_le_bytes(f[24..32].try_into().expect("8"));
+        // Index, filter and range tombstones are contiguous: one read.
+        let (meta_off, meta_len) = (at(0), at(1) + at(3) + at(5));
+        let meta_start = meta.map_or(extent.start_block + meta_off as u64, |m| m.start_block);
+        if let Some(m) = meta.filter(|m| m.block_count != meta_len + 1) {
+            return Err(corrupt(
+                m.start_block,
+                format!(
+                    "footer describes {} blocks of index, filter and tombstones but their extent has {}",
+                    meta_len + 1,
+                    m.block_count
+                ),
+            ));
+        }
+        let meta_block = |off: u32| meta_start + (off - meta_off) as u64;
+        let mut buf = AlignedMem::new(meta_len as usize * STORE_BLOCK_BYTES);
+        dev.read(meta_start, buf.as_mut_slice())?;
+        let m = buf.as_slice();
+        let region = |off: u32, len: u32| {
+            let from = (off - meta_off) as usize * STORE_BLOCK_BYTES;
+            let block = meta_block(off);
+            open_region(&m[from..from + len as usize * STORE_BLOCK_BYTES])
+                .ok_or_else(|| corrupt(block, "region checksum mismatch".into()))
+        };
+        let regions = [at(0), at(1), at(2), at(3), at(4), at(5)];
+        let ix = decode_table_index(&regions, &m[..(at(1) + at(3)) as usize * STORE_BLOCK_BYTES])
+            .map_err(|(off, what)| corrupt(meta_block(off), what.into()))?;
+        let ranges = region(at(4), at(5))?;
+        let range_tombstones = decode_ranges(ranges)
+            .ok_or_else(|| corrupt(meta_block(at(4)), "range tombstones do not decode".into()))?;
+        Ok(TableReader {
+            file_no: place.file_no,
+            keyspace_name: place.keyspace.to_string(),
+            extent,
+            meta_start,
+            regions,
+            index_bytes: ix.bytes(),
+            pinned: Some(Arc::new(ix)),
+            budget: None,
+            index_cache: None,
+            range_tombstones,
+            entries,
+            cache: None,
+        })
+    }
+
+    /// Keeps the index and filter pinned if `budget` has room for them;
+    /// otherwise hands them to `index_cache`, from which reads take them
+    /// (re-reading them from the device once evicted).
+    pub fn with_index_memory(
+        mut self,
+        budget: Arc<PinBudget>,
+        index_cache: Arc<crate::cache::IndexCache>,
+    ) -> Self {
+        if budget.try_take(self.index_bytes) {
+            self.budget = Some(budget);
+        } else if let Some(ix) = self.pinned.take() {
+            index_cache.insert((self.file_no, 0), ix, self.index_bytes);
+        }
+        self.index_cache = Some(index_cache);
+        self
+    }
+
+    /// Whether the index and filter are pinned.
+    pub fn is_pinned(&self) -> bool {
+        self.pinned.is_some()
+    }
+
+    /// The index and filter: pinned, cached, or read from the device.
+    pub fn table_index(&self, dev: &BlockDevice) -> Result<Arc<TableIndex>> {
+        if let Some(ix) = &self.pinned {
+            return Ok(ix.clone());
+        }
+        let cache = self
+            .index_cache
+            .as_ref()
+            .expect("an unpinned table has an index cache");
+        if let Some(ix) = cache.get((self.file_no, 0)) {
+            return Ok(ix);
+        }
+        let r = &self.regions;
+        let first = self.meta_start;
+        let mut buf = AlignedMem::new((r[1] + r[3]) as usize * STORE_BLOCK_BYTES);
+        dev.read(first, buf.as_mut_slice())?;
+        let ix = Arc::new(
+            decode_table_index(r, buf.as_slice()).map_err(|(off, what)| {
+                let block = self.meta_start + (off - r[0]) as u64;
+                StoreError::Corrupt {
+                    what: "SST",
+                    block,
+                    lba: dev.lba_of(block),
+                    reason: format!(
+                        "keyspace {}, table {}: {what}",
+                        self.keyspace_name, self.file_no
+                    ),
+                }
+            })?,
+        );
+        cache.insert((self.file_no, 0), ix.clone(), self.index_bytes);
+        Ok(ix)
+    }
+
+    /// Serves data blocks through `cache`.
+    pub fn with_cache(mut self, cache: Arc<crate::cache::BlockCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Index and filter memory pinned for this table (0 when unpinned).
+    pub fn pinned_bytes(&self) -> usize {
+        if self.pinned.is_some() {
+            self.index_bytes
+        } else {
+            0
+        }
+    }
+
+    /// Size of the index and filter, pinned or not.
+    pub fn index_bytes(&self) -> usize {
+        self.index_bytes
+    }
+
+    fn read_block(&self, dev: &BlockDevice, ix: &TableIndex, i: usize) -> Result<Arc<RawBlock>> {
+        if let Some(hit) = self
+            .cache
+            .as_ref()
+            .and_then(|c| c.get((self.file_no, i as u32)))
+        {
+            return Ok(hit);
+        }
+        let (block, blocks) = self.run_extent(ix, i, 1);
+        let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
+        dev.read(block, buf.as_mut_slice())?;
+        Ok(self
+            .parse_run(dev, ix, i, 1, buf.as_slice(), CacheUse::FillOnly)?
+            .pop()
+            .expect("one block"))
+    }
+
+    /// Where blocks `first..first + count` lie: (first store block, blocks).
+    pub(super) fn run_extent(&self, ix: &TableIndex, first: usize, count: usize) -> (u64, usize) {
+        let start = ix.index.get(first).offset_blocks;
+        let last = ix.index.get(first + count - 1);
+        (
+            self.extent.start_block + start as u64,
+            (last.offset_blocks + last.len_blocks - start) as usize,
+        )
+    }
+
+    /// Verifies blocks `first..first + count` from `bytes`, read from
+    /// `run_extent(first, count)`, going through the cache as `cache_use` says.
+    pub(super) fn parse_run(
+        &self,
+        dev: &BlockDevice,
+        ix: &TableIndex,
+        first: usize,
+        count: usize,
+        bytes: &[u8],
+        cache_use: CacheUse,
+    ) -> Result<Vec<Arc<RawBlock>>> {
+        let start = ix.index.get(first).offset_blocks;
+        let cache = self
+            .cache
+            .as_ref()
+            .filter(|_| cache_use != CacheUse::Bypass);
+        let look_up = cache.filter(|_| cache_use == CacheUse::LookUpAndFill);
+        (first..first + count)
+            .map(|i| {
+                let key = (self.file_no, i as u32);
+                if let Some(hit) = look_up.and_then(|c| c.get(key)) {
+                    return Ok(hit);
+                }
+                let e = ix.index.get(i);
+                let from = (e.offset_blocks - start) as usize * STORE_BLOCK_BYTES;
+                let len = e.len_blocks as usize * STORE_BLOCK_BYTES;
+                let block = self.extent.start_block + e.offset_blocks as u64;
+                let raw = Arc::new(RawBlock::parse(&bytes[from..from + len]).ok_or_else(|| {
+                    StoreError::Corrupt {
+                        what: "SST data block",
+                        block,
+                        lba: dev.lba_of(block),
+                        reason: format!(
+                        "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
+                        self.keyspace_name, self.file_no
+                    ),
+                    }
+                })?);
+                if let Some(c) = cache {
+                    c.insert(key, raw.clone(), len);
+                }
+                Ok(raw)
+            })
+            .collect()
+    }
+
+    /// Blocks `first..first + count`, if the cache holds every one.
+    pub(super) fn cached_run(&self, first: usize, count: usize) -> Option<Vec<Arc<RawBlock>>> {
+        let cache = self.cache.as_ref()?;
+        (first..first + count)
+            .map(|i| cache.get((self.file_no, i as u32)))
+            .collect()
+    }
+
+    /// Blocks `first..first + count` (consecutive in the extent) from the
+    /// cache when it holds them all, else in one device read.
+    pub(super) fn read_run(
+        &self,
+        dev: &BlockDevice,
+        ix: &TableIndex,
+        first: usize,
+        count: usize,
+        use_cache: bool,
+    ) -> Result<Vec<Arc<RawBlock>>> {
+        let count = count.min(ix.index.len() - first);
+        if count <= 1 && use_cache {
+            return Ok(vec![self.read_block(dev, ix, first)?]);
+        }
+        if let Some(run) = self.cached_run(first, count).filter(|_| use_cache) {
+            return Ok(run);
+        }
+        let (block, blocks) = self.run_extent(ix, first, count);
+        let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
+        dev.read(block, buf.as_mut_slice())?;
+        self.parse_run(
+            dev,
+            ix,
+            first,
+            count,
+            buf.as_slice(),
+            CacheUse::from(use_cache),
+        )
+    }
+
+    /// The newest version of `key` with sequence ≤ `snapshot`, if this
+    /// table has one.
+    pub fn get(&self, dev: &BlockDevice, key: &[u8], snapshot: u64) -> Result<Option<Entry>> {
+        let ix = self.table_index(dev)?;
+        if !ix.bloom.may_contain(key) {
+            return Ok(None);
+        }
+        let first = ix.index.partition_point(|e| {
+            internal_cmp(e.last_key, e.last_seq, key, snapshot) == Ordering::Less
+        });
+        for i in first..ix.index.len() {
+            let raw = self.read_block(dev, &ix, i)?;
+            match raw.seek(key, snapshot) {
+                Some(e) if e.key == key => return Ok(Some(e)),
+                Some(_) => return Ok(None),
+                None => continue,
+            }
+        }
+        Ok(None)
+    }
+
+    /// Every entry, in order (flush checks, tests).
+    pub fn entries(&self, dev: &BlockDevice) -> Result<Vec<Entry>> {
+        let mut out = Vec::with_capacity(self.entries as usize);
+        let mut c = CursorState::new(self.table_index(dev)?, self.entries, CursorSpec::default());
+        while let Some(e) = c.next_entry(self, dev)? {
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    /// A cursor over the entries whose keys lie in the spec's range, in
+    /// internal order or its reverse. It holds the table and the device, so
+    /// it can outlive the borrow it was made from.
+    pub fn cursor(self: &Arc<Self>, dev: &BlockDevice, spec: CursorSpec) -> Result<TableCursor> {
+        Ok(TableCursor {
+            state: CursorState::new(self.table_index(dev)?, self.entries, spec),
+            table: self.clone(),
+            dev: dev.clone(),
+        })
+    }
+
+    /// Entries whose key lies in `[start, end)` (end None: unbounded), in order.
+    pub fn range(&self, dev: &BlockDevice, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Entry>> {
+        let spec = CursorSpec {
+            start: start.to_vec(),
+            end: end.map(<[u8]>::to_vec),
+            ..CursorSpec::default()
+        };
+        let mut out = Vec::new();
+        let mut c = CursorState::new(self.table_index(dev)?, self.entries, spec);
+        while let Some(e) = c.next_entry(self, dev)? {
+            out.push(e);
+        }
+        Ok(out)
+    }
+}

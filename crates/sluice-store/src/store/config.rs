@@ -1,0 +1,117 @@
+//! What a store is created and opened with, and the check that a format
+//! fits its first device.
+
+use super::*;
+
+/// The keyspace every store has.
+pub const DEFAULT_KEYSPACE: &str = "default";
+
+/// Most keyspaces one store holds.
+pub const MAX_KEYSPACES: usize = 1024;
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// Size of the WAL ring in 4 KiB blocks (format time only).
+    pub wal_blocks: u32,
+    /// The memtable is flushed to a table once it holds this many bytes.
+    pub write_buffer_bytes: usize,
+    pub compaction: CompactionConfig,
+    /// Run compactions in a background thread (off: only `compact()`).
+    pub background_compaction: bool,
+    /// Decoded data blocks kept in memory (there is no page cache below).
+    pub block_cache_bytes: usize,
+    /// Bound on index and filter memory pinned for the life of their
+    /// tables. Tables opened once it is spent keep theirs in the index
+    /// cache instead, and a read may then cost one more device read.
+    pub pinned_index_bytes: usize,
+    /// Indexes and filters of unpinned tables kept in memory.
+    pub index_cache_bytes: usize,
+    /// What open does when the WAL is damaged before its end (default:
+    /// refuse, naming the blocks).
+    pub wal_recovery: WalRecovery,
+    /// SQPOLL for the log's two engines, with this idle time before their
+    /// kernel threads sleep: a synced commit then makes no system call
+    /// while they are awake, at the cost of a core each while busy. Off by
+    /// default (measured: docs/BENCHMARKS.md).
+    pub wal_sqpoll_idle_ms: Option<u32>,
+}
+
+/// Blocks the first device keeps for tables at the least when a store is
+/// formatted (their indexes live there even on a device set).
+const MIN_TABLE_BLOCKS: u64 = 256;
+
+impl StoreConfig {
+    /// A WAL ring for a first device of `device_blocks` store blocks: an
+    /// eighth of it, between 64 blocks and the default 16384 (64 MiB).
+    pub fn wal_blocks_for(device_blocks: u64) -> u32 {
+        (device_blocks / 8).clamp(64, StoreConfig::default().wal_blocks as u64) as u32
+    }
+}
+
+/// Refuses, before anything is written, a format whose parts do not fit
+/// the first device, naming each part and what changes it.
+pub(super) fn check_format_fits(
+    device: &Arc<dyn Device>,
+    device_blocks: u64,
+    config: &StoreConfig,
+) -> Result<()> {
+    let fixed =
+        crate::superblock::SUPERBLOCK_BLOCKS + crate::manifest::MANIFEST_EXTENT_BLOCKS as u64;
+    let needed = fixed + config.wal_blocks as u64 + MIN_TABLE_BLOCKS;
+    if needed <= device_blocks {
+        return Ok(());
+    }
+    let mib = |blocks: u64| blocks as f64 * STORE_BLOCK_BYTES as f64 / (1 << 20) as f64;
+    let room_for_wal = device_blocks.saturating_sub(fixed + MIN_TABLE_BLOCKS);
+    let advice = if room_for_wal >= 64 {
+        format!(
+            "format with a smaller WAL (--wal-blocks {}, StoreConfig::wal_blocks) or a larger device",
+            StoreConfig::wal_blocks_for(device_blocks).min(room_for_wal as u32)
+        )
+    } else {
+        format!(
+            "use a device of at least {:.1} MiB",
+            mib(fixed + 64 + MIN_TABLE_BLOCKS)
+        )
+    };
+    Err(StoreError::BadDevice(format!(
+        "{} holds {device_blocks} store blocks ({:.1} MiB); a store on it needs {needed} ({:.1} MiB): \
+         {fixed} for the superblock and manifest, {} for the WAL ring and at least {MIN_TABLE_BLOCKS} \
+         for tables. Nothing was written; {advice}",
+        device.describe(),
+        mib(device_blocks),
+        mib(needed),
+        config.wal_blocks
+    )))
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            wal_blocks: 16384,
+            write_buffer_bytes: 64 << 20,
+            compaction: CompactionConfig::default(),
+            background_compaction: true,
+            block_cache_bytes: 64 << 20,
+            // About 1.3% of the data at 16-byte keys and 200-byte values:
+            // enough for 20 GB of such data.
+            pinned_index_bytes: 256 << 20,
+            index_cache_bytes: 32 << 20,
+            wal_recovery: WalRecovery::Strict,
+            wal_sqpoll_idle_ms: None,
+        }
+    }
+}
+
+/// How a write is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Return only once the write is durable (the default).
+    pub sync: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions { sync: true }
+    }
+}

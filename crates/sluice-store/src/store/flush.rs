@@ -1,0 +1,260 @@
+//! Memtable flushes into level-0 tables, and where tables are placed on
+//! the device set.
+
+use super::*;
+
+/// A table written to its extents, not yet logged.
+pub(super) struct Placed {
+    keyspace: u32,
+    extent: Extent,
+    /// Index, filter, tombstones and footer, when not inside `extent`.
+    meta: Option<Extent>,
+    file_no: u64,
+    index_offset_blocks: u32,
+    entries: u64,
+    smallest: Vec<u8>,
+    largest: Vec<u8>,
+}
+
+impl Placed {
+    pub(super) fn extents(&self) -> impl Iterator<Item = Extent> {
+        std::iter::once(self.extent).chain(self.meta)
+    }
+}
+
+impl Store {
+    /// Writes the memtable out as level-0 tables and releases its WAL blocks.
+    pub fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl Inner {
+    /// Writes the memtable out as level-0 tables and releases its WAL
+    /// blocks; the tables and the manifest at low I/O priority, the log's
+    /// last block at high.
+    pub fn flush(&self) -> Result<()> {
+        with_io_priority(Priority::Low, || self.flush_memtable())
+    }
+
+    fn flush_memtable(&self) -> Result<()> {
+        let inner = self;
+        let _one = lock(&inner.flush_lock);
+        // Freeze: new writes go to a fresh memtable; the WAL closes its open
+        // block so the frozen records end at a block boundary.
+        let (frozen, tail_seq, last_seq) = {
+            let next = lock(&inner.writer);
+            let mut mem = write(&inner.memtables);
+            if read(&mem.active).is_empty() {
+                return Ok(());
+            }
+            let tail = with_io_priority(Priority::High, || inner.wal.close_block())?;
+            let frozen =
+                std::mem::replace(&mut mem.active, Arc::new(RwLock::new(Memtable::default())));
+            mem.frozen = Some(frozen.clone());
+            (frozen, tail, *next - 1)
+        };
+        // Every frozen write must be visible (committed) before it is flushed.
+        inner
+            .visible_seq
+            .wait(last_seq, 0, || inner.write_failed.load(Ordering::Acquire));
+        let frozen_guard = read(&frozen);
+        let names: BTreeMap<u32, String> = read(&inner.keyspaces)
+            .values()
+            .map(|k| (k.id, k.name.clone()))
+            .collect();
+        let mut placed = Vec::new();
+        for ks in frozen_guard.keyspaces() {
+            let mut b = TableBuilder::new();
+            for e in frozen_guard.iter_from(ks, &[]) {
+                b.add(&e);
+            }
+            for t in frozen_guard.range_tombstones(ks) {
+                b.add_range_tombstone(t);
+            }
+            match self.place(ks, b.finish()) {
+                Ok(p) => placed.push(p),
+                Err(e) => {
+                    self.unplace(&placed.iter().flat_map(Placed::extents).collect::<Vec<_>>());
+                    return Err(e);
+                }
+            }
+        }
+        drop(frozen_guard);
+        let mut extra = vec![
+            Edit::Wal(WalPlace {
+                epoch: inner.wal_epoch(),
+                tail_seq,
+                ring: inner.wal_ring(),
+            }),
+            Edit::LastSequence(last_seq),
+        ];
+        extra.extend(self.take_released());
+        let tables = self.install(placed, 0, &names, &[], extra)?;
+        inner.wal.release_before(tail_seq);
+        {
+            let mut mem = write(&inner.memtables);
+            let mut v = write(&inner.version);
+            let mut next = (**v).clone();
+            for t in tables {
+                next.keyspaces.entry(t.meta.keyspace).or_default().insert(t);
+            }
+            *v = Arc::new(next);
+            mem.frozen = None;
+        }
+        inner.flushes.fetch_add(1, Ordering::Relaxed);
+        self.wake_background();
+        Ok(())
+    }
+
+    /// Free edits for tables whose last reader has let go.
+    pub(super) fn take_released(&self) -> Vec<Edit> {
+        std::mem::take(&mut *lock(&self.released))
+            .into_iter()
+            .map(Edit::Free)
+            .collect()
+    }
+
+    /// Allocates an extent for a built table and writes it there; the
+    /// allocation is logged by [`Inner::install`].
+    pub(super) fn place(&self, keyspace: u32, t: BuiltTable) -> Result<Placed> {
+        let (extent, meta) = self.allocate_table(&t)?;
+        let written = match meta {
+            Some(meta) => write_table_parts(&self.dev, extent, meta, &t),
+            None => write_table(&self.dev, extent, &t),
+        };
+        if let Err(e) = written {
+            self.unplace(&[extent]);
+            self.unplace(meta.as_slice());
+            return Err(e);
+        }
+        let file_no = self.next_file.fetch_add(1, Ordering::Relaxed);
+        Ok(Placed {
+            keyspace,
+            extent,
+            meta,
+            file_no,
+            index_offset_blocks: t.index_offset_blocks,
+            entries: t.entries,
+            smallest: t.smallest,
+            largest: t.largest,
+        })
+    }
+
+    /// Extents for a built table: one on the first device when the store
+    /// has one device (or the table no data blocks); else the data blocks
+    /// on the next data device in turn (the others if it is full) and the
+    /// rest on the first device.
+    fn allocate_table(&self, t: &BuiltTable) -> Result<(Extent, Option<Extent>)> {
+        let blocks = (t.bytes.len() / STORE_BLOCK_BYTES) as u64;
+        let data_blocks = t.index_offset_blocks as u64;
+        let data_devices = self.dev.device_count() - 1;
+        let mut manifest = lock(&self.manifest);
+        if data_devices == 0 || data_blocks == 0 {
+            return Ok((manifest.allocate(blocks)?, None));
+        }
+        let meta = manifest.allocate(blocks - data_blocks)?;
+        let turn = self.next_data_device.fetch_add(1, Ordering::Relaxed) as usize;
+        let mut full = None;
+        for k in (0..data_devices).map(|i| 1 + (turn + i) % data_devices) {
+            match manifest.allocate_on(k, data_blocks) {
+                Ok(data) => return Ok((data, Some(meta))),
+                Err(e @ StoreError::DeviceFull { .. }) => full = Some(e),
+                Err(e) => {
+                    let _ = manifest.release_unlogged(meta);
+                    return Err(e);
+                }
+            }
+        }
+        let _ = manifest.release_unlogged(meta);
+        Err(full.expect("at least one data device"))
+    }
+
+    /// Gives back extents of placed tables that will not be installed.
+    pub(super) fn unplace(&self, extents: &[Extent]) {
+        let mut manifest = lock(&self.manifest);
+        for e in extents {
+            // They were allocated and never logged: releasing cannot fail
+            // unless the allocator is broken, and then reopening reclaims.
+            let _ = manifest.release_unlogged(*e);
+        }
+    }
+
+    /// Logs placed tables at `level` (with `removed` and `extra` edits) as
+    /// one manifest group, and opens them.
+    pub(super) fn install(
+        &self,
+        placed: Vec<Placed>,
+        level: u8,
+        names: &BTreeMap<u32, String>,
+        removed: &[(u32, u64)],
+        extra: Vec<Edit>,
+    ) -> Result<Vec<Arc<Table>>> {
+        let inner = self;
+        let mut edits = Vec::new();
+        let mut metas = Vec::new();
+        for p in placed {
+            let meta = TableMeta {
+                keyspace: p.keyspace,
+                level,
+                file_no: p.file_no,
+                data: p.extent,
+                index: p.meta.unwrap_or(Extent {
+                    start_block: p.extent.start_block + p.index_offset_blocks as u64,
+                    block_count: p.extent.block_count - p.index_offset_blocks,
+                }),
+                entries: p.entries,
+                smallest: p.smallest,
+                largest: p.largest,
+            };
+            edits.extend(std::iter::once(p.extent).chain(p.meta).map(Edit::Alloc));
+            edits.push(Edit::AddTable(meta.clone()));
+            metas.push(meta);
+        }
+        for (ks, file_no) in removed {
+            edits.push(Edit::RemoveTable {
+                keyspace: *ks,
+                file_no: *file_no,
+            });
+        }
+        edits.extend(extra);
+        edits.push(Edit::NextFile(inner.next_file.load(Ordering::Relaxed)));
+        lock(&inner.manifest).log(&edits)?;
+        metas
+            .into_iter()
+            .map(|meta| {
+                let name = names.get(&meta.keyspace).map_or("?", String::as_str);
+                let reader = TableReader::open_parts(
+                    &inner.dev,
+                    meta.data,
+                    Some(meta.index),
+                    TablePlace {
+                        keyspace: name,
+                        file_no: meta.file_no,
+                    },
+                )?
+                .with_cache(inner.cache.clone())
+                .with_index_memory(inner.pin_budget.clone(), inner.index_cache.clone());
+                Ok(Arc::new(Table::new(meta, reader, inner.released.clone())))
+            })
+            .collect()
+    }
+
+    /// The most level-0 tables any keyspace has.
+    pub(super) fn l0_tables(&self) -> usize {
+        read(&self.version)
+            .keyspaces
+            .values()
+            .map(|l| l.level(0).len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn wal_epoch(&self) -> u64 {
+        self.wal.layout().epoch
+    }
+
+    fn wal_ring(&self) -> Vec<Extent> {
+        self.wal.layout().ring.clone()
+    }
+}

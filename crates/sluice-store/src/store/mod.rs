@@ -1,0 +1,177 @@
+//! The store: keyspaces, durable writes through the WAL into the memtable,
+//! flushes of the memtable into level-0 tables, leveled compaction in a
+//! background thread at low kernel I/O priority, and reads at a snapshot
+//! that merge the memtables with the tables.
+//!
+//! - [`config`]: what a store is created and opened with;
+//! - `open`: formatting and opening a device set, WAL recovery, reclaiming
+//!   what a crash left allocated;
+//! - `keyspaces`: creating and naming keyspaces;
+//! - `write`: the write path (sequence, WAL append, memtable, visibility);
+//! - [`read`]: snapshots, point reads, iterators and scans;
+//! - `flush`: memtable → level-0 tables, their placement on the devices;
+//! - `background`: the compaction driver and the background thread;
+//! - [`stats`]: what the store reports about itself.
+
+mod background;
+pub mod config;
+mod flush;
+mod keyspaces;
+mod open;
+pub mod read;
+pub mod stats;
+mod write;
+
+pub use config::{StoreConfig, WriteOptions, DEFAULT_KEYSPACE, MAX_KEYSPACES};
+pub use read::{half_open, prefix_end, Snapshot};
+pub use stats::{StoreStats, TablePlacement};
+
+use crate::batch::WriteBatch;
+use read::SnapshotRegistry;
+
+use crate::blocks::{with_io_priority, BlockDevice, Extent, STORE_BLOCK_BYTES};
+
+use crate::cache::{BlockCache, IndexCache};
+
+use crate::compaction::{self, CompactionConfig};
+
+use crate::error::{Result, StoreError};
+
+use crate::iter::StoreIter;
+
+use crate::manifest::{Edit, KeyspaceDef, Manifest, TableMeta, ValueFormat, WalPlace};
+
+use crate::memtable::Memtable;
+
+use crate::seqgate::SeqGate;
+
+use crate::sst::{
+    write_table, write_table_parts, BuiltTable, CursorSpec, PinBudget, TableBuilder, TablePlace,
+    TableReader,
+};
+
+use crate::version::{self, Levels, Table, Version};
+
+use crate::wal::{self, Wal, WalLayout, WalRecovery};
+
+use rand::Rng;
+
+use sluice_io::Device;
+
+use sluice_io::Priority;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use std::ops::Bound;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+
+use std::thread::JoinHandle;
+
+/// Writes in the memtable not yet visible to reads.
+struct Visible {
+    /// `first -> (last, log position it needs durable)` of each: a write
+    /// becomes visible once every earlier one has and, if synced, its log
+    /// position is durable.
+    pending: BTreeMap<u64, (u64, Option<wal::LogPosition>)>,
+    failed: Option<String>,
+}
+
+struct Memtables {
+    active: Arc<RwLock<Memtable>>,
+    /// Being flushed: still read until its tables are installed.
+    frozen: Option<Arc<RwLock<Memtable>>>,
+}
+
+struct Inner {
+    dev: BlockDevice,
+    cache: Arc<BlockCache>,
+    pin_budget: Arc<PinBudget>,
+    index_cache: Arc<IndexCache>,
+    config: StoreConfig,
+    manifest: Mutex<Manifest>,
+    keyspaces: RwLock<BTreeMap<String, KeyspaceDef>>,
+    wal: Wal,
+    memtables: RwLock<Memtables>,
+    version: RwLock<Arc<Version>>,
+    /// Sequence assignment and WAL append order.
+    writer: Mutex<u64>,
+    visible: Mutex<Visible>,
+    /// Every write up to this sequence is visible to reads; writers wait on
+    /// it for their own write to become visible.
+    visible_seq: SeqGate,
+    /// Set with `visible.failed`, read by waiters without the lock.
+    write_failed: AtomicBool,
+    snapshots: Arc<SnapshotRegistry>,
+    /// Extents of replaced tables whose last reader is gone.
+    released: Arc<Mutex<Vec<Extent>>>,
+    /// One flush at a time; one compaction at a time.
+    flush_lock: Mutex<()>,
+    compaction_lock: Mutex<()>,
+    compaction_cursor: AtomicU64,
+    /// Which data device the next table's data blocks go to.
+    next_data_device: AtomicU64,
+    next_file: AtomicU64,
+    flushes: AtomicU64,
+    compactions: AtomicU64,
+    shutdown: AtomicBool,
+    flush_requested: AtomicBool,
+    wake: Condvar,
+    wake_lock: Mutex<bool>,
+}
+
+pub struct Store {
+    inner: Arc<Inner>,
+    background: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("wal", &self.inner.wal)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(handle) = self.background.take() {
+            self.inner.shutdown.store(true, Ordering::Release);
+            self.inner.wake_background();
+            let _ = handle.join();
+        }
+        // Tables whose last reader let go since the last flush or
+        // compaction: log their frees now rather than reclaim them at open.
+        let frees = self.inner.take_released();
+        if !frees.is_empty() {
+            if let Err(e) = lock(&self.inner.manifest).log(&frees) {
+                log::warn!(
+                    "closing the store: freed tables not logged (reclaimed at next open): {e}"
+                );
+            }
+        }
+        // A clean close makes unsynced writes durable too.
+        let closed = self
+            .inner
+            .wal
+            .close_block()
+            .and_then(|_| self.inner.dev.flush());
+        if let Err(e) = closed {
+            log::error!("closing the store: unsynced writes may be lost: {e}");
+        }
+    }
+}

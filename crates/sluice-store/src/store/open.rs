@@ -1,0 +1,318 @@
+//! Formatting a device set, opening it (superblock, manifest, WAL
+//! recovery), and reclaiming extents a crash left allocated.
+
+use super::background::background_loop;
+use super::config::check_format_fits;
+use super::*;
+
+impl Store {
+    /// Formats `device` as a new store (everything on it is overwritten).
+    pub fn create(device: Arc<dyn Device>, config: &StoreConfig) -> Result<Self> {
+        Self::create_on(vec![device], config)
+    }
+
+    /// Formats a store over several devices (everything on them is
+    /// overwritten). The first holds the superblock, manifest, WAL and
+    /// every table's index and filter; table data blocks are striped over
+    /// the others, one table per device in turn. With one device,
+    /// everything shares it.
+    pub fn create_on(devices: Vec<Arc<dyn Device>>, config: &StoreConfig) -> Result<Self> {
+        let sized = devices
+            .iter()
+            .map(|d| Ok((d.clone(), crate::blocks::device_store_blocks(d)?)))
+            .collect::<Result<Vec<_>>>()?;
+        check_format_fits(&sized[0].0, sized[0].1, config)?;
+        let dev = BlockDevice::set(sized)?;
+        let mut rng = rand::thread_rng();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut manifest = Manifest::create(dev.clone(), rng.gen(), now_ms)?;
+        let ring = manifest.allocate(config.wal_blocks as u64)?;
+        let layout = WalLayout {
+            ring: vec![ring],
+            epoch: rng.gen(),
+        };
+        layout.format(&dev)?;
+        manifest.log(&[
+            Edit::Alloc(ring),
+            Edit::Wal(WalPlace {
+                epoch: layout.epoch,
+                tail_seq: 0,
+                ring: layout.ring.clone(),
+            }),
+            Edit::AddKeyspace(KeyspaceDef {
+                id: 0,
+                name: DEFAULT_KEYSPACE.into(),
+                format: ValueFormat::Raw,
+                schema: String::new(),
+            }),
+        ])?;
+        drop(manifest);
+        Self::open_on(devices, config)
+    }
+
+    /// Opens the store on `device`: manifest, tables, WAL replay.
+    pub fn open(device: Arc<dyn Device>, config: &StoreConfig) -> Result<Self> {
+        Self::open_on(vec![device], config)
+    }
+
+    /// Opens a store formatted over `devices`, given in the order they
+    /// were formatted; each device's label is checked first.
+    pub fn open_on(devices: Vec<Arc<dyn Device>>, config: &StoreConfig) -> Result<Self> {
+        let dev = open_device_set(devices)?;
+        let mut manifest = Manifest::open(dev.clone())?;
+        let state = manifest.state().clone();
+        let place = state.wal.clone().ok_or_else(|| StoreError::Corrupt {
+            what: "manifest",
+            block: manifest.superblock().manifest.start_block,
+            lba: dev.lba_of(manifest.superblock().manifest.start_block),
+            reason: "no write-ahead log recorded".into(),
+        })?;
+        // Everything up to here only reads: a store that cannot be
+        // recovered as asked is left as it was.
+        let layout = WalLayout {
+            ring: place.ring.clone(),
+            epoch: place.epoch,
+        };
+        let recovered = wal::recover(&dev, &layout, place.tail_seq, config.wal_recovery)?;
+        report_wal_recovery(&recovered, config.wal_recovery);
+        let mut memtable = Memtable::default();
+        let mut last_seq = state.last_sequence;
+        for (pos, record) in &recovered.records {
+            let (first, batch) = WriteBatch::decode(record).ok_or_else(|| {
+                let block = layout.block_of(pos.end_seq);
+                StoreError::Corrupt {
+                    what: "WAL record",
+                    block,
+                    lba: dev.lba_of(block),
+                    reason: "a record with valid checksums does not decode as a write batch".into(),
+                }
+            })?;
+            // Records older than the last flush are already in tables.
+            if first > state.last_sequence {
+                memtable.apply(first, &batch);
+            }
+            last_seq = last_seq.max(first + batch.len() as u64 - 1);
+        }
+        manifest.begin_writing()?;
+        recovered.seal(&dev, &layout)?;
+        reclaim_unreferenced(&mut manifest)?;
+        let released = Arc::new(Mutex::new(Vec::new()));
+        let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
+        let pin_budget = Arc::new(PinBudget::new(config.pinned_index_bytes));
+        let index_cache = Arc::new(IndexCache::new(config.index_cache_bytes));
+        let mut version = Version::default();
+        // Shallow levels are read most: they take the pin budget first.
+        let mut metas: Vec<&TableMeta> = state.tables.values().collect();
+        metas.sort_by_key(|m| (m.level, std::cmp::Reverse(m.file_no)));
+        for meta in metas {
+            let name = state
+                .keyspaces
+                .get(&meta.keyspace)
+                .map_or("?", |k| k.name.as_str());
+            let reader = TableReader::open_parts(
+                &dev,
+                meta.data,
+                Some(meta.index),
+                TablePlace {
+                    keyspace: name,
+                    file_no: meta.file_no,
+                },
+            )?
+            .with_cache(cache.clone())
+            .with_index_memory(pin_budget.clone(), index_cache.clone());
+            version
+                .keyspaces
+                .entry(meta.keyspace)
+                .or_default()
+                .insert(Arc::new(Table::new(meta.clone(), reader, released.clone())));
+        }
+        let keyspaces = state
+            .keyspaces
+            .values()
+            .map(|k| (k.name.clone(), k.clone()))
+            .collect();
+        let wal = Wal::open(
+            dev.clone(),
+            layout,
+            place.tail_seq,
+            recovered.next_seq,
+            config.wal_sqpoll_idle_ms,
+        )?;
+        let inner = Arc::new(Inner {
+            dev,
+            cache,
+            pin_budget,
+            index_cache,
+            config: config.clone(),
+            manifest: Mutex::new(manifest),
+            keyspaces: RwLock::new(keyspaces),
+            wal,
+            memtables: RwLock::new(Memtables {
+                active: Arc::new(RwLock::new(memtable)),
+                frozen: None,
+            }),
+            version: RwLock::new(Arc::new(version)),
+            writer: Mutex::new(last_seq + 1),
+            visible: Mutex::new(Visible {
+                pending: BTreeMap::new(),
+                failed: None,
+            }),
+            visible_seq: SeqGate::new(last_seq),
+            write_failed: AtomicBool::new(false),
+            snapshots: Arc::new(SnapshotRegistry::default()),
+            released,
+            flush_lock: Mutex::new(()),
+            compaction_lock: Mutex::new(()),
+            compaction_cursor: AtomicU64::new(0),
+            next_data_device: AtomicU64::new(0),
+            next_file: AtomicU64::new(state.next_file),
+            flushes: AtomicU64::new(0),
+            compactions: AtomicU64::new(0),
+            shutdown: AtomicBool::new(false),
+            flush_requested: AtomicBool::new(false),
+            wake: Condvar::new(),
+            wake_lock: Mutex::new(false),
+        });
+        let background = config
+            .background_compaction
+            .then(|| {
+                let inner = inner.clone();
+                std::thread::Builder::new()
+                    .name("sluice-compaction".into())
+                    .spawn(move || background_loop(&inner))
+            })
+            .transpose()
+            .map_err(|e| {
+                StoreError::BadDevice(format!("cannot start the compaction thread: {e}"))
+            })?;
+        Ok(Store { inner, background })
+    }
+}
+
+/// Says what WAL recovery, as asked, passed over (recovery itself names
+/// each block it rebuilt).
+fn report_wal_recovery(recovered: &wal::Recovered, mode: WalRecovery) {
+    if !recovered.dropped.is_empty() {
+        log::warn!(
+            "WAL recovery {mode:?}: {} log block(s) dropped as asked: {:?}",
+            recovered.dropped.len(),
+            recovered.dropped
+        );
+    }
+}
+
+/// Opens the devices of a store as one block device: the superblock on the
+/// first says how many there are and how much of each is used; every other
+/// device's label must name this store and its place in the set.
+fn open_device_set(devices: Vec<Arc<dyn Device>>) -> Result<BlockDevice> {
+    let first = devices
+        .first()
+        .cloned()
+        .ok_or_else(|| StoreError::BadDevice("no device given".into()))?;
+    let sb = crate::superblock::read(&BlockDevice::new(first)?)?;
+    if sb.member_blocks.len() != devices.len() {
+        return Err(StoreError::BadDevice(format!(
+            "the store on {} spans {} devices but got {}: pass all of them, in the order they were formatted",
+            devices[0].describe(),
+            sb.member_blocks.len(),
+            devices.len()
+        )));
+    }
+    let names: Vec<String> = devices.iter().map(|d| d.describe()).collect();
+    let dev = BlockDevice::set(
+        devices
+            .into_iter()
+            .zip(sb.member_blocks.iter().copied())
+            .collect(),
+    )?;
+    for (k, name) in names.iter().enumerate().skip(1) {
+        let (_, base, _) = dev.member(k);
+        let problem = match crate::superblock::read_label(&dev, base)? {
+            Ok(label) if label.store_id == sb.store_id && label.device_index == k as u32 => continue,
+            Ok(label) if label.store_id == sb.store_id => format!(
+                "it is device {} of this store, not device {k}: pass the devices in the order they were formatted",
+                label.device_index
+            ),
+            Ok(_) => "it belongs to another store".to_string(),
+            Err(e) => format!("it holds no valid store label ({e:?})"),
+        };
+        return Err(StoreError::BadDevice(format!(
+            "{name} cannot be device {k} of the store on {}: {problem}",
+            names[0]
+        )));
+    }
+    Ok(dev)
+}
+
+/// Frees extents the manifest has allocated but nothing refers to: tables
+/// removed by a compaction whose frees were not logged before a crash, or
+/// tables written by a flush or compaction that crashed before logging
+/// them.
+fn reclaim_unreferenced(manifest: &mut Manifest) -> Result<()> {
+    let member_starts: Vec<u64> = (1..manifest.device().device_count())
+        .map(|k| manifest.device().member(k).1)
+        .collect();
+    let state = manifest.state();
+    let mut referenced: BTreeSet<(u64, u64)> = BTreeSet::new();
+    let mut refer = |e: Extent| {
+        referenced.insert((e.start_block, e.end_block()));
+    };
+    refer(manifest.superblock().manifest);
+    for t in state.tables.values() {
+        refer(t.data);
+        refer(t.index);
+    }
+    // The labels at the start of every device after the first.
+    for &first in &member_starts {
+        refer(Extent {
+            start_block: first,
+            block_count: crate::superblock::SUPERBLOCK_BLOCKS as u32,
+        });
+    }
+    if let Some(w) = &state.wal {
+        w.ring.iter().copied().for_each(&mut refer);
+    }
+    // Walk the allocated runs (the complement of the free map) and free
+    // every part no referenced extent covers.
+    let free = state.allocator.free_list();
+    let end = manifest.superblock().device_blocks;
+    let mut allocated = Vec::new();
+    let mut at = crate::superblock::SUPERBLOCK_BLOCKS;
+    for f in &free {
+        if f.start_block > at {
+            allocated.push((at, f.start_block));
+        }
+        at = f.end_block();
+    }
+    if at < end {
+        allocated.push((at, end));
+    }
+    let mut frees = Vec::new();
+    for (mut s, e) in allocated {
+        for &(rs, re) in referenced.range((s, 0)..(e, 0)) {
+            if rs > s {
+                frees.push((s, rs));
+            }
+            s = s.max(re);
+        }
+        if s < e {
+            frees.push((s, e));
+        }
+    }
+    if frees.is_empty() {
+        return Ok(());
+    }
+    let edits: Vec<Edit> = frees
+        .into_iter()
+        .map(|(s, e)| {
+            log::warn!("reclaiming unreferenced blocks {s}..{e}");
+            Edit::Free(Extent {
+                start_block: s,
+                block_count: (e - s) as u32,
+            })
+        })
+        .collect();
+    manifest.log(&edits)
+}

@@ -1,0 +1,225 @@
+//! Reads: snapshots, point reads, iterators and scans over the memtables
+//! and the tables of one version.
+
+use super::*;
+
+#[derive(Debug, Default)]
+pub(super) struct SnapshotRegistry {
+    pub(super) live: Mutex<BTreeMap<u64, usize>>,
+}
+
+/// A point in the store's history; reads through it see exactly the writes
+/// acknowledged before it was taken, whatever flushes and compactions do
+/// meanwhile. Dropping it lets compaction discard what only it could see.
+#[derive(Debug)]
+pub struct Snapshot {
+    seq: u64,
+    registry: Arc<SnapshotRegistry>,
+}
+
+impl Snapshot {
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let mut live = self.registry.live.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = live.get_mut(&self.seq) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(&self.seq);
+            }
+        }
+    }
+}
+
+impl Store {
+    pub fn snapshot(&self) -> Snapshot {
+        let seq = self.inner.visible_seq.get();
+        *lock(&self.inner.snapshots.live).entry(seq).or_insert(0) += 1;
+        Snapshot {
+            seq,
+            registry: self.inner.snapshots.clone(),
+        }
+    }
+
+    /// The memtables and tables a read sees, taken consistently: the
+    /// frozen memtable stays until its tables are in the version.
+    pub(super) fn read_view(&self) -> (Vec<Arc<RwLock<Memtable>>>, Arc<Version>) {
+        let mem = read(&self.inner.memtables);
+        let version = read(&self.inner.version).clone();
+        let mut mems = vec![mem.active.clone()];
+        mems.extend(mem.frozen.clone());
+        (mems, version)
+    }
+
+    pub fn get(&self, keyspace: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_at(keyspace, key, &self.snapshot())
+    }
+
+    pub fn get_at(
+        &self,
+        keyspace: u32,
+        key: &[u8],
+        snapshot: &Snapshot,
+    ) -> Result<Option<Vec<u8>>> {
+        let (mems, version) = self.read_view();
+        let guards: Vec<_> = mems.iter().map(|m| read(m)).collect();
+        let refs: Vec<&Memtable> = guards.iter().map(|g| &**g).collect();
+        version::get(
+            &self.inner.dev,
+            &refs,
+            &version,
+            keyspace,
+            key,
+            snapshot.seq,
+        )
+    }
+
+    /// A streaming iterator over the live pairs of a keyspace in a key
+    /// range at `snapshot`, in key order or (`reverse`) descending. It reads
+    /// blocks only as far as it is driven, holds a bounded amount of memory,
+    /// and does not block writers; see [`StoreIter`].
+    pub fn iter(
+        &self,
+        keyspace: u32,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        snapshot: &Snapshot,
+        reverse: bool,
+    ) -> StoreIter {
+        self.iter_expecting(keyspace, range, snapshot, reverse, 0)
+    }
+
+    /// [`Store::iter`] for a caller that expects to take about
+    /// `expected_entries` pairs: the first reads are sized for them.
+    pub fn iter_expecting(
+        &self,
+        keyspace: u32,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        snapshot: &Snapshot,
+        reverse: bool,
+        expected_entries: usize,
+    ) -> StoreIter {
+        let (start, end) = half_open(range);
+        let spec = CursorSpec {
+            start,
+            end,
+            reverse,
+            use_cache: true,
+            expected_entries,
+        };
+        let (mems, version) = self.read_view();
+        StoreIter::new(
+            &self.inner.dev,
+            &mems,
+            version,
+            keyspace,
+            spec,
+            snapshot.seq,
+        )
+    }
+
+    /// [`Store::iter`] over the keys starting with `prefix`.
+    pub fn iter_prefix(
+        &self,
+        keyspace: u32,
+        prefix: &[u8],
+        snapshot: &Snapshot,
+        reverse: bool,
+    ) -> StoreIter {
+        let end = prefix_end(prefix);
+        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        self.iter(
+            keyspace,
+            (Bound::Included(prefix), upper),
+            snapshot,
+            reverse,
+        )
+    }
+
+    /// The first `limit` pairs of [`Store::iter`], collected; the first
+    /// reads are sized for `limit`.
+    pub fn scan(
+        &self,
+        keyspace: u32,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        snapshot: &Snapshot,
+        reverse: bool,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.iter_expecting(keyspace, range, snapshot, reverse, limit)
+            .take(limit)
+            .collect()
+    }
+
+    /// Keys starting with `prefix`, in order, at `snapshot`, at most `limit`.
+    pub fn scan_prefix(
+        &self,
+        keyspace: u32,
+        prefix: &[u8],
+        snapshot: &Snapshot,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let end = prefix_end(prefix);
+        let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        self.scan(
+            keyspace,
+            (Bound::Included(prefix), upper),
+            snapshot,
+            false,
+            limit,
+        )
+    }
+
+    /// Up to `parts - 1` keys that cut a keyspace into parts of similar
+    /// size, in order (from its tables' first keys): boundaries for
+    /// operators that scan disjoint ranges on several threads.
+    pub fn split_keys(&self, keyspace: u32, parts: usize) -> Vec<Vec<u8>> {
+        let version = read(&self.inner.version).clone();
+        let Some(levels) = version.levels(keyspace) else {
+            return Vec::new();
+        };
+        let mut firsts: Vec<&Vec<u8>> = levels.all().map(|t| &t.meta.smallest).collect();
+        firsts.sort();
+        firsts.dedup();
+        let n = firsts.len();
+        if parts < 2 || n < 2 {
+            return Vec::new();
+        }
+        let mut keys: Vec<Vec<u8>> = (1..parts)
+            .map(|i| firsts[(i * n / parts).clamp(1, n - 1)].clone())
+            .collect();
+        keys.dedup();
+        keys
+    }
+}
+
+/// The smallest key greater than every key with this prefix, if any.
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xFF {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+/// A key range as `[start, end)`: the start key included, the end key
+/// excluded (None: unbounded). The key right after `k` is `k ++ 0x00`.
+pub fn half_open(range: (Bound<&[u8]>, Bound<&[u8]>)) -> (Vec<u8>, Option<Vec<u8>>) {
+    let start = match range.0 {
+        Bound::Included(k) => k.to_vec(),
+        Bound::Excluded(k) => [k, &[0]].concat(),
+        Bound::Unbounded => Vec::new(),
+    };
+    let end = match range.1 {
+        Bound::Included(k) => Some([k, &[0]].concat()),
+        Bound::Excluded(k) => Some(k.to_vec()),
+        Bound::Unbounded => None,
+    };
+    (start, end)
+}

@@ -1,0 +1,119 @@
+//! What the store reports about itself.
+
+use super::*;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreStats {
+    pub last_sequence: u64,
+    pub memtable_entries: usize,
+    pub memtable_bytes: usize,
+    pub wal_written_below: u64,
+    pub wal_durable_below: u64,
+    pub wal_flushes: u64,
+    pub free_blocks: u64,
+    pub device_blocks: u64,
+    /// Free store blocks on each device of the set, in order.
+    pub device_free_blocks: Vec<u64>,
+    pub keyspaces: Vec<String>,
+    /// Tables per level, summed over keyspaces.
+    pub tables_per_level: Vec<usize>,
+    /// Bytes of data blocks in all live tables (what the pinned index
+    /// and filter serve), and the entries (versions) they hold.
+    pub table_data_bytes: u64,
+    pub table_entries: u64,
+    /// Index + filter memory pinned by open tables, and its bound.
+    pub pinned_index_bytes: usize,
+    pub pinned_index_limit_bytes: usize,
+    /// Tables whose index and filter are not pinned (read through the
+    /// index cache), and that cache's use.
+    pub unpinned_tables: usize,
+    pub index_cache_used_bytes: usize,
+    pub flushes: u64,
+    pub compactions: u64,
+    pub block_cache_used_bytes: usize,
+    pub block_cache_hits: u64,
+    pub block_cache_misses: u64,
+}
+
+/// Where one table lies on the device set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TablePlacement {
+    pub keyspace: u32,
+    pub level: u8,
+    pub file_no: u64,
+    /// Device (index into the set) of its data blocks and of its index.
+    pub data_device: usize,
+    pub index_device: usize,
+    pub data_blocks: u32,
+}
+
+impl Store {
+    /// Where every live table lies, shallowest level first.
+    pub fn table_placement(&self) -> Vec<TablePlacement> {
+        let version = read(&self.inner.version).clone();
+        let dev = &self.inner.dev;
+        version
+            .keyspaces
+            .iter()
+            .flat_map(|(ks, levels)| levels.all().map(move |t| (*ks, t)))
+            .map(|(keyspace, t)| TablePlacement {
+                keyspace,
+                level: t.meta.level,
+                file_no: t.meta.file_no,
+                data_device: dev.member_of(t.meta.data.start_block),
+                index_device: dev.member_of(t.meta.index.start_block),
+                data_blocks: t.meta.data.block_count,
+            })
+            .collect()
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        let inner = &self.inner;
+        let manifest = lock(&inner.manifest);
+        let (mems, version) = self.read_view();
+        let (entries, bytes) = mems.iter().fold((0, 0), |(e, b), m| {
+            let m = read(m);
+            (e + m.entry_count(), b + m.approximate_bytes())
+        });
+        let mut per_level = vec![0usize; version::MAX_LEVELS];
+        let (mut pinned, mut unpinned, mut data_bytes, mut table_entries) =
+            (0usize, 0usize, 0u64, 0u64);
+        for levels in version.keyspaces.values() {
+            for (l, tables) in levels.levels.iter().enumerate() {
+                per_level[l] += tables.len();
+                for t in tables {
+                    data_bytes += t.data_bytes();
+                    table_entries += t.reader.entries;
+                    pinned += t.reader.pinned_bytes();
+                    unpinned += usize::from(!t.reader.is_pinned());
+                }
+            }
+        }
+        StoreStats {
+            last_sequence: inner.visible_seq.get(),
+            memtable_entries: entries,
+            memtable_bytes: bytes,
+            wal_written_below: inner.wal.last_written(),
+            wal_durable_below: inner.wal.last_durable(),
+            wal_flushes: inner.wal.flush_count(),
+            free_blocks: manifest.state().allocator.free_blocks(),
+            device_free_blocks: (0..inner.dev.device_count())
+                .map(|k| manifest.free_blocks_on(k))
+                .collect(),
+            device_blocks: manifest.superblock().device_blocks,
+            keyspaces: read(&inner.keyspaces).keys().cloned().collect(),
+            tables_per_level: per_level,
+            table_data_bytes: data_bytes,
+            table_entries,
+            pinned_index_bytes: pinned,
+            pinned_index_limit_bytes: inner.pin_budget.limit_bytes(),
+            unpinned_tables: unpinned,
+            index_cache_used_bytes: inner.index_cache.used_bytes(),
+            flushes: inner.flushes.load(Ordering::Relaxed),
+            compactions: inner.compactions.load(Ordering::Relaxed),
+            block_cache_used_bytes: inner.cache.used_bytes(),
+            block_cache_hits: inner.cache.hits(),
+            block_cache_misses: inner.cache.misses(),
+        }
+    }
+}

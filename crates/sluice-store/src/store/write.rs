@@ -1,0 +1,185 @@
+//! The write path: sequence assignment, WAL append, memtable insert, and
+//! visibility in sequence order once the log position is durable.
+
+use super::*;
+
+impl Store {
+    /// Applies `batch` atomically and durably; returns the sequence number
+    /// of its last operation. Returns only once the batch survives a crash.
+    pub fn write(&self, batch: &WriteBatch) -> Result<u64> {
+        self.write_with(batch, WriteOptions::default())
+    }
+
+    /// [`Store::write`] with options: `sync: false` returns once the batch
+    /// is in the WAL's open block and the memtable, before it is durable
+    /// (as RocksDB's default); a crash — of the machine, or of the process,
+    /// unlike RocksDB, whose unsynced writes wait in the page cache — may
+    /// lose it, never part of it. Its block is written once it fills (full
+    /// blocks go out eight at a time while no commit is made:
+    /// `wal::EARLY_WRITES_PER_SUBMIT`), or with the next synced write or
+    /// close.
+    pub fn write_with(&self, batch: &WriteBatch, options: WriteOptions) -> Result<u64> {
+        self.write_inner(batch, options, false)
+    }
+
+    fn write_inner(&self, batch: &WriteBatch, options: WriteOptions, retried: bool) -> Result<u64> {
+        if batch.is_empty() {
+            return Ok(self.inner.visible_seq.get());
+        }
+        self.check_keyspaces(batch)?;
+        self.check_failed()?;
+        let inner = &self.inner;
+        let buffered = self.active_bytes();
+        let budget = inner.config.write_buffer_bytes;
+        if buffered >= budget {
+            if inner.config.background_compaction && buffered < 2 * budget {
+                // The background thread flushes; writes go on meanwhile.
+                inner.flush_requested.store(true, Ordering::Release);
+                inner.wake_background();
+            } else {
+                // No background thread, or it is behind: the writer flushes
+                // (waiting for a flush under way first).
+                inner.flush()?;
+            }
+            // Write stall: past three times the trigger, level 0 is compacted
+            // by the writer itself, bounding read cost and space.
+            while inner.l0_tables() >= 3 * inner.config.compaction.l0_trigger {
+                if !inner.compact_once(false)? {
+                    break;
+                }
+            }
+        }
+        let (first, pos) = {
+            let mut next = lock(&inner.writer);
+            let first = *next;
+            let pos = match inner.wal.append(&batch.encode(first)) {
+                Err(StoreError::WalFull { .. }) if !retried => {
+                    drop(next);
+                    inner.flush()?;
+                    return self.write_inner(batch, options, true);
+                }
+                other => other?,
+            };
+            *next += batch.len() as u64;
+            write(&read(&inner.memtables).active).apply(first, batch);
+            (first, pos)
+        };
+        let last = first + batch.len() as u64 - 1;
+        self.finish_write(first, last, options.sync.then_some(pos))?;
+        Ok(last)
+    }
+
+    fn active_bytes(&self) -> usize {
+        let mem = read(&self.inner.memtables);
+        let bytes = read(&mem.active).approximate_bytes();
+        bytes
+    }
+
+    /// Returns once `first..=last` is visible (and, with `durable_at`,
+    /// durable). A write waits once: on the visible mark. Whoever finds its
+    /// record in no commit group yet and a committer's slot free leads one
+    /// (the WAL's group commit, up to `wal::MAX_COMMIT_LEADERS` groups in
+    /// flight); the leader then makes every write now durable visible at
+    /// once and wakes exactly their writers, plus one whose record no group
+    /// holds, to lead the next.
+    fn finish_write(
+        &self,
+        first: u64,
+        last: u64,
+        durable_at: Option<wal::LogPosition>,
+    ) -> Result<()> {
+        let inner = &self.inner;
+        self.advance_visible(Some((first, last, durable_at)), false);
+        let failed = || inner.write_failed.load(Ordering::Acquire);
+        loop {
+            if inner.visible_seq.get() >= last {
+                return Ok(());
+            }
+            if failed() {
+                return self.check_failed();
+            }
+            if durable_at.is_some_and(|p| inner.wal.can_lead(p)) {
+                match inner.wal.try_lead_commit(inner.visible_seq.has_parked()) {
+                    Some(Ok(_)) => {
+                        self.advance_visible(None, true);
+                        continue;
+                    }
+                    Some(Err(e)) => {
+                        self.fail(e.to_string());
+                        return Err(e);
+                    }
+                    None => {}
+                }
+            }
+            let key = durable_at.map_or(0, |p| p.end_seq);
+            inner.visible_seq.wait(last, key, || {
+                failed() || durable_at.is_some_and(|p| inner.wal.can_lead(p))
+            });
+        }
+    }
+
+    /// Adds `finished` (first, last, log position it needs durable) to the
+    /// pending writes, then makes visible every pending write whose
+    /// predecessors are visible and whose log position is durable; with
+    /// `wake_next_leader`, also wakes one writer whose record no commit
+    /// group holds yet.
+    fn advance_visible(
+        &self,
+        finished: Option<(u64, u64, Option<wal::LogPosition>)>,
+        wake_next_leader: bool,
+    ) {
+        let inner = &self.inner;
+        let mut v = lock(&inner.visible);
+        if let Some((first, last, need)) = finished {
+            v.pending.insert(first, (last, need));
+        }
+        // Read under the lock, after the insert: a commit that made this
+        // write durable either shows here or advances after we let go.
+        let durable = inner.wal.last_durable();
+        let mut seq = inner.visible_seq.get();
+        while let Some(&(end, need)) = v.pending.get(&(seq + 1)) {
+            if need.is_some_and(|p| p.end_seq >= durable) {
+                break;
+            }
+            v.pending.remove(&(seq + 1));
+            seq = end;
+        }
+        inner
+            .visible_seq
+            .advance(seq, wake_next_leader.then(|| inner.wal.staged_below()));
+    }
+
+    /// The store takes no more writes; every waiting writer is told.
+    fn fail(&self, why: String) {
+        lock(&self.inner.visible).failed.get_or_insert(why);
+        self.inner.write_failed.store(true, Ordering::Release);
+        self.inner.visible_seq.wake_all();
+    }
+
+    fn check_failed(&self) -> Result<()> {
+        match &lock(&self.inner.visible).failed {
+            Some(why) => Err(StoreError::BadDevice(format!(
+                "the store failed and takes no writes: {why}; reopen it to recover"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    pub fn put(&self, keyspace: u32, key: &[u8], value: &[u8]) -> Result<u64> {
+        let mut b = WriteBatch::new();
+        b.put(keyspace, key, value)?;
+        self.write(&b)
+    }
+
+    pub fn delete(&self, keyspace: u32, key: &[u8]) -> Result<u64> {
+        let mut b = WriteBatch::new();
+        b.delete(keyspace, key)?;
+        self.write(&b)
+    }
+
+    pub fn delete_range(&self, keyspace: u32, start: &[u8], end: &[u8]) -> Result<u64> {
+        let mut b = WriteBatch::new();
+        b.delete_range(keyspace, start, end)?;
+        self.write(&b)
+    }
+}
