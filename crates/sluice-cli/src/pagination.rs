@@ -4,11 +4,12 @@
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use sluice_io::{Device, EngineKind, FileDevice, FileOptions};
+use sluice_ndp::pages::PageFilter;
 use sluice_paginate::format::CursorKind;
 use sluice_paginate::load::{load, LoadOptions};
 use sluice_paginate::progress::ProgressMode;
 use sluice_paginate::read::{read_export, OnCorrupt, ReadOptions, ReadSummary};
-use sluice_paginate::sinks::{CountSink, Filter, FilterCountSink, NdjsonSink, SharedOut};
+use sluice_paginate::sinks::{CountSink, FilterCountSink, NdjsonSink, SharedOut, SourceFilter};
 use sluice_paginate::source::SourceSpec;
 use sluice_paginate::{export, Auth, Client, ExportOptions, HttpOptions};
 use std::io::Write;
@@ -281,7 +282,9 @@ pub struct ReadArgs {
     /// Output file of the ndjson and filter sinks ("-" or none: stdout for ndjson).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Filter condition FIELD OP VALUE (OP: = != < <= > >= ~); repeat for AND.
+    /// Keep documents whose _source matches this predicate, in the language
+    /// of `sluice query --where` (e.g. "year >= 2015 AND venue = 'VLDB'",
+    /// "title CONTAINS 'graph'"); repeat to join with AND.
     #[arg(long = "where")]
     conditions: Vec<String>,
     /// Reading tasks (default: one per core).
@@ -350,7 +353,7 @@ pub fn run_read(args: &ReadArgs) -> Result<()> {
             s
         }
         SinkArg::Filter => {
-            let filter = Arc::new(Filter::parse(&args.conditions)?);
+            let filter: Arc<dyn SourceFilter> = Arc::new(PageFilter::parse(&args.conditions)?);
             match &args.out {
                 None => {
                     let (s, sinks) =

@@ -9,6 +9,7 @@
 //!            | path "BETWEEN" literal "AND" literal      (inclusive)
 //!            | path "IN" "(" literal ("," literal)* ")"
 //!            | path "PREFIX" string
+//!            | path "CONTAINS" string                     (substring)
 //!            | "EXISTS" path
 //! path      := name ("." name | "[" digits "]")*
 //! op        := "=" | "==" | "!=" | "<>" | "<" | "<=" | ">" | ">="
@@ -91,6 +92,11 @@ pub enum Predicate {
         path: Path,
         prefix: String,
     },
+    /// A string field holding `text` anywhere.
+    Contains {
+        path: Path,
+        text: String,
+    },
     Exists(Path),
     And(Vec<Predicate>),
     Or(Vec<Predicate>),
@@ -111,6 +117,7 @@ impl Predicate {
             | Predicate::Between { path, .. }
             | Predicate::In { path, .. }
             | Predicate::Prefix { path, .. }
+            | Predicate::Contains { path, .. }
             | Predicate::Exists(path) => out.push(path),
             Predicate::And(ps) | Predicate::Or(ps) => {
                 ps.iter().for_each(|p| p.collect_paths(out));
@@ -421,7 +428,16 @@ impl Parser {
                 }
             };
         }
-        self.fail("a comparison (=, !=, <, <=, >, >=), BETWEEN, IN or PREFIX")
+        if self.keyword("CONTAINS") {
+            return match self.next() {
+                Token::Str(text) => Ok(Predicate::Contains { path, text }),
+                _ => {
+                    self.at -= 1;
+                    self.fail("a string after CONTAINS")
+                }
+            };
+        }
+        self.fail("a comparison (=, !=, <, <=, >, >=), BETWEEN, IN, PREFIX or CONTAINS")
     }
 
     fn in_list(&mut self) -> PResult<Vec<Literal>> {
@@ -503,9 +519,11 @@ impl Parser {
 }
 
 fn is_reserved(name: &str) -> bool {
-    ["AND", "OR", "NOT", "IN", "BETWEEN", "PREFIX", "EXISTS"]
-        .iter()
-        .any(|k| name.eq_ignore_ascii_case(k))
+    [
+        "AND", "OR", "NOT", "IN", "BETWEEN", "PREFIX", "CONTAINS", "EXISTS",
+    ]
+    .iter()
+    .any(|k| name.eq_ignore_ascii_case(k))
 }
 
 /// Parses a predicate.
@@ -600,6 +618,9 @@ impl fmt::Display for Predicate {
             }
             Predicate::Prefix { path, prefix } => {
                 write!(f, "{path} PREFIX {}", Literal::Str(prefix.clone()))
+            }
+            Predicate::Contains { path, text } => {
+                write!(f, "{path} CONTAINS {}", Literal::Str(text.clone()))
             }
             Predicate::Exists(path) => write!(f, "EXISTS {path}"),
             Predicate::And(parts) => join(f, parts, "AND"),

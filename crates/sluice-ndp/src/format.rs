@@ -328,19 +328,25 @@ impl Layout {
                 literal(path, high)
             }
             Predicate::In { path, values } => values.iter().try_for_each(|v| literal(path, v)),
-            Predicate::Prefix { path, .. } => match self.check_path(path)? {
-                Some(t) if t != Scalar::Str => Err(FormatError::TypeMismatch {
-                    path: path.to_string(),
-                    field_type: t.name().into(),
-                    message: "PREFIX needs a str field".into(),
-                }),
-                _ => Ok(()),
-            },
+            Predicate::Prefix { path, .. } => self.check_str(path, "PREFIX"),
+            Predicate::Contains { path, .. } => self.check_str(path, "CONTAINS"),
             Predicate::Exists(path) => self.check_path(path).map(|_| ()),
             Predicate::And(ps) | Predicate::Or(ps) => {
                 ps.iter().try_for_each(|p| self.check_predicate(p))
             }
             Predicate::Not(p) => self.check_predicate(p),
+        }
+    }
+
+    /// Checks that `path` is a string field (for `what`: PREFIX, CONTAINS).
+    fn check_str(&self, path: &Path, what: &str) -> Result<(), FormatError> {
+        match self.check_path(path)? {
+            Some(t) if t != Scalar::Str => Err(FormatError::TypeMismatch {
+                path: path.to_string(),
+                field_type: t.name().into(),
+                message: format!("{what} needs a str field"),
+            }),
+            _ => Ok(()),
         }
     }
 

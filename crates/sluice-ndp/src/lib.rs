@@ -3,8 +3,9 @@
 //! Sluice's near-data operators: work that runs next to the data, inside
 //! the engine, so that only results leave it.
 //!
-//! - [`expr`]: the predicate language (comparisons, ranges, IN, prefix,
-//!   exists, AND/OR/NOT), with errors that name the column;
+//! - [`expr`]: the predicate language of Sluice (comparisons, ranges, IN,
+//!   prefix, contains, exists, AND/OR/NOT), with errors that name the
+//!   column;
 //! - [`format`]: the declared value formats (JSON with or without declared
 //!   fields, typed records) and the checks a query passes before it runs;
 //! - [`predicate`]: predicates evaluated on stored values in place, only
@@ -16,6 +17,8 @@
 //! - [`graph`]: an adjacency built by one scan of an edge keyspace,
 //!   neighbours, BFS, Betweenness Centrality exact and sampled on worker
 //!   threads, and the SCAN → BC pipeline;
+//! - [`pages`]: the same predicates over an export's pages (`sluice read
+//!   --where`);
 //! - [`papers`]: the seeded research-paper data set of the nKV
 //!   demonstration, and [`demo`]: its scenario.
 //!
@@ -31,6 +34,7 @@ pub mod demo;
 pub mod expr;
 pub mod format;
 pub mod graph;
+pub mod pages;
 pub mod papers;
 pub mod predicate;
 pub mod scan;

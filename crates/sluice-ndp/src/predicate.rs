@@ -42,6 +42,7 @@ enum Node {
     Between(usize, Literal, Literal),
     In(usize, Vec<Literal>),
     Prefix(usize, String),
+    Contains(usize, String),
     Exists(usize),
     And(Vec<Node>),
     Or(Vec<Node>),
@@ -88,6 +89,7 @@ impl FieldPredicate {
             }
             Predicate::In { path, values } => Node::In(slot(path), values.clone()),
             Predicate::Prefix { path, prefix } => Node::Prefix(slot(path), prefix.clone()),
+            Predicate::Contains { path, text } => Node::Contains(slot(path), text.clone()),
             Predicate::Exists(path) => Node::Exists(slot(path)),
             Predicate::And(ps) => Node::And(ps.iter().map(|p| Self::node(p, paths)).collect()),
             Predicate::Or(ps) => Node::Or(ps.iter().map(|p| Self::node(p, paths)).collect()),
@@ -145,6 +147,9 @@ impl FieldPredicate {
             Node::Prefix(p, prefix) => self
                 .field(*p, doc, fields)?
                 .is_some_and(|v| v.as_str().is_some_and(|s| s.starts_with(prefix.as_str()))),
+            Node::Contains(p, text) => self
+                .field(*p, doc, fields)?
+                .is_some_and(|v| v.as_str().is_some_and(|s| s.contains(text.as_str()))),
             Node::Exists(p) => self.field(*p, doc, fields)?.is_some(),
             Node::And(parts) => {
                 for n in parts {

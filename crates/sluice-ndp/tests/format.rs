@@ -80,6 +80,7 @@ fn records_encode_read_in_place_and_render_as_json() {
     assert!(matches("name = 'Ada' AND n > 9007199254740990 AND b < 0"));
     assert!(matches("c BETWEEN 2 AND 3 AND t = true AND s PREFIX 'x'"));
     assert!(!matches("a IN (1, 2, 3) OR name PREFIX 'B'"));
+    assert!(matches("name CONTAINS 'da' AND NOT name CONTAINS 'A d'"));
     // Bad records are refused when written, with what was wrong.
     for (bad, says) in [
         (r#"{"a":1}"#, "field s (str) is missing"),
@@ -122,6 +123,7 @@ fn queries_that_do_not_fit_the_declared_format_are_refused_with_the_reason() {
             "venue is str: it cannot be compared with the number 3",
         ),
         ("year PREFIX '19'", "PREFIX needs a str field"),
+        ("year CONTAINS '9'", "CONTAINS needs a str field"),
         (
             "authors = 3",
             "authors is u64[]: read one element, e.g. authors[0]",
@@ -207,6 +209,7 @@ fn arb_test() -> impl Strategy<Value = String> {
             .prop_map(|(f, lo, w)| format!("{f} BETWEEN {lo} AND {}", lo + w)),
         (text.clone(), op, "[A-Ca-c]{0,2}").prop_map(|(f, o, v)| format!("{f} {o} '{v}'")),
         (text.clone(), "[A-Ca-c]{0,2}").prop_map(|(f, v)| format!("{f} PREFIX '{v}'")),
+        (text.clone(), "[A-Ca-c]{0,2}").prop_map(|(f, v)| format!("{f} CONTAINS '{v}'")),
         (num, prop::collection::vec(0i64..40, 1..4)).prop_map(|(f, vs)| format!(
             "{f} IN ({})",
             vs.iter()

@@ -109,6 +109,7 @@ fn errors_name_the_column_and_what_was_expected() {
         ("venue IN ('a' 'b')", 15, "\",\" or \")\" in the IN list"),
         ("title = 'open", 9, "string is not closed"),
         ("title PREFIX 3", 14, "a string after PREFIX"),
+        ("title CONTAINS 3", 16, "a string after CONTAINS"),
         ("(a = 1", 7, "expected \")\""),
         ("a ! 3", 3, "\"!\" must be followed by \"=\""),
         ("and = 3", 1, "expected a field name"),
@@ -119,7 +120,7 @@ fn errors_name_the_column_and_what_was_expected() {
         (
             "year",
             5,
-            "a comparison (=, !=, <, <=, >, >=), BETWEEN, IN or PREFIX",
+            "a comparison (=, !=, <, <=, >, >=), BETWEEN, IN, PREFIX or CONTAINS",
         ),
         ("a = 99999999999999999999", 5, "is not a number"),
     ];
@@ -214,6 +215,7 @@ fn test_pred() -> impl Strategy<Value = Predicate> {
         1 => (p(), literal(), literal()).prop_map(|(path, low, high)| Predicate::Between { path, low, high }),
         1 => (p(), prop::collection::vec(literal(), 1..4)).prop_map(|(path, values)| Predicate::In { path, values }),
         1 => (p(), prop::sample::select(vec!["", "x", "é"])).prop_map(|(path, s)| Predicate::Prefix { path, prefix: s.into() }),
+        1 => (p(), prop::sample::select(vec!["", "x", "é", "ab"])).prop_map(|(path, s)| Predicate::Contains { path, text: s.into() }),
         1 => p().prop_map(Predicate::Exists),
     ]
 }
@@ -273,6 +275,9 @@ fn reference(p: &Predicate, doc: &Value) -> bool {
         Predicate::Prefix { path, prefix } => lookup(doc, path)
             .and_then(Value::as_str)
             .is_some_and(|s| s.starts_with(prefix.as_str())),
+        Predicate::Contains { path, text } => lookup(doc, path)
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.contains(text.as_str())),
         Predicate::Exists(path) => lookup(doc, path).is_some(),
         Predicate::And(ps) => ps.iter().all(|p| reference(p, doc)),
         Predicate::Or(ps) => ps.iter().any(|p| reference(p, doc)),

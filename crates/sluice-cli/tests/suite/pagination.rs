@@ -737,13 +737,15 @@ fn read_sinks_count_ndjson_and_filter() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = std::fs::read_to_string(&nd).unwrap();
-    let mut recent = 0;
+    let (mut recent, mut recent_on_vldb) = (0, 0);
     for line in text.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let id: u64 = v["_id"].as_str().unwrap().parse().unwrap();
         let want: serde_json::Value = serde_json::from_slice(&paper_doc(SEED, id)).unwrap();
         assert_eq!(v["_source"], want);
-        recent += (want["year"].as_u64().unwrap() >= 2015) as u64;
+        let is_recent = want["year"].as_u64().unwrap() >= 2015;
+        recent += is_recent as u64;
+        recent_on_vldb += (is_recent && want["venue"].as_str().unwrap().contains("VLDB")) as u64;
     }
     assert_eq!(text.lines().count(), 5000);
 
@@ -765,6 +767,31 @@ fn read_sinks_count_ndjson_and_filter() {
         err.contains(&format!("; {recent} match")),
         "want {recent}: {err}"
     );
+    // The predicate language of `sluice query`: two --where join with AND.
+    let out = sluice()
+        .args(["read", "--sink", "filter"])
+        .args(["--where", "year >= 2015", "--where", "venue CONTAINS 'VLDB'"])
+        .arg("--device")
+        .arg(&dev)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(recent_on_vldb > 0 && recent_on_vldb < recent);
+    assert!(
+        err.contains(&format!("; {recent_on_vldb} match")),
+        "want {recent_on_vldb}: {err}"
+    );
+    // A string literal without quotes is refused, saying where.
+    let out = sluice()
+        .args(["read", "--sink", "filter", "--where", "venue = VLDB"])
+        .arg("--device")
+        .arg(&dev)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--where \"venue = VLDB\", column 9"), "{err}");
 }
 
 
