@@ -19,6 +19,7 @@
 //! registered-buffer tables 5.19; without them the engine falls back (fixed
 //! buffers off, or the posix engine) and says so in one log line.
 
+pub mod codec;
 pub mod device;
 pub mod engine;
 pub mod error;

@@ -35,6 +35,7 @@
 
 use crate::expr::{Literal, Path, Predicate, Step};
 use crate::predicate::MalformedValue;
+use sluice_io::codec;
 use sluice_store::{KeyspaceDef, ValueFormat};
 use sonic_rs::{JsonNumberTrait, JsonValueTrait, LazyValue, PointerNode};
 use std::cmp::Ordering;
@@ -607,7 +608,7 @@ impl RecordLayout {
     ) -> Result<(Val<'d>, usize), MalformedValue> {
         let t = self.types[j];
         let b = self.take(doc, at, t.width_bytes().unwrap_or(4), j)?;
-        let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8"));
+        let u64_at = |b: &[u8]| codec::u64_at(b, 0).expect("8 bytes taken");
         Ok(match t {
             Scalar::Bool => match b[0] {
                 0 | 1 => (Val::Bool(b[0] == 1), 1),
@@ -697,5 +698,5 @@ impl RecordLayout {
 }
 
 fn le_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4"))
+    codec::u32_at(b, at).expect("4 bytes checked by the caller")
 }

@@ -32,6 +32,7 @@
 use crate::expr::Path;
 use crate::format::{Access, FormatError, Layout};
 use crate::predicate::{FieldPredicate, MalformedValue};
+use sluice_io::codec::{u32_at, Reader};
 use sluice_store::{Store, StoreError};
 use std::ops::Bound;
 
@@ -149,7 +150,7 @@ impl ResultBatch {
     }
 
     fn rows_count(&self) -> u32 {
-        u32::from_le_bytes(self.bytes[4..8].try_into().expect("4"))
+        u32_at(&self.bytes, 4).expect("a batch has its header")
     }
 
     fn is_empty(&self) -> bool {
@@ -193,24 +194,19 @@ impl ResultBatch {
         if &bytes[..4] != MAGIC {
             return Err(ScanError::BadBatch("no SLRB magic"));
         }
-        let used = u32::from_le_bytes(bytes[8..12].try_into().expect("4")) as usize;
+        let used = u32_at(&bytes, 8).expect("a batch has its header") as usize;
         if !(BATCH_HEADER_BYTES..=bytes.len()).contains(&used) {
             return Err(ScanError::BadBatch("used length out of range"));
         }
         let batch = ResultBatch { bytes };
         let (mut at, mut rows) = (BATCH_HEADER_BYTES, 0);
         while at < used {
-            let len = |o: usize| {
-                batch
-                    .bytes
-                    .get(o..o + 4)
-                    .map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize)
-            };
-            let (k, v) = (len(at), len(at + 4));
+            let mut header = Reader::at(&batch.bytes, at);
+            let (k, v) = (header.u32(), header.u32());
             let (Some(k), Some(v)) = (k, v) else {
                 return Err(ScanError::BadBatch("row header runs past the used length"));
             };
-            at += 8 + k + v;
+            at += 8 + k as usize + v as usize;
             rows += 1;
         }
         if at != used || rows != batch.rows_count() {
@@ -221,14 +217,13 @@ impl ResultBatch {
 
     /// The rows: (key, value).
     pub fn rows(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-        let used = u32::from_le_bytes(self.bytes[8..12].try_into().expect("4")) as usize;
+        let used = u32_at(&self.bytes, 8).expect("a batch has its header") as usize;
         let mut at = BATCH_HEADER_BYTES;
         std::iter::from_fn(move || {
             if at >= used {
                 return None;
             }
-            let len =
-                |o: usize| u32::from_le_bytes(self.bytes[o..o + 4].try_into().expect("4")) as usize;
+            let len = |o: usize| u32_at(&self.bytes, o).expect("a checked batch") as usize;
             let (k, v) = (len(at), len(at + 4));
             let key = &self.bytes[at + 8..at + 8 + k];
             let value = &self.bytes[at + 8 + k..at + 8 + k + v];

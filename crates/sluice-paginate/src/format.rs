@@ -3,6 +3,7 @@
 //! Every block ends with a CRC32C of the bytes before it.
 
 use crate::error::{Error, Result};
+use sluice_io::codec;
 
 pub const HEADER_MAGIC: &[u8; 8] = b"SLCEXPT1";
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"SLCCKPT1";
@@ -130,31 +131,31 @@ impl Header {
     /// Decodes one header copy; `lba` names it in errors.
     pub fn decode(block: &[u8], lba: u64) -> Result<Header> {
         check_block(block, HEADER_MAGIC, "export header", lba)?;
-        let mut r = Reader::new(block, 8);
-        let version = r.u32();
+        let mut r = Fields::new(block, 8, "export header", lba);
+        let version = r.u32()?;
         if version != FORMAT_VERSION {
             return Err(Error::Format(format!(
                 "export header at LBA {lba} is format version {version}; this build reads version {FORMAT_VERSION}"
             )));
         }
-        let block_size_bytes = r.u32();
+        let block_size_bytes = r.u32()?;
         if block_size_bytes as usize != block.len() {
             return Err(Error::Format(format!(
                 "export header at LBA {lba} was written with {block_size_bytes}-byte blocks; the device has {}-byte blocks",
                 block.len()
             )));
         }
-        let generation = r.u64();
-        let state = match r.u32() {
+        let generation = r.u64()?;
+        let state = match r.u32()? {
             1 => ExportState::InProgress,
             2 => ExportState::Complete,
             other => return Err(invalid("export header", lba, format!("state {other}"))),
         };
-        let slice_count = r.u32();
-        let page_docs = r.u32();
-        let slot_blocks = r.u32();
-        let extent_slots = r.u32();
-        let cursor_kind = match r.u32() {
+        let slice_count = r.u32()?;
+        let page_docs = r.u32()?;
+        let slot_blocks = r.u32()?;
+        let extent_slots = r.u32()?;
+        let cursor_kind = match r.u32()? {
             0 => CursorKind::Pit,
             1 => CursorKind::Scroll,
             other => {
@@ -174,17 +175,16 @@ impl Header {
             slot_blocks,
             extent_slots,
             cursor_kind,
-            manifest_lba: r.u64(),
-            data_lba: r.u64(),
-            extent_capacity: r.u64(),
-            created_unix_ms: r.u64(),
-            total_docs: r.u64(),
-            total_pages: r.u64(),
-            total_bytes: r.u64(),
+            manifest_lba: r.u64()?,
+            data_lba: r.u64()?,
+            extent_capacity: r.u64()?,
+            created_unix_ms: r.u64()?,
+            total_docs: r.u64()?,
+            total_pages: r.u64()?,
+            total_bytes: r.u64()?,
             description: {
-                let len = r.u32() as usize;
-                r.string(len, block.len() - 4)
-                    .map_err(|d| invalid("export header", lba, d))?
+                let len = r.u32()? as usize;
+                r.string(len, block.len() - 4)?
             },
         };
         header.validate(lba)?;
@@ -269,9 +269,9 @@ impl Checkpoint {
 
     pub fn decode(block: &[u8], lba: u64) -> Result<Checkpoint> {
         check_block(block, CHECKPOINT_MAGIC, "checkpoint", lba)?;
-        let mut r = Reader::new(block, 8);
-        let slice = r.u32();
-        let state = match r.u32() {
+        let mut r = Fields::new(block, 8, "checkpoint", lba);
+        let slice = r.u32()?;
+        let state = match r.u32()? {
             0 => SliceState::NotStarted,
             1 => SliceState::Running,
             2 => SliceState::Done,
@@ -280,16 +280,15 @@ impl Checkpoint {
         Ok(Checkpoint {
             slice,
             state,
-            generation: r.u64(),
-            pages: r.u64(),
-            docs: r.u64(),
-            bytes: r.u64(),
-            current_extent: r.u64(),
-            next_slot: r.u32(),
+            generation: r.u64()?,
+            pages: r.u64()?,
+            docs: r.u64()?,
+            bytes: r.u64()?,
+            current_extent: r.u64()?,
+            next_slot: r.u32()?,
             cursor: {
-                let len = r.u32() as usize;
-                r.string(len, block.len() - 4)
-                    .map_err(|d| invalid("checkpoint", lba, d))?
+                let len = r.u32()? as usize;
+                r.string(len, block.len() - 4)?
             },
         })
     }
@@ -340,26 +339,28 @@ impl ManifestBlock {
 
     pub fn decode(block: &[u8], lba: u64) -> Result<ManifestBlock> {
         check_block(block, MANIFEST_MAGIC, "manifest block", lba)?;
-        let mut r = Reader::new(block, 8);
-        let extent = r.u64();
-        let owner_slice = r.u32();
-        let count = r.u32() as usize;
-        let prev_extent = r.u64();
+        let mut r = Fields::new(block, 8, "manifest block", lba);
+        let extent = r.u64()?;
+        let owner_slice = r.u32()?;
+        let count = r.u32()? as usize;
+        let prev_extent = r.u64()?;
         if count > max_extent_slots(block.len() as u32) as usize {
             return Err(invalid("manifest block", lba, format!("{count} entries")));
         }
-        r.pos = MANIFEST_HEADER_BYTES;
+        let mut r = Fields::new(block, MANIFEST_HEADER_BYTES, "manifest block", lba);
         let entries = (0..count)
-            .map(|_| PageEntry {
-                slice: r.u32(),
-                seq: r.u32(),
-                lba: r.u64(),
-                byte_len: r.u32(),
-                doc_count: r.u32(),
-                crc32c: r.u32(),
-                slots: r.u32(),
+            .map(|_| {
+                Ok(PageEntry {
+                    slice: r.u32()?,
+                    seq: r.u32()?,
+                    lba: r.u64()?,
+                    byte_len: r.u32()?,
+                    doc_count: r.u32()?,
+                    crc32c: r.u32()?,
+                    slots: r.u32()?,
+                })
             })
-            .collect();
+            .collect::<Result<_>>()?;
         Ok(ManifestBlock {
             extent,
             owner_slice,
@@ -376,6 +377,13 @@ fn seal(block: &mut [u8]) {
 }
 
 fn check_block(block: &[u8], magic: &[u8; 8], what: &str, lba: u64) -> Result<()> {
+    if block.len() < 512 {
+        return Err(invalid(
+            what,
+            lba,
+            format!("a block of {} bytes", block.len()),
+        ));
+    }
     if &block[..8] != magic {
         return Err(Error::Format(format!(
             "no {what} at LBA {lba} (found {:?} where {:?} belongs): not a Sluice export device, or not written yet",
@@ -384,7 +392,7 @@ fn check_block(block: &[u8], magic: &[u8; 8], what: &str, lba: u64) -> Result<()
         )));
     }
     let end = block.len() - 4;
-    let stored = u32::from_le_bytes(block[end..].try_into().expect("4 bytes"));
+    let stored = codec::u32_at(block, end).expect("4 bytes at the end");
     let computed = crc32c::crc32c(&block[..end]);
     if stored != computed {
         return Err(Error::Format(format!(
@@ -419,36 +427,48 @@ impl<'a> Writer<'a> {
     }
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+/// The export format's fields, read through [`codec::Reader`]: a block
+/// too short for them is an error naming the block, never a panic.
+struct Fields<'a> {
+    r: codec::Reader<'a>,
+    what: &'static str,
+    lba: u64,
 }
 
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], pos: usize) -> Self {
-        Reader { buf, pos }
-    }
-    fn take<const N: usize>(&mut self) -> [u8; N] {
-        let out = self.buf[self.pos..self.pos + N]
-            .try_into()
-            .expect("in block");
-        self.pos += N;
-        out
-    }
-    fn u32(&mut self) -> u32 {
-        u32::from_le_bytes(self.take())
-    }
-    fn u64(&mut self) -> u64 {
-        u64::from_le_bytes(self.take())
-    }
-    fn string(&mut self, len: usize, limit: usize) -> std::result::Result<String, String> {
-        if self.pos + len > limit {
-            return Err(format!("a text of {len} bytes runs past the block"));
+impl<'a> Fields<'a> {
+    fn new(block: &'a [u8], at: usize, what: &'static str, lba: u64) -> Self {
+        Fields {
+            r: codec::Reader::at(block, at),
+            what,
+            lba,
         }
-        let s = std::str::from_utf8(&self.buf[self.pos..self.pos + len])
-            .map_err(|_| "a text that is not UTF-8".to_string())?;
-        self.pos += len;
-        Ok(s.to_string())
+    }
+    fn short(&self) -> Error {
+        invalid(
+            self.what,
+            self.lba,
+            "the block ends inside its fields".into(),
+        )
+    }
+    fn u32(&mut self) -> Result<u32> {
+        self.r.u32().ok_or_else(|| self.short())
+    }
+    fn u64(&mut self) -> Result<u64> {
+        self.r.u64().ok_or_else(|| self.short())
+    }
+    /// UTF-8 text of `len` bytes that must end before `limit`.
+    fn string(&mut self, len: usize, limit: usize) -> Result<String> {
+        if self.r.position().saturating_add(len) > limit {
+            return Err(invalid(
+                self.what,
+                self.lba,
+                format!("a text of {len} bytes runs past the block"),
+            ));
+        }
+        let bytes = self.r.take(len).ok_or_else(|| self.short())?;
+        std::str::from_utf8(bytes)
+            .map(str::to_string)
+            .map_err(|_| invalid(self.what, self.lba, "a text that is not UTF-8".into()))
     }
 }
 

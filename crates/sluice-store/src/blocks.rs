@@ -57,11 +57,12 @@ impl Extent {
         out[12..16].fill(0);
     }
 
-    pub fn decode(bytes: &[u8]) -> Self {
-        Extent {
-            start_block: u64::from_le_bytes(bytes[0..8].try_into().expect("8 bytes")),
-            block_count: u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")),
-        }
+    /// The extent `encode` wrote; None if `bytes` is too short.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        Some(Extent {
+            start_block: crate::codec::u64_at(bytes, 0)?,
+            block_count: crate::codec::u32_at(bytes, 8)?,
+        })
     }
 }
 
@@ -454,7 +455,7 @@ pub fn seal_block_for(block: &mut [u8], store_id: &[u8; 16]) {
 pub fn block_is_sealed_for(block: &[u8], store_id: &[u8; 16]) -> bool {
     block.len() == STORE_BLOCK_BYTES
         && crc32c::crc32c_append(crc32c::crc32c(store_id), &block[..STORE_BLOCK_BYTES - 4])
-            == u32::from_le_bytes(block[STORE_BLOCK_BYTES - 4..].try_into().expect("4 bytes"))
+            == crate::codec::u32_at(block, STORE_BLOCK_BYTES - 4).expect("a whole block")
 }
 
 pub fn block_is_sealed(block: &[u8]) -> bool {
@@ -466,6 +467,6 @@ pub fn trailing_crc_ok(bytes: &[u8]) -> bool {
     let Some(split) = bytes.len().checked_sub(4) else {
         return false;
     };
-    let stored = u32::from_le_bytes(bytes[split..].try_into().expect("4 bytes"));
+    let stored = crate::codec::u32_at(bytes, split).expect("4 bytes past split");
     crc32c::crc32c(&bytes[..split]) == stored
 }

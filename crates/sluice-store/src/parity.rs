@@ -10,6 +10,7 @@
 //! block beside its own header.
 
 use crate::blocks::{block_buffer, BlockDevice, STORE_BLOCK_BYTES};
+use crate::codec;
 use crate::error::Result;
 use sluice_io::mem::AlignedMem;
 use std::collections::BTreeMap;
@@ -88,10 +89,12 @@ fn parity_crc(block: &[u8], seed: &[u8]) -> u32 {
 /// The first sequence of the group a valid parity block at `seq` covers,
 /// or `None` if the block is not that parity block.
 pub fn check_parity(block: &[u8], magic: &[u8; 4], seq: u64, tag: u64, seed: &[u8]) -> Option<u64> {
-    let u64_at = |at: usize| u64::from_le_bytes(block[at..at + 8].try_into().expect("8"));
-    let stored = u32::from_le_bytes(block[CRC_AT..CRC_AT + 4].try_into().expect("4"));
-    let ok = block.len() == STORE_BLOCK_BYTES
-        && &block[0..4] == magic
+    if block.len() != STORE_BLOCK_BYTES {
+        return None;
+    }
+    let u64_at = |at: usize| codec::u64_at(block, at).expect("in a whole block");
+    let stored = codec::u32_at(block, CRC_AT).expect("in a whole block");
+    let ok = &block[0..4] == magic
         && u64_at(SEQ_AT) == seq
         && u64_at(TAG_AT) == tag
         && u64_at(FIRST_AT) <= seq

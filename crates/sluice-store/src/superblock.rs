@@ -4,6 +4,7 @@
 use crate::blocks::{
     block_buffer, block_is_sealed, seal_block, BlockDevice, Extent, STORE_BLOCK_BYTES,
 };
+use crate::codec;
 use crate::error::{Result, StoreError};
 
 pub const MAGIC: &[u8; 8] = b"SLUICEKV";
@@ -57,22 +58,23 @@ impl Superblock {
 
     /// Decodes one copy; the error says why it is not valid.
     pub fn decode(b: &[u8]) -> std::result::Result<Self, DecodeError> {
-        if &b[0..8] != MAGIC {
+        if b.get(0..8) != Some(MAGIC.as_slice()) {
             return Err(DecodeError::Magic);
         }
-        let version = u32::from_le_bytes(b[8..12].try_into().expect("4"));
         if !block_is_sealed(b) {
             return Err(DecodeError::Checksum);
         }
+        // A sealed block is whole: every fixed offset below lies in it.
+        let u64_at = |o: usize| codec::u64_at(b, o).expect("in a sealed block");
+        let u32_at = |o: usize| codec::u32_at(b, o).expect("in a sealed block");
+        let version = u32_at(8);
         if version != FORMAT_VERSION {
             return Err(DecodeError::Version(version));
         }
-        let block_size = u32::from_le_bytes(b[12..16].try_into().expect("4"));
+        let block_size = u32_at(12);
         if block_size as usize != STORE_BLOCK_BYTES {
             return Err(DecodeError::BlockSize(block_size));
         }
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8"));
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4"));
         let count = u32_at(52) as usize;
         if count == 0 || count > MAX_MEMBERS {
             return Err(DecodeError::Members(count as u32));
@@ -88,7 +90,7 @@ impl Superblock {
             device_index: u32_at(48),
             device_count: u32_at(52),
             created_unix_ms: u64_at(56),
-            manifest: Extent::decode(&b[64..80]),
+            manifest: Extent::decode(&b[64..80]).expect("16 bytes"),
             manifest_first_seq: u64_at(80),
             member_blocks,
         })

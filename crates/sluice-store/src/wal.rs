@@ -5,6 +5,7 @@
 //! silently). Layout and rules in docs/FORMAT.md ("Write-ahead log").
 
 use crate::blocks::{block_buffer, BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::codec::{u64_at, Reader};
 use crate::error::{DamagedBlock, Result, StoreError};
 use crate::parity::{self, LogFormat, Parity, Scan, Slot, DERIVED_BYTES};
 use crate::seqgate::SeqGate;
@@ -673,9 +674,9 @@ fn classify(b: &[u8], seq: u64, epoch: u64) -> Slot {
     let mut derived = [0u8; DERIVED_BYTES];
     write_derived_header(&mut derived, seq, epoch);
     if b[..DERIVED_BYTES] == derived && crate::blocks::block_is_sealed(b) {
-        let used = u64::from_le_bytes(b[USED_AT..USED_AT + 8].try_into().expect("8"));
-        let claim = u64::from_le_bytes(b[CLAIM_AT..CLAIM_AT + 8].try_into().expect("8"));
-        let group = u64::from_le_bytes(b[GROUP_AT..GROUP_AT + 8].try_into().expect("8"));
+        let used = u64_at(b, USED_AT).expect("in a sealed block");
+        let claim = u64_at(b, CLAIM_AT).expect("in a sealed block");
+        let group = u64_at(b, GROUP_AT).expect("in a sealed block");
         if used <= PAYLOAD_BYTES as u64 && claim <= seq && group <= seq {
             return Slot::Data { claim, group };
         }
@@ -839,16 +840,18 @@ fn decode_block(
         lba: dev.lba_of(block),
         reason,
     };
-    let used = u64::from_le_bytes(b[USED_AT..USED_AT + 8].try_into().expect("8")) as usize;
+    let used = u64_at(b, USED_AT).expect("in a sealed block") as usize;
     let mut at = HEADER_BYTES;
     let end = HEADER_BYTES + used;
     while at < end {
         if end - at < FRAGMENT_HEADER_BYTES {
             return Err(corrupt("truncated fragment header".into()));
         }
-        let crc = u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
-        let len = u16::from_le_bytes(b[at + 4..at + 6].try_into().expect("2")) as usize;
-        let kind = b[at + 6];
+        let mut header = Reader::at(b, at);
+        let (Some(crc), Some(len), Some(kind)) = (header.u32(), header.u16(), header.u8()) else {
+            return Err(corrupt("fragment header runs past the block".into()));
+        };
+        let len = len as usize;
         let data_at = at + FRAGMENT_HEADER_BYTES;
         if data_at + len > end {
             return Err(corrupt(format!(

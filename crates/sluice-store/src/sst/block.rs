@@ -4,6 +4,7 @@
 
 use super::{internal_cmp, Entry, EntryKind};
 use crate::blocks::{trailing_crc_ok, STORE_BLOCK_BYTES};
+use crate::codec::{u32_at, u64_at, Reader};
 use sluice_io::mem::round_up;
 use std::cmp::Ordering;
 
@@ -124,7 +125,7 @@ pub(super) fn open_region(region: &[u8]) -> Option<&[u8]> {
     if n < 8 || !trailing_crc_ok(region) {
         return None;
     }
-    let len = u32::from_le_bytes(region[n - 8..n - 4].try_into().ok()?) as usize;
+    let len = u32_at(region, n - 8)? as usize;
     region.get(..len)
 }
 
@@ -158,16 +159,15 @@ impl RawBlock {
         if n < 12 || !trailing_crc_ok(b) {
             return None;
         }
-        let count = u32::from_le_bytes(b[n - 12..n - 8].try_into().ok()?) as usize;
-        let entries_len = u32::from_le_bytes(b[n - 8..n - 4].try_into().ok()?) as usize;
+        let mut trailer = Reader::at(b, n - 12);
+        let count = trailer.u32()? as usize;
+        let entries_len = trailer.u32()? as usize;
         let restarts_end = entries_len.checked_add(count.checked_mul(4)?)?;
         if restarts_end > n - 12 {
             return None;
         }
-        let restarts: Vec<u32> = b[entries_len..restarts_end]
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4")))
-            .collect();
+        let mut r = Reader::at(b, entries_len);
+        let restarts: Vec<u32> = (0..count).map(|_| r.u32()).collect::<Option<_>>()?;
         if restarts.first().is_some_and(|&r| r != 0) || restarts.windows(2).any(|w| w[0] >= w[1]) {
             return None;
         }
@@ -199,7 +199,7 @@ impl RawBlock {
         let shared = get_varint(body, &mut at)? as usize;
         let unshared = get_varint(body, &mut at)? as usize;
         let value_len = get_varint(body, &mut at)? as usize;
-        let trailer = u64::from_le_bytes(body.get(at..at.checked_add(8)?)?.try_into().ok()?);
+        let trailer = u64_at(body, at)?;
         let key_at = at + 8;
         let value_at = key_at.checked_add(unshared)?;
         let next = value_at.checked_add(value_len)?;

@@ -6,6 +6,7 @@ use super::cursor::{CursorSpec, CursorState, TableCursor};
 use super::index::{decode_ranges, decode_table_index, TableIndex};
 use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC};
 use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::codec::{u32_at, u64_at};
 use crate::error::{Result, StoreError};
 use sluice_io::mem::AlignedMem;
 use std::cmp::Ordering;
@@ -135,7 +136,7 @@ impl TableReader {
         let mut footer = AlignedMem::new(STORE_BLOCK_BYTES);
         dev.read(footer_block, footer.as_mut_slice())?;
         let f = footer.as_slice();
-        let crc = u32::from_le_bytes(f[STORE_BLOCK_BYTES - 4..].try_into().expect("4"));
+        let crc = u32_at(f, STORE_BLOCK_BYTES - 4).expect("a whole block");
         if &f[STORE_BLOCK_BYTES - 12..STORE_BLOCK_BYTES - 4] != FOOTER_MAGIC
             || crc32c::crc32c(&f[..STORE_BLOCK_BYTES - 4]) != crc
         {
@@ -144,8 +145,8 @@ impl TableReader {
                 "footer checksum or magic mismatch".into(),
             ));
         }
-        let at = |i: usize| u32::from_le_bytes(f[i * 4..i * 4 + 4].try_into().expect("4"));
-        let entries = u64::from_le_bytes(f[24..32].try_into().expect("8"));
+        let at = |i: usize| u32_at(f, i * 4).expect("a whole block");
+        let entries = u64_at(f, 24).expect("a whole block");
         // Index, filter and range tombstones are contiguous: one read.
         let (meta_off, meta_len) = (at(0), at(1) + at(3) + at(5));
         let meta_start = meta.map_or(extent.start_block + meta_off as u64, |m| m.start_block);
