@@ -12,7 +12,7 @@ use crate::alloc::ExtentAllocator;
 use crate::blocks::{
     block_buffer, block_is_sealed_for, seal_block_for, BlockDevice, Extent, STORE_BLOCK_BYTES,
 };
-use crate::codec::Reader;
+use crate::codec::{u64_at, ReadExtent, Reader};
 use crate::error::{Result, StoreError};
 use crate::parity::{LogFormat, Parity, Scan, Slot, DERIVED_BYTES};
 use crate::superblock::{self, Superblock, SUPERBLOCK_BLOCKS};
@@ -352,6 +352,10 @@ pub struct Manifest {
     first_seq: u64,
     next_seq: u64,
     state: ManifestState,
+    /// Extents taken with [`Manifest::allocate_on`] whose `Alloc` edit is
+    /// not logged yet (a table being written). A checkpoint lists them as
+    /// free: the group that logs them follows it.
+    unlogged: Vec<Extent>,
     /// The extent as replay read it, until [`Manifest::begin_writing`].
     replayed: Option<Scan>,
 }
@@ -436,6 +440,7 @@ impl Manifest {
             first_seq: 0,
             next_seq: 0,
             state,
+            unlogged: Vec::new(),
             replayed: None,
         };
         m.write_checkpoint()?;
@@ -455,6 +460,7 @@ impl Manifest {
             next_seq,
             superblock: sb,
             state,
+            unlogged: Vec::new(),
             replayed: Some(scan),
         })
     }
@@ -496,7 +502,9 @@ impl Manifest {
     /// Allocates an extent on device `k` of the set.
     pub fn allocate_on(&mut self, k: usize, blocks: u64) -> Result<Extent> {
         let (_, first, end) = self.dev.member(k);
-        self.state.allocator.allocate_within(blocks, first, end)
+        let extent = self.state.allocator.allocate_within(blocks, first, end)?;
+        self.unlogged.push(extent);
+        Ok(extent)
     }
 
     /// Free blocks on device `k` of the set.
@@ -517,12 +525,15 @@ impl Manifest {
     /// Returns an extent taken with [`Manifest::allocate`] whose `Alloc`
     /// edit was never logged (its table was abandoned).
     pub fn release_unlogged(&mut self, extent: Extent) -> Result<()> {
+        self.unlogged.retain(|e| *e != extent);
         self.state.allocator.release(extent)
     }
 
     /// Applies `edits` and makes them durable as one group. `Alloc` edits
     /// for extents taken with [`Manifest::allocate`] are logged, not
-    /// re-applied.
+    /// re-applied. On an error nothing is applied: the state in memory
+    /// stays what the device says (a `Free` applied but never logged would
+    /// let a later group log an `Alloc` of an extent the log still holds).
     pub fn log(&mut self, edits: &[Edit]) -> Result<()> {
         let mut packer = BlockPacker::new();
         for e in edits {
@@ -531,13 +542,43 @@ impl Manifest {
         }
         packer.push(T_GROUP_COMMIT, &[])?;
         let blocks_needed = packer.device_blocks();
+        let logged: Vec<Extent> = edits
+            .iter()
+            .filter_map(|e| match e {
+                Edit::Alloc(x) => Some(*x),
+                _ => None,
+            })
+            .collect();
         if self.next_seq - self.first_seq + blocks_needed > self.extent.block_count as u64 {
-            for e in edits.iter().filter(|e| !matches!(e, Edit::Alloc(_))) {
-                self.state.apply(e)?;
+            // The group goes into the new extent's checkpoint.
+            let unlogged_before = self.unlogged.clone();
+            self.unlogged.retain(|e| !logged.contains(e));
+            let before = (
+                self.state.clone(),
+                self.extent,
+                self.first_seq,
+                self.next_seq,
+                self.superblock.clone(),
+            );
+            let rolled = edits
+                .iter()
+                .filter(|e| !matches!(e, Edit::Alloc(_)))
+                .try_for_each(|e| self.state.apply(e))
+                .and_then(|()| self.roll_over());
+            if rolled.is_err() {
+                (
+                    self.state,
+                    self.extent,
+                    self.first_seq,
+                    self.next_seq,
+                    self.superblock,
+                ) = before;
+                self.unlogged = unlogged_before;
             }
-            return self.roll_over();
+            return rolled;
         }
         self.write_blocks(packer)?;
+        self.unlogged.retain(|e| !logged.contains(e));
         for e in edits.iter().filter(|e| !matches!(e, Edit::Alloc(_))) {
             self.state.apply(e)?;
         }
@@ -564,7 +605,11 @@ impl Manifest {
     fn checkpoint(&self) -> Result<BlockPacker> {
         let mut packer = BlockPacker::new();
         packer.push(T_CHECKPOINT_BEGIN, &[])?;
-        for e in self.state.checkpoint_edits() {
+        let mut state = self.state.clone();
+        for e in &self.unlogged {
+            state.allocator.release(*e)?;
+        }
+        for e in state.checkpoint_edits() {
             let (t, p) = encode_edit(&e);
             packer.push(t, &p)?;
         }
@@ -592,7 +637,12 @@ impl Manifest {
         // Sized for the checkpoint as it will be (one extent more or less
         // changes it by a record at most).
         let blocks = Self::extent_blocks_for(self.checkpoint()?.device_blocks() as usize + 1);
-        let new = self.allocate(blocks)?;
+        // Not an unlogged allocation: the checkpoint holds it as used.
+        let new = self.state.allocator.allocate_within(
+            blocks,
+            self.dev.member(0).1,
+            self.dev.member(0).2,
+        )?;
         // The old extent is free in the checkpointed state: once the
         // superblock points at the new extent nothing refers to the old one.
         self.state.allocator.release(old)?;
@@ -630,8 +680,8 @@ impl LogFormat for ManifestLog<'_> {
         let mut derived = [0u8; DERIVED_BYTES];
         write_derived_header(&mut derived, seq);
         if b[..DERIVED_BYTES] == derived && block_is_sealed_for(b, &self.sb.store_id) {
-            let used = u64::from_le_bytes(b[USED_AT..USED_AT + 8].try_into().expect("8"));
-            let claim = u64::from_le_bytes(b[CLAIM_AT..CLAIM_AT + 8].try_into().expect("8"));
+            let used = u64_at(b, USED_AT).expect("in a sealed block");
+            let claim = u64_at(b, CLAIM_AT).expect("in a sealed block");
             if used <= PAYLOAD_BYTES as u64 && claim <= seq {
                 // The durable mark is the group's first block.
                 return Slot::Data {
@@ -701,12 +751,14 @@ fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64, Sca
             lba: dev.lba_of(block),
             reason,
         };
-        let used = u64::from_le_bytes(b[USED_AT..USED_AT + 8].try_into().expect("8")) as usize;
+        let used = u64_at(b, USED_AT).expect("in a sealed block") as usize;
         let mut at = HEADER_BYTES;
         while at < HEADER_BYTES + used {
-            let len = u32::from_le_bytes(b[at..at + 4].try_into().expect("4")) as usize;
-            let t = b[at + 4];
-            let crc = u32::from_le_bytes(b[at + 5..at + 9].try_into().expect("4"));
+            let mut header = Reader::at(b, at);
+            let (Some(len), Some(t), Some(crc)) = (header.u32(), header.u8(), header.u32()) else {
+                return Err(corrupt("record header runs past the block".into()));
+            };
+            let len = len as usize;
             let payload = b
                 .get(at + 9..at + 9 + len)
                 .filter(|_| at + 9 + len <= HEADER_BYTES + used)

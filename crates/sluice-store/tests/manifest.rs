@@ -103,6 +103,78 @@ fn edits_survive_reopen_and_roll_over() {
     );
 }
 
+/// A table's extent is allocated before its group is logged; a roll-over
+/// in between (another thread's group) writes a checkpoint. The checkpoint
+/// must list that extent as free, or replaying the table's group finds its
+/// `Alloc` "not free" and the store no longer opens (seen as a flaky
+/// reopen after a device-full test).
+#[test]
+fn a_roll_over_between_allocating_and_logging_a_table_keeps_the_store_openable() {
+    let (_mem, dev) = memory(4096);
+    let mut m = Manifest::create(dev.clone(), [1; 16], 42).unwrap();
+    let pending = m.allocate(5).unwrap();
+    let first_extent = m.superblock().manifest;
+    let mut groups = 0;
+    while m.superblock().manifest == first_extent {
+        m.log(&[Edit::LastSequence(groups)]).unwrap();
+        groups += 1;
+        assert!(groups < 10_000, "the manifest never rolled over");
+    }
+    m.log(&[Edit::Alloc(pending), Edit::NextFile(7)]).unwrap();
+    drop(m);
+    let m = Manifest::open(dev.clone()).unwrap();
+    assert!(!m.state().allocator.is_free(pending.start_block));
+    // Abandoned instead of logged: free after the roll-over and reopen.
+    let mut m = m;
+    m.begin_writing().unwrap();
+    let abandoned = m.allocate(9).unwrap();
+    let first_extent = m.superblock().manifest;
+    while m.superblock().manifest == first_extent {
+        m.log(&[Edit::LastSequence(groups)]).unwrap();
+        groups += 1;
+    }
+    drop(m);
+    let m = Manifest::open(dev).unwrap();
+    assert!(m.state().allocator.is_free(abandoned.start_block));
+}
+
+/// A group that needs a roll-over when the device has no room for a new
+/// manifest extent fails whole: nothing of it is applied in memory (a
+/// `Free` applied but never logged let a later group log an `Alloc` of an
+/// extent the log still held).
+#[test]
+fn a_group_that_cannot_roll_over_applies_nothing() {
+    let (_mem, dev) = memory(4096);
+    let mut m = Manifest::create(dev.clone(), [1; 16], 42).unwrap();
+    let table = m.allocate(64).unwrap();
+    m.log(&[Edit::Alloc(table)]).unwrap();
+    // Fill the device with allocations nobody logs.
+    while m.allocate(1).is_ok() {}
+    let mut groups = 0u64;
+    let err = loop {
+        let before = m.state().clone();
+        match m.log(&[Edit::Free(table), Edit::LastSequence(1000 + groups)]) {
+            Ok(()) => {
+                // Logged: undo for the next round (Alloc of a logged-free
+                // extent is what a new table would do).
+                let again = m.allocate(64).unwrap();
+                assert_eq!(again, table);
+                m.log(&[Edit::Alloc(table)]).unwrap();
+                groups += 1;
+                assert!(groups < 10_000, "the manifest never rolled over");
+            }
+            Err(e) => {
+                assert_eq!(m.state(), &before, "a failed group changed the state");
+                break e;
+            }
+        }
+    };
+    assert!(matches!(err, StoreError::DeviceFull { .. }), "{err}");
+    drop(m);
+    let m = Manifest::open(dev).unwrap();
+    assert!(!m.state().allocator.is_free(table.start_block));
+}
+
 #[test]
 fn open_refuses_a_device_that_is_not_a_store_and_create_refuses_a_tiny_one() {
     let (_mem, dev) = memory(1024);

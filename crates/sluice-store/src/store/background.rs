@@ -13,7 +13,7 @@ impl Store {
         // Log the frees of tables nobody reads any more.
         let frees = self.inner.take_released();
         if !frees.is_empty() {
-            lock(&self.inner.manifest).log(&frees)?;
+            self.inner.log_group(&frees)?;
         }
         Ok(())
     }
@@ -104,7 +104,7 @@ impl Inner {
             .map(|t| Edit::AddTable(t.meta.clone()))
             .collect();
         edits.extend(self.take_released());
-        lock(&self.manifest).log(&edits)?;
+        self.log_group(&edits)?;
         let mut v = write(&self.version);
         let mut next = (**v).clone();
         let levels: &mut Levels = next.keyspaces.entry(job.keyspace).or_default();

@@ -107,6 +107,26 @@ impl Inner {
         Ok(())
     }
 
+    /// Logs one manifest group. If it fails nothing was applied: the
+    /// extents its `Alloc` edits name go back to the allocator (their
+    /// tables are abandoned) and its `Free` edits wait for the next group.
+    pub(super) fn log_group(&self, edits: &[Edit]) -> Result<()> {
+        let mut manifest = lock(&self.manifest);
+        let Err(e) = manifest.log(edits) else {
+            return Ok(());
+        };
+        for edit in edits {
+            match edit {
+                // Allocated and never logged: releasing cannot fail unless
+                // the allocator is broken, and then reopening reclaims.
+                Edit::Alloc(x) => drop(manifest.release_unlogged(*x)),
+                Edit::Free(x) => lock(&self.released).push(*x),
+                _ => {}
+            }
+        }
+        Err(e)
+    }
+
     /// Free edits for tables whose last reader has let go.
     pub(super) fn take_released(&self) -> Vec<Edit> {
         std::mem::take(&mut *lock(&self.released))
@@ -219,7 +239,7 @@ impl Inner {
         }
         edits.extend(extra);
         edits.push(Edit::NextFile(inner.next_file.load(Ordering::Relaxed)));
-        lock(&inner.manifest).log(&edits)?;
+        self.log_group(&edits)?;
         metas
             .into_iter()
             .map(|meta| {

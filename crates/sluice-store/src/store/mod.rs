@@ -158,7 +158,7 @@ impl Drop for Store {
         // compaction: log their frees now rather than reclaim them at open.
         let frees = self.inner.take_released();
         if !frees.is_empty() {
-            if let Err(e) = lock(&self.inner.manifest).log(&frees) {
+            if let Err(e) = self.inner.log_group(&frees) {
                 log::warn!(
                     "closing the store: freed tables not logged (reclaimed at next open): {e}"
                 );
