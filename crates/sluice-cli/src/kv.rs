@@ -147,24 +147,8 @@ pub fn run(args: &KvArgs) -> Result<()> {
         schema,
     } = &args.command
     {
-        let format = match format.as_str() {
-            "raw" => ValueFormat::Raw,
-            "json" => ValueFormat::Json,
-            "record" => ValueFormat::Record,
-            other => bail!("unknown value format {other:?}: use raw, json or record"),
-        };
-        // The schema is checked here: a keyspace is never created with one
-        // that queries could not read.
-        match (format, schema.trim().is_empty()) {
-            (ValueFormat::Raw, false) => bail!("raw keyspaces take no --schema"),
-            (ValueFormat::Record, true) => {
-                bail!("record keyspaces need --schema, e.g. \"name:str,year:u32\"")
-            }
-            (ValueFormat::Raw, true) | (ValueFormat::Json, true) => {}
-            (_, false) => {
-                sluice_ndp::Schema::parse(schema)?;
-            }
-        }
+        let format: ValueFormat = format.parse().map_err(anyhow::Error::msg)?;
+        sluice_ndp::check_definition(format, schema)?;
         let id = store.create_keyspace(name, format, schema)?;
         println!("keyspace {name} created (id {id})");
         return Ok(());
@@ -176,19 +160,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
     let mut out = out.lock();
     match &args.command {
         KvCommand::Put { key, value } => {
-            let encoded = match (&def.format, &layout) {
-                (ValueFormat::Record, Some(l)) => l.encode_record(value)?,
-                (ValueFormat::Json, _) => {
-                    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(value) {
-                        bail!(
-                            "keyspace {} holds JSON: the value is not JSON ({e})",
-                            def.name
-                        );
-                    }
-                    value.as_bytes().to_vec()
-                }
-                _ => value.as_bytes().to_vec(),
-            };
+            let encoded = sluice_ndp::encode_value(&def, value)?;
             let seq = store.put(ks, key.as_bytes(), &encoded)?;
             writeln!(out, "ok (sequence {seq})")?;
         }

@@ -1,7 +1,6 @@
 //! `sluice`: the command line over the Sluice crates. Thin by design: parse,
 //! call a crate, print.
 
-mod bench;
 mod graph;
 mod kv;
 mod pagination;
@@ -56,7 +55,7 @@ impl StoreOpenArgs {
 enum Command {
     /// Benchmarks, each against its baseline in the same run.
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(sluice_bench::BenchCommand),
     /// The key/value store on a device: format, put, get, del, scan, stats.
     Kv(kv::KvArgs),
     /// The research-paper data set of the near-data demo.
@@ -82,7 +81,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(cmd) => bench::run(cmd),
+        Command::Bench(cmd) => sluice_bench::run(cmd),
         Command::Kv(args) => kv::run(&args),
         Command::Papers(args) => papers::run(&args),
         Command::Query(args) => query::run(&args),

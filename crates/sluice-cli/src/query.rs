@@ -2,14 +2,12 @@
 //! the engine (sluice-ndp); only matching rows, projected, come out.
 
 use crate::kv::open_devices;
-use anyhow::{bail, Result};
-use sluice_ndp::aggregate::{aggregate, parse_aggregates, AggregateSpec};
-use sluice_ndp::expr::Path;
-use sluice_ndp::scan::{self, Projection, ScanSpec};
-use sluice_ndp::{parse, FieldPredicate, Layout, Predicate};
+use anyhow::Result;
+use sluice_ndp::aggregate::aggregate;
+use sluice_ndp::query::{Query, QueryText};
+use sluice_ndp::scan;
 use sluice_store::{Store, StoreConfig};
 use std::io::Write;
-use std::ops::Bound;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -49,64 +47,22 @@ pub struct QueryArgs {
     threads: usize,
 }
 
-fn paths(select: &str) -> Result<Vec<Path>> {
-    select
-        .split(',')
-        .map(|field| match parse(&format!("EXISTS {}", field.trim()))? {
-            Predicate::Exists(p) => Ok(p),
-            _ => bail!("--select: {field:?} is not a field path"),
-        })
-        .collect()
-}
-
 pub fn run(args: &QueryArgs) -> Result<()> {
-    // Bad expressions fail before the store is opened, fields that do not
-    // fit the keyspace's format before the scan starts.
-    let predicate = args.predicate.as_deref().map(parse).transpose()?;
-    let select = args.select.as_deref().map(paths).transpose()?;
-    let aggregates = args
-        .aggregate
-        .as_deref()
-        .map(parse_aggregates)
-        .transpose()?;
-    let group_by = match args.group_by.as_deref().map(paths).transpose()? {
-        Some(mut p) if p.len() == 1 => p.pop(),
-        Some(_) => bail!("--group-by takes one field"),
-        None => None,
-    };
+    let query = Query::parse(&QueryText {
+        predicate: args.predicate.as_deref(),
+        select: args.select.as_deref(),
+        aggregate: args.aggregate.as_deref(),
+        group_by: args.group_by.as_deref(),
+    })?;
     let store = Store::open_on(
         open_devices(&args.devices)?,
         &args.store.config(StoreConfig::default()),
     )?;
-    let def = store.keyspace_def(&args.keyspace)?;
-    let reads_fields = predicate.is_some() || select.is_some() || aggregates.is_some();
-    // Raw keyspaces can still be listed; reading fields needs a format.
-    let layout = match Layout::of(&def) {
-        Ok(layout) => Some(layout),
-        Err(e) if reads_fields => return Err(e.into()),
-        Err(_) => None,
-    };
-    let predicate = match (&predicate, &layout) {
-        (Some(p), Some(l)) => Some(FieldPredicate::compile_for(p, l)?),
-        _ => None,
-    };
-    let projection = match (&select, &layout) {
-        (Some(s), Some(l)) => Some(Projection::new_for(s, l)?),
-        _ => None,
-    };
-    if let Some(aggs) = &aggregates {
-        let spec = AggregateSpec {
-            keyspace: def.id,
-            layout: layout.as_ref().expect("checked above"),
-            range: (Bound::Unbounded, Bound::Unbounded),
-            predicate: predicate.as_ref(),
-            aggregates: aggs,
-            group_by: group_by.as_ref(),
-            threads: args.threads,
-        };
+    let plan = query.plan(&store.keyspace_def(&args.keyspace)?)?;
+    if let Some(spec) = plan.aggregate_spec(args.threads) {
         let start = Instant::now();
         let (rows, stats) = aggregate(&store, &spec)?;
-        let names: Vec<String> = aggs.iter().map(|a| a.to_string()).collect();
+        let names: Vec<String> = spec.aggregates.iter().map(|a| a.to_string()).collect();
         let group = args.group_by.as_deref().unwrap_or("");
         println!("{group}\t{}", names.join("\t"));
         for row in rows {
@@ -126,23 +82,11 @@ pub fn run(args: &QueryArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let spec = ScanSpec {
-        keyspace: def.id,
-        range: (Bound::Unbounded, Bound::Unbounded),
-        reverse: args.reverse,
-        predicate: predicate.as_ref(),
-        projection: projection.as_ref(),
-        limit: args.limit,
-        batch_bytes: args.batch_bytes,
-        threads: args.threads,
-    };
+    let spec = plan.scan_spec(args.reverse, args.limit, args.batch_bytes, args.threads);
+    let as_record = plan.record_output();
     let start = Instant::now();
     let out = std::io::stdout();
     let mut out = out.lock();
-    // Records print as JSON; projections already are.
-    let as_record = layout
-        .as_ref()
-        .filter(|l| l.is_record() && projection.is_none());
     let mut text = Vec::new();
     let stats = scan::scan(&store, &spec, &mut |batch| {
         for (k, v) in batch.rows() {

@@ -533,7 +533,7 @@ fn record_keyspaces_take_json_store_records_and_answer_queries() {
         &[
             "kv", "--device", d, "keyspace", "people", "--format", "record",
         ],
-        &["record keyspaces need --schema"],
+        &["record keyspaces need a schema"],
     );
     fails_with(
         &[

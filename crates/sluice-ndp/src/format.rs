@@ -142,6 +142,43 @@ pub enum FormatError {
     },
     #[error("record for keyspace {keyspace}: {message}")]
     BadRecord { keyspace: String, message: String },
+    #[error("keyspace {keyspace} holds JSON: the value is not JSON ({message})")]
+    NotJson { keyspace: String, message: String },
+}
+
+/// Checks a keyspace definition before the keyspace is created: a keyspace
+/// is never created with a schema its queries could not read.
+pub fn check_definition(format: ValueFormat, schema: &str) -> Result<(), FormatError> {
+    let bad = |message: &str| {
+        Err(FormatError::BadSchema {
+            schema: schema.to_string(),
+            message: message.to_string(),
+        })
+    };
+    match (format, schema.trim().is_empty()) {
+        (ValueFormat::Raw, false) => bad("raw keyspaces take no schema"),
+        (ValueFormat::Record, true) => {
+            bad("record keyspaces need a schema, e.g. \"name:str,year:u32\"")
+        }
+        (ValueFormat::Raw | ValueFormat::Json, true) => Ok(()),
+        (_, false) => Schema::parse(schema).map(|_| ()),
+    }
+}
+
+/// The bytes to store for a value given as text: a record encoded from
+/// its JSON, a JSON document checked, a raw value as it is.
+pub fn encode_value(def: &KeyspaceDef, value: &str) -> Result<Vec<u8>, FormatError> {
+    match def.format {
+        ValueFormat::Raw => Ok(value.as_bytes().to_vec()),
+        ValueFormat::Json => match sonic_rs::from_str::<sonic_rs::Value>(value) {
+            Ok(_) => Ok(value.as_bytes().to_vec()),
+            Err(e) => Err(FormatError::NotJson {
+                keyspace: def.name.clone(),
+                message: e.to_string(),
+            }),
+        },
+        ValueFormat::Record => Layout::of(def)?.encode_record(value),
+    }
 }
 
 /// The fields a keyspace declares.

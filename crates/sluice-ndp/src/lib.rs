@@ -10,6 +10,8 @@
 //!   fields, typed records) and the checks a query passes before it runs;
 //! - [`predicate`]: predicates evaluated on stored values in place, only
 //!   the fields they name decoded;
+//! - [`query`]: a query as text checked and compiled against a keyspace's
+//!   format (what `sluice query` runs);
 //! - [`scan`]: SCAN with predicate, projection and limit, on worker threads
 //!   over disjoint key ranges, into 4 KiB-multiple result batches of a
 //!   documented encoding;
@@ -37,8 +39,9 @@ pub mod graph;
 pub mod pages;
 pub mod papers;
 pub mod predicate;
+pub mod query;
 pub mod scan;
 
 pub use expr::{parse, ParseError, Predicate};
-pub use format::{FormatError, Layout, Schema};
+pub use format::{check_definition, encode_value, FormatError, Layout, Schema};
 pub use predicate::{FieldPredicate, MalformedValue};

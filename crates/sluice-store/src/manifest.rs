@@ -50,6 +50,22 @@ pub enum ValueFormat {
     Record = 3,
 }
 
+impl std::str::FromStr for ValueFormat {
+    type Err = String;
+
+    /// `raw`, `json` or `record`.
+    fn from_str(name: &str) -> std::result::Result<Self, String> {
+        match name {
+            "raw" => Ok(ValueFormat::Raw),
+            "json" => Ok(ValueFormat::Json),
+            "record" => Ok(ValueFormat::Record),
+            other => Err(format!(
+                "unknown value format {other:?}: use raw, json or record"
+            )),
+        }
+    }
+}
+
 impl ValueFormat {
     fn from_u8(v: u8) -> Option<Self> {
         match v {

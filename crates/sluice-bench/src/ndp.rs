@@ -423,9 +423,14 @@ fn gets_ours(store: &Store, papers: u64, count: u64) -> Result<GetFigures> {
 /// RocksDB, once per (papers, seed); a marker file remembers it.
 fn prepare(args: &NdpBenchArgs, baseline: Option<&Path>) -> Result<Arc<dyn Device>> {
     let marker = PathBuf::from(format!("{}.papers", args.device.display()));
-    // The build's version names the store format: a data set an older
-    // format wrote is made again rather than refused at open.
-    let data_set = format!("{} {} {}", crate::VERSION, args.papers, args.seed);
+    // The store format is part of the data set's name: one an older format
+    // wrote is made again rather than refused at open.
+    let data_set = format!(
+        "{} {} {}",
+        sluice_store::superblock::FORMAT_VERSION,
+        args.papers,
+        args.seed
+    );
     let want = format!("{data_set} rocksdb={}", baseline.is_some());
     let have = std::fs::read_to_string(&marker).unwrap_or_default();
     if let Some(dir) = args.device.parent().filter(|p| !p.as_os_str().is_empty()) {

@@ -1,5 +1,19 @@
-//! `sluice bench`: each benchmark runs Sluice and its baseline in the same run
-//! and prints the ratio. Medians over repeated runs; these machines are noisy.
+//! # sluice-bench
+//!
+//! `sluice bench`: each benchmark runs Sluice and its baseline in the same
+//! run and prints the ratio. Medians over repeated runs; these machines are
+//! noisy. The `sluice` binary mounts [`BenchCommand`] and calls [`run`];
+//! the baselines' own programs and scripts live in bench/baselines/.
+//!
+//! - `io`: 4 KiB random and sequential I/O against fio (`fio` drives it);
+//! - `pool`: the uDMA experiments (pinning cost, response time per tier);
+//! - `kv`: db_bench's workloads against RocksDB's db_bench;
+//! - `ndp`: near-data SCAN, BC and GET against the block stack, RocksDB and
+//!   networkit;
+//! - `pages`: the sliced-scroll paper's read + parse against fio and
+//!   fread + Jansson (`jansson` loads libjansson at run time);
+//! - `export`: documents per second out of a search index against
+//!   elasticdump, helpers.scan and a bare sliced PIT loop.
 
 mod export;
 mod fio;
