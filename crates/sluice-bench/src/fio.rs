@@ -1,5 +1,12 @@
 //! Runs fio with the same parameters as a row of `sluice bench io` and reads
-//! its JSON report.
+//! its JSON report; and gives fio the kind of memory our pool has.
+//!
+//! Our pool's buffers are 2 MiB-aligned mappings advised as transparent huge
+//! pages, so a 1 MiB request is one or two physical segments; fio's default
+//! buffers are scattered 4 KiB pages, which hit the virtio disk's segment
+//! limit and split every large request. fio's `iomem=shmhuge` (SysV shared
+//! memory on hugetlb pages) removes that difference; the benchmark reserves
+//! the huge pages it needs and gives them back afterwards.
 
 use super::io::{Row, RunResult};
 use anyhow::{bail, Context, Result};
@@ -16,7 +23,7 @@ pub fn locate() -> Result<PathBuf> {
 
 /// fio arguments equivalent to `row`: io_uring, O_DIRECT, fixed buffers,
 /// registered files, SQPOLL where the row uses it.
-pub fn args(file: &Path, size_bytes: u64, row: &Row, seconds: f64) -> Vec<String> {
+pub fn args(file: &Path, size_bytes: u64, row: &Row, seconds: f64, memory: Memory) -> Vec<String> {
     let rw = match (row.write, row.random) {
         (false, true) => "randread",
         (true, true) => "randwrite",
@@ -41,6 +48,7 @@ pub fn args(file: &Path, size_bytes: u64, row: &Row, seconds: f64) -> Vec<String
         "--lat_percentiles=1".into(),
         "--percentile_list=50:90:99:99.9".into(),
         "--output-format=json".into(),
+        format!("--iomem={}", memory.iomem()),
     ];
     if row.sqpoll {
         a.push("--sqthread_poll=1".into());
@@ -48,14 +56,106 @@ pub fn args(file: &Path, size_bytes: u64, row: &Row, seconds: f64) -> Vec<String
     a
 }
 
-pub fn run(bin: &Path, file: &Path, size_bytes: u64, row: &Row, seconds: f64) -> Result<RunResult> {
+/// The memory fio's I/O buffers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum Memory {
+    /// fio's default: malloc, scattered 4 KiB pages.
+    Malloc,
+    /// SysV shared memory on 2 MiB hugetlb pages (reserved by [`HugePages`]).
+    ShmHuge,
+}
+
+impl Memory {
+    fn iomem(self) -> &'static str {
+        match self {
+            Memory::Malloc => "malloc",
+            Memory::ShmHuge => "shmhuge",
+        }
+    }
+
+    /// How the table names it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Memory::Malloc => "4k-pages",
+            Memory::ShmHuge => "hugetlb",
+        }
+    }
+}
+
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+/// Huge pages reserved for fio's buffers while it lives; the kernel's
+/// previous reservation is put back on drop.
+pub struct HugePages {
+    before: u64,
+}
+
+impl HugePages {
+    /// Reserves `pages` more 2 MiB pages. Fails (with what to do) when the
+    /// setting cannot be written (not root) or the kernel finds too few.
+    pub fn reserve(pages: u64) -> Result<HugePages> {
+        let read = || -> Result<u64> {
+            Ok(std::fs::read_to_string(NR_HUGEPAGES)
+                .with_context(|| format!("reading {NR_HUGEPAGES}"))?
+                .trim()
+                .parse()?)
+        };
+        let before = read()?;
+        std::fs::write(NR_HUGEPAGES, (before + pages).to_string()).with_context(|| {
+            format!("writing {NR_HUGEPAGES} (huge pages for fio's buffers need root)")
+        })?;
+        let guard = HugePages { before };
+        let free = huge_pages_free()?;
+        if free < pages {
+            bail!(
+                "the kernel has {free} of {pages} huge pages free (memory too fragmented); \
+                 try again after `echo 3 > /proc/sys/vm/drop_caches; echo 1 > /proc/sys/vm/compact_memory`"
+            );
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for HugePages {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(NR_HUGEPAGES, self.before.to_string()) {
+            eprintln!("giving back fio's huge pages: writing {NR_HUGEPAGES}: {e}");
+        }
+    }
+}
+
+/// 2 MiB pages fio needs for a row's buffers: queue depth × block size,
+/// plus two for its alignment slack (measured: 1 MiB × 8 fails with 5
+/// pages free and runs with 6).
+pub fn huge_pages_for(row: &Row) -> u64 {
+    ((row.queue_depth * row.block_bytes).div_ceil(2 << 20) + 2) as u64
+}
+
+/// HugePages_Free from /proc/meminfo.
+fn huge_pages_free() -> Result<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("HugePages_Free:"))
+        .and_then(|v| v.trim().parse().ok())
+        .context("/proc/meminfo has no HugePages_Free")
+}
+
+pub fn run(
+    bin: &Path,
+    file: &Path,
+    size_bytes: u64,
+    row: &Row,
+    seconds: f64,
+    memory: Memory,
+) -> Result<RunResult> {
     let out = Command::new(bin)
-        .args(args(file, size_bytes, row, seconds))
+        .args(args(file, size_bytes, row, seconds, memory))
         .output()
         .context("running fio")?;
     if !out.status.success() {
         bail!(
-            "fio failed for {}: {}",
+            "fio (iomem={}) failed for {}: {}",
+            memory.iomem(),
             row.name,
             String::from_utf8_lossy(&out.stderr)
         );
@@ -131,7 +231,7 @@ mod tests {
             queue_depth: 8,
             sqpoll: true,
         };
-        let a = args(Path::new("/d"), 1 << 30, &row, 1.5).join(" ");
+        let a = args(Path::new("/d"), 1 << 30, &row, 1.5, Memory::ShmHuge).join(" ");
         for want in [
             "--rw=write",
             "--bs=131072",
@@ -141,6 +241,7 @@ mod tests {
             "--direct=1",
             "--sqthread_poll=1",
             "--runtime=1500ms",
+            "--iomem=shmhuge",
         ] {
             assert!(a.contains(want), "{want} missing from {a}");
         }

@@ -1,4 +1,6 @@
-//! `sluice bench io`: our engine and fio, same file, same parameters, same run.
+//! `sluice bench io`: our engine and fio, same file, same parameters, same
+//! run. fio runs with its default memory and with huge pages (what our pool
+//! uses); the ratio is ours against the better of the two.
 
 use super::{bench_device, fio, median};
 use anyhow::{bail, Context, Result};
@@ -133,15 +135,24 @@ pub struct RunResult {
     pub lat_us: [f64; 4],
 }
 
+/// fio with one kind of buffer memory.
+#[derive(serde::Serialize)]
+struct FioSide {
+    memory: fio::Memory,
+    median: RunResult,
+    runs: Vec<RunResult>,
+}
+
 #[derive(serde::Serialize)]
 struct RowReport {
     row: &'static str,
     ours: RunResult,
-    fio: Option<RunResult>,
-    /// Median over runs of ours/fio of the two runs made back to back.
-    ratio_iops: Option<f64>,
     ours_runs: Vec<RunResult>,
-    fio_runs: Vec<RunResult>,
+    fio: Vec<FioSide>,
+    /// The fio side with the most IOPS, which the ratio is against.
+    best_fio: Option<fio::Memory>,
+    /// Median over runs of ours/best fio of the runs made back to back.
+    ratio_iops: Option<f64>,
 }
 
 pub fn run(args: &IoArgs) -> Result<()> {
@@ -172,6 +183,21 @@ pub fn run(args: &IoArgs) -> Result<()> {
             names.join(", ")
         );
     }
+    // fio's huge pages, reserved for the whole benchmark (given back at
+    // the end); without them fio runs on its default memory only.
+    let mut fio_memories = Vec::new();
+    let mut _huge_pages = None;
+    if fio_bin.is_some() {
+        fio_memories.push(fio::Memory::Malloc);
+        let pages = rows.iter().map(fio::huge_pages_for).max().unwrap_or(1);
+        match fio::HugePages::reserve(pages) {
+            Ok(guard) => {
+                _huge_pages = Some(guard);
+                fio_memories.push(fio::Memory::ShmHuge);
+            }
+            Err(e) => eprintln!("fio on huge pages skipped: {e:#}"),
+        }
+    }
     println!(
         "device {}; {} s per run, {} runs per side, medians; ours = sluice {} engine",
         device.describe(),
@@ -179,7 +205,11 @@ pub fn run(args: &IoArgs) -> Result<()> {
         args.repeat,
         kind
     );
-    print_header();
+    let fio_names: Vec<&str> = fio_memories.iter().map(|m| m.describe()).collect();
+    println!(
+        "memory: ours = pool of 2 MiB-aligned mappings advised as transparent huge pages; fio = {} (the ratio is against the faster)",
+        if fio_names.is_empty() { "-".to_string() } else { fio_names.join(" and ") }
+    );
     let mut reports = Vec::new();
     for row in rows {
         let mut cfg = engine_config(kind, &row);
@@ -191,12 +221,17 @@ pub fn run(args: &IoArgs) -> Result<()> {
         let mut engine = open_engine(device.clone(), &cfg)?;
         if reports.is_empty() {
             println!("ours: {}", engine.describe());
+            print_header();
         }
-        let (mut ours_runs, mut fio_runs) = (Vec::new(), Vec::new());
+        let mut ours_runs = Vec::new();
+        let mut fio_runs: Vec<Vec<RunResult>> = vec![Vec::new(); fio_memories.len()];
         let size_bytes = device.geometry().size_bytes();
-        let run_fio = |runs: &mut Vec<RunResult>| -> Result<()> {
+        let run_fio = |runs: &mut Vec<Vec<RunResult>>| -> Result<()> {
             if let Some(bin) = &fio_bin {
-                runs.push(fio::run(bin, &args.device, size_bytes, &row, args.seconds)?);
+                for (memory, runs) in fio_memories.iter().zip(runs.iter_mut()) {
+                    let r = fio::run(bin, &args.device, size_bytes, &row, args.seconds, *memory)?;
+                    runs.push(r);
+                }
             }
             Ok(())
         };
@@ -214,25 +249,51 @@ pub fn run(args: &IoArgs) -> Result<()> {
             }
         }
         let ours = median_result(&ours_runs);
-        let fio = (!fio_runs.is_empty()).then(|| median_result(&fio_runs));
+        let fio: Vec<FioSide> = fio_memories
+            .iter()
+            .zip(fio_runs)
+            .map(|(memory, runs)| FioSide {
+                memory: *memory,
+                median: median_result(&runs),
+                runs,
+            })
+            .collect();
+        let best = fio
+            .iter()
+            .max_by(|a, b| a.median.iops.total_cmp(&b.median.iops));
         // The median of the ratios of adjacent pairs: a drift of the disk
         // over the minutes of a row cancels out within each pair.
-        let ratio_iops = (!fio_runs.is_empty()).then(|| {
+        let ratio_against = |side: &FioSide| {
             let mut pairs: Vec<f64> = ours_runs
                 .iter()
-                .zip(&fio_runs)
+                .zip(&side.runs)
                 .map(|(o, f)| o.iops / f.iops)
                 .collect();
             median(&mut pairs)
-        });
-        print_row(&row, &ours, fio.as_ref(), ratio_iops);
+        };
+        let ratio_iops = best.map(ratio_against);
+        print_row(&row, &ours, best, ratio_iops);
+        for other in fio
+            .iter()
+            .filter(|s| best.is_some_and(|b| b.memory != s.memory))
+        {
+            println!(
+                "{:<24} {:>10} {:>10.0} {:>8} {:>7.2}   (fio on {})",
+                "",
+                "",
+                other.median.iops,
+                other.memory.describe(),
+                ratio_against(other),
+                other.memory.describe()
+            );
+        }
         reports.push(RowReport {
             row: row.name,
             ours,
-            fio,
-            ratio_iops,
             ours_runs,
-            fio_runs,
+            best_fio: best.map(|b| b.memory),
+            ratio_iops,
+            fio,
         });
     }
     if let Some(path) = &args.json {
@@ -356,10 +417,11 @@ fn run_ours(engine: &mut dyn Engine, row: &Row, seconds: f64) -> Result<RunResul
 
 fn print_header() {
     println!(
-        "{:<24} {:>10} {:>10} {:>7} {:>9} {:>9}   {:<31} {:<31}",
+        "{:<24} {:>10} {:>10} {:>8} {:>7} {:>9} {:>9}   {:<31} {:<31}",
         "row",
         "ours IOPS",
         "fio IOPS",
+        "fio mem",
         "ours/fio",
         "ours MB/s",
         "fio MB/s",
@@ -375,13 +437,15 @@ fn lat(r: &RunResult) -> String {
     )
 }
 
-fn print_row(row: &Row, ours: &RunResult, fio: Option<&RunResult>, ratio: Option<f64>) {
+fn print_row(row: &Row, ours: &RunResult, side: Option<&FioSide>, ratio: Option<f64>) {
     let dash = || "-".to_string();
+    let fio = side.map(|s| &s.median);
     println!(
-        "{:<24} {:>10.0} {:>10} {:>7} {:>9.1} {:>9}   {:<31} {:<31}",
+        "{:<24} {:>10.0} {:>10} {:>8} {:>7} {:>9.1} {:>9}   {:<31} {:<31}",
         row.name,
         ours.iops,
         fio.map_or_else(dash, |f| format!("{:.0}", f.iops)),
+        side.map_or_else(dash, |s| s.memory.describe().to_string()),
         ratio.map_or_else(dash, |r| format!("{r:.2}")),
         ours.mb_per_s,
         fio.map_or_else(dash, |f| format!("{:.1}", f.mb_per_s)),

@@ -14,6 +14,7 @@
 //!   fread + Jansson (`jansson` loads libjansson at run time);
 //! - `export`: documents per second out of a search index against
 //!   elasticdump, helpers.scan and a bare sliced PIT loop.
+#![warn(missing_docs)]
 
 mod export;
 mod fio;
@@ -32,6 +33,7 @@ use sluice_io::{Device, FileDevice, FileOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The benchmarks, as `sluice bench` subcommands.
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// 4 KiB random and 128 KiB / 1 MiB sequential I/O, ours against fio on the same file.
@@ -51,6 +53,7 @@ pub enum BenchCommand {
     Export(export::ExportBenchArgs),
 }
 
+/// Runs one benchmark and prints its table.
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Io(args) => io::run(&args),

@@ -129,23 +129,28 @@ impl AlignedMem {
         Layout::from_size_align(len, align).expect("power-of-two alignment")
     }
 
+    /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether it holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The first byte (for I/O submission).
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
+    /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: ptr is valid for len initialised (zeroed) bytes for our lifetime.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
+    /// The bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, and &mut self guarantees exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }

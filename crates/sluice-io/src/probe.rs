@@ -15,6 +15,7 @@ pub struct MemlockLimits {
     pub cap_ipc_lock: bool,
 }
 
+/// This process's RLIMIT_MEMLOCK and whether it has CAP_IPC_LOCK.
 pub fn memlock() -> MemlockLimits {
     let mut rl = libc::rlimit {
         rlim_cur: 0,
@@ -56,10 +57,15 @@ pub fn check_memlock(requested_bytes: u64, limits: &MemlockLimits) -> Result<()>
 /// io_uring features Sluice uses.
 #[derive(Debug, Clone)]
 pub struct UringSupport {
+    /// IORING_OP_READ_FIXED.
     pub read_fixed: bool,
+    /// IORING_OP_WRITE_FIXED.
     pub write_fixed: bool,
+    /// IORING_OP_READ.
     pub read: bool,
+    /// IORING_OP_WRITE.
     pub write: bool,
+    /// IORING_OP_FSYNC.
     pub fsync: bool,
     /// Sparse buffer table with updates (Linux 5.19).
     pub buffers_sparse: bool,
@@ -72,7 +78,9 @@ pub struct UringSupport {
 pub struct KernelProbe {
     /// The io_uring support, or why io_uring cannot be used at all.
     pub uring: std::result::Result<UringSupport, String>,
+    /// The memory-locking limit buffer registration counts against.
     pub memlock: MemlockLimits,
+    /// `uname -r`.
     pub kernel_release: String,
 }
 

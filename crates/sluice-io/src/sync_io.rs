@@ -54,6 +54,7 @@ impl DurableWrites {
         }
     }
 
+    /// What `write_durable` does unless `SLUICE_DURABLE_WRITES` says otherwise.
     pub const DEFAULT: DurableWrites = DurableWrites::Dsync;
 }
 
@@ -116,6 +117,7 @@ impl DeviceIo {
         Self::with_idle(device, config, DEFAULT_MAX_IDLE_ENGINES)
     }
 
+    /// As [`DeviceIo::open`], keeping at most `max_idle_engines` idle engines.
     pub fn with_idle(
         device: Arc<dyn Device>,
         mut config: EngineConfig,
@@ -137,10 +139,12 @@ impl DeviceIo {
         })
     }
 
+    /// The device.
     pub fn device(&self) -> &Arc<dyn Device> {
         &self.device
     }
 
+    /// The device's logical block size.
     pub fn block_size_bytes(&self) -> usize {
         self.device.geometry().block_size_bytes as usize
     }
@@ -150,10 +154,12 @@ impl DeviceIo {
         &self.describe
     }
 
+    /// How `write_durable` makes writes durable.
     pub fn durable_writes(&self) -> DurableWrites {
         self.durable_writes
     }
 
+    /// The configuration each engine is opened with.
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }

@@ -24,19 +24,27 @@ pub const MAX_GROUPS: usize = 1 << 20;
 /// Most aggregates one query may compute.
 pub const MAX_AGGREGATES: usize = 64;
 
+/// An aggregate function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Func {
+    /// Rows (`count(*)`) or present values of a field.
     Count,
+    /// Sum of a numeric field.
     Sum,
+    /// Smallest value of a numeric field.
     Min,
+    /// Largest value of a numeric field.
     Max,
+    /// Mean of a numeric field.
     Avg,
 }
 
 /// One aggregate: a function over a field (None: `count(*)`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aggregate {
+    /// The function.
     pub func: Func,
+    /// The field it reads (None: `count(*)`).
     pub path: Option<Path>,
 }
 
@@ -180,8 +188,11 @@ impl Acc {
 /// A finished aggregate value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AggValue {
+    /// An integer (counts, sums of integers, their min and max).
     Int(i128),
+    /// A float (averages, anything over floats).
     Float(f64),
+    /// No value (min, max or avg over no rows).
     Null,
 }
 
@@ -199,18 +210,25 @@ impl fmt::Display for AggValue {
 /// one value per aggregate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupRow {
+    /// The group's key as JSON text (None without GROUP BY).
     pub group: Option<String>,
+    /// One value per aggregate, in order.
     pub values: Vec<AggValue>,
 }
 
 /// One aggregation over a key range of a JSON or record keyspace.
 pub struct AggregateSpec<'a> {
+    /// The keyspace aggregated.
     pub keyspace: u32,
     /// The keyspace's value format; fields are checked against it first.
     pub layout: &'a Layout,
+    /// The key range aggregated.
     pub range: (Bound<&'a [u8]>, Bound<&'a [u8]>),
+    /// Rows must match it (None: every row).
     pub predicate: Option<&'a FieldPredicate>,
+    /// The aggregates computed.
     pub aggregates: &'a [Aggregate],
+    /// One group per value of this field (None: one group).
     pub group_by: Option<&'a Path>,
     /// Worker threads, each over a disjoint part of the key range (cut at
     /// table boundaries); their groups are merged at the end.

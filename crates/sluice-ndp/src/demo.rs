@@ -18,13 +18,17 @@ use std::time::{Duration, Instant};
 /// What the scenario asks.
 #[derive(Debug, Clone)]
 pub struct DemoQuery {
+    /// The venue of the papers asked about.
     pub venue: String,
+    /// Their year.
     pub year: u32,
     /// BC sources to sample (None: exact).
     pub sources: Option<usize>,
+    /// Seed of the BC source sample.
     pub seed: u64,
     /// Rows of each listing.
     pub list: usize,
+    /// Memory budget of the citation graph.
     pub memory_bytes: u64,
     /// Worker threads for BC (both the engine's run and the host-side one).
     pub threads: usize,
@@ -33,32 +37,49 @@ pub struct DemoQuery {
 /// What it found, and what it cost.
 #[derive(Debug, Clone)]
 pub struct DemoReport {
+    /// Papers of the venue and year.
     pub candidates: usize,
     /// The most central paper of the venue and year: id, BC, its JSON.
     pub central: Option<(u64, f64, String)>,
+    /// Other papers of the venue and year (JSON).
     pub same_venue_year: Vec<String>,
+    /// Other papers of its first author (JSON).
     pub same_author: Vec<String>,
+    /// Vertices of the citation graph.
     pub graph_vertices: usize,
+    /// Edges of the citation graph.
     pub graph_edges: usize,
+    /// Time of the steps in the engine.
     pub ours: Duration,
+    /// Bytes the engine handed over.
     pub ours_bytes_handed_over: u64,
+    /// Time of the same steps the block-stack way.
     pub block_stack: Duration,
+    /// Bytes the block stack moved to the host.
     pub block_stack_bytes_handed_over: u64,
 }
 
+/// What stops the demo.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
+    /// Building or running on the graph failed.
     #[error(transparent)]
     Graph(#[from] GraphError),
+    /// A scan failed.
     #[error(transparent)]
     Scan(#[from] scan::ScanError),
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] sluice_store::StoreError),
+    /// A stored paper that is not JSON.
     #[error("a stored paper is not JSON: {0}")]
     BadPaper(String),
+    /// The engine's and the host-side run's answers differ (a bug).
     #[error("the engine found paper {ours:?} most central, the host-side run {host:?}")]
     Disagree {
+        /// The engine's most central paper.
         ours: Option<u64>,
+        /// The host-side run's.
         host: Option<u64>,
     },
 }

@@ -28,24 +28,34 @@ pub const MAX_IN_VALUES: usize = 1024;
 /// Deepest nesting of parentheses and NOTs.
 pub const MAX_DEPTH: usize = 64;
 
+/// A constant of a predicate.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Literal {
+    /// An integer.
     Int(i64),
+    /// A number with a fraction or exponent.
     Float(f64),
+    /// A string.
     Str(String),
+    /// `true` or `false`.
     Bool(bool),
+    /// `null`.
     Null,
 }
 
 /// One step of a path: an object member or an array element.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// An object member by name.
     Key(String),
+    /// An array element by position.
     Index(usize),
 }
 
+/// A field path: `meta.pages`, `authors[0]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Path {
+    /// The steps from the document's root.
     pub steps: Vec<Step>,
 }
 
@@ -62,44 +72,72 @@ impl fmt::Display for Path {
     }
 }
 
+/// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CmpOp {
+    /// `=` (or `==`).
     Eq,
+    /// `!=` (or `<>`).
     Ne,
+    /// `<`.
     Lt,
+    /// `<=`.
     Le,
+    /// `>`.
     Gt,
+    /// `>=`.
     Ge,
 }
 
+/// A parsed predicate (see the grammar above).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Predicate {
+    /// `path op literal`.
     Cmp {
+        /// The field.
         path: Path,
+        /// The operator.
         op: CmpOp,
+        /// The constant.
         value: Literal,
     },
+    /// `path BETWEEN low AND high`, both ends included.
     Between {
+        /// The field.
         path: Path,
+        /// The lower end.
         low: Literal,
+        /// The upper end.
         high: Literal,
     },
+    /// `path IN (v, ...)`.
     In {
+        /// The field.
         path: Path,
+        /// The values.
         values: Vec<Literal>,
     },
+    /// `path PREFIX 'text'`: a string field starting with it.
     Prefix {
+        /// The field.
         path: Path,
+        /// The prefix.
         prefix: String,
     },
     /// A string field holding `text` anywhere.
     Contains {
+        /// The field.
         path: Path,
+        /// The text.
         text: String,
     },
+    /// `EXISTS path`: the field is present (null included).
     Exists(Path),
+    /// Every part holds.
     And(Vec<Predicate>),
+    /// Some part holds.
     Or(Vec<Predicate>),
+    /// The part does not hold.
     Not(Box<Predicate>),
 }
 
@@ -131,9 +169,11 @@ impl Predicate {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{text:?}, column {column}: {message}")]
 pub struct ParseError {
+    /// The text parsed.
     pub text: String,
     /// 1-based, in characters.
     pub column: usize,
+    /// What was expected and what was found.
     pub message: String,
 }
 

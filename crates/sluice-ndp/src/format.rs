@@ -44,13 +44,20 @@ use std::fmt;
 /// Most fields a schema may declare.
 pub const MAX_FIELDS: usize = 256;
 
+/// The type of a declared field (or of a list's elements).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scalar {
+    /// `bool`: one byte, 0 or 1.
     Bool,
+    /// `u32`: four bytes, little-endian.
     U32,
+    /// `u64`: eight bytes, little-endian.
     U64,
+    /// `i64`: eight bytes, little-endian, two's complement.
     I64,
+    /// `f64`: eight bytes, IEEE 754, little-endian.
     F64,
+    /// `str`: a u32 length, then UTF-8.
     Str,
 }
 
@@ -78,6 +85,7 @@ impl Scalar {
         }
     }
 
+    /// Whether sums and averages apply.
     pub fn is_numeric(self) -> bool {
         matches!(self, Scalar::U32 | Scalar::U64 | Scalar::I64 | Scalar::F64)
     }
@@ -103,9 +111,12 @@ impl Scalar {
     }
 }
 
+/// A declared field's type: one value, or a list (`u64[]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldType {
+    /// One value.
     Scalar(Scalar),
+    /// A list of values of one type.
     List(Scalar),
 }
 
@@ -122,28 +133,64 @@ impl fmt::Display for FieldType {
 /// any work starts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
+    /// A schema that does not parse, or a definition it does not fit.
     #[error("schema {schema:?}: {message}")]
-    BadSchema { schema: String, message: String },
-    #[error("keyspace {keyspace} holds raw values: fields can be read from json and record keyspaces only")]
-    RawValues { keyspace: String },
-    #[error("keyspace {keyspace} has no field {field:?}; its fields are {known}")]
-    UnknownField {
-        keyspace: String,
-        field: String,
-        known: String,
-    },
-    #[error("{path}: {message}")]
-    BadPath { path: String, message: String },
-    #[error("{path} is {field_type}: {message}")]
-    TypeMismatch {
-        path: String,
-        field_type: String,
+    BadSchema {
+        /// The schema text.
+        schema: String,
+        /// What is wrong.
         message: String,
     },
+    /// Fields asked of a keyspace of raw values.
+    #[error("keyspace {keyspace} holds raw values: fields can be read from json and record keyspaces only")]
+    RawValues {
+        /// The keyspace.
+        keyspace: String,
+    },
+    /// A field the keyspace does not declare.
+    #[error("keyspace {keyspace} has no field {field:?}; its fields are {known}")]
+    UnknownField {
+        /// The keyspace.
+        keyspace: String,
+        /// The field asked for.
+        field: String,
+        /// The fields it declares, with their types.
+        known: String,
+    },
+    /// A path the declared fields cannot have (a member of a string, say).
+    #[error("{path}: {message}")]
+    BadPath {
+        /// The path.
+        path: String,
+        /// Why not.
+        message: String,
+    },
+    /// A field compared with or used as something of another type.
+    #[error("{path} is {field_type}: {message}")]
+    TypeMismatch {
+        /// The path.
+        path: String,
+        /// The field's declared type.
+        field_type: String,
+        /// What cannot be done with it.
+        message: String,
+    },
+    /// A value that is not a record of the keyspace's schema.
     #[error("record for keyspace {keyspace}: {message}")]
-    BadRecord { keyspace: String, message: String },
+    BadRecord {
+        /// The keyspace.
+        keyspace: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value for a JSON keyspace that is not JSON.
     #[error("keyspace {keyspace} holds JSON: the value is not JSON ({message})")]
-    NotJson { keyspace: String, message: String },
+    NotJson {
+        /// The keyspace.
+        keyspace: String,
+        /// The parser's message.
+        message: String,
+    },
 }
 
 /// Checks a keyspace definition before the keyspace is created: a keyspace
@@ -188,6 +235,7 @@ pub struct Schema {
 }
 
 impl Schema {
+    /// Parses `name:type,...` (types bool, u32, u64, i64, f64, str, and lists as `u64[]`).
     pub fn parse(text: &str) -> Result<Schema, FormatError> {
         let bad = |message: String| FormatError::BadSchema {
             schema: text.to_string(),
@@ -229,6 +277,7 @@ impl Schema {
         Ok(Schema { fields })
     }
 
+    /// The fields, in declared order.
     pub fn fields(&self) -> &[(String, FieldType)] {
         &self.fields
     }
@@ -298,6 +347,7 @@ impl Layout {
         })
     }
 
+    /// The declared fields, if any.
     pub fn schema(&self) -> Option<&Schema> {
         match &self.kind {
             Kind::Json(s) => s.as_ref(),
@@ -305,6 +355,7 @@ impl Layout {
         }
     }
 
+    /// Whether values are typed records (else JSON).
     pub fn is_record(&self) -> bool {
         matches!(self.kind, Kind::Record(_))
     }

@@ -24,29 +24,42 @@ const VERTEX_BYTES: u64 = 8 + 8 + 8;
 /// `ids[v]` is the stored id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Csr {
+    /// The stored id of each vertex.
     pub ids: Vec<u64>,
+    /// Where each vertex's targets start (one more entry than vertices).
     pub offsets: Vec<u64>,
+    /// Targets of every vertex, in vertex order.
     pub targets: Vec<u32>,
 }
 
+/// What graph operators refuse or fail at.
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
+    /// The scan of the edges failed.
     #[error(transparent)]
     Scan(#[from] ScanError),
+    /// The graph outgrows its memory budget.
     #[error(
         "the graph needs more than the {budget_bytes}-byte memory budget (at {vertices} vertices and {edges} edges so far): raise the budget or run on a subgraph"
     )]
     TooLarge {
+        /// The budget.
         budget_bytes: u64,
+        /// Vertices seen so far.
         vertices: u64,
+        /// Edges seen so far.
         edges: u64,
     },
+    /// An edge key that is not two 8-byte ids.
     #[error("edge key of {0} bytes: edges are two 8-byte ids")]
     BadEdgeKey(usize),
+    /// A vertex id the graph does not hold.
     #[error("vertex {0} is not in the graph")]
     UnknownVertex(u64),
+    /// A BC sample size out of range.
     #[error("{0} sources asked for: use 1 to the vertex count")]
     BadSampleSize(usize),
+    /// A thread count out of range.
     #[error("{0} threads: use 1 to 64")]
     BadThreads(usize),
 }
@@ -151,6 +164,7 @@ impl CsrBuilder {
         })
     }
 
+    /// Adds the edge `source → target`.
     pub fn add(&mut self, source: u64, target: u64) {
         // Edges read from a keyspace come grouped by source: one lookup
         // per source, not per edge.
@@ -166,6 +180,7 @@ impl CsrBuilder {
         self.edges.push((s, t));
     }
 
+    /// The adjacency of every edge added.
     pub fn finish(self) -> Csr {
         Csr::from_edges(self.ids, self.edges)
     }
@@ -260,14 +275,17 @@ impl Csr {
         }
     }
 
+    /// Vertices.
     pub fn vertices(&self) -> usize {
         self.ids.len()
     }
 
+    /// Edges.
     pub fn edges(&self) -> usize {
         self.targets.len()
     }
 
+    /// Targets of vertex `v`.
     pub fn neighbours(&self, v: u32) -> &[u32] {
         &self.targets[self.offsets[v as usize] as usize..self.offsets[v as usize + 1] as usize]
     }

@@ -29,6 +29,7 @@
 //! from the cached block) and hands each visible pair over by reference;
 //! the pair is copied once from the block into the iterator's head buffer,
 //! never parsed whole.
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod aggregate;

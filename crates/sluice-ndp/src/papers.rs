@@ -48,6 +48,7 @@ pub const VENUES: &[&str] = &[
 ];
 /// Years papers are spread over, oldest first.
 pub const FIRST_YEAR: u32 = 1990;
+/// The latest year a paper can have.
 pub const LAST_YEAR: u32 = 2024;
 
 const WORDS: &[&str] = &[
@@ -122,12 +123,14 @@ const AFFILIATIONS: &[&str] = &[
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct PaperConfig {
+    /// Papers to write.
     pub papers: u64,
     /// Authors in the pool (papers draw 1–5 of them, skewed toward a few
     /// prolific ones).
     pub authors: u64,
     /// Mean references per paper (each paper draws 0 to twice this).
     pub mean_refs: u32,
+    /// Seed of everything generated.
     pub seed: u64,
 }
 
@@ -147,19 +150,28 @@ impl PaperConfig {
 /// What was written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PaperCounts {
+    /// Papers written.
     pub papers: u64,
+    /// Authors written.
     pub authors: u64,
+    /// Venues written.
     pub venues: u64,
+    /// Citations written.
     pub refs: u64,
+    /// Bytes of keys and values written.
     pub bytes: u64,
 }
 
 /// Keyspace ids of a paper database.
 #[derive(Debug, Clone, Copy)]
 pub struct PaperKeyspaces {
+    /// The papers keyspace.
     pub papers: u32,
+    /// The authors keyspace.
     pub authors: u32,
+    /// The venues keyspace.
     pub venues: u32,
+    /// The citations keyspace (keys only).
     pub refs: u32,
 }
 
@@ -198,6 +210,7 @@ pub fn id_key(id: u64) -> [u8; 8] {
     id.to_be_bytes()
 }
 
+/// The key of a citation: both ids, big-endian, citing first.
 pub fn ref_key(citing: u64, cited: u64) -> [u8; 16] {
     let mut k = [0u8; 16];
     k[..8].copy_from_slice(&citing.to_be_bytes());
@@ -230,7 +243,9 @@ fn words(rng: &mut Rng, n: usize) -> String {
 /// queries naming other fields, or comparing these with literals of other
 /// types, are refused before they run.
 pub const PAPER_SCHEMA: &str = "id:u64,title:str,venue:str,year:u32,authors:u64[],abstract:str";
+/// The authors keyspace's record schema.
 pub const AUTHOR_SCHEMA: &str = "id:u64,name:str,affiliation:str";
+/// The venues keyspace's record schema.
 pub const VENUE_SCHEMA: &str = "id:u32,name:str";
 
 /// Creates the four keyspaces (JSON with declared fields, except `refs`:

@@ -15,10 +15,13 @@ use std::ops::Bound;
 /// A query that cannot run: its text, or its fields against the format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QueryError {
+    /// The text does not parse.
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// The query does not fit the keyspace's format.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// Parts that do not go together.
     #[error("{0}")]
     Usage(String),
 }
@@ -39,9 +42,13 @@ pub struct QueryText<'a> {
 /// A parsed query, not yet checked against a keyspace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Query {
+    /// Rows must match it.
     pub predicate: Option<Predicate>,
+    /// Fields returned (None: whole values).
     pub select: Option<Vec<Path>>,
+    /// Aggregates instead of rows.
     pub aggregates: Option<Vec<Aggregate>>,
+    /// The field aggregates are grouped by.
     pub group_by: Option<Path>,
 }
 
@@ -130,12 +137,17 @@ impl Query {
 /// A query checked against its keyspace, ready to run.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The keyspace's id.
     pub keyspace: u32,
     /// None for a raw keyspace (listed, never read field by field).
     pub layout: Option<Layout>,
+    /// The compiled predicate.
     pub predicate: Option<FieldPredicate>,
+    /// The compiled projection.
     pub projection: Option<Projection>,
+    /// The aggregates.
     pub aggregates: Option<Vec<Aggregate>>,
+    /// The grouping field.
     pub group_by: Option<Path>,
 }
 
@@ -212,8 +224,14 @@ mod tests {
         let plan = q.plan(&people).unwrap();
         assert_eq!(plan.keyspace, 3);
         assert!(plan.predicate.is_some() && plan.projection.is_some());
-        assert!(plan.record_output().is_none(), "a projection is JSON already");
-        let whole = Query::parse(&text(None, None)).unwrap().plan(&people).unwrap();
+        assert!(
+            plan.record_output().is_none(),
+            "a projection is JSON already"
+        );
+        let whole = Query::parse(&text(None, None))
+            .unwrap()
+            .plan(&people)
+            .unwrap();
         assert!(whole.record_output().is_some());
         let err = Query::parse(&text(Some("age > 3"), None))
             .unwrap()

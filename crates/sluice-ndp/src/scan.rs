@@ -36,22 +36,35 @@ use sluice_io::codec::{u32_at, Reader};
 use sluice_store::{Store, StoreError};
 use std::ops::Bound;
 
+/// Result batches are multiples of this.
 pub const BATCH_ALIGN_BYTES: usize = 4096;
+/// Bytes of a batch's header (magic, rows, used length, reserved).
 pub const BATCH_HEADER_BYTES: usize = 16;
 const MAGIC: &[u8; 4] = b"SLRB";
 /// Largest batch a scan may be asked for.
 pub const MAX_BATCH_BYTES: usize = 64 << 20;
 
+/// What a scan refuses or fails at.
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
+    /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The scan does not fit the keyspace's format.
     #[error(transparent)]
     Format(#[from] FormatError),
+    /// A stored value that is not of its keyspace's format.
     #[error("key {key}: {error}")]
-    Malformed { key: String, error: MalformedValue },
+    Malformed {
+        /// Its key.
+        key: String,
+        /// What is wrong.
+        error: MalformedValue,
+    },
+    /// A batch size out of range.
     #[error("batch size {0} bytes: use a multiple of 4096 from 4096 to 64 MiB")]
     BatchSize(usize),
+    /// Bytes that are not a result batch.
     #[error("not a result batch: {0}")]
     BadBatch(&'static str),
     /// The consumer of the batches failed (writing them out, say).
@@ -112,11 +125,17 @@ impl Projection {
 
 /// One SCAN.
 pub struct ScanSpec<'a> {
+    /// The keyspace scanned.
     pub keyspace: u32,
+    /// The key range scanned.
     pub range: (Bound<&'a [u8]>, Bound<&'a [u8]>),
+    /// From the largest key down.
     pub reverse: bool,
+    /// Rows must match it (None: every row).
     pub predicate: Option<&'a FieldPredicate>,
+    /// Fields returned (None: whole values).
     pub projection: Option<&'a Projection>,
+    /// Most rows returned.
     pub limit: usize,
     /// Size of each result batch (a multiple of 4096).
     pub batch_bytes: usize,
@@ -127,11 +146,15 @@ pub struct ScanSpec<'a> {
 /// What a scan looked at and what it handed over.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanStats {
+    /// Rows read.
     pub rows_examined: u64,
+    /// Bytes of keys and values read.
     pub bytes_examined: u64,
+    /// Rows handed over.
     pub rows_returned: u64,
     /// Bytes of the batches handed over, padding included.
     pub bytes_returned: u64,
+    /// Batches handed over.
     pub batches: u64,
 }
 

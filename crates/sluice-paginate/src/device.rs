@@ -19,6 +19,7 @@ pub fn page_pool_config(max_pinned_bytes: u64) -> PoolConfig {
     }
 }
 
+/// The engine configuration of an export device: `queue_depth` requests in flight, pinned memory bounded by `max_pinned_bytes`.
 pub fn engine_config(queue_depth: usize, max_pinned_bytes: u64) -> EngineConfig {
     EngineConfig {
         queue_depth,
@@ -34,6 +35,7 @@ pub struct DeviceIo {
 }
 
 impl DeviceIo {
+    /// Opens blocking I/O on `device` (the first engine at once, so a refused setting is reported here).
     pub fn open(
         device: Arc<dyn Device>,
         queue_depth: usize,
@@ -43,6 +45,7 @@ impl DeviceIo {
         Ok(DeviceIo { io })
     }
 
+    /// The device's logical block size.
     pub fn block_size_bytes(&self) -> usize {
         self.io.block_size_bytes()
     }
@@ -53,6 +56,7 @@ impl DeviceIo {
         Ok(self.io.write(lba, data, Priority::High)?)
     }
 
+    /// Makes every completed write durable.
     pub fn flush(&self) -> Result<()> {
         Ok(self.io.flush(Priority::High)?)
     }
@@ -65,6 +69,7 @@ impl DeviceIo {
     }
 }
 
+/// Checks that an I/O moved `expected` bytes; a short one is an error naming `what` and `lba`.
 pub fn check_done(
     result: sluice_io::Result<usize>,
     expected: usize,
@@ -80,6 +85,7 @@ pub fn check_done(
     Ok(())
 }
 
+/// Reads the one block at `lba`.
 pub fn read_block(io: &DeviceIo, lba: u64) -> Result<Vec<u8>> {
     io.read(lba, io.block_size_bytes())
 }

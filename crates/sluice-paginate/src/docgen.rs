@@ -5,6 +5,7 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+/// Bytes of every generated paper document (the paper's documents are this long).
 pub const PAPER_DOC_BYTES: usize = 1556;
 
 const WORDS: &[&str] = &[

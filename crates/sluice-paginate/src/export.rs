@@ -33,16 +33,22 @@ pub const AUTO_EXTENT_BYTES: u64 = 32 << 20;
 /// Headroom over the sampled page size before a page spills into a second slot.
 const SLOT_HEADROOM: f64 = 1.15;
 
+/// What `sluice export` is asked to do.
 #[derive(Debug, Clone)]
 pub struct ExportOptions {
+    /// The export device: a file (created when missing) or a block device.
     pub device: PathBuf,
     /// Size of the file to create when `device` does not exist; none = the size needed.
     pub device_size_bytes: Option<u64>,
+    /// Block size of a device file created here.
     pub block_size_bytes: u32,
+    /// Which index, query and fields.
     pub spec: SourceSpec,
     /// None: the index's primary shard count.
     pub slices: Option<u32>,
+    /// Documents per page.
     pub page_docs: u32,
+    /// Point in time (resumable) or scroll.
     pub cursor: CursorKind,
     /// Slot size in bytes; none = sized from a sample.
     pub slot_bytes: Option<u64>,
@@ -50,8 +56,11 @@ pub struct ExportOptions {
     pub extent_slots: Option<u32>,
     /// Documents per second over all slices; none = as fast as the source goes.
     pub throttle_docs_per_s: Option<f64>,
+    /// Finish an interrupted export instead of starting a new one.
     pub resume: bool,
+    /// Bars, lines or nothing.
     pub progress: ProgressMode,
+    /// Time between progress lines.
     pub progress_interval: Duration,
 }
 
@@ -78,40 +87,59 @@ impl Default for ExportOptions {
     }
 }
 
+/// What an export did.
 #[derive(Debug, Clone)]
 pub struct ExportSummary {
+    /// Documents the export holds.
     pub docs: u64,
+    /// Pages it holds.
     pub pages: u64,
+    /// Page bytes it holds (before padding).
     pub bytes: u64,
+    /// Per slice.
     pub slices: Vec<SliceSummary>,
+    /// Time this run took.
     pub elapsed: Duration,
     /// Documents and page bytes written by this run (less than `docs` and
     /// `bytes` after `--resume`).
     pub docs_this_run: u64,
+    /// Page bytes written by this run.
     pub bytes_this_run: u64,
+    /// The sort the cursors used.
     pub sort: String,
+    /// Bytes of the device the export takes.
     pub device_bytes_used: u64,
     /// Times the point in time expired mid-run and was reopened.
     pub pit_reopens: u32,
 }
 
+/// One slice's share.
 #[derive(Debug, Clone, Copy)]
 pub struct SliceSummary {
+    /// Documents.
     pub docs: u64,
+    /// Pages.
     pub pages: u64,
 }
 
 /// Sizes of the layout, from what the sample says about the index.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// Slices (one writer task each).
     pub slices: u32,
+    /// Blocks of a page slot.
     pub slot_blocks: u32,
+    /// Slots per extent.
     pub extent_slots: u32,
+    /// Extents the whole export needs.
     pub needed_extents: u64,
+    /// Device bytes the whole export needs.
     pub needed_bytes: u64,
+    /// How the sizes were reckoned (for messages).
     pub detail: String,
 }
 
+/// Sizes the layout from the options and what the source said about the index.
 pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
     let bs = options.block_size_bytes as u64;
     let slices = options
@@ -270,10 +298,15 @@ pub type SourceFactory<'a> = dyn Fn(u32, &str) -> Result<Box<dyn PageSource + 'a
 /// The sizes of a new export's layout and what it is an export of.
 #[derive(Debug, Clone)]
 pub struct Layout {
+    /// Slices.
     pub slices: u32,
+    /// Documents per page.
     pub page_docs: u32,
+    /// Blocks of a page slot.
     pub slot_blocks: u32,
+    /// Slots per extent.
     pub extent_slots: u32,
+    /// Point in time or scroll (recorded for `--resume`).
     pub cursor_kind: CursorKind,
     /// JSON that names the source; `--resume` refuses a different one.
     pub description: String,
@@ -284,7 +317,9 @@ pub struct Layout {
 pub struct WriteSettings {
     /// Documents per second over all slices; none = as fast as the sources go.
     pub throttle_docs_per_s: Option<f64>,
+    /// Bars, lines or nothing.
     pub progress: ProgressMode,
+    /// Time between progress lines.
     pub progress_interval: Duration,
     /// Documents expected (for the ETA), if known.
     pub total_docs: Option<u64>,

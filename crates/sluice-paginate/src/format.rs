@@ -5,14 +5,19 @@
 use crate::error::{Error, Result};
 use sluice_io::codec;
 
+/// First bytes of both header copies.
 pub const HEADER_MAGIC: &[u8; 8] = b"SLCEXPT1";
+/// First bytes of each slice checkpoint copy.
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"SLCCKPT1";
+/// First bytes of each manifest block.
 pub const MANIFEST_MAGIC: &[u8; 8] = b"SLCMANI1";
+/// The format version this build writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
 /// Most slices one export may have (each takes two checkpoint blocks).
 pub const MAX_SLICES: u32 = 1024;
 /// "No extent": a slice that has written nothing yet, or the first extent's predecessor.
 pub const NO_EXTENT: u64 = u64::MAX;
+/// Bytes of one page entry in a manifest block.
 pub const ENTRY_BYTES: usize = 32;
 const MANIFEST_HEADER_BYTES: usize = 64;
 const HEADER_FIXED_BYTES: usize = 108;
@@ -28,42 +33,67 @@ pub fn max_cursor_bytes(block_size_bytes: u32) -> usize {
     block_size_bytes as usize - CHECKPOINT_FIXED_BYTES - 4
 }
 
+/// Whether every slice has finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExportState {
+    /// Some slice is still being written (or was interrupted).
     InProgress = 1,
+    /// Every slice is done: the export can be read.
     Complete = 2,
 }
 
+/// How the slices walked the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CursorKind {
     /// Point in time + search_after.
     Pit = 0,
+    /// Scroll contexts (cannot resume).
     Scroll = 1,
 }
 
+/// Where a slice stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SliceState {
+    /// No page written yet.
     NotStarted = 0,
+    /// Pages written, more to come.
     Running = 1,
+    /// Every page written.
     Done = 2,
 }
 
+/// The export device's header (two copies); docs/FORMAT.md "Export device format".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
+    /// The device's block size when written.
     pub block_size_bytes: u32,
+    /// Raised on every write; the higher valid copy wins.
     pub generation: u64,
+    /// In progress or complete.
     pub state: ExportState,
+    /// Slices.
     pub slice_count: u32,
+    /// Documents per page.
     pub page_docs: u32,
+    /// Blocks of a page slot.
     pub slot_blocks: u32,
+    /// Slots per extent.
     pub extent_slots: u32,
+    /// Point in time or scroll.
     pub cursor_kind: CursorKind,
+    /// First manifest block (one per extent).
     pub manifest_lba: u64,
+    /// First data block.
     pub data_lba: u64,
+    /// Extents the device holds.
     pub extent_capacity: u64,
+    /// When the export started.
     pub created_unix_ms: u64,
+    /// Documents written (final once complete).
     pub total_docs: u64,
+    /// Pages written.
     pub total_pages: u64,
+    /// Page bytes written.
     pub total_bytes: u64,
     /// JSON: source URL (no credentials), index, query, `_source` filters.
     pub description: String,
@@ -75,24 +105,29 @@ impl Header {
         2 + 2 * slice as u64 + (copy & 1)
     }
 
+    /// LBA of extent `extent`'s manifest block.
     pub fn manifest_block_lba(&self, extent: u64) -> u64 {
         debug_assert!(extent < self.extent_capacity);
         self.manifest_lba + extent
     }
 
+    /// Blocks of one extent.
     pub fn extent_blocks(&self) -> u64 {
         self.extent_slots as u64 * self.slot_blocks as u64
     }
 
+    /// LBA of slot `slot` of extent `extent`.
     pub fn slot_lba(&self, extent: u64, slot: u32) -> u64 {
         debug_assert!(extent < self.extent_capacity && slot < self.extent_slots);
         self.data_lba + extent * self.extent_blocks() + slot as u64 * self.slot_blocks as u64
     }
 
+    /// Bytes of one slot.
     pub fn slot_bytes(&self) -> u64 {
         self.slot_blocks as u64 * self.block_size_bytes as u64
     }
 
+    /// Writes the header into one block (sealed with its CRC32C); refuses a description that does not fit.
     pub fn encode(&self, block: &mut [u8]) -> Result<()> {
         assert_eq!(block.len(), self.block_size_bytes as usize);
         let room = block.len() - HEADER_FIXED_BYTES - 4;
@@ -211,21 +246,31 @@ impl Header {
     }
 }
 
+/// Where one slice stands (two copies, written alternately).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
+    /// The slice.
     pub slice: u32,
+    /// Not started, running or done.
     pub state: SliceState,
+    /// Raised on every write; the higher valid copy wins.
     pub generation: u64,
+    /// Durable pages of the slice.
     pub pages: u64,
+    /// Documents in them.
     pub docs: u64,
+    /// Page bytes in them.
     pub bytes: u64,
+    /// The extent the slice writes into.
     pub current_extent: u64,
+    /// Next free slot of that extent.
     pub next_slot: u32,
     /// JSON: `{"pit_id":…,"search_after":[…]}` or `{"scroll_id":…}`; empty before the first page.
     pub cursor: String,
 }
 
 impl Checkpoint {
+    /// A slice not yet started.
     pub fn new(slice: u32) -> Self {
         Checkpoint {
             slice,
@@ -240,6 +285,7 @@ impl Checkpoint {
         }
     }
 
+    /// Writes the checkpoint into one block (sealed); refuses a cursor that does not fit.
     pub fn encode(&self, block: &mut [u8]) -> Result<()> {
         let room = max_cursor_bytes(block.len() as u32);
         if self.cursor.len() > room {
@@ -267,6 +313,7 @@ impl Checkpoint {
         Ok(())
     }
 
+    /// Decodes one checkpoint copy; `lba` names it in errors.
     pub fn decode(block: &[u8], lba: u64) -> Result<Checkpoint> {
         check_block(block, CHECKPOINT_MAGIC, "checkpoint", lba)?;
         let mut r = Fields::new(block, 8, "checkpoint", lba);
@@ -297,24 +344,37 @@ impl Checkpoint {
 /// One page's manifest entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageEntry {
+    /// The page's slice.
     pub slice: u32,
+    /// Its number in the slice, from 0.
     pub seq: u32,
+    /// Its first block.
     pub lba: u64,
+    /// Bytes of the page (before padding).
     pub byte_len: u32,
+    /// Documents in it.
     pub doc_count: u32,
+    /// CRC32C of its bytes.
     pub crc32c: u32,
+    /// Slots it takes.
     pub slots: u32,
 }
 
+/// One extent's manifest block: the pages written into the extent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestBlock {
+    /// The extent.
     pub extent: u64,
+    /// The slice that owns it.
     pub owner_slice: u32,
+    /// The slice's previous extent (`u64::MAX` for its first).
     pub prev_extent: u64,
+    /// Its pages, in order.
     pub entries: Vec<PageEntry>,
 }
 
 impl ManifestBlock {
+    /// Writes the block (sealed with its CRC32C).
     pub fn encode(&self, block: &mut [u8]) {
         assert!(self.entries.len() <= max_extent_slots(block.len() as u32) as usize);
         block.fill(0);
@@ -337,6 +397,7 @@ impl ManifestBlock {
         seal(block);
     }
 
+    /// Decodes a manifest block; `lba` names it in errors.
     pub fn decode(block: &[u8], lba: u64) -> Result<ManifestBlock> {
         check_block(block, MANIFEST_MAGIC, "manifest block", lba)?;
         let mut r = Fields::new(block, 8, "manifest block", lba);

@@ -15,30 +15,41 @@ pub const MAX_RESPONSE_BYTES: u64 = 1 << 30;
 /// Most retries of one request.
 pub const MAX_RETRIES: u32 = 32;
 
+/// How requests authenticate.
 #[derive(Debug, Clone, Default)]
 pub enum Auth {
+    /// No credentials.
     #[default]
     None,
+    /// HTTP basic authentication.
     Basic {
+        /// The user.
         user: String,
+        /// The password.
         password: String,
     },
     /// The `id:key` pair or its base64 form, sent as `Authorization: ApiKey …`.
     ApiKey(String),
 }
 
+/// Where the source is and how to talk to it.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
     /// `http://host:port` or `https://host:port`, optionally with a path prefix.
     pub url: String,
+    /// Credentials.
     pub auth: Auth,
     /// PEM file of the CA that signed the source's certificate.
     pub ca_cert: Option<PathBuf>,
+    /// Time to connect.
     pub connect_timeout_ms: u64,
     /// Whole request, answer included.
     pub request_timeout_ms: u64,
+    /// Retries of a request that failed in a way worth retrying (429, 5xx, a dropped connection).
     pub max_retries: u32,
+    /// First retry's backoff; it doubles per retry.
     pub retry_base_ms: u64,
+    /// Longest backoff.
     pub retry_max_ms: u64,
 }
 
@@ -57,9 +68,12 @@ impl Default for HttpOptions {
     }
 }
 
+/// An answer of the source.
 #[derive(Debug)]
 pub struct Response {
+    /// The HTTP status.
     pub status: u16,
+    /// The body.
     pub body: Vec<u8>,
     /// The `X-Elastic-Product` header (Elasticsearch 7.14+ sends it on
     /// every answer).
@@ -67,6 +81,7 @@ pub struct Response {
 }
 
 impl Response {
+    /// Whether the status is 2xx.
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
     }
@@ -77,6 +92,7 @@ impl Response {
     }
 }
 
+/// An HTTP client of one source (cheap to clone; connections are pooled).
 #[derive(Clone)]
 pub struct Client {
     agent: ureq::Agent,
@@ -86,6 +102,7 @@ pub struct Client {
 }
 
 impl Client {
+    /// A client for `options`; refuses values out of range and an unreadable CA file.
     pub fn new(options: &HttpOptions) -> Result<Client> {
         if options.max_retries > MAX_RETRIES {
             return Err(Error::Config(format!(

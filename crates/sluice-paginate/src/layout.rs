@@ -8,8 +8,10 @@ use crate::format::{Checkpoint, ExportState, Header, ManifestBlock, PageEntry, N
 use std::collections::BTreeSet;
 use std::sync::Mutex;
 
+/// One slice of an export as the device holds it.
 #[derive(Debug, Clone)]
 pub struct LoadedSlice {
+    /// Its newest valid checkpoint.
     pub checkpoint: Checkpoint,
     /// The slice's extents, oldest first.
     pub extents: Vec<u64>,
@@ -19,9 +21,12 @@ pub struct LoadedSlice {
     pub current_manifest: Option<ManifestBlock>,
 }
 
+/// An export as the device holds it.
 #[derive(Debug, Clone)]
 pub struct LoadedExport {
+    /// The newest valid header.
     pub header: Header,
+    /// Every slice.
     pub slices: Vec<LoadedSlice>,
 }
 
@@ -68,12 +73,14 @@ fn newest<T>(a: Result<T>, b: Result<T>, generation: impl Fn(&T) -> u64) -> Resu
     }
 }
 
+/// The newest valid header copy.
 pub fn load_header(io: &DeviceIo) -> Result<Header> {
     let a = read_block(io, 0).and_then(|b| Header::decode(&b, 0));
     let b = read_block(io, 1).and_then(|b| Header::decode(&b, 1));
     newest(a, b, |h| h.generation)
 }
 
+/// The header, every slice's checkpoint and its durable pages.
 pub fn load_export(io: &DeviceIo) -> Result<LoadedExport> {
     let header = load_header(io)?;
     let slices = (0..header.slice_count)
@@ -190,6 +197,7 @@ impl ExtentAllocator {
         }
     }
 
+    /// A free extent, or None when the device is full.
     pub fn take(&self) -> Option<u64> {
         let mut st = self.state.lock().expect("allocator lock");
         if let Some(e) = st.holes.pop_first() {

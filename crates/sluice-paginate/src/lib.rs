@@ -18,10 +18,12 @@
 //!
 //! Data flows one way: sluice-io (device, pool, engine) → this crate → the
 //! store's import and the CLI.
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod device;
 pub mod docgen;
+/// What goes wrong, said so that the reader knows what to do next.
 pub mod error;
 pub mod export;
 pub mod format;

@@ -10,11 +10,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// What `sluice load` is asked to do.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
+    /// The index to create and fill.
     pub index: String,
+    /// Documents to load.
     pub docs: u64,
+    /// Primary shards of the index.
     pub shards: u32,
+    /// Seed of the generated documents.
     pub seed: u64,
     /// Bytes of documents per bulk request.
     pub bulk_bytes: usize,
@@ -22,6 +27,7 @@ pub struct LoadOptions {
     pub connections: usize,
     /// Drop an index of that name first.
     pub replace: bool,
+    /// Bars, lines or nothing.
     pub progress: ProgressMode,
 }
 
@@ -40,10 +46,14 @@ impl Default for LoadOptions {
     }
 }
 
+/// What a load did.
 #[derive(Debug, Clone)]
 pub struct LoadSummary {
+    /// Documents loaded.
     pub docs: u64,
+    /// Bytes of documents loaded.
     pub bytes: u64,
+    /// Time it took.
     pub elapsed: Duration,
 }
 

@@ -7,25 +7,34 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How long-running work reports its progress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProgressMode {
     /// Bars on a terminal, lines otherwise.
     Auto,
+    /// Bars (overall and per slice).
     Bars,
+    /// A plain line every interval.
     Lines,
+    /// Nothing.
     Off,
 }
 
 /// Counters one slice (or task) advances; read by the reporter.
 #[derive(Debug, Default)]
 pub struct Counter {
+    /// Documents so far.
     pub docs: AtomicU64,
+    /// Bytes so far.
     pub bytes: AtomicU64,
+    /// Pages so far.
     pub pages: AtomicU64,
+    /// Whether the slice has finished.
     pub done: AtomicBool,
 }
 
 impl Counter {
+    /// Counts one page of `docs` documents and `bytes` bytes.
     pub fn add(&self, docs: u64, bytes: u64) {
         self.docs.fetch_add(docs, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);

@@ -19,6 +19,7 @@ pub const MAX_QUEUE_DEPTH: usize = 256;
 /// Most reading tasks.
 pub const MAX_TASKS: usize = 256;
 
+/// What a read does at a page that fails its checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnCorrupt {
     /// Report the page and go on with the rest.
@@ -27,15 +28,20 @@ pub enum OnCorrupt {
     Fail,
 }
 
+/// How `sluice read` reads.
 #[derive(Debug, Clone)]
 pub struct ReadOptions {
+    /// Reading tasks (each a share of the slices).
     pub tasks: usize,
     /// Pages in flight per task.
     pub queue_depth: usize,
+    /// Skip or stop at a bad page.
     pub on_corrupt: OnCorrupt,
     /// The engine: io_uring (direct, fixed buffers) or the posix baseline.
     pub engine: EngineKind,
+    /// Bars, lines or nothing.
     pub progress: ProgressMode,
+    /// Time between progress lines.
     pub progress_interval: Duration,
 }
 
@@ -55,6 +61,7 @@ impl Default for ReadOptions {
 /// One hit of a page: its id and the raw JSON of its source.
 #[derive(Debug)]
 pub struct Hit<'a> {
+    /// The document's `_id`.
     pub id: Cow<'a, str>,
     /// The source's JSON text exactly as the export holds it (`null` if it had none).
     pub source: &'a str,
@@ -71,38 +78,54 @@ struct PageHit<'a> {
 /// Where a page came from.
 #[derive(Debug, Clone, Copy)]
 pub struct PageInfo {
+    /// The page's slice.
     pub slice: u32,
+    /// Its number in the slice.
     pub seq: u32,
+    /// Its first block.
     pub lba: u64,
+    /// Documents in it.
     pub docs: u32,
+    /// Its bytes (before padding).
     pub bytes: u32,
 }
 
 /// Takes the parsed pages of one task. Later issues import into the store
 /// through this.
 pub trait Sink: Send {
+    /// Takes one page's hits, in the slice's order; an error stops the read.
     fn page(&mut self, page: &PageInfo, hits: &[Hit<'_>]) -> Result<()>;
 }
 
+/// What was read of one slice.
 #[derive(Debug, Clone, Default)]
 pub struct SliceCount {
+    /// Documents.
     pub docs: u64,
+    /// Pages.
     pub pages: u64,
+    /// Page bytes.
     pub bytes: u64,
 }
 
+/// What a read did.
 #[derive(Debug, Clone)]
 pub struct ReadSummary {
+    /// Documents read.
     pub docs: u64,
+    /// Pages read.
     pub pages: u64,
     /// Page bytes parsed (before padding).
     pub bytes: u64,
     /// Bytes read from the device (whole blocks).
     pub device_bytes: u64,
+    /// Per slice.
     pub slices: Vec<SliceCount>,
     /// Pages skipped under `OnCorrupt::Skip`, each with what was wrong.
     pub bad_pages: Vec<String>,
+    /// Time it took.
     pub elapsed: Duration,
+    /// Tasks that read.
     pub tasks: usize,
 }
 
@@ -112,6 +135,7 @@ pub struct ParsedPage<'a> {
 }
 
 impl ParsedPage<'_> {
+    /// The page's hits, borrowing from it.
     pub fn hits(&self) -> Vec<Hit<'_>> {
         self.hits
             .iter()
@@ -122,10 +146,12 @@ impl ParsedPage<'_> {
             .collect()
     }
 
+    /// Hits in the page.
     pub fn len(&self) -> usize {
         self.hits.len()
     }
 
+    /// Whether it has none.
     pub fn is_empty(&self) -> bool {
         self.hits.is_empty()
     }
@@ -157,6 +183,7 @@ pub fn parse_page<'a>(bytes: &'a [u8], info: &PageInfo) -> Result<ParsedPage<'a>
 /// ablation). A [`Error::MalformedPage`] it returns counts as a bad page
 /// under [`OnCorrupt::Skip`]; any other error stops the read.
 pub trait PageSink: Send {
+    /// Takes one page's checked bytes; see the trait's documentation for errors.
     fn raw_page(&mut self, page: &PageInfo, bytes: &[u8]) -> Result<()>;
 }
 

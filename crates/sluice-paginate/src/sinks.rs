@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 /// Counts documents and bytes (per slice, through the read summary).
 #[derive(Debug, Default)]
 pub struct CountSink {
+    /// Documents counted.
     pub docs: u64,
+    /// Bytes of their sources.
     pub source_bytes: u64,
 }
 
@@ -28,11 +30,14 @@ pub struct NdjsonSink {
     out: SharedOut,
     filter: Option<Arc<dyn SourceFilter>>,
     buf: Vec<u8>,
+    /// Lines written.
     pub written: u64,
+    /// Hits looked at.
     pub examined: u64,
 }
 
 impl NdjsonSink {
+    /// A sink writing to `out`, keeping what `filter` keeps (all without one).
     pub fn new(out: SharedOut, filter: Option<Arc<dyn SourceFilter>>) -> Self {
         NdjsonSink {
             out,
@@ -82,11 +87,14 @@ pub trait SourceFilter: Send + Sync {
 /// Counts the hits a filter keeps (without writing them).
 pub struct FilterCountSink {
     filter: Arc<dyn SourceFilter>,
+    /// Hits the filter kept.
     pub matched: u64,
+    /// Hits looked at.
     pub examined: u64,
 }
 
 impl FilterCountSink {
+    /// A sink counting what `filter` keeps.
     pub fn new(filter: Arc<dyn SourceFilter>) -> Self {
         FilterCountSink {
             filter,

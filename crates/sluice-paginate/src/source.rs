@@ -12,10 +12,13 @@ use std::sync::Mutex;
 /// What to take from the index.
 #[derive(Debug, Clone, Default)]
 pub struct SourceSpec {
+    /// The index (or alias, or comma-separated indices).
     pub index: String,
     /// The `query` clause as JSON text (`{"range":{"year":{"gte":2015}}}`); none = all.
     pub query: Option<String>,
+    /// Only these source fields (wildcards as the engine allows).
     pub source_includes: Vec<String>,
+    /// All source fields but these.
     pub source_excludes: Vec<String>,
     /// PIT and scroll keep-alive, in the engine's time syntax (`5m`).
     pub keep_alive: String,
@@ -63,13 +66,16 @@ impl SourceSpec {
 /// Which search engine answers at the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flavor {
+    /// OpenSearch.
     OpenSearch,
+    /// Elasticsearch.
     Elasticsearch,
 }
 
 /// The engine and version at the source: they decide the point-in-time API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Engine {
+    /// OpenSearch or Elasticsearch.
     pub flavor: Flavor,
     /// major, minor, patch
     pub version: (u32, u32, u32),
@@ -214,6 +220,7 @@ fn parse_version(text: &str) -> Result<(u32, u32, u32)> {
 /// Facts about the index, asked before anything is written.
 #[derive(Debug, Clone)]
 pub struct IndexInfo {
+    /// Primary shards of the index (the default slice count).
     pub primary_shards: u32,
     /// Documents the query matches.
     pub doc_count: u64,
@@ -266,6 +273,7 @@ fn known_indices(client: &Client) -> String {
     }
 }
 
+/// Asks the source for the facts an export needs before it writes anything.
 pub fn index_info(client: &Client, spec: &SourceSpec) -> Result<IndexInfo> {
     spec.validate()?;
     let index = &spec.index;
@@ -359,7 +367,9 @@ fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
 pub struct FetchedPage {
     /// `[{"_id":…,"_source":…},…]\n`
     pub bytes: Vec<u8>,
+    /// Documents in the page.
     pub docs: u32,
+    /// Bytes of the largest hit.
     pub max_hit_bytes: usize,
     /// The checkpoint cursor after this page.
     pub cursor_after: String,
@@ -497,6 +507,7 @@ pub struct SharedPit {
 }
 
 impl SharedPit {
+    /// Opens a point in time on the index, through the engine's API.
     pub fn open(client: &Client, engine: Engine, spec: &SourceSpec) -> Result<SharedPit> {
         let id = engine.open_pit(client, &spec.index, &spec.keep_alive)?;
         Ok(Self::adopt(engine, id, spec))
@@ -513,6 +524,7 @@ impl SharedPit {
         }
     }
 
+    /// The point in time's current id.
     pub fn current(&self) -> String {
         self.id.lock().expect("pit lock").clone()
     }
@@ -539,6 +551,7 @@ impl SharedPit {
         self.reopened.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Closes the point in time (one that expired already is fine).
     pub fn close(&self, client: &Client) {
         match self.engine.close_pit(client, &self.current()) {
             Ok(r) if r.is_success() || r.status == 404 => {}
@@ -595,18 +608,23 @@ pub fn slice_field(slices: u32, shards: u32) -> Option<String> {
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, Eq)]
 #[serde(untagged)]
 pub enum CursorState {
+    /// A point in time and the position after the last page.
     Pit {
+        /// The point in time's id.
         pit_id: String,
         /// Raw JSON array of the last hit's sort values; none before the first page.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         search_after: Option<serde_json::Value>,
     },
+    /// A scroll context.
     Scroll {
+        /// The scroll id.
         scroll_id: String,
     },
 }
 
 impl CursorState {
+    /// Reads a checkpoint's cursor text.
     pub fn parse(text: &str) -> Result<CursorState> {
         serde_json::from_str(text)
             .map_err(|e| Error::Format(format!("checkpoint cursor {text:?} is unreadable: {e}")))
@@ -631,6 +649,7 @@ pub struct SliceCursor<'a> {
 }
 
 impl<'a> SliceCursor<'a> {
+    /// A cursor over slice `slice` of `slices`, from `position` (None: the start).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: &'a Client,

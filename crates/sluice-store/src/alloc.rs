@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 /// Largest extent handed out (u32 block count).
 pub const MAX_EXTENT_BLOCKS: u64 = u32::MAX as u64;
 
+/// Free extents of a device set as a map of runs, merged on release; allocations stay within one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExtentAllocator {
     /// start block -> length in blocks. Never two adjacent runs.
@@ -151,10 +152,12 @@ impl ExtentAllocator {
         Ok(())
     }
 
+    /// Free store blocks in all.
     pub fn free_blocks(&self) -> u64 {
         self.free.values().sum()
     }
 
+    /// Blocks of the largest free run.
     pub fn largest_free(&self) -> u64 {
         self.free.values().copied().max().unwrap_or(0)
     }
@@ -167,6 +170,7 @@ impl ExtentAllocator {
             .collect()
     }
 
+    /// Whether `block` is free.
     pub fn is_free(&self, block: u64) -> bool {
         self.free
             .range(..=block)

@@ -9,19 +9,27 @@ pub const MAX_KEY_BYTES: usize = 8 << 10;
 /// Longest value the store takes.
 pub const MAX_VALUE_BYTES: usize = 4 << 20;
 
+/// What one operation of a batch does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum OpKind {
+    /// Sets the key's value.
     Put = 1,
+    /// Removes the key.
     Delete = 2,
     /// Deletes `[key, value)`: the value holds the exclusive end key.
     RangeDelete = 3,
 }
 
+/// One operation of a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchOp {
+    /// Put or delete.
     pub kind: OpKind,
+    /// The keyspace's id.
     pub keyspace: u32,
+    /// The key.
     pub key: Vec<u8>,
+    /// The value (empty for a delete).
     pub value: Vec<u8>,
 }
 
@@ -33,14 +41,17 @@ pub struct WriteBatch {
 }
 
 impl WriteBatch {
+    /// An empty batch.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Adds a put; refuses keys and values over the limits.
     pub fn put(&mut self, keyspace: u32, key: &[u8], value: &[u8]) -> Result<&mut Self> {
         self.push(OpKind::Put, keyspace, key, value)
     }
 
+    /// Adds a delete; refuses keys over the limit.
     pub fn delete(&mut self, keyspace: u32, key: &[u8]) -> Result<&mut Self> {
         self.push(OpKind::Delete, keyspace, key, &[])
     }
@@ -88,10 +99,12 @@ impl WriteBatch {
         Ok(self)
     }
 
+    /// Operations in the batch.
     pub fn len(&self) -> usize {
         self.ops.len()
     }
 
+    /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
     }

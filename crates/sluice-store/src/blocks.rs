@@ -40,17 +40,22 @@ pub const STORE_BLOCK_BYTES: usize = 4096;
 /// A run of store blocks on one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Extent {
+    /// First store block.
     pub start_block: u64,
+    /// Store blocks it spans.
     pub block_count: u32,
 }
 
 impl Extent {
+    /// Bytes of its encoding: start, count, four zero bytes.
     pub const ENCODED_BYTES: usize = 16;
 
+    /// The block after its last.
     pub fn end_block(&self) -> u64 {
         self.start_block + self.block_count as u64
     }
 
+    /// Writes its encoding into `out[..ENCODED_BYTES]`.
     pub fn encode(&self, out: &mut [u8]) {
         out[0..8].copy_from_slice(&self.start_block.to_le_bytes());
         out[8..12].copy_from_slice(&self.block_count.to_le_bytes());
@@ -175,6 +180,7 @@ impl BlockDevice {
         &self.members[0].device
     }
 
+    /// Devices of the set.
     pub fn device_count(&self) -> usize {
         self.members.len()
     }
@@ -439,6 +445,7 @@ pub fn block_checksum(block: &[u8]) -> u32 {
     crc32c::crc32c(&block[..STORE_BLOCK_BYTES - 4])
 }
 
+/// Writes the CRC32C of the block's first 4092 bytes into its last four.
 pub fn seal_block(block: &mut [u8]) {
     let crc = block_checksum(block);
     block[STORE_BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
@@ -452,12 +459,14 @@ pub fn seal_block_for(block: &mut [u8], store_id: &[u8; 16]) {
     block[STORE_BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Whether the block carries the checksum `seal_block_for` gives it for this store.
 pub fn block_is_sealed_for(block: &[u8], store_id: &[u8; 16]) -> bool {
     block.len() == STORE_BLOCK_BYTES
         && crc32c::crc32c_append(crc32c::crc32c(store_id), &block[..STORE_BLOCK_BYTES - 4])
             == crate::codec::u32_at(block, STORE_BLOCK_BYTES - 4).expect("a whole block")
 }
 
+/// Whether a whole block carries its checksum.
 pub fn block_is_sealed(block: &[u8]) -> bool {
     block.len() == STORE_BLOCK_BYTES && trailing_crc_ok(block)
 }

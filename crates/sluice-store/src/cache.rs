@@ -71,6 +71,7 @@ impl<T> std::fmt::Debug for Cache<T> {
 }
 
 impl<T> Cache<T> {
+    /// A cache holding up to `capacity_bytes`.
     pub fn new(capacity_bytes: usize) -> Self {
         let n = (capacity_bytes / MIN_SHARD_BYTES).clamp(1, MAX_SHARDS);
         Cache {
@@ -97,6 +98,7 @@ impl<T> Cache<T> {
             .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// The cached value, marked as used.
     pub fn get(&self, key: BlockKey) -> Option<Arc<T>> {
         let mut c = self.lock(key);
         let Some(&i) = c.map.get(&key) else {
@@ -155,18 +157,22 @@ impl<T> Cache<T> {
         c.used_bytes += bytes;
     }
 
+    /// The bound.
     pub fn capacity_bytes(&self) -> usize {
         self.capacity_bytes
     }
 
+    /// Bytes held now.
     pub fn used_bytes(&self) -> usize {
         self.each().map(|c| c.used_bytes).sum()
     }
 
+    /// Lookups that found their block.
     pub fn hits(&self) -> u64 {
         self.each().map(|c| c.hits).sum()
     }
 
+    /// Lookups that did not.
     pub fn misses(&self) -> u64 {
         self.each().map(|c| c.misses).sum()
     }

@@ -11,12 +11,14 @@ use crate::sst::{BuiltTable, CursorSpec, Entry, EntryKind, RangeTombstone, Table
 use crate::version::{Levels, Table, MAX_LEVELS};
 use std::sync::Arc;
 
+/// When and how tables are merged.
 #[derive(Debug, Clone)]
 pub struct CompactionConfig {
     /// Level 0 is compacted once it holds this many tables.
     pub l0_trigger: usize,
     /// Level 1's budget; each deeper level gets `multiplier` times more.
     pub level_base_bytes: u64,
+    /// Growth of each level's budget over the one above.
     pub multiplier: u64,
     /// Output tables are cut near this size (never between two versions of a key).
     pub target_file_bytes: usize,
@@ -36,9 +38,13 @@ impl Default for CompactionConfig {
 /// What one compaction merges.
 #[derive(Debug)]
 pub struct Job {
+    /// The keyspace compacted.
     pub keyspace: u32,
+    /// The level merged into the next one.
     pub level: usize,
+    /// Its tables taken.
     pub inputs: Vec<Arc<Table>>,
+    /// The next level's tables they overlap.
     pub next_inputs: Vec<Arc<Table>>,
     /// No table lives below the output level: deletes can go.
     pub bottommost: bool,

@@ -1,52 +1,98 @@
 //! Errors of the store. Each says what was wrong and where.
 
+/// Result alias of the store.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// Everything the store can refuse or fail at.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// A device I/O failed.
     #[error("I/O at store block {block}: {error}")]
     Io {
+        /// The store block the I/O was for.
         block: u64,
+        /// What failed.
         error: sluice_io::IoError,
     },
 
+    /// A device that cannot hold or be a store (size, set, labels).
     #[error("{0}")]
     BadDevice(String),
 
+    /// A device that holds no Sluice store.
     #[error("{what} is not a Sluice store: {reason}")]
-    NotAStore { what: String, reason: String },
+    NotAStore {
+        /// The device.
+        what: String,
+        /// What was found instead.
+        reason: String,
+    },
 
+    /// A store written by another format version.
     #[error(
         "store format version {found}, this build reads version {supported}; use a matching build"
     )]
-    UnsupportedVersion { found: u32, supported: u32 },
+    UnsupportedVersion {
+        /// The store's version.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
 
+    /// No free extent large enough.
     #[error("device full: {needed_blocks} blocks needed, largest free extent {largest_free_blocks} blocks of {free_blocks} free")]
     DeviceFull {
+        /// Blocks asked for.
         needed_blocks: u64,
+        /// The largest free run.
         largest_free_blocks: u64,
+        /// Free blocks in all.
         free_blocks: u64,
     },
 
+    /// An extent that cannot be reserved or released as asked.
     #[error("extent {start_block}+{block_count} {problem}")]
     BadExtent {
+        /// Its first block.
         start_block: u64,
+        /// Its length.
         block_count: u32,
+        /// What is wrong with it.
         problem: &'static str,
     },
 
+    /// The WAL ring holds no room for the write.
     #[error("write-ahead log full: {used_blocks} of {ring_blocks} blocks hold records not yet flushed to tables; flush the memtable")]
-    WalFull { used_blocks: u64, ring_blocks: u64 },
+    WalFull {
+        /// Blocks holding records not yet in tables.
+        used_blocks: u64,
+        /// Blocks of the ring.
+        ring_blocks: u64,
+    },
 
+    /// A batch too large for one log record.
     #[error("record of {len_bytes} bytes exceeds the limit of {max_bytes} bytes")]
-    RecordTooLarge { len_bytes: usize, max_bytes: usize },
+    RecordTooLarge {
+        /// Its encoded size.
+        len_bytes: usize,
+        /// The limit.
+        max_bytes: usize,
+    },
 
+    /// A key, value, range or name the store refuses.
     #[error("bad input: {0}")]
     BadInput(String),
 
+    /// No keyspace of this name or id.
     #[error("unknown keyspace {name:?}; known: {known}")]
-    UnknownKeyspace { name: String, known: String },
+    UnknownKeyspace {
+        /// The name asked for.
+        name: String,
+        /// The keyspaces there are.
+        known: String,
+    },
 
+    /// Damage before the log's end that recovery may not pass over unasked.
     #[error(
         "the write-ahead log is damaged before its end: {} fail{} their checks, yet log block {proven_by} \
          was written after they were durable, so they hold acknowledged writes. Nothing was changed. \
@@ -57,15 +103,22 @@ pub enum StoreError {
         if damaged.len() == 1 { "s" } else { "" }
     )]
     WalDamaged {
+        /// The damaged blocks.
         damaged: Vec<DamagedBlock>,
+        /// A later block whose durable mark proves they held acknowledged writes.
         proven_by: u64,
     },
 
+    /// A block that fails its checks.
     #[error("corrupt {what} at store block {block} (LBA {lba}): {reason}")]
     Corrupt {
+        /// What the block is (manifest block, table footer, ...).
         what: &'static str,
+        /// Its store block.
         block: u64,
+        /// Its LBA on its device.
         lba: u64,
+        /// What is wrong.
         reason: String,
     },
 }
@@ -77,6 +130,7 @@ pub struct DamagedBlock {
     pub seq: u64,
     /// Store block, and the LBA on its device.
     pub block: u64,
+    /// The LBA of that store block on its device.
     pub lba: u64,
 }
 

@@ -117,13 +117,20 @@ pub enum TableList {
     /// Tables `lo..hi` of one level of a version (walked from `hi - 1`
     /// down when reversed): nothing is copied per scan.
     Level {
+        /// The version holding the tables.
         version: Arc<Version>,
+        /// The keyspace.
         keyspace: u32,
+        /// The level.
         level: usize,
+        /// First table index.
         lo: usize,
+        /// One past the last table index.
         hi: usize,
+        /// Walked from the last down.
         reverse: bool,
     },
+    /// Tables given as a list (walked in its order).
     Owned(Vec<Arc<TableReader>>),
 }
 
@@ -201,8 +208,11 @@ impl LevelSource {
 
 /// One input of a merge.
 pub enum Source {
+    /// A memtable.
     Mem(MemSource),
+    /// One table.
     Table(TableCursor),
+    /// The tables of one level, opened one at a time.
     Level(LevelSource),
 }
 
@@ -241,6 +251,7 @@ pub struct MergeIter {
 }
 
 impl MergeIter {
+    /// A merging iterator over `sources` (newest first where keys tie).
     pub fn new(dev: &BlockDevice, sources: Vec<Source>, reverse: bool) -> Self {
         MergeIter {
             dev: dev.clone(),
@@ -417,6 +428,7 @@ pub struct StoreIter {
 }
 
 impl StoreIter {
+    /// A source walking `tables` over a key range.
     pub fn new(
         dev: &BlockDevice,
         memtables: &[Arc<RwLock<Memtable>>],

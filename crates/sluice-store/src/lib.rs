@@ -14,6 +14,7 @@
 //! ([`compaction`]), and the [`Store`] API over them: keyspaces, atomic
 //! batches, deletes and range deletes, snapshots, streaming forward and
 //! reverse iterators over ranges and prefixes, flush, compact, stats.
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod alloc;
@@ -23,6 +24,8 @@ pub mod cache;
 mod codec;
 pub mod compaction;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod iter;
 pub mod manifest;
 pub mod memtable;

@@ -45,8 +45,11 @@ const T_GROUP_COMMIT: u8 = 11;
 /// How a keyspace's values are laid out (near-data operators read it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueFormat {
+    /// Bytes, never read field by field.
     Raw = 1,
+    /// JSON documents (fields optionally declared).
     Json = 2,
+    /// Typed records laid out by a schema.
     Record = 3,
 }
 
@@ -77,10 +80,14 @@ impl ValueFormat {
     }
 }
 
+/// A keyspace as the manifest records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyspaceDef {
+    /// Its id, used in keys of the memtable, tables and log.
     pub id: u32,
+    /// Its name.
     pub name: String,
+    /// The format of its values.
     pub format: ValueFormat,
     /// For `Record`: the schema text; empty otherwise.
     pub schema: String,
@@ -89,49 +96,80 @@ pub struct KeyspaceDef {
 /// A table (SST) as the manifest knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableMeta {
+    /// The table's keyspace.
     pub keyspace: u32,
+    /// Its level.
     pub level: u8,
+    /// Its number, unique in the store.
     pub file_no: u64,
+    /// Where its data blocks lie.
     pub data: Extent,
+    /// Where its index, filter, tombstones and footer lie.
     pub index: Extent,
+    /// Versions it holds.
     pub entries: u64,
+    /// Its first key.
     pub smallest: Vec<u8>,
+    /// Its last key.
     pub largest: Vec<u8>,
 }
 
+/// Where the WAL ring lies and what of it is live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalPlace {
+    /// The ring's random epoch (blocks of an older ring never validate).
     pub epoch: u64,
     /// Oldest log block whose records are not yet in tables.
     pub tail_seq: u64,
+    /// The ring's extents, in order.
     pub ring: Vec<Extent>,
 }
 
 /// One change to the store's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Edit {
+    /// An extent taken.
     Alloc(Extent),
+    /// An extent given back.
     Free(Extent),
+    /// A keyspace created.
     AddKeyspace(KeyspaceDef),
+    /// A table added (or moved to another level).
     AddTable(TableMeta),
-    RemoveTable { keyspace: u32, file_no: u64 },
+    /// A table removed.
+    RemoveTable {
+        /// Its keyspace.
+        keyspace: u32,
+        /// Its number.
+        file_no: u64,
+    },
+    /// The WAL's place and live tail.
     Wal(WalPlace),
+    /// Every write up to this sequence is in tables or the WAL.
     LastSequence(u64),
+    /// The next table number to give.
     NextFile(u64),
 }
 
 /// The state the manifest describes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestState {
+    /// Free and used extents.
     pub allocator: ExtentAllocator,
+    /// Keyspaces by id.
     pub keyspaces: BTreeMap<u32, KeyspaceDef>,
+    /// Live tables by (keyspace, number).
     pub tables: BTreeMap<(u32, u64), TableMeta>,
+    /// The WAL's place.
     pub wal: Option<WalPlace>,
+    /// Highest sequence recorded.
     pub last_sequence: u64,
+    /// Next table number.
     pub next_file: u64,
 }
 
 impl ManifestState {
+    /// The empty state of a device of `device_blocks`.
     pub fn new(device_blocks: u64) -> Self {
         ManifestState {
             allocator: ExtentAllocator::new(SUPERBLOCK_BLOCKS, device_blocks),
@@ -143,6 +181,7 @@ impl ManifestState {
         }
     }
 
+    /// Applies one edit; an edit that does not fit the state is an error.
     pub fn apply(&mut self, edit: &Edit) -> Result<()> {
         match edit {
             Edit::Alloc(e) => self.allocator.reserve(*e)?,
@@ -500,10 +539,12 @@ impl Manifest {
         &self.dev
     }
 
+    /// The state the log describes (with allocations made since).
     pub fn state(&self) -> &ManifestState {
         &self.state
     }
 
+    /// The superblock the manifest was opened or last written through.
     pub fn superblock(&self) -> &Superblock {
         &self.superblock
     }
@@ -669,6 +710,16 @@ impl Manifest {
         self.superblock.manifest_first_seq = self.first_seq;
         superblock::write_both(&self.dev, &mut self.superblock)
     }
+}
+
+/// Frames `body` as the block at `seq` of store `store_id`: derived
+/// header, body, seal.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn frame_block(b: &mut [u8], body: &[u8], seq: u64, store_id: &[u8; 16]) {
+    let n = body.len().min(STORE_BLOCK_BYTES - 4 - DERIVED_BYTES);
+    b[DERIVED_BYTES..DERIVED_BYTES + n].copy_from_slice(&body[..n]);
+    write_derived_header(b, seq);
+    seal_block_for(b, store_id);
 }
 
 fn write_derived_header(b: &mut [u8], seq: u64) {

@@ -26,6 +26,7 @@ struct RangeTombstone {
 /// Receives one version: key, sequence, kind, value.
 pub type VersionVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) + 'a;
 
+/// Recent writes of every keyspace, ordered, in memory until flushed.
 #[derive(Debug, Default)]
 pub struct Memtable {
     entries: BTreeMap<InternalKey, Version>,
@@ -62,6 +63,7 @@ impl Memtable {
         }
     }
 
+    /// Bytes its keys and values take, roughly.
     pub fn approximate_bytes(&self) -> usize {
         self.approximate_bytes
     }
@@ -197,6 +199,7 @@ impl Memtable {
             .collect()
     }
 
+    /// The keyspace's range tombstones.
     pub fn range_tombstones(&self, keyspace: u32) -> Vec<SstRangeTombstone> {
         self.ranges
             .iter()
@@ -218,10 +221,12 @@ impl Memtable {
         ks
     }
 
+    /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.ranges.is_empty()
     }
 
+    /// Versions it holds.
     pub fn entry_count(&self) -> usize {
         self.entries.len() + self.ranges.len()
     }

@@ -43,6 +43,7 @@ impl Parity {
         }
     }
 
+    /// Whether no block was added since the last parity block.
     pub fn is_empty(&self) -> bool {
         self.blocks == 0
     }
@@ -126,9 +127,17 @@ pub enum Slot {
     /// A valid block of the log at its place: every block below `claim`
     /// was durable when it was written; its group starts at `group`, so
     /// block `group - 1` is the previous group's parity block.
-    Data { claim: u64, group: u64 },
+    Data {
+        /// Every block below it was durable when this one was written.
+        claim: u64,
+        /// The first block of its group.
+        group: u64,
+    },
     /// The valid parity block of the group that starts at `first`.
-    Parity { first: u64 },
+    Parity {
+        /// The first block of the group it covers.
+        first: u64,
+    },
     /// Torn, never written, left from earlier use of the space, or damaged.
     Invalid,
 }
@@ -148,7 +157,9 @@ pub trait LogFormat {
 /// their group's parity where the rest of the group was intact.
 #[derive(Debug)]
 pub struct Scan {
+    /// Sequence of the first block read.
     pub start_seq: u64,
+    /// What each block from `start_seq` on is.
     pub slots: Vec<Slot>,
     /// Blocks rebuilt from parity, by sequence.
     pub rebuilt: BTreeMap<u64, AlignedMem>,
@@ -189,10 +200,12 @@ impl Scan {
         Ok(scan)
     }
 
+    /// One past the last block read.
     pub fn end_seq(&self) -> u64 {
         self.start_seq + self.slots.len() as u64
     }
 
+    /// What the block at `seq` is (Invalid outside what was read).
     pub fn slot(&self, seq: u64) -> Slot {
         self.slots[(seq - self.start_seq) as usize]
     }

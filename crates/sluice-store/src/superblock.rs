@@ -7,6 +7,7 @@ use crate::blocks::{
 use crate::codec;
 use crate::error::{Result, StoreError};
 
+/// First bytes of both superblock copies.
 pub const MAGIC: &[u8; 8] = b"SLUICEKV";
 /// 2: the superblock lists the store blocks of each device of the set.
 /// 3: manifest checksums seeded with the store id. 4: WAL and manifest
@@ -15,15 +16,24 @@ pub const FORMAT_VERSION: u32 = 4;
 /// Store blocks 0 and 1 hold the two copies.
 pub const SUPERBLOCK_BLOCKS: u64 = 2;
 
+/// What the first device's superblock (and each member's label) records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Superblock {
+    /// Raised on every write; the higher valid copy wins.
     pub generation: u64,
+    /// Random per store; every device of the set carries it.
     pub store_id: [u8; 16],
+    /// Store blocks of the whole set.
     pub device_blocks: u64,
+    /// This device's place in the set.
     pub device_index: u32,
+    /// Devices in the set.
     pub device_count: u32,
+    /// When the store was formatted.
     pub created_unix_ms: u64,
+    /// Where the manifest log lies.
     pub manifest: Extent,
+    /// Sequence of the manifest extent's first block.
     pub manifest_first_seq: u64,
     /// Store blocks used on each device of the set, in order (their sum is
     /// `device_blocks`).
@@ -32,9 +42,11 @@ pub struct Superblock {
 
 /// Where the member table starts, and the most devices it lists.
 const MEMBERS_AT: usize = 96;
+/// Most devices a set may have.
 pub const MAX_MEMBERS: usize = crate::blocks::MAX_DEVICES;
 
 impl Superblock {
+    /// The block this superblock is written as.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; STORE_BLOCK_BYTES];
         b[0..8].copy_from_slice(MAGIC);
@@ -102,11 +114,16 @@ impl Superblock {
     }
 }
 
+/// Why a superblock copy is not valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeError {
+    /// No superblock magic: not a store, or never formatted.
     Magic,
+    /// The checksum fails.
     Checksum,
+    /// Another format version.
     Version(u32),
+    /// Another block size.
     BlockSize(u32),
     /// A device count of zero or over the limit, or sizes that do not add up.
     Members(u32),

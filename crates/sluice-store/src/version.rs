@@ -17,13 +17,16 @@ pub const MAX_LEVELS: usize = 7;
 /// when the last reader lets go of it.
 #[derive(Debug)]
 pub struct Table {
+    /// What the manifest records of the table.
     pub meta: TableMeta,
+    /// The open table.
     pub reader: Arc<TableReader>,
     obsolete: AtomicBool,
     released: Arc<Mutex<Vec<Extent>>>,
 }
 
 impl Table {
+    /// A live table; its extents go to `released` once it is obsolete and its last reader is gone.
     pub fn new(meta: TableMeta, reader: TableReader, released: Arc<Mutex<Vec<Extent>>>) -> Self {
         Table {
             meta,
@@ -47,10 +50,12 @@ impl Table {
         }
     }
 
+    /// Marks it replaced: its extents are released with its last reference.
     pub fn mark_obsolete(&self) {
         self.obsolete.store(true, Ordering::Release);
     }
 
+    /// Bytes of its data blocks.
     pub fn size_bytes(&self) -> u64 {
         self.meta.data.block_count as u64 * crate::blocks::STORE_BLOCK_BYTES as u64
     }
@@ -102,14 +107,17 @@ impl Drop for Table {
 /// levels sorted by key and disjoint.
 #[derive(Debug, Clone, Default)]
 pub struct Levels {
+    /// Tables of each level.
     pub levels: Vec<Vec<Arc<Table>>>,
 }
 
 impl Levels {
+    /// Tables of level `l` (empty past the deepest).
     pub fn level(&self, l: usize) -> &[Arc<Table>] {
         self.levels.get(l).map_or(&[], Vec::as_slice)
     }
 
+    /// Tables of level `l`, to change (levels are added as needed).
     pub fn level_mut(&mut self, l: usize) -> &mut Vec<Arc<Table>> {
         if self.levels.len() <= l {
             self.levels.resize_with(l + 1, Vec::new);
@@ -129,6 +137,7 @@ impl Levels {
         }
     }
 
+    /// Removes the table with this number, at whatever level.
     pub fn remove(&mut self, file_no: u64) {
         for v in &mut self.levels {
             v.retain(|t| t.meta.file_no != file_no);
@@ -157,6 +166,7 @@ impl Levels {
         self.levels.iter().flatten()
     }
 
+    /// Bytes of level `l`'s data blocks.
     pub fn level_bytes(&self, l: usize) -> u64 {
         self.level(l).iter().map(|t| t.size_bytes()).sum()
     }
@@ -165,10 +175,12 @@ impl Levels {
 /// The live tables of every keyspace.
 #[derive(Debug, Clone, Default)]
 pub struct Version {
+    /// Tables of each keyspace.
     pub keyspaces: BTreeMap<u32, Levels>,
 }
 
 impl Version {
+    /// The keyspace's tables, if it has any.
     pub fn levels(&self, keyspace: u32) -> Option<&Levels> {
         self.keyspaces.get(&keyspace)
     }

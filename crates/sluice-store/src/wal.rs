@@ -34,6 +34,7 @@ const LAST: u8 = 4;
 /// fragment. The record is durable once `last_durable() > end_seq`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LogPosition {
+    /// One past the last log block the write's record reaches.
     pub end_seq: u64,
 }
 
@@ -67,12 +68,14 @@ impl std::str::FromStr for WalRecovery {
 /// The log's place on the device.
 #[derive(Debug, Clone)]
 pub struct WalLayout {
+    /// The ring's extents, in log order.
     pub ring: Vec<Extent>,
     /// Random per ring; blocks carrying another epoch never validate.
     pub epoch: u64,
 }
 
 impl WalLayout {
+    /// Blocks of the ring.
     pub fn ring_blocks(&self) -> u64 {
         self.ring.iter().map(|e| e.block_count as u64).sum()
     }
@@ -257,6 +260,7 @@ impl Wal {
         self.durable_below.get()
     }
 
+    /// Whether every block up to `pos` is durable.
     pub fn is_durable(&self, pos: LogPosition) -> bool {
         self.last_durable() > pos.end_seq
     }
@@ -634,6 +638,15 @@ fn reap_early(engine: &mut dyn sluice_io::Engine, min: usize, block: u64) -> Res
         }
     }
     Ok(())
+}
+
+/// Frames `body` as the block at `seq`: derived header, body, seal.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn frame_block(b: &mut [u8], body: &[u8], seq: u64, epoch: u64) {
+    let n = body.len().min(STORE_BLOCK_BYTES - 4 - DERIVED_BYTES);
+    b[DERIVED_BYTES..DERIVED_BYTES + n].copy_from_slice(&body[..n]);
+    write_derived_header(b, seq, epoch);
+    crate::blocks::seal_block(b);
 }
 
 fn write_derived_header(b: &mut [u8], seq: u64, epoch: u64) {

@@ -2,6 +2,9 @@
 //! batches, snapshots, scans, reopen and power cuts. Plus bad input.
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
+mod common;
+
+use common::ProcessView;
 use proptest::prelude::*;
 use sluice_io::{Device, FileDevice, FileOptions, MemoryDevice, PowerCutMode};
 use sluice_store::batch::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
@@ -743,8 +746,13 @@ fn unsynced_writes_survive_a_clean_close_and_a_crash_keeps_a_prefix() {
             .len(),
         500
     );
-    // Unsynced writes then a power cut: whatever survives is a prefix, and
-    // the synced write before them is there.
+    // Unsynced writes then a crash and a power cut: whatever survives is a
+    // prefix, and the synced write before them is there. The store runs on
+    // a process's view of the device, so the crash stops its I/O (early
+    // log writes still queued on its engines never land).
+    drop(store);
+    let view = ProcessView::new(&mem);
+    let store = Store::open(view.clone() as Arc<dyn Device>, &cfg).unwrap();
     store.put(0, b"synced", b"1").unwrap();
     for i in 0..300u32 {
         let mut b = WriteBatch::new();
@@ -752,7 +760,8 @@ fn unsynced_writes_survive_a_clean_close_and_a_crash_keeps_a_prefix() {
             .unwrap();
         store.write_with(&b, nosync).unwrap();
     }
-    std::mem::forget(store); // a crash: no clean close
+    view.kill(); // a crash: no clean close, no I/O after it
+    std::mem::forget(store);
     mem.power_cut(PowerCutMode::DropUnflushed);
     let store = reopen(&mem);
     assert!(store.get(0, b"synced").unwrap().is_some());

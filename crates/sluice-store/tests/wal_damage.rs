@@ -6,6 +6,9 @@
 //! ring, at random moments, against an ordered map.
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
+mod common;
+
+use common::ProcessView;
 use proptest::prelude::*;
 use sluice_io::{Device, MemoryDevice, PowerCutMode};
 use sluice_store::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
@@ -358,62 +361,6 @@ fn pvalue(k: u8, v: u16) -> Vec<u8> {
     let mut out = vec![k; (v as usize % 5) * 1500 + 3];
     out[..2].copy_from_slice(&v.to_le_bytes());
     out
-}
-
-/// The memory device as one process sees it: `kill` is the process dying —
-/// it waits for the writes under way (they landed before the death) and
-/// drops every later one, as the I/O of a dead process never reaches the
-/// device. A store that is only forgotten keeps its engines' threads, whose
-/// queued writes would otherwise land after the power cut.
-#[derive(Debug)]
-struct ProcessView {
-    mem: Arc<MemoryDevice>,
-    dead: std::sync::RwLock<bool>,
-}
-
-impl ProcessView {
-    fn new(mem: &Arc<MemoryDevice>) -> Arc<Self> {
-        Arc::new(ProcessView {
-            mem: mem.clone(),
-            dead: std::sync::RwLock::new(false),
-        })
-    }
-
-    fn kill(&self) {
-        *self.dead.write().unwrap() = true;
-    }
-}
-
-impl Device for ProcessView {
-    fn geometry(&self) -> sluice_io::Geometry {
-        self.mem.geometry()
-    }
-    fn read_at(&self, lba: u64, buf: &mut [u8]) -> sluice_io::Result<()> {
-        self.mem.read_at(lba, buf)
-    }
-    fn write_at(&self, lba: u64, buf: &[u8]) -> sluice_io::Result<()> {
-        let dead = self.dead.read().unwrap();
-        if *dead {
-            return Ok(());
-        }
-        self.mem.write_at(lba, buf)
-    }
-    fn flush(&self) -> sluice_io::Result<()> {
-        let dead = self.dead.read().unwrap();
-        if *dead {
-            return Ok(());
-        }
-        self.mem.flush()
-    }
-    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        None
-    }
-    fn is_direct(&self) -> bool {
-        self.mem.is_direct()
-    }
-    fn describe(&self) -> String {
-        self.mem.describe()
-    }
 }
 
 /// Flips one bit, or fills one whole block with garbage, at a place in the

@@ -118,10 +118,12 @@ impl FileDevice {
         })
     }
 
+    /// The file or block device opened.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Whether it is a block device (else a regular file).
     pub fn is_block_device(&self) -> bool {
         self.is_block_device
     }

@@ -24,7 +24,10 @@ pub enum PowerCutMode {
     DropUnflushed,
     /// Each sector of each unflushed write independently survives or not,
     /// decided by a generator seeded with this value.
-    TornSectors { seed: u64 },
+    TornSectors {
+        /// Seed of the generator that decides each sector.
+        seed: u64,
+    },
 }
 
 #[derive(Debug)]
@@ -56,6 +59,7 @@ pub struct MemoryDevice {
 }
 
 impl MemoryDevice {
+    /// A zeroed device of `block_count` blocks of `block_size_bytes`.
     pub fn new(block_size_bytes: u32, block_count: u64) -> Self {
         assert!((block_size_bytes as usize).is_multiple_of(SECTOR_SIZE_BYTES));
         let size = block_size_bytes as usize * block_count as usize;
@@ -89,6 +93,7 @@ impl MemoryDevice {
         self.state().faults.write_error_lbas.insert(lba);
     }
 
+    /// Removes every injected fault.
     pub fn clear_faults(&self) {
         self.state().faults = Faults::default();
     }
@@ -130,6 +135,7 @@ impl MemoryDevice {
         self.state().pending.len()
     }
 
+    /// Flushes made so far (tests count them).
     pub fn flush_count(&self) -> u64 {
         self.state().flushes
     }

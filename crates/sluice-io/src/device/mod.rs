@@ -20,11 +20,14 @@ pub const MAX_IO_BYTES: u64 = 1 << 30;
 /// Size and addressing unit of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Logical block size: the unit of LBAs and of direct I/O.
     pub block_size_bytes: u32,
+    /// Blocks the device holds.
     pub block_count: u64,
 }
 
 impl Geometry {
+    /// The device's size.
     pub fn size_bytes(&self) -> u64 {
         self.block_count * self.block_size_bytes as u64
     }
@@ -80,6 +83,7 @@ impl Geometry {
 /// A namespace of logical blocks. Synchronous calls; the engines add queues,
 /// batching and priorities on top.
 pub trait Device: Send + Sync + std::fmt::Debug {
+    /// Block size and block count.
     fn geometry(&self) -> Geometry;
 
     /// Reads `buf.len()` bytes starting at block `lba`.

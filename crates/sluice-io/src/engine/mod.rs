@@ -31,6 +31,7 @@ pub const MAX_POSIX_THREADS: usize = 256;
 
 /// Kernel I/O priority classes (ioprio_set(2)).
 pub const IOPRIO_CLASS_BE: u16 = 2;
+/// The idle class: served only when the disk has nothing else to do.
 pub const IOPRIO_CLASS_IDLE: u16 = 3;
 
 /// Builds a kernel ioprio value from a class and a level (0 highest, 7 lowest).
@@ -38,6 +39,7 @@ pub const fn ioprio(class: u16, level: u16) -> u16 {
     (class << 13) | (level & 7)
 }
 
+/// The engine's two priority classes (and the kernel ioprio each carries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Priority {
     /// Log writes and foreground reads.
@@ -46,9 +48,12 @@ pub enum Priority {
     Low,
 }
 
+/// What a request does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
+    /// Reads into the buffer.
     Read,
+    /// Writes the buffer.
     Write,
     /// Makes every write completed before it was submitted durable.
     Flush,
@@ -68,10 +73,15 @@ impl Op {
 /// One I/O. `buf` is required for reads and writes; its `len()` is the length.
 #[derive(Debug)]
 pub struct Request {
+    /// What to do.
     pub op: Op,
+    /// First block (in the device's logical blocks).
     pub lba: u64,
+    /// The data (read into or written from); None for a flush.
     pub buf: Option<IoBuf>,
+    /// Its class in the engine's gate and as kernel ioprio.
     pub priority: Priority,
+    /// The caller's tag, given back in the completion.
     pub user_data: u64,
     /// For a flush: start only once every request this engine issued before
     /// it has completed (io_uring's IOSQE_IO_DRAIN), so writes and the flush
@@ -85,6 +95,7 @@ pub struct Request {
 }
 
 impl Request {
+    /// A read of `buf.len()` bytes at `lba`, high priority.
     pub fn read(lba: u64, buf: IoBuf, user_data: u64) -> Self {
         Request {
             op: Op::Read,
@@ -97,6 +108,7 @@ impl Request {
         }
     }
 
+    /// A write of `buf` at `lba`, high priority.
     pub fn write(lba: u64, buf: IoBuf, user_data: u64) -> Self {
         Request {
             op: Op::Write,
@@ -109,6 +121,7 @@ impl Request {
         }
     }
 
+    /// A flush: every write completed before it is issued becomes durable.
     pub fn flush(user_data: u64) -> Self {
         Request {
             op: Op::Flush,
@@ -137,6 +150,7 @@ impl Request {
         self
     }
 
+    /// The same request in another priority class.
     pub fn with_priority(mut self, priority: Priority) -> Self {
         self.priority = priority;
         self
@@ -150,25 +164,35 @@ impl Request {
 /// The outcome of one request, with its buffer back.
 #[derive(Debug)]
 pub struct Completion {
+    /// The request's tag.
     pub user_data: u64,
+    /// The request's operation.
     pub op: Op,
+    /// The request's first block.
     pub lba: u64,
+    /// The request's class.
     pub priority: Priority,
     /// Bytes transferred, or what went wrong.
     pub result: Result<usize>,
+    /// The request's buffer, back to the caller.
     pub buf: Option<IoBuf>,
 }
 
 /// A request the engine would not take, with the request handed back.
 #[derive(Debug)]
 pub struct Rejected {
+    /// Why it was refused.
     pub error: IoError,
+    /// The request, untouched.
     pub request: Request,
 }
 
+/// Which engine runs the requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineKind {
+    /// io_uring (registered file, fixed buffers, optional SQPOLL/IOPOLL).
     Uring,
+    /// pread/pwrite on worker threads: the honest baseline.
     Posix,
 }
 
@@ -181,8 +205,10 @@ impl std::fmt::Display for EngineKind {
     }
 }
 
+/// How an engine is opened.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// io_uring or the posix baseline.
     pub kind: EngineKind,
     /// Requests accepted and not yet reaped, at most.
     pub queue_depth: usize,
@@ -215,11 +241,15 @@ pub struct EngineConfig {
     pub fixed_buffers: bool,
     /// Low-priority requests wait while high ones hold this share of the depth.
     pub high_share: f64,
+    /// Kernel ioprio of high-priority requests (0: the process's own).
     pub high_ioprio: u16,
+    /// Kernel ioprio of low-priority requests (default best-effort level 7).
     pub low_ioprio: u16,
+    /// Worker threads of the posix engine.
     pub posix_threads: usize,
     /// Fall back (uring to posix, SQPOLL to plain, ...) instead of failing.
     pub allow_fallback: bool,
+    /// The buffer pool the engine registers and allocates from.
     pub pool: PoolConfig,
 }
 
@@ -245,6 +275,7 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
+    /// Checks every value against its limit, naming the one out of range.
     pub fn validate(&self) -> Result<()> {
         if self.queue_depth == 0 || self.queue_depth > MAX_QUEUE_DEPTH {
             return Err(IoError::Config(format!(
@@ -276,10 +307,13 @@ impl EngineConfig {
 
 /// A queue of I/O against one device.
 pub trait Engine: Send {
+    /// Which engine this is.
     fn kind(&self) -> EngineKind;
+    /// The device it does I/O on.
     fn device(&self) -> &Arc<dyn Device>;
     /// The pool whose buffers this engine uses best (fixed buffers).
     fn pool(&self) -> &BufferPool;
+    /// Most requests accepted and not yet reaped.
     fn queue_depth(&self) -> usize;
     /// Requests accepted and not yet reaped.
     fn in_flight(&self) -> usize;

@@ -15,6 +15,7 @@ struct Job {
     ioprio: u16,
 }
 
+/// pread/pwrite on a fixed set of worker threads: the baseline engine.
 pub struct PosixEngine {
     device: Arc<dyn Device>,
     pool: BufferPool,
@@ -30,6 +31,7 @@ pub struct PosixEngine {
 }
 
 impl PosixEngine {
+    /// Starts `config.posix_threads` workers on `device`.
     pub fn open(
         device: Arc<dyn Device>,
         config: &EngineConfig,

@@ -68,6 +68,7 @@ struct InFlight {
     error: Option<IoError>,
 }
 
+/// An io_uring engine: one ring per engine, a registered file, fixed buffers from the pool, two priority classes in a gate before the ring.
 pub struct UringEngine {
     ring: Arc<IoUring>,
     device: Arc<dyn Device>,
@@ -276,6 +277,7 @@ impl UringEngine {
         })
     }
 
+    /// Whether the ring submits through a kernel thread (SQPOLL).
     pub fn is_sqpoll(&self) -> bool {
         self.sqpoll
     }

@@ -23,10 +23,12 @@ impl Segment {
         }
     }
 
+    /// The run's first byte.
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }
 
+    /// The run's length.
     pub fn len_bytes(&self) -> usize {
         self.len_bytes
     }
@@ -40,10 +42,13 @@ impl Segment {
 /// Which tier served a buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
+    /// A static pinned block of the small tier.
     Small,
+    /// A contiguous run of a registered medium chunk.
     Medium,
     /// Medium, served as a scatter/gather list of discontiguous runs.
     Scattered,
+    /// Memory pinned for this one request.
     Big,
     /// Plain aligned memory, not from a pool and not pinned.
     Unpooled,
@@ -115,14 +120,17 @@ impl IoBuf {
         }
     }
 
+    /// Length of the I/O it carries.
     pub fn len(&self) -> usize {
         self.len_bytes
     }
 
+    /// Whether that length is zero.
     pub fn is_empty(&self) -> bool {
         self.len_bytes == 0
     }
 
+    /// Bytes it can hold (its length is set up to this).
     pub fn capacity(&self) -> usize {
         self.capacity_bytes
     }
@@ -140,6 +148,7 @@ impl IoBuf {
         self.len_bytes = len_bytes;
     }
 
+    /// Which tier served it.
     pub fn tier(&self) -> Tier {
         match self.origin.as_ref().expect("origin present until drop") {
             Origin::Small { .. } => Tier::Small,

@@ -42,13 +42,18 @@ pub enum OnExhausted {
     /// Fail at once with [`IoError::PoolExhausted`].
     Fail,
     /// Wait for buffers to come back, up to the timeout, then fail.
-    Wait { timeout_ms: u64 },
+    Wait {
+        /// Longest wait before failing.
+        timeout_ms: u64,
+    },
 }
 
+/// The pool's sizes and limits.
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
     /// Size of one small block; requests up to this size use the small tier.
     pub small_block_size_bytes: usize,
+    /// Blocks in the read list.
     pub small_read_blocks: u32,
     /// Blocks in each of the two write lists.
     pub small_write_blocks: u32,
@@ -58,6 +63,7 @@ pub struct PoolConfig {
     pub max_pinned_bytes: u64,
     /// t: a completely free chunk is released after this long.
     pub idle_release_ms: u64,
+    /// What an allocation does at the ceiling.
     pub on_exhausted: OnExhausted,
     /// Most discontiguous runs one scatter/gather buffer may use.
     pub max_segments: usize,
@@ -82,6 +88,7 @@ impl Default for PoolConfig {
 }
 
 impl PoolConfig {
+    /// Checks every value against its limit, naming the one out of range.
     pub fn validate(&self) -> Result<()> {
         let bad = |msg: String| Err(IoError::Config(msg));
         if !self.small_block_size_bytes.is_power_of_two()
@@ -134,6 +141,7 @@ impl PoolConfig {
         Ok(())
     }
 
+    /// Bytes the small tier pins (its read list and both write lists).
     pub fn small_tier_bytes(&self) -> u64 {
         let blocks = self.small_read_blocks as u64 + 2 * self.small_write_blocks as u64;
         blocks * self.small_block_size_bytes as u64
@@ -177,17 +185,29 @@ pub struct PoolStats {
     pub hits: u64,
     /// Requests that needed new memory pinned (a new chunk or a big buffer).
     pub misses: u64,
+    /// Memory pinned (chunks and big buffers).
     pub pins: u64,
+    /// Memory unpinned again.
     pub unpins: u64,
+    /// Bytes pinned now.
     pub pinned_bytes: u64,
+    /// Most bytes ever pinned at once.
     pub peak_pinned_bytes: u64,
+    /// Buffers served by the small tier.
     pub small_allocs: u64,
+    /// Buffers served as one medium run.
     pub medium_allocs: u64,
+    /// Buffers served as scatter/gather lists of medium runs.
     pub scattered_allocs: u64,
+    /// Buffers pinned for one request.
     pub big_allocs: u64,
+    /// Allocations that waited for memory to come back.
     pub waits: u64,
+    /// Allocations that failed at the ceiling.
     pub failures: u64,
+    /// Medium chunks held now.
     pub chunks: u64,
+    /// Chunks released after staying free for `idle_release_ms`.
     pub idle_releases: u64,
     /// 1 - largest free run / free bytes of the medium tier.
     pub fragmentation: f64,
@@ -236,7 +256,9 @@ pub struct BufferPool {
 /// The direction of the I/O a buffer is for: it picks the small list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {
+    /// A buffer to read into.
     Read,
+    /// A buffer to write from.
     Write,
 }
 
@@ -285,6 +307,7 @@ impl BufferPool {
         })
     }
 
+    /// The configuration it was made with.
     pub fn config(&self) -> &PoolConfig {
         &self.shared.config
     }
@@ -294,6 +317,7 @@ impl BufferPool {
         matches!(self.shared.pinning, Pinning::Registered(_))
     }
 
+    /// A snapshot of the counters.
     pub fn stats(&self) -> PoolStats {
         let st = self.shared.lock();
         let mut s = st.stats.clone();

@@ -9,13 +9,17 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// Index of a medium chunk.
 pub type ChunkId = u32;
 
 /// A run of bytes inside one chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Region {
+    /// The chunk.
     pub chunk: ChunkId,
+    /// Offset of the run in the chunk.
     pub offset_bytes: usize,
+    /// Length of the run.
     pub len_bytes: usize,
 }
 
@@ -28,10 +32,14 @@ struct Chunk {
     idle_since: Option<Instant>,
 }
 
+/// A free that does not match an allocation (a bug in the caller).
 #[derive(Debug, PartialEq, Eq)]
 pub enum FreeError {
+    /// No chunk of this id.
     UnknownChunk(ChunkId),
+    /// The run reaches past the chunk's end.
     OutOfChunk,
+    /// The run is (partly) free already.
     NotAllocated,
 }
 
@@ -57,14 +65,17 @@ impl RegionAllocator {
         }
     }
 
+    /// Size of each chunk.
     pub fn chunk_size_bytes(&self) -> usize {
         self.chunk_size_bytes
     }
 
+    /// Chunks held.
     pub fn chunk_count(&self) -> usize {
         self.chunks.len()
     }
 
+    /// `len_bytes` rounded up to the allocation unit.
     pub fn round(&self, len_bytes: usize) -> usize {
         crate::mem::round_up(len_bytes, self.unit_bytes)
     }
@@ -231,10 +242,12 @@ impl RegionAllocator {
         );
     }
 
+    /// Free bytes over all chunks.
     pub fn free_bytes(&self) -> usize {
         self.chunks.values().map(|c| c.free_bytes).sum()
     }
 
+    /// Bytes of all chunks.
     pub fn total_bytes(&self) -> usize {
         self.chunks.len() * self.chunk_size_bytes
     }
@@ -263,6 +276,7 @@ impl RegionAllocator {
             .unwrap_or_default()
     }
 
+    /// The ids of the chunks held, ascending.
     pub fn chunk_ids(&self) -> Vec<ChunkId> {
         self.chunks.keys().copied().collect()
     }

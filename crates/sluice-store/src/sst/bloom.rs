@@ -32,6 +32,7 @@ impl Bloom {
         Bloom { bits }
     }
 
+    /// False when the key is surely absent; true when it may be present.
     pub fn may_contain(&self, key: &[u8]) -> bool {
         let nbits = self.bits.len() * 8;
         let (mut x, d) = bloom_hash(key);

@@ -12,10 +12,15 @@ use std::cmp::Ordering;
 /// What a finished table needs in the manifest.
 #[derive(Debug, Clone)]
 pub struct BuiltTable {
+    /// The whole table: data blocks, then index, filter, tombstones and footer.
     pub bytes: Vec<u8>,
+    /// Where the index starts, in store blocks.
     pub index_offset_blocks: u32,
+    /// Versions it holds.
     pub entries: u64,
+    /// Its first key.
     pub smallest: Vec<u8>,
+    /// Its last key.
     pub largest: Vec<u8>,
 }
 
@@ -38,6 +43,7 @@ impl Default for TableBuilder {
 }
 
 impl TableBuilder {
+    /// An empty builder.
     pub fn new() -> Self {
         TableBuilder {
             data: Vec::new(),
@@ -86,10 +92,12 @@ impl TableBuilder {
         self.entries += 1;
     }
 
+    /// Adds a range tombstone (any order).
     pub fn add_range_tombstone(&mut self, t: RangeTombstone) {
         self.range_tombstones.push(t);
     }
 
+    /// Entries added so far.
     pub fn entries(&self) -> u64 {
         self.entries
     }

@@ -20,8 +20,11 @@ const READAHEAD_FIRST_BLOCKS: usize = 2;
 /// ascending).
 #[derive(Debug, Clone)]
 pub struct CursorSpec {
+    /// First key walked.
     pub start: Vec<u8>,
+    /// Key the walk stops before (None: the end).
     pub end: Option<Vec<u8>>,
+    /// Walk from the end down.
     pub reverse: bool,
     /// Blocks read are looked up in and added to the block cache. A
     /// compaction reads without it, so it does not evict what readers use.

@@ -36,18 +36,25 @@ pub(super) const FOOTER_MAGIC: &[u8; 8] = b"SLSTFOOT";
 /// value is as many store blocks as it needs).
 pub const TARGET_BLOCK_BYTES: usize = STORE_BLOCK_BYTES;
 
+/// What a version of a key is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
+    /// A value.
     Put = 1,
+    /// A delete.
     Delete = 2,
 }
 
 /// One version of one key.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Entry {
+    /// The user key.
     pub key: Vec<u8>,
+    /// Its sequence.
     pub seq: u64,
+    /// Put or delete.
     pub kind: EntryKind,
+    /// The value (empty for a delete).
     pub value: Vec<u8>,
 }
 
@@ -87,9 +94,13 @@ pub fn internal_cmp(a_key: &[u8], a_seq: u64, b_key: &[u8], b_seq: u64) -> Order
     a_key.cmp(b_key).then(b_seq.cmp(&a_seq))
 }
 
+/// Deletes every key in `[start, end)` written before `seq`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RangeTombstone {
+    /// First key covered.
     pub start: Vec<u8>,
+    /// First key not covered.
     pub end: Vec<u8>,
+    /// Its sequence.
     pub seq: u64,
 }

@@ -40,6 +40,7 @@ pub struct PinBudget {
 }
 
 impl PinBudget {
+    /// A budget of `limit_bytes`.
     pub fn new(limit_bytes: usize) -> Self {
         PinBudget {
             limit_bytes,
@@ -61,10 +62,12 @@ impl PinBudget {
             .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Bytes pinned now.
     pub fn used_bytes(&self) -> usize {
         self.used_bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The bound.
     pub fn limit_bytes(&self) -> usize {
         self.limit_bytes
     }
@@ -75,7 +78,9 @@ impl PinBudget {
 /// index cache.
 #[derive(Debug)]
 pub struct TableReader {
+    /// The table's number.
     pub file_no: u64,
+    /// Its keyspace's name (for error reports).
     pub keyspace_name: String,
     extent: Extent,
     /// Where the index region starts (the table's metadata may lie on
@@ -88,7 +93,9 @@ pub struct TableReader {
     index_bytes: usize,
     budget: Option<Arc<PinBudget>>,
     index_cache: Option<Arc<crate::cache::IndexCache>>,
+    /// Its range tombstones.
     pub range_tombstones: Vec<RangeTombstone>,
+    /// Versions it holds.
     pub entries: u64,
     cache: Option<Arc<crate::cache::BlockCache>>,
 }
@@ -104,7 +111,9 @@ impl Drop for TableReader {
 /// Which table a corruption report is about.
 #[derive(Debug, Clone)]
 pub struct TablePlace<'a> {
+    /// The keyspace's name.
     pub keyspace: &'a str,
+    /// The table's number.
     pub file_no: u64,
 }
 

@@ -9,12 +9,14 @@ pub const DEFAULT_KEYSPACE: &str = "default";
 /// Most keyspaces one store holds.
 pub const MAX_KEYSPACES: usize = 1024;
 
+/// What a store is created and opened with.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// Size of the WAL ring in 4 KiB blocks (format time only).
     pub wal_blocks: u32,
     /// The memtable is flushed to a table once it holds this many bytes.
     pub write_buffer_bytes: usize,
+    /// When and how tables are merged.
     pub compaction: CompactionConfig,
     /// Run compactions in a background thread (off: only `compact()`).
     pub background_compaction: bool,

@@ -14,6 +14,7 @@ impl Store {
             })
     }
 
+    /// The keyspace's definition (id, format, schema).
     pub fn keyspace_def(&self, name: &str) -> Result<KeyspaceDef> {
         let ks = read(&self.inner.keyspaces);
         ks.get(name)

@@ -122,6 +122,7 @@ struct Inner {
     wake_lock: Mutex<bool>,
 }
 
+/// A key/value store over one device or a device set. Cheap to share between threads by reference; every method takes `&self`.
 pub struct Store {
     inner: Arc<Inner>,
     background: Option<JoinHandle<()>>,

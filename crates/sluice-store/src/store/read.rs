@@ -18,6 +18,7 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The sequence of the last write it sees.
     pub fn seq(&self) -> u64 {
         self.seq
     }
@@ -36,6 +37,7 @@ impl Drop for Snapshot {
 }
 
 impl Store {
+    /// A snapshot of every write acknowledged so far.
     pub fn snapshot(&self) -> Snapshot {
         let seq = self.inner.visible_seq.get();
         *lock(&self.inner.snapshots.live).entry(seq).or_insert(0) += 1;
@@ -55,10 +57,12 @@ impl Store {
         (mems, version)
     }
 
+    /// The key's latest value, or None.
     pub fn get(&self, keyspace: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.get_at(keyspace, key, &self.snapshot())
     }
 
+    /// The key's value as of `snapshot`.
     pub fn get_at(
         &self,
         keyspace: u32,

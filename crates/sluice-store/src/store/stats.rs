@@ -2,48 +2,71 @@
 
 use super::*;
 
+/// What the store reports about itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoreStats {
+    /// Sequence of the last write.
     pub last_sequence: u64,
+    /// Versions in the memtables.
     pub memtable_entries: usize,
+    /// Bytes in the memtables.
     pub memtable_bytes: usize,
+    /// WAL blocks below this are written.
     pub wal_written_below: u64,
+    /// WAL blocks below this are durable.
     pub wal_durable_below: u64,
+    /// Durable writes the WAL made.
     pub wal_flushes: u64,
+    /// Free store blocks.
     pub free_blocks: u64,
+    /// Store blocks of the device set.
     pub device_blocks: u64,
     /// Free store blocks on each device of the set, in order.
     pub device_free_blocks: Vec<u64>,
+    /// Keyspace names.
     pub keyspaces: Vec<String>,
     /// Tables per level, summed over keyspaces.
     pub tables_per_level: Vec<usize>,
     /// Bytes of data blocks in all live tables (what the pinned index
     /// and filter serve), and the entries (versions) they hold.
     pub table_data_bytes: u64,
+    /// Versions in live tables.
     pub table_entries: u64,
     /// Index + filter memory pinned by open tables, and its bound.
     pub pinned_index_bytes: usize,
+    /// The bound on pinned index and filter memory.
     pub pinned_index_limit_bytes: usize,
     /// Tables whose index and filter are not pinned (read through the
     /// index cache), and that cache's use.
     pub unpinned_tables: usize,
+    /// Bytes the index cache holds.
     pub index_cache_used_bytes: usize,
+    /// Memtable flushes since open.
     pub flushes: u64,
+    /// Compactions since open.
     pub compactions: u64,
+    /// Bytes the block cache holds.
     pub block_cache_used_bytes: usize,
+    /// Block cache lookups that hit.
     pub block_cache_hits: u64,
+    /// Block cache lookups that missed.
     pub block_cache_misses: u64,
 }
 
 /// Where one table lies on the device set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TablePlacement {
+    /// The table's keyspace.
     pub keyspace: u32,
+    /// Its level.
     pub level: u8,
+    /// Its number.
     pub file_no: u64,
     /// Device (index into the set) of its data blocks and of its index.
     pub data_device: usize,
+    /// Device (index into the set) of its index.
     pub index_device: usize,
+    /// Its data blocks.
     pub data_blocks: u32,
 }
 
@@ -67,6 +90,7 @@ impl Store {
             .collect()
     }
 
+    /// A snapshot of the store's figures.
     pub fn stats(&self) -> StoreStats {
         let inner = &self.inner;
         let manifest = lock(&inner.manifest);

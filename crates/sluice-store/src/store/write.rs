@@ -165,18 +165,21 @@ impl Store {
         }
     }
 
+    /// Writes one value durably; returns its sequence.
     pub fn put(&self, keyspace: u32, key: &[u8], value: &[u8]) -> Result<u64> {
         let mut b = WriteBatch::new();
         b.put(keyspace, key, value)?;
         self.write(&b)
     }
 
+    /// Deletes one key durably; returns the delete's sequence.
     pub fn delete(&self, keyspace: u32, key: &[u8]) -> Result<u64> {
         let mut b = WriteBatch::new();
         b.delete(keyspace, key)?;
         self.write(&b)
     }
 
+    /// Deletes every key in `[start, end)` durably; returns the sequence.
     pub fn delete_range(&self, keyspace: u32, start: &[u8], end: &[u8]) -> Result<u64> {
         let mut b = WriteBatch::new();
         b.delete_range(keyspace, start, end)?;
