@@ -325,7 +325,16 @@ fn number_at(text: &str, start: usize) -> Result<(Token, usize), (usize, String)
     let s = &text[start..i];
     let bad = || (start, format!("{s:?} is not a number"));
     let tok = if float {
-        Token::Float(s.parse().map_err(|_| bad())?)
+        let x: f64 = s.parse().map_err(|_| bad())?;
+        // A literal past f64's range parses as infinity, which no literal
+        // can spell: refuse it rather than compare with infinity.
+        if !x.is_finite() {
+            return Err((
+                start,
+                format!("{s:?} is beyond the range of a 64-bit float"),
+            ));
+        }
+        Token::Float(x)
     } else {
         Token::Int(s.parse().map_err(|_| bad())?)
     };
