@@ -6,8 +6,9 @@
 //!
 //! - [`resp`]: reading client requests — RESP multibulk and inline
 //!   commands — with Redis 7's limits and its exact protocol error texts,
-//!   checked byte for byte against a real `redis-server` in
-//!   `tests/resp_redis.rs`.
+//!   and replies of every RESP3 type, encoded in RESP3 or down-converted
+//!   to RESP2 as Redis does; both checked byte for byte against a real
+//!   `redis-server` in `tests/resp_redis.rs`.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

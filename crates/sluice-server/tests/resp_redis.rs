@@ -5,11 +5,15 @@
 //! their arguments alone), then the protocol error and the closed
 //! connection if there is one. Hand-written cases for every error text and
 //! limit, then generated streams (proptest) of well-formed, malformed and
-//! cut requests, inline and multibulk, without and with a password.
+//! cut requests, inline and multibulk, without and with a password. And
+//! replies: every RESP3 type Redis sends (DEBUG PROTOCOL, and commands
+//! whose replies are maps, sets, doubles, nulls) decodes into a `Reply`
+//! that encodes back to Redis's exact bytes in RESP3 and, down-converted,
+//! to the exact bytes Redis sends a RESP2 client.
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use proptest::prelude::*;
-use sluice_server::resp::{Args, Limits, RequestReader};
+use sluice_server::resp::{Args, Limits, Protocol, Reply, RequestReader};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -43,6 +47,8 @@ fn start_redis(password: Option<&str>) -> Redis {
     let mut cmd = Command::new("redis-server");
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        // DEBUG PROTOCOL sends one reply of each RESP3 type.
+        .args(["--enable-debug-command", "yes"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     if let Some(p) = password {
@@ -309,5 +315,103 @@ proptest! {
         }
         let redis = if locked { locked_redis() } else { open_redis() };
         check(redis, &input, locked)?;
+    }
+}
+
+/// Reads whole replies from `s` until `n` have arrived.
+fn read_replies(s: &mut TcpStream, n: usize) -> Vec<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    let mut out = Vec::new();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    while out.len() < n {
+        match Reply::decode(&buf).unwrap() {
+            Some((_, used)) => {
+                out.push(buf.drain(..used).collect());
+                continue;
+            }
+            None => {
+                let k = s.read(&mut chunk).unwrap();
+                assert!(k > 0, "redis closed the connection");
+                buf.extend_from_slice(&chunk[..k]);
+            }
+        }
+    }
+    out
+}
+
+fn connection(resp3: bool) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", open_redis().port)).unwrap();
+    if resp3 {
+        s.write_all(b"HELLO 3\r\n").unwrap();
+        read_replies(&mut s, 1);
+    }
+    s
+}
+
+#[test]
+fn replies_encode_to_the_bytes_redis_sends_in_resp2_and_resp3() {
+    let mut setup = connection(false);
+    setup
+        .write_all(
+            b"DEL h s z l\r\nHSET h f1 v1 f2 v2\r\nSADD s a b c\r\nZADD z 1.5 m 2 n\r\nRPUSH l x y\r\n",
+        )
+        .unwrap();
+    read_replies(&mut setup, 5);
+    let commands: Vec<(&str, usize)> = [
+        "string", "integer", "double", "bignum", "null", "array", "set", "map", "attrib",
+        "verbatim", "true", "false",
+    ]
+    .iter()
+    .map(|t| (*t, 1))
+    .collect();
+    let mut cases: Vec<(String, usize, bool)> = commands
+        .iter()
+        .map(|(t, n)| (format!("DEBUG PROTOCOL {t}"), *n, true))
+        .collect();
+    // A push message is followed by the command's own reply; RESP2
+    // clients get an error from this command instead.
+    cases.push(("DEBUG PROTOCOL push".into(), 2, false));
+    for cmd in [
+        "PING",
+        "ECHO hi",
+        "GET missing",
+        "HGETALL h",
+        "SMEMBERS s",
+        "ZSCORE z m",
+        "ZSCORE z n",
+        "LRANGE l 0 -1",
+        "CONFIG GET maxmemory",
+        "EXISTS h",
+        "SET k v",
+        "INCR h",
+        "NOSUCHCOMMAND a",
+    ] {
+        cases.push((cmd.into(), 1, true));
+    }
+    let (mut two, mut three) = (connection(false), connection(true));
+    for (cmd, replies, compare_resp2) in cases {
+        three.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
+        let got3 = read_replies(&mut three, replies);
+        for bytes in &got3 {
+            let (reply, used) = Reply::decode(bytes).unwrap().unwrap();
+            assert_eq!(used, bytes.len(), "{cmd}");
+            assert_eq!(
+                String::from_utf8_lossy(&reply.encode(Protocol::Resp3)),
+                String::from_utf8_lossy(bytes),
+                "{cmd}: RESP3"
+            );
+        }
+        if !compare_resp2 {
+            continue;
+        }
+        two.write_all(format!("{cmd}\r\n").as_bytes()).unwrap();
+        let got2 = read_replies(&mut two, 1);
+        let (reply, _) = Reply::decode(&got3[0]).unwrap().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&reply.encode(Protocol::Resp2)),
+            String::from_utf8_lossy(&got2[0]),
+            "{cmd}: RESP2 down-conversion"
+        );
     }
 }
