@@ -134,9 +134,15 @@ impl Reply {
     }
 }
 
+/// A one-line reply. A line break inside would end the line early and
+/// desynchronise the client, so, as Redis does for error texts, each CR
+/// and LF becomes a space (a blob error read from elsewhere can hold them).
 fn line(out: &mut Vec<u8>, marker: u8, body: &[u8]) {
     out.push(marker);
-    out.extend_from_slice(body);
+    out.extend(
+        body.iter()
+            .map(|&b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
     out.extend_from_slice(b"\r\n");
 }
 
@@ -334,6 +340,19 @@ mod tests {
         assert_eq!(Reply::Null.encode(Protocol::Resp2), b"$-1\r\n");
         assert_eq!(Reply::NullArray.encode(Protocol::Resp2), b"*-1\r\n");
         assert_eq!(Reply::NullArray.encode(Protocol::Resp3), b"_\r\n");
+        // Line breaks cannot travel in a line (found by the reply fuzz
+        // target: a blob error holding CRLF, re-encoded as a simple error).
+        assert_eq!(
+            Reply::Error("ERR a\r\nb".into()).encode(Protocol::Resp3),
+            b"-ERR a  b\r\n"
+        );
+        let blob_error = b"!7\r\nERR a\r\n\r\n";
+        let (e, _) = Reply::decode(blob_error).unwrap().unwrap();
+        assert_eq!(e.encode(Protocol::Resp2), b"-ERR a  \r\n");
+        // RESP3 has one null: a null array read back from RESP3 is the null
+        // (found by the reply fuzz target's first run).
+        assert_eq!(Reply::decode(b"_\r\n"), Ok(Some((Reply::Null, 3))));
+        assert_eq!(Reply::decode(b"*-1\r\n"), Ok(Some((Reply::NullArray, 5))));
         let verbatim = Reply::Verbatim {
             format: *b"txt",
             text: b"a\nb".to_vec(),
