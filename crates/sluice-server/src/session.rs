@@ -1,0 +1,336 @@
+//! A connection's own state and the commands about it — PING, ECHO,
+//! HELLO, AUTH, SELECT, QUIT, RESET, CLIENT ID/SETNAME/GETNAME — answered
+//! as Redis 7 answers them: the same checks in the same order (unknown
+//! command, arity, authentication), the same texts, the same HELLO map.
+//! Checked against a real `redis-server` in tests/session_redis.rs.
+
+use crate::resp::{Args, Protocol, Reply};
+
+/// What HELLO reports as the server and its version. Clients pick features
+/// by them, and Sluice answers as the Redis version whose behaviour it
+/// matches.
+pub const SERVER_NAME: &str = "redis";
+/// See [`SERVER_NAME`].
+pub const SERVER_VERSION: &str = "7.0.15";
+
+/// Who may connect: user names and passwords (`--user name:password`).
+/// Without a `default` entry the default user needs no password, as in
+/// Redis without `requirepass`.
+#[derive(Debug, Clone, Default)]
+pub struct Users {
+    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Users {
+    /// Users from `name:password` pairs.
+    pub fn new(pairs: &[(String, String)]) -> Self {
+        Users {
+            pairs: pairs
+                .iter()
+                .map(|(u, p)| (u.clone().into_bytes(), p.clone().into_bytes()))
+                .collect(),
+        }
+    }
+
+    /// Whether the default user needs a password (Redis's `requirepass`).
+    pub fn default_needs_password(&self) -> bool {
+        !self.default_nopass()
+    }
+
+    /// Whether the default user has no password (Redis's `nopass`).
+    fn default_nopass(&self) -> bool {
+        !self.pairs.iter().any(|(u, _)| u == b"default")
+    }
+
+    fn check(&self, user: &[u8], password: &[u8]) -> bool {
+        if user == b"default" && self.default_nopass() {
+            return true;
+        }
+        self.pairs.iter().any(|(u, p)| u == user && p == password)
+    }
+}
+
+/// What the connection does after a command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Handled {
+    /// Send the reply and read on.
+    Reply(Reply),
+    /// Send the reply, then close the connection (QUIT).
+    Close(Reply),
+    /// Not a connection command: the caller's dispatcher takes it (after
+    /// [`Session::check_auth`]).
+    Other,
+}
+
+/// One connection's state.
+#[derive(Debug, Clone)]
+pub struct Session {
+    id: u64,
+    protocol: Protocol,
+    authenticated: bool,
+    name: Option<Vec<u8>>,
+}
+
+const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
+const NOAUTH: &str = "NOAUTH Authentication required.";
+
+fn error(text: impl Into<String>) -> Reply {
+    Reply::Error(text.into())
+}
+
+fn ok() -> Reply {
+    Reply::Simple("OK".into())
+}
+
+fn wrong_arity(name: &str) -> Reply {
+    error(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+/// The bytes of a C string, as Redis's `%s` prints them: up to a NUL, at
+/// most `max`.
+fn c_str(b: &[u8], max: usize) -> &[u8] {
+    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
+    &b[..end.min(max)]
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Redis 7's reply to a command it does not know (`args` not empty).
+pub fn unknown_command(args: &Args) -> Reply {
+    let mut listed: Vec<u8> = Vec::new();
+    for a in &args[1..] {
+        if listed.len() >= 128 {
+            break;
+        }
+        let room = 128 - listed.len();
+        listed.push(b'\'');
+        listed.extend_from_slice(c_str(a, room));
+        listed.extend_from_slice(b"' ");
+    }
+    let mut text = b"ERR unknown command '".to_vec();
+    text.extend_from_slice(c_str(&args[0], 128));
+    text.extend_from_slice(b"', with args beginning with: ");
+    text.extend_from_slice(&listed);
+    error(lossy(&text))
+}
+
+/// Redis's check on client names: printable ASCII without spaces.
+fn valid_name(name: &[u8]) -> bool {
+    name.iter().all(|&c| (b'!'..=b'~').contains(&c))
+}
+
+const BAD_NAME: &str = "ERR Client names cannot contain spaces, newlines or special characters.";
+
+impl Session {
+    /// A new connection with this id (RESP2, not authenticated unless the
+    /// default user needs no password).
+    pub fn new(id: u64, users: &Users) -> Self {
+        Session {
+            id,
+            protocol: Protocol::Resp2,
+            authenticated: users.default_nopass(),
+            name: None,
+        }
+    }
+
+    /// The protocol replies go out in.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Whether the client still has to authenticate (the request reader
+    /// then applies its tighter limits).
+    pub fn unauthenticated(&self) -> bool {
+        !self.authenticated
+    }
+
+    /// The name CLIENT SETNAME or HELLO SETNAME gave.
+    pub fn name(&self) -> Option<&[u8]> {
+        self.name.as_deref()
+    }
+
+    /// The NOAUTH error, for a command the caller's dispatcher takes, when
+    /// the client has not authenticated.
+    pub fn check_auth(&self) -> Option<Reply> {
+        (!self.authenticated).then(|| error(NOAUTH))
+    }
+
+    /// Answers a connection command; anything else is [`Handled::Other`].
+    pub fn handle(&mut self, args: &Args, users: &Users) -> Handled {
+        let name = args[0].to_ascii_lowercase();
+        let argc = args.len();
+        let reply = match &name[..] {
+            b"ping" => self.needs_auth().unwrap_or_else(|| match argc {
+                1 => Reply::Simple("PONG".into()),
+                2 => Reply::Bulk(args[1].clone()),
+                _ => wrong_arity("ping"),
+            }),
+            b"echo" if argc != 2 => wrong_arity("echo"),
+            b"echo" => self
+                .needs_auth()
+                .unwrap_or_else(|| Reply::Bulk(args[1].clone())),
+            b"select" if argc != 2 => wrong_arity("select"),
+            b"select" => self.needs_auth().unwrap_or_else(|| select(&args[1])),
+            b"quit" => return Handled::Close(ok()),
+            b"reset" if argc != 1 => wrong_arity("reset"),
+            b"reset" => {
+                *self = Session::new(self.id, users);
+                Reply::Simple("RESET".into())
+            }
+            b"auth" if argc < 2 => wrong_arity("auth"),
+            b"auth" => self.auth(args, users),
+            b"hello" => self.hello(args, users),
+            b"client" => self.client(args),
+            _ => return Handled::Other,
+        };
+        Handled::Reply(reply)
+    }
+
+    fn needs_auth(&self) -> Option<Reply> {
+        self.check_auth()
+    }
+
+    fn auth(&mut self, args: &Args, users: &Users) -> Reply {
+        let (user, password): (&[u8], &[u8]) = match &args[1..] {
+            [password] => {
+                if users.default_nopass() {
+                    return error(
+                        "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+                    );
+                }
+                (b"default", password)
+            }
+            [user, password] => (user, password),
+            _ => return error("ERR syntax error"),
+        };
+        if users.check(user, password) {
+            self.authenticated = true;
+            ok()
+        } else {
+            error(WRONGPASS)
+        }
+    }
+
+    fn hello(&mut self, args: &Args, users: &Users) -> Reply {
+        let mut version = None;
+        if let Some(v) = args.get(1) {
+            match crate::resp::string_to_i64(v) {
+                Some(2) => version = Some(Protocol::Resp2),
+                Some(3) => version = Some(Protocol::Resp3),
+                Some(_) => return error("NOPROTO unsupported protocol version"),
+                None => return error("ERR Protocol version is not an integer or out of range"),
+            }
+        }
+        let (mut credentials, mut name) = (None, None);
+        let mut j = 2;
+        while j < args.len() {
+            let more = args.len() - 1 - j;
+            let option = args[j].to_ascii_lowercase();
+            if option == b"auth" && more >= 2 {
+                credentials = Some((&args[j + 1], &args[j + 2]));
+                j += 3;
+            } else if option == b"setname" && more >= 1 {
+                if !valid_name(&args[j + 1]) {
+                    return error(BAD_NAME);
+                }
+                name = Some(args[j + 1].clone());
+                j += 2;
+            } else {
+                return error(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    lossy(c_str(&args[j], usize::MAX))
+                ));
+            }
+        }
+        if let Some((user, password)) = credentials {
+            if !users.check(user, password) {
+                return error(WRONGPASS);
+            }
+            self.authenticated = true;
+        }
+        if !self.authenticated {
+            return error(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+            );
+        }
+        if let Some(n) = name {
+            self.name = (!n.is_empty()).then_some(n);
+        }
+        if let Some(v) = version {
+            self.protocol = v;
+        }
+        let field = |k: &str| Reply::Bulk(k.as_bytes().to_vec());
+        Reply::Map(vec![
+            (field("server"), field(SERVER_NAME)),
+            (field("version"), field(SERVER_VERSION)),
+            (
+                field("proto"),
+                Reply::Integer(if self.protocol == Protocol::Resp3 {
+                    3
+                } else {
+                    2
+                }),
+            ),
+            (field("id"), Reply::Integer(self.id as i64)),
+            (field("mode"), field("standalone")),
+            (field("role"), field("master")),
+            (field("modules"), Reply::Array(Vec::new())),
+        ])
+    }
+
+    fn client(&mut self, args: &Args) -> Reply {
+        let Some(sub) = args.get(1) else {
+            return wrong_arity("client");
+        };
+        let sub_name = sub.to_ascii_lowercase();
+        let arity = match &sub_name[..] {
+            b"id" | b"getname" => 2,
+            b"setname" => 3,
+            _ => {
+                return error(format!(
+                    "ERR unknown subcommand '{}'. Try {} HELP.",
+                    lossy(c_str(sub, 128)),
+                    lossy(&args[0]).to_ascii_uppercase()
+                ))
+            }
+        };
+        if args.len() != arity {
+            return wrong_arity(&format!("client|{}", lossy(&sub_name)));
+        }
+        if let Some(noauth) = self.needs_auth() {
+            return noauth;
+        }
+        match &sub_name[..] {
+            b"id" => Reply::Integer(self.id as i64),
+            b"getname" => match &self.name {
+                Some(n) => Reply::Bulk(n.clone()),
+                None => Reply::Null,
+            },
+            _ => {
+                let name = &args[2];
+                if !valid_name(name) {
+                    return error(BAD_NAME);
+                }
+                self.name = (!name.is_empty()).then(|| name.clone());
+                ok()
+            }
+        }
+    }
+}
+
+/// SELECT: Sluice has one database, 0.
+fn select(index: &[u8]) -> Reply {
+    match crate::resp::string_to_i64(index) {
+        // Redis's own wording.
+        Some(n) if i32::try_from(n).is_err() => {
+            error("ERR value is out of range, value must between -2147483648 and 2147483647")
+        }
+        Some(0) => ok(),
+        Some(_) => error("ERR DB index is out of range"),
+        None => error("ERR value is not an integer or out of range"),
+    }
+}
