@@ -164,17 +164,17 @@ impl Session {
         let name = args[0].to_ascii_lowercase();
         let argc = args.len();
         let reply = match &name[..] {
-            b"ping" => self.needs_auth().unwrap_or_else(|| match argc {
+            b"ping" => self.check_auth().unwrap_or_else(|| match argc {
                 1 => Reply::Simple("PONG".into()),
                 2 => Reply::Bulk(args[1].clone()),
                 _ => wrong_arity("ping"),
             }),
             b"echo" if argc != 2 => wrong_arity("echo"),
             b"echo" => self
-                .needs_auth()
+                .check_auth()
                 .unwrap_or_else(|| Reply::Bulk(args[1].clone())),
             b"select" if argc != 2 => wrong_arity("select"),
-            b"select" => self.needs_auth().unwrap_or_else(|| select(&args[1])),
+            b"select" => self.check_auth().unwrap_or_else(|| select(&args[1])),
             b"quit" => return Handled::Close(ok()),
             b"reset" if argc != 1 => wrong_arity("reset"),
             b"reset" => {
@@ -188,10 +188,6 @@ impl Session {
             _ => return Handled::Other,
         };
         Handled::Reply(reply)
-    }
-
-    fn needs_auth(&self) -> Option<Reply> {
-        self.check_auth()
     }
 
     fn auth(&mut self, args: &Args, users: &Users) -> Reply {
@@ -301,7 +297,7 @@ impl Session {
         if args.len() != arity {
             return wrong_arity(&format!("client|{}", lossy(&sub_name)));
         }
-        if let Some(noauth) = self.needs_auth() {
+        if let Some(noauth) = self.check_auth() {
             return noauth;
         }
         match &sub_name[..] {

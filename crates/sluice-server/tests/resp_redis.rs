@@ -14,6 +14,7 @@
 
 use proptest::prelude::*;
 use sluice_server::resp::{Args, Limits, Protocol, Reply, RequestReader};
+use sluice_server::session::unknown_command;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -86,38 +87,6 @@ fn bulk(b: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A C string's bytes: up to the first NUL, at most `max`.
-fn c_str(b: &[u8], max: usize) -> &[u8] {
-    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
-    &b[..end.min(max)]
-}
-
-/// Redis 7's error for a command it does not know.
-fn unknown_command(args: &Args) -> Vec<u8> {
-    let mut listed: Vec<u8> = Vec::new();
-    for a in &args[1..] {
-        if listed.len() >= 128 {
-            break;
-        }
-        let room = 128 - listed.len();
-        listed.push(b'\'');
-        listed.extend_from_slice(c_str(a, room));
-        listed.extend_from_slice(b"' ");
-    }
-    let mut text = b"-ERR unknown command '".to_vec();
-    text.extend_from_slice(c_str(&args[0], 128));
-    text.extend_from_slice(b"', with args beginning with: ");
-    text.extend_from_slice(&listed);
-    // Line breaks in an error text become spaces.
-    for b in text.iter_mut() {
-        if *b == b'\r' || *b == b'\n' {
-            *b = b' ';
-        }
-    }
-    text.extend_from_slice(b"\r\n");
-    text
-}
-
 /// The reply Redis gives a request: PING and ECHO (the commands the cases
 /// send) by their arguments; any other name, which a malformed stream can
 /// frame, is unknown. Unknown commands and ECHO's arity are checked before
@@ -134,7 +103,7 @@ fn reply_to(args: &Args, unauthenticated: bool) -> Vec<u8> {
         (b"ping", 2) | (b"echo", 2) => bulk(&args[1]),
         (b"ping", _) => wrong_arity("ping"),
         (b"echo", _) => wrong_arity("echo"),
-        _ => unknown_command(args),
+        _ => unknown_command(args).encode(Protocol::Resp2),
     }
 }
 
