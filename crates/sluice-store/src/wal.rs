@@ -787,11 +787,70 @@ impl Recovered {
     /// damaged blocks passed over become empty log blocks, and every valid
     /// block after the end (a torn write's remnant, or blocks dropped as
     /// asked) is zeroed — none can be replayed after newer writes later.
-    pub fn seal(&self, dev: &BlockDevice, layout: &WalLayout) -> Result<usize> {
-        self.scan
+    /// And every group of the log gets back a parity block it lost
+    /// (damaged, or never written at the end): a lost parity block is not
+    /// damage, but until it is rewritten its group is unprotected, and a
+    /// later damage to one of its blocks — after a second crash — was
+    /// refused as unmendable, or at the end taken for a torn tail and its
+    /// acknowledged records dropped (both found by the WAL damage property
+    /// test). A group at the end gets its parity after it, and appending
+    /// resumes after that.
+    pub fn seal(&mut self, dev: &BlockDevice, layout: &WalLayout) -> Result<usize> {
+        let mut written = self
+            .scan
             .seal(dev, layout, self.next_seq, &self.skipped, |seq| {
                 empty_block(layout, seq)
+            })?;
+        let mut lost = self.lost_parity_places();
+        let at_end = self.unprotected_group(layout);
+        lost.extend(at_end.map(|group| (group, self.next_seq)));
+        for &(group, place) in &lost {
+            let mut parity = Parity::new(group);
+            let mut block = block_buffer();
+            for seq in group..place {
+                dev.read(layout.block_of(seq), block.as_mut_slice())?;
+                parity.add(block.as_slice());
+            }
+            let mut out = block_buffer();
+            parity.seal_into(out.as_mut_slice(), PARITY_MAGIC, place, layout.epoch, &[]);
+            dev.write(layout.block_of(place), out.as_slice())?;
+            written += 1;
+        }
+        if !lost.is_empty() {
+            dev.flush()?;
+        }
+        if at_end.is_some() {
+            self.next_seq += 1;
+        }
+        Ok(written)
+    }
+
+    /// (first block of the group, parity place) of each group inside the
+    /// log whose parity block is invalid: an invalid block below the end
+    /// that recovery did not pass over as damaged is a lost parity block.
+    fn lost_parity_places(&self) -> Vec<(u64, u64)> {
+        let start = self.scan.start_seq;
+        (start + 1..self.next_seq)
+            .filter(|&p| self.scan.slot(p) == Slot::Invalid && !self.skipped.contains(&p))
+            .filter_map(|p| match self.scan.slot(p - 1) {
+                Slot::Data { group, .. } if (start..p).contains(&group) => Some((group, p)),
+                _ => None,
             })
+            .collect()
+    }
+
+    /// The first block of the log's last group when that group ends the
+    /// log without its parity block and the ring has room for one.
+    fn unprotected_group(&self, layout: &WalLayout) -> Option<u64> {
+        let last = self.next_seq.checked_sub(1)?;
+        if last < self.scan.start_seq {
+            return None;
+        }
+        let Slot::Data { group, .. } = self.scan.slot(last) else {
+            return None;
+        };
+        let room = self.next_seq + 1 - self.scan.start_seq <= layout.ring_blocks();
+        (room && (self.scan.start_seq..=last).contains(&group)).then_some(group)
     }
 }
 

@@ -75,7 +75,7 @@ impl Store {
             ring: place.ring.clone(),
             epoch: place.epoch,
         };
-        let recovered = wal::recover(&dev, &layout, place.tail_seq, config.wal_recovery)?;
+        let mut recovered = wal::recover(&dev, &layout, place.tail_seq, config.wal_recovery)?;
         report_wal_recovery(&recovered, config.wal_recovery);
         let mut memtable = Memtable::default();
         let mut last_seq = state.last_sequence;
