@@ -391,6 +391,105 @@ fn damage_the_ring(mem: &Arc<MemoryDevice>, at: u32, whole_block: bool, seed: u6
     }
 }
 
+/// Runs `steps` against a store on one memory device and a model of what
+/// was acknowledged: after each crash with one damage, the store must open
+/// and hold every acknowledged write plus a prefix of the unsynced ones.
+fn run_steps(steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let small = StoreConfig {
+        wal_blocks: 256,
+        write_buffer_bytes: 256 << 10,
+        background_compaction: false,
+        ..StoreConfig::default()
+    };
+    let mem = Arc::new(MemoryDevice::new(4096, 8192));
+    let mut view = ProcessView::new(&mem);
+    let mut store = Store::create(view.clone() as Arc<dyn Device>, &small).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    // Acknowledged durable state, and unsynced writes since, which a
+    // crash may or may not keep (only whole, in order).
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut unsynced: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for s in steps {
+        match s {
+            Step::Put(k, v) => {
+                store.put(ks, &pkey(k), &pvalue(k, v)).unwrap();
+                for (uk, uv) in unsynced.drain(..) {
+                    model.insert(uk, uv);
+                }
+                model.insert(pkey(k), pvalue(k, v));
+            }
+            Step::Delete(k) => {
+                store.delete(ks, &pkey(k)).unwrap();
+                for (uk, uv) in unsynced.drain(..) {
+                    model.insert(uk, uv);
+                }
+                model.remove(&pkey(k));
+            }
+            Step::Unsynced(k, v) => {
+                let mut b = WriteBatch::new();
+                b.put(ks, &pkey(k), &pvalue(k, v)).unwrap();
+                store.write_with(&b, WriteOptions { sync: false }).unwrap();
+                unsynced.push((pkey(k), pvalue(k, v)));
+            }
+            Step::Flush => {
+                store.flush().unwrap();
+                for (uk, uv) in unsynced.drain(..) {
+                    model.insert(uk, uv);
+                }
+            }
+            Step::Damage {
+                at,
+                whole_block,
+                torn,
+                seed,
+            } => {
+                // A crash: no clean close (dropping would flush), and
+                // the device loses or tears what was not flushed.
+                std::mem::forget(store);
+                view.kill();
+                let mode = if torn {
+                    PowerCutMode::TornSectors { seed }
+                } else {
+                    PowerCutMode::DropUnflushed
+                };
+                mem.power_cut(mode);
+                damage_the_ring(&mem, at, whole_block, seed);
+                view = ProcessView::new(&mem);
+                store = Store::open(view.clone() as Arc<dyn Device>, &small)
+                    .map_err(|e| TestCaseError::fail(format!("open after a single damage: {e}")))?;
+                // Of the unsynced writes, exactly a prefix survives.
+                let survived = (0..=unsynced.len()).rev().find(|&n| {
+                    let mut m = model.clone();
+                    for (uk, uv) in &unsynced[..n] {
+                        m.insert(uk.clone(), uv.clone());
+                    }
+                    (0..=255u8)
+                        .all(|k| store.get(ks, &pkey(k)).unwrap() == m.get(&pkey(k)).cloned())
+                });
+                let Some(n) = survived else {
+                    return Err(TestCaseError::fail("the store holds neither the acknowledged state nor it plus a prefix of the unsynced writes"));
+                };
+                for (uk, uv) in unsynced.drain(..).take(n) {
+                    model.insert(uk, uv);
+                }
+            }
+        }
+    }
+    // The open store shows its unsynced writes too.
+    for (uk, uv) in unsynced.drain(..) {
+        model.insert(uk, uv);
+    }
+    for k in 0..=255u8 {
+        prop_assert_eq!(
+            store.get(ks, &pkey(k)).unwrap(),
+            model.get(&pkey(k)).cloned(),
+            "key {}",
+            k
+        );
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
 
@@ -400,71 +499,7 @@ proptest! {
     fn single_damage_anywhere_in_the_ring_loses_no_acknowledged_write(
         steps in prop::collection::vec(step(), 1..120),
     ) {
-        let small = StoreConfig {
-            wal_blocks: 256,
-            write_buffer_bytes: 256 << 10,
-            background_compaction: false,
-            ..StoreConfig::default()
-        };
-        let mem = Arc::new(MemoryDevice::new(4096, 8192));
-        let mut view = ProcessView::new(&mem);
-        let mut store = Store::create(view.clone() as Arc<dyn Device>, &small).unwrap();
-        let ks = store.keyspace("default").unwrap();
-        // Acknowledged durable state, and unsynced writes since, which a
-        // crash may or may not keep (only whole, in order).
-        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        let mut unsynced: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for s in steps {
-            match s {
-                Step::Put(k, v) => {
-                    store.put(ks, &pkey(k), &pvalue(k, v)).unwrap();
-                    for (uk, uv) in unsynced.drain(..) { model.insert(uk, uv); }
-                    model.insert(pkey(k), pvalue(k, v));
-                }
-                Step::Delete(k) => {
-                    store.delete(ks, &pkey(k)).unwrap();
-                    for (uk, uv) in unsynced.drain(..) { model.insert(uk, uv); }
-                    model.remove(&pkey(k));
-                }
-                Step::Unsynced(k, v) => {
-                    let mut b = WriteBatch::new();
-                    b.put(ks, &pkey(k), &pvalue(k, v)).unwrap();
-                    store.write_with(&b, WriteOptions { sync: false }).unwrap();
-                    unsynced.push((pkey(k), pvalue(k, v)));
-                }
-                Step::Flush => {
-                    store.flush().unwrap();
-                    for (uk, uv) in unsynced.drain(..) { model.insert(uk, uv); }
-                }
-                Step::Damage { at, whole_block, torn, seed } => {
-                    // A crash: no clean close (dropping would flush), and
-                    // the device loses or tears what was not flushed.
-                    std::mem::forget(store);
-                    view.kill();
-                    let mode = if torn { PowerCutMode::TornSectors { seed } } else { PowerCutMode::DropUnflushed };
-                    mem.power_cut(mode);
-                    damage_the_ring(&mem, at, whole_block, seed);
-                    view = ProcessView::new(&mem);
-                    store = Store::open(view.clone() as Arc<dyn Device>, &small)
-                        .map_err(|e| TestCaseError::fail(format!("open after a single damage: {e}")))?;
-                    // Of the unsynced writes, exactly a prefix survives.
-                    let survived = (0..=unsynced.len()).rev().find(|&n| {
-                        let mut m = model.clone();
-                        for (uk, uv) in &unsynced[..n] { m.insert(uk.clone(), uv.clone()); }
-                        (0..=255u8).all(|k| store.get(ks, &pkey(k)).unwrap() == m.get(&pkey(k)).cloned())
-                    });
-                    let Some(n) = survived else {
-                        return Err(TestCaseError::fail("the store holds neither the acknowledged state nor it plus a prefix of the unsynced writes"));
-                    };
-                    for (uk, uv) in unsynced.drain(..).take(n) { model.insert(uk, uv); }
-                }
-            }
-        }
-        // The open store shows its unsynced writes too.
-        for (uk, uv) in unsynced.drain(..) { model.insert(uk, uv); }
-        for k in 0..=255u8 {
-            prop_assert_eq!(store.get(ks, &pkey(k)).unwrap(), model.get(&pkey(k)).cloned(), "key {}", k);
-        }
+        run_steps(steps)?;
     }
 }
 
@@ -530,75 +565,5 @@ fn two_crashes_each_with_one_damage_keep_every_acknowledged_write() {
             seed: 13584028483318806570,
         },
     ];
-    let small = StoreConfig {
-        wal_blocks: 256,
-        write_buffer_bytes: 256 << 10,
-        background_compaction: false,
-        ..StoreConfig::default()
-    };
-    let mem = Arc::new(MemoryDevice::new(4096, 8192));
-    let mut view = ProcessView::new(&mem);
-    let mut store = Store::create(view.clone() as Arc<dyn Device>, &small).unwrap();
-    let ks = store.keyspace("default").unwrap();
-    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    let mut unsynced: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-    for s in steps {
-        match s {
-            Put(k, v) => {
-                store.put(ks, &pkey(k), &pvalue(k, v)).unwrap();
-                for (uk, uv) in unsynced.drain(..) {
-                    model.insert(uk, uv);
-                }
-                model.insert(pkey(k), pvalue(k, v));
-            }
-            Delete(k) => {
-                store.delete(ks, &pkey(k)).unwrap();
-                for (uk, uv) in unsynced.drain(..) {
-                    model.insert(uk, uv);
-                }
-                model.remove(&pkey(k));
-            }
-            Unsynced(k, v) => {
-                let mut b = WriteBatch::new();
-                b.put(ks, &pkey(k), &pvalue(k, v)).unwrap();
-                store.write_with(&b, WriteOptions { sync: false }).unwrap();
-                unsynced.push((pkey(k), pvalue(k, v)));
-            }
-            Flush => {
-                store.flush().unwrap();
-                for (uk, uv) in unsynced.drain(..) {
-                    model.insert(uk, uv);
-                }
-            }
-            Damage {
-                at,
-                whole_block,
-                torn,
-                seed,
-            } => {
-                std::mem::forget(store);
-                view.kill();
-                let mode = if torn {
-                    PowerCutMode::TornSectors { seed }
-                } else {
-                    PowerCutMode::DropUnflushed
-                };
-                mem.power_cut(mode);
-                damage_the_ring(&mem, at, whole_block, seed);
-                view = ProcessView::new(&mem);
-                store = Store::open(view.clone() as Arc<dyn Device>, &small).unwrap();
-                for k in 0..=255u8 {
-                    let got = store.get(ks, &pkey(k)).unwrap();
-                    let want = model.get(&pkey(k)).cloned();
-                    assert!(
-                        got == want || unsynced.iter().any(|(uk, _)| uk == &pkey(k)),
-                        "key {k} after a crash"
-                    );
-                }
-                for (uk, uv) in unsynced.drain(..) {
-                    model.insert(uk, uv);
-                }
-            }
-        }
-    }
+    run_steps(steps).unwrap();
 }
