@@ -6,6 +6,7 @@ mod kv;
 mod pagination;
 mod papers;
 mod query;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -70,6 +71,8 @@ enum Command {
     Export(pagination::ExportArgs),
     /// Read an export back at device speed, parsing each page as it arrives.
     Read(pagination::ReadArgs),
+    /// Serve the store over the Redis protocol (thread per core, durable writes).
+    Serve(serve::ServeArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
 }
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Load(args) => pagination::run_load(&args),
         Command::Export(args) => pagination::run_export(&args),
         Command::Read(args) => pagination::run_read(&args),
+        Command::Serve(args) => serve::run(&args),
         Command::Probe => {
             print_probe();
             Ok(())

@@ -10,6 +10,8 @@
 //! - [`engine`]: the io_uring engine (registered file, fixed buffers, batched
 //!   submission, SQPOLL, IOPOLL, two priority classes) and the posix baseline.
 //! - [`probe`]: what the kernel offers; engines fall back from it.
+//! - [`net`]: the network ring of a server thread (multishot accept and
+//!   recv into provided buffers, owned sends, a waker), Linux 6.0.
 //! - [`sync_io`]: [`DeviceIo`], blocking I/O from any thread through leased
 //!   engines — how the crates above wait for a device I/O.
 //!
@@ -25,6 +27,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod mem;
+pub mod net;
 pub mod pool;
 pub mod probe;
 pub mod sync_io;

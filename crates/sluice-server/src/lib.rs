@@ -16,5 +16,8 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod commands;
+pub mod db;
 pub mod resp;
+pub mod server;
 pub mod session;

@@ -50,6 +50,18 @@ impl Users {
     }
 }
 
+/// The connection commands a session answers, with Redis's arities.
+pub const COMMANDS: &[(&str, i32)] = &[
+    ("ping", -1),
+    ("echo", 2),
+    ("select", 2),
+    ("quit", -1),
+    ("reset", 1),
+    ("auth", -2),
+    ("hello", -1),
+    ("client", -2),
+];
+
 /// What the connection does after a command.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Handled {

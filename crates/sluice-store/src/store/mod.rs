@@ -20,11 +20,12 @@ mod keyspaces;
 mod open;
 pub mod read;
 pub mod stats;
-mod write;
+pub mod write;
 
 pub use config::{StoreConfig, WriteOptions, DEFAULT_KEYSPACE, MAX_KEYSPACES};
 pub use read::{half_open, prefix_end, Snapshot};
 pub use stats::{StoreStats, TablePlacement};
+pub use write::{LogMarks, Logged};
 
 use crate::batch::WriteBatch;
 use read::SnapshotRegistry;

@@ -1,7 +1,27 @@
+//! Writes: [`Logged`] and [`LogMarks`] (see [`Store::write_logged`]).
 //! The write path: sequence assignment, WAL append, memtable insert, and
 //! visibility in sequence order once the log position is durable.
 
 use super::*;
+
+/// A write applied and logged: its last sequence and where its log record
+/// ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Logged {
+    /// The sequence of the batch's last operation.
+    pub seq: u64,
+    /// Where its log record ends; see [`Store::is_durable`].
+    pub position: wal::LogPosition,
+}
+
+/// The log's marks, in log blocks ([`Store::log_marks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogMarks {
+    /// Blocks written to the device (durable or not).
+    pub written: u64,
+    /// Blocks durable.
+    pub durable: u64,
+}
 
 impl Store {
     /// Applies `batch` atomically and durably; returns the sequence number
@@ -19,12 +39,61 @@ impl Store {
     /// `wal::EARLY_WRITES_PER_SUBMIT`), or with the next synced write or
     /// close.
     pub fn write_with(&self, batch: &WriteBatch, options: WriteOptions) -> Result<u64> {
-        self.write_inner(batch, options, false)
+        Ok(self.write_inner(batch, options, false)?.seq)
     }
 
-    fn write_inner(&self, batch: &WriteBatch, options: WriteOptions, retried: bool) -> Result<u64> {
+    /// Applies `batch` atomically without waiting for it to be durable
+    /// (visible at once, as `sync: false`) and says where its log record
+    /// ends: a server acknowledges it once [`Store::is_durable`] says so,
+    /// serving other requests meanwhile, and asks for durability with
+    /// [`Store::make_durable`] (or lets a later synced write carry it).
+    pub fn write_logged(&self, batch: &WriteBatch) -> Result<Logged> {
+        self.write_inner(batch, WriteOptions { sync: false }, false)
+    }
+
+    /// Whether the log is durable up to `position`: one atomic load, no
+    /// system call.
+    pub fn is_durable(&self, position: wal::LogPosition) -> bool {
+        self.inner.wal.is_durable(position)
+    }
+
+    /// Makes the log durable up to `position` (a group commit: one
+    /// committer writes every record appended so far and flushes, others
+    /// wait on it). A failure fails the store, as a failed synced write does.
+    pub fn make_durable(&self, position: wal::LogPosition) -> Result<()> {
+        self.check_failed()?;
+        match self.inner.wal.commit(position) {
+            Ok(()) => {
+                self.advance_visible(None, false);
+                Ok(())
+            }
+            Err(e) => {
+                self.fail(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Where the log's writes (`written`) and its durable part (`durable`)
+    /// end, in log blocks: each one atomic load.
+    pub fn log_marks(&self) -> LogMarks {
+        LogMarks {
+            written: self.inner.wal.last_written(),
+            durable: self.inner.wal.last_durable(),
+        }
+    }
+
+    fn write_inner(
+        &self,
+        batch: &WriteBatch,
+        options: WriteOptions,
+        retried: bool,
+    ) -> Result<Logged> {
         if batch.is_empty() {
-            return Ok(self.inner.visible_seq.get());
+            return Ok(Logged {
+                seq: self.inner.visible_seq.get(),
+                position: wal::LogPosition { end_seq: 0 },
+            });
         }
         self.check_keyspaces(batch)?;
         self.check_failed()?;
@@ -66,7 +135,10 @@ impl Store {
         };
         let last = first + batch.len() as u64 - 1;
         self.finish_write(first, last, options.sync.then_some(pos))?;
-        Ok(last)
+        Ok(Logged {
+            seq: last,
+            position: pos,
+        })
     }
 
     fn active_bytes(&self) -> usize {

@@ -1,0 +1,183 @@
+//! `sluice serve`: the Redis-protocol server on a device (set).
+
+use anyhow::{bail, Context, Result};
+use sluice_io::{Device, FileDevice, FileOptions};
+use sluice_server::db::Db;
+use sluice_server::resp::Limits;
+use sluice_server::server::{Durability, Server, ServerConfig};
+use sluice_server::session::Users;
+use sluice_store::{Store, StoreConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    store: crate::StoreOpenArgs,
+    /// Device: a file (created and formatted on first start) or a block
+    /// device. Repeat it for a device set: the first holds the WAL,
+    /// manifest and table indexes, the others the table data.
+    #[arg(long = "device", default_value = "data/serve.dev")]
+    devices: Vec<PathBuf>,
+    /// Size of each device file created on first start, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    create_mib: u64,
+    /// Where the Redis protocol listens (port 0: any free port, printed).
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    resp: SocketAddr,
+    /// Worker threads, each pinned to a core (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// When a write is acknowledged: always (after its group commit is on
+    /// the device), everysec (made durable within a second), none (at the
+    /// next flush or at shutdown).
+    #[arg(long, default_value = "always")]
+    durability: Durability,
+    /// A user allowed in, as NAME:PASSWORD (repeatable; `default:PASS`
+    /// makes the default user need a password, as Redis's requirepass).
+    #[arg(long = "user", value_name = "NAME:PASSWORD")]
+    users: Vec<String>,
+    /// The default user's password (Redis's requirepass).
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// Most clients connected at once.
+    #[arg(long, default_value_t = 10_000)]
+    max_clients: usize,
+    /// Close a client idle this many seconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    timeout: u64,
+    /// Longest bulk string a request may carry, in bytes.
+    #[arg(long, default_value_t = sluice_server::resp::DEFAULT_BULK_MAX_BYTES)]
+    proto_max_bulk_len: i64,
+    /// Memtable size before a flush to a table, in MiB.
+    #[arg(long, default_value_t = 64)]
+    write_buffer_mib: usize,
+    /// Decoded data blocks kept in memory, in MiB.
+    #[arg(long, default_value_t = 256)]
+    block_cache_mib: usize,
+    /// Do not pin worker threads to cores.
+    #[arg(long)]
+    no_pin: bool,
+}
+
+fn users(args: &ServeArgs) -> Result<Users> {
+    let mut pairs = Vec::new();
+    for u in &args.users {
+        let Some((name, password)) = u.split_once(':') else {
+            bail!("--user {u:?}: give it as NAME:PASSWORD");
+        };
+        if name.is_empty() {
+            bail!("--user {u:?}: the user name is empty");
+        }
+        pairs.push((name.to_string(), password.to_string()));
+    }
+    if let Some(p) = &args.requirepass {
+        pairs.push(("default".to_string(), p.clone()));
+    }
+    Ok(Users::new(&pairs))
+}
+
+/// Opens the device set, creating and formatting it if no file exists yet.
+fn open_store(args: &ServeArgs, config: &StoreConfig) -> Result<Store> {
+    let existing: Vec<bool> = args.devices.iter().map(|p| p.exists()).collect();
+    if existing.iter().all(|e| !e) {
+        let mut devices: Vec<Arc<dyn Device>> = Vec::new();
+        for path in &args.devices {
+            let dev = FileDevice::create(path, args.create_mib << 20, &FileOptions::default())
+                .with_context(|| format!("creating {}", path.display()))?;
+            devices.push(Arc::new(dev));
+        }
+        let first_blocks = sluice_store::blocks::device_store_blocks(&devices[0])?;
+        let config = StoreConfig {
+            wal_blocks: StoreConfig::wal_blocks_for(first_blocks),
+            ..config.clone()
+        };
+        let store = Store::create_on(devices, &config)?;
+        for path in &args.devices {
+            log::info!(
+                "created and formatted {} ({} MiB)",
+                path.display(),
+                args.create_mib
+            );
+        }
+        return Ok(store);
+    }
+    if let Some(missing) = args.devices.iter().zip(&existing).find(|(_, e)| !**e) {
+        bail!(
+            "{} does not exist while the other devices of the set do: give the same --device list the store was made with",
+            missing.0.display()
+        );
+    }
+    let devices = crate::kv::open_devices(&args.devices)?;
+    Ok(Store::open_on(devices, config)?)
+}
+
+pub fn run(args: &ServeArgs) -> Result<()> {
+    let store_config = args.store.config(StoreConfig {
+        write_buffer_bytes: args.write_buffer_mib << 20,
+        block_cache_bytes: args.block_cache_mib << 20,
+        ..StoreConfig::default()
+    });
+    let store = Arc::new(open_store(args, &store_config)?);
+    let db = Arc::new(Db::open(store.clone())?);
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        bail!("--threads 0: give at least 1");
+    }
+    let config = ServerConfig {
+        resp_addr: args.resp,
+        threads,
+        pin_threads: !args.no_pin,
+        durability: args.durability,
+        users: users(args)?,
+        max_clients: args.max_clients,
+        idle_timeout_secs: args.timeout,
+        limits: Limits {
+            bulk_max_bytes: args.proto_max_bulk_len,
+            ..Limits::default()
+        },
+        ..ServerConfig::default()
+    };
+    let server = Server::start(db.clone(), config)
+        .with_context(|| format!("starting the server on {}", args.resp))?;
+    // Weak: the store closes when the server is done, not at exit.
+    let shared = Arc::downgrade(server.shared());
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])?;
+    std::thread::Builder::new()
+        .name("sluice-signals".into())
+        .spawn(move || {
+            if let Some(signal) = signals.forever().next() {
+                log::info!("signal {signal}: shutting down");
+                if let Some(shared) = shared.upgrade() {
+                    shared.request_shutdown();
+                }
+            }
+        })?;
+    let devices: Vec<String> = args
+        .devices
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    println!(
+        "sluice serve: Redis protocol (RESP2/RESP3) on {}, {threads} thread{}, durability {}, device {}",
+        server.resp_addr(),
+        if threads == 1 { "" } else { "s" },
+        args.durability.name(),
+        devices.join(" + ")
+    );
+    println!("ready to accept connections");
+    server.wait()?;
+    drop(db);
+    match Arc::try_unwrap(store) {
+        Ok(store) => drop(store),
+        Err(_) => log::warn!("the store is still referenced at exit"),
+    }
+    println!("sluice serve: stopped; every acknowledged write is durable");
+    Ok(())
+}

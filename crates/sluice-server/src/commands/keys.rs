@@ -1,0 +1,445 @@
+//! Key commands and expiry, following Redis 7.0's db.c and expire.c.
+
+use super::*;
+
+pub(super) fn del(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
+    let db = ctx.db;
+    let _locked = db.lock(&keys);
+    let mut batch = db.batch();
+    let mut removed = 0;
+    let mut seen = std::collections::HashSet::new();
+    for key in keys {
+        if let Some(e) = db.get_raw(key)? {
+            if seen.insert(key) {
+                batch.remove(key, &e.value)?;
+                removed += i64::from(!e.expired(ctx.now_ms));
+            }
+        }
+    }
+    ctx.commit(batch)?;
+    Ok(int(removed))
+}
+
+pub(super) fn exists(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let mut n = 0;
+    for key in &args[1..] {
+        n += i64::from(ctx.get(key)?.is_some());
+    }
+    Ok(int(n))
+}
+
+pub(super) fn type_of(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let name = ctx.get(&args[1])?.map_or("none", |e| e.value.type_name());
+    Ok(Reply::Simple(name.into()))
+}
+
+/// Copies `from`'s value (and a hash's fields) to `to` in `batch`.
+fn copy_value(
+    ctx: &Ctx<'_>,
+    batch: &mut DbBatch<'_>,
+    from: &[u8],
+    entry: &Entry,
+    to: &[u8],
+) -> Result<(), StoreError> {
+    batch.put(to, entry)?;
+    if let Value::Hash { .. } = entry.value {
+        for (field, value) in ctx.db.fields(from)? {
+            batch.put_field(to, &field, &value)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes whatever `key` holds (live or expired) in `batch`.
+fn clear(ctx: &Ctx<'_>, batch: &mut DbBatch<'_>, key: &[u8]) -> Result<(), StoreError> {
+    if let Some(e) = ctx.db.get_raw(key)? {
+        batch.remove(key, &e.value)?;
+    }
+    Ok(())
+}
+
+fn rename_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
+    let (from, to) = (&args[1][..], &args[2][..]);
+    let db = ctx.db;
+    let _locked = db.lock(&[from, to]);
+    let Some(entry) = ctx.get(from)? else {
+        return Err(fail("ERR no such key"));
+    };
+    if from == to {
+        return Ok(if nx { int(0) } else { ok() });
+    }
+    if nx && ctx.get(to)?.is_some() {
+        return Ok(int(0));
+    }
+    let mut batch = db.batch();
+    clear(ctx, &mut batch, to)?;
+    copy_value(ctx, &mut batch, from, &entry, to)?;
+    batch.remove(from, &entry.value)?;
+    ctx.commit(batch)?;
+    Ok(if nx { int(1) } else { ok() })
+}
+
+pub(super) fn rename(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    rename_generic(ctx, args, false)
+}
+
+pub(super) fn renamenx(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    rename_generic(ctx, args, true)
+}
+
+pub(super) fn copy(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let mut replace = false;
+    let mut j = 3;
+    while j < args.len() {
+        if args[j].eq_ignore_ascii_case(b"replace") {
+            replace = true;
+        } else if args[j].eq_ignore_ascii_case(b"db") && j + 1 < args.len() {
+            let index = parse_i64(&args[j + 1])?;
+            if i32::try_from(index).is_err() {
+                return Err(fail(NOT_INTEGER));
+            }
+            if index != 0 {
+                return Err(fail("ERR DB index is out of range"));
+            }
+            j += 1;
+        } else {
+            return Err(fail(SYNTAX));
+        }
+        j += 1;
+    }
+    let (from, to) = (&args[1][..], &args[2][..]);
+    if from == to {
+        return Err(fail("ERR source and destination objects are the same"));
+    }
+    let db = ctx.db;
+    let _locked = db.lock(&[from, to]);
+    let Some(entry) = ctx.get(from)? else {
+        return Ok(int(0));
+    };
+    if ctx.get(to)?.is_some() && !replace {
+        return Ok(int(0));
+    }
+    let mut batch = db.batch();
+    clear(ctx, &mut batch, to)?;
+    copy_value(ctx, &mut batch, from, &entry, to)?;
+    ctx.commit(batch)?;
+    Ok(int(1))
+}
+
+/// One look at the keyspace: the live keys found, and where the next
+/// look starts (None: the end).
+type KeysPage = (Vec<(Vec<u8>, Entry)>, Option<Vec<u8>>);
+
+/// Live keys from `start` on, in key order, at most `limit` looked at.
+fn live_keys(ctx: &Ctx<'_>, start: &[u8], limit: usize) -> Result<KeysPage, StoreError> {
+    let mut found = ctx.db.keys_from(start, limit + 1)?;
+    let next = (found.len() > limit).then(|| found.pop().map(|(k, _)| k));
+    found.retain(|(_, e)| !e.expired(ctx.now_ms));
+    Ok((found, next.flatten()))
+}
+
+pub(super) fn keys(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let pattern = &args[1];
+    let mut out = Vec::new();
+    let mut start = Vec::new();
+    loop {
+        let (found, next) = live_keys(ctx, &start, 4096)?;
+        out.extend(
+            found
+                .into_iter()
+                .filter(|(k, _)| glob_match(pattern, k))
+                .map(|(k, _)| Reply::Bulk(k)),
+        );
+        match next {
+            Some(n) => start = n,
+            None => return Ok(Reply::Array(out)),
+        }
+    }
+}
+
+/// SCAN's and HSCAN's options: MATCH, COUNT and (SCAN only) TYPE.
+pub(super) struct ScanOptions {
+    pub(super) pattern: Option<Vec<u8>>,
+    pub(super) count: usize,
+    pub(super) type_name: Option<Vec<u8>>,
+}
+
+pub(super) fn parse_scan_options(
+    args: &Args,
+    from: usize,
+    allow_type: bool,
+) -> Result<ScanOptions, Failure> {
+    let mut o = ScanOptions {
+        pattern: None,
+        count: 10,
+        type_name: None,
+    };
+    let mut i = from;
+    while i < args.len() {
+        let more = args.len() - i;
+        let word = args[i].to_ascii_lowercase();
+        if word == b"count" && more >= 2 {
+            let count = parse_i64(&args[i + 1])?;
+            if count < 1 {
+                return Err(fail(SYNTAX));
+            }
+            o.count = count.min(1 << 20) as usize;
+        } else if word == b"match" && more >= 2 {
+            o.pattern = Some(args[i + 1].clone());
+        } else if word == b"type" && allow_type && more >= 2 {
+            o.type_name = Some(args[i + 1].clone());
+        } else {
+            return Err(fail(SYNTAX));
+        }
+        i += 2;
+    }
+    Ok(o)
+}
+
+/// Redis's cursor check: an unsigned 64-bit decimal.
+pub(super) fn parse_cursor(arg: &[u8]) -> Result<u64, Failure> {
+    let valid =
+        !arg.is_empty() && arg.iter().all(u8::is_ascii_digit) && (arg == b"0" || arg[0] != b'0');
+    valid
+        .then(|| std::str::from_utf8(arg).ok()?.parse::<u64>().ok())
+        .flatten()
+        .ok_or_else(|| fail("ERR invalid cursor"))
+}
+
+pub(super) fn scan(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let cursor = parse_cursor(&args[1])?;
+    let o = parse_scan_options(args, 2, true)?;
+    let start = match cursor {
+        0 => Vec::new(),
+        c => ctx.db.cursor(c).ok_or_else(|| fail("ERR invalid cursor"))?,
+    };
+    let (found, next) = live_keys(ctx, &start, o.count)?;
+    let keys = found
+        .into_iter()
+        .filter(|(k, e)| {
+            o.pattern.as_ref().is_none_or(|p| glob_match(p, k))
+                && o.type_name
+                    .as_ref()
+                    .is_none_or(|t| t.eq_ignore_ascii_case(e.value.type_name().as_bytes()))
+        })
+        .map(|(k, _)| Reply::Bulk(k))
+        .collect();
+    let next_cursor = next.map_or(0, |n| ctx.db.save_cursor(n));
+    Ok(Reply::Array(vec![
+        Reply::Bulk(next_cursor.to_string().into_bytes()),
+        Reply::Array(keys),
+    ]))
+}
+
+pub(super) fn randomkey(ctx: &mut Ctx<'_>, _args: &Args) -> Outcome {
+    let start: [u8; 8] = rand::random();
+    for from in [&start[..], &[][..]] {
+        let (found, _) = live_keys(ctx, from, 64)?;
+        if let Some((k, _)) = found.into_iter().next() {
+            return Ok(Reply::Bulk(k));
+        }
+    }
+    // Past the random start only expired keys, or none: look at all.
+    let mut start = Vec::new();
+    loop {
+        let (found, next) = live_keys(ctx, &start, 4096)?;
+        if let Some((k, _)) = found.into_iter().next() {
+            return Ok(Reply::Bulk(k));
+        }
+        match next {
+            Some(n) => start = n,
+            None => return Ok(Reply::Null),
+        }
+    }
+}
+
+/// EXPIRE's NX/XX/GT/LT.
+#[derive(Default)]
+struct ExpireFlags {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+}
+
+fn parse_expire_flags(args: &Args) -> Result<ExpireFlags, Failure> {
+    let mut f = ExpireFlags::default();
+    for opt in &args[3..] {
+        match &opt.to_ascii_lowercase()[..] {
+            b"nx" => f.nx = true,
+            b"xx" => f.xx = true,
+            b"gt" => f.gt = true,
+            b"lt" => f.lt = true,
+            _ => {
+                return Err(Failure::Reply(format!(
+                    "ERR Unsupported option {}",
+                    String::from_utf8_lossy(opt)
+                )))
+            }
+        }
+    }
+    if f.nx && (f.xx || f.gt || f.lt) {
+        return Err(fail(
+            "ERR NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if f.gt && f.lt {
+        return Err(fail(
+            "ERR GT and LT options at the same time are not compatible",
+        ));
+    }
+    Ok(f)
+}
+
+/// Redis's expireGenericCommand: `base_ms` is now (relative forms) or 0.
+fn expire_generic(
+    ctx: &mut Ctx<'_>,
+    args: &Args,
+    base_ms: i64,
+    seconds: bool,
+    command: &str,
+) -> Outcome {
+    let flags = parse_expire_flags(args)?;
+    let invalid = || Failure::Reply(format!("ERR invalid expire time in '{command}' command"));
+    let mut when = parse_i64(&args[2])?;
+    if seconds {
+        if !(i64::MIN / 1000..=i64::MAX / 1000).contains(&when) {
+            return Err(invalid());
+        }
+        when *= 1000;
+    }
+    if when > i64::MAX - base_ms {
+        return Err(invalid());
+    }
+    when += base_ms;
+    let key = &args[1][..];
+    let _locked = ctx.db.lock(&[key]);
+    let (old, mut batch) = ctx.begin(key)?;
+    let Some(entry) = old else {
+        ctx.commit(batch)?;
+        return Ok(int(0));
+    };
+    let current = (entry.expire_at_ms != 0).then_some(entry.expire_at_ms as i64);
+    let refused = (flags.nx && current.is_some())
+        || (flags.xx && current.is_none())
+        || (flags.gt && current.is_none_or(|c| when <= c))
+        || (flags.lt && current.is_some_and(|c| when >= c));
+    if refused {
+        ctx.commit(batch)?;
+        return Ok(int(0));
+    }
+    if when <= ctx.now_ms as i64 {
+        batch.remove(key, &entry.value)?;
+    } else {
+        batch.put(
+            key,
+            &Entry {
+                expire_at_ms: when as u64,
+                ..entry
+            },
+        )?;
+    }
+    ctx.commit(batch)?;
+    Ok(int(1))
+}
+
+pub(super) fn expire(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let now = ctx.now_ms as i64;
+    expire_generic(ctx, args, now, true, "expire")
+}
+
+pub(super) fn pexpire(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let now = ctx.now_ms as i64;
+    expire_generic(ctx, args, now, false, "pexpire")
+}
+
+pub(super) fn expireat(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    expire_generic(ctx, args, 0, true, "expireat")
+}
+
+pub(super) fn pexpireat(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    expire_generic(ctx, args, 0, false, "pexpireat")
+}
+
+/// Redis's ttlGenericCommand.
+fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], millis: bool, absolute: bool) -> Outcome {
+    let Some(entry) = ctx.get(key)? else {
+        return Ok(int(-2));
+    };
+    if entry.expire_at_ms == 0 {
+        return Ok(int(-1));
+    }
+    let at = entry.expire_at_ms as i64;
+    let ttl = if absolute {
+        at
+    } else {
+        (at - ctx.now_ms as i64).max(0)
+    };
+    Ok(int(if millis { ttl } else { (ttl + 500) / 1000 }))
+}
+
+pub(super) fn ttl(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    ttl_generic(ctx, &args[1], false, false)
+}
+
+pub(super) fn pttl(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    ttl_generic(ctx, &args[1], true, false)
+}
+
+pub(super) fn expiretime(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    ttl_generic(ctx, &args[1], false, true)
+}
+
+pub(super) fn pexpiretime(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    ttl_generic(ctx, &args[1], true, true)
+}
+
+pub(super) fn persist(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let key = &args[1][..];
+    let _locked = ctx.db.lock(&[key]);
+    let (old, mut batch) = ctx.begin(key)?;
+    let changed = match old {
+        Some(entry) if entry.expire_at_ms != 0 => {
+            batch.put(
+                key,
+                &Entry {
+                    expire_at_ms: 0,
+                    ..entry
+                },
+            )?;
+            true
+        }
+        _ => false,
+    };
+    ctx.commit(batch)?;
+    Ok(int(i64::from(changed)))
+}
+
+pub(super) fn dbsize(ctx: &mut Ctx<'_>, _args: &Args) -> Outcome {
+    let mut n = 0i64;
+    let mut start = Vec::new();
+    loop {
+        let (found, next) = live_keys(ctx, &start, 4096)?;
+        n += found.len() as i64;
+        match next {
+            Some(k) => start = k,
+            None => return Ok(int(n)),
+        }
+    }
+}
+
+pub(super) fn flush(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let valid = match &args[1..] {
+        [] => true,
+        [mode] => mode.eq_ignore_ascii_case(b"sync") || mode.eq_ignore_ascii_case(b"async"),
+        _ => false,
+    };
+    if !valid {
+        return Err(fail(SYNTAX));
+    }
+    let mut batch = ctx.db.batch();
+    batch.remove_everything()?;
+    ctx.commit(batch)?;
+    Ok(ok())
+}

@@ -1,0 +1,274 @@
+//! The data commands: strings, keys and expiry, hashes, and the server
+//! commands that read the keyspace — each with Redis 7's arity, its checks
+//! in Redis's order and its exact reply and error texts (checked against a
+//! real `redis-server` in tests/commands_redis.rs).
+//!
+//! A command runs to completion on the calling thread: reads go straight
+//! to the store (no lock), writes are applied at once (visible) and hand
+//! back where their log record ends; the connection sends the reply once
+//! the log is durable that far, as the server's durability mode asks.
+
+mod glob;
+mod hashes;
+mod keys;
+pub mod long_double;
+mod server;
+mod strings;
+
+pub use glob::glob_match;
+
+use crate::db::{Db, DbBatch, Entry, Value};
+use crate::resp::{string_to_i64, Args, Reply};
+use sluice_store::wal::LogPosition;
+use sluice_store::StoreError;
+
+/// What a command handler returns: its reply, or an error reply.
+type Outcome = Result<Reply, Failure>;
+
+/// Keys (or fields) with their values.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Why a command failed: a Redis error text, or the store's.
+#[derive(Debug)]
+pub enum Failure {
+    /// An error reply, already in Redis's words.
+    Reply(String),
+    /// The store failed under the command.
+    Store(StoreError),
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Self {
+        Failure::Store(e)
+    }
+}
+
+fn fail(text: &str) -> Failure {
+    Failure::Reply(text.to_string())
+}
+
+pub(crate) const WRONGTYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub(crate) const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub(crate) const SYNTAX: &str = "ERR syntax error";
+pub(crate) const NOT_FLOAT: &str = "ERR value is not a valid float";
+pub(crate) const OVERFLOW: &str = "ERR increment or decrement would overflow";
+/// Redis's `proto-max-bulk-len` default: the longest string a command may make.
+pub(crate) const STRING_MAX_BYTES: u64 = 512 << 20;
+
+/// One command's run: the keyspace, the time it runs at, and the log
+/// position its writes need durable.
+pub struct Ctx<'a> {
+    db: &'a Db,
+    now_ms: u64,
+    wrote: Option<LogPosition>,
+}
+
+impl<'a> Ctx<'a> {
+    /// A run at `now_ms` (Unix ms).
+    pub fn new(db: &'a Db, now_ms: u64) -> Self {
+        Ctx {
+            db,
+            now_ms,
+            wrote: None,
+        }
+    }
+
+    /// Where the log must be durable before the replies of this run go out.
+    pub fn wrote(&self) -> Option<LogPosition> {
+        self.wrote
+    }
+
+    fn commit(&mut self, batch: DbBatch<'_>) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let logged = batch.commit()?;
+        self.wrote = self.wrote.max(Some(logged.position));
+        Ok(())
+    }
+
+    /// The live entry of `key`.
+    fn get(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        self.db.get(key, self.now_ms)
+    }
+
+    /// The live string at `key`; WRONGTYPE if it holds something else.
+    fn get_string(&self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>, Failure> {
+        match self.get(key)? {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::String(s),
+                expire_at_ms,
+            }) => Ok(Some((s, expire_at_ms))),
+            Some(_) => Err(fail(WRONGTYPE)),
+        }
+    }
+
+    /// A batch to change `key`, and its live entry. An expired entry is
+    /// removed first in the same batch, so nothing of it (a hash's
+    /// fields) outlives it.
+    fn begin(&self, key: &[u8]) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
+        let mut batch = self.db.batch();
+        match self.db.get_raw(key)? {
+            Some(e) if e.expired(self.now_ms) => {
+                batch.remove(key, &e.value)?;
+                Ok((None, batch))
+            }
+            live => Ok((live, batch)),
+        }
+    }
+}
+
+/// How a command is called: its name and Redis's arity (`n`: exactly n
+/// arguments with the name; `-n`: at least n).
+struct Spec {
+    name: &'static str,
+    arity: i32,
+    run: fn(&mut Ctx<'_>, &Args) -> Outcome,
+}
+
+const fn spec(name: &'static str, arity: i32, run: fn(&mut Ctx<'_>, &Args) -> Outcome) -> Spec {
+    Spec { name, arity, run }
+}
+
+const COMMANDS: &[Spec] = &[
+    spec("get", 2, strings::get),
+    spec("set", -3, strings::set),
+    spec("setnx", 3, strings::setnx),
+    spec("setex", 4, strings::setex),
+    spec("psetex", 4, strings::psetex),
+    spec("getset", 3, strings::getset),
+    spec("getdel", 2, strings::getdel),
+    spec("getex", -2, strings::getex),
+    spec("mget", -2, strings::mget),
+    spec("mset", -3, strings::mset),
+    spec("msetnx", -3, strings::msetnx),
+    spec("append", 3, strings::append),
+    spec("strlen", 2, strings::strlen),
+    spec("getrange", 4, strings::getrange),
+    spec("substr", 4, strings::getrange),
+    spec("setrange", 4, strings::setrange),
+    spec("incr", 2, strings::incr),
+    spec("decr", 2, strings::decr),
+    spec("incrby", 3, strings::incrby),
+    spec("decrby", 3, strings::decrby),
+    spec("incrbyfloat", 3, strings::incrbyfloat),
+    spec("del", -2, keys::del),
+    spec("unlink", -2, keys::del),
+    spec("exists", -2, keys::exists),
+    spec("type", 2, keys::type_of),
+    spec("rename", 3, keys::rename),
+    spec("renamenx", 3, keys::renamenx),
+    spec("copy", -3, keys::copy),
+    spec("keys", 2, keys::keys),
+    spec("scan", -2, keys::scan),
+    spec("randomkey", 1, keys::randomkey),
+    spec("expire", -3, keys::expire),
+    spec("pexpire", -3, keys::pexpire),
+    spec("expireat", -3, keys::expireat),
+    spec("pexpireat", -3, keys::pexpireat),
+    spec("ttl", 2, keys::ttl),
+    spec("pttl", 2, keys::pttl),
+    spec("expiretime", 2, keys::expiretime),
+    spec("pexpiretime", 2, keys::pexpiretime),
+    spec("persist", 2, keys::persist),
+    spec("dbsize", 1, keys::dbsize),
+    spec("flushdb", -1, keys::flush),
+    spec("flushall", -1, keys::flush),
+    spec("hset", -4, hashes::hset),
+    spec("hmset", -4, hashes::hmset),
+    spec("hsetnx", 4, hashes::hsetnx),
+    spec("hget", 3, hashes::hget),
+    spec("hmget", -3, hashes::hmget),
+    spec("hgetall", 2, hashes::hgetall),
+    spec("hkeys", 2, hashes::hkeys),
+    spec("hvals", 2, hashes::hvals),
+    spec("hdel", -3, hashes::hdel),
+    spec("hlen", 2, hashes::hlen),
+    spec("hexists", 3, hashes::hexists),
+    spec("hstrlen", 3, hashes::hstrlen),
+    spec("hincrby", 4, hashes::hincrby),
+    spec("hincrbyfloat", 4, hashes::hincrbyfloat),
+    spec("hscan", -3, hashes::hscan),
+    spec("time", 1, server::time),
+    spec("lastsave", 1, server::lastsave),
+];
+
+/// The names of the data commands and their arities, for COMMAND.
+pub fn table() -> impl Iterator<Item = (&'static str, i32)> {
+    COMMANDS.iter().map(|s| (s.name, s.arity))
+}
+
+/// Whether `name` (lower case) is a data command.
+pub fn known(name: &[u8]) -> bool {
+    find(name).is_some()
+}
+
+fn find(name: &[u8]) -> Option<&'static Spec> {
+    COMMANDS.iter().find(|s| s.name.as_bytes() == name)
+}
+
+/// Redis's arity error for `name`.
+pub fn wrong_arity(name: &str) -> Reply {
+    Reply::Error(format!(
+        "ERR wrong number of arguments for '{name}' command"
+    ))
+}
+
+/// Checks the arity of a data command: `None` if `args` fits, else the
+/// error; `Some(None)`-like unknown commands are the caller's.
+pub fn check_arity(name: &[u8], argc: usize) -> Option<Reply> {
+    let spec = find(name)?;
+    let ok = if spec.arity >= 0 {
+        argc == spec.arity as usize
+    } else {
+        argc >= spec.arity.unsigned_abs() as usize
+    };
+    (!ok).then(|| wrong_arity(spec.name))
+}
+
+/// Runs data command `args` (name lower-cased in `name`, arity checked).
+pub fn execute(ctx: &mut Ctx<'_>, name: &[u8], args: &Args) -> Reply {
+    let Some(spec) = find(name) else {
+        return crate::session::unknown_command(args);
+    };
+    match (spec.run)(ctx, args) {
+        Ok(reply) => reply,
+        Err(Failure::Reply(text)) => Reply::Error(text),
+        Err(Failure::Store(e)) => Reply::Error(store_error_text(&e)),
+    }
+}
+
+/// A store error as an error reply: one line, `ERR` first.
+fn store_error_text(e: &StoreError) -> String {
+    let text = e.to_string().replace(['\r', '\n'], " ");
+    format!("ERR {text}")
+}
+
+fn ok() -> Reply {
+    Reply::Simple("OK".into())
+}
+
+fn int(n: i64) -> Reply {
+    Reply::Integer(n)
+}
+
+fn parse_i64(arg: &[u8]) -> Result<i64, Failure> {
+    string_to_i64(arg).ok_or_else(|| fail(NOT_INTEGER))
+}
+
+/// Redis's float step (INCRBYFLOAT, HINCRBYFLOAT): `current + by` in
+/// long double, printed as Redis prints it. `current_error` is the reply
+/// when `current` is not a float.
+fn float_sum(current: &[u8], by: &[u8], current_error: &str) -> Result<String, Failure> {
+    if long_double::LongDouble::parse(current).is_err() {
+        return Err(fail(current_error));
+    }
+    long_double::incr_by_float(current, by).map_err(|e| match e {
+        long_double::FloatStepError::NotAFloat => fail(NOT_FLOAT),
+        long_double::FloatStepError::NotFinite => {
+            fail("ERR increment would produce NaN or Infinity")
+        }
+    })
+}

@@ -1,0 +1,488 @@
+//! String commands, following Redis 7.0's t_string.c check by check.
+
+use super::*;
+
+/// When a write leaves a key's expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expiry {
+    /// No expiry (SET's default, GETSET).
+    Clear,
+    /// The key's current expiry (KEEPTTL; INCR, APPEND, SETRANGE).
+    Keep,
+    /// At this Unix time in ms.
+    At(u64),
+}
+
+/// How an expiry argument counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Seconds,
+    Millis,
+}
+
+/// SET's and GETEX's options (Redis's parseExtendedStringArgumentsOrReply).
+#[derive(Debug, Default)]
+struct Options<'a> {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    keepttl: bool,
+    persist: bool,
+    /// The expiry argument, its unit and whether it is absolute.
+    expire: Option<(&'a [u8], Unit, bool)>,
+}
+
+fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+/// Parses SET (`set: true`, options from argument 3) or GETEX options.
+fn parse_options(args: &Args, set: bool) -> Result<Options<'_>, Failure> {
+    let mut o = Options::default();
+    let mut j = if set { 3 } else { 2 };
+    while j < args.len() {
+        let opt = &args[j][..];
+        let next = args.get(j + 1).map(|a| &a[..]);
+        let timed = o.expire.is_some();
+        if is(opt, "nx") && !o.xx && set {
+            o.nx = true;
+        } else if is(opt, "xx") && !o.nx && set {
+            o.xx = true;
+        } else if is(opt, "get") && set {
+            o.get = true;
+        } else if is(opt, "keepttl") && !o.persist && !timed && set {
+            o.keepttl = true;
+        } else if is(opt, "persist") && !set && !timed && !o.keepttl {
+            o.persist = true;
+        } else if let (Some((unit, absolute)), Some(value)) = (expiry_word(opt), next) {
+            // The same word again replaces the value; another is an error.
+            let same = o.expire.is_none_or(|(_, u, a)| u == unit && a == absolute);
+            if o.keepttl || o.persist || !same {
+                return Err(fail(SYNTAX));
+            }
+            o.expire = Some((value, unit, absolute));
+            j += 1;
+        } else {
+            return Err(fail(SYNTAX));
+        }
+        j += 1;
+    }
+    Ok(o)
+}
+
+fn expiry_word(opt: &[u8]) -> Option<(Unit, bool)> {
+    match &opt.to_ascii_lowercase()[..] {
+        b"ex" => Some((Unit::Seconds, false)),
+        b"px" => Some((Unit::Millis, false)),
+        b"exat" => Some((Unit::Seconds, true)),
+        b"pxat" => Some((Unit::Millis, true)),
+        _ => None,
+    }
+}
+
+/// Redis's getExpireMillisecondsOrReply: the expiry's Unix time in ms.
+fn expire_at(
+    value: &[u8],
+    unit: Unit,
+    absolute: bool,
+    now_ms: u64,
+    command: &str,
+) -> Result<u64, Failure> {
+    let invalid = || Failure::Reply(format!("ERR invalid expire time in '{command}' command"));
+    let mut ms = parse_i64(value)?;
+    if ms <= 0 || (unit == Unit::Seconds && ms > i64::MAX / 1000) {
+        return Err(invalid());
+    }
+    if unit == Unit::Seconds {
+        ms *= 1000;
+    }
+    if !absolute {
+        ms = ms.checked_add(now_ms as i64).ok_or_else(invalid)?;
+    }
+    Ok(ms as u64)
+}
+
+/// The expiry of a SET-like write from its options.
+fn set_expiry(o: &Options<'_>, now_ms: u64, command: &str) -> Result<Expiry, Failure> {
+    Ok(match o.expire {
+        Some((value, unit, absolute)) => {
+            Expiry::At(expire_at(value, unit, absolute, now_ms, command)?)
+        }
+        None if o.keepttl => Expiry::Keep,
+        None => Expiry::Clear,
+    })
+}
+
+fn bulk_or_null(value: Option<Vec<u8>>) -> Reply {
+    value.map_or(Reply::Null, Reply::Bulk)
+}
+
+/// Writes string `value` at `key` (whatever was there goes), with `expiry`
+/// and `old` the key's live entry.
+fn store_string(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    value: Vec<u8>,
+    expiry: Expiry,
+    old: Option<&Entry>,
+    mut batch: DbBatch<'_>,
+) -> Result<(), Failure> {
+    let expire_at_ms = match expiry {
+        Expiry::Clear => 0,
+        Expiry::Keep => old.map_or(0, |e| e.expire_at_ms),
+        Expiry::At(ms) => ms,
+    };
+    if let Some(Entry {
+        value: old_value @ Value::Hash { .. },
+        ..
+    }) = old
+    {
+        batch.remove(key, old_value)?;
+    }
+    batch.put(
+        key,
+        &Entry {
+            value: Value::String(value),
+            expire_at_ms,
+        },
+    )?;
+    ctx.commit(batch)?;
+    Ok(())
+}
+
+pub(super) fn get(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    Ok(bulk_or_null(ctx.get_string(&args[1])?.map(|(s, _)| s)))
+}
+
+pub(super) fn set(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let o = parse_options(args, true)?;
+    let expiry = set_expiry(&o, ctx.now_ms, "set")?;
+    set_generic(ctx, &args[1], &args[2], &o, expiry, None)
+}
+
+/// Redis's setGenericCommand. `answers`: the replies for set / not set
+/// (SETNX's 1 and 0); otherwise OK and null.
+fn set_generic(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    value: &[u8],
+    o: &Options<'_>,
+    expiry: Expiry,
+    answers: Option<(Reply, Reply)>,
+) -> Outcome {
+    let db = ctx.db;
+    let _locked = db.lock(&[key]);
+    let (old, batch) = ctx.begin(key)?;
+    let previous = if o.get {
+        match &old {
+            Some(Entry {
+                value: Value::String(s),
+                ..
+            }) => Reply::Bulk(s.clone()),
+            Some(_) => return Err(fail(WRONGTYPE)),
+            None => Reply::Null,
+        }
+    } else {
+        Reply::Null
+    };
+    let (done, skipped) = answers.unwrap_or((ok(), Reply::Null));
+    if (o.nx && old.is_some()) || (o.xx && old.is_none()) {
+        return Ok(if o.get { previous } else { skipped });
+    }
+    store_string(ctx, key, value.to_vec(), expiry, old.as_ref(), batch)?;
+    Ok(if o.get { previous } else { done })
+}
+
+pub(super) fn setnx(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let o = Options {
+        nx: true,
+        ..Options::default()
+    };
+    let answers = Some((int(1), int(0)));
+    set_generic(ctx, &args[1], &args[2], &o, Expiry::Clear, answers)
+}
+
+fn set_with_expiry(ctx: &mut Ctx<'_>, args: &Args, unit: Unit, command: &str) -> Outcome {
+    let at = expire_at(&args[2], unit, false, ctx.now_ms, command)?;
+    let o = Options::default();
+    set_generic(ctx, &args[1], &args[3], &o, Expiry::At(at), None)
+}
+
+pub(super) fn setex(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    set_with_expiry(ctx, args, Unit::Seconds, "setex")
+}
+
+pub(super) fn psetex(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    set_with_expiry(ctx, args, Unit::Millis, "psetex")
+}
+
+pub(super) fn getset(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let o = Options {
+        get: true,
+        ..Options::default()
+    };
+    set_generic(ctx, &args[1], &args[2], &o, Expiry::Clear, None)
+}
+
+pub(super) fn getdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let key = &args[1][..];
+    let _locked = ctx.db.lock(&[key]);
+    let (old, mut batch) = ctx.begin(key)?;
+    match old {
+        None => {
+            ctx.commit(batch)?;
+            Ok(Reply::Null)
+        }
+        Some(Entry {
+            value: Value::String(s),
+            ..
+        }) => {
+            batch.remove(key, &Value::String(Vec::new()))?;
+            ctx.commit(batch)?;
+            Ok(Reply::Bulk(s))
+        }
+        Some(_) => Err(fail(WRONGTYPE)),
+    }
+}
+
+pub(super) fn getex(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let o = parse_options(args, false)?;
+    let key = &args[1][..];
+    let _locked = ctx.db.lock(&[key]);
+    let (old, mut batch) = ctx.begin(key)?;
+    // Redis's order: the key and its type before the expiry's value.
+    let (value, expire_at_ms) = match old {
+        None => {
+            ctx.commit(batch)?;
+            return Ok(Reply::Null);
+        }
+        Some(Entry {
+            value: Value::String(s),
+            expire_at_ms,
+        }) => (s, expire_at_ms),
+        Some(_) => return Err(fail(WRONGTYPE)),
+    };
+    let expiry = match o.expire {
+        Some((v, unit, absolute)) => Some(expire_at(v, unit, absolute, ctx.now_ms, "getex")?),
+        None => None,
+    };
+    let new_expiry = match (expiry, o.persist) {
+        (Some(at), _) => Some(at),
+        (None, true) if expire_at_ms != 0 => Some(0),
+        _ => None,
+    };
+    if let Some(at) = new_expiry {
+        batch.put(
+            key,
+            &Entry {
+                value: Value::String(value.clone()),
+                expire_at_ms: at,
+            },
+        )?;
+    }
+    ctx.commit(batch)?;
+    Ok(Reply::Bulk(value))
+}
+
+pub(super) fn mget(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let mut out = Vec::with_capacity(args.len() - 1);
+    for key in &args[1..] {
+        out.push(match ctx.get(key)? {
+            Some(Entry {
+                value: Value::String(s),
+                ..
+            }) => Reply::Bulk(s),
+            _ => Reply::Null,
+        });
+    }
+    Ok(Reply::Array(out))
+}
+
+fn pairs(args: &Args, command: &str) -> Result<Pairs, Failure> {
+    if args.len().is_multiple_of(2) {
+        return Err(Failure::Reply(format!(
+            "ERR wrong number of arguments for '{command}' command"
+        )));
+    }
+    Ok(args[1..]
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect())
+}
+
+fn mset_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
+    let pairs = pairs(args, if nx { "msetnx" } else { "mset" })?;
+    let keys: Vec<&[u8]> = pairs.iter().map(|(k, _)| &k[..]).collect();
+    let db = ctx.db;
+    let _locked = db.lock(&keys);
+    if nx {
+        for key in &keys {
+            if ctx.get(key)?.is_some() {
+                return Ok(int(0));
+            }
+        }
+    }
+    let mut batch = db.batch();
+    for (key, value) in &pairs {
+        if let Some(old) = db.get_raw(key)? {
+            batch.remove(key, &old.value)?;
+        }
+        batch.put(key, &Entry::string(value.clone()))?;
+    }
+    ctx.commit(batch)?;
+    Ok(if nx { int(1) } else { ok() })
+}
+
+pub(super) fn mset(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    mset_generic(ctx, args, false)
+}
+
+pub(super) fn msetnx(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    mset_generic(ctx, args, true)
+}
+
+/// Redis's checkStringLength.
+fn check_length(size: u64, append: u64) -> Result<(), Failure> {
+    match size.checked_add(append) {
+        Some(total) if total <= STRING_MAX_BYTES => Ok(()),
+        _ => Err(fail(
+            "ERR string exceeds maximum allowed size (proto-max-bulk-len)",
+        )),
+    }
+}
+
+/// Changes the string at `key` in place (APPEND, SETRANGE, INCR...):
+/// `change` gets the current bytes (None: no key) and returns the new
+/// bytes and the reply, or no write. The key keeps its expiry.
+fn update_string(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    change: impl FnOnce(Option<&[u8]>) -> Result<(Option<Vec<u8>>, Reply), Failure>,
+) -> Outcome {
+    let _locked = ctx.db.lock(&[key]);
+    let (old, batch) = ctx.begin(key)?;
+    let current = match &old {
+        None => None,
+        Some(Entry {
+            value: Value::String(s),
+            ..
+        }) => Some(&s[..]),
+        Some(_) => return Err(fail(WRONGTYPE)),
+    };
+    let (new, reply) = change(current)?;
+    match new {
+        Some(bytes) => store_string(ctx, key, bytes, Expiry::Keep, old.as_ref(), batch)?,
+        None => ctx.commit(batch)?,
+    }
+    Ok(reply)
+}
+
+pub(super) fn append(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let more = &args[2];
+    update_string(ctx, &args[1], |current| {
+        let mut bytes = current.unwrap_or_default().to_vec();
+        if current.is_some() {
+            check_length(bytes.len() as u64, more.len() as u64)?;
+        }
+        bytes.extend_from_slice(more);
+        let len = bytes.len() as i64;
+        Ok((Some(bytes), int(len)))
+    })
+}
+
+pub(super) fn strlen(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    Ok(int(ctx
+        .get_string(&args[1])?
+        .map_or(0, |(s, _)| s.len() as i64)))
+}
+
+pub(super) fn getrange(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let mut start = parse_i64(&args[2])?;
+    let mut end = parse_i64(&args[3])?;
+    let Some((s, _)) = ctx.get_string(&args[1])? else {
+        return Ok(Reply::Bulk(Vec::new()));
+    };
+    let len = s.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        return Ok(Reply::Bulk(Vec::new()));
+    }
+    if start < 0 {
+        start += len;
+    }
+    if end < 0 {
+        end += len;
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        return Ok(Reply::Bulk(Vec::new()));
+    }
+    Ok(Reply::Bulk(s[start as usize..=end as usize].to_vec()))
+}
+
+pub(super) fn setrange(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let offset = parse_i64(&args[2])?;
+    if offset < 0 {
+        return Err(fail("ERR offset is out of range"));
+    }
+    let offset = offset as u64;
+    let value = &args[3];
+    update_string(ctx, &args[1], |current| {
+        if value.is_empty() {
+            let len = current.map_or(0, |c| c.len() as i64);
+            return Ok((None, int(len)));
+        }
+        check_length(offset, value.len() as u64)?;
+        let mut bytes = current.unwrap_or_default().to_vec();
+        let end = offset as usize + value.len();
+        if bytes.len() < end {
+            bytes.resize(end, 0);
+        }
+        bytes[offset as usize..end].copy_from_slice(value);
+        let len = bytes.len() as i64;
+        Ok((Some(bytes), int(len)))
+    })
+}
+
+fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> Outcome {
+    update_string(ctx, key, |current| {
+        let value = match current {
+            None => 0,
+            Some(bytes) => parse_i64(bytes)?,
+        };
+        let new = value.checked_add(by).ok_or_else(|| fail(OVERFLOW))?;
+        Ok((Some(new.to_string().into_bytes()), int(new)))
+    })
+}
+
+pub(super) fn incr(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    incr_by(ctx, &args[1], 1)
+}
+
+pub(super) fn decr(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    incr_by(ctx, &args[1], -1)
+}
+
+pub(super) fn incrby(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let by = parse_i64(&args[2])?;
+    incr_by(ctx, &args[1], by)
+}
+
+pub(super) fn decrby(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let by = parse_i64(&args[2])?;
+    if by == i64::MIN {
+        return Err(fail("ERR decrement would overflow"));
+    }
+    incr_by(ctx, &args[1], -by)
+}
+
+pub(super) fn incrbyfloat(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let by = &args[2];
+    update_string(ctx, &args[1], |current| {
+        let text = float_sum(current.unwrap_or(b"0"), by, NOT_FLOAT)?.into_bytes();
+        Ok((Some(text.clone()), Reply::Bulk(text)))
+    })
+}

@@ -1,0 +1,376 @@
+//! Redis's keyspace on the store: what a key holds, when it expires, and
+//! how a command reads and changes it. The layout is written down in
+//! docs/FORMAT.md ("Serving keyspace").
+//!
+//! - keyspace `redis.keys`: user key → `[type u8][expire_at_ms u64 LE]
+//!   [payload]`; a string's payload is its bytes, a hash's its field count
+//!   (u64 LE);
+//! - keyspace `redis.fields`: `[key length u32 BE][key][field]` → value,
+//!   one entry per hash field; a hash's fields go with one range delete.
+//!
+//! Reads take no lock. Commands that read and then write (INCR, SET NX,
+//! HSET, ...) hold the key's stripe lock from the read to the write, so
+//! two threads cannot interleave on one key; a command on several keys
+//! takes their stripes in order.
+
+use sluice_store::{Logged, Store, StoreError, ValueFormat, WriteBatch};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Name of the keyspace holding every key's type, expiry and string value.
+pub const KEYS_KEYSPACE: &str = "redis.keys";
+/// Name of the keyspace holding hash fields.
+pub const FIELDS_KEYSPACE: &str = "redis.fields";
+/// Stripe locks for read-modify-write commands.
+const STRIPES: usize = 1024;
+const HEADER_BYTES: usize = 9;
+
+/// What a key holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A string.
+    String(Vec<u8>),
+    /// A hash with this many fields (the fields live in `redis.fields`).
+    Hash {
+        /// Number of fields.
+        len: u64,
+    },
+}
+
+impl Value {
+    /// The type name TYPE prints.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::String(_) => "string",
+            Value::Hash { .. } => "hash",
+        }
+    }
+}
+
+/// A key's value and expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The value.
+    pub value: Value,
+    /// Unix time in ms at which it expires; 0: never.
+    pub expire_at_ms: u64,
+}
+
+impl Entry {
+    /// A string that never expires.
+    pub fn string(bytes: Vec<u8>) -> Entry {
+        Entry {
+            value: Value::String(bytes),
+            expire_at_ms: 0,
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let (kind, payload): (u8, &[u8]) = match &self.value {
+            Value::String(s) => (0, s),
+            Value::Hash { len } => (1, &len.to_le_bytes()[..]),
+        };
+        let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
+        out.push(kind);
+        out.extend_from_slice(&self.expire_at_ms.to_le_bytes());
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Entry, StoreError> {
+        let bad = || StoreError::BadInput("a serving key's record is malformed".into());
+        let expire_at_ms = sluice_io::codec::u64_at(bytes, 1).ok_or_else(bad)?;
+        let payload = &bytes[HEADER_BYTES..];
+        // u64_at checked the header's length above.
+        let value = match bytes[0] {
+            0 => Value::String(payload.to_vec()),
+            1 if payload.len() == 8 => Value::Hash {
+                len: sluice_io::codec::u64_at(payload, 0).ok_or_else(bad)?,
+            },
+            _ => return Err(bad()),
+        };
+        Ok(Entry {
+            value,
+            expire_at_ms,
+        })
+    }
+
+    /// Whether it has expired at `now_ms`.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.expire_at_ms != 0 && self.expire_at_ms <= now_ms
+    }
+}
+
+/// A hash field and its value.
+pub type FieldValue = (Vec<u8>, Vec<u8>);
+
+/// The keyspace of one server.
+pub struct Db {
+    store: Arc<Store>,
+    keys: u32,
+    fields: u32,
+    stripes: Box<[Mutex<()>]>,
+    cursors: Mutex<Cursors>,
+}
+
+/// SCAN cursors handed out: a number stands for the key the next call
+/// starts at. Kept for the last [`MAX_CURSORS`] calls; an older cursor is
+/// refused ("ERR invalid cursor") rather than silently restarted.
+#[derive(Default)]
+struct Cursors {
+    next_id: u64,
+    by_id: std::collections::HashMap<u64, Vec<u8>>,
+    order: std::collections::VecDeque<u64>,
+}
+
+/// SCAN cursors remembered at once (each holds one key).
+pub const MAX_CURSORS: usize = 65536;
+
+/// Stripe locks held by a command, released on drop.
+pub struct Locked<'a> {
+    _guards: Vec<MutexGuard<'a, ()>>,
+}
+
+/// The field key of `field` in hash `key`.
+fn field_key(key: &[u8], field: &[u8]) -> Vec<u8> {
+    let mut k = hash_prefix(key);
+    k.extend_from_slice(field);
+    k
+}
+
+/// Every field key of hash `key` starts with this.
+fn hash_prefix(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + key.len());
+    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+impl Db {
+    /// The keyspace on `store`, creating its two store keyspaces if new.
+    pub fn open(store: Arc<Store>) -> Result<Db, StoreError> {
+        let keyspace = |name: &str| match store.keyspace(name) {
+            Ok(id) => Ok(id),
+            Err(StoreError::UnknownKeyspace { .. }) => {
+                store.create_keyspace(name, ValueFormat::Raw, "")
+            }
+            Err(e) => Err(e),
+        };
+        let keys = keyspace(KEYS_KEYSPACE)?;
+        let fields = keyspace(FIELDS_KEYSPACE)?;
+        Ok(Db {
+            store,
+            keys,
+            fields,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            cursors: Mutex::new(Cursors::default()),
+        })
+    }
+
+    /// The key SCAN cursor `id` resumes at.
+    pub fn cursor(&self, id: u64) -> Option<Vec<u8>> {
+        let cursors = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        cursors.by_id.get(&id).cloned()
+    }
+
+    /// A new SCAN cursor resuming at `key` (never 0, which means "start"
+    /// and "done").
+    pub fn save_cursor(&self, key: Vec<u8>) -> u64 {
+        let mut c = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
+        c.next_id += 1;
+        let id = c.next_id;
+        c.by_id.insert(id, key);
+        c.order.push_back(id);
+        while c.order.len() > MAX_CURSORS {
+            if let Some(old) = c.order.pop_front() {
+                c.by_id.remove(&old);
+            }
+        }
+        id
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn stripe_of(key: &[u8]) -> usize {
+        // FNV-1a: cheap, and spread enough for lock stripes.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in key {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % STRIPES as u64) as usize
+    }
+
+    /// Locks the stripes of `keys` (in stripe order, so two commands
+    /// cannot deadlock) until the returned guard drops.
+    pub fn lock<'a>(&'a self, keys: &[&[u8]]) -> Locked<'a> {
+        let mut stripes: Vec<usize> = keys.iter().map(|k| Db::stripe_of(k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        Locked {
+            _guards: stripes
+                .into_iter()
+                .map(|s| self.stripes[s].lock().unwrap_or_else(|p| p.into_inner()))
+                .collect(),
+        }
+    }
+
+    /// The live entry of `key` at `now_ms` (an expired one reads as none;
+    /// [`Db::expire_if_due`] removes it).
+    pub fn get(&self, key: &[u8], now_ms: u64) -> Result<Option<Entry>, StoreError> {
+        match self.store.get(self.keys, key)? {
+            None => Ok(None),
+            Some(bytes) => {
+                let entry = Entry::decode(&bytes)?;
+                Ok((!entry.expired(now_ms)).then_some(entry))
+            }
+        }
+    }
+
+    /// The stored entry of `key`, expired or not.
+    pub fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        self.store
+            .get(self.keys, key)?
+            .map(|b| Entry::decode(&b))
+            .transpose()
+    }
+
+    /// One hash field's value.
+    pub fn field(&self, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get(self.fields, &field_key(key, field))
+    }
+
+    /// Every field of hash `key`, in field order.
+    pub fn fields(&self, key: &[u8]) -> Result<Vec<FieldValue>, StoreError> {
+        let prefix = hash_prefix(key);
+        let mut out = Vec::new();
+        let snapshot = self.store.snapshot();
+        for item in self
+            .store
+            .iter_prefix(self.fields, &prefix, &snapshot, false)
+        {
+            let (k, v) = item?;
+            out.push((k[prefix.len()..].to_vec(), v));
+        }
+        Ok(out)
+    }
+
+    /// Every stored key (expired ones too), in key order, from `start`.
+    pub fn keys_from(
+        &self,
+        start: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
+        let mut out = Vec::new();
+        let range = (
+            std::ops::Bound::Included(start),
+            std::ops::Bound::Unbounded::<&[u8]>,
+        );
+        let snapshot = self.store.snapshot();
+        for item in self.store.iter(self.keys, range, &snapshot, false) {
+            let (k, v) = item?;
+            out.push((k, Entry::decode(&v)?));
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// A batch for this keyspace.
+    pub fn batch(&self) -> DbBatch<'_> {
+        DbBatch {
+            db: self,
+            batch: WriteBatch::new(),
+        }
+    }
+
+    /// Deletes `key` if it expired at `now_ms` (lazy expiry, under the
+    /// key's stripe): returns the write, if one was made.
+    pub fn expire_if_due(&self, key: &[u8], now_ms: u64) -> Result<Option<Logged>, StoreError> {
+        let Some(entry) = self.get_raw(key)? else {
+            return Ok(None);
+        };
+        if !entry.expired(now_ms) {
+            return Ok(None);
+        }
+        let _locked = self.lock(&[key]);
+        match self.get_raw(key)? {
+            Some(e) if e.expired(now_ms) => {
+                let mut b = self.batch();
+                b.remove(key, &e.value)?;
+                b.commit().map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Changes to the keyspace applied together ([`DbBatch::commit`]).
+pub struct DbBatch<'a> {
+    db: &'a Db,
+    batch: WriteBatch,
+}
+
+impl DbBatch<'_> {
+    /// Stores `entry` at `key` (a hash's fields are written separately).
+    pub fn put(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
+        self.batch.put(self.db.keys, key, &entry.encode())?;
+        Ok(())
+    }
+
+    /// Removes `key` and, for a hash, its fields.
+    pub fn remove(&mut self, key: &[u8], value: &Value) -> Result<(), StoreError> {
+        self.batch.delete(self.db.keys, key)?;
+        if let Value::Hash { .. } = value {
+            self.remove_fields(key)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every key and field (FLUSHDB).
+    pub fn remove_everything(&mut self) -> Result<(), StoreError> {
+        // Keys are at most MAX_KEY_BYTES long: the only key at or past
+        // this end is the end itself.
+        let end = vec![0xffu8; sluice_store::batch::MAX_KEY_BYTES];
+        for keyspace in [self.db.keys, self.db.fields] {
+            self.batch.delete_range(keyspace, &[], &end)?;
+            self.batch.delete(keyspace, &end)?;
+        }
+        Ok(())
+    }
+
+    /// Removes every field of hash `key`.
+    pub fn remove_fields(&mut self, key: &[u8]) -> Result<(), StoreError> {
+        let start = hash_prefix(key);
+        match sluice_store::store::prefix_end(&start) {
+            Some(end) => self.batch.delete_range(self.db.fields, &start, &end)?,
+            None => unreachable!("a hash prefix starts with a length, not all 0xff"),
+        };
+        Ok(())
+    }
+
+    /// Sets one field of hash `key`.
+    pub fn put_field(&mut self, key: &[u8], field: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.batch
+            .put(self.db.fields, &field_key(key, field), value)?;
+        Ok(())
+    }
+
+    /// Removes one field of hash `key`.
+    pub fn remove_field(&mut self, key: &[u8], field: &[u8]) -> Result<(), StoreError> {
+        self.batch.delete(self.db.fields, &field_key(key, field))?;
+        Ok(())
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// Applies the batch (visible at once; durable when the log says so).
+    pub fn commit(self) -> Result<Logged, StoreError> {
+        self.db.store.write_logged(&self.batch)
+    }
+}

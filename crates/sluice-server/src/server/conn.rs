@@ -1,0 +1,107 @@
+//! One client connection's state on its worker.
+
+use crate::resp::{Limits, Reply, RequestReader};
+use crate::session::Session;
+use sluice_store::wal::LogPosition;
+use std::net::TcpStream;
+use std::time::Instant;
+
+/// A client connection.
+pub(super) struct Conn {
+    pub(super) stream: TcpStream,
+    pub(super) session: Session,
+    pub(super) reader: RequestReader,
+    /// Replies ready to send.
+    pub(super) out: Vec<u8>,
+    /// Replies produced after a write not yet durable, sent once the log
+    /// is durable to `hold_until` (in order: everything after such a write
+    /// waits with it).
+    pub(super) held: Vec<u8>,
+    pub(super) hold_until: Option<LogPosition>,
+    pub(super) held_since: Option<Instant>,
+    /// A spare send buffer, so steady traffic allocates nothing.
+    pub(super) spare: Vec<u8>,
+    /// Whether the multishot recv is armed.
+    pub(super) recv_armed: bool,
+    /// Whether requests wait in `reader` (it was cut short by the
+    /// pipeline limit).
+    pub(super) more_input: bool,
+    /// Close once what was received has run and every reply is sent
+    /// (QUIT, protocol error, peer closed, shutdown).
+    pub(super) closing: bool,
+    /// Run no more requests (QUIT, protocol error).
+    pub(super) quit: bool,
+    /// The peer is gone: nothing more is read or sent.
+    pub(super) dead: bool,
+    pub(super) last_active: Instant,
+    pub(super) addr: String,
+}
+
+impl Conn {
+    pub(super) fn new(stream: TcpStream, session: Session, limits: Limits) -> Conn {
+        let addr = stream
+            .peer_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        let now = Instant::now();
+        Conn {
+            stream,
+            session,
+            reader: RequestReader::new(limits),
+            out: Vec::new(),
+            held: Vec::new(),
+            hold_until: None,
+            held_since: None,
+            spare: Vec::new(),
+            recv_armed: false,
+            more_input: false,
+            closing: false,
+            quit: false,
+            dead: false,
+            last_active: now,
+            addr,
+        }
+    }
+
+    /// Queues `reply`; it waits for durability if an earlier one does.
+    pub(super) fn push_reply(&mut self, reply: &Reply) {
+        let protocol = self.session.protocol();
+        let target = if self.hold_until.is_some() {
+            &mut self.held
+        } else {
+            &mut self.out
+        };
+        reply.encode_into(protocol, target);
+    }
+
+    /// Queues raw reply bytes (protocol errors).
+    pub(super) fn push_bytes(&mut self, bytes: &[u8]) {
+        if self.hold_until.is_some() {
+            self.held.extend_from_slice(bytes);
+        } else {
+            self.out.extend_from_slice(bytes);
+        }
+    }
+
+    /// This reply and all after it wait until the log is durable to `at`.
+    pub(super) fn hold_until(&mut self, at: LogPosition) {
+        self.hold_until = self.hold_until.max(Some(at));
+        self.held_since.get_or_insert_with(Instant::now);
+    }
+
+    /// Releases the held replies if the log is durable far enough; returns
+    /// how long they waited.
+    pub(super) fn release_if(&mut self, durable: impl Fn(LogPosition) -> bool) -> Option<u128> {
+        let at = self.hold_until?;
+        if !durable(at) {
+            return None;
+        }
+        self.hold_until = None;
+        self.out.append(&mut self.held);
+        self.held_since.take().map(|t| t.elapsed().as_micros())
+    }
+
+    /// Bytes of replies not yet handed to a send.
+    pub(super) fn waiting_bytes(&self) -> usize {
+        self.out.len() + self.held.len()
+    }
+}

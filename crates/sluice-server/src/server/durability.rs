@@ -1,0 +1,153 @@
+//! When writes become durable: the committer thread (`always`), the
+//! once-a-second commit (`everysec`), and the final one at shutdown.
+
+use super::Shared;
+use sluice_io::net::Waker;
+use sluice_store::wal::LogPosition;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// When a write is acknowledged (Redis's `appendfsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Once its group commit is on the device.
+    Always,
+    /// At once; made durable within a second.
+    Everysec,
+    /// At once; durable at the next flush or at shutdown.
+    None,
+}
+
+impl std::str::FromStr for Durability {
+    type Err = String;
+
+    /// `always`, `everysec` or `none`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "always" => Ok(Durability::Always),
+            "everysec" => Ok(Durability::Everysec),
+            "none" | "no" => Ok(Durability::None),
+            other => Err(format!(
+                "unknown durability {other:?}: use always, everysec or none"
+            )),
+        }
+    }
+}
+
+impl Durability {
+    /// Its name, as `--durability` and INFO spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Always => "always",
+            Durability::Everysec => "everysec",
+            Durability::None => "none",
+        }
+    }
+}
+
+/// Requests for durability from the workers, served by one thread.
+#[derive(Default)]
+pub(super) struct Committer {
+    state: Mutex<Requests>,
+    wake: Condvar,
+    /// The furthest log position any write reached (`end_seq`).
+    latest: AtomicU64,
+    /// Group commits made, and the requests they answered.
+    pub(super) commits: AtomicU64,
+    pub(super) requests: AtomicU64,
+}
+
+#[derive(Default)]
+struct Requests {
+    wanted: Option<LogPosition>,
+    waiters: Vec<Arc<Waker>>,
+}
+
+impl Committer {
+    /// Notes a write that reached `position`.
+    pub(super) fn wrote(&self, position: LogPosition) {
+        self.latest.fetch_max(position.end_seq, Ordering::AcqRel);
+    }
+
+    /// Asks for the log durable to `position`; `waker` is woken when it is.
+    pub(super) fn request(&self, position: LogPosition, waker: &Arc<Waker>) {
+        let mut r = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        r.wanted = r.wanted.max(Some(position));
+        if !r.waiters.iter().any(|w| Arc::ptr_eq(w, waker)) {
+            r.waiters.push(waker.clone());
+        }
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        drop(r);
+        self.wake.notify_one();
+    }
+
+    fn latest(&self) -> LogPosition {
+        LogPosition {
+            end_seq: self.latest.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// Starts the durability thread of `shared`'s mode.
+pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("sluice-commit".into())
+        .spawn(move || run(&shared))
+}
+
+fn run(shared: &Shared) {
+    let mut last_everysec = Instant::now();
+    while !shared.stopping() {
+        match shared.config.durability {
+            super::Durability::Always => serve_requests(shared),
+            super::Durability::Everysec => {
+                std::thread::sleep(super::TICK);
+                if last_everysec.elapsed() >= Duration::from_secs(1) {
+                    last_everysec = Instant::now();
+                    if let Err(e) = make_all_durable(shared) {
+                        log::error!("the once-a-second commit failed: {e}");
+                    }
+                }
+            }
+            super::Durability::None => std::thread::sleep(super::TICK),
+        }
+    }
+}
+
+/// Waits for requests (up to a tick), commits the furthest one, wakes
+/// every thread that asked.
+fn serve_requests(shared: &Shared) {
+    let c = &shared.committer;
+    let (wanted, waiters) = {
+        let mut r = c.state.lock().unwrap_or_else(|p| p.into_inner());
+        if r.wanted.is_none() {
+            r = c
+                .wake
+                .wait_timeout(r, super::TICK)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        (r.wanted.take(), std::mem::take(&mut r.waiters))
+    };
+    let Some(wanted) = wanted else { return };
+    if let Err(e) = shared.db.store().make_durable(wanted) {
+        // The store has failed and takes no writes; the held replies are
+        // never sent and the clients see their connections close.
+        log::error!("a group commit failed: {e}; the server stops");
+        shared.request_shutdown();
+    }
+    c.commits.fetch_add(1, Ordering::Relaxed);
+    for w in waiters {
+        w.wake();
+    }
+}
+
+/// Makes every write made so far durable.
+pub(super) fn make_all_durable(shared: &Shared) -> sluice_store::Result<()> {
+    let latest = shared.committer.latest();
+    if latest.end_seq == 0 || shared.db.store().is_durable(latest) {
+        return Ok(());
+    }
+    shared.db.store().make_durable(latest)
+}

@@ -1,0 +1,259 @@
+//! `sluice serve`: the thread-per-core server.
+//!
+//! Each worker thread is pinned to a core and owns a network ring
+//! (`sluice_io::net`): its own `SO_REUSEPORT` listener with a multishot
+//! accept, a multishot recv per connection into provided buffers, one
+//! send in flight per connection carrying every reply produced meanwhile,
+//! one `io_uring_enter` per loop turn. A command runs on the thread that
+//! received it, against the shared store (reads take no lock; writes meet
+//! in the store's group commit).
+//!
+//! Durability (`--durability`, Redis's appendfsync): with `always` a
+//! connection's replies wait, in order, until the log is durable past its
+//! last write — the thread serves its other connections meanwhile; the
+//! one committer thread makes the log durable for every thread at once
+//! and wakes them. `everysec` makes it durable once a second, `none` at
+//! flushes and shutdown.
+
+mod admin;
+mod conn;
+mod durability;
+mod worker;
+
+pub use durability::Durability;
+
+use crate::db::Db;
+use crate::resp::Limits;
+use crate::session::Users;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where the Redis protocol listens (port 0: any free port).
+    pub resp_addr: SocketAddr,
+    /// Worker threads (one per core by default).
+    pub threads: usize,
+    /// Pin each worker to a core.
+    pub pin_threads: bool,
+    /// When a write is acknowledged.
+    pub durability: Durability,
+    /// Who may connect.
+    pub users: Users,
+    /// Most clients connected at once (Redis's `maxclients`).
+    pub max_clients: usize,
+    /// Close a client idle this long (0: never; Redis's `timeout`, seconds).
+    pub idle_timeout_secs: u64,
+    /// Request limits (`proto-max-bulk-len`, inline size).
+    pub limits: Limits,
+    /// Most bytes a client's received-but-unframed requests may hold
+    /// (Redis's `client-query-buffer-limit`).
+    pub max_query_bytes: usize,
+    /// Most reply bytes waiting for one client; past it the client is
+    /// closed (Redis's `client-output-buffer-limit` for normal clients
+    /// is unlimited; Sluice keeps a bound).
+    pub max_output_bytes: usize,
+    /// Most requests of one connection run in one loop turn before the
+    /// thread turns to the others (pipelining fairness).
+    pub max_pipeline: usize,
+    /// How long a worker keeps polling without blocking after its last
+    /// work (adaptive polling), in µs.
+    pub spin_us: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            resp_addr: SocketAddr::from(([127, 0, 0, 1], 6379)),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            pin_threads: true,
+            durability: Durability::Always,
+            users: Users::default(),
+            max_clients: 10_000,
+            idle_timeout_secs: 0,
+            limits: Limits::default(),
+            max_query_bytes: 1 << 30,
+            max_output_bytes: 256 << 20,
+            max_pipeline: 1024,
+            spin_us: 50,
+        }
+    }
+}
+
+/// Counters every worker adds to (INFO).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Connections accepted since start.
+    pub connections_received: AtomicU64,
+    /// Connections refused (max clients).
+    pub rejected_connections: AtomicU64,
+    /// Commands run.
+    pub commands_processed: AtomicU64,
+    /// Bytes received from clients.
+    pub net_input_bytes: AtomicU64,
+    /// Bytes sent to clients.
+    pub net_output_bytes: AtomicU64,
+    /// Replies held for durability, and the µs they waited in total.
+    pub durable_waits: AtomicU64,
+    /// See `durable_waits`.
+    pub durable_wait_us: AtomicU64,
+}
+
+/// What all workers share.
+pub struct Shared {
+    /// The keyspace.
+    pub db: Arc<Db>,
+    /// The configuration.
+    pub config: ServerConfig,
+    /// Clients connected now.
+    pub clients: AtomicUsize,
+    /// The next client id.
+    pub next_client_id: AtomicU64,
+    /// Set to stop: workers finish what they hold and return.
+    pub shutdown: AtomicBool,
+    /// Counters.
+    pub stats: Stats,
+    /// When the server started.
+    pub started: Instant,
+    /// The address the Redis protocol listens on.
+    pub resp_addr: SocketAddr,
+    wakers: Mutex<Vec<Arc<sluice_io::net::Waker>>>,
+    committer: durability::Committer,
+}
+
+impl Shared {
+    /// Asks every worker to stop (SHUTDOWN, SIGTERM).
+    pub fn request_shutdown(&self) {
+        self.shutdown.store(true, Ordering::Release);
+        for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            w.wake();
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.shutdown.load(Ordering::Acquire)
+    }
+}
+
+/// A running server: its address, and a handle to stop it.
+pub struct Server {
+    shared: Arc<Shared>,
+    workers: Vec<std::thread::JoinHandle<std::io::Result<()>>>,
+    background: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Starts the workers on `db`; returns once every one listens.
+    pub fn start(db: Arc<Db>, config: ServerConfig) -> std::io::Result<Server> {
+        assert!(config.threads >= 1, "at least one worker thread");
+        let first = sluice_io::net::bind_reuseport(config.resp_addr, 1024)?;
+        let resp_addr = first.local_addr()?;
+        let shared = Arc::new(Shared {
+            db,
+            clients: AtomicUsize::new(0),
+            next_client_id: AtomicU64::new(1),
+            shutdown: AtomicBool::new(false),
+            stats: Stats::default(),
+            started: Instant::now(),
+            resp_addr,
+            wakers: Mutex::new(Vec::new()),
+            committer: durability::Committer::default(),
+            config,
+        });
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut workers = Vec::new();
+        let mut listener = Some(first);
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        for index in 0..shared.config.threads {
+            let listener = match listener.take() {
+                Some(l) => l,
+                None => sluice_io::net::bind_reuseport(resp_addr, 1024)?,
+            };
+            let shared = shared.clone();
+            let ready = ready_tx.clone();
+            let core = index % cores;
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("sluice-serve-{index}"))
+                    .spawn(move || worker::run(shared, listener, core, ready))?,
+            );
+        }
+        drop(ready_tx);
+        for _ in 0..workers.len() {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    shared.request_shutdown();
+                    return Err(e);
+                }
+                Err(_) => {
+                    shared.request_shutdown();
+                    return Err(std::io::Error::other(
+                        "a worker thread ended while starting",
+                    ));
+                }
+            }
+        }
+        let background = Some(durability::start(shared.clone())?);
+        Ok(Server {
+            shared,
+            workers,
+            background,
+        })
+    }
+
+    /// Where the Redis protocol listens.
+    pub fn resp_addr(&self) -> SocketAddr {
+        self.shared.resp_addr
+    }
+
+    /// What the workers share (to stop the server from a signal handler's
+    /// thread: [`Shared::request_shutdown`]).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Waits until the server stops (SHUTDOWN, or [`Shared::request_shutdown`]),
+    /// then makes everything acknowledged durable. Returns the first
+    /// worker error, if any.
+    pub fn wait(mut self) -> std::io::Result<()> {
+        let mut first_error = None;
+        for w in self.workers.drain(..) {
+            let result = w
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("a worker thread panicked")));
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.shared.request_shutdown();
+        if let Some(b) = self.background.take() {
+            let _ = b.join();
+        }
+        durability::make_all_durable(&self.shared).map_err(std::io::Error::other)?;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the server and waits for it ([`Server::wait`]).
+    pub fn stop(self) -> std::io::Result<()> {
+        self.shared.request_shutdown();
+        self.wait()
+    }
+}
+
+/// The current Unix time in ms.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How long a blocked worker sleeps at most before it looks at its
+/// timers (idle clients, shutdown).
+pub(crate) const TICK: Duration = Duration::from_millis(100);

@@ -1,0 +1,406 @@
+//! A worker thread's loop: reap the network ring, run what arrived,
+//! release replies the log has made durable, send, and wait — polling
+//! while busy, blocking when idle.
+
+use super::conn::Conn;
+use super::{admin, Shared, TICK};
+use crate::session::Session;
+use sluice_io::net::{ConnId, NetEvent, NetRing, NetRingConfig, Waker};
+use sluice_store::wal::LogPosition;
+use std::io::Write;
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Redis's reply to a client over `maxclients`.
+const MAX_CLIENTS_REPLY: &[u8] = b"-ERR max number of clients reached\r\n";
+/// A send buffer kept for reuse only up to this size.
+const SPARE_MAX_BYTES: usize = 1 << 20;
+
+pub(super) fn run(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    core: usize,
+    ready: Sender<std::io::Result<()>>,
+) -> std::io::Result<()> {
+    if shared.config.pin_threads {
+        if let Err(e) = sluice_io::net::pin_current_thread(core) {
+            log::warn!("could not pin a worker to core {core}: {e}");
+        }
+    }
+    let started = NetRing::new(NetRingConfig::default()).and_then(|mut ring| {
+        ring.accept_on(&listener)?;
+        Ok(ring)
+    });
+    let ring = match started {
+        Ok(ring) => ring,
+        Err(e) => {
+            let _ = ready.send(Err(std::io::Error::new(e.kind(), e.to_string())));
+            return Err(e);
+        }
+    };
+    let waker = ring.waker();
+    shared
+        .wakers
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(waker.clone());
+    let _ = ready.send(Ok(()));
+    let mut worker = Worker {
+        shared,
+        ring,
+        waker,
+        listener: Some(listener),
+        conns: Vec::new(),
+        free: Vec::new(),
+        requested: None,
+        last_tick: Instant::now(),
+        events: Events::default(),
+    };
+    worker.run()
+}
+
+/// What one reap found, applied after it (the ring is borrowed during it).
+#[derive(Default)]
+struct Events {
+    accepted: Vec<TcpStream>,
+    rearm: Vec<ConnId>,
+    resend: Vec<(ConnId, Vec<u8>, usize)>,
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    ring: NetRing,
+    waker: Arc<Waker>,
+    listener: Option<TcpListener>,
+    conns: Vec<Option<Conn>>,
+    free: Vec<ConnId>,
+    /// The furthest position this worker asked the committer for.
+    requested: Option<LogPosition>,
+    last_tick: Instant,
+    events: Events,
+}
+
+impl Worker {
+    fn run(&mut self) -> std::io::Result<()> {
+        let mut last_work = Instant::now();
+        loop {
+            if self.shared.stopping() {
+                self.begin_stop();
+                if self.conns.iter().all(Option::is_none) {
+                    return Ok(());
+                }
+            }
+            let worked = self.turn()?;
+            if worked {
+                last_work = Instant::now();
+            }
+            let spin = Duration::from_micros(self.shared.config.spin_us);
+            if worked || last_work.elapsed() < spin {
+                self.ring.wait(None)?;
+            } else {
+                self.ring.wait(Some(TICK))?;
+            }
+        }
+    }
+
+    /// One loop turn; whether anything happened.
+    fn turn(&mut self) -> std::io::Result<bool> {
+        let reaped = self.reap()?;
+        self.apply_events()?;
+        let served = self.serve_all();
+        self.release_durable();
+        self.ask_durable();
+        self.send_all()?;
+        self.close_finished();
+        if self.last_tick.elapsed() >= TICK {
+            self.last_tick = Instant::now();
+            self.close_idle();
+        }
+        Ok(reaped > 0 || served)
+    }
+
+    fn reap(&mut self) -> std::io::Result<usize> {
+        let conns = &mut self.conns;
+        let events = &mut self.events;
+        let stats = &self.shared.stats;
+        let max_query = self.shared.config.max_query_bytes;
+        self.ring.reap(|event| match event {
+            NetEvent::Accepted(stream) => events.accepted.push(stream),
+            NetEvent::AcceptFailed(e) => log::warn!("accept failed: {e}"),
+            NetEvent::Received { conn, bytes } => {
+                let Some(c) = conns.get_mut(conn as usize).and_then(Option::as_mut) else {
+                    return;
+                };
+                stats
+                    .net_input_bytes
+                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                c.last_active = Instant::now();
+                if c.dead || c.closing {
+                    return;
+                }
+                c.reader.feed(bytes);
+                c.more_input = true;
+                if c.reader.pending_bytes() > max_query {
+                    log::warn!(
+                        "closing client {}: its query buffer passed {max_query} bytes",
+                        c.addr
+                    );
+                    c.dead = true;
+                }
+            }
+            NetEvent::RecvPaused { conn } => events.rearm.push(conn),
+            NetEvent::RecvEnded { conn, result } => {
+                if let Some(c) = conns.get_mut(conn as usize).and_then(Option::as_mut) {
+                    c.recv_armed = false;
+                    match result {
+                        Ok(()) => c.closing = true,
+                        Err(_) => c.dead = true,
+                    }
+                }
+            }
+            NetEvent::Sent {
+                conn,
+                buf,
+                sent_to,
+                error,
+            } => {
+                let Some(c) = conns.get_mut(conn as usize).and_then(Option::as_mut) else {
+                    return;
+                };
+                if error.is_some() {
+                    c.dead = true;
+                } else if sent_to < buf.len() && !c.dead {
+                    events.resend.push((conn, buf, sent_to));
+                } else {
+                    stats
+                        .net_output_bytes
+                        .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    let mut buf = buf;
+                    buf.clear();
+                    if buf.capacity() <= SPARE_MAX_BYTES {
+                        c.spare = buf;
+                    }
+                }
+            }
+            NetEvent::Woken => {}
+        })
+    }
+
+    fn apply_events(&mut self) -> std::io::Result<()> {
+        for stream in std::mem::take(&mut self.events.accepted) {
+            self.admit(stream)?;
+        }
+        for id in std::mem::take(&mut self.events.rearm) {
+            let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if c.dead || c.closing {
+                c.recv_armed = false;
+            } else {
+                self.ring.recv(id, &c.stream)?;
+            }
+        }
+        for (id, buf, sent_to) in std::mem::take(&mut self.events.resend) {
+            if let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) {
+                self.ring.send(id, &c.stream, buf, sent_to)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a new connection, or refuses it over the client limit.
+    fn admit(&mut self, mut stream: TcpStream) -> std::io::Result<()> {
+        let shared = &self.shared;
+        shared
+            .stats
+            .connections_received
+            .fetch_add(1, Ordering::Relaxed);
+        let admitted = shared
+            .clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < shared.config.max_clients).then_some(n + 1)
+            })
+            .is_ok();
+        if !admitted || shared.stopping() {
+            shared
+                .stats
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
+            if admitted {
+                shared.clients.fetch_sub(1, Ordering::AcqRel);
+            }
+            // A fresh socket's send buffer takes these few bytes at once.
+            let _ = stream.set_nonblocking(true);
+            let _ = stream.write_all(MAX_CLIENTS_REPLY);
+            return Ok(());
+        }
+        let _ = stream.set_nodelay(true);
+        let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let session = Session::new(id, &shared.config.users);
+        let mut conn = Conn::new(stream, session, shared.config.limits);
+        let slot = match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.conns.push(None);
+                (self.conns.len() - 1) as ConnId
+            }
+        };
+        self.ring.recv(slot, &conn.stream)?;
+        conn.recv_armed = true;
+        self.conns[slot as usize] = Some(conn);
+        Ok(())
+    }
+
+    /// Runs the requests that arrived, up to the pipeline limit per
+    /// connection; whether any ran.
+    fn serve_all(&mut self) -> bool {
+        let mut served = false;
+        let max_pipeline = self.shared.config.max_pipeline;
+        for c in self.conns.iter_mut().flatten() {
+            if !c.more_input || c.dead {
+                continue;
+            }
+            let mut n = 0;
+            while n < max_pipeline && !c.quit {
+                match c.reader.next(c.session.unauthenticated()) {
+                    Ok(Some(args)) => {
+                        admin::execute(&self.shared, c, &args);
+                        n += 1;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        c.push_bytes(&e.reply());
+                        c.quit = true;
+                        c.closing = true;
+                    }
+                }
+            }
+            served |= n > 0;
+            c.more_input = n == max_pipeline;
+            if c.waiting_bytes() > self.shared.config.max_output_bytes {
+                log::warn!(
+                    "closing client {}: {} reply bytes wait for it (limit {})",
+                    c.addr,
+                    c.waiting_bytes(),
+                    self.shared.config.max_output_bytes
+                );
+                c.dead = true;
+            }
+        }
+        served
+    }
+
+    /// Moves held replies to the send queue where the log is durable.
+    fn release_durable(&mut self) {
+        let store = self.shared.db.store();
+        for c in self.conns.iter_mut().flatten() {
+            if let Some(waited_us) = c.release_if(|at| store.is_durable(at)) {
+                let stats = &self.shared.stats;
+                stats.durable_waits.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .durable_wait_us
+                    .fetch_add(waited_us as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Asks the committer for the furthest position a reply waits on.
+    fn ask_durable(&mut self) {
+        let furthest = self
+            .conns
+            .iter()
+            .flatten()
+            .filter_map(|c| c.hold_until)
+            .max();
+        if let Some(at) = furthest {
+            if self.requested.is_none_or(|r| r < at) {
+                self.requested = Some(at);
+                self.shared.committer.request(at, &self.waker);
+            }
+        }
+    }
+
+    fn send_all(&mut self) -> std::io::Result<()> {
+        for (id, slot) in self.conns.iter_mut().enumerate() {
+            let Some(c) = slot.as_mut() else { continue };
+            if c.dead || c.out.is_empty() || self.ring.sending(id as ConnId) {
+                continue;
+            }
+            let mut buf = std::mem::take(&mut c.spare);
+            std::mem::swap(&mut buf, &mut c.out);
+            self.ring.send(id as ConnId, &c.stream, buf, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Frees connections with nothing left in flight.
+    fn close_finished(&mut self) {
+        for id in 0..self.conns.len() {
+            let sending = self.ring.sending(id as ConnId);
+            let Some(c) = self.conns[id].as_mut() else {
+                continue;
+            };
+            let drained = c.out.is_empty() && c.held.is_empty() && !c.more_input;
+            if !(c.dead || (c.closing && drained)) || sending {
+                continue;
+            }
+            if c.recv_armed {
+                // Ends the armed recv (it completes with 0); the slot is
+                // freed after, so no late completion reaches a new client.
+                let _ = c.stream.shutdown(Shutdown::Both);
+                continue;
+            }
+            self.conns[id] = None;
+            self.free.push(id as ConnId);
+            self.shared.clients.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    fn close_idle(&mut self) {
+        let timeout_secs = self.shared.config.idle_timeout_secs;
+        if timeout_secs == 0 {
+            return;
+        }
+        let limit = Duration::from_secs(timeout_secs);
+        for c in self.conns.iter_mut().flatten() {
+            if c.hold_until.is_none() && c.last_active.elapsed() > limit {
+                c.dead = true;
+            }
+        }
+    }
+
+    /// Shutdown: accept no more, read no more; what was received is run,
+    /// its replies made durable and sent, then the connections close.
+    fn begin_stop(&mut self) {
+        if let Some(listener) = self.listener.take() {
+            self.ring.stop_accepting();
+            drop(listener);
+        }
+        for c in self.conns.iter_mut().flatten() {
+            if !c.closing {
+                c.closing = true;
+                let _ = c.stream.shutdown(Shutdown::Read);
+            }
+        }
+        // The committer thread may have stopped: commit here.
+        let furthest = self
+            .conns
+            .iter()
+            .flatten()
+            .filter_map(|c| c.hold_until)
+            .max();
+        if let Some(at) = furthest {
+            if let Err(e) = self.shared.db.store().make_durable(at) {
+                log::error!("a commit at shutdown failed: {e}; held replies are dropped");
+                for c in self.conns.iter_mut().flatten() {
+                    if c.hold_until.is_some() {
+                        c.dead = true;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,536 @@
+//! Differential test of the data commands: the same command sequences go
+//! to a real `redis-server` 7 and to a Sluice server (over TCP, through
+//! the whole server: framing, dispatch, the store, durability), and every
+//! reply must be the same bytes — in RESP2 and after `HELLO 3` in RESP3.
+//!
+//! Where the two may differ by design the comparison says so: replies
+//! listing a hash's fields or KEYS are compared as sets (Redis lists in
+//! hash-table order, Sluice in key order), and PTTL / EXPIRETIME /
+//! PEXPIRETIME within the time the two servers' clocks are read apart.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
+
+mod common;
+
+use common::{start_redis, start_sluice, Client, Redis, Sluice};
+use proptest::prelude::*;
+use sluice_server::resp::Reply;
+use sluice_server::server::Durability;
+use std::sync::{Mutex, OnceLock};
+
+struct Pair {
+    redis: Redis,
+    sluice: Sluice,
+    /// One sequence at a time: each starts from empty databases.
+    lock: Mutex<()>,
+}
+
+fn pair() -> &'static Pair {
+    static P: OnceLock<Pair> = OnceLock::new();
+    P.get_or_init(|| Pair {
+        redis: start_redis(&[]),
+        sluice: start_sluice(Durability::Always),
+        lock: Mutex::new(()),
+    })
+}
+
+fn decode(bytes: &[u8]) -> Reply {
+    Reply::decode(bytes).unwrap().unwrap().0
+}
+
+fn sorted(items: &[Reply]) -> Vec<String> {
+    let mut v: Vec<String> = items.iter().map(|r| format!("{r:?}")).collect();
+    v.sort();
+    v
+}
+
+fn sorted_pairs(items: &[Reply]) -> Vec<String> {
+    let mut v: Vec<String> = items.chunks(2).map(|p| format!("{p:?}")).collect();
+    v.sort();
+    v
+}
+
+/// Whether two replies to `args` agree, by the rules in the module docs.
+fn agree(args: &[Vec<u8>], redis: &[u8], sluice: &[u8]) -> bool {
+    if redis == sluice {
+        return true;
+    }
+    let name = args[0].to_ascii_lowercase();
+    let (r, s) = (decode(redis), decode(sluice));
+    match (&name[..], &r, &s) {
+        (b"keys" | b"hkeys" | b"hvals", Reply::Array(a), Reply::Array(b)) => sorted(a) == sorted(b),
+        (b"hgetall", Reply::Array(a), Reply::Array(b)) => sorted_pairs(a) == sorted_pairs(b),
+        (b"hgetall", Reply::Map(a), Reply::Map(b)) => {
+            let flat = |m: &Vec<(Reply, Reply)>| {
+                let mut v: Vec<String> = m.iter().map(|p| format!("{p:?}")).collect();
+                v.sort();
+                v
+            };
+            flat(a) == flat(b)
+        }
+        (b"hscan", Reply::Array(a), Reply::Array(b)) if a.len() == 2 && b.len() == 2 => {
+            match (&a[1], &b[1]) {
+                (Reply::Array(x), Reply::Array(y)) => {
+                    a[0] == b[0] && sorted_pairs(x) == sorted_pairs(y)
+                }
+                _ => false,
+            }
+        }
+        (b"pttl" | b"pexpiretime", Reply::Integer(a), Reply::Integer(b)) => {
+            *a >= 0 && *b >= 0 && (a - b).abs() <= 2000
+        }
+        (b"expiretime", Reply::Integer(a), Reply::Integer(b)) => *a >= 0 && (a - b).abs() <= 2,
+        // The connection ids are the two servers' own.
+        (b"hello", Reply::Map(a), Reply::Map(b)) => without_id(a) == without_id(b),
+        (b"hello", Reply::Array(a), Reply::Array(b)) => {
+            let pairs = |v: &[Reply]| {
+                v.chunks(2)
+                    .map(|p| (p[0].clone(), p[1].clone()))
+                    .collect::<Vec<_>>()
+            };
+            without_id(&pairs(a)) == without_id(&pairs(b))
+        }
+        _ => false,
+    }
+}
+
+fn without_id(map: &[(Reply, Reply)]) -> Vec<(Reply, Reply)> {
+    map.iter()
+        .filter(|(k, _)| *k != Reply::Bulk(b"id".to_vec()))
+        .cloned()
+        .collect()
+}
+
+fn show(args: &[Vec<u8>]) -> String {
+    args.iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `script` on both servers from empty databases; the first reply
+/// that differs fails the test with the script up to it.
+fn compare(script: &[Vec<Vec<u8>>]) -> Result<(), TestCaseError> {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut redis = Client::connect_port(p.redis.port);
+    let mut sluice = Client::connect(p.sluice.addr);
+    for c in [&mut redis, &mut sluice] {
+        c.call(&[b"FLUSHALL"]);
+    }
+    for (i, args) in script.iter().enumerate() {
+        let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+        let r = redis.call(&refs);
+        let s = sluice.call(&refs);
+        prop_assert!(
+            agree(args, &r, &s),
+            "command {i} `{}` differs:\n  redis:  {:?}\n  sluice: {:?}\nscript so far:\n  {}",
+            show(args),
+            String::from_utf8_lossy(&r),
+            String::from_utf8_lossy(&s),
+            script[..=i]
+                .iter()
+                .map(|a| show(a))
+                .collect::<Vec<_>>()
+                .join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+fn script(lines: &[&str]) -> Vec<Vec<Vec<u8>>> {
+    lines
+        .iter()
+        .map(|l| sluice_server::resp::split_args(l.as_bytes()).unwrap())
+        .collect()
+}
+
+#[test]
+fn strings_match_redis() {
+    compare(&script(&[
+        "SET a 1",
+        "GET a",
+        "GET missing",
+        "SET a 2 NX",
+        "SET a 3 XX GET",
+        "SET b 1 XX",
+        "SET b 1 NX GET",
+        "SET a 1 NX XX",
+        "SET a 1 EX",
+        "SET a 1 EX 0",
+        "SET a 1 EX -5",
+        "SET a 1 EX abc",
+        "SET a 1 PX 9223372036854775807",
+        "SET a 1 EX 100 PX 100",
+        "SET a 1 EX 100 EX 200",
+        "SET a 1 KEEPTTL EX 5",
+        "SET a 1 EX 100",
+        "TTL a",
+        "SET a 2 KEEPTTL",
+        "TTL a",
+        "SET a 3",
+        "TTL a",
+        "SET a 1 EXAT 1",
+        "GET a",
+        "EXISTS a",
+        "SET a 1 PXAT 99999999999999",
+        "TTL a",
+        "SETNX a 5",
+        "SETNX n 5",
+        "SETEX e 100 v",
+        "SETEX e 0 v",
+        "SETEX e x v",
+        "PSETEX e 100000 v",
+        "GETSET e w",
+        "TTL e",
+        "GETSET nothere w",
+        "GETDEL e",
+        "GETDEL e",
+        "SET g v EX 100",
+        "GETEX g",
+        "GETEX g PERSIST",
+        "TTL g",
+        "GETEX g EX 50",
+        "TTL g",
+        "GETEX g EX 50 PERSIST",
+        "GETEX g KEEPTTL",
+        "GETEX nothere EX 5",
+        "GETEX g EX 0",
+        "MSET x 1 y 2 z",
+        "MSET x 1 y 2",
+        "MGET x y nothere",
+        "MSETNX x 5 w 6",
+        "MSETNX v 5 w 6",
+        "MGET v w",
+        "APPEND s hello",
+        "APPEND s \" world\"",
+        "GET s",
+        "STRLEN s",
+        "STRLEN nothere",
+        "GETRANGE s 0 4",
+        "GETRANGE s -5 -1",
+        "GETRANGE s -1 -5",
+        "GETRANGE s 5 1",
+        "GETRANGE s 0 100",
+        "GETRANGE s -100 2",
+        "GETRANGE s a 1",
+        "GETRANGE nothere 0 1",
+        "SUBSTR s 1 3",
+        "SETRANGE s 6 there",
+        "GET s",
+        "SETRANGE s 20 x",
+        "GET s",
+        "SETRANGE r 3 abc",
+        "GET r",
+        "SETRANGE q 3 \"\"",
+        "EXISTS q",
+        "SETRANGE s -1 x",
+        "SETRANGE s 536870912 x",
+        "INCR i",
+        "INCRBY i 10",
+        "DECR i",
+        "DECRBY i 5",
+        "INCRBY i abc",
+        "DECRBY i -9223372036854775808",
+        "SET i 9223372036854775807",
+        "INCR i",
+        "SET i -9223372036854775808",
+        "DECR i",
+        "INCR s",
+        "SET f 10.5",
+        "INCRBYFLOAT f 0.1",
+        "INCRBYFLOAT f -5",
+        "INCRBYFLOAT f 1e3",
+        "INCRBYFLOAT f abc",
+        "INCRBYFLOAT f inf",
+        "INCRBYFLOAT nf 3",
+        "INCRBYFLOAT s 1",
+        "SET f 3.0",
+        "INCRBYFLOAT f 0",
+        "GET f",
+        "SET a",
+        "GET",
+        "MGET",
+        "GETRANGE s 1",
+    ]))
+    .unwrap();
+}
+
+#[test]
+fn keys_and_expiry_match_redis() {
+    compare(&script(&[
+        "MSET a 1 b 2 c 3",
+        "HSET h f v",
+        "DEL a a b nothere",
+        "EXISTS a b c c h",
+        "TYPE c",
+        "TYPE h",
+        "TYPE nothere",
+        "UNLINK c",
+        "RENAME nothere x",
+        "SET a 1",
+        "EXPIRE a 100",
+        "RENAME a b",
+        "TTL b",
+        "GET a",
+        "RENAME b b",
+        "RENAMENX b b",
+        "SET c 3",
+        "RENAMENX b c",
+        "RENAMENX b d",
+        "RENAME h h2",
+        "HGET h2 f",
+        "COPY d e",
+        "COPY d e",
+        "COPY d e REPLACE",
+        "COPY d d",
+        "COPY d e DB 1",
+        "COPY d e DB x",
+        "COPY d e FOO",
+        "COPY h2 h3",
+        "HGETALL h3",
+        "COPY nothere e",
+        "EXPIRE c 100",
+        "EXPIRE c 100 NX",
+        "EXPIRE c 200 XX",
+        "EXPIRE c 100 GT",
+        "EXPIRE c 300 GT",
+        "EXPIRE c 400 LT",
+        "EXPIRE c 200 LT",
+        "TTL c",
+        "EXPIRE c 100 NX XX",
+        "EXPIRE c 100 GT LT",
+        "EXPIRE c 100 FOO",
+        "EXPIRE c abc",
+        "EXPIRE c 9223372036854775807",
+        "PEXPIRE c 9223372036854775807",
+        "EXPIRE nothere 100",
+        "PERSIST c",
+        "PERSIST c",
+        "TTL c",
+        "PTTL nothere",
+        "TTL nothere",
+        "EXPIRE d 5 GT",
+        "EXPIRE d 5 XX",
+        "EXPIRE d 5 LT",
+        "TTL d",
+        "EXPIREAT d 1",
+        "EXISTS d",
+        "SET d v",
+        "PEXPIREAT d 99999999999999",
+        "PEXPIRETIME d",
+        "EXPIRETIME d",
+        "EXPIRETIME c",
+        "EXPIRETIME nothere",
+        "EXPIRE d -1",
+        "GET d",
+        "SET e v",
+        "EXPIRE e 0",
+        "GET e",
+        "KEYS *",
+        "KEYS h*",
+        "KEYS ?",
+        "KEYS [bc]",
+        "DBSIZE",
+        "FLUSHDB",
+        "DBSIZE",
+        "FLUSHDB ASYNC",
+        "FLUSHDB FOO",
+        "FLUSHALL SYNC",
+        "DEL",
+        "EXPIRE a",
+        "TTL",
+    ]))
+    .unwrap();
+}
+
+#[test]
+fn hashes_match_redis() {
+    compare(&script(&[
+        "HSET h a 1 b 2",
+        "HSET h a 3 c 4",
+        "HSET h a 1 a 2",
+        "HSET h a",
+        "HGET h a",
+        "HGET h nothere",
+        "HGET nothere a",
+        "HMGET h a b nothere",
+        "HMGET nothere a",
+        "HLEN h",
+        "HLEN nothere",
+        "HEXISTS h a",
+        "HEXISTS h z",
+        "HSTRLEN h a",
+        "HSTRLEN h z",
+        "HKEYS h",
+        "HVALS h",
+        "HGETALL h",
+        "HGETALL nothere",
+        "HSETNX h a 5",
+        "HSETNX h z 5",
+        "HMSET h x 1 y 2",
+        "HMSET h x",
+        "HDEL h a a b nothere",
+        "HDEL nothere a",
+        "HINCRBY h n 5",
+        "HINCRBY h n -10",
+        "HINCRBY h n x",
+        "HSET h big 9223372036854775807",
+        "HINCRBY h big 1",
+        "HINCRBY h x 1",
+        "HSET h s abc",
+        "HINCRBY h s 1",
+        "HINCRBYFLOAT h fl 1.5",
+        "HINCRBYFLOAT h fl 0.25",
+        "HINCRBYFLOAT h s 1",
+        "HINCRBYFLOAT h fl x",
+        "HINCRBYFLOAT h fl inf",
+        "HSCAN h 0",
+        "HSCAN h 0 MATCH f*",
+        "HSCAN h x",
+        "HSCAN nothere 0",
+        "HSCAN h 0 COUNT 0",
+        "SET str v",
+        "HSET str a 1",
+        "HGET str a",
+        "HGETALL str",
+        "HLEN str",
+        "GET h",
+        "APPEND h x",
+        "INCR h",
+        "HDEL h c fl n x y z s big",
+        "EXISTS h",
+        "HSET h a 1",
+        "EXPIRE h 100",
+        "HSET h b 2",
+        "TTL h",
+        "EXPIRE h 0",
+        "HGETALL h",
+        "HSET h c 3",
+        "HGETALL h",
+        "SET h v",
+        "HSET h c 3",
+        "GET h",
+    ]))
+    .unwrap();
+}
+
+#[test]
+fn resp3_replies_match_redis() {
+    compare(&script(&[
+        "HELLO 3",
+        "SET a 1",
+        "GET a",
+        "GET nothere",
+        "MGET a nothere",
+        "HSET h a 1 b 2",
+        "HGETALL h",
+        "HGETALL nothere",
+        "HMGET h a x",
+        "INCRBYFLOAT f 1.5",
+        "HINCRBYFLOAT h f 2.5",
+        "KEYS *",
+        "TTL a",
+        "HELLO 2",
+        "HGETALL h",
+    ]))
+    .unwrap();
+}
+
+fn word(options: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {
+    proptest::sample::select(options).prop_map(|s| s.as_bytes().to_vec())
+}
+
+fn generated_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    let key = || word(&["k1", "k2", "k3", "h1", "h2"]);
+    let field = || word(&["f1", "f2", "f3"]);
+    let value = || {
+        word(&[
+            "v",
+            "",
+            "0",
+            "10",
+            "-5",
+            "3.5",
+            "1e3",
+            "abc",
+            " 1",
+            "1.0",
+            "9223372036854775807",
+            "-9223372036854775808",
+        ])
+    };
+    let seconds = || word(&["-1", "0", "100", "10000", "abc"]);
+    let name = word(&[
+        "GET",
+        "SET",
+        "SETNX",
+        "SETEX",
+        "GETSET",
+        "GETDEL",
+        "GETEX",
+        "MGET",
+        "MSET",
+        "MSETNX",
+        "APPEND",
+        "STRLEN",
+        "GETRANGE",
+        "SETRANGE",
+        "INCR",
+        "DECR",
+        "INCRBY",
+        "DECRBY",
+        "INCRBYFLOAT",
+        "DEL",
+        "EXISTS",
+        "TYPE",
+        "RENAME",
+        "RENAMENX",
+        "COPY",
+        "EXPIRE",
+        "PEXPIRE",
+        "EXPIREAT",
+        "TTL",
+        "PERSIST",
+        "HSET",
+        "HSETNX",
+        "HGET",
+        "HMGET",
+        "HGETALL",
+        "HDEL",
+        "HLEN",
+        "HEXISTS",
+        "HSTRLEN",
+        "HINCRBY",
+        "HINCRBYFLOAT",
+        "HKEYS",
+        "HVALS",
+        "KEYS",
+        "DBSIZE",
+    ]);
+    let option = word(&[
+        "NX", "XX", "GET", "KEEPTTL", "EX", "PX", "PERSIST", "GT", "LT",
+    ]);
+    let arg = prop_oneof![key(), field(), value(), seconds(), option];
+    (name, key(), proptest::collection::vec(arg, 0..5)).prop_map(|(name, key, rest)| {
+        let mut args = vec![name, key];
+        args.extend(rest);
+        args
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn generated_sequences_match_redis(
+        resp3 in any::<bool>(),
+        commands in proptest::collection::vec(generated_command(), 1..60),
+    ) {
+        let mut script = Vec::new();
+        if resp3 {
+            script.push(vec![b"HELLO".to_vec(), b"3".to_vec()]);
+        }
+        script.extend(commands);
+        compare(&script)?;
+    }
+}
