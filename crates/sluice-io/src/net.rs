@@ -571,3 +571,23 @@ impl NetRing {
         Ok(())
     }
 }
+
+/// Raises this process's open-file limit (soft, up to the hard limit) to
+/// at least `wanted`; returns the limit now in force.
+pub fn raise_fd_limit(wanted: u64) -> io::Result<u64> {
+    // SAFETY: rlimit is plain data, filled by getrlimit from a live pointer.
+    let mut limit: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: passes a live rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur >= wanted {
+        return Ok(limit.rlim_cur);
+    }
+    limit.rlim_cur = wanted.min(limit.rlim_max);
+    // SAFETY: passes a live rlimit to read.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(limit.rlim_cur)
+}

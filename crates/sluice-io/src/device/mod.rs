@@ -6,9 +6,11 @@
 
 mod file;
 mod memory;
+mod process_view;
 
 pub use file::{FileDevice, FileOptions};
 pub use memory::{MemoryDevice, PowerCutMode, SECTOR_SIZE_BYTES};
+pub use process_view::ProcessView;
 
 use crate::error::{IoError, Result};
 use std::os::fd::RawFd;

@@ -149,6 +149,16 @@ impl Server {
     /// Starts the workers on `db`; returns once every one listens.
     pub fn start(db: Arc<Db>, config: ServerConfig) -> std::io::Result<Server> {
         assert!(config.threads >= 1, "at least one worker thread");
+        // Each client is a descriptor; the store and rings need a few more.
+        let wanted = config.max_clients as u64 + 256;
+        match sluice_io::net::raise_fd_limit(wanted) {
+            Ok(got) if got < wanted => log::warn!(
+                "the open-file limit is {got}, below --max-clients {} + 256: clients past it are refused (raise the hard limit, e.g. `ulimit -Hn`)",
+                config.max_clients
+            ),
+            Ok(_) => {}
+            Err(e) => log::warn!("could not raise the open-file limit: {e}"),
+        }
         let first = sluice_io::net::bind_reuseport(config.resp_addr, 1024)?;
         let resp_addr = first.local_addr()?;
         let shared = Arc::new(Shared {

@@ -1,0 +1,443 @@
+//! The server as a client sees it: durability of acknowledged writes
+//! across a power cut in each mode, pipelining order, limits (clients,
+//! idle time, output held for a client that does not read), bad input
+//! and dropped connections, SHUTDOWN.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
+
+mod common;
+
+use common::{request, start_sluice, start_sluice_on, Client};
+use sluice_io::device::ProcessView;
+use sluice_io::{Device, MemoryDevice, PowerCutMode};
+use sluice_server::resp::Reply;
+use sluice_server::server::{Durability, ServerConfig};
+use sluice_store::{Store, StoreConfig};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn config(durability: Durability) -> ServerConfig {
+    ServerConfig {
+        threads: 2,
+        durability,
+        ..ServerConfig::default()
+    }
+}
+
+/// Writers on several connections until told to stop; returns every
+/// (key, value) whose SET was acknowledged.
+fn write_until_stopped(
+    addr: std::net::SocketAddr,
+    stop: &Arc<AtomicBool>,
+) -> Vec<(String, String)> {
+    let writers: Vec<_> = (0..4)
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let mut acked = Vec::new();
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let (k, v) = (format!("k{t}-{i}"), format!("v{t}-{i}"));
+                    // Every fifth round a pipelined batch of three.
+                    if i % 5 == 0 {
+                        let mut batch = Vec::new();
+                        for j in 0..3 {
+                            batch.extend(request(&[
+                                b"SET".to_vec(),
+                                format!("{k}-{j}").into_bytes(),
+                                v.clone().into_bytes(),
+                            ]));
+                        }
+                        c.stream.write_all(&batch).unwrap();
+                        for j in 0..3 {
+                            assert_eq!(c.read_reply().unwrap(), b"+OK\r\n");
+                            acked.push((format!("{k}-{j}"), v.clone()));
+                        }
+                    } else {
+                        assert_eq!(c.call(&[b"SET", k.as_bytes(), v.as_bytes()]), b"+OK\r\n");
+                        acked.push((k, v));
+                    }
+                    i += 1;
+                }
+                acked
+            })
+        })
+        .collect();
+    writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect()
+}
+
+/// Runs writers for a while on a store over a killable device view, stops
+/// them, waits `settle`, then kills the process view and cuts the power;
+/// returns the device and what was acknowledged.
+fn load_then_power_cut(
+    durability: Durability,
+    settle: Duration,
+) -> (Arc<MemoryDevice>, Vec<(String, String)>) {
+    let mem = Arc::new(MemoryDevice::new(4096, 64 << 10));
+    let view = ProcessView::new(&mem);
+    let store =
+        Arc::new(Store::create(view.clone() as Arc<dyn Device>, &StoreConfig::default()).unwrap());
+    let server = start_sluice_on(store, config(durability));
+    let stop = Arc::new(AtomicBool::new(false));
+    let addr = server.addr;
+    let writers = {
+        let stop = stop.clone();
+        std::thread::spawn(move || write_until_stopped(addr, &stop))
+    };
+    std::thread::sleep(Duration::from_millis(700));
+    stop.store(true, Ordering::Relaxed);
+    let acked = writers.join().unwrap();
+    std::thread::sleep(settle);
+    view.kill();
+    mem.power_cut(PowerCutMode::DropUnflushed);
+    // The dead process's server goes away without touching the device.
+    drop(server);
+    (mem, acked)
+}
+
+fn reopen(mem: &Arc<MemoryDevice>) -> Arc<Store> {
+    Arc::new(Store::open(mem.clone() as Arc<dyn Device>, &StoreConfig::default()).unwrap())
+}
+
+fn assert_all_present(mem: &Arc<MemoryDevice>, acked: &[(String, String)]) {
+    assert!(
+        acked.len() > 40,
+        "the load acknowledged only {} writes",
+        acked.len()
+    );
+    let server = start_sluice_on(reopen(mem), config(Durability::Always));
+    let mut c = Client::connect(server.addr);
+    for (k, v) in acked {
+        let got = c.call(&[b"GET", k.as_bytes()]);
+        let want = Reply::Bulk(v.clone().into_bytes()).encode(sluice_server::resp::Protocol::Resp2);
+        assert_eq!(
+            got,
+            want,
+            "acknowledged {k} = {v} is gone after the power cut ({} writes acknowledged)",
+            acked.len()
+        );
+    }
+}
+
+/// A device whose flushes take `delay`: the window in which a reply sent
+/// before its write is durable would be lost by a power cut.
+#[derive(Debug)]
+struct SlowFlush {
+    inner: Arc<dyn Device>,
+    delay: Duration,
+}
+
+impl Device for SlowFlush {
+    fn geometry(&self) -> sluice_io::Geometry {
+        self.inner.geometry()
+    }
+    fn read_at(&self, lba: u64, buf: &mut [u8]) -> sluice_io::Result<()> {
+        self.inner.read_at(lba, buf)
+    }
+    fn write_at(&self, lba: u64, buf: &[u8]) -> sluice_io::Result<()> {
+        self.inner.write_at(lba, buf)
+    }
+    fn flush(&self) -> sluice_io::Result<()> {
+        std::thread::sleep(self.delay);
+        self.inner.flush()
+    }
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    fn is_direct(&self) -> bool {
+        self.inner.is_direct()
+    }
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
+
+#[test]
+fn always_keeps_every_acknowledged_write_through_a_power_cut() {
+    // Flushes take 20 ms and the process dies the moment a reply arrives:
+    // a reply sent before its group commit finished would name a lost write.
+    let mem = Arc::new(MemoryDevice::new(4096, 64 << 10));
+    let view = ProcessView::new(&mem);
+    let slow = Arc::new(SlowFlush {
+        inner: view.clone() as Arc<dyn Device>,
+        delay: Duration::from_millis(20),
+    });
+    let store = Arc::new(Store::create(slow as Arc<dyn Device>, &StoreConfig::default()).unwrap());
+    let server = start_sluice_on(store, config(Durability::Always));
+    let killed = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|t| {
+            let (killed, view, addr) = (killed.clone(), view.clone(), server.addr);
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let mut acked = Vec::new();
+                for i in 0.. {
+                    let (k, v) = (format!("k{t}-{i}"), format!("v{t}-{i}"));
+                    let reply = c.call(&[b"SET", k.as_bytes(), v.as_bytes()]);
+                    if killed.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    assert_eq!(reply, b"+OK\r\n");
+                    acked.push((k, v));
+                    if t == 0 && i == 40 {
+                        killed.store(true, Ordering::SeqCst);
+                        view.kill();
+                        break;
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    let acked: Vec<(String, String)> = writers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    mem.power_cut(PowerCutMode::DropUnflushed);
+    drop(server);
+    assert_all_present(&mem, &acked);
+}
+
+#[test]
+fn everysec_keeps_writes_older_than_a_second() {
+    let (mem, acked) = load_then_power_cut(Durability::Everysec, Duration::from_millis(1500));
+    assert_all_present(&mem, &acked);
+}
+
+#[test]
+fn none_opens_cleanly_after_a_power_cut() {
+    let (mem, acked) = load_then_power_cut(Durability::None, Duration::ZERO);
+    assert!(!acked.is_empty());
+    // Nothing is promised about the writes; the store opens and serves.
+    let server = start_sluice_on(reopen(&mem), config(Durability::Always));
+    let mut c = Client::connect(server.addr);
+    assert_eq!(c.call(&[b"SET", b"after", b"1"]), b"+OK\r\n");
+    assert_eq!(c.call(&[b"GET", b"after"]), b"$1\r\n1\r\n");
+}
+
+#[test]
+fn pipelined_replies_keep_request_order() {
+    let server = start_sluice(Durability::Always);
+    let mut c = Client::connect(server.addr);
+    let mut batch = Vec::new();
+    let n = 5000;
+    for i in 0..n {
+        if i % 3 == 2 {
+            batch.extend(request(&[b"GET".to_vec(), b"counter".to_vec()]));
+        } else {
+            batch.extend(request(&[b"INCR".to_vec(), b"counter".to_vec()]));
+        }
+    }
+    c.stream.write_all(&batch).unwrap();
+    let mut counter = 0;
+    for i in 0..n {
+        let reply = c.read_reply().unwrap();
+        if i % 3 == 2 {
+            assert_eq!(
+                reply,
+                format!("${}\r\n{counter}\r\n", counter.to_string().len()).into_bytes()
+            );
+        } else {
+            counter += 1;
+            assert_eq!(reply, format!(":{counter}\r\n").into_bytes(), "reply {i}");
+        }
+    }
+}
+
+fn read_until_closed(stream: &mut std::net::TcpStream, limit: Duration) -> (Vec<u8>, bool) {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return (got, true),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => return (got, true),
+        }
+    }
+    (got, false)
+}
+
+#[test]
+fn bad_input_closes_only_that_client() {
+    let server = start_sluice(Durability::Always);
+    let mut other = Client::connect(server.addr);
+    assert_eq!(other.call(&[b"SET", b"k", b"v"]), b"+OK\r\n");
+    let cases: &[(&[u8], &[u8])] = &[
+        (
+            b"*1\r\n$2147483648\r\n",
+            b"-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"*1\r\n$-5\r\n",
+            b"-ERR Protocol error: invalid bulk length\r\n",
+        ),
+        (
+            b"*-1\r\n*x\r\n",
+            b"-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
+            b"*3000000000\r\n",
+            b"-ERR Protocol error: invalid multibulk length\r\n",
+        ),
+        (
+            b"*1\r\nfoo\r\n",
+            b"-ERR Protocol error: expected '$', got 'f'\r\n",
+        ),
+        (
+            b"SET \"a b\r\n",
+            b"-ERR Protocol error: unbalanced quotes in request\r\n",
+        ),
+    ];
+    for (input, want) in cases {
+        let mut c = Client::connect(server.addr);
+        c.stream.write_all(input).unwrap();
+        let (got, closed) = read_until_closed(&mut c.stream, Duration::from_secs(10));
+        assert_eq!(
+            &got[..],
+            *want,
+            "reply to {:?}",
+            String::from_utf8_lossy(input)
+        );
+        assert!(
+            closed,
+            "the connection stays open after {:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
+    // Half-sent requests, then the client vanishes: nothing is applied.
+    for _ in 0..200 {
+        let mut c = Client::connect(server.addr);
+        c.stream
+            .write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nlo")
+            .unwrap();
+        drop(c);
+    }
+    assert_eq!(other.call(&[b"GET", b"k"]), b"$1\r\nv\r\n");
+    assert_eq!(other.call(&[b"PING"]), b"+PONG\r\n");
+}
+
+#[test]
+fn clients_past_the_limit_get_redis_error() {
+    let server = start_sluice_on(
+        common::small_store(),
+        ServerConfig {
+            max_clients: 3,
+            ..config(Durability::Always)
+        },
+    );
+    let mut held: Vec<Client> = (0..3).map(|_| Client::connect(server.addr)).collect();
+    for c in &mut held {
+        assert_eq!(c.call(&[b"PING"]), b"+PONG\r\n");
+    }
+    let mut refused = Client::connect(server.addr);
+    let (got, closed) = read_until_closed(&mut refused.stream, Duration::from_secs(10));
+    assert_eq!(got, b"-ERR max number of clients reached\r\n");
+    assert!(closed);
+    // A freed place is taken again.
+    drop(held.pop());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = Client::connect(server.addr);
+        c.stream.write_all(&request(&[b"PING".to_vec()])).unwrap();
+        if c.read_reply() == Some(b"+PONG\r\n".to_vec()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the freed client place was not reused"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn idle_clients_are_closed_after_the_timeout() {
+    let server = start_sluice_on(
+        common::small_store(),
+        ServerConfig {
+            idle_timeout_secs: 1,
+            ..config(Durability::Always)
+        },
+    );
+    let mut idle = Client::connect(server.addr);
+    assert_eq!(idle.call(&[b"PING"]), b"+PONG\r\n");
+    let started = Instant::now();
+    let (_, closed) = read_until_closed(&mut idle.stream, Duration::from_secs(10));
+    assert!(closed, "an idle client outlived --timeout 1");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+}
+
+#[test]
+fn a_client_that_does_not_read_is_cut_off_at_the_output_limit() {
+    let server = start_sluice_on(
+        common::small_store(),
+        ServerConfig {
+            max_output_bytes: 1 << 20,
+            ..config(Durability::Always)
+        },
+    );
+    let mut setter = Client::connect(server.addr);
+    let value = vec![b'x'; 100 << 10];
+    assert_eq!(setter.call(&[b"SET", b"big", &value]), b"+OK\r\n");
+    let mut greedy = Client::connect(server.addr);
+    let mut batch = Vec::new();
+    for _ in 0..2000 {
+        batch.extend(request(&[b"GET".to_vec(), b"big".to_vec()]));
+    }
+    // 200 MB of replies asked for; the client reads none of them.
+    let _ = greedy.stream.write_all(&batch);
+    std::thread::sleep(Duration::from_secs(1));
+    let (got, closed) = read_until_closed(&mut greedy.stream, Duration::from_secs(20));
+    assert!(closed, "the server kept a client that reads nothing");
+    assert!(got.len() < 100 << 20, "{} bytes were delivered", got.len());
+    assert_eq!(setter.call(&[b"PING"]), b"+PONG\r\n");
+}
+
+#[test]
+fn shutdown_stops_the_server_with_writes_durable() {
+    let mem = Arc::new(MemoryDevice::new(4096, 64 << 10));
+    let store =
+        Arc::new(Store::create(mem.clone() as Arc<dyn Device>, &StoreConfig::default()).unwrap());
+    let server = start_sluice_on(store, config(Durability::None));
+    let mut c = Client::connect(server.addr);
+    for i in 0..100 {
+        assert_eq!(
+            c.call(&[b"SET", format!("k{i}").as_bytes(), b"v"]),
+            b"+OK\r\n"
+        );
+    }
+    assert_eq!(c.call(&[b"SHUTDOWN", b"BOGUS"]), b"-ERR syntax error\r\n");
+    c.stream
+        .write_all(&request(&[b"SHUTDOWN".to_vec()]))
+        .unwrap();
+    let (got, closed) = read_until_closed(&mut c.stream, Duration::from_secs(10));
+    assert!(
+        got.is_empty() && closed,
+        "SHUTDOWN replied {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    let store = server.stop();
+    drop(store);
+    // Durability none, yet SHUTDOWN made everything durable: power cut.
+    mem.power_cut(PowerCutMode::DropUnflushed);
+    let server = start_sluice_on(reopen(&mem), config(Durability::Always));
+    let mut c = Client::connect(server.addr);
+    for i in 0..100 {
+        assert_eq!(
+            c.call(&[b"GET", format!("k{i}").as_bytes()]),
+            b"$1\r\nv\r\n"
+        );
+    }
+}
