@@ -14,6 +14,7 @@
 //! takes their stripes in order.
 
 use sluice_store::{Logged, Store, StoreError, ValueFormat, WriteBatch};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Name of the keyspace holding every key's type, expiry and string value.
@@ -109,8 +110,14 @@ pub struct Db {
     keys: u32,
     fields: u32,
     stripes: Box<[Mutex<()>]>,
+    /// Modification counters for WATCH, by key hash.
+    versions: Box<[AtomicU64]>,
     cursors: Mutex<Cursors>,
 }
+
+/// WATCH's modification counters (a key shares one with the keys of the
+/// same hash: a false "modified" is one in this many).
+const VERSION_SLOTS: usize = 1 << 16;
 
 /// SCAN cursors handed out: a number stands for the key the next call
 /// starts at. Kept for the last [`MAX_CURSORS`] calls; an older cursor is
@@ -162,6 +169,7 @@ impl Db {
             keys,
             fields,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            versions: (0..VERSION_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             cursors: Mutex::new(Cursors::default()),
         })
     }
@@ -193,13 +201,51 @@ impl Db {
         &self.store
     }
 
-    fn stripe_of(key: &[u8]) -> usize {
-        // FNV-1a: cheap, and spread enough for lock stripes.
+    fn hash(key: &[u8]) -> u64 {
+        // FNV-1a: cheap, and spread enough for stripes and slots.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for &b in key {
             h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
         }
-        (h % STRIPES as u64) as usize
+        h
+    }
+
+    fn stripe_of(key: &[u8]) -> usize {
+        (Db::hash(key) % STRIPES as u64) as usize
+    }
+
+    /// WATCH's view of `key`: its counter slot and the count now.
+    pub fn version(&self, key: &[u8]) -> (usize, u64) {
+        let slot = (Db::hash(key) % VERSION_SLOTS as u64) as usize;
+        (slot, self.versions[slot].load(Ordering::Acquire))
+    }
+
+    /// Whether a key WATCH saw as `version` may have changed since.
+    pub fn changed_since(&self, version: (usize, u64)) -> bool {
+        self.versions[version.0].load(Ordering::Acquire) != version.1
+    }
+
+    fn touch(&self, key: &[u8]) {
+        let slot = (Db::hash(key) % VERSION_SLOTS as u64) as usize;
+        self.versions[slot].fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn touch_all(&self) {
+        for v in self.versions.iter() {
+            v.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Locks every stripe (EXEC: no read-modify-write command runs
+    /// meanwhile).
+    pub fn lock_all(&self) -> Locked<'_> {
+        Locked {
+            _guards: self
+                .stripes
+                .iter()
+                .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+                .collect(),
+        }
     }
 
     /// Locks the stripes of `keys` (in stripe order, so two commands
@@ -217,7 +263,7 @@ impl Db {
     }
 
     /// The live entry of `key` at `now_ms` (an expired one reads as none;
-    /// [`Db::expire_if_due`] removes it).
+    /// the next write of the key removes it).
     pub fn get(&self, key: &[u8], now_ms: u64) -> Result<Option<Entry>, StoreError> {
         match self.store.get(self.keys, key)? {
             None => Ok(None),
@@ -278,51 +324,82 @@ impl Db {
         Ok(out)
     }
 
+    /// Removes expired keys among the next `limit` from `cursor` (which
+    /// moves on, back to the start at the end); returns the log position
+    /// of the removals, if any.
+    pub fn sweep_expired(
+        &self,
+        cursor: &mut Vec<u8>,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<Option<sluice_store::wal::LogPosition>, StoreError> {
+        let found = self.keys_from(cursor, limit + 1)?;
+        let mut position = None;
+        for (key, entry) in found.iter().take(limit) {
+            if !entry.expired(now_ms) {
+                continue;
+            }
+            let _locked = self.lock(&[key]);
+            if let Some(e) = self.get_raw(key)?.filter(|e| e.expired(now_ms)) {
+                let mut b = self.batch();
+                b.remove(key, &e.value)?;
+                position = position.max(Some(b.commit()?.position));
+            }
+        }
+        *cursor = match found.get(limit) {
+            Some((next, _)) => next.clone(),
+            None => Vec::new(),
+        };
+        Ok(position)
+    }
+
     /// A batch for this keyspace.
     pub fn batch(&self) -> DbBatch<'_> {
         DbBatch {
             db: self,
             batch: WriteBatch::new(),
+            ops: Vec::new(),
         }
     }
+}
 
-    /// Deletes `key` if it expired at `now_ms` (lazy expiry, under the
-    /// key's stripe): returns the write, if one was made.
-    pub fn expire_if_due(&self, key: &[u8], now_ms: u64) -> Result<Option<Logged>, StoreError> {
-        let Some(entry) = self.get_raw(key)? else {
-            return Ok(None);
-        };
-        if !entry.expired(now_ms) {
-            return Ok(None);
-        }
-        let _locked = self.lock(&[key]);
-        match self.get_raw(key)? {
-            Some(e) if e.expired(now_ms) => {
-                let mut b = self.batch();
-                b.remove(key, &e.value)?;
-                b.commit().map(Some)
-            }
-            _ => Ok(None),
-        }
-    }
+/// One change a batch makes, kept so that a transaction reads its own
+/// writes before they are committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbOp {
+    /// `key` now holds this entry.
+    Put(Vec<u8>, Entry),
+    /// `key` is gone (a hash's fields go with a [`DbOp::RemoveFields`]).
+    Remove(Vec<u8>),
+    /// Every field of hash `key` is gone.
+    RemoveFields(Vec<u8>),
+    /// Hash `key`'s field now holds this value.
+    PutField(Vec<u8>, Vec<u8>, Vec<u8>),
+    /// Hash `key`'s field is gone.
+    RemoveField(Vec<u8>, Vec<u8>),
+    /// Every key and field is gone (FLUSHDB).
+    RemoveEverything,
 }
 
 /// Changes to the keyspace applied together ([`DbBatch::commit`]).
 pub struct DbBatch<'a> {
     db: &'a Db,
     batch: WriteBatch,
+    ops: Vec<DbOp>,
 }
 
 impl DbBatch<'_> {
     /// Stores `entry` at `key` (a hash's fields are written separately).
     pub fn put(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
         self.batch.put(self.db.keys, key, &entry.encode())?;
+        self.ops.push(DbOp::Put(key.to_vec(), entry.clone()));
         Ok(())
     }
 
     /// Removes `key` and, for a hash, its fields.
     pub fn remove(&mut self, key: &[u8], value: &Value) -> Result<(), StoreError> {
         self.batch.delete(self.db.keys, key)?;
+        self.ops.push(DbOp::Remove(key.to_vec()));
         if let Value::Hash { .. } = value {
             self.remove_fields(key)?;
         }
@@ -338,6 +415,7 @@ impl DbBatch<'_> {
             self.batch.delete_range(keyspace, &[], &end)?;
             self.batch.delete(keyspace, &end)?;
         }
+        self.ops.push(DbOp::RemoveEverything);
         Ok(())
     }
 
@@ -348,6 +426,7 @@ impl DbBatch<'_> {
             Some(end) => self.batch.delete_range(self.db.fields, &start, &end)?,
             None => unreachable!("a hash prefix starts with a length, not all 0xff"),
         };
+        self.ops.push(DbOp::RemoveFields(key.to_vec()));
         Ok(())
     }
 
@@ -355,13 +434,38 @@ impl DbBatch<'_> {
     pub fn put_field(&mut self, key: &[u8], field: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.batch
             .put(self.db.fields, &field_key(key, field), value)?;
+        self.ops
+            .push(DbOp::PutField(key.to_vec(), field.to_vec(), value.to_vec()));
         Ok(())
     }
 
     /// Removes one field of hash `key`.
     pub fn remove_field(&mut self, key: &[u8], field: &[u8]) -> Result<(), StoreError> {
         self.batch.delete(self.db.fields, &field_key(key, field))?;
+        self.ops
+            .push(DbOp::RemoveField(key.to_vec(), field.to_vec()));
         Ok(())
+    }
+
+    /// Adds `op` (a change another batch recorded).
+    pub fn apply(&mut self, op: &DbOp) -> Result<(), StoreError> {
+        match op {
+            DbOp::Put(k, e) => self.put(k, e),
+            DbOp::Remove(k) => {
+                self.batch.delete(self.db.keys, k)?;
+                self.ops.push(op.clone());
+                Ok(())
+            }
+            DbOp::RemoveFields(k) => self.remove_fields(k),
+            DbOp::PutField(k, f, v) => self.put_field(k, f, v),
+            DbOp::RemoveField(k, f) => self.remove_field(k, f),
+            DbOp::RemoveEverything => self.remove_everything(),
+        }
+    }
+
+    /// The changes so far, in order.
+    pub fn ops(&self) -> &[DbOp] {
+        &self.ops
     }
 
     /// Whether nothing was added.
@@ -369,8 +473,20 @@ impl DbBatch<'_> {
         self.batch.is_empty()
     }
 
-    /// Applies the batch (visible at once; durable when the log says so).
+    /// Applies the batch (visible at once; durable when the log says so)
+    /// and marks every key it changed as modified for WATCH.
     pub fn commit(self) -> Result<Logged, StoreError> {
-        self.db.store.write_logged(&self.batch)
+        let logged = self.db.store.write_logged(&self.batch)?;
+        for op in &self.ops {
+            match op {
+                DbOp::Put(k, _)
+                | DbOp::Remove(k)
+                | DbOp::RemoveFields(k)
+                | DbOp::PutField(k, _, _)
+                | DbOp::RemoveField(k, _) => self.db.touch(k),
+                DbOp::RemoveEverything => self.db.touch_all(),
+            }
+        }
+        Ok(logged)
     }
 }

@@ -441,3 +441,74 @@ fn shutdown_stops_the_server_with_writes_durable() {
         );
     }
 }
+
+#[test]
+fn transactions_are_seen_whole_or_not_at_all() {
+    let server = start_sluice(Durability::Always);
+    let keys: Vec<Vec<u8>> = (0..10).map(|i| format!("t{i}").into_bytes()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, keys, addr) = (stop.clone(), keys.clone(), server.addr);
+        std::thread::spawn(move || {
+            let mut c = Client::connect(addr);
+            let mut reads = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let mut args: Vec<&[u8]> = vec![b"MGET"];
+                args.extend(keys.iter().map(|k| &k[..]));
+                let Reply::Array(values) = c.call_reply(&args) else {
+                    panic!("MGET did not answer an array")
+                };
+                let first = &values[0];
+                assert!(
+                    values.iter().all(|v| v == first),
+                    "a transaction was seen half applied: {values:?}"
+                );
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let mut w = Client::connect(server.addr);
+    for round in 0..200 {
+        let value = format!("{round}").into_bytes();
+        assert_eq!(w.call(&[b"MULTI"]), b"+OK\r\n");
+        for k in &keys {
+            assert_eq!(w.call(&[b"SET", k, &value]), b"+QUEUED\r\n");
+        }
+        let Reply::Array(replies) = w.call_reply(&[b"EXEC"]) else {
+            panic!("EXEC did not answer an array")
+        };
+        assert_eq!(replies.len(), keys.len());
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 10);
+}
+
+#[test]
+fn expired_keys_nobody_reads_are_swept_from_the_store() {
+    let server = start_sluice(Durability::Always);
+    let mut c = Client::connect(server.addr);
+    for i in 0..300 {
+        let key = format!("short{i}");
+        assert_eq!(
+            c.call(&[b"SET", key.as_bytes(), b"v", b"PX", b"50"]),
+            b"+OK\r\n"
+        );
+    }
+    assert_eq!(c.call(&[b"SET", b"kept", b"v"]), b"+OK\r\n");
+    let db = sluice_server::db::Db::open(server.store.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stored = db.keys_from(b"", 1000).unwrap();
+        if stored.len() == 1 {
+            assert_eq!(stored[0].0, b"kept");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} expired keys are still stored",
+            stored.len() - 1
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -39,7 +39,7 @@ fn set_fields(
     let mut added = 0;
     let mut seen = std::collections::HashSet::new();
     for (field, value) in pairs {
-        let exists = !seen.insert(*field) || (len > 0 && ctx.db.field(key, field)?.is_some());
+        let exists = !seen.insert(*field) || (len > 0 && ctx.field(key, field)?.is_some());
         if exists && only_new {
             continue;
         }
@@ -79,19 +79,19 @@ fn field_pairs<'a>(args: &'a Args, command: &str) -> Result<FieldValues<'a>, Fai
 
 pub(super) fn hset(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let pairs = field_pairs(args, "hset")?;
-    let _locked = ctx.db.lock(&[&args[1]]);
+    let _locked = ctx.lock(&[&args[1]]);
     Ok(int(set_fields(ctx, &args[1], &pairs, false)?))
 }
 
 pub(super) fn hmset(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let pairs = field_pairs(args, "hmset")?;
-    let _locked = ctx.db.lock(&[&args[1]]);
+    let _locked = ctx.lock(&[&args[1]]);
     set_fields(ctx, &args[1], &pairs, false)?;
     Ok(ok())
 }
 
 pub(super) fn hsetnx(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let _locked = ctx.db.lock(&[&args[1]]);
+    let _locked = ctx.lock(&[&args[1]]);
     let pairs = [(&args[2][..], args[3].clone())];
     Ok(int(set_fields(ctx, &args[1], &pairs, true)?))
 }
@@ -111,7 +111,7 @@ pub(super) fn hmget(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let mut out = Vec::with_capacity(args.len() - 2);
     for field in &args[2..] {
         let value = if live {
-            ctx.db.field(&args[1], field)?
+            ctx.field(&args[1], field)?
         } else {
             None
         };
@@ -123,7 +123,7 @@ pub(super) fn hmget(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 fn live_fields(ctx: &Ctx<'_>, key: &[u8]) -> Result<Pairs, Failure> {
     match hash_len(ctx, key)? {
         None => Ok(Vec::new()),
-        Some(_) => Ok(ctx.db.fields(key)?),
+        Some(_) => Ok(ctx.fields(key)?),
     }
 }
 
@@ -153,7 +153,7 @@ pub(super) fn hvals(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 
 pub(super) fn hdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let key = &args[1][..];
-    let _locked = ctx.db.lock(&[key]);
+    let _locked = ctx.lock(&[key]);
     let (old, mut batch) = ctx.begin(key)?;
     let (len, expire_at_ms) = match old {
         None => {
@@ -169,7 +169,7 @@ pub(super) fn hdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let mut removed = 0u64;
     let mut seen = std::collections::HashSet::new();
     for field in &args[2..] {
-        if seen.insert(&field[..]) && ctx.db.field(key, field)?.is_some() {
+        if seen.insert(&field[..]) && ctx.field(key, field)?.is_some() {
             batch.remove_field(key, field)?;
             removed += 1;
         }
@@ -195,7 +195,7 @@ pub(super) fn hlen(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 }
 
 pub(super) fn hexists(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let found = hash_len(ctx, &args[1])?.is_some() && ctx.db.field(&args[1], &args[2])?.is_some();
+    let found = hash_len(ctx, &args[1])?.is_some() && ctx.field(&args[1], &args[2])?.is_some();
     Ok(int(i64::from(found)))
 }
 
@@ -203,7 +203,7 @@ pub(super) fn hstrlen(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     if hash_len(ctx, &args[1])?.is_none() {
         return Ok(int(0));
     }
-    let len = ctx.db.field(&args[1], &args[2])?.map_or(0, |v| v.len());
+    let len = ctx.field(&args[1], &args[2])?.map_or(0, |v| v.len());
     Ok(int(len as i64))
 }
 
@@ -215,9 +215,9 @@ fn update_field(
     field: &[u8],
     change: impl FnOnce(Option<&[u8]>) -> Result<(Vec<u8>, Reply), Failure>,
 ) -> Outcome {
-    let _locked = ctx.db.lock(&[key]);
+    let _locked = ctx.lock(&[key]);
     let current = match hash_len(ctx, key)? {
-        Some(_) => ctx.db.field(key, field)?,
+        Some(_) => ctx.field(key, field)?,
         None => None,
     };
     let (new, reply) = change(current.as_deref())?;
@@ -261,7 +261,7 @@ pub(super) fn hscan(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     }
     let o = parse_scan_options(args, 3, false)?;
     let mut out = Vec::new();
-    for (field, value) in ctx.db.fields(&args[1])? {
+    for (field, value) in ctx.fields(&args[1])? {
         if o.pattern.as_ref().is_none_or(|p| glob_match(p, &field)) {
             out.push(Reply::Bulk(field));
             out.push(Reply::Bulk(value));

@@ -5,12 +5,12 @@ use super::*;
 pub(super) fn del(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
     let db = ctx.db;
-    let _locked = db.lock(&keys);
+    let _locked = ctx.lock(&keys);
     let mut batch = db.batch();
     let mut removed = 0;
     let mut seen = std::collections::HashSet::new();
     for key in keys {
-        if let Some(e) = db.get_raw(key)? {
+        if let Some(e) = ctx.get_raw(key)? {
             if seen.insert(key) {
                 batch.remove(key, &e.value)?;
                 removed += i64::from(!e.expired(ctx.now_ms));
@@ -44,7 +44,7 @@ fn copy_value(
 ) -> Result<(), StoreError> {
     batch.put(to, entry)?;
     if let Value::Hash { .. } = entry.value {
-        for (field, value) in ctx.db.fields(from)? {
+        for (field, value) in ctx.fields(from)? {
             batch.put_field(to, &field, &value)?;
         }
     }
@@ -53,7 +53,7 @@ fn copy_value(
 
 /// Removes whatever `key` holds (live or expired) in `batch`.
 fn clear(ctx: &Ctx<'_>, batch: &mut DbBatch<'_>, key: &[u8]) -> Result<(), StoreError> {
-    if let Some(e) = ctx.db.get_raw(key)? {
+    if let Some(e) = ctx.get_raw(key)? {
         batch.remove(key, &e.value)?;
     }
     Ok(())
@@ -62,7 +62,7 @@ fn clear(ctx: &Ctx<'_>, batch: &mut DbBatch<'_>, key: &[u8]) -> Result<(), Store
 fn rename_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     let (from, to) = (&args[1][..], &args[2][..]);
     let db = ctx.db;
-    let _locked = db.lock(&[from, to]);
+    let _locked = ctx.lock(&[from, to]);
     let Some(entry) = ctx.get(from)? else {
         return Err(fail("ERR no such key"));
     };
@@ -113,7 +113,7 @@ pub(super) fn copy(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         return Err(fail("ERR source and destination objects are the same"));
     }
     let db = ctx.db;
-    let _locked = db.lock(&[from, to]);
+    let _locked = ctx.lock(&[from, to]);
     let Some(entry) = ctx.get(from)? else {
         return Ok(int(0));
     };
@@ -133,7 +133,7 @@ type KeysPage = (Vec<(Vec<u8>, Entry)>, Option<Vec<u8>>);
 
 /// Live keys from `start` on, in key order, at most `limit` looked at.
 fn live_keys(ctx: &Ctx<'_>, start: &[u8], limit: usize) -> Result<KeysPage, StoreError> {
-    let mut found = ctx.db.keys_from(start, limit + 1)?;
+    let mut found = ctx.keys_from(start, limit + 1)?;
     let next = (found.len() > limit).then(|| found.pop().map(|(k, _)| k));
     found.retain(|(_, e)| !e.expired(ctx.now_ms));
     Ok((found, next.flatten()))
@@ -314,7 +314,7 @@ fn expire_generic(
     }
     when += base_ms;
     let key = &args[1][..];
-    let _locked = ctx.db.lock(&[key]);
+    let _locked = ctx.lock(&[key]);
     let (old, mut batch) = ctx.begin(key)?;
     let Some(entry) = old else {
         ctx.commit(batch)?;
@@ -397,7 +397,7 @@ pub(super) fn pexpiretime(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 
 pub(super) fn persist(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let key = &args[1][..];
-    let _locked = ctx.db.lock(&[key]);
+    let _locked = ctx.lock(&[key]);
     let (old, mut batch) = ctx.begin(key)?;
     let changed = match old {
         Some(entry) if entry.expire_at_ms != 0 => {

@@ -17,10 +17,11 @@ mod strings;
 
 pub use glob::glob_match;
 
-use crate::db::{Db, DbBatch, Entry, Value};
+use crate::db::{Db, DbBatch, DbOp, Entry, Locked, Value};
 use crate::resp::{string_to_i64, Args, Reply};
 use sluice_store::wal::LogPosition;
 use sluice_store::StoreError;
+use std::collections::{BTreeMap, HashMap};
 
 /// What a command handler returns: its reply, or an error reply.
 type Outcome = Result<Reply, Failure>;
@@ -56,12 +57,64 @@ pub(crate) const OVERFLOW: &str = "ERR increment or decrement would overflow";
 /// Redis's `proto-max-bulk-len` default: the longest string a command may make.
 pub(crate) const STRING_MAX_BYTES: u64 = 512 << 20;
 
-/// One command's run: the keyspace, the time it runs at, and the log
-/// position its writes need durable.
+/// One command's run (or one transaction's): the keyspace, the time it
+/// runs at, and the log position its writes need durable.
 pub struct Ctx<'a> {
     db: &'a Db,
     now_ms: u64,
     wrote: Option<LogPosition>,
+    /// Inside EXEC: the transaction's writes so far, read back by its
+    /// later commands and committed as one batch at the end.
+    tx: Option<Overlay<'a>>,
+}
+
+/// A transaction's uncommitted writes, as its own commands see them.
+struct Overlay<'a> {
+    batch: DbBatch<'a>,
+    keys: BTreeMap<Vec<u8>, Option<Entry>>,
+    fields: HashMap<Vec<u8>, FieldOverlay>,
+    flushed: bool,
+}
+
+#[derive(Default)]
+struct FieldOverlay {
+    cleared: bool,
+    set: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl Overlay<'_> {
+    fn apply(&mut self, op: &DbOp) {
+        match op {
+            DbOp::Put(k, e) => {
+                self.keys.insert(k.clone(), Some(e.clone()));
+            }
+            DbOp::Remove(k) => {
+                self.keys.insert(k.clone(), None);
+            }
+            DbOp::RemoveFields(k) => {
+                self.fields.insert(
+                    k.clone(),
+                    FieldOverlay {
+                        cleared: true,
+                        set: BTreeMap::new(),
+                    },
+                );
+            }
+            DbOp::PutField(k, f, v) => {
+                let o = self.fields.entry(k.clone()).or_default();
+                o.set.insert(f.clone(), Some(v.clone()));
+            }
+            DbOp::RemoveField(k, f) => {
+                let o = self.fields.entry(k.clone()).or_default();
+                o.set.insert(f.clone(), None);
+            }
+            DbOp::RemoveEverything => {
+                self.keys.clear();
+                self.fields.clear();
+                self.flushed = true;
+            }
+        }
+    }
 }
 
 impl<'a> Ctx<'a> {
@@ -71,7 +124,33 @@ impl<'a> Ctx<'a> {
             db,
             now_ms,
             wrote: None,
+            tx: None,
         }
+    }
+
+    /// A transaction's run: writes are held until [`Ctx::finish`]. The
+    /// caller holds every stripe lock (`Db::lock_all`) meanwhile.
+    pub fn transaction(db: &'a Db, now_ms: u64) -> Self {
+        Ctx {
+            tx: Some(Overlay {
+                batch: db.batch(),
+                keys: BTreeMap::new(),
+                fields: HashMap::new(),
+                flushed: false,
+            }),
+            ..Ctx::new(db, now_ms)
+        }
+    }
+
+    /// Commits a transaction's writes as one batch (all or none).
+    pub fn finish(&mut self) -> Result<(), StoreError> {
+        if let Some(tx) = self.tx.take() {
+            if !tx.batch.is_empty() {
+                let logged = tx.batch.commit()?;
+                self.wrote = self.wrote.max(Some(logged.position));
+            }
+        }
+        Ok(())
     }
 
     /// Where the log must be durable before the replies of this run go out.
@@ -83,14 +162,111 @@ impl<'a> Ctx<'a> {
         if batch.is_empty() {
             return Ok(());
         }
+        if let Some(tx) = &mut self.tx {
+            for op in batch.ops() {
+                tx.batch.apply(op)?;
+                tx.apply(op);
+            }
+            return Ok(());
+        }
         let logged = batch.commit()?;
         self.wrote = self.wrote.max(Some(logged.position));
         Ok(())
     }
 
+    /// Locks `keys`' stripes — unless a transaction holds them all.
+    fn lock(&self, keys: &[&[u8]]) -> Option<Locked<'a>> {
+        self.tx.is_none().then(|| self.db.lock(keys))
+    }
+
+    /// The stored entry of `key`, expired or not.
+    fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        if let Some(tx) = &self.tx {
+            if let Some(e) = tx.keys.get(key) {
+                return Ok(e.clone());
+            }
+            if tx.flushed {
+                return Ok(None);
+            }
+        }
+        self.db.get_raw(key)
+    }
+
     /// The live entry of `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
-        self.db.get(key, self.now_ms)
+        Ok(self.get_raw(key)?.filter(|e| !e.expired(self.now_ms)))
+    }
+
+    /// One field of hash `key`.
+    fn field(&self, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(tx) = &self.tx {
+            if let Some(o) = tx.fields.get(key) {
+                if let Some(v) = o.set.get(field) {
+                    return Ok(v.clone());
+                }
+                if o.cleared {
+                    return Ok(None);
+                }
+            }
+            if tx.flushed {
+                return Ok(None);
+            }
+        }
+        self.db.field(key, field)
+    }
+
+    /// Every field of hash `key`, in field order.
+    fn fields(&self, key: &[u8]) -> Result<Pairs, StoreError> {
+        let Some(tx) = &self.tx else {
+            return self.db.fields(key);
+        };
+        let o = tx.fields.get(key);
+        let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = if tx.flushed || o.is_some_and(|o| o.cleared) {
+            BTreeMap::new()
+        } else {
+            self.db.fields(key)?.into_iter().collect()
+        };
+        for (f, v) in o.map(|o| &o.set).into_iter().flatten() {
+            match v {
+                Some(v) => merged.insert(f.clone(), v.clone()),
+                None => merged.remove(f),
+            };
+        }
+        Ok(merged.into_iter().collect())
+    }
+
+    /// Stored keys (expired too) from `start`, in order, at most `limit`.
+    fn keys_from(&self, start: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
+        let Some(tx) = &self.tx else {
+            return self.db.keys_from(start, limit);
+        };
+        let mut merged: BTreeMap<Vec<u8>, Entry> = if tx.flushed {
+            BTreeMap::new()
+        } else {
+            // Enough stored keys that the overlay's removals cannot leave
+            // fewer than `limit` when more exist.
+            self.db
+                .keys_from(start, limit.saturating_add(tx.keys.len()))?
+                .into_iter()
+                .collect()
+        };
+        let stored_end = merged.keys().next_back().cloned();
+        let full = !tx.flushed && merged.len() >= limit.saturating_add(tx.keys.len());
+        for (k, e) in tx
+            .keys
+            .range::<[u8], _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
+        {
+            // Past the last stored key read, a stored key may be missing:
+            // overlay keys there wait for the next look.
+            if full && stored_end.as_ref().is_some_and(|end| k > end) {
+                break;
+            }
+            match e {
+                Some(e) => merged.insert(k.clone(), e.clone()),
+                None => merged.remove(k),
+            };
+        }
+        Ok(merged.into_iter().take(limit).collect())
     }
 
     /// The live string at `key`; WRONGTYPE if it holds something else.
@@ -110,7 +286,7 @@ impl<'a> Ctx<'a> {
     /// fields) outlives it.
     fn begin(&self, key: &[u8]) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
         let mut batch = self.db.batch();
-        match self.db.get_raw(key)? {
+        match self.get_raw(key)? {
             Some(e) if e.expired(self.now_ms) => {
                 batch.remove(key, &e.value)?;
                 Ok((None, batch))

@@ -170,8 +170,7 @@ fn set_generic(
     expiry: Expiry,
     answers: Option<(Reply, Reply)>,
 ) -> Outcome {
-    let db = ctx.db;
-    let _locked = db.lock(&[key]);
+    let _locked = ctx.lock(&[key]);
     let (old, batch) = ctx.begin(key)?;
     let previous = if o.get {
         match &old {
@@ -226,7 +225,7 @@ pub(super) fn getset(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 
 pub(super) fn getdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let key = &args[1][..];
-    let _locked = ctx.db.lock(&[key]);
+    let _locked = ctx.lock(&[key]);
     let (old, mut batch) = ctx.begin(key)?;
     match old {
         None => {
@@ -248,7 +247,7 @@ pub(super) fn getdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 pub(super) fn getex(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let o = parse_options(args, false)?;
     let key = &args[1][..];
-    let _locked = ctx.db.lock(&[key]);
+    let _locked = ctx.lock(&[key]);
     let (old, mut batch) = ctx.begin(key)?;
     // Redis's order: the key and its type before the expiry's value.
     let (value, expire_at_ms) = match old {
@@ -314,7 +313,7 @@ fn mset_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     let pairs = pairs(args, if nx { "msetnx" } else { "mset" })?;
     let keys: Vec<&[u8]> = pairs.iter().map(|(k, _)| &k[..]).collect();
     let db = ctx.db;
-    let _locked = db.lock(&keys);
+    let _locked = ctx.lock(&keys);
     if nx {
         for key in &keys {
             if ctx.get(key)?.is_some() {
@@ -324,7 +323,7 @@ fn mset_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     }
     let mut batch = db.batch();
     for (key, value) in &pairs {
-        if let Some(old) = db.get_raw(key)? {
+        if let Some(old) = ctx.get_raw(key)? {
             batch.remove(key, &old.value)?;
         }
         batch.put(key, &Entry::string(value.clone()))?;
@@ -359,7 +358,7 @@ fn update_string(
     key: &[u8],
     change: impl FnOnce(Option<&[u8]>) -> Result<(Option<Vec<u8>>, Reply), Failure>,
 ) -> Outcome {
-    let _locked = ctx.db.lock(&[key]);
+    let _locked = ctx.lock(&[key]);
     let (old, batch) = ctx.begin(key)?;
     let current = match &old {
         None => None,

@@ -44,46 +44,20 @@ pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<L
         .stats
         .commands_processed
         .fetch_add(1, Ordering::Relaxed);
-    match conn.session.handle(args, &shared.config.users) {
-        Handled::Reply(reply) => {
-            conn.push_reply(&reply);
-            return None;
-        }
-        Handled::Close(reply) => {
-            conn.push_reply(&reply);
-            conn.quit = true;
-            conn.closing = true;
-            return None;
-        }
-        Handled::Other => {}
-    }
     let name = args[0].to_ascii_lowercase();
-    if let Some(arity) = admin_arity(&name) {
-        let reply = if !arity_ok(arity, args.len()) {
-            commands::wrong_arity(&String::from_utf8_lossy(&name))
-        } else if let Some(noauth) = conn.session.check_auth() {
-            noauth
-        } else {
-            admin(shared, conn, &name, args)?
-        };
-        conn.push_reply(&reply);
-        return None;
-    }
-    if !commands::known(&name) {
-        conn.push_reply(&unknown_command(args));
-        return None;
-    }
-    if let Some(error) = commands::check_arity(&name, args.len()) {
-        conn.push_reply(&error);
-        return None;
-    }
-    if let Some(noauth) = conn.session.check_auth() {
-        conn.push_reply(&noauth);
-        return None;
-    }
-    let mut ctx = Ctx::new(&shared.db, super::now_ms());
-    let reply = commands::execute(&mut ctx, &name, args);
-    let wrote = ctx.wrote();
+    let (reply, wrote) = if conn.tx.is_some() && !TX_CONTROL.contains(&&name[..]) {
+        (Some(queue(conn, &name, args)), None)
+    } else if TX_COMMANDS.iter().any(|(n, _)| n.as_bytes() == name) {
+        transaction_command(shared, conn, &name, args)
+    } else {
+        if name == b"reset" {
+            conn.tx = None;
+            conn.watched.clear();
+        }
+        let mut ctx = Ctx::new(&shared.db, super::now_ms());
+        let reply = run(shared, conn, &name, args, &mut ctx);
+        (reply, ctx.wrote())
+    };
     if let Some(at) = wrote {
         shared.committer.wrote(at);
         if shared.config.durability == super::Durability::Always {
@@ -91,8 +65,189 @@ pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<L
             conn.hold_until(at);
         }
     }
-    conn.push_reply(&reply);
+    if let Some(reply) = reply {
+        conn.push_reply(&reply);
+    }
     wrote
+}
+
+/// Runs one command in `ctx` (a transaction's, inside EXEC); its reply,
+/// or None for none (SHUTDOWN).
+fn run(
+    shared: &Shared,
+    conn: &mut Conn,
+    name: &[u8],
+    args: &Args,
+    ctx: &mut Ctx<'_>,
+) -> Option<Reply> {
+    match conn.session.handle(args, &shared.config.users) {
+        Handled::Reply(reply) => return Some(reply),
+        Handled::Close(reply) => {
+            conn.quit = true;
+            conn.closing = true;
+            return Some(reply);
+        }
+        Handled::Other => {}
+    }
+    if let Some(error) = check(conn, name, args) {
+        return Some(error);
+    }
+    if admin_arity(name).is_some() {
+        return admin(shared, conn, name, args);
+    }
+    Some(commands::execute(ctx, name, args))
+}
+
+/// Redis's checks before a command runs: unknown, arity, authentication.
+fn check(conn: &Conn, name: &[u8], args: &Args) -> Option<Reply> {
+    let arity = admin_arity(name)
+        .or_else(|| {
+            TX_COMMANDS
+                .iter()
+                .find(|(n, _)| n.as_bytes() == name)
+                .map(|&(_, a)| a)
+        })
+        .or_else(|| session_arity(name));
+    if let Some(arity) = arity {
+        if !arity_ok(arity, args.len()) {
+            return Some(commands::wrong_arity(&String::from_utf8_lossy(name)));
+        }
+    } else if !commands::known(name) {
+        return Some(unknown_command(args));
+    } else if let Some(error) = commands::check_arity(name, args.len()) {
+        return Some(error);
+    }
+    conn.session.check_auth()
+}
+
+fn session_arity(name: &[u8]) -> Option<i32> {
+    crate::session::COMMANDS
+        .iter()
+        .find(|(n, _)| n.as_bytes() == name)
+        .map(|&(_, a)| a)
+}
+
+/// The transaction commands and their arities.
+const TX_COMMANDS: &[(&str, i32)] = &[
+    ("multi", 1),
+    ("exec", 1),
+    ("discard", 1),
+    ("watch", -2),
+    ("unwatch", 1),
+];
+
+/// Most commands one transaction queues.
+pub const MAX_QUEUED: usize = 100_000;
+
+/// Commands that run at once inside MULTI instead of being queued.
+const TX_CONTROL: &[&[u8]] = &[b"multi", b"exec", b"discard", b"watch", b"quit", b"reset"];
+
+/// Inside MULTI: checks the command as Redis does before queueing it; a
+/// failed check marks the transaction to be refused at EXEC.
+fn queue(conn: &mut Conn, name: &[u8], args: &Args) -> Reply {
+    let mut checked = check(conn, name, args);
+    let tx = conn.tx.get_or_insert_with(Default::default);
+    if checked.is_none() && tx.queued.len() >= MAX_QUEUED {
+        checked = Some(Reply::Error(format!(
+            "ERR a transaction holds at most {MAX_QUEUED} commands; split it"
+        )));
+    }
+    match checked {
+        Some(error) => {
+            tx.dirty = true;
+            error
+        }
+        None => {
+            tx.queued.push(args.clone());
+            Reply::Simple("QUEUED".into())
+        }
+    }
+}
+
+fn error(text: &str) -> Reply {
+    Reply::Error(text.to_string())
+}
+
+/// MULTI, EXEC, DISCARD, WATCH, UNWATCH: the reply and the write made.
+fn transaction_command(
+    shared: &Shared,
+    conn: &mut Conn,
+    name: &[u8],
+    args: &Args,
+) -> (Option<Reply>, Option<LogPosition>) {
+    if let Some(error) = check(conn, name, args) {
+        if let Some(tx) = &mut conn.tx {
+            tx.dirty = true;
+        }
+        return (Some(error), None);
+    }
+    let ok = || Some(Reply::Simple("OK".into()));
+    match name {
+        b"multi" if conn.tx.is_some() => (Some(error("ERR MULTI calls can not be nested")), None),
+        b"multi" => {
+            conn.tx = Some(Default::default());
+            (ok(), None)
+        }
+        b"discard" if conn.tx.is_none() => (Some(error("ERR DISCARD without MULTI")), None),
+        b"discard" => {
+            conn.tx = None;
+            conn.watched.clear();
+            (ok(), None)
+        }
+        b"watch" if conn.tx.is_some() => {
+            (Some(error("ERR WATCH inside MULTI is not allowed")), None)
+        }
+        b"watch" => {
+            for key in &args[1..] {
+                let version = shared.db.version(key);
+                conn.watched.push(version);
+            }
+            (ok(), None)
+        }
+        b"unwatch" => {
+            conn.watched.clear();
+            (ok(), None)
+        }
+        _ => exec(shared, conn),
+    }
+}
+
+/// EXEC: the queued commands run under every stripe lock and commit as
+/// one batch — all of them or none, visible at once.
+fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>) {
+    let Some(tx) = conn.tx.take() else {
+        return (Some(error("ERR EXEC without MULTI")), None);
+    };
+    let watched = std::mem::take(&mut conn.watched);
+    if tx.dirty {
+        return (
+            Some(error(
+                "EXECABORT Transaction discarded because of previous errors.",
+            )),
+            None,
+        );
+    }
+    let db = &shared.db;
+    let _all = db.lock_all();
+    if watched.iter().any(|&v| db.changed_since(v)) {
+        return (Some(Reply::NullArray), None);
+    }
+    let mut ctx = Ctx::transaction(db, super::now_ms());
+    let mut replies = Vec::with_capacity(tx.queued.len());
+    for args in &tx.queued {
+        let name = args[0].to_ascii_lowercase();
+        replies.push(run(shared, conn, &name, args, &mut ctx).unwrap_or(Reply::Null));
+    }
+    match ctx.finish() {
+        Ok(()) => (Some(Reply::Array(replies)), ctx.wrote()),
+        Err(e) => (
+            Some(error(&format!(
+                "ERR the transaction was not applied: {}",
+                e.to_string().replace(['\r', '\n'], " ")
+            ))),
+            None,
+        ),
+    }
 }
 
 /// A server command; None: no reply (SHUTDOWN closes the connection).
@@ -184,6 +339,7 @@ fn command(args: &Args) -> Reply {
     let table = || {
         commands::table()
             .chain(ADMIN.iter().copied())
+            .chain(TX_COMMANDS.iter().copied())
             .chain(crate::session::COMMANDS.iter().copied())
     };
     let describe = |(name, arity): (&str, i32)| {

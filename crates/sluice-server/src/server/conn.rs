@@ -6,6 +6,14 @@ use sluice_store::wal::LogPosition;
 use std::net::TcpStream;
 use std::time::Instant;
 
+/// A transaction being queued (MULTI).
+#[derive(Debug, Default)]
+pub(super) struct Queued {
+    pub(super) queued: Vec<crate::resp::Args>,
+    /// A command failed its checks while queueing: EXEC refuses.
+    pub(super) dirty: bool,
+}
+
 /// A client connection.
 pub(super) struct Conn {
     pub(super) stream: TcpStream,
@@ -33,6 +41,10 @@ pub(super) struct Conn {
     pub(super) quit: bool,
     /// The peer is gone: nothing more is read or sent.
     pub(super) dead: bool,
+    /// Inside MULTI: the commands queued so far.
+    pub(super) tx: Option<Queued>,
+    /// WATCH's view of the watched keys.
+    pub(super) watched: Vec<(usize, u64)>,
     pub(super) last_active: Instant,
     pub(super) addr: String,
 }
@@ -57,6 +69,8 @@ impl Conn {
             closing: false,
             quit: false,
             dead: false,
+            tx: None,
+            watched: Vec::new(),
             last_active: now,
             addr,
         }

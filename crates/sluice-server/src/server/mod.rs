@@ -18,6 +18,7 @@
 mod admin;
 mod conn;
 mod durability;
+mod expiry;
 mod worker;
 
 pub use durability::Durability;
@@ -142,7 +143,7 @@ impl Shared {
 pub struct Server {
     shared: Arc<Shared>,
     workers: Vec<std::thread::JoinHandle<std::io::Result<()>>>,
-    background: Option<std::thread::JoinHandle<()>>,
+    background: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -207,7 +208,10 @@ impl Server {
                 }
             }
         }
-        let background = Some(durability::start(shared.clone())?);
+        let background = vec![
+            durability::start(shared.clone())?,
+            expiry::start(shared.clone())?,
+        ];
         Ok(Server {
             shared,
             workers,
@@ -240,7 +244,7 @@ impl Server {
             }
         }
         self.shared.request_shutdown();
-        if let Some(b) = self.background.take() {
+        for b in self.background.drain(..) {
             let _ = b.join();
         }
         durability::make_all_durable(&self.shared).map_err(std::io::Error::other)?;
