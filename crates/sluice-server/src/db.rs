@@ -13,7 +13,7 @@
 //! two threads cannot interleave on one key; a command on several keys
 //! takes their stripes in order.
 
-use sluice_store::{Logged, Store, StoreError, ValueFormat, WriteBatch};
+use sluice_store::{Logged, Snapshot, Store, StoreError, ValueFormat, WriteBatch};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -262,40 +262,39 @@ impl Db {
         }
     }
 
-    /// The live entry of `key` at `now_ms` (an expired one reads as none;
-    /// the next write of the key removes it).
-    pub fn get(&self, key: &[u8], now_ms: u64) -> Result<Option<Entry>, StoreError> {
-        match self.store.get(self.keys, key)? {
-            None => Ok(None),
-            Some(bytes) => {
-                let entry = Entry::decode(&bytes)?;
-                Ok((!entry.expired(now_ms)).then_some(entry))
-            }
-        }
+    /// A consistent view for a command that reads several keys.
+    pub fn snapshot(&self) -> Snapshot {
+        self.store.snapshot()
     }
 
     /// The stored entry of `key`, expired or not.
     pub fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        self.get_raw_at(key, &self.store.snapshot())
+    }
+
+    /// [`Db::get_raw`] as of `at`.
+    pub fn get_raw_at(&self, key: &[u8], at: &Snapshot) -> Result<Option<Entry>, StoreError> {
         self.store
-            .get(self.keys, key)?
+            .get_at(self.keys, key, at)?
             .map(|b| Entry::decode(&b))
             .transpose()
     }
 
-    /// One hash field's value.
-    pub fn field(&self, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.store.get(self.fields, &field_key(key, field))
+    /// One hash field's value as of `at`.
+    pub fn field_at(
+        &self,
+        key: &[u8],
+        field: &[u8],
+        at: &Snapshot,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get_at(self.fields, &field_key(key, field), at)
     }
 
-    /// Every field of hash `key`, in field order.
-    pub fn fields(&self, key: &[u8]) -> Result<Vec<FieldValue>, StoreError> {
+    /// Every field of hash `key` as of `at`, in field order.
+    pub fn fields_at(&self, key: &[u8], at: &Snapshot) -> Result<Vec<FieldValue>, StoreError> {
         let prefix = hash_prefix(key);
         let mut out = Vec::new();
-        let snapshot = self.store.snapshot();
-        for item in self
-            .store
-            .iter_prefix(self.fields, &prefix, &snapshot, false)
-        {
+        for item in self.store.iter_prefix(self.fields, &prefix, at, false) {
             let (k, v) = item?;
             out.push((k[prefix.len()..].to_vec(), v));
         }
@@ -308,13 +307,22 @@ impl Db {
         start: &[u8],
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
+        self.keys_from_at(start, limit, &self.store.snapshot())
+    }
+
+    /// [`Db::keys_from`] as of `at`.
+    pub fn keys_from_at(
+        &self,
+        start: &[u8],
+        limit: usize,
+        at: &Snapshot,
+    ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
         let mut out = Vec::new();
         let range = (
             std::ops::Bound::Included(start),
             std::ops::Bound::Unbounded::<&[u8]>,
         );
-        let snapshot = self.store.snapshot();
-        for item in self.store.iter(self.keys, range, &snapshot, false) {
+        for item in self.store.iter(self.keys, range, at, false) {
             let (k, v) = item?;
             out.push((k, Entry::decode(&v)?));
             if out.len() >= limit {

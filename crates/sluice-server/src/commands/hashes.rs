@@ -101,7 +101,6 @@ pub(super) fn hget(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         return Ok(Reply::Null);
     }
     Ok(ctx
-        .db
         .field(&args[1], &args[2])?
         .map_or(Reply::Null, Reply::Bulk))
 }

@@ -438,6 +438,7 @@ pub(super) fn flush(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     if !valid {
         return Err(fail(SYNTAX));
     }
+    let _all = ctx.lock_all();
     let mut batch = ctx.db.batch();
     batch.remove_everything()?;
     ctx.commit(batch)?;

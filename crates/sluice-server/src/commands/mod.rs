@@ -20,7 +20,7 @@ pub use glob::glob_match;
 use crate::db::{Db, DbBatch, DbOp, Entry, Locked, Value};
 use crate::resp::{string_to_i64, Args, Reply};
 use sluice_store::wal::LogPosition;
-use sluice_store::StoreError;
+use sluice_store::{Snapshot, StoreError};
 use std::collections::{BTreeMap, HashMap};
 
 /// What a command handler returns: its reply, or an error reply.
@@ -66,6 +66,9 @@ pub struct Ctx<'a> {
     /// Inside EXEC: the transaction's writes so far, read back by its
     /// later commands and committed as one batch at the end.
     tx: Option<Overlay<'a>>,
+    /// Every read of the run sees the store as of one moment (MGET and
+    /// its kind never see half of another connection's batch).
+    snapshot: std::cell::OnceCell<Snapshot>,
 }
 
 /// A transaction's uncommitted writes, as its own commands see them.
@@ -125,6 +128,7 @@ impl<'a> Ctx<'a> {
             now_ms,
             wrote: None,
             tx: None,
+            snapshot: std::cell::OnceCell::new(),
         }
     }
 
@@ -174,6 +178,15 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    fn at(&self) -> &Snapshot {
+        self.snapshot.get_or_init(|| self.db.snapshot())
+    }
+
+    /// Locks every stripe — unless a transaction holds them all.
+    fn lock_all(&self) -> Option<Locked<'a>> {
+        self.tx.is_none().then(|| self.db.lock_all())
+    }
+
     /// Locks `keys`' stripes — unless a transaction holds them all.
     fn lock(&self, keys: &[&[u8]]) -> Option<Locked<'a>> {
         self.tx.is_none().then(|| self.db.lock(keys))
@@ -189,7 +202,7 @@ impl<'a> Ctx<'a> {
                 return Ok(None);
             }
         }
-        self.db.get_raw(key)
+        self.db.get_raw_at(key, self.at())
     }
 
     /// The live entry of `key`.
@@ -212,19 +225,19 @@ impl<'a> Ctx<'a> {
                 return Ok(None);
             }
         }
-        self.db.field(key, field)
+        self.db.field_at(key, field, self.at())
     }
 
     /// Every field of hash `key`, in field order.
     fn fields(&self, key: &[u8]) -> Result<Pairs, StoreError> {
         let Some(tx) = &self.tx else {
-            return self.db.fields(key);
+            return self.db.fields_at(key, self.at());
         };
         let o = tx.fields.get(key);
         let mut merged: BTreeMap<Vec<u8>, Vec<u8>> = if tx.flushed || o.is_some_and(|o| o.cleared) {
             BTreeMap::new()
         } else {
-            self.db.fields(key)?.into_iter().collect()
+            self.db.fields_at(key, self.at())?.into_iter().collect()
         };
         for (f, v) in o.map(|o| &o.set).into_iter().flatten() {
             match v {
@@ -238,7 +251,7 @@ impl<'a> Ctx<'a> {
     /// Stored keys (expired too) from `start`, in order, at most `limit`.
     fn keys_from(&self, start: &[u8], limit: usize) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
         let Some(tx) = &self.tx else {
-            return self.db.keys_from(start, limit);
+            return self.db.keys_from_at(start, limit, self.at());
         };
         let mut merged: BTreeMap<Vec<u8>, Entry> = if tx.flushed {
             BTreeMap::new()
@@ -246,7 +259,7 @@ impl<'a> Ctx<'a> {
             // Enough stored keys that the overlay's removals cannot leave
             // fewer than `limit` when more exist.
             self.db
-                .keys_from(start, limit.saturating_add(tx.keys.len()))?
+                .keys_from_at(start, limit.saturating_add(tx.keys.len()), self.at())?
                 .into_iter()
                 .collect()
         };
