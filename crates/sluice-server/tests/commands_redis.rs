@@ -49,14 +49,23 @@ fn sorted_pairs(items: &[Reply]) -> Vec<String> {
     v
 }
 
-/// Whether two replies to `args` agree, by the rules in the module docs.
-fn agree(args: &[Vec<u8>], redis: &[u8], sluice: &[u8]) -> bool {
-    if redis == sluice {
+/// Whether two replies to `args` agree, by the rules in the module docs;
+/// `queued`: the commands an EXEC runs.
+fn agree(args: &[Vec<u8>], redis: &[u8], sluice: &[u8], queued: &[Vec<Vec<u8>>]) -> bool {
+    redis == sluice || agree_reply(args, &decode(redis), &decode(sluice), queued)
+}
+
+fn agree_reply(args: &[Vec<u8>], r: &Reply, s: &Reply, queued: &[Vec<Vec<u8>>]) -> bool {
+    if r == s {
         return true;
     }
     let name = args[0].to_ascii_lowercase();
-    let (r, s) = (decode(redis), decode(sluice));
-    match (&name[..], &r, &s) {
+    match (&name[..], r, s) {
+        (b"exec", Reply::Array(a), Reply::Array(b)) => {
+            a.len() == b.len()
+                && a.len() == queued.len()
+                && (0..a.len()).all(|i| agree_reply(&queued[i], &a[i], &b[i], &[]))
+        }
         (b"keys" | b"hkeys" | b"hvals", Reply::Array(a), Reply::Array(b)) => sorted(a) == sorted(b),
         (b"hgetall", Reply::Array(a), Reply::Array(b)) => sorted_pairs(a) == sorted_pairs(b),
         (b"hgetall", Reply::Map(a), Reply::Map(b)) => {
@@ -117,12 +126,22 @@ fn compare(script: &[Vec<Vec<u8>>]) -> Result<(), TestCaseError> {
     for c in [&mut redis, &mut sluice] {
         c.call(&[b"FLUSHALL"]);
     }
+    let mut queued: Option<Vec<Vec<Vec<u8>>>> = None;
     for (i, args) in script.iter().enumerate() {
         let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
         let r = redis.call(&refs);
         let s = sluice.call(&refs);
+        let in_tx = queued.clone().unwrap_or_default();
+        let name = args[0].to_ascii_lowercase();
+        if r == b"+QUEUED\r\n" {
+            queued.get_or_insert_with(Vec::new).push(args.clone());
+        } else if name == b"multi" && r == b"+OK\r\n" {
+            queued = Some(Vec::new());
+        } else if name == b"exec" || name == b"discard" || name == b"reset" {
+            queued = None;
+        }
         prop_assert!(
-            agree(args, &r, &s),
+            agree(args, &r, &s, &in_tx),
             "command {i} `{}` differs:\n  redis:  {:?}\n  sluice: {:?}\nscript so far:\n  {}",
             show(args),
             String::from_utf8_lossy(&r),
