@@ -1,0 +1,401 @@
+//! `sluice serve` as its users run it: the binary on a device file, used by
+//! the real `redis-cli`, `redis-benchmark` and redis-py (unmodified);
+//! kill -9 under load with `--durability always` and `everysec`; SIGTERM;
+//! ten thousand idle connections.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+struct Serve {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `sluice serve` on `dir/serve.dev` and waits for its ready line.
+fn serve(dir: &Path, extra: &[&str]) -> Serve {
+    let port = free_port();
+    let device = dir.join("serve.dev");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .args(["--device", device.to_str().unwrap(), "--create-mib", "256"])
+        .args(["--resp", &format!("127.0.0.1:{port}"), "--threads", "2"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "sluice serve ended before it was ready"
+        );
+        if line.contains("ready to accept connections") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "sluice serve did not get ready");
+    }
+    // Keep draining its stdout so it never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = out.read_to_string(&mut sink);
+    });
+    Serve { child, port }
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("redis-cli failed to start ({e}): scripts/setup installs it"));
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn request(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend(format!("${}\r\n", a.len()).into_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Reads one reply line-ish: enough for +OK, :n, $n payloads.
+fn read_simple(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => got.push(byte[0]),
+            _ => return None,
+        }
+    }
+    if got[0] == b'$' && got != b"$-1\r\n" {
+        let len: usize = std::str::from_utf8(&got[1..got.len() - 2])
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut payload = vec![0u8; len + 2];
+        s.read_exact(&mut payload).ok()?;
+        got.extend(payload);
+    }
+    Some(got)
+}
+
+#[test]
+fn redis_cli_and_redis_benchmark_work_unmodified() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(dir.path(), &[]);
+    let p = s.port;
+    assert_eq!(redis_cli(p, &["PING"]), "PONG\n");
+    assert_eq!(redis_cli(p, &["SET", "greeting", "hello world"]), "OK\n");
+    assert_eq!(redis_cli(p, &["GET", "greeting"]), "hello world\n");
+    assert_eq!(redis_cli(p, &["INCRBY", "n", "41"]), "41\n");
+    assert_eq!(
+        redis_cli(p, &["HSET", "user:1", "name", "ada", "born", "1815"]),
+        "2\n"
+    );
+    assert_eq!(redis_cli(p, &["HGET", "user:1", "born"]), "1815\n");
+    assert_eq!(
+        redis_cli(p, &["-3", "HGETALL", "user:1"]),
+        "born 1815\nname ada\n"
+    );
+    assert_eq!(
+        redis_cli(p, &["NOSUCH"]),
+        "ERR unknown command 'NOSUCH', with args beginning with: \n\n"
+    );
+    // --pipe: mass insertion from a file of raw requests.
+    let mut raw = Vec::new();
+    for i in 0..5000 {
+        raw.extend(request(&[b"SET", format!("bulk:{i}").as_bytes(), b"v"]));
+    }
+    let mut pipe = Command::new("redis-cli")
+        .args(["-p", &p.to_string(), "--pipe"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    pipe.stdin.take().unwrap().write_all(&raw).unwrap();
+    let out = pipe.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("errors: 0, replies: 5000"),
+        "redis-cli --pipe: {text}"
+    );
+    assert_eq!(redis_cli(p, &["GET", "bulk:4999"]), "v\n");
+    // redis-benchmark, as the benchmarks run it but short.
+    let bench = Command::new("redis-benchmark")
+        .args([
+            "-p",
+            &p.to_string(),
+            "-t",
+            "set,get,incr,hset",
+            "-n",
+            "20000",
+            "-c",
+            "20",
+            "-P",
+            "8",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&bench.stdout);
+    assert!(bench.status.success(), "redis-benchmark: {text}");
+    for test in ["SET", "GET", "INCR", "HSET"] {
+        assert!(
+            text.contains(&format!("{test}: ")),
+            "no {test} result: {text}"
+        );
+    }
+    assert!(
+        !text.to_lowercase().contains("error"),
+        "redis-benchmark saw errors: {text}"
+    );
+}
+
+fn python_ok(script: &str, port: u16) {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(port.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "redis-py script failed (scripts/setup installs redis-py):\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const REDIS_PY: &str = r#"
+import sys, time, redis
+port = int(sys.argv[1])
+for protocol in (2, 3):
+    r = redis.Redis(port=port, protocol=protocol, decode_responses=True)
+    r.flushdb()
+    assert r.ping()
+    assert r.set("a", "1") and r.get("a") == "1"
+    assert r.set("a", "2", nx=True) is None
+    assert r.set("e", "x", ex=100) and 99 <= r.ttl("e") <= 100
+    assert r.incr("n") == 1 and r.incrbyfloat("f", 1.5) == 1.5
+    assert r.mset({"m1": "x", "m2": "y"}) and r.mget("m1", "m2", "zz") == ["x", "y", None]
+    assert r.hset("h", mapping={"f1": "1", "f2": "2"}) == 2
+    assert r.hgetall("h") == {"f1": "1", "f2": "2"}, r.hgetall("h")
+    assert r.hincrby("h", "f1", 5) == 6
+    assert sorted(r.keys("*")) == ["a", "e", "f", "h", "m1", "m2", "n"], r.keys("*")
+    assert sorted(r.scan_iter(match="m*")) == ["m1", "m2"]
+    assert r.type("h") == "hash" and r.exists("a", "h", "nope") == 2
+    try:
+        r.incr("h")
+        raise SystemExit("INCR on a hash did not fail")
+    except redis.ResponseError as e:
+        assert str(e).startswith("WRONGTYPE"), e
+    # A pipeline without a transaction, then one with (MULTI/EXEC).
+    p = r.pipeline(transaction=False)
+    for i in range(100):
+        p.set(f"p{i}", i)
+    assert all(p.execute())
+    p = r.pipeline()
+    p.incr("counter").incr("counter").get("counter")
+    assert p.execute() == [1, 2, "2"]
+    # WATCH: a concurrent change aborts the transaction.
+    other = redis.Redis(port=port, protocol=protocol, decode_responses=True)
+    with r.pipeline() as p:
+        p.watch("w")
+        other.set("w", "changed")
+        p.multi()
+        p.set("w", "mine")
+        try:
+            p.execute()
+            raise SystemExit("EXEC ran although a watched key changed")
+        except redis.WatchError:
+            pass
+    assert r.get("w") == "changed"
+    r.client_setname("tester")
+    assert r.client_getname() == "tester"
+    info = r.info("sluice")
+    assert info["group_commits"] >= 1, info
+print("redis-py ok")
+"#;
+
+#[test]
+fn redis_py_in_resp2_and_resp3() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(dir.path(), &[]);
+    python_ok(REDIS_PY, s.port);
+}
+
+/// Writers that record each acknowledged SET with when it was acknowledged.
+fn load(port: u16, stop: &Arc<AtomicBool>) -> Arc<Mutex<Vec<(String, Instant)>>> {
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    for t in 0..4 {
+        let (stop, acked) = (stop.clone(), acked.clone());
+        std::thread::spawn(move || {
+            let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+                return;
+            };
+            for i in 0.. {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let key = format!("k{t}-{i}");
+                if s.write_all(&request(&[b"SET", key.as_bytes(), key.as_bytes()]))
+                    .is_err()
+                {
+                    return;
+                }
+                match read_simple(&mut s) {
+                    Some(r) if r == b"+OK\r\n" => acked.lock().unwrap().push((key, Instant::now())),
+                    _ => return,
+                }
+            }
+        });
+    }
+    acked
+}
+
+fn kill_9_under_load(durability: &str, keep_older_than: Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = serve(dir.path(), &["--durability", durability]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = load(s.port, &stop);
+    std::thread::sleep(Duration::from_millis(2500));
+    // SIGKILL: no shutdown path runs.
+    s.child.kill().unwrap();
+    let killed_at = Instant::now();
+    s.child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(100));
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() > 100,
+        "only {} writes were acknowledged",
+        acked.len()
+    );
+    let s = serve(dir.path(), &[]);
+    let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut checked = 0;
+    for (key, at) in &acked {
+        if killed_at.duration_since(*at) < keep_older_than {
+            continue;
+        }
+        c.write_all(&request(&[b"GET", key.as_bytes()])).unwrap();
+        let want = format!("${}\r\n{key}\r\n", key.len()).into_bytes();
+        assert_eq!(
+            read_simple(&mut c).unwrap(),
+            want,
+            "acknowledged {key} lost after kill -9 ({durability})"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked > 50,
+        "only {checked} writes were old enough to check"
+    );
+}
+
+#[test]
+fn kill_9_with_always_loses_no_acknowledged_write() {
+    kill_9_under_load("always", Duration::ZERO);
+}
+
+#[test]
+fn kill_9_with_everysec_loses_at_most_the_last_second() {
+    kill_9_under_load("everysec", Duration::from_millis(1500));
+}
+
+#[test]
+fn sigterm_stops_gracefully_and_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(dir.path(), &["--durability", "none"]);
+    for i in 0..200 {
+        assert_eq!(redis_cli(s.port, &["SET", &format!("t{i}"), "v"]), "OK\n");
+    }
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut s = s;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "sluice serve ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "sluice serve exited with {status}");
+    let s = serve(dir.path(), &[]);
+    assert_eq!(redis_cli(s.port, &["GET", "t199"]), "v\n");
+    assert_eq!(redis_cli(s.port, &["DBSIZE"]), "200\n");
+}
+
+#[test]
+fn ten_thousand_idle_connections_and_the_server_still_serves() {
+    // This process holds one end of every connection.
+    let limit = sluice_io::net::raise_fd_limit(10_500).unwrap();
+    assert!(
+        limit >= 10_300,
+        "the open-file hard limit here is {limit}: raise it to run this test"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(dir.path(), &["--max-clients", "10100"]);
+    let mut idle = Vec::new();
+    for _ in 0..10_000 {
+        idle.push(TcpStream::connect(("127.0.0.1", s.port)).unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info = redis_cli(s.port, &["INFO", "clients"]);
+        let connected: usize = info
+            .lines()
+            .find_map(|l| l.strip_prefix("connected_clients:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        if connected >= 10_001 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {connected} clients connected"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(redis_cli(s.port, &["SET", "busy", "yes"]), "OK\n");
+    assert_eq!(redis_cli(s.port, &["GET", "busy"]), "yes\n");
+    drop(idle);
+    assert_eq!(redis_cli(s.port, &["PING"]), "PONG\n");
+}
