@@ -13,7 +13,8 @@
 //! - `pages`: the sliced-scroll paper's read + parse against fio and
 //!   fread + Jansson (`jansson` loads libjansson at run time);
 //! - `export`: documents per second out of a search index against
-//!   elasticdump, helpers.scan and a bare sliced PIT loop.
+//!   elasticdump, helpers.scan and a bare sliced PIT loop;
+//! - `serve`: redis-benchmark against redis-server and `sluice serve`.
 #![warn(missing_docs)]
 
 mod export;
@@ -24,6 +25,7 @@ mod kv;
 mod ndp;
 mod pages;
 mod pool;
+mod serve;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
@@ -51,6 +53,9 @@ pub enum BenchCommand {
     /// Documents per second out of a search index: sluice export against
     /// elasticdump, opensearch-py's helpers.scan and a bare sliced PIT loop.
     Export(export::ExportBenchArgs),
+    /// redis-benchmark against redis-server and sluice serve in matching
+    /// durability modes, same flags, same run.
+    Serve(serve::ServeBenchArgs),
 }
 
 /// Runs one benchmark and prints its table.
@@ -62,6 +67,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Ndp(args) => ndp::run(&args),
         BenchCommand::Read(args) => pages::run(&args),
         BenchCommand::Export(args) => export::run(&args),
+        BenchCommand::Serve(args) => serve::run(&args),
     }
 }
 

@@ -72,6 +72,10 @@ impl std::error::Error for ProtocolError {}
 /// One request: its arguments (the command name first). Never empty.
 pub type Args = Vec<Vec<u8>>;
 
+/// Framed bytes a reader keeps before it moves the unframed rest to the
+/// front of its buffer.
+const COMPACT_AFTER_BYTES: usize = 16 << 10;
+
 /// Frames requests out of the bytes a client sends, in order.
 #[derive(Debug, Default)]
 pub struct RequestReader {
@@ -104,8 +108,18 @@ impl RequestReader {
         if self.pos > 0 && self.pos == self.buf.len() {
             self.buf.clear();
             self.pos = 0;
+        } else if self.pos >= COMPACT_AFTER_BYTES && self.pos * 2 >= self.buf.len() {
+            // A pipelining client nearly always leaves part of a request
+            // behind: drop the framed bytes before they pile up.
+            self.buf.drain(..self.pos);
+            self.pos = 0;
         }
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// Bytes the reader holds, framed or not (its memory).
+    pub fn held_bytes(&self) -> usize {
+        self.buf.len()
     }
 
     /// Bytes received and not yet framed (what Redis calls the query
@@ -403,6 +417,25 @@ mod tests {
             strs(&got),
             [vec!["ECHO", "hi"], vec!["PING"], vec!["SET", "a", "b c"]]
         );
+    }
+
+    #[test]
+    fn a_pipelining_client_that_always_leaves_a_partial_request_holds_bounded_memory() {
+        let mut r = RequestReader::new(Limits::default());
+        let request = b"*2\r\n$3\r\nGET\r\n$6\r\nkey:01\r\n";
+        let mut stream = Vec::new();
+        for _ in 0..20_000 {
+            stream.extend_from_slice(request);
+        }
+        // Chunks that end inside a request: the reader never runs dry.
+        for chunk in stream.chunks(1000) {
+            r.feed(chunk);
+            while let Ok(Some(args)) = r.next(false) {
+                assert_eq!(args[1], b"key:01");
+            }
+            assert!(r.pending_bytes() < request.len());
+            assert!(r.held_bytes() < 64 << 10, "{} bytes held", r.held_bytes());
+        }
     }
 
     #[test]

@@ -58,6 +58,8 @@ pub(super) fn run(
         requested: None,
         last_tick: Instant::now(),
         events: Events::default(),
+        pending: Vec::new(),
+        work: Vec::new(),
     };
     worker.run()
 }
@@ -65,6 +67,8 @@ pub(super) fn run(
 /// What one reap found, applied after it (the ring is borrowed during it).
 #[derive(Default)]
 struct Events {
+    /// Connections a completion was about.
+    touched: Vec<ConnId>,
     accepted: Vec<TcpStream>,
     rearm: Vec<ConnId>,
     resend: Vec<(ConnId, Vec<u8>, usize)>,
@@ -81,6 +85,11 @@ struct Worker {
     requested: Option<LogPosition>,
     last_tick: Instant,
     events: Events,
+    /// Connections that need a look next turn without a completion
+    /// (requests left by the pipeline limit, replies held, closing).
+    pending: Vec<ConnId>,
+    /// This turn's connections to look at.
+    work: Vec<ConnId>,
 }
 
 impl Worker {
@@ -110,11 +119,18 @@ impl Worker {
     fn turn(&mut self) -> std::io::Result<bool> {
         let reaped = self.reap()?;
         self.apply_events()?;
+        // Only connections something happened to, or that wait on
+        // something, are looked at: ten thousand idle ones cost nothing.
+        self.work.clear();
+        self.work.append(&mut self.events.touched);
+        self.work.append(&mut self.pending);
+        self.work.sort_unstable();
+        self.work.dedup();
         let served = self.serve_all();
         self.release_durable();
-        self.ask_durable();
         self.send_all()?;
         self.close_finished();
+        self.keep_pending();
         if self.last_tick.elapsed() >= TICK {
             self.last_tick = Instant::now();
             self.close_idle();
@@ -131,6 +147,7 @@ impl Worker {
             NetEvent::Accepted(stream) => events.accepted.push(stream),
             NetEvent::AcceptFailed(e) => log::warn!("accept failed: {e}"),
             NetEvent::Received { conn, bytes } => {
+                events.touched.push(conn);
                 let Some(c) = conns.get_mut(conn as usize).and_then(Option::as_mut) else {
                     return;
                 };
@@ -153,6 +170,7 @@ impl Worker {
             }
             NetEvent::RecvPaused { conn } => events.rearm.push(conn),
             NetEvent::RecvEnded { conn, result } => {
+                events.touched.push(conn);
                 if let Some(c) = conns.get_mut(conn as usize).and_then(Option::as_mut) {
                     c.recv_armed = false;
                     match result {
@@ -167,6 +185,7 @@ impl Worker {
                 sent_to,
                 error,
             } => {
+                events.touched.push(conn);
                 let Some(c) = conns.get_mut(conn as usize).and_then(Option::as_mut) else {
                     return;
                 };
@@ -251,6 +270,7 @@ impl Worker {
         self.ring.recv(slot, &conn.stream)?;
         conn.recv_armed = true;
         self.conns[slot as usize] = Some(conn);
+        self.events.touched.push(slot);
         Ok(())
     }
 
@@ -259,7 +279,10 @@ impl Worker {
     fn serve_all(&mut self) -> bool {
         let mut served = false;
         let max_pipeline = self.shared.config.max_pipeline;
-        for c in self.conns.iter_mut().flatten() {
+        for &id in &self.work {
+            let Some(c) = self.conns[id as usize].as_mut() else {
+                continue;
+            };
             if !c.more_input || c.dead {
                 continue;
             }
@@ -293,10 +316,15 @@ impl Worker {
         served
     }
 
-    /// Moves held replies to the send queue where the log is durable.
+    /// Moves held replies to the send queue where the log is durable, and
+    /// asks the committer for the furthest position a reply still waits on.
     fn release_durable(&mut self) {
         let store = self.shared.db.store();
-        for c in self.conns.iter_mut().flatten() {
+        let mut furthest = None;
+        for &id in &self.work {
+            let Some(c) = self.conns[id as usize].as_mut() else {
+                continue;
+            };
             if let Some(waited_us) = c.release_if(|at| store.is_durable(at)) {
                 let stats = &self.shared.stats;
                 stats.durable_waits.fetch_add(1, Ordering::Relaxed);
@@ -304,17 +332,8 @@ impl Worker {
                     .durable_wait_us
                     .fetch_add(waited_us as u64, Ordering::Relaxed);
             }
+            furthest = furthest.max(c.hold_until);
         }
-    }
-
-    /// Asks the committer for the furthest position a reply waits on.
-    fn ask_durable(&mut self) {
-        let furthest = self
-            .conns
-            .iter()
-            .flatten()
-            .filter_map(|c| c.hold_until)
-            .max();
         if let Some(at) = furthest {
             if self.requested.is_none_or(|r| r < at) {
                 self.requested = Some(at);
@@ -324,8 +343,10 @@ impl Worker {
     }
 
     fn send_all(&mut self) -> std::io::Result<()> {
-        for (id, slot) in self.conns.iter_mut().enumerate() {
-            let Some(c) = slot.as_mut() else { continue };
+        for &id in &self.work {
+            let Some(c) = self.conns[id as usize].as_mut() else {
+                continue;
+            };
             if c.dead || c.out.is_empty() || self.ring.sending(id as ConnId) {
                 continue;
             }
@@ -338,7 +359,8 @@ impl Worker {
 
     /// Frees connections with nothing left in flight.
     fn close_finished(&mut self) {
-        for id in 0..self.conns.len() {
+        for &id in &self.work {
+            let id = id as usize;
             let sending = self.ring.sending(id as ConnId);
             let Some(c) = self.conns[id].as_mut() else {
                 continue;
@@ -359,15 +381,28 @@ impl Worker {
         }
     }
 
+    /// Connections to look at next turn even if no completion names them.
+    fn keep_pending(&mut self) {
+        for &id in &self.work {
+            if let Some(c) = self.conns[id as usize].as_ref() {
+                if c.more_input || c.hold_until.is_some() || c.closing || c.dead {
+                    self.pending.push(id);
+                }
+            }
+        }
+    }
+
     fn close_idle(&mut self) {
         let timeout_secs = self.shared.config.idle_timeout_secs;
         if timeout_secs == 0 {
             return;
         }
         let limit = Duration::from_secs(timeout_secs);
-        for c in self.conns.iter_mut().flatten() {
+        for (id, slot) in self.conns.iter_mut().enumerate() {
+            let Some(c) = slot.as_mut() else { continue };
             if c.hold_until.is_none() && c.last_active.elapsed() > limit {
                 c.dead = true;
+                self.pending.push(id as ConnId);
             }
         }
     }
@@ -379,10 +414,12 @@ impl Worker {
             self.ring.stop_accepting();
             drop(listener);
         }
-        for c in self.conns.iter_mut().flatten() {
+        for (id, slot) in self.conns.iter_mut().enumerate() {
+            let Some(c) = slot.as_mut() else { continue };
             if !c.closing {
                 c.closing = true;
                 let _ = c.stream.shutdown(Shutdown::Read);
+                self.pending.push(id as ConnId);
             }
         }
         // The committer thread may have stopped: commit here.

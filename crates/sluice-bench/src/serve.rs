@@ -1,0 +1,304 @@
+//! `sluice bench serve`: redis-benchmark, same flags, same run, against
+//! `redis-server` and `sluice serve` in matching durability modes (Redis's
+//! `appendonly no` / `appendfsync everysec` / `appendfsync always` against
+//! `--durability none|everysec|always`), with one worker thread against
+//! Redis and two against Redis with `io-threads 2`.
+
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Options of `sluice bench serve`.
+#[derive(clap::Args)]
+pub struct ServeBenchArgs {
+    /// Durability modes to compare: none, everysec, always.
+    #[arg(long, value_delimiter = ',', default_value = "none,everysec,always")]
+    modes: Vec<String>,
+    /// Server threads to compare: 1 (against Redis) and 2 (against Redis
+    /// with io-threads 2).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+    /// Pipeline depths (redis-benchmark -P).
+    #[arg(long, value_delimiter = ',', default_value = "1,10,50")]
+    pipelines: Vec<usize>,
+    /// Requests per test (redis-benchmark -n).
+    #[arg(long, default_value_t = 200_000)]
+    requests: usize,
+    /// Keys drawn from (redis-benchmark -r).
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: usize,
+    /// Connections (redis-benchmark -c).
+    #[arg(long, default_value_t = 50)]
+    clients: usize,
+    /// Value size in bytes (redis-benchmark -d).
+    #[arg(long, default_value_t = 100)]
+    value_bytes: usize,
+    /// Leave out the single connection at -P 1 (latency).
+    #[arg(long)]
+    no_single_client: bool,
+    /// Where both servers keep their data (removed and made anew per run).
+    #[arg(long, default_value = "data/bench-serve")]
+    dir: PathBuf,
+    /// Size of Sluice's device file, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    device_mib: u64,
+    /// Runs of each row; the median is printed.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+}
+
+/// One redis-benchmark test's result.
+#[derive(Debug, Clone, Copy, Default)]
+struct Measured {
+    ops_per_sec: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    p999_ms: f64,
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn wait_listening(port: u16, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("{what} did not listen on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn start_redis(dir: &Path, mode: &str, threads: usize) -> Result<(Process, u16)> {
+    let port = free_port()?;
+    let mut cmd = Command::new("redis-server");
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+    ])
+    .args([
+        "--dir",
+        dir.to_str().context("the --dir path is not UTF-8")?,
+    ]);
+    match mode {
+        "none" => cmd.args(["--appendonly", "no"]),
+        "everysec" | "always" => cmd.args(["--appendonly", "yes", "--appendfsync", mode]),
+        other => bail!("unknown mode {other:?}: use none, everysec or always"),
+    };
+    if threads > 1 {
+        cmd.args([
+            "--io-threads",
+            &threads.to_string(),
+            "--io-threads-do-reads",
+            "yes",
+        ]);
+    }
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting redis-server (scripts/setup installs it)")?;
+    let p = Process(child);
+    wait_listening(port, "redis-server")?;
+    Ok((p, port))
+}
+
+fn start_sluice(dir: &Path, mode: &str, threads: usize, device_mib: u64) -> Result<(Process, u16)> {
+    let port = free_port()?;
+    let device = dir.join("serve.dev");
+    let exe = std::env::current_exe().context("finding the sluice binary")?;
+    let mut child = Command::new(exe)
+        .arg("serve")
+        .args([
+            "--device",
+            device.to_str().context("the --dir path is not UTF-8")?,
+        ])
+        .args(["--create-mib", &device_mib.to_string()])
+        .args(["--resp", &format!("127.0.0.1:{port}")])
+        .args(["--threads", &threads.to_string(), "--durability", mode])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("starting sluice serve")?;
+    let stdout = child.stdout.take().context("sluice serve's output")?;
+    let p = Process(child);
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        match lines.next() {
+            Some(line) => {
+                if line?.contains("ready to accept connections") {
+                    break;
+                }
+            }
+            None => bail!("sluice serve ended before it was ready"),
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    Ok((p, port))
+}
+
+/// Runs redis-benchmark; the results of SET and GET.
+fn redis_benchmark(
+    port: u16,
+    args: &ServeBenchArgs,
+    clients: usize,
+    pipeline: usize,
+) -> Result<[Measured; 2]> {
+    let out = Command::new("redis-benchmark")
+        .args(["-p", &port.to_string(), "-t", "set,get"])
+        .args([
+            "-n",
+            &args.requests.to_string(),
+            "-r",
+            &args.keys.to_string(),
+        ])
+        .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
+        .args(["-d", &args.value_bytes.to_string()])
+        .output()
+        .context("running redis-benchmark (scripts/setup installs redis-tools)")?;
+    if !out.status.success() {
+        bail!(
+            "redis-benchmark failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+    Ok([parse(&text, "SET")?, parse(&text, "GET")?])
+}
+
+/// One test's section of redis-benchmark's full report.
+fn parse(text: &str, test: &str) -> Result<Measured> {
+    let start = text
+        .find(&format!("====== {test} ======"))
+        .with_context(|| format!("redis-benchmark printed no {test} section"))?;
+    let section = &text[start..];
+    let section = &section[..section.find("\n====== ").unwrap_or(section.len())];
+    let number = |s: &str| s.trim().parse::<f64>().ok();
+    let ops_per_sec = section
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("throughput summary:"))
+        .and_then(|l| number(l.trim().trim_end_matches("requests per second")))
+        .context("no throughput summary")?;
+    let summary: Vec<f64> = section
+        .lines()
+        .skip_while(|l| !l.contains("latency summary"))
+        .nth(2)
+        .context("no latency summary")?
+        .split_whitespace()
+        .filter_map(number)
+        .collect();
+    let p999_ms = section
+        .lines()
+        .filter_map(|l| {
+            let (pct, rest) = l.split_once("% <= ")?;
+            let pct = number(pct)?;
+            let ms = number(rest.split_whitespace().next()?)?;
+            (pct >= 99.9).then_some(ms)
+        })
+        .next()
+        .context("no latency percentiles")?;
+    Ok(Measured {
+        ops_per_sec,
+        p50_ms: *summary.get(2).context("latency summary")?,
+        p99_ms: *summary.get(4).context("latency summary")?,
+        p999_ms,
+    })
+}
+
+fn median(mut runs: Vec<Measured>) -> Measured {
+    runs.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
+    runs[runs.len() / 2]
+}
+
+/// One row: both servers, fresh, the same redis-benchmark run on each.
+fn row(
+    args: &ServeBenchArgs,
+    mode: &str,
+    threads: usize,
+    clients: usize,
+    pipeline: usize,
+) -> Result<[(Measured, Measured); 2]> {
+    let mut redis_runs = [Vec::new(), Vec::new()];
+    let mut sluice_runs = [Vec::new(), Vec::new()];
+    for _ in 0..args.repeat {
+        for sluice in [false, true] {
+            let _ = std::fs::remove_dir_all(&args.dir);
+            std::fs::create_dir_all(&args.dir)
+                .with_context(|| format!("creating {}", args.dir.display()))?;
+            let (server, port) = if sluice {
+                start_sluice(&args.dir, mode, threads, args.device_mib)?
+            } else {
+                start_redis(&args.dir, mode, threads)?
+            };
+            let measured = redis_benchmark(port, args, clients, pipeline)?;
+            drop(server);
+            let runs = if sluice {
+                &mut sluice_runs
+            } else {
+                &mut redis_runs
+            };
+            for (i, m) in measured.into_iter().enumerate() {
+                runs[i].push(m);
+            }
+        }
+    }
+    let [rs, rg] = redis_runs;
+    let [ss, sg] = sluice_runs;
+    Ok([(median(rs), median(ss)), (median(rg), median(sg))])
+}
+
+/// Runs the comparison and prints one line per row and test.
+pub fn run(args: &ServeBenchArgs) -> Result<()> {
+    println!(
+        "redis-benchmark -t set,get -n {} -r {} -d {} (median of {}; ops/s, latency ms p50/p99/p99.9)",
+        args.requests, args.keys, args.value_bytes, args.repeat
+    );
+    println!(
+        "{:<9} {:>3} {:>3} {:>3} {:<4} {:>10} {:>22} {:>10} {:>22} {:>6}",
+        "mode", "thr", "c", "P", "test", "redis", "redis lat", "sluice", "sluice lat", "ratio"
+    );
+    for mode in &args.modes {
+        for &threads in &args.threads {
+            let mut shapes: Vec<(usize, usize)> =
+                args.pipelines.iter().map(|&p| (args.clients, p)).collect();
+            if !args.no_single_client {
+                shapes.push((1, 1));
+            }
+            for (clients, pipeline) in shapes {
+                let results = row(args, mode, threads, clients, pipeline)?;
+                for (test, (r, s)) in ["SET", "GET"].iter().zip(results) {
+                    let lat =
+                        |m: &Measured| format!("{:.3}/{:.3}/{:.3}", m.p50_ms, m.p99_ms, m.p999_ms);
+                    println!(
+                        "{mode:<9} {threads:>3} {clients:>3} {pipeline:>3} {test:<4} {:>10.0} {:>22} {:>10.0} {:>22} {:>6.2}",
+                        r.ops_per_sec,
+                        lat(&r),
+                        s.ops_per_sec,
+                        lat(&s),
+                        s.ops_per_sec / r.ops_per_sec
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
