@@ -1,18 +1,23 @@
 //! # sluice-server
 //!
 //! The serving half of Sluice (`sluice serve`): connections, the Redis
-//! protocol, command dispatch, above the store and the near-data operators
-//! and below the CLI. Built in steps; so far:
+//! protocol, command dispatch, above the store and below the CLI.
 //!
-//! - [`resp`]: reading client requests — RESP multibulk and inline
-//!   commands — with Redis 7's limits and its exact protocol error texts,
-//!   and replies of every RESP3 type, encoded in RESP3 or down-converted
-//!   to RESP2 as Redis does; both checked byte for byte against a real
-//!   `redis-server` in `tests/resp_redis.rs`;
-//! - [`session`]: a connection's state and the commands about it (PING,
-//!   ECHO, HELLO, AUTH, SELECT, QUIT, RESET, CLIENT ID/SETNAME/GETNAME),
-//!   answered as Redis 7 answers them, checked against a real
-//!   `redis-server` in `tests/session_redis.rs`.
+//! - [`resp`]: client requests as Redis 7 frames them (multibulk and
+//!   inline, its limits and exact protocol error texts) and replies of
+//!   every RESP3 type, encoded in RESP3 or down-converted to RESP2;
+//! - [`session`]: a connection's own commands (PING, ECHO, HELLO, AUTH,
+//!   SELECT, QUIT, RESET, CLIENT ID/SETNAME/GETNAME);
+//! - [`db`]: Redis's keyspace on two store keyspaces (docs/FORMAT.md,
+//!   "Serving keyspace"), stripe locks, WATCH counters, SCAN cursors and
+//!   the expiry sweep;
+//! - [`commands`]: strings, keys and expiry, hashes, with Redis 7's
+//!   checks and texts, and the transaction overlay EXEC runs in;
+//! - [`server`]: the thread-per-core server on `sluice_io::net` rings,
+//!   durability modes, limits, MULTI/EXEC, INFO, shutdown.
+//!
+//! Every reply is checked byte for byte against a real `redis-server`
+//! (tests/resp_redis.rs, tests/session_redis.rs, tests/commands_redis.rs).
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
