@@ -149,6 +149,11 @@ impl Session {
         }
     }
 
+    /// The connection's id (CLIENT ID).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The protocol replies go out in.
     pub fn protocol(&self) -> Protocol {
         self.protocol

@@ -512,3 +512,101 @@ fn expired_keys_nobody_reads_are_swept_from_the_store() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn client_list_info_setinfo_and_kill() {
+    let server = start_sluice(Durability::Always);
+    let mut alice = Client::connect(server.addr);
+    let mut bob = Client::connect(server.addr);
+    assert_eq!(alice.call(&[b"CLIENT", b"SETNAME", b"alice"]), b"+OK\r\n");
+    let Reply::Integer(alice_id) = alice.call_reply(&[b"CLIENT", b"ID"]) else {
+        panic!("CLIENT ID is not an integer")
+    };
+    assert_eq!(
+        bob.call(&[b"CLIENT", b"SETINFO", b"lib-name", b"mylib"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(
+        bob.call(&[b"CLIENT", b"SETINFO", b"lib-color", b"red"]),
+        b"-ERR Unrecognized option 'lib-color'\r\n"
+    );
+    let Reply::Bulk(list) = bob.call_reply(&[b"CLIENT", b"LIST"]) else {
+        panic!("CLIENT LIST is not a bulk string")
+    };
+    let list = String::from_utf8(list).unwrap();
+    assert_eq!(list.lines().count(), 2, "{list}");
+    assert!(
+        list.contains(&format!("id={alice_id} ")) && list.contains("name=alice"),
+        "{list}"
+    );
+    let Reply::Bulk(me) = bob.call_reply(&[b"CLIENT", b"INFO"]) else {
+        panic!("CLIENT INFO is not a bulk string")
+    };
+    assert!(String::from_utf8(me).unwrap().contains("lib-name=mylib"));
+    assert_eq!(
+        bob.call(&[b"CLIENT", b"KILL", b"ADDR", b"1.2.3.4:5"]),
+        b":0\r\n"
+    );
+    assert_eq!(
+        bob.call(&[b"CLIENT", b"KILL", b"1.2.3.4:5"]),
+        b"-ERR No such client\r\n"
+    );
+    assert_eq!(
+        bob.call(&[b"CLIENT", b"KILL", b"ID", b"0"]),
+        b"-ERR client-id should be greater than 0\r\n"
+    );
+    let id = alice_id.to_string();
+    assert_eq!(
+        bob.call(&[b"CLIENT", b"KILL", b"ID", id.as_bytes()]),
+        b":1\r\n"
+    );
+    let (_, closed) = read_until_closed(&mut alice.stream, Duration::from_secs(10));
+    assert!(closed, "CLIENT KILL left the client connected");
+    assert_eq!(bob.call(&[b"PING"]), b"+PONG\r\n");
+    // Skipped by default: a client does not kill itself.
+    assert_eq!(
+        bob.call(&[b"CLIENT", b"KILL", b"USER", b"default"]),
+        b":0\r\n"
+    );
+}
+
+#[test]
+fn config_set_changes_the_client_limit_and_timeout() {
+    let server = start_sluice(Durability::Always);
+    let mut admin = Client::connect(server.addr);
+    assert_eq!(
+        admin.call(&[b"CONFIG", b"SET", b"maxclients", b"2", b"timeout", b"1"]),
+        b"+OK\r\n"
+    );
+    let Reply::Array(got) = admin.call_reply(&[b"CONFIG", b"GET", b"maxclients"]) else {
+        panic!("CONFIG GET is not an array in RESP2")
+    };
+    assert_eq!(
+        got,
+        vec![
+            Reply::Bulk(b"maxclients".to_vec()),
+            Reply::Bulk(b"2".to_vec())
+        ]
+    );
+    assert_eq!(
+        admin.call(&[b"CONFIG", b"SET", b"appendfsync", b"no"]),
+        b"-ERR CONFIG SET failed (possibly related to argument 'appendfsync') - Sluice sets it only at start: restart `sluice serve` with its flag\r\n"
+    );
+    assert_eq!(
+        admin.call(&[b"CONFIG", b"SET", b"nosuch", b"1"]),
+        b"-ERR Unknown option or number of arguments for CONFIG SET - 'nosuch'\r\n"
+    );
+    assert_eq!(
+        admin.call(&[b"CONFIG", b"SET", b"timeout", b"soon"]),
+        b"-ERR CONFIG SET failed (possibly related to argument 'timeout') - argument couldn't be parsed into an integer\r\n"
+    );
+    let mut second = Client::connect(server.addr);
+    assert_eq!(second.call(&[b"PING"]), b"+PONG\r\n");
+    let mut third = Client::connect(server.addr);
+    let (got, closed) = read_until_closed(&mut third.stream, Duration::from_secs(10));
+    assert_eq!(got, b"-ERR max number of clients reached\r\n");
+    assert!(closed);
+    // timeout 1: the idle ones go.
+    let (_, closed) = read_until_closed(&mut second.stream, Duration::from_secs(10));
+    assert!(closed, "an idle client outlived CONFIG SET timeout 1");
+}

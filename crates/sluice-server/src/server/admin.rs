@@ -80,7 +80,17 @@ fn run(
     args: &Args,
     ctx: &mut Ctx<'_>,
 ) -> Option<Reply> {
-    match conn.session.handle(args, &shared.config.users) {
+    if name == b"client" {
+        if let Some(reply) = client(shared, conn, args) {
+            return Some(reply);
+        }
+    }
+    let handled = conn.session.handle(args, &shared.config.users);
+    if name == b"client" || name == b"hello" {
+        let now = conn.session.name().unwrap_or_default().to_vec();
+        shared.registry.update(conn.session.id(), |e| e.name = now);
+    }
+    match handled {
         Handled::Reply(reply) => return Some(reply),
         Handled::Close(reply) => {
             conn.quit = true;
@@ -280,6 +290,170 @@ fn shutdown(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
     None
 }
 
+/// CLIENT LIST, INFO, KILL and SETINFO (the session answers ID, GETNAME
+/// and SETNAME); None: a subcommand for the session.
+fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
+    let sub = args.get(1)?.to_ascii_lowercase();
+    let arity: i32 = match &sub[..] {
+        b"list" => -2,
+        b"info" => 2,
+        b"kill" => -3,
+        b"setinfo" => 4,
+        _ => return None,
+    };
+    if !arity_ok(arity, args.len()) {
+        return Some(commands::wrong_arity(&format!(
+            "client|{}",
+            String::from_utf8_lossy(&sub)
+        )));
+    }
+    if let Some(noauth) = conn.session.check_auth() {
+        return Some(noauth);
+    }
+    let me = conn.session.id();
+    Some(match &sub[..] {
+        b"list" => client_list(shared, conn, args),
+        b"info" => match shared.registry.get(me) {
+            Some(e) => Reply::Verbatim {
+                format: *b"txt",
+                text: client_line(me, &e, conn).into_bytes(),
+            },
+            None => Reply::Null,
+        },
+        b"setinfo" => client_setinfo(shared, me, &args[2], &args[3]),
+        _ => client_kill(shared, me, args),
+    })
+}
+
+/// One client's line, as Redis prints it (the fields Sluice tracks).
+fn client_line(id: u64, e: &super::ClientEntry, me: &Conn) -> String {
+    let resp = if id == me.session.id() && me.session.protocol() == crate::resp::Protocol::Resp3 {
+        3
+    } else {
+        2
+    };
+    format!(
+        "id={id} addr={} laddr={} name={} age={} flags=N db=0 multi=-1 user=default resp={resp} lib-name={} lib-ver={}\n",
+        e.addr,
+        e.laddr,
+        String::from_utf8_lossy(&e.name),
+        e.created.elapsed().as_secs(),
+        String::from_utf8_lossy(&e.lib_name),
+        String::from_utf8_lossy(&e.lib_ver),
+    )
+}
+
+fn client_list(shared: &Shared, conn: &Conn, args: &Args) -> Reply {
+    let mut ids: Option<Vec<u64>> = None;
+    let mut j = 2;
+    while j < args.len() {
+        let option = args[j].to_ascii_lowercase();
+        if option == b"type" && j + 1 < args.len() {
+            let kind = args[j + 1].to_ascii_lowercase();
+            if !matches!(&kind[..], b"normal" | b"master" | b"replica" | b"pubsub") {
+                return error(&format!(
+                    "ERR Unknown client type '{}'",
+                    String::from_utf8_lossy(&args[j + 1])
+                ));
+            }
+            if kind != b"normal" {
+                ids = Some(Vec::new());
+            }
+            j += 2;
+        } else if option == b"id" && j + 1 < args.len() {
+            let mut wanted = Vec::new();
+            for a in &args[j + 1..] {
+                match crate::resp::string_to_i64(a) {
+                    Some(n) if n > 0 => wanted.push(n as u64),
+                    _ => return error("ERR Invalid client ID"),
+                }
+            }
+            ids = Some(wanted);
+            j = args.len();
+        } else {
+            return error("ERR syntax error");
+        }
+    }
+    let text: String = shared
+        .registry
+        .list()
+        .into_iter()
+        .filter(|(id, _)| ids.as_ref().is_none_or(|w| w.contains(id)))
+        .map(|(id, e)| client_line(id, &e, conn))
+        .collect();
+    Reply::Verbatim {
+        format: *b"txt",
+        text: text.into_bytes(),
+    }
+}
+
+fn client_setinfo(shared: &Shared, me: u64, attr: &[u8], value: &[u8]) -> Reply {
+    let attr = attr.to_ascii_lowercase();
+    if !value.iter().all(|&c| (b'!'..=b'~').contains(&c)) {
+        return error(&format!(
+            "ERR {} cannot contain spaces, newlines or special characters.",
+            String::from_utf8_lossy(&attr)
+        ));
+    }
+    let value = value.to_vec();
+    match &attr[..] {
+        b"lib-name" => shared.registry.update(me, |e| e.lib_name = value),
+        b"lib-ver" => shared.registry.update(me, |e| e.lib_ver = value),
+        _ => {
+            return error(&format!(
+                "ERR Unrecognized option '{}'",
+                String::from_utf8_lossy(&attr)
+            ))
+        }
+    }
+    Reply::Simple("OK".into())
+}
+
+/// CLIENT KILL addr:port (old form: OK or an error) and CLIENT KILL
+/// <ID id | ADDR addr | LADDR addr | USER name | SKIPME yes/no>... (the
+/// number closed).
+fn client_kill(shared: &Shared, me: u64, args: &Args) -> Reply {
+    if args.len() == 3 {
+        let addr = String::from_utf8_lossy(&args[2]).into_owned();
+        return match shared.registry.kill(|_, e| e.addr == addr) {
+            0 => error("ERR No such client"),
+            _ => Reply::Simple("OK".into()),
+        };
+    }
+    let (mut id, mut addr, mut laddr, mut user, mut skipme) = (None, None, None, None, true);
+    let mut j = 2;
+    while j < args.len() {
+        let Some(value) = args.get(j + 1) else {
+            return error("ERR syntax error");
+        };
+        let text = String::from_utf8_lossy(value).into_owned();
+        match &args[j].to_ascii_lowercase()[..] {
+            b"id" => match crate::resp::string_to_i64(value) {
+                Some(n) if n > 0 => id = Some(n as u64),
+                _ => return error("ERR client-id should be greater than 0"),
+            },
+            b"addr" => addr = Some(text),
+            b"laddr" => laddr = Some(text),
+            b"user" => user = Some(text),
+            b"skipme" => match &value.to_ascii_lowercase()[..] {
+                b"yes" => skipme = true,
+                b"no" => skipme = false,
+                _ => return error("ERR syntax error"),
+            },
+            _ => return error("ERR syntax error"),
+        }
+        j += 2;
+    }
+    let killed = shared.registry.kill(|cid, e| {
+        id.is_none_or(|want| want == cid)
+            && addr.as_ref().is_none_or(|a| *a == e.addr)
+            && laddr.as_ref().is_none_or(|a| *a == e.laddr)
+            && user.as_ref().is_none_or(|u| u == "default")
+            && !(skipme && cid == me)
+    });
+    Reply::Integer(killed as i64)
+}
+
 fn config(shared: &Shared, args: &Args) -> Reply {
     let sub = args[1].to_ascii_lowercase();
     match &sub[..] {
@@ -300,15 +474,49 @@ fn config(shared: &Shared, args: &Args) -> Reply {
             Reply::Map(out)
         }
         b"get" => commands::wrong_arity("config|get"),
-        b"set" => Reply::Error(
-            "ERR CONFIG SET is not supported by Sluice yet: restart `sluice serve` with the setting's flag".into(),
-        ),
+        b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => config_set(shared, args),
+        b"set" => commands::wrong_arity("config|set"),
         b"resetstat" => Reply::Simple("OK".into()),
         _ => Reply::Error(format!(
             "ERR unknown subcommand '{}'. Try CONFIG HELP.",
             String::from_utf8_lossy(&args[1])
         )),
     }
+}
+
+/// CONFIG SET for the settings that can change while serving: `timeout`
+/// and `maxclients`. All pairs are checked before any is applied.
+fn config_set(shared: &Shared, args: &Args) -> Reply {
+    let mut changes = Vec::new();
+    for pair in args[2..].chunks(2) {
+        let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+        let value = crate::resp::string_to_i64(&pair[1]);
+        match (name.as_str(), value) {
+            ("timeout" | "maxclients", Some(v)) if v >= 0 => changes.push((name, v as u64)),
+            ("timeout" | "maxclients", _) => {
+                return error(&format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
+                ))
+            }
+            (other, _) if settings(shared).iter().any(|(n, _)| *n == other) => {
+                return error(&format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{other}') - Sluice sets it only at start: restart `sluice serve` with its flag"
+                ))
+            }
+            (other, _) => {
+                return error(&format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{other}'"
+                ))
+            }
+        }
+    }
+    for (name, value) in changes {
+        match name.as_str() {
+            "timeout" => shared.idle_timeout_secs.store(value, Ordering::Relaxed),
+            _ => shared.max_clients.store(value as usize, Ordering::Relaxed),
+        }
+    }
+    Reply::Simple("OK".into())
 }
 
 /// The settings CONFIG GET reports, by Redis's names.
@@ -326,11 +534,17 @@ fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
         ("client-query-buffer-limit", c.max_query_bytes.to_string()),
         ("databases", "1".into()),
         ("io-threads", c.threads.to_string()),
-        ("maxclients", c.max_clients.to_string()),
+        (
+            "maxclients",
+            shared.max_clients.load(Ordering::Relaxed).to_string(),
+        ),
         ("port", shared.resp_addr.port().to_string()),
         ("proto-max-bulk-len", c.limits.bulk_max_bytes.to_string()),
         ("save", String::new()),
-        ("timeout", c.idle_timeout_secs.to_string()),
+        (
+            "timeout",
+            shared.idle_timeout_secs.load(Ordering::Relaxed).to_string(),
+        ),
     ]
 }
 
@@ -425,7 +639,11 @@ fn info_clients(shared: &Shared, out: &mut String) {
         "connected_clients",
         shared.clients.load(Ordering::Relaxed),
     );
-    line(out, "maxclients", shared.config.max_clients);
+    line(
+        out,
+        "maxclients",
+        shared.max_clients.load(Ordering::Relaxed),
+    );
 }
 
 fn info_memory(shared: &Shared, out: &mut String) {

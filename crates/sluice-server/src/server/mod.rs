@@ -16,11 +16,13 @@
 //! flushes and shutdown.
 
 mod admin;
+mod clients;
 mod conn;
 mod durability;
 mod expiry;
 mod worker;
 
+pub use clients::{ClientEntry, Clients};
 pub use durability::Durability;
 
 use crate::db::Db;
@@ -111,6 +113,12 @@ pub struct Shared {
     pub config: ServerConfig,
     /// Clients connected now.
     pub clients: AtomicUsize,
+    /// Every connected client (CLIENT LIST, KILL).
+    pub registry: Clients,
+    /// `maxclients` now (CONFIG SET changes it).
+    pub max_clients: AtomicUsize,
+    /// `timeout` now, in seconds (CONFIG SET changes it).
+    pub idle_timeout_secs: AtomicU64,
     /// The next client id.
     pub next_client_id: AtomicU64,
     /// Set to stop: workers finish what they hold and return.
@@ -165,6 +173,9 @@ impl Server {
         let shared = Arc::new(Shared {
             db,
             clients: AtomicUsize::new(0),
+            registry: Clients::default(),
+            max_clients: AtomicUsize::new(config.max_clients),
+            idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
             next_client_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             stats: Stats::default(),

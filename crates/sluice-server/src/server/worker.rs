@@ -42,6 +42,7 @@ pub(super) fn run(
         }
     };
     let waker = ring.waker();
+    let (index, kills) = shared.registry.add_worker(waker.clone());
     shared
         .wakers
         .lock()
@@ -60,6 +61,8 @@ pub(super) fn run(
         events: Events::default(),
         pending: Vec::new(),
         work: Vec::new(),
+        index,
+        kills,
     };
     worker.run()
 }
@@ -90,6 +93,10 @@ struct Worker {
     pending: Vec<ConnId>,
     /// This turn's connections to look at.
     work: Vec<ConnId>,
+    /// This worker's index among the server's workers.
+    index: usize,
+    /// Clients CLIENT KILL closes, from any worker.
+    kills: Arc<super::clients::KillQueue>,
 }
 
 impl Worker {
@@ -119,6 +126,14 @@ impl Worker {
     fn turn(&mut self) -> std::io::Result<bool> {
         let reaped = self.reap()?;
         self.apply_events()?;
+        for (slot, id) in self.kills.take() {
+            if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
+                if c.session.id() == id {
+                    c.dead = true;
+                    self.pending.push(slot);
+                }
+            }
+        }
         // Only connections something happened to, or that wait on
         // something, are looked at: ten thousand idle ones cost nothing.
         self.work.clear();
@@ -240,7 +255,7 @@ impl Worker {
         let admitted = shared
             .clients
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < shared.config.max_clients).then_some(n + 1)
+                (n < shared.max_clients.load(Ordering::Relaxed)).then_some(n + 1)
             })
             .is_ok();
         if !admitted || shared.stopping() {
@@ -269,6 +284,22 @@ impl Worker {
         };
         self.ring.recv(slot, &conn.stream)?;
         conn.recv_armed = true;
+        shared.registry.insert(
+            id,
+            super::ClientEntry {
+                addr: conn.addr.clone(),
+                laddr: conn
+                    .stream
+                    .local_addr()
+                    .map_or_else(|_| "?".into(), |a| a.to_string()),
+                name: Vec::new(),
+                lib_name: Vec::new(),
+                lib_ver: Vec::new(),
+                created: Instant::now(),
+                worker: self.index,
+                slot,
+            },
+        );
         self.conns[slot as usize] = Some(conn);
         self.events.touched.push(slot);
         Ok(())
@@ -375,6 +406,7 @@ impl Worker {
                 let _ = c.stream.shutdown(Shutdown::Both);
                 continue;
             }
+            self.shared.registry.remove(c.session.id());
             self.conns[id] = None;
             self.free.push(id as ConnId);
             self.shared.clients.fetch_sub(1, Ordering::AcqRel);
@@ -393,7 +425,7 @@ impl Worker {
     }
 
     fn close_idle(&mut self) {
-        let timeout_secs = self.shared.config.idle_timeout_secs;
+        let timeout_secs = self.shared.idle_timeout_secs.load(Ordering::Relaxed);
         if timeout_secs == 0 {
             return;
         }

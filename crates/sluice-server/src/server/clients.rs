@@ -1,0 +1,120 @@
+//! Every connected client, for CLIENT LIST / INFO / KILL, and the way a
+//! command on one worker closes a client on another: a kill queue per
+//! worker, drained on its next turn (its waker ends any wait).
+
+use sluice_io::net::{ConnId, Waker};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// What CLIENT LIST shows of one client.
+#[derive(Debug, Clone)]
+pub struct ClientEntry {
+    /// The client's address.
+    pub addr: String,
+    /// The server's address of the connection.
+    pub laddr: String,
+    /// CLIENT SETNAME's name.
+    pub name: Vec<u8>,
+    /// CLIENT SETINFO's library name and version.
+    pub lib_name: Vec<u8>,
+    /// See `lib_name`.
+    pub lib_ver: Vec<u8>,
+    /// When it connected.
+    pub created: Instant,
+    /// The worker serving it, and its slot there.
+    pub worker: usize,
+    /// Its slot on the worker.
+    pub slot: ConnId,
+}
+
+/// A worker's queue of clients to close.
+#[derive(Debug, Default)]
+pub(super) struct KillQueue {
+    pending: AtomicBool,
+    /// (slot, client id): the id tells a reused slot from the client.
+    slots: Mutex<Vec<(ConnId, u64)>>,
+}
+
+impl KillQueue {
+    /// Takes the slots to close, if any (one atomic load when none).
+    pub(super) fn take(&self) -> Vec<(ConnId, u64)> {
+        if !self.pending.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.slots.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The registry of connected clients.
+#[derive(Default)]
+pub struct Clients {
+    by_id: Mutex<HashMap<u64, ClientEntry>>,
+    workers: Mutex<Vec<(Arc<KillQueue>, Arc<Waker>)>>,
+}
+
+impl Clients {
+    /// A worker's kill queue, registered with its waker; returns its index.
+    pub(super) fn add_worker(&self, waker: Arc<Waker>) -> (usize, Arc<KillQueue>) {
+        let mut w = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let queue = Arc::new(KillQueue::default());
+        w.push((queue.clone(), waker));
+        (w.len() - 1, queue)
+    }
+
+    pub(super) fn insert(&self, id: u64, entry: ClientEntry) {
+        self.lock().insert(id, entry);
+    }
+
+    pub(super) fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Changes client `id`'s entry.
+    pub(super) fn update(&self, id: u64, change: impl FnOnce(&mut ClientEntry)) {
+        if let Some(e) = self.lock().get_mut(&id) {
+            change(e);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, ClientEntry>> {
+        self.by_id.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every client, by id.
+    pub fn list(&self) -> Vec<(u64, ClientEntry)> {
+        let mut v: Vec<(u64, ClientEntry)> =
+            self.lock().iter().map(|(k, e)| (*k, e.clone())).collect();
+        v.sort_by_key(|(id, _)| *id);
+        v
+    }
+
+    /// Client `id`'s entry.
+    pub fn get(&self, id: u64) -> Option<ClientEntry> {
+        self.lock().get(&id).cloned()
+    }
+
+    /// Closes every client `matches` picks; returns how many.
+    pub(super) fn kill(&self, matches: impl Fn(u64, &ClientEntry) -> bool) -> usize {
+        let victims: Vec<(usize, ConnId, u64)> = self
+            .lock()
+            .iter()
+            .filter(|(id, e)| matches(**id, e))
+            .map(|(id, e)| (e.worker, e.slot, *id))
+            .collect();
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        for &(worker, slot, id) in &victims {
+            if let Some((queue, waker)) = workers.get(worker) {
+                queue
+                    .slots
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((slot, id));
+                queue.pending.store(true, Ordering::Release);
+                waker.wake();
+            }
+        }
+        victims.len()
+    }
+}
