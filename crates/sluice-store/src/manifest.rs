@@ -523,13 +523,31 @@ impl Manifest {
     /// Makes the extent what replay took it to be before anything is
     /// logged: rebuilt blocks are written back and every valid block after
     /// the end (a remnant of a group torn by a crash) is zeroed, so that
-    /// none can be read as part of the log once new groups follow.
+    /// none can be read as part of the log once new groups follow. A last
+    /// group whose parity block was lost (a crash between its blocks and
+    /// its parity) gets it now, and logging resumes after it: otherwise
+    /// the next group would take the parity's place and the group would
+    /// stay unprotected — a later damage to one of its blocks could not
+    /// be mended and the store would not open.
     pub fn begin_writing(&mut self) -> Result<()> {
         if let Some(scan) = self.replayed.take() {
             let format = ManifestLog {
                 sb: &self.superblock,
             };
             scan.seal(&self.dev, &format, self.next_seq, &[], |_| block_buffer())?;
+            let capacity = self.extent.block_count as u64;
+            if let Some(group) = scan.unprotected_group(self.next_seq, capacity) {
+                let store_id = self.superblock.store_id;
+                Scan::write_parity(
+                    &self.dev,
+                    &format,
+                    group,
+                    self.next_seq,
+                    |parity, out, seq| parity.seal_into(out, PARITY_MAGIC, seq, 0, &store_id),
+                )?;
+                self.dev.flush()?;
+                self.next_seq += 1;
+            }
         }
         Ok(())
     }

@@ -317,6 +317,56 @@ impl Scan {
         Ok(written)
     }
 
+    /// (first block of the group, parity place) of each group inside the
+    /// log (below `end`) whose parity block is invalid: an invalid block
+    /// below the end that recovery did not pass over as damaged
+    /// (`skipped`) is a lost parity block.
+    pub fn lost_parity_places(&self, end: u64, skipped: &[u64]) -> Vec<(u64, u64)> {
+        let start = self.start_seq;
+        (start + 1..end)
+            .filter(|&p| self.slot(p) == Slot::Invalid && !skipped.contains(&p))
+            .filter_map(|p| match self.slot(p - 1) {
+                Slot::Data { group, .. } if (start..p).contains(&group) => Some((group, p)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The first block of the log's last group when that group ends the
+    /// log at `end` without its parity block and a log of `capacity`
+    /// blocks has room for one there.
+    pub fn unprotected_group(&self, end: u64, capacity: u64) -> Option<u64> {
+        let last = end.checked_sub(1)?;
+        if last < self.start_seq {
+            return None;
+        }
+        let Slot::Data { group, .. } = self.slot(last) else {
+            return None;
+        };
+        let room = end + 1 - self.start_seq <= capacity;
+        (room && (self.start_seq..=last).contains(&group)).then_some(group)
+    }
+
+    /// Writes the parity block of the group `group..place` at `place`;
+    /// `seal` frames it as the log's parity block at that sequence.
+    pub fn write_parity(
+        dev: &BlockDevice,
+        format: &impl LogFormat,
+        group: u64,
+        place: u64,
+        seal: impl Fn(&mut Parity, &mut [u8], u64),
+    ) -> Result<()> {
+        let mut parity = Parity::new(group);
+        let mut block = AlignedMem::new(STORE_BLOCK_BYTES);
+        for seq in group..place {
+            dev.read(format.place_of(seq).0, block.as_mut_slice())?;
+            parity.add(block.as_slice());
+        }
+        let mut out = AlignedMem::new(STORE_BLOCK_BYTES);
+        seal(&mut parity, out.as_mut_slice(), place);
+        dev.write(format.place_of(place).0, out.as_slice())
+    }
+
     /// Rebuilds each group's one invalid block from the group's parity
     /// block and the rest of the group; kept only if it then validates.
     fn rebuild(&mut self, dev: &BlockDevice, format: &impl LogFormat) -> Result<()> {

@@ -801,19 +801,15 @@ impl Recovered {
             .seal(dev, layout, self.next_seq, &self.skipped, |seq| {
                 empty_block(layout, seq)
             })?;
-        let mut lost = self.lost_parity_places();
-        let at_end = self.unprotected_group(layout);
+        let mut lost = self.scan.lost_parity_places(self.next_seq, &self.skipped);
+        let at_end = self
+            .scan
+            .unprotected_group(self.next_seq, layout.ring_blocks());
         lost.extend(at_end.map(|group| (group, self.next_seq)));
         for &(group, place) in &lost {
-            let mut parity = Parity::new(group);
-            let mut block = block_buffer();
-            for seq in group..place {
-                dev.read(layout.block_of(seq), block.as_mut_slice())?;
-                parity.add(block.as_slice());
-            }
-            let mut out = block_buffer();
-            parity.seal_into(out.as_mut_slice(), PARITY_MAGIC, place, layout.epoch, &[]);
-            dev.write(layout.block_of(place), out.as_slice())?;
+            Scan::write_parity(dev, layout, group, place, |parity, out, seq| {
+                parity.seal_into(out, PARITY_MAGIC, seq, layout.epoch, &[])
+            })?;
             written += 1;
         }
         if !lost.is_empty() {
@@ -823,34 +819,6 @@ impl Recovered {
             self.next_seq += 1;
         }
         Ok(written)
-    }
-
-    /// (first block of the group, parity place) of each group inside the
-    /// log whose parity block is invalid: an invalid block below the end
-    /// that recovery did not pass over as damaged is a lost parity block.
-    fn lost_parity_places(&self) -> Vec<(u64, u64)> {
-        let start = self.scan.start_seq;
-        (start + 1..self.next_seq)
-            .filter(|&p| self.scan.slot(p) == Slot::Invalid && !self.skipped.contains(&p))
-            .filter_map(|p| match self.scan.slot(p - 1) {
-                Slot::Data { group, .. } if (start..p).contains(&group) => Some((group, p)),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// The first block of the log's last group when that group ends the
-    /// log without its parity block and the ring has room for one.
-    fn unprotected_group(&self, layout: &WalLayout) -> Option<u64> {
-        let last = self.next_seq.checked_sub(1)?;
-        if last < self.scan.start_seq {
-            return None;
-        }
-        let Slot::Data { group, .. } = self.scan.slot(last) else {
-            return None;
-        };
-        let room = self.next_seq + 1 - self.scan.start_seq <= layout.ring_blocks();
-        (room && (self.scan.start_seq..=last).contains(&group)).then_some(group)
     }
 }
 

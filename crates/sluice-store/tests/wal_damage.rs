@@ -326,6 +326,46 @@ fn a_damaged_last_manifest_block_is_rebuilt_and_one_in_the_middle_is_reported() 
     );
 }
 
+#[test]
+fn a_manifest_group_whose_parity_was_lost_gets_it_back_and_survives_later_damage() {
+    let mem = Arc::new(MemoryDevice::new(4096, DEVICE_BLOCKS));
+    let store =
+        Store::create(mem.clone() as Arc<dyn Device>, &config(WalRecovery::Strict)).unwrap();
+    for name in ["a", "b"] {
+        store
+            .create_keyspace(name, sluice_store::ValueFormat::Raw, "")
+            .unwrap();
+    }
+    drop(store);
+    let sb = {
+        let dev = BlockDevice::new(mem.clone() as Arc<dyn Device>).unwrap();
+        Manifest::open(dev).unwrap().superblock().clone()
+    };
+    let kind = |b: u64| read_block(&mem, b)[0..4].to_vec();
+    let last_parity = (sb.manifest.start_block..sb.manifest.end_block())
+        .rev()
+        .find(|&b| kind(b) == b"MANP")
+        .unwrap();
+    let group_block = last_parity - 1;
+    assert_eq!(kind(group_block), b"MANB");
+    // A crash took the last group's parity block (its data blocks landed).
+    mem.damage(last_parity as usize * 4096, 4096, |b| b.fill(0));
+    let store = open(&mem, WalRecovery::Strict).unwrap();
+    assert!(store.keyspace("b").is_ok());
+    store
+        .create_keyspace("c", sluice_store::ValueFormat::Raw, "")
+        .unwrap();
+    drop(store);
+    // Later, one block of that group is damaged; groups after it prove it
+    // durable. Its parity, written back at open, mends it.
+    flip_byte(&mem, group_block, 60);
+    let store = open(&mem, WalRecovery::Strict)
+        .unwrap_or_else(|e| panic!("a group that lost its parity stayed unprotected: {e}"));
+    for name in ["a", "b", "c"] {
+        assert!(store.keyspace(name).is_ok(), "keyspace {name}");
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Step {
     Put(u8, u16),
