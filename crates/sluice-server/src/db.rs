@@ -214,20 +214,19 @@ impl Db {
         (Db::hash(key) % STRIPES as u64) as usize
     }
 
+    fn version_slot(key: &[u8]) -> usize {
+        (Db::hash(key) % VERSION_SLOTS as u64) as usize
+    }
+
     /// WATCH's view of `key`: its counter slot and the count now.
     pub fn version(&self, key: &[u8]) -> (usize, u64) {
-        let slot = (Db::hash(key) % VERSION_SLOTS as u64) as usize;
+        let slot = Db::version_slot(key);
         (slot, self.versions[slot].load(Ordering::Acquire))
     }
 
     /// Whether a key WATCH saw as `version` may have changed since.
     pub fn changed_since(&self, version: (usize, u64)) -> bool {
         self.versions[version.0].load(Ordering::Acquire) != version.1
-    }
-
-    fn touch(&self, key: &[u8]) {
-        let slot = (Db::hash(key) % VERSION_SLOTS as u64) as usize;
-        self.versions[slot].fetch_add(1, Ordering::AcqRel);
     }
 
     fn touch_all(&self) {
@@ -366,7 +365,18 @@ impl Db {
         DbBatch {
             db: self,
             batch: WriteBatch::new(),
-            ops: Vec::new(),
+            ops: None,
+            touched: Vec::new(),
+            touched_all: false,
+        }
+    }
+
+    /// A batch that also keeps its changes as [`DbOp`]s, for a
+    /// transaction that reads its own writes.
+    pub fn recording_batch(&self) -> DbBatch<'_> {
+        DbBatch {
+            ops: Some(Vec::new()),
+            ..self.batch()
         }
     }
 }
@@ -393,21 +403,25 @@ pub enum DbOp {
 pub struct DbBatch<'a> {
     db: &'a Db,
     batch: WriteBatch,
-    ops: Vec<DbOp>,
+    /// The changes as DbOps, when asked for ([`Db::recording_batch`]).
+    ops: Option<Vec<DbOp>>,
+    /// WATCH counter slots of the keys changed.
+    touched: Vec<usize>,
+    touched_all: bool,
 }
 
 impl DbBatch<'_> {
     /// Stores `entry` at `key` (a hash's fields are written separately).
     pub fn put(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
         self.batch.put(self.db.keys, key, &entry.encode())?;
-        self.ops.push(DbOp::Put(key.to_vec(), entry.clone()));
+        self.record(key, || DbOp::Put(key.to_vec(), entry.clone()));
         Ok(())
     }
 
     /// Removes `key` and, for a hash, its fields.
     pub fn remove(&mut self, key: &[u8], value: &Value) -> Result<(), StoreError> {
         self.batch.delete(self.db.keys, key)?;
-        self.ops.push(DbOp::Remove(key.to_vec()));
+        self.record(key, || DbOp::Remove(key.to_vec()));
         if let Value::Hash { .. } = value {
             self.remove_fields(key)?;
         }
@@ -423,7 +437,10 @@ impl DbBatch<'_> {
             self.batch.delete_range(keyspace, &[], &end)?;
             self.batch.delete(keyspace, &end)?;
         }
-        self.ops.push(DbOp::RemoveEverything);
+        self.touched_all = true;
+        if let Some(ops) = &mut self.ops {
+            ops.push(DbOp::RemoveEverything);
+        }
         Ok(())
     }
 
@@ -434,7 +451,7 @@ impl DbBatch<'_> {
             Some(end) => self.batch.delete_range(self.db.fields, &start, &end)?,
             None => unreachable!("a hash prefix starts with a length, not all 0xff"),
         };
-        self.ops.push(DbOp::RemoveFields(key.to_vec()));
+        self.record(key, || DbOp::RemoveFields(key.to_vec()));
         Ok(())
     }
 
@@ -442,16 +459,16 @@ impl DbBatch<'_> {
     pub fn put_field(&mut self, key: &[u8], field: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.batch
             .put(self.db.fields, &field_key(key, field), value)?;
-        self.ops
-            .push(DbOp::PutField(key.to_vec(), field.to_vec(), value.to_vec()));
+        self.record(key, || {
+            DbOp::PutField(key.to_vec(), field.to_vec(), value.to_vec())
+        });
         Ok(())
     }
 
     /// Removes one field of hash `key`.
     pub fn remove_field(&mut self, key: &[u8], field: &[u8]) -> Result<(), StoreError> {
         self.batch.delete(self.db.fields, &field_key(key, field))?;
-        self.ops
-            .push(DbOp::RemoveField(key.to_vec(), field.to_vec()));
+        self.record(key, || DbOp::RemoveField(key.to_vec(), field.to_vec()));
         Ok(())
     }
 
@@ -461,7 +478,7 @@ impl DbBatch<'_> {
             DbOp::Put(k, e) => self.put(k, e),
             DbOp::Remove(k) => {
                 self.batch.delete(self.db.keys, k)?;
-                self.ops.push(op.clone());
+                self.record(k, || op.clone());
                 Ok(())
             }
             DbOp::RemoveFields(k) => self.remove_fields(k),
@@ -471,9 +488,17 @@ impl DbBatch<'_> {
         }
     }
 
-    /// The changes so far, in order.
+    /// Notes a change of `key` (and keeps it as a DbOp when recording).
+    fn record(&mut self, key: &[u8], op: impl FnOnce() -> DbOp) {
+        self.touched.push(Db::version_slot(key));
+        if let Some(ops) = &mut self.ops {
+            ops.push(op());
+        }
+    }
+
+    /// The changes so far, in order (empty unless recording).
     pub fn ops(&self) -> &[DbOp] {
-        &self.ops
+        self.ops.as_deref().unwrap_or_default()
     }
 
     /// Whether nothing was added.
@@ -485,15 +510,11 @@ impl DbBatch<'_> {
     /// and marks every key it changed as modified for WATCH.
     pub fn commit(self) -> Result<Logged, StoreError> {
         let logged = self.db.store.write_logged(&self.batch)?;
-        for op in &self.ops {
-            match op {
-                DbOp::Put(k, _)
-                | DbOp::Remove(k)
-                | DbOp::RemoveFields(k)
-                | DbOp::PutField(k, _, _)
-                | DbOp::RemoveField(k, _) => self.db.touch(k),
-                DbOp::RemoveEverything => self.db.touch_all(),
-            }
+        if self.touched_all {
+            self.db.touch_all();
+        }
+        for &slot in &self.touched {
+            self.db.versions[slot].fetch_add(1, Ordering::AcqRel);
         }
         Ok(logged)
     }

@@ -4,9 +4,8 @@ use super::*;
 
 pub(super) fn del(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let keys: Vec<&[u8]> = args[1..].iter().map(|k| &k[..]).collect();
-    let db = ctx.db;
     let _locked = ctx.lock(&keys);
-    let mut batch = db.batch();
+    let mut batch = ctx.batch();
     let mut removed = 0;
     let mut seen = std::collections::HashSet::new();
     for key in keys {
@@ -61,7 +60,6 @@ fn clear(ctx: &Ctx<'_>, batch: &mut DbBatch<'_>, key: &[u8]) -> Result<(), Store
 
 fn rename_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     let (from, to) = (&args[1][..], &args[2][..]);
-    let db = ctx.db;
     let _locked = ctx.lock(&[from, to]);
     let Some(entry) = ctx.get(from)? else {
         return Err(fail("ERR no such key"));
@@ -72,7 +70,7 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     if nx && ctx.get(to)?.is_some() {
         return Ok(int(0));
     }
-    let mut batch = db.batch();
+    let mut batch = ctx.batch();
     clear(ctx, &mut batch, to)?;
     copy_value(ctx, &mut batch, from, &entry, to)?;
     batch.remove(from, &entry.value)?;
@@ -112,7 +110,6 @@ pub(super) fn copy(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     if from == to {
         return Err(fail("ERR source and destination objects are the same"));
     }
-    let db = ctx.db;
     let _locked = ctx.lock(&[from, to]);
     let Some(entry) = ctx.get(from)? else {
         return Ok(int(0));
@@ -120,7 +117,7 @@ pub(super) fn copy(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     if ctx.get(to)?.is_some() && !replace {
         return Ok(int(0));
     }
-    let mut batch = db.batch();
+    let mut batch = ctx.batch();
     clear(ctx, &mut batch, to)?;
     copy_value(ctx, &mut batch, from, &entry, to)?;
     ctx.commit(batch)?;
@@ -439,7 +436,7 @@ pub(super) fn flush(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         return Err(fail(SYNTAX));
     }
     let _all = ctx.lock_all();
-    let mut batch = ctx.db.batch();
+    let mut batch = ctx.batch();
     batch.remove_everything()?;
     ctx.commit(batch)?;
     Ok(ok())

@@ -137,7 +137,7 @@ impl<'a> Ctx<'a> {
     pub fn transaction(db: &'a Db, now_ms: u64) -> Self {
         Ctx {
             tx: Some(Overlay {
-                batch: db.batch(),
+                batch: db.recording_batch(),
                 keys: BTreeMap::new(),
                 fields: HashMap::new(),
                 flushed: false,
@@ -155,6 +155,16 @@ impl<'a> Ctx<'a> {
             }
         }
         Ok(())
+    }
+
+    /// A batch for this run's changes (recording them in a transaction,
+    /// whose overlay reads them back).
+    fn batch(&self) -> DbBatch<'a> {
+        if self.tx.is_some() {
+            self.db.recording_batch()
+        } else {
+            self.db.batch()
+        }
     }
 
     /// Where the log must be durable before the replies of this run go out.
@@ -298,7 +308,7 @@ impl<'a> Ctx<'a> {
     /// removed first in the same batch, so nothing of it (a hash's
     /// fields) outlives it.
     fn begin(&self, key: &[u8]) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
-        let mut batch = self.db.batch();
+        let mut batch = self.batch();
         match self.get_raw(key)? {
             Some(e) if e.expired(self.now_ms) => {
                 batch.remove(key, &e.value)?;
@@ -395,7 +405,12 @@ pub fn known(name: &[u8]) -> bool {
 }
 
 fn find(name: &[u8]) -> Option<&'static Spec> {
-    COMMANDS.iter().find(|s| s.name.as_bytes() == name)
+    static BY_NAME: std::sync::OnceLock<HashMap<&'static [u8], &'static Spec>> =
+        std::sync::OnceLock::new();
+    BY_NAME
+        .get_or_init(|| COMMANDS.iter().map(|s| (s.name.as_bytes(), s)).collect())
+        .get(name)
+        .copied()
 }
 
 /// Redis's arity error for `name`.

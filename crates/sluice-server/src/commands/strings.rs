@@ -312,7 +312,6 @@ fn pairs(args: &Args, command: &str) -> Result<Pairs, Failure> {
 fn mset_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     let pairs = pairs(args, if nx { "msetnx" } else { "mset" })?;
     let keys: Vec<&[u8]> = pairs.iter().map(|(k, _)| &k[..]).collect();
-    let db = ctx.db;
     let _locked = ctx.lock(&keys);
     if nx {
         for key in &keys {
@@ -321,7 +320,7 @@ fn mset_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
             }
         }
     }
-    let mut batch = db.batch();
+    let mut batch = ctx.batch();
     for (key, value) in &pairs {
         if let Some(old) = ctx.get_raw(key)? {
             batch.remove(key, &old.value)?;

@@ -36,6 +36,21 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
     }
 }
 
+/// Longer than every command's name: a longer one is unknown anyway.
+const NAME_MAX_BYTES: usize = 32;
+
+/// `name` in lower case, in `buf` (no allocation per request); a name
+/// too long to be a command's comes back as it is.
+fn lowercase_name<'a>(name: &'a [u8], buf: &'a mut [u8; NAME_MAX_BYTES]) -> &'a [u8] {
+    if name.len() > NAME_MAX_BYTES {
+        return name;
+    }
+    let out = &mut buf[..name.len()];
+    out.copy_from_slice(name);
+    out.make_ascii_lowercase();
+    out
+}
+
 /// Runs one request on `conn` and queues its reply — held until the log
 /// is durable past its write with `--durability always`. Returns the log
 /// position of its write, if it wrote.
@@ -44,7 +59,8 @@ pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<L
         .stats
         .commands_processed
         .fetch_add(1, Ordering::Relaxed);
-    let name = args[0].to_ascii_lowercase();
+    let mut lower = [0u8; NAME_MAX_BYTES];
+    let name = lowercase_name(&args[0], &mut lower);
     let (reply, wrote) = if conn.tx.is_some() && !TX_CONTROL.contains(&&name[..]) {
         (Some(queue(conn, &name, args)), None)
     } else if TX_COMMANDS.iter().any(|(n, _)| n.as_bytes() == name) {
@@ -85,7 +101,11 @@ fn run(
             return Some(reply);
         }
     }
-    let handled = conn.session.handle(args, &shared.config.users);
+    let handled = if session_arity(name).is_some() {
+        conn.session.handle(args, &shared.config.users)
+    } else {
+        Handled::Other
+    };
     if name == b"client" || name == b"hello" {
         let now = conn.session.name().unwrap_or_default().to_vec();
         shared.registry.update(conn.session.id(), |e| e.name = now);
