@@ -26,6 +26,16 @@ pub struct ServeArgs {
     /// Where the Redis protocol listens (port 0: any free port, printed).
     #[arg(long, default_value = "127.0.0.1:6379")]
     resp: SocketAddr,
+    /// Also serve the Redis protocol over TLS here (needs --tls-cert and
+    /// --tls-key).
+    #[arg(long, value_name = "ADDR")]
+    resp_tls: Option<SocketAddr>,
+    /// The TLS certificate chain (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
     /// Worker threads, each pinned to a core (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -114,6 +124,15 @@ fn open_store(args: &ServeArgs, config: &StoreConfig) -> Result<Store> {
 }
 
 pub fn run(args: &ServeArgs) -> Result<()> {
+    // Every flag is checked before the device is touched.
+    let tls = match (&args.resp_tls, &args.tls_cert, &args.tls_key) {
+        (None, None, None) => None,
+        (Some(addr), Some(cert), Some(key)) => Some(sluice_server::server::tls::TlsSettings {
+            addr: *addr,
+            config: sluice_server::server::tls::load(cert, key).map_err(anyhow::Error::msg)?,
+        }),
+        _ => bail!("TLS needs all three of --resp-tls ADDR, --tls-cert FILE and --tls-key FILE"),
+    };
     let store_config = args.store.config(StoreConfig {
         write_buffer_bytes: args.write_buffer_mib << 20,
         block_cache_bytes: args.block_cache_mib << 20,
@@ -129,6 +148,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     }
     let config = ServerConfig {
         resp_addr: args.resp,
+        tls,
         threads,
         pin_threads: !args.no_pin,
         durability: args.durability,
@@ -171,6 +191,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         args.durability.name(),
         devices.join(" + ")
     );
+    if let Some(addr) = server.tls_addr() {
+        println!("sluice serve: Redis protocol over TLS on {addr}");
+    }
     println!("ready to accept connections");
     server.wait()?;
     drop(db);

@@ -399,3 +399,126 @@ fn ten_thousand_idle_connections_and_the_server_still_serves() {
     drop(idle);
     assert_eq!(redis_cli(s.port, &["PING"]), "PONG\n");
 }
+
+/// A self-signed certificate for 127.0.0.1, made with openssl.
+fn certificate(dir: &Path) -> (String, String) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ])
+        .args([
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("openssl failed to start ({e}): scripts/setup installs it"));
+    assert!(made.success());
+    (
+        cert.to_str().unwrap().to_string(),
+        key.to_str().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn tls_with_redis_cli_redis_py_and_redis_benchmark() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = certificate(dir.path());
+    let tls_port = free_port();
+    let tls_addr = format!("127.0.0.1:{tls_port}");
+    let s = serve(
+        dir.path(),
+        &[
+            "--resp-tls",
+            &tls_addr,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+        ],
+    );
+    let tls_cli = |args: &[&str]| {
+        let mut all = vec!["--tls", "--cacert", &cert];
+        all.extend_from_slice(args);
+        redis_cli(tls_port, &all)
+    };
+    assert_eq!(tls_cli(&["PING"]), "PONG\n");
+    assert_eq!(tls_cli(&["SET", "secret", "kept"]), "OK\n");
+    // The same store behind both listeners.
+    assert_eq!(redis_cli(s.port, &["GET", "secret"]), "kept\n");
+    let script = format!(
+        r#"
+import sys, redis
+r = redis.Redis(port=int(sys.argv[1]), ssl=True, ssl_ca_certs={cert:?}, protocol=3)
+big = b"x" * 300000
+assert r.set("big", big) and r.get("big") == big
+p = r.pipeline()
+for i in range(500):
+    p.incr("n")
+assert p.execute()[-1] == 500
+print("ok")
+"#
+    );
+    python_ok(&script, tls_port);
+    let bench = Command::new("redis-benchmark")
+        .args(["--tls", "--cacert", &cert, "-p", &tls_port.to_string()])
+        .args(["-t", "set,get", "-n", "5000", "-c", "10", "-P", "4", "-q"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&bench.stdout);
+    assert!(bench.status.success() && text.contains("GET: "), "{text}");
+    // A client speaking plaintext to the TLS port is dropped; the server serves on.
+    let mut plain = TcpStream::connect(("127.0.0.1", tls_port)).unwrap();
+    plain.write_all(&request(&[b"PING"])).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = plain.read_to_end(&mut got);
+    assert!(
+        !got.starts_with(b"+PONG"),
+        "plaintext got an answer on the TLS port"
+    );
+    assert_eq!(tls_cli(&["GET", "secret"]), "kept\n");
+}
+
+#[test]
+fn tls_flags_are_checked_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .args(["--device", dir.path().join("s.dev").to_str().unwrap()])
+        .args(["--resp", "127.0.0.1:0", "--resp-tls", "127.0.0.1:0"])
+        .args([
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/cert.pem"), "{err}");
+    assert!(
+        !dir.path().join("s.dev").exists(),
+        "a device was made for a server that could not start"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .args(["--device", dir.path().join("s.dev").to_str().unwrap()])
+        .args(["--resp", "127.0.0.1:0", "--resp-tls", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--tls-cert"), "{err}");
+}

@@ -34,6 +34,8 @@ const SEND: u64 = 3 << KIND_SHIFT;
 const WAKE: u64 = 4 << KIND_SHIFT;
 const CANCEL: u64 = 5 << KIND_SHIFT;
 const KIND_MASK: u64 = 0xf << KIND_SHIFT;
+/// Most listeners one ring accepts on.
+pub const MAX_LISTENERS: usize = 8;
 /// The provided-buffer group id of the recvs.
 const BUFFER_GROUP: u16 = 1;
 
@@ -62,8 +64,14 @@ impl Default for NetRingConfig {
 /// What a completion reported, in the order the kernel finished them.
 #[derive(Debug)]
 pub enum NetEvent<'a> {
-    /// A new connection. The accept stays armed.
-    Accepted(TcpStream),
+    /// A new connection on listener `listener` (the index
+    /// [`NetRing::accept_on`] returned). The accept stays armed.
+    Accepted {
+        /// Which listener.
+        listener: usize,
+        /// The connection.
+        stream: TcpStream,
+    },
     /// An accept failed (e.g. out of file descriptors: `EMFILE`); it is
     /// re-armed unless the listener is gone.
     AcceptFailed(io::Error),
@@ -320,7 +328,8 @@ pub struct NetRing {
     waker: std::sync::Arc<Waker>,
     wake_buf: Box<[u8; 8]>,
     wake_armed: bool,
-    listener: Option<RawFd>,
+    /// The listeners accepted on, by index; None once stopped.
+    listeners: Vec<Option<RawFd>>,
     done: Vec<(u64, i32, u32)>,
     /// Single issuer: the ring stays on the thread that made it.
     _not_send: PhantomData<*const ()>,
@@ -343,7 +352,7 @@ impl NetRing {
             waker: std::sync::Arc::new(Waker::new()?),
             wake_buf: Box::new([0; 8]),
             wake_armed: false,
-            listener: None,
+            listeners: Vec::new(),
             done: Vec::new(),
             _not_send: PhantomData,
         };
@@ -382,28 +391,36 @@ impl NetRing {
     }
 
     /// Accepts connections on `listener` (kept open by the caller as long
-    /// as the ring accepts on it) until [`NetRing::stop_accepting`].
-    pub fn accept_on(&mut self, listener: &TcpListener) -> io::Result<()> {
+    /// as the ring accepts on it) until [`NetRing::stop_accepting`];
+    /// returns the index [`NetEvent::Accepted`] names it by.
+    pub fn accept_on(&mut self, listener: &TcpListener) -> io::Result<usize> {
+        assert!(self.listeners.len() < MAX_LISTENERS, "too many listeners");
         let fd = listener.as_raw_fd();
-        self.listener = Some(fd);
-        self.arm_accept(fd)
+        self.listeners.push(Some(fd));
+        let index = self.listeners.len() - 1;
+        self.arm_accept(index, fd)?;
+        Ok(index)
     }
 
-    fn arm_accept(&mut self, fd: RawFd) -> io::Result<()> {
+    fn arm_accept(&mut self, index: usize, fd: RawFd) -> io::Result<()> {
         let accept = opcode::AcceptMulti::new(types::Fd(fd))
             .flags(libc::SOCK_CLOEXEC)
             .build()
-            .user_data(ACCEPT);
+            .user_data(ACCEPT | index as u64);
         self.push(&accept)
     }
 
-    /// Cancels the armed accept (its completion reports `ECANCELED`) and
-    /// stops re-arming it; the caller may then close the listener.
+    /// Cancels every armed accept (their completions report `ECANCELED`)
+    /// and stops re-arming them; the caller may then close the listeners.
     pub fn stop_accepting(&mut self) {
-        if self.listener.take().is_some() {
-            let cancel = opcode::AsyncCancel::new(ACCEPT).build().user_data(CANCEL);
-            if let Err(e) = self.push(&cancel) {
-                log::warn!("could not cancel the accept: {e}");
+        for index in 0..self.listeners.len() {
+            if self.listeners[index].take().is_some() {
+                let cancel = opcode::AsyncCancel::new(ACCEPT | index as u64)
+                    .build()
+                    .user_data(CANCEL);
+                if let Err(e) = self.push(&cancel) {
+                    log::warn!("could not cancel an accept: {e}");
+                }
             }
         }
     }
@@ -498,19 +515,23 @@ impl NetRing {
         let conn = (user_data & !KIND_MASK) as ConnId;
         match user_data & KIND_MASK {
             ACCEPT => {
+                let index = conn as usize;
+                let live = self.listeners.get(index).copied().flatten();
                 if result >= 0 {
                     // SAFETY: the kernel handed us a fresh connected socket.
-                    on_event(NetEvent::Accepted(unsafe {
-                        TcpStream::from_raw_fd(result)
-                    }));
-                } else if !(result == -libc::ECANCELED && self.listener.is_none()) {
+                    let stream = unsafe { TcpStream::from_raw_fd(result) };
+                    on_event(NetEvent::Accepted {
+                        listener: index,
+                        stream,
+                    });
+                } else if !(result == -libc::ECANCELED && live.is_none()) {
                     on_event(NetEvent::AcceptFailed(io::Error::from_raw_os_error(
                         -result,
                     )));
                 }
                 if !cqueue::more(flags) {
-                    if let Some(fd) = self.listener {
-                        self.arm_accept(fd)?;
+                    if let Some(fd) = live {
+                        self.arm_accept(index, fd)?;
                     }
                 }
             }

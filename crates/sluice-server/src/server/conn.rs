@@ -47,6 +47,10 @@ pub(super) struct Conn {
     pub(super) watched: Vec<(usize, u64)>,
     pub(super) last_active: Instant,
     pub(super) addr: String,
+    /// The connection's TLS state (connections to the TLS listener).
+    pub(super) tls: Option<Box<rustls::ServerConnection>>,
+    /// TLS only: close_notify was queued.
+    pub(super) tls_closed: bool,
 }
 
 impl Conn {
@@ -73,6 +77,8 @@ impl Conn {
             watched: Vec::new(),
             last_active: now,
             addr,
+            tls: None,
+            tls_closed: false,
         }
     }
 

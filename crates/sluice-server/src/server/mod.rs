@@ -20,6 +20,7 @@ mod clients;
 mod conn;
 mod durability;
 mod expiry;
+pub mod tls;
 mod worker;
 
 pub use clients::{ClientEntry, Clients};
@@ -38,6 +39,8 @@ use std::time::{Duration, Instant};
 pub struct ServerConfig {
     /// Where the Redis protocol listens (port 0: any free port).
     pub resp_addr: SocketAddr,
+    /// The Redis protocol over TLS too, if set.
+    pub tls: Option<tls::TlsSettings>,
     /// Worker threads (one per core by default).
     pub threads: usize,
     /// Pin each worker to a core.
@@ -71,6 +74,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             resp_addr: SocketAddr::from(([127, 0, 0, 1], 6379)),
+            tls: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             pin_threads: true,
             durability: Durability::Always,
@@ -129,6 +133,8 @@ pub struct Shared {
     pub started: Instant,
     /// The address the Redis protocol listens on.
     pub resp_addr: SocketAddr,
+    /// The address of the TLS listener, if any.
+    pub tls_addr: Option<SocketAddr>,
     wakers: Mutex<Vec<Arc<sluice_io::net::Waker>>>,
     committer: durability::Committer,
 }
@@ -170,6 +176,14 @@ impl Server {
         }
         let first = sluice_io::net::bind_reuseport(config.resp_addr, 1024)?;
         let resp_addr = first.local_addr()?;
+        let first_tls = match &config.tls {
+            Some(t) => Some(sluice_io::net::bind_reuseport(t.addr, 1024)?),
+            None => None,
+        };
+        let tls_addr = match &first_tls {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             db,
             clients: AtomicUsize::new(0),
@@ -181,6 +195,7 @@ impl Server {
             stats: Stats::default(),
             started: Instant::now(),
             resp_addr,
+            tls_addr,
             wakers: Mutex::new(Vec::new()),
             committer: durability::Committer::default(),
             config,
@@ -188,11 +203,17 @@ impl Server {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut workers = Vec::new();
         let mut listener = Some(first);
+        let mut tls_listener = first_tls;
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for index in 0..shared.config.threads {
             let listener = match listener.take() {
                 Some(l) => l,
                 None => sluice_io::net::bind_reuseport(resp_addr, 1024)?,
+            };
+            let tls_listener = match (tls_listener.take(), tls_addr) {
+                (Some(l), _) => Some(l),
+                (None, Some(addr)) => Some(sluice_io::net::bind_reuseport(addr, 1024)?),
+                (None, None) => None,
             };
             let shared = shared.clone();
             let ready = ready_tx.clone();
@@ -200,7 +221,7 @@ impl Server {
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("sluice-serve-{index}"))
-                    .spawn(move || worker::run(shared, listener, core, ready))?,
+                    .spawn(move || worker::run(shared, listener, tls_listener, core, ready))?,
             );
         }
         drop(ready_tx);
@@ -233,6 +254,11 @@ impl Server {
     /// Where the Redis protocol listens.
     pub fn resp_addr(&self) -> SocketAddr {
         self.shared.resp_addr
+    }
+
+    /// Where the Redis protocol over TLS listens, if it does.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.shared.tls_addr
     }
 
     /// What the workers share (to stop the server from a signal handler's

@@ -22,6 +22,7 @@ const SPARE_MAX_BYTES: usize = 1 << 20;
 pub(super) fn run(
     shared: Arc<Shared>,
     listener: TcpListener,
+    tls_listener: Option<TcpListener>,
     core: usize,
     ready: Sender<std::io::Result<()>>,
 ) -> std::io::Result<()> {
@@ -32,6 +33,9 @@ pub(super) fn run(
     }
     let started = NetRing::new(NetRingConfig::default()).and_then(|mut ring| {
         ring.accept_on(&listener)?;
+        if let Some(l) = &tls_listener {
+            ring.accept_on(l)?;
+        }
         Ok(ring)
     });
     let ring = match started {
@@ -54,6 +58,7 @@ pub(super) fn run(
         ring,
         waker,
         listener: Some(listener),
+        tls_listener,
         conns: Vec::new(),
         free: Vec::new(),
         requested: None,
@@ -72,7 +77,8 @@ pub(super) fn run(
 struct Events {
     /// Connections a completion was about.
     touched: Vec<ConnId>,
-    accepted: Vec<TcpStream>,
+    /// New connections, and whether they came to the TLS listener.
+    accepted: Vec<(TcpStream, bool)>,
     rearm: Vec<ConnId>,
     resend: Vec<(ConnId, Vec<u8>, usize)>,
 }
@@ -82,6 +88,7 @@ struct Worker {
     ring: NetRing,
     waker: Arc<Waker>,
     listener: Option<TcpListener>,
+    tls_listener: Option<TcpListener>,
     conns: Vec<Option<Conn>>,
     free: Vec<ConnId>,
     /// The furthest position this worker asked the committer for.
@@ -159,7 +166,9 @@ impl Worker {
         let stats = &self.shared.stats;
         let max_query = self.shared.config.max_query_bytes;
         self.ring.reap(|event| match event {
-            NetEvent::Accepted(stream) => events.accepted.push(stream),
+            NetEvent::Accepted { listener, stream } => {
+                events.accepted.push((stream, listener == 1))
+            }
             NetEvent::AcceptFailed(e) => log::warn!("accept failed: {e}"),
             NetEvent::Received { conn, bytes } => {
                 events.touched.push(conn);
@@ -173,7 +182,18 @@ impl Worker {
                 if c.dead || c.closing {
                     return;
                 }
-                c.reader.feed(bytes);
+                match &mut c.tls {
+                    None => c.reader.feed(bytes),
+                    Some(tls) => {
+                        let mut plain = Vec::new();
+                        if let Err(e) = super::tls::receive(tls, bytes, &mut plain) {
+                            log::info!("closing TLS client {}: {e}", c.addr);
+                            c.dead = true;
+                            return;
+                        }
+                        c.reader.feed(&plain);
+                    }
+                }
                 c.more_input = true;
                 if c.reader.pending_bytes() > max_query {
                     log::warn!(
@@ -224,8 +244,8 @@ impl Worker {
     }
 
     fn apply_events(&mut self) -> std::io::Result<()> {
-        for stream in std::mem::take(&mut self.events.accepted) {
-            self.admit(stream)?;
+        for (stream, tls) in std::mem::take(&mut self.events.accepted) {
+            self.admit(stream, tls)?;
         }
         for id in std::mem::take(&mut self.events.rearm) {
             let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) else {
@@ -246,7 +266,7 @@ impl Worker {
     }
 
     /// Takes a new connection, or refuses it over the client limit.
-    fn admit(&mut self, mut stream: TcpStream) -> std::io::Result<()> {
+    fn admit(&mut self, mut stream: TcpStream, tls: bool) -> std::io::Result<()> {
         let shared = &self.shared;
         shared
             .stats
@@ -275,6 +295,23 @@ impl Worker {
         let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
         let session = Session::new(id, &shared.config.users);
         let mut conn = Conn::new(stream, session, shared.config.limits);
+        if tls {
+            let Some(settings) = &shared.config.tls else {
+                return Ok(());
+            };
+            match rustls::ServerConnection::new(settings.config.clone()) {
+                Ok(mut t) => {
+                    // The connection's own limits bound what waits here.
+                    t.set_buffer_limit(None);
+                    conn.tls = Some(Box::new(t));
+                }
+                Err(e) => {
+                    log::warn!("TLS refused a connection: {e}");
+                    shared.clients.fetch_sub(1, Ordering::AcqRel);
+                    return Ok(());
+                }
+            }
+        }
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -378,11 +415,36 @@ impl Worker {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
             };
-            if c.dead || c.out.is_empty() || self.ring.sending(id as ConnId) {
+            if c.dead || self.ring.sending(id as ConnId) {
                 continue;
             }
-            let mut buf = std::mem::take(&mut c.spare);
-            std::mem::swap(&mut buf, &mut c.out);
+            let buf = match &mut c.tls {
+                None if c.out.is_empty() => continue,
+                None => {
+                    let mut buf = std::mem::take(&mut c.spare);
+                    std::mem::swap(&mut buf, &mut c.out);
+                    buf
+                }
+                Some(tls) => {
+                    let drained = c.out.is_empty() && c.held.is_empty() && !c.more_input;
+                    if c.closing && drained && !c.tls_closed {
+                        // close_notify, so the client sees an orderly end.
+                        tls.send_close_notify();
+                        c.tls_closed = true;
+                    }
+                    let mut buf = std::mem::take(&mut c.spare);
+                    if let Err(e) = super::tls::send(tls, &mut c.out, &mut buf) {
+                        log::info!("closing TLS client {}: {e}", c.addr);
+                        c.dead = true;
+                        continue;
+                    }
+                    if buf.is_empty() {
+                        c.spare = buf;
+                        continue;
+                    }
+                    buf
+                }
+            };
             self.ring.send(id as ConnId, &c.stream, buf, 0)?;
         }
         Ok(())
@@ -445,6 +507,7 @@ impl Worker {
         if let Some(listener) = self.listener.take() {
             self.ring.stop_accepting();
             drop(listener);
+            drop(self.tls_listener.take());
         }
         for (id, slot) in self.conns.iter_mut().enumerate() {
             let Some(c) = slot.as_mut() else { continue };
