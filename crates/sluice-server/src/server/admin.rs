@@ -61,17 +61,17 @@ pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<L
         .fetch_add(1, Ordering::Relaxed);
     let mut lower = [0u8; NAME_MAX_BYTES];
     let name = lowercase_name(&args[0], &mut lower);
-    let (reply, wrote) = if conn.tx.is_some() && !TX_CONTROL.contains(&&name[..]) {
-        (Some(queue(conn, &name, args)), None)
+    let (reply, wrote) = if conn.tx.is_some() && !TX_CONTROL.contains(&name) {
+        (Some(queue(conn, name, args)), None)
     } else if TX_COMMANDS.iter().any(|(n, _)| n.as_bytes() == name) {
-        transaction_command(shared, conn, &name, args)
+        transaction_command(shared, conn, name, args)
     } else {
         if name == b"reset" {
             conn.tx = None;
             conn.watched.clear();
         }
         let mut ctx = Ctx::new(&shared.db, super::now_ms());
-        let reply = run(shared, conn, &name, args, &mut ctx);
+        let reply = run(shared, conn, name, args, &mut ctx);
         (reply, ctx.wrote())
     };
     if let Some(at) = wrote {
