@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// Decoded data blocks kept in memory, in MiB.
     #[arg(long, default_value_t = 256)]
     block_cache_mib: usize,
+    /// SQPOLL for the WAL's engines with this idle time in ms: a commit
+    /// then makes no system call while their kernel threads are awake
+    /// (costs a core each while busy; off by default, see BENCHMARKS).
+    #[arg(long, value_name = "MS")]
+    wal_sqpoll: Option<u32>,
     /// Do not pin worker threads to cores.
     #[arg(long)]
     no_pin: bool,
@@ -136,6 +141,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let store_config = args.store.config(StoreConfig {
         write_buffer_bytes: args.write_buffer_mib << 20,
         block_cache_bytes: args.block_cache_mib << 20,
+        wal_sqpoll_idle_ms: args.wal_sqpoll,
         ..StoreConfig::default()
     });
     let store = Arc::new(open_store(args, &store_config)?);

@@ -340,6 +340,9 @@ fn sigterm_stops_gracefully_and_keeps_everything() {
     for i in 0..200 {
         assert_eq!(redis_cli(s.port, &["SET", &format!("t{i}"), "v"]), "OK\n");
     }
+    assert_eq!(redis_cli(s.port, &["SET", "t0", "v", "EX", "1000"]), "OK\n");
+    assert_eq!(redis_cli(s.port, &["HSET", "h", "f", "1"]), "1\n");
+    assert_eq!(redis_cli(s.port, &["EXPIRE", "h", "2000"]), "1\n");
     let pid = s.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
@@ -358,7 +361,16 @@ fn sigterm_stops_gracefully_and_keeps_everything() {
     assert!(status.success(), "sluice serve exited with {status}");
     let s = serve(dir.path(), &[]);
     assert_eq!(redis_cli(s.port, &["GET", "t199"]), "v\n");
-    assert_eq!(redis_cli(s.port, &["DBSIZE"]), "200\n");
+    assert_eq!(redis_cli(s.port, &["DBSIZE"]), "201\n");
+    // TTLs survive the restart.
+    let ttl: i64 = redis_cli(s.port, &["TTL", "t0"]).trim().parse().unwrap();
+    assert!((990..=1000).contains(&ttl), "TTL after restart: {ttl}");
+    let ttl: i64 = redis_cli(s.port, &["TTL", "h"]).trim().parse().unwrap();
+    assert!(
+        (1990..=2000).contains(&ttl),
+        "hash TTL after restart: {ttl}"
+    );
+    assert_eq!(redis_cli(s.port, &["HGET", "h", "f"]), "1\n");
 }
 
 #[test]

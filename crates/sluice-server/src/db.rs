@@ -115,6 +115,10 @@ pub struct Db {
     cursors: Mutex<Cursors>,
 }
 
+/// Hashes of at most this many fields are removed field by field, larger
+/// ones with one range delete.
+pub const SMALL_HASH_FIELDS: u64 = 64;
+
 /// WATCH's modification counters (a key shares one with the keys of the
 /// same hash: a false "modified" is one in this many).
 const VERSION_SLOTS: usize = 1 << 16;
@@ -349,7 +353,12 @@ impl Db {
             let _locked = self.lock(&[key]);
             if let Some(e) = self.get_raw(key)?.filter(|e| e.expired(now_ms)) {
                 let mut b = self.batch();
-                b.remove(key, &e.value)?;
+                match e.value {
+                    Value::Hash { len } if len <= SMALL_HASH_FIELDS => {
+                        b.remove_small_hash(key, &self.fields_at(key, &self.store.snapshot())?)?
+                    }
+                    ref value => b.remove(key, value)?,
+                }
                 position = position.max(Some(b.commit()?.position));
             }
         }
@@ -418,13 +427,35 @@ impl DbBatch<'_> {
         Ok(())
     }
 
-    /// Removes `key` and, for a hash, its fields.
+    /// Removes `key` and, for a hash, its fields (with one range delete:
+    /// see [`DbBatch::remove_small_hash`] for hashes of few fields).
     pub fn remove(&mut self, key: &[u8], value: &Value) -> Result<(), StoreError> {
-        self.batch.delete(self.db.keys, key)?;
-        self.record(key, || DbOp::Remove(key.to_vec()));
+        self.remove_entry(key)?;
         if let Value::Hash { .. } = value {
             self.remove_fields(key)?;
         }
+        Ok(())
+    }
+
+    /// Removes hash `key` whose fields are `fields`, one delete each: a
+    /// range delete stays in the store until compaction and every read
+    /// passes it, so small hashes do without.
+    pub fn remove_small_hash(
+        &mut self,
+        key: &[u8],
+        fields: &[FieldValue],
+    ) -> Result<(), StoreError> {
+        self.remove_entry(key)?;
+        for (field, _) in fields {
+            self.remove_field(key, field)?;
+        }
+        Ok(())
+    }
+
+    /// Removes `key`'s entry only.
+    fn remove_entry(&mut self, key: &[u8]) -> Result<(), StoreError> {
+        self.batch.delete(self.db.keys, key)?;
+        self.record(key, || DbOp::Remove(key.to_vec()));
         Ok(())
     }
 

@@ -434,6 +434,37 @@ fn hashes_match_redis() {
 }
 
 #[test]
+fn big_and_small_hashes_go_whole() {
+    // Small hashes are removed field by field, big ones (over 64 fields)
+    // with one range delete: both must leave nothing behind.
+    for fields in [3usize, 70, 200] {
+        let mut hset = String::from("HSET h");
+        for i in 0..fields {
+            hset.push_str(&format!(" f{i} v{i}"));
+        }
+        let mset = hset.replacen("HSET h", "HSET g", 1);
+        compare(&script(&[
+            &hset,
+            "HLEN h",
+            "DEL h",
+            "HSET h f0 again",
+            "HGETALL h",
+            "HLEN h",
+            &mset,
+            "RENAME g h",
+            "HLEN h",
+            "HGET h f1",
+            "EXPIRE h 0",
+            "HSET h only 1",
+            "HGETALL h",
+            "FLUSHALL",
+            "HGETALL h",
+        ]))
+        .unwrap();
+    }
+}
+
+#[test]
 fn transactions_match_redis() {
     compare(&script(&[
         "EXEC",
@@ -606,7 +637,7 @@ fn generated_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
 
     #[test]
     fn generated_sequences_match_redis(

@@ -175,7 +175,7 @@ pub(super) fn hdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     }
     let left = len - removed.min(len);
     if left == 0 {
-        batch.remove(key, &Value::Hash { len })?;
+        ctx.remove(&mut batch, key, &Value::Hash { len })?;
     } else if removed > 0 {
         batch.put(
             key,

@@ -11,7 +11,7 @@ pub(super) fn del(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     for key in keys {
         if let Some(e) = ctx.get_raw(key)? {
             if seen.insert(key) {
-                batch.remove(key, &e.value)?;
+                ctx.remove(&mut batch, key, &e.value)?;
                 removed += i64::from(!e.expired(ctx.now_ms));
             }
         }
@@ -53,7 +53,7 @@ fn copy_value(
 /// Removes whatever `key` holds (live or expired) in `batch`.
 fn clear(ctx: &Ctx<'_>, batch: &mut DbBatch<'_>, key: &[u8]) -> Result<(), StoreError> {
     if let Some(e) = ctx.get_raw(key)? {
-        batch.remove(key, &e.value)?;
+        ctx.remove(batch, key, &e.value)?;
     }
     Ok(())
 }
@@ -73,7 +73,7 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     let mut batch = ctx.batch();
     clear(ctx, &mut batch, to)?;
     copy_value(ctx, &mut batch, from, &entry, to)?;
-    batch.remove(from, &entry.value)?;
+    ctx.remove(&mut batch, from, &entry.value)?;
     ctx.commit(batch)?;
     Ok(if nx { int(1) } else { ok() })
 }
@@ -327,7 +327,7 @@ fn expire_generic(
         return Ok(int(0));
     }
     if when <= ctx.now_ms as i64 {
-        batch.remove(key, &entry.value)?;
+        ctx.remove(&mut batch, key, &entry.value)?;
     } else {
         batch.put(
             key,

@@ -167,6 +167,17 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Removes `key` holding `value` in `batch`: a small hash field by
+    /// field (its fields as this run sees them), anything else at once.
+    fn remove(&self, batch: &mut DbBatch<'_>, key: &[u8], value: &Value) -> Result<(), StoreError> {
+        match value {
+            Value::Hash { len } if *len <= crate::db::SMALL_HASH_FIELDS => {
+                batch.remove_small_hash(key, &self.fields(key)?)
+            }
+            _ => batch.remove(key, value),
+        }
+    }
+
     /// Where the log must be durable before the replies of this run go out.
     pub fn wrote(&self) -> Option<LogPosition> {
         self.wrote
@@ -311,7 +322,7 @@ impl<'a> Ctx<'a> {
         let mut batch = self.batch();
         match self.get_raw(key)? {
             Some(e) if e.expired(self.now_ms) => {
-                batch.remove(key, &e.value)?;
+                self.remove(&mut batch, key, &e.value)?;
                 Ok((None, batch))
             }
             live => Ok((live, batch)),

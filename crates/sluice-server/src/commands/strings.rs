@@ -137,7 +137,7 @@ fn store_string(
         ..
     }) = old
     {
-        batch.remove(key, old_value)?;
+        ctx.remove(&mut batch, key, old_value)?;
     }
     batch.put(
         key,
@@ -236,7 +236,7 @@ pub(super) fn getdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
             value: Value::String(s),
             ..
         }) => {
-            batch.remove(key, &Value::String(Vec::new()))?;
+            ctx.remove(&mut batch, key, &Value::String(Vec::new()))?;
             ctx.commit(batch)?;
             Ok(Reply::Bulk(s))
         }
@@ -323,7 +323,7 @@ fn mset_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     let mut batch = ctx.batch();
     for (key, value) in &pairs {
         if let Some(old) = ctx.get_raw(key)? {
-            batch.remove(key, &old.value)?;
+            ctx.remove(&mut batch, key, &old.value)?;
         }
         batch.put(key, &Entry::string(value.clone()))?;
     }
