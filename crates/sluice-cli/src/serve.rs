@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// Memtable size before a flush to a table, in MiB.
     #[arg(long, default_value_t = 64)]
     write_buffer_mib: usize,
+    /// Size compaction aims its output tables at, in MiB (a table is built
+    /// in memory before it is written: this and the write buffer bound
+    /// the memory flushes and compactions take).
+    #[arg(long, default_value_t = 64)]
+    table_mib: usize,
     /// Decoded data blocks kept in memory, in MiB.
     #[arg(long, default_value_t = 256)]
     block_cache_mib: usize,
@@ -142,6 +147,10 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         write_buffer_bytes: args.write_buffer_mib << 20,
         block_cache_bytes: args.block_cache_mib << 20,
         wal_sqpoll_idle_ms: args.wal_sqpoll,
+        compaction: sluice_store::compaction::CompactionConfig {
+            target_file_bytes: args.table_mib << 20,
+            ..Default::default()
+        },
         ..StoreConfig::default()
     });
     let store = Arc::new(open_store(args, &store_config)?);

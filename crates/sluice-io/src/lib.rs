@@ -32,7 +32,10 @@ pub mod pool;
 pub mod probe;
 pub mod sync_io;
 
-pub use device::{Device, FileDevice, FileOptions, Geometry, MemoryDevice, PowerCutMode};
+pub use device::{
+    Device, FileDevice, FileOptions, Geometry, IoCounts, IoCountsSnapshot, MemoryDevice,
+    PowerCutMode,
+};
 pub use engine::{
     open_engine, Completion, Engine, EngineConfig, EngineKind, Op, PosixEngine, Priority, Request,
     UringEngine,

@@ -610,3 +610,103 @@ fn config_set_changes_the_client_limit_and_timeout() {
     let (_, closed) = read_until_closed(&mut second.stream, Duration::from_secs(10));
     assert!(closed, "an idle client outlived CONFIG SET timeout 1");
 }
+
+#[test]
+fn writes_wait_out_write_pressure_and_all_land() {
+    // A write buffer of 64 KiB: the load outruns flushes and compactions
+    // over and over, and the workers hold writes back rather than flush
+    // on their own threads.
+    let dev = Arc::new(MemoryDevice::new(4096, 64 << 10)) as Arc<dyn Device>;
+    let store_config = StoreConfig {
+        write_buffer_bytes: 64 << 10,
+        background_compaction: true,
+        ..StoreConfig::default()
+    };
+    let store = Arc::new(Store::create(dev, &store_config).unwrap());
+    let server = start_sluice_on(store, config(Durability::None));
+    let writers: Vec<_> = (0..3)
+        .map(|t| {
+            let addr = server.addr;
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr);
+                let mut batch = Vec::new();
+                for i in 0..6000 {
+                    batch.extend(request(&[
+                        b"SET".to_vec(),
+                        format!("w{t}-{i}").into_bytes(),
+                        vec![b'v'; 200],
+                    ]));
+                }
+                c.stream.write_all(&batch).unwrap();
+                for _ in 0..6000 {
+                    assert_eq!(c.read_reply().unwrap(), b"+OK\r\n");
+                }
+            })
+        })
+        .collect();
+    // Reads go on meanwhile.
+    let mut reader = Client::connect(server.addr);
+    for _ in 0..50 {
+        assert_eq!(reader.call(&[b"PING"]), b"+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    let Reply::Array(values) = reader.call_reply(&[b"MGET", b"w0-0", b"w1-5999", b"w2-3000"])
+    else {
+        panic!("MGET did not answer an array")
+    };
+    assert!(
+        values.iter().all(|v| *v == Reply::Bulk(vec![b'v'; 200])),
+        "{values:?}"
+    );
+    assert_eq!(reader.call(&[b"DBSIZE"]), b":18000\r\n");
+    let stats = server.store.stats();
+    assert!(
+        stats.flushes > 10,
+        "only {} flushes: the load did not press",
+        stats.flushes
+    );
+    // The workers held writes back instead of flushing on their threads.
+    let info = info_fields(&mut reader, b"sluice");
+    assert!(
+        info["write_pressure_waits"].parse::<u64>().unwrap() > 0,
+        "{info:?}"
+    );
+    assert_eq!(
+        info["write_stalls"], "0",
+        "a worker flushed on its own thread"
+    );
+    assert!(
+        info["io_low_writes"].parse::<u64>().unwrap() > 0,
+        "{info:?}"
+    );
+    assert!(
+        info["io_high_writes"].parse::<u64>().unwrap() > 0,
+        "{info:?}"
+    );
+    for key in [
+        "compaction_debt_bytes",
+        "block_cache_hit_rate",
+        "io_high_reads",
+        "io_low_flushes",
+    ] {
+        assert!(info.contains_key(key), "INFO sluice lacks {key}: {info:?}");
+    }
+}
+
+/// INFO's `section` as field → value.
+fn info_fields(c: &mut Client, section: &[u8]) -> std::collections::HashMap<String, String> {
+    let text = match c.call_reply(&[b"INFO", section]) {
+        Reply::Bulk(b) => b,
+        Reply::Verbatim { text, .. } => text,
+        other => panic!("INFO answered {other:?}"),
+    };
+    String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

@@ -75,6 +75,21 @@ fn level_budget(cfg: &CompactionConfig, level: usize) -> u64 {
     cfg.level_base_bytes * cfg.multiplier.pow(level.saturating_sub(1) as u32)
 }
 
+/// Bytes compaction is behind on in one keyspace: all of level 0 once it
+/// holds `l0_trigger` tables, plus each deeper level's bytes over its budget.
+pub fn debt_bytes(cfg: &CompactionConfig, levels: &Levels) -> u64 {
+    let l0 = levels.level(0);
+    let l0_debt = if l0.len() >= cfg.l0_trigger {
+        levels.level_bytes(0)
+    } else {
+        0
+    };
+    let deeper: u64 = (1..MAX_LEVELS - 1)
+        .map(|l| levels.level_bytes(l).saturating_sub(level_budget(cfg, l)))
+        .sum();
+    l0_debt + deeper
+}
+
 /// The most urgent compaction of a keyspace, if any is due. `cursor` picks
 /// which table of a deeper level goes next (round robin). With `force`
 /// (a manual compaction), the shallowest non-empty level above the deepest

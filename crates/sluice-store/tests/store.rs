@@ -920,3 +920,57 @@ fn synced_writes_on_sqpoll_log_engines_survive_a_reopen() {
         }
     }
 }
+
+/// The store reports its device I/O by priority class (log writes high,
+/// memtable flushes and compactions low, reads high), its compaction debt,
+/// and writers that had to flush on their own thread.
+#[test]
+fn stats_count_io_by_priority_compaction_debt_and_stalls() {
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let mut cfg = small_config();
+    // No background thread: every flush and compaction happens on a writer.
+    cfg.background_compaction = false;
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    let start = store.stats();
+    assert_eq!(start.device_io.len(), 1);
+    for i in 0..3000u32 {
+        store
+            .put(ks, format!("k{i:05}").as_bytes(), &[7; 100])
+            .unwrap();
+    }
+    let wrote = store.stats();
+    let io = wrote.device_io[0];
+    assert!(io.high.writes > start.device_io[0].high.writes, "{io:?}");
+    assert!(
+        io.low.writes > 0,
+        "memtable flushes write at low priority: {io:?}"
+    );
+    assert!(wrote.write_stalls > 0, "{wrote:?}");
+    assert!(wrote.write_stall_us > 0);
+    let before_reads = io.high.reads;
+    for i in (0..3000u32).step_by(97) {
+        assert!(store
+            .get(ks, format!("k{i:05}").as_bytes())
+            .unwrap()
+            .is_some());
+    }
+    assert!(store.stats().device_io[0].high.reads > before_reads);
+    // Level 0 past its trigger is debt; compaction pays it off.
+    for round in 0..cfg.compaction.l0_trigger as u32 {
+        for i in 0..200u32 {
+            store
+                .put(ks, format!("d{round}-{i}").as_bytes(), &[1; 10])
+                .unwrap();
+        }
+        store.flush().unwrap();
+    }
+    let st = store.stats();
+    assert!(
+        st.tables_per_level[0] >= cfg.compaction.l0_trigger,
+        "{st:?}"
+    );
+    assert!(st.compaction_debt_bytes > 0, "{st:?}");
+    store.compact().unwrap();
+    assert_eq!(store.stats().compaction_debt_bytes, 0);
+}

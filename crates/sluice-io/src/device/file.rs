@@ -42,6 +42,7 @@ pub struct FileDevice {
     geometry: Geometry,
     direct: bool,
     is_block_device: bool,
+    io_counts: super::IoCounts,
 }
 
 impl FileDevice {
@@ -115,6 +116,7 @@ impl FileDevice {
             },
             direct: options.direct,
             is_block_device,
+            io_counts: super::IoCounts::default(),
         })
     }
 
@@ -290,6 +292,10 @@ impl Device for FileDevice {
             meta.dev()
         };
         Some((libc::major(dev), libc::minor(dev)))
+    }
+
+    fn io_counts(&self) -> Option<&super::IoCounts> {
+        Some(&self.io_counts)
     }
 
     fn describe(&self) -> String {

@@ -56,6 +56,7 @@ struct State {
 pub struct MemoryDevice {
     geometry: Geometry,
     state: Mutex<State>,
+    io_counts: super::IoCounts,
 }
 
 impl MemoryDevice {
@@ -68,6 +69,7 @@ impl MemoryDevice {
                 block_size_bytes,
                 block_count,
             },
+            io_counts: super::IoCounts::default(),
             state: Mutex::new(State {
                 durable: vec![0; size],
                 visible: vec![0; size],
@@ -202,6 +204,10 @@ impl Device for MemoryDevice {
 
     fn is_direct(&self) -> bool {
         true
+    }
+
+    fn io_counts(&self) -> Option<&super::IoCounts> {
+        Some(&self.io_counts)
     }
 
     fn describe(&self) -> String {

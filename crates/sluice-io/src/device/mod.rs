@@ -4,10 +4,12 @@
 //! O_DIRECT, a raw block device (size and logical block size from the kernel),
 //! and memory with fault injection for tests.
 
+mod counts;
 mod file;
 mod memory;
 mod process_view;
 
+pub use counts::{ClassSnapshot, IoCounts, IoCountsSnapshot};
 pub use file::{FileDevice, FileOptions};
 pub use memory::{MemoryDevice, PowerCutMode, SECTOR_SIZE_BYTES};
 pub use process_view::ProcessView;
@@ -108,6 +110,11 @@ pub trait Device: Send + Sync + std::fmt::Debug {
 
     /// `major:minor` of the block device holding the data, if any.
     fn backing_dev(&self) -> Option<(u32, u32)> {
+        None
+    }
+
+    /// The requests engines took for this device, if it counts them.
+    fn io_counts(&self) -> Option<&IoCounts> {
         None
     }
 }

@@ -57,6 +57,10 @@ impl Device for ProcessView {
     fn is_direct(&self) -> bool {
         self.mem.is_direct()
     }
+    fn io_counts(&self) -> Option<&super::IoCounts> {
+        self.mem.io_counts()
+    }
+
     fn describe(&self) -> String {
         self.mem.describe()
     }

@@ -379,6 +379,9 @@ pub(crate) fn admit(
             request,
         });
     }
+    if let Some(counts) = device.io_counts() {
+        counts.record(request.priority, request.op, request.len_bytes());
+    }
     Ok(request)
 }
 

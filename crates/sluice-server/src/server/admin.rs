@@ -36,6 +36,47 @@ fn arity_ok(arity: i32, argc: usize) -> bool {
     }
 }
 
+/// Data commands that only read.
+const READ_ONLY: &[&[u8]] = &[
+    b"get",
+    b"mget",
+    b"strlen",
+    b"getrange",
+    b"substr",
+    b"exists",
+    b"type",
+    b"keys",
+    b"scan",
+    b"randomkey",
+    b"ttl",
+    b"pttl",
+    b"expiretime",
+    b"pexpiretime",
+    b"dbsize",
+    b"hget",
+    b"hmget",
+    b"hgetall",
+    b"hkeys",
+    b"hvals",
+    b"hlen",
+    b"hexists",
+    b"hstrlen",
+    b"hscan",
+    b"time",
+    b"lastsave",
+];
+
+/// Whether `args` may write to the store when it runs on `conn` (queued
+/// inside MULTI it does not; EXEC may).
+pub(super) fn may_write(conn: &Conn, args: &Args) -> bool {
+    let mut lower = [0u8; NAME_MAX_BYTES];
+    let name = lowercase_name(&args[0], &mut lower);
+    if conn.tx.is_some() {
+        return name == b"exec";
+    }
+    commands::known(name) && !READ_ONLY.contains(&name)
+}
+
 /// Longer than every command's name: a longer one is unknown anyway.
 const NAME_MAX_BYTES: usize = 32;
 
@@ -724,6 +765,14 @@ fn info_sluice(shared: &Shared, out: &mut String) {
     );
     line(out, "memtable_flushes", store.flushes);
     line(out, "compactions", store.compactions);
+    line(out, "compaction_debt_bytes", store.compaction_debt_bytes);
+    line(out, "write_stalls", store.write_stalls);
+    line(out, "write_stall_us", store.write_stall_us);
+    line(
+        out,
+        "write_pressure_waits",
+        s.write_pressure_waits.load(Ordering::Relaxed),
+    );
     line(
         out,
         "tables_per_level",
@@ -731,6 +780,26 @@ fn info_sluice(shared: &Shared, out: &mut String) {
     );
     line(out, "block_cache_hits", store.block_cache_hits);
     line(out, "block_cache_misses", store.block_cache_misses);
+    let lookups = store.block_cache_hits + store.block_cache_misses;
+    line(
+        out,
+        "block_cache_hit_rate",
+        format!(
+            "{:.4}",
+            store.block_cache_hits as f64 / lookups.max(1) as f64
+        ),
+    );
+    let mut io = sluice_io::IoCountsSnapshot::default();
+    for device in &store.device_io {
+        io += *device;
+    }
+    for (class, c) in [("high", io.high), ("low", io.low)] {
+        line(out, &format!("io_{class}_reads"), c.reads);
+        line(out, &format!("io_{class}_read_bytes"), c.read_bytes);
+        line(out, &format!("io_{class}_writes"), c.writes);
+        line(out, &format!("io_{class}_write_bytes"), c.write_bytes);
+        line(out, &format!("io_{class}_flushes"), c.flushes);
+    }
     line(out, "free_blocks", store.free_blocks);
     line(out, "device_blocks", store.device_blocks);
 }

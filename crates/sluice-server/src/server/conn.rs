@@ -41,6 +41,9 @@ pub(super) struct Conn {
     pub(super) quit: bool,
     /// The peer is gone: nothing more is read or sent.
     pub(super) dead: bool,
+    /// A write held back while the store is under write pressure; it runs
+    /// before anything else of this connection.
+    pub(super) deferred: Option<crate::resp::Args>,
     /// Inside MULTI: the commands queued so far.
     pub(super) tx: Option<Queued>,
     /// WATCH's view of the watched keys.
@@ -73,6 +76,7 @@ impl Conn {
             closing: false,
             quit: false,
             dead: false,
+            deferred: None,
             tx: None,
             watched: Vec::new(),
             last_active: now,

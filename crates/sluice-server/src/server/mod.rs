@@ -107,6 +107,8 @@ pub struct Stats {
     pub durable_waits: AtomicU64,
     /// See `durable_waits`.
     pub durable_wait_us: AtomicU64,
+    /// Writes held back while the store was under write pressure.
+    pub write_pressure_waits: AtomicU64,
 }
 
 /// What all workers share.

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 /// Redis's reply to a client over `maxclients`.
 const MAX_CLIENTS_REPLY: &[u8] = b"-ERR max number of clients reached\r\n";
+/// How soon a worker holding writes back under write pressure looks again.
+const DEFERRED_RETRY: Duration = Duration::from_millis(1);
 /// A send buffer kept for reuse only up to this size.
 const SPARE_MAX_BYTES: usize = 1 << 20;
 
@@ -68,6 +70,7 @@ pub(super) fn run(
         work: Vec::new(),
         index,
         kills,
+        deferring: false,
     };
     worker.run()
 }
@@ -102,6 +105,8 @@ struct Worker {
     work: Vec<ConnId>,
     /// This worker's index among the server's workers.
     index: usize,
+    /// A connection's write waits for the store's write pressure to pass.
+    deferring: bool,
     /// Clients CLIENT KILL closes, from any worker.
     kills: Arc<super::clients::KillQueue>,
 }
@@ -123,6 +128,8 @@ impl Worker {
             let spin = Duration::from_micros(self.shared.config.spin_us);
             if worked || last_work.elapsed() < spin {
                 self.ring.wait(None)?;
+            } else if self.deferring {
+                self.ring.wait(Some(DEFERRED_RETRY))?;
             } else {
                 self.ring.wait(Some(TICK))?;
             }
@@ -346,6 +353,8 @@ impl Worker {
     /// connection; whether any ran.
     fn serve_all(&mut self) -> bool {
         let mut served = false;
+        self.deferring = false;
+        let store = self.shared.db.store().clone();
         let max_pipeline = self.shared.config.max_pipeline;
         for &id in &self.work {
             let Some(c) = self.conns[id as usize].as_mut() else {
@@ -356,8 +365,25 @@ impl Worker {
             }
             let mut n = 0;
             while n < max_pipeline && !c.quit {
-                match c.reader.next(c.session.unauthenticated()) {
+                let next = match c.deferred.take() {
+                    Some(args) => Ok(Some(args)),
+                    None => c.reader.next(c.session.unauthenticated()),
+                };
+                match next {
                     Ok(Some(args)) => {
+                        // Back-pressure: while the store is behind on
+                        // flushes and compactions, writes wait here (reads
+                        // and other connections go on) instead of the
+                        // store flushing on this thread.
+                        if admin::may_write(c, &args) && store.write_pressure() {
+                            self.shared
+                                .stats
+                                .write_pressure_waits
+                                .fetch_add(1, Ordering::Relaxed);
+                            c.deferred = Some(args);
+                            self.deferring = true;
+                            break;
+                        }
                         admin::execute(&self.shared, c, &args);
                         n += 1;
                     }
@@ -370,7 +396,7 @@ impl Worker {
                 }
             }
             served |= n > 0;
-            c.more_input = n == max_pipeline;
+            c.more_input = n == max_pipeline || c.deferred.is_some();
             if c.waiting_bytes() > self.shared.config.max_output_bytes {
                 log::warn!(
                     "closing client {}: {} reply bytes wait for it (limit {})",

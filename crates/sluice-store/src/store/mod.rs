@@ -117,6 +117,10 @@ struct Inner {
     next_file: AtomicU64,
     flushes: AtomicU64,
     compactions: AtomicU64,
+    /// Writes that flushed or compacted on their own thread, and the µs
+    /// they spent at it.
+    write_stalls: AtomicU64,
+    write_stall_us: AtomicU64,
     shutdown: AtomicBool,
     flush_requested: AtomicBool,
     wake: Condvar,

@@ -170,6 +170,8 @@ impl Store {
             next_file: AtomicU64::new(state.next_file),
             flushes: AtomicU64::new(0),
             compactions: AtomicU64::new(0),
+            write_stalls: AtomicU64::new(0),
+            write_stall_us: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
             wake: Condvar::new(),

@@ -51,6 +51,16 @@ pub struct StoreStats {
     pub block_cache_hits: u64,
     /// Block cache lookups that missed.
     pub block_cache_misses: u64,
+    /// Bytes compaction is behind: all of level 0 once it reaches its
+    /// trigger, plus what each deeper level holds over its budget.
+    pub compaction_debt_bytes: u64,
+    /// Writes that flushed or compacted on their own thread because the
+    /// background thread was behind.
+    pub write_stalls: u64,
+    /// Time those writes spent at it, in µs.
+    pub write_stall_us: u64,
+    /// Requests the engines took for each device of the set, by priority.
+    pub device_io: Vec<sluice_io::IoCountsSnapshot>,
 }
 
 /// Where one table lies on the device set.
@@ -102,7 +112,9 @@ impl Store {
         let mut per_level = vec![0usize; version::MAX_LEVELS];
         let (mut pinned, mut unpinned, mut data_bytes, mut table_entries) =
             (0usize, 0usize, 0u64, 0u64);
+        let mut debt = 0u64;
         for levels in version.keyspaces.values() {
+            debt += compaction::debt_bytes(&inner.config.compaction, levels);
             for (l, tables) in levels.levels.iter().enumerate() {
                 per_level[l] += tables.len();
                 for t in tables {
@@ -138,6 +150,15 @@ impl Store {
             block_cache_used_bytes: inner.cache.used_bytes(),
             block_cache_hits: inner.cache.hits(),
             block_cache_misses: inner.cache.misses(),
+            compaction_debt_bytes: debt,
+            write_stalls: inner.write_stalls.load(Ordering::Relaxed),
+            write_stall_us: inner.write_stall_us.load(Ordering::Relaxed),
+            device_io: (0..inner.dev.device_count())
+                .map(|k| {
+                    let (device, _, _) = inner.dev.member(k);
+                    device.io_counts().map(|c| c.snapshot()).unwrap_or_default()
+                })
+                .collect(),
         }
     }
 }

@@ -39,7 +39,7 @@ impl Store {
     /// `wal::EARLY_WRITES_PER_SUBMIT`), or with the next synced write or
     /// close.
     pub fn write_with(&self, batch: &WriteBatch, options: WriteOptions) -> Result<u64> {
-        Ok(self.write_inner(batch, options, false)?.seq)
+        Ok(self.write_inner(batch, options, false, true)?.seq)
     }
 
     /// Applies `batch` atomically without waiting for it to be durable
@@ -47,8 +47,23 @@ impl Store {
     /// ends: a server acknowledges it once [`Store::is_durable`] says so,
     /// serving other requests meanwhile, and asks for durability with
     /// [`Store::make_durable`] (or lets a later synced write carry it).
+    ///
+    /// With background compaction on, it never flushes or compacts on the
+    /// calling thread (a server's event loop): past the write buffer it
+    /// asks the background thread to flush and goes on, and the caller
+    /// holds writes back while [`Store::write_pressure`] says so.
     pub fn write_logged(&self, batch: &WriteBatch) -> Result<Logged> {
-        self.write_inner(batch, WriteOptions { sync: false }, false)
+        self.write_inner(batch, WriteOptions { sync: false }, false, false)
+    }
+
+    /// Whether a write now would stall a writer of [`Store::write`]: the
+    /// memtables hold twice the write buffer, or level 0 has three times
+    /// its compaction trigger. A server defers writes while it holds (and
+    /// goes on serving reads).
+    pub fn write_pressure(&self) -> bool {
+        let inner = &self.inner;
+        self.active_bytes() >= 2 * inner.config.write_buffer_bytes
+            || inner.l0_tables() >= 3 * inner.config.compaction.l0_trigger
     }
 
     /// Whether the log is durable up to `position`: one atomic load, no
@@ -83,11 +98,14 @@ impl Store {
         }
     }
 
+    /// `stall`: the writer may flush and compact itself when the
+    /// background thread is behind (off for [`Store::write_logged`]).
     fn write_inner(
         &self,
         batch: &WriteBatch,
         options: WriteOptions,
         retried: bool,
+        stall: bool,
     ) -> Result<Logged> {
         if batch.is_empty() {
             return Ok(Logged {
@@ -100,22 +118,35 @@ impl Store {
         let inner = &self.inner;
         let buffered = self.active_bytes();
         let budget = inner.config.write_buffer_bytes;
-        if buffered >= budget {
-            if inner.config.background_compaction && buffered < 2 * budget {
+        let background = inner.config.background_compaction;
+        if buffered >= budget && background && !stall {
+            inner.flush_requested.store(true, Ordering::Release);
+            inner.wake_background();
+        } else if buffered >= budget {
+            let started = std::time::Instant::now();
+            let mut stalled = false;
+            if background && buffered < 2 * budget {
                 // The background thread flushes; writes go on meanwhile.
                 inner.flush_requested.store(true, Ordering::Release);
                 inner.wake_background();
             } else {
                 // No background thread, or it is behind: the writer flushes
                 // (waiting for a flush under way first).
+                stalled = true;
                 inner.flush()?;
             }
             // Write stall: past three times the trigger, level 0 is compacted
             // by the writer itself, bounding read cost and space.
             while inner.l0_tables() >= 3 * inner.config.compaction.l0_trigger {
+                stalled = true;
                 if !inner.compact_once(false)? {
                     break;
                 }
+            }
+            if stalled {
+                let us = started.elapsed().as_micros() as u64;
+                inner.write_stalls.fetch_add(1, Ordering::Relaxed);
+                inner.write_stall_us.fetch_add(us, Ordering::Relaxed);
             }
         }
         let (first, pos) = {
@@ -125,7 +156,7 @@ impl Store {
                 Err(StoreError::WalFull { .. }) if !retried => {
                     drop(next);
                     inner.flush()?;
-                    return self.write_inner(batch, options, true);
+                    return self.write_inner(batch, options, true, stall);
                 }
                 other => other?,
             };
