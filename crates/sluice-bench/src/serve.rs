@@ -47,6 +47,14 @@ pub struct ServeBenchArgs {
     /// Runs of each row; the median is printed.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// After the rows, the CPU each server burns idle over this many
+    /// seconds (after a load, with --idle-clients connections open);
+    /// 0 leaves it out.
+    #[arg(long, default_value_t = 10)]
+    idle_secs: u64,
+    /// Connections held open, doing nothing, while idle CPU is measured.
+    #[arg(long, default_value_t = 1000)]
+    idle_clients: usize,
 }
 
 /// One redis-benchmark test's result.
@@ -266,6 +274,77 @@ fn row(
     Ok([(median(rs), median(ss)), (median(rg), median(sg))])
 }
 
+/// CPU time (user + system) of process `pid` so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) in ")".
+    let rest = stat
+        .rsplit_once(')')
+        .context("a malformed /proc stat line")?
+        .1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
+    let tick = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .context("a short /proc stat line")?
+            .parse()
+            .context("a /proc stat field is not a number")
+    };
+    Ok(tick(11)? + tick(12)?)
+}
+
+/// The share of one core a server (already loaded) burns over
+/// `args.idle_secs` with `args.idle_clients` idle connections open.
+fn idle_cpu(server: &Process, port: u16, args: &ServeBenchArgs) -> Result<f64> {
+    let mut idle = Vec::with_capacity(args.idle_clients);
+    for _ in 0..args.idle_clients {
+        idle.push(std::net::TcpStream::connect(("127.0.0.1", port))?);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let pid = server.0.id();
+    let before = cpu_ticks(pid)?;
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(args.idle_secs));
+    let ticks = cpu_ticks(pid)? - before;
+    let getconf = Command::new("getconf").arg("CLK_TCK").output()?;
+    let ticks_per_sec: f64 = String::from_utf8_lossy(&getconf.stdout)
+        .trim()
+        .parse()
+        .context("getconf CLK_TCK did not print a number")?;
+    drop(idle);
+    Ok(ticks as f64 / ticks_per_sec / started.elapsed().as_secs_f64())
+}
+
+/// Idle CPU of both servers in `mode` with the most threads asked for.
+fn idle_rows(args: &ServeBenchArgs) -> Result<()> {
+    let threads = args.threads.iter().copied().max().unwrap_or(1);
+    let mode = args.modes.first().map_or("everysec", String::as_str);
+    println!(
+        "idle CPU over {} s after a load, {} idle connections open ({mode}, {threads} threads): share of one core",
+        args.idle_secs, args.idle_clients
+    );
+    for sluice in [false, true] {
+        let _ = std::fs::remove_dir_all(&args.dir);
+        std::fs::create_dir_all(&args.dir)?;
+        let (server, port) = if sluice {
+            start_sluice(&args.dir, mode, threads, args.device_mib)?
+        } else {
+            start_redis(&args.dir, mode, threads)?
+        };
+        redis_benchmark(port, args, args.clients, 10)?;
+        let share = idle_cpu(&server, port, args)?;
+        let who = if sluice {
+            "sluice serve"
+        } else {
+            "redis-server"
+        };
+        println!("{who:<13} {:.2}%", share * 100.0);
+    }
+    Ok(())
+}
+
 /// Runs the comparison and prints one line per row and test.
 pub fn run(args: &ServeBenchArgs) -> Result<()> {
     println!(
@@ -299,6 +378,9 @@ pub fn run(args: &ServeBenchArgs) -> Result<()> {
                 }
             }
         }
+    }
+    if args.idle_secs > 0 {
+        idle_rows(args)?;
     }
     Ok(())
 }

@@ -7,6 +7,10 @@
 //!   (u64 LE);
 //! - keyspace `redis.fields`: `[key length u32 BE][key][field]` → value,
 //!   one entry per hash field; a hash's fields go with one range delete.
+//! - keyspace `redis.expires`: `[expire_at_ms u64 BE][key]` → empty, one
+//!   entry per expiry ever set, in time order, so the background sweep
+//!   reads only keys whose time has come (an entry whose key has since
+//!   changed is dropped when the sweep reaches it).
 //!
 //! Reads take no lock. Commands that read and then write (INCR, SET NX,
 //! HSET, ...) hold the key's stripe lock from the read to the write, so
@@ -21,6 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub const KEYS_KEYSPACE: &str = "redis.keys";
 /// Name of the keyspace holding hash fields.
 pub const FIELDS_KEYSPACE: &str = "redis.fields";
+/// Name of the keyspace indexing keys by expiry time.
+pub const EXPIRES_KEYSPACE: &str = "redis.expires";
 /// Stripe locks for read-modify-write commands.
 const STRIPES: usize = 1024;
 const HEADER_BYTES: usize = 9;
@@ -109,6 +115,7 @@ pub struct Db {
     store: Arc<Store>,
     keys: u32,
     fields: u32,
+    expires: u32,
     stripes: Box<[Mutex<()>]>,
     /// Modification counters for WATCH, by key hash.
     versions: Box<[AtomicU64]>,
@@ -148,6 +155,35 @@ fn field_key(key: &[u8], field: &[u8]) -> Vec<u8> {
     k
 }
 
+/// The expiry index's key for `key` expiring at `at_ms`, and its value:
+/// `[at_ms u64 BE][key]` → empty; a key too long for that keeps its first
+/// bytes and a hash of the whole key in the index key and the whole key
+/// in the value.
+fn expiry_entry(key: &[u8], at_ms: u64) -> (Vec<u8>, Vec<u8>) {
+    const MAX: usize = sluice_store::batch::MAX_KEY_BYTES;
+    let mut k = Vec::with_capacity(8 + key.len().min(MAX));
+    k.extend_from_slice(&at_ms.to_be_bytes());
+    if 8 + key.len() <= MAX {
+        k.extend_from_slice(key);
+        (k, Vec::new())
+    } else {
+        k.extend_from_slice(&key[..MAX - 16]);
+        k.extend_from_slice(&Db::hash(key).to_be_bytes());
+        (k, key.to_vec())
+    }
+}
+
+/// The key and expiry time an expiry index entry stands for.
+fn expiry_of(index_key: &[u8], value: &[u8]) -> Option<(Vec<u8>, u64)> {
+    let at_ms = u64::from_be_bytes(index_key.get(..8)?.try_into().ok()?);
+    let key = if value.is_empty() {
+        index_key[8..].to_vec()
+    } else {
+        value.to_vec()
+    };
+    Some((key, at_ms))
+}
+
 /// Every field key of hash `key` starts with this.
 fn hash_prefix(key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + key.len());
@@ -157,7 +193,7 @@ fn hash_prefix(key: &[u8]) -> Vec<u8> {
 }
 
 impl Db {
-    /// The keyspace on `store`, creating its two store keyspaces if new.
+    /// The keyspace on `store`, creating its three store keyspaces if new.
     pub fn open(store: Arc<Store>) -> Result<Db, StoreError> {
         let keyspace = |name: &str| match store.keyspace(name) {
             Ok(id) => Ok(id),
@@ -168,14 +204,17 @@ impl Db {
         };
         let keys = keyspace(KEYS_KEYSPACE)?;
         let fields = keyspace(FIELDS_KEYSPACE)?;
-        Ok(Db {
+        let expires = keyspace(EXPIRES_KEYSPACE)?;
+        let db = Db {
             store,
             keys,
             fields,
+            expires,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..VERSION_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             cursors: Mutex::new(Cursors::default()),
-        })
+        };
+        Ok(db)
     }
 
     /// The key SCAN cursor `id` resumes at.
@@ -335,38 +374,63 @@ impl Db {
         Ok(out)
     }
 
-    /// Removes expired keys among the next `limit` from `cursor` (which
-    /// moves on, back to the start at the end); returns the log position
-    /// of the removals, if any.
+    /// Removes up to `limit` keys whose expiry has passed at `now_ms`, in
+    /// expiry order, and drops index entries whose key has changed since;
+    /// returns how many index entries it went through (fewer than `limit`:
+    /// nothing more is due) and the log position of the removals.
     pub fn sweep_expired(
         &self,
-        cursor: &mut Vec<u8>,
         now_ms: u64,
         limit: usize,
-    ) -> Result<Option<sluice_store::wal::LogPosition>, StoreError> {
-        let found = self.keys_from(cursor, limit + 1)?;
-        let mut position = None;
-        for (key, entry) in found.iter().take(limit) {
-            if !entry.expired(now_ms) {
-                continue;
-            }
-            let _locked = self.lock(&[key]);
-            if let Some(e) = self.get_raw(key)?.filter(|e| e.expired(now_ms)) {
-                let mut b = self.batch();
-                match e.value {
-                    Value::Hash { len } if len <= SMALL_HASH_FIELDS => {
-                        b.remove_small_hash(key, &self.fields_at(key, &self.store.snapshot())?)?
-                    }
-                    ref value => b.remove(key, value)?,
-                }
-                position = position.max(Some(b.commit()?.position));
+    ) -> Result<(usize, Option<sluice_store::wal::LogPosition>), StoreError> {
+        let due_below = now_ms.saturating_add(1).to_be_bytes();
+        let range = (
+            std::ops::Bound::Unbounded::<&[u8]>,
+            std::ops::Bound::Excluded(&due_below[..]),
+        );
+        let snapshot = self.store.snapshot();
+        let mut due = Vec::new();
+        for item in self.store.iter(self.expires, range, &snapshot, false) {
+            let (index_key, value) = item?;
+            due.push((index_key, value));
+            if due.len() >= limit {
+                break;
             }
         }
-        *cursor = match found.get(limit) {
-            Some((next, _)) => next.clone(),
-            None => Vec::new(),
-        };
-        Ok(position)
+        let mut position = None;
+        for (index_key, value) in &due {
+            let Some((key, at_ms)) = expiry_of(index_key, value) else {
+                continue;
+            };
+            let _locked = self.lock(&[&key]);
+            let mut b = self.batch();
+            b.batch.delete(self.expires, index_key)?;
+            let current = self.get_raw(&key)?;
+            if let Some(e) = current.filter(|e| e.expire_at_ms == at_ms && e.expired(now_ms)) {
+                match e.value {
+                    Value::Hash { len } if len <= SMALL_HASH_FIELDS => {
+                        b.remove_small_hash(&key, &self.fields_at(&key, &self.store.snapshot())?)?
+                    }
+                    ref value => b.remove(&key, value)?,
+                }
+            }
+            position = position.max(Some(b.commit()?.position));
+        }
+        Ok((due.len(), position))
+    }
+
+    /// Whether the expiry index holds anything.
+    pub fn expiry_index_is_empty(&self) -> Result<bool, StoreError> {
+        let all = (
+            std::ops::Bound::Unbounded::<&[u8]>,
+            std::ops::Bound::Unbounded,
+        );
+        Ok(self
+            .store
+            .iter(self.expires, all, &self.store.snapshot(), false)
+            .next()
+            .transpose()?
+            .is_none())
     }
 
     /// A batch for this keyspace.
@@ -423,6 +487,10 @@ impl DbBatch<'_> {
     /// Stores `entry` at `key` (a hash's fields are written separately).
     pub fn put(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
         self.batch.put(self.db.keys, key, &entry.encode())?;
+        if entry.expire_at_ms != 0 {
+            let (k, v) = expiry_entry(key, entry.expire_at_ms);
+            self.batch.put(self.db.expires, &k, &v)?;
+        }
         self.record(key, || DbOp::Put(key.to_vec(), entry.clone()));
         Ok(())
     }
@@ -464,7 +532,7 @@ impl DbBatch<'_> {
         // Keys are at most MAX_KEY_BYTES long: the only key at or past
         // this end is the end itself.
         let end = vec![0xffu8; sluice_store::batch::MAX_KEY_BYTES];
-        for keyspace in [self.db.keys, self.db.fields] {
+        for keyspace in [self.db.keys, self.db.fields, self.db.expires] {
             self.batch.delete_range(keyspace, &[], &end)?;
             self.batch.delete(keyspace, &end)?;
         }

@@ -1,31 +1,42 @@
 //! The active expiry sweep: expired keys that nobody touches again are
-//! removed in the background, a bounded slice of the keyspace per tick,
-//! at low I/O priority (reads see an expired key as gone either way).
+//! removed in the background, in expiry order from the keyspace's expiry
+//! index, a bounded slice per tick, at low I/O priority (reads see an
+//! expired key as gone either way). With nothing due it reads one index
+//! entry per tick: an idle server stays idle.
 
 use super::{Shared, TICK};
 use std::sync::Arc;
 
-/// Keys looked at per tick.
+/// Index entries taken per tick.
 const KEYS_PER_TICK: usize = 2000;
+/// Pause between slices while more are due.
+const BEHIND_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 
 pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("sluice-expire".into())
         .spawn(move || {
-            let mut cursor = Vec::new();
+            let mut behind = false;
             while !shared.stopping() {
-                std::thread::sleep(TICK);
+                // Behind (a full slice was due): go on after a short pause
+                // that leaves the device to foreground work.
+                std::thread::sleep(if behind { BEHIND_PAUSE } else { TICK });
                 let swept =
                     sluice_store::blocks::with_io_priority(sluice_io::Priority::Low, || {
-                        shared
-                            .db
-                            .sweep_expired(&mut cursor, super::now_ms(), KEYS_PER_TICK)
+                        shared.db.sweep_expired(super::now_ms(), KEYS_PER_TICK)
                     });
-                match swept {
-                    Ok(Some(position)) => shared.committer.wrote(position),
-                    Ok(None) => {}
-                    Err(e) => log::warn!("the expiry sweep failed: {e}"),
-                }
+                behind = match swept {
+                    Ok((seen, position)) => {
+                        if let Some(position) = position {
+                            shared.committer.wrote(position);
+                        }
+                        seen >= KEYS_PER_TICK
+                    }
+                    Err(e) => {
+                        log::warn!("the expiry sweep failed: {e}");
+                        false
+                    }
+                };
             }
         })
 }
