@@ -6,6 +6,7 @@ use sluice_server::db::Db;
 use sluice_server::resp::Limits;
 use sluice_server::server::{Durability, Server, ServerConfig};
 use sluice_server::session::Users;
+use sluice_store::blocks::STORE_BLOCK_BYTES;
 use sluice_store::{Store, StoreConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -109,8 +110,14 @@ fn open_store(args: &ServeArgs, config: &StoreConfig) -> Result<Store> {
             devices.push(Arc::new(dev));
         }
         let first_blocks = sluice_store::blocks::device_store_blocks(&devices[0])?;
+        // The ring holds the memtable being flushed and the one filling
+        // meanwhile: three write buffers, where an eighth of the device
+        // allows, so that a worker rarely waits for a flush to free it.
+        let want_blocks = (3 * config.write_buffer_bytes / STORE_BLOCK_BYTES) as u64;
+        let wal_blocks = StoreConfig::wal_blocks_for(first_blocks)
+            .max(want_blocks.min(first_blocks / 8).min(u32::MAX as u64) as u32);
         let config = StoreConfig {
-            wal_blocks: StoreConfig::wal_blocks_for(first_blocks),
+            wal_blocks,
             ..config.clone()
         };
         let store = Store::create_on(devices, &config)?;

@@ -5,7 +5,7 @@
 use crate::batch::{OpKind, WriteBatch};
 use crate::sst::{Entry, EntryKind, RangeTombstone as SstRangeTombstone};
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 type InternalKey = (u32, Vec<u8>, Reverse<u64>);
 
@@ -26,10 +26,49 @@ struct RangeTombstone {
 /// Receives one version: key, sequence, kind, value.
 pub type VersionVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) + 'a;
 
+/// A 64-bit hash of (keyspace, key), eight bytes at a time.
+fn point_hash(keyspace: u32, key: &[u8]) -> u64 {
+    const K: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mix = |h: u64, v: u64| {
+        let h = (h ^ v).wrapping_mul(K);
+        h ^ (h >> 32)
+    };
+    let mut h = mix(keyspace as u64, key.len() as u64);
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        h = mix(h, u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    }
+    let mut tail = [0u8; 8];
+    tail[..chunks.remainder().len()].copy_from_slice(chunks.remainder());
+    mix(h, u64::from_le_bytes(tail))
+}
+
+/// A hasher that passes an already mixed u64 through.
+#[derive(Default, Clone, Copy)]
+struct PassThrough(u64);
+
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 /// Recent writes of every keyspace, ordered, in memory until flushed.
 #[derive(Debug, Default)]
 pub struct Memtable {
     entries: BTreeMap<InternalKey, Version>,
+    /// [`point_hash`] of every key with a point version here: a point
+    /// read of a key not in it skips the ordered map's search (most point
+    /// reads, once the data outgrows the memtable).
+    present: HashSet<u64, std::hash::BuildHasherDefault<PassThrough>>,
     ranges: Vec<RangeTombstone>,
     approximate_bytes: usize,
 }
@@ -40,6 +79,9 @@ impl Memtable {
         for (i, op) in batch.ops.iter().enumerate() {
             let seq = first_seq + i as u64;
             self.approximate_bytes += op.key.len() + op.value.len() + 32;
+            if op.kind != OpKind::RangeDelete {
+                self.present.insert(point_hash(op.keyspace, &op.key));
+            }
             match op.kind {
                 OpKind::Put => {
                     self.entries.insert(
@@ -91,6 +133,9 @@ impl Memtable {
         key: &[u8],
         snapshot: u64,
     ) -> Option<(u64, Option<Vec<u8>>)> {
+        if !self.present.contains(&point_hash(keyspace, key)) {
+            return None;
+        }
         let from = (keyspace, key.to_vec(), Reverse(snapshot));
         self.entries
             .range(from..)

@@ -184,6 +184,8 @@ pub struct Wal {
     /// Every log block below this sequence is durable; committers wait on it.
     durable_below: SeqGate,
     flushes: AtomicU64,
+    /// `State::tail_seq`, readable without the lock.
+    tail_hint: AtomicU64,
 }
 
 impl std::fmt::Debug for Wal {
@@ -241,7 +243,16 @@ impl Wal {
             written_below: AtomicU64::new(next_seq),
             durable_below: SeqGate::new(next_seq),
             flushes: AtomicU64::new(0),
+            tail_hint: AtomicU64::new(tail_seq),
         })
+    }
+
+    /// About how many ring blocks hold records not yet in tables (within
+    /// the open block; no lock): writers ask for a memtable flush well
+    /// before the ring fills, since a full ring makes a writer flush.
+    pub fn used_blocks_hint(&self) -> u64 {
+        self.last_written()
+            .saturating_sub(self.tail_hint.load(Ordering::Acquire))
     }
 
     /// The ring and epoch this log writes.
@@ -285,6 +296,7 @@ impl Wal {
         let mut st = self.lock();
         assert!(seq <= st.open_seq, "releasing log blocks not yet written");
         st.tail_seq = st.tail_seq.max(seq);
+        self.tail_hint.store(st.tail_seq, Ordering::Release);
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -974,3 +974,35 @@ fn stats_count_io_by_priority_compaction_debt_and_stalls() {
     store.compact().unwrap();
     assert_eq!(store.stats().compaction_debt_bytes, 0);
 }
+
+/// A writer that honours `write_pressure` (a server's event loop) never
+/// flushes on its own thread, even when the log's ring is much smaller
+/// than the write buffer: the memtable goes to a table once its records
+/// fill half the ring.
+#[test]
+fn logged_writes_flush_early_when_the_ring_fills_first() {
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let cfg = StoreConfig {
+        wal_blocks: 256,
+        write_buffer_bytes: 8 << 20,
+        ..StoreConfig::default()
+    };
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    for i in 0..20_000u32 {
+        let held = std::time::Instant::now();
+        while store.write_pressure() {
+            assert!(held.elapsed().as_secs() < 20, "write pressure never ends");
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let mut b = WriteBatch::new();
+        b.put(ks, format!("k{i:06}").as_bytes(), &[3; 200]).unwrap();
+        store.write_logged(&b).unwrap();
+    }
+    let st = store.stats();
+    assert_eq!(st.write_stalls, 0, "a writer flushed: {st:?}");
+    assert!(st.flushes >= 3, "the ring (1 MiB) took 4 MB in {} flushes", st.flushes);
+    for i in (0..20_000u32).step_by(501) {
+        assert!(store.get(ks, format!("k{i:06}").as_bytes()).unwrap().is_some());
+    }
+}

@@ -62,8 +62,28 @@ impl Store {
     /// goes on serving reads).
     pub fn write_pressure(&self) -> bool {
         let inner = &self.inner;
-        self.active_bytes() >= 2 * inner.config.write_buffer_bytes
+        let ring = inner.wal.layout().ring_blocks();
+        let (buffered, frozen) = self.memtable_fill();
+        let ring_full = inner.wal.used_blocks_hint() * 4 >= ring * 3;
+        if ring_full && !frozen && inner.config.background_compaction {
+            // Only a flush frees the ring, and the writes that would ask
+            // for one are the ones held back: ask here.
+            inner.flush_requested.store(true, Ordering::Release);
+            inner.wake_background();
+        }
+        buffered >= 2 * inner.config.write_buffer_bytes
             || inner.l0_tables() >= 3 * inner.config.compaction.l0_trigger
+            || ring_full
+    }
+
+    /// Whether the memtable should go to a table now: it reached the
+    /// write buffer, or its records fill half the log's ring (a full ring
+    /// makes the writer flush on its own thread).
+    /// A flush under way (`frozen`) frees the ring when it ends: not due.
+    fn flush_due(&self, buffered: usize, frozen: bool) -> bool {
+        let inner = &self.inner;
+        buffered >= inner.config.write_buffer_bytes
+            || (!frozen && inner.wal.used_blocks_hint() * 2 >= inner.wal.layout().ring_blocks())
     }
 
     /// Whether the log is durable up to `position`: one atomic load, no
@@ -116,9 +136,14 @@ impl Store {
         self.check_keyspaces(batch)?;
         self.check_failed()?;
         let inner = &self.inner;
-        let buffered = self.active_bytes();
+        let (buffered, frozen) = self.memtable_fill();
         let budget = inner.config.write_buffer_bytes;
         let background = inner.config.background_compaction;
+        if background && self.flush_due(buffered, frozen) && buffered < budget {
+            // The ring fills before the memtable: flush early.
+            inner.flush_requested.store(true, Ordering::Release);
+            inner.wake_background();
+        }
         if buffered >= budget && background && !stall {
             inner.flush_requested.store(true, Ordering::Release);
             inner.wake_background();
@@ -155,7 +180,11 @@ impl Store {
             let pos = match inner.wal.append(&batch.encode(first)) {
                 Err(StoreError::WalFull { .. }) if !retried => {
                     drop(next);
+                    let started = std::time::Instant::now();
                     inner.flush()?;
+                    inner.write_stalls.fetch_add(1, Ordering::Relaxed);
+                    let us = started.elapsed().as_micros() as u64;
+                    inner.write_stall_us.fetch_add(us, Ordering::Relaxed);
                     return self.write_inner(batch, options, true, stall);
                 }
                 other => other?,
@@ -173,9 +202,14 @@ impl Store {
     }
 
     fn active_bytes(&self) -> usize {
+        self.memtable_fill().0
+    }
+
+    /// The active memtable's bytes, and whether a frozen one is being flushed.
+    fn memtable_fill(&self) -> (usize, bool) {
         let mem = read(&self.inner.memtables);
         let bytes = read(&mem.active).approximate_bytes();
-        bytes
+        (bytes, mem.frozen.is_some())
     }
 
     /// Returns once `first..=last` is visible (and, with `durable_at`,
