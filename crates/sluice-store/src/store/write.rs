@@ -200,11 +200,6 @@ impl Store {
             position: pos,
         })
     }
-
-    fn active_bytes(&self) -> usize {
-        self.memtable_fill().0
-    }
-
     /// The active memtable's bytes, and whether a frozen one is being flushed.
     fn memtable_fill(&self) -> (usize, bool) {
         let mem = read(&self.inner.memtables);
