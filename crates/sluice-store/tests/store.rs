@@ -1001,8 +1001,15 @@ fn logged_writes_flush_early_when_the_ring_fills_first() {
     }
     let st = store.stats();
     assert_eq!(st.write_stalls, 0, "a writer flushed: {st:?}");
-    assert!(st.flushes >= 3, "the ring (1 MiB) took 4 MB in {} flushes", st.flushes);
+    assert!(
+        st.flushes >= 3,
+        "the ring (1 MiB) took 4 MB in {} flushes",
+        st.flushes
+    );
     for i in (0..20_000u32).step_by(501) {
-        assert!(store.get(ks, format!("k{i:06}").as_bytes()).unwrap().is_some());
+        assert!(store
+            .get(ks, format!("k{i:06}").as_bytes())
+            .unwrap()
+            .is_some());
     }
 }
