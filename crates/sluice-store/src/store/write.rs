@@ -200,6 +200,7 @@ impl Store {
             position: pos,
         })
     }
+
     /// The active memtable's bytes, and whether a frozen one is being flushed.
     fn memtable_fill(&self) -> (usize, bool) {
         let mem = read(&self.inner.memtables);
