@@ -1013,3 +1013,35 @@ fn logged_writes_flush_early_when_the_ring_fills_first() {
             .is_some());
     }
 }
+
+/// A memtable flush puts the new table's data blocks in the block cache:
+/// reading the newest data right after a flush needs no device read.
+#[test]
+fn a_flushed_table_is_read_from_the_cache_without_device_reads() {
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let cfg = StoreConfig {
+        block_cache_bytes: 16 << 20,
+        wal_blocks: 2048,
+        ..StoreConfig::default()
+    };
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    let mut b = WriteBatch::new();
+    for i in 0..20_000u32 {
+        b.put(ks, format!("k{i:06}").as_bytes(), &[5; 100]).unwrap();
+    }
+    store.write(&b).unwrap();
+    store.flush().unwrap();
+    let before = store.stats();
+    assert_eq!(before.memtable_entries, 0);
+    for i in (0..20_000u32).step_by(7) {
+        let v = store.get(ks, format!("k{i:06}").as_bytes()).unwrap();
+        assert_eq!(v.as_deref(), Some(&[5u8; 100][..]));
+    }
+    let after = store.stats();
+    assert_eq!(
+        after.device_io[0].high.reads, before.device_io[0].high.reads,
+        "reads after the flush went to the device"
+    );
+    assert!(after.block_cache_hits > before.block_cache_hits);
+}

@@ -388,6 +388,26 @@ impl TableReader {
         )
     }
 
+    /// Puts every data block into the block cache from `data`, the table's
+    /// data blocks as written (checked like blocks read from the device).
+    pub fn warm_cache(&self, dev: &BlockDevice, data: &[u8]) -> Result<()> {
+        if self.cache.is_none() {
+            return Ok(());
+        }
+        let ix = self.table_index(dev)?;
+        let count = ix.index.len();
+        if count == 0 {
+            return Ok(());
+        }
+        let (_, blocks) = self.run_extent(&ix, 0, count);
+        let len = blocks * STORE_BLOCK_BYTES;
+        if ix.index.get(0).offset_blocks != 0 || data.len() < len {
+            return Ok(());
+        }
+        self.parse_run(dev, &ix, 0, count, &data[..len], CacheUse::FillOnly)?;
+        Ok(())
+    }
+
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
     /// table has one.
     pub fn get(&self, dev: &BlockDevice, key: &[u8], snapshot: u64) -> Result<Option<Entry>> {

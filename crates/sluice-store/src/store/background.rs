@@ -49,7 +49,7 @@ impl Inner {
             &snapshots,
             inner.config.compaction.target_file_bytes,
             &mut |t| {
-                placed.push(self.place(job.keyspace, t)?);
+                placed.push(self.place(job.keyspace, t, false)?);
                 Ok(())
             },
         );

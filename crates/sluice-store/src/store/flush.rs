@@ -14,6 +14,10 @@ pub(super) struct Placed {
     entries: u64,
     smallest: Vec<u8>,
     largest: Vec<u8>,
+    /// The data blocks as written, to put in the block cache once the
+    /// table is installed (a memtable flush's: the newest data is read
+    /// most, and otherwise every read of it misses until it is read back).
+    warm: Option<Vec<u8>>,
 }
 
 impl Placed {
@@ -72,7 +76,12 @@ impl Inner {
             for t in frozen_guard.range_tombstones(ks) {
                 b.add_range_tombstone(t);
             }
-            match self.place(ks, b.finish()) {
+            let built = b.finish();
+            // Warmed only while one table takes at most a quarter of the
+            // cache, so a flush never empties it.
+            let data_bytes = built.index_offset_blocks as usize * STORE_BLOCK_BYTES;
+            let warm = data_bytes <= inner.cache.capacity_bytes() / 4;
+            match self.place(ks, built, warm) {
                 Ok(p) => placed.push(p),
                 Err(e) => {
                     self.unplace(&placed.iter().flat_map(Placed::extents).collect::<Vec<_>>());
@@ -137,7 +146,9 @@ impl Inner {
 
     /// Allocates an extent for a built table and writes it there; the
     /// allocation is logged by [`Inner::install`].
-    pub(super) fn place(&self, keyspace: u32, t: BuiltTable) -> Result<Placed> {
+    ///
+    /// With `warm`, the placed table keeps its data blocks for the cache.
+    pub(super) fn place(&self, keyspace: u32, t: BuiltTable, warm: bool) -> Result<Placed> {
         let (extent, meta) = self.allocate_table(&t)?;
         let written = match meta {
             Some(meta) => write_table_parts(&self.dev, extent, meta, &t),
@@ -158,6 +169,11 @@ impl Inner {
             entries: t.entries,
             smallest: t.smallest,
             largest: t.largest,
+            warm: warm.then(|| {
+                let mut data = t.bytes;
+                data.truncate(t.index_offset_blocks as usize * STORE_BLOCK_BYTES);
+                data
+            }),
         })
     }
 
@@ -213,7 +229,9 @@ impl Inner {
         let inner = self;
         let mut edits = Vec::new();
         let mut metas = Vec::new();
+        let mut warm = Vec::new();
         for p in placed {
+            warm.push(p.warm);
             let meta = TableMeta {
                 keyspace: p.keyspace,
                 level,
@@ -242,7 +260,8 @@ impl Inner {
         self.log_group(&edits)?;
         metas
             .into_iter()
-            .map(|meta| {
+            .zip(warm)
+            .map(|(meta, warm)| {
                 let name = names.get(&meta.keyspace).map_or("?", String::as_str);
                 let reader = TableReader::open_parts(
                     &inner.dev,
@@ -255,6 +274,9 @@ impl Inner {
                 )?
                 .with_cache(inner.cache.clone())
                 .with_index_memory(inner.pin_budget.clone(), inner.index_cache.clone());
+                if let Some(data) = warm {
+                    reader.warm_cache(&inner.dev, &data)?;
+                }
                 Ok(Arc::new(Table::new(meta, reader, inner.released.clone())))
             })
             .collect()
