@@ -37,6 +37,21 @@ pub struct ServeArgs {
     /// The TLS private key (PEM).
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// Also serve local clients through shared-memory rings: the Unix
+    /// socket they connect to once (see sluice-client, `shm:///PATH`).
+    #[arg(long, value_name = "PATH")]
+    shm: Option<PathBuf>,
+    /// Permission bits of the --shm socket, in octal: who may connect.
+    #[arg(long, default_value = "0660", value_parser = parse_mode)]
+    shm_mode: u32,
+    /// Most shared-memory clients at once (they count toward
+    /// --max-clients too).
+    #[arg(long, default_value_t = 1024)]
+    shm_max_clients: usize,
+    /// Bytes of each shared-memory client's request ring and response ring,
+    /// in KiB (a power of two, 4 to 1048576).
+    #[arg(long, default_value_t = 1024)]
+    shm_ring_kib: usize,
     /// Worker threads, each pinned to a core (default: one per core).
     #[arg(long)]
     threads: Option<usize>,
@@ -150,6 +165,28 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         }),
         _ => bail!("TLS needs all three of --resp-tls ADDR, --tls-cert FILE and --tls-key FILE"),
     };
+    let shm = match &args.shm {
+        None => None,
+        Some(path) => {
+            let ring_bytes = args.shm_ring_kib << 10;
+            if !ring_bytes.is_power_of_two()
+                || !(sluice_io::shm::MIN_RING_BYTES..=sluice_io::shm::MAX_RING_BYTES)
+                    .contains(&ring_bytes)
+            {
+                bail!(
+                    "--shm-ring-kib {}: give a power of two from 4 to 1048576",
+                    args.shm_ring_kib
+                );
+            }
+            Some(sluice_server::server::ShmSettings {
+                mode: args.shm_mode,
+                max_clients: args.shm_max_clients,
+                request_ring_bytes: ring_bytes,
+                response_ring_bytes: ring_bytes,
+                ..sluice_server::server::ShmSettings::at(path)
+            })
+        }
+    };
     let store_config = args.store.config(StoreConfig {
         write_buffer_bytes: args.write_buffer_mib << 20,
         block_cache_bytes: args.block_cache_mib << 20,
@@ -171,6 +208,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let config = ServerConfig {
         resp_addr: args.resp,
         tls,
+        shm,
         threads,
         pin_threads: !args.no_pin,
         durability: args.durability,
@@ -216,6 +254,13 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if let Some(addr) = server.tls_addr() {
         println!("sluice serve: Redis protocol over TLS on {addr}");
     }
+    if let Some(path) = &args.shm {
+        println!(
+            "sluice serve: shared-memory clients on {} (mode {:o})",
+            path.display(),
+            args.shm_mode
+        );
+    }
     println!("ready to accept connections");
     server.wait()?;
     drop(db);
@@ -225,4 +270,11 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     }
     println!("sluice serve: stopped; every acknowledged write is durable");
     Ok(())
+}
+
+fn parse_mode(text: &str) -> std::result::Result<u32, String> {
+    u32::from_str_radix(text.trim_start_matches("0o"), 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("{text}: give permission bits in octal, as 0660"))
 }

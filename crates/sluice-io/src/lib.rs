@@ -12,6 +12,8 @@
 //! - [`probe`]: what the kernel offers; engines fall back from it.
 //! - [`net`]: the network ring of a server thread (multishot accept and
 //!   recv into provided buffers, owned sends, a waker), Linux 6.0.
+//! - [`shm`]: shared-memory rings for local clients of the server (sealed
+//!   memfds, futex and eventfd wake-ups, descriptor passing).
 //! - [`sync_io`]: [`DeviceIo`], blocking I/O from any thread through leased
 //!   engines — how the crates above wait for a device I/O.
 //!
@@ -30,6 +32,7 @@ pub mod mem;
 pub mod net;
 pub mod pool;
 pub mod probe;
+pub mod shm;
 pub mod sync_io;
 
 pub use device::{

@@ -131,6 +131,12 @@ impl Waker {
         })
     }
 
+    /// A duplicate of the eventfd behind this waker, for another process
+    /// to wake the ring by writing 8 bytes to it (shared-memory clients).
+    pub fn duplicate_fd(&self) -> io::Result<OwnedFd> {
+        self.fd.try_clone()
+    }
+
     /// Ends the ring's current or next wait.
     pub fn wake(&self) {
         let one = 1u64.to_ne_bytes();
@@ -341,6 +347,7 @@ impl NetRing {
         let ring = IoUring::builder()
             .setup_single_issuer()
             .setup_coop_taskrun()
+            .setup_taskrun_flag()
             .setup_defer_taskrun()
             .setup_cqsize(config.queue_depth * 2)
             .build(config.queue_depth)?;
@@ -427,7 +434,9 @@ impl NetRing {
 
     /// Arms a multishot recv on `stream` for `conn`. At most one per
     /// connection; [`NetEvent::RecvEnded`] says when it ended.
-    pub fn recv(&mut self, conn: ConnId, stream: &TcpStream) -> io::Result<()> {
+    /// Any stream socket works (a Unix socket's recv ending is how a
+    /// shared-memory client's hang-up is seen).
+    pub fn recv(&mut self, conn: ConnId, stream: &impl AsRawFd) -> io::Result<()> {
         let recv = opcode::RecvMulti::new(types::Fd(stream.as_raw_fd()), BUFFER_GROUP)
             .build()
             .user_data(RECV | conn as u64);
@@ -459,6 +468,17 @@ impl NetRing {
         // The Vec's heap bytes do not move when the Vec does.
         self.sends.insert(conn, (buf, offset));
         self.push(&send)
+    }
+
+    /// Whether a non-blocking [`NetRing::wait`] has anything to do: entries
+    /// queued, or completions the kernel holds until this thread enters
+    /// (deferred task work, flagged in the shared ring with
+    /// `IORING_SETUP_TASKRUN_FLAG`, Linux 5.19). A thread busy with work
+    /// that needs no socket skips the system call when this is false.
+    pub fn needs_enter(&mut self) -> bool {
+        let mut sq = self.ring.submission();
+        sq.sync();
+        !sq.is_empty() || sq.taskrun()
     }
 
     /// Submits what was queued and waits up to `timeout` for at least one

@@ -105,6 +105,18 @@ impl RequestReader {
 
     /// Appends bytes received from the client.
     pub fn feed(&mut self, bytes: &[u8]) {
+        self.compact();
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Lets `fill` append received bytes straight to the reader's buffer
+    /// (a shared-memory ring copies into it with no buffer between).
+    pub fn feed_with<T>(&mut self, fill: impl FnOnce(&mut Vec<u8>) -> T) -> T {
+        self.compact();
+        fill(&mut self.buf)
+    }
+
+    fn compact(&mut self) {
         if self.pos > 0 && self.pos == self.buf.len() {
             self.buf.clear();
             self.pos = 0;
@@ -114,7 +126,6 @@ impl RequestReader {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
-        self.buf.extend_from_slice(bytes);
     }
 
     /// Bytes the reader holds, framed or not (its memory).

@@ -3,8 +3,47 @@
 use crate::resp::{Limits, Reply, RequestReader};
 use crate::session::Session;
 use sluice_store::wal::LogPosition;
-use std::net::TcpStream;
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::time::Instant;
+
+/// How a client's bytes come and go.
+pub(super) enum Transport {
+    /// A TCP socket, read and written through the worker's network ring.
+    Tcp(TcpStream),
+    /// Shared-memory rings, polled by the worker; the Unix socket of the
+    /// handshake only tells when the client is gone.
+    Shm(Box<ShmLink>),
+}
+
+/// A shared-memory client's rings and socket.
+pub(super) struct ShmLink {
+    pub(super) channel: sluice_io::shm::ShmChannel,
+    pub(super) sock: UnixStream,
+}
+
+impl Transport {
+    pub(super) fn shutdown(&self, how: Shutdown) -> std::io::Result<()> {
+        match self {
+            Transport::Tcp(s) => s.shutdown(how),
+            Transport::Shm(link) => link.sock.shutdown(how),
+        }
+    }
+
+    pub(super) fn is_shm(&self) -> bool {
+        matches!(self, Transport::Shm(_))
+    }
+}
+
+impl AsRawFd for Transport {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Transport::Tcp(s) => s.as_raw_fd(),
+            Transport::Shm(link) => link.sock.as_raw_fd(),
+        }
+    }
+}
 
 /// A transaction being queued (MULTI).
 #[derive(Debug, Default)]
@@ -16,7 +55,7 @@ pub(super) struct Queued {
 
 /// A client connection.
 pub(super) struct Conn {
-    pub(super) stream: TcpStream,
+    pub(super) stream: Transport,
     pub(super) session: Session,
     pub(super) reader: RequestReader,
     /// Replies ready to send.
@@ -57,10 +96,7 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    pub(super) fn new(stream: TcpStream, session: Session, limits: Limits) -> Conn {
-        let addr = stream
-            .peer_addr()
-            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    pub(super) fn new(stream: Transport, addr: String, session: Session, limits: Limits) -> Conn {
         let now = Instant::now();
         Conn {
             stream,

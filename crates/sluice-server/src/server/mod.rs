@@ -20,11 +20,13 @@ mod clients;
 mod conn;
 mod durability;
 mod expiry;
+pub mod shm;
 pub mod tls;
 mod worker;
 
 pub use clients::{ClientEntry, Clients};
 pub use durability::Durability;
+pub use shm::ShmSettings;
 
 use crate::db::Db;
 use crate::resp::Limits;
@@ -41,6 +43,8 @@ pub struct ServerConfig {
     pub resp_addr: SocketAddr,
     /// The Redis protocol over TLS too, if set.
     pub tls: Option<tls::TlsSettings>,
+    /// The shared-memory transport for local clients, if set.
+    pub shm: Option<ShmSettings>,
     /// Worker threads (one per core by default).
     pub threads: usize,
     /// Pin each worker to a core.
@@ -75,6 +79,7 @@ impl Default for ServerConfig {
         ServerConfig {
             resp_addr: SocketAddr::from(([127, 0, 0, 1], 6379)),
             tls: None,
+            shm: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             pin_threads: true,
             durability: Durability::Always,
@@ -138,6 +143,8 @@ pub struct Shared {
     /// The address of the TLS listener, if any.
     pub tls_addr: Option<SocketAddr>,
     wakers: Mutex<Vec<Arc<sluice_io::net::Waker>>>,
+    /// Each worker's hand-over point for shared-memory clients.
+    shm_inboxes: Mutex<Vec<Arc<shm::WorkerInbox>>>,
     committer: durability::Committer,
 }
 
@@ -186,6 +193,10 @@ impl Server {
             Some(l) => Some(l.local_addr()?),
             None => None,
         };
+        let shm_listener = match &config.shm {
+            Some(settings) => Some(shm::bind(settings)?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             db,
             clients: AtomicUsize::new(0),
@@ -199,6 +210,7 @@ impl Server {
             resp_addr,
             tls_addr,
             wakers: Mutex::new(Vec::new()),
+            shm_inboxes: Mutex::new(Vec::new()),
             committer: durability::Committer::default(),
             config,
         });
@@ -242,10 +254,13 @@ impl Server {
                 }
             }
         }
-        let background = vec![
+        let mut background = vec![
             durability::start(shared.clone())?,
             expiry::start(shared.clone())?,
         ];
+        if let Some(listener) = shm_listener {
+            background.push(shm::start(shared.clone(), listener)?);
+        }
         Ok(Server {
             shared,
             workers,

@@ -2,7 +2,8 @@
 //! release replies the log has made durable, send, and wait — polling
 //! while busy, blocking when idle.
 
-use super::conn::Conn;
+use super::conn::{Conn, ShmLink, Transport};
+use super::shm::WorkerInbox;
 use super::{admin, Shared, TICK};
 use crate::session::Session;
 use sluice_io::net::{ConnId, NetEvent, NetRing, NetRingConfig, Waker};
@@ -20,6 +21,8 @@ const MAX_CLIENTS_REPLY: &[u8] = b"-ERR max number of clients reached\r\n";
 const DEFERRED_RETRY: Duration = Duration::from_millis(1);
 /// A send buffer kept for reuse only up to this size.
 const SPARE_MAX_BYTES: usize = 1 << 20;
+/// Most bytes taken from a shared-memory client's request ring at once.
+const SHM_READ_BYTES: usize = 256 << 10;
 
 pub(super) fn run(
     shared: Arc<Shared>,
@@ -54,6 +57,12 @@ pub(super) fn run(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(waker.clone());
+    let inbox = Arc::new(WorkerInbox::new(waker.clone()));
+    shared
+        .shm_inboxes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(inbox.clone());
     let _ = ready.send(Ok(()));
     let mut worker = Worker {
         shared,
@@ -71,6 +80,8 @@ pub(super) fn run(
         index,
         kills,
         deferring: false,
+        inbox,
+        shm_conns: Vec::new(),
     };
     worker.run()
 }
@@ -109,6 +120,10 @@ struct Worker {
     deferring: bool,
     /// Clients CLIENT KILL closes, from any worker.
     kills: Arc<super::clients::KillQueue>,
+    /// Shared-memory clients the acceptor hands to this worker.
+    inbox: Arc<WorkerInbox>,
+    /// The slots of this worker's shared-memory clients, polled each turn.
+    shm_conns: Vec<ConnId>,
 }
 
 impl Worker {
@@ -127,11 +142,17 @@ impl Worker {
             }
             let spin = Duration::from_micros(self.shared.config.spin_us);
             if worked || last_work.elapsed() < spin {
-                self.ring.wait(None)?;
-            } else if self.deferring {
-                self.ring.wait(Some(DEFERRED_RETRY))?;
-            } else {
-                self.ring.wait(Some(TICK))?;
+                // While shared-memory clients keep it busy, the thread
+                // enters the kernel only when a socket needs it.
+                if self.ring.needs_enter() {
+                    self.ring.wait(None)?;
+                } else {
+                    std::hint::spin_loop();
+                }
+            } else if self.shm_may_sleep() {
+                let timeout = if self.deferring { DEFERRED_RETRY } else { TICK };
+                self.ring.wait(Some(timeout))?;
+                self.shm_awake();
             }
         }
     }
@@ -140,6 +161,8 @@ impl Worker {
     fn turn(&mut self) -> std::io::Result<bool> {
         let reaped = self.reap()?;
         self.apply_events()?;
+        self.take_arrivals()?;
+        let polled = self.poll_shm();
         for (slot, id) in self.kills.take() {
             if let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) {
                 if c.session.id() == id {
@@ -157,14 +180,14 @@ impl Worker {
         self.work.dedup();
         let served = self.serve_all();
         self.release_durable();
-        self.send_all()?;
+        let wrote = self.send_all()?;
         self.close_finished();
         self.keep_pending();
         if self.last_tick.elapsed() >= TICK {
             self.last_tick = Instant::now();
             self.close_idle();
         }
-        Ok(reaped > 0 || served)
+        Ok(reaped > 0 || served || polled || wrote)
     }
 
     fn reap(&mut self) -> std::io::Result<usize> {
@@ -186,7 +209,9 @@ impl Worker {
                     .net_input_bytes
                     .fetch_add(bytes.len() as u64, Ordering::Relaxed);
                 c.last_active = Instant::now();
-                if c.dead || c.closing {
+                if c.dead || c.closing || c.stream.is_shm() {
+                    // A shared-memory client's socket carries nothing
+                    // after the handshake.
                     return;
                 }
                 match &mut c.tls {
@@ -216,6 +241,9 @@ impl Worker {
                 if let Some(c) = conns.get_mut(conn as usize).and_then(Option::as_mut) {
                     c.recv_armed = false;
                     match result {
+                        // A shared-memory client hung up: it is gone, and
+                        // so is whatever it left half-written.
+                        Ok(()) if c.stream.is_shm() => c.dead = true,
                         Ok(()) => c.closing = true,
                         Err(_) => c.dead = true,
                     }
@@ -265,8 +293,13 @@ impl Worker {
             }
         }
         for (id, buf, sent_to) in std::mem::take(&mut self.events.resend) {
-            if let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) {
-                self.ring.send(id, &c.stream, buf, sent_to)?;
+            if let Some(Transport::Tcp(stream)) = self
+                .conns
+                .get_mut(id as usize)
+                .and_then(Option::as_mut)
+                .map(|c| &c.stream)
+            {
+                self.ring.send(id, stream, buf, sent_to)?;
             }
         }
         Ok(())
@@ -301,7 +334,13 @@ impl Worker {
         let _ = stream.set_nodelay(true);
         let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
         let session = Session::new(id, &shared.config.users);
-        let mut conn = Conn::new(stream, session, shared.config.limits);
+        let addr = stream
+            .peer_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        let laddr = stream
+            .local_addr()
+            .map_or_else(|_| "?".into(), |a| a.to_string());
+        let mut conn = Conn::new(Transport::Tcp(stream), addr, session, shared.config.limits);
         if tls {
             let Some(settings) = &shared.config.tls else {
                 return Ok(());
@@ -319,6 +358,11 @@ impl Worker {
                 }
             }
         }
+        self.install(conn, laddr)
+    }
+
+    /// Gives `conn` a slot, arms its recv, and registers it.
+    fn install(&mut self, mut conn: Conn, laddr: String) -> std::io::Result<()> {
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None => {
@@ -328,14 +372,14 @@ impl Worker {
         };
         self.ring.recv(slot, &conn.stream)?;
         conn.recv_armed = true;
-        shared.registry.insert(
-            id,
+        if conn.stream.is_shm() {
+            self.shm_conns.push(slot);
+        }
+        self.shared.registry.insert(
+            conn.session.id(),
             super::ClientEntry {
                 addr: conn.addr.clone(),
-                laddr: conn
-                    .stream
-                    .local_addr()
-                    .map_or_else(|_| "?".into(), |a| a.to_string()),
+                laddr,
                 name: Vec::new(),
                 lib_name: Vec::new(),
                 lib_ver: Vec::new(),
@@ -349,6 +393,149 @@ impl Worker {
         Ok(())
     }
 
+    /// Takes the shared-memory clients the acceptor handed over.
+    fn take_arrivals(&mut self) -> std::io::Result<()> {
+        let Some(settings) = &self.shared.config.shm else {
+            return Ok(());
+        };
+        let addr = super::shm::client_addr(&settings.path);
+        let laddr = settings.path.display().to_string();
+        for arrival in self.inbox.take() {
+            let session = Session::new(arrival.id, &self.shared.config.users);
+            let link = ShmLink {
+                channel: arrival.channel,
+                sock: arrival.sock,
+            };
+            log::debug!("shared-memory client {} (pid {})", arrival.id, arrival.pid);
+            let conn = Conn::new(
+                Transport::Shm(Box::new(link)),
+                addr.clone(),
+                session,
+                self.shared.config.limits,
+            );
+            self.install(conn, laddr.clone())?;
+        }
+        Ok(())
+    }
+
+    /// Takes what the shared-memory clients published into the readers,
+    /// and looks again at those with replies waiting for ring space;
+    /// whether any requests came.
+    fn poll_shm(&mut self) -> bool {
+        let mut any = false;
+        let out_limit = self.shm_out_limit();
+        let max_query = self.shared.config.max_query_bytes;
+        for &id in &self.shm_conns {
+            let Some(c) = self.conns[id as usize].as_mut() else {
+                continue;
+            };
+            let Transport::Shm(link) = &mut c.stream else {
+                continue;
+            };
+            if c.dead {
+                continue;
+            }
+            if !c.out.is_empty() {
+                self.events.touched.push(id);
+            }
+            // Back-pressure: requests already taken wait to run first, and
+            // a client that does not read its replies gets no more run. A
+            // request bigger than the ring is read on until it is whole.
+            if c.closing || c.more_input || c.out.len() >= out_limit {
+                continue;
+            }
+            match c
+                .reader
+                .feed_with(|buf| link.channel.read(buf, SHM_READ_BYTES))
+            {
+                Ok(0) => {}
+                Ok(n) => {
+                    // A client whose ring was full may be parked for room.
+                    if link.channel.take_peer_sleeping() {
+                        link.channel.wake_client();
+                    }
+                    self.shared
+                        .stats
+                        .net_input_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    c.last_active = Instant::now();
+                    c.more_input = true;
+                    self.events.touched.push(id);
+                    any = true;
+                    if c.reader.pending_bytes() > max_query {
+                        log::warn!(
+                            "closing client {}: its query buffer passed {max_query} bytes",
+                            c.addr
+                        );
+                        c.dead = true;
+                    }
+                }
+                Err(e) => {
+                    log::warn!("closing shared-memory client {}: {e}", c.session.id());
+                    c.dead = true;
+                    self.events.touched.push(id);
+                }
+            }
+        }
+        any
+    }
+
+    /// Most reply bytes a shared-memory client may have waiting before its
+    /// requests stop running: one response ring.
+    fn shm_out_limit(&self) -> usize {
+        self.shared
+            .config
+            .shm
+            .as_ref()
+            .map_or(usize::MAX, |s| s.response_ring_bytes)
+    }
+
+    /// Before the thread blocks: tells every shared-memory client it is
+    /// about to sleep, then looks once more (a client that published in
+    /// between sees the flag and wakes the thread, or is seen here).
+    /// Whether the thread may block.
+    fn shm_may_sleep(&mut self) -> bool {
+        let out_limit = self.shm_out_limit();
+        for &id in &self.shm_conns {
+            if let Some(Transport::Shm(link)) =
+                self.conns[id as usize].as_mut().map(|c| &mut c.stream)
+            {
+                link.channel.announce_sleeping();
+            }
+        }
+        let busy = self.shm_conns.iter().any(|&id| {
+            let Some(c) = self.conns[id as usize].as_ref() else {
+                return false;
+            };
+            let Transport::Shm(link) = &c.stream else {
+                return false;
+            };
+            if c.dead {
+                return false;
+            }
+            let wants_in = !c.closing
+                && !c.more_input
+                && c.out.len() < out_limit
+                && link.channel.in_pending().map_or(true, |n| n > 0);
+            let can_out = !c.out.is_empty() && link.channel.out_free().map_or(true, |n| n > 0);
+            wants_in || can_out
+        });
+        if busy {
+            self.shm_awake();
+        }
+        !busy
+    }
+
+    /// After a wait: the clients need not wake the thread any more.
+    fn shm_awake(&mut self) {
+        for &id in &self.shm_conns {
+            if let Some(Transport::Shm(link)) = self.conns[id as usize].as_ref().map(|c| &c.stream)
+            {
+                link.channel.clear_sleeping();
+            }
+        }
+    }
+
     /// Runs the requests that arrived, up to the pipeline limit per
     /// connection; whether any ran.
     fn serve_all(&mut self) -> bool {
@@ -356,6 +543,7 @@ impl Worker {
         self.deferring = false;
         let store = self.shared.db.store().clone();
         let max_pipeline = self.shared.config.max_pipeline;
+        let shm_out_limit = self.shm_out_limit();
         for &id in &self.work {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
@@ -364,7 +552,12 @@ impl Worker {
                 continue;
             }
             let mut n = 0;
+            let mut held_back = false;
             while n < max_pipeline && !c.quit {
+                if c.stream.is_shm() && c.out.len() >= shm_out_limit {
+                    held_back = true;
+                    break;
+                }
                 let next = match c.deferred.take() {
                     Some(args) => Ok(Some(args)),
                     None => c.reader.next(c.session.unauthenticated()),
@@ -396,7 +589,7 @@ impl Worker {
                 }
             }
             served |= n > 0;
-            c.more_input = n == max_pipeline || c.deferred.is_some();
+            c.more_input = n == max_pipeline || c.deferred.is_some() || held_back;
             if c.waiting_bytes() > self.shared.config.max_output_bytes {
                 log::warn!(
                     "closing client {}: {} reply bytes wait for it (limit {})",
@@ -436,11 +629,42 @@ impl Worker {
         }
     }
 
-    fn send_all(&mut self) -> std::io::Result<()> {
+    /// Hands waiting replies to the sockets and rings; whether any went
+    /// into a ring (sockets report through their completions).
+    fn send_all(&mut self) -> std::io::Result<bool> {
+        let mut wrote = false;
         for &id in &self.work {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
             };
+            if let Transport::Shm(link) = &mut c.stream {
+                if c.dead || c.out.is_empty() {
+                    continue;
+                }
+                match link.channel.write(&c.out) {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        wrote = true;
+                        if n == c.out.len() {
+                            c.out.clear();
+                        } else {
+                            c.out.drain(..n);
+                        }
+                        self.shared
+                            .stats
+                            .net_output_bytes
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        if link.channel.take_peer_sleeping() {
+                            link.channel.wake_client();
+                        }
+                    }
+                    Err(e) => {
+                        log::warn!("closing shared-memory client {}: {e}", c.session.id());
+                        c.dead = true;
+                    }
+                }
+                continue;
+            }
             if c.dead || self.ring.sending(id as ConnId) {
                 continue;
             }
@@ -471,9 +695,12 @@ impl Worker {
                     buf
                 }
             };
-            self.ring.send(id as ConnId, &c.stream, buf, 0)?;
+            let Transport::Tcp(stream) = &c.stream else {
+                continue;
+            };
+            self.ring.send(id as ConnId, stream, buf, 0)?;
         }
-        Ok(())
+        Ok(wrote)
     }
 
     /// Frees connections with nothing left in flight.
@@ -495,6 +722,13 @@ impl Worker {
                 continue;
             }
             self.shared.registry.remove(c.session.id());
+            if let Transport::Shm(link) = &c.stream {
+                // Wakes a client parked on its futex: it reads what is
+                // left in its ring, then sees the channel closed.
+                link.channel.close();
+                self.shm_conns.retain(|&s| s as usize != id);
+                self.inbox.load.fetch_sub(1, Ordering::Relaxed);
+            }
             self.conns[id] = None;
             self.free.push(id as ConnId);
             self.shared.clients.fetch_sub(1, Ordering::AcqRel);
@@ -539,7 +773,11 @@ impl Worker {
             let Some(c) = slot.as_mut() else { continue };
             if !c.closing {
                 c.closing = true;
-                let _ = c.stream.shutdown(Shutdown::Read);
+                // A shared-memory client's socket stays open: its end
+                // would read as the client's death, dropping its replies.
+                if !c.stream.is_shm() {
+                    let _ = c.stream.shutdown(Shutdown::Read);
+                }
                 self.pending.push(id as ConnId);
             }
         }

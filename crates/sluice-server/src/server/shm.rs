@@ -1,0 +1,235 @@
+//! The shared-memory transport's front door (`sluice serve --shm PATH`):
+//! a Unix socket where a local client asks for its rings.
+//!
+//! One acceptor thread takes connections, checks the handshake and the
+//! client limits, makes the client's sealed memfd (`sluice_io::shm`) and
+//! hands it back with the eventfd of the worker chosen for it (the least
+//! loaded); the worker then polls the client's request ring from its
+//! loop. The socket stays open for the client's life: its hang-up is how
+//! a dead client is seen, and its rings are then reclaimed.
+//!
+//! The handshake is `sluice_io::shm`'s (docs/FORMAT.md, "Shared-memory
+//! transport"); a refusal carries Redis's own error text where it has one.
+
+use super::Shared;
+use sluice_io::net::Waker;
+use sluice_io::shm::{self, ShmChannel, ShmRegion, Side};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How long a connecting client may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often the acceptor looks at the shutdown flag.
+const ACCEPT_POLL: Duration = Duration::from_millis(100);
+
+/// How the shared-memory transport runs.
+#[derive(Debug, Clone)]
+pub struct ShmSettings {
+    /// The Unix socket clients connect to.
+    pub path: PathBuf,
+    /// The socket's permission bits: who may connect.
+    pub mode: u32,
+    /// Most shared-memory clients at once (they count toward
+    /// `maxclients` too).
+    pub max_clients: usize,
+    /// Bytes of each client's request ring (a power of two).
+    pub request_ring_bytes: usize,
+    /// Bytes of each client's response ring (a power of two).
+    pub response_ring_bytes: usize,
+}
+
+impl ShmSettings {
+    /// Defaults for a socket at `path`.
+    pub fn at(path: impl Into<PathBuf>) -> ShmSettings {
+        ShmSettings {
+            path: path.into(),
+            mode: 0o660,
+            max_clients: 1024,
+            request_ring_bytes: 1 << 20,
+            response_ring_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A client handed from the acceptor to a worker.
+pub(super) struct Arrival {
+    pub(super) channel: ShmChannel,
+    pub(super) sock: UnixStream,
+    pub(super) id: u64,
+    pub(super) pid: i32,
+}
+
+/// A worker's side of the hand-over.
+pub(super) struct WorkerInbox {
+    pub(super) waker: Arc<Waker>,
+    pub(super) arrivals: Mutex<Vec<Arrival>>,
+    /// Shared-memory clients the worker holds now.
+    pub(super) load: AtomicUsize,
+}
+
+impl WorkerInbox {
+    pub(super) fn new(waker: Arc<Waker>) -> WorkerInbox {
+        WorkerInbox {
+            waker,
+            arrivals: Mutex::new(Vec::new()),
+            load: AtomicUsize::new(0),
+        }
+    }
+
+    pub(super) fn take(&self) -> Vec<Arrival> {
+        std::mem::take(&mut *self.arrivals.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Binds the socket: a stale one (no server answers) is replaced, a live
+/// one is an error; the parent directory is made if missing.
+pub(super) fn bind(settings: &ShmSettings) -> std::io::Result<UnixListener> {
+    let path = &settings.path;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot make {} for --shm: {e}", parent.display()),
+            )
+        })?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "{} already has a server listening: stop it or pick another --shm path",
+                    path.display()
+                ),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot bind --shm {}: {e}", path.display()),
+        )
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(settings.mode))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Starts the acceptor thread.
+pub(super) fn start(
+    shared: Arc<Shared>,
+    listener: UnixListener,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("sluice-shm-accept".into())
+        .spawn(move || accept_loop(&shared, &listener))
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+    while !shared.stopping() {
+        match listener.accept() {
+            Ok((sock, _)) => {
+                if let Err(e) = admit(shared, sock) {
+                    log::info!("a shared-memory client was not admitted: {e}");
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let _ = shm::wait_readable(listener.as_fd(), ACCEPT_POLL);
+            }
+            Err(e) => {
+                log::warn!("accept on the shared-memory socket failed: {e}");
+                std::thread::sleep(ACCEPT_POLL);
+            }
+        }
+    }
+    if let Some(settings) = &shared.config.shm {
+        let _ = std::fs::remove_file(&settings.path);
+    }
+}
+
+fn read_hello(sock: &mut UnixStream) -> std::io::Result<()> {
+    sock.set_nonblocking(false)?;
+    sock.set_read_timeout(Some(HELLO_TIMEOUT))?;
+    let mut hello = [0u8; shm::HELLO_BYTES];
+    sock.read_exact(&mut hello)?;
+    shm::check_hello(&hello).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+fn refuse(sock: &mut UnixStream, text: &str) {
+    let _ = sock.write_all(&shm::refuse_answer(text));
+}
+
+fn admit(shared: &Arc<Shared>, mut sock: UnixStream) -> std::io::Result<()> {
+    let Some(settings) = &shared.config.shm else {
+        return Ok(());
+    };
+    shared
+        .stats
+        .connections_received
+        .fetch_add(1, Ordering::Relaxed);
+    read_hello(&mut sock)?;
+    let cred = shm::peer_credentials(&sock)?;
+    let inboxes = shared.shm_inboxes.lock().unwrap_or_else(|p| p.into_inner());
+    let shm_clients: usize = inboxes.iter().map(|w| w.load.load(Ordering::Relaxed)).sum();
+    let admitted = shm_clients < settings.max_clients
+        && shared
+            .clients
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < shared.max_clients.load(Ordering::Relaxed)).then_some(n + 1)
+            })
+            .is_ok();
+    if !admitted || shared.stopping() {
+        if admitted {
+            shared.clients.fetch_sub(1, Ordering::AcqRel);
+        }
+        shared
+            .stats
+            .rejected_connections
+            .fetch_add(1, Ordering::Relaxed);
+        refuse(&mut sock, "ERR max number of clients reached");
+        return Ok(());
+    }
+    let give_back = |e: std::io::Error| {
+        shared.clients.fetch_sub(1, Ordering::AcqRel);
+        e
+    };
+    let worker = inboxes
+        .iter()
+        .min_by_key(|w| w.load.load(Ordering::Relaxed))
+        .expect("at least one worker")
+        .clone();
+    drop(inboxes);
+    let region = ShmRegion::create(settings.request_ring_bytes, settings.response_ring_bytes)
+        .map_err(give_back)?;
+    let eventfd = worker.waker.duplicate_fd().map_err(give_back)?;
+    let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let answer = shm::admit_answer(id);
+    shm::send_with_fds(&sock, &answer, &[region.fd(), eventfd.as_fd()]).map_err(give_back)?;
+    drop(eventfd);
+    worker.load.fetch_add(1, Ordering::Relaxed);
+    worker
+        .arrivals
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Arrival {
+            channel: ShmChannel::new(region, Side::Server),
+            sock,
+            id,
+            pid: cred.pid,
+        });
+    worker.waker.wake();
+    Ok(())
+}
+
+/// The name a shared-memory client goes by in CLIENT LIST (Redis shows a
+/// Unix-socket client as `path:0`).
+pub(super) fn client_addr(path: &Path) -> String {
+    format!("{}:0", path.display())
+}
