@@ -1,7 +1,9 @@
 //! Differential test of the data commands: the same command sequences go
-//! to a real `redis-server` 7 and to a Sluice server (over TCP, through
-//! the whole server: framing, dispatch, the store, durability), and every
-//! reply must be the same bytes — in RESP2 and after `HELLO 3` in RESP3.
+//! to a real `redis-server` 7 and to a Sluice server (through the whole
+//! server: framing, dispatch, the store, durability), and every reply must
+//! be the same bytes — in RESP2 and after `HELLO 3` in RESP3. Each
+//! sequence runs twice, with Sluice reached over TCP and then over its
+//! shared-memory rings (`--shm`).
 //!
 //! Where the two may differ by design the comparison says so: replies
 //! listing a hash's fields or KEYS are compared as sets (Redis lists in
@@ -11,26 +13,65 @@
 
 mod common;
 
-use common::{start_redis, start_sluice, Client, Redis, Sluice};
+use common::{small_store, start_redis, start_sluice_on, Client, Redis, Sluice};
 use proptest::prelude::*;
 use sluice_server::resp::Reply;
-use sluice_server::server::Durability;
+use sluice_server::server::{Durability, ServerConfig, ShmSettings};
 use std::sync::{Mutex, OnceLock};
 
 struct Pair {
     redis: Redis,
     sluice: Sluice,
+    shm_path: std::path::PathBuf,
     /// One sequence at a time: each starts from empty databases.
     lock: Mutex<()>,
 }
 
 fn pair() -> &'static Pair {
     static P: OnceLock<Pair> = OnceLock::new();
-    P.get_or_init(|| Pair {
-        redis: start_redis(&[]),
-        sluice: start_sluice(Durability::Always),
-        lock: Mutex::new(()),
+    P.get_or_init(|| {
+        let shm_path = std::env::temp_dir().join(format!(
+            "sluice-commands-redis-{}.sock",
+            std::process::id()
+        ));
+        let sluice = start_sluice_on(
+            small_store(),
+            ServerConfig {
+                threads: 2,
+                durability: Durability::Always,
+                shm: Some(ShmSettings::at(&shm_path)),
+                ..ServerConfig::default()
+            },
+        );
+        Pair {
+            redis: start_redis(&[]),
+            sluice,
+            shm_path,
+            lock: Mutex::new(()),
+        }
     })
+}
+
+/// Sluice, reached one of two ways.
+enum Via {
+    Tcp(Client),
+    Shm(sluice_client::Client),
+}
+
+impl Via {
+    fn call(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        match self {
+            Via::Tcp(c) => c.call(args),
+            Via::Shm(c) => c.call_raw(args).unwrap(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Via::Tcp(_) => "tcp",
+            Via::Shm(_) => "shm",
+        }
+    }
 }
 
 fn decode(bytes: &[u8]) -> Reply {
@@ -116,16 +157,25 @@ fn show(args: &[Vec<u8>]) -> String {
         .join(" ")
 }
 
-/// Runs `script` on both servers from empty databases; the first reply
-/// that differs fails the test with the script up to it.
+/// Runs `script` on both servers from empty databases, Sluice over TCP
+/// and then over shared memory; the first reply that differs fails the
+/// test with the script up to it.
 fn compare(script: &[Vec<Vec<u8>>]) -> Result<(), TestCaseError> {
     let p = pair();
     let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let mut redis = Client::connect_port(p.redis.port);
-    let mut sluice = Client::connect(p.sluice.addr);
-    for c in [&mut redis, &mut sluice] {
-        c.call(&[b"FLUSHALL"]);
+    let url = format!("shm://{}", p.shm_path.display());
+    let tcp = Via::Tcp(Client::connect(p.sluice.addr));
+    let shm = Via::Shm(sluice_client::Client::connect(&url).unwrap());
+    for sluice in [tcp, shm] {
+        compare_via(script, p, sluice)?;
     }
+    Ok(())
+}
+
+fn compare_via(script: &[Vec<Vec<u8>>], p: &Pair, mut sluice: Via) -> Result<(), TestCaseError> {
+    let mut redis = Client::connect_port(p.redis.port);
+    redis.call(&[b"FLUSHALL"]);
+    sluice.call(&[b"FLUSHALL"]);
     let mut queued: Option<Vec<Vec<Vec<u8>>>> = None;
     for (i, args) in script.iter().enumerate() {
         let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
@@ -142,8 +192,9 @@ fn compare(script: &[Vec<Vec<u8>>]) -> Result<(), TestCaseError> {
         }
         prop_assert!(
             agree(args, &r, &s, &in_tx),
-            "command {i} `{}` differs:\n  redis:  {:?}\n  sluice: {:?}\nscript so far:\n  {}",
+            "command {i} `{}` differs (sluice over {}):\n  redis:  {:?}\n  sluice: {:?}\nscript so far:\n  {}",
             show(args),
+            sluice.name(),
             String::from_utf8_lossy(&r),
             String::from_utf8_lossy(&s),
             script[..=i]
