@@ -14,7 +14,8 @@
 //!   fread + Jansson (`jansson` loads libjansson at run time);
 //! - `export`: documents per second out of a search index against
 //!   elasticdump, helpers.scan and a bare sliced PIT loop;
-//! - `serve`: redis-benchmark against redis-server and `sluice serve`.
+//! - `serve`: redis-benchmark against redis-server and `sluice serve`;
+//! - `shm`: the shared-memory transport against sockets, ours and Redis's.
 #![warn(missing_docs)]
 
 mod export;
@@ -26,6 +27,7 @@ mod ndp;
 mod pages;
 mod pool;
 mod serve;
+mod shm;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
@@ -56,6 +58,9 @@ pub enum BenchCommand {
     /// redis-benchmark against redis-server and sluice serve in matching
     /// durability modes, same flags, same run.
     Serve(serve::ServeBenchArgs),
+    /// GET/SET at batch 1/10/50 over sluice serve's shared-memory rings, a
+    /// Unix socket and TCP, against redis-server over both sockets.
+    Shm(shm::ShmBenchArgs),
 }
 
 /// Runs one benchmark and prints its table.
@@ -68,6 +73,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Read(args) => pages::run(&args),
         BenchCommand::Export(args) => export::run(&args),
         BenchCommand::Serve(args) => serve::run(&args),
+        BenchCommand::Shm(args) => shm::run(&args),
     }
 }
 

@@ -66,7 +66,8 @@ struct Measured {
     p999_ms: f64,
 }
 
-struct Process(Child);
+/// A server the benchmark started; killed on drop.
+pub(crate) struct Process(pub(crate) Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
@@ -93,6 +94,17 @@ fn wait_listening(port: u16, what: &str) -> Result<()> {
 }
 
 fn start_redis(dir: &Path, mode: &str, threads: usize) -> Result<(Process, u16)> {
+    start_redis_with(dir, mode, threads, &[])
+}
+
+/// Starts `redis-server` in durability `mode` with `extra` flags; returns
+/// it and its port.
+pub(crate) fn start_redis_with(
+    dir: &Path,
+    mode: &str,
+    threads: usize,
+    extra: &[String],
+) -> Result<(Process, u16)> {
     let port = free_port()?;
     let mut cmd = Command::new("redis-server");
     cmd.args([
@@ -121,6 +133,7 @@ fn start_redis(dir: &Path, mode: &str, threads: usize) -> Result<(Process, u16)>
         ]);
     }
     let child = cmd
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -131,6 +144,18 @@ fn start_redis(dir: &Path, mode: &str, threads: usize) -> Result<(Process, u16)>
 }
 
 fn start_sluice(dir: &Path, mode: &str, threads: usize, device_mib: u64) -> Result<(Process, u16)> {
+    start_sluice_with(dir, mode, threads, device_mib, &[])
+}
+
+/// Starts `sluice serve` (this binary) in durability `mode` with `extra`
+/// flags, once it is ready; returns it and its port.
+pub(crate) fn start_sluice_with(
+    dir: &Path,
+    mode: &str,
+    threads: usize,
+    device_mib: u64,
+    extra: &[String],
+) -> Result<(Process, u16)> {
     let port = free_port()?;
     let device = dir.join("serve.dev");
     let exe = std::env::current_exe().context("finding the sluice binary")?;
@@ -143,6 +168,7 @@ fn start_sluice(dir: &Path, mode: &str, threads: usize, device_mib: u64) -> Resu
         .args(["--create-mib", &device_mib.to_string()])
         .args(["--resp", &format!("127.0.0.1:{port}")])
         .args(["--threads", &threads.to_string(), "--durability", mode])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -275,7 +301,7 @@ fn row(
 }
 
 /// CPU time (user + system) of process `pid` so far, in clock ticks.
-fn cpu_ticks(pid: u32) -> Result<u64> {
+pub(crate) fn cpu_ticks(pid: u32) -> Result<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) in ")".
@@ -308,13 +334,17 @@ fn idle_cpu(server: &Process, port: u16, args: &ServeBenchArgs) -> Result<f64> {
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(args.idle_secs));
     let ticks = cpu_ticks(pid)? - before;
+    drop(idle);
+    Ok(ticks as f64 / ticks_per_sec()? / started.elapsed().as_secs_f64())
+}
+
+/// Clock ticks per second of /proc's CPU times.
+pub(crate) fn ticks_per_sec() -> Result<f64> {
     let getconf = Command::new("getconf").arg("CLK_TCK").output()?;
-    let ticks_per_sec: f64 = String::from_utf8_lossy(&getconf.stdout)
+    String::from_utf8_lossy(&getconf.stdout)
         .trim()
         .parse()
-        .context("getconf CLK_TCK did not print a number")?;
-    drop(idle);
-    Ok(ticks as f64 / ticks_per_sec / started.elapsed().as_secs_f64())
+        .context("getconf CLK_TCK did not print a number")
 }
 
 /// Idle CPU of both servers in `mode` with the most threads asked for.

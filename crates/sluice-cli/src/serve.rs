@@ -37,6 +37,13 @@ pub struct ServeArgs {
     /// The TLS private key (PEM).
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// Also serve the Redis protocol on this Unix socket (Redis's
+    /// `unixsocket`).
+    #[arg(long = "unixsocket", value_name = "PATH")]
+    unix_socket: Option<PathBuf>,
+    /// Permission bits of the --unixsocket socket, in octal.
+    #[arg(long = "unixsocketperm", default_value = "0660", value_parser = parse_mode)]
+    unix_socket_mode: u32,
     /// Also serve local clients through shared-memory rings: the Unix
     /// socket they connect to once (see sluice-client, `shm:///PATH`).
     #[arg(long, value_name = "PATH")]
@@ -209,6 +216,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         resp_addr: args.resp,
         tls,
         shm,
+        unix_socket: args.unix_socket.as_ref().map(|path| {
+            sluice_server::server::UnixSocketSettings {
+                path: path.clone(),
+                mode: args.unix_socket_mode,
+            }
+        }),
         threads,
         pin_threads: !args.no_pin,
         durability: args.durability,
@@ -253,6 +266,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     );
     if let Some(addr) = server.tls_addr() {
         println!("sluice serve: Redis protocol over TLS on {addr}");
+    }
+    if let Some(path) = &args.unix_socket {
+        println!(
+            "sluice serve: Redis protocol on Unix socket {}",
+            path.display()
+        );
     }
     if let Some(path) = &args.shm {
         println!(

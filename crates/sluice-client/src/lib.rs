@@ -4,6 +4,8 @@
 //!
 //! - `redis://host:port` — the Redis protocol over TCP (any Redis-protocol
 //!   server answers it, `redis-server` too);
+//! - `unix:///path/to/redis.sock` — the same over a Unix socket
+//!   (`sluice serve --unixsocket`, Redis's `unixsocket`);
 //! - `shm:///path/to/shm.sock` — the server's shared-memory rings
 //!   (`sluice serve --shm PATH`): after a one-time handshake on the Unix
 //!   socket, a request is bytes copied into a ring and one release store,
@@ -61,6 +63,8 @@ pub enum Error {
 pub enum Endpoint {
     /// `redis://host:port` (port 6379 if left out).
     Tcp(String),
+    /// `unix:///path`: the Redis protocol on a Unix socket.
+    Unix(PathBuf),
     /// `shm:///path`: the server's shared-memory socket.
     Shm(PathBuf),
 }
@@ -81,16 +85,24 @@ impl Endpoint {
             };
             return Ok(Endpoint::Tcp(with_port));
         }
-        if let Some(path) = url.strip_prefix("shm://") {
+        for (scheme, shm) in [("shm://", true), ("unix://", false)] {
+            let Some(path) = url.strip_prefix(scheme) else {
+                continue;
+            };
             if !path.starts_with('/') {
                 return Err(Error::Url(format!(
-                    "{url}: a shared-memory URL names an absolute socket path, as in shm:///run/sluice/shm.sock"
+                    "{url}: a {scheme} URL names an absolute socket path, as in {scheme}/run/sluice/sluice.sock"
                 )));
             }
-            return Ok(Endpoint::Shm(PathBuf::from(path)));
+            let path = PathBuf::from(path);
+            return Ok(if shm {
+                Endpoint::Shm(path)
+            } else {
+                Endpoint::Unix(path)
+            });
         }
         Err(Error::Url(format!(
-            "{url}: the client speaks redis://host:port and shm:///path"
+            "{url}: the client speaks redis://host:port, unix:///path and shm:///path"
         )))
     }
 }
@@ -105,12 +117,13 @@ trait Transport {
     fn receive(&mut self, into: &mut Vec<u8>) -> Result<(), Error>;
 }
 
-struct Tcp {
-    stream: TcpStream,
+/// A socket: TCP or Unix.
+struct Socket<S> {
+    stream: S,
     chunk: Vec<u8>,
 }
 
-impl Transport for Tcp {
+impl<S: Read + Write> Transport for Socket<S> {
     fn send(&mut self, bytes: &[u8], _replies: &mut Vec<u8>) -> Result<(), Error> {
         // The kernel's socket buffers take a batch while the server writes
         // its replies into its own; a client-side deadlock needs batches
@@ -129,7 +142,7 @@ impl Transport for Tcp {
 }
 
 /// Most request bytes one TCP write of a batch carries before its replies
-/// are read (see [`Tcp::send`]).
+/// are read (see [`Socket::send`]).
 const TCP_BATCH_BYTES: usize = 1 << 20;
 
 /// A connection to a server.
@@ -156,7 +169,22 @@ impl Client {
                 let stream = TcpStream::connect(addr.as_str())?;
                 stream.set_nodelay(true)?;
                 (
-                    Box::new(Tcp {
+                    Box::new(Socket {
+                        stream,
+                        chunk: vec![0; 64 << 10],
+                    }),
+                    false,
+                )
+            }
+            Endpoint::Unix(path) => {
+                let stream = std::os::unix::net::UnixStream::connect(path).map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("cannot connect to {}: {e}", path.display()),
+                    )
+                })?;
+                (
+                    Box::new(Socket {
                         stream,
                         chunk: vec![0; 64 << 10],
                     }),
@@ -222,6 +250,35 @@ impl Client {
             }
             self.transport.receive(&mut self.buf)?;
         }
+    }
+
+    /// Reads the next `n` replies without building them (load generators:
+    /// no allocation per reply); returns how many were error replies.
+    pub fn discard_replies(&mut self, n: usize) -> Result<usize, Error> {
+        let mut errors = 0;
+        let mut left = n;
+        while left > 0 {
+            while left > 0 {
+                let Some(len) = value::reply_len(&self.buf[self.pos..])? else {
+                    break;
+                };
+                errors += usize::from(self.buf[self.pos] == b'-');
+                self.pos += len;
+                left -= 1;
+            }
+            if self.pos == self.buf.len() {
+                self.buf.clear();
+                self.pos = 0;
+            }
+            if left > 0 {
+                if self.pos > 0 {
+                    self.buf.drain(..self.pos);
+                    self.pos = 0;
+                }
+                self.transport.receive(&mut self.buf)?;
+            }
+        }
+        Ok(errors)
     }
 
     /// The next reply.

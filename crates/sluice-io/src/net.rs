@@ -19,7 +19,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::collections::HashMap;
 use std::io;
 use std::marker::PhantomData;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
@@ -69,8 +69,8 @@ pub enum NetEvent<'a> {
     Accepted {
         /// Which listener.
         listener: usize,
-        /// The connection.
-        stream: TcpStream,
+        /// The connection's socket (TCP or Unix, as the listener is).
+        socket: OwnedFd,
     },
     /// An accept failed (e.g. out of file descriptors: `EMFILE`); it is
     /// re-armed unless the listener is gone.
@@ -400,7 +400,9 @@ impl NetRing {
     /// Accepts connections on `listener` (kept open by the caller as long
     /// as the ring accepts on it) until [`NetRing::stop_accepting`];
     /// returns the index [`NetEvent::Accepted`] names it by.
-    pub fn accept_on(&mut self, listener: &TcpListener) -> io::Result<usize> {
+    /// Any stream listener works: TCP, or a Unix socket several rings may
+    /// accept on at once.
+    pub fn accept_on(&mut self, listener: &impl AsRawFd) -> io::Result<usize> {
         assert!(self.listeners.len() < MAX_LISTENERS, "too many listeners");
         let fd = listener.as_raw_fd();
         self.listeners.push(Some(fd));
@@ -453,7 +455,7 @@ impl NetRing {
     pub fn send(
         &mut self,
         conn: ConnId,
-        stream: &TcpStream,
+        stream: &impl AsRawFd,
         buf: Vec<u8>,
         offset: usize,
     ) -> io::Result<()> {
@@ -539,10 +541,10 @@ impl NetRing {
                 let live = self.listeners.get(index).copied().flatten();
                 if result >= 0 {
                     // SAFETY: the kernel handed us a fresh connected socket.
-                    let stream = unsafe { TcpStream::from_raw_fd(result) };
+                    let socket = unsafe { OwnedFd::from_raw_fd(result) };
                     on_event(NetEvent::Accepted {
                         listener: index,
-                        stream,
+                        socket,
                     });
                 } else if !(result == -libc::ECANCELED && live.is_none()) {
                     on_event(NetEvent::AcceptFailed(io::Error::from_raw_os_error(

@@ -30,10 +30,8 @@ struct Pair {
 fn pair() -> &'static Pair {
     static P: OnceLock<Pair> = OnceLock::new();
     P.get_or_init(|| {
-        let shm_path = std::env::temp_dir().join(format!(
-            "sluice-commands-redis-{}.sock",
-            std::process::id()
-        ));
+        let shm_path =
+            std::env::temp_dir().join(format!("sluice-commands-redis-{}.sock", std::process::id()));
         let sluice = start_sluice_on(
             small_store(),
             ServerConfig {

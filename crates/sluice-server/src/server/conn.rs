@@ -12,6 +12,8 @@ use std::time::Instant;
 pub(super) enum Transport {
     /// A TCP socket, read and written through the worker's network ring.
     Tcp(TcpStream),
+    /// A Unix socket (`--unixsocket`), the same way.
+    Unix(UnixStream),
     /// Shared-memory rings, polled by the worker; the Unix socket of the
     /// handshake only tells when the client is gone.
     Shm(Box<ShmLink>),
@@ -27,6 +29,7 @@ impl Transport {
     pub(super) fn shutdown(&self, how: Shutdown) -> std::io::Result<()> {
         match self {
             Transport::Tcp(s) => s.shutdown(how),
+            Transport::Unix(s) => s.shutdown(how),
             Transport::Shm(link) => link.sock.shutdown(how),
         }
     }
@@ -40,6 +43,7 @@ impl AsRawFd for Transport {
     fn as_raw_fd(&self) -> RawFd {
         match self {
             Transport::Tcp(s) => s.as_raw_fd(),
+            Transport::Unix(s) => s.as_raw_fd(),
             Transport::Shm(link) => link.sock.as_raw_fd(),
         }
     }

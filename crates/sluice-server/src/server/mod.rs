@@ -32,6 +32,8 @@ use crate::db::Db;
 use crate::resp::Limits;
 use crate::session::Users;
 use std::net::SocketAddr;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +47,9 @@ pub struct ServerConfig {
     pub tls: Option<tls::TlsSettings>,
     /// The shared-memory transport for local clients, if set.
     pub shm: Option<ShmSettings>,
+    /// The Redis protocol on a Unix socket too, if set (Redis's
+    /// `unixsocket` and `unixsocketperm`).
+    pub unix_socket: Option<UnixSocketSettings>,
     /// Worker threads (one per core by default).
     pub threads: usize,
     /// Pin each worker to a core.
@@ -80,6 +85,7 @@ impl Default for ServerConfig {
             resp_addr: SocketAddr::from(([127, 0, 0, 1], 6379)),
             tls: None,
             shm: None,
+            unix_socket: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             pin_threads: true,
             durability: Durability::Always,
@@ -93,6 +99,51 @@ impl Default for ServerConfig {
             spin_us: 50,
         }
     }
+}
+
+/// Where the Redis protocol's Unix socket is, and who may connect.
+#[derive(Debug, Clone)]
+pub struct UnixSocketSettings {
+    /// The socket's path.
+    pub path: PathBuf,
+    /// Its permission bits.
+    pub mode: u32,
+}
+
+/// Binds a Unix socket at `path` with permission bits `mode`: a stale
+/// socket (nothing answers) is replaced, a live one is an error, a missing
+/// parent directory is made. `flag` names the option in errors.
+pub(crate) fn bind_unix(path: &Path, mode: u32, flag: &str) -> std::io::Result<UnixListener> {
+    use std::io::{Error, ErrorKind};
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            Error::new(
+                e.kind(),
+                format!("cannot make {} for {flag}: {e}", parent.display()),
+            )
+        })?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(Error::new(
+                ErrorKind::AddrInUse,
+                format!(
+                    "{} already has a server listening: stop it or pick another {flag} path",
+                    path.display()
+                ),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path).map_err(|e| {
+        Error::new(
+            e.kind(),
+            format!("cannot bind {flag} {}: {e}", path.display()),
+        )
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(listener)
 }
 
 /// Counters every worker adds to (INFO).
@@ -193,6 +244,10 @@ impl Server {
             Some(l) => Some(l.local_addr()?),
             None => None,
         };
+        let unix_listener = match &config.unix_socket {
+            Some(u) => Some(Arc::new(bind_unix(&u.path, u.mode, "--unixsocket")?)),
+            None => None,
+        };
         let shm_listener = match &config.shm {
             Some(settings) => Some(shm::bind(settings)?),
             None => None,
@@ -232,10 +287,18 @@ impl Server {
             let shared = shared.clone();
             let ready = ready_tx.clone();
             let core = index % cores;
+            let unix_listener = unix_listener.clone();
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("sluice-serve-{index}"))
-                    .spawn(move || worker::run(shared, listener, tls_listener, core, ready))?,
+                    .spawn(move || {
+                        let listeners = worker::Listeners {
+                            tcp: listener,
+                            tls: tls_listener,
+                            unix: unix_listener,
+                        };
+                        worker::run(shared, listeners, core, ready)
+                    })?,
             );
         }
         drop(ready_tx);
@@ -300,6 +363,9 @@ impl Server {
         self.shared.request_shutdown();
         for b in self.background.drain(..) {
             let _ = b.join();
+        }
+        if let Some(u) = &self.shared.config.unix_socket {
+            let _ = std::fs::remove_file(&u.path);
         }
         durability::make_all_durable(&self.shared).map_err(std::io::Error::other)?;
         match first_error {

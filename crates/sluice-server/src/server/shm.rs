@@ -16,7 +16,6 @@ use sluice_io::net::Waker;
 use sluice_io::shm::{self, ShmChannel, ShmRegion, Side};
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -87,37 +86,9 @@ impl WorkerInbox {
     }
 }
 
-/// Binds the socket: a stale one (no server answers) is replaced, a live
-/// one is an error; the parent directory is made if missing.
+/// Binds the shared-memory socket (see [`super::bind_unix`]).
 pub(super) fn bind(settings: &ShmSettings) -> std::io::Result<UnixListener> {
-    let path = &settings.path;
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot make {} for --shm: {e}", parent.display()),
-            )
-        })?;
-    }
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AddrInUse,
-                format!(
-                    "{} already has a server listening: stop it or pick another --shm path",
-                    path.display()
-                ),
-            ));
-        }
-        std::fs::remove_file(path)?;
-    }
-    let listener = UnixListener::bind(path).map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!("cannot bind --shm {}: {e}", path.display()),
-        )
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(settings.mode))?;
+    let listener = super::bind_unix(&settings.path, settings.mode, "--shm")?;
     listener.set_nonblocking(true)?;
     Ok(listener)
 }

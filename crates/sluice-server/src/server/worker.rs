@@ -10,6 +10,8 @@ use sluice_io::net::{ConnId, NetEvent, NetRing, NetRingConfig, Waker};
 use sluice_store::wal::LogPosition;
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -24,10 +26,25 @@ const SPARE_MAX_BYTES: usize = 1 << 20;
 /// Most bytes taken from a shared-memory client's request ring at once.
 const SHM_READ_BYTES: usize = 256 << 10;
 
+/// What a listener of the worker's ring serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListenerKind {
+    Tcp,
+    Tls,
+    Unix,
+}
+
+/// The sockets a worker accepts on.
+pub(super) struct Listeners {
+    pub(super) tcp: TcpListener,
+    pub(super) tls: Option<TcpListener>,
+    /// One Unix socket every worker accepts on.
+    pub(super) unix: Option<Arc<UnixListener>>,
+}
+
 pub(super) fn run(
     shared: Arc<Shared>,
-    listener: TcpListener,
-    tls_listener: Option<TcpListener>,
+    listeners: Listeners,
     core: usize,
     ready: Sender<std::io::Result<()>>,
 ) -> std::io::Result<()> {
@@ -36,10 +53,17 @@ pub(super) fn run(
             log::warn!("could not pin a worker to core {core}: {e}");
         }
     }
+    let mut kinds = Vec::new();
     let started = NetRing::new(NetRingConfig::default()).and_then(|mut ring| {
-        ring.accept_on(&listener)?;
-        if let Some(l) = &tls_listener {
+        ring.accept_on(&listeners.tcp)?;
+        kinds.push(ListenerKind::Tcp);
+        if let Some(l) = &listeners.tls {
             ring.accept_on(l)?;
+            kinds.push(ListenerKind::Tls);
+        }
+        if let Some(l) = &listeners.unix {
+            ring.accept_on(&**l)?;
+            kinds.push(ListenerKind::Unix);
         }
         Ok(ring)
     });
@@ -68,8 +92,8 @@ pub(super) fn run(
         shared,
         ring,
         waker,
-        listener: Some(listener),
-        tls_listener,
+        listeners: Some(listeners),
+        kinds,
         conns: Vec::new(),
         free: Vec::new(),
         requested: None,
@@ -91,8 +115,8 @@ pub(super) fn run(
 struct Events {
     /// Connections a completion was about.
     touched: Vec<ConnId>,
-    /// New connections, and whether they came to the TLS listener.
-    accepted: Vec<(TcpStream, bool)>,
+    /// New connections, and the index of the listener they came to.
+    accepted: Vec<(OwnedFd, usize)>,
     rearm: Vec<ConnId>,
     resend: Vec<(ConnId, Vec<u8>, usize)>,
 }
@@ -101,8 +125,10 @@ struct Worker {
     shared: Arc<Shared>,
     ring: NetRing,
     waker: Arc<Waker>,
-    listener: Option<TcpListener>,
-    tls_listener: Option<TcpListener>,
+    /// Dropped (closed) when the worker stops accepting.
+    listeners: Option<Listeners>,
+    /// What each listener index of the ring serves.
+    kinds: Vec<ListenerKind>,
     conns: Vec<Option<Conn>>,
     free: Vec<ConnId>,
     /// The furthest position this worker asked the committer for.
@@ -196,9 +222,7 @@ impl Worker {
         let stats = &self.shared.stats;
         let max_query = self.shared.config.max_query_bytes;
         self.ring.reap(|event| match event {
-            NetEvent::Accepted { listener, stream } => {
-                events.accepted.push((stream, listener == 1))
-            }
+            NetEvent::Accepted { listener, socket } => events.accepted.push((socket, listener)),
             NetEvent::AcceptFailed(e) => log::warn!("accept failed: {e}"),
             NetEvent::Received { conn, bytes } => {
                 events.touched.push(conn);
@@ -279,8 +303,13 @@ impl Worker {
     }
 
     fn apply_events(&mut self) -> std::io::Result<()> {
-        for (stream, tls) in std::mem::take(&mut self.events.accepted) {
-            self.admit(stream, tls)?;
+        for (socket, listener) in std::mem::take(&mut self.events.accepted) {
+            match self.kinds.get(listener) {
+                Some(ListenerKind::Tcp) => self.admit(TcpStream::from(socket), false)?,
+                Some(ListenerKind::Tls) => self.admit(TcpStream::from(socket), true)?,
+                Some(ListenerKind::Unix) => self.admit_unix(UnixStream::from(socket))?,
+                None => log::error!("a connection from unknown listener {listener}"),
+            }
         }
         for id in std::mem::take(&mut self.events.rearm) {
             let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) else {
@@ -293,20 +322,16 @@ impl Worker {
             }
         }
         for (id, buf, sent_to) in std::mem::take(&mut self.events.resend) {
-            if let Some(Transport::Tcp(stream)) = self
-                .conns
-                .get_mut(id as usize)
-                .and_then(Option::as_mut)
-                .map(|c| &c.stream)
-            {
-                self.ring.send(id, stream, buf, sent_to)?;
+            if let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) {
+                self.ring.send(id, &c.stream, buf, sent_to)?;
             }
         }
         Ok(())
     }
 
-    /// Takes a new connection, or refuses it over the client limit.
-    fn admit(&mut self, mut stream: TcpStream, tls: bool) -> std::io::Result<()> {
+    /// Counts a new connection in; false (and Redis's error sent) if it
+    /// is over the client limit or the server stops.
+    fn count_in(&self, mut refuse: impl FnMut(&[u8])) -> bool {
         let shared = &self.shared;
         shared
             .stats
@@ -326,11 +351,50 @@ impl Worker {
             if admitted {
                 shared.clients.fetch_sub(1, Ordering::AcqRel);
             }
+            refuse(MAX_CLIENTS_REPLY);
+            return false;
+        }
+        true
+    }
+
+    /// Takes a new connection on the Unix socket (Redis's `unixsocket`).
+    fn admit_unix(&mut self, mut stream: UnixStream) -> std::io::Result<()> {
+        let admitted = self.count_in(|reply| {
             // A fresh socket's send buffer takes these few bytes at once.
             let _ = stream.set_nonblocking(true);
-            let _ = stream.write_all(MAX_CLIENTS_REPLY);
+            let _ = stream.write_all(reply);
+        });
+        if !admitted {
             return Ok(());
         }
+        let id = self.shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let session = Session::new(id, &self.shared.config.users);
+        let path = self
+            .shared
+            .config
+            .unix_socket
+            .as_ref()
+            .map_or_else(|| "?".into(), |u| u.path.display().to_string());
+        let conn = Conn::new(
+            Transport::Unix(stream),
+            format!("{path}:0"),
+            session,
+            self.shared.config.limits,
+        );
+        self.install(conn, path)
+    }
+
+    /// Takes a new TCP connection, or refuses it over the client limit.
+    fn admit(&mut self, mut stream: TcpStream, tls: bool) -> std::io::Result<()> {
+        let admitted = self.count_in(|reply| {
+            // A fresh socket's send buffer takes these few bytes at once.
+            let _ = stream.set_nonblocking(true);
+            let _ = stream.write_all(reply);
+        });
+        if !admitted {
+            return Ok(());
+        }
+        let shared = &self.shared;
         let _ = stream.set_nodelay(true);
         let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
         let session = Session::new(id, &shared.config.users);
@@ -695,10 +759,7 @@ impl Worker {
                     buf
                 }
             };
-            let Transport::Tcp(stream) = &c.stream else {
-                continue;
-            };
-            self.ring.send(id as ConnId, stream, buf, 0)?;
+            self.ring.send(id as ConnId, &c.stream, buf, 0)?;
         }
         Ok(wrote)
     }
@@ -764,10 +825,9 @@ impl Worker {
     /// Shutdown: accept no more, read no more; what was received is run,
     /// its replies made durable and sent, then the connections close.
     fn begin_stop(&mut self) {
-        if let Some(listener) = self.listener.take() {
+        if let Some(listeners) = self.listeners.take() {
             self.ring.stop_accepting();
-            drop(listener);
-            drop(self.tls_listener.take());
+            drop(listeners);
         }
         for (id, slot) in self.conns.iter_mut().enumerate() {
             let Some(c) = slot.as_mut() else { continue };
