@@ -372,6 +372,10 @@ pub struct ShmChannel {
     peer_sleeping_at: usize,
     /// Bytes this side has published into its outgoing ring.
     out_head: u64,
+    /// The peer's outgoing-ring tail as last read: the producer reads the
+    /// shared word (a cache miss: the peer wrote it) only when this says
+    /// the ring may be full.
+    out_tail_seen: u64,
     /// Bytes this side has taken from its incoming ring.
     in_tail: u64,
 }
@@ -415,6 +419,7 @@ impl ShmChannel {
         };
         // A client takes over where the counters stand (zero when fresh).
         let out_head = region.u64_at(out_head_at).load(Ordering::Acquire);
+        let out_tail_seen = region.u64_at(out_tail_at).load(Ordering::Acquire);
         let in_tail = region.u64_at(in_tail_at).load(Ordering::Acquire);
         ShmChannel {
             region,
@@ -430,6 +435,7 @@ impl ShmChannel {
             own_sleeping_at,
             peer_sleeping_at,
             out_head,
+            out_tail_seen,
             in_tail,
         }
     }
@@ -447,6 +453,10 @@ impl ShmChannel {
     /// Bytes free in the outgoing ring.
     pub fn out_free(&self) -> Result<usize, ShmError> {
         let tail = self.region.u64_at(self.out_tail_at).load(Ordering::Acquire);
+        self.free_given(tail)
+    }
+
+    fn free_given(&self, tail: u64) -> Result<usize, ShmError> {
         let used = self.out_head.wrapping_sub(tail);
         if used > self.out_bytes as u64 {
             return Err(ShmError::Corrupt(format!(
@@ -465,7 +475,12 @@ impl ShmChannel {
     /// Copies as much of `bytes` as fits into the outgoing ring and
     /// publishes it with one release store; returns how much went in.
     pub fn write(&mut self, bytes: &[u8]) -> Result<usize, ShmError> {
-        let n = bytes.len().min(self.out_free()?);
+        let mut free = self.free_given(self.out_tail_seen)?;
+        if free < bytes.len() {
+            self.out_tail_seen = self.region.u64_at(self.out_tail_at).load(Ordering::Acquire);
+            free = self.free_given(self.out_tail_seen)?;
+        }
+        let n = bytes.len().min(free);
         if n == 0 {
             return Ok(0);
         }
@@ -840,7 +855,11 @@ mod tests {
             .region
             .u64_at(OFF_RESPONSE_TAIL)
             .store(99, Ordering::Release);
-        assert!(matches!(server.write(b"x"), Err(ShmError::Corrupt(_))));
+        // The producer reads the peer's tail when the ring may be full.
+        assert!(matches!(
+            server.write(&[0; 5000]),
+            Err(ShmError::Corrupt(_))
+        ));
     }
 
     #[test]

@@ -314,6 +314,15 @@ impl Db {
         self.get_raw_at(key, &self.store.snapshot())
     }
 
+    /// [`Db::get_raw`] with no snapshot: for a command that reads one key
+    /// once (`Store::get_latest`).
+    pub fn get_raw_latest(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        self.store
+            .get_latest(self.keys, key)?
+            .map(|b| Entry::decode(&b))
+            .transpose()
+    }
+
     /// [`Db::get_raw`] as of `at`.
     pub fn get_raw_at(&self, key: &[u8], at: &Snapshot) -> Result<Option<Entry>, StoreError> {
         self.store

@@ -1045,3 +1045,51 @@ fn a_flushed_table_is_read_from_the_cache_without_device_reads() {
     );
     assert!(after.block_cache_hits > before.block_cache_hits);
 }
+
+/// A point read with no snapshot never goes back in time and never misses
+/// a key, while writes, memtable flushes and compactions run under it:
+/// each value it sees is at least the last one a put returned before the
+/// read began.
+#[test]
+fn latest_reads_without_a_snapshot_stay_current_across_flushes() {
+    let (_mem, store) = memory_store(16384);
+    let store = Arc::new(store);
+    let ks = store.keyspace("default").unwrap();
+    let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    store.put(ks, b"counter", &0u64.to_le_bytes()).unwrap();
+    let writer = {
+        let (store, acked) = (store.clone(), acked.clone());
+        std::thread::spawn(move || {
+            for i in 1..=4000u64 {
+                // Filler keys fill memtables, so flushes and compactions
+                // happen all the while.
+                store
+                    .put(ks, format!("fill/{i:05}").as_bytes(), &[7; 64])
+                    .unwrap();
+                store.put(ks, b"counter", &i.to_le_bytes()).unwrap();
+                acked.store(i, std::sync::atomic::Ordering::Release);
+            }
+        })
+    };
+    let mut last = 0;
+    while !writer.is_finished() {
+        let floor = acked.load(std::sync::atomic::Ordering::Acquire);
+        let got = store
+            .get_latest(ks, b"counter")
+            .unwrap()
+            .expect("the counter is always there");
+        let got = u64::from_le_bytes(got.try_into().unwrap());
+        assert!(got >= floor, "read {got} after {floor} was acknowledged");
+        assert!(got >= last, "went back from {last} to {got}");
+        last = got;
+    }
+    writer.join().unwrap();
+    assert!(
+        store.stats().flushes > 3,
+        "too few flushes to test anything"
+    );
+    assert_eq!(
+        store.get_latest(ks, b"counter").unwrap(),
+        Some(4000u64.to_le_bytes().to_vec())
+    );
+}

@@ -303,9 +303,25 @@ impl<'a> Ctx<'a> {
         Ok(merged.into_iter().take(limit).collect())
     }
 
+    /// [`Ctx::get_string`] for a command whose only read this is (GET):
+    /// outside a transaction and before any other read it needs no
+    /// snapshot.
+    fn get_string_once(&self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>, Failure> {
+        if self.tx.is_some() || self.snapshot.get().is_some() {
+            return self.get_string(key);
+        }
+        let entry = self.db.get_raw_latest(key)?;
+        Self::string_of(entry.filter(|e| !e.expired(self.now_ms)))
+    }
+
     /// The live string at `key`; WRONGTYPE if it holds something else.
     fn get_string(&self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>, Failure> {
-        match self.get(key)? {
+        Self::string_of(self.get(key)?)
+    }
+
+    /// A string entry's value and expiry; WRONGTYPE for another type.
+    fn string_of(entry: Option<Entry>) -> Result<Option<(Vec<u8>, u64)>, Failure> {
+        match entry {
             None => Ok(None),
             Some(Entry {
                 value: Value::String(s),
@@ -415,9 +431,33 @@ pub fn known(name: &[u8]) -> bool {
     find(name).is_some()
 }
 
+/// FNV-1a over a command name: names are a few bytes, where SipHash's
+/// setup costs more than the lookup (this runs for every request).
+#[derive(Default)]
+struct NameHasher(u64);
+
+impl std::hash::Hasher for NameHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type ByName = HashMap<&'static [u8], &'static Spec, std::hash::BuildHasherDefault<NameHasher>>;
+
 fn find(name: &[u8]) -> Option<&'static Spec> {
-    static BY_NAME: std::sync::OnceLock<HashMap<&'static [u8], &'static Spec>> =
-        std::sync::OnceLock::new();
+    static BY_NAME: std::sync::OnceLock<ByName> = std::sync::OnceLock::new();
     BY_NAME
         .get_or_init(|| COMMANDS.iter().map(|s| (s.name.as_bytes(), s)).collect())
         .get(name)

@@ -151,7 +151,7 @@ fn store_string(
 }
 
 pub(super) fn get(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    Ok(bulk_or_null(ctx.get_string(&args[1])?.map(|(s, _)| s)))
+    Ok(bulk_or_null(ctx.get_string_once(&args[1])?.map(|(s, _)| s)))
 }
 
 pub(super) fn set(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {

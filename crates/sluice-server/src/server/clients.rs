@@ -40,7 +40,8 @@ pub(super) struct KillQueue {
 impl KillQueue {
     /// Takes the slots to close, if any (one atomic load when none).
     pub(super) fn take(&self) -> Vec<(ConnId, u64)> {
-        if !self.pending.swap(false, Ordering::AcqRel) {
+        // A load first: the swap's locked write would cost every turn.
+        if !self.pending.load(Ordering::Relaxed) || !self.pending.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
         std::mem::take(&mut *self.slots.lock().unwrap_or_else(|p| p.into_inner()))

@@ -18,7 +18,7 @@ use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -68,6 +68,9 @@ pub(super) struct Arrival {
 pub(super) struct WorkerInbox {
     pub(super) waker: Arc<Waker>,
     pub(super) arrivals: Mutex<Vec<Arrival>>,
+    /// Whether `arrivals` may hold any: the worker looks every turn, so
+    /// an empty inbox costs one load, not a lock.
+    waiting: AtomicBool,
     /// Shared-memory clients the worker holds now.
     pub(super) load: AtomicUsize,
 }
@@ -77,12 +80,25 @@ impl WorkerInbox {
         WorkerInbox {
             waker,
             arrivals: Mutex::new(Vec::new()),
+            waiting: AtomicBool::new(false),
             load: AtomicUsize::new(0),
         }
     }
 
     pub(super) fn take(&self) -> Vec<Arrival> {
+        if !self.waiting.load(Ordering::Relaxed) || !self.waiting.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
         std::mem::take(&mut *self.arrivals.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn put(&self, arrival: Arrival) {
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(arrival);
+        self.waiting.store(true, Ordering::Release);
+        self.waker.wake();
     }
 }
 
@@ -185,17 +201,12 @@ fn admit(shared: &Arc<Shared>, mut sock: UnixStream) -> std::io::Result<()> {
     shm::send_with_fds(&sock, &answer, &[region.fd(), eventfd.as_fd()]).map_err(give_back)?;
     drop(eventfd);
     worker.load.fetch_add(1, Ordering::Relaxed);
-    worker
-        .arrivals
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(Arrival {
-            channel: ShmChannel::new(region, Side::Server),
-            sock,
-            id,
-            pid: cred.pid,
-        });
-    worker.waker.wake();
+    worker.put(Arrival {
+        channel: ShmChannel::new(region, Side::Server),
+        sock,
+        id,
+        pid: cred.pid,
+    });
     Ok(())
 }
 

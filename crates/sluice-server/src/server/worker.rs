@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 /// Redis's reply to a client over `maxclients`.
 const MAX_CLIENTS_REPLY: &[u8] = b"-ERR max number of clients reached\r\n";
+/// A worker reads the clock once in this many turns (a read costs about
+/// as much as a turn with nothing to do).
+const CLOCK_EVERY_TURNS: u32 = 32;
 /// How soon a worker holding writes back under write pressure looks again.
 const DEFERRED_RETRY: Duration = Duration::from_millis(1);
 /// A send buffer kept for reuse only up to this size.
@@ -98,6 +101,8 @@ pub(super) fn run(
         free: Vec::new(),
         requested: None,
         last_tick: Instant::now(),
+        now: Instant::now(),
+        turns: 0,
         events: Events::default(),
         pending: Vec::new(),
         work: Vec::new(),
@@ -134,6 +139,11 @@ struct Worker {
     /// The furthest position this worker asked the committer for.
     requested: Option<LogPosition>,
     last_tick: Instant,
+    /// The time as of the last clock read (every few turns): what
+    /// activity is stamped with, for idle timeouts.
+    now: Instant,
+    /// Turns so far.
+    turns: u32,
     events: Events,
     /// Connections that need a look next turn without a completion
     /// (requests left by the pipeline limit, replies held, closing).
@@ -154,7 +164,11 @@ struct Worker {
 
 impl Worker {
     fn run(&mut self) -> std::io::Result<()> {
-        let mut last_work = Instant::now();
+        let spin = Duration::from_micros(self.shared.config.spin_us);
+        // Idle turns in a row, and when they began: the clock is read
+        // once every CLOCK_EVERY_TURNS of them, not every turn.
+        let mut idle_turns = 0u32;
+        let mut idle_since = Instant::now();
         loop {
             if self.shared.stopping() {
                 self.begin_stop();
@@ -164,10 +178,15 @@ impl Worker {
             }
             let worked = self.turn()?;
             if worked {
-                last_work = Instant::now();
+                idle_turns = 0;
+            } else {
+                idle_turns += 1;
+                if idle_turns == 1 {
+                    idle_since = Instant::now();
+                }
             }
-            let spin = Duration::from_micros(self.shared.config.spin_us);
-            if worked || last_work.elapsed() < spin {
+            let spinning = idle_turns % CLOCK_EVERY_TURNS != 0 || idle_since.elapsed() < spin;
+            if worked || spinning {
                 // While shared-memory clients keep it busy, the thread
                 // enters the kernel only when a socket needs it.
                 if self.ring.needs_enter() {
@@ -179,6 +198,8 @@ impl Worker {
                 let timeout = if self.deferring { DEFERRED_RETRY } else { TICK };
                 self.ring.wait(Some(timeout))?;
                 self.shm_awake();
+                self.now = Instant::now();
+                idle_turns = 0;
             }
         }
     }
@@ -209,9 +230,13 @@ impl Worker {
         let wrote = self.send_all()?;
         self.close_finished();
         self.keep_pending();
-        if self.last_tick.elapsed() >= TICK {
-            self.last_tick = Instant::now();
-            self.close_idle();
+        self.turns = self.turns.wrapping_add(1);
+        if self.turns % CLOCK_EVERY_TURNS == 0 {
+            self.now = Instant::now();
+            if self.now.duration_since(self.last_tick) >= TICK {
+                self.last_tick = self.now;
+                self.close_idle();
+            }
         }
         Ok(reaped > 0 || served || polled || wrote)
     }
@@ -221,6 +246,7 @@ impl Worker {
         let events = &mut self.events;
         let stats = &self.shared.stats;
         let max_query = self.shared.config.max_query_bytes;
+        let now = self.now;
         self.ring.reap(|event| match event {
             NetEvent::Accepted { listener, socket } => events.accepted.push((socket, listener)),
             NetEvent::AcceptFailed(e) => log::warn!("accept failed: {e}"),
@@ -232,7 +258,7 @@ impl Worker {
                 stats
                     .net_input_bytes
                     .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-                c.last_active = Instant::now();
+                c.last_active = now;
                 if c.dead || c.closing || c.stream.is_shm() {
                     // A shared-memory client's socket carries nothing
                     // after the handshake.
@@ -459,12 +485,19 @@ impl Worker {
 
     /// Takes the shared-memory clients the acceptor handed over.
     fn take_arrivals(&mut self) -> std::io::Result<()> {
-        let Some(settings) = &self.shared.config.shm else {
+        let arrivals = self.inbox.take();
+        let Some(settings) = self
+            .shared
+            .config
+            .shm
+            .as_ref()
+            .filter(|_| !arrivals.is_empty())
+        else {
             return Ok(());
         };
         let addr = super::shm::client_addr(&settings.path);
         let laddr = settings.path.display().to_string();
-        for arrival in self.inbox.take() {
+        for arrival in arrivals {
             let session = Session::new(arrival.id, &self.shared.config.users);
             let link = ShmLink {
                 channel: arrival.channel,
@@ -522,7 +555,7 @@ impl Worker {
                         .stats
                         .net_input_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
-                    c.last_active = Instant::now();
+                    c.last_active = self.now;
                     c.more_input = true;
                     self.events.touched.push(id);
                     any = true;

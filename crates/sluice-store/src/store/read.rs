@@ -62,6 +62,39 @@ impl Store {
         self.get_at(keyspace, key, &self.snapshot())
     }
 
+    /// The key's latest value, read without registering a snapshot: for a
+    /// single point read (a server's GET), where the snapshot's bookkeeping
+    /// would cost more than the read. The view is taken first and the
+    /// sequence after it; if a new memtable took writes in between, the
+    /// view is taken again, so every write at or below the sequence is in
+    /// it (and the view holds its tables, which compaction cannot free).
+    pub fn get_latest(&self, keyspace: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        loop {
+            let (active, frozen, version) = {
+                let mem = read(&self.inner.memtables);
+                let version = read(&self.inner.version).clone();
+                (mem.active.clone(), mem.frozen.clone(), version)
+            };
+            let seq = self.inner.visible_seq.get();
+            if !Arc::ptr_eq(&read(&self.inner.memtables).active, &active) {
+                continue;
+            }
+            let active = read(&active);
+            let frozen = frozen.as_ref().map(|f| read(f));
+            let active: &Memtable = &active;
+            let both;
+            let one = [active];
+            let mems: &[&Memtable] = match &frozen {
+                Some(f) => {
+                    both = [active, &**f];
+                    &both
+                }
+                None => &one,
+            };
+            return version::get(&self.inner.dev, mems, &version, keyspace, key, seq);
+        }
+    }
+
     /// The key's value as of `snapshot`.
     pub fn get_at(
         &self,
