@@ -47,6 +47,14 @@ pub struct ShmBenchArgs {
     /// Runs of each row; the median is printed.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// After the rows: the CPU an idle server with --idle-clients
+    /// shared-memory clients burns, and a client waiting on a reply that
+    /// does not come, each over this many seconds (0: leave out).
+    #[arg(long, default_value_t = 5)]
+    idle_secs: u64,
+    /// Shared-memory clients connected while the server's idle CPU is measured.
+    #[arg(long, default_value_t = 100)]
+    idle_clients: usize,
     /// Where both servers keep their data and sockets.
     #[arg(long, default_value = "data/bench-shm")]
     dir: PathBuf,
@@ -297,6 +305,11 @@ pub fn run(args: &ShmBenchArgs) -> Result<()> {
             }
         }
     }
+    if args.idle_secs > 0 {
+        if let Some(target) = targets.first().filter(|t| t.endpoints[0].0 == "sluice-shm") {
+            idle_rows(target, args)?;
+        }
+    }
     let find = |path: &str, test: &str, batch: usize| {
         table
             .iter()
@@ -318,5 +331,61 @@ pub fn run(args: &ShmBenchArgs) -> Result<()> {
             println!("{line}");
         }
     }
+    Ok(())
+}
+
+/// The share of one core `pid` burns over `secs` seconds.
+fn cpu_share(pid: u32, secs: u64) -> Result<f64> {
+    let before = cpu_ticks(pid)?;
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let ticks = cpu_ticks(pid)? - before;
+    Ok(ticks as f64 / ticks_per_sec()? / started.elapsed().as_secs_f64())
+}
+
+/// Idle CPU: the server with idle shared-memory clients connected, and a
+/// client parked on a reply while the server is stopped (SIGSTOP).
+fn idle_rows(target: &Target, args: &ShmBenchArgs) -> Result<()> {
+    let endpoint = &target.endpoints[0].1;
+    let mut idle = Vec::with_capacity(args.idle_clients);
+    for _ in 0..args.idle_clients {
+        let mut c = Client::connect_to(endpoint)?;
+        c.ping()?;
+        idle.push(c);
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = target.server.0.id();
+    let server = cpu_share(pid, args.idle_secs)?;
+    println!(
+        "idle sluice serve, {} shm clients connected: {:.2}% of a core over {} s",
+        args.idle_clients,
+        server * 100.0,
+        args.idle_secs
+    );
+    let signal = |sig: &str| -> Result<()> {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()?
+            .success();
+        if !ok {
+            bail!("kill {sig} {pid} failed");
+        }
+        Ok(())
+    };
+    let mut waiting = idle.pop().context("no idle client")?;
+    signal("-STOP")?;
+    let waiter = std::thread::spawn(move || waiting.ping());
+    std::thread::sleep(Duration::from_millis(200));
+    let client = cpu_share(std::process::id(), args.idle_secs);
+    signal("-CONT")?;
+    let answered = waiter
+        .join()
+        .map_err(|_| anyhow::anyhow!("the waiting client panicked"))?;
+    answered.context("the waiting client's PING after SIGCONT")?;
+    println!(
+        "a shm client waiting {} s on a reply (server stopped): {:.2}% of a core",
+        args.idle_secs,
+        client? * 100.0
+    );
     Ok(())
 }

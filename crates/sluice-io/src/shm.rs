@@ -44,18 +44,27 @@ pub const MAX_RING_BYTES: usize = 1 << 30;
 
 // Control block layout (docs/FORMAT.md): each word one side writes often
 // sits on its own cache line, so the two sides do not bounce one line.
-const OFF_MAGIC: usize = 0;
-const OFF_REQUEST_BYTES: usize = 8;
-const OFF_RESPONSE_BYTES: usize = 12;
-/// Offset in the control block of the request ring's head: bytes the
-/// client has published (u64, native endian).
+/// Offset of the magic (u64, [`SHM_MAGIC`]).
+pub const OFF_MAGIC: usize = 0;
+/// Offset of the request ring's size in bytes (u32).
+pub const OFF_REQUEST_BYTES: usize = 8;
+/// Offset of the response ring's size in bytes (u32).
+pub const OFF_RESPONSE_BYTES: usize = 12;
+/// Offset of the request ring's head: bytes the client has published (u64).
 pub const OFF_REQUEST_HEAD: usize = 64;
-const OFF_REQUEST_TAIL: usize = 128;
-const OFF_RESPONSE_HEAD: usize = 192;
-const OFF_RESPONSE_TAIL: usize = 256;
-const OFF_SERVER_SLEEPING: usize = 320;
-const OFF_CLIENT_SLEEPING: usize = 384;
-const OFF_CLOSED: usize = 448;
+/// Offset of the request ring's tail: bytes the server has taken (u64).
+pub const OFF_REQUEST_TAIL: usize = 128;
+/// Offset of the response ring's head: bytes the server has published (u64).
+pub const OFF_RESPONSE_HEAD: usize = 192;
+/// Offset of the response ring's tail: bytes the client has taken (u64).
+pub const OFF_RESPONSE_TAIL: usize = 256;
+/// Offset of the server's sleeping word (u32, 1: wake it by its eventfd).
+pub const OFF_SERVER_SLEEPING: usize = 320;
+/// Offset of the client's sleeping word (u32, 1: wake it with FUTEX_WAKE;
+/// the futex the client parks on).
+pub const OFF_CLIENT_SLEEPING: usize = 384;
+/// Offset of the closed word (u32, 1: a side closed the channel).
+pub const OFF_CLOSED: usize = 448;
 
 /// The version of the handshake and the region layout.
 pub const HANDSHAKE_VERSION: u32 = 1;

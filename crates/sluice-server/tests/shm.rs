@@ -109,6 +109,8 @@ fn commands_batches_and_big_values_work_over_shm() {
         list.contains(&format!("addr={}:0", path.display())),
         "{list}"
     );
+    let info = String::from_utf8(tcp.call(&[b"INFO", b"sluice"])).unwrap();
+    assert!(info.contains("shm_clients:1\r\n"), "{info}");
     // QUIT: +OK, then the channel is closed.
     assert_eq!(c.call(&[b"QUIT"]).unwrap(), Value::Status("OK".into()));
     assert!(matches!(c.ping(), Err(Error::Closed)));

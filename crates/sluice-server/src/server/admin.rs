@@ -773,6 +773,14 @@ fn info_sluice(shared: &Shared, out: &mut String) {
         "write_pressure_waits",
         s.write_pressure_waits.load(Ordering::Relaxed),
     );
+    let shm_clients: usize = shared
+        .shm_inboxes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|w| w.load.load(Ordering::Relaxed))
+        .sum();
+    line(out, "shm_clients", shm_clients);
     line(
         out,
         "tables_per_level",
