@@ -86,7 +86,7 @@ impl ShmTransport {
                 return Ok(());
             }
             turns += 1;
-            if turns % 64 == 0 && start.elapsed() >= SHM_SPIN {
+            if turns.is_multiple_of(64) && start.elapsed() >= SHM_SPIN {
                 break;
             }
             std::hint::spin_loop();

@@ -315,14 +315,14 @@ impl ShmRegion {
     }
 
     fn u64_at(&self, offset: usize) -> &AtomicU64 {
-        assert!(offset + 8 <= CONTROL_BYTES && offset % 8 == 0);
+        assert!(offset + 8 <= CONTROL_BYTES && offset.is_multiple_of(8));
         // SAFETY: in bounds of the live mapping (asserted), 8-aligned (the
         // mapping is page-aligned), and only ever accessed atomically.
         unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU64>() }
     }
 
     fn u32_at(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset + 4 <= CONTROL_BYTES && offset % 4 == 0);
+        assert!(offset + 4 <= CONTROL_BYTES && offset.is_multiple_of(4));
         // SAFETY: as for `u64_at`.
         unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU32>() }
     }

@@ -185,7 +185,8 @@ impl Worker {
                     idle_since = Instant::now();
                 }
             }
-            let spinning = idle_turns % CLOCK_EVERY_TURNS != 0 || idle_since.elapsed() < spin;
+            let spinning =
+                !idle_turns.is_multiple_of(CLOCK_EVERY_TURNS) || idle_since.elapsed() < spin;
             if worked || spinning {
                 // While shared-memory clients keep it busy, the thread
                 // enters the kernel only when a socket needs it.
@@ -231,7 +232,7 @@ impl Worker {
         self.close_finished();
         self.keep_pending();
         self.turns = self.turns.wrapping_add(1);
-        if self.turns % CLOCK_EVERY_TURNS == 0 {
+        if self.turns.is_multiple_of(CLOCK_EVERY_TURNS) {
             self.now = Instant::now();
             if self.now.duration_since(self.last_tick) >= TICK {
                 self.last_tick = self.now;
