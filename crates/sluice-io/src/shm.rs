@@ -481,34 +481,73 @@ impl ShmChannel {
         Ok(self.out_free()? == self.out_bytes)
     }
 
-    /// Copies as much of `bytes` as fits into the outgoing ring and
-    /// publishes it with one release store; returns how much went in.
-    pub fn write(&mut self, bytes: &[u8]) -> Result<usize, ShmError> {
-        let mut free = self.free_given(self.out_tail_seen)?;
-        if free < bytes.len() {
-            self.out_tail_seen = self.region.u64_at(self.out_tail_at).load(Ordering::Acquire);
-            free = self.free_given(self.out_tail_seen)?;
+    /// Bytes free in the outgoing ring for a write of `wanted`: the
+    /// peer's tail is read again only when the last one seen leaves too
+    /// little room (it only ever frees more).
+    fn room_for(&mut self, wanted: usize) -> Result<usize, ShmError> {
+        let free = self.free_given(self.out_tail_seen)?;
+        if free >= wanted {
+            return Ok(free);
         }
-        let n = bytes.len().min(free);
-        if n == 0 {
-            return Ok(0);
-        }
-        let at = (self.out_head % self.out_bytes as u64) as usize;
+        self.out_tail_seen = self.region.u64_at(self.out_tail_at).load(Ordering::Acquire);
+        self.free_given(self.out_tail_seen)
+    }
+
+    /// Copies `bytes` into the outgoing ring at `offset` bytes past the
+    /// head, without publishing. The caller made sure they fit.
+    fn copy_out(&mut self, offset: usize, bytes: &[u8]) {
+        let n = bytes.len();
+        debug_assert!(offset + n <= self.free_given(self.out_tail_seen).unwrap_or(0));
+        let at = ((self.out_head + offset as u64) % self.out_bytes as u64) as usize;
         let first = n.min(self.out_bytes - at);
         // SAFETY: both ranges lie inside the outgoing ring of the live
         // mapping (`at + first <= out_bytes`, and the wrapped part starts
         // at 0 with `n - first <= at`); the bytes between the peer's tail
-        // and our head are ours to write until the head store below.
+        // and our head plus the free room are ours to write until the
+        // head store that publishes them.
         unsafe {
             let ring = self.region.base.as_ptr().add(self.out_offset);
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), ring.add(at), first);
             std::ptr::copy_nonoverlapping(bytes.as_ptr().add(first), ring, n - first);
         }
+    }
+
+    /// Publishes `n` more bytes written after the head (one release store).
+    fn publish(&mut self, n: usize) {
         self.out_head += n as u64;
         self.region
             .u64_at(self.out_head_at)
             .store(self.out_head, Ordering::Release);
+    }
+
+    /// Copies as much of `bytes` as fits into the outgoing ring and
+    /// publishes it with one release store; returns how much went in.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<usize, ShmError> {
+        let n = bytes.len().min(self.room_for(bytes.len())?);
+        if n == 0 {
+            return Ok(0);
+        }
+        self.copy_out(0, &bytes[..n]);
+        self.publish(n);
         Ok(n)
+    }
+
+    /// Copies `parts` one after another into the outgoing ring and
+    /// publishes them with one release store, if they all fit; whether
+    /// they did (nothing is written if not). A server builds a reply
+    /// straight in the ring this way, its value copied once.
+    pub fn write_all(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if self.room_for(total)? < total {
+            return Ok(false);
+        }
+        let mut offset = 0;
+        for part in parts {
+            self.copy_out(offset, part);
+            offset += part.len();
+        }
+        self.publish(total);
+        Ok(true)
     }
 
     /// Bytes waiting in the incoming ring.
@@ -845,6 +884,40 @@ mod tests {
             assert_eq!(client.read(&mut got, 1000).unwrap(), 1000);
             assert_eq!(client.read(&mut got, 5000).unwrap(), 2000);
             assert_eq!(got, msg);
+        }
+    }
+
+    #[test]
+    fn gathered_writes_go_in_whole_or_not_at_all_across_the_wrap() {
+        let (mut server, mut client) = pair(4096, 4096);
+        let mut got = Vec::new();
+        for round in 0..40usize {
+            // 1000 + round bytes a reply: the replies land at every offset
+            // of the ring, some across its end.
+            let value: Vec<u8> = (0..1000 + round).map(|i| (i + round) as u8).collect();
+            let header = format!("${}\r\n", value.len());
+            let parts: [&[u8]; 3] = [header.as_bytes(), &value, b"\r\n"];
+            let reply_bytes = header.len() + value.len() + 2;
+            let fit = 4096 / reply_bytes;
+            for _ in 0..fit {
+                assert!(server.write_all(&parts).unwrap());
+            }
+            assert!(
+                !server.write_all(&parts).unwrap(),
+                "a reply that does not fit"
+            );
+            got.clear();
+            assert_eq!(
+                client.read(&mut got, usize::MAX).unwrap(),
+                fit * reply_bytes
+            );
+            let mut want = Vec::new();
+            for _ in 0..fit {
+                want.extend_from_slice(header.as_bytes());
+                want.extend_from_slice(&value);
+                want.extend_from_slice(b"\r\n");
+            }
+            assert_eq!(got, want);
         }
     }
 

@@ -84,21 +84,32 @@ impl Entry {
     }
 
     fn decode(bytes: &[u8]) -> Result<Entry, StoreError> {
+        if let Some((s, expire_at_ms)) = Entry::string_view(bytes)? {
+            return Ok(Entry {
+                value: Value::String(s.to_vec()),
+                expire_at_ms,
+            });
+        }
+        // string_view checked the header and the kind: a hash.
+        let len = sluice_io::codec::u64_at(bytes, HEADER_BYTES)
+            .filter(|_| bytes.len() == HEADER_BYTES + 8)
+            .ok_or_else(|| StoreError::BadInput("a serving key's record is malformed".into()))?;
+        Ok(Entry {
+            value: Value::Hash { len },
+            expire_at_ms: sluice_io::codec::u64_at(bytes, 1).expect("checked"),
+        })
+    }
+
+    /// A record's string value and expiry, borrowed from `bytes`; None if
+    /// it holds another type.
+    pub fn string_view(bytes: &[u8]) -> Result<Option<(&[u8], u64)>, StoreError> {
         let bad = || StoreError::BadInput("a serving key's record is malformed".into());
         let expire_at_ms = sluice_io::codec::u64_at(bytes, 1).ok_or_else(bad)?;
-        let payload = &bytes[HEADER_BYTES..];
-        // u64_at checked the header's length above.
-        let value = match bytes[0] {
-            0 => Value::String(payload.to_vec()),
-            1 if payload.len() == 8 => Value::Hash {
-                len: sluice_io::codec::u64_at(payload, 0).ok_or_else(bad)?,
-            },
-            _ => return Err(bad()),
-        };
-        Ok(Entry {
-            value,
-            expire_at_ms,
-        })
+        match bytes[0] {
+            0 => Ok(Some((&bytes[HEADER_BYTES..], expire_at_ms))),
+            1 => Ok(None),
+            _ => Err(bad()),
+        }
     }
 
     /// Whether it has expired at `now_ms`.
@@ -321,6 +332,17 @@ impl Db {
             .get_latest(self.keys, key)?
             .map(|b| Entry::decode(&b))
             .transpose()
+    }
+
+    /// [`Db::get_raw_latest`] with the record borrowed where the store
+    /// holds it: `f` sees it (None: no such key) and its result is
+    /// returned. `f` runs under the store's read locks: keep it short.
+    pub fn get_raw_latest_with<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R, StoreError> {
+        self.store.get_latest_with(self.keys, key, f)
     }
 
     /// [`Db::get_raw`] as of `at`.

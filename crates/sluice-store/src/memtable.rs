@@ -132,7 +132,7 @@ impl Memtable {
         keyspace: u32,
         key: &[u8],
         snapshot: u64,
-    ) -> Option<(u64, Option<Vec<u8>>)> {
+    ) -> Option<(u64, Option<&[u8]>)> {
         if !self.present.contains(&point_hash(keyspace, key)) {
             return None;
         }
@@ -145,7 +145,7 @@ impl Memtable {
                 (
                     *seq,
                     match v {
-                        Version::Value(v) => Some(v.clone()),
+                        Version::Value(v) => Some(v.as_slice()),
                         Version::Tombstone => None,
                     },
                 )

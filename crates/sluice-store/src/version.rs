@@ -194,6 +194,45 @@ pub(crate) fn tombstone_seq(ts: &[RangeTombstone], key: &[u8], snapshot: u64) ->
         .unwrap_or(0)
 }
 
+/// [`get`] with the value borrowed: `f` sees it (None: no live value) and
+/// its result is returned; nothing is copied on the way.
+pub fn get_with<R>(
+    dev: &BlockDevice,
+    memtables: &[&Memtable],
+    version: &Version,
+    keyspace: u32,
+    key: &[u8],
+    snapshot: u64,
+    f: impl FnOnce(Option<&[u8]>) -> R,
+) -> Result<R> {
+    let mut deleted_at = 0u64;
+    for m in memtables {
+        deleted_at = deleted_at.max(m.range_deleted_at(keyspace, key, snapshot));
+        if let Some((seq, v)) = m.newest_version(keyspace, key, snapshot) {
+            return Ok(f(if seq > deleted_at { v } else { None }));
+        }
+    }
+    let Some(levels) = version.levels(keyspace) else {
+        return Ok(f(None));
+    };
+    for t in levels.all() {
+        deleted_at = deleted_at.max(tombstone_seq(&t.reader.range_tombstones, key, snapshot));
+    }
+    let mut f = Some(f);
+    for t in levels.candidates(key) {
+        let answered = t.reader.get_with(dev, key, snapshot, |hit| {
+            let hit = hit?;
+            let live = hit.seq > deleted_at && hit.kind == EntryKind::Put;
+            let f = f.take().expect("called once");
+            Some(f(live.then_some(hit.value)))
+        })?;
+        if let Some(r) = answered {
+            return Ok(r);
+        }
+    }
+    Ok((f.take().expect("not called yet"))(None))
+}
+
 /// The value of `key` at `snapshot`, searching the memtables (newest first)
 /// and then the tables. Each source is newer than every later one, so the
 /// first version found is the answer unless a range tombstone seen so far
@@ -206,26 +245,7 @@ pub fn get(
     key: &[u8],
     snapshot: u64,
 ) -> Result<Option<Vec<u8>>> {
-    let mut deleted_at = 0u64;
-    for m in memtables {
-        deleted_at = deleted_at.max(m.range_deleted_at(keyspace, key, snapshot));
-        if let Some((seq, v)) = m.newest_version(keyspace, key, snapshot) {
-            return Ok(if seq > deleted_at { v } else { None });
-        }
-    }
-    let Some(levels) = version.levels(keyspace) else {
-        return Ok(None);
-    };
-    // Range tombstones of a table apply to older tables too, whether or not
-    // the table's point keys cover `key`.
-    for t in levels.all() {
-        deleted_at = deleted_at.max(tombstone_seq(&t.reader.range_tombstones, key, snapshot));
-    }
-    for t in levels.candidates(key) {
-        if let Some(e) = t.reader.get(dev, key, snapshot)? {
-            let live = e.seq > deleted_at && e.kind == EntryKind::Put;
-            return Ok(live.then_some(e.value));
-        }
-    }
-    Ok(None)
+    get_with(dev, memtables, version, keyspace, key, snapshot, |v| {
+        v.map(<[u8]>::to_vec)
+    })
 }

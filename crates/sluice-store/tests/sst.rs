@@ -79,7 +79,12 @@ proptest! {
             let key = format!("k{k:05}").into_bytes();
             for snap in [0u64, 1, 10, 25, 49, u64::MAX >> 8] {
                 let want = by_key.get(&key).and_then(|vs| vs.iter().find(|e| e.seq <= snap)).map(|e| (*e).clone());
-                prop_assert_eq!(t.get(&dev, &key, snap).unwrap(), want);
+                prop_assert_eq!(t.get(&dev, &key, snap).unwrap(), want.clone());
+                // The borrowed point read finds the same version, value in place.
+                let borrowed = t
+                    .get_with(&dev, &key, snap, |hit| hit.map(|h| (h.seq, h.kind, h.value.to_vec())))
+                    .unwrap();
+                prop_assert_eq!(borrowed, want.map(|e| (e.seq, e.kind, e.value)));
             }
         }
         let lo = b"k00100".to_vec();

@@ -14,6 +14,7 @@ mod keys;
 pub mod long_double;
 mod server;
 mod strings;
+pub use strings::get_borrowed;
 
 pub use glob::glob_match;
 

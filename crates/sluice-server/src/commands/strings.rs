@@ -150,6 +150,38 @@ fn store_string(
     Ok(())
 }
 
+/// GET of `key` at `now_ms` with the value borrowed where the store holds
+/// it: `emit` sees the live value (None: no such key) or the error reply,
+/// and writes the reply itself — a server copies the value once, into its
+/// output. Outside a transaction only (it reads the newest data).
+pub fn get_borrowed<R>(
+    db: &Db,
+    key: &[u8],
+    now_ms: u64,
+    emit: impl FnOnce(Result<Option<&[u8]>, Reply>) -> R,
+) -> R {
+    let mut emit = Some(emit);
+    let read = db.get_raw_latest_with(key, |raw| {
+        let found = match raw.map(Entry::string_view).transpose() {
+            Ok(None) => Ok(None),
+            Ok(Some(None)) => Err(Reply::Error(WRONGTYPE.into())),
+            Ok(Some(Some((_, expire_at_ms)))) if expire_at_ms != 0 && expire_at_ms <= now_ms => {
+                Ok(None)
+            }
+            Ok(Some(Some((value, _)))) => Ok(Some(value)),
+            Err(e) => Err(Reply::Error(store_error_text(&e))),
+        };
+        (emit.take().expect("the store calls back once"))(found)
+    });
+    match read {
+        Ok(done) => done,
+        // The store failed before it found the record: nothing was emitted.
+        Err(e) => (emit.take().expect("a failed read emitted nothing"))(Err(Reply::Error(
+            store_error_text(&e),
+        ))),
+    }
+}
+
 pub(super) fn get(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     Ok(bulk_or_null(ctx.get_string_once(&args[1])?.map(|(s, _)| s)))
 }

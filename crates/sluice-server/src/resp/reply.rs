@@ -147,9 +147,35 @@ fn line(out: &mut Vec<u8>, marker: u8, body: &[u8]) {
 }
 
 fn blob(out: &mut Vec<u8>, marker: u8, body: &[u8]) {
-    line(out, marker, body.len().to_string().as_bytes());
+    let mut header = [0u8; BLOB_HEADER_MAX_BYTES];
+    out.extend_from_slice(blob_header(marker, body.len(), &mut header));
     out.extend_from_slice(body);
     out.extend_from_slice(b"\r\n");
+}
+
+/// Longest blob header: the marker, 20 digits, CR LF.
+pub const BLOB_HEADER_MAX_BYTES: usize = 23;
+
+/// The header of a blob of `len` bytes (`$100\r\n` for a bulk string), in
+/// `buf`: what precedes the body, which is followed by CR LF.
+pub fn blob_header(marker: u8, len: usize, buf: &mut [u8; BLOB_HEADER_MAX_BYTES]) -> &[u8] {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = len;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let count = digits.len() - at;
+    buf[0] = marker;
+    buf[1..=count].copy_from_slice(&digits[at..]);
+    buf[count + 1] = b'\r';
+    buf[count + 2] = b'\n';
+    &buf[..count + 3]
 }
 
 fn aggregate(out: &mut Vec<u8>, marker: u8, items: &[Reply], protocol: Protocol) {
@@ -338,6 +364,15 @@ mod tests {
             b"*4\r\n$1\r\na\r\n:1\r\n:2\r\n$3\r\n3.5\r\n"
         );
         assert_eq!(Reply::Null.encode(Protocol::Resp2), b"$-1\r\n");
+        let mut header = [0u8; BLOB_HEADER_MAX_BYTES];
+        for (len, want) in [(0, "$0\r\n"), (9, "$9\r\n"), (100, "$100\r\n")] {
+            assert_eq!(blob_header(b'$', len, &mut header), want.as_bytes());
+        }
+        let longest = format!("${}\r\n", usize::MAX);
+        assert_eq!(
+            blob_header(b'$', usize::MAX, &mut header),
+            longest.as_bytes()
+        );
         assert_eq!(Reply::NullArray.encode(Protocol::Resp2), b"*-1\r\n");
         assert_eq!(Reply::NullArray.encode(Protocol::Resp3), b"_\r\n");
         // Line breaks cannot travel in a line (found by the reply fuzz

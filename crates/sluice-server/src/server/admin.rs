@@ -128,6 +128,31 @@ pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<L
     wrote
 }
 
+/// GET outside a transaction from an authenticated client: the value is
+/// copied once, from where the store holds it into the reply (for a
+/// shared-memory client, straight into its response ring), with none of
+/// the general dispatch. The same reply and checks as through
+/// [`execute`]; whether it ran (anything else goes there).
+pub(super) fn try_get(shared: &Shared, conn: &mut Conn, args: &Args) -> bool {
+    if args.len() != 2
+        || !args[0].eq_ignore_ascii_case(b"get")
+        || conn.tx.is_some()
+        || conn.session.unauthenticated()
+    {
+        return false;
+    }
+    shared
+        .stats
+        .commands_processed
+        .fetch_add(1, Ordering::Relaxed);
+    commands::get_borrowed(&shared.db, &args[1], super::now_ms(), |found| match found {
+        Ok(Some(value)) => conn.push_bulk(value),
+        Ok(None) => conn.push_reply(&Reply::Null),
+        Err(error) => conn.push_reply(&error),
+    });
+    true
+}
+
 /// Runs one command in `ctx` (a transaction's, inside EXEC); its reply,
 /// or None for none (SHUTDOWN).
 fn run(

@@ -1,5 +1,6 @@
 //! One client connection's state on its worker.
 
+use crate::resp::reply::{blob_header, BLOB_HEADER_MAX_BYTES};
 use crate::resp::{Limits, Reply, RequestReader};
 use crate::session::Session;
 use sluice_store::wal::LogPosition;
@@ -97,6 +98,9 @@ pub(super) struct Conn {
     pub(super) tls: Option<Box<rustls::ServerConnection>>,
     /// TLS only: close_notify was queued.
     pub(super) tls_closed: bool,
+    /// Shared memory only: reply bytes built straight in the response ring
+    /// since the last send (which counts them and wakes the client).
+    pub(super) ring_bytes_published: usize,
 }
 
 impl Conn {
@@ -123,6 +127,7 @@ impl Conn {
             addr,
             tls: None,
             tls_closed: false,
+            ring_bytes_published: 0,
         }
     }
 
@@ -135,6 +140,34 @@ impl Conn {
             &mut self.out
         };
         reply.encode_into(protocol, target);
+    }
+
+    /// Queues a bulk string reply. For a shared-memory client with nothing
+    /// queued before it, the reply is built straight in its response ring
+    /// (the value's one copy, from wherever the store holds it); otherwise,
+    /// or when the ring has no room for it whole, it is queued like any
+    /// reply and goes to the ring in pieces as the client reads.
+    pub(super) fn push_bulk(&mut self, value: &[u8]) {
+        let mut header = [0u8; BLOB_HEADER_MAX_BYTES];
+        let header = blob_header(b'$', value.len(), &mut header);
+        if self.hold_until.is_none() && self.out.is_empty() {
+            if let Transport::Shm(link) = &mut self.stream {
+                // An error here (a lying client) leaves the reply queued;
+                // the next send meets the error and closes the client.
+                if let Ok(true) = link.channel.write_all(&[header, value, b"\r\n"]) {
+                    self.ring_bytes_published += header.len() + value.len() + 2;
+                    return;
+                }
+            }
+        }
+        let target = if self.hold_until.is_some() {
+            &mut self.held
+        } else {
+            &mut self.out
+        };
+        target.extend_from_slice(header);
+        target.extend_from_slice(value);
+        target.extend_from_slice(b"\r\n");
     }
 
     /// Queues raw reply bytes (protocol errors).

@@ -675,7 +675,9 @@ impl Worker {
                             self.deferring = true;
                             break;
                         }
-                        admin::execute(&self.shared, c, &args);
+                        if !admin::try_get(&self.shared, c, &args) {
+                            admin::execute(&self.shared, c, &args);
+                        }
                         n += 1;
                     }
                     Ok(None) => break,
@@ -736,29 +738,33 @@ impl Worker {
                 continue;
             };
             if let Transport::Shm(link) = &mut c.stream {
-                if c.dead || c.out.is_empty() {
-                    continue;
-                }
-                match link.channel.write(&c.out) {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        wrote = true;
-                        if n == c.out.len() {
-                            c.out.clear();
-                        } else {
-                            c.out.drain(..n);
+                // Replies built straight in the ring while serving, then
+                // the queued ones: one look at the client's sleeping word.
+                let mut published = std::mem::take(&mut c.ring_bytes_published);
+                if !c.dead && !c.out.is_empty() {
+                    match link.channel.write(&c.out) {
+                        Ok(n) => {
+                            if n == c.out.len() {
+                                c.out.clear();
+                            } else {
+                                c.out.drain(..n);
+                            }
+                            published += n;
                         }
-                        self.shared
-                            .stats
-                            .net_output_bytes
-                            .fetch_add(n as u64, Ordering::Relaxed);
-                        if link.channel.take_peer_sleeping() {
-                            link.channel.wake_client();
+                        Err(e) => {
+                            log::warn!("closing shared-memory client {}: {e}", c.session.id());
+                            c.dead = true;
                         }
                     }
-                    Err(e) => {
-                        log::warn!("closing shared-memory client {}: {e}", c.session.id());
-                        c.dead = true;
+                }
+                if published > 0 {
+                    wrote = true;
+                    self.shared
+                        .stats
+                        .net_output_bytes
+                        .fetch_add(published as u64, Ordering::Relaxed);
+                    if link.channel.take_peer_sleeping() {
+                        link.channel.wake_client();
                     }
                 }
                 continue;

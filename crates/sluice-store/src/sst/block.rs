@@ -283,6 +283,39 @@ impl RawBlock {
             .map_or(0, |&o| o as usize)
     }
 
+    /// [`RawBlock::seek`] for a point read of `key`: the first entry at or
+    /// after (key, snapshot) if it is a version of `key` — its sequence,
+    /// kind and value borrowed from the block — `Ok(None)` if the next
+    /// entry is another key, `Err(())` if the block ends first (the answer
+    /// may be in the next block).
+    #[allow(clippy::result_unit_err)]
+    pub fn seek_point(&self, key: &[u8], snapshot: u64) -> Result<Option<PointHit<'_>>, ()> {
+        let r = self
+            .first_restart_not_before(|k, s| internal_cmp(k, s, key, snapshot) == Ordering::Less);
+        let mut at = self
+            .restarts
+            .get(r.saturating_sub(1))
+            .map_or(0, |&o| o as usize);
+        let mut current: Vec<u8> = Vec::new();
+        while at < self.entries_len {
+            let next = self.entry_at(at).expect("a verified block decodes");
+            current.truncate(next.shared);
+            current.extend_from_slice(&self.bytes[next.key_at..next.key_at + next.unshared]);
+            if internal_cmp(&current, next.seq, key, snapshot) != Ordering::Less {
+                if current != key {
+                    return Ok(None);
+                }
+                return Ok(Some(PointHit {
+                    seq: next.seq,
+                    kind: next.kind,
+                    value: &self.bytes[next.value_at..next.value_at + next.value_len],
+                }));
+            }
+            at = next.next;
+        }
+        Err(())
+    }
+
     /// The first entry at or after (key, snapshot) in internal order.
     pub fn seek(&self, key: &[u8], snapshot: u64) -> Option<Entry> {
         let r = self
@@ -307,4 +340,15 @@ impl RawBlock {
         }
         None
     }
+}
+
+/// A version of the key a point read looked for, borrowed from its block.
+#[derive(Debug, Clone, Copy)]
+pub struct PointHit<'a> {
+    /// Its sequence.
+    pub seq: u64,
+    /// Put or delete.
+    pub kind: EntryKind,
+    /// The value (empty for a delete).
+    pub value: &'a [u8],
 }

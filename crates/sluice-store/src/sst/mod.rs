@@ -20,7 +20,7 @@ mod cursor;
 mod index;
 mod reader;
 
-pub use block::RawBlock;
+pub use block::{PointHit, RawBlock};
 pub use bloom::Bloom;
 pub use builder::{write_table, write_table_parts, BuiltTable, TableBuilder};
 pub use cursor::{CursorSpec, TableCursor};

@@ -1,7 +1,7 @@
 //! An open table: point reads, block reads through the cache, and the
 //! budget of index memory pinned across a store's tables.
 
-use super::block::{open_region, RawBlock};
+use super::block::{open_region, PointHit, RawBlock};
 use super::cursor::{CursorSpec, CursorState, TableCursor};
 use super::index::{decode_ranges, decode_table_index, TableIndex};
 use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC};
@@ -427,6 +427,33 @@ impl TableReader {
             }
         }
         Ok(None)
+    }
+
+    /// [`TableReader::get`] with the value borrowed from the cached block:
+    /// `f` sees the newest version of `key` at or below `snapshot` (None if
+    /// the table has none) and its result is returned.
+    pub fn get_with<R>(
+        &self,
+        dev: &BlockDevice,
+        key: &[u8],
+        snapshot: u64,
+        f: impl FnOnce(Option<PointHit<'_>>) -> R,
+    ) -> Result<R> {
+        let ix = self.table_index(dev)?;
+        if !ix.bloom.may_contain(key) {
+            return Ok(f(None));
+        }
+        let first = ix.index.partition_point(|e| {
+            internal_cmp(e.last_key, e.last_seq, key, snapshot) == Ordering::Less
+        });
+        for i in first..ix.index.len() {
+            let raw = self.read_block(dev, &ix, i)?;
+            match raw.seek_point(key, snapshot) {
+                Ok(hit) => return Ok(f(hit)),
+                Err(()) => continue,
+            }
+        }
+        Ok(f(None))
     }
 
     /// Every entry, in order (flush checks, tests).

@@ -69,6 +69,20 @@ impl Store {
     /// view is taken again, so every write at or below the sequence is in
     /// it (and the view holds its tables, which compaction cannot free).
     pub fn get_latest(&self, keyspace: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.get_latest_with(keyspace, key, |v| v.map(<[u8]>::to_vec))
+    }
+
+    /// [`Store::get_latest`] with the value borrowed where it lies (the
+    /// memtable or the cached block): `f` sees it (None: no live value)
+    /// and its result is returned, so a server can copy a value once,
+    /// straight into its reply. `f` runs under the memtables' read locks:
+    /// it should be short.
+    pub fn get_latest_with<R>(
+        &self,
+        keyspace: u32,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R> {
         loop {
             let (active, frozen, version) = {
                 let mem = read(&self.inner.memtables);
@@ -91,7 +105,7 @@ impl Store {
                 }
                 None => &one,
             };
-            return version::get(&self.inner.dev, mems, &version, keyspace, key, seq);
+            return version::get_with(&self.inner.dev, mems, &version, keyspace, key, seq, f);
         }
     }
 
