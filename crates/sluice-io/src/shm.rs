@@ -385,6 +385,9 @@ pub struct ShmChannel {
     /// shared word (a cache miss: the peer wrote it) only when this says
     /// the ring may be full.
     out_tail_seen: u64,
+    /// Bytes written after `out_head` and not yet published
+    /// ([`ShmChannel::stage_all`]).
+    out_staged: usize,
     /// Bytes this side has taken from its incoming ring.
     in_tail: u64,
 }
@@ -445,6 +448,7 @@ impl ShmChannel {
             peer_sleeping_at,
             out_head,
             out_tail_seen,
+            out_staged: 0,
             in_tail,
         }
     }
@@ -473,7 +477,9 @@ impl ShmChannel {
                 self.out_head
             )));
         }
-        Ok(self.out_bytes - used as usize)
+        // Staged bytes fitted in the room left when they were written, and
+        // the tail only moves forward.
+        Ok(self.out_bytes - used as usize - self.out_staged)
     }
 
     /// Whether everything published outgoing has been taken by the peer.
@@ -493,12 +499,14 @@ impl ShmChannel {
         self.free_given(self.out_tail_seen)
     }
 
-    /// Copies `bytes` into the outgoing ring at `offset` bytes past the
-    /// head, without publishing. The caller made sure they fit.
+    /// Copies `bytes` into the outgoing ring at `offset` bytes past what
+    /// is written (published or staged), without publishing. The caller
+    /// made sure they fit.
     fn copy_out(&mut self, offset: usize, bytes: &[u8]) {
         let n = bytes.len();
         debug_assert!(offset + n <= self.free_given(self.out_tail_seen).unwrap_or(0));
-        let at = ((self.out_head + offset as u64) % self.out_bytes as u64) as usize;
+        let written = self.out_head + (self.out_staged + offset) as u64;
+        let at = (written % self.out_bytes as u64) as usize;
         let first = n.min(self.out_bytes - at);
         // SAFETY: both ranges lie inside the outgoing ring of the live
         // mapping (`at + first <= out_bytes`, and the wrapped part starts
@@ -512,31 +520,36 @@ impl ShmChannel {
         }
     }
 
-    /// Publishes `n` more bytes written after the head (one release store).
+    /// Publishes what is staged and `n` more bytes written after it (one
+    /// release store).
     fn publish(&mut self, n: usize) {
-        self.out_head += n as u64;
+        self.out_head += (std::mem::take(&mut self.out_staged) + n) as u64;
         self.region
             .u64_at(self.out_head_at)
             .store(self.out_head, Ordering::Release);
     }
 
     /// Copies as much of `bytes` as fits into the outgoing ring and
-    /// publishes it with one release store; returns how much went in.
+    /// publishes it, after anything staged, with one release store;
+    /// returns how much of `bytes` went in.
     pub fn write(&mut self, bytes: &[u8]) -> Result<usize, ShmError> {
         let n = bytes.len().min(self.room_for(bytes.len())?);
-        if n == 0 {
-            return Ok(0);
+        if n > 0 {
+            self.copy_out(0, &bytes[..n]);
         }
-        self.copy_out(0, &bytes[..n]);
-        self.publish(n);
+        if n > 0 || self.out_staged > 0 {
+            self.publish(n);
+        }
         Ok(n)
     }
 
-    /// Copies `parts` one after another into the outgoing ring and
-    /// publishes them with one release store, if they all fit; whether
-    /// they did (nothing is written if not). A server builds a reply
-    /// straight in the ring this way, its value copied once.
-    pub fn write_all(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
+    /// Copies `parts` one after another into the outgoing ring, if they
+    /// all fit, without publishing them; whether they did (nothing is
+    /// written if not). A server builds replies straight in the ring this
+    /// way, each value copied once, and publishes a turn's worth with
+    /// [`ShmChannel::publish_staged`] (or the next [`ShmChannel::write`]):
+    /// the client does not pull a line back while the next reply goes in.
+    pub fn stage_all(&mut self, parts: &[&[u8]]) -> Result<bool, ShmError> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         if self.room_for(total)? < total {
             return Ok(false);
@@ -546,8 +559,17 @@ impl ShmChannel {
             self.copy_out(offset, part);
             offset += part.len();
         }
-        self.publish(total);
+        self.out_staged += total;
         Ok(true)
+    }
+
+    /// Publishes what [`ShmChannel::stage_all`] wrote; how many bytes.
+    pub fn publish_staged(&mut self) -> usize {
+        let n = self.out_staged;
+        if n > 0 {
+            self.publish(0);
+        }
+        n
     }
 
     /// Bytes waiting in the incoming ring.
@@ -888,7 +910,7 @@ mod tests {
     }
 
     #[test]
-    fn gathered_writes_go_in_whole_or_not_at_all_across_the_wrap() {
+    fn staged_writes_go_in_whole_or_not_at_all_and_show_once_published() {
         let (mut server, mut client) = pair(4096, 4096);
         let mut got = Vec::new();
         for round in 0..40usize {
@@ -900,13 +922,19 @@ mod tests {
             let reply_bytes = header.len() + value.len() + 2;
             let fit = 4096 / reply_bytes;
             for _ in 0..fit {
-                assert!(server.write_all(&parts).unwrap());
+                assert!(server.stage_all(&parts).unwrap());
             }
             assert!(
-                !server.write_all(&parts).unwrap(),
+                !server.stage_all(&parts).unwrap(),
                 "a reply that does not fit"
             );
             got.clear();
+            assert_eq!(
+                client.read(&mut got, usize::MAX).unwrap(),
+                0,
+                "staged, not published"
+            );
+            assert_eq!(server.publish_staged(), fit * reply_bytes);
             assert_eq!(
                 client.read(&mut got, usize::MAX).unwrap(),
                 fit * reply_bytes

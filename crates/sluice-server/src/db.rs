@@ -17,7 +17,7 @@
 //! two threads cannot interleave on one key; a command on several keys
 //! takes their stripes in order.
 
-use sluice_store::{Logged, Snapshot, Store, StoreError, ValueFormat, WriteBatch};
+use sluice_store::{Logged, ReadCache, Snapshot, Store, StoreError, ValueFormat, WriteBatch};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -335,14 +335,15 @@ impl Db {
     }
 
     /// [`Db::get_raw_latest`] with the record borrowed where the store
-    /// holds it: `f` sees it (None: no such key) and its result is
+    /// holds it, through the calling thread's `cache` of the store's view: `f` sees it (None: no such key) and its result is
     /// returned. `f` runs under the store's read locks: keep it short.
     pub fn get_raw_latest_with<R>(
         &self,
+        cache: &mut ReadCache,
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> R,
     ) -> Result<R, StoreError> {
-        self.store.get_latest_with(self.keys, key, f)
+        self.store.get_latest_cached(cache, self.keys, key, f)
     }
 
     /// [`Db::get_raw`] as of `at`.

@@ -111,6 +111,29 @@ fn commands_batches_and_big_values_work_over_shm() {
     );
     let info = String::from_utf8(tcp.call(&[b"INFO", b"sluice"])).unwrap();
     assert!(info.contains("shm_clients:1\r\n"), "{info}");
+    // GETs answered straight in the ring are counted like any command
+    // and any reply bytes.
+    let stat = |tcp: &mut TcpClient, name: &str| -> u64 {
+        let info = String::from_utf8(tcp.call(&[b"INFO", b"stats"])).unwrap();
+        let line = info
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in {info}"));
+        line.parse().unwrap()
+    };
+    let commands_before = stat(&mut tcp, "total_commands_processed");
+    let output_before = stat(&mut tcp, "total_net_output_bytes");
+    c.set(b"v100", &[b'x'; 100]).unwrap();
+    let replies = c.batch(&vec![cmd(&["GET", "v100"]); 100]).unwrap();
+    assert_eq!(replies, vec![Value::Bulk(vec![b'x'; 100]); 100]);
+    // Since the first INFO: the second, the SET, the GETs, the INFO
+    // below and the one that counts (each INFO counts itself).
+    let _ = stat(&mut tcp, "total_commands_processed");
+    assert_eq!(
+        stat(&mut tcp, "total_commands_processed") - commands_before,
+        1 + 1 + 100 + 1 + 1
+    );
+    assert!(stat(&mut tcp, "total_net_output_bytes") - output_before >= 100 * 107);
     // QUIT: +OK, then the channel is closed.
     assert_eq!(c.call(&[b"QUIT"]).unwrap(), Value::Status("OK".into()));
     assert!(matches!(c.ping(), Err(Error::Closed)));

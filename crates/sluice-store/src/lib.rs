@@ -42,6 +42,6 @@ pub use error::{DamagedBlock, Result, StoreError};
 pub use iter::StoreIter;
 pub use manifest::{KeyspaceDef, ValueFormat};
 pub use store::{
-    half_open, LogMarks, Logged, Snapshot, Store, StoreConfig, StoreStats, TablePlacement,
-    WriteOptions, DEFAULT_KEYSPACE,
+    half_open, LogMarks, Logged, ReadCache, Snapshot, Store, StoreConfig, StoreStats,
+    TablePlacement, WriteOptions, DEFAULT_KEYSPACE,
 };

@@ -1072,12 +1072,22 @@ fn latest_reads_without_a_snapshot_stay_current_across_flushes() {
         })
     };
     let mut last = 0;
+    // Reads through one cache kept across them all, as a server's thread
+    // does, alternate with uncached ones: the cached view must follow
+    // every memtable switch, flush and compaction.
+    let mut cache = sluice_store::ReadCache::default();
+    let mut reads = 0u64;
     while !writer.is_finished() {
         let floor = acked.load(std::sync::atomic::Ordering::Acquire);
-        let got = store
-            .get_latest(ks, b"counter")
-            .unwrap()
-            .expect("the counter is always there");
+        reads += 1;
+        let got = if reads % 2 == 0 {
+            store.get_latest(ks, b"counter").unwrap()
+        } else {
+            store
+                .get_latest_cached(&mut cache, ks, b"counter", |v| v.map(<[u8]>::to_vec))
+                .unwrap()
+        };
+        let got = got.expect("the counter is always there");
         let got = u64::from_le_bytes(got.try_into().unwrap());
         assert!(got >= floor, "read {got} after {floor} was acknowledged");
         assert!(got >= last, "went back from {last} to {got}");

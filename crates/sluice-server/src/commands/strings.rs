@@ -156,12 +156,13 @@ fn store_string(
 /// output. Outside a transaction only (it reads the newest data).
 pub fn get_borrowed<R>(
     db: &Db,
+    cache: &mut sluice_store::ReadCache,
     key: &[u8],
     now_ms: u64,
     emit: impl FnOnce(Result<Option<&[u8]>, Reply>) -> R,
 ) -> R {
     let mut emit = Some(emit);
-    let read = db.get_raw_latest_with(key, |raw| {
+    let read = db.get_raw_latest_with(cache, key, |raw| {
         let found = match raw.map(Entry::string_view).transpose() {
             Ok(None) => Ok(None),
             Ok(Some(None)) => Err(Reply::Error(WRONGTYPE.into())),

@@ -10,6 +10,7 @@ use crate::commands::{self, Ctx};
 use crate::resp::{Args, Reply};
 use crate::session::{unknown_command, Handled, SERVER_VERSION};
 use sluice_store::wal::LogPosition;
+use sluice_store::ReadCache;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
@@ -96,10 +97,6 @@ fn lowercase_name<'a>(name: &'a [u8], buf: &'a mut [u8; NAME_MAX_BYTES]) -> &'a 
 /// is durable past its write with `--durability always`. Returns the log
 /// position of its write, if it wrote.
 pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<LogPosition> {
-    shared
-        .stats
-        .commands_processed
-        .fetch_add(1, Ordering::Relaxed);
     let mut lower = [0u8; NAME_MAX_BYTES];
     let name = lowercase_name(&args[0], &mut lower);
     let (reply, wrote) = if conn.tx.is_some() && !TX_CONTROL.contains(&name) {
@@ -132,8 +129,17 @@ pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<L
 /// copied once, from where the store holds it into the reply (for a
 /// shared-memory client, straight into its response ring), with none of
 /// the general dispatch. The same reply and checks as through
-/// [`execute`]; whether it ran (anything else goes there).
-pub(super) fn try_get(shared: &Shared, conn: &mut Conn, args: &Args) -> bool {
+/// [`execute`]; whether it ran (anything else goes there). `reads` is the
+/// worker's cache of the store's view; `now_ms` the worker's clock for
+/// this turn, read at its first use (after every request of the turn
+/// arrived).
+pub(super) fn try_get(
+    shared: &Shared,
+    conn: &mut Conn,
+    args: &Args,
+    reads: &mut ReadCache,
+    now_ms: &mut Option<u64>,
+) -> bool {
     if args.len() != 2
         || !args[0].eq_ignore_ascii_case(b"get")
         || conn.tx.is_some()
@@ -141,11 +147,8 @@ pub(super) fn try_get(shared: &Shared, conn: &mut Conn, args: &Args) -> bool {
     {
         return false;
     }
-    shared
-        .stats
-        .commands_processed
-        .fetch_add(1, Ordering::Relaxed);
-    commands::get_borrowed(&shared.db, &args[1], super::now_ms(), |found| match found {
+    let now_ms = *now_ms.get_or_insert_with(super::now_ms);
+    commands::get_borrowed(&shared.db, reads, &args[1], now_ms, |found| match found {
         Ok(Some(value)) => conn.push_bulk(value),
         Ok(None) => conn.push_reply(&Reply::Null),
         Err(error) => conn.push_reply(&error),
@@ -756,9 +759,14 @@ fn info_stats(shared: &Shared, out: &mut String) {
         "total_connections_received",
         get(&s.connections_received),
     );
-    line(out, "total_commands_processed", get(&s.commands_processed));
-    line(out, "total_net_input_bytes", get(&s.net_input_bytes));
-    line(out, "total_net_output_bytes", get(&s.net_output_bytes));
+    let sum = |counter: fn(&super::WorkerStats) -> &std::sync::atomic::AtomicU64| s.sum(counter);
+    line(
+        out,
+        "total_commands_processed",
+        sum(|w| &w.commands_processed),
+    );
+    line(out, "total_net_input_bytes", sum(|w| &w.net_input_bytes));
+    line(out, "total_net_output_bytes", sum(|w| &w.net_output_bytes));
     line(out, "rejected_connections", get(&s.rejected_connections));
 }
 

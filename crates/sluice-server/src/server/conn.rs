@@ -98,9 +98,6 @@ pub(super) struct Conn {
     pub(super) tls: Option<Box<rustls::ServerConnection>>,
     /// TLS only: close_notify was queued.
     pub(super) tls_closed: bool,
-    /// Shared memory only: reply bytes built straight in the response ring
-    /// since the last send (which counts them and wakes the client).
-    pub(super) ring_bytes_published: usize,
 }
 
 impl Conn {
@@ -127,7 +124,6 @@ impl Conn {
             addr,
             tls: None,
             tls_closed: false,
-            ring_bytes_published: 0,
         }
     }
 
@@ -144,7 +140,8 @@ impl Conn {
 
     /// Queues a bulk string reply. For a shared-memory client with nothing
     /// queued before it, the reply is built straight in its response ring
-    /// (the value's one copy, from wherever the store holds it); otherwise,
+    /// (the value's one copy, from wherever the store holds it), published
+    /// with the turn's other replies when the worker sends; otherwise,
     /// or when the ring has no room for it whole, it is queued like any
     /// reply and goes to the ring in pieces as the client reads.
     pub(super) fn push_bulk(&mut self, value: &[u8]) {
@@ -154,8 +151,7 @@ impl Conn {
             if let Transport::Shm(link) = &mut self.stream {
                 // An error here (a lying client) leaves the reply queued;
                 // the next send meets the error and closes the client.
-                if let Ok(true) = link.channel.write_all(&[header, value, b"\r\n"]) {
-                    self.ring_bytes_published += header.len() + value.len() + 2;
+                if let Ok(true) = link.channel.stage_all(&[header, value, b"\r\n"]) {
                     return;
                 }
             }

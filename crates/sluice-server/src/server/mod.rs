@@ -153,18 +153,54 @@ pub struct Stats {
     pub connections_received: AtomicU64,
     /// Connections refused (max clients).
     pub rejected_connections: AtomicU64,
-    /// Commands run.
-    pub commands_processed: AtomicU64,
-    /// Bytes received from clients.
-    pub net_input_bytes: AtomicU64,
-    /// Bytes sent to clients.
-    pub net_output_bytes: AtomicU64,
+    /// The per-request counters, one set per worker: each is written by
+    /// its worker alone, without a locked instruction (which would wait
+    /// for the worker's stores into the shared-memory rings to drain).
+    pub by_worker: Box<[WorkerStats]>,
     /// Replies held for durability, and the µs they waited in total.
     pub durable_waits: AtomicU64,
     /// See `durable_waits`.
     pub durable_wait_us: AtomicU64,
     /// Writes held back while the store was under write pressure.
     pub write_pressure_waits: AtomicU64,
+}
+
+/// One worker's request counters, on their own cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct WorkerStats {
+    /// Commands run.
+    pub commands_processed: AtomicU64,
+    /// Bytes received from clients.
+    pub net_input_bytes: AtomicU64,
+    /// Bytes sent to clients.
+    pub net_output_bytes: AtomicU64,
+}
+
+impl WorkerStats {
+    /// Adds `n` to `counter`, which only this worker writes: a load and a
+    /// store, no read-modify-write.
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+}
+
+impl Stats {
+    /// Counters for `workers` workers.
+    pub fn new(workers: usize) -> Stats {
+        Stats {
+            by_worker: (0..workers).map(|_| WorkerStats::default()).collect(),
+            ..Stats::default()
+        }
+    }
+
+    /// The sum of one per-worker counter over the workers.
+    pub fn sum(&self, counter: impl Fn(&WorkerStats) -> &AtomicU64) -> u64 {
+        self.by_worker
+            .iter()
+            .map(|w| counter(w).load(Ordering::Relaxed))
+            .sum()
+    }
 }
 
 /// What all workers share.
@@ -260,7 +296,7 @@ impl Server {
             idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
             next_client_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
-            stats: Stats::default(),
+            stats: Stats::new(config.threads),
             started: Instant::now(),
             resp_addr,
             tls_addr,

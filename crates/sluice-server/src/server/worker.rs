@@ -4,10 +4,11 @@
 
 use super::conn::{Conn, ShmLink, Transport};
 use super::shm::WorkerInbox;
-use super::{admin, Shared, TICK};
+use super::{admin, Shared, WorkerStats, TICK};
 use crate::session::Session;
 use sluice_io::net::{ConnId, NetEvent, NetRing, NetRingConfig, Waker};
 use sluice_store::wal::LogPosition;
+use sluice_store::ReadCache;
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
@@ -111,6 +112,7 @@ pub(super) fn run(
         deferring: false,
         inbox,
         shm_conns: Vec::new(),
+        reads: ReadCache::default(),
     };
     worker.run()
 }
@@ -160,6 +162,9 @@ struct Worker {
     inbox: Arc<WorkerInbox>,
     /// The slots of this worker's shared-memory clients, polled each turn.
     shm_conns: Vec<ConnId>,
+    /// The store's view this worker's GETs read from; let go of while the
+    /// thread blocks, so an idle worker holds no old tables.
+    reads: ReadCache,
 }
 
 impl Worker {
@@ -196,6 +201,7 @@ impl Worker {
                     std::hint::spin_loop();
                 }
             } else if self.shm_may_sleep() {
+                self.reads.clear();
                 let timeout = if self.deferring { DEFERRED_RETRY } else { TICK };
                 self.ring.wait(Some(timeout))?;
                 self.shm_awake();
@@ -245,7 +251,7 @@ impl Worker {
     fn reap(&mut self) -> std::io::Result<usize> {
         let conns = &mut self.conns;
         let events = &mut self.events;
-        let stats = &self.shared.stats;
+        let stats = &self.shared.stats.by_worker[self.index];
         let max_query = self.shared.config.max_query_bytes;
         let now = self.now;
         self.ring.reap(|event| match event {
@@ -256,9 +262,7 @@ impl Worker {
                 let Some(c) = conns.get_mut(conn as usize).and_then(Option::as_mut) else {
                     return;
                 };
-                stats
-                    .net_input_bytes
-                    .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                WorkerStats::add(&stats.net_input_bytes, bytes.len() as u64);
                 c.last_active = now;
                 if c.dead || c.closing || c.stream.is_shm() {
                     // A shared-memory client's socket carries nothing
@@ -315,9 +319,7 @@ impl Worker {
                 } else if sent_to < buf.len() && !c.dead {
                     events.resend.push((conn, buf, sent_to));
                 } else {
-                    stats
-                        .net_output_bytes
-                        .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    WorkerStats::add(&stats.net_output_bytes, buf.len() as u64);
                     let mut buf = buf;
                     buf.clear();
                     if buf.capacity() <= SPARE_MAX_BYTES {
@@ -552,10 +554,10 @@ impl Worker {
                     if link.channel.take_peer_sleeping() {
                         link.channel.wake_client();
                     }
-                    self.shared
-                        .stats
-                        .net_input_bytes
-                        .fetch_add(n as u64, Ordering::Relaxed);
+                    WorkerStats::add(
+                        &self.shared.stats.by_worker[self.index].net_input_bytes,
+                        n as u64,
+                    );
                     c.last_active = self.now;
                     c.more_input = true;
                     self.events.touched.push(id);
@@ -642,6 +644,10 @@ impl Worker {
         let store = self.shared.db.store().clone();
         let max_pipeline = self.shared.config.max_pipeline;
         let shm_out_limit = self.shm_out_limit();
+        // Read at the first GET that needs it: after every request of the
+        // turn arrived.
+        let mut now_ms = None;
+        let stats = &self.shared.stats.by_worker[self.index];
         for &id in &self.work {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
@@ -675,7 +681,8 @@ impl Worker {
                             self.deferring = true;
                             break;
                         }
-                        if !admin::try_get(&self.shared, c, &args) {
+                        WorkerStats::add(&stats.commands_processed, 1);
+                        if !admin::try_get(&self.shared, c, &args, &mut self.reads, &mut now_ms) {
                             admin::execute(&self.shared, c, &args);
                         }
                         n += 1;
@@ -739,8 +746,8 @@ impl Worker {
             };
             if let Transport::Shm(link) = &mut c.stream {
                 // Replies built straight in the ring while serving, then
-                // the queued ones: one look at the client's sleeping word.
-                let mut published = std::mem::take(&mut c.ring_bytes_published);
+                // the queued ones; one look at the client's sleeping word.
+                let mut published = link.channel.publish_staged();
                 if !c.dead && !c.out.is_empty() {
                     match link.channel.write(&c.out) {
                         Ok(n) => {
@@ -759,10 +766,10 @@ impl Worker {
                 }
                 if published > 0 {
                     wrote = true;
-                    self.shared
-                        .stats
-                        .net_output_bytes
-                        .fetch_add(published as u64, Ordering::Relaxed);
+                    WorkerStats::add(
+                        &self.shared.stats.by_worker[self.index].net_output_bytes,
+                        published as u64,
+                    );
                     if link.channel.take_peer_sleeping() {
                         link.channel.wake_client();
                     }

@@ -80,6 +80,7 @@ impl Inner {
                 levels.insert(t);
             }
             *v = Arc::new(next);
+            inner.view_generation.fetch_add(1, Ordering::Release);
         }
         for t in job.inputs.iter().chain(&job.next_inputs) {
             t.mark_obsolete();
@@ -113,6 +114,7 @@ impl Inner {
             levels.insert(t);
         }
         *v = Arc::new(next);
+        self.view_generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 

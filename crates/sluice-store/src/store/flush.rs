@@ -56,6 +56,7 @@ impl Inner {
             let frozen =
                 std::mem::replace(&mut mem.active, Arc::new(RwLock::new(Memtable::default())));
             mem.frozen = Some(frozen.clone());
+            inner.view_generation.fetch_add(1, Ordering::Release);
             (frozen, tail, *next - 1)
         };
         // Every frozen write must be visible (committed) before it is flushed.
@@ -110,6 +111,7 @@ impl Inner {
             }
             *v = Arc::new(next);
             mem.frozen = None;
+            inner.view_generation.fetch_add(1, Ordering::Release);
         }
         inner.flushes.fetch_add(1, Ordering::Relaxed);
         self.wake_background();

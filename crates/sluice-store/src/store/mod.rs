@@ -23,7 +23,7 @@ pub mod stats;
 pub mod write;
 
 pub use config::{StoreConfig, WriteOptions, DEFAULT_KEYSPACE, MAX_KEYSPACES};
-pub use read::{half_open, prefix_end, Snapshot};
+pub use read::{half_open, prefix_end, ReadCache, Snapshot};
 pub use stats::{StoreStats, TablePlacement};
 pub use write::{LogMarks, Logged};
 
@@ -97,6 +97,10 @@ struct Inner {
     wal: Wal,
     memtables: RwLock<Memtables>,
     version: RwLock<Arc<Version>>,
+    /// Bumped, under the lock that makes the change, whenever the active
+    /// memtable is replaced, the frozen one goes, or the version changes:
+    /// a [`ReadCache`] taken at an older generation is taken again.
+    view_generation: AtomicU64,
     /// Sequence assignment and WAL append order.
     writer: Mutex<u64>,
     visible: Mutex<Visible>,

@@ -154,6 +154,7 @@ impl Store {
                 frozen: None,
             }),
             version: RwLock::new(Arc::new(version)),
+            view_generation: AtomicU64::new(0),
             writer: Mutex::new(last_seq + 1),
             visible: Mutex::new(Visible {
                 pending: BTreeMap::new(),

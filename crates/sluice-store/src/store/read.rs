@@ -83,18 +83,43 @@ impl Store {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> R,
     ) -> Result<R> {
+        self.get_latest_cached(&mut ReadCache::default(), keyspace, key, f)
+    }
+
+    /// [`Store::get_latest_with`] for a thread that reads often: the
+    /// memtables and version it reads from are kept in `cache` and taken
+    /// again only when the store changed them, so a read takes no lock but
+    /// the memtables' own.
+    pub fn get_latest_cached<R>(
+        &self,
+        cache: &mut ReadCache,
+        keyspace: u32,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> R,
+    ) -> Result<R> {
         loop {
-            let (active, frozen, version) = {
-                let mem = read(&self.inner.memtables);
-                let version = read(&self.inner.version).clone();
-                (mem.active.clone(), mem.frozen.clone(), version)
-            };
+            // The sequence first: every write at or below it went to a
+            // memtable that the generation read after it accounts for (a
+            // replaced memtable bumps the generation before it takes
+            // writes, under the lock those writes pass).
             let seq = self.inner.visible_seq.get();
-            if !Arc::ptr_eq(&read(&self.inner.memtables).active, &active) {
-                continue;
-            }
-            let active = read(&active);
-            let frozen = frozen.as_ref().map(|f| read(f));
+            let generation = self.inner.view_generation.load(Ordering::Acquire);
+            let view = match &cache.view {
+                Some(view) if view.generation == generation => view,
+                _ => {
+                    // Taken after the generation was read: at least as new.
+                    let mem = read(&self.inner.memtables);
+                    cache.view = Some(CachedView {
+                        generation,
+                        active: mem.active.clone(),
+                        frozen: mem.frozen.clone(),
+                        version: read(&self.inner.version).clone(),
+                    });
+                    continue;
+                }
+            };
+            let active = read(&view.active);
+            let frozen = view.frozen.as_ref().map(|f| read(f));
             let active: &Memtable = &active;
             let both;
             let one = [active];
@@ -105,7 +130,7 @@ impl Store {
                 }
                 None => &one,
             };
-            return version::get_with(&self.inner.dev, mems, &version, keyspace, key, seq, f);
+            return version::get_with(&self.inner.dev, mems, &view.version, keyspace, key, seq, f);
         }
     }
 
@@ -273,4 +298,28 @@ pub fn half_open(range: (Bound<&[u8]>, Bound<&[u8]>)) -> (Vec<u8>, Option<Vec<u8
         Bound::Unbounded => None,
     };
     (start, end)
+}
+
+/// What a thread keeps between point reads with
+/// [`Store::get_latest_cached`]: the memtables and version it last read,
+/// taken again only when the store has changed them. Holding it keeps that
+/// version's tables (and a frozen memtable) alive: [`ReadCache::clear`] it
+/// when the thread goes idle.
+#[derive(Default)]
+pub struct ReadCache {
+    view: Option<CachedView>,
+}
+
+struct CachedView {
+    generation: u64,
+    active: Arc<RwLock<Memtable>>,
+    frozen: Option<Arc<RwLock<Memtable>>>,
+    version: Arc<Version>,
+}
+
+impl ReadCache {
+    /// Lets go of the view (the next read takes it again).
+    pub fn clear(&mut self) {
+        self.view = None;
+    }
 }
