@@ -150,7 +150,7 @@ fn store_string(
     Ok(())
 }
 
-/// GET of `key` at `now_ms` with the value borrowed where the store holds
+/// GET of `key` at the time `now_ms` gives, with the value borrowed where the store holds
 /// it: `emit` sees the live value (None: no such key) or the error reply,
 /// and writes the reply itself — a server copies the value once, into its
 /// output. Outside a transaction only (it reads the newest data).
@@ -158,7 +158,7 @@ pub fn get_borrowed<R>(
     db: &Db,
     cache: &mut sluice_store::ReadCache,
     key: &[u8],
-    now_ms: u64,
+    now_ms: impl FnOnce() -> u64,
     emit: impl FnOnce(Result<Option<&[u8]>, Reply>) -> R,
 ) -> R {
     let mut emit = Some(emit);
@@ -166,7 +166,8 @@ pub fn get_borrowed<R>(
         let found = match raw.map(Entry::string_view).transpose() {
             Ok(None) => Ok(None),
             Ok(Some(None)) => Err(Reply::Error(WRONGTYPE.into())),
-            Ok(Some(Some((_, expire_at_ms)))) if expire_at_ms != 0 && expire_at_ms <= now_ms => {
+            // The clock is read only for a key that can expire.
+            Ok(Some(Some((_, expire_at_ms)))) if expire_at_ms != 0 && expire_at_ms <= now_ms() => {
                 Ok(None)
             }
             Ok(Some(Some((value, _)))) => Ok(Some(value)),

@@ -147,7 +147,7 @@ pub(super) fn try_get(
     {
         return false;
     }
-    let now_ms = *now_ms.get_or_insert_with(super::now_ms);
+    let now_ms = || *now_ms.get_or_insert_with(super::now_ms);
     commands::get_borrowed(&shared.db, reads, &args[1], now_ms, |found| match found {
         Ok(Some(value)) => conn.push_bulk(value),
         Ok(None) => conn.push_reply(&Reply::Null),

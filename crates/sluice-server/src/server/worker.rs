@@ -186,12 +186,17 @@ impl Worker {
                 idle_turns = 0;
             } else {
                 idle_turns += 1;
-                if idle_turns == 1 {
-                    idle_since = Instant::now();
-                }
             }
-            let spinning =
-                !idle_turns.is_multiple_of(CLOCK_EVERY_TURNS) || idle_since.elapsed() < spin;
+            // The spin is timed from the CLOCK_EVERY_TURNS-th idle turn: a
+            // server answering one request at a time reads no clock.
+            let spinning = match idle_turns {
+                n if n < CLOCK_EVERY_TURNS => true,
+                CLOCK_EVERY_TURNS => {
+                    idle_since = Instant::now();
+                    true
+                }
+                n => !n.is_multiple_of(CLOCK_EVERY_TURNS) || idle_since.elapsed() < spin,
+            };
             if worked || spinning {
                 // While shared-memory clients keep it busy, the thread
                 // enters the kernel only when a socket needs it.
@@ -668,6 +673,11 @@ impl Worker {
                 };
                 match next {
                     Ok(Some(args)) => {
+                        if admin::try_get(&self.shared, c, &args, &mut self.reads, &mut now_ms) {
+                            WorkerStats::add(&stats.commands_processed, 1);
+                            n += 1;
+                            continue;
+                        }
                         // Back-pressure: while the store is behind on
                         // flushes and compactions, writes wait here (reads
                         // and other connections go on) instead of the
@@ -682,9 +692,7 @@ impl Worker {
                             break;
                         }
                         WorkerStats::add(&stats.commands_processed, 1);
-                        if !admin::try_get(&self.shared, c, &args, &mut self.reads, &mut now_ms) {
-                            admin::execute(&self.shared, c, &args);
-                        }
+                        admin::execute(&self.shared, c, &args);
                         n += 1;
                     }
                     Ok(None) => break,
