@@ -5,15 +5,42 @@
 use crate::batch::{OpKind, WriteBatch};
 use crate::sst::{Entry, EntryKind, RangeTombstone as SstRangeTombstone};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-type InternalKey = (u32, Vec<u8>, Reverse<u64>);
+/// Keys and values are shared between the ordered map and the index of
+/// newest versions, not copied.
+type InternalKey = (u32, Arc<[u8]>, Reverse<u64>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Version {
-    Value(Vec<u8>),
+    Value(Arc<[u8]>),
     Tombstone,
 }
+
+impl Version {
+    /// The value, None for a tombstone.
+    fn value(&self) -> Option<&[u8]> {
+        match self {
+            Version::Value(v) => Some(v),
+            Version::Tombstone => None,
+        }
+    }
+}
+
+/// The newest version of one key: a point read at a snapshot it is not
+/// newer than (nearly all of them) takes it by hash, without the ordered
+/// map's search.
+#[derive(Debug)]
+struct Newest {
+    keyspace: u32,
+    key: Arc<[u8]>,
+    seq: u64,
+    version: Version,
+}
+
+/// What a key's [`Newest`] adds to a memtable's size, roughly.
+const NEWEST_BYTES: usize = 56;
 
 #[derive(Debug, Clone)]
 struct RangeTombstone {
@@ -43,32 +70,15 @@ fn point_hash(keyspace: u32, key: &[u8]) -> u64 {
     mix(h, u64::from_le_bytes(tail))
 }
 
-/// A hasher that passes an already mixed u64 through.
-#[derive(Default, Clone, Copy)]
-struct PassThrough(u64);
-
-impl std::hash::Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | b as u64;
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
 /// Recent writes of every keyspace, ordered, in memory until flushed.
 #[derive(Debug, Default)]
 pub struct Memtable {
     entries: BTreeMap<InternalKey, Version>,
-    /// [`point_hash`] of every key with a point version here: a point
-    /// read of a key not in it skips the ordered map's search (most point
-    /// reads, once the data outgrows the memtable).
-    present: HashSet<u64, std::hash::BuildHasherDefault<PassThrough>>,
+    /// Every key with a point version here, by [`point_hash`], with its
+    /// newest version: a point read of a key not in it skips the ordered
+    /// map (most point reads, once the data outgrows the memtable), and of
+    /// a key in it usually needs nothing else.
+    newest: hashbrown::HashTable<Newest>,
     ranges: Vec<RangeTombstone>,
     approximate_bytes: usize,
 }
@@ -79,30 +89,50 @@ impl Memtable {
         for (i, op) in batch.ops.iter().enumerate() {
             let seq = first_seq + i as u64;
             self.approximate_bytes += op.key.len() + op.value.len() + 32;
-            if op.kind != OpKind::RangeDelete {
-                self.present.insert(point_hash(op.keyspace, &op.key));
-            }
-            match op.kind {
-                OpKind::Put => {
-                    self.entries.insert(
-                        (op.keyspace, op.key.clone(), Reverse(seq)),
-                        Version::Value(op.value.clone()),
-                    );
+            let version = match op.kind {
+                OpKind::Put => Version::Value(Arc::from(&op.value[..])),
+                OpKind::Delete => Version::Tombstone,
+                OpKind::RangeDelete => {
+                    self.ranges.push(RangeTombstone {
+                        keyspace: op.keyspace,
+                        start: op.key.clone(),
+                        end: op.value.clone(),
+                        seq,
+                    });
+                    continue;
                 }
-                OpKind::Delete => {
-                    self.entries.insert(
-                        (op.keyspace, op.key.clone(), Reverse(seq)),
-                        Version::Tombstone,
-                    );
-                }
-                OpKind::RangeDelete => self.ranges.push(RangeTombstone {
-                    keyspace: op.keyspace,
-                    start: op.key.clone(),
-                    end: op.value.clone(),
-                    seq,
-                }),
-            }
+            };
+            let key = self.insert_newest(op.keyspace, &op.key, seq, &version);
+            self.entries
+                .insert((op.keyspace, key, Reverse(seq)), version);
         }
+    }
+
+    /// Records `version` of `key` in the index of newest versions if it is
+    /// newer than the one there; the key as the memtable shares it.
+    fn insert_newest(&mut self, keyspace: u32, key: &[u8], seq: u64, version: &Version) -> Arc<[u8]> {
+        let hash = point_hash(keyspace, key);
+        let same = |n: &Newest| n.keyspace == keyspace && *n.key == *key;
+        if let Some(n) = self.newest.find_mut(hash, same) {
+            if seq > n.seq {
+                n.seq = seq;
+                n.version = version.clone();
+            }
+            return n.key.clone();
+        }
+        let key: Arc<[u8]> = Arc::from(key);
+        self.approximate_bytes += NEWEST_BYTES;
+        self.newest.insert_unique(
+            hash,
+            Newest {
+                keyspace,
+                key: key.clone(),
+                seq,
+                version: version.clone(),
+            },
+            |n| point_hash(n.keyspace, &n.key),
+        );
+        key
     }
 
     /// Bytes its keys and values take, roughly.
@@ -133,23 +163,20 @@ impl Memtable {
         key: &[u8],
         snapshot: u64,
     ) -> Option<(u64, Option<&[u8]>)> {
-        if !self.present.contains(&point_hash(keyspace, key)) {
-            return None;
+        let newest = self.newest.find(point_hash(keyspace, key), |n| {
+            n.keyspace == keyspace && *n.key == *key
+        })?;
+        if newest.seq <= snapshot {
+            return Some((newest.seq, newest.version.value()));
         }
-        let from = (keyspace, key.to_vec(), Reverse(snapshot));
+        // An older snapshot, or a write still being committed: the ordered
+        // map has the version at the snapshot.
+        let from = (keyspace, newest.key.clone(), Reverse(snapshot));
         self.entries
             .range(from..)
             .next()
-            .filter(|((ks, k, _), _)| *ks == keyspace && k.as_slice() == key)
-            .map(|((_, _, Reverse(seq)), v)| {
-                (
-                    *seq,
-                    match v {
-                        Version::Value(v) => Some(v.as_slice()),
-                        Version::Tombstone => None,
-                    },
-                )
-            })
+            .filter(|((ks, k, _), _)| *ks == keyspace && **k == *key)
+            .map(|((_, _, Reverse(seq)), v)| (*seq, v.value()))
     }
 
     /// Every version of every key of `keyspace` from `start` on, in internal order.
@@ -158,12 +185,12 @@ impl Memtable {
         keyspace: u32,
         start: &[u8],
     ) -> impl Iterator<Item = Entry> + 'a {
-        let lower = (keyspace, start.to_vec(), Reverse(u64::MAX));
+        let lower = (keyspace, Arc::from(start), Reverse(u64::MAX));
         self.entries
             .range(lower..)
             .take_while(move |((ks, _, _), _)| *ks == keyspace)
             .map(|((_, k, Reverse(seq)), v)| Entry {
-                key: k.clone(),
+                key: k.to_vec(),
                 seq: *seq,
                 kind: if matches!(v, Version::Value(_)) {
                     EntryKind::Put
@@ -171,7 +198,7 @@ impl Memtable {
                     EntryKind::Delete
                 },
                 value: match v {
-                    Version::Value(v) => v.clone(),
+                    Version::Value(v) => v.to_vec(),
                     Version::Tombstone => Vec::new(),
                 },
             })
@@ -193,8 +220,8 @@ impl Memtable {
         visit: &mut VersionVisitor<'_>,
     ) -> usize {
         use std::ops::Bound::{Excluded, Included, Unbounded};
-        let lowest = (keyspace, start.to_vec(), Reverse(u64::MAX));
-        let resume = after.map(|(k, s)| (keyspace, k.to_vec(), Reverse(s)));
+        let lowest: InternalKey = (keyspace, Arc::from(start), Reverse(u64::MAX));
+        let resume = after.map(|(k, s)| (keyspace, Arc::<[u8]>::from(k), Reverse(s)));
         let mut n = 0;
         let mut give = |((_, k, Reverse(seq)), v): (&InternalKey, &Version)| {
             n += 1;
@@ -206,9 +233,9 @@ impl Memtable {
         if reverse {
             let upper = match (resume, end) {
                 (Some(r), _) => Excluded(r),
-                (None, Some(end)) => Excluded((keyspace, end.to_vec(), Reverse(u64::MAX))),
+                (None, Some(end)) => Excluded((keyspace, Arc::from(end), Reverse(u64::MAX))),
                 (None, None) => match keyspace.checked_add(1) {
-                    Some(next) => Excluded((next, Vec::new(), Reverse(u64::MAX))),
+                    Some(next) => Excluded((next, Arc::from(&[][..]), Reverse(u64::MAX))),
                     None => Unbounded,
                 },
             };
@@ -228,7 +255,7 @@ impl Memtable {
             self.entries
                 .range((lower, Unbounded))
                 .take_while(|((ks, k, _), _)| {
-                    *ks == keyspace && end.is_none_or(|end| k.as_slice() < end)
+                    *ks == keyspace && end.is_none_or(|end| &k[..] < end)
                 })
                 .take(max)
                 .for_each(&mut give);
@@ -274,5 +301,63 @@ impl Memtable {
     /// Versions it holds.
     pub fn entry_count(&self) -> usize {
         self.entries.len() + self.ranges.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap as Model;
+
+    proptest! {
+        /// Point reads through the index of newest versions agree with the
+        /// ordered map at every snapshot, whatever order batches arrive in.
+        #[test]
+        fn point_reads_match_a_model_at_every_snapshot(
+            ops in proptest::collection::vec((0u32..2, 0u8..6, any::<bool>(), 0u8..200), 1..60),
+            order in any::<u64>(),
+        ) {
+            // Batches of one op each, applied in a shuffled order (group
+            // commit may apply a later sequence first).
+            let mut batches: Vec<(u64, u32, Vec<u8>, Option<Vec<u8>>)> = ops
+                .iter()
+                .enumerate()
+                .map(|(i, &(ks, k, put, v))| {
+                    let key = vec![b'k', k];
+                    (i as u64 + 1, ks, key, put.then(|| vec![v; v as usize % 40]))
+                })
+                .collect();
+            let mut state = order;
+            for i in (1..batches.len()).rev() {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                batches.swap(i, (state >> 33) as usize % (i + 1));
+            }
+            let mut m = Memtable::default();
+            let mut model: Model<(u32, Vec<u8>), Vec<(u64, Option<Vec<u8>>)>> = Model::new();
+            for (seq, ks, key, value) in &batches {
+                let mut b = WriteBatch::new();
+                match value {
+                    Some(v) => b.put(*ks, key, v).unwrap(),
+                    None => b.delete(*ks, key).unwrap(),
+                };
+                m.apply(*seq, &b);
+                model.entry((*ks, key.clone())).or_default().push((*seq, value.clone()));
+            }
+            for ks in 0..2u32 {
+                for k in 0..7u8 {
+                    let key = vec![b'k', k];
+                    for snapshot in 0..=ops.len() as u64 + 1 {
+                        let want = model.get(&(ks, key.clone())).and_then(|vs| {
+                            vs.iter().filter(|(s, _)| *s <= snapshot).max_by_key(|(s, _)| *s).cloned()
+                        });
+                        let got = m
+                            .newest_version(ks, &key, snapshot)
+                            .map(|(s, v)| (s, v.map(<[u8]>::to_vec)));
+                        prop_assert_eq!(got, want, "keyspace {} key {:?} at {}", ks, key, snapshot);
+                    }
+                }
+            }
+        }
     }
 }
