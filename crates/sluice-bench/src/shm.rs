@@ -52,6 +52,12 @@ pub struct ShmBenchArgs {
     /// does not come, each over this many seconds (0: leave out).
     #[arg(long, default_value_t = 5)]
     idle_secs: u64,
+    /// First: the rings' own ceiling at batch 1 on this machine — two
+    /// threads in this process, one writing a GET frame and waiting for
+    /// the reply, the other echoing a fixed 100-byte reply at once, with
+    /// no server behind it — over this many seconds (0: leave out).
+    #[arg(long, default_value_t = 3)]
+    echo_secs: u64,
     /// Shared-memory clients connected while the server's idle CPU is measured.
     #[arg(long, default_value_t = 100)]
     idle_clients: usize,
@@ -118,6 +124,58 @@ fn client_loop(
         i += 1;
     }
     Ok((done, hist))
+}
+
+/// Round trips per second of one GET frame and a fixed bulk reply of
+/// `value_bytes` through a pair of rings between two threads, the echoing
+/// one doing nothing else: the ceiling batch 1 can reach on this machine,
+/// with the same ring code, fences and wake-up checks as client and server.
+fn ring_echo(length: Duration, value_bytes: usize) -> Result<f64> {
+    use sluice_io::shm::{duplicate, ShmChannel, ShmRegion, Side};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let region = ShmRegion::create(1 << 20, 1 << 20)?;
+    let client_region = ShmRegion::open(duplicate(region.fd())?)?;
+    let mut server = ShmChannel::new(region, Side::Server);
+    let mut client = ShmChannel::new(client_region, Side::Client);
+    let mut reply = format!("${value_bytes}\r\n").into_bytes();
+    reply.resize(reply.len() + value_bytes, b'x');
+    reply.extend_from_slice(b"\r\n");
+    let request = b"*2\r\n$3\r\nGET\r\n$8\r\nkey:0001\r\n";
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| -> Result<f64> {
+        scope.spawn(|| -> Result<()> {
+            let mut buf = Vec::with_capacity(4096);
+            while !stop.load(Ordering::Relaxed) {
+                buf.clear();
+                if server.read(&mut buf, usize::MAX)? > 0 {
+                    server.stage_all(&[&reply])?;
+                    server.publish_staged();
+                    server.take_peer_sleeping();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            Ok(())
+        });
+        let mut buf = Vec::with_capacity(4096);
+        let started = Instant::now();
+        let mut trips = 0u64;
+        while started.elapsed() < length {
+            for _ in 0..1000 {
+                client.write(request)?;
+                client.take_peer_sleeping();
+                buf.clear();
+                while client.read(&mut buf, usize::MAX)? == 0 {
+                    std::hint::spin_loop();
+                }
+                client.take_peer_sleeping();
+            }
+            trips += 1000;
+        }
+        let per_sec = trips as f64 / started.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        Ok(per_sec)
+    })
 }
 
 /// This process's CPU time so far, in seconds.
@@ -264,6 +322,13 @@ pub fn run(args: &ShmBenchArgs) -> Result<()> {
     let threads = args
         .client_threads
         .unwrap_or_else(|| cores.saturating_sub(args.server_threads).max(1));
+    if args.echo_secs > 0 {
+        let per_sec = ring_echo(Duration::from_secs(args.echo_secs), args.value_bytes)?;
+        println!(
+            "the rings alone (a thread echoing a fixed {} B reply, no server): {per_sec:.0} round trips/s at batch 1",
+            args.value_bytes
+        );
+    }
     let targets = start_targets(args)?;
     println!(
         "{} B values, {} hot keys, {threads} client thread(s), {} server thread(s), {} s per row, median of {}",

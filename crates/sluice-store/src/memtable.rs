@@ -110,7 +110,13 @@ impl Memtable {
 
     /// Records `version` of `key` in the index of newest versions if it is
     /// newer than the one there; the key as the memtable shares it.
-    fn insert_newest(&mut self, keyspace: u32, key: &[u8], seq: u64, version: &Version) -> Arc<[u8]> {
+    fn insert_newest(
+        &mut self,
+        keyspace: u32,
+        key: &[u8],
+        seq: u64,
+        version: &Version,
+    ) -> Arc<[u8]> {
         let hash = point_hash(keyspace, key);
         let same = |n: &Newest| n.keyspace == keyspace && *n.key == *key;
         if let Some(n) = self.newest.find_mut(hash, same) {
@@ -254,9 +260,7 @@ impl Memtable {
             };
             self.entries
                 .range((lower, Unbounded))
-                .take_while(|((ks, k, _), _)| {
-                    *ks == keyspace && end.is_none_or(|end| &k[..] < end)
-                })
+                .take_while(|((ks, k, _), _)| *ks == keyspace && end.is_none_or(|end| &k[..] < end))
                 .take(max)
                 .for_each(&mut give);
         }
