@@ -17,7 +17,9 @@
 //! two threads cannot interleave on one key; a command on several keys
 //! takes their stripes in order.
 
-use sluice_store::{Logged, ReadCache, Snapshot, Store, StoreError, ValueFormat, WriteBatch};
+use sluice_store::{
+    Found, Logged, ReadCache, Snapshot, Store, StoreError, ValueFormat, WriteBatch,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -341,7 +343,7 @@ impl Db {
         &self,
         cache: &mut ReadCache,
         key: &[u8],
-        f: impl FnOnce(Option<&[u8]>) -> R,
+        f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<R, StoreError> {
         self.store.get_latest_cached(cache, self.keys, key, f)
     }

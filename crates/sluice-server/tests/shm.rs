@@ -330,3 +330,63 @@ fn shutdown_answers_what_was_published_then_closes_the_channel() {
     assert!(!path.exists(), "the socket file is removed at shutdown");
     drop(store);
 }
+
+/// Values bigger than the 64 KiB response ring, read from the memtable and
+/// (after a flush) from table blocks, stream into the ring from where the
+/// store holds them, in order with the small replies around them; a value
+/// overwritten while it streams arrives whole as it was when read.
+#[test]
+fn big_values_stream_from_the_store_in_order_with_other_replies() {
+    let _shared = MEMORY.read();
+    let (server, path) = start("stream", |_| {});
+    let mut c = Client::connect(&url(&path)).unwrap();
+    let pattern = |seed: u32, len: usize| -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(31) ^ seed) as u8)
+            .collect()
+    };
+    let a = pattern(1, 200 << 10);
+    let b = pattern(2, 300 << 10);
+    let check = |c: &mut Client, a: &[u8], b: &[u8]| {
+        let replies = c
+            .batch(&[
+                cmd(&["GET", "a"]),
+                cmd(&["GET", "small"]),
+                cmd(&["GET", "b"]),
+                cmd(&["PING"]),
+                cmd(&["GET", "a"]),
+                cmd(&["GET", "missing"]),
+            ])
+            .unwrap();
+        assert_eq!(replies.len(), 6);
+        assert!(replies[0] == Value::Bulk(a.to_vec()), "first big value");
+        assert_eq!(replies[1], Value::Bulk(b"s".to_vec()));
+        assert!(replies[2] == Value::Bulk(b.to_vec()), "second big value");
+        assert_eq!(replies[3], Value::Status("PONG".into()));
+        assert!(replies[4] == Value::Bulk(a.to_vec()), "first again");
+        assert_eq!(replies[5], Value::Nil);
+    };
+    c.set(b"a", &a).unwrap();
+    c.set(b"b", &b).unwrap();
+    c.set(b"small", b"s").unwrap();
+    check(&mut c, &a, &b);
+    // From table blocks.
+    server.store.flush().unwrap();
+    check(&mut c, &a, &b);
+    // Overwritten while its reply streams: the reader gets one version whole.
+    let a2 = pattern(3, 200 << 10);
+    let mut writer = Client::connect(&url(&path)).unwrap();
+    c.send_raw(&{
+        let mut frames = Vec::new();
+        sluice_client::encode(&mut frames, &[b"GET", b"a"]);
+        frames
+    })
+    .unwrap();
+    writer.set(b"a", &a2).unwrap();
+    let got = c.read_reply().unwrap();
+    assert!(
+        got == Value::Bulk(a.clone()) || got == Value::Bulk(a2.clone()),
+        "a torn value"
+    );
+    assert_eq!(c.get(b"a").unwrap(), Some(a2));
+}

@@ -24,6 +24,7 @@ pub mod cache;
 mod codec;
 pub mod compaction;
 pub mod error;
+mod found;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod iter;
@@ -39,6 +40,7 @@ pub mod wal;
 
 pub use batch::WriteBatch;
 pub use error::{DamagedBlock, Result, StoreError};
+pub use found::{Found, Kept};
 pub use iter::StoreIter;
 pub use manifest::{KeyspaceDef, ValueFormat};
 pub use store::{

@@ -20,7 +20,7 @@ enum Version {
 
 impl Version {
     /// The value, None for a tombstone.
-    fn value(&self) -> Option<&[u8]> {
+    fn value(&self) -> Option<&Arc<[u8]>> {
         match self {
             Version::Value(v) => Some(v),
             Version::Tombstone => None,
@@ -168,7 +168,7 @@ impl Memtable {
         keyspace: u32,
         key: &[u8],
         snapshot: u64,
-    ) -> Option<(u64, Option<&[u8]>)> {
+    ) -> Option<(u64, Option<&Arc<[u8]>>)> {
         let newest = self.newest.find(point_hash(keyspace, key), |n| {
             n.keyspace == keyspace && *n.key == *key
         })?;
@@ -357,7 +357,7 @@ mod tests {
                         });
                         let got = m
                             .newest_version(ks, &key, snapshot)
-                            .map(|(s, v)| (s, v.map(<[u8]>::to_vec)));
+                            .map(|(s, v)| (s, v.map(|v| v.to_vec())));
                         prop_assert_eq!(got, want, "keyspace {} key {:?} at {}", ks, key, snapshot);
                     }
                 }

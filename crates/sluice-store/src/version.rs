@@ -3,6 +3,7 @@
 
 use crate::blocks::{BlockDevice, Extent};
 use crate::error::Result;
+use crate::found::Found;
 use crate::manifest::TableMeta;
 use crate::memtable::Memtable;
 use crate::sst::{EntryKind, RangeTombstone, TableReader};
@@ -203,13 +204,13 @@ pub fn get_with<R>(
     keyspace: u32,
     key: &[u8],
     snapshot: u64,
-    f: impl FnOnce(Option<&[u8]>) -> R,
+    f: impl FnOnce(Option<Found<'_>>) -> R,
 ) -> Result<R> {
     let mut deleted_at = 0u64;
     for m in memtables {
         deleted_at = deleted_at.max(m.range_deleted_at(keyspace, key, snapshot));
         if let Some((seq, v)) = m.newest_version(keyspace, key, snapshot) {
-            return Ok(f(if seq > deleted_at { v } else { None }));
+            return Ok(f(v.filter(|_| seq > deleted_at).map(Found::in_memtable)));
         }
     }
     let Some(levels) = version.levels(keyspace) else {
@@ -221,10 +222,10 @@ pub fn get_with<R>(
     let mut f = Some(f);
     for t in levels.candidates(key) {
         let answered = t.reader.get_with(dev, key, snapshot, |hit| {
-            let hit = hit?;
+            let (hit, value) = hit?;
             let live = hit.seq > deleted_at && hit.kind == EntryKind::Put;
             let f = f.take().expect("called once");
-            Some(f(live.then_some(hit.value)))
+            Some(f(live.then_some(value)))
         })?;
         if let Some(r) = answered {
             return Ok(r);
@@ -246,6 +247,6 @@ pub fn get(
     snapshot: u64,
 ) -> Result<Option<Vec<u8>>> {
     get_with(dev, memtables, version, keyspace, key, snapshot, |v| {
-        v.map(<[u8]>::to_vec)
+        v.map(|v| v.bytes().to_vec())
     })
 }

@@ -82,7 +82,7 @@ proptest! {
                 prop_assert_eq!(t.get(&dev, &key, snap).unwrap(), want.clone());
                 // The borrowed point read finds the same version, value in place.
                 let borrowed = t
-                    .get_with(&dev, &key, snap, |hit| hit.map(|h| (h.seq, h.kind, h.value.to_vec())))
+                    .get_with(&dev, &key, snap, |hit| hit.map(|(h, v)| (h.seq, h.kind, v.bytes().to_vec())))
                     .unwrap();
                 prop_assert_eq!(borrowed, want.map(|e| (e.seq, e.kind, e.value)));
             }

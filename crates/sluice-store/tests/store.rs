@@ -1084,7 +1084,9 @@ fn latest_reads_without_a_snapshot_stay_current_across_flushes() {
             store.get_latest(ks, b"counter").unwrap()
         } else {
             store
-                .get_latest_cached(&mut cache, ks, b"counter", |v| v.map(<[u8]>::to_vec))
+                .get_latest_cached(&mut cache, ks, b"counter", |v| {
+                    v.map(|v| v.bytes().to_vec())
+                })
                 .unwrap()
         };
         let got = got.expect("the counter is always there");

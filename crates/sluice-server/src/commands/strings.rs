@@ -159,18 +159,22 @@ pub fn get_borrowed<R>(
     cache: &mut sluice_store::ReadCache,
     key: &[u8],
     now_ms: impl FnOnce() -> u64,
-    emit: impl FnOnce(Result<Option<&[u8]>, Reply>) -> R,
+    emit: impl FnOnce(Result<Option<sluice_store::Found<'_>>, Reply>) -> R,
 ) -> R {
     let mut emit = Some(emit);
     let read = db.get_raw_latest_with(cache, key, |raw| {
-        let found = match raw.map(Entry::string_view).transpose() {
+        let found = match raw.map(|r| Entry::string_view(r.bytes())).transpose() {
             Ok(None) => Ok(None),
             Ok(Some(None)) => Err(Reply::Error(WRONGTYPE.into())),
             // The clock is read only for a key that can expire.
             Ok(Some(Some((_, expire_at_ms)))) if expire_at_ms != 0 && expire_at_ms <= now_ms() => {
                 Ok(None)
             }
-            Ok(Some(Some((value, _)))) => Ok(Some(value)),
+            // The string is the record's tail.
+            Ok(Some(Some((value, _)))) => {
+                let record = raw.expect("a record was found");
+                Ok(Some(record.skip(record.bytes().len() - value.len())))
+            }
             Err(e) => Err(Reply::Error(store_error_text(&e))),
         };
         (emit.take().expect("the store calls back once"))(found)

@@ -4,6 +4,8 @@ use crate::resp::reply::{blob_header, BLOB_HEADER_MAX_BYTES};
 use crate::resp::{Limits, Reply, RequestReader};
 use crate::session::Session;
 use sluice_store::wal::LogPosition;
+use sluice_store::{Found, Kept};
+use std::collections::VecDeque;
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
@@ -58,13 +60,30 @@ pub(super) struct Queued {
     pub(super) dirty: bool,
 }
 
+/// Values at least this big are streamed into a shared-memory client's
+/// ring from where the store holds them, not copied into its output.
+const STREAM_MIN_BYTES: usize = 16 << 10;
+
+/// A value streaming into a shared-memory client's ring.
+pub(super) struct Stream {
+    /// Where in the output it goes: before the byte at this offset.
+    pub(super) at: usize,
+    pub(super) value: Kept,
+    /// Bytes of it in the ring already.
+    pub(super) sent: usize,
+}
+
 /// A client connection.
 pub(super) struct Conn {
     pub(super) stream: Transport,
     pub(super) session: Session,
     pub(super) reader: RequestReader,
-    /// Replies ready to send.
+    /// Replies ready to send. For a shared-memory client, the first
+    /// `out_sent` bytes are in the ring already, and big values sit
+    /// between its bytes as `streams` (kept where the store holds them).
     pub(super) out: Vec<u8>,
+    pub(super) out_sent: usize,
+    pub(super) streams: VecDeque<Stream>,
     /// Replies produced after a write not yet durable, sent once the log
     /// is durable to `hold_until` (in order: everything after such a write
     /// waits with it).
@@ -108,6 +127,8 @@ impl Conn {
             session,
             reader: RequestReader::new(limits),
             out: Vec::new(),
+            out_sent: 0,
+            streams: VecDeque::new(),
             held: Vec::new(),
             hold_until: None,
             held_since: None,
@@ -138,20 +159,33 @@ impl Conn {
         reply.encode_into(protocol, target);
     }
 
-    /// Queues a bulk string reply. For a shared-memory client with nothing
-    /// queued before it, the reply is built straight in its response ring
-    /// (the value's one copy, from wherever the store holds it), published
-    /// with the turn's other replies when the worker sends; otherwise,
-    /// or when the ring has no room for it whole, it is queued like any
-    /// reply and goes to the ring in pieces as the client reads.
-    pub(super) fn push_bulk(&mut self, value: &[u8]) {
+    /// Queues a bulk string reply of a value the store found. For a
+    /// shared-memory client the value is copied once, from wherever the
+    /// store holds it into the response ring: with nothing queued before
+    /// it and room for it whole, the reply is built straight in the ring
+    /// (published with the turn's other replies when the worker sends); a
+    /// big value is kept where it lies and streams into the ring in
+    /// pieces as the client reads. Anything else is queued like any reply.
+    pub(super) fn push_bulk(&mut self, value: Found<'_>) {
+        let bytes = value.bytes();
         let mut header = [0u8; BLOB_HEADER_MAX_BYTES];
-        let header = blob_header(b'$', value.len(), &mut header);
-        if self.hold_until.is_none() && self.out.is_empty() {
+        let header = blob_header(b'$', bytes.len(), &mut header);
+        let backlog = self.has_backlog();
+        if self.hold_until.is_none() {
             if let Transport::Shm(link) = &mut self.stream {
                 // An error here (a lying client) leaves the reply queued;
                 // the next send meets the error and closes the client.
-                if let Ok(true) = link.channel.stage_all(&[header, value, b"\r\n"]) {
+                if !backlog && link.channel.stage_all(&[header, bytes, b"\r\n"]) == Ok(true) {
+                    return;
+                }
+                if bytes.len() >= STREAM_MIN_BYTES {
+                    self.out.extend_from_slice(header);
+                    self.streams.push_back(Stream {
+                        at: self.out.len(),
+                        value: value.keep(),
+                        sent: 0,
+                    });
+                    self.out.extend_from_slice(b"\r\n");
                     return;
                 }
             }
@@ -162,8 +196,64 @@ impl Conn {
             &mut self.out
         };
         target.extend_from_slice(header);
-        target.extend_from_slice(value);
+        target.extend_from_slice(bytes);
         target.extend_from_slice(b"\r\n");
+    }
+
+    /// Reply bytes waiting to go out (held ones not counted): for a
+    /// shared-memory client, what is not in the ring yet, streamed values
+    /// included.
+    pub(super) fn backlog_bytes(&self) -> usize {
+        let streamed: usize = self.streams.iter().map(|s| s.value.len() - s.sent).sum();
+        self.out.len() - self.out_sent + streamed
+    }
+
+    /// Whether reply bytes wait to go out.
+    pub(super) fn has_backlog(&self) -> bool {
+        self.out.len() > self.out_sent || !self.streams.is_empty()
+    }
+
+    /// Shared memory: moves waiting replies into the response ring as far
+    /// as it has room, after what was built in it this turn, and publishes
+    /// them; how many bytes were published.
+    pub(super) fn send_to_ring(&mut self) -> Result<usize, sluice_io::shm::ShmError> {
+        let Transport::Shm(link) = &mut self.stream else {
+            return Ok(0);
+        };
+        let mut published = link.channel.publish_staged();
+        loop {
+            let until = self.streams.front().map_or(self.out.len(), |s| s.at);
+            if self.out_sent < until {
+                let n = link.channel.write(&self.out[self.out_sent..until])?;
+                self.out_sent += n;
+                published += n;
+                if self.out_sent < until {
+                    break;
+                }
+            }
+            let Some(stream) = self.streams.front_mut() else {
+                break;
+            };
+            let n = link.channel.write(&stream.value.bytes()[stream.sent..])?;
+            stream.sent += n;
+            published += n;
+            if stream.sent < stream.value.len() {
+                break;
+            }
+            self.streams.pop_front();
+        }
+        if !self.has_backlog() {
+            self.out.clear();
+            self.out_sent = 0;
+        } else if self.out_sent >= STREAM_MIN_BYTES && self.out_sent * 2 >= self.out.len() {
+            // Give back the sent front now and then (not every send).
+            self.out.drain(..self.out_sent);
+            for s in &mut self.streams {
+                s.at -= self.out_sent;
+            }
+            self.out_sent = 0;
+        }
+        Ok(published)
     }
 
     /// Queues raw reply bytes (protocol errors).
@@ -195,6 +285,6 @@ impl Conn {
 
     /// Bytes of replies not yet handed to a send.
     pub(super) fn waiting_bytes(&self) -> usize {
-        self.out.len() + self.held.len()
+        self.backlog_bytes() + self.held.len()
     }
 }

@@ -534,21 +534,21 @@ impl Worker {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
             };
-            let Transport::Shm(link) = &mut c.stream else {
-                continue;
-            };
-            if c.dead {
+            if c.dead || !c.stream.is_shm() {
                 continue;
             }
-            if !c.out.is_empty() {
+            if c.has_backlog() {
                 self.events.touched.push(id);
             }
             // Back-pressure: requests already taken wait to run first, and
             // a client that does not read its replies gets no more run. A
             // request bigger than the ring is read on until it is whole.
-            if c.closing || c.more_input || c.out.len() >= out_limit {
+            if c.closing || c.more_input || c.backlog_bytes() >= out_limit {
                 continue;
             }
+            let Transport::Shm(link) = &mut c.stream else {
+                continue;
+            };
             match c
                 .reader
                 .feed_with(|buf| link.channel.read(buf, SHM_READ_BYTES))
@@ -620,9 +620,9 @@ impl Worker {
             }
             let wants_in = !c.closing
                 && !c.more_input
-                && c.out.len() < out_limit
+                && c.backlog_bytes() < out_limit
                 && link.channel.in_pending().map_or(true, |n| n > 0);
-            let can_out = !c.out.is_empty() && link.channel.out_free().map_or(true, |n| n > 0);
+            let can_out = c.has_backlog() && link.channel.out_free().map_or(true, |n| n > 0);
             wants_in || can_out
         });
         if busy {
@@ -663,7 +663,7 @@ impl Worker {
             let mut n = 0;
             let mut held_back = false;
             while n < max_pipeline && !c.quit {
-                if c.stream.is_shm() && c.out.len() >= shm_out_limit {
+                if c.stream.is_shm() && c.backlog_bytes() >= shm_out_limit {
                     held_back = true;
                     break;
                 }
@@ -752,34 +752,27 @@ impl Worker {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
             };
-            if let Transport::Shm(link) = &mut c.stream {
+            if c.stream.is_shm() {
                 // Replies built straight in the ring while serving, then
                 // the queued ones; one look at the client's sleeping word.
-                let mut published = link.channel.publish_staged();
-                if !c.dead && !c.out.is_empty() {
-                    match link.channel.write(&c.out) {
-                        Ok(n) => {
-                            if n == c.out.len() {
-                                c.out.clear();
-                            } else {
-                                c.out.drain(..n);
+                let published = if c.dead { Ok(0) } else { c.send_to_ring() };
+                match published {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        wrote = true;
+                        WorkerStats::add(
+                            &self.shared.stats.by_worker[self.index].net_output_bytes,
+                            n as u64,
+                        );
+                        if let Transport::Shm(link) = &c.stream {
+                            if link.channel.take_peer_sleeping() {
+                                link.channel.wake_client();
                             }
-                            published += n;
-                        }
-                        Err(e) => {
-                            log::warn!("closing shared-memory client {}: {e}", c.session.id());
-                            c.dead = true;
                         }
                     }
-                }
-                if published > 0 {
-                    wrote = true;
-                    WorkerStats::add(
-                        &self.shared.stats.by_worker[self.index].net_output_bytes,
-                        published as u64,
-                    );
-                    if link.channel.take_peer_sleeping() {
-                        link.channel.wake_client();
+                    Err(e) => {
+                        log::warn!("closing shared-memory client {}: {e}", c.session.id());
+                        c.dead = true;
                     }
                 }
                 continue;
@@ -827,7 +820,7 @@ impl Worker {
             let Some(c) = self.conns[id].as_mut() else {
                 continue;
             };
-            let drained = c.out.is_empty() && c.held.is_empty() && !c.more_input;
+            let drained = !c.has_backlog() && c.held.is_empty() && !c.more_input;
             if !(c.dead || (c.closing && drained)) || sending {
                 continue;
             }

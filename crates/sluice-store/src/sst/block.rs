@@ -289,7 +289,7 @@ impl RawBlock {
     /// entry is another key, `Err(())` if the block ends first (the answer
     /// may be in the next block).
     #[allow(clippy::result_unit_err)]
-    pub fn seek_point(&self, key: &[u8], snapshot: u64) -> Result<Option<PointHit<'_>>, ()> {
+    pub fn seek_point(&self, key: &[u8], snapshot: u64) -> Result<Option<PointHit>, ()> {
         let r = self
             .first_restart_not_before(|k, s| internal_cmp(k, s, key, snapshot) == Ordering::Less);
         let mut at = self
@@ -308,7 +308,8 @@ impl RawBlock {
                 return Ok(Some(PointHit {
                     seq: next.seq,
                     kind: next.kind,
-                    value: &self.bytes[next.value_at..next.value_at + next.value_len],
+                    value_at: next.value_at,
+                    value_len: next.value_len,
                 }));
             }
             at = next.next;
@@ -342,13 +343,22 @@ impl RawBlock {
     }
 }
 
-/// A version of the key a point read looked for, borrowed from its block.
+/// A version of the key a point read looked for, found in a block.
 #[derive(Debug, Clone, Copy)]
-pub struct PointHit<'a> {
+pub struct PointHit {
     /// Its sequence.
     pub seq: u64,
     /// Put or delete.
     pub kind: EntryKind,
-    /// The value (empty for a delete).
-    pub value: &'a [u8],
+    /// Where its value lies in the block, and its length (0 for a delete).
+    pub value_at: usize,
+    /// See `value_at`.
+    pub value_len: usize,
+}
+
+impl RawBlock {
+    /// The block's decoded bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
 }

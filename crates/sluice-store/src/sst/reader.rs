@@ -8,6 +8,7 @@ use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC};
 use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
 use crate::codec::{u32_at, u64_at};
 use crate::error::{Result, StoreError};
+use crate::found::Found;
 use sluice_io::mem::AlignedMem;
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -437,7 +438,7 @@ impl TableReader {
         dev: &BlockDevice,
         key: &[u8],
         snapshot: u64,
-        f: impl FnOnce(Option<PointHit<'_>>) -> R,
+        f: impl FnOnce(Option<(PointHit, Found<'_>)>) -> R,
     ) -> Result<R> {
         let ix = self.table_index(dev)?;
         if !ix.bloom.may_contain(key) {
@@ -449,7 +450,11 @@ impl TableReader {
         for i in first..ix.index.len() {
             let raw = self.read_block(dev, &ix, i)?;
             match raw.seek_point(key, snapshot) {
-                Ok(hit) => return Ok(f(hit)),
+                Ok(hit) => {
+                    return Ok(f(
+                        hit.map(|h| (h, Found::in_block(&raw, h.value_at, h.value_len)))
+                    ))
+                }
                 Err(()) => continue,
             }
         }

@@ -37,6 +37,7 @@ use crate::cache::{BlockCache, IndexCache};
 use crate::compaction::{self, CompactionConfig};
 
 use crate::error::{Result, StoreError};
+use crate::found::Found;
 
 use crate::iter::StoreIter;
 

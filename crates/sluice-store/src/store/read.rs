@@ -69,7 +69,7 @@ impl Store {
     /// view is taken again, so every write at or below the sequence is in
     /// it (and the view holds its tables, which compaction cannot free).
     pub fn get_latest(&self, keyspace: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.get_latest_with(keyspace, key, |v| v.map(<[u8]>::to_vec))
+        self.get_latest_with(keyspace, key, |v| v.map(|v| v.bytes().to_vec()))
     }
 
     /// [`Store::get_latest`] with the value borrowed where it lies (the
@@ -81,7 +81,7 @@ impl Store {
         &self,
         keyspace: u32,
         key: &[u8],
-        f: impl FnOnce(Option<&[u8]>) -> R,
+        f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<R> {
         self.get_latest_cached(&mut ReadCache::default(), keyspace, key, f)
     }
@@ -95,7 +95,7 @@ impl Store {
         cache: &mut ReadCache,
         keyspace: u32,
         key: &[u8],
-        f: impl FnOnce(Option<&[u8]>) -> R,
+        f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<R> {
         loop {
             // The sequence first: every write at or below it went to a

@@ -1,0 +1,113 @@
+//! A value a point read found, borrowed where it lies — a memtable's copy
+//! or a cached table block — that its reader can keep without a copy.
+
+use crate::sst::RawBlock;
+use std::sync::Arc;
+
+/// A value found by a point read, borrowed from where it lies. Reading it
+/// copies nothing; [`Found::keep`] holds it past the read, still without a
+/// copy (a server streaming a big value into a client's ring piece by
+/// piece keeps it that way).
+#[derive(Clone, Copy)]
+pub struct Found<'a> {
+    owner: Owner<'a>,
+    start: usize,
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Owner<'a> {
+    Memtable(&'a Arc<[u8]>),
+    Block(&'a Arc<RawBlock>),
+}
+
+impl<'a> Found<'a> {
+    /// A memtable's value.
+    pub(crate) fn in_memtable(value: &'a Arc<[u8]>) -> Found<'a> {
+        Found {
+            owner: Owner::Memtable(value),
+            start: 0,
+            len: value.len(),
+        }
+    }
+
+    /// `len` bytes at `start` of a table block.
+    pub(crate) fn in_block(block: &'a Arc<RawBlock>, start: usize, len: usize) -> Found<'a> {
+        assert!(
+            start + len <= block.bytes().len(),
+            "a value inside its block"
+        );
+        Found {
+            owner: Owner::Block(block),
+            start,
+            len,
+        }
+    }
+
+    /// The value's bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        let all: &'a [u8] = match self.owner {
+            Owner::Memtable(v) => v,
+            Owner::Block(b) => b.bytes(),
+        };
+        &all[self.start..self.start + self.len]
+    }
+
+    /// Its bytes from `offset` on (a record's header left out).
+    pub fn skip(self, offset: usize) -> Found<'a> {
+        assert!(offset <= self.len, "skip {offset} of {} bytes", self.len);
+        Found {
+            start: self.start + offset,
+            len: self.len - offset,
+            ..self
+        }
+    }
+
+    /// Holds the value past the read: what holds its bytes (the value's
+    /// own allocation, or its block) stays alive while the [`Kept`] does.
+    pub fn keep(&self) -> Kept {
+        Kept {
+            owner: match self.owner {
+                Owner::Memtable(v) => KeptOwner::Memtable(v.clone()),
+                Owner::Block(b) => KeptOwner::Block(b.clone()),
+            },
+            start: self.start,
+            len: self.len,
+        }
+    }
+}
+
+/// A [`Found`] value held past its read; nothing was copied.
+#[derive(Clone)]
+pub struct Kept {
+    owner: KeptOwner,
+    start: usize,
+    len: usize,
+}
+
+#[derive(Clone)]
+enum KeptOwner {
+    Memtable(Arc<[u8]>),
+    Block(Arc<RawBlock>),
+}
+
+impl Kept {
+    /// The value's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        let all: &[u8] = match &self.owner {
+            KeptOwner::Memtable(v) => v,
+            KeptOwner::Block(b) => b.bytes(),
+        };
+        &all[self.start..self.start + self.len]
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
