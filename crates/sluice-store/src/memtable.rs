@@ -314,6 +314,11 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeMap as Model;
 
+    /// A write: sequence, keyspace, key, value (None: a delete).
+    type Write = (u64, u32, Vec<u8>, Option<Vec<u8>>);
+    /// Each key's versions: (sequence, value or None).
+    type Versions = Model<(u32, Vec<u8>), Vec<(u64, Option<Vec<u8>>)>>;
+
     proptest! {
         /// Point reads through the index of newest versions agree with the
         /// ordered map at every snapshot, whatever order batches arrive in.
@@ -324,7 +329,7 @@ mod tests {
         ) {
             // Batches of one op each, applied in a shuffled order (group
             // commit may apply a later sequence first).
-            let mut batches: Vec<(u64, u32, Vec<u8>, Option<Vec<u8>>)> = ops
+            let mut batches: Vec<Write> = ops
                 .iter()
                 .enumerate()
                 .map(|(i, &(ks, k, put, v))| {
@@ -338,7 +343,7 @@ mod tests {
                 batches.swap(i, (state >> 33) as usize % (i + 1));
             }
             let mut m = Memtable::default();
-            let mut model: Model<(u32, Vec<u8>), Vec<(u64, Option<Vec<u8>>)>> = Model::new();
+            let mut model = Versions::new();
             for (seq, ks, key, value) in &batches {
                 let mut b = WriteBatch::new();
                 match value {

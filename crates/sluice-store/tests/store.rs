@@ -1080,7 +1080,7 @@ fn latest_reads_without_a_snapshot_stay_current_across_flushes() {
     while !writer.is_finished() {
         let floor = acked.load(std::sync::atomic::Ordering::Acquire);
         reads += 1;
-        let got = if reads % 2 == 0 {
+        let got = if reads.is_multiple_of(2) {
             store.get_latest(ks, b"counter").unwrap()
         } else {
             store
