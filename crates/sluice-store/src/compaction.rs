@@ -167,7 +167,7 @@ pub fn is_trivial_move(job: &Job) -> bool {
 
 /// The snapshot stripe a sequence falls in: the index of the oldest live
 /// snapshot at or above it (`snapshots.len()` for the newest stripe).
-fn stripe(snapshots: &[u64], seq: u64) -> usize {
+pub(crate) fn stripe(snapshots: &[u64], seq: u64) -> usize {
     snapshots.partition_point(|&s| s < seq)
 }
 

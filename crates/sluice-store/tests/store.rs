@@ -1105,3 +1105,106 @@ fn latest_reads_without_a_snapshot_stay_current_across_flushes() {
         Some(4000u64.to_le_bytes().to_vec())
     );
 }
+
+/// A flush writes only the newest version of each key in each snapshot
+/// stripe: a hot key overwritten many times is one table entry, while a
+/// live snapshot keeps the version it sees, before and after a reopen.
+#[test]
+fn a_flush_keeps_only_the_versions_a_snapshot_can_see() {
+    let (mem, store) = memory_store(16384);
+    let ks = store.keyspace("default").unwrap();
+    store.put(ks, b"hot", b"v1").unwrap();
+    store.put(ks, b"cold", b"c").unwrap();
+    let snap = store.snapshot();
+    for i in 2..=100 {
+        store.put(ks, b"hot", format!("v{i}").as_bytes()).unwrap();
+    }
+    store.delete(ks, b"cold").unwrap();
+    store.flush().unwrap();
+    // hot: v100 and, for the snapshot, v1; cold: the delete and, for the
+    // snapshot, c.
+    assert_eq!(store.stats().table_entries, 4);
+    assert_eq!(store.get(ks, b"hot").unwrap(), Some(b"v100".to_vec()));
+    assert_eq!(store.get(ks, b"cold").unwrap(), None);
+    assert_eq!(
+        store.get_at(ks, b"hot", &snap).unwrap(),
+        Some(b"v1".to_vec())
+    );
+    assert_eq!(
+        store.get_at(ks, b"cold", &snap).unwrap(),
+        Some(b"c".to_vec())
+    );
+    drop(snap);
+    for i in 101..=150 {
+        store.put(ks, b"hot", format!("v{i}").as_bytes()).unwrap();
+    }
+    store.flush().unwrap();
+    // No snapshot: one more entry, the newest (fewer if a compaction
+    // merged the two tables meanwhile).
+    assert!(
+        store.stats().table_entries <= 5,
+        "{}",
+        store.stats().table_entries
+    );
+    drop(store);
+    let store = reopen(&mem);
+    assert_eq!(store.get(ks, b"hot").unwrap(), Some(b"v150".to_vec()));
+    assert_eq!(store.get(ks, b"cold").unwrap(), None);
+}
+
+/// Snapshots taken while hot keys are overwritten and flushed (each flush
+/// keeping only the versions live snapshots can see) read the same values
+/// for as long as they live.
+#[test]
+fn snapshots_taken_during_flushes_keep_their_versions() {
+    let (_mem, store) = memory_store(16384);
+    let store = Arc::new(store);
+    let ks = store.keyspace("default").unwrap();
+    let keys: Vec<Vec<u8>> = (0..8).map(|k| format!("hot/{k}").into_bytes()).collect();
+    for k in &keys {
+        store.put(ks, k, &0u64.to_le_bytes()).unwrap();
+    }
+    let writer = {
+        let (store, keys) = (store.clone(), keys.clone());
+        std::thread::spawn(move || {
+            for i in 1..=3000u64 {
+                store
+                    .put(ks, &keys[i as usize % keys.len()], &i.to_le_bytes())
+                    .unwrap();
+                // Filler, so memtables fill and flush all the while.
+                store
+                    .put(ks, format!("fill/{i:05}").as_bytes(), &[1; 48])
+                    .unwrap();
+            }
+        })
+    };
+    let read_all = |snap: &sluice_store::Snapshot| -> Vec<Option<Vec<u8>>> {
+        keys.iter()
+            .map(|k| store.get_at(ks, k, snap).unwrap())
+            .collect()
+    };
+    // Each snapshot lives across several flushes: the last 20 are read
+    // again at every round.
+    let mut live: std::collections::VecDeque<(sluice_store::Snapshot, Vec<Option<Vec<u8>>>)> =
+        Default::default();
+    let mut checked = 0;
+    while !writer.is_finished() {
+        let snap = store.snapshot();
+        let first = read_all(&snap);
+        live.push_back((snap, first));
+        if live.len() > 20 {
+            live.pop_front();
+        }
+        for (snap, first) in &live {
+            assert_eq!(&read_all(snap), first, "a snapshot's reads changed");
+        }
+        checked += 1;
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    writer.join().unwrap();
+    assert!(
+        store.stats().flushes > 3,
+        "too few flushes to test anything"
+    );
+    assert!(checked >= 5, "only {checked} rounds of reads");
+}

@@ -2,6 +2,7 @@
 //! the device set.
 
 use super::*;
+use crate::sst::Entry;
 
 /// A table written to its extents, not yet logged.
 pub(super) struct Placed {
@@ -63,6 +64,9 @@ impl Inner {
         inner
             .visible_seq
             .wait(last_seq, 0, || inner.write_failed.load(Ordering::Acquire));
+        // Read after every frozen write is visible: a snapshot registered
+        // later sees the newest version of every frozen key.
+        let snapshots: Vec<u64> = lock(&inner.snapshots.live).keys().copied().collect();
         let frozen_guard = read(&frozen);
         let names: BTreeMap<u32, String> = read(&inner.keyspaces)
             .values()
@@ -71,9 +75,31 @@ impl Inner {
         let mut placed = Vec::new();
         for ks in frozen_guard.keyspaces() {
             let mut b = TableBuilder::new();
-            for e in frozen_guard.iter_from(ks, &[]) {
-                b.add(&e);
-            }
+            // Only the newest version of a key in each snapshot stripe goes
+            // to the table, as compaction keeps them: an overwritten hot
+            // key costs the flush one entry, not one per write.
+            let mut last: Option<(Vec<u8>, usize)> = None;
+            frozen_guard.chunk(
+                ks,
+                &[],
+                None,
+                false,
+                None,
+                usize::MAX,
+                &mut |key, seq, kind, value| {
+                    let stripe = compaction::stripe(&snapshots, seq);
+                    if last.as_ref().is_some_and(|(k, s)| k == key && *s == stripe) {
+                        return;
+                    }
+                    last = Some((key.to_vec(), stripe));
+                    b.add(&Entry {
+                        key: key.to_vec(),
+                        seq,
+                        kind,
+                        value: value.to_vec(),
+                    });
+                },
+            );
             for t in frozen_guard.range_tombstones(ks) {
                 b.add_range_tombstone(t);
             }

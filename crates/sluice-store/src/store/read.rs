@@ -39,8 +39,14 @@ impl Drop for Snapshot {
 impl Store {
     /// A snapshot of every write acknowledged so far.
     pub fn snapshot(&self) -> Snapshot {
+        // The sequence is read under the registry's lock: a flush or
+        // compaction that reads the registry either sees this snapshot or
+        // runs before its sequence is read (which then covers everything
+        // they keep only the newest of).
+        let mut live = lock(&self.inner.snapshots.live);
         let seq = self.inner.visible_seq.get();
-        *lock(&self.inner.snapshots.live).entry(seq).or_insert(0) += 1;
+        *live.entry(seq).or_insert(0) += 1;
+        drop(live);
         Snapshot {
             seq,
             registry: self.inner.snapshots.clone(),
@@ -98,14 +104,20 @@ impl Store {
         f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<R> {
         loop {
-            // The sequence first: every write at or below it went to a
-            // memtable that the generation read after it accounts for (a
-            // replaced memtable bumps the generation before it takes
-            // writes, under the lock those writes pass).
+            // The sequence between two reads of the view generation: if
+            // both match the cached view's, no memtable was replaced and
+            // no table installed while it was read, so (1) every write at
+            // or below it went to a memtable the view holds (a replaced
+            // memtable bumps the generation before it takes writes, under
+            // the lock those writes pass), and (2) the view's tables were
+            // installed when everything they hold was visible: the newest
+            // version of each key in them, the one a flush or compaction
+            // always keeps, is at or below the sequence.
+            let before = self.inner.view_generation.load(Ordering::Acquire);
             let seq = self.inner.visible_seq.get();
             let generation = self.inner.view_generation.load(Ordering::Acquire);
             let view = match &cache.view {
-                Some(view) if view.generation == generation => view,
+                Some(view) if view.generation == generation && before == generation => view,
                 _ => {
                     // Taken after the generation was read: at least as new.
                     let mem = read(&self.inner.memtables);
