@@ -316,31 +316,6 @@ impl RawBlock {
         }
         Err(())
     }
-
-    /// The first entry at or after (key, snapshot) in internal order.
-    pub fn seek(&self, key: &[u8], snapshot: u64) -> Option<Entry> {
-        let r = self
-            .first_restart_not_before(|k, s| internal_cmp(k, s, key, snapshot) == Ordering::Less);
-        let mut at = self
-            .restarts
-            .get(r.saturating_sub(1))
-            .map_or(0, |&o| o as usize);
-        let mut e = Entry::empty();
-        while at < self.entries_len {
-            let next = self.entry_at(at).expect("a verified block decodes");
-            // Compare before copying the value: most entries passed over
-            // are not the answer.
-            e.key.truncate(next.shared);
-            e.key
-                .extend_from_slice(&self.bytes[next.key_at..next.key_at + next.unshared]);
-            if internal_cmp(&e.key, next.seq, key, snapshot) != Ordering::Less {
-                self.decode_into(at, &mut e);
-                return Some(e);
-            }
-            at = next.next;
-        }
-        None
-    }
 }
 
 /// A version of the key a point read looked for, found in a block.

@@ -412,22 +412,14 @@ impl TableReader {
     /// The newest version of `key` with sequence ≤ `snapshot`, if this
     /// table has one.
     pub fn get(&self, dev: &BlockDevice, key: &[u8], snapshot: u64) -> Result<Option<Entry>> {
-        let ix = self.table_index(dev)?;
-        if !ix.bloom.may_contain(key) {
-            return Ok(None);
-        }
-        let first = ix.index.partition_point(|e| {
-            internal_cmp(e.last_key, e.last_seq, key, snapshot) == Ordering::Less
-        });
-        for i in first..ix.index.len() {
-            let raw = self.read_block(dev, &ix, i)?;
-            match raw.seek(key, snapshot) {
-                Some(e) if e.key == key => return Ok(Some(e)),
-                Some(_) => return Ok(None),
-                None => continue,
-            }
-        }
-        Ok(None)
+        self.get_with(dev, key, snapshot, |hit| {
+            hit.map(|(hit, value)| Entry {
+                key: key.to_vec(),
+                seq: hit.seq,
+                kind: hit.kind,
+                value: value.bytes().to_vec(),
+            })
+        })
     }
 
     /// [`TableReader::get`] with the value borrowed from the cached block:
