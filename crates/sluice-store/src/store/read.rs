@@ -70,10 +70,10 @@ impl Store {
 
     /// The key's latest value, read without registering a snapshot: for a
     /// single point read (a server's GET), where the snapshot's bookkeeping
-    /// would cost more than the read. The view is taken first and the
-    /// sequence after it; if a new memtable took writes in between, the
-    /// view is taken again, so every write at or below the sequence is in
-    /// it (and the view holds its tables, which compaction cannot free).
+    /// would cost more than the read. The sequence is read between two
+    /// reads of the view generation ([`Store::get_latest_cached`] says
+    /// why that is enough), and the view holds its tables, which
+    /// compaction cannot free meanwhile.
     pub fn get_latest(&self, keyspace: u32, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.get_latest_with(keyspace, key, |v| v.map(|v| v.bytes().to_vec()))
     }
