@@ -12,6 +12,8 @@
 //! to the exact bytes Redis sends a RESP2 client.
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
+mod common;
+
 use proptest::prelude::*;
 use sluice_server::resp::{Args, Limits, Protocol, Reply, RequestReader};
 use sluice_server::session::unknown_command;
@@ -58,6 +60,7 @@ fn start_redis(password: Option<&str>) -> Redis {
     let child = cmd.spawn().unwrap_or_else(|e| {
         panic!("starting redis-server failed ({e}): scripts/setup installs it (apt-get install redis-server)")
     });
+    common::end_with_this_process(&child);
     let redis = Redis { child, port };
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {

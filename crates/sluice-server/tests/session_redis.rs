@@ -6,6 +6,8 @@
 //! Hand-written scripts, then generated ones (proptest).
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
+mod common;
+
 use proptest::prelude::*;
 use sluice_server::resp::{Args, Reply};
 use sluice_server::session::{unknown_command, Handled, Session, Users};
@@ -51,6 +53,7 @@ fn start(password: Option<&str>) -> Redis {
     let child = cmd.spawn().unwrap_or_else(|e| {
         panic!("starting redis-server failed ({e}): scripts/setup installs it (apt-get install redis-server)")
     });
+    common::end_with_this_process(&child);
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "redis-server did not listen");

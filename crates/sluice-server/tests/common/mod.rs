@@ -28,6 +28,27 @@ impl Drop for Redis {
     }
 }
 
+/// Kills `child` when this test process ends. A `redis-server` kept in a
+/// `static` (shared by a file's tests) is never dropped, so without this
+/// it outlived every test run. A shell polls this process once a second
+/// and stops as soon as the child is gone by other means.
+pub fn end_with_this_process(child: &Child) {
+    let script = format!(
+        "while kill -0 {test} 2>/dev/null; do kill -0 {child} 2>/dev/null || exit 0; sleep 1; done; kill {child} 2>/dev/null",
+        test = std::process::id(),
+        child = child.id()
+    );
+    let mut watchdog = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh runs the watchdog");
+    // Reaped when it ends, not left a zombie for the run's length.
+    std::thread::spawn(move || watchdog.wait());
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -49,6 +70,7 @@ pub fn start_redis(extra: &[&str]) -> Redis {
         .unwrap_or_else(|e| {
             panic!("starting redis-server failed ({e}): scripts/setup installs it (apt-get install redis-server)")
         });
+    end_with_this_process(&child);
     wait_listening(port);
     Redis { child, port }
 }
