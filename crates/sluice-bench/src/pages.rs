@@ -5,13 +5,13 @@
 //!
 //! - fio: a sequential direct read of the pages' region (the device limit);
 //! - Sluice: `sluice read` (io_uring, O_DIRECT, fixed buffers, CRC check and
-//!   sonic-rs parse in the completion path);
+//!   the sluice-json scan in the completion path);
 //! - bench/baselines/fread_jansson.c: the paper's baseline (two pthreads,
 //!   fread page-sized chunks, Jansson);
-//! - the 2×2 ablation {buffered pread, io_uring direct} × {Jansson, sonic-rs},
-//!   all through our read path with its CRC check;
-//! - the parsers alone on pages in memory (sonic-rs, simd-json, Jansson):
-//!   the measurement behind the choice of sonic-rs.
+//! - the 2×2 ablation {buffered pread, io_uring direct} × {Jansson, our
+//!   scan}, all through our read path with its CRC check;
+//! - the parsers alone on pages in memory (the sluice-json scan, sonic-rs as
+//!   `sluice read` used it before and as a DOM, simd-json, Jansson).
 //!
 //! Cold runs drop the page cache before every cell; warm runs read the
 //! region once first, so the buffered sides read from memory.
@@ -26,7 +26,7 @@ use sluice_paginate::export::{write_new_export, Layout, PageSource, WriteSetting
 use sluice_paginate::format::{max_extent_slots, CursorKind, ExportState};
 use sluice_paginate::layout::load_export;
 use sluice_paginate::progress::ProgressMode;
-use sluice_paginate::read::{parse_page, read_export, read_pages, PageInfo, PageSink};
+use sluice_paginate::read::{read_export, read_pages, PageInfo, PageParser, PageSink};
 use sluice_paginate::sinks::CountSink;
 use sluice_paginate::synthetic::{page_bytes, PaperPages};
 use sluice_paginate::{Error as PageError, ReadOptions};
@@ -87,10 +87,10 @@ enum CacheState {
 #[serde(rename_all = "snake_case")]
 enum Cell {
     Fio,
-    /// `sluice read`: io_uring direct + sonic-rs.
+    /// `sluice read`: io_uring direct + the sluice-json scan.
     Sluice,
     UringJansson,
-    PreadSonic,
+    PreadScan,
     PreadJansson,
     FreadJansson,
 }
@@ -99,9 +99,9 @@ impl Cell {
     fn label(self) -> &'static str {
         match self {
             Cell::Fio => "fio sequential read (device limit)",
-            Cell::Sluice => "sluice read: io_uring direct + sonic-rs",
+            Cell::Sluice => "sluice read: io_uring direct + sluice-json scan",
             Cell::UringJansson => "io_uring direct + Jansson",
-            Cell::PreadSonic => "buffered pread + sonic-rs",
+            Cell::PreadScan => "buffered pread + sluice-json scan",
             Cell::PreadJansson => "buffered pread + Jansson",
             Cell::FreadJansson => "fread + Jansson (C, paper baseline)",
         }
@@ -339,7 +339,7 @@ fn measure_cells(
     cache: CacheState,
     jansson: Option<(&Jansson, &Path)>,
 ) -> Result<Vec<CellFigures>> {
-    let mut cells = vec![Cell::Sluice, Cell::PreadSonic];
+    let mut cells = vec![Cell::Sluice, Cell::PreadScan];
     if !args.no_fio {
         cells.insert(0, Cell::Fio);
     }
@@ -415,7 +415,7 @@ fn measure(
             let (_, bin) = jansson.context("Jansson")?;
             return run_fread_jansson(bin, &args.device, prepared, args.tasks);
         }
-        Cell::Sluice | Cell::PreadSonic => {
+        Cell::Sluice | Cell::PreadScan => {
             let (direct, engine) = io_path(cell);
             let (summary, _) =
                 read_export(open(direct)?, &options(engine), |_| CountSink::default())?;
@@ -448,7 +448,7 @@ fn io_path(cell: Cell) -> (bool, EngineKind) {
     }
 }
 
-/// Our read path with Jansson instead of sonic-rs.
+/// Our read path with Jansson instead of our scan.
 struct JanssonSink<'a> {
     jansson: &'a Jansson,
     docs: u64,
@@ -485,6 +485,10 @@ fn run_fio(device: &Path, prepared: &Prepared) -> Result<f64> {
             "--rw=read",
             &format!("--bs={block}"),
             "--iodepth=32",
+            // fio drops the file's cached pages before it starts by default,
+            // which made every cell after it in a warm run read cold. Cold
+            // runs drop the caches themselves.
+            "--invalidate=0",
             &format!("--offset={}", prepared.data_offset_bytes),
             &format!("--size={size}"),
             "--output-format=json",
@@ -557,8 +561,7 @@ fn warm(device: &Path, prepared: &Prepared) -> Result<()> {
     Ok(())
 }
 
-/// Each parser alone, one thread, on pages in memory: the measurement
-/// behind sonic-rs as our parser.
+/// Each parser alone, one thread, on pages in memory.
 fn measure_parsers(args: &ReadBenchArgs, jansson: Option<&Jansson>) -> Result<Vec<ParserFigures>> {
     let pages: Vec<Vec<u8>> = (0..8)
         .map(|p| PaperPages::page(args.seed, args.page_docs, p))
@@ -566,10 +569,12 @@ fn measure_parsers(args: &ReadBenchArgs, jansson: Option<&Jansson>) -> Result<Ve
     let bytes: usize = pages.iter().map(Vec::len).sum();
     let docs = args.page_docs as usize;
     type Parser<'a> = (&'static str, Box<dyn Fn(&[u8]) -> Result<usize> + 'a>);
+    let parser = std::cell::RefCell::new(PageParser::new());
+    let parser = &parser;
     let mut parsers: Vec<Parser> = vec![
         (
-            "sonic-rs, ids + raw sources (sluice read)",
-            Box::new(|p: &[u8]| {
+            "sluice-json scan, ids + raw sources (sluice read)",
+            Box::new(move |p: &[u8]| {
                 let info = PageInfo {
                     slice: 0,
                     seq: 0,
@@ -577,8 +582,12 @@ fn measure_parsers(args: &ReadBenchArgs, jansson: Option<&Jansson>) -> Result<Ve
                     docs: docs as u32,
                     bytes: p.len() as u32,
                 };
-                Ok(parse_page(p, &info)?.len())
+                Ok(parser.borrow_mut().parse(p, &info)?.len())
             }),
+        ),
+        (
+            "sonic-rs, ids + raw sources (sluice read before sluice-json)",
+            Box::new(|p: &[u8]| Ok(sonic_rs::from_slice::<Vec<SonicHit>>(p)?.len())),
         ),
         (
             "sonic-rs, whole DOM",
@@ -622,6 +631,16 @@ fn measure_parsers(args: &ReadBenchArgs, jansson: Option<&Jansson>) -> Result<Ve
         });
     }
     Ok(figures)
+}
+
+/// A hit as sonic-rs's validating struct parse reads it (ids borrowed, each
+/// source validated as it is skipped).
+#[derive(serde::Deserialize)]
+struct SonicHit<'a> {
+    #[serde(borrow, rename = "_id")]
+    _id: std::borrow::Cow<'a, str>,
+    #[serde(borrow, rename = "_source")]
+    _source: sonic_rs::LazyValue<'a>,
 }
 
 fn print_report(r: &Report) {
@@ -672,8 +691,8 @@ fn print_report(r: &Report) {
         "",
     );
     ratio(
-        "warm: buffered pread + sonic-rs / fread + Jansson",
-        rate(Warm, Cell::PreadSonic),
+        "warm: buffered pread + sluice-json scan / fread + Jansson",
+        rate(Warm, Cell::PreadScan),
         rate(Warm, Cell::FreadJansson),
         "(target >= 26)",
     );

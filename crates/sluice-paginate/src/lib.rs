@@ -8,8 +8,11 @@
 //!   LBA its slice's extents give; a per-slice checkpoint is made durable
 //!   after each page, so `--resume` continues with no gap and no duplicate.
 //! - [`read`]: N tasks read the pages back through the io_uring engine with
-//!   fixed buffers at deep queue depth and parse each page (sonic-rs) in the
-//!   completion path, handing the hits to a [`read::Sink`].
+//!   fixed buffers at deep queue depth and check each page with sluice-json's
+//!   validating scan in the completion path, handing the hits (borrowed
+//!   slices of the page) to a [`read::Sink`].
+//! - [`buffers`]: recycled buffers for answers and pages (no fresh
+//!   megabytes per page).
 //! - [`format`]: the device layout, byte by byte as docs/FORMAT.md has it.
 //! - [`http`], [`source`]: the client to OpenSearch/Elasticsearch.
 //! - [`load`], [`docgen`]: a seeded data set of paper-shaped documents;
@@ -21,6 +24,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod buffers;
 pub mod device;
 pub mod docgen;
 /// What goes wrong, said so that the reader knows what to do next.

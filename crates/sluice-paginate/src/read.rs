@@ -1,13 +1,13 @@
 //! `sluice read`: N tasks read their slices' pages back with deep queues of
 //! direct reads into fixed buffers and parse each page as its read completes.
-//! Memory: tasks × queue depth × the largest page, whatever the export's size.
+//! Memory: tasks × twice the queue depth × the largest page, whatever the
+//! export's size.
 
 use crate::device::{check_done, engine_config, DeviceIo};
 use crate::error::{Error, Result};
 use crate::format::PageEntry;
 use crate::layout::load_export;
 use crate::progress::{Counter, ProgressMode, Reporter};
-use serde::Deserialize;
 use sluice_io::{open_engine, Completion, Device, Direction, EngineKind, Request};
 use std::borrow::Cow;
 use std::sync::atomic::Ordering;
@@ -67,14 +67,6 @@ pub struct Hit<'a> {
     pub source: &'a str,
 }
 
-#[derive(Deserialize)]
-struct PageHit<'a> {
-    #[serde(borrow, rename = "_id")]
-    id: Cow<'a, str>,
-    #[serde(borrow, rename = "_source")]
-    source: sonic_rs::LazyValue<'a>,
-}
-
 /// Where a page came from.
 #[derive(Debug, Clone, Copy)]
 pub struct PageInfo {
@@ -129,53 +121,79 @@ pub struct ReadSummary {
     pub tasks: usize,
 }
 
-/// A parsed page; [`ParsedPage::hits`] lends out its hits.
-pub struct ParsedPage<'a> {
-    hits: Vec<PageHit<'a>>,
+/// Parses pages one after another, keeping the scanner's index buffers
+/// between pages.
+#[derive(Debug, Default)]
+pub struct PageParser {
+    scanner: sluice_json::Scanner,
 }
 
-impl ParsedPage<'_> {
-    /// The page's hits, borrowing from it.
-    pub fn hits(&self) -> Vec<Hit<'_>> {
-        self.hits
-            .iter()
-            .map(|h| Hit {
-                id: Cow::Borrowed(&h.id),
-                source: h.source.as_raw_str(),
-            })
-            .collect()
+impl PageParser {
+    /// A parser with empty buffers.
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Hits in the page.
-    pub fn len(&self) -> usize {
-        self.hits.len()
-    }
-
-    /// Whether it has none.
-    pub fn is_empty(&self) -> bool {
-        self.hits.is_empty()
+    /// Parses one page: a JSON array of `{"_id","_source"}` objects, checked
+    /// whole (every byte of every source is validated) by `sluice-json`'s
+    /// structural scan; the hits borrow from the page.
+    pub fn parse<'a>(&mut self, bytes: &'a [u8], info: &PageInfo) -> Result<Vec<Hit<'a>>> {
+        let malformed = |detail: String| Error::MalformedPage {
+            slice: info.slice,
+            seq: info.seq,
+            lba: info.lba,
+            detail,
+        };
+        let json = self
+            .scanner
+            .scan(bytes)
+            .map_err(|e| malformed(e.to_string()))?;
+        let root = json.root();
+        if root.kind() != sluice_json::Kind::Array {
+            return Err(malformed("the page is not an array of hits".into()));
+        }
+        let mut hits = Vec::with_capacity(info.docs as usize);
+        for (n, hit) in root.elements().enumerate() {
+            hits.push(page_hit(hit).map_err(|what| malformed(format!("hit {n}: {what}")))?);
+        }
+        if hits.len() != info.docs as usize {
+            return Err(malformed(format!(
+                "{} hits, the manifest records {}",
+                hits.len(),
+                info.docs
+            )));
+        }
+        Ok(hits)
     }
 }
 
-/// Parses one page: a JSON array of `{"_id","_source"}` objects, checked
-/// whole (the source values are validated as they are skipped).
-pub fn parse_page<'a>(bytes: &'a [u8], info: &PageInfo) -> Result<ParsedPage<'a>> {
-    let malformed = |detail: String| Error::MalformedPage {
-        slice: info.slice,
-        seq: info.seq,
-        lba: info.lba,
-        detail,
-    };
-    let hits: Vec<PageHit<'a>> =
-        sonic_rs::from_slice(bytes).map_err(|e| malformed(e.to_string()))?;
-    if hits.len() != info.docs as usize {
-        return Err(malformed(format!(
-            "{} hits, the manifest records {}",
-            hits.len(),
-            info.docs
-        )));
+/// One hit's `_id` and `_source`, each exactly once.
+fn page_hit<'a>(hit: sluice_json::Value<'a, '_>) -> std::result::Result<Hit<'a>, String> {
+    if hit.kind() != sluice_json::Kind::Object {
+        return Err("not an object".into());
     }
-    Ok(ParsedPage { hits })
+    let (mut id, mut source) = (None, None);
+    for (key, value) in hit.members() {
+        let slot = match key.raw() {
+            "\"_id\"" => &mut id,
+            "\"_source\"" => &mut source,
+            _ => continue,
+        };
+        if slot.replace(value).is_some() {
+            return Err(format!("{} appears twice", key.raw()));
+        }
+    }
+    let id = id.ok_or("no _id")?;
+    let id = id
+        .to_str()
+        .map_err(|e| format!("_id is not a usable string: {e}"))?;
+    let source = source.ok_or("no _source")?.raw();
+    Ok(Hit { id, source })
+}
+
+/// Parses one page with a parser of its own (see [`PageParser::parse`]).
+pub fn parse_page<'a>(bytes: &'a [u8], info: &PageInfo) -> Result<Vec<Hit<'a>>> {
+    PageParser::new().parse(bytes, info)
 }
 
 /// Takes each page's bytes, their CRC checked, before any parsing: for
@@ -187,13 +205,13 @@ pub trait PageSink: Send {
     fn raw_page(&mut self, page: &PageInfo, bytes: &[u8]) -> Result<()>;
 }
 
-/// A [`Sink`] behind the sonic-rs parse.
-struct Parsing<S>(S);
+/// A [`Sink`] behind the page parse.
+struct Parsing<S>(S, PageParser);
 
 impl<S: Sink> PageSink for Parsing<S> {
     fn raw_page(&mut self, page: &PageInfo, bytes: &[u8]) -> Result<()> {
-        let parsed = parse_page(bytes, page)?;
-        self.0.page(page, &parsed.hits())
+        let hits = self.1.parse(bytes, page)?;
+        self.0.page(page, &hits)
     }
 }
 
@@ -207,7 +225,9 @@ where
     S: Sink,
     F: Fn(usize) -> S,
 {
-    let (summary, sinks) = read_pages(device, options, |t| Parsing(make_sink(t)))?;
+    let (summary, sinks) = read_pages(device, options, |t| {
+        Parsing(make_sink(t), PageParser::new())
+    })?;
     Ok((summary, sinks.into_iter().map(|p| p.0).collect()))
 }
 
@@ -328,17 +348,19 @@ fn read_task<S: PageSink>(
     let len_of = |p: &PageEntry| (p.byte_len as u64).div_ceil(bs).max(1) * bs;
     let largest = pages.iter().map(len_of).max().unwrap_or(bs);
     // A page below the pool's chunk size takes a chunk of its own (page
-    // buffers are one contiguous run), so count whole chunks per page.
+    // buffers are one contiguous run), so count whole chunks per page. Up to
+    // twice the queue depth: reads are queued again before the pages just
+    // read are parsed, so the device is never left idle by the parse.
     let chunk = sluice_io::PoolConfig::default().chunk_size_bytes as u64;
     let per_page = largest.div_ceil(chunk) * chunk;
-    let pinned = per_page * (options.queue_depth as u64 + 1) + (8 << 20);
+    let pinned = per_page * (2 * options.queue_depth as u64 + 1) + (8 << 20);
     let mut config = engine_config(options.queue_depth, pinned);
     config.kind = options.engine;
     let mut engine = open_engine(device, &config)?;
     let mut tally = TaskTally::default();
     let mut next = 0usize;
     let mut done = Vec::with_capacity(options.queue_depth);
-    while next < pages.len() || engine.in_flight() > 0 {
+    let mut submit_up_to_depth = |engine: &mut Box<dyn sluice_io::Engine>| -> Result<()> {
         while next < pages.len() && engine.in_flight() < options.queue_depth {
             let p = &pages[next];
             let buf = engine.pool().alloc(len_of(p) as usize, Direction::Read)?;
@@ -347,8 +369,13 @@ fn read_task<S: PageSink>(
             }
             next += 1;
         }
+        Ok(())
+    };
+    submit_up_to_depth(&mut engine)?;
+    while engine.in_flight() > 0 {
         done.clear();
         engine.reap(1, &mut done)?;
+        submit_up_to_depth(&mut engine)?;
         for c in done.drain(..) {
             let entry = pages[c.user_data as usize];
             tally.device_bytes += len_of(&entry);
@@ -435,8 +462,7 @@ mod tests {
     fn a_page_parses_to_ids_and_raw_sources() {
         let page = br#"[{"_id":"a","_source":{"x": [1,2]}},{"_id":"b\n","_source":null}]
    "#;
-        let parsed = parse_page(page, &info(2)).unwrap();
-        let hits = parsed.hits();
+        let hits = parse_page(page, &info(2)).unwrap();
         assert_eq!(hits[0].id, "a");
         assert_eq!(hits[0].source, r#"{"x": [1,2]}"#);
         assert_eq!(hits[1].id, "b\n");
@@ -450,6 +476,11 @@ mod tests {
             br#"[{"_id":"a","_source":{"x":tru}}]"#,
             br#"[{"_id":"a"}]"#,
             br#"{"_id":"a","_source":{}}"#,
+            br#"[{"_id":"a","_id":"b","_source":{}}]"#,
+            br#"[{"_id":1,"_source":{}}]"#,
+            br#"[{"_id":"\ud800","_source":{}}]"#,
+            br#"[{"_id":"a","_source":{}} x]"#,
+            b"[{\"_id\":\"a\",\"_source\":\"\xff\"}]",
         ] {
             let err = parse_page(bad, &info(1)).err().unwrap().to_string();
             assert!(
