@@ -218,12 +218,21 @@ impl DeviceIo {
         self.write_all(writes, priority, true)
     }
 
-    /// Writes `data` at `lba` padded with `pad` to whole blocks, copied
-    /// once, straight into the I/O buffers.
-    pub fn write_padded(&self, lba: u64, data: &[u8], pad: u8, priority: Priority) -> Result<()> {
+    /// Writes each `(lba, data)` run padded with `pad` to whole blocks
+    /// (copied once, straight into the I/O buffers), then makes them all
+    /// durable: submitted together, one system call with io_uring.
+    pub fn write_padded_durable(
+        &self,
+        runs: &[(u64, &[u8])],
+        pad: u8,
+        priority: Priority,
+    ) -> Result<()> {
         let block = self.block_size_bytes();
-        let len = data.len().div_ceil(block).max(1) * block;
-        self.write_runs(&[(lba, data, len)], pad, priority, false)
+        let runs: Vec<(u64, &[u8], usize)> = runs
+            .iter()
+            .map(|&(lba, data)| (lba, data, data.len().div_ceil(block).max(1) * block))
+            .collect();
+        self.write_runs(&runs, pad, priority, true)
     }
 
     /// Makes every completed write durable.

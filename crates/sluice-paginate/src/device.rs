@@ -56,6 +56,12 @@ impl DeviceIo {
         Ok(self.io.write(lba, data, Priority::High)?)
     }
 
+    /// Writes whole blocks and makes them durable, in one submission.
+    pub fn write_durable(&self, lba: u64, data: &[u8]) -> Result<()> {
+        debug_assert_eq!(data.len() % self.block_size_bytes(), 0);
+        Ok(self.io.write_durable(&[(lba, data)], Priority::High)?)
+    }
+
     /// Makes every completed write durable.
     pub fn flush(&self) -> Result<()> {
         Ok(self.io.flush(Priority::High)?)
@@ -90,7 +96,8 @@ pub fn read_block(io: &DeviceIo, lba: u64) -> Result<Vec<u8>> {
     io.read(lba, io.block_size_bytes())
 }
 
-/// Writes `data` at `lba`, padded with `pad` to whole blocks, copied once.
-pub fn write_padded(io: &DeviceIo, lba: u64, data: &[u8], pad: u8) -> Result<()> {
-    Ok(io.io.write_padded(lba, data, pad, Priority::High)?)
+/// Writes each `(lba, data)` run padded with `pad` to whole blocks, copied
+/// once, and makes them durable: one submission.
+pub fn write_padded_durable(io: &DeviceIo, runs: &[(u64, &[u8])], pad: u8) -> Result<()> {
+    Ok(io.io.write_padded_durable(runs, pad, Priority::High)?)
 }

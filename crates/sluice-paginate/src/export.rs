@@ -2,7 +2,7 @@
 //! each with direct I/O at the LBA its slice's extents give, then makes the
 //! slice's checkpoint durable. Layout in docs/FORMAT.md ("Export device").
 
-use crate::device::{write_padded, DeviceIo};
+use crate::device::{write_padded_durable, DeviceIo};
 use crate::error::{Error, Result};
 use crate::format::{
     max_extent_slots, Checkpoint, CursorKind, ExportState, Header, ManifestBlock, PageEntry,
@@ -906,8 +906,9 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         })
     }
 
-    /// Page, manifest block, flush; then the checkpoint, flush. When the
-    /// checkpoint is durable, so is everything it counts.
+    /// Page and manifest block, made durable together (one submission);
+    /// then the checkpoint, written durable. When the checkpoint is durable,
+    /// so is everything it counts.
     fn write_page(&mut self, page: FetchedPage) -> Result<()> {
         let h = self.shared.header;
         let slot_bytes = h.slot_bytes();
@@ -941,7 +942,6 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         }
         let extent = self.ckpt.current_extent;
         let lba = h.slot_lba(extent, self.ckpt.next_slot);
-        write_padded(&self.io, lba, &page.bytes, b' ')?;
         let manifest = self
             .manifest
             .as_mut()
@@ -959,8 +959,14 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
             slots,
         });
         manifest.encode(&mut self.block);
-        self.io.write(h.manifest_block_lba(extent), &self.block)?;
-        self.io.flush()?;
+        write_padded_durable(
+            &self.io,
+            &[
+                (lba, &page.bytes),
+                (h.manifest_block_lba(extent), &self.block),
+            ],
+            b' ',
+        )?;
         self.ckpt.state = SliceState::Running;
         self.ckpt.pages += 1;
         self.ckpt.docs += page.docs as u64;
@@ -970,17 +976,17 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         self.write_checkpoint()?;
         self.shared.counters[self.ckpt.slice as usize]
             .add(page.docs as u64, page.bytes.len() as u64);
+        crate::buffers::give(page.bytes);
         Ok(())
     }
 
     fn write_checkpoint(&mut self) -> Result<()> {
         self.ckpt.generation += 1;
         self.ckpt.encode(&mut self.block)?;
-        self.io.write(
+        self.io.write_durable(
             Header::checkpoint_lba(self.ckpt.slice, self.ckpt.generation),
             &self.block,
-        )?;
-        self.io.flush()
+        )
     }
 
     fn finish(mut self) -> Result<Checkpoint> {

@@ -5,7 +5,6 @@
 use crate::error::{Error, Result};
 use base64::Engine as _;
 use rand::Rng;
-use std::io::Read;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -73,8 +72,8 @@ impl Default for HttpOptions {
 pub struct Response {
     /// The HTTP status.
     pub status: u16,
-    /// The body.
-    pub body: Vec<u8>,
+    /// The body (in a recycled buffer).
+    pub body: crate::buffers::Body,
     /// The `X-Elastic-Product` header (Elasticsearch 7.14+ sends it on
     /// every answer).
     pub elastic_product: Option<String>,
@@ -201,12 +200,18 @@ impl Client {
         };
         let status = response.status();
         let elastic_product = response.header("X-Elastic-Product").map(String::from);
-        let mut body = Vec::new();
-        response
-            .into_reader()
-            .take(MAX_RESPONSE_BYTES)
-            .read_to_end(&mut body)
-            .map_err(|e| format!("reading the answer: {e}"))?;
+        // Sized from Content-Length up front, read into a recycled buffer:
+        // search answers are megabytes.
+        let expected = response
+            .header("Content-Length")
+            .and_then(|l| l.parse::<usize>().ok())
+            .unwrap_or(0);
+        let body = crate::buffers::Body::read_from(
+            &mut response.into_reader(),
+            expected,
+            MAX_RESPONSE_BYTES as usize,
+        )
+        .map_err(|e| format!("reading the answer: {e}"))?;
         Ok(Response {
             status,
             body,

@@ -375,44 +375,6 @@ pub struct FetchedPage {
     pub cursor_after: String,
 }
 
-#[derive(Deserialize)]
-struct SearchResponse<'a> {
-    #[serde(borrow, default)]
-    pit_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "_scroll_id")]
-    scroll_id: Option<Cow<'a, str>>,
-    #[serde(borrow, default, rename = "_shards")]
-    shards: Option<Shards<'a>>,
-    #[serde(borrow)]
-    hits: Hits<'a>,
-}
-
-/// Shards that failed under an HTTP 200: their hits are missing from the
-/// page, so the page must not count.
-#[derive(Deserialize)]
-struct Shards<'a> {
-    #[serde(default)]
-    failed: u32,
-    #[serde(borrow, default)]
-    failures: Option<sonic_rs::LazyValue<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Hits<'a> {
-    #[serde(borrow)]
-    hits: Vec<RawHit<'a>>,
-}
-
-#[derive(Deserialize)]
-struct RawHit<'a> {
-    #[serde(borrow, rename = "_id")]
-    id: sonic_rs::LazyValue<'a>,
-    #[serde(borrow, default, rename = "_source")]
-    source: Option<sonic_rs::LazyValue<'a>>,
-    #[serde(borrow, default)]
-    sort: Option<sonic_rs::LazyValue<'a>>,
-}
-
 struct BuiltPage {
     bytes: Vec<u8>,
     /// Shards that failed, and why (raw JSON): the page is incomplete.
@@ -425,55 +387,91 @@ struct BuiltPage {
     scroll_id: Option<String>,
 }
 
+thread_local! {
+    /// Each fetcher thread keeps its scanner's index between answers.
+    static SCANNER: std::cell::RefCell<sluice_json::Scanner> = Default::default();
+}
+
 /// Turns a search answer into page bytes: each hit reduced to `_id` and
-/// `_source`, the source's bytes unchanged.
+/// `_source`, the source's bytes unchanged. The whole answer is validated
+/// (sluice-json's structural scan), so a page holds only valid JSON.
 fn build_page(body: &[u8]) -> Result<BuiltPage> {
-    let response: SearchResponse = sonic_rs::from_slice(body).map_err(|e| {
+    SCANNER.with_borrow_mut(|scanner| build_page_with(scanner, body))
+}
+
+fn build_page_with(scanner: &mut sluice_json::Scanner, body: &[u8]) -> Result<BuiltPage> {
+    use sluice_json::Kind;
+    let unexpected = |what: String| {
         Error::Source(format!(
-            "search answer is not what was expected ({e}): {}",
+            "search answer is not what was expected ({what}): {}",
             crate::http::error_summary(body)
         ))
-    })?;
-    let hits = &response.hits.hits;
-    let mut bytes = Vec::with_capacity(body.len());
+    };
+    let json = scanner.scan(body).map_err(|e| unexpected(e.to_string()))?;
+    let root = json.root();
+    let text = |name: &str| -> Result<Option<String>> {
+        root.get(name)
+            .filter(|v| v.kind() != Kind::Null)
+            .map(|v| v.to_str().map(Cow::into_owned))
+            .transpose()
+            .map_err(|e| unexpected(format!("{name}: {e}")))
+    };
+    let (pit_id, scroll_id) = (text("pit_id")?, text("_scroll_id")?);
+    let hits = root
+        .get("hits")
+        .and_then(|h| h.get("hits"))
+        .filter(|h| h.kind() == Kind::Array)
+        .ok_or_else(|| unexpected("no hits.hits array".into()))?;
+    let mut bytes = crate::buffers::take_empty(body.len());
     bytes.push(b'[');
-    let mut max_hit_bytes = 0;
-    for (i, hit) in hits.iter().enumerate() {
+    let (mut docs, mut max_hit_bytes, mut last_sort) = (0u32, 0, None);
+    for hit in hits.elements() {
         let start = bytes.len();
-        if i > 0 {
+        if docs > 0 {
             bytes.push(b',');
         }
-        bytes.extend_from_slice(b"{\"_id\":");
-        bytes.extend_from_slice(hit.id.as_raw_str().as_bytes());
-        bytes.extend_from_slice(b",\"_source\":");
-        match &hit.source {
-            Some(s) => bytes.extend_from_slice(s.as_raw_str().as_bytes()),
-            None => bytes.extend_from_slice(b"null"),
+        let (mut id, mut source, mut sort) = (None, None, None);
+        for (key, value) in hit.members() {
+            match key.raw() {
+                "\"_id\"" => id = Some(value),
+                "\"_source\"" => source = Some(value),
+                "\"sort\"" => sort = Some(value),
+                _ => {}
+            }
         }
+        let id = id
+            .filter(|id| id.kind() == Kind::String)
+            .ok_or_else(|| unexpected(format!("hit {docs} has no _id string")))?;
+        bytes.extend_from_slice(b"{\"_id\":");
+        bytes.extend_from_slice(id.raw().as_bytes());
+        bytes.extend_from_slice(b",\"_source\":");
+        bytes.extend_from_slice(source.map_or("null", |s| s.raw()).as_bytes());
         bytes.push(b'}');
         max_hit_bytes = max_hit_bytes.max(bytes.len() - start);
+        last_sort = sort;
+        docs = docs
+            .checked_add(1)
+            .ok_or_else(|| unexpected("more than 2^32 hits".into()))?;
     }
     bytes.extend_from_slice(b"]\n");
-    let (failed_shards, shard_failures) = match &response.shards {
-        Some(sh) if sh.failed > 0 => (
-            sh.failed,
-            sh.failures
-                .as_ref()
-                .map_or(String::new(), |f| f.as_raw_str().to_string()),
-        ),
-        _ => (0, String::new()),
+    let shards = root.get("_shards");
+    let failed_shards = shards
+        .and_then(|s| s.get("failed"))
+        .map_or(Some(0), |f| f.as_u64())
+        .and_then(|f| u32::try_from(f).ok())
+        .ok_or_else(|| unexpected("_shards.failed is not a count".into()))?;
+    let shard_failures = match shards.and_then(|s| s.get("failures")) {
+        Some(f) if failed_shards > 0 => f.raw().to_string(),
+        _ => String::new(),
     };
     Ok(BuiltPage {
         failed_shards,
         shard_failures,
-        docs: u32::try_from(hits.len()).expect("page size is bounded"),
+        docs,
         max_hit_bytes,
-        last_sort: hits
-            .last()
-            .and_then(|h| h.sort.as_ref())
-            .map(|s| s.as_raw_str().to_string()),
-        pit_id: response.pit_id.map(Cow::into_owned),
-        scroll_id: response.scroll_id.map(Cow::into_owned),
+        last_sort: last_sort.map(|s| s.raw().to_string()),
+        pit_id,
+        scroll_id,
         bytes,
     })
 }
