@@ -692,18 +692,20 @@ fn bench_read_runs_every_side_on_generated_pages_and_prints_the_ratios() {
         assert_eq!(r["pages"], pages);
         assert_eq!(r["docs"], pages * 128);
         let cells = r["cells"].as_array().unwrap();
-        // fio, ours, buffered + sonic-rs, the two Jansson cells and fread, cold and warm.
+        // fio, ours, buffered + our scan, the two Jansson cells and fread, cold and warm.
         assert_eq!(cells.len(), 12, "{r}");
         for c in cells {
             assert!(c["median_mb_per_s"].as_f64().unwrap() > 0.0, "{c}");
         }
         let parsers = r["parsers_one_thread"].as_array().unwrap();
-        assert_eq!(parsers.len(), 4);
+        // Our scan, sonic-rs's struct parse and DOM, simd-json, Jansson.
+        assert_eq!(parsers.len(), 5);
     }
     for want in [
         "cold: sluice read / fio",
         "cold: sluice read / fread + Jansson",
-        "warm: buffered pread + sonic-rs / fread + Jansson",
+        "warm: buffered pread + sluice-json scan / fread + Jansson",
+        "sluice-json scan, ids + raw sources (sluice read)",
         "simd-json",
     ] {
         assert!(stdout.contains(want), "{want} missing from {stdout}");
