@@ -12,6 +12,14 @@
 //!   header refused with the fatal error status the binding names.
 //! - [`command`]: the 64-byte submission queue entry and the 16-byte
 //!   completion the capsules carry, with the statuses the node answers.
+//! - [`controller`]: the subsystem (namespaces over Sluice devices, I/O
+//!   through sluice-io's `DeviceIo`), the controllers hosts create with
+//!   Connect, properties, Identify, features, log pages, and the NVM
+//!   commands Read, Write, Flush and Write Zeroes.
+//! - [`target`]: the TCP side: ICReq/ICResp, in-capsule data, R2T and
+//!   H2CData for writes, C2HData for reads, keep-alive expiry, TermReq on
+//!   fatal errors; a thread per connection.
+//! - [`initiator`]: a blocking initiator for `sluice nvmf` and the tests.
 //!
 //! Formats byte by byte: docs/NVMF.md. Data flows one way: sluice-io (device,
 //! pool, engine) → this crate → the CLI's `sluice node`.
@@ -19,4 +27,7 @@
 #![forbid(unsafe_code)]
 
 pub mod command;
+pub mod controller;
+pub mod initiator;
 pub mod pdu;
+pub mod target;

@@ -1,0 +1,699 @@
+//! The target's controllers: one subsystem of namespaces (Sluice devices),
+//! the controllers hosts create in it with Connect, and each queue's command
+//! handling (docs/NVMF.md, "Target"). Commands run to completion here against
+//! the devices through sluice-io's `DeviceIo`; the transport (`target`)
+//! moves the data and the capsules.
+
+use crate::command::{status, Completion, Fuse, SglKind, Sqe, Status, FABRICS_OPCODE};
+use sluice_io::{Device, DeviceIo, EngineConfig, Priority};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Bytes of the data of an Identify, and the most of any admin transfer.
+pub const IDENTIFY_BYTES: usize = 4096;
+/// Bytes of a Connect command's data.
+pub const CONNECT_DATA_BYTES: usize = 1024;
+/// Most data of one command: 2^MDTS pages of 4 KiB.
+pub const MDTS: u8 = 5;
+/// Most data of one command, in bytes (128 KiB).
+pub const MAX_TRANSFER_BYTES: usize = 4096 << MDTS;
+/// Entries of each queue (CAP.MQES + 1) and commands in flight per queue.
+pub const QUEUE_ENTRIES: u16 = 128;
+/// Most I/O queues per controller.
+pub const MAX_IO_QUEUES: u16 = 8;
+/// Most controllers (associations) at once.
+pub const MAX_CONTROLLERS: usize = 64;
+/// Most outstanding Asynchronous Event Requests per controller (AERL + 1).
+pub const MAX_AERS: usize = 4;
+/// In-capsule data an I/O command capsule may carry (IOCCSZ − 64 bytes).
+pub const IN_CAPSULE_BYTES: usize = 8192;
+/// The NVMe version the node reports (1.4).
+pub const VERSION: u32 = 0x0001_0400;
+
+/// Fabrics command types (FCTYPE).
+pub mod fctype {
+    /// Property Set.
+    pub const PROPERTY_SET: u8 = 0x00;
+    /// Connect.
+    pub const CONNECT: u8 = 0x01;
+    /// Property Get.
+    pub const PROPERTY_GET: u8 = 0x04;
+    /// Disconnect.
+    pub const DISCONNECT: u8 = 0x08;
+}
+
+/// Admin opcodes the node serves.
+pub mod admin {
+    /// Get Log Page.
+    pub const GET_LOG_PAGE: u8 = 0x02;
+    /// Identify.
+    pub const IDENTIFY: u8 = 0x06;
+    /// Abort.
+    pub const ABORT: u8 = 0x08;
+    /// Set Features.
+    pub const SET_FEATURES: u8 = 0x09;
+    /// Get Features.
+    pub const GET_FEATURES: u8 = 0x0a;
+    /// Asynchronous Event Request.
+    pub const ASYNC_EVENT: u8 = 0x0c;
+    /// Keep Alive.
+    pub const KEEP_ALIVE: u8 = 0x18;
+}
+
+/// I/O opcodes (NVM command set) the node serves.
+pub mod io {
+    /// Flush.
+    pub const FLUSH: u8 = 0x00;
+    /// Write.
+    pub const WRITE: u8 = 0x01;
+    /// Read.
+    pub const READ: u8 = 0x02;
+    /// Write Zeroes.
+    pub const WRITE_ZEROES: u8 = 0x08;
+}
+
+/// Controller properties (offsets in the property space).
+pub mod property {
+    /// Controller Capabilities (8 bytes).
+    pub const CAP: u32 = 0x00;
+    /// Version.
+    pub const VS: u32 = 0x08;
+    /// Controller Configuration.
+    pub const CC: u32 = 0x14;
+    /// Controller Status.
+    pub const CSTS: u32 = 0x1c;
+}
+
+/// One namespace: a device and the I/O path to it.
+pub struct Namespace {
+    io: DeviceIo,
+    block_size_bytes: u32,
+    block_count: u64,
+    uuid: [u8; 16],
+}
+
+impl Namespace {
+    /// A namespace over `device`, its I/O through sluice-io's engines.
+    pub fn new(device: Arc<dyn Device>) -> sluice_io::Result<Namespace> {
+        let geometry = device.geometry();
+        let uuid = uuid_of(&device.describe());
+        let io = DeviceIo::open(device, EngineConfig::default())?;
+        Ok(Namespace {
+            io,
+            block_size_bytes: geometry.block_size_bytes,
+            block_count: geometry.block_count,
+            uuid,
+        })
+    }
+}
+
+/// A stable identifier from the device's description (a version 4 UUID's
+/// layout over two FNV-1a hashes).
+fn uuid_of(name: &str) -> [u8; 16] {
+    let fnv = |seed: u64| {
+        name.bytes()
+            .fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
+    };
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
+    out[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_le_bytes());
+    out[6] = (out[6] & 0x0f) | 0x40;
+    out[8] = (out[8] & 0x3f) | 0x80;
+    out
+}
+
+/// The subsystem the node serves: its name, its namespaces (NSID 1…N in
+/// the order given) and its controllers.
+pub struct Subsystem {
+    /// The subsystem's NQN.
+    pub nqn: String,
+    /// Serial number reported in Identify Controller.
+    pub serial: String,
+    namespaces: Vec<Namespace>,
+    controllers: Mutex<Controllers>,
+    /// Host NQNs allowed to connect; empty: any.
+    allowed_hosts: Vec<String>,
+}
+
+#[derive(Default)]
+struct Controllers {
+    next_id: u16,
+    live: HashMap<u16, ControllerState>,
+}
+
+/// What a controller keeps between its queues' commands.
+#[derive(Debug, Clone)]
+struct ControllerState {
+    host_nqn: String,
+    cc: u32,
+    csts: u32,
+    io_queues: u16,
+    kato_ms: u32,
+    async_event_config: u32,
+}
+
+impl Subsystem {
+    /// A subsystem named `nqn` over `namespaces`; `allowed_hosts` empty lets
+    /// any host connect.
+    pub fn new(nqn: String, namespaces: Vec<Namespace>, allowed_hosts: Vec<String>) -> Subsystem {
+        let serial = format!(
+            "{:016x}",
+            u64::from_le_bytes(uuid_of(&nqn)[..8].try_into().unwrap_or_default())
+        );
+        Subsystem {
+            nqn,
+            serial,
+            namespaces,
+            controllers: Mutex::new(Controllers {
+                next_id: 1,
+                live: HashMap::new(),
+            }),
+            allowed_hosts,
+        }
+    }
+
+    /// Namespaces served.
+    pub fn namespace_count(&self) -> u32 {
+        self.namespaces.len() as u32
+    }
+
+    fn namespace(&self, nsid: u32) -> Option<&Namespace> {
+        (nsid as usize)
+            .checked_sub(1)
+            .and_then(|i| self.namespaces.get(i))
+    }
+
+    fn controllers(&self) -> std::sync::MutexGuard<'_, Controllers> {
+        self.controllers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Where a command's data comes from or goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataNeed {
+    /// The command moves no data to the node, or its data came in the
+    /// capsule.
+    None,
+    /// The command's data (this many bytes) must come in H2CData PDUs after
+    /// an R2T.
+    FromHost(usize),
+}
+
+/// What a command produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Data for the host (sent in C2HData), then the completion.
+    Done {
+        /// Data to send before the completion.
+        data: Vec<u8>,
+        /// The completion.
+        completion: Completion,
+    },
+    /// No answer now (an Asynchronous Event Request waits for an event).
+    Held,
+}
+
+fn done(completion: Completion) -> Outcome {
+    Outcome::Done {
+        data: Vec::new(),
+        completion,
+    }
+}
+
+fn fail(sqe: &Sqe, status: Status) -> Outcome {
+    done(Completion::new(sqe.cid(), status))
+}
+
+/// One queue of one connection: the admin queue (QID 0) or an I/O queue.
+pub struct Queue {
+    subsystem: Arc<Subsystem>,
+    /// The controller, once connected.
+    controller: Option<u16>,
+    qid: u16,
+    sq_size: u16,
+    held_aers: usize,
+}
+
+impl Queue {
+    /// A queue not connected yet.
+    pub fn new(subsystem: Arc<Subsystem>) -> Queue {
+        Queue {
+            subsystem,
+            controller: None,
+            qid: 0,
+            sq_size: 0,
+            held_aers: 0,
+        }
+    }
+
+    /// The queue's identifier (0: admin), once connected.
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// The keep-alive timeout of this queue's controller, once connected
+    /// (0: none).
+    pub fn kato_ms(&self) -> u32 {
+        let Some(id) = self.controller else { return 0 };
+        self.subsystem
+            .controllers()
+            .live
+            .get(&id)
+            .map_or(0, |c| c.kato_ms)
+    }
+
+    /// Whether a command's data must be asked for with an R2T (a write with
+    /// a transport SGL), and how much; checked against the limits first.
+    pub fn data_need(&self, sqe: &Sqe) -> Result<DataNeed, Status> {
+        let sgl = sqe.sgl();
+        let to_node = matches!(sqe.opcode(), io::WRITE) && self.qid != 0
+            || (sqe.opcode() == FABRICS_OPCODE && sqe.fctype() == fctype::CONNECT);
+        if !to_node || sgl.kind != SglKind::Transport {
+            return Ok(DataNeed::None);
+        }
+        if sgl.length as usize > MAX_TRANSFER_BYTES.max(CONNECT_DATA_BYTES) {
+            return Err(status::SGL_LENGTH_INVALID);
+        }
+        Ok(DataNeed::FromHost(sgl.length as usize))
+    }
+
+    /// Runs one command with the data that came with it (in the capsule or
+    /// after an R2T).
+    pub fn execute(&mut self, sqe: &Sqe, data: &[u8]) -> Outcome {
+        if sqe.opcode() == FABRICS_OPCODE {
+            return self.fabrics(sqe, data);
+        }
+        let Some(controller) = self.controller else {
+            return fail(sqe, status::SEQUENCE_ERROR);
+        };
+        if sqe.fuse() != Fuse::None {
+            return fail(sqe, status::INVALID_FIELD);
+        }
+        if self.qid == 0 {
+            self.admin(controller, sqe, data)
+        } else {
+            self.io(sqe, data)
+        }
+    }
+
+    fn fabrics(&mut self, sqe: &Sqe, data: &[u8]) -> Outcome {
+        match sqe.fctype() {
+            fctype::CONNECT => self.connect(sqe, data),
+            fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid == 0 => {
+                let Some(id) = self.controller else {
+                    return fail(sqe, status::SEQUENCE_ERROR);
+                };
+                self.property(id, sqe)
+            }
+            fctype::DISCONNECT => {
+                self.disconnect();
+                fail(sqe, Status::SUCCESS)
+            }
+            _ => fail(sqe, status::INVALID_OPCODE),
+        }
+    }
+
+    fn connect(&mut self, sqe: &Sqe, data: &[u8]) -> Outcome {
+        if self.controller.is_some() {
+            return fail(sqe, status::SEQUENCE_ERROR);
+        }
+        if data.len() < CONNECT_DATA_BYTES {
+            return fail(sqe, status::SGL_LENGTH_INVALID);
+        }
+        let bytes = &sqe.0;
+        let recfmt = u16::from_le_bytes([bytes[40], bytes[41]]);
+        let qid = u16::from_le_bytes([bytes[42], bytes[43]]);
+        let sq_size = u16::from_le_bytes([bytes[44], bytes[45]]);
+        let kato_ms = u32::from_le_bytes([bytes[48], bytes[49], bytes[50], bytes[51]]);
+        if recfmt != 0 {
+            return fail(sqe, status::CONNECT_INCOMPATIBLE_FORMAT);
+        }
+        let cntlid = u16::from_le_bytes([data[16], data[17]]);
+        let subnqn = nqn_field(&data[256..512]);
+        let hostnqn = nqn_field(&data[512..768]);
+        // Invalid parameters name the offending field: IATTR (bit 0: in
+        // the data) and IPO (the byte offset) in DW0.
+        let invalid = |in_data: bool, offset: u32| {
+            let mut c = Completion::new(sqe.cid(), status::CONNECT_INVALID_PARAMETERS);
+            c.result = in_data as u32 | offset << 16;
+            done(c)
+        };
+        if subnqn != self.subsystem.nqn {
+            return invalid(true, 256);
+        }
+        if !self.subsystem.allowed_hosts.is_empty()
+            && !self.subsystem.allowed_hosts.contains(&hostnqn)
+        {
+            return fail(sqe, status::CONNECT_INVALID_HOST);
+        }
+        if sq_size == 0 || sq_size >= QUEUE_ENTRIES {
+            return invalid(false, 44);
+        }
+        let mut controllers = self.subsystem.controllers();
+        let id = if qid == 0 {
+            if controllers.live.len() >= MAX_CONTROLLERS {
+                return fail(sqe, status::CONNECT_CONTROLLER_BUSY);
+            }
+            let id = controllers.next_id;
+            controllers.next_id = controllers.next_id.wrapping_add(1).clamp(1, 0xffef);
+            controllers.live.insert(
+                id,
+                ControllerState {
+                    host_nqn: hostnqn,
+                    cc: 0,
+                    csts: 0,
+                    io_queues: 0,
+                    kato_ms,
+                    async_event_config: 0,
+                },
+            );
+            id
+        } else {
+            match controllers.live.get(&cntlid) {
+                Some(c)
+                    if c.host_nqn == hostnqn && qid <= c.io_queues.max(1) && c.csts & 1 == 1 =>
+                {
+                    cntlid
+                }
+                Some(_) => return invalid(false, 42),
+                None => return invalid(true, 16),
+            }
+        };
+        drop(controllers);
+        self.controller = Some(id);
+        self.qid = qid;
+        self.sq_size = sq_size;
+        let mut c = Completion::new(sqe.cid(), Status::SUCCESS);
+        c.result = id as u32;
+        c.sqid = qid;
+        done(c)
+    }
+
+    /// Ends this queue; the admin queue's end ends its controller.
+    pub fn disconnect(&mut self) {
+        if let (Some(id), 0) = (self.controller.take(), self.qid) {
+            self.subsystem.controllers().live.remove(&id);
+        }
+    }
+
+    fn property(&mut self, id: u16, sqe: &Sqe) -> Outcome {
+        let b = &sqe.0;
+        let eight = b[40] & 7 == 1;
+        let offset = u32::from_le_bytes([b[44], b[45], b[46], b[47]]);
+        let value = u64::from_le_bytes(b[48..56].try_into().unwrap_or_default());
+        let mut controllers = self.subsystem.controllers();
+        let Some(c) = controllers.live.get_mut(&id) else {
+            return fail(sqe, status::SEQUENCE_ERROR);
+        };
+        let mut completion = Completion::new(sqe.cid(), Status::SUCCESS);
+        if sqe.fctype() == fctype::PROPERTY_SET {
+            match (offset, eight) {
+                (property::CC, false) => {
+                    c.cc = value as u32;
+                    let enabled = c.cc & 1 == 1;
+                    let shutdown = (c.cc >> 14) & 3 != 0;
+                    c.csts = enabled as u32 | if shutdown { 2 << 2 } else { 0 };
+                }
+                _ => return fail(sqe, status::INVALID_FIELD),
+            }
+        } else {
+            let value: u64 = match (offset, eight) {
+                (property::CAP, true) => capabilities(),
+                (property::VS, false) => VERSION as u64,
+                (property::CC, false) => c.cc as u64,
+                (property::CSTS, false) => c.csts as u64,
+                _ => return fail(sqe, status::INVALID_FIELD),
+            };
+            completion.result = value as u32;
+            completion.dw1 = (value >> 32) as u32;
+        }
+        done(completion)
+    }
+
+    fn admin(&mut self, id: u16, sqe: &Sqe, _data: &[u8]) -> Outcome {
+        match sqe.opcode() {
+            admin::IDENTIFY => self.identify(id, sqe),
+            admin::SET_FEATURES | admin::GET_FEATURES => self.features(id, sqe),
+            admin::GET_LOG_PAGE => self.log_page(sqe),
+            admin::KEEP_ALIVE => fail(sqe, Status::SUCCESS),
+            admin::ASYNC_EVENT if self.held_aers < MAX_AERS => {
+                self.held_aers += 1;
+                Outcome::Held
+            }
+            // Asynchronous Event Request Limit Exceeded.
+            admin::ASYNC_EVENT => fail(sqe, Status::new(1, 0x05, true)),
+            admin::ABORT => {
+                // Nothing is ever queued long enough to abort: "not aborted".
+                let mut c = Completion::new(sqe.cid(), Status::SUCCESS);
+                c.result = 1;
+                done(c)
+            }
+            _ => fail(sqe, status::INVALID_OPCODE),
+        }
+    }
+
+    fn identify(&self, id: u16, sqe: &Sqe) -> Outcome {
+        let cns = sqe.cdw(10) as u8;
+        let nsid = sqe.nsid();
+        let mut page = vec![0u8; IDENTIFY_BYTES];
+        match cns {
+            0x00 => match self.subsystem.namespace(nsid) {
+                Some(ns) => identify_namespace(ns, &mut page),
+                None => return fail(sqe, status::INVALID_NAMESPACE),
+            },
+            0x01 => identify_controller(&self.subsystem, id, &mut page),
+            0x02 => {
+                let ids = (1..=self.subsystem.namespace_count()).filter(|&n| n > nsid);
+                for (i, n) in ids.take(IDENTIFY_BYTES / 4).enumerate() {
+                    page[4 * i..4 * i + 4].copy_from_slice(&n.to_le_bytes());
+                }
+            }
+            0x03 => match self.subsystem.namespace(nsid) {
+                Some(ns) => {
+                    // One descriptor: type 3 (UUID), 16 bytes.
+                    page[0] = 3;
+                    page[1] = 16;
+                    page[4..20].copy_from_slice(&ns.uuid);
+                }
+                None => return fail(sqe, status::INVALID_NAMESPACE),
+            },
+            _ => return fail(sqe, status::INVALID_FIELD),
+        }
+        Outcome::Done {
+            data: page,
+            completion: Completion::new(sqe.cid(), Status::SUCCESS),
+        }
+    }
+
+    fn features(&mut self, id: u16, sqe: &Sqe) -> Outcome {
+        let fid = sqe.cdw(10) as u8;
+        let set = sqe.opcode() == admin::SET_FEATURES;
+        let mut controllers = self.subsystem.controllers();
+        let Some(c) = controllers.live.get_mut(&id) else {
+            return fail(sqe, status::SEQUENCE_ERROR);
+        };
+        let mut completion = Completion::new(sqe.cid(), Status::SUCCESS);
+        match fid {
+            // Number of Queues: both counts 0's based; granted up to the limit.
+            0x07 => {
+                if set {
+                    let asked = (sqe.cdw(11) as u16).max((sqe.cdw(11) >> 16) as u16);
+                    if asked == 0xffff {
+                        return fail(sqe, status::INVALID_FIELD);
+                    }
+                    c.io_queues = (asked + 1).min(MAX_IO_QUEUES);
+                }
+                let granted = c.io_queues.max(1) as u32 - 1;
+                completion.result = granted | granted << 16;
+            }
+            // Asynchronous Event Configuration.
+            0x0b => {
+                if set {
+                    c.async_event_config = sqe.cdw(11);
+                }
+                completion.result = c.async_event_config;
+            }
+            // Keep Alive Timer.
+            0x0f => {
+                if set {
+                    c.kato_ms = sqe.cdw(11);
+                }
+                completion.result = c.kato_ms;
+            }
+            // Volatile Write Cache: the devices flush on Flush; reported on.
+            0x06 => completion.result = 1,
+            _ => return fail(sqe, status::INVALID_FIELD),
+        }
+        done(completion)
+    }
+
+    fn log_page(&self, sqe: &Sqe) -> Outcome {
+        let lid = sqe.cdw(10) as u8;
+        let dwords = ((sqe.cdw(10) >> 16) | (sqe.cdw(11) & 0xffff) << 16) as usize + 1;
+        let offset = sqe.cdw(12) as u64 | (sqe.cdw(13) as u64) << 32;
+        let len = dwords * 4;
+        if len > MAX_TRANSFER_BYTES {
+            return fail(sqe, status::INVALID_FIELD);
+        }
+        let page: Vec<u8> = match lid {
+            // Error information: no errors logged (64-byte entries).
+            0x01 => vec![0u8; 64],
+            // SMART / health: all zero but the temperature (273 + 20 K).
+            0x02 => {
+                let mut p = vec![0u8; 512];
+                p[1..3].copy_from_slice(&293u16.to_le_bytes());
+                p
+            }
+            // Commands supported and effects: CSUPP for each command served.
+            0x05 => {
+                let mut p = vec![0u8; 4096];
+                for op in [0x02u8, 0x06, 0x08, 0x09, 0x0a, 0x0c, 0x18] {
+                    p[4 * op as usize] = 1;
+                }
+                for op in [io::FLUSH, io::WRITE, io::READ, io::WRITE_ZEROES] {
+                    let at = 1024 + 4 * op as usize;
+                    p[at] = 1;
+                    // LBCC: the command changes logical block contents.
+                    if op != io::READ {
+                        p[at] |= 2;
+                    }
+                }
+                p
+            }
+            _ => return fail(sqe, status::INVALID_FIELD),
+        };
+        let mut data = vec![0u8; len];
+        let from = (offset as usize).min(page.len());
+        let n = (page.len() - from).min(len);
+        data[..n].copy_from_slice(&page[from..from + n]);
+        Outcome::Done {
+            data,
+            completion: Completion::new(sqe.cid(), Status::SUCCESS),
+        }
+    }
+
+    fn io(&self, sqe: &Sqe, data: &[u8]) -> Outcome {
+        let Some(ns) = self.subsystem.namespace(sqe.nsid()) else {
+            return fail(sqe, status::INVALID_NAMESPACE);
+        };
+        let slba = sqe.cdw(10) as u64 | (sqe.cdw(11) as u64) << 32;
+        let blocks = (sqe.cdw(12) & 0xffff) as u64 + 1;
+        let bs = ns.block_size_bytes as usize;
+        let in_range = slba
+            .checked_add(blocks)
+            .is_some_and(|end| end <= ns.block_count);
+        match sqe.opcode() {
+            io::FLUSH => match ns.io.flush(Priority::High) {
+                Ok(()) => fail(sqe, Status::SUCCESS),
+                Err(_) => fail(sqe, status::WRITE_FAULT),
+            },
+            io::READ | io::WRITE | io::WRITE_ZEROES if !in_range => {
+                fail(sqe, status::LBA_OUT_OF_RANGE)
+            }
+            io::READ => {
+                let len = blocks as usize * bs;
+                if len > MAX_TRANSFER_BYTES || sqe.sgl().length as usize != len {
+                    return fail(sqe, status::SGL_LENGTH_INVALID);
+                }
+                let mut out = vec![0u8; len];
+                match ns.io.read(slba, &mut out, Priority::High) {
+                    Ok(()) => Outcome::Done {
+                        data: out,
+                        completion: Completion::new(sqe.cid(), Status::SUCCESS),
+                    },
+                    Err(_) => fail(sqe, status::UNRECOVERED_READ),
+                }
+            }
+            io::WRITE => {
+                if data.len() != blocks as usize * bs {
+                    return fail(sqe, status::SGL_LENGTH_INVALID);
+                }
+                match ns.io.write(slba, data, Priority::High) {
+                    Ok(()) => fail(sqe, Status::SUCCESS),
+                    Err(_) => fail(sqe, status::WRITE_FAULT),
+                }
+            }
+            io::WRITE_ZEROES => {
+                let zeros = vec![0u8; (MAX_TRANSFER_BYTES / bs).max(1) * bs];
+                let mut lba = slba;
+                let end = slba + blocks;
+                while lba < end {
+                    let n = ((end - lba) as usize).min(zeros.len() / bs);
+                    if ns.io.write(lba, &zeros[..n * bs], Priority::High).is_err() {
+                        return fail(sqe, status::WRITE_FAULT);
+                    }
+                    lba += n as u64;
+                }
+                fail(sqe, Status::SUCCESS)
+            }
+            _ => fail(sqe, status::INVALID_OPCODE),
+        }
+    }
+}
+
+/// CAP: MQES (0's based entries), CQR, TO (500 ms units), CSS (NVM), MPSMIN
+/// and MPSMAX of 4 KiB.
+pub fn capabilities() -> u64 {
+    let mqes = (QUEUE_ENTRIES - 1) as u64;
+    let cqr = 1u64 << 16;
+    let timeout = 20u64 << 24; // 10 s
+    let css_nvm = 1u64 << 37;
+    mqes | cqr | timeout | css_nvm
+}
+
+/// An NQN field: ASCII up to the first NUL, at most 256 bytes.
+fn nqn_field(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
+}
+
+/// `text` into `field`, padded with spaces (Identify's ASCII fields).
+fn ascii(field: &mut [u8], text: &str) {
+    field.fill(b' ');
+    let n = text.len().min(field.len());
+    field[..n].copy_from_slice(&text.as_bytes()[..n]);
+}
+
+fn identify_controller(subsystem: &Subsystem, id: u16, p: &mut [u8]) {
+    p[0..2].copy_from_slice(&0x1b36u16.to_le_bytes()); // VID
+    p[2..4].copy_from_slice(&0x1b36u16.to_le_bytes()); // SSVID
+    ascii(&mut p[4..24], &subsystem.serial);
+    ascii(&mut p[24..64], "Sluice storage node");
+    ascii(&mut p[64..72], env!("CARGO_PKG_VERSION"));
+    p[72] = 6; // RAB
+    p[76] = 0b11; // CMIC: several ports and controllers
+    p[77] = MDTS;
+    p[78..80].copy_from_slice(&id.to_le_bytes());
+    p[80..84].copy_from_slice(&VERSION.to_le_bytes());
+    p[111] = 1; // CNTRLTYPE: I/O controller
+    p[258] = 3; // ACL (0's based)
+    p[259] = (MAX_AERS - 1) as u8; // AERL
+    p[261] = 1 << 1; // LPA: Commands Supported and Effects log
+    p[512] = 0x66; // SQES: 64 bytes
+    p[513] = 0x44; // CQES: 16 bytes
+    p[514..516].copy_from_slice(&QUEUE_ENTRIES.to_le_bytes()); // MAXCMD
+    p[516..520].copy_from_slice(&subsystem.namespace_count().to_le_bytes()); // NN
+    p[520..522].copy_from_slice(&(1u16 << 3).to_le_bytes()); // ONCS: Write Zeroes
+    p[525] = 1; // VWC present
+                // SGLS: SGLs supported (no alignment), Offset in the capsule (bit 20).
+    p[536..540].copy_from_slice(&(1u32 | 1 << 20).to_le_bytes());
+    let nqn = subsystem.nqn.as_bytes();
+    let n = nqn.len().min(255);
+    p[768..768 + n].copy_from_slice(&nqn[..n]);
+    // Fabrics: capsule sizes in 16-byte units, no ICDOFF, one SGL descriptor.
+    let ioccsz = ((64 + IN_CAPSULE_BYTES) / 16) as u32;
+    p[1792..1796].copy_from_slice(&ioccsz.to_le_bytes());
+    p[1796..1800].copy_from_slice(&1u32.to_le_bytes()); // IORCSZ: 16 bytes
+    p[1803] = 1; // MSDBD
+}
+
+fn identify_namespace(ns: &Namespace, p: &mut [u8]) {
+    p[0..8].copy_from_slice(&ns.block_count.to_le_bytes()); // NSZE
+    p[8..16].copy_from_slice(&ns.block_count.to_le_bytes()); // NCAP
+    p[16..24].copy_from_slice(&ns.block_count.to_le_bytes()); // NUSE
+    p[25] = 0; // NLBAF: one format
+    p[26] = 0; // FLBAS: format 0
+    p[104..120].copy_from_slice(&ns.uuid); // NGUID
+                                           // LBAF0: no metadata, LBADS = log2(block size).
+    p[130] = ns.block_size_bytes.trailing_zeros() as u8;
+}

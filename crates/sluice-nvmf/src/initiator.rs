@@ -1,0 +1,381 @@
+//! A blocking NVMe/TCP initiator: one connection per queue, one command at a
+//! time. What `sluice nvmf` and the tests use to reach a target.
+
+use crate::command::{status, Completion, Sgl, SglKind, Sqe, Status, FABRICS_OPCODE};
+use crate::controller::{admin, fctype, io, property, CONNECT_DATA_BYTES, IN_CAPSULE_BYTES};
+use crate::pdu::{flags, DataHeader, Digests, Encoder, Framed, Framer, Header, Limits, PFV_1_0};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Why an initiator's request failed.
+#[derive(Debug)]
+pub enum InitiatorError {
+    /// The connection failed.
+    Io(std::io::Error),
+    /// The target sent something the protocol does not allow here.
+    Protocol(String),
+    /// The command completed with an error status.
+    Status(Status),
+}
+
+impl std::fmt::Display for InitiatorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InitiatorError::Io(e) => write!(f, "connection: {e}"),
+            InitiatorError::Protocol(s) => write!(f, "protocol: {s}"),
+            InitiatorError::Status(s) => write!(
+                f,
+                "command failed with status type {:#x} code {:#04x}",
+                s.sct(),
+                s.sc()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for InitiatorError {}
+
+impl From<std::io::Error> for InitiatorError {
+    fn from(e: std::io::Error) -> Self {
+        InitiatorError::Io(e)
+    }
+}
+
+/// The initiator's result type.
+pub type Result<T> = std::result::Result<T, InitiatorError>;
+
+/// One queue's connection to a target.
+pub struct QueueConnection {
+    stream: TcpStream,
+    framer: Framer,
+    encoder: Encoder,
+    buf: Vec<u8>,
+    filled: usize,
+    next_cid: u16,
+    /// Most data bytes the target takes in one H2CData PDU.
+    pub maxh2cdata: u32,
+}
+
+/// What a command returned: its completion and any data.
+#[derive(Debug)]
+pub struct Answer {
+    /// The completion.
+    pub completion: Completion,
+    /// Data the target sent (reads, Identify, log pages).
+    pub data: Vec<u8>,
+}
+
+impl QueueConnection {
+    /// Connects to `address` and runs the ICReq/ICResp exchange.
+    pub fn open(address: &str, digests: Digests) -> Result<QueueConnection> {
+        let stream = TcpStream::connect(address)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut q = QueueConnection {
+            stream,
+            framer: Framer {
+                digests: Digests::default(),
+                limits: Limits {
+                    max_data_bytes: 1 << 20,
+                },
+            },
+            encoder: Encoder::default(),
+            buf: vec![0u8; 1 << 20],
+            filled: 0,
+            next_cid: 1,
+            maxh2cdata: 0,
+        };
+        let mut out = Vec::new();
+        Encoder::default().encode(
+            &Header::IcReq {
+                pfv: PFV_1_0,
+                hpda: 0,
+                digests,
+                maxr2t: 0,
+            },
+            0,
+            &[],
+            &mut out,
+        );
+        q.stream.write_all(&out)?;
+        match q.receive()? {
+            (
+                Header::IcResp {
+                    digests: granted,
+                    maxh2cdata,
+                    ..
+                },
+                _,
+            ) => {
+                q.framer.digests = granted;
+                q.encoder.digests = granted;
+                q.maxh2cdata = maxh2cdata;
+                Ok(q)
+            }
+            (other, _) => Err(InitiatorError::Protocol(format!(
+                "expected ICResp, got {other:?}"
+            ))),
+        }
+    }
+
+    /// The next PDU from the target.
+    fn receive(&mut self) -> Result<(Header, Vec<u8>)> {
+        loop {
+            match self.framer.next(&self.buf[..self.filled]) {
+                Ok(Framed::Pdu(pdu, used)) => {
+                    let got = (pdu.header, pdu.data.to_vec());
+                    self.buf.copy_within(used..self.filled, 0);
+                    self.filled -= used;
+                    return Ok(got);
+                }
+                Ok(Framed::NeedBytes(n)) => {
+                    if self.filled + n > self.buf.len() {
+                        self.buf.resize(self.filled + n, 0);
+                    }
+                    let got = match self.stream.read(&mut self.buf[self.filled..]) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        other => other?,
+                    };
+                    if got == 0 {
+                        return Err(InitiatorError::Protocol(
+                            "the target closed the connection".into(),
+                        ));
+                    }
+                    self.filled += got;
+                }
+                Err(e) => return Err(InitiatorError::Protocol(e.to_string())),
+            }
+        }
+    }
+
+    /// Sends a command (its data in the capsule when it fits, else after
+    /// the target's R2T) and waits for its completion; data the target sends
+    /// back is gathered in the answer.
+    pub fn command(&mut self, sqe: Sqe, data: &[u8]) -> Result<Answer> {
+        let cid = self.next_cid;
+        self.next_cid = self.next_cid.wrapping_add(1);
+        let mut sqe = sqe;
+        sqe.0[2..4].copy_from_slice(&cid.to_le_bytes());
+        let in_capsule = !data.is_empty() && data.len() <= IN_CAPSULE_BYTES;
+        if !data.is_empty() {
+            sqe = sqe.with_sgl(Sgl {
+                address: 0,
+                length: data.len() as u32,
+                kind: if in_capsule {
+                    SglKind::InCapsule
+                } else {
+                    SglKind::Transport
+                },
+            });
+        }
+        let mut out = Vec::new();
+        let capsule_data = if in_capsule { data } else { &[][..] };
+        self.encoder
+            .encode(&Header::CapsuleCmd(sqe), 0, capsule_data, &mut out);
+        self.stream.write_all(&out)?;
+        let mut received = Vec::new();
+        loop {
+            match self.receive()? {
+                (
+                    Header::R2t {
+                        cccid,
+                        ttag,
+                        r2to,
+                        r2tl,
+                    },
+                    _,
+                ) if cccid == cid => {
+                    self.send_data(
+                        cid,
+                        ttag,
+                        &data[r2to as usize..(r2to + r2tl) as usize],
+                        r2to,
+                    )?;
+                }
+                (Header::C2hData(d), bytes) if d.cccid == cid => {
+                    if d.datao as usize != received.len() {
+                        return Err(InitiatorError::Protocol("C2HData out of order".into()));
+                    }
+                    received.extend_from_slice(&bytes);
+                }
+                (Header::CapsuleResp(c), _) if c.cid == cid => {
+                    if !c.status.is_success() {
+                        return Err(InitiatorError::Status(c.status));
+                    }
+                    return Ok(Answer {
+                        completion: c,
+                        data: received,
+                    });
+                }
+                (Header::C2hTermReq(t), _) => {
+                    return Err(InitiatorError::Protocol(format!(
+                        "the target ended the connection: FES {:#x}, FEI {}",
+                        t.fes, t.fei
+                    )))
+                }
+                (other, _) => {
+                    return Err(InitiatorError::Protocol(format!(
+                        "unexpected PDU {other:?}"
+                    )))
+                }
+            }
+        }
+    }
+
+    fn send_data(&mut self, cid: u16, ttag: u16, data: &[u8], base: u32) -> Result<()> {
+        let chunk = (self.maxh2cdata as usize).max(4096);
+        let mut out = Vec::new();
+        let pieces = data.chunks(chunk).count();
+        for (i, piece) in data.chunks(chunk).enumerate() {
+            out.clear();
+            let last = if i + 1 == pieces { flags::LAST_PDU } else { 0 };
+            self.encoder.encode(
+                &Header::H2cData(DataHeader {
+                    cccid: cid,
+                    ttag,
+                    datao: base + (i * chunk) as u32,
+                    datal: piece.len() as u32,
+                }),
+                last,
+                piece,
+                &mut out,
+            );
+            self.stream.write_all(&out)?;
+        }
+        Ok(())
+    }
+
+    /// Fabrics Connect of queue `qid` to controller `cntlid` (0xFFFF: a new
+    /// controller, for the admin queue); returns the controller's id.
+    pub fn connect(
+        &mut self,
+        subnqn: &str,
+        hostnqn: &str,
+        qid: u16,
+        cntlid: u16,
+        kato_ms: u32,
+    ) -> Result<u16> {
+        let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
+        sqe.0[4] = fctype::CONNECT;
+        sqe.0[42..44].copy_from_slice(&qid.to_le_bytes());
+        sqe.0[44..46].copy_from_slice(&31u16.to_le_bytes());
+        sqe.0[48..52].copy_from_slice(&kato_ms.to_le_bytes());
+        let mut data = vec![0u8; CONNECT_DATA_BYTES];
+        data[16..18].copy_from_slice(&cntlid.to_le_bytes());
+        data[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
+        data[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
+        let answer = self.command(sqe, &data)?;
+        Ok(answer.completion.result as u16)
+    }
+
+    /// Property Get of the 4- or 8-byte property at `offset`.
+    pub fn property_get(&mut self, offset: u32, eight: bool) -> Result<u64> {
+        let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
+        sqe.0[4] = fctype::PROPERTY_GET;
+        sqe.0[40] = eight as u8;
+        sqe.0[44..48].copy_from_slice(&offset.to_le_bytes());
+        let c = self.command(sqe, &[])?.completion;
+        Ok(c.result as u64 | (c.dw1 as u64) << 32)
+    }
+
+    /// Property Set of the 4-byte property at `offset`.
+    pub fn property_set(&mut self, offset: u32, value: u32) -> Result<()> {
+        let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
+        sqe.0[4] = fctype::PROPERTY_SET;
+        sqe.0[44..48].copy_from_slice(&offset.to_le_bytes());
+        sqe.0[48..52].copy_from_slice(&value.to_le_bytes());
+        self.command(sqe, &[]).map(|_| ())
+    }
+
+    /// Enables the controller (CC.EN, 64-byte SQEs, 16-byte CQEs) and
+    /// checks CSTS.RDY.
+    pub fn enable(&mut self) -> Result<()> {
+        self.property_set(property::CC, 1 | 6 << 16 | 4 << 20)?;
+        match self.property_get(property::CSTS, false)? & 1 {
+            1 => Ok(()),
+            _ => Err(InitiatorError::Protocol("CSTS.RDY did not come up".into())),
+        }
+    }
+
+    /// Identify with `cns` for namespace `nsid`: its 4096 bytes.
+    pub fn identify(&mut self, cns: u8, nsid: u32) -> Result<Vec<u8>> {
+        let sqe = Sqe::new(admin::IDENTIFY, 0)
+            .with_nsid(nsid)
+            .with_cdw(10, cns as u32)
+            .with_sgl(Sgl {
+                address: 0,
+                length: 4096,
+                kind: SglKind::Transport,
+            });
+        Ok(self.command(sqe, &[])?.data)
+    }
+
+    /// Set Features Number of Queues; returns the I/O queues granted.
+    pub fn set_queue_count(&mut self, queues: u16) -> Result<u16> {
+        let n = queues.saturating_sub(1) as u32;
+        let sqe = Sqe::new(admin::SET_FEATURES, 0)
+            .with_cdw(10, 0x07)
+            .with_cdw(11, n | n << 16);
+        let r = self.command(sqe, &[])?.completion.result;
+        Ok((r as u16).min((r >> 16) as u16) + 1)
+    }
+
+    /// Reads `blocks` blocks of `block_bytes` at `lba` of namespace `nsid`.
+    pub fn read(&mut self, nsid: u32, lba: u64, blocks: u32, block_bytes: u32) -> Result<Vec<u8>> {
+        let sqe = rw(io::READ, nsid, lba, blocks).with_sgl(Sgl {
+            address: 0,
+            length: blocks * block_bytes,
+            kind: SglKind::Transport,
+        });
+        Ok(self.command(sqe, &[])?.data)
+    }
+
+    /// Writes `data` (whole blocks of `block_bytes`) at `lba`.
+    pub fn write(&mut self, nsid: u32, lba: u64, data: &[u8], block_bytes: u32) -> Result<()> {
+        let blocks = (data.len() / block_bytes as usize) as u32;
+        self.command(rw(io::WRITE, nsid, lba, blocks), data)
+            .map(|_| ())
+    }
+
+    /// Flush of namespace `nsid`.
+    pub fn flush(&mut self, nsid: u32) -> Result<()> {
+        self.command(Sqe::new(io::FLUSH, 0).with_nsid(nsid), &[])
+            .map(|_| ())
+    }
+
+    /// Write Zeroes of `blocks` blocks at `lba`.
+    pub fn write_zeroes(&mut self, nsid: u32, lba: u64, blocks: u32) -> Result<()> {
+        self.command(rw(io::WRITE_ZEROES, nsid, lba, blocks), &[])
+            .map(|_| ())
+    }
+
+    /// Sends raw bytes (tests of malformed input).
+    pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
+        self.stream.write_all(bytes)?;
+        Ok(())
+    }
+
+    /// The next PDU from the target, whatever it is (tests).
+    pub fn receive_any(&mut self) -> Result<(Header, Vec<u8>)> {
+        self.receive()
+    }
+}
+
+/// A Read, Write or Write Zeroes entry: SLBA in CDW10–11, blocks (0's
+/// based) in CDW12.
+fn rw(opcode: u8, nsid: u32, lba: u64, blocks: u32) -> Sqe {
+    Sqe::new(opcode, 0)
+        .with_nsid(nsid)
+        .with_cdw(10, lba as u32)
+        .with_cdw(11, (lba >> 32) as u32)
+        .with_cdw(12, blocks.saturating_sub(1))
+}
+
+/// Whether an error is the status `want`.
+pub fn is_status(e: &InitiatorError, want: Status) -> bool {
+    matches!(e, InitiatorError::Status(s) if *s == want)
+}
+
+/// LBA Out of Range, for callers that test for it.
+pub const LBA_OUT_OF_RANGE: Status = status::LBA_OUT_OF_RANGE;

@@ -1,0 +1,391 @@
+//! The NVMe/TCP target: accepts hosts' connections, runs the ICReq/ICResp
+//! exchange, frames their PDUs, moves command data (in-capsule, or asked
+//! for with R2T and received in H2CData; read data out in C2HData) and hands
+//! each command to its queue ([`crate::controller::Queue`]).
+//!
+//! One thread per connection (a host opens one connection per queue), each
+//! blocking on its socket; limits on connections, data per PDU and time
+//! without a keep-alive. Malformed PDUs end the connection with a
+//! C2HTermReq naming the error.
+
+use crate::command::{status, Completion, SglKind, Sqe};
+use crate::controller::{DataNeed, Outcome, Queue, Subsystem, MAX_TRANSFER_BYTES};
+use crate::pdu::{
+    flags, term_req, DataHeader, Digests, Encoder, Fatal, Fes, Framed, Framer, Header, Limits,
+    PFV_1_0,
+};
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Most connections at once (each queue of each host is one).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Most bytes of H2CData a host may send in one PDU (MAXH2CDATA).
+pub const MAXH2CDATA: u32 = MAX_TRANSFER_BYTES as u32;
+/// Most commands of one queue waiting for their data at once.
+pub const MAX_PENDING_WRITES: usize = 128;
+/// How often a blocked connection looks at the clock and the stop flag.
+const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// How the target serves.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    /// Most connections at once.
+    pub max_connections: usize,
+}
+
+impl Default for TargetConfig {
+    fn default() -> Self {
+        TargetConfig {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+/// Accepts connections on `listener` until `stop` is set, serving each on a
+/// thread of its own.
+pub fn serve(
+    listener: TcpListener,
+    subsystem: Arc<Subsystem>,
+    config: TargetConfig,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let open = Arc::new(AtomicUsize::new(0));
+    while !stop.load(Ordering::Relaxed) {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if open.load(Ordering::Relaxed) >= config.max_connections {
+            log::warn!(
+                "refusing a connection: {} open, the limit",
+                config.max_connections
+            );
+            drop(stream);
+            continue;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        let (subsystem, stop, open) = (subsystem.clone(), stop.clone(), open.clone());
+        std::thread::Builder::new()
+            .name("nvmf-conn".into())
+            .spawn(move || {
+                let peer = stream
+                    .peer_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                if let Err(e) = Connection::new(subsystem).run(stream, &stop) {
+                    log::info!("connection from {peer} ended: {e}");
+                }
+                open.fetch_sub(1, Ordering::Relaxed);
+            })?;
+    }
+    Ok(())
+}
+
+/// A write waiting for its data.
+struct PendingWrite {
+    sqe: Sqe,
+    ttag: u16,
+    data: Vec<u8>,
+    received: usize,
+    digest_ok: bool,
+}
+
+/// One host connection: one queue.
+struct Connection {
+    queue: Queue,
+    framer: Framer,
+    encoder: Encoder,
+    initialized: bool,
+    pending: HashMap<u16, PendingWrite>,
+    next_ttag: u16,
+    out: Vec<u8>,
+}
+
+impl Connection {
+    fn new(subsystem: Arc<Subsystem>) -> Connection {
+        Connection {
+            queue: Queue::new(subsystem),
+            framer: Framer {
+                digests: Digests::default(),
+                limits: Limits {
+                    max_data_bytes: MAXH2CDATA,
+                },
+            },
+            encoder: Encoder::default(),
+            initialized: false,
+            pending: HashMap::new(),
+            next_ttag: 1,
+            out: Vec::new(),
+        }
+    }
+
+    fn run(mut self, mut stream: TcpStream, stop: &AtomicBool) -> Result<(), String> {
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(POLL_INTERVAL))
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; 256 << 10];
+        let (mut start, mut filled) = (0usize, 0usize);
+        let mut last_heard = Instant::now();
+        let result = loop {
+            // Every whole PDU already received.
+            let framed = loop {
+                match self.framer.next(&buf[start..filled]) {
+                    Ok(Framed::Pdu(pdu, used)) => {
+                        let (header, data, ok) =
+                            (pdu.header, pdu.data.to_vec(), pdu.data_digest_ok);
+                        start += used;
+                        if let Err(e) = self.handle(header, &data, ok) {
+                            break Err(e);
+                        }
+                    }
+                    Ok(Framed::NeedBytes(n)) => break Ok(n),
+                    Err(e) => break Err(e),
+                }
+            };
+            if !self.out.is_empty() {
+                if let Err(e) = stream.write_all(&self.out) {
+                    break Err(format!("sending: {e}"));
+                }
+                self.out.clear();
+            }
+            let need = match framed {
+                Ok(n) => n,
+                Err(fatal) => {
+                    let _ = stream.write_all(&term_req(&fatal, &buf[start..filled]));
+                    break Err(format!("fatal transport error: {fatal}"));
+                }
+            };
+            if stop.load(Ordering::Relaxed) {
+                break Ok(());
+            }
+            // Room for what comes next: move the partial PDU to the front.
+            buf.copy_within(start..filled, 0);
+            filled -= start;
+            start = 0;
+            if filled + need > buf.len() {
+                buf.resize(filled + need, 0);
+            }
+            match stream.read(&mut buf[filled..]) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    filled += n;
+                    last_heard = Instant::now();
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    let kato = self.queue.kato_ms() as u64;
+                    if kato > 0 && last_heard.elapsed() > Duration::from_millis(kato * 2) {
+                        break Err(format!(
+                            "no command within twice the keep-alive timeout ({kato} ms)"
+                        ));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(format!("receiving: {e}")),
+            }
+        };
+        self.queue.disconnect();
+        result
+    }
+
+    fn handle(&mut self, header: Header, data: &[u8], data_digest_ok: bool) -> Result<(), Fatal> {
+        match header {
+            Header::IcReq {
+                pfv, hpda, digests, ..
+            } if !self.initialized => self.ic_req(pfv, hpda, digests),
+            Header::CapsuleCmd(sqe) if self.initialized => {
+                self.command(sqe, data, data_digest_ok);
+                Ok(())
+            }
+            Header::H2cData(d) if self.initialized => self.h2c_data(d, data, data_digest_ok),
+            Header::H2cTermReq(t) => Err(Fatal {
+                fes: Fes::SequenceError,
+                fei: t.fei,
+                reason: "the host terminated the connection",
+            }),
+            _ => Err(Fatal {
+                fes: Fes::SequenceError,
+                fei: 0,
+                reason: "a PDU this connection's state does not expect",
+            }),
+        }
+    }
+
+    fn ic_req(&mut self, pfv: u16, hpda: u8, digests: Digests) -> Result<(), Fatal> {
+        if pfv != PFV_1_0 {
+            return Err(Fatal {
+                fes: Fes::UnsupportedParameter,
+                fei: 8,
+                reason: "PDU format version not supported",
+            });
+        }
+        if hpda > 31 {
+            return Err(Fatal {
+                fes: Fes::InvalidHeaderField,
+                fei: 10,
+                reason: "HPDA past 31",
+            });
+        }
+        Encoder::default().encode(
+            &Header::IcResp {
+                pfv: PFV_1_0,
+                cpda: 0,
+                digests,
+                maxh2cdata: MAXH2CDATA,
+            },
+            0,
+            &[],
+            &mut self.out,
+        );
+        self.framer.digests = digests;
+        self.encoder = Encoder {
+            digests,
+            data_alignment: (hpda as usize + 1) * 4,
+        };
+        self.initialized = true;
+        Ok(())
+    }
+
+    fn command(&mut self, sqe: Sqe, data: &[u8], data_digest_ok: bool) {
+        if !data.is_empty() {
+            let sgl = sqe.sgl();
+            let status = if !data_digest_ok {
+                Some(status::TRANSIENT_TRANSPORT)
+            } else if sgl.kind != SglKind::InCapsule {
+                Some(status::SGL_TYPE_INVALID)
+            } else if sgl.address != 0 {
+                Some(status::SGL_OFFSET_INVALID)
+            } else if sgl.length as usize != data.len() {
+                Some(status::SGL_LENGTH_INVALID)
+            } else {
+                None
+            };
+            match status {
+                Some(s) => self.complete(Completion::new(sqe.cid(), s)),
+                None => self.run_command(&sqe, data),
+            }
+            return;
+        }
+        match self.queue.data_need(&sqe) {
+            Err(s) => self.complete(Completion::new(sqe.cid(), s)),
+            Ok(DataNeed::None) => self.run_command(&sqe, &[]),
+            Ok(DataNeed::FromHost(len)) => self.ask_for_data(sqe, len),
+        }
+    }
+
+    fn ask_for_data(&mut self, sqe: Sqe, len: usize) {
+        let cid = sqe.cid();
+        if self.pending.len() >= MAX_PENDING_WRITES || self.pending.contains_key(&cid) {
+            let s = if self.pending.contains_key(&cid) {
+                status::CID_CONFLICT
+            } else {
+                status::INTERNAL
+            };
+            self.complete(Completion::new(cid, s));
+            return;
+        }
+        let ttag = self.next_ttag;
+        self.next_ttag = self.next_ttag.wrapping_add(1).max(1);
+        self.encoder.encode(
+            &Header::R2t {
+                cccid: cid,
+                ttag,
+                r2to: 0,
+                r2tl: len as u32,
+            },
+            0,
+            &[],
+            &mut self.out,
+        );
+        self.pending.insert(
+            cid,
+            PendingWrite {
+                sqe,
+                ttag,
+                data: vec![0u8; len],
+                received: 0,
+                digest_ok: true,
+            },
+        );
+    }
+
+    fn h2c_data(&mut self, d: DataHeader, data: &[u8], digest_ok: bool) -> Result<(), Fatal> {
+        let out_of_range = |reason| Fatal {
+            fes: Fes::DataOutOfRange,
+            fei: 12,
+            reason,
+        };
+        let Some(p) = self.pending.get_mut(&d.cccid) else {
+            return Err(Fatal {
+                fes: Fes::InvalidHeaderField,
+                fei: 8,
+                reason: "H2CData for a command that asked for none",
+            });
+        };
+        if d.ttag != p.ttag {
+            return Err(Fatal {
+                fes: Fes::InvalidHeaderField,
+                fei: 10,
+                reason: "H2CData with a transfer tag no R2T gave",
+            });
+        }
+        if d.datao as usize != p.received {
+            return Err(out_of_range(
+                "H2CData not at the next offset of the transfer",
+            ));
+        }
+        let end = p.received + data.len();
+        if end > p.data.len() {
+            return Err(out_of_range("H2CData past the end of the transfer"));
+        }
+        p.data[p.received..end].copy_from_slice(data);
+        p.received = end;
+        p.digest_ok &= digest_ok;
+        if end == p.data.len() {
+            let p = self.pending.remove(&d.cccid).expect("present");
+            if p.digest_ok {
+                self.run_command(&p.sqe, &p.data);
+            } else {
+                self.complete(Completion::new(d.cccid, status::TRANSIENT_TRANSPORT));
+            }
+        }
+        Ok(())
+    }
+
+    fn run_command(&mut self, sqe: &Sqe, data: &[u8]) {
+        match self.queue.execute(sqe, data) {
+            Outcome::Held => {}
+            Outcome::Done { data, completion } => {
+                if !data.is_empty() {
+                    let len = data.len().min(sqe.sgl().length as usize);
+                    self.encoder.encode(
+                        &Header::C2hData(DataHeader {
+                            cccid: sqe.cid(),
+                            ttag: 0,
+                            datao: 0,
+                            datal: len as u32,
+                        }),
+                        flags::LAST_PDU,
+                        &data[..len],
+                        &mut self.out,
+                    );
+                }
+                self.complete(completion);
+            }
+        }
+    }
+
+    fn complete(&mut self, completion: Completion) {
+        self.encoder
+            .encode(&Header::CapsuleResp(completion), 0, &[], &mut self.out);
+    }
+}

@@ -1,0 +1,231 @@
+//! The target over TCP, driven by the initiator: connection set-up, the admin
+//! commands a host issues, I/O in both data paths checked against a model of
+//! the device, bad input and its status codes.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
+
+use rand::{Rng, SeedableRng};
+use sluice_io::{FileDevice, FileOptions};
+use sluice_nvmf::command::status;
+use sluice_nvmf::controller::{property, Namespace, Subsystem};
+use sluice_nvmf::initiator::{is_status, QueueConnection};
+use sluice_nvmf::pdu::{Digests, Header};
+use sluice_nvmf::target::{serve, TargetConfig};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+const NQN: &str = "nqn.2026-11.io.sluice:test";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:test-host";
+const BLOCK: u32 = 4096;
+const DEVICE_BYTES: u64 = 16 << 20;
+
+struct Target {
+    address: String,
+    stop: Arc<AtomicBool>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn start(allowed: Vec<String>) -> Target {
+    let dir = tempfile::tempdir().unwrap();
+    let namespaces = (0..2)
+        .map(|i| {
+            let path = dir.path().join(format!("ns{i}.dev"));
+            let dev = FileDevice::create(&path, DEVICE_BYTES, &FileOptions::default()).unwrap();
+            Namespace::new(Arc::new(dev)).unwrap()
+        })
+        .collect();
+    let subsystem = Arc::new(Subsystem::new(NQN.into(), namespaces, allowed));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || serve(listener, subsystem, TargetConfig::default(), s));
+    Target {
+        address,
+        stop,
+        _dir: dir,
+    }
+}
+
+/// An admin queue, connected and enabled, and one I/O queue.
+fn connect(t: &Target, digests: Digests) -> (QueueConnection, QueueConnection) {
+    let mut admin = QueueConnection::open(&t.address, digests).unwrap();
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+    admin.enable().unwrap();
+    assert_eq!(admin.set_queue_count(2).unwrap(), 2);
+    let mut io = QueueConnection::open(&t.address, digests).unwrap();
+    io.connect(NQN, HOST, 1, cntlid, 0).unwrap();
+    (admin, io)
+}
+
+#[test]
+fn a_host_sets_up_a_controller_as_the_kernel_does() {
+    let t = start(Vec::new());
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+    assert!(cntlid >= 1);
+    let cap = admin.property_get(property::CAP, true).unwrap();
+    assert_eq!(cap & 0xffff, 127, "MQES");
+    assert_ne!(cap & (1 << 37), 0, "NVM command set");
+    assert_eq!(
+        admin.property_get(property::VS, false).unwrap(),
+        0x0001_0400
+    );
+    assert_eq!(admin.property_get(property::CSTS, false).unwrap() & 1, 0);
+    admin.enable().unwrap();
+    let id = admin.identify(1, 0).unwrap();
+    assert_eq!(id.len(), 4096);
+    assert_eq!(&id[24..43], b"Sluice storage node");
+    assert_eq!(u16::from_le_bytes([id[78], id[79]]), cntlid);
+    assert_eq!(
+        u32::from_le_bytes(id[516..520].try_into().unwrap()),
+        2,
+        "NN"
+    );
+    assert_ne!(
+        u32::from_le_bytes(id[536..540].try_into().unwrap()) & 3,
+        0,
+        "SGLS"
+    );
+    assert_eq!(&id[768..768 + NQN.len()], NQN.as_bytes());
+    assert_eq!(u16::from_le_bytes([id[1800], id[1801]]), 0, "ICDOFF");
+    let list = admin.identify(2, 0).unwrap();
+    assert_eq!(&list[..12], &[1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]);
+    let ns = admin.identify(0, 1).unwrap();
+    assert_eq!(
+        u64::from_le_bytes(ns[..8].try_into().unwrap()),
+        DEVICE_BYTES / BLOCK as u64
+    );
+    assert_eq!(ns[130], 12, "LBADS of 4 KiB blocks");
+    let descs = admin.identify(3, 2).unwrap();
+    assert_eq!((descs[0], descs[1]), (3, 16), "a UUID descriptor");
+    assert_ne!(
+        descs[4..20],
+        admin.identify(3, 1).unwrap()[4..20],
+        "UUIDs differ"
+    );
+    let err = admin.identify(0, 3).unwrap_err();
+    assert!(is_status(&err, status::INVALID_NAMESPACE), "{err}");
+    assert_eq!(
+        admin.set_queue_count(64).unwrap(),
+        8,
+        "granted up to the limit"
+    );
+}
+
+#[test]
+fn io_in_both_data_paths_matches_a_model_of_the_device() {
+    for digests in [
+        Digests::default(),
+        Digests {
+            header: true,
+            data: true,
+        },
+    ] {
+        let t = start(Vec::new());
+        let (_admin, mut io) = connect(&t, digests);
+        let blocks = (DEVICE_BYTES / BLOCK as u64) as usize;
+        let mut model = vec![0u8; DEVICE_BYTES as usize];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for step in 0..120 {
+            // Up to 32 blocks: 1–2 go in the capsule, more after an R2T.
+            let n = rng.gen_range(1..=32usize);
+            let lba = rng.gen_range(0..=blocks - n);
+            let range = lba * BLOCK as usize..(lba + n) * BLOCK as usize;
+            match rng.gen_range(0..4) {
+                0 | 1 => {
+                    let data: Vec<u8> = (0..range.len()).map(|_| rng.gen()).collect();
+                    io.write(1, lba as u64, &data, BLOCK).unwrap();
+                    model[range].copy_from_slice(&data);
+                }
+                2 => {
+                    io.write_zeroes(1, lba as u64, n as u32).unwrap();
+                    model[range].fill(0);
+                }
+                _ => {
+                    let got = io.read(1, lba as u64, n as u32, BLOCK).unwrap();
+                    assert!(
+                        got == model[range],
+                        "step {step}: read of {n} blocks at {lba}"
+                    );
+                }
+            }
+        }
+        io.flush(1).unwrap();
+        let all = io.read(1, 0, 32, BLOCK).unwrap();
+        assert!(all == model[..32 * BLOCK as usize]);
+        // The other namespace was not touched.
+        assert!(io.read(2, 0, 32, BLOCK).unwrap().iter().all(|&b| b == 0));
+    }
+}
+
+#[test]
+fn bad_commands_get_their_status_codes() {
+    let t = start(Vec::new());
+    let (_admin, mut io) = connect(&t, Digests::default());
+    let last = DEVICE_BYTES / BLOCK as u64 - 1;
+    let err = io.read(1, last, 2, BLOCK).unwrap_err();
+    assert!(is_status(&err, status::LBA_OUT_OF_RANGE), "{err}");
+    let err = io.write(1, u64::MAX - 1, &[0u8; 8192], BLOCK).unwrap_err();
+    assert!(is_status(&err, status::LBA_OUT_OF_RANGE), "{err}");
+    let err = io.read(9, 0, 1, BLOCK).unwrap_err();
+    assert!(is_status(&err, status::INVALID_NAMESPACE), "{err}");
+    // The queue still works after errors.
+    io.write(1, 0, &[5u8; 4096], BLOCK).unwrap();
+    assert_eq!(io.read(1, 0, 1, BLOCK).unwrap(), vec![5u8; 4096]);
+}
+
+#[test]
+fn connects_that_do_not_fit_are_refused() {
+    let t = start(vec![HOST.into()]);
+    let mut q = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let err = q
+        .connect("nqn.2026-11.io.sluice:other", HOST, 0, 0xffff, 0)
+        .unwrap_err();
+    assert!(is_status(&err, status::CONNECT_INVALID_PARAMETERS), "{err}");
+    let err = q
+        .connect(
+            NQN,
+            "nqn.2014-08.org.nvmexpress:uuid:stranger",
+            0,
+            0xffff,
+            0,
+        )
+        .unwrap_err();
+    assert!(is_status(&err, status::CONNECT_INVALID_HOST), "{err}");
+    // An I/O queue of a controller that does not exist.
+    let err = q.connect(NQN, HOST, 1, 777, 0).unwrap_err();
+    assert!(is_status(&err, status::CONNECT_INVALID_PARAMETERS), "{err}");
+    // A command before Connect.
+    let err = q.read(1, 0, 1, BLOCK).unwrap_err();
+    assert!(is_status(&err, status::SEQUENCE_ERROR), "{err}");
+}
+
+#[test]
+fn a_malformed_pdu_ends_only_its_connection_with_a_term_req() {
+    let t = start(Vec::new());
+    let (_admin, mut io) = connect(&t, Digests::default());
+    let mut bad = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    // A capsule whose HLEN is not a capsule's.
+    let mut pdu = vec![0x04, 0, 24, 0];
+    pdu.extend_from_slice(&72u32.to_le_bytes());
+    pdu.resize(72, 0);
+    bad.send_raw(&pdu).unwrap();
+    match bad.receive_any().unwrap() {
+        (Header::C2hTermReq(term), copy) => {
+            assert_eq!((term.fes, term.fei), (1, 2));
+            assert_eq!(&copy[..8], &pdu[..8]);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(bad.receive_any().is_err(), "the connection is closed");
+    // Other connections go on.
+    io.write(1, 3, &[9u8; 4096], BLOCK).unwrap();
+    assert_eq!(io.read(1, 3, 1, BLOCK).unwrap(), vec![9u8; 4096]);
+}
