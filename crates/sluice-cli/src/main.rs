@@ -3,6 +3,7 @@
 
 mod graph;
 mod kv;
+mod node;
 mod pagination;
 mod papers;
 mod query;
@@ -73,6 +74,8 @@ enum Command {
     Read(pagination::ReadArgs),
     /// Serve the store over the Redis protocol (thread per core, durable writes).
     Serve(serve::ServeArgs),
+    /// Serve devices to NVMe/TCP hosts (`nvme connect -t tcp`): the storage node.
+    Node(node::NodeArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
 }
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
         Command::Export(args) => pagination::run_export(&args),
         Command::Read(args) => pagination::run_read(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Node(args) => node::run(&args),
         Command::Probe => {
             print_probe();
             Ok(())

@@ -669,6 +669,7 @@ fn identify_controller(subsystem: &Subsystem, id: u16, p: &mut [u8]) {
     p[258] = 3; // ACL (0's based)
     p[259] = (MAX_AERS - 1) as u8; // AERL
     p[261] = 1 << 1; // LPA: Commands Supported and Effects log
+    p[320..322].copy_from_slice(&1u16.to_le_bytes()); // KAS: keep-alive in 100 ms units
     p[512] = 0x66; // SQES: 64 bytes
     p[513] = 0x44; // CQES: 16 bytes
     p[514..516].copy_from_slice(&QUEUE_ENTRIES.to_le_bytes()); // MAXCMD

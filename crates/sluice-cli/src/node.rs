@@ -1,0 +1,97 @@
+//! `sluice node`: serve devices to NVMe/TCP hosts (the storage node).
+
+use anyhow::{bail, Context, Result};
+use sluice_io::{Device, FileDevice, FileOptions};
+use sluice_nvmf::controller::{Namespace, Subsystem};
+use sluice_nvmf::target::{serve, TargetConfig};
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    /// A device to serve (a file, created at --create-mib if missing, or a
+    /// block device); repeat it: namespace 1, 2, … in the order given.
+    #[arg(long = "device", required = true)]
+    devices: Vec<PathBuf>,
+    /// Size of each device file created, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    create_mib: u64,
+    /// Where hosts connect (NVMe/TCP's port is 4420; port 0: any free port,
+    /// printed).
+    #[arg(long, default_value = "127.0.0.1:4420")]
+    listen: SocketAddr,
+    /// The subsystem's NQN, which hosts name when they connect.
+    #[arg(long, default_value = "nqn.2026-11.io.sluice:node")]
+    nqn: String,
+    /// A host NQN allowed to connect; repeat it. None given: any host.
+    #[arg(long = "allow-host", value_name = "NQN")]
+    allowed_hosts: Vec<String>,
+    /// Most connections at once (a host opens one per queue).
+    #[arg(long, default_value_t = sluice_nvmf::target::DEFAULT_MAX_CONNECTIONS)]
+    max_connections: usize,
+}
+
+pub fn run(args: &NodeArgs) -> Result<()> {
+    if args.nqn.len() > 223 || !args.nqn.starts_with("nqn.") {
+        bail!(
+            "--nqn {:?}: an NQN starts with \"nqn.\" and has at most 223 bytes, e.g. nqn.2026-11.io.sluice:node",
+            args.nqn
+        );
+    }
+    // The port first: a busy one is refused before any device is made.
+    let listener = TcpListener::bind(args.listen)
+        .with_context(|| format!("listening on {} (is another target there?)", args.listen))?;
+    let mut namespaces = Vec::new();
+    for path in &args.devices {
+        let device = open_device(path, args.create_mib)?;
+        namespaces.push(
+            Namespace::new(device).with_context(|| format!("opening I/O on {}", path.display()))?,
+        );
+    }
+    let address = listener.local_addr()?;
+    let subsystem = Arc::new(Subsystem::new(
+        args.nqn.clone(),
+        namespaces,
+        args.allowed_hosts.clone(),
+    ));
+    println!(
+        "sluice node: {} namespace(s) of subsystem {} on nvme-tcp {} (nvme connect -t tcp -a {} -s {} -n {})",
+        args.devices.len(),
+        args.nqn,
+        address,
+        address.ip(),
+        address.port(),
+        args.nqn
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    let config = TargetConfig {
+        max_connections: args.max_connections,
+    };
+    serve(listener, subsystem, config, stop.clone())?;
+    if stop.load(Ordering::Relaxed) {
+        println!("sluice node: stopped");
+    }
+    Ok(())
+}
+
+fn open_device(path: &PathBuf, create_mib: u64) -> Result<Arc<dyn Device>> {
+    let options = FileOptions::default();
+    if path.exists() {
+        return Ok(Arc::new(
+            FileDevice::open(path, &options)
+                .with_context(|| format!("opening {}", path.display()))?,
+        ));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    Ok(Arc::new(
+        FileDevice::create(path, create_mib << 20, &options)
+            .with_context(|| format!("creating {} ({create_mib} MiB)", path.display()))?,
+    ))
+}
