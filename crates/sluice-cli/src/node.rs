@@ -5,7 +5,7 @@ use sluice_io::{Device, FileDevice, FileOptions};
 use sluice_nvmf::controller::{Namespace, Subsystem};
 use sluice_nvmf::target::{serve, TargetConfig};
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -79,7 +79,7 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     Ok(())
 }
 
-fn open_device(path: &PathBuf, create_mib: u64) -> Result<Arc<dyn Device>> {
+fn open_device(path: &Path, create_mib: u64) -> Result<Arc<dyn Device>> {
     let options = FileOptions::default();
     if path.exists() {
         return Ok(Arc::new(
