@@ -44,6 +44,10 @@ fn the_linux_kernel_host_writes_reads_and_mounts_a_filesystem_over_nvme_tcp() {
     assert_eq!(wrote.len(), 64);
     assert_eq!(sum("RESULT read "), Some(wrote));
     assert!(stdout.contains("RESULT files ok 4"), "{stdout}");
+    assert!(
+        stdout.contains("RESULT discarded bytes 1048576 nonzero 0"),
+        "{stdout}"
+    );
 }
 
 #[test]

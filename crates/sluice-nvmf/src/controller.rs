@@ -1,13 +1,15 @@
 //! The target's controllers: one subsystem of namespaces (Sluice devices),
 //! the controllers hosts create in it with Connect, and each queue's command
-//! handling (docs/NVMF.md, "Target"). Commands run to completion here against
-//! the devices through sluice-io's `DeviceIo`; the transport (`target`)
-//! moves the data and the capsules.
+//! handling (docs/NVMF.md, "Target"): Fabrics and admin commands here, I/O
+//! commands in [`crate::nvm`]. Commands run to completion against the
+//! devices through sluice-io's `DeviceIo`; the transport (`target`) moves the
+//! data and the capsules.
 
 use crate::command::{status, Completion, Fuse, SglKind, Sqe, Status, FABRICS_OPCODE};
-use sluice_io::{Device, DeviceIo, EngineConfig, Priority};
+use crate::nvm::{self, opcode};
+use sluice_io::{Device, DeviceIo, EngineConfig};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Bytes of the data of an Identify, and the most of any admin transfer.
 pub const IDENTIFY_BYTES: usize = 4096;
@@ -60,18 +62,6 @@ pub mod admin {
     pub const KEEP_ALIVE: u8 = 0x18;
 }
 
-/// I/O opcodes (NVM command set) the node serves.
-pub mod io {
-    /// Flush.
-    pub const FLUSH: u8 = 0x00;
-    /// Write.
-    pub const WRITE: u8 = 0x01;
-    /// Read.
-    pub const READ: u8 = 0x02;
-    /// Write Zeroes.
-    pub const WRITE_ZEROES: u8 = 0x08;
-}
-
 /// Controller properties (offsets in the property space).
 pub mod property {
     /// Controller Capabilities (8 bytes).
@@ -86,10 +76,12 @@ pub mod property {
 
 /// One namespace: a device and the I/O path to it.
 pub struct Namespace {
-    io: DeviceIo,
-    block_size_bytes: u32,
-    block_count: u64,
+    pub(crate) io: DeviceIo,
+    pub(crate) block_size_bytes: u32,
+    pub(crate) block_count: u64,
     uuid: [u8; 16],
+    /// Writes share it; a fused Compare-and-Write holds it alone.
+    writes: RwLock<()>,
 }
 
 impl Namespace {
@@ -103,7 +95,18 @@ impl Namespace {
             block_size_bytes: geometry.block_size_bytes,
             block_count: geometry.block_count,
             uuid,
+            writes: RwLock::new(()),
         })
+    }
+
+    /// Held by every write while it writes.
+    pub(crate) fn shared_writes(&self) -> RwLockReadGuard<'_, ()> {
+        self.writes.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Held by a fused Compare-and-Write from its compare to its write.
+    pub(crate) fn exclusive_writes(&self) -> RwLockWriteGuard<'_, ()> {
+        self.writes.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -177,7 +180,7 @@ impl Subsystem {
         self.namespaces.len() as u32
     }
 
-    fn namespace(&self, nsid: u32) -> Option<&Namespace> {
+    pub(crate) fn namespace(&self, nsid: u32) -> Option<&Namespace> {
         (nsid as usize)
             .checked_sub(1)
             .and_then(|i| self.namespaces.get(i))
@@ -209,8 +212,12 @@ pub enum Outcome {
         /// The completion.
         completion: Completion,
     },
-    /// No answer now (an Asynchronous Event Request waits for an event).
+    /// No answer now (an Asynchronous Event Request waits for an event; a
+    /// Compare waits for the Write fused to it).
     Held,
+    /// A completion to send first (of a held command this one ended), then
+    /// this command's outcome.
+    Also(Completion, Box<Outcome>),
 }
 
 fn done(completion: Completion) -> Outcome {
@@ -232,6 +239,7 @@ pub struct Queue {
     qid: u16,
     sq_size: u16,
     held_aers: usize,
+    fused: nvm::Fused,
 }
 
 impl Queue {
@@ -243,6 +251,7 @@ impl Queue {
             qid: 0,
             sq_size: 0,
             held_aers: 0,
+            fused: nvm::Fused::default(),
         }
     }
 
@@ -266,7 +275,7 @@ impl Queue {
     /// a transport SGL), and how much; checked against the limits first.
     pub fn data_need(&self, sqe: &Sqe) -> Result<DataNeed, Status> {
         let sgl = sqe.sgl();
-        let to_node = matches!(sqe.opcode(), io::WRITE) && self.qid != 0
+        let to_node = nvm::takes_data(sqe.opcode()) && self.qid != 0
             || (sqe.opcode() == FABRICS_OPCODE && sqe.fctype() == fctype::CONNECT);
         if !to_node || sgl.kind != SglKind::Transport {
             return Ok(DataNeed::None);
@@ -286,13 +295,39 @@ impl Queue {
         let Some(controller) = self.controller else {
             return fail(sqe, status::SEQUENCE_ERROR);
         };
-        if sqe.fuse() != Fuse::None {
-            return fail(sqe, status::INVALID_FIELD);
-        }
         if self.qid == 0 {
-            self.admin(controller, sqe, data)
-        } else {
-            self.io(sqe, data)
+            if sqe.fuse() != Fuse::None {
+                return fail(sqe, status::INVALID_FIELD);
+            }
+            return self.admin(controller, sqe, data);
+        }
+        self.io(sqe, data)
+    }
+
+    /// An I/O command, with the fused Compare-and-Write's two halves: the
+    /// Compare is held until its Write comes; anything else ends it.
+    fn io(&mut self, sqe: &Sqe, data: &[u8]) -> Outcome {
+        let held = self.fused.take();
+        let outcome = match (sqe.fuse(), &held) {
+            (Fuse::First, _) if sqe.opcode() == opcode::COMPARE => {
+                self.fused.hold(sqe.clone(), data.to_vec());
+                Outcome::Held
+            }
+            (Fuse::Second, Some((first, first_data))) => {
+                let (a, b) =
+                    nvm::compare_and_write(&self.subsystem, (first, first_data), (sqe, data));
+                return Outcome::Also(a, Box::new(done(b)));
+            }
+            (Fuse::Second, None) => fail(sqe, status::FUSED_MISSING),
+            (Fuse::First | Fuse::Reserved, _) => fail(sqe, status::INVALID_FIELD),
+            (Fuse::None, _) => nvm::execute(&self.subsystem, sqe, data),
+        };
+        match held {
+            Some((first, _)) => Outcome::Also(
+                Completion::new(first.cid(), status::FUSED_MISSING),
+                Box::new(outcome),
+            ),
+            None => outcome,
         }
     }
 
@@ -550,11 +585,22 @@ impl Queue {
                 for op in [0x02u8, 0x06, 0x08, 0x09, 0x0a, 0x0c, 0x18] {
                     p[4 * op as usize] = 1;
                 }
-                for op in [io::FLUSH, io::WRITE, io::READ, io::WRITE_ZEROES] {
+                for op in [
+                    opcode::FLUSH,
+                    opcode::WRITE,
+                    opcode::READ,
+                    opcode::COMPARE,
+                    opcode::WRITE_ZEROES,
+                    opcode::DATASET_MANAGEMENT,
+                    opcode::COPY,
+                    opcode::COPY_ACROSS,
+                    opcode::MULTICAST,
+                    opcode::ADD_WRITE,
+                ] {
                     let at = 1024 + 4 * op as usize;
                     p[at] = 1;
                     // LBCC: the command changes logical block contents.
-                    if op != io::READ {
+                    if !matches!(op, opcode::READ | opcode::COMPARE | opcode::FLUSH) {
                         p[at] |= 2;
                     }
                 }
@@ -569,64 +615,6 @@ impl Queue {
         Outcome::Done {
             data,
             completion: Completion::new(sqe.cid(), Status::SUCCESS),
-        }
-    }
-
-    fn io(&self, sqe: &Sqe, data: &[u8]) -> Outcome {
-        let Some(ns) = self.subsystem.namespace(sqe.nsid()) else {
-            return fail(sqe, status::INVALID_NAMESPACE);
-        };
-        let slba = sqe.cdw(10) as u64 | (sqe.cdw(11) as u64) << 32;
-        let blocks = (sqe.cdw(12) & 0xffff) as u64 + 1;
-        let bs = ns.block_size_bytes as usize;
-        let in_range = slba
-            .checked_add(blocks)
-            .is_some_and(|end| end <= ns.block_count);
-        match sqe.opcode() {
-            io::FLUSH => match ns.io.flush(Priority::High) {
-                Ok(()) => fail(sqe, Status::SUCCESS),
-                Err(_) => fail(sqe, status::WRITE_FAULT),
-            },
-            io::READ | io::WRITE | io::WRITE_ZEROES if !in_range => {
-                fail(sqe, status::LBA_OUT_OF_RANGE)
-            }
-            io::READ => {
-                let len = blocks as usize * bs;
-                if len > MAX_TRANSFER_BYTES || sqe.sgl().length as usize != len {
-                    return fail(sqe, status::SGL_LENGTH_INVALID);
-                }
-                let mut out = vec![0u8; len];
-                match ns.io.read(slba, &mut out, Priority::High) {
-                    Ok(()) => Outcome::Done {
-                        data: out,
-                        completion: Completion::new(sqe.cid(), Status::SUCCESS),
-                    },
-                    Err(_) => fail(sqe, status::UNRECOVERED_READ),
-                }
-            }
-            io::WRITE => {
-                if data.len() != blocks as usize * bs {
-                    return fail(sqe, status::SGL_LENGTH_INVALID);
-                }
-                match ns.io.write(slba, data, Priority::High) {
-                    Ok(()) => fail(sqe, Status::SUCCESS),
-                    Err(_) => fail(sqe, status::WRITE_FAULT),
-                }
-            }
-            io::WRITE_ZEROES => {
-                let zeros = vec![0u8; (MAX_TRANSFER_BYTES / bs).max(1) * bs];
-                let mut lba = slba;
-                let end = slba + blocks;
-                while lba < end {
-                    let n = ((end - lba) as usize).min(zeros.len() / bs);
-                    if ns.io.write(lba, &zeros[..n * bs], Priority::High).is_err() {
-                        return fail(sqe, status::WRITE_FAULT);
-                    }
-                    lba += n as u64;
-                }
-                fail(sqe, Status::SUCCESS)
-            }
-            _ => fail(sqe, status::INVALID_OPCODE),
         }
     }
 }
@@ -674,9 +662,12 @@ fn identify_controller(subsystem: &Subsystem, id: u16, p: &mut [u8]) {
     p[513] = 0x44; // CQES: 16 bytes
     p[514..516].copy_from_slice(&QUEUE_ENTRIES.to_le_bytes()); // MAXCMD
     p[516..520].copy_from_slice(&subsystem.namespace_count().to_le_bytes()); // NN
-    p[520..522].copy_from_slice(&(1u16 << 3).to_le_bytes()); // ONCS: Write Zeroes
+                                                                             // ONCS: Compare, Dataset Management, Write Zeroes, Copy.
+    p[520..522].copy_from_slice(&(1u16 | 1 << 2 | 1 << 3 | 1 << 8).to_le_bytes());
+    p[522..524].copy_from_slice(&1u16.to_le_bytes()); // FUSES: Compare and Write
     p[525] = 1; // VWC present
-                // SGLS: SGLs supported (no alignment), Offset in the capsule (bit 20).
+    p[534..536].copy_from_slice(&1u16.to_le_bytes()); // OCFS: Copy format 0
+                                                      // SGLS: SGLs supported (no alignment), Offset in the capsule (bit 20).
     p[536..540].copy_from_slice(&(1u32 | 1 << 20).to_le_bytes());
     let nqn = subsystem.nqn.as_bytes();
     let n = nqn.len().min(255);
@@ -694,6 +685,10 @@ fn identify_namespace(ns: &Namespace, p: &mut [u8]) {
     p[16..24].copy_from_slice(&ns.block_count.to_le_bytes()); // NUSE
     p[25] = 0; // NLBAF: one format
     p[26] = 0; // FLBAS: format 0
+    p[33] = 1; // DLFEAT: deallocated blocks read as zeros
+    p[74..76].copy_from_slice(&u16::MAX.to_le_bytes()); // MSSRL
+    p[76..80].copy_from_slice(&nvm::MAX_COPY_BLOCKS.to_le_bytes()); // MCL
+    p[80] = (nvm::MAX_RANGES - 1) as u8; // MSRC (0's based)
     p[104..120].copy_from_slice(&ns.uuid); // NGUID
                                            // LBAF0: no metadata, LBADS = log2(block size).
     p[130] = ns.block_size_bytes.trailing_zeros() as u8;

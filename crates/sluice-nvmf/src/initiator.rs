@@ -1,8 +1,9 @@
 //! A blocking NVMe/TCP initiator: one connection per queue, one command at a
 //! time. What `sluice nvmf` and the tests use to reach a target.
 
-use crate::command::{status, Completion, Sgl, SglKind, Sqe, Status, FABRICS_OPCODE};
-use crate::controller::{admin, fctype, io, property, CONNECT_DATA_BYTES, IN_CAPSULE_BYTES};
+use crate::command::{status, Completion, Fuse, Sgl, SglKind, Sqe, Status, FABRICS_OPCODE};
+use crate::controller::{admin, fctype, property, CONNECT_DATA_BYTES, IN_CAPSULE_BYTES};
+use crate::nvm::opcode as io;
 use crate::pdu::{flags, DataHeader, Digests, Encoder, Framed, Framer, Header, Limits, PFV_1_0};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -153,73 +154,120 @@ impl QueueConnection {
     /// the target's R2T) and waits for its completion; data the target sends
     /// back is gathered in the answer.
     pub fn command(&mut self, sqe: Sqe, data: &[u8]) -> Result<Answer> {
-        let cid = self.next_cid;
-        self.next_cid = self.next_cid.wrapping_add(1);
-        let mut sqe = sqe;
-        sqe.0[2..4].copy_from_slice(&cid.to_le_bytes());
-        let in_capsule = !data.is_empty() && data.len() <= IN_CAPSULE_BYTES;
-        if !data.is_empty() {
-            sqe = sqe.with_sgl(Sgl {
-                address: 0,
-                length: data.len() as u32,
-                kind: if in_capsule {
-                    SglKind::InCapsule
-                } else {
-                    SglKind::Transport
-                },
+        let mut answers = self.commands(vec![(sqe, data)])?;
+        answers.pop().expect("one command, one answer")
+    }
+
+    /// Sends commands back to back (a fused pair: the Compare, then the
+    /// Write) and waits for every completion, answered in the order sent.
+    pub fn commands(&mut self, commands: Vec<(Sqe, &[u8])>) -> Result<Vec<Result<Answer>>> {
+        let mut pending = Vec::with_capacity(commands.len());
+        for (sqe, data) in commands {
+            let cid = self.next_cid;
+            self.next_cid = self.next_cid.wrapping_add(1);
+            let sqe = with_data(sqe, cid, data.len());
+            let in_capsule = sqe.sgl().kind == SglKind::InCapsule && !data.is_empty();
+            let mut out = Vec::new();
+            let capsule_data = if in_capsule { data } else { &[][..] };
+            self.encoder
+                .encode(&Header::CapsuleCmd(sqe), 0, capsule_data, &mut out);
+            self.stream.write_all(&out)?;
+            pending.push(Pending {
+                cid,
+                data,
+                received: Vec::new(),
+                answer: None,
             });
         }
-        let mut out = Vec::new();
-        let capsule_data = if in_capsule { data } else { &[][..] };
-        self.encoder
-            .encode(&Header::CapsuleCmd(sqe), 0, capsule_data, &mut out);
-        self.stream.write_all(&out)?;
-        let mut received = Vec::new();
-        loop {
-            match self.receive()? {
-                (
-                    Header::R2t {
-                        cccid,
-                        ttag,
-                        r2to,
-                        r2tl,
-                    },
-                    _,
-                ) if cccid == cid => {
-                    self.send_data(
-                        cid,
-                        ttag,
-                        &data[r2to as usize..(r2to + r2tl) as usize],
-                        r2to,
-                    )?;
+        while pending.iter().any(|p| p.answer.is_none()) {
+            let (header, bytes) = self.receive()?;
+            let slot = |cid: u16, pending: &mut Vec<Pending<'_>>| {
+                pending.iter().position(|p| p.cid == cid)
+            };
+            match header {
+                Header::R2t {
+                    cccid,
+                    ttag,
+                    r2to,
+                    r2tl,
+                } => {
+                    let i = slot(cccid, &mut pending)
+                        .ok_or_else(|| InitiatorError::Protocol("R2T for no command".into()))?;
+                    let data = pending[i].data;
+                    let range = r2to as usize..(r2to + r2tl) as usize;
+                    if range.end > data.len() {
+                        return Err(InitiatorError::Protocol(
+                            "R2T past the command's data".into(),
+                        ));
+                    }
+                    self.send_data(cccid, ttag, &data[range], r2to)?;
                 }
-                (Header::C2hData(d), bytes) if d.cccid == cid => {
-                    if d.datao as usize != received.len() {
+                Header::C2hData(d) => {
+                    let i = slot(d.cccid, &mut pending)
+                        .ok_or_else(|| InitiatorError::Protocol("C2HData for no command".into()))?;
+                    if d.datao as usize != pending[i].received.len() {
                         return Err(InitiatorError::Protocol("C2HData out of order".into()));
                     }
-                    received.extend_from_slice(&bytes);
+                    pending[i].received.extend_from_slice(&bytes);
                 }
-                (Header::CapsuleResp(c), _) if c.cid == cid => {
-                    if !c.status.is_success() {
-                        return Err(InitiatorError::Status(c.status));
-                    }
-                    return Ok(Answer {
-                        completion: c,
-                        data: received,
+                Header::CapsuleResp(c) => {
+                    let i = slot(c.cid, &mut pending).ok_or_else(|| {
+                        InitiatorError::Protocol("a completion for no command".into())
+                    })?;
+                    let data = std::mem::take(&mut pending[i].received);
+                    pending[i].answer = Some(if c.status.is_success() {
+                        Ok(Answer {
+                            completion: c,
+                            data,
+                        })
+                    } else {
+                        Err(InitiatorError::Status(c.status))
                     });
                 }
-                (Header::C2hTermReq(t), _) => {
+                Header::C2hTermReq(t) => {
                     return Err(InitiatorError::Protocol(format!(
                         "the target ended the connection: FES {:#x}, FEI {}",
                         t.fes, t.fei
                     )))
                 }
-                (other, _) => {
+                other => {
                     return Err(InitiatorError::Protocol(format!(
                         "unexpected PDU {other:?}"
                     )))
                 }
             }
+        }
+        Ok(pending
+            .into_iter()
+            .map(|p| p.answer.expect("every command answered"))
+            .collect())
+    }
+
+    /// Fused Compare-and-Write of whole blocks at `lba`: `new` lands only
+    /// if the blocks hold `expected`, with no other write in between.
+    /// Returns whether it landed.
+    pub fn compare_and_write(
+        &mut self,
+        nsid: u32,
+        lba: u64,
+        expected: &[u8],
+        new: &[u8],
+        block_bytes: u32,
+    ) -> Result<bool> {
+        let blocks = (new.len() / block_bytes as usize) as u32;
+        let compare = rw(io::COMPARE, nsid, lba, blocks).with_fuse(Fuse::First);
+        let write = rw(io::WRITE, nsid, lba, blocks).with_fuse(Fuse::Second);
+        let mut answers = self.commands(vec![(compare, expected), (write, new)])?;
+        let written = answers.pop().expect("two answers");
+        let compared = answers.pop().expect("two answers");
+        match (compared, written) {
+            (Ok(_), Ok(_)) => Ok(true),
+            (Err(InitiatorError::Status(s)), Err(InitiatorError::Status(w)))
+                if s == status::COMPARE_FAILURE && w == status::FUSED_FAILED =>
+            {
+                Ok(false)
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
         }
     }
 
@@ -362,14 +410,42 @@ impl QueueConnection {
     }
 }
 
-/// A Read, Write or Write Zeroes entry: SLBA in CDW10–11, blocks (0's
-/// based) in CDW12.
-fn rw(opcode: u8, nsid: u32, lba: u64, blocks: u32) -> Sqe {
+/// A Read, Write, Compare or Write Zeroes entry: SLBA in CDW10–11, blocks
+/// (0's based) in CDW12.
+pub fn rw(opcode: u8, nsid: u32, lba: u64, blocks: u32) -> Sqe {
     Sqe::new(opcode, 0)
         .with_nsid(nsid)
         .with_cdw(10, lba as u32)
         .with_cdw(11, (lba >> 32) as u32)
         .with_cdw(12, blocks.saturating_sub(1))
+}
+
+/// A command sent and not yet answered.
+struct Pending<'d> {
+    cid: u16,
+    data: &'d [u8],
+    received: Vec<u8>,
+    answer: Option<Result<Answer>>,
+}
+
+/// The entry with its identifier set and, for data to the node, its SGL:
+/// in the capsule up to the in-capsule size, else a transport SGL (the data
+/// goes after the target's R2T). Reads keep the SGL their caller set.
+fn with_data(mut sqe: Sqe, cid: u16, len: usize) -> Sqe {
+    sqe.0[2..4].copy_from_slice(&cid.to_le_bytes());
+    if len == 0 {
+        return sqe;
+    }
+    let kind = if len <= IN_CAPSULE_BYTES {
+        SglKind::InCapsule
+    } else {
+        SglKind::Transport
+    };
+    sqe.with_sgl(Sgl {
+        address: 0,
+        length: len as u32,
+        kind,
+    })
 }
 
 /// Whether an error is the status `want`.

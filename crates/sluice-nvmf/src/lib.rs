@@ -14,8 +14,11 @@
 //!   completion the capsules carry, with the statuses the node answers.
 //! - [`controller`]: the subsystem (namespaces over Sluice devices, I/O
 //!   through sluice-io's `DeviceIo`), the controllers hosts create with
-//!   Connect, properties, Identify, features, log pages, and the NVM
-//!   commands Read, Write, Flush and Write Zeroes.
+//!   Connect, properties, Identify, features, log pages.
+//! - [`nvm`]: the I/O commands — Read, Write, Flush, Write Zeroes, Dataset
+//!   Management, Compare, fused Compare-and-Write, Copy — and the node's own
+//!   Copy across namespaces, MultiCast and add_write, which move or compute
+//!   data between devices without it crossing the network.
 //! - [`target`]: the TCP side: ICReq/ICResp, in-capsule data, R2T and
 //!   H2CData for writes, C2HData for reads, keep-alive expiry, TermReq on
 //!   fatal errors; a thread per connection.
@@ -29,5 +32,6 @@
 pub mod command;
 pub mod controller;
 pub mod initiator;
+pub mod nvm;
 pub mod pdu;
 pub mod target;

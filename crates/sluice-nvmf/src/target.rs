@@ -362,8 +362,17 @@ impl Connection {
     }
 
     fn run_command(&mut self, sqe: &Sqe, data: &[u8]) {
-        match self.queue.execute(sqe, data) {
+        let outcome = self.queue.execute(sqe, data);
+        self.send_outcome(sqe, outcome);
+    }
+
+    fn send_outcome(&mut self, sqe: &Sqe, outcome: Outcome) {
+        match outcome {
             Outcome::Held => {}
+            Outcome::Also(earlier, then) => {
+                self.complete(earlier);
+                self.send_outcome(sqe, *then);
+            }
             Outcome::Done { data, completion } => {
                 if !data.is_empty() {
                     let len = data.len().min(sqe.sgl().length as usize);

@@ -229,3 +229,161 @@ fn a_malformed_pdu_ends_only_its_connection_with_a_term_req() {
     io.write(1, 3, &[9u8; 4096], BLOCK).unwrap();
     assert_eq!(io.read(1, 3, 1, BLOCK).unwrap(), vec![9u8; 4096]);
 }
+
+fn block_of(byte: u8) -> Vec<u8> {
+    vec![byte; BLOCK as usize]
+}
+
+#[test]
+fn dataset_management_compare_and_copy_work_inside_the_node() {
+    use sluice_nvmf::initiator::rw;
+    use sluice_nvmf::nvm::opcode;
+    let t = start(Vec::new());
+    let (_admin, mut io) = connect(&t, Digests::default());
+    for (lba, byte) in [(10u64, 1u8), (11, 2), (12, 3), (20, 4)] {
+        io.write(1, lba, &block_of(byte), BLOCK).unwrap();
+    }
+    // Compare: equal succeeds, different fails with Compare Failure.
+    io.command(rw(opcode::COMPARE, 1, 10, 1), &block_of(1))
+        .unwrap();
+    let err = io
+        .command(rw(opcode::COMPARE, 1, 10, 1), &block_of(9))
+        .unwrap_err();
+    assert!(is_status(&err, status::COMPARE_FAILURE), "{err}");
+    // Copy (format 0): blocks 11..13 and 20 land back to back at 100.
+    let mut ranges = vec![0u8; 64];
+    ranges[8..16].copy_from_slice(&11u64.to_le_bytes());
+    ranges[16..18].copy_from_slice(&1u16.to_le_bytes()); // two blocks
+    ranges[40..48].copy_from_slice(&20u64.to_le_bytes());
+    let copy = sluice_nvmf::command::Sqe::new(opcode::COPY, 0)
+        .with_nsid(1)
+        .with_cdw(10, 100)
+        .with_cdw(12, 1); // two ranges
+    io.command(copy, &ranges).unwrap();
+    let got = io.read(1, 100, 3, BLOCK).unwrap();
+    assert_eq!(got, [block_of(2), block_of(3), block_of(4)].concat());
+    // Dataset Management, deallocate: the blocks read as zeros after.
+    let mut range = vec![0u8; 16];
+    range[4..8].copy_from_slice(&2u32.to_le_bytes());
+    range[8..16].copy_from_slice(&10u64.to_le_bytes());
+    let dsm = sluice_nvmf::command::Sqe::new(opcode::DATASET_MANAGEMENT, 0)
+        .with_nsid(1)
+        .with_cdw(11, 1 << 2);
+    io.command(dsm, &range).unwrap();
+    assert_eq!(
+        io.read(1, 10, 3, BLOCK).unwrap(),
+        [vec![0u8; 8192], block_of(3)].concat()
+    );
+    // A copy source past the namespace.
+    ranges[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    let copy = sluice_nvmf::command::Sqe::new(opcode::COPY, 0)
+        .with_nsid(1)
+        .with_cdw(12, 1);
+    let err = io.command(copy, &ranges).unwrap_err();
+    assert!(is_status(&err, status::LBA_OUT_OF_RANGE), "{err}");
+}
+
+#[test]
+fn copy_across_multicast_and_add_write_move_no_data_over_the_network() {
+    use sluice_nvmf::command::Sqe;
+    use sluice_nvmf::nvm::opcode;
+    let t = start(Vec::new());
+    let (_admin, mut io) = connect(&t, Digests::default());
+    // MultiCast: one write of 3 blocks to both namespaces.
+    let data: Vec<u8> = (0..3 * BLOCK).map(|i| (i % 251) as u8).collect();
+    let multicast = Sqe::new(opcode::MULTICAST, 0)
+        .with_nsid(1)
+        .with_cdw(10, 40)
+        .with_cdw(12, 2)
+        .with_cdw(13, 0b11);
+    io.command(multicast, &data).unwrap();
+    assert_eq!(io.read(1, 40, 3, BLOCK).unwrap(), data);
+    assert_eq!(io.read(2, 40, 3, BLOCK).unwrap(), data);
+    // Copy across: namespace 1's blocks 40..43 to namespace 2 at 7.
+    let across = Sqe::new(opcode::COPY_ACROSS, 0)
+        .with_nsid(2)
+        .with_cdw(10, 40)
+        .with_cdw(12, 2)
+        .with_cdw(13, 1)
+        .with_cdw(14, 7);
+    let answer = io.command(across, &[]).unwrap();
+    assert!(answer.data.is_empty(), "nothing came back over the network");
+    assert_eq!(io.read(2, 7, 3, BLOCK).unwrap(), data);
+    // add_write over u32 elements: A + B into D.
+    let a: Vec<u8> = (0..BLOCK / 4).flat_map(|i| (i * 3).to_le_bytes()).collect();
+    let b: Vec<u8> = (0..BLOCK / 4)
+        .flat_map(|i| (u32::MAX - i).to_le_bytes())
+        .collect();
+    io.write(1, 60, &a, BLOCK).unwrap();
+    io.write(1, 61, &b, BLOCK).unwrap();
+    let add = Sqe::new(opcode::ADD_WRITE, 0)
+        .with_nsid(1)
+        .with_cdw(2, 0)
+        .with_cdw(3, 1)
+        .with_cdw(10, 60)
+        .with_cdw(12, 61)
+        .with_cdw(14, 62);
+    io.command(add, &[]).unwrap();
+    let d = io.read(1, 62, 1, BLOCK).unwrap();
+    let want: Vec<u8> = (0..BLOCK / 4)
+        .flat_map(|i| (i * 3).wrapping_add(u32::MAX - i).to_le_bytes())
+        .collect();
+    assert_eq!(d, want);
+    // A MultiCast naming a namespace there is not.
+    let bad = Sqe::new(opcode::MULTICAST, 0)
+        .with_nsid(1)
+        .with_cdw(13, 0b100);
+    let err = io.command(bad, &block_of(0)).unwrap_err();
+    assert!(is_status(&err, status::INVALID_FIELD), "{err}");
+}
+
+/// Several hosts race fused Compare-and-Writes on one block holding a
+/// counter: a round's write lands only for the host whose compare saw the
+/// current value, so the final counter equals the wins, and the block is
+/// always one whole version (each byte of it the same counter).
+#[test]
+fn fused_compare_and_write_from_racing_hosts_loses_no_update() {
+    let t = Arc::new(start(Vec::new()));
+    let version = |n: u8| block_of(n);
+    {
+        let (_admin, mut io) = connect(&t, Digests::default());
+        io.write(1, 5, &version(0), BLOCK).unwrap();
+    }
+    let hosts: Vec<_> = (0..4)
+        .map(|_| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let (_admin, mut io) = connect(&t, Digests::default());
+                let mut wins = 0u32;
+                for _ in 0..40 {
+                    let seen = io.read(1, 5, 1, BLOCK).unwrap();
+                    assert!(seen.iter().all(|&b| b == seen[0]), "a torn block");
+                    let next = version(seen[0].wrapping_add(1));
+                    if io.compare_and_write(1, 5, &seen, &next, BLOCK).unwrap() {
+                        wins += 1;
+                    }
+                }
+                wins
+            })
+        })
+        .collect();
+    let wins: u32 = hosts.into_iter().map(|h| h.join().unwrap()).sum();
+    let (_admin, mut io) = connect(&t, Digests::default());
+    let last = io.read(1, 5, 1, BLOCK).unwrap();
+    assert!(last.iter().all(|&b| b == last[0]));
+    assert_eq!(last[0] as u32, wins % 256, "every win is one increment");
+    assert!(wins >= 40, "at least one host wins each round: {wins}");
+    // A Compare fused to nothing: ended by the next command.
+    use sluice_nvmf::command::Fuse;
+    use sluice_nvmf::initiator::rw;
+    use sluice_nvmf::nvm::opcode;
+    let compare = rw(opcode::COMPARE, 1, 5, 1).with_fuse(Fuse::First);
+    let read = rw(opcode::FLUSH, 1, 0, 1);
+    let block = last.clone();
+    let answers = io.commands(vec![(compare, &block), (read, &[])]).unwrap();
+    assert!(is_status(
+        answers[0].as_ref().unwrap_err(),
+        status::FUSED_MISSING
+    ));
+    assert!(answers[1].is_ok());
+}
