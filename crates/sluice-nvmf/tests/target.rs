@@ -387,3 +387,72 @@ fn fused_compare_and_write_from_racing_hosts_loses_no_update() {
     ));
     assert!(answers[1].is_ok());
 }
+
+#[test]
+fn a_silent_host_is_disconnected_after_its_keep_alive_and_its_controller_freed() {
+    let t = start(Vec::new());
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 300).unwrap();
+    admin.enable().unwrap();
+    admin.set_queue_count(1).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(admin.property_get(property::CSTS, false).is_err(), "closed");
+    let mut io = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let err = io.connect(NQN, HOST, 1, cntlid, 0).unwrap_err();
+    assert!(is_status(&err, status::CONNECT_INVALID_PARAMETERS), "{err}");
+}
+
+#[test]
+fn connects_and_disconnects_in_a_loop_leave_nothing_behind() {
+    let t = start(Vec::new());
+    // More rounds than controllers may live at once: each one's end frees it.
+    for _ in 0..100 {
+        let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+        admin.connect(NQN, HOST, 0, 0xffff, 0).unwrap();
+        admin.enable().unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (_admin, mut io) = connect(&t, Digests::default());
+    io.write(1, 0, &[1u8; 4096], BLOCK).unwrap();
+}
+
+#[test]
+fn a_host_that_drops_mid_write_has_nothing_of_that_write_applied() {
+    use sluice_nvmf::command::{Sgl, SglKind};
+    use sluice_nvmf::initiator::rw;
+    use sluice_nvmf::nvm::opcode;
+    use sluice_nvmf::pdu::{DataHeader, Encoder};
+    let t = start(Vec::new());
+    let (_admin, mut io) = connect(&t, Digests::default());
+    let old = vec![7u8; 65536];
+    io.write(1, 200, &old, BLOCK).unwrap();
+    let (_a, mut dropping) = connect(&t, Digests::default());
+    let sqe = rw(opcode::WRITE, 1, 200, 16).with_sgl(Sgl {
+        address: 0,
+        length: 65536,
+        kind: SglKind::Transport,
+    });
+    let mut out = Vec::new();
+    Encoder::default().encode(&Header::CapsuleCmd(sqe), 0, &[], &mut out);
+    dropping.send_raw(&out).unwrap();
+    let (r2t, _) = dropping.receive_any().unwrap();
+    let Header::R2t { cccid, ttag, .. } = r2t else {
+        panic!("{r2t:?}")
+    };
+    out.clear();
+    Encoder::default().encode(
+        &Header::H2cData(DataHeader {
+            cccid,
+            ttag,
+            datao: 0,
+            datal: 32768,
+        }),
+        0,
+        &[9u8; 32768],
+        &mut out,
+    );
+    dropping.send_raw(&out).unwrap();
+    drop(dropping);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(io.read(1, 200, 16, BLOCK).unwrap(), old);
+}
