@@ -28,6 +28,10 @@ pub struct NodeArgs {
     /// A host NQN allowed to connect; repeat it. None given: any host.
     #[arg(long = "allow-host", value_name = "NQN")]
     allowed_hosts: Vec<String>,
+    /// Also serve discovery here (NVMe/TCP's discovery port is 8009);
+    /// the listen address serves it too.
+    #[arg(long, value_name = "ADDR")]
+    discovery: Option<SocketAddr>,
     /// Most connections at once (a host opens one per queue).
     #[arg(long, default_value_t = sluice_nvmf::target::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
@@ -40,9 +44,17 @@ pub fn run(args: &NodeArgs) -> Result<()> {
             args.nqn
         );
     }
-    // The port first: a busy one is refused before any device is made.
+    // The ports first: a busy one is refused before any device is made.
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("listening on {} (is another target there?)", args.listen))?;
+    let discovery = args
+        .discovery
+        .map(|at| {
+            TcpListener::bind(at).with_context(|| {
+                format!("listening for discovery on {at} (is another target there?)")
+            })
+        })
+        .transpose()?;
     let mut namespaces = Vec::new();
     for path in &args.devices {
         let device = open_device(path, args.create_mib)?;
@@ -51,11 +63,10 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         );
     }
     let address = listener.local_addr()?;
-    let subsystem = Arc::new(Subsystem::new(
-        args.nqn.clone(),
-        namespaces,
-        args.allowed_hosts.clone(),
-    ));
+    let subsystem = Arc::new(
+        Subsystem::new(args.nqn.clone(), namespaces, args.allowed_hosts.clone())
+            .with_address(address),
+    );
     println!(
         "sluice node: {} namespace(s) of subsystem {} on nvme-tcp {} (nvme connect -t tcp -a {} -s {} -n {})",
         args.devices.len(),
@@ -72,7 +83,21 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     let config = TargetConfig {
         max_connections: args.max_connections,
     };
+    let discovery_thread = match discovery {
+        Some(listener) => {
+            println!("sluice node: discovery on {}", listener.local_addr()?);
+            let (subsystem, config, stop) = (subsystem.clone(), config.clone(), stop.clone());
+            Some(std::thread::spawn(move || {
+                serve(listener, subsystem, config, stop)
+            }))
+        }
+        None => None,
+    };
     serve(listener, subsystem, config, stop.clone())?;
+    if let Some(t) = discovery_thread {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("the discovery listener panicked"))??;
+    }
     if stop.load(Ordering::Relaxed) {
         println!("sluice node: stopped");
     }

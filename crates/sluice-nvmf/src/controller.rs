@@ -29,6 +29,10 @@ pub const MAX_CONTROLLERS: usize = 64;
 pub const MAX_AERS: usize = 4;
 /// In-capsule data an I/O command capsule may carry (IOCCSZ − 64 bytes).
 pub const IN_CAPSULE_BYTES: usize = 8192;
+/// The NQN hosts connect to for the discovery controller.
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+/// The log page of a discovery controller.
+pub const DISCOVERY_LOG: u8 = 0x70;
 /// The NVMe version the node reports (1.4).
 pub const VERSION: u32 = 0x0001_0400;
 
@@ -136,6 +140,8 @@ pub struct Subsystem {
     controllers: Mutex<Controllers>,
     /// Host NQNs allowed to connect; empty: any.
     allowed_hosts: Vec<String>,
+    /// Where hosts reach the subsystem, for the discovery log.
+    address: Option<std::net::SocketAddr>,
 }
 
 #[derive(Default)]
@@ -148,6 +154,9 @@ struct Controllers {
 #[derive(Debug, Clone)]
 struct ControllerState {
     host_nqn: String,
+    /// A discovery controller (no namespaces, no I/O queues; the
+    /// discovery log).
+    discovery: bool,
     cc: u32,
     csts: u32,
     io_queues: u16,
@@ -172,7 +181,15 @@ impl Subsystem {
                 live: HashMap::new(),
             }),
             allowed_hosts,
+            address: None,
         }
+    }
+
+    /// Sets where hosts reach the subsystem over NVMe/TCP: the discovery
+    /// log's one entry names it.
+    pub fn with_address(mut self, address: std::net::SocketAddr) -> Subsystem {
+        self.address = Some(address);
+        self
     }
 
     /// Namespaces served.
@@ -373,7 +390,8 @@ impl Queue {
             c.result = in_data as u32 | offset << 16;
             done(c)
         };
-        if subnqn != self.subsystem.nqn {
+        let discovery = subnqn == DISCOVERY_NQN;
+        if subnqn != self.subsystem.nqn && !discovery || discovery && qid != 0 {
             return invalid(true, 256);
         }
         if !self.subsystem.allowed_hosts.is_empty()
@@ -395,6 +413,7 @@ impl Queue {
                 id,
                 ControllerState {
                     host_nqn: hostnqn,
+                    discovery,
                     cc: 0,
                     csts: 0,
                     io_queues: 0,
@@ -406,7 +425,10 @@ impl Queue {
         } else {
             match controllers.live.get(&cntlid) {
                 Some(c)
-                    if c.host_nqn == hostnqn && qid <= c.io_queues.max(1) && c.csts & 1 == 1 =>
+                    if c.host_nqn == hostnqn
+                        && !c.discovery
+                        && qid <= c.io_queues.max(1)
+                        && c.csts & 1 == 1 =>
                 {
                     cntlid
                 }
@@ -465,11 +487,19 @@ impl Queue {
         done(completion)
     }
 
+    fn is_discovery(&self, id: u16) -> bool {
+        self.subsystem
+            .controllers()
+            .live
+            .get(&id)
+            .is_some_and(|c| c.discovery)
+    }
+
     fn admin(&mut self, id: u16, sqe: &Sqe, _data: &[u8]) -> Outcome {
         match sqe.opcode() {
             admin::IDENTIFY => self.identify(id, sqe),
             admin::SET_FEATURES | admin::GET_FEATURES => self.features(id, sqe),
-            admin::GET_LOG_PAGE => self.log_page(sqe),
+            admin::GET_LOG_PAGE => self.log_page(id, sqe),
             admin::KEEP_ALIVE => fail(sqe, Status::SUCCESS),
             admin::ASYNC_EVENT if self.held_aers < MAX_AERS => {
                 self.held_aers += 1;
@@ -491,12 +521,16 @@ impl Queue {
         let cns = sqe.cdw(10) as u8;
         let nsid = sqe.nsid();
         let mut page = vec![0u8; IDENTIFY_BYTES];
+        let discovery = self.is_discovery(id);
+        if discovery && cns != 0x01 {
+            return fail(sqe, status::INVALID_FIELD);
+        }
         match cns {
             0x00 => match self.subsystem.namespace(nsid) {
                 Some(ns) => identify_namespace(ns, &mut page),
                 None => return fail(sqe, status::INVALID_NAMESPACE),
             },
-            0x01 => identify_controller(&self.subsystem, id, &mut page),
+            0x01 => identify_controller(&self.subsystem, id, discovery, &mut page),
             0x02 => {
                 let ids = (1..=self.subsystem.namespace_count()).filter(|&n| n > nsid);
                 for (i, n) in ids.take(IDENTIFY_BYTES / 4).enumerate() {
@@ -562,7 +596,7 @@ impl Queue {
         done(completion)
     }
 
-    fn log_page(&self, sqe: &Sqe) -> Outcome {
+    fn log_page(&self, id: u16, sqe: &Sqe) -> Outcome {
         let lid = sqe.cdw(10) as u8;
         let dwords = ((sqe.cdw(10) >> 16) | (sqe.cdw(11) & 0xffff) << 16) as usize + 1;
         let offset = sqe.cdw(12) as u64 | (sqe.cdw(13) as u64) << 32;
@@ -571,6 +605,7 @@ impl Queue {
             return fail(sqe, status::INVALID_FIELD);
         }
         let page: Vec<u8> = match lid {
+            DISCOVERY_LOG if self.is_discovery(id) => discovery_log(&self.subsystem),
             // Error information: no errors logged (64-byte entries).
             0x01 => vec![0u8; 64],
             // SMART / health: all zero but the temperature (273 + 20 K).
@@ -642,7 +677,31 @@ fn ascii(field: &mut [u8], text: &str) {
     field[..n].copy_from_slice(&text.as_bytes()[..n]);
 }
 
-fn identify_controller(subsystem: &Subsystem, id: u16, p: &mut [u8]) {
+/// The discovery log: a 1024-byte header (GENCTR, NUMREC, RECFMT) and one
+/// 1024-byte entry for the subsystem at the node's TCP address.
+fn discovery_log(subsystem: &Subsystem) -> Vec<u8> {
+    let mut p = vec![0u8; 2048];
+    let records: u64 = subsystem.address.is_some() as u64;
+    p[0..8].copy_from_slice(&1u64.to_le_bytes()); // GENCTR
+    p[8..16].copy_from_slice(&records.to_le_bytes()); // NUMREC
+    if let Some(address) = subsystem.address {
+        let e = &mut p[1024..2048];
+        e[0] = 3; // TRTYPE: TCP
+        e[1] = if address.is_ipv4() { 1 } else { 2 }; // ADRFAM
+        e[2] = 2; // SUBTYPE: an NVM subsystem
+        e[3] = 0; // TREQ: not specified
+        e[6..8].copy_from_slice(&0xffffu16.to_le_bytes()); // CNTLID: dynamic
+        e[8..10].copy_from_slice(&32u16.to_le_bytes()); // ASQSZ
+        ascii(&mut e[32..64], &address.port().to_string());
+        let nqn = subsystem.nqn.as_bytes();
+        e[256..256 + nqn.len().min(255)].copy_from_slice(&nqn[..nqn.len().min(255)]);
+        ascii(&mut e[512..768], &address.ip().to_string());
+        // TSAS for TCP: SECTYPE 0, no security.
+    }
+    p
+}
+
+fn identify_controller(subsystem: &Subsystem, id: u16, discovery: bool, p: &mut [u8]) {
     p[0..2].copy_from_slice(&0x1b36u16.to_le_bytes()); // VID
     p[2..4].copy_from_slice(&0x1b36u16.to_le_bytes()); // SSVID
     ascii(&mut p[4..24], &subsystem.serial);
@@ -653,7 +712,7 @@ fn identify_controller(subsystem: &Subsystem, id: u16, p: &mut [u8]) {
     p[77] = MDTS;
     p[78..80].copy_from_slice(&id.to_le_bytes());
     p[80..84].copy_from_slice(&VERSION.to_le_bytes());
-    p[111] = 1; // CNTRLTYPE: I/O controller
+    p[111] = if discovery { 2 } else { 1 }; // CNTRLTYPE: discovery or I/O
     p[258] = 3; // ACL (0's based)
     p[259] = (MAX_AERS - 1) as u8; // AERL
     p[261] = 1 << 1; // LPA: Commands Supported and Effects log
@@ -661,15 +720,25 @@ fn identify_controller(subsystem: &Subsystem, id: u16, p: &mut [u8]) {
     p[512] = 0x66; // SQES: 64 bytes
     p[513] = 0x44; // CQES: 16 bytes
     p[514..516].copy_from_slice(&QUEUE_ENTRIES.to_le_bytes()); // MAXCMD
-    p[516..520].copy_from_slice(&subsystem.namespace_count().to_le_bytes()); // NN
-                                                                             // ONCS: Compare, Dataset Management, Write Zeroes, Copy.
+    let namespaces = if discovery {
+        0
+    } else {
+        subsystem.namespace_count()
+    };
+    p[516..520].copy_from_slice(&namespaces.to_le_bytes()); // NN
+                                                            // ONCS: Compare, Dataset Management, Write Zeroes, Copy.
     p[520..522].copy_from_slice(&(1u16 | 1 << 2 | 1 << 3 | 1 << 8).to_le_bytes());
     p[522..524].copy_from_slice(&1u16.to_le_bytes()); // FUSES: Compare and Write
     p[525] = 1; // VWC present
     p[534..536].copy_from_slice(&1u16.to_le_bytes()); // OCFS: Copy format 0
                                                       // SGLS: SGLs supported (no alignment), Offset in the capsule (bit 20).
     p[536..540].copy_from_slice(&(1u32 | 1 << 20).to_le_bytes());
-    let nqn = subsystem.nqn.as_bytes();
+    let nqn = if discovery {
+        DISCOVERY_NQN
+    } else {
+        &subsystem.nqn
+    }
+    .as_bytes();
     let n = nqn.len().min(255);
     p[768..768 + n].copy_from_slice(&nqn[..n]);
     // Fabrics: capsule sizes in 16-byte units, no ICDOFF, one SGL descriptor.

@@ -359,6 +359,20 @@ impl QueueConnection {
         Ok(self.command(sqe, &[])?.data)
     }
 
+    /// Get Log Page `lid`: its first `len` bytes (a multiple of 4).
+    pub fn log_page(&mut self, lid: u8, len: usize) -> Result<Vec<u8>> {
+        let dwords = (len / 4).saturating_sub(1) as u32;
+        let sqe = Sqe::new(admin::GET_LOG_PAGE, 0)
+            .with_cdw(10, lid as u32 | (dwords & 0xffff) << 16)
+            .with_cdw(11, dwords >> 16)
+            .with_sgl(Sgl {
+                address: 0,
+                length: len as u32,
+                kind: SglKind::Transport,
+            });
+        Ok(self.command(sqe, &[])?.data)
+    }
+
     /// Set Features Number of Queues; returns the I/O queues granted.
     pub fn set_queue_count(&mut self, queues: u16) -> Result<u16> {
         let n = queues.saturating_sub(1) as u32;

@@ -32,6 +32,13 @@ impl Drop for Target {
 }
 
 fn start(allowed: Vec<String>) -> Target {
+    start_with(allowed, |s, _| s)
+}
+
+fn start_with(
+    allowed: Vec<String>,
+    finish: impl FnOnce(Subsystem, std::net::SocketAddr) -> Subsystem,
+) -> Target {
     let dir = tempfile::tempdir().unwrap();
     let namespaces = (0..2)
         .map(|i| {
@@ -40,9 +47,13 @@ fn start(allowed: Vec<String>) -> Target {
             Namespace::new(Arc::new(dev)).unwrap()
         })
         .collect();
-    let subsystem = Arc::new(Subsystem::new(NQN.into(), namespaces, allowed));
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
+    let bound = listener.local_addr().unwrap();
+    let address = bound.to_string();
+    let subsystem = Arc::new(finish(
+        Subsystem::new(NQN.into(), namespaces, allowed),
+        bound,
+    ));
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     std::thread::spawn(move || serve(listener, subsystem, TargetConfig::default(), s));
@@ -455,4 +466,46 @@ fn a_host_that_drops_mid_write_has_nothing_of_that_write_applied() {
     drop(dropping);
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(io.read(1, 200, 16, BLOCK).unwrap(), old);
+}
+
+#[test]
+fn the_discovery_controller_names_the_subsystem_and_where_it_is() {
+    use sluice_nvmf::controller::{DISCOVERY_LOG, DISCOVERY_NQN};
+    let t = start_with(Vec::new(), |s, at| s.with_address(at));
+    let port = t.address.rsplit(':').next().unwrap().to_string();
+    let mut d = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    d.connect(DISCOVERY_NQN, HOST, 0, 0xffff, 0).unwrap();
+    d.enable().unwrap();
+    let id = d.identify(1, 0).unwrap();
+    assert_eq!(id[111], 2, "CNTRLTYPE: discovery");
+    assert_eq!(
+        u32::from_le_bytes(id[516..520].try_into().unwrap()),
+        0,
+        "no namespaces"
+    );
+    assert_eq!(
+        &id[768..768 + DISCOVERY_NQN.len()],
+        DISCOVERY_NQN.as_bytes()
+    );
+    let log = d.log_page(DISCOVERY_LOG, 2048).unwrap();
+    assert_eq!(
+        u64::from_le_bytes(log[8..16].try_into().unwrap()),
+        1,
+        "NUMREC"
+    );
+    let e = &log[1024..];
+    assert_eq!((e[0], e[1], e[2]), (3, 1, 2), "TCP, IPv4, an NVM subsystem");
+    assert_eq!(std::str::from_utf8(&e[32..32 + port.len()]).unwrap(), port);
+    assert_eq!(&e[256..256 + NQN.len()], NQN.as_bytes());
+    assert_eq!(&e[512..521], b"127.0.0.1");
+    // A discovery controller has no I/O queues and no namespaces to identify.
+    let err = d.identify(0, 1).unwrap_err();
+    assert!(is_status(&err, status::INVALID_FIELD), "{err}");
+    let mut io = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let err = io.connect(DISCOVERY_NQN, HOST, 1, 1, 0).unwrap_err();
+    assert!(is_status(&err, status::CONNECT_INVALID_PARAMETERS), "{err}");
+    // An I/O controller has no discovery log.
+    let (mut admin, _io) = connect(&t, Digests::default());
+    let err = admin.log_page(DISCOVERY_LOG, 2048).unwrap_err();
+    assert!(is_status(&err, status::INVALID_FIELD), "{err}");
 }
