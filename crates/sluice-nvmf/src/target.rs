@@ -246,6 +246,11 @@ impl Connection {
             &[],
             &mut self.out,
         );
+        log::debug!(
+            "ICReq: header digest {}, data digest {}, HPDA {hpda}",
+            if digests.header { "on" } else { "off" },
+            if digests.data { "on" } else { "off" }
+        );
         self.framer.digests = digests;
         self.encoder = Encoder {
             digests,
