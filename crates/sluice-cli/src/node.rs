@@ -32,6 +32,10 @@ pub struct NodeArgs {
     /// the listen address serves it too.
     #[arg(long, value_name = "ADDR")]
     discovery: Option<SocketAddr>,
+    /// Also serve the namespaces over NBD here (NBD's port is 10809;
+    /// export "1" or "" is namespace 1, "2" namespace 2, …).
+    #[arg(long, value_name = "ADDR")]
+    nbd: Option<SocketAddr>,
     /// Most connections at once (a host opens one per queue).
     #[arg(long, default_value_t = sluice_nvmf::target::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
@@ -53,6 +57,13 @@ pub fn run(args: &NodeArgs) -> Result<()> {
             TcpListener::bind(at).with_context(|| {
                 format!("listening for discovery on {at} (is another target there?)")
             })
+        })
+        .transpose()?;
+    let nbd = args
+        .nbd
+        .map(|at| {
+            TcpListener::bind(at)
+                .with_context(|| format!("listening for NBD on {at} (is another server there?)"))
         })
         .transpose()?;
     let mut namespaces = Vec::new();
@@ -93,7 +104,21 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         }
         None => None,
     };
+    let nbd_thread = match nbd {
+        Some(listener) => {
+            println!("sluice node: NBD on {}", listener.local_addr()?);
+            let (subsystem, stop, max) = (subsystem.clone(), stop.clone(), config.max_connections);
+            Some(std::thread::spawn(move || {
+                sluice_nvmf::nbd::serve(listener, subsystem, max, stop)
+            }))
+        }
+        None => None,
+    };
     serve(listener, subsystem, config, stop.clone())?;
+    if let Some(t) = nbd_thread {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("the NBD listener panicked"))??;
+    }
     if let Some(t) = discovery_thread {
         t.join()
             .map_err(|_| anyhow::anyhow!("the discovery listener panicked"))??;

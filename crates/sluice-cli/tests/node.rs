@@ -3,7 +3,8 @@
 //! scripts/nvmf-linux-host), and refusing bad options.
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 
 fn repo_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -74,4 +75,110 @@ fn bad_options_are_refused_before_anything_is_served() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is another target there?"), "{err}");
     assert!(!dir.path().join("b.dev").exists(), "nothing created");
+}
+
+struct Node {
+    child: Child,
+    nbd: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `sluice node` on two 16 MiB device files with NBD, on free ports.
+fn node_with_nbd() -> Node {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "node",
+            "--create-mib",
+            "16",
+            "--listen",
+            "127.0.0.1:0",
+            "--nbd",
+            "127.0.0.1:0",
+        ])
+        .arg("--device")
+        .arg(dir.path().join("a.dev"))
+        .arg("--device")
+        .arg(dir.path().join("b.dev"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let nbd = loop {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(at) = line.strip_prefix("sluice node: NBD on ") {
+            break at.to_string();
+        }
+    };
+    Node {
+        child,
+        nbd,
+        _dir: dir,
+    }
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{cmd:?}: {text}");
+    text
+}
+
+#[test]
+fn nbd_clients_copy_inspect_and_verify_through_the_node() {
+    let node = node_with_nbd();
+    let uri = |export: &str| format!("nbd://{}/{export}", node.nbd);
+    let info = run(Command::new("nbdinfo").args(["--json", &uri("2")]));
+    let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+    let export = &v["exports"][0];
+    assert_eq!(export["export-size"], 16 << 20, "{info}");
+    assert_eq!(export["can_trim"], true, "{info}");
+    assert_eq!(export["can_flush"], true, "{info}");
+    let list = run(Command::new("nbdinfo").args(["--list", &uri("")]));
+    assert!(
+        list.contains("export=\"1\"") && list.contains("export=\"2\""),
+        "{list}"
+    );
+    // nbdcopy in and out, a size that is not whole blocks.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.bin");
+    let data: Vec<u8> = (0..10_000_003u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 24) as u8)
+        .collect();
+    std::fs::write(&input, &data).unwrap();
+    run(Command::new("nbdcopy").arg(&input).arg(uri("2")));
+    let output = dir.path().join("out.bin");
+    run(Command::new("nbdcopy").arg(uri("2")).arg(&output));
+    let back = std::fs::read(&output).unwrap();
+    assert!(back[..data.len()] == data[..], "nbdcopy round trip");
+    assert!(back[data.len()..].iter().all(|&b| b == 0));
+    let device = std::fs::read(node._dir.path().join("b.dev")).unwrap();
+    assert!(device[..data.len()] == data[..], "the device file holds it");
+    // qemu-img reads the export's size.
+    let img = run(Command::new("qemu-img").args(["info", "--output=json", &uri("1")]));
+    assert!(img.contains("\"virtual-size\": 16777216"), "{img}");
+    // fio's nbd engine writes random 4 KiB blocks and verifies them.
+    let fio = run(Command::new("fio").args([
+        "--name=nbd",
+        "--ioengine=nbd",
+        &format!("--uri={}", uri("1")),
+        "--rw=randwrite",
+        "--bs=4k",
+        "--size=4m",
+        "--iodepth=8",
+        "--verify=crc32c",
+        "--do_verify=1",
+    ]));
+    assert!(!fio.contains("verify: bad"), "{fio}");
 }

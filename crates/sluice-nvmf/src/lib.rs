@@ -23,6 +23,9 @@
 //!   H2CData for writes, C2HData for reads, keep-alive expiry, TermReq on
 //!   fatal errors; a thread per connection.
 //! - [`initiator`]: a blocking initiator for `sluice nvmf` and the tests.
+//! - [`nbd`]: NBD as a second front end over the same namespaces (fixed
+//!   newstyle, structured replies), for nbdcopy, qemu-img and fio's nbd
+//!   engine.
 //!
 //! Formats byte by byte: docs/NVMF.md. Data flows one way: sluice-io (device,
 //! pool, engine) → this crate → the CLI's `sluice node`.
@@ -32,6 +35,7 @@
 pub mod command;
 pub mod controller;
 pub mod initiator;
+pub mod nbd;
 pub mod nvm;
 pub mod pdu;
 pub mod target;
