@@ -24,6 +24,7 @@ mod io;
 mod jansson;
 mod kv;
 mod ndp;
+mod node;
 mod pages;
 mod pool;
 mod serve;
@@ -61,6 +62,9 @@ pub enum BenchCommand {
     /// GET/SET at batch 1/10/50 over sluice serve's shared-memory rings, a
     /// Unix socket and TCP, against redis-server over both sockets.
     Shm(shm::ShmBenchArgs),
+    /// The storage node over loopback: fio on the local device, fio's nbd
+    /// engine against sluice node and nbdkit, and our NVMe/TCP initiator.
+    Node(node::NodeBenchArgs),
 }
 
 /// Runs one benchmark and prints its table.
@@ -74,6 +78,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Export(args) => export::run(&args),
         BenchCommand::Serve(args) => serve::run(&args),
         BenchCommand::Shm(args) => shm::run(&args),
+        BenchCommand::Node(args) => node::run(&args),
     }
 }
 

@@ -182,3 +182,34 @@ fn nbd_clients_copy_inspect_and_verify_through_the_node() {
     ]));
     assert!(!fio.contains("verify: bad"), "{fio}");
 }
+
+#[test]
+fn bench_node_runs_every_side_and_prints_the_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("node.json");
+    let out = run(Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "bench",
+            "node",
+            "--seconds",
+            "0.5",
+            "--repeat",
+            "1",
+            "--size-mib",
+            "64",
+        ])
+        .args(["--only", "randread-4k-qd1,seqwrite-128k-qd8", "--device"])
+        .arg(dir.path().join("bench-node.dev"))
+        .arg("--json")
+        .arg(&json));
+    assert!(out.contains("vs nbdkit"), "{out}");
+    let cells: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let cells = cells.as_array().unwrap();
+    assert_eq!(cells.len(), 8, "two rows, four sides");
+    for c in cells {
+        assert!(c["iops"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    for side in ["local", "sluice_nbd", "nbdkit", "sluice_nvme_tcp"] {
+        assert!(cells.iter().any(|c| c["side"] == side), "{side}");
+    }
+}

@@ -1,0 +1,454 @@
+//! `sluice bench node`: the storage node over loopback against the local
+//! device and nbdkit, in one run. Every side reads and writes the same
+//! preallocated file, filled with data once:
+//!
+//! - **local**: fio io_uring, O_DIRECT, on the file — the floor;
+//! - **sluice node, NBD**: fio's `nbd` engine against `sluice node --nbd`;
+//! - **nbdkit**: the same fio job against nbdkit's file plugin
+//!   (`cache=none`) on the same file;
+//! - **sluice node, NVMe/TCP**: our initiator, one command in flight per
+//!   queue, QD queues (QD1 rows: one).
+//!
+//! Rows: 4 KiB random read and write at QD1 and QD32, 128 KiB sequential
+//! read and write at QD8. Sides alternate their order from run to run;
+//! medians of `--repeat` runs.
+
+use super::fio;
+use super::io::{Row, RunResult};
+use super::median;
+use anyhow::{bail, Context, Result};
+use rand::{Rng, SeedableRng};
+use sluice_nvmf::initiator::QueueConnection;
+use sluice_nvmf::pdu::Digests;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct NodeBenchArgs {
+    /// Seconds per run of each side and row.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Runs of each side and row; medians are printed.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// The device file every side uses (created and filled once).
+    #[arg(long, default_value = "data/bench-node.dev")]
+    device: PathBuf,
+    /// Its size, MiB.
+    #[arg(long, default_value_t = 1024)]
+    size_mib: u64,
+    /// Only these rows (comma separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Write the figures as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        name: "randread-4k-qd1",
+        write: false,
+        random: true,
+        block_bytes: 4096,
+        queue_depth: 1,
+        sqpoll: false,
+    },
+    Row {
+        name: "randread-4k-qd32",
+        write: false,
+        random: true,
+        block_bytes: 4096,
+        queue_depth: 32,
+        sqpoll: false,
+    },
+    Row {
+        name: "randwrite-4k-qd1",
+        write: true,
+        random: true,
+        block_bytes: 4096,
+        queue_depth: 1,
+        sqpoll: false,
+    },
+    Row {
+        name: "randwrite-4k-qd32",
+        write: true,
+        random: true,
+        block_bytes: 4096,
+        queue_depth: 32,
+        sqpoll: false,
+    },
+    Row {
+        name: "seqread-128k-qd8",
+        write: false,
+        random: false,
+        block_bytes: 131072,
+        queue_depth: 8,
+        sqpoll: false,
+    },
+    Row {
+        name: "seqwrite-128k-qd8",
+        write: true,
+        random: false,
+        block_bytes: 131072,
+        queue_depth: 8,
+        sqpoll: false,
+    },
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Side {
+    Local,
+    SluiceNbd,
+    Nbdkit,
+    SluiceNvmeTcp,
+}
+
+impl Side {
+    fn label(self) -> &'static str {
+        match self {
+            Side::Local => "local (fio io_uring direct)",
+            Side::SluiceNbd => "sluice node, NBD (fio nbd)",
+            Side::Nbdkit => "nbdkit file (fio nbd)",
+            Side::SluiceNvmeTcp => "sluice node, NVMe/TCP (ours)",
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct Cell {
+    row: &'static str,
+    side: Side,
+    iops: f64,
+    mb_per_s: f64,
+    lat_us: [f64; 4],
+}
+
+/// A server process of the benchmark, stopped when dropped.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+pub fn run(args: &NodeBenchArgs) -> Result<()> {
+    fio::locate()?;
+    if Command::new("nbdkit").arg("--version").output().is_err() {
+        bail!("nbdkit is not installed: run `apt-get install -y nbdkit` (scripts/setup does)");
+    }
+    let size = args.size_mib << 20;
+    prepare(&args.device, size)?;
+    let rows: Vec<&Row> = ROWS
+        .iter()
+        .filter(|r| args.only.is_empty() || args.only.iter().any(|o| o == r.name))
+        .collect();
+    let exe = std::env::current_exe().context("finding the sluice binary")?;
+    let (node, nbd_addr, nvme_addr) = start_node(&exe, &args.device)?;
+    let nbdkit_port = free_port()?;
+    let nbdkit = start_nbdkit(&args.device, nbdkit_port)?;
+    let sides = [
+        Side::Local,
+        Side::SluiceNbd,
+        Side::Nbdkit,
+        Side::SluiceNvmeTcp,
+    ];
+    let mut cells = Vec::new();
+    for row in &rows {
+        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); sides.len()];
+        for run in 0..args.repeat {
+            for k in 0..sides.len() {
+                let i = (k + run) % sides.len();
+                let r = match sides[i] {
+                    Side::Local => fio_run(row, args.seconds, Target::File(&args.device, size))?,
+                    Side::SluiceNbd => fio_run(
+                        row,
+                        args.seconds,
+                        Target::Nbd(&format!("nbd://{nbd_addr}/1"), size),
+                    )?,
+                    Side::Nbdkit => fio_run(
+                        row,
+                        args.seconds,
+                        Target::Nbd(&format!("nbd://127.0.0.1:{nbdkit_port}/"), size),
+                    )?,
+                    Side::SluiceNvmeTcp => initiator_run(row, args.seconds, &nvme_addr, size)?,
+                };
+                println!(
+                    "  {} run {}: {:<32} {:>9.0} IOPS {:>8.1} MB/s  p50 {:.0} us p99 {:.0} us",
+                    row.name,
+                    run + 1,
+                    sides[i].label(),
+                    r.iops,
+                    r.mb_per_s,
+                    r.lat_us[0],
+                    r.lat_us[2]
+                );
+                runs[i].push(r);
+            }
+        }
+        for (side, results) in sides.iter().zip(runs) {
+            let pick = |f: &dyn Fn(&RunResult) -> f64| {
+                median(&mut results.iter().map(f).collect::<Vec<_>>())
+            };
+            cells.push(Cell {
+                row: row.name,
+                side: *side,
+                iops: pick(&|r| r.iops),
+                mb_per_s: pick(&|r| r.mb_per_s),
+                lat_us: [0, 1, 2, 3].map(|p| pick(&|r| r.lat_us[p])),
+            });
+        }
+    }
+    drop((node, nbdkit));
+    print_table(&cells, args.repeat);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&cells)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Creates the file at `size` and fills it with data once (so reads touch
+/// the disk, not holes).
+fn prepare(device: &Path, size: u64) -> Result<()> {
+    if std::fs::metadata(device).is_ok_and(|m| m.len() == size) {
+        return Ok(());
+    }
+    if let Some(dir) = device.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    println!("filling {} ({} MiB) once...", device.display(), size >> 20);
+    let out = Command::new("fio")
+        .args([
+            "--name=fill",
+            "--rw=write",
+            "--bs=1M",
+            "--direct=1",
+            "--ioengine=io_uring",
+            "--iodepth=8",
+        ])
+        .arg(format!("--filename={}", device.display()))
+        .arg(format!("--size={size}"))
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "filling the device: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+fn start_node(exe: &Path, device: &Path) -> Result<(Server, String, String)> {
+    let mut child = Command::new(exe)
+        .args([
+            "node",
+            "--listen",
+            "127.0.0.1:0",
+            "--nbd",
+            "127.0.0.1:0",
+            "--device",
+        ])
+        .arg(device)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("starting sluice node")?;
+    let stdout = child.stdout.take().context("node stdout")?;
+    let server = Server(child);
+    let (mut nbd, mut nvme) = (None, None);
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        if let Some(at) = line.strip_prefix("sluice node: NBD on ") {
+            nbd = Some(at.to_string());
+        } else if let Some(rest) = line.split(" on nvme-tcp ").nth(1) {
+            nvme = rest.split_whitespace().next().map(str::to_string);
+        }
+        if nbd.is_some() && nvme.is_some() {
+            break;
+        }
+    }
+    match (nbd, nvme) {
+        (Some(nbd), Some(nvme)) => Ok((server, nbd, nvme)),
+        _ => bail!("sluice node did not say where it listens"),
+    }
+}
+
+fn start_nbdkit(device: &Path, port: u16) -> Result<Server> {
+    let child = Command::new("nbdkit")
+        .args(["-f", "-i", "127.0.0.1", "-p", &port.to_string(), "file"])
+        .arg(format!("file={}", device.display()))
+        .arg("cache=none")
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting nbdkit")?;
+    let server = Server(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nbdkit did not start listening on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(server)
+}
+
+enum Target<'a> {
+    File(&'a Path, u64),
+    Nbd(&'a str, u64),
+}
+
+fn fio_run(row: &Row, seconds: f64, target: Target<'_>) -> Result<RunResult> {
+    let (mut a, size) = match target {
+        Target::File(path, size) => (
+            fio::args(path, size, row, seconds, fio::Memory::Malloc),
+            size,
+        ),
+        Target::Nbd(uri, size) => {
+            let mut a = fio::args(Path::new("unused"), size, row, seconds, fio::Memory::Malloc);
+            a.retain(|x| {
+                ![
+                    "--filename=",
+                    "--ioengine=",
+                    "--direct=",
+                    "--fixedbufs=",
+                    "--registerfiles=",
+                ]
+                .iter()
+                .any(|p| x.starts_with(p))
+            });
+            a.push("--ioengine=nbd".into());
+            a.push(format!("--uri={uri}"));
+            (a, size)
+        }
+    };
+    a.retain(|x| !x.starts_with("--size="));
+    a.push(format!("--size={size}"));
+    let out = Command::new("fio")
+        .args(&a)
+        .output()
+        .context("running fio")?;
+    if !out.status.success() {
+        bail!(
+            "fio failed for {}: {}",
+            row.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    fio::parse(&String::from_utf8_lossy(&out.stdout), row)
+}
+
+/// Our initiator: `queue_depth` I/O queues, one command in flight on each,
+/// for `seconds`; latencies of every command.
+fn initiator_run(row: &Row, seconds: f64, address: &str, size: u64) -> Result<RunResult> {
+    const NQN: &str = "nqn.2026-11.io.sluice:node";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:sluice-bench-node";
+    let queues = row.queue_depth.min(8) as u16;
+    let mut admin = QueueConnection::open(address, Digests::default())?;
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 0)?;
+    admin.enable()?;
+    let granted = admin.set_queue_count(queues)?;
+    let blocks_per_io = (row.block_bytes / 4096) as u32;
+    let lbas = size / 4096 - blocks_per_io as u64;
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let per_queue = (row.queue_depth as u16).div_ceil(granted).max(1);
+    let threads: Vec<_> = (0..granted)
+        .flat_map(|q| (0..per_queue).map(move |_| q))
+        .take(row.queue_depth)
+        .enumerate()
+        .map(|(t, q)| {
+            let address = address.to_string();
+            let row = *row;
+            std::thread::spawn(move || -> Result<(u64, hdrhistogram::Histogram<u64>)> {
+                let mut io = QueueConnection::open(&address, Digests::default())?;
+                io.connect(NQN, HOST, q + 1, cntlid, 0)?;
+                let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
+                let mut rng = rand::rngs::SmallRng::seed_from_u64(t as u64 + 1);
+                let data = vec![0x5au8; row.block_bytes];
+                let mut next_seq = (t as u64 * lbas / row.queue_depth as u64)
+                    / blocks_per_io as u64
+                    * blocks_per_io as u64;
+                let mut done = 0u64;
+                while Instant::now() < deadline {
+                    let lba = if row.random {
+                        rng.gen_range(0..lbas) / blocks_per_io as u64 * blocks_per_io as u64
+                    } else {
+                        let l = next_seq;
+                        next_seq = (next_seq + blocks_per_io as u64) % lbas;
+                        l
+                    };
+                    let start = Instant::now();
+                    if row.write {
+                        io.write(1, lba, &data, 4096)?;
+                    } else {
+                        io.read(1, lba, blocks_per_io, 4096)?;
+                    }
+                    hist.record(start.elapsed().as_nanos() as u64)?;
+                    done += 1;
+                }
+                Ok((done, hist))
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut total = 0u64;
+    let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
+    for t in threads {
+        let (n, h) = t
+            .join()
+            .map_err(|_| anyhow::anyhow!("an initiator thread panicked"))??;
+        total += n;
+        hist.add(h)?;
+    }
+    let elapsed = started.elapsed().as_secs_f64().max(seconds);
+    let iops = total as f64 / elapsed;
+    let at = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
+    Ok(RunResult {
+        iops,
+        mb_per_s: iops * row.block_bytes as f64 / 1e6,
+        lat_us: [at(0.5), at(0.9), at(0.99), at(0.999)],
+    })
+}
+
+fn print_table(cells: &[Cell], repeat: usize) {
+    println!("\nsluice bench node: medians of {repeat} runs");
+    println!(
+        "{:<18} {:<32} {:>9} {:>9}  {:<28} {:>11} {:>10}",
+        "row", "side", "IOPS", "MB/s", "lat us p50/p90/p99/p99.9", "vs nbdkit", "vs local"
+    );
+    for c in cells {
+        let of = |side| cells.iter().find(|x| x.row == c.row && x.side == side);
+        let ratio = |side| of(side).map_or(String::new(), |b| format!("{:.2}", c.iops / b.iops));
+        println!(
+            "{:<18} {:<32} {:>9.0} {:>9.1}  {:<28} {:>11} {:>10}",
+            c.row,
+            c.side.label(),
+            c.iops,
+            c.mb_per_s,
+            format!(
+                "{:.0}/{:.0}/{:.0}/{:.0}",
+                c.lat_us[0], c.lat_us[1], c.lat_us[2], c.lat_us[3]
+            ),
+            if c.side == Side::Nbdkit {
+                String::new()
+            } else {
+                ratio(Side::Nbdkit)
+            },
+            if c.side == Side::Local {
+                String::new()
+            } else {
+                ratio(Side::Local)
+            },
+        );
+    }
+}
