@@ -16,13 +16,14 @@
 use super::fio;
 use super::io::{Row, RunResult};
 use super::median;
+use super::serve::{free_port, wait_listening, Process as Server};
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use sluice_nvmf::initiator::QueueConnection;
 use sluice_nvmf::pdu::Digests;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[derive(clap::Args, Debug)]
@@ -125,22 +126,6 @@ struct Cell {
     iops: f64,
     mb_per_s: f64,
     lat_us: [f64; 4],
-}
-
-/// A server process of the benchmark, stopped when dropped.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 pub fn run(args: &NodeBenchArgs) -> Result<()> {
@@ -293,13 +278,7 @@ fn start_nbdkit(device: &Path, port: u16) -> Result<Server> {
         .spawn()
         .context("starting nbdkit")?;
     let server = Server(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("nbdkit did not start listening on port {port}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_listening(port, "nbdkit")?;
     Ok(server)
 }
 

@@ -76,13 +76,13 @@ impl Drop for Process {
     }
 }
 
-fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
-fn wait_listening(port: u16, what: &str) -> Result<()> {
+pub(crate) fn wait_listening(port: u16, what: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {

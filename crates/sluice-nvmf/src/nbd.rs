@@ -13,9 +13,8 @@ use crate::controller::{Namespace, Subsystem, MAX_TRANSFER_BYTES};
 use sluice_io::Priority;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
 const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
@@ -79,38 +78,13 @@ pub fn serve(
     max_connections: usize,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
-    listener.set_nonblocking(true)?;
-    let open = Arc::new(AtomicUsize::new(0));
-    while !stop.load(Ordering::Relaxed) {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        if open.load(Ordering::Relaxed) >= max_connections {
-            drop(stream);
-            continue;
-        }
-        open.fetch_add(1, Ordering::Relaxed);
-        let (subsystem, open) = (subsystem.clone(), open.clone());
-        std::thread::Builder::new()
-            .name("nbd-conn".into())
-            .spawn(move || {
-                if let Err(e) = serve_client(stream, &subsystem) {
-                    log::info!("NBD client ended: {e}");
-                }
-                open.fetch_sub(1, Ordering::Relaxed);
-            })?;
-    }
-    Ok(())
+    crate::target::accept_loop(listener, max_connections, stop, "nbd-conn", move |stream| {
+        serve_client(stream, &subsystem)
+    })
 }
 
 fn serve_client(stream: TcpStream, subsystem: &Subsystem) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
-    stream.set_nonblocking(false)?;
     let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let Some((ns, structured)) = handshake(&mut reader, &mut writer, subsystem)? else {

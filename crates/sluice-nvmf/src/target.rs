@@ -53,8 +53,36 @@ pub fn serve(
     config: TargetConfig,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
+    let stop_flag = stop.clone();
+    accept_loop(
+        listener,
+        config.max_connections,
+        stop,
+        "nvmf-conn",
+        move |stream| {
+            Connection::new(subsystem.clone())
+                .run(stream, &stop_flag)
+                .map_err(std::io::Error::other)
+        },
+    )
+}
+
+/// The accept loop of every front end of the node: until `stop` is set,
+/// each connection on a thread of its own running `handle`, at most
+/// `max_connections` at once (more are closed at once, with a log line).
+pub fn accept_loop<H>(
+    listener: TcpListener,
+    max_connections: usize,
+    stop: Arc<AtomicBool>,
+    thread_name: &str,
+    handle: H,
+) -> std::io::Result<()>
+where
+    H: Fn(TcpStream) -> std::io::Result<()> + Send + Sync + 'static,
+{
     listener.set_nonblocking(true)?;
     let open = Arc::new(AtomicUsize::new(0));
+    let handle = Arc::new(handle);
     while !stop.load(Ordering::Relaxed) {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
@@ -64,24 +92,24 @@ pub fn serve(
             }
             Err(e) => return Err(e),
         };
-        if open.load(Ordering::Relaxed) >= config.max_connections {
-            log::warn!(
-                "refusing a connection: {} open, the limit",
-                config.max_connections
-            );
+        if open.load(Ordering::Relaxed) >= max_connections {
+            log::warn!("refusing a connection: {max_connections} open, the limit");
             drop(stream);
             continue;
         }
+        // Accepted sockets do not inherit the listener's O_NONBLOCK on Linux;
+        // said anyway, and a failure here is the connection's alone.
+        let _ = stream.set_nonblocking(false);
         open.fetch_add(1, Ordering::Relaxed);
-        let (subsystem, stop, open) = (subsystem.clone(), stop.clone(), open.clone());
+        let (open, handle) = (open.clone(), handle.clone());
         std::thread::Builder::new()
-            .name("nvmf-conn".into())
+            .name(thread_name.into())
             .spawn(move || {
                 let peer = stream
                     .peer_addr()
                     .map(|a| a.to_string())
                     .unwrap_or_default();
-                if let Err(e) = Connection::new(subsystem).run(stream, &stop) {
+                if let Err(e) = handle(stream) {
                     log::info!("connection from {peer} ended: {e}");
                 }
                 open.fetch_sub(1, Ordering::Relaxed);
