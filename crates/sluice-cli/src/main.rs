@@ -4,6 +4,7 @@
 mod graph;
 mod kv;
 mod node;
+mod nvmf;
 mod pagination;
 mod papers;
 mod query;
@@ -76,6 +77,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Serve devices to NVMe/TCP hosts (`nvme connect -t tcp`): the storage node.
     Node(node::NodeArgs),
+    /// Reach an NVMe/TCP target with Sluice's initiator: identify, read, write, copy in the node.
+    Nvmf(nvmf::NvmfArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
 }
@@ -97,6 +100,7 @@ fn main() -> ExitCode {
         Command::Read(args) => pagination::run_read(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Node(args) => node::run(&args),
+        Command::Nvmf(args) => nvmf::run(&args),
         Command::Probe => {
             print_probe();
             Ok(())

@@ -80,6 +80,7 @@ fn bad_options_are_refused_before_anything_is_served() {
 struct Node {
     child: Child,
     nbd: String,
+    nvme: String,
     _dir: tempfile::TempDir,
 }
 
@@ -111,15 +112,19 @@ fn node_with_nbd() -> Node {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let nbd = loop {
+    let (mut nbd, mut nvme) = (None, None);
+    while nbd.is_none() || nvme.is_none() {
         let line = lines.next().unwrap().unwrap();
         if let Some(at) = line.strip_prefix("sluice node: NBD on ") {
-            break at.to_string();
+            nbd = Some(at.to_string());
+        } else if let Some(rest) = line.split(" on nvme-tcp ").nth(1) {
+            nvme = rest.split_whitespace().next().map(str::to_string);
         }
-    };
+    }
     Node {
         child,
-        nbd,
+        nbd: nbd.unwrap(),
+        nvme: nvme.unwrap(),
         _dir: dir,
     }
 }
@@ -212,4 +217,73 @@ fn bench_node_runs_every_side_and_prints_the_ratios() {
     for side in ["local", "sluice_nbd", "nbdkit", "sluice_nvme_tcp"] {
         assert!(cells.iter().any(|c| c["side"] == side), "{side}");
     }
+}
+
+#[test]
+fn sluice_nvmf_identifies_writes_reads_and_copies_inside_the_node() {
+    let node = node_with_nbd();
+    let nvmf = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.args(["nvmf", "--target", &node.nvme]).args(args);
+        cmd
+    };
+    let id = run(&mut nvmf(&["identify"]));
+    assert!(id.contains("Sluice storage node"), "{id}");
+    assert!(id.contains("2 namespace(s)"), "{id}");
+    assert!(
+        id.contains("namespace 2: 4096 blocks of 4096 bytes (16 MiB)"),
+        "{id}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.bin");
+    let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&input, &data).unwrap();
+    let wrote = run(&mut nvmf(&[
+        "write",
+        "--nsid",
+        "1",
+        "--lba",
+        "9",
+        "--in",
+        input.to_str().unwrap(),
+    ]));
+    assert!(wrote.contains("wrote 3 blocks"), "{wrote}");
+    let copied = run(&mut nvmf(&[
+        "copy",
+        "--from-nsid",
+        "1",
+        "--from-lba",
+        "9",
+        "--blocks",
+        "3",
+        "--to-nsid",
+        "2",
+        "--to-lba",
+        "100",
+    ]));
+    assert!(copied.contains("inside the node"), "{copied}");
+    let out = dir.path().join("out.bin");
+    run(&mut nvmf(&[
+        "read",
+        "--nsid",
+        "2",
+        "--lba",
+        "100",
+        "--blocks",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert_eq!(std::fs::read(&out).unwrap(), data);
+    // Bad input: a file that is not whole blocks, a copy of nothing.
+    std::fs::write(&input, b"short").unwrap();
+    let bad = nvmf(&["write", "--lba", "0", "--in", input.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("write whole blocks of 4096 bytes"));
+    let bad = nvmf(&["copy", "--from-lba", "0", "--blocks", "0", "--to-lba", "1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("between 1 and 65536"));
 }

@@ -1,0 +1,220 @@
+//! `sluice nvmf`: reach an NVMe/TCP target (a `sluice node`) with Sluice's
+//! own initiator: identify, read, write, and copy inside the node.
+
+use anyhow::{bail, Context, Result};
+use sluice_nvmf::command::Sqe;
+use sluice_nvmf::initiator::QueueConnection;
+use sluice_nvmf::nvm::opcode;
+use sluice_nvmf::pdu::Digests;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct NvmfArgs {
+    /// The target's address.
+    #[arg(long, default_value = "127.0.0.1:4420")]
+    target: String,
+    /// The subsystem's NQN.
+    #[arg(long, default_value = "nqn.2026-11.io.sluice:node")]
+    nqn: String,
+    /// This host's NQN.
+    #[arg(
+        long,
+        default_value = "nqn.2014-08.org.nvmexpress:uuid:sluice-nvmf-cli"
+    )]
+    host_nqn: String,
+    /// Ask for header and data digests (CRC32C) on every PDU.
+    #[arg(long)]
+    digests: bool,
+    #[command(subcommand)]
+    command: NvmfCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum NvmfCommand {
+    /// The controller and its namespaces.
+    Identify,
+    /// Read blocks of a namespace to a file (or standard output).
+    Read {
+        /// The namespace.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// The first block.
+        #[arg(long)]
+        lba: u64,
+        /// Blocks to read.
+        #[arg(long, default_value_t = 1)]
+        blocks: u32,
+        /// Where the bytes go (default: standard output).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Write a file's bytes (whole blocks) to a namespace.
+    Write {
+        /// The namespace.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// The first block.
+        #[arg(long)]
+        lba: u64,
+        /// The bytes to write: a file of whole blocks.
+        #[arg(long = "in")]
+        input: PathBuf,
+    },
+    /// Copy blocks inside the node (within a namespace or across two): no
+    /// data crosses the network.
+    Copy {
+        /// The source namespace.
+        #[arg(long, default_value_t = 1)]
+        from_nsid: u32,
+        /// The source's first block.
+        #[arg(long)]
+        from_lba: u64,
+        /// Blocks to copy (at most 65536).
+        #[arg(long)]
+        blocks: u32,
+        /// The destination namespace.
+        #[arg(long, default_value_t = 1)]
+        to_nsid: u32,
+        /// The destination's first block.
+        #[arg(long)]
+        to_lba: u64,
+    },
+}
+
+struct Session {
+    admin: QueueConnection,
+    io: QueueConnection,
+}
+
+fn open(args: &NvmfArgs) -> Result<Session> {
+    let digests = Digests {
+        header: args.digests,
+        data: args.digests,
+    };
+    let reach = || format!("reaching {} (is a sluice node there?)", args.target);
+    let mut admin = QueueConnection::open(&args.target, digests).with_context(reach)?;
+    let cntlid = admin
+        .connect(&args.nqn, &args.host_nqn, 0, 0xffff, 0)
+        .with_context(|| format!("connecting to {} at {}", args.nqn, args.target))?;
+    admin.enable()?;
+    admin.set_queue_count(1)?;
+    let mut io = QueueConnection::open(&args.target, digests).with_context(reach)?;
+    io.connect(&args.nqn, &args.host_nqn, 1, cntlid, 0)?;
+    Ok(Session { admin, io })
+}
+
+/// A namespace's block size and block count, from Identify Namespace.
+fn geometry(admin: &mut QueueConnection, nsid: u32) -> Result<(u32, u64)> {
+    let ns = admin
+        .identify(0, nsid)
+        .with_context(|| format!("namespace {nsid}"))?;
+    let blocks = u64::from_le_bytes(ns[0..8].try_into()?);
+    Ok((1u32 << ns[130], blocks))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .trim_end_matches(['\0', ' '])
+        .to_string()
+}
+
+pub fn run(args: &NvmfArgs) -> Result<()> {
+    let mut s = open(args)?;
+    match &args.command {
+        NvmfCommand::Identify => {
+            let id = s.admin.identify(1, 0)?;
+            let count = u32::from_le_bytes(id[516..520].try_into()?);
+            println!(
+                "controller {}: {} {} (firmware {}), serial {}, subsystem {}, {} namespace(s), MDTS {} KiB",
+                u16::from_le_bytes([id[78], id[79]]),
+                text(&id[24..64]),
+                text(&id[4..24]),
+                text(&id[64..72]),
+                text(&id[4..24]),
+                text(&id[768..1024]),
+                count,
+                4u32 << id[77]
+            );
+            for nsid in 1..=count {
+                let (bs, blocks) = geometry(&mut s.admin, nsid)?;
+                println!(
+                    "  namespace {nsid}: {blocks} blocks of {bs} bytes ({} MiB)",
+                    blocks * bs as u64 >> 20
+                );
+            }
+        }
+        NvmfCommand::Read {
+            nsid,
+            lba,
+            blocks,
+            out,
+        } => {
+            let (bs, _) = geometry(&mut s.admin, *nsid)?;
+            let per = (128 << 10) / bs;
+            let mut bytes = Vec::with_capacity(*blocks as usize * bs as usize);
+            let mut done = 0;
+            while done < *blocks {
+                let n = (*blocks - done).min(per);
+                bytes.extend(s.io.read(*nsid, lba + done as u64, n, bs)?);
+                done += n;
+            }
+            match out {
+                Some(path) => std::fs::write(path, &bytes)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => std::io::stdout().write_all(&bytes)?,
+            }
+        }
+        NvmfCommand::Write { nsid, lba, input } => {
+            let (bs, _) = geometry(&mut s.admin, *nsid)?;
+            let bytes =
+                std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
+            if bytes.is_empty() || bytes.len() % bs as usize != 0 {
+                bail!(
+                    "{} is {} bytes: write whole blocks of {bs} bytes",
+                    input.display(),
+                    bytes.len()
+                );
+            }
+            for (i, chunk) in bytes.chunks(128 << 10).enumerate() {
+                let at = lba + (i * (128 << 10) / bs as usize) as u64;
+                s.io.write(*nsid, at, chunk, bs)?;
+            }
+            s.io.flush(*nsid)?;
+            println!(
+                "wrote {} blocks at {lba} of namespace {nsid}",
+                bytes.len() / bs as usize
+            );
+        }
+        NvmfCommand::Copy {
+            from_nsid,
+            from_lba,
+            blocks,
+            to_nsid,
+            to_lba,
+        } => {
+            if *blocks == 0 || *blocks > 65536 {
+                bail!("--blocks {blocks}: between 1 and 65536 per copy");
+            }
+            let sqe = copy_command(*from_nsid, *from_lba, *blocks, *to_nsid, *to_lba);
+            s.io.command(sqe, &[])?;
+            println!(
+                "copied {blocks} blocks from namespace {from_nsid} at {from_lba} to namespace {to_nsid} at {to_lba} inside the node"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The node's Copy across namespaces (docs/NVMF.md): the source in
+/// CDW10–13, the destination in NSID and CDW14–15.
+fn copy_command(from_nsid: u32, from_lba: u64, blocks: u32, to_nsid: u32, to_lba: u64) -> Sqe {
+    Sqe::new(opcode::COPY_ACROSS, 0)
+        .with_nsid(to_nsid)
+        .with_cdw(10, from_lba as u32)
+        .with_cdw(11, (from_lba >> 32) as u32)
+        .with_cdw(12, blocks - 1)
+        .with_cdw(13, from_nsid)
+        .with_cdw(14, to_lba as u32)
+        .with_cdw(15, (to_lba >> 32) as u32)
+}
