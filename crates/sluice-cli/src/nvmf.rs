@@ -140,7 +140,7 @@ pub fn run(args: &NvmfArgs) -> Result<()> {
                 let (bs, blocks) = geometry(&mut s.admin, nsid)?;
                 println!(
                     "  namespace {nsid}: {blocks} blocks of {bs} bytes ({} MiB)",
-                    blocks * bs as u64 >> 20
+                    (blocks * bs as u64) >> 20
                 );
             }
         }
