@@ -12,6 +12,12 @@
 //! Rows: 4 KiB random read and write at QD1 and QD32, 128 KiB sequential
 //! read and write at QD8. Sides alternate their order from run to run;
 //! medians of `--repeat` runs.
+//!
+//! Then the S-Direct paper's point, moving data between devices: `--move-mib`
+//! copied from namespace 1 to namespace 2 inside the node (Copy across
+//! namespaces) against our initiator reading it and writing it back, and
+//! written to both namespaces with one MultiCast against one write each;
+//! time and the bytes that crossed the network, counted at the initiator.
 
 use super::fio;
 use super::io::{Row, RunResult};
@@ -40,6 +46,10 @@ pub struct NodeBenchArgs {
     /// Its size, MiB.
     #[arg(long, default_value_t = 1024)]
     size_mib: u64,
+    /// Bytes moved between the node's devices by the copy and multicast
+    /// comparison, MiB (at most --size-mib).
+    #[arg(long, default_value_t = 1024)]
+    move_mib: u64,
     /// Only these rows (comma separated).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -134,13 +144,22 @@ pub fn run(args: &NodeBenchArgs) -> Result<()> {
         bail!("nbdkit is not installed: run `apt-get install -y nbdkit` (scripts/setup does)");
     }
     let size = args.size_mib << 20;
+    if args.move_mib > args.size_mib {
+        bail!(
+            "--move-mib {} is more than the device's --size-mib {}",
+            args.move_mib,
+            args.size_mib
+        );
+    }
     prepare(&args.device, size)?;
+    let second = args.device.with_extension("b.dev");
+    prepare(&second, size)?;
     let rows: Vec<&Row> = ROWS
         .iter()
         .filter(|r| args.only.is_empty() || args.only.iter().any(|o| o == r.name))
         .collect();
     let exe = std::env::current_exe().context("finding the sluice binary")?;
-    let (node, nbd_addr, nvme_addr) = start_node(&exe, &args.device)?;
+    let (node, nbd_addr, nvme_addr) = start_node(&exe, &args.device, &second)?;
     let nbdkit_port = free_port()?;
     let nbdkit = start_nbdkit(&args.device, nbdkit_port)?;
     let sides = [
@@ -195,13 +214,160 @@ pub fn run(args: &NodeBenchArgs) -> Result<()> {
             });
         }
     }
-    drop((node, nbdkit));
+    drop(nbdkit);
+    let moved = movements(&nvme_addr, args.move_mib << 20)?;
+    drop(node);
     print_table(&cells, args.repeat);
+    print_movements(&moved);
     if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&cells)?)
+        let report = serde_json::json!({ "cells": cells, "movements": moved });
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// One way of moving data between the node's devices.
+#[derive(serde::Serialize)]
+struct Movement {
+    what: &'static str,
+    seconds: f64,
+    mb_per_s: f64,
+    network_bytes: u64,
+}
+
+const NQN: &str = "nqn.2026-11.io.sluice:node";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:sluice-bench-node";
+const BLOCK: u32 = 4096;
+/// Blocks per command of the movements (128 KiB; Copy takes up to 64 Ki).
+const CHUNK_BLOCKS: u32 = 32;
+
+/// An admin queue and one I/O queue of a new controller.
+fn session(address: &str) -> Result<(QueueConnection, QueueConnection)> {
+    let mut admin = QueueConnection::open(address, Digests::default())?;
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 0)?;
+    admin.enable()?;
+    admin.set_queue_count(1)?;
+    let mut io = QueueConnection::open(address, Digests::default())?;
+    io.connect(NQN, HOST, 1, cntlid, 0)?;
+    Ok((admin, io))
+}
+
+fn movements(address: &str, bytes: u64) -> Result<Vec<Movement>> {
+    use sluice_nvmf::command::Sqe;
+    use sluice_nvmf::nvm::opcode;
+    let (_admin, mut io) = session(address)?;
+    let blocks = (bytes / BLOCK as u64) as u32;
+    let mut out = Vec::new();
+    let mut measure = |what,
+                       io: &mut QueueConnection,
+                       f: &mut dyn FnMut(&mut QueueConnection) -> Result<()>|
+     -> Result<()> {
+        let before = io.bytes_sent + io.bytes_received;
+        let start = Instant::now();
+        f(io)?;
+        let seconds = start.elapsed().as_secs_f64();
+        out.push(Movement {
+            what,
+            seconds,
+            mb_per_s: bytes as f64 / seconds / 1e6,
+            network_bytes: io.bytes_sent + io.bytes_received - before,
+        });
+        Ok(())
+    };
+    measure(
+        "copy ns1 -> ns2, inside the node (Copy across)",
+        &mut io,
+        &mut |io| {
+            let mut done = 0;
+            while done < blocks {
+                let n = (blocks - done).min(65536);
+                let copy = Sqe::new(opcode::COPY_ACROSS, 0)
+                    .with_nsid(2)
+                    .with_cdw(10, done)
+                    .with_cdw(12, n - 1)
+                    .with_cdw(13, 1)
+                    .with_cdw(14, done);
+                io.command(copy, &[])?;
+                done += n;
+            }
+            Ok(())
+        },
+    )?;
+    measure(
+        "copy ns1 -> ns2, through the initiator (read, write)",
+        &mut io,
+        &mut |io| {
+            let mut done = 0;
+            while done < blocks {
+                let n = (blocks - done).min(CHUNK_BLOCKS);
+                let data = io.read(1, done as u64, n, BLOCK)?;
+                io.write(2, done as u64, &data, BLOCK)?;
+                done += n;
+            }
+            Ok(())
+        },
+    )?;
+    let data = vec![0xa5u8; (CHUNK_BLOCKS * BLOCK) as usize];
+    measure(
+        "write to ns1 and ns2, inside the node (MultiCast)",
+        &mut io,
+        &mut |io| {
+            let mut done = 0;
+            while done < blocks {
+                let n = (blocks - done).min(CHUNK_BLOCKS);
+                let multicast = Sqe::new(opcode::MULTICAST, 0)
+                    .with_nsid(1)
+                    .with_cdw(10, done)
+                    .with_cdw(12, n - 1)
+                    .with_cdw(13, 0b11);
+                io.command(multicast, &data[..(n * BLOCK) as usize])?;
+                done += n;
+            }
+            Ok(())
+        },
+    )?;
+    measure(
+        "write to ns1 and ns2, through the initiator (two writes)",
+        &mut io,
+        &mut |io| {
+            let mut done = 0;
+            while done < blocks {
+                let n = (blocks - done).min(CHUNK_BLOCKS);
+                io.write(1, done as u64, &data[..(n * BLOCK) as usize], BLOCK)?;
+                io.write(2, done as u64, &data[..(n * BLOCK) as usize], BLOCK)?;
+                done += n;
+            }
+            Ok(())
+        },
+    )?;
+    // Every side did its work: both namespaces hold the last pattern.
+    for nsid in [1, 2] {
+        let last = io.read(
+            nsid,
+            (blocks - CHUNK_BLOCKS.min(blocks)) as u64,
+            CHUNK_BLOCKS.min(blocks),
+            BLOCK,
+        )?;
+        if last.iter().any(|&b| b != 0xa5) {
+            bail!("namespace {nsid} does not hold what was written to it");
+        }
+    }
+    Ok(out)
+}
+
+fn print_movements(moved: &[Movement]) {
+    println!("\nmoving data between the node's two devices:");
+    println!(
+        "{:<58} {:>9} {:>9} {:>16}",
+        "what", "seconds", "MB/s", "network bytes"
+    );
+    for m in moved {
+        println!(
+            "{:<58} {:>9.2} {:>9.1} {:>16}",
+            m.what, m.seconds, m.mb_per_s, m.network_bytes
+        );
+    }
 }
 
 /// Creates the file at `size` and fills it with data once (so reads touch
@@ -235,7 +401,7 @@ fn prepare(device: &Path, size: u64) -> Result<()> {
     Ok(())
 }
 
-fn start_node(exe: &Path, device: &Path) -> Result<(Server, String, String)> {
+fn start_node(exe: &Path, device: &Path, second: &Path) -> Result<(Server, String, String)> {
     let mut child = Command::new(exe)
         .args([
             "node",
@@ -246,6 +412,8 @@ fn start_node(exe: &Path, device: &Path) -> Result<(Server, String, String)> {
             "--device",
         ])
         .arg(device)
+        .arg("--device")
+        .arg(second)
         .stdout(Stdio::piped())
         .spawn()
         .context("starting sluice node")?;
@@ -330,8 +498,6 @@ fn fio_run(row: &Row, seconds: f64, target: Target<'_>) -> Result<RunResult> {
 /// Our initiator: `queue_depth` I/O queues, one command in flight on each,
 /// for `seconds`; latencies of every command.
 fn initiator_run(row: &Row, seconds: f64, address: &str, size: u64) -> Result<RunResult> {
-    const NQN: &str = "nqn.2026-11.io.sluice:node";
-    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:sluice-bench-node";
     let queues = row.queue_depth.min(8) as u16;
     let mut admin = QueueConnection::open(address, Digests::default())?;
     let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 0)?;

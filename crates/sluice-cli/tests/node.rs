@@ -202,14 +202,16 @@ fn bench_node_runs_every_side_and_prints_the_ratios() {
             "1",
             "--size-mib",
             "64",
+            "--move-mib",
+            "8",
         ])
         .args(["--only", "randread-4k-qd1,seqwrite-128k-qd8", "--device"])
         .arg(dir.path().join("bench-node.dev"))
         .arg("--json")
         .arg(&json));
     assert!(out.contains("vs nbdkit"), "{out}");
-    let cells: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let cells = cells.as_array().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let cells = report["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 8, "two rows, four sides");
     for c in cells {
         assert!(c["iops"].as_f64().unwrap() > 0.0, "{c}");
@@ -217,6 +219,15 @@ fn bench_node_runs_every_side_and_prints_the_ratios() {
     for side in ["local", "sluice_nbd", "nbdkit", "sluice_nvme_tcp"] {
         assert!(cells.iter().any(|c| c["side"] == side), "{side}");
     }
+    // Inside the node, almost nothing crosses the network; through the
+    // initiator, the data does (twice for a copy: read, then written back).
+    let moved = report["movements"].as_array().unwrap();
+    assert_eq!(moved.len(), 4);
+    let bytes = |i: usize| moved[i]["network_bytes"].as_u64().unwrap();
+    assert!(bytes(0) < 4096, "{}", moved[0]);
+    assert!(bytes(1) > 2 * (8 << 20), "{}", moved[1]);
+    assert!(bytes(2) > (8 << 20) && bytes(2) < (9 << 20), "{}", moved[2]);
+    assert!(bytes(3) > 2 * (8 << 20), "{}", moved[3]);
 }
 
 #[test]

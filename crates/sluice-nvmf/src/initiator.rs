@@ -56,6 +56,10 @@ pub struct QueueConnection {
     next_cid: u16,
     /// Most data bytes the target takes in one H2CData PDU.
     pub maxh2cdata: u32,
+    /// Bytes this connection has sent, PDU headers and digests included.
+    pub bytes_sent: u64,
+    /// Bytes this connection has received.
+    pub bytes_received: u64,
 }
 
 /// What a command returned: its completion and any data.
@@ -86,6 +90,8 @@ impl QueueConnection {
             filled: 0,
             next_cid: 1,
             maxh2cdata: 0,
+            bytes_sent: 0,
+            bytes_received: 0,
         };
         let mut out = Vec::new();
         Encoder::default().encode(
@@ -99,7 +105,7 @@ impl QueueConnection {
             &[],
             &mut out,
         );
-        q.stream.write_all(&out)?;
+        q.send(&out)?;
         match q.receive()? {
             (
                 Header::IcResp {
@@ -120,6 +126,12 @@ impl QueueConnection {
         }
     }
 
+    fn send(&mut self, bytes: &[u8]) -> Result<()> {
+        self.stream.write_all(bytes)?;
+        self.bytes_sent += bytes.len() as u64;
+        Ok(())
+    }
+
     /// The next PDU from the target.
     fn receive(&mut self) -> Result<(Header, Vec<u8>)> {
         loop {
@@ -138,6 +150,7 @@ impl QueueConnection {
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         other => other?,
                     };
+                    self.bytes_received += got as u64;
                     if got == 0 {
                         return Err(InitiatorError::Protocol(
                             "the target closed the connection".into(),
@@ -171,7 +184,7 @@ impl QueueConnection {
             let capsule_data = if in_capsule { data } else { &[][..] };
             self.encoder
                 .encode(&Header::CapsuleCmd(sqe), 0, capsule_data, &mut out);
-            self.stream.write_all(&out)?;
+            self.send(&out)?;
             pending.push(Pending {
                 cid,
                 data,
@@ -289,7 +302,7 @@ impl QueueConnection {
                 piece,
                 &mut out,
             );
-            self.stream.write_all(&out)?;
+            self.send(&out)?;
         }
         Ok(())
     }
@@ -414,7 +427,7 @@ impl QueueConnection {
 
     /// Sends raw bytes (tests of malformed input).
     pub fn send_raw(&mut self, bytes: &[u8]) -> Result<()> {
-        self.stream.write_all(bytes)?;
+        self.send(bytes)?;
         Ok(())
     }
 
