@@ -150,6 +150,23 @@ struct Controllers {
     live: HashMap<u16, ControllerState>,
 }
 
+/// Highest controller id (0xFFF0 and up are reserved).
+const MAX_CONTROLLER_ID: u16 = 0xffef;
+
+impl Controllers {
+    /// The next id no live controller has, in turn from 1 to 0xFFEF (the
+    /// caller keeps fewer than that many alive).
+    fn allocate_id(&mut self) -> u16 {
+        loop {
+            let id = self.next_id.clamp(1, MAX_CONTROLLER_ID);
+            self.next_id = if id == MAX_CONTROLLER_ID { 1 } else { id + 1 };
+            if !self.live.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+}
+
 /// What a controller keeps between its queues' commands.
 #[derive(Debug, Clone)]
 struct ControllerState {
@@ -270,6 +287,11 @@ impl Queue {
             held_aers: 0,
             fused: nvm::Fused::default(),
         }
+    }
+
+    /// Whether a Connect made this queue part of a controller.
+    pub fn is_connected(&self) -> bool {
+        self.controller.is_some()
     }
 
     /// The queue's identifier (0: admin), once connected.
@@ -407,8 +429,7 @@ impl Queue {
             if controllers.live.len() >= MAX_CONTROLLERS {
                 return fail(sqe, status::CONNECT_CONTROLLER_BUSY);
             }
-            let id = controllers.next_id;
-            controllers.next_id = controllers.next_id.wrapping_add(1).clamp(1, 0xffef);
+            let id = controllers.allocate_id();
             controllers.live.insert(
                 id,
                 ControllerState {
@@ -761,4 +782,31 @@ fn identify_namespace(ns: &Namespace, p: &mut [u8]) {
     p[104..120].copy_from_slice(&ns.uuid); // NGUID
                                            // LBAF0: no metadata, LBADS = log2(block size).
     p[130] = ns.block_size_bytes.trailing_zeros() as u8;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controller_ids_wrap_and_skip_live_ones() {
+        let mut c = Controllers {
+            next_id: MAX_CONTROLLER_ID - 1,
+            live: HashMap::new(),
+        };
+        let state = ControllerState {
+            host_nqn: String::new(),
+            discovery: false,
+            cc: 0,
+            csts: 0,
+            io_queues: 0,
+            kato_ms: 0,
+            async_event_config: 0,
+        };
+        c.live.insert(1, state.clone());
+        assert_eq!(c.allocate_id(), MAX_CONTROLLER_ID - 1);
+        assert_eq!(c.allocate_id(), MAX_CONTROLLER_ID);
+        assert_eq!(c.allocate_id(), 2, "wrapped, and 1 is alive");
+        assert_eq!(c.allocate_id(), 3);
+    }
 }

@@ -29,6 +29,8 @@ pub const MAXH2CDATA: u32 = MAX_TRANSFER_BYTES as u32;
 pub const MAX_PENDING_WRITES: usize = 128;
 /// How often a blocked connection looks at the clock and the stop flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a connection may take to send its ICReq and Connect.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the target serves.
 #[derive(Debug, Clone)]
@@ -163,6 +165,7 @@ impl Connection {
             .map_err(|e| e.to_string())?;
         let mut buf = vec![0u8; 256 << 10];
         let (mut start, mut filled) = (0usize, 0usize);
+        let opened = Instant::now();
         let mut last_heard = Instant::now();
         let result = loop {
             // Every whole PDU already received.
@@ -210,6 +213,12 @@ impl Connection {
                     last_heard = Instant::now();
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if !self.queue.is_connected() && opened.elapsed() > SETUP_TIMEOUT {
+                        break Err(format!(
+                            "no ICReq and Connect within {} s",
+                            SETUP_TIMEOUT.as_secs()
+                        ));
+                    }
                     let kato = self.queue.kato_ms() as u64;
                     if kato > 0 && last_heard.elapsed() > Duration::from_millis(kato * 2) {
                         break Err(format!(
