@@ -172,12 +172,11 @@ impl Connection {
             let framed = loop {
                 match self.framer.next(&buf[start..filled]) {
                     Ok(Framed::Pdu(pdu, used)) => {
-                        let (header, data, ok) =
-                            (pdu.header, pdu.data.to_vec(), pdu.data_digest_ok);
-                        start += used;
-                        if let Err(e) = self.handle(header, &data, ok) {
+                        // The data is handled where it was received.
+                        if let Err(e) = self.handle(pdu.header, pdu.data, pdu.data_digest_ok) {
                             break Err(e);
                         }
+                        start += used;
                     }
                     Ok(Framed::NeedBytes(n)) => break Ok(n),
                     Err(e) => break Err(e),
