@@ -303,7 +303,7 @@ fn write_bytes(ns: &Namespace, offset: u64, data: &[u8]) -> Result<(), u32> {
 }
 
 fn reply(
-    w: &mut impl Write,
+    w: &mut dyn Write,
     structured: bool,
     cookie: u64,
     error: u32,
@@ -337,14 +337,71 @@ fn reply(
     }
 }
 
-fn transmission(
+/// Requests of one connection run on this many threads at once (NBD
+/// replies carry the request's cookie, so they may come back in any order).
+pub const WORKERS_PER_CONNECTION: usize = 8;
+/// Most requests of one connection received and not yet answered.
+pub const MAX_REQUESTS_IN_FLIGHT: usize = 64;
+
+/// One request as received.
+struct NbdRequest {
+    flags: u16,
+    kind: u16,
+    cookie: u64,
+    offset: u64,
+    len: u32,
+    data: Vec<u8>,
+}
+
+/// Reads requests and hands them to the connection's workers, which run
+/// them against the namespace and send their replies (one at a time on the
+/// shared writer) until the client disconnects.
+fn transmission<W: Write + Send>(
     r: &mut impl Read,
-    w: &mut impl Write,
+    w: &mut W,
     ns: &Namespace,
     structured: bool,
 ) -> std::io::Result<()> {
-    let mut buf = Vec::new();
+    let writer = std::sync::Mutex::new(w);
+    let failed = AtomicBool::new(false);
+    let (tx, rx) = crossbeam_channel::bounded::<NbdRequest>(MAX_REQUESTS_IN_FLIGHT);
+    std::thread::scope(|scope| {
+        for _ in 0..WORKERS_PER_CONNECTION {
+            let (rx, writer, failed) = (rx.clone(), &writer, &failed);
+            scope.spawn(move || {
+                let mut buf = Vec::new();
+                for request in rx.iter() {
+                    let result = {
+                        let answer = run_request(ns, &request, &mut buf);
+                        let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+                        let read = (answer == 0 && request.kind == cmd::READ)
+                            .then_some((request.offset, &buf[..]));
+                        reply(&mut **w, structured, request.cookie, answer, read)
+                            .and_then(|()| w.flush())
+                    };
+                    if result.is_err() {
+                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        return;
+                    }
+                }
+            });
+        }
+        drop(rx);
+        let outcome = receive_requests(r, &tx, &failed);
+        drop(tx);
+        outcome
+    })
+}
+
+fn receive_requests(
+    r: &mut impl Read,
+    tx: &crossbeam_channel::Sender<NbdRequest>,
+    failed: &AtomicBool,
+) -> std::io::Result<()> {
     loop {
+        if failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(protocol("sending a reply failed"));
+        }
         let magic = match read_u32(r) {
             Ok(m) => m,
             Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(()),
@@ -358,52 +415,62 @@ fn transmission(
         let cookie = read_u64(r)?;
         let offset = read_u64(r)?;
         let len = read_u32(r)?;
-        let in_range = offset
-            .checked_add(len as u64)
-            .is_some_and(|end| end <= size_of(ns));
+        let mut data = Vec::new();
         if kind == cmd::WRITE {
             if len > MAX_REQUEST_BYTES {
                 return Err(protocol("a write past the request limit"));
             }
-            buf.resize(len as usize, 0);
-            r.read_exact(&mut buf)?;
+            data.resize(len as usize, 0);
+            r.read_exact(&mut data)?;
         }
-        let too_big = len > MAX_REQUEST_BYTES;
-        let error = match kind {
-            cmd::DISC => {
-                w.flush()?;
-                return Ok(());
-            }
-            cmd::READ if too_big => EINVAL,
-            cmd::READ | cmd::WRITE | cmd::TRIM | cmd::WRITE_ZEROES if !in_range => ENOSPC,
-            cmd::READ => {
-                buf.resize(len as usize, 0);
-                match read_bytes(ns, offset, &mut buf) {
-                    Ok(()) => {
-                        reply(w, structured, cookie, 0, Some((offset, &buf)))?;
-                        w.flush()?;
-                        continue;
-                    }
-                    Err(e) => e,
+        if kind == cmd::DISC {
+            // The workers finish what was sent before it; then the end.
+            return Ok(());
+        }
+        if tx
+            .send(NbdRequest {
+                flags,
+                kind,
+                cookie,
+                offset,
+                len,
+                data,
+            })
+            .is_err()
+        {
+            return Err(protocol("the connection's workers stopped"));
+        }
+    }
+}
+
+/// Runs one request; a read's bytes are left in `buf`. Returns the NBD
+/// error (0: success).
+fn run_request(ns: &Namespace, request: &NbdRequest, buf: &mut Vec<u8>) -> u32 {
+    let (offset, len) = (request.offset, request.len);
+    let in_range = offset
+        .checked_add(len as u64)
+        .is_some_and(|end| end <= size_of(ns));
+    match request.kind {
+        cmd::READ if len > MAX_REQUEST_BYTES => EINVAL,
+        cmd::READ | cmd::WRITE | cmd::TRIM | cmd::WRITE_ZEROES if !in_range => ENOSPC,
+        cmd::READ => {
+            buf.resize(len as usize, 0);
+            read_bytes(ns, offset, buf).err().unwrap_or(0)
+        }
+        cmd::WRITE => write_bytes(ns, offset, &request.data)
+            .and_then(|()| {
+                if request.flags & CMD_FLAG_FUA != 0 {
+                    ns.io.flush(Priority::High).map_err(|_| EIO)
+                } else {
+                    Ok(())
                 }
-            }
-            cmd::WRITE => write_bytes(ns, offset, &buf)
-                .and_then(|()| {
-                    if flags & CMD_FLAG_FUA != 0 {
-                        ns.io.flush(Priority::High).map_err(|_| EIO)
-                    } else {
-                        Ok(())
-                    }
-                })
-                .err()
-                .unwrap_or(0),
-            cmd::FLUSH => ns.io.flush(Priority::High).err().map_or(0, |_| EIO),
-            // Trimmed bytes read as zeros, as Write Zeroes leaves them.
-            cmd::TRIM | cmd::WRITE_ZEROES => zero_bytes(ns, offset, len as u64).err().unwrap_or(0),
-            _ => ENOTSUP,
-        };
-        reply(w, structured, cookie, error, None)?;
-        w.flush()?;
+            })
+            .err()
+            .unwrap_or(0),
+        cmd::FLUSH => ns.io.flush(Priority::High).err().map_or(0, |_| EIO),
+        // Trimmed bytes read as zeros, as Write Zeroes leaves them.
+        cmd::TRIM | cmd::WRITE_ZEROES => zero_bytes(ns, offset, len as u64).err().unwrap_or(0),
+        _ => ENOTSUP,
     }
 }
 
