@@ -191,6 +191,8 @@ fn nbd_clients_copy_inspect_and_verify_through_the_node() {
         "--iodepth=8",
         "--verify=crc32c",
         "--do_verify=1",
+        // No verify state file left in the working directory.
+        "--verify_state_save=0",
     ]));
     assert!(!fio.contains("verify: bad"), "{fio}");
 }
