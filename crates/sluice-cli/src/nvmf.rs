@@ -2,6 +2,7 @@
 //! own initiator: identify, read, write, and copy inside the node.
 
 use anyhow::{bail, Context, Result};
+use sluice_io::codec::{u16_at, u32_at, u64_at};
 use sluice_nvmf::command::Sqe;
 use sluice_nvmf::initiator::QueueConnection;
 use sluice_nvmf::nvm::opcode;
@@ -109,7 +110,7 @@ fn geometry(admin: &mut QueueConnection, nsid: u32) -> Result<(u32, u64)> {
     let ns = admin
         .identify(0, nsid)
         .with_context(|| format!("namespace {nsid}"))?;
-    let blocks = u64::from_le_bytes(ns[0..8].try_into()?);
+    let blocks = u64_at(&ns, 0).context("a short Identify Namespace")?;
     Ok((1u32 << ns[130], blocks))
 }
 
@@ -124,10 +125,10 @@ pub fn run(args: &NvmfArgs) -> Result<()> {
     match &args.command {
         NvmfCommand::Identify => {
             let id = s.admin.identify(1, 0)?;
-            let count = u32::from_le_bytes(id[516..520].try_into()?);
+            let count = u32_at(&id, 516).context("a short Identify Controller")?;
             println!(
                 "controller {}: {} {} (firmware {}), serial {}, subsystem {}, {} namespace(s), MDTS {} KiB",
-                u16::from_le_bytes([id[78], id[79]]),
+                u16_at(&id, 78).unwrap_or_default(),
                 text(&id[24..64]),
                 text(&id[4..24]),
                 text(&id[64..72]),

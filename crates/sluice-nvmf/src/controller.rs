@@ -7,6 +7,7 @@
 
 use crate::command::{status, Completion, Fuse, SglKind, Sqe, Status, FABRICS_OPCODE};
 use crate::nvm::{self, opcode};
+use sluice_io::codec::{u16_at, u32_at, u64_at};
 use sluice_io::{Device, DeviceIo, EngineConfig};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -185,10 +186,7 @@ impl Subsystem {
     /// A subsystem named `nqn` over `namespaces`; `allowed_hosts` empty lets
     /// any host connect.
     pub fn new(nqn: String, namespaces: Vec<Namespace>, allowed_hosts: Vec<String>) -> Subsystem {
-        let serial = format!(
-            "{:016x}",
-            u64::from_le_bytes(uuid_of(&nqn)[..8].try_into().unwrap_or_default())
-        );
+        let serial = format!("{:016x}", u64_at(&uuid_of(&nqn), 0).unwrap_or_default());
         Subsystem {
             nqn,
             serial,
@@ -395,14 +393,13 @@ impl Queue {
             return fail(sqe, status::SGL_LENGTH_INVALID);
         }
         let bytes = &sqe.0;
-        let recfmt = u16::from_le_bytes([bytes[40], bytes[41]]);
-        let qid = u16::from_le_bytes([bytes[42], bytes[43]]);
-        let sq_size = u16::from_le_bytes([bytes[44], bytes[45]]);
-        let kato_ms = u32::from_le_bytes([bytes[48], bytes[49], bytes[50], bytes[51]]);
+        let field16 = |at| u16_at(bytes, at).unwrap_or_default();
+        let (recfmt, qid, sq_size) = (field16(40), field16(42), field16(44));
+        let kato_ms = u32_at(bytes, 48).unwrap_or_default();
         if recfmt != 0 {
             return fail(sqe, status::CONNECT_INCOMPATIBLE_FORMAT);
         }
-        let cntlid = u16::from_le_bytes([data[16], data[17]]);
+        let cntlid = u16_at(data, 16).unwrap_or_default();
         let subnqn = nqn_field(&data[256..512]);
         let hostnqn = nqn_field(&data[512..768]);
         // Invalid parameters name the offending field: IATTR (bit 0: in
@@ -477,8 +474,8 @@ impl Queue {
     fn property(&mut self, id: u16, sqe: &Sqe) -> Outcome {
         let b = &sqe.0;
         let eight = b[40] & 7 == 1;
-        let offset = u32::from_le_bytes([b[44], b[45], b[46], b[47]]);
-        let value = u64::from_le_bytes(b[48..56].try_into().unwrap_or_default());
+        let offset = u32_at(b, 44).unwrap_or_default();
+        let value = u64_at(b, 48).unwrap_or_default();
         let mut controllers = self.subsystem.controllers();
         let Some(c) = controllers.live.get_mut(&id) else {
             return fail(sqe, status::SEQUENCE_ERROR);

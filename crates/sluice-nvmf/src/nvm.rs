@@ -12,6 +12,7 @@
 
 use crate::command::{status, Completion, Sqe, Status};
 use crate::controller::{Namespace, Outcome, Subsystem, MAX_TRANSFER_BYTES};
+use sluice_io::codec::{u16_at, u32_at, u64_at};
 use sluice_io::Priority;
 
 /// NVM command set and vendor-specific opcodes the node serves.
@@ -281,8 +282,8 @@ fn deallocate(ns: &Namespace, sqe: &Sqe, data: &[u8]) -> Result<(), Status> {
         .chunks_exact(16)
         .take(ranges)
         .map(|r| {
-            let blocks = u32::from_le_bytes([r[4], r[5], r[6], r[7]]) as u64;
-            let lba = u64::from_le_bytes(r[8..16].try_into().unwrap_or_default());
+            let blocks = u32_at(r, 4).unwrap_or_default() as u64;
+            let lba = u64_at(r, 8).unwrap_or_default();
             if blocks == 0 {
                 Ok(None)
             } else {
@@ -311,8 +312,8 @@ fn copy(ns: &Namespace, sqe: &Sqe, data: &[u8]) -> Result<(), Status> {
         .chunks_exact(32)
         .take(ranges)
         .map(|r| {
-            let lba = u64::from_le_bytes(r[8..16].try_into().unwrap_or_default());
-            let blocks = u16::from_le_bytes([r[16], r[17]]) as u64 + 1;
+            let lba = u64_at(r, 8).unwrap_or_default();
+            let blocks = u16_at(r, 16).unwrap_or_default() as u64 + 1;
             Extent::new(ns, lba, blocks)
         })
         .collect::<Result<_, _>>()?;
@@ -416,8 +417,9 @@ fn add(a: &[u8], b: &[u8], element: u32) -> Vec<u8> {
             .chunks_exact(4)
             .zip(b.chunks_exact(4))
             .flat_map(|(x, y)| {
-                let s = u32::from_le_bytes([x[0], x[1], x[2], x[3]])
-                    .wrapping_add(u32::from_le_bytes([y[0], y[1], y[2], y[3]]));
+                let s = u32_at(x, 0)
+                    .unwrap_or_default()
+                    .wrapping_add(u32_at(y, 0).unwrap_or_default());
                 s.to_le_bytes()
             })
             .collect(),
@@ -425,8 +427,9 @@ fn add(a: &[u8], b: &[u8], element: u32) -> Vec<u8> {
             .chunks_exact(8)
             .zip(b.chunks_exact(8))
             .flat_map(|(x, y)| {
-                let s = u64::from_le_bytes(x.try_into().unwrap_or_default())
-                    .wrapping_add(u64::from_le_bytes(y.try_into().unwrap_or_default()));
+                let s = u64_at(x, 0)
+                    .unwrap_or_default()
+                    .wrapping_add(u64_at(y, 0).unwrap_or_default());
                 s.to_le_bytes()
             })
             .collect(),
