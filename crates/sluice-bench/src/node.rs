@@ -279,66 +279,51 @@ fn movements(address: &str, bytes: u64) -> Result<Vec<Movement>> {
         "copy ns1 -> ns2, inside the node (Copy across)",
         &mut io,
         &mut |io| {
-            let mut done = 0;
-            while done < blocks {
-                let n = (blocks - done).min(65536);
+            in_runs(blocks, 65536, |at, n| {
                 let copy = Sqe::new(opcode::COPY_ACROSS, 0)
                     .with_nsid(2)
-                    .with_cdw(10, done)
+                    .with_cdw(10, at)
                     .with_cdw(12, n - 1)
                     .with_cdw(13, 1)
-                    .with_cdw(14, done);
-                io.command(copy, &[])?;
-                done += n;
-            }
-            Ok(())
+                    .with_cdw(14, at);
+                io.command(copy, &[]).map(drop)
+            })
         },
     )?;
     measure(
         "copy ns1 -> ns2, through the initiator (read, write)",
         &mut io,
         &mut |io| {
-            let mut done = 0;
-            while done < blocks {
-                let n = (blocks - done).min(CHUNK_BLOCKS);
-                let data = io.read(1, done as u64, n, BLOCK)?;
-                io.write(2, done as u64, &data, BLOCK)?;
-                done += n;
-            }
-            Ok(())
+            in_runs(blocks, CHUNK_BLOCKS, |at, n| {
+                let data = io.read(1, at as u64, n, BLOCK)?;
+                io.write(2, at as u64, &data, BLOCK)
+            })
         },
     )?;
     let data = vec![0xa5u8; (CHUNK_BLOCKS * BLOCK) as usize];
+    let piece = |n: u32| &data[..(n * BLOCK) as usize];
     measure(
         "write to ns1 and ns2, inside the node (MultiCast)",
         &mut io,
         &mut |io| {
-            let mut done = 0;
-            while done < blocks {
-                let n = (blocks - done).min(CHUNK_BLOCKS);
+            in_runs(blocks, CHUNK_BLOCKS, |at, n| {
                 let multicast = Sqe::new(opcode::MULTICAST, 0)
                     .with_nsid(1)
-                    .with_cdw(10, done)
+                    .with_cdw(10, at)
                     .with_cdw(12, n - 1)
                     .with_cdw(13, 0b11);
-                io.command(multicast, &data[..(n * BLOCK) as usize])?;
-                done += n;
-            }
-            Ok(())
+                io.command(multicast, piece(n)).map(drop)
+            })
         },
     )?;
     measure(
         "write to ns1 and ns2, through the initiator (two writes)",
         &mut io,
         &mut |io| {
-            let mut done = 0;
-            while done < blocks {
-                let n = (blocks - done).min(CHUNK_BLOCKS);
-                io.write(1, done as u64, &data[..(n * BLOCK) as usize], BLOCK)?;
-                io.write(2, done as u64, &data[..(n * BLOCK) as usize], BLOCK)?;
-                done += n;
-            }
-            Ok(())
+            in_runs(blocks, CHUNK_BLOCKS, |at, n| {
+                io.write(1, at as u64, piece(n), BLOCK)?;
+                io.write(2, at as u64, piece(n), BLOCK)
+            })
         },
     )?;
     // Every side did its work: both namespaces hold the last pattern.
@@ -354,6 +339,22 @@ fn movements(address: &str, bytes: u64) -> Result<Vec<Movement>> {
         }
     }
     Ok(out)
+}
+
+/// Calls `f(first, count)` for consecutive runs of at most `step` of
+/// `blocks` blocks.
+fn in_runs(
+    blocks: u32,
+    step: u32,
+    mut f: impl FnMut(u32, u32) -> sluice_nvmf::initiator::Result<()>,
+) -> Result<()> {
+    let mut at = 0;
+    while at < blocks {
+        let n = (blocks - at).min(step);
+        f(at, n)?;
+        at += n;
+    }
+    Ok(())
 }
 
 fn print_movements(moved: &[Movement]) {

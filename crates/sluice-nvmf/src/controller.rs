@@ -269,7 +269,6 @@ pub struct Queue {
     /// The controller, once connected.
     controller: Option<u16>,
     qid: u16,
-    sq_size: u16,
     held_aers: usize,
     fused: nvm::Fused,
 }
@@ -281,7 +280,6 @@ impl Queue {
             subsystem,
             controller: None,
             qid: 0,
-            sq_size: 0,
             held_aers: 0,
             fused: nvm::Fused::default(),
         }
@@ -290,11 +288,6 @@ impl Queue {
     /// Whether a Connect made this queue part of a controller.
     pub fn is_connected(&self) -> bool {
         self.controller.is_some()
-    }
-
-    /// The queue's identifier (0: admin), once connected.
-    pub fn qid(&self) -> u16 {
-        self.qid
     }
 
     /// The keep-alive timeout of this queue's controller, once connected
@@ -457,7 +450,6 @@ impl Queue {
         drop(controllers);
         self.controller = Some(id);
         self.qid = qid;
-        self.sq_size = sq_size;
         let mut c = Completion::new(sqe.cid(), Status::SUCCESS);
         c.result = id as u32;
         c.sqid = qid;

@@ -479,6 +479,3 @@ fn with_data(mut sqe: Sqe, cid: u16, len: usize) -> Sqe {
 pub fn is_status(e: &InitiatorError, want: Status) -> bool {
     matches!(e, InitiatorError::Status(s) if *s == want)
 }
-
-/// LBA Out of Range, for callers that test for it.
-pub const LBA_OUT_OF_RANGE: Status = status::LBA_OUT_OF_RANGE;
