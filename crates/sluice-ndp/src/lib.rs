@@ -8,6 +8,8 @@
 //!   column;
 //! - [`format`]: the declared value formats (JSON with or without declared
 //!   fields, typed records) and the checks a query passes before it runs;
+//! - [`fields`]: projected paths read out of values as typed field values
+//!   (what Arrow result sets are built from);
 //! - [`predicate`]: predicates evaluated on stored values in place, only
 //!   the fields they name decoded;
 //! - [`query`]: a query as text checked and compiled against a keyspace's
@@ -35,6 +37,7 @@
 pub mod aggregate;
 pub mod demo;
 pub mod expr;
+pub mod fields;
 pub mod format;
 pub mod graph;
 pub mod pages;

@@ -19,6 +19,9 @@ pub enum Error {
     /// Options that cannot work together, or a value out of range.
     #[error("{0}")]
     Config(String),
+    /// The caller interrupted an export; its checkpoints are durable.
+    #[error("export interrupted; every page written so far is durable: finish it with `sluice export --resume` (resume=True in Python)")]
+    Interrupted,
     /// The device is too small for the export's layout.
     #[error(
         "device {path} holds {size_bytes} bytes; this export needs about {needed_bytes} bytes ({detail}); use a larger device (or a new file: it is created at the size needed)"

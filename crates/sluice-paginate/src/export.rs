@@ -17,7 +17,7 @@ use crate::source::{
 };
 use sluice_io::{Device, FileDevice, FileOptions, Geometry};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,6 +62,22 @@ pub struct ExportOptions {
     pub progress: ProgressMode,
     /// Time between progress lines.
     pub progress_interval: Duration,
+    /// Progress counters and an interrupt that a caller (the Python
+    /// package) reads and sets from another thread.
+    pub watch: Option<Arc<ExportWatch>>,
+}
+
+/// Progress an embedding program reads while an export runs, and its way
+/// to stop one: an interrupted export stops after the pages in flight with
+/// their checkpoints durable, and `resume` finishes it.
+#[derive(Debug, Default)]
+pub struct ExportWatch {
+    /// Documents the export holds so far (earlier runs' too).
+    pub docs: AtomicU64,
+    /// Documents expected, once known (0 before).
+    pub total_docs: AtomicU64,
+    /// Set to stop the export.
+    pub interrupt: AtomicBool,
 }
 
 impl Default for ExportOptions {
@@ -83,6 +99,7 @@ impl Default for ExportOptions {
             resume: false,
             progress: ProgressMode::Auto,
             progress_interval: Duration::from_secs(5),
+            watch: None,
         }
     }
 }
@@ -323,6 +340,8 @@ pub struct WriteSettings {
     pub progress_interval: Duration,
     /// Documents expected (for the ETA), if known.
     pub total_docs: Option<u64>,
+    /// Progress and interrupt shared with the caller.
+    pub watch: Option<Arc<ExportWatch>>,
 }
 
 impl Default for WriteSettings {
@@ -332,6 +351,7 @@ impl Default for WriteSettings {
             progress: ProgressMode::Off,
             progress_interval: Duration::from_secs(5),
             total_docs: None,
+            watch: None,
         }
     }
 }
@@ -343,6 +363,7 @@ impl WriteSettings {
             progress: options.progress,
             progress_interval: options.progress_interval,
             total_docs,
+            watch: options.watch.clone(),
         }
     }
 }
@@ -675,9 +696,27 @@ struct Shared<'a, 's> {
     throttle: Option<Throttle>,
     counters: Arc<Vec<Counter>>,
     first_error: Mutex<Option<Error>>,
+    watch: Option<Arc<ExportWatch>>,
 }
 
 impl Shared<'_, '_> {
+    /// Whether the tasks should stop: a failure, or the caller's interrupt
+    /// (recorded as the export's error).
+    fn stopping(&self) -> bool {
+        if self.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        if self
+            .watch
+            .as_ref()
+            .is_some_and(|w| w.interrupt.load(Ordering::Relaxed))
+        {
+            self.fail(Error::Interrupted);
+            return true;
+        }
+        false
+    }
+
     fn fail(&self, e: Error) {
         self.stop.store(true, Ordering::Relaxed);
         let mut first = self.first_error.lock().expect("error lock");
@@ -721,7 +760,14 @@ fn write_slices(
         throttle: settings.throttle_docs_per_s.map(Throttle::new),
         counters: counters.clone(),
         first_error: Mutex::new(None),
+        watch: settings.watch.clone(),
     };
+    if let Some(w) = &settings.watch {
+        w.docs.store(docs_before, Ordering::Relaxed);
+        if let Some(t) = settings.total_docs {
+            w.total_docs.store(t, Ordering::Relaxed);
+        }
+    }
     let reporter = Reporter::start(
         settings.progress,
         "export",
@@ -819,7 +865,7 @@ fn run_slice(
             .spawn_scoped(scope, move || fetch_slice(shared, slice, &cursor, tx))
             .expect("spawn fetcher");
         for page in rx.iter() {
-            if shared.stop.load(Ordering::Relaxed) {
+            if shared.stopping() {
                 return Err(());
             }
             if let Err(e) = writer.write_page(page) {
@@ -829,7 +875,7 @@ fn run_slice(
         }
         Ok(())
     });
-    if outcome.is_err() || shared.stop.load(Ordering::Relaxed) {
+    if outcome.is_err() || shared.stopping() {
         return None;
     }
     match writer.finish() {
@@ -859,7 +905,7 @@ fn fetch_slice(
         Err(e) => return shared.fail(e),
     };
     loop {
-        if shared.stop.load(Ordering::Relaxed) {
+        if shared.stopping() {
             break;
         }
         match source.next_page() {
@@ -976,6 +1022,9 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         self.write_checkpoint()?;
         self.shared.counters[self.ckpt.slice as usize]
             .add(page.docs as u64, page.bytes.len() as u64);
+        if let Some(w) = &self.shared.watch {
+            w.docs.fetch_add(page.docs as u64, Ordering::Relaxed);
+        }
         crate::buffers::give(page.bytes);
         Ok(())
     }

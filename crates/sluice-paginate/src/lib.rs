@@ -42,7 +42,8 @@ pub mod synthetic;
 
 pub use error::{Error, Result};
 pub use export::{
-    export, write_new_export, ExportOptions, ExportSummary, Layout, PageSource, WriteSettings,
+    export, write_new_export, ExportOptions, ExportSummary, ExportWatch, Layout, PageSource,
+    WriteSettings,
 };
 pub use http::{Auth, Client, HttpOptions};
 pub use read::{

@@ -43,6 +43,9 @@ pub struct ReadOptions {
     pub progress: ProgressMode,
     /// Time between progress lines.
     pub progress_interval: Duration,
+    /// Only these slices (each read whole); none = every slice. A reader
+    /// per slice is how a cluster of workers shares one export.
+    pub slices: Option<Vec<u32>>,
 }
 
 impl Default for ReadOptions {
@@ -54,6 +57,7 @@ impl Default for ReadOptions {
             engine: EngineKind::Uring,
             progress: ProgressMode::Off,
             progress_interval: Duration::from_secs(5),
+            slices: None,
         }
     }
 }
@@ -215,6 +219,44 @@ impl<S: Sink> PageSink for Parsing<S> {
     }
 }
 
+/// The slices to read: all, or the ones asked for (each once, each one
+/// the export has).
+fn chosen_slices(asked: Option<&[u32]>, slice_count: usize) -> Result<Vec<usize>> {
+    let Some(asked) = asked else {
+        return Ok((0..slice_count).collect());
+    };
+    let mut chosen: Vec<usize> = Vec::with_capacity(asked.len());
+    for &s in asked {
+        if s as usize >= slice_count {
+            return Err(Error::Config(format!(
+                "slice {s} asked for, but the export has slices 0 to {}",
+                slice_count.saturating_sub(1)
+            )));
+        }
+        if !chosen.contains(&(s as usize)) {
+            chosen.push(s as usize);
+        }
+    }
+    Ok(chosen)
+}
+
+/// Each slice's documents, pages and page bytes as a complete export's
+/// manifest records them, read without reading any page.
+pub fn slice_counts(device: Arc<dyn Device>) -> Result<Vec<SliceCount>> {
+    let io = DeviceIo::open(device.clone(), 4, 16 << 20)?;
+    let loaded = load_export(&io)?;
+    loaded.require_complete(&device.describe())?;
+    Ok(loaded
+        .slices
+        .iter()
+        .map(|s| SliceCount {
+            docs: s.pages.iter().map(|p| p.doc_count as u64).sum(),
+            pages: s.pages.len() as u64,
+            bytes: s.pages.iter().map(|p| p.byte_len as u64).sum(),
+        })
+        .collect())
+}
+
 /// Reads a complete export and hands each task's parsed pages to its sink.
 pub fn read_export<S, F>(
     device: Arc<dyn Device>,
@@ -259,10 +301,11 @@ where
     };
     loaded.require_complete(&device.describe())?;
     let bs = loaded.header.block_size_bytes as u64;
-    let tasks = options.tasks.min(loaded.slices.len()).max(1);
+    let chosen = chosen_slices(options.slices.as_deref(), loaded.slices.len())?;
+    let tasks = options.tasks.min(chosen.len()).max(1);
     let mut work: Vec<Vec<PageEntry>> = vec![Vec::new(); tasks];
-    for (i, s) in loaded.slices.iter().enumerate() {
-        work[i % tasks].extend(s.pages.iter().copied());
+    for (i, &s) in chosen.iter().enumerate() {
+        work[i % tasks].extend(loaded.slices[s].pages.iter().copied());
     }
     let counters: Arc<Vec<Counter>> = Arc::new(
         (0..loaded.slices.len())

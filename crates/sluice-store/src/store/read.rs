@@ -24,6 +24,19 @@ impl Snapshot {
     }
 }
 
+impl Clone for Snapshot {
+    /// The same view, registered once more (each copy is released on drop).
+    fn clone(&self) -> Self {
+        let mut live = lock(&self.registry.live);
+        *live.entry(self.seq).or_insert(0) += 1;
+        drop(live);
+        Snapshot {
+            seq: self.seq,
+            registry: self.registry.clone(),
+        }
+    }
+}
+
 impl Drop for Snapshot {
     fn drop(&mut self) {
         let mut live = self.registry.live.lock().unwrap_or_else(|p| p.into_inner());
