@@ -10,8 +10,6 @@ workers see the device (a shared block device or file).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -95,19 +93,13 @@ def _type_name(t: pa.DataType) -> str:
     }.get(t, "json")
 
 
-@contextlib.contextmanager
+# Partitions open the store in turn: it is open in one process at a time,
+# so a partition waits (up to an hour) for the one before it to close it.
+_LOCK_TIMEOUT_S = 3600.0
+
+
 def _open_store(path):
-    """Opens the store holding an exclusive lock on its first device, so
-    that partitions on several worker processes of one machine take turns
-    (a store is opened by one process at a time)."""
-    first = path if isinstance(path, str) else path[0]
-    with open(first, "rb") as held:
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
-        try:
-            with Store(path) as store:
-                yield store
-        finally:
-            fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+    return Store(path, lock_timeout_s=_LOCK_TIMEOUT_S)
 
 
 def keyspace_ranges(

@@ -104,8 +104,10 @@ pub fn column_types(
 ///
 /// `Store("data/kv.dev")` opens a store; `Store("data/kv.dev",
 /// create_mib=512)` creates and formats the file first when it does not
-/// exist (an existing store is opened, never erased). Use it as a context
-/// manager, or call `close()`.
+/// exist (an existing store is opened, never erased). A store is open in
+/// one process at a time: another open fails at once, or waits up to
+/// `lock_timeout_s` for it to close. Use it as a context manager, or call
+/// `close()`.
 #[pyclass(module = "sluice")]
 pub struct Store {
     inner: Mutex<Option<Arc<Inner>>>,
@@ -165,19 +167,26 @@ fn range_of(
 #[pymethods]
 impl Store {
     #[new]
-    #[pyo3(signature = (path, create_mib=None, wal_recovery="strict"))]
+    #[pyo3(signature = (path, create_mib=None, wal_recovery="strict", lock_timeout_s=0.0))]
     fn new(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
         create_mib: Option<u64>,
         wal_recovery: &str,
+        lock_timeout_s: f64,
     ) -> PyResult<Self> {
         let paths = paths_of(path)?;
         let recovery: sluice_store::wal::WalRecovery = wal_recovery
             .parse()
             .map_err(|e: String| QueryError::new_err(e))?;
+        if !(0.0..=86_400.0).contains(&lock_timeout_s) {
+            return Err(QueryError::new_err(format!(
+                "lock_timeout_s {lock_timeout_s}: use 0 to 86400 seconds"
+            )));
+        }
         let config = StoreConfig {
             wal_recovery: recovery,
+            lock_wait_ms: (lock_timeout_s * 1000.0) as u64,
             ..StoreConfig::default()
         };
         let fresh = create_mib.is_some() && paths.iter().all(|p| !p.exists());

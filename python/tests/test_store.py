@@ -109,3 +109,18 @@ def test_a_damaged_table_block_raises_corrupt_error(tmp_path):
         with sluice.Store(path) as s:
             for _ in s.scan():
                 pass
+
+
+def test_a_store_is_open_in_one_process_at_a_time(tmp_path):
+    import threading
+
+    path = tmp_path / "kv.dev"
+    first = sluice.Store(path, create_mib=64)
+    first.put("k", "v")
+    with pytest.raises(sluice.Error, match="in use"):
+        sluice.Store(path)
+    threading.Timer(0.3, first.close).start()
+    with sluice.Store(path, lock_timeout_s=30) as second:
+        assert second.get("k") == b"v"
+    with pytest.raises(sluice.QueryError, match="lock_timeout_s"):
+        sluice.Store(path, lock_timeout_s=-1)

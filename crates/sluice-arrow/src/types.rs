@@ -175,6 +175,21 @@ pub struct Inference {
     floats: bool,
     strings: bool,
     nested: bool,
+    lists: bool,
+    /// The kinds of the lists' elements (nested set for containers).
+    items: Scalars,
+}
+
+/// Kinds of scalars seen (list elements).
+#[derive(Debug, Clone, Copy, Default)]
+struct Scalars {
+    bools: bool,
+    ints: bool,
+    negative: bool,
+    uints: bool,
+    floats: bool,
+    strings: bool,
+    nested: bool,
 }
 
 impl Inference {
@@ -190,7 +205,36 @@ impl Inference {
             FieldValue::UInt(_) => self.uints = true,
             FieldValue::Float(_) => self.floats = true,
             FieldValue::Str(_) => self.strings = true,
+            FieldValue::Json(text) if text.starts_with('[') => {
+                self.lists = true;
+                self.see_items(text);
+            }
             FieldValue::Json(_) => self.nested = true,
+        }
+    }
+
+    /// Notes the kinds of a JSON array's elements.
+    fn see_items(&mut self, array: &str) {
+        use sonic_rs::{JsonNumberTrait, JsonType, JsonValueTrait};
+        for e in sonic_rs::to_array_iter(array) {
+            let Ok(e) = e else {
+                self.items.nested = true;
+                return;
+            };
+            match e.get_type() {
+                JsonType::Null => {}
+                JsonType::Boolean => self.items.bools = true,
+                JsonType::String => self.items.strings = true,
+                JsonType::Number => match e.as_number() {
+                    Some(n) if n.as_i64().is_some() => {
+                        self.items.ints = true;
+                        self.items.negative |= n.as_i64().is_some_and(|i| i < 0);
+                    }
+                    Some(n) if n.as_u64().is_some() => self.items.uints = true,
+                    _ => self.items.floats = true,
+                },
+                JsonType::Array | JsonType::Object => self.items.nested = true,
+            }
         }
     }
 
@@ -198,12 +242,15 @@ impl Inference {
     /// several kinds float64, anything else (or nothing seen) JSON text.
     pub fn column(&self) -> ColumnType {
         let numeric = self.ints || self.uints || self.floats;
-        let kinds = [self.bools, numeric, self.strings, self.nested]
+        let kinds = [self.bools, numeric, self.strings, self.nested, self.lists]
             .iter()
             .filter(|k| **k)
             .count();
         if kinds != 1 {
             return ColumnType::Json;
+        }
+        if self.lists {
+            return self.list_column();
         }
         if self.bools {
             ColumnType::Bool
@@ -218,6 +265,32 @@ impl Inference {
         } else {
             ColumnType::Int64
         }
+    }
+}
+
+impl Inference {
+    /// Lists of one scalar kind: a list column; anything else JSON text.
+    fn list_column(&self) -> ColumnType {
+        let i = &self.items;
+        let numeric = i.ints || i.uints || i.floats;
+        let kinds = [i.bools, numeric, i.strings, i.nested]
+            .iter()
+            .filter(|k| **k)
+            .count();
+        if kinds != 1 || i.nested {
+            return ColumnType::Json;
+        }
+        ColumnType::List(if i.bools {
+            ListOf::Bool
+        } else if i.strings {
+            ListOf::Utf8
+        } else if i.floats || (i.uints && i.negative) {
+            ListOf::Float64
+        } else if i.uints {
+            ListOf::UInt64
+        } else {
+            ListOf::Int64
+        })
     }
 }
 
@@ -263,7 +336,19 @@ mod tests {
         assert_eq!(pick(&[Str("a"), Null]), ColumnType::Utf8);
         assert_eq!(pick(&[Str("a"), Int(1)]), ColumnType::Json);
         assert_eq!(pick(&[Bool(true)]), ColumnType::Bool);
-        assert_eq!(pick(&[Json("[1]")]), ColumnType::Json);
+        assert_eq!(
+            pick(&[Json("[1]"), Json("[]"), Null]),
+            ColumnType::List(ListOf::Int64)
+        );
+        assert_eq!(
+            pick(&[Json("[\"a\",null]")]),
+            ColumnType::List(ListOf::Utf8)
+        );
+        assert_eq!(pick(&[Json("[1, 2.5]")]), ColumnType::List(ListOf::Float64));
+        assert_eq!(pick(&[Json("[1, \"a\"]")]), ColumnType::Json);
+        assert_eq!(pick(&[Json("[[1]]")]), ColumnType::Json);
+        assert_eq!(pick(&[Json("[1]"), Json("{}")]), ColumnType::Json);
+        assert_eq!(pick(&[Json("{\"a\":1}")]), ColumnType::Json);
         assert_eq!(pick(&[Null]), ColumnType::Json);
         assert!(ColumnType::UInt32.accepts(&Int(7)));
         assert!(!ColumnType::UInt32.accepts(&Int(-7)));

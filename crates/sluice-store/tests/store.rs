@@ -1208,3 +1208,34 @@ fn snapshots_taken_during_flushes_keep_their_versions() {
     );
     assert!(checked >= 5, "only {checked} rounds of reads");
 }
+
+#[test]
+fn a_store_is_open_in_one_place_at_a_time() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("locked.dev");
+    FileDevice::create(&path, 64 << 20, &FileOptions::default()).unwrap();
+    let open_dev = || -> Arc<dyn Device> {
+        Arc::new(FileDevice::open(&path, &FileOptions::default()).unwrap())
+    };
+    let cfg = StoreConfig {
+        wal_blocks: 256,
+        ..StoreConfig::default()
+    };
+    let store = Store::create(open_dev(), &cfg).unwrap();
+    // A second open of the same file (as another process would do) is refused, naming why.
+    let err = Store::open(open_dev(), &cfg).unwrap_err();
+    assert!(err.to_string().contains("in use"), "{err}");
+    // One that may wait gets the store once the first closes.
+    let waiting = std::thread::spawn({
+        let dev = open_dev();
+        let cfg = StoreConfig {
+            lock_wait_ms: 10_000,
+            ..cfg.clone()
+        };
+        move || Store::open(dev, &cfg).map(|s| s.get(0, b"k").unwrap())
+    });
+    store.put(0, b"k", b"v").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(store);
+    assert_eq!(waiting.join().unwrap().unwrap().unwrap(), b"v");
+}

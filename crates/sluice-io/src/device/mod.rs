@@ -84,6 +84,32 @@ impl Geometry {
     }
 }
 
+/// Takes an exclusive advisory lock (`flock`) on an open device, trying
+/// until `wait` has passed: `Ok(false)` when another open of the same file
+/// or block device still holds it. The lock lasts as long as this open
+/// (it goes with the descriptor, a crash included); a second lock through
+/// the same descriptor succeeds. Store opens use it so that one process
+/// at a time has a store open.
+pub fn lock_exclusive(fd: RawFd, wait: std::time::Duration) -> std::io::Result<bool> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: flock takes a descriptor and flags and touches no memory
+        // of ours; a bad descriptor comes back as EBADF.
+        let rc = unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(err);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// A namespace of logical blocks. Synchronous calls; the engines add queues,
 /// batching and priorities on top.
 pub trait Device: Send + Sync + std::fmt::Debug {

@@ -36,6 +36,9 @@ pub struct StoreConfig {
     /// while they are awake, at the cost of a core each while busy. Off by
     /// default (measured: docs/BENCHMARKS.md).
     pub wal_sqpoll_idle_ms: Option<u32>,
+    /// How long open waits for another process to close the store (each
+    /// device is locked while a store is open); 0: refuse at once.
+    pub lock_wait_ms: u64,
 }
 
 /// Blocks the first device keeps for tables at the least when a store is
@@ -101,6 +104,7 @@ impl Default for StoreConfig {
             index_cache_bytes: 32 << 20,
             wal_recovery: WalRecovery::Strict,
             wal_sqpoll_idle_ms: None,
+            lock_wait_ms: 0,
         }
     }
 }

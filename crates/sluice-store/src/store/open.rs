@@ -17,6 +17,7 @@ impl Store {
     /// the others, one table per device in turn. With one device,
     /// everything shares it.
     pub fn create_on(devices: Vec<Arc<dyn Device>>, config: &StoreConfig) -> Result<Self> {
+        lock_devices(&devices, config.lock_wait_ms)?;
         let sized = devices
             .iter()
             .map(|d| Ok((d.clone(), crate::blocks::device_store_blocks(d)?)))
@@ -60,6 +61,7 @@ impl Store {
     /// Opens a store formatted over `devices`, given in the order they
     /// were formatted; each device's label is checked first.
     pub fn open_on(devices: Vec<Arc<dyn Device>>, config: &StoreConfig) -> Result<Self> {
+        lock_devices(&devices, config.lock_wait_ms)?;
         let dev = open_device_set(devices)?;
         let mut manifest = Manifest::open(dev.clone())?;
         let state = manifest.state().clone();
@@ -209,6 +211,36 @@ fn report_wal_recovery(recovered: &wal::Recovered, mode: WalRecovery) {
 /// Opens the devices of a store as one block device: the superblock on the
 /// first says how many there are and how much of each is used; every other
 /// device's label must name this store and its place in the set.
+/// Locks every device of the set for this open (see
+/// `sluice_io::device::lock_exclusive`): two processes writing one store
+/// would each take the other's extents and log blocks.
+fn lock_devices(devices: &[Arc<dyn Device>], wait_ms: u64) -> Result<()> {
+    for d in devices {
+        let Some(fd) = d.raw_fd() else {
+            continue;
+        };
+        let wait = std::time::Duration::from_millis(wait_ms);
+        match sluice_io::device::lock_exclusive(fd, wait) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(StoreError::BadDevice(format!(
+                    "{} is in use: another process has this store open (a store is opened by one \
+                     process at a time); close it there, or let this open wait for it \
+                     (StoreConfig::lock_wait_ms; lock_timeout_s in Python)",
+                    d.describe()
+                )))
+            }
+            Err(e) => {
+                return Err(StoreError::BadDevice(format!(
+                    "locking {}: {e}",
+                    d.describe()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 fn open_device_set(devices: Vec<Arc<dyn Device>>) -> Result<BlockDevice> {
     let first = devices
         .first()
