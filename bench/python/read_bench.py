@@ -48,6 +48,23 @@ def report(name, runs, rows):
     return med
 
 
+def run_sides(title, sides, runs):
+    """Runs each side `runs` times, alternating; prints and returns the
+    medians by side. Every side must give the same number of rows."""
+    times = {k: [] for k in sides}
+    rows = {}
+    for _ in range(runs):
+        for name, fn in sides.items():
+            t, df = timed(fn)
+            times[name].append(t)
+            rows[name] = len(df)
+            del df
+    print(f"{title} ({runs} runs, alternating):")
+    med = {k: report(k, v, rows[k]) for k, v in times.items()}
+    assert len(set(rows.values())) == 1, rows
+    return med
+
+
 def bench_export(args):
     from opensearchpy import OpenSearch, helpers
 
@@ -72,20 +89,10 @@ def bench_export(args):
 
     sides = {"sluice.read_export -> pandas": ours, "opensearch-py helpers.scan -> pandas": scan,
              "pandas read_json(lines=True) on NDJSON": pandas_ndjson}
-    times = {k: [] for k in sides}
-    rows = {}
-    for _ in range(args.runs):
-        for name, fn in sides.items():
-            t, df = timed(fn)
-            times[name].append(t)
-            rows[name] = len(df)
-            del df
-    print(f"export of {args.index} into pandas ({args.runs} runs, alternating):")
-    med = {k: report(k, v, rows[k]) for k, v in times.items()}
+    med = run_sides(f"export of {args.index} into pandas", sides, args.runs)
     ours_med = med["sluice.read_export -> pandas"]
     print(f"  ratio vs helpers.scan: {med['opensearch-py helpers.scan -> pandas'] / ours_med:.1f}x"
           f"  vs pandas NDJSON: {med['pandas read_json(lines=True) on NDJSON'] / ours_med:.1f}x")
-    assert len(set(rows.values())) == 1, rows
 
 
 def bench_query(args):
@@ -120,18 +127,8 @@ def bench_query(args):
         return pd.DataFrame({"_key": keys, "id": ids, "title": titles, "venue": venues, "year": years})
 
     sides = {"store.query -> pandas": ours, "rocksdict + json.loads + filter -> pandas": rocksdict_python}
-    times = {k: [] for k in sides}
-    rows = {}
-    for _ in range(args.runs):
-        for name, fn in sides.items():
-            t, df = timed(fn)
-            times[name].append(t)
-            rows[name] = len(df)
-            del df
-    print(f"predicate query over the papers of {args.device} into pandas ({args.runs} runs, alternating):")
-    med = {k: report(k, v, rows[k]) for k, v in times.items()}
+    med = run_sides(f"predicate query over the papers of {args.device} into pandas", sides, args.runs)
     print(f"  ratio: {med['rocksdict + json.loads + filter -> pandas'] / med['store.query -> pandas']:.1f}x")
-    assert len(set(rows.values())) == 1, rows
 
 
 def main():

@@ -98,12 +98,14 @@ def export(
     includes: Optional[Sequence[str]] = None,
     excludes: Optional[Sequence[str]] = None,
     keep_alive: str = "5m",
+    throttle_docs_per_s: Optional[float] = None,
     progress: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """Exports ``index`` from the Elasticsearch/OpenSearch at ``source``
     (``http://host:9200``) onto ``device`` with ``slices`` sliced cursors
     (default: the index's primary shard count), each page written with
-    direct I/O. ``query`` is the query clause (a dict or JSON text).
+    direct I/O. ``query`` is the query clause (a dict or JSON text);
+    ``throttle_docs_per_s`` spares a busy source.
 
     Shows a tqdm progress bar when ``progress`` is True (default: when
     stderr is a terminal). Ctrl-C stops the export after the pages in
@@ -131,6 +133,7 @@ def export(
         includes=None if includes is None else list(includes),
         excludes=None if excludes is None else list(excludes),
         keep_alive=keep_alive,
+        throttle_docs_per_s=throttle_docs_per_s,
     )
     bar = _progress_bar(progress)
     try:

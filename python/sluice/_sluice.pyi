@@ -75,12 +75,12 @@ class Store:
         path: Union[_Path, Sequence[_Path]],
         create_mib: Optional[int] = None,
         wal_recovery: str = "strict",
-        lock_timeout_s: float = 0.0,
+        lock_timeout_s: float = 10.0,
     ) -> None:
         """Opens the store at ``path`` (created and formatted with
         ``create_mib`` MiB when the file does not exist). ``wal_recovery``:
         strict, point-in-time or skip-damaged. A store is open in one
-        process at a time: another open fails, or waits ``lock_timeout_s``."""
+        process at a time: another open waits ``lock_timeout_s``, then fails."""
     @property
     def paths(self) -> List[str]:
         """The device paths, in order."""
@@ -219,5 +219,6 @@ def start_export(
     includes: Optional[Sequence[str]] = None,
     excludes: Optional[Sequence[str]] = None,
     keep_alive: str = "5m",
+    throttle_docs_per_s: Optional[float] = None,
 ) -> ExportRun:
     """Starts an export; :func:`sluice.export` watches it."""

@@ -21,6 +21,15 @@ from . import read_export as _read_export
 __all__ = ["read_export", "read_keyspace", "keyspace_ranges"]
 
 
+def _to_pandas(table: pa.Table):
+    """Binary columns (store keys) stay Arrow-backed bytes: Dask would
+    otherwise turn object columns into strings, which keys are not."""
+    import pandas as pd
+
+    binary = pd.ArrowDtype(pa.binary())
+    return table.to_pandas(types_mapper={pa.binary(): binary}.get)
+
+
 class _SliceReader:
     """Reads one slice of an export into pandas; Dask calls it per
     partition. Column projection is pushed into the reader."""
@@ -141,7 +150,7 @@ class _RangeReader:
                 end=end,
                 types=self.types,
             )
-        return table.to_pandas()
+        return _to_pandas(table)
 
 
 def read_keyspace(
@@ -167,7 +176,7 @@ def read_keyspace(
         for field in sample.schema:
             if field.name not in ("_key", "value") and field.name not in pinned:
                 pinned[field.name] = _type_name(field.type)
-    meta = sample.schema.empty_table().to_pandas()
+    meta = _to_pandas(sample.schema.empty_table())
     return dd.from_map(
         _RangeReader(path, keyspace, where, sel, pinned or None),
         ranges,

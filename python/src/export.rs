@@ -155,7 +155,7 @@ impl ExportRun {
 /// Starts an export of `index` at `source` onto `device`; see
 /// `sluice.export` for the arguments.
 #[pyfunction]
-#[pyo3(signature = (source, index, device, slices=None, query=None, page_docs=2048, user=None, password=None, api_key=None, ca_cert=None, cursor="pit", resume=false, device_mib=None, includes=None, excludes=None, keep_alive="5m"))]
+#[pyo3(signature = (source, index, device, slices=None, query=None, page_docs=2048, user=None, password=None, api_key=None, ca_cert=None, cursor="pit", resume=false, device_mib=None, includes=None, excludes=None, keep_alive="5m", throttle_docs_per_s=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn start_export(
     source: String,
@@ -174,7 +174,13 @@ pub fn start_export(
     includes: Option<Vec<String>>,
     excludes: Option<Vec<String>>,
     keep_alive: &str,
+    throttle_docs_per_s: Option<f64>,
 ) -> PyResult<ExportRun> {
+    if throttle_docs_per_s.is_some_and(|t| t.is_nan() || t <= 0.0) {
+        return Err(QueryError::new_err(
+            "throttle_docs_per_s must be above 0 (leave it out for no limit)",
+        ));
+    }
     let auth = match (user, api_key) {
         (Some(_), Some(_)) => {
             return Err(QueryError::new_err(
@@ -219,6 +225,7 @@ pub fn start_export(
         page_docs,
         cursor,
         resume,
+        throttle_docs_per_s,
         progress: ProgressMode::Off,
         watch: Some(watch.clone()),
         ..ExportOptions::default()

@@ -105,8 +105,8 @@ pub fn column_types(
 /// `Store("data/kv.dev")` opens a store; `Store("data/kv.dev",
 /// create_mib=512)` creates and formats the file first when it does not
 /// exist (an existing store is opened, never erased). A store is open in
-/// one process at a time: another open fails at once, or waits up to
-/// `lock_timeout_s` for it to close. Use it as a context manager, or call
+/// one process at a time: another open waits up to `lock_timeout_s` for
+/// it to close, then fails. Use it as a context manager, or call
 /// `close()`.
 #[pyclass(module = "sluice")]
 pub struct Store {
@@ -125,6 +125,20 @@ impl Store {
 
     fn keyspace_def(&self, name: &str) -> PyResult<sluice_store::KeyspaceDef> {
         self.open_store()?.keyspace_def(name).map_err(errors::store)
+    }
+
+    /// A query's stream, checked and started (the GIL released meanwhile).
+    fn start_query(
+        &self,
+        py: Python<'_>,
+        method: &str,
+        keyspace: &str,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<sluice_arrow::BatchStream> {
+        let options = query_options(method, kwargs)?;
+        let store = self.open_store()?;
+        py.detach(|| sluice_arrow::query_stream(store, keyspace, &options))
+            .map_err(errors::arrow)
     }
 }
 
@@ -167,7 +181,7 @@ fn range_of(
 #[pymethods]
 impl Store {
     #[new]
-    #[pyo3(signature = (path, create_mib=None, wal_recovery="strict", lock_timeout_s=0.0))]
+    #[pyo3(signature = (path, create_mib=None, wal_recovery="strict", lock_timeout_s=10.0))]
     fn new(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
@@ -413,78 +427,30 @@ impl Store {
     /// Runs a predicate query next to the data and returns the matching
     /// rows as a `pyarrow.Table`: `_key` (binary), then one typed column
     /// per selected field (every declared field by default; the whole
-    /// `value` where none are declared). Ctrl-C stops it.
-    #[pyo3(signature = (keyspace, r#where=None, select=None, limit=None, threads=1, reverse=false, prefix=None, start=None, end=None, types=None, with_value=false, batch_rows=65536))]
-    #[allow(clippy::too_many_arguments)]
+    /// `value` where none are declared). Ctrl-C stops it. Options (by
+    /// keyword): where, select, limit, threads, reverse, prefix, start,
+    /// end, types, with_value, batch_rows (see the stubs).
+    #[pyo3(signature = (keyspace, **options))]
     fn query<'py>(
         &self,
         py: Python<'py>,
         keyspace: &str,
-        r#where: Option<String>,
-        select: Option<Vec<String>>,
-        limit: Option<usize>,
-        threads: usize,
-        reverse: bool,
-        prefix: Option<&Bound<'_, PyAny>>,
-        start: Option<&Bound<'_, PyAny>>,
-        end: Option<&Bound<'_, PyAny>>,
-        types: Option<HashMap<String, String>>,
-        with_value: bool,
-        batch_rows: usize,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let options = query_options(
-            r#where,
-            select,
-            limit,
-            threads,
-            reverse,
-            range_of(prefix, start, end)?,
-            types,
-            with_value,
-            batch_rows,
-        )?;
-        let store = self.open_store()?;
-        let stream = py
-            .detach(|| sluice_arrow::query_stream(store, keyspace, &options))
-            .map_err(errors::arrow)?;
+        let stream = self.start_query(py, "query", keyspace, options)?;
         handover::table(py, stream)
     }
 
     /// `query` as a `pyarrow.RecordBatchReader`: batches of `batch_rows`
     /// rows, produced while they are read, so memory stays bounded.
-    #[pyo3(signature = (keyspace, r#where=None, select=None, limit=None, threads=1, reverse=false, prefix=None, start=None, end=None, types=None, with_value=false, batch_rows=65536))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (keyspace, **options))]
     fn query_batches<'py>(
         &self,
         py: Python<'py>,
         keyspace: &str,
-        r#where: Option<String>,
-        select: Option<Vec<String>>,
-        limit: Option<usize>,
-        threads: usize,
-        reverse: bool,
-        prefix: Option<&Bound<'_, PyAny>>,
-        start: Option<&Bound<'_, PyAny>>,
-        end: Option<&Bound<'_, PyAny>>,
-        types: Option<HashMap<String, String>>,
-        with_value: bool,
-        batch_rows: usize,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let options = query_options(
-            r#where,
-            select,
-            limit,
-            threads,
-            reverse,
-            range_of(prefix, start, end)?,
-            types,
-            with_value,
-            batch_rows,
-        )?;
-        let store = self.open_store()?;
-        let stream = py
-            .detach(|| sluice_arrow::query_stream(store, keyspace, &options))
-            .map_err(errors::arrow)?;
+        let stream = self.start_query(py, "query_batches", keyspace, options)?;
         handover::reader(py, stream)
     }
 
@@ -603,35 +569,44 @@ impl Store {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn query_options(
-    predicate: Option<String>,
-    select: Option<Vec<String>>,
-    limit: Option<usize>,
-    threads: usize,
-    reverse: bool,
-    (start, end): KeyRange,
-    types: Option<HashMap<String, String>>,
-    with_value: bool,
-    batch_rows: usize,
-) -> PyResult<QueryOptions> {
-    if select.as_ref().is_some_and(|s| s.is_empty()) {
+/// The keyword options of `query` and `query_batches`, checked.
+fn query_options(method: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<QueryOptions> {
+    let mut o = QueryOptions::default();
+    let (mut prefix, mut start, mut end) = (None, None, None);
+    let mut types = None;
+    for (key, value) in kwargs.into_iter().flat_map(|d| d.iter()) {
+        let key: String = key.extract()?;
+        if value.is_none() {
+            continue;
+        }
+        match key.as_str() {
+            "where" => o.predicate = Some(value.extract()?),
+            "select" => o.select = Some(value.extract()?),
+            "limit" => o.limit = Some(value.extract()?),
+            "threads" => o.threads = value.extract()?,
+            "reverse" => o.reverse = value.extract()?,
+            "with_value" => o.with_value = value.extract()?,
+            "batch_rows" => o.batch_rows = value.extract()?,
+            "types" => types = Some(value.extract::<HashMap<String, String>>()?),
+            "prefix" => prefix = Some(value),
+            "start" => start = Some(value),
+            "end" => end = Some(value),
+            other => {
+                return Err(PyTypeError::new_err(format!(
+                    "{method}() got an unexpected keyword argument {other:?}; it takes where, \
+                     select, limit, threads, reverse, prefix, start, end, types, with_value, batch_rows"
+                )))
+            }
+        }
+    }
+    if o.select.as_ref().is_some_and(|s| s.is_empty()) {
         return Err(QueryError::new_err(
             "select is empty: name some fields, or leave it out for all of them",
         ));
     }
-    Ok(QueryOptions {
-        predicate,
-        select,
-        with_value,
-        start,
-        end,
-        reverse,
-        limit,
-        threads,
-        batch_rows,
-        types: column_types(types)?,
-    })
+    (o.start, o.end) = range_of(prefix.as_ref(), start.as_ref(), end.as_ref())?;
+    o.types = column_types(types)?;
+    Ok(o)
 }
 
 fn graph_error(e: sluice_ndp::graph::GraphError) -> PyErr {

@@ -126,3 +126,30 @@ def test_interrupting_an_export_leaves_it_resumable(indexed, opensearch, tmp_pat
     assert summary["docs"] == 1005
     got = {r["_id"] for r in sluice.read_export(dev, columns=["year"]).read_all().to_pylist()}
     assert got == set(indexed)
+
+
+def test_ctrl_c_stops_an_export_with_its_pages_durable(indexed, opensearch, tmp_path):
+    """SIGINT during sluice.export: KeyboardInterrupt once the pages in
+    flight are written; resume=True finishes the export."""
+    import subprocess
+    import sys
+    import textwrap
+
+    dev = tmp_path / "ctrl-c.dev"
+    script = textwrap.dedent(f"""
+        import os, signal, threading, sluice
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        try:
+            sluice.export({opensearch!r}, "py-papers", {str(dev)!r}, slices=2, page_docs=20,
+                          throttle_docs_per_s=200, progress=True)
+            print("finished")
+        except KeyboardInterrupt:
+            print("interrupted")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "interrupted", out.stdout + out.stderr
+    summary = sluice.export(opensearch, "py-papers", dev, resume=True, progress=False)
+    assert summary["docs"] == 1005 and 0 < summary["docs_this_run"] < 1005
+    ids = sluice.read_export(dev, columns=["year"]).read_all().column("_id").to_pylist()
+    assert sorted(ids) == sorted(indexed)

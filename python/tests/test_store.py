@@ -81,6 +81,10 @@ def test_bad_input_raises_clear_python_exceptions(tmp_path, store):
         store.query("docs", where="year >")
     with pytest.raises(sluice.QueryError):
         store.query("docs", select=[])
+    with pytest.raises(TypeError, match="unexpected keyword argument .wher."):
+        store.query("docs", wher="a = 1")
+    with pytest.raises(TypeError):
+        store.query_batches("docs", limit="ten")
     with pytest.raises(sluice.QueryError, match="types"):
         store.query("docs", select=["a"], types={"a": "decimal"})
     not_a_store = tmp_path / "zeros.dev"
@@ -118,7 +122,7 @@ def test_a_store_is_open_in_one_process_at_a_time(tmp_path):
     first = sluice.Store(path, create_mib=64)
     first.put("k", "v")
     with pytest.raises(sluice.Error, match="in use"):
-        sluice.Store(path)
+        sluice.Store(path, lock_timeout_s=0)
     threading.Timer(0.3, first.close).start()
     with sluice.Store(path, lock_timeout_s=30) as second:
         assert second.get("k") == b"v"

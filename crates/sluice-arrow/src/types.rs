@@ -168,21 +168,16 @@ impl fmt::Display for ColumnType {
 /// What the sample documents held in one field, to pick its column.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Inference {
-    bools: bool,
-    ints: bool,
-    negative: bool,
-    uints: bool,
-    floats: bool,
-    strings: bool,
-    nested: bool,
+    /// The kinds of the field's own values (arrays aside).
+    values: Kinds,
     lists: bool,
-    /// The kinds of the lists' elements (nested set for containers).
-    items: Scalars,
+    /// The kinds of the lists' elements.
+    items: Kinds,
 }
 
-/// Kinds of scalars seen (list elements).
+/// Kinds of JSON values seen.
 #[derive(Debug, Clone, Copy, Default)]
-struct Scalars {
+struct Kinds {
     bools: bool,
     ints: bool,
     negative: bool,
@@ -190,6 +185,54 @@ struct Scalars {
     floats: bool,
     strings: bool,
     nested: bool,
+}
+
+/// The one kind a set of values has, if it has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OneKind {
+    Bool,
+    Int64,
+    UInt64,
+    Float64,
+    Str,
+    Nested,
+}
+
+impl Kinds {
+    fn int(&mut self, i: i64) {
+        self.ints = true;
+        self.negative |= i < 0;
+    }
+
+    /// How many kinds were seen; numbers of several kinds count as one.
+    fn count(&self) -> usize {
+        let numeric = self.ints || self.uints || self.floats;
+        [self.bools, numeric, self.strings, self.nested]
+            .iter()
+            .filter(|k| **k)
+            .count()
+    }
+
+    /// The one kind seen (numbers: float64, or the widest integer that
+    /// holds them all); None for none or several.
+    fn one(&self) -> Option<OneKind> {
+        if self.count() != 1 {
+            return None;
+        }
+        Some(if self.bools {
+            OneKind::Bool
+        } else if self.strings {
+            OneKind::Str
+        } else if self.nested {
+            OneKind::Nested
+        } else if self.floats || (self.uints && self.negative) {
+            OneKind::Float64
+        } else if self.uints {
+            OneKind::UInt64
+        } else {
+            OneKind::Int64
+        })
+    }
 }
 
 impl Inference {
@@ -197,19 +240,16 @@ impl Inference {
     pub fn see(&mut self, v: &FieldValue<'_>) {
         match v {
             FieldValue::Null => {}
-            FieldValue::Bool(_) => self.bools = true,
-            FieldValue::Int(i) => {
-                self.ints = true;
-                self.negative |= *i < 0;
-            }
-            FieldValue::UInt(_) => self.uints = true,
-            FieldValue::Float(_) => self.floats = true,
-            FieldValue::Str(_) => self.strings = true,
+            FieldValue::Bool(_) => self.values.bools = true,
+            FieldValue::Int(i) => self.values.int(*i),
+            FieldValue::UInt(_) => self.values.uints = true,
+            FieldValue::Float(_) => self.values.floats = true,
+            FieldValue::Str(_) => self.values.strings = true,
             FieldValue::Json(text) if text.starts_with('[') => {
                 self.lists = true;
                 self.see_items(text);
             }
-            FieldValue::Json(_) => self.nested = true,
+            FieldValue::Json(_) => self.values.nested = true,
         }
     }
 
@@ -226,10 +266,7 @@ impl Inference {
                 JsonType::Boolean => self.items.bools = true,
                 JsonType::String => self.items.strings = true,
                 JsonType::Number => match e.as_number() {
-                    Some(n) if n.as_i64().is_some() => {
-                        self.items.ints = true;
-                        self.items.negative |= n.as_i64().is_some_and(|i| i < 0);
-                    }
+                    Some(n) if n.as_i64().is_some() => self.items.int(n.as_i64().unwrap_or(0)),
                     Some(n) if n.as_u64().is_some() => self.items.uints = true,
                     _ => self.items.floats = true,
                 },
@@ -238,59 +275,31 @@ impl Inference {
         }
     }
 
-    /// The column the values seen fit: one kind gives its type, numbers of
-    /// several kinds float64, anything else (or nothing seen) JSON text.
+    /// The column the values seen fit: one kind gives its type (numbers of
+    /// several kinds float64; lists of one scalar kind a list column),
+    /// anything else, or nothing seen, JSON text.
     pub fn column(&self) -> ColumnType {
-        let numeric = self.ints || self.uints || self.floats;
-        let kinds = [self.bools, numeric, self.strings, self.nested, self.lists]
-            .iter()
-            .filter(|k| **k)
-            .count();
-        if kinds != 1 {
-            return ColumnType::Json;
-        }
         if self.lists {
-            return self.list_column();
+            return match (self.values.count(), self.items.one()) {
+                (0, Some(kind)) => match kind {
+                    OneKind::Bool => ColumnType::List(ListOf::Bool),
+                    OneKind::Int64 => ColumnType::List(ListOf::Int64),
+                    OneKind::UInt64 => ColumnType::List(ListOf::UInt64),
+                    OneKind::Float64 => ColumnType::List(ListOf::Float64),
+                    OneKind::Str => ColumnType::List(ListOf::Utf8),
+                    OneKind::Nested => ColumnType::Json,
+                },
+                _ => ColumnType::Json,
+            };
         }
-        if self.bools {
-            ColumnType::Bool
-        } else if self.strings {
-            ColumnType::Utf8
-        } else if self.nested {
-            ColumnType::Json
-        } else if self.floats || (self.uints && self.negative) {
-            ColumnType::Float64
-        } else if self.uints {
-            ColumnType::UInt64
-        } else {
-            ColumnType::Int64
+        match self.values.one() {
+            Some(OneKind::Bool) => ColumnType::Bool,
+            Some(OneKind::Int64) => ColumnType::Int64,
+            Some(OneKind::UInt64) => ColumnType::UInt64,
+            Some(OneKind::Float64) => ColumnType::Float64,
+            Some(OneKind::Str) => ColumnType::Utf8,
+            Some(OneKind::Nested) | None => ColumnType::Json,
         }
-    }
-}
-
-impl Inference {
-    /// Lists of one scalar kind: a list column; anything else JSON text.
-    fn list_column(&self) -> ColumnType {
-        let i = &self.items;
-        let numeric = i.ints || i.uints || i.floats;
-        let kinds = [i.bools, numeric, i.strings, i.nested]
-            .iter()
-            .filter(|k| **k)
-            .count();
-        if kinds != 1 || i.nested {
-            return ColumnType::Json;
-        }
-        ColumnType::List(if i.bools {
-            ListOf::Bool
-        } else if i.strings {
-            ListOf::Utf8
-        } else if i.floats || (i.uints && i.negative) {
-            ListOf::Float64
-        } else if i.uints {
-            ListOf::UInt64
-        } else {
-            ListOf::Int64
-        })
     }
 }
 

@@ -1219,6 +1219,7 @@ fn a_store_is_open_in_one_place_at_a_time() {
     };
     let cfg = StoreConfig {
         wal_blocks: 256,
+        lock_wait_ms: 0,
         ..StoreConfig::default()
     };
     let store = Store::create(open_dev(), &cfg).unwrap();

@@ -37,7 +37,10 @@ pub struct StoreConfig {
     /// default (measured: docs/BENCHMARKS.md).
     pub wal_sqpoll_idle_ms: Option<u32>,
     /// How long open waits for another process to close the store (each
-    /// device is locked while a store is open); 0: refuse at once.
+    /// device is locked while a store is open; 0: refuse at once). The
+    /// default, 10 s, also covers the moment after a process ends: the
+    /// kernel drops its io_uring's hold on the device, and with it the
+    /// lock, asynchronously.
     pub lock_wait_ms: u64,
 }
 
@@ -104,7 +107,7 @@ impl Default for StoreConfig {
             index_cache_bytes: 32 << 20,
             wal_recovery: WalRecovery::Strict,
             wal_sqpoll_idle_ms: None,
-            lock_wait_ms: 0,
+            lock_wait_ms: 10_000,
         }
     }
 }

@@ -224,9 +224,9 @@ fn lock_devices(devices: &[Arc<dyn Device>], wait_ms: u64) -> Result<()> {
             Ok(true) => {}
             Ok(false) => {
                 return Err(StoreError::BadDevice(format!(
-                    "{} is in use: another process has this store open (a store is opened by one \
-                     process at a time); close it there, or let this open wait for it \
-                     (StoreConfig::lock_wait_ms; lock_timeout_s in Python)",
+                    "{} is in use: another process has had this store open for the {wait_ms} ms \
+                     this open waited (a store is opened by one process at a time); close it \
+                     there, or wait longer (StoreConfig::lock_wait_ms; lock_timeout_s in Python)",
                     d.describe()
                 )))
             }
