@@ -129,8 +129,11 @@ class Store:
         types: Optional[Dict[str, str]] = None,
         with_value: bool = False,
         batch_rows: int = 65536,
+        aggregate: Optional[str] = None,
+        group_by: Optional[str] = None,
     ) -> pa.Table:
-        """A predicate query run next to the data: ``_key`` and typed field columns."""
+        """A predicate query run next to the data: ``_key`` and typed field
+        columns; with ``aggregate`` (and ``group_by``), the aggregates."""
     def query_batches(
         self,
         keyspace: str,
@@ -145,6 +148,8 @@ class Store:
         types: Optional[Dict[str, str]] = None,
         with_value: bool = False,
         batch_rows: int = 65536,
+        aggregate: Optional[str] = None,
+        group_by: Optional[str] = None,
     ) -> pa.RecordBatchReader:
         """:meth:`query` as a streaming reader in bounded memory."""
     def aggregate(

@@ -127,6 +127,55 @@ impl Store {
         self.open_store()?.keyspace_def(name).map_err(errors::store)
     }
 
+    /// `query(..., aggregate="count(*)", group_by=...)`: the aggregates
+    /// as a table; None when no aggregate was asked for.
+    fn aggregate_if_asked<'py>(
+        &self,
+        py: Python<'py>,
+        method: &str,
+        keyspace: &str,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(kwargs) = kwargs else {
+            return Ok(None);
+        };
+        let Some(aggregate) = kwargs.get_item("aggregate")?.filter(|v| !v.is_none()) else {
+            return Ok(None);
+        };
+        let (mut predicate, mut group_by, mut threads) = (None, None, 1usize);
+        for (key, value) in kwargs.iter() {
+            let key: String = key.extract()?;
+            match key.as_str() {
+                "aggregate" => {}
+                _ if value.is_none() => {}
+                "where" => predicate = Some(value.extract::<String>()?),
+                "group_by" => group_by = Some(value.extract::<String>()?),
+                "threads" => threads = value.extract()?,
+                other => {
+                    return Err(PyTypeError::new_err(format!(
+                        "{method}() with aggregate takes where, group_by and threads, not {other:?}"
+                    )))
+                }
+            }
+        }
+        let aggregate: String = aggregate.extract()?;
+        let store = self.open_store()?;
+        let batch = py
+            .detach(|| {
+                sluice_arrow::aggregate_batch(
+                    &store,
+                    keyspace,
+                    predicate.as_deref(),
+                    &aggregate,
+                    group_by.as_deref(),
+                    threads,
+                )
+            })
+            .map_err(errors::arrow)?;
+        let schema = batch.schema();
+        handover::one_table(py, vec![batch], schema).map(Some)
+    }
+
     /// A query's stream, checked and started (the GIL released meanwhile).
     fn start_query(
         &self,
@@ -429,7 +478,9 @@ impl Store {
     /// per selected field (every declared field by default; the whole
     /// `value` where none are declared). Ctrl-C stops it. Options (by
     /// keyword): where, select, limit, threads, reverse, prefix, start,
-    /// end, types, with_value, batch_rows (see the stubs).
+    /// end, types, with_value, batch_rows (see the stubs); or
+    /// aggregate="count(*),avg(year)" with where, group_by and threads for
+    /// aggregates (as `aggregate`).
     #[pyo3(signature = (keyspace, **options))]
     fn query<'py>(
         &self,
@@ -437,6 +488,9 @@ impl Store {
         keyspace: &str,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(table) = self.aggregate_if_asked(py, "query", keyspace, options)? {
+            return Ok(table);
+        }
         let stream = self.start_query(py, "query", keyspace, options)?;
         handover::table(py, stream)
     }
@@ -450,6 +504,9 @@ impl Store {
         keyspace: &str,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(table) = self.aggregate_if_asked(py, "query_batches", keyspace, options)? {
+            return table.call_method0("to_reader");
+        }
         let stream = self.start_query(py, "query_batches", keyspace, options)?;
         handover::reader(py, stream)
     }
@@ -587,6 +644,11 @@ fn query_options(method: &str, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Q
             "reverse" => o.reverse = value.extract()?,
             "with_value" => o.with_value = value.extract()?,
             "batch_rows" => o.batch_rows = value.extract()?,
+            "group_by" => {
+                return Err(QueryError::new_err(
+                    "group_by goes with aggregate=, e.g. aggregate=\"count(*)\", group_by=\"venue\"",
+                ))
+            }
             "types" => types = Some(value.extract::<HashMap<String, String>>()?),
             "prefix" => prefix = Some(value),
             "start" => start = Some(value),

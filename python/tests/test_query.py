@@ -57,6 +57,11 @@ def test_aggregates_match_the_cli(papers_store, sluice_bin):
     assert t.column_names == ["venue", "count(*)", "avg(year)", "max(year)"]
     assert t.schema.field("count(*)").type == pa.int64()
     got = {r["venue"]: [r["count(*)"], r["avg(year)"], r["max(year)"]] for r in t.to_pylist()}
+    with sluice.Store(papers_store) as s:
+        assert s.query("papers", aggregate="count(*),avg(year),max(year)", group_by="venue").equals(t)
+        assert s.query_batches("papers", aggregate="count(*)").read_all().column(0).to_pylist() == [2000]
+        with pytest.raises(sluice.QueryError, match="group_by goes with aggregate"):
+            s.query("papers", group_by="venue")
     assert got.keys() == want.keys()
     for venue, values in want.items():
         assert got[venue] == pytest.approx(values, rel=1e-12), venue
