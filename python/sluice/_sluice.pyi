@@ -76,11 +76,14 @@ class Store:
         create_mib: Optional[int] = None,
         wal_recovery: str = "strict",
         lock_timeout_s: float = 10.0,
+        block_cache_mib: Optional[int] = None,
     ) -> None:
         """Opens the store at ``path`` (created and formatted with
         ``create_mib`` MiB when the file does not exist). ``wal_recovery``:
         strict, point-in-time or skip-damaged. A store is open in one
-        process at a time: another open waits ``lock_timeout_s``, then fails."""
+        process at a time: another open waits ``lock_timeout_s``, then fails.
+        ``block_cache_mib`` sizes the cache of table blocks (data read with
+        direct I/O bypasses the kernel's page cache)."""
     @property
     def paths(self) -> List[str]:
         """The device paths, in order."""

@@ -230,13 +230,14 @@ fn range_of(
 #[pymethods]
 impl Store {
     #[new]
-    #[pyo3(signature = (path, create_mib=None, wal_recovery="strict", lock_timeout_s=10.0))]
+    #[pyo3(signature = (path, create_mib=None, wal_recovery="strict", lock_timeout_s=10.0, block_cache_mib=None))]
     fn new(
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
         create_mib: Option<u64>,
         wal_recovery: &str,
         lock_timeout_s: f64,
+        block_cache_mib: Option<usize>,
     ) -> PyResult<Self> {
         let paths = paths_of(path)?;
         let recovery: sluice_store::wal::WalRecovery = wal_recovery
@@ -247,10 +248,12 @@ impl Store {
                 "lock_timeout_s {lock_timeout_s}: use 0 to 86400 seconds"
             )));
         }
+        let defaults = StoreConfig::default();
         let config = StoreConfig {
             wal_recovery: recovery,
             lock_wait_ms: (lock_timeout_s * 1000.0) as u64,
-            ..StoreConfig::default()
+            block_cache_bytes: block_cache_mib.map_or(defaults.block_cache_bytes, |m| m << 20),
+            ..defaults
         };
         let fresh = create_mib.is_some() && paths.iter().all(|p| !p.exists());
         let inner = py.detach(|| -> PyResult<Inner> {

@@ -128,3 +128,5 @@ def test_a_store_is_open_in_one_process_at_a_time(tmp_path):
         assert second.get("k") == b"v"
     with pytest.raises(sluice.QueryError, match="lock_timeout_s"):
         sluice.Store(path, lock_timeout_s=-1)
+    with sluice.Store(path, block_cache_mib=16) as third:
+        assert third.get("k") == b"v"
