@@ -209,3 +209,34 @@ def test_cli_writes_an_arrow_ipc_stream_that_pyarrow_pandas_and_duckdb_read(pape
     with sluice.Store(papers_store) as s:
         assert pa.ipc.open_stream(agg).read_all().equals(
             s.aggregate("papers", "count(*),avg(year)", group_by="venue"))
+
+
+def test_long_calls_release_the_gil(tmp_path):
+    """While a query runs on one thread, another Python thread keeps
+    running: the longest pause it sees is a small part of the query."""
+    import threading
+    import time
+
+    with sluice.Store(tmp_path / "kv.dev", create_mib=512) as s:
+        s.keyspace("d", format="json")
+        for b in range(40):
+            s.write_batch([(f"k{b:03}{i:05}", '{"n":%d,"t":"%s"}' % (i, "z" * 1000)) for i in range(2000)],
+                          keyspace="d")
+        took = []
+
+        def run():
+            start = time.perf_counter()
+            s.query("d", select=["n", "t"], where="n >= 0")
+            took.append(time.perf_counter() - start)
+
+        worker = threading.Thread(target=run)
+        last = time.perf_counter()
+        longest = 0.0
+        worker.start()
+        while worker.is_alive():
+            now = time.perf_counter()
+            longest = max(longest, now - last)
+            last = now
+        worker.join()
+    assert took[0] > 0.05, f"the query took only {took[0]:.3f} s: too short to tell"
+    assert longest < took[0] / 2, f"the other thread stalled {longest:.3f} s of a {took[0]:.3f} s query"
