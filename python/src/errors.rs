@@ -88,7 +88,7 @@ pub fn arrow(e: sluice_arrow::Error) -> PyErr {
             CorruptError::new_err(msg)
         }
         E::Query(_) | E::Format(_) | E::Usage(_) | E::Mismatch { .. } => QueryError::new_err(msg),
-        E::Scan(_) | E::Arrow(_) | E::Cancelled => Error::new_err(msg),
+        E::Scan(_) | E::Arrow(_) | E::Cancelled | E::Interrupted => Error::new_err(msg),
     }
 }
 

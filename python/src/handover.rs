@@ -14,7 +14,18 @@ use std::time::Duration;
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// The stream as a `pyarrow.RecordBatchReader`, pulled batch by batch.
-pub fn reader(py: Python<'_>, stream: BatchStream) -> PyResult<Bound<'_, PyAny>> {
+/// A long read (pyarrow's `read_all`, say) looks for Ctrl-C every 50 ms:
+/// the stream stops and pyarrow raises `ArrowInvalid` naming the
+/// interrupt. (The KeyboardInterrupt itself cannot be left pending: pyarrow
+/// builds its own exception from the stream's error with Python calls,
+/// which refuse to run with an exception set.)
+pub fn reader(py: Python<'_>, mut stream: BatchStream) -> PyResult<Bound<'_, PyAny>> {
+    stream.set_interrupt_check(Box::new(|| {
+        Python::attach(|py| match py.check_signals() {
+            Ok(()) => false,
+            Err(_keyboard_interrupt) => true,
+        })
+    }));
     let boxed: Box<dyn RecordBatchReader + Send> = Box::new(stream);
     boxed.into_pyarrow(py)
 }

@@ -240,3 +240,37 @@ def test_long_calls_release_the_gil(tmp_path):
         worker.join()
     assert took[0] > 0.05, f"the query took only {took[0]:.3f} s: too short to tell"
     assert longest < took[0] / 2, f"the other thread stalled {longest:.3f} s of a {took[0]:.3f} s query"
+
+
+def test_ctrl_c_stops_pyarrow_reading_a_stream(tmp_path):
+    """SIGINT while pyarrow's read_all reads a query_batches stream: the
+    stream stops and the read ends with ArrowInvalid naming the interrupt,
+    well before the whole read would have ended (the reader looks for
+    Ctrl-C every 50 ms); the store goes on."""
+    dev = tmp_path / "kv.dev"
+    script = textwrap.dedent(f"""
+        import os, signal, threading, time, sluice
+        with sluice.Store({str(dev)!r}, create_mib=1024) as s:
+            s.keyspace("d", format="json")
+            for b in range(160):
+                s.write_batch([(f"k{{b:03}}{{i:05}}", '{{"n":%d,"t":"%s"}}' % (i, "y" * 1000)) for i in range(1000)], keyspace="d")
+            start = time.perf_counter()
+            s.query_batches("d", select=["n", "t"], where="n >= 0", batch_rows=100).read_all()
+            whole = time.perf_counter() - start
+            sent = []
+            threading.Timer(0.1, lambda: (sent.append(time.perf_counter()), os.kill(os.getpid(), signal.SIGINT))).start()
+            try:
+                s.query_batches("d", select=["n", "t"], where="n >= 0", batch_rows=100).read_all()
+                print("not interrupted")
+            except Exception as e:
+                assert "interrupted (Ctrl-C)" in str(e), repr(e)
+                print("interrupted", round(whole, 3), round(time.perf_counter() - sent[0], 3))
+            print(s.query("d", where="n = 7", select=["n"]).num_rows)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    first, rows = out.stdout.split("\n")[:2]
+    assert first.startswith("interrupted") and rows == "160", out.stdout
+    whole_s, latency_s = map(float, first.split()[1:])
+    assert whole_s > 0.4, f"the whole read took only {whole_s} s: too short to tell"
+    assert latency_s < whole_s / 2, f"interrupted {latency_s} s after the signal; a whole read takes {whole_s} s"

@@ -78,6 +78,9 @@ pub enum Error {
     /// The consumer stopped the stream.
     #[error("interrupted")]
     Cancelled,
+    /// The reader was interrupted while it waited (Ctrl-C in Python).
+    #[error("interrupted (Ctrl-C): the stream was stopped")]
+    Interrupted,
 }
 
 impl From<sluice_ndp::MalformedValue> for Error {

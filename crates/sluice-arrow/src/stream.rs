@@ -70,7 +70,16 @@ pub struct BatchStream {
     cancel: Arc<AtomicBool>,
     worker: Option<JoinHandle<()>>,
     done: bool,
+    interrupted: Option<InterruptCheck>,
+    last_check: std::time::Instant,
 }
+
+/// Asked while a reader waits for a batch: true stops the stream (the
+/// Python package checks for Ctrl-C with it).
+pub type InterruptCheck = Box<dyn FnMut() -> bool + Send>;
+
+/// How often a waiting reader asks its [`InterruptCheck`].
+const INTERRUPT_POLL: Duration = Duration::from_millis(50);
 
 impl BatchStream {
     /// Starts `produce` on its own thread and waits for its schema (or its
@@ -102,6 +111,8 @@ impl BatchStream {
             cancel,
             worker: Some(worker),
             done: false,
+            interrupted: None,
+            last_check: std::time::Instant::now(),
         };
         match stream.rx.as_ref().map(|rx| rx.recv()) {
             Some(Ok(Msg::Schema(s))) => stream.schema = s,
@@ -146,6 +157,13 @@ impl BatchStream {
         }
     }
 
+    /// Has the reader ask `check` every 50 ms, whether it waits for
+    /// batches or takes them as fast as they come; when it says true, the
+    /// stream stops and the read ends with an error.
+    pub fn set_interrupt_check(&mut self, check: InterruptCheck) {
+        self.interrupted = Some(check);
+    }
+
     /// Stops the producer; batches not yet taken are dropped.
     pub fn cancel(&mut self) {
         self.cancel.store(true, Ordering::Relaxed);
@@ -176,10 +194,21 @@ impl Iterator for BatchStream {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
-            match self.next_timeout(Duration::from_secs(3600)) {
+            if self.interrupted.is_some() && self.last_check.elapsed() >= INTERRUPT_POLL {
+                self.last_check = std::time::Instant::now();
+                if self.interrupted.as_mut().is_some_and(|check| check()) {
+                    self.cancel();
+                    return Some(Err(ArrowError::ExternalError(Box::new(Error::Interrupted))));
+                }
+            }
+            let wait = match self.interrupted {
+                Some(_) => INTERRUPT_POLL,
+                None => Duration::from_secs(3600),
+            };
+            match self.next_timeout(wait) {
                 Ok(Some(b)) => return Some(Ok(b)),
                 Ok(None) => return None,
-                Err(Waited::Timeout) => continue,
+                Err(Waited::Timeout) => {}
                 Err(Waited::Failed(e)) => return Some(Err(ArrowError::ExternalError(Box::new(e)))),
             }
         }
