@@ -85,7 +85,7 @@ class Store:
         ``block_cache_mib`` sizes the cache of table blocks (data read with
         direct I/O bypasses the kernel's page cache)."""
     @property
-    def paths(self) -> List[str]:
+    def paths(self) -> List["os.PathLike[str]"]:
         """The device paths, in order."""
     def close(self) -> None:
         """Closes the store; acknowledged writes are durable already."""

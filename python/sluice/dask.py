@@ -73,7 +73,7 @@ def read_export(
     first = next((i for i, s in enumerate(slices) if s["docs"] > 0), 0)
     sample = _read_export(device, columns=cols, where=where, types=types, tasks=1, slices=[first])
     schema = sample.schema
-    sample.close() if hasattr(sample, "close") else None
+    sample.close()  # stops the reader that was started for its schema
     pinned = dict(types or {})
     if cols is not None:
         for field in schema:

@@ -134,14 +134,14 @@ impl Plan {
         RowBuilder {
             plan: self.clone(),
             key: match self.spec.key {
-                KeyColumn::StoreKey => KeyBuilder::Binary(BinaryBuilder::new()),
-                KeyColumn::DocumentId => KeyBuilder::Utf8(StringBuilder::new()),
+                KeyColumn::StoreKey => BytesBuilder::Binary(BinaryBuilder::new()),
+                KeyColumn::DocumentId => BytesBuilder::Utf8(StringBuilder::new()),
             },
             whole: self.spec.whole.as_ref().map(|w| {
                 if w.binary {
-                    KeyBuilder::Binary(BinaryBuilder::new())
+                    BytesBuilder::Binary(BinaryBuilder::new())
                 } else {
-                    KeyBuilder::Utf8(StringBuilder::new())
+                    BytesBuilder::Utf8(StringBuilder::new())
                 }
             }),
             columns: self
@@ -155,7 +155,8 @@ impl Plan {
     }
 }
 
-enum KeyBuilder {
+/// A column of bytes per row: the key, or the whole value.
+enum BytesBuilder {
     Binary(BinaryBuilder),
     Utf8(StringBuilder),
 }
@@ -163,8 +164,8 @@ enum KeyBuilder {
 /// Appends rows and cuts batches.
 pub struct RowBuilder {
     plan: Plan,
-    key: KeyBuilder,
-    whole: Option<KeyBuilder>,
+    key: BytesBuilder,
+    whole: Option<BytesBuilder>,
     columns: Vec<ColBuilder>,
     rows: usize,
     text: String,
@@ -202,15 +203,15 @@ impl RowBuilder {
             }
         }
         match &mut self.key {
-            KeyBuilder::Binary(b) => b.append_value(key),
-            KeyBuilder::Utf8(b) => b.append_value(
+            BytesBuilder::Binary(b) => b.append_value(key),
+            BytesBuilder::Utf8(b) => b.append_value(
                 std::str::from_utf8(key)
                     .map_err(|_| Error::Malformed(format!("document id {key:?} is not UTF-8")))?,
             ),
         }
         match &mut self.whole {
-            Some(KeyBuilder::Binary(b)) => b.append_value(value),
-            Some(KeyBuilder::Utf8(b)) => {
+            Some(BytesBuilder::Binary(b)) => b.append_value(value),
+            Some(BytesBuilder::Utf8(b)) => {
                 b.append_value(std::str::from_utf8(value).map_err(|_| {
                     Error::Malformed(format!(
                         "the value of {} is not UTF-8 text",
@@ -248,12 +249,12 @@ impl RowBuilder {
     pub fn finish(&mut self) -> Result<RecordBatch, Error> {
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(2 + self.columns.len());
         arrays.push(match &mut self.key {
-            KeyBuilder::Binary(b) => Arc::new(b.finish()),
-            KeyBuilder::Utf8(b) => Arc::new(b.finish()),
+            BytesBuilder::Binary(b) => Arc::new(b.finish()),
+            BytesBuilder::Utf8(b) => Arc::new(b.finish()),
         });
         match &mut self.whole {
-            Some(KeyBuilder::Binary(b)) => arrays.push(Arc::new(b.finish())),
-            Some(KeyBuilder::Utf8(b)) => arrays.push(Arc::new(b.finish())),
+            Some(BytesBuilder::Binary(b)) => arrays.push(Arc::new(b.finish())),
+            Some(BytesBuilder::Utf8(b)) => arrays.push(Arc::new(b.finish())),
             None => {}
         }
         for c in &mut self.columns {

@@ -1,7 +1,7 @@
 //! Near-data queries as Arrow: the SCAN operator's matching rows cut into
 //! record batches of typed columns, and aggregates as one batch.
 
-use crate::build::{ColumnsSpec, KeyColumn, Plan as ColumnsPlan, WholeColumn};
+use crate::build::{ColumnsSpec, KeyColumn, WholeColumn};
 use crate::stream::{BatchStream, Emitter};
 use crate::types::ColumnType;
 use crate::Error;
@@ -152,7 +152,6 @@ fn run_scan(
     batch_rows: usize,
     emit: &Emitter,
 ) -> Result<(), Error> {
-    let mut plan: Option<ColumnsPlan> = None;
     let mut builder = None;
     let mut failed: Option<Error> = None;
     let stopped = || ScanError::Sink("stopped".into());
@@ -174,7 +173,7 @@ fn run_scan(
                     failed = Some(e);
                     return Err(stopped());
                 }
-                builder.insert(p.builder_from(&mut plan))
+                builder.insert(p.builder())
             }
         };
         for (k, v) in batch.rows() {
@@ -201,20 +200,13 @@ fn run_scan(
         None => {
             let p = columns.plan(&[])?;
             emit.schema(p.schema())?;
-            builder.insert(p.builder_from(&mut plan))
+            builder.insert(p.builder())
         }
     };
     if b.rows() > 0 {
         emit.batch(b.finish()?)?;
     }
     Ok(())
-}
-
-impl ColumnsPlan {
-    /// Keeps the plan and returns a builder for it.
-    fn builder_from(self, slot: &mut Option<ColumnsPlan>) -> crate::build::RowBuilder {
-        slot.insert(self).builder()
-    }
 }
 
 /// An aggregate query (`count(*),avg(year)`, optionally grouped) as one

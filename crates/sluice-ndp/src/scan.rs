@@ -25,9 +25,9 @@
 //! and add a schema message and flatbuffer metadata per batch for nothing a
 //! reader could use; and a batch must be a whole number of 4 KiB blocks so
 //! it can be written to or read from a device with direct I/O as it is.
-//! Typed record keyspaces ([`crate::format`]) projected to their fields are
-//! where an Arrow encoding would pay; that is left for when a consumer
-//! needs it.
+//! Arrow comes at the edge instead: `sluice-arrow` turns these rows into
+//! typed record batches where a consumer asks for columns (Python,
+//! `sluice query --format arrow`).
 
 use crate::expr::Path;
 use crate::format::{Access, FormatError, Layout};
