@@ -102,6 +102,20 @@ pub struct ServeArgs {
     /// Do not pin worker threads to cores.
     #[arg(long)]
     no_pin: bool,
+    /// Also serve the Elasticsearch/OpenSearch-compatible HTTP API here
+    /// (docs/HTTP.md; port 0: any free port, printed).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// A user the HTTP API lets in with basic auth, as NAME:PASSWORD
+    /// (repeatable; none: no authentication).
+    #[arg(long = "http-user", value_name = "NAME:PASSWORD")]
+    http_users: Vec<String>,
+    /// Most HTTP connections open at once.
+    #[arg(long, default_value_t = 1024)]
+    http_max_connections: usize,
+    /// Largest HTTP request body, in MiB (http.max_content_length).
+    #[arg(long, default_value_t = 100)]
+    http_max_content_mib: usize,
 }
 
 fn users(args: &ServeArgs) -> Result<Users> {
@@ -234,8 +248,35 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         },
         ..ServerConfig::default()
     };
+    let http_users = args
+        .http_users
+        .iter()
+        .map(|u| match u.split_once(':') {
+            Some((name, password)) if !name.is_empty() => {
+                Ok((name.to_string(), password.to_string()))
+            }
+            _ => bail!("--http-user {u:?}: give NAME:PASSWORD"),
+        })
+        .collect::<Result<Vec<_>>>()?;
     let server = Server::start(db.clone(), config)
         .with_context(|| format!("starting the server on {}", args.resp))?;
+    let http = match args.http {
+        None => None,
+        Some(addr) => {
+            let api = Arc::new(sluice_http::Api::open(store.clone())?);
+            let config = sluice_http::HttpConfig {
+                addr,
+                max_connections: args.http_max_connections,
+                max_body_bytes: args.http_max_content_mib << 20,
+                users: http_users,
+                ..sluice_http::HttpConfig::default()
+            };
+            Some(
+                sluice_http::HttpServer::start(api, config)
+                    .with_context(|| format!("starting the HTTP API on {addr}"))?,
+            )
+        }
+    };
     // Weak: the store closes when the server is done, not at exit.
     let shared = Arc::downgrade(server.shared());
     let mut signals = signal_hook::iterator::Signals::new([
@@ -280,8 +321,17 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             args.shm_mode
         );
     }
+    if let Some(h) = &http {
+        println!(
+            "sluice serve: HTTP API (Elasticsearch-compatible) on {}",
+            h.addr()
+        );
+    }
     println!("ready to accept connections");
     server.wait()?;
+    if let Some(h) = http {
+        h.stop();
+    }
     drop(db);
     match Arc::try_unwrap(store) {
         Ok(store) => drop(store),

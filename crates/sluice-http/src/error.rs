@@ -1,0 +1,106 @@
+//! Errors in Elasticsearch's shape: `{"error":{"root_cause":[…],"type",
+//! "reason",…},"status":N}`, with the types and statuses it uses.
+
+use serde_json::{json, Map, Value};
+
+/// An API error: the HTTP status, Elasticsearch's exception type and a
+/// reason that says what was wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// Elasticsearch's exception name (`index_not_found_exception`).
+    pub kind: &'static str,
+    /// What was wrong, and what to do where that helps.
+    pub reason: String,
+    /// More members of the error object (`index`, `resource.id`, ...).
+    pub extra: Vec<(&'static str, Value)>,
+}
+
+/// Results of the API.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    /// An error of `kind` with `status`.
+    pub fn new(status: u16, kind: &'static str, reason: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            kind,
+            reason: reason.into(),
+            extra: Vec::new(),
+        }
+    }
+
+    /// A request the API cannot parse (400 `parsing_exception`).
+    pub fn parsing(reason: impl Into<String>) -> ApiError {
+        ApiError::new(400, "parsing_exception", reason)
+    }
+
+    /// A bad argument (400 `illegal_argument_exception`).
+    pub fn illegal(reason: impl Into<String>) -> ApiError {
+        ApiError::new(400, "illegal_argument_exception", reason)
+    }
+
+    /// A body that is not JSON (400 `x_content_parse_exception`... as
+    /// Elasticsearch names a body it cannot read).
+    pub fn not_json(what: &str, e: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            400,
+            "x_content_parse_exception",
+            format!("{what} is not JSON: {e}"),
+        )
+    }
+
+    /// No such index.
+    pub fn no_index(index: &str) -> ApiError {
+        ApiError::new(
+            404,
+            "index_not_found_exception",
+            format!("no such index [{index}]"),
+        )
+        .with("index", json!(index))
+        .with("resource.type", json!("index_or_alias"))
+        .with("resource.id", json!(index))
+        .with("index_uuid", json!("_na_"))
+    }
+
+    /// The store failed underneath.
+    pub fn store(e: impl std::fmt::Display) -> ApiError {
+        ApiError::new(500, "sluice_store_exception", e.to_string())
+    }
+
+    /// Adds a member to the error object.
+    pub fn with(mut self, name: &'static str, value: Value) -> ApiError {
+        self.extra.push((name, value));
+        self
+    }
+
+    /// The error object (what `root_cause` lists and bulk items carry).
+    pub fn cause(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("type".into(), json!(self.kind));
+        m.insert("reason".into(), json!(self.reason));
+        for (k, v) in &self.extra {
+            m.insert((*k).into(), v.clone());
+        }
+        Value::Object(m)
+    }
+
+    /// The whole response body.
+    pub fn body(&self) -> Value {
+        let cause = self.cause();
+        let mut outer = cause.clone();
+        if let Value::Object(m) = &mut outer {
+            m.insert("root_cause".into(), json!([cause]));
+        }
+        json!({ "error": outer, "status": self.status })
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.kind, self.status, self.reason)
+    }
+}
+
+impl std::error::Error for ApiError {}

@@ -1,0 +1,33 @@
+//! # sluice-http
+//!
+//! An Elasticsearch/OpenSearch-compatible HTTP API over the store
+//! (`sluice serve --http`): unmodified search clients, shippers and
+//! Sluice's own exporter read and write Sluice through it.
+//!
+//! - [`wire`]: HTTP/1.1 requests and responses, with limits, chunked and
+//!   gzip bodies;
+//! - [`catalog`]: indices as store keyspaces, their mappings and settings;
+//! - [`docs`]: document writes checked in order and committed as one store
+//!   batch per request; reads; `_source` filtering;
+//! - [`dsl`]: the query DSL subset that compiles to near-data predicates;
+//! - [`search`]: search on a snapshot, sort, `search_after`, slices, and
+//!   the scroll and point-in-time contexts;
+//! - [`api`]: the routes and Elasticsearch's response and error shapes;
+//! - [`serve`]: the listener.
+//!
+//! docs/HTTP.md lists what is served and how it differs from Elasticsearch.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod catalog;
+pub mod docs;
+pub mod dsl;
+pub mod error;
+pub mod search;
+pub mod serve;
+pub mod wire;
+
+pub use api::Api;
+pub use error::{ApiError, ApiResult};
+pub use serve::{HttpConfig, HttpServer};

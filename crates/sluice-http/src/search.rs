@@ -1,0 +1,627 @@
+//! Search execution on a store snapshot: the compiled query run on each
+//! document in key order, hits in key order (`_doc`, `_shard_doc`) or by
+//! field sort values; `from`/`size`, `search_after`, slices, total hits;
+//! and the search contexts that scrolls and points in time keep.
+
+use crate::catalog::Index;
+use crate::dsl::Query;
+use crate::error::{ApiError, ApiResult};
+use serde_json::Value;
+use sluice_store::{Snapshot, Store};
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `index.max_result_window`: most `from + size` of one search.
+pub const MAX_RESULT_WINDOW: usize = 10_000;
+/// `search.max_open_scroll_context`.
+pub const MAX_SCROLL_CONTEXTS: usize = 500;
+/// `search.max_open_pit_context` (OpenSearch's name; Elasticsearch has no
+/// separate limit, the same bound applies).
+pub const MAX_PIT_CONTEXTS: usize = 300;
+/// `search.max_keep_alive`.
+pub const MAX_KEEP_ALIVE: Duration = Duration::from_secs(24 * 3600);
+
+/// One sort key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SortKey {
+    /// Index order of the documents (`_doc`, `_shard_doc`, `_id`): key order.
+    Doc {
+        /// Descending.
+        desc: bool,
+    },
+    /// `_score` (every hit scores 1.0 here).
+    Score,
+    /// A field's value.
+    Field {
+        /// The dotted path.
+        path: String,
+        /// Descending.
+        desc: bool,
+        /// Missing values first (`_first`) instead of last.
+        missing_first: bool,
+    },
+}
+
+/// Parses `sort` as Elasticsearch takes it: a name, `{name: order}`,
+/// `{name: {"order":…, "missing":…}}`, or an array of those.
+pub fn parse_sort(v: Option<&Value>) -> ApiResult<Vec<SortKey>> {
+    let Some(v) = v else {
+        return Ok(Vec::new());
+    };
+    let items: Vec<&Value> = match v {
+        Value::Array(a) => a.iter().collect(),
+        one => vec![one],
+    };
+    items.into_iter().map(parse_one_sort).collect()
+}
+
+/// Parses the `sort` URL parameter (`field:desc,other`).
+pub fn parse_sort_param(text: &str) -> ApiResult<Vec<SortKey>> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            let (name, order) = s.split_once(':').unwrap_or((s, "asc"));
+            parse_one_sort(&serde_json::json!({ name: order }))
+        })
+        .collect()
+}
+
+fn parse_one_sort(v: &Value) -> ApiResult<SortKey> {
+    let (name, spec) = match v {
+        Value::String(s) => (s.clone(), Value::Null),
+        Value::Object(m) if m.len() == 1 => {
+            let (k, s) = m
+                .iter()
+                .next()
+                .ok_or_else(|| ApiError::parsing("empty sort"))?;
+            (k.clone(), s.clone())
+        }
+        _ => return Err(ApiError::parsing(format!("malformed sort [{v}]"))),
+    };
+    let order = match &spec {
+        Value::String(s) => Some(s.as_str()),
+        Value::Object(m) => m.get("order").and_then(Value::as_str),
+        _ => None,
+    };
+    let desc = match order {
+        None => name == "_score",
+        Some("asc") => false,
+        Some("desc") => true,
+        Some(o) => return Err(ApiError::illegal(format!("Unknown SortOrder [{o}]"))),
+    };
+    let missing_first = spec.get("missing").and_then(Value::as_str) == Some("_first");
+    Ok(match name.as_str() {
+        "_doc" | "_shard_doc" | "_id" => SortKey::Doc { desc },
+        "_score" => SortKey::Score,
+        _ => SortKey::Field {
+            path: name,
+            desc,
+            missing_first,
+        },
+    })
+}
+
+/// Which slice of a sliced search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    /// This slice, `0..max`.
+    pub id: u32,
+    /// How many.
+    pub max: u32,
+}
+
+impl Slice {
+    /// Parses `{"id":…,"max":…}` (a `field` is accepted and ignored: slices
+    /// split by the document's id).
+    pub fn parse(v: Option<&Value>) -> ApiResult<Option<Slice>> {
+        let Some(v) = v else { return Ok(None) };
+        let id = v.get("id").and_then(Value::as_u64);
+        let max = v.get("max").and_then(Value::as_u64);
+        match (id, max) {
+            (Some(id), Some(max)) if max >= 1 && id < max && max <= 1024 => Ok(Some(Slice {
+                id: id as u32,
+                max: max as u32,
+            })),
+            (Some(_), Some(max)) if max <= 1 => {
+                Err(ApiError::illegal("max must be greater than 1"))
+            }
+            (Some(id), Some(max)) => Err(ApiError::illegal(format!(
+                "max must be greater than id ({id} >= {max}), and at most 1024"
+            ))),
+            _ => Err(ApiError::parsing("[slice] needs [id] and [max]")),
+        }
+    }
+
+    /// Whether document `id` is in this slice.
+    pub fn holds(&self, id: &[u8]) -> bool {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in id {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % u64::from(self.max)) as u32 == self.id
+    }
+}
+
+/// `track_total_hits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrackTotal {
+    /// Not counted.
+    Off,
+    /// Counted exactly up to this many, then "gte".
+    UpTo(u64),
+}
+
+impl TrackTotal {
+    /// Parses the body's or parameter's value.
+    pub fn parse(v: Option<&Value>) -> ApiResult<TrackTotal> {
+        Ok(match v {
+            None => TrackTotal::UpTo(MAX_RESULT_WINDOW as u64),
+            Some(Value::Bool(true)) => TrackTotal::UpTo(u64::MAX),
+            Some(Value::Bool(false)) => TrackTotal::Off,
+            Some(Value::Number(n)) => match n.as_i64() {
+                Some(-1) => TrackTotal::UpTo(u64::MAX),
+                Some(k) if k >= 0 => TrackTotal::UpTo(k as u64),
+                _ => return Err(ApiError::illegal("[track_total_hits] must be positive")),
+            },
+            Some(Value::String(s)) => match s.as_str() {
+                "true" => TrackTotal::UpTo(u64::MAX),
+                "false" => TrackTotal::Off,
+                n => TrackTotal::UpTo(n.parse().map_err(|_| {
+                    ApiError::illegal(format!(
+                        "[track_total_hits] [{n}] is not a number or boolean"
+                    ))
+                })?),
+            },
+            Some(other) => {
+                return Err(ApiError::parsing(format!(
+                    "[track_total_hits] does not take [{other}]"
+                )))
+            }
+        })
+    }
+}
+
+/// What to find.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// The query.
+    pub query: Arc<Query>,
+    /// Sort keys (none: key order).
+    pub sort: Vec<SortKey>,
+    /// Hits to skip.
+    pub from: usize,
+    /// Hits to return.
+    pub size: usize,
+    /// Continue after these sort values.
+    pub search_after: Option<Vec<Value>>,
+    /// Only this slice.
+    pub slice: Option<Slice>,
+    /// Count hits how far.
+    pub track_total: TrackTotal,
+}
+
+/// One hit.
+#[derive(Debug, Clone)]
+pub struct Hit {
+    /// Its index.
+    pub index: Arc<Index>,
+    /// `_id`.
+    pub id: Vec<u8>,
+    /// `_source` bytes.
+    pub source: Vec<u8>,
+    /// Sort values (when the search sorts).
+    pub sort: Vec<Value>,
+}
+
+/// A page of hits.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// The hits of the page.
+    pub hits: Vec<Hit>,
+    /// Matching documents counted (see `exact`).
+    pub total: u64,
+    /// Whether `total` is all of them (else a lower bound).
+    pub exact: bool,
+}
+
+fn sort_value(source: &[u8], path: &str) -> Value {
+    let steps: Vec<&str> = path.split('.').collect();
+    match sonic_get(source, &steps) {
+        Some(Value::Array(a)) => a.into_iter().next().unwrap_or(Value::Null),
+        Some(v) => v,
+        None => Value::Null,
+    }
+}
+
+fn sonic_get(source: &[u8], steps: &[&str]) -> Option<Value> {
+    let v: Value = serde_json::from_slice(source).ok()?;
+    let mut node = &v;
+    for s in steps {
+        node = node.get(*s)?;
+    }
+    Some(node.clone())
+}
+
+fn rank(v: &Value) -> u8 {
+    match v {
+        Value::Bool(_) => 1,
+        Value::Number(_) => 2,
+        Value::String(_) => 3,
+        _ => 4,
+    }
+}
+
+/// Orders two sort values of one key: numbers by value, strings by bytes.
+pub fn compare_values(a: &Value, b: &Value) -> Ordering {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_i64(), y.as_i64()) {
+            (Some(i), Some(j)) => i.cmp(&j),
+            _ => x
+                .as_f64()
+                .unwrap_or(0.0)
+                .total_cmp(&y.as_f64().unwrap_or(0.0)),
+        },
+        (Value::String(x), Value::String(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        _ => rank(a).cmp(&rank(b)),
+    }
+}
+
+fn compare_keys(sort: &[SortKey], a: &[Value], b: &[Value]) -> Ordering {
+    for (i, key) in sort.iter().enumerate() {
+        let (x, y) = (&a[i], &b[i]);
+        let ord = match key {
+            SortKey::Score => Ordering::Equal,
+            SortKey::Doc { desc } => {
+                let o = compare_values(x, y);
+                if *desc {
+                    o.reverse()
+                } else {
+                    o
+                }
+            }
+            SortKey::Field {
+                desc,
+                missing_first,
+                ..
+            } => match (x.is_null(), y.is_null()) {
+                (true, true) => Ordering::Equal,
+                (true, false) => {
+                    if *missing_first {
+                        Ordering::Less
+                    } else {
+                        Ordering::Greater
+                    }
+                }
+                (false, true) => {
+                    if *missing_first {
+                        Ordering::Greater
+                    } else {
+                        Ordering::Less
+                    }
+                }
+                _ => {
+                    let o = compare_values(x, y);
+                    if *desc {
+                        o.reverse()
+                    } else {
+                        o
+                    }
+                }
+            },
+        };
+        if ord != Ordering::Equal {
+            return ord;
+        }
+    }
+    Ordering::Equal
+}
+
+fn sort_values(sort: &[SortKey], id: &[u8], source: &[u8]) -> Vec<Value> {
+    sort.iter()
+        .map(|k| match k {
+            SortKey::Doc { .. } => Value::String(String::from_utf8_lossy(id).into_owned()),
+            SortKey::Score => serde_json::json!(1.0),
+            SortKey::Field { path, .. } => sort_value(source, path),
+        })
+        .collect()
+}
+
+/// Runs `spec` over `indices` at `snapshot`.
+pub fn run(
+    store: &Store,
+    indices: &[Arc<Index>],
+    snapshot: &Snapshot,
+    spec: &Spec,
+) -> ApiResult<Found> {
+    let window = spec.from + spec.size;
+    if let Some(after) = &spec.search_after {
+        if after.len() != spec.sort.len() || spec.sort.is_empty() {
+            return Err(ApiError::illegal(format!(
+                "search_after has {} value(s) but sort has {}",
+                after.len(),
+                spec.sort.len()
+            )));
+        }
+        if spec.from > 0 {
+            return Err(ApiError::illegal(
+                "[from] parameter must be set to 0 when [search_after] is used",
+            ));
+        }
+    }
+    let key_order = spec
+        .sort
+        .iter()
+        .all(|k| matches!(k, SortKey::Doc { desc: false } | SortKey::Score))
+        && spec
+            .sort
+            .first()
+            .is_none_or(|k| matches!(k, SortKey::Doc { .. }));
+    let limit = match spec.track_total {
+        TrackTotal::Off => 0,
+        TrackTotal::UpTo(n) => n,
+    };
+    let mut found = Found {
+        exact: true,
+        ..Found::default()
+    };
+    let mut kept: Vec<Hit> = Vec::new();
+    for index in indices {
+        // In key order a search_after names the key to start after.
+        let start: Option<Vec<u8>> = match (&spec.search_after, key_order) {
+            (Some(after), true) => after
+                .first()
+                .and_then(Value::as_str)
+                .map(|s| s.as_bytes().to_vec()),
+            _ => None,
+        };
+        let lower = match &start {
+            Some(k) => Bound::Excluded(k.as_slice()),
+            None => Bound::Unbounded,
+        };
+        for pair in store.iter_expecting(
+            index.docs,
+            (lower, Bound::Unbounded),
+            snapshot,
+            false,
+            window.min(4096),
+        ) {
+            let (id, source) = pair.map_err(ApiError::store)?;
+            if let Some(s) = &spec.slice {
+                if !s.holds(&id) {
+                    continue;
+                }
+            }
+            if !spec.query.matches(&id, &source)? {
+                continue;
+            }
+            let values = if spec.sort.is_empty() {
+                Vec::new()
+            } else {
+                sort_values(&spec.sort, &id, &source)
+            };
+            if !key_order {
+                if let Some(after) = &spec.search_after {
+                    if compare_keys(&spec.sort, &values, after) != Ordering::Greater {
+                        continue;
+                    }
+                }
+            }
+            found.total += 1;
+            let want_more = !key_order || kept.len() < window;
+            if want_more {
+                kept.push(Hit {
+                    index: index.clone(),
+                    id,
+                    source,
+                    sort: values,
+                });
+                if !key_order && kept.len() >= 2 * window.max(64) {
+                    prune(&spec.sort, &mut kept, window);
+                }
+            }
+            if key_order && kept.len() >= window && found.total >= limit {
+                // Enough hits, and counted as far as asked: the total is a bound.
+                found.exact = false;
+                return Ok(finish(spec, kept, found, limit));
+            }
+        }
+    }
+    if !key_order {
+        prune(&spec.sort, &mut kept, window);
+    }
+    Ok(finish(spec, kept, found, limit))
+}
+
+fn finish(spec: &Spec, kept: Vec<Hit>, mut found: Found, limit: u64) -> Found {
+    if found.total > limit {
+        found.total = limit;
+        found.exact = false;
+    }
+    found.hits = kept.into_iter().skip(spec.from).take(spec.size).collect();
+    found
+}
+
+fn prune(sort: &[SortKey], kept: &mut Vec<Hit>, window: usize) {
+    kept.sort_by(|a, b| compare_keys(sort, &a.sort, &b.sort).then_with(|| a.id.cmp(&b.id)));
+    kept.truncate(window);
+}
+
+/// Counts the matching documents.
+pub fn count(store: &Store, indices: &[Arc<Index>], query: &Query) -> ApiResult<u64> {
+    let snapshot = store.snapshot();
+    let mut n = 0;
+    for index in indices {
+        for pair in store.iter(
+            index.docs,
+            (Bound::Unbounded, Bound::Unbounded),
+            &snapshot,
+            false,
+        ) {
+            let (id, source) = pair.map_err(ApiError::store)?;
+            if query.matches(&id, &source)? {
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// A scroll's or point in time's state.
+pub struct Context {
+    /// The view it searches.
+    pub snapshot: Snapshot,
+    /// The indices.
+    pub indices: Vec<Arc<Index>>,
+    /// For a scroll: the search and where its next page starts.
+    pub scroll: Option<Spec>,
+    /// For a scroll: its `_source` filter, as the request gave it.
+    pub source: Value,
+    /// When it expires.
+    pub expires: Instant,
+    /// A point in time (else a scroll).
+    pub pit: bool,
+}
+
+/// Open search contexts with their limits.
+#[derive(Default)]
+pub struct Contexts {
+    open: Mutex<HashMap<String, Context>>,
+}
+
+/// Parses a keep-alive (`1m`, `30s`, `500ms`, `2h`, `1d`).
+pub fn parse_keep_alive(text: &str) -> ApiResult<Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n.parse().map_err(|_| bad_time(text))?;
+    let d = match unit {
+        "d" => Duration::from_secs(n * 86_400),
+        "h" => Duration::from_secs(n * 3600),
+        "m" => Duration::from_secs(n * 60),
+        "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "micros" => Duration::from_micros(n),
+        "nanos" => Duration::from_nanos(n),
+        _ => return Err(bad_time(text)),
+    };
+    if d > MAX_KEEP_ALIVE {
+        return Err(ApiError::illegal(format!(
+            "Keep alive for request ({text}) is too large. It must be less than (1d). This limit can be set by changing the [search.max_keep_alive] cluster level setting."
+        )));
+    }
+    Ok(d)
+}
+
+fn bad_time(text: &str) -> ApiError {
+    ApiError::new(
+        400,
+        "parse_exception",
+        format!("failed to parse setting [keep_alive] with value [{text}] as a time value: unit is missing or unrecognized"),
+    )
+}
+
+/// The error a missing or expired context gives.
+pub fn context_missing(id: &str) -> ApiError {
+    ApiError::new(
+        404,
+        "search_context_missing_exception",
+        format!("No search context found for id [{id}]"),
+    )
+}
+
+impl Contexts {
+    fn reap(open: &mut HashMap<String, Context>) {
+        let now = Instant::now();
+        open.retain(|_, c| c.expires > now);
+    }
+
+    /// Opens a context; refused past the limits.
+    pub fn open(&self, context: Context) -> ApiResult<String> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        Self::reap(&mut open);
+        let (limit, setting) = if context.pit {
+            (MAX_PIT_CONTEXTS, "search.max_open_pit_context")
+        } else {
+            (MAX_SCROLL_CONTEXTS, "search.max_open_scroll_context")
+        };
+        if open.values().filter(|c| c.pit == context.pit).count() >= limit {
+            return Err(ApiError::new(
+                429,
+                "too_many_scroll_contexts_exception",
+                format!(
+                    "Trying to create too many {} contexts. Must be less than or equal to: [{limit}]. This limit can be set by changing the [{setting}] setting.",
+                    if context.pit { "point in time" } else { "scroll" }
+                ),
+            ));
+        }
+        let id = {
+            use base64::Engine;
+            let bytes: [u8; 24] = rand::random();
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+        };
+        open.insert(id.clone(), context);
+        Ok(id)
+    }
+
+    /// Runs `f` on the live context `id`, extending it by `keep_alive`.
+    pub fn with<R>(
+        &self,
+        id: &str,
+        keep_alive: Option<Duration>,
+        f: impl FnOnce(&mut Context) -> ApiResult<R>,
+    ) -> ApiResult<R> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        Self::reap(&mut open);
+        let c = open.get_mut(id).ok_or_else(|| context_missing(id))?;
+        if let Some(k) = keep_alive {
+            c.expires = Instant::now() + k;
+        }
+        f(c)
+    }
+
+    /// A copy of what a context searches (so the search runs unlocked).
+    pub fn view(
+        &self,
+        id: &str,
+        keep_alive: Option<Duration>,
+    ) -> ApiResult<(Snapshot, Vec<Arc<Index>>)> {
+        self.with(id, keep_alive, |c| {
+            Ok((c.snapshot.clone(), c.indices.clone()))
+        })
+    }
+
+    /// Closes a context; whether it was open.
+    pub fn close(&self, id: &str) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        Self::reap(&mut open);
+        open.remove(id).is_some()
+    }
+
+    /// Closes every context of one kind; how many.
+    pub fn close_all(&self, pit: bool) -> Vec<String> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        Self::reap(&mut open);
+        let ids: Vec<String> = open
+            .iter()
+            .filter(|(_, c)| c.pit == pit)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in &ids {
+            open.remove(id);
+        }
+        ids
+    }
+
+    /// How many of each kind are open: (scrolls, points in time).
+    pub fn counts(&self) -> (usize, usize) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        Self::reap(&mut open);
+        let pits = open.values().filter(|c| c.pit).count();
+        (open.len() - pits, pits)
+    }
+}

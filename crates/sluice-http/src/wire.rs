@@ -1,0 +1,414 @@
+//! HTTP/1.1 on a byte stream: requests read with limits (head size, body
+//! size, `Content-Length` or chunked, gzip bodies), responses written with
+//! keep-alive, optionally gzip-compressed.
+
+use std::io::{BufRead, Read, Write};
+
+/// Largest request head (request line and headers).
+pub const MAX_HEAD_BYTES: usize = 64 << 10;
+/// Most headers a request may carry.
+pub const MAX_HEADERS: usize = 100;
+
+/// A request as the API sees it.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// `GET`, `PUT`, ... (upper case as sent).
+    pub method: String,
+    /// The path, percent-decoded, without the query string.
+    pub path: String,
+    /// Query parameters in order, percent-decoded.
+    pub params: Vec<(String, String)>,
+    /// Headers, names in lower case.
+    pub headers: Vec<(String, String)>,
+    /// The body, decompressed.
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The first header called `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The last query parameter called `name`.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether the client keeps the connection open after this request.
+    pub fn keep_alive(&self) -> bool {
+        !self
+            .header("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+    }
+}
+
+/// A request that cannot be read; the connection answers it and closes.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The peer closed or the socket failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Not HTTP/1.x as it must be.
+    #[error("{0}")]
+    Malformed(String),
+    /// The head is too big.
+    #[error("the request head is over {MAX_HEAD_BYTES} bytes")]
+    HeadTooLarge,
+    /// The body is over the limit.
+    #[error("the request body is over the limit of {limit_bytes} bytes (http.max_content_length)")]
+    BodyTooLarge {
+        /// The limit.
+        limit_bytes: usize,
+    },
+}
+
+/// Reads one request; `Ok(None)` when the peer closed between requests.
+pub fn read_request(
+    reader: &mut impl BufRead,
+    max_body_bytes: usize,
+) -> Result<Option<Request>, WireError> {
+    let head = match read_head(reader)? {
+        Some(h) => h,
+        None => return Ok(None),
+    };
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    match parsed.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => {
+            return Err(WireError::Malformed("the request head ends early".into()))
+        }
+        Err(e) => return Err(WireError::Malformed(format!("bad request head: {e}"))),
+    }
+    let method = parsed.method.unwrap_or("GET").to_string();
+    let target = parsed.path.unwrap_or("/");
+    let headers: Vec<(String, String)> = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_ascii_lowercase(),
+                String::from_utf8_lossy(h.value).trim().to_string(),
+            )
+        })
+        .collect();
+    let (raw_path, raw_query) = target.split_once('?').unwrap_or((target, ""));
+    let mut request = Request {
+        method,
+        path: percent_decode(raw_path),
+        params: parse_query(raw_query),
+        headers,
+        body: Vec::new(),
+    };
+    let chunked = request
+        .header("transfer-encoding")
+        .is_some_and(|t| t.to_ascii_lowercase().contains("chunked"));
+    let body = if chunked {
+        read_chunked(reader, max_body_bytes)?
+    } else {
+        let length = match request.header("content-length") {
+            None => 0,
+            Some(v) => v.parse::<usize>().map_err(|_| {
+                WireError::Malformed(format!("Content-Length {v:?} is not a number"))
+            })?,
+        };
+        if length > max_body_bytes {
+            return Err(WireError::BodyTooLarge {
+                limit_bytes: max_body_bytes,
+            });
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body)?;
+        body
+    };
+    request.body = match request.header("content-encoding") {
+        Some(e) if e.eq_ignore_ascii_case("gzip") => gunzip(&body, max_body_bytes)?,
+        Some(e) if !e.eq_ignore_ascii_case("identity") => {
+            return Err(WireError::Malformed(format!(
+                "Content-Encoding {e:?} is not supported: send gzip or identity"
+            )))
+        }
+        _ => body,
+    };
+    Ok(Some(request))
+}
+
+fn read_head(reader: &mut impl BufRead) -> Result<Option<Vec<u8>>, WireError> {
+    let mut head = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        let n = reader
+            .by_ref()
+            .take((MAX_HEAD_BYTES + 1 - head.len().min(MAX_HEAD_BYTES)) as u64)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            if head.is_empty() {
+                return Ok(None);
+            }
+            return Err(WireError::Malformed("the peer closed mid-request".into()));
+        }
+        // Blank lines before a request line are allowed (RFC 9112 2.2).
+        if head.is_empty() && (line == b"\r\n" || line == b"\n") {
+            continue;
+        }
+        head.extend_from_slice(&line);
+        if head.len() > MAX_HEAD_BYTES {
+            return Err(WireError::HeadTooLarge);
+        }
+        if line == b"\r\n" || line == b"\n" {
+            return Ok(Some(head));
+        }
+    }
+}
+
+fn read_chunked(reader: &mut impl BufRead, max_body_bytes: usize) -> Result<Vec<u8>, WireError> {
+    let mut body = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.by_ref().take(1024).read_line(&mut line)?;
+        let size_text = line.trim().split(';').next().unwrap_or("");
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| WireError::Malformed(format!("bad chunk size {size_text:?}")))?;
+        if size == 0 {
+            // Trailers, up to the blank line.
+            loop {
+                let mut t = String::new();
+                let n = reader.by_ref().take(8192).read_line(&mut t)?;
+                if n == 0 || t.trim().is_empty() {
+                    return Ok(body);
+                }
+            }
+        }
+        if body.len() + size > max_body_bytes {
+            return Err(WireError::BodyTooLarge {
+                limit_bytes: max_body_bytes,
+            });
+        }
+        let start = body.len();
+        body.resize(start + size, 0);
+        reader.read_exact(&mut body[start..])?;
+        let mut crlf = [0u8; 2];
+        reader.read_exact(&mut crlf)?;
+        if &crlf != b"\r\n" {
+            return Err(WireError::Malformed("a chunk does not end in CRLF".into()));
+        }
+    }
+}
+
+fn gunzip(body: &[u8], max_body_bytes: usize) -> Result<Vec<u8>, WireError> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(body)
+        .take(max_body_bytes as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| WireError::Malformed(format!("the gzip body does not inflate: {e}")))?;
+    if out.len() > max_body_bytes {
+        return Err(WireError::BodyTooLarge {
+            limit_bytes: max_body_bytes,
+        });
+    }
+    Ok(out)
+}
+
+/// `%XX` and `+` decoded (`+` only where `plus_is_space`).
+fn decode(text: &str, plus_is_space: bool) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' if plus_is_space => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A path, percent-decoded.
+pub fn percent_decode(path: &str) -> String {
+    decode(path, false)
+}
+
+fn parse_query(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k, true), decode(v, true))
+        })
+        .collect()
+}
+
+/// A response on its way out.
+#[derive(Debug, Clone)]
+pub struct Response {
+    /// The status code.
+    pub status: u16,
+    /// The `Content-Type`.
+    pub content_type: &'static str,
+    /// More headers.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body (empty for HEAD, which still sends its length).
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A JSON response.
+    pub fn json(status: u16, body: Vec<u8>) -> Response {
+        Response {
+            status,
+            content_type: "application/json; charset=UTF-8",
+            headers: Vec::new(),
+            body,
+        }
+    }
+
+    /// A plain text response.
+    pub fn text(status: u16, body: impl Into<Vec<u8>>) -> Response {
+        Response {
+            status,
+            content_type: "text/plain; charset=UTF-8",
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        409 => "Conflict",
+        413 => "Request Entity Too Large",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+/// Bodies at least this big are compressed for clients that accept gzip.
+const GZIP_MIN_BYTES: usize = 1024;
+
+/// Writes `response`; `head_only` sends the headers a GET would have.
+/// `gzip` compresses a body worth it.
+pub fn write_response(
+    out: &mut impl Write,
+    mut response: Response,
+    head_only: bool,
+    gzip: bool,
+    keep_alive: bool,
+) -> std::io::Result<()> {
+    let mut encoded = false;
+    if gzip && !head_only && response.body.len() >= GZIP_MIN_BYTES {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&response.body)?;
+        response.body = enc.finish()?;
+        encoded = true;
+    }
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\nX-Elastic-Product: Elasticsearch\r\ncontent-type: {}\r\ncontent-length: {}\r\n",
+        response.status,
+        reason(response.status),
+        response.content_type,
+        response.body.len()
+    );
+    if encoded {
+        head.push_str("content-encoding: gzip\r\n");
+    }
+    for (name, value) in &response.headers {
+        head.push_str(name);
+        head.push_str(": ");
+        head.push_str(value);
+        head.push_str("\r\n");
+    }
+    if !keep_alive {
+        head.push_str("connection: close\r\n");
+    }
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes())?;
+    if !head_only {
+        out.write_all(&response.body)?;
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &[u8]) -> Result<Option<Request>, WireError> {
+        read_request(&mut std::io::BufReader::new(text), 1 << 20)
+    }
+
+    #[test]
+    fn reads_a_request_with_a_query_and_a_body() {
+        let r = read(
+            b"POST /a%2Fb/_search?q=x+y&size=3 HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.method, "POST");
+        assert_eq!(r.path, "/a/b/_search");
+        assert_eq!(r.param("q"), Some("x y"));
+        assert_eq!(r.param("size"), Some("3"));
+        assert_eq!(r.body, b"{}");
+    }
+
+    #[test]
+    fn reads_chunked_and_gzip_bodies() {
+        let r = read(b"PUT /i HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.body, b"abcde");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(b"{\"a\":1}").unwrap();
+        let gz = enc.finish().unwrap();
+        let mut raw = format!(
+            "PUT /i HTTP/1.1\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
+            gz.len()
+        )
+        .into_bytes();
+        raw.extend_from_slice(&gz);
+        assert_eq!(read(&raw).unwrap().unwrap().body, b"{\"a\":1}");
+    }
+
+    #[test]
+    fn refuses_bodies_over_the_limit_and_bad_heads() {
+        assert!(matches!(
+            read(b"PUT /i HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"),
+            Err(WireError::BodyTooLarge { .. })
+        ));
+        assert!(matches!(
+            read(b"NOT HTTP\r\n\r\n"),
+            Err(WireError::Malformed(_))
+        ));
+        assert!(read(b"").unwrap().is_none());
+    }
+}
