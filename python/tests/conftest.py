@@ -68,3 +68,48 @@ def opensearch(tmp_path_factory):
         yield url
     finally:
         subprocess.run([str(script), "opensearch", "2.11.1", "stop"], env=env, capture_output=True)
+
+
+class SluiceServe:
+    """A running `sluice serve --http`: its HTTP URL, device and process."""
+
+    def __init__(self, sluice_bin: Path, device: Path, extra=()):
+        self.device = device
+        self.proc = subprocess.Popen(
+            [
+                str(sluice_bin), "serve", "--device", str(device), "--create-mib", "512",
+                "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1", "--no-pin",
+                *extra,
+            ],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        )
+        self.url = None
+        seen = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            if "HTTP API" in line:
+                self.url = "http://" + line.strip().rsplit(" ", 1)[-1]
+            if "ready to accept connections" in line:
+                break
+        assert self.url, f"sluice serve did not start its HTTP API: {''.join(seen)}"
+
+    def stop(self):
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, f"sluice serve exited {self.proc.returncode}: {out}"
+        return out
+
+
+@pytest.fixture(scope="module")
+def sluice_http(tmp_path_factory, sluice_bin):
+    """`sluice serve --http` on a new device, for one test module."""
+    server = SluiceServe(sluice_bin, tmp_path_factory.mktemp("serve") / "serve.dev")
+    try:
+        yield server
+    finally:
+        if server.proc.poll() is None:
+            server.stop()

@@ -961,7 +961,8 @@ fn missing_in_search(e: ApiError) -> ApiError {
             "failed_shards",
             json!([{"shard": -1, "index": null, "reason": cause}]),
         )
-        .with("caused_by", cause)
+        .with("caused_by", cause.clone())
+        .rooted_in(cause)
 }
 
 fn compat_type(req: &Request) -> Option<&'static str> {

@@ -15,6 +15,8 @@ pub struct ApiError {
     pub reason: String,
     /// More members of the error object (`index`, `resource.id`, ...).
     pub extra: Vec<(&'static str, Value)>,
+    /// What `root_cause` lists when it is not this error itself.
+    pub root_cause: Option<Value>,
 }
 
 /// Results of the API.
@@ -28,6 +30,7 @@ impl ApiError {
             kind,
             reason: reason.into(),
             extra: Vec::new(),
+            root_cause: None,
         }
     }
 
@@ -75,6 +78,12 @@ impl ApiError {
         self
     }
 
+    /// Names the error at the root of this one.
+    pub fn rooted_in(mut self, cause: Value) -> ApiError {
+        self.root_cause = Some(cause);
+        self
+    }
+
     /// The error object (what `root_cause` lists and bulk items carry).
     pub fn cause(&self) -> Value {
         let mut m = Map::new();
@@ -91,7 +100,8 @@ impl ApiError {
         let cause = self.cause();
         let mut outer = cause.clone();
         if let Value::Object(m) = &mut outer {
-            m.insert("root_cause".into(), json!([cause]));
+            let root = self.root_cause.clone().unwrap_or(cause);
+            m.insert("root_cause".into(), json!([root]));
         }
         json!({ "error": outer, "status": self.status })
     }
