@@ -1,5 +1,6 @@
 //! The routes: requests in, Elasticsearch-shaped responses out.
 
+use crate::aggs;
 use crate::catalog::{Catalog, Index};
 use crate::docs::{self, DocOp, Docs, Expect, Outcome};
 use crate::dsl;
@@ -714,14 +715,11 @@ impl Api {
             "version",
             "seq_no_primary_term",
             "explain",
-            "min_score",
-            "terminate_after",
+            "aggs",
+            "aggregations",
         ];
         if let Some(m) = body.as_object() {
             for k in m.keys() {
-                if k == "aggs" || k == "aggregations" {
-                    return Err(ApiError::illegal("aggregations are not served by this Sluice build's HTTP API yet; use POST /_sluice/query with aggregate=, or `sluice query --aggregate`"));
-                }
                 if !KEYS.contains(&k.as_str()) {
                     return Err(ApiError::parsing(format!(
                         "Unknown key for a START_OBJECT in [{k}]."
@@ -825,17 +823,32 @@ impl Api {
             }
             return self.start_scroll(spec, filter, snapshot, indices, keep, started);
         }
+        let aggs = match body.get("aggs").or_else(|| body.get("aggregations")) {
+            Some(a) => Some(aggs::parse(a)?),
+            None => None,
+        };
         let found = search::run(self.catalog.store(), &indices, &snapshot, &spec)?;
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let extra = pit_id.map(|id| format!("\"pit_id\":{},", json_escape(&id)));
-        self.search_response(
+        let mut response = self.search_response(
             &spec,
             &filter,
             found,
             total_shards,
             started,
             extra.as_deref(),
-        )
+        )?;
+        if let Some(requests) = aggs {
+            let result = aggs::run(self.catalog.store(), &indices, &spec.query, &requests)?;
+            // The aggregations go last, inside the closing brace.
+            response.body.pop();
+            response.body.extend_from_slice(b",\"aggregations\":");
+            response
+                .body
+                .extend_from_slice(result.to_string().as_bytes());
+            response.body.push(b'}');
+        }
+        Ok(response)
     }
 
     fn search_response(

@@ -402,24 +402,22 @@ fn parse_bool(body: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Nod
     all.extend(clauses(obj.get("filter"), mapping, depth)?);
     let should = clauses(obj.get("should"), mapping, depth)?;
     let must_not = clauses(obj.get("must_not"), mapping, depth)?;
-    let default_min = if all.is_empty() && !should.is_empty() {
-        1
-    } else {
-        0
-    };
     let min = match obj.get("minimum_should_match") {
-        None => default_min,
+        None => 0,
         Some(v) => minimum_should_match(v, should.len())?,
+    };
+    // As in Lucene: with no required clause, some should clause must match,
+    // whatever minimum_should_match computed to.
+    let min = if all.is_empty() && !should.is_empty() {
+        min.max(1)
+    } else {
+        min
     };
     if min > should.len() {
         return Ok(Node::None);
     }
     if min > 0 {
-        all.push(if min == 1 {
-            Node::AtLeast(1, should)
-        } else {
-            Node::AtLeast(min, should)
-        });
+        all.push(Node::AtLeast(min, should));
     }
     for n in must_not {
         all.push(Node::Not(Box::new(n)));
@@ -461,7 +459,7 @@ fn minimum_should_match(v: &Value, clauses: usize) -> ApiResult<usize> {
             k
         }
     };
-    Ok(computed.clamp(0, n) as usize)
+    Ok(computed.max(0) as usize)
 }
 
 /// The node as one predicate, where it is one.

@@ -12,6 +12,7 @@
 //! - [`dsl`]: the query DSL subset that compiles to near-data predicates;
 //! - [`search`]: search on a snapshot, sort, `search_after`, slices, and
 //!   the scroll and point-in-time contexts;
+//! - [`aggs`]: aggregations run by the near-data aggregates;
 //! - [`api`]: the routes and Elasticsearch's response and error shapes;
 //! - [`serve`]: the listener.
 //!
@@ -19,6 +20,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod aggs;
 pub mod api;
 pub mod catalog;
 pub mod docs;
