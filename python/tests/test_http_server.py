@@ -1,0 +1,159 @@
+"""`sluice serve --http` as a server: what survives a restart and a kill -9,
+basic auth, gzip, scroll contexts and their expiry, limits, malformed input
+and idle connections."""
+
+import gzip
+import json
+import os
+import signal
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import opensearchpy
+import opensearchpy.helpers
+import pytest
+from conftest import SluiceServe
+
+
+def call(url, method, path, body=None, headers=None):
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            raw = r.read()
+            if r.headers.get("Content-Encoding") == "gzip":
+                raw = gzip.decompress(raw)
+            return r.status, json.loads(raw) if raw else None, r.headers
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        return e.code, json.loads(raw) if raw else None, e.headers
+
+
+def test_documents_mappings_and_versions_survive_a_restart(tmp_path, sluice_bin):
+    dev = tmp_path / "s.dev"
+    s = SluiceServe(sluice_bin, dev)
+    c = opensearchpy.OpenSearch(s.url)
+    c.indices.create(index="keep", body={"settings": {"number_of_shards": 2}, "mappings": {"properties": {"v": {"type": "keyword"}}}})
+    opensearchpy.helpers.bulk(c, ({"_index": "keep", "_id": str(i), "_source": {"v": str(i)}} for i in range(1000)))
+    c.index(index="keep", id="7", body={"v": "seven"})
+    c.indices.create(index="gone")
+    c.index(index="gone", id="x", body={"a": 1})
+    c.indices.delete(index="gone")
+    s.stop()
+    s = SluiceServe(sluice_bin, dev)
+    c = opensearchpy.OpenSearch(s.url)
+    assert c.count(index="keep")["count"] == 1000
+    doc = c.get(index="keep", id="7")
+    assert doc["_source"] == {"v": "seven"} and doc["_version"] == 2
+    assert c.indices.get_mapping(index="keep")["keep"]["mappings"]["properties"]["v"]["type"] == "keyword"
+    assert c.indices.get_settings(index="keep")["keep"]["settings"]["index"]["number_of_shards"] == "2"
+    assert not c.indices.exists(index="gone")
+    # A write after the restart gets a sequence number above every earlier one.
+    r = c.index(index="keep", id="8", body={"v": "eight"})
+    assert r["_seq_no"] > doc["_seq_no"]
+    s.stop()
+
+
+def test_acknowledged_bulk_items_survive_kill_9(tmp_path, sluice_bin):
+    dev = tmp_path / "k.dev"
+    s = SluiceServe(sluice_bin, dev)
+    c = opensearchpy.OpenSearch(s.url)
+    acked = set()
+    for batch in range(20):
+        ok, _ = opensearchpy.helpers.bulk(c, ({"_index": "k", "_id": f"{batch}-{i}", "_source": {"i": i}} for i in range(200)))
+        assert ok == 200
+        acked.update(f"{batch}-{i}" for i in range(200))
+    os.kill(s.proc.pid, signal.SIGKILL)
+    s.proc.wait()
+    s = SluiceServe(sluice_bin, dev)
+    c = opensearchpy.OpenSearch(s.url)
+    got = {h["_id"] for h in opensearchpy.helpers.scan(c, index="k", size=1000)}
+    assert acked <= got
+    s.stop()
+
+
+def test_basic_auth(tmp_path, sluice_bin):
+    s = SluiceServe(sluice_bin, tmp_path / "a.dev", extra=["--http-user", "ann:s3cret"])
+    status, body, headers = call(s.url, "GET", "/")
+    assert status == 401 and body["error"]["type"] == "security_exception"
+    assert headers.get("WWW-Authenticate", "").startswith("Basic")
+    c = opensearchpy.OpenSearch(s.url, http_auth=("ann", "s3cret"))
+    assert c.info()["version"]["number"]
+    bad = opensearchpy.OpenSearch(s.url, http_auth=("ann", "wrong"))
+    with pytest.raises(opensearchpy.AuthenticationException):
+        bad.info()
+    s.stop()
+
+
+def test_gzip_bodies_both_ways(sluice_http):
+    body = "\n".join(json.dumps(x) for i in range(300) for x in ({"index": {"_index": "gz", "_id": str(i)}}, {"t": "x" * 50})) + "\n"
+    status, r, _ = call(sluice_http.url, "POST", "/_bulk", gzip.compress(body.encode()), {"Content-Encoding": "gzip", "Content-Type": "application/x-ndjson"})
+    assert status == 200 and not r["errors"] and len(r["items"]) == 300
+    status, r, headers = call(sluice_http.url, "POST", "/gz/_search", {"size": 100}, {"Accept-Encoding": "gzip"})
+    assert status == 200 and headers.get("Content-Encoding") == "gzip" and len(r["hits"]["hits"]) == 100
+
+
+def test_sliced_scroll_reads_everything_once_then_clears_and_expires(sluice_http):
+    c = opensearchpy.OpenSearch(sluice_http.url)
+    opensearchpy.helpers.bulk(c, ({"_index": "sc", "_id": f"d{i}", "_source": {"i": i}} for i in range(2500)))
+    seen = []
+    ids = []
+    for s in range(3):
+        r = c.search(index="sc", scroll="1m", body={"slice": {"id": s, "max": 3}, "size": 300, "sort": ["_doc"]})
+        while r["hits"]["hits"]:
+            seen += [h["_id"] for h in r["hits"]["hits"]]
+            r = c.scroll(scroll_id=r["_scroll_id"], scroll="1m")
+        ids.append(r["_scroll_id"])
+    assert sorted(seen) == sorted(f"d{i}" for i in range(2500))
+    assert c.clear_scroll(body={"scroll_id": ids})["num_freed"] == 3
+    r = c.search(index="sc", scroll="1s", body={"size": 10})
+    time.sleep(1.5)
+    with pytest.raises(opensearchpy.NotFoundError):
+        c.scroll(scroll_id=r["_scroll_id"], scroll="1s")
+    status, body, _ = call(sluice_http.url, "POST", "/sc/_search?scroll=2d", {"size": 1})
+    assert status == 400 and "search.max_keep_alive" in body["error"]["reason"]
+
+
+def test_malformed_input_gets_errors_and_the_server_stays_up(sluice_http):
+    url = sluice_http.url
+    status, body, _ = call(url, "POST", "/mal/_doc/1", b'{"a":')
+    assert status == 400 and body["error"]["type"] == "mapper_parsing_exception"
+    status, body, _ = call(url, "POST", "/_search", b"{not json")
+    assert status == 400 and body["error"]["type"] == "x_content_parse_exception"
+    status, body, _ = call(url, "POST", "/_bulk", b'{"index":{"_index":"mal"}}\n')
+    assert status == 400
+    status, body, _ = call(url, "GET", "/mal/_nothing_here")
+    assert status == 400 and "no handler found" in body["error"]["reason"]
+    host, port = url[len("http://"):].split(":")
+    for garbage in [b"\x00\x01\x02garbage\r\n\r\n", b"GET / HTTP/1.1\r\nContent-Length: 999999999999\r\n\r\n", b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n"]:
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(garbage)
+            reply = sock.recv(4096)
+            assert reply.startswith(b"HTTP/1.1 4"), reply[:100]
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"PUT /mal/_doc/2 HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"a\"")
+    # Nothing half-sent was stored, and the server answers.
+    status, body, _ = call(url, "GET", "/mal/_doc/2")
+    assert status == 404 and body == {"_index": "mal", "_id": "2", "found": False}
+
+
+def test_a_body_over_the_limit_is_refused(tmp_path, sluice_bin):
+    s = SluiceServe(sluice_bin, tmp_path / "l.dev", extra=["--http-max-content-mib", "1"])
+    status, body, _ = call(s.url, "POST", "/big/_doc/1", json.dumps({"x": "y" * (2 << 20)}).encode())
+    assert status == 413 and "http.max_content_length" in body["error"]["reason"]
+    status, _, _ = call(s.url, "GET", "/")
+    assert status == 200
+    s.stop()
+
+
+def test_hundreds_of_idle_connections_do_not_stop_service(sluice_http):
+    host, port = sluice_http.url[len("http://"):].split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(300)]
+    try:
+        status, body, _ = call(sluice_http.url, "GET", "/")
+        assert status == 200 and body["tagline"] == "You Know, for Search"
+    finally:
+        for s in idle:
+            s.close()
