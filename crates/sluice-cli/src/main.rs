@@ -2,6 +2,7 @@
 //! call a crate, print.
 
 mod graph;
+mod import;
 mod kv;
 mod node;
 mod nvmf;
@@ -73,8 +74,11 @@ enum Command {
     Export(pagination::ExportArgs),
     /// Read an export back at device speed, parsing each page as it arrives.
     Read(pagination::ReadArgs),
-    /// Serve the store over the Redis protocol (thread per core, durable writes).
+    /// Serve the store over the Redis protocol (thread per core, durable writes)
+    /// and, with --http, an Elasticsearch-compatible HTTP API.
     Serve(serve::ServeArgs),
+    /// Import an export device into an index of the store `sluice serve --http` serves.
+    Import(import::ImportArgs),
     /// Serve devices to NVMe/TCP hosts (`nvme connect -t tcp`): the storage node.
     Node(node::NodeArgs),
     /// Reach an NVMe/TCP target with Sluice's initiator: identify, read, write, copy in the node.
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         Command::Export(args) => pagination::run_export(&args),
         Command::Read(args) => pagination::run_read(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Import(args) => import::run(&args),
         Command::Node(args) => node::run(&args),
         Command::Nvmf(args) => nvmf::run(&args),
         Command::Probe => {

@@ -304,7 +304,7 @@ pub struct ReadArgs {
     progress: ProgressArg,
 }
 
-fn open_export_device(path: &Path, direct: bool) -> Result<Arc<dyn Device>> {
+pub fn open_export_device(path: &Path, direct: bool) -> Result<Arc<dyn Device>> {
     let device = FileDevice::open(
         path,
         &FileOptions {

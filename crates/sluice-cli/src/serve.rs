@@ -135,13 +135,14 @@ fn users(args: &ServeArgs) -> Result<Users> {
     Ok(Users::new(&pairs))
 }
 
-/// Opens the device set, creating and formatting it if no file exists yet.
-fn open_store(args: &ServeArgs, config: &StoreConfig) -> Result<Store> {
-    let existing: Vec<bool> = args.devices.iter().map(|p| p.exists()).collect();
+/// Opens the device set, creating and formatting it (`create_mib` each)
+/// if no file exists yet.
+pub fn open_store(paths: &[PathBuf], create_mib: u64, config: &StoreConfig) -> Result<Store> {
+    let existing: Vec<bool> = paths.iter().map(|p| p.exists()).collect();
     if existing.iter().all(|e| !e) {
         let mut devices: Vec<Arc<dyn Device>> = Vec::new();
-        for path in &args.devices {
-            let dev = FileDevice::create(path, args.create_mib << 20, &FileOptions::default())
+        for path in paths {
+            let dev = FileDevice::create(path, create_mib << 20, &FileOptions::default())
                 .with_context(|| format!("creating {}", path.display()))?;
             devices.push(Arc::new(dev));
         }
@@ -157,22 +158,22 @@ fn open_store(args: &ServeArgs, config: &StoreConfig) -> Result<Store> {
             ..config.clone()
         };
         let store = Store::create_on(devices, &config)?;
-        for path in &args.devices {
+        for path in paths {
             log::info!(
                 "created and formatted {} ({} MiB)",
                 path.display(),
-                args.create_mib
+                create_mib
             );
         }
         return Ok(store);
     }
-    if let Some(missing) = args.devices.iter().zip(&existing).find(|(_, e)| !**e) {
+    if let Some(missing) = paths.iter().zip(&existing).find(|(_, e)| !**e) {
         bail!(
             "{} does not exist while the other devices of the set do: give the same --device list the store was made with",
             missing.0.display()
         );
     }
-    let devices = crate::kv::open_devices(&args.devices)?;
+    let devices = crate::kv::open_devices(paths)?;
     Ok(Store::open_on(devices, config)?)
 }
 
@@ -218,7 +219,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         },
         ..StoreConfig::default()
     });
-    let store = Arc::new(open_store(args, &store_config)?);
+    let store = Arc::new(open_store(&args.devices, args.create_mib, &store_config)?);
     let db = Arc::new(Db::open(store.clone())?);
     let threads = args
         .threads

@@ -179,6 +179,16 @@ impl Api {
         })
     }
 
+    /// The indices.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Document writes and reads.
+    pub fn docs(&self) -> &Docs {
+        &self.docs
+    }
+
     /// Open (scroll, point-in-time) contexts.
     pub fn open_contexts(&self) -> (usize, usize) {
         self.contexts.counts()
@@ -716,6 +726,7 @@ impl Api {
             "seq_no_primary_term",
             "explain",
             "aggs",
+            "stored_fields",
             "aggregations",
         ];
         if let Some(m) = body.as_object() {
@@ -769,7 +780,13 @@ impl Api {
                 )))
             }
         };
-        let filter = SourceFilter::from_params(req, SourceFilter::from_value(body.get("_source"))?);
+        let mut base = SourceFilter::from_value(body.get("_source"))?;
+        // Documents keep no stored fields but _source; asking for stored
+        // fields without _source returns none, as Elasticsearch does.
+        if body.get("stored_fields").is_some() && body.get("_source").is_none() {
+            base.off = true;
+        }
+        let filter = SourceFilter::from_params(req, base);
         let spec = Spec {
             query: Arc::new(dsl::compile(body.get("query"), mapping)?),
             sort,
