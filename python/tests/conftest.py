@@ -92,7 +92,7 @@ class SluiceServe:
                 break
             seen.append(line)
             if "HTTP API" in line:
-                self.url = "http://" + line.strip().rsplit(" ", 1)[-1]
+                self.url = line.strip().rsplit(" ", 1)[-1]
             if "ready to accept connections" in line:
                 break
         assert self.url, f"sluice serve did not start its HTTP API: {''.join(seen)}"

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import signal
+import subprocess
 import socket
 import time
 import urllib.error
@@ -157,3 +158,34 @@ def test_hundreds_of_idle_connections_do_not_stop_service(sluice_http):
     finally:
         for s in idle:
             s.close()
+
+
+def test_api_keys_and_tls(tmp_path, sluice_bin):
+    import base64
+    import ssl
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    s = SluiceServe(sluice_bin, tmp_path / "t.dev",
+                    extra=["--http-tls", "--tls-cert", str(cert), "--tls-key", str(key), "--http-api-key", "k1:topsecret"])
+    assert s.url.startswith("https://")
+    c = opensearchpy.OpenSearch(s.url, ca_certs=str(cert), verify_certs=True,
+                                headers={"Authorization": "ApiKey " + base64.b64encode(b"k1:topsecret").decode()})
+    c.index(index="tls", id="1", body={"a": 1})
+    assert c.get(index="tls", id="1")["_source"] == {"a": 1}
+    ctx = ssl.create_default_context(cafile=str(cert))
+    req = urllib.request.Request(s.url + "/", headers={"Authorization": "ApiKey " + base64.b64encode(b"k1:wrong").decode()})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, context=ctx, timeout=10)
+    assert e.value.code == 401
+    # Plain HTTP to the TLS port gets no answer that a client would take.
+    host, port = s.url[len("https://"):].split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        try:
+            assert not sock.recv(100).startswith(b"HTTP/1.1 200")
+        except (ConnectionResetError, socket.timeout):
+            pass
+    s.stop()

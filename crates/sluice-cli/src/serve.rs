@@ -110,6 +110,13 @@ pub struct ServeArgs {
     /// (repeatable; none: no authentication).
     #[arg(long = "http-user", value_name = "NAME:PASSWORD")]
     http_users: Vec<String>,
+    /// An API key the HTTP API accepts (`Authorization: ApiKey
+    /// base64(ID:KEY)`), as ID:KEY (repeatable).
+    #[arg(long = "http-api-key", value_name = "ID:KEY")]
+    http_api_keys: Vec<String>,
+    /// Serve the HTTP API over TLS with --tls-cert and --tls-key.
+    #[arg(long)]
+    http_tls: bool,
     /// Most HTTP connections open at once.
     #[arg(long, default_value_t = 1024)]
     http_max_connections: usize,
@@ -179,14 +186,39 @@ pub fn open_store(paths: &[PathBuf], create_mib: u64, config: &StoreConfig) -> R
 
 pub fn run(args: &ServeArgs) -> Result<()> {
     // Every flag is checked before the device is touched.
-    let tls = match (&args.resp_tls, &args.tls_cert, &args.tls_key) {
-        (None, None, None) => None,
-        (Some(addr), Some(cert), Some(key)) => Some(sluice_server::server::tls::TlsSettings {
-            addr: *addr,
-            config: sluice_server::server::tls::load(cert, key).map_err(anyhow::Error::msg)?,
-        }),
-        _ => bail!("TLS needs all three of --resp-tls ADDR, --tls-cert FILE and --tls-key FILE"),
+    let tls_config = match (&args.tls_cert, &args.tls_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            Some(sluice_server::server::tls::load(cert, key).map_err(anyhow::Error::msg)?)
+        }
+        _ => bail!("TLS needs both --tls-cert FILE and --tls-key FILE"),
     };
+    let tls = match (&args.resp_tls, &tls_config) {
+        (None, _) => None,
+        (Some(addr), Some(config)) => Some(sluice_server::server::tls::TlsSettings {
+            addr: *addr,
+            config: config.clone(),
+        }),
+        (Some(_), None) => bail!("--resp-tls needs --tls-cert FILE and --tls-key FILE"),
+    };
+    if tls_config.is_some() && args.resp_tls.is_none() && !args.http_tls {
+        bail!("--tls-cert and --tls-key go with --resp-tls ADDR or --http-tls");
+    }
+    if args.http_tls && (tls_config.is_none() || args.http.is_none()) {
+        bail!("--http-tls needs --http ADDR, --tls-cert FILE and --tls-key FILE");
+    }
+    let pairs = |list: &[String], flag: &str| {
+        list.iter()
+            .map(|u| match u.split_once(':') {
+                Some((name, secret)) if !name.is_empty() => {
+                    Ok((name.to_string(), secret.to_string()))
+                }
+                _ => bail!("{flag} {u:?}: give NAME:SECRET"),
+            })
+            .collect::<Result<Vec<_>>>()
+    };
+    let http_users = pairs(&args.http_users, "--http-user")?;
+    let http_api_keys = pairs(&args.http_api_keys, "--http-api-key")?;
     let shm = match &args.shm {
         None => None,
         Some(path) => {
@@ -249,16 +281,6 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         },
         ..ServerConfig::default()
     };
-    let http_users = args
-        .http_users
-        .iter()
-        .map(|u| match u.split_once(':') {
-            Some((name, password)) if !name.is_empty() => {
-                Ok((name.to_string(), password.to_string()))
-            }
-            _ => bail!("--http-user {u:?}: give NAME:PASSWORD"),
-        })
-        .collect::<Result<Vec<_>>>()?;
     let server = Server::start(db.clone(), config)
         .with_context(|| format!("starting the server on {}", args.resp))?;
     let http = match args.http {
@@ -270,6 +292,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 max_connections: args.http_max_connections,
                 max_body_bytes: args.http_max_content_mib << 20,
                 users: http_users,
+                api_keys: http_api_keys,
+                tls: if args.http_tls {
+                    tls_config.clone()
+                } else {
+                    None
+                },
                 ..sluice_http::HttpConfig::default()
             };
             Some(
@@ -324,7 +352,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     }
     if let Some(h) = &http {
         println!(
-            "sluice serve: HTTP API (Elasticsearch-compatible) on {}",
+            "sluice serve: HTTP API (Elasticsearch-compatible) on {}://{}",
+            if args.http_tls { "https" } else { "http" },
             h.addr()
         );
     }

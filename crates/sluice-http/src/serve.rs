@@ -4,14 +4,14 @@
 use crate::api::Api;
 use crate::error::ApiError;
 use crate::wire::{self, Response, WireError};
-use std::io::{BufReader, BufWriter};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How the HTTP API listens.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpConfig {
     /// Where (port 0: any free port).
     pub addr: SocketAddr,
@@ -21,8 +21,27 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// A connection idle this long between requests is closed.
     pub idle_timeout: Duration,
-    /// Basic-auth users (`name`, `password`); none: no authentication.
+    /// Basic-auth users (`name`, `password`).
     pub users: Vec<(String, String)>,
+    /// API keys (`id`, `key`), sent as `Authorization: ApiKey
+    /// base64(id:key)`. With neither users nor keys: no authentication.
+    pub api_keys: Vec<(String, String)>,
+    /// TLS (rustls) on every connection, if set.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+impl std::fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("addr", &self.addr)
+            .field("max_connections", &self.max_connections)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("users", &self.users.len())
+            .field("api_keys", &self.api_keys.len())
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 impl Default for HttpConfig {
@@ -33,6 +52,8 @@ impl Default for HttpConfig {
             max_body_bytes: 100 << 20,
             idle_timeout: Duration::from_secs(300),
             users: Vec::new(),
+            api_keys: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -144,28 +165,30 @@ fn refuse(stream: TcpStream, limit: usize) {
     );
 }
 
-fn authorized(req: &wire::Request, users: &[(String, String)]) -> bool {
-    if users.is_empty() {
+fn authorized(req: &wire::Request, config: &HttpConfig) -> bool {
+    if config.users.is_empty() && config.api_keys.is_empty() {
         return true;
     }
     let Some(value) = req.header("authorization") else {
         return false;
     };
-    let Some(encoded) = value
-        .strip_prefix("Basic ")
-        .or_else(|| value.strip_prefix("basic "))
-    else {
-        return false;
-    };
+    let (scheme, encoded) = value.split_once(' ').unwrap_or((value, ""));
     use base64::Engine;
     let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
         return false;
     };
     let text = String::from_utf8_lossy(&decoded);
-    let Some((name, password)) = text.split_once(':') else {
+    let Some((name, secret)) = text.split_once(':') else {
         return false;
     };
-    users.iter().any(|(u, p)| u == name && p == password)
+    let known = if scheme.eq_ignore_ascii_case("basic") {
+        &config.users
+    } else if scheme.eq_ignore_ascii_case("apikey") {
+        &config.api_keys
+    } else {
+        return false;
+    };
+    known.iter().any(|(u, p)| u == name && p == secret)
 }
 
 fn serve_connection(
@@ -176,8 +199,31 @@ fn serve_connection(
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(POLL_INTERVAL))?;
-    let mut reader = BufReader::with_capacity(64 << 10, stream.try_clone()?);
-    let mut writer = BufWriter::with_capacity(64 << 10, stream);
+    let socket = stream.try_clone()?;
+    match &config.tls {
+        None => serve_stream(stream, &socket, api, config, shutdown),
+        Some(tls) => {
+            let conn = rustls::ServerConnection::new(tls.clone())
+                .map_err(|e| std::io::Error::other(format!("TLS: {e}")))?;
+            serve_stream(
+                rustls::StreamOwned::new(conn, stream),
+                &socket,
+                api,
+                config,
+                shutdown,
+            )
+        }
+    }
+}
+
+fn serve_stream<S: Read + Write>(
+    stream: S,
+    socket: &TcpStream,
+    api: &Api,
+    config: &HttpConfig,
+    shutdown: &AtomicBool,
+) -> std::io::Result<()> {
+    let mut reader = BufReader::with_capacity(64 << 10, stream);
     let mut idle = Duration::ZERO;
     loop {
         if shutdown.load(Ordering::Acquire) {
@@ -203,11 +249,10 @@ fn serve_connection(
             Err(e) => return Err(e),
         }
         idle = Duration::ZERO;
-        reader
-            .get_ref()
-            .set_read_timeout(Some(config.idle_timeout))?;
+        socket.set_read_timeout(Some(config.idle_timeout))?;
         let request = wire::read_request(&mut reader, config.max_body_bytes);
-        reader.get_ref().set_read_timeout(Some(POLL_INTERVAL))?;
+        socket.set_read_timeout(Some(POLL_INTERVAL))?;
+        let mut writer = BufWriter::with_capacity(64 << 10, reader.get_mut());
         let request = match request {
             Ok(Some(r)) => r,
             Ok(None) => return Ok(()),
@@ -232,17 +277,10 @@ fn serve_connection(
             }
         };
         let head_only = request.method == "HEAD";
-        let response = if authorized(&request, &config.users) {
+        let response = if authorized(&request, config) {
             api.handle(&request)
         } else {
-            let e = ApiError::new(401, "security_exception", format!("missing authentication credentials for REST request [{}]", request.path))
-                .with("header", serde_json::json!({"WWW-Authenticate": "Basic realm=\"security\" charset=\"UTF-8\""}));
-            let mut r = Response::json(401, e.body().to_string().into_bytes());
-            r.headers.push((
-                "WWW-Authenticate",
-                "Basic realm=\"security\" charset=\"UTF-8\"".into(),
-            ));
-            r
+            unauthorized(&request)
         };
         let gzip = request
             .header("accept-encoding")
@@ -253,4 +291,23 @@ fn serve_connection(
             return Ok(());
         }
     }
+}
+
+fn unauthorized(request: &wire::Request) -> Response {
+    let challenge = "Basic realm=\"security\" charset=\"UTF-8\"";
+    let e = ApiError::new(
+        401,
+        "security_exception",
+        format!(
+            "missing authentication credentials for REST request [{}]",
+            request.path
+        ),
+    )
+    .with(
+        "header",
+        serde_json::json!({ "WWW-Authenticate": challenge }),
+    );
+    let mut r = Response::json(401, e.body().to_string().into_bytes());
+    r.headers.push(("WWW-Authenticate", challenge.into()));
+    r
 }
