@@ -287,6 +287,15 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         None => None,
         Some(addr) => {
             let api = Arc::new(sluice_http::Api::open(store.clone())?);
+            // Weak: the server's state goes when the server stops.
+            let resp = Arc::downgrade(server.shared());
+            api.set_extra_stats(Box::new(move || match resp.upgrade() {
+                Some(shared) => serde_json::json!({
+                    "commands_processed": shared.stats.sum(|w| &w.commands_processed),
+                    "connected_clients": shared.clients.load(std::sync::atomic::Ordering::Relaxed),
+                }),
+                None => serde_json::Value::Null,
+            }));
             let config = sluice_http::HttpConfig {
                 addr,
                 max_connections: args.http_max_connections,

@@ -16,6 +16,10 @@ use std::time::{Duration, Instant};
 /// The version Sluice answers as: clients pick their API by it.
 pub const COMPAT_VERSION: &str = "8.11.0";
 
+/// Figures another part of the process adds to `/_sluice/stats` (the
+/// Redis-protocol server's counters).
+pub type ExtraStats = Box<dyn Fn() -> Value + Send + Sync>;
+
 /// The API over one store.
 pub struct Api {
     catalog: Catalog,
@@ -23,6 +27,10 @@ pub struct Api {
     contexts: Contexts,
     /// Requests served.
     pub requests: AtomicU64,
+    /// Requests answered with a 4xx or 5xx status.
+    pub errors: AtomicU64,
+    latency_us: std::sync::Mutex<hdrhistogram::Histogram<u64>>,
+    extra: std::sync::OnceLock<ExtraStats>,
     cluster_uuid: String,
 }
 
@@ -172,6 +180,12 @@ impl Api {
             docs: Docs::new(store),
             contexts: Contexts::default(),
             requests: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            latency_us: std::sync::Mutex::new(
+                hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 2)
+                    .map_err(|e| sluice_store::StoreError::BadInput(e.to_string()))?,
+            ),
+            extra: std::sync::OnceLock::new(),
             cluster_uuid: {
                 use base64::Engine;
                 base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
@@ -194,13 +208,46 @@ impl Api {
         self.contexts.counts()
     }
 
+    /// Adds figures to `/_sluice/stats` (set once).
+    pub fn set_extra_stats(&self, f: ExtraStats) {
+        let _ = self.extra.set(f);
+    }
+
+    pub(crate) fn extra_stats(&self) -> Option<Value> {
+        self.extra.get().map(|f| f())
+    }
+
+    pub(crate) fn http_stats(&self) -> Value {
+        let h = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        json!({
+            "requests": self.requests.load(Ordering::Relaxed),
+            "errors": self.errors.load(Ordering::Relaxed),
+            "latency_us": {
+                "p50": h.value_at_quantile(0.5),
+                "p90": h.value_at_quantile(0.9),
+                "p99": h.value_at_quantile(0.99),
+                "max": h.max(),
+            },
+        })
+    }
+
     /// Answers one request.
     pub fn handle(&self, req: &Request) -> Response {
+        let started = Instant::now();
         self.requests.fetch_add(1, Ordering::Relaxed);
         let mut response = match self.route(req) {
             Ok(r) => r,
             Err(e) => Response::json(e.status, e.body().to_string().into_bytes()),
         };
+        if response.status >= 400 {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let us = started.elapsed().as_micros().max(1) as u64;
+        let _ = self
+            .latency_us
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(us.min(3_600_000_000));
         if let Some(ct) = compat_type(req) {
             response.content_type = ct;
         }
@@ -212,6 +259,7 @@ impl Api {
         let m = req.method.as_str();
         match (m, parts.as_slice()) {
             ("GET" | "HEAD", []) => self.root(),
+            (_, ["_sluice", rest @ ..]) => self.native(req, rest),
             ("GET", ["_cluster", "health", ..]) => self.health(),
             ("GET", ["_cat", "indices", rest @ ..]) => self.cat_indices(req, rest.first().copied()),
             ("POST" | "GET", ["_refresh"]) | ("POST" | "GET", [_, "_refresh"]) => {

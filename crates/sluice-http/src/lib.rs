@@ -14,6 +14,8 @@
 //!   the scroll and point-in-time contexts;
 //! - [`aggs`]: aggregations run by the near-data aggregates;
 //! - [`api`]: the routes and Elasticsearch's response and error shapes;
+//! - [`native`]: Sluice's own endpoints (`/_sluice/query`, `graph/bc`,
+//!   `demo`, `stats`) and the web console;
 //! - [`serve`]: the listener.
 //!
 //! docs/HTTP.md lists what is served and how it differs from Elasticsearch.
@@ -26,6 +28,7 @@ pub mod catalog;
 pub mod docs;
 pub mod dsl;
 pub mod error;
+pub mod native;
 pub mod search;
 pub mod serve;
 pub mod wire;
