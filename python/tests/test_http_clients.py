@@ -161,3 +161,33 @@ def test_errors_have_elasticsearch_shapes(os_client, loaded):
     with pytest.raises(opensearchpy.RequestError) as e:
         os_client.search(index="papers", body={"from": 9995, "size": 10})
     assert "Result window is too large" in str(e.value.info)
+
+
+def test_native_query_answers_json_and_arrow(sluice_http, loaded):
+    import urllib.request
+
+    import pyarrow as pa
+
+    def post(body, accept=None):
+        headers = {"Content-Type": "application/json"}
+        if accept:
+            headers["Accept"] = accept
+        req = urllib.request.Request(sluice_http.url + "/_sluice/query", data=json.dumps(body).encode(), headers=headers)
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.headers.get("Content-Type"), r.read()
+
+    want = {k for k, s in loaded.items() if s["venue"] == "VLDB" and s["year"] >= 2010}
+    body = {"index": "papers", "where": "venue = 'VLDB' AND year >= 2010", "select": ["year", "venue"]}
+    ctype, raw = post(body)
+    rows = json.loads(raw)["rows"]
+    assert {r["key"] for r in rows} == want
+    assert all(r["value"]["venue"] == "VLDB" and r["value"]["year"] >= 2010 for r in rows)
+    ctype, raw = post(body, "application/vnd.apache.arrow.stream")
+    assert ctype == "application/vnd.apache.arrow.stream"
+    table = pa.ipc.open_stream(raw).read_all()
+    assert {k.decode() for k in table.column("_key").to_pylist()} == want
+    assert table.schema.field("year").type == pa.int64()
+    ctype, raw = post({"index": "papers", "aggregate": "count(*),avg(year)", "group_by": "venue"})
+    groups = {r["venue"]: r["count(*)"] for r in json.loads(raw)["rows"]}
+    assert groups == {v: sum(1 for s in loaded.values() if s["venue"] == v) for v in groups}
+    assert sum(groups.values()) == len(loaded)
