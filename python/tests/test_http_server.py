@@ -189,3 +189,40 @@ def test_api_keys_and_tls(tmp_path, sluice_bin):
         except (ConnectionResetError, socket.timeout):
             pass
     s.stop()
+
+
+def test_point_in_time_slices_over_many_tables_cover_the_index_once(tmp_path, sluice_bin):
+    # A small write buffer: the documents land in several tables, and the
+    # slices of a point in time read key ranges cut at table boundaries.
+    s = SluiceServe(sluice_bin, tmp_path / "p.dev", extra=["--write-buffer-mib", "1"])
+    c = opensearchpy.OpenSearch(s.url)
+    ids = [f"k{i:06d}" for i in range(30000)]
+    opensearchpy.helpers.bulk(c, ({"_index": "many", "_id": i, "_source": {"pad": "x" * 200, "i": n}} for n, i in enumerate(ids)))
+    c.indices.flush(index="many")
+    tables = sum(call(s.url, "GET", "/_sluice/stats")[1]["store"]["tables_per_level"])
+    assert tables >= 4, tables
+    pit = c.create_pit(index="many", params={"keep_alive": "1m"})["pit_id"]
+    c.index(index="many", id="later", body={"i": -1})
+    seen = []
+    per_slice = []
+    slices = []
+    for sl in range(4):
+        after, n = None, 0
+        slices.append([])
+        while True:
+            body = {"pit": {"id": pit}, "size": 1000, "sort": [{"_shard_doc": "asc"}], "slice": {"id": sl, "max": 4}}
+            if after:
+                body["search_after"] = after
+            hits = c.search(body=body)["hits"]["hits"]
+            if not hits:
+                break
+            seen += [h["_id"] for h in hits]
+            slices[-1] += [h["_id"] for h in hits]
+            n += len(hits)
+            after = hits[-1]["sort"]
+        per_slice.append(n)
+    assert sorted(seen) == ids
+    assert min(per_slice) > 0, per_slice
+    # Each slice is one key range: slice after slice, in key order.
+    assert all(max(slices[i]) < min(slices[i + 1]) for i in range(3))
+    s.stop()

@@ -265,6 +265,10 @@ impl Api {
             ("POST" | "GET", ["_refresh"]) | ("POST" | "GET", [_, "_refresh"]) => {
                 ok(200, &json!({"_shards": write_shards()}))
             }
+            ("POST" | "GET", ["_flush"]) | ("POST" | "GET", [_, "_flush"]) => {
+                self.catalog.store().flush().map_err(ApiError::store)?;
+                ok(200, &json!({"_shards": write_shards()}))
+            }
             ("POST" | "PUT", ["_bulk"]) => self.bulk(req, None),
             ("POST" | "PUT", [idx, "_bulk"]) => self.bulk(req, Some(idx)),
             ("POST" | "GET", ["_mget"]) => self.mget(req, None),
@@ -877,7 +881,18 @@ impl Api {
             }
         };
         let mapping = indices.first().map_or(json!({}), |i| i.mappings());
-        let (spec, filter) = self.search_spec(&body, req, &mapping, pit_id.is_some())?;
+        let (mut spec, filter) = self.search_spec(&body, req, &mapping, pit_id.is_some())?;
+        // Slices of a point in time read key ranges fixed for it.
+        if let (Some(id), Some(slice)) = (&pit_id, spec.slice.as_mut()) {
+            let store = self.catalog.store();
+            let bounds = self.contexts.with(id, None, |c| {
+                Ok(c.slice_bounds
+                    .entry(slice.max)
+                    .or_insert_with(|| Arc::new(Slice::bounds_for(store, &c.indices, slice.max)))
+                    .clone())
+            })?;
+            slice.bounds = Some(bounds);
+        }
         let scroll = req
             .param("scroll")
             .map(search::parse_keep_alive)
@@ -1008,6 +1023,7 @@ impl Api {
             scroll: Some(next),
             source: filter.to_value(),
             expires: Instant::now() + keep,
+            slice_bounds: Default::default(),
             pit: false,
         })?;
         let extra = format!("\"_scroll_id\":{},", json_escape(&id));
@@ -1351,6 +1367,7 @@ impl Api {
             scroll: None,
             source: Value::Bool(true),
             expires: Instant::now() + keep,
+            slice_bounds: Default::default(),
             pit: true,
         })?;
         if opensearch {

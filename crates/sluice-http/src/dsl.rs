@@ -8,17 +8,15 @@
 //!
 //! Values are compared as JSON values, as a `keyword` or numeric field
 //! would be: an analysed `text` field is refused for `match`; a field
-//! holding an array matches `term`/`terms`/`range`/`prefix` when any of its
-//! elements does (up to [`ARRAY_ELEMENTS`] elements).
+//! holding an array matches `term`/`terms`/`range`/`prefix` when one of its
+//! elements does, and `null` is no value
+//! ([`FieldPredicate::compile_multi_valued`]).
 
 use crate::error::{ApiError, ApiResult};
 use serde_json::Value;
 use sluice_ndp::expr::{CmpOp, Literal, Path, Step};
 use sluice_ndp::{FieldPredicate, Predicate};
 use std::collections::HashSet;
-
-/// Array elements a leaf looks at in a field holding an array.
-pub const ARRAY_ELEMENTS: usize = 16;
 
 /// A compiled query.
 #[derive(Debug, Clone)]
@@ -173,17 +171,6 @@ fn literal(v: &Value, kind: &str, field: &str) -> ApiResult<Literal> {
     })
 }
 
-/// `leaf` on the field itself, or on any of its first array elements.
-fn any_element(path: &Path, leaf: impl Fn(Path) -> Predicate) -> Predicate {
-    let mut alts = vec![leaf(path.clone())];
-    for i in 0..ARRAY_ELEMENTS {
-        let mut p = path.clone();
-        p.steps.push(Step::Index(i));
-        alts.push(leaf(p));
-    }
-    Predicate::Or(alts)
-}
-
 fn value_of<'a>(v: &'a Value, key: &str) -> &'a Value {
     match v {
         Value::Object(m) => m.get(key).unwrap_or(&Value::Null),
@@ -217,11 +204,11 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
             let (field, value) = single(body, kind)?;
             let lit = literal(value_of(value, "value"), kind, field)?;
             let path = path_of(field)?;
-            Ok(Node::Leaf(any_element(&path, |p| Predicate::Cmp {
-                path: p,
+            Ok(Node::Leaf(Predicate::Cmp {
+                path,
                 op: CmpOp::Eq,
-                value: lit.clone(),
-            })))
+                value: lit,
+            }))
         }
         "match" => {
             let (field, value) = single(body, kind)?;
@@ -234,11 +221,11 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
             }
             let lit = literal(value_of(value, "query"), kind, field)?;
             let path = path_of(field)?;
-            Ok(Node::Leaf(any_element(&path, |p| Predicate::Cmp {
-                path: p,
+            Ok(Node::Leaf(Predicate::Cmp {
+                path,
                 op: CmpOp::Eq,
-                value: lit.clone(),
-            })))
+                value: lit,
+            }))
         }
         "terms" => {
             let (field, value) = single(body, kind)?;
@@ -262,10 +249,7 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
                 return Ok(Node::None);
             }
             let path = path_of(field)?;
-            Ok(Node::Leaf(any_element(&path, |p| Predicate::In {
-                path: p,
-                values: lits.clone(),
-            })))
+            Ok(Node::Leaf(Predicate::In { path, values: lits }))
         }
         "range" => {
             let (field, bounds) = single(body, kind)?;
@@ -297,17 +281,11 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
             if ops.is_empty() {
                 return Ok(Node::Leaf(exists(&path)));
             }
-            Ok(Node::Leaf(any_element(&path, |p| {
-                Predicate::And(
-                    ops.iter()
-                        .map(|(op, lit)| Predicate::Cmp {
-                            path: p.clone(),
-                            op: *op,
-                            value: lit.clone(),
-                        })
-                        .collect(),
-                )
-            })))
+            Ok(Node::Leaf(range(
+                path,
+                ops,
+                mapping.field_type(field).as_deref(),
+            )))
         }
         "exists" => {
             let field = body
@@ -324,10 +302,10 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
                 )));
             };
             let path = path_of(field)?;
-            Ok(Node::Leaf(any_element(&path, |p| Predicate::Prefix {
-                path: p,
+            Ok(Node::Leaf(Predicate::Prefix {
+                path,
                 prefix: text.clone(),
-            })))
+            }))
         }
         "ids" => {
             let values = body
@@ -358,15 +336,51 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
 }
 
 fn exists(path: &Path) -> Predicate {
-    // Elasticsearch does not index null: a null field does not exist.
-    Predicate::And(vec![
-        Predicate::Exists(path.clone()),
-        Predicate::Not(Box::new(Predicate::Cmp {
-            path: path.clone(),
-            op: CmpOp::Eq,
-            value: Literal::Null,
-        })),
-    ])
+    // Multi-valued: null and empty arrays hold no value, as in Elasticsearch.
+    Predicate::Exists(path.clone())
+}
+
+/// A range as one test per value: with two bounds, BETWEEN, so that both
+/// hold for the same element of an array. An exclusive bound on an integer
+/// field becomes the inclusive one next to it; on other fields two bounds
+/// with an exclusive one are tested separately (on a field holding an
+/// array, each may hold for a different element).
+fn range(path: Path, mut ops: Vec<(CmpOp, Literal)>, field_type: Option<&str>) -> Predicate {
+    let integer = matches!(
+        field_type,
+        Some("long" | "integer" | "short" | "byte" | "unsigned_long")
+    );
+    if integer {
+        for (op, lit) in ops.iter_mut() {
+            if let Literal::Int(n) = lit {
+                match op {
+                    CmpOp::Gt if *n < i64::MAX => (*op, *n) = (CmpOp::Ge, *n + 1),
+                    CmpOp::Lt if *n > i64::MIN => (*op, *n) = (CmpOp::Le, *n - 1),
+                    _ => {}
+                }
+            }
+        }
+    }
+    let low = ops
+        .iter()
+        .find(|(op, _)| *op == CmpOp::Ge)
+        .map(|(_, l)| l.clone());
+    let high = ops
+        .iter()
+        .find(|(op, _)| *op == CmpOp::Le)
+        .map(|(_, l)| l.clone());
+    if let (Some(low), Some(high), 2) = (low, high, ops.len()) {
+        return Predicate::Between { path, low, high };
+    }
+    Predicate::And(
+        ops.into_iter()
+            .map(|(op, value)| Predicate::Cmp {
+                path: path.clone(),
+                op,
+                value,
+            })
+            .collect(),
+    )
 }
 
 fn clauses(v: Option<&Value>, mapping: &dyn Mapped, depth: usize) -> ApiResult<Vec<Node>> {
@@ -483,12 +497,18 @@ fn as_predicate(n: &Node) -> Option<Predicate> {
 
 fn fuse(n: Node) -> Query {
     if let Some(p) = as_predicate(&n) {
-        return Query::Pred(Box::new(FieldPredicate::compile(&p)), Box::new(p));
+        return Query::Pred(
+            Box::new(FieldPredicate::compile_multi_valued(&p)),
+            Box::new(p),
+        );
     }
     match n {
         Node::All => Query::All,
         Node::None => Query::None,
-        Node::Leaf(p) => Query::Pred(Box::new(FieldPredicate::compile(&p)), Box::new(p)),
+        Node::Leaf(p) => Query::Pred(
+            Box::new(FieldPredicate::compile_multi_valued(&p)),
+            Box::new(p),
+        ),
         Node::Ids(ids) => Query::Ids(ids),
         Node::And(ns) => {
             let qs: Vec<Query> = ns.into_iter().map(fuse).filter(|q| !q.is_all()).collect();
@@ -540,6 +560,16 @@ mod tests {
         assert!(run(json!({"ids":{"values":["id1"]}}), d));
         assert!(!run(json!({"ids":{"values":["id2"]}}), d));
         assert!(run(json!({"match_all":{}}), d));
+        let arrays = r#"{"a":[],"b":[null],"c":[[1,2],[3]],"r":[1,10]}"#;
+        assert!(!run(json!({"exists":{"field":"a"}}), arrays));
+        assert!(!run(json!({"exists":{"field":"b"}}), arrays));
+        assert!(run(json!({"term":{"c":3}}), arrays));
+        // Both ends of a range hold for one element, not one end each.
+        let mapped = json!({"properties":{"r":{"type":"long"}}});
+        let q = compile(Some(&json!({"range":{"r":{"gt":1,"lt":10}}})), &mapped).unwrap();
+        assert!(!q.matches(b"x", arrays.as_bytes()).unwrap());
+        let q = compile(Some(&json!({"range":{"r":{"gte":2,"lte":10}}})), &mapped).unwrap();
+        assert!(q.matches(b"x", arrays.as_bytes()).unwrap());
         assert!(!run(json!({"match_none":{}}), d));
     }
 

@@ -104,13 +104,24 @@ fn parse_one_sort(v: &Value) -> ApiResult<SortKey> {
     })
 }
 
+/// Key boundaries per documents keyspace: `max - 1` keys cutting it into
+/// `max` ranges.
+pub type SliceBounds = HashMap<u32, Vec<Vec<u8>>>;
+
+/// A key range, ends open where None.
+type KeyRange<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+
 /// Which slice of a sliced search.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slice {
     /// This slice, `0..max`.
     pub id: u32,
     /// How many.
     pub max: u32,
+    /// Key boundaries that cut each index (by documents keyspace) into
+    /// `max` ranges, fixed for a point in time: a slice then reads only its
+    /// range. Without them, a slice takes the ids that hash to it.
+    pub bounds: Option<Arc<SliceBounds>>,
 }
 
 impl Slice {
@@ -124,6 +135,7 @@ impl Slice {
             (Some(id), Some(max)) if max >= 1 && id < max && max <= 1024 => Ok(Some(Slice {
                 id: id as u32,
                 max: max as u32,
+                bounds: None,
             })),
             (Some(_), Some(max)) if max <= 1 => {
                 Err(ApiError::illegal("max must be greater than 1"))
@@ -133,6 +145,33 @@ impl Slice {
             ))),
             _ => Err(ApiError::parsing("[slice] needs [id] and [max]")),
         }
+    }
+
+    /// The key range of this slice in keyspace `docs`, where boundaries
+    /// cut it (else None: hash the ids).
+    fn range(&self, docs: u32) -> Option<KeyRange<'_>> {
+        let b = self.bounds.as_ref()?.get(&docs)?;
+        if b.len() + 1 != self.max as usize {
+            return None;
+        }
+        let i = self.id as usize;
+        let low = if i == 0 {
+            None
+        } else {
+            Some(b[i - 1].as_slice())
+        };
+        let high = b.get(i).map(Vec::as_slice);
+        Some((low, high))
+    }
+
+    /// Boundaries cutting each index into `max` key ranges; an index
+    /// whose tables give too few keeps hashing.
+    pub fn bounds_for(store: &Store, indices: &[Arc<Index>], max: u32) -> SliceBounds {
+        indices
+            .iter()
+            .map(|i| (i.docs, store.split_keys(i.docs, max as usize)))
+            .filter(|(_, b)| b.len() + 1 == max as usize)
+            .collect()
     }
 
     /// Whether document `id` is in this slice.
@@ -365,6 +404,19 @@ pub fn run(
         TrackTotal::Off => 0,
         TrackTotal::UpTo(n) => n,
     };
+    if window == 0 && spec.slice.is_none() && spec.search_after.is_none() {
+        // Only the total is wanted: the near-data count, on every core.
+        let total = if limit == 0 {
+            0
+        } else {
+            count(store, indices, &spec.query)?
+        };
+        return Ok(Found {
+            hits: Vec::new(),
+            total: total.min(limit),
+            exact: total <= limit,
+        });
+    }
     let mut found = Found {
         exact: true,
         ..Found::default()
@@ -379,19 +431,37 @@ pub fn run(
                 .map(|s| s.as_bytes().to_vec()),
             _ => None,
         };
-        let lower = match &start {
+        let slice_range = spec.slice.as_ref().and_then(|s| s.range(index.docs));
+        let mut lower = match &start {
             Some(k) => Bound::Excluded(k.as_slice()),
             None => Bound::Unbounded,
         };
+        let mut upper = Bound::Unbounded;
+        if let Some((low, high)) = slice_range {
+            if let Some(low) = low {
+                if start.as_deref().is_none_or(|k| k < low) {
+                    lower = Bound::Included(low);
+                }
+            }
+            if let Some(high) = high {
+                upper = Bound::Excluded(high);
+            }
+            if let (Bound::Excluded(k) | Bound::Included(k), Bound::Excluded(h)) = (lower, upper) {
+                if k >= h {
+                    continue;
+                }
+            }
+        }
+        let hash_slice = spec.slice.as_ref().filter(|_| slice_range.is_none());
         for pair in store.iter_expecting(
             index.docs,
-            (lower, Bound::Unbounded),
+            (lower, upper),
             snapshot,
             false,
             window.min(4096),
         ) {
             let (id, source) = pair.map_err(ApiError::store)?;
-            if let Some(s) = &spec.slice {
+            if let Some(s) = hash_slice {
                 if !s.holds(&id) {
                     continue;
                 }
@@ -451,8 +521,41 @@ fn prune(sort: &[SortKey], kept: &mut Vec<Hit>, window: usize) {
     kept.truncate(window);
 }
 
-/// Counts the matching documents.
+/// Counts the matching documents: a query that is one predicate (or none)
+/// as the near-data `count(*)`, on every core; others document by document.
 pub fn count(store: &Store, indices: &[Arc<Index>], query: &Query) -> ApiResult<u64> {
+    let predicate = match query {
+        Query::All => Some(None),
+        Query::Pred(p, _) => Some(Some(&**p)),
+        _ => None,
+    };
+    if let Some(predicate) = predicate {
+        let layout = sluice_ndp::Layout::json_undeclared();
+        let aggregates = [sluice_ndp::aggregate::Aggregate {
+            func: sluice_ndp::aggregate::Func::Count,
+            path: None,
+        }];
+        let mut n = 0;
+        for index in indices {
+            let spec = sluice_ndp::aggregate::AggregateSpec {
+                keyspace: index.docs,
+                layout: &layout,
+                range: (Bound::Unbounded, Bound::Unbounded),
+                predicate,
+                aggregates: &aggregates,
+                group_by: None,
+                threads: std::thread::available_parallelism().map_or(1, |c| c.get()),
+            };
+            let (rows, _) =
+                sluice_ndp::aggregate::aggregate(store, &spec).map_err(ApiError::store)?;
+            for row in rows {
+                if let Some(sluice_ndp::aggregate::AggValue::Int(c)) = row.values.first() {
+                    n += u64::try_from(*c).unwrap_or(0);
+                }
+            }
+        }
+        return Ok(n);
+    }
     let snapshot = store.snapshot();
     let mut n = 0;
     for index in indices {
@@ -483,6 +586,8 @@ pub struct Context {
     pub source: Value,
     /// When it expires.
     pub expires: Instant,
+    /// Slice boundaries computed for it, by slice count.
+    pub slice_bounds: HashMap<u32, Arc<SliceBounds>>,
     /// A point in time (else a scroll).
     pub pit: bool,
 }

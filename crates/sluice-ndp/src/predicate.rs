@@ -15,6 +15,10 @@
 //! damage; a lookup skips what it does not need without validating it, so
 //! damage past the fields a predicate reads goes unnoticed here (checking
 //! documents when they are written is the place for that).
+//!
+//! [`FieldPredicate::compile_multi_valued`] reads arrays as Elasticsearch
+//! does (each element a value of the field); the HTTP API compiles its
+//! query DSL that way.
 
 use crate::expr::{CmpOp, Literal, Path, Predicate, Step};
 use crate::format::{Access, FormatError, Layout, Val};
@@ -34,6 +38,9 @@ pub struct FieldPredicate {
     root: Node,
     layout: Layout,
     accesses: Vec<Access>,
+    /// Arrays hold several values of their field (see
+    /// [`FieldPredicate::compile_multi_valued`]).
+    multi_valued: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +62,18 @@ impl FieldPredicate {
         Self::build(pred, Layout::json_undeclared())
     }
 
+    /// For JSON documents read as Elasticsearch reads them: a field holding
+    /// an array holds each of its elements as a value, so a comparison,
+    /// `IN`, `BETWEEN`, `PREFIX` or `CONTAINS` holds when it holds for one
+    /// element; `null` is no value, so `EXISTS` holds for a field with a
+    /// value other than `null` (an empty array, or one of nulls, has none).
+    pub fn compile_multi_valued(pred: &Predicate) -> Self {
+        FieldPredicate {
+            multi_valued: true,
+            ..Self::build(pred, Layout::json_undeclared())
+        }
+    }
+
     /// For a keyspace's declared format: a predicate naming a field the
     /// format lacks, or comparing one with a literal of another type, is
     /// refused here, before any work starts.
@@ -71,6 +90,7 @@ impl FieldPredicate {
             root,
             layout,
             accesses,
+            multi_valued: false,
         }
     }
 
@@ -133,23 +153,25 @@ impl FieldPredicate {
         fields: &mut [Option<Option<Val<'d>>>],
     ) -> Result<bool, MalformedValue> {
         Ok(match node {
-            Node::Cmp(p, op, lit) => self
-                .field(*p, doc, fields)?
-                .and_then(|v| v.compare(lit))
-                .is_some_and(|o| op_holds(*op, o)),
-            Node::Between(p, low, high) => self.field(*p, doc, fields)?.is_some_and(|v| {
+            Node::Cmp(p, op, lit) => self.holds(self.field(*p, doc, fields)?, |v| {
+                v.compare(lit).is_some_and(|o| op_holds(*op, o))
+            }),
+            Node::Between(p, low, high) => self.holds(self.field(*p, doc, fields)?, |v| {
                 v.compare(low).is_some_and(Ordering::is_ge)
                     && v.compare(high).is_some_and(Ordering::is_le)
             }),
-            Node::In(p, values) => self
-                .field(*p, doc, fields)?
-                .is_some_and(|v| values.iter().any(|l| v.compare(l) == Some(Ordering::Equal))),
-            Node::Prefix(p, prefix) => self
-                .field(*p, doc, fields)?
-                .is_some_and(|v| v.as_str().is_some_and(|s| s.starts_with(prefix.as_str()))),
-            Node::Contains(p, text) => self
-                .field(*p, doc, fields)?
-                .is_some_and(|v| v.as_str().is_some_and(|s| s.contains(text.as_str()))),
+            Node::In(p, values) => self.holds(self.field(*p, doc, fields)?, |v| {
+                values.iter().any(|l| v.compare(l) == Some(Ordering::Equal))
+            }),
+            Node::Prefix(p, prefix) => self.holds(self.field(*p, doc, fields)?, |v| {
+                v.as_str().is_some_and(|s| s.starts_with(prefix.as_str()))
+            }),
+            Node::Contains(p, text) => self.holds(self.field(*p, doc, fields)?, |v| {
+                v.as_str().is_some_and(|s| s.contains(text.as_str()))
+            }),
+            Node::Exists(p) if self.multi_valued => {
+                self.holds(self.field(*p, doc, fields)?, |v| !v.is_null())
+            }
             Node::Exists(p) => self.field(*p, doc, fields)?.is_some(),
             Node::And(parts) => {
                 for n in parts {
@@ -170,6 +192,26 @@ impl FieldPredicate {
             Node::Not(n) => !self.eval(n, doc, fields)?,
         })
     }
+}
+
+impl FieldPredicate {
+    /// Whether `test` holds for the value, or, multi-valued, for one of the
+    /// array's elements (nested arrays are flattened, as Elasticsearch does).
+    fn holds(&self, value: Option<Val<'_>>, test: impl Fn(&Val<'_>) -> bool + Copy) -> bool {
+        match value {
+            None => false,
+            Some(Val::Json(v)) if self.multi_valued && v.is_array() => any_element(&v, test),
+            Some(v) => test(&v),
+        }
+    }
+}
+
+fn any_element(array: &LazyValue<'_>, test: impl Fn(&Val<'_>) -> bool + Copy) -> bool {
+    sonic_rs::to_array_iter(array.as_raw_str()).any(|e| match e {
+        Ok(e) if e.is_array() => any_element(&e, test),
+        Ok(e) => test(&Val::Json(e)),
+        Err(_) => false,
+    })
 }
 
 /// The sonic-rs pointer that finds `path` in a document.
