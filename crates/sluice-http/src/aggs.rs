@@ -213,6 +213,19 @@ fn as_f64(v: &AggValue) -> Option<f64> {
 }
 
 impl Acc {
+    fn merge(&mut self, o: &Acc) {
+        self.count += o.count;
+        if let Some(s) = o.sum {
+            self.sum = Some(self.sum.unwrap_or(0.0) + s);
+        }
+        if let Some(m) = o.min {
+            self.min = Some(self.min.map_or(m, |x| x.min(m)));
+        }
+        if let Some(m) = o.max {
+            self.max = Some(self.max.map_or(m, |x| x.max(m)));
+        }
+    }
+
     fn add(&mut self, values: &[AggValue]) {
         if let AggValue::Int(c) = values[0] {
             self.count += c;
@@ -312,13 +325,128 @@ fn key_order(a: &Value, b: &Value) -> std::cmp::Ordering {
     crate::search::compare_values(a, b)
 }
 
-/// Runs the aggregations over `indices` for the documents `query` matches.
+/// One scan: grouped by a field (or not), computing `count(*)` then count,
+/// sum, min and max of each field of `fields`.
+struct Scan {
+    group: Option<String>,
+    fields: Vec<String>,
+    /// Group key text (None: no group or no value) → (rows, one Acc per field).
+    groups: BTreeMap<Option<String>, (i128, Vec<Acc>)>,
+}
+
+impl Scan {
+    fn run(&mut self, store: &Store, indices: &[Arc<Index>], query: &Query) -> ApiResult<()> {
+        let mut aggregates = vec![Aggregate {
+            func: Func::Count,
+            path: None,
+        }];
+        for f in &self.fields {
+            aggregates.extend(four(f));
+        }
+        let group = self.group.as_deref().map(path);
+        for index in indices {
+            for row in run_ndp(store, index, query, &aggregates, group.as_ref())? {
+                let key = row.group.clone().filter(|g| g != "null");
+                let n = self.fields.len();
+                let entry = self
+                    .groups
+                    .entry(key)
+                    .or_insert_with(|| (0, vec![Acc::default(); n]));
+                if let AggValue::Int(c) = row.values[0] {
+                    entry.0 += c;
+                }
+                for (i, acc) in entry.1.iter_mut().enumerate() {
+                    acc.add(&row.values[1 + 4 * i..5 + 4 * i]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every group merged: the whole matched set.
+    fn merged(&self, field: &str) -> Acc {
+        let i = self.fields.iter().position(|f| f == field).unwrap_or(0);
+        let mut acc = Acc::default();
+        for (_, accs) in self.groups.values() {
+            acc.merge(&accs[i]);
+        }
+        acc
+    }
+
+    fn total(&self) -> u64 {
+        self.groups
+            .values()
+            .map(|(c, _)| u64::try_from(*c).unwrap_or(0))
+            .sum()
+    }
+}
+
+/// The aggregations' results, and the number of documents the query
+/// matched (one scan answers both).
+pub struct Aggregated {
+    /// The `aggregations` object.
+    pub aggregations: Value,
+    /// Documents matched.
+    pub total: u64,
+}
+
+/// Runs the aggregations over `indices` for the documents `query` matches:
+/// one near-data scan per distinct `terms` field (the first also computing
+/// the top-level metrics, merged over its groups), or one ungrouped scan.
 pub fn run(
     store: &Store,
     indices: &[Arc<Index>],
     query: &Query,
     requests: &[AggRequest],
-) -> ApiResult<Value> {
+) -> ApiResult<Aggregated> {
+    let mut metric_fields: Vec<String> = Vec::new();
+    for r in requests {
+        if let AggRequest::Metric { field, .. } = r {
+            if !metric_fields.contains(field) {
+                metric_fields.push(field.clone());
+            }
+        }
+    }
+    let mut scans: Vec<Scan> = Vec::new();
+    for r in requests {
+        if let AggRequest::Terms { field, subs, .. } = r {
+            let scan = match scans
+                .iter_mut()
+                .position(|s| s.group.as_deref() == Some(field))
+            {
+                Some(i) => &mut scans[i],
+                None => {
+                    scans.push(Scan {
+                        group: Some(field.clone()),
+                        fields: Vec::new(),
+                        groups: BTreeMap::new(),
+                    });
+                    let last = scans.len() - 1;
+                    &mut scans[last]
+                }
+            };
+            for (_, _, f) in subs {
+                if !scan.fields.contains(f) {
+                    scan.fields.push(f.clone());
+                }
+            }
+        }
+    }
+    if scans.is_empty() {
+        scans.push(Scan {
+            group: None,
+            fields: Vec::new(),
+            groups: BTreeMap::new(),
+        });
+    }
+    for f in &metric_fields {
+        if !scans[0].fields.contains(f) {
+            scans[0].fields.push(f.clone());
+        }
+    }
+    for scan in &mut scans {
+        scan.run(store, indices, query)?;
+    }
     let mut out = Map::new();
     for r in requests {
         match r {
@@ -327,13 +455,7 @@ pub fn run(
                 metric,
                 field,
             } => {
-                let mut acc = Acc::default();
-                for index in indices {
-                    for row in run_ndp(store, index, query, &four(field), None)? {
-                        acc.add(&row.values);
-                    }
-                }
-                out.insert(name.clone(), acc.render(*metric));
+                out.insert(name.clone(), scans[0].merged(field).render(*metric));
             }
             AggRequest::Terms {
                 name,
@@ -342,65 +464,66 @@ pub fn run(
                 missing,
                 subs,
             } => {
-                let mut aggregates = vec![Aggregate {
-                    func: Func::Count,
-                    path: None,
-                }];
-                for (_, _, f) in subs {
-                    aggregates.extend(four(f));
-                }
-                let group = path(field);
-                let mut buckets: BTreeMap<String, (i128, Vec<Acc>)> = BTreeMap::new();
-                for index in indices {
-                    for row in run_ndp(store, index, query, &aggregates, Some(&group))? {
-                        let key = match (&row.group, missing) {
-                            (Some(g), _) if g != "null" => g.clone(),
-                            (_, Some(m)) => m.to_string(),
-                            _ => continue,
-                        };
-                        let entry = buckets
-                            .entry(key)
-                            .or_insert_with(|| (0, vec![Acc::default(); subs.len()]));
-                        if let AggValue::Int(c) = row.values[0] {
-                            entry.0 += c;
-                        }
-                        for (i, acc) in entry.1.iter_mut().enumerate() {
-                            acc.add(&row.values[1 + 4 * i..5 + 4 * i]);
-                        }
-                    }
-                }
-                let mut rows: Vec<(Value, i128, Vec<Acc>)> = buckets
-                    .into_iter()
-                    .map(|(k, (c, accs))| (bucket_key(&k), c, accs))
-                    .collect();
-                rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| key_order(&a.0, &b.0)));
-                let other: i128 = rows.iter().skip(*size).map(|r| r.1).sum();
-                let shown: Vec<Value> = rows
-                    .into_iter()
-                    .take(*size)
-                    .map(|(key, count, accs)| {
-                        let mut b = Map::new();
-                        if let Value::Bool(v) = key {
-                            b.insert("key".into(), json!(i32::from(v)));
-                            b.insert("key_as_string".into(), json!(v.to_string()));
-                        } else {
-                            b.insert("key".into(), key);
-                        }
-                        b.insert("doc_count".into(), json!(count));
-                        for ((sub_name, metric, _), acc) in subs.iter().zip(accs) {
-                            b.insert(sub_name.clone(), acc.render(*metric));
-                        }
-                        Value::Object(b)
-                    })
-                    .collect();
-                out.insert(
-                    name.clone(),
-                    json!({"doc_count_error_upper_bound": 0, "sum_other_doc_count": other, "buckets": shown}),
-                );
+                let Some(scan) = scans.iter().find(|s| s.group.as_deref() == Some(field)) else {
+                    continue;
+                };
+                out.insert(name.clone(), buckets(scan, *size, missing.as_ref(), subs));
             }
         }
     }
-    Ok(Value::Object(out))
+    Ok(Aggregated {
+        aggregations: Value::Object(out),
+        total: scans[0].total(),
+    })
+}
+
+fn buckets(
+    scan: &Scan,
+    size: usize,
+    missing: Option<&Value>,
+    subs: &[(String, Metric, String)],
+) -> Value {
+    let mut merged: BTreeMap<String, (i128, Vec<Acc>)> = BTreeMap::new();
+    for (key, (count, accs)) in &scan.groups {
+        let key = match (key, missing) {
+            (Some(g), _) => g.clone(),
+            (None, Some(m)) => m.to_string(),
+            (None, None) => continue,
+        };
+        let entry = merged
+            .entry(key)
+            .or_insert_with(|| (0, vec![Acc::default(); accs.len()]));
+        entry.0 += count;
+        for (a, b) in entry.1.iter_mut().zip(accs) {
+            a.merge(b);
+        }
+    }
+    let mut rows: Vec<(Value, i128, Vec<Acc>)> = merged
+        .into_iter()
+        .map(|(k, (c, accs))| (bucket_key(&k), c, accs))
+        .collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| key_order(&a.0, &b.0)));
+    let other: i128 = rows.iter().skip(size).map(|r| r.1).sum();
+    let shown: Vec<Value> = rows
+        .into_iter()
+        .take(size)
+        .map(|(key, count, accs)| {
+            let mut b = Map::new();
+            if let Value::Bool(v) = key {
+                b.insert("key".into(), json!(i32::from(v)));
+                b.insert("key_as_string".into(), json!(v.to_string()));
+            } else {
+                b.insert("key".into(), key);
+            }
+            b.insert("doc_count".into(), json!(count));
+            for (sub_name, metric, f) in subs {
+                let i = scan.fields.iter().position(|x| x == f).unwrap_or(0);
+                b.insert(sub_name.clone(), accs[i].render(*metric));
+            }
+            Value::Object(b)
+        })
+        .collect();
+    json!({"doc_count_error_upper_bound": 0, "sum_other_doc_count": other, "buckets": shown})
 }
 
 #[cfg(test)]

@@ -59,6 +59,20 @@ fn json_escape(s: &str) -> String {
     Value::String(s.to_string()).to_string()
 }
 
+/// Appends `text` as a JSON string, escaped as serde_json escapes.
+fn write_json_string(out: &mut Vec<u8>, text: &str) {
+    let plain = text
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f);
+    if plain {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    } else {
+        out.extend_from_slice(json_escape(text).as_bytes());
+    }
+}
+
 /// `_source` as a request asks for it.
 #[derive(Debug, Clone, Default)]
 struct SourceFilter {
@@ -133,14 +147,17 @@ impl SourceFilter {
         json!({"includes": self.includes, "excludes": self.excludes})
     }
 
-    fn apply(&self, source: &[u8]) -> ApiResult<Option<Vec<u8>>> {
+    /// The source as the request wants it: none, the stored bytes as they
+    /// are (no copy), or filtered.
+    fn apply<'a>(&self, source: &'a [u8]) -> ApiResult<Option<std::borrow::Cow<'a, [u8]>>> {
         if self.off {
             return Ok(None);
         }
         if self.includes.is_empty() && self.excludes.is_empty() {
-            return Ok(Some(source.to_vec()));
+            return Ok(Some(std::borrow::Cow::Borrowed(source)));
         }
-        docs::filter_source(source, &self.includes, &self.excludes).map(Some)
+        docs::filter_source(source, &self.includes, &self.excludes)
+            .map(|v| Some(std::borrow::Cow::Owned(v)))
     }
 }
 
@@ -567,7 +584,9 @@ impl Api {
             );
         };
         if source_only {
-            let bytes = filter.apply(&doc.source)?.unwrap_or_else(|| b"{}".to_vec());
+            let bytes = filter
+                .apply(&doc.source)?
+                .map_or_else(|| b"{}".to_vec(), |c| c.into_owned());
             return Ok(Response::json(200, bytes));
         }
         let mut out = format!(
@@ -907,7 +926,35 @@ impl Api {
             Some(a) => Some(aggs::parse(a)?),
             None => None,
         };
-        let found = search::run(self.catalog.store(), &indices, &snapshot, &spec)?;
+        // A size-0 search with aggregations: the aggregations' scan counts
+        // the matches too.
+        let aggregated = match &aggs {
+            Some(requests)
+                if spec.size == 0 && spec.slice.is_none() && spec.search_after.is_none() =>
+            {
+                Some(aggs::run(
+                    self.catalog.store(),
+                    &indices,
+                    &spec.query,
+                    requests,
+                )?)
+            }
+            _ => None,
+        };
+        let found = match &aggregated {
+            Some(a) => {
+                let limit = match spec.track_total {
+                    TrackTotal::Off => 0,
+                    TrackTotal::UpTo(n) => n,
+                };
+                search::Found {
+                    hits: Vec::new(),
+                    total: a.total.min(limit),
+                    exact: a.total <= limit,
+                }
+            }
+            None => search::run(self.catalog.store(), &indices, &snapshot, &spec)?,
+        };
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let extra = pit_id.map(|id| format!("\"pit_id\":{},", json_escape(&id)));
         let mut response = self.search_response(
@@ -919,7 +966,12 @@ impl Api {
             extra.as_deref(),
         )?;
         if let Some(requests) = aggs {
-            let result = aggs::run(self.catalog.store(), &indices, &spec.query, &requests)?;
+            let result = match aggregated {
+                Some(a) => a.aggregations,
+                None => {
+                    aggs::run(self.catalog.store(), &indices, &spec.query, &requests)?.aggregations
+                }
+            };
             // The aggregations go last, inside the closing brace.
             response.body.pop();
             response.body.extend_from_slice(b",\"aggregations\":");
@@ -973,25 +1025,37 @@ impl Api {
         }
         let max_score = if found.hits.is_empty() { "null" } else { score };
         out.extend_from_slice(format!("\"max_score\":{max_score},\"hits\":[").as_bytes());
+        // The index name escaped once per index, not once per hit.
+        let mut index_json: (*const Index, String) = (std::ptr::null(), String::new());
         for (n, h) in found.hits.iter().enumerate() {
             if n > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(
-                format!(
-                    "{{\"_index\":{},\"_id\":{},\"_score\":{score}",
-                    json_escape(&h.index.name),
-                    json_escape(&String::from_utf8_lossy(&h.id))
-                )
-                .as_bytes(),
-            );
+            if !std::ptr::eq(index_json.0, Arc::as_ptr(&h.index)) {
+                index_json = (Arc::as_ptr(&h.index), json_escape(&h.index.name));
+            }
+            out.extend_from_slice(b"{\"_index\":");
+            out.extend_from_slice(index_json.1.as_bytes());
+            out.extend_from_slice(b",\"_id\":");
+            write_json_string(&mut out, &String::from_utf8_lossy(&h.id));
+            out.extend_from_slice(b",\"_score\":");
+            out.extend_from_slice(score.as_bytes());
             if let Some(src) = filter.apply(&h.source)? {
                 out.extend_from_slice(b",\"_source\":");
                 out.extend_from_slice(&src);
             }
             if sorted {
-                out.extend_from_slice(b",\"sort\":");
-                out.extend_from_slice(Value::Array(h.sort.clone()).to_string().as_bytes());
+                out.extend_from_slice(b",\"sort\":[");
+                for (i, v) in h.sort.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    match v {
+                        Value::String(text) => write_json_string(&mut out, text),
+                        other => out.extend_from_slice(other.to_string().as_bytes()),
+                    }
+                }
+                out.push(b']');
             }
             out.push(b'}');
         }
