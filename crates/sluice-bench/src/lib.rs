@@ -20,6 +20,7 @@
 
 mod export;
 mod fio;
+mod http;
 mod io;
 mod jansson;
 mod kv;
@@ -56,6 +57,9 @@ pub enum BenchCommand {
     /// Documents per second out of a search index: sluice export against
     /// elasticdump, opensearch-py's helpers.scan and a bare sliced PIT loop.
     Export(export::ExportBenchArgs),
+    /// OpenSearch against sluice serve --http on the same documents: bulk,
+    /// sliced export, helpers.scan, _count and aggregations.
+    Http(http::HttpBenchArgs),
     /// redis-benchmark against redis-server and sluice serve in matching
     /// durability modes, same flags, same run.
     Serve(serve::ServeBenchArgs),
@@ -76,6 +80,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Ndp(args) => ndp::run(&args),
         BenchCommand::Read(args) => pages::run(&args),
         BenchCommand::Export(args) => export::run(&args),
+        BenchCommand::Http(args) => http::run(&args),
         BenchCommand::Serve(args) => serve::run(&args),
         BenchCommand::Shm(args) => shm::run(&args),
         BenchCommand::Node(args) => node::run(&args),

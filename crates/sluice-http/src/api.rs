@@ -953,7 +953,7 @@ impl Api {
                     exact: a.total <= limit,
                 }
             }
-            None => search::run(self.catalog.store(), &indices, &snapshot, &spec)?,
+            None => self.run_in_context(&indices, &snapshot, &spec, pit_id.as_deref())?,
         };
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let extra = pit_id.map(|id| format!("\"pit_id\":{},", json_escape(&id)));
@@ -983,6 +983,50 @@ impl Api {
         Ok(response)
     }
 
+    /// Runs a search; in a point in time, a page that continues where an
+    /// earlier one ended goes on with that page's scan.
+    fn run_in_context(
+        &self,
+        indices: &[Arc<Index>],
+        snapshot: &sluice_store::Snapshot,
+        spec: &Spec,
+        pit_id: Option<&str>,
+    ) -> ApiResult<search::Found> {
+        let store = self.catalog.store();
+        let Some(pit) = pit_id else {
+            return search::run(store, indices, snapshot, spec, &mut None);
+        };
+        let after = spec
+            .search_after
+            .as_ref()
+            .and_then(|a| a.first())
+            .and_then(Value::as_str);
+        let mut resume = match after {
+            None => None,
+            Some(after) => self
+                .contexts
+                .with(pit, None, |c| {
+                    Ok(c.resumes
+                        .iter()
+                        .position(|r| r.after == after.as_bytes())
+                        .map(|i| c.resumes.swap_remove(i)))
+                })
+                .unwrap_or(None),
+        };
+        let found = search::run(store, indices, snapshot, spec, &mut resume)?;
+        if let Some(r) = resume {
+            // The context may have closed meanwhile: then the scan just ends.
+            let _ = self.contexts.with(pit, None, |c| {
+                if c.resumes.len() >= search::MAX_RESUMES {
+                    c.resumes.remove(0);
+                }
+                c.resumes.push(r);
+                Ok(())
+            });
+        }
+        Ok(found)
+    }
+
     fn search_response(
         &self,
         spec: &Spec,
@@ -998,7 +1042,7 @@ impl Api {
             256 + found
                 .hits
                 .iter()
-                .map(|h| h.source.len() + 64)
+                .map(|h| h.source.len() + 2 * h.id.len() + h.index.name.len() + 96)
                 .sum::<usize>(),
         );
         out.push(b'{');
@@ -1075,7 +1119,7 @@ impl Api {
         if !matches!(spec.sort.last(), Some(SortKey::Doc { .. })) {
             spec.sort.push(SortKey::Doc { desc: false });
         }
-        let found = search::run(self.catalog.store(), &indices, &snapshot, &spec)?;
+        let found = search::run(self.catalog.store(), &indices, &snapshot, &spec, &mut None)?;
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let mut next = spec.clone();
         next.from = 0;
@@ -1088,6 +1132,7 @@ impl Api {
             source: filter.to_value(),
             expires: Instant::now() + keep,
             slice_bounds: Default::default(),
+            resumes: Vec::new(),
             pit: false,
         })?;
         let extra = format!("\"_scroll_id\":{},", json_escape(&id));
@@ -1364,7 +1409,7 @@ impl Api {
             })
             .map_err(missing_in_search)?;
         let filter = SourceFilter::from_value(Some(&source))?;
-        let found = search::run(self.catalog.store(), &indices, &snapshot, &spec)?;
+        let found = self.run_in_context(&indices, &snapshot, &spec, Some(&id))?;
         if let Some(last) = found.hits.last() {
             let after = last.sort.clone();
             self.contexts.with(&id, None, |c| {
@@ -1432,6 +1477,7 @@ impl Api {
             source: Value::Bool(true),
             expires: Instant::now() + keep,
             slice_bounds: Default::default(),
+            resumes: Vec::new(),
             pit: true,
         })?;
         if opensearch {

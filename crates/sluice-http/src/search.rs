@@ -370,13 +370,32 @@ fn sort_values(sort: &[SortKey], id: &[u8], source: &[u8]) -> Vec<Value> {
         .collect()
 }
 
-/// Runs `spec` over `indices` at `snapshot`.
+/// A key-order scan left where a page ended: the next page, asked for
+/// with `search_after` = that page's last id, goes on with the same
+/// iterator (its blocks and read-ahead) instead of seeking again.
+pub struct Resume {
+    /// The documents keyspace it reads.
+    pub docs: u32,
+    /// The id of the last document it returned.
+    pub after: Vec<u8>,
+    /// The iterator, positioned after that document.
+    pub iter: sluice_store::StoreIter,
+}
+
+/// Most scans a point in time keeps for resumption.
+pub const MAX_RESUMES: usize = 64;
+
+/// Runs `spec` over `indices` at `snapshot`. `resume` may hold a scan to
+/// go on with (used if it fits); on return it holds this one's, when a
+/// next page can go on with it.
 pub fn run(
     store: &Store,
     indices: &[Arc<Index>],
     snapshot: &Snapshot,
     spec: &Spec,
+    resume: &mut Option<Resume>,
 ) -> ApiResult<Found> {
+    let mut offered = resume.take();
     let window = spec.from + spec.size;
     if let Some(after) = &spec.search_after {
         if after.len() != spec.sort.len() || spec.sort.is_empty() {
@@ -453,13 +472,24 @@ pub fn run(
             }
         }
         let hash_slice = spec.slice.as_ref().filter(|_| slice_range.is_none());
-        for pair in store.iter_expecting(
-            index.docs,
-            (lower, upper),
-            snapshot,
-            false,
-            window.min(4096),
-        ) {
+        let mut iter = match &offered {
+            Some(r)
+                if key_order && r.docs == index.docs && start.as_deref() == Some(&r.after[..]) =>
+            {
+                offered.take().map(|r| r.iter)
+            }
+            _ => None,
+        }
+        .unwrap_or_else(|| {
+            store.iter_expecting(
+                index.docs,
+                (lower, upper),
+                snapshot,
+                false,
+                window.min(4096),
+            )
+        });
+        while let Some(pair) = iter.next() {
             let (id, source) = pair.map_err(ApiError::store)?;
             if let Some(s) = hash_slice {
                 if !s.holds(&id) {
@@ -483,7 +513,9 @@ pub fn run(
             }
             found.total += 1;
             let want_more = !key_order || kept.len() < window;
+            let mut just_kept = None;
             if want_more {
+                just_kept = Some(id.clone());
                 kept.push(Hit {
                     index: index.clone(),
                     id,
@@ -497,6 +529,14 @@ pub fn run(
             if key_order && kept.len() >= window && found.total >= limit {
                 // Enough hits, and counted as far as asked: the total is a bound.
                 found.exact = false;
+                if let (Some(after), 0) = (just_kept, spec.from) {
+                    // The iterator stands right after the last hit returned.
+                    *resume = Some(Resume {
+                        docs: index.docs,
+                        after,
+                        iter,
+                    });
+                }
                 return Ok(finish(spec, kept, found, limit));
             }
         }
@@ -588,6 +628,9 @@ pub struct Context {
     pub expires: Instant,
     /// Slice boundaries computed for it, by slice count.
     pub slice_bounds: HashMap<u32, Arc<SliceBounds>>,
+    /// Scans its last pages ended with, for the next pages to go on with
+    /// (at most [`MAX_RESUMES`]).
+    pub resumes: Vec<Resume>,
     /// A point in time (else a scroll).
     pub pit: bool,
 }
