@@ -59,6 +59,21 @@ fn json_escape(s: &str) -> String {
     Value::String(s.to_string()).to_string()
 }
 
+/// A string or an array of strings (as Elasticsearch takes ids and field
+/// lists); None for anything else.
+fn strings(v: Option<&Value>) -> Option<Vec<String>> {
+    match v {
+        Some(Value::String(s)) => Some(vec![s.clone()]),
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
 /// Appends `text` as a JSON string, escaped as serde_json escapes.
 fn write_json_string(out: &mut Vec<u8>, text: &str) {
     let plain = text
@@ -83,17 +98,7 @@ struct SourceFilter {
 
 impl SourceFilter {
     fn from_value(v: Option<&Value>) -> ApiResult<SourceFilter> {
-        let list = |v: Option<&Value>| -> Vec<String> {
-            match v {
-                Some(Value::String(s)) => vec![s.clone()],
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect(),
-                _ => Vec::new(),
-            }
-        };
+        let list = |v: Option<&Value>| strings(v).unwrap_or_default();
         Ok(match v {
             None | Some(Value::Bool(true)) => SourceFilter::default(),
             Some(Value::Bool(false)) => SourceFilter {
@@ -1430,15 +1435,7 @@ impl Api {
             let n = self.contexts.close_all(false).len();
             return ok(200, &json!({"succeeded": true, "num_freed": n}));
         }
-        let mut ids: Vec<String> = match body.get("scroll_id") {
-            Some(Value::String(s)) => vec![s.clone()],
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect(),
-            _ => Vec::new(),
-        };
+        let mut ids: Vec<String> = strings(body.get("scroll_id")).unwrap_or_default();
         if let Some(p) = path_id {
             ids.extend(p.split(',').map(str::to_string));
         }
@@ -1517,21 +1514,13 @@ impl Api {
                 .collect()
         } else {
             let body = body_json(req)?.unwrap_or(json!({}));
-            let wanted: Vec<String> = match body.get("pit_id") {
-                Some(Value::String(s)) => vec![s.clone()],
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect(),
-                _ => {
-                    return Err(ApiError::new(
-                        400,
-                        "action_request_validation_exception",
-                        "Validation Failed: 1: no pit ids specified;",
-                    ))
-                }
-            };
+            let wanted: Vec<String> = strings(body.get("pit_id")).ok_or_else(|| {
+                ApiError::new(
+                    400,
+                    "action_request_validation_exception",
+                    "Validation Failed: 1: no pit ids specified;",
+                )
+            })?;
             wanted
                 .into_iter()
                 .map(|id| {

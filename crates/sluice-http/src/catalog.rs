@@ -292,7 +292,9 @@ impl Catalog {
     }
 }
 
-fn glob(pattern: &str, name: &str) -> bool {
+/// Whether `name` matches `pattern`, where `*` stands for any run of
+/// characters.
+pub(crate) fn glob(pattern: &str, name: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     let mut rest = name;
     for (i, part) in parts.iter().enumerate() {

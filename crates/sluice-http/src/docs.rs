@@ -555,26 +555,7 @@ pub fn filter_source(
 }
 
 fn path_matches(pattern: &str, path: &str) -> bool {
-    if !pattern.contains('*') {
-        return pattern == path;
-    }
-    let parts: Vec<&str> = pattern.split('*').collect();
-    let mut rest = path;
-    for (i, part) in parts.iter().enumerate() {
-        if i == 0 {
-            match rest.strip_prefix(part) {
-                Some(r) => rest = r,
-                None => return false,
-            }
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part);
-        } else if let Some(at) = rest.find(part) {
-            rest = &rest[at + part.len()..];
-        } else {
-            return false;
-        }
-    }
-    rest.is_empty()
+    crate::catalog::glob(pattern, path)
 }
 
 fn filter_into(
