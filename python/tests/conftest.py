@@ -73,11 +73,11 @@ def opensearch(tmp_path_factory):
 class SluiceServe:
     """A running `sluice serve --http`: its HTTP URL, device and process."""
 
-    def __init__(self, sluice_bin: Path, device: Path, extra=()):
+    def __init__(self, sluice_bin: Path, device: Path, extra=(), create_mib=256):
         self.device = device
         self.proc = subprocess.Popen(
             [
-                str(sluice_bin), "serve", "--device", str(device), "--create-mib", "512",
+                str(sluice_bin), "serve", "--device", str(device), "--create-mib", str(create_mib),
                 "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1", "--no-pin",
                 *extra,
             ],
@@ -97,10 +97,15 @@ class SluiceServe:
                 break
         assert self.url, f"sluice serve did not start its HTTP API: {''.join(seen)}"
 
-    def stop(self):
+    def stop(self, keep_device=False):
+        """Stops the server (SIGTERM) and, unless kept for a restart,
+        removes its device: a device file is allocated whole, and a test
+        run starts many servers."""
         self.proc.terminate()
         out, _ = self.proc.communicate(timeout=60)
         assert self.proc.returncode == 0, f"sluice serve exited {self.proc.returncode}: {out}"
+        if not keep_device:
+            self.device.unlink(missing_ok=True)
         return out
 
 
@@ -113,3 +118,4 @@ def sluice_http(tmp_path_factory, sluice_bin):
     finally:
         if server.proc.poll() is None:
             server.stop()
+        server.device.unlink(missing_ok=True)

@@ -32,7 +32,7 @@ def get(url, path):
 @pytest.fixture(scope="module")
 def papers_server(tmp_path_factory, sluice_bin):
     dev = tmp_path_factory.mktemp("console") / "papers.dev"
-    run_cli(sluice_bin, "kv", "--device", str(dev), "format", "--create-mib", "512")
+    run_cli(sluice_bin, "kv", "--device", str(dev), "format", "--create-mib", "256")
     run_cli(sluice_bin, "papers", "--device", str(dev), "generate", "--papers", "3000", "--seed", "7")
     server = SluiceServe(sluice_bin, dev)
     yield server

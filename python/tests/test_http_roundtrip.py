@@ -43,7 +43,7 @@ def test_export_import_serve_export_gives_the_same_documents(original, opensearc
     want = sources(first)
     assert len(want) == 2005
     store = tmp_path / "serve.dev"
-    out = run_cli(sluice_bin, "import", "--export", str(first), "--device", str(store), "--create-mib", "512",
+    out = run_cli(sluice_bin, "import", "--export", str(first), "--device", str(store), "--create-mib", "256",
                   "--index", "rt-papers")
     assert "imported 2005 documents" in out
     server = SluiceServe(sluice_bin, store)
@@ -74,3 +74,5 @@ def test_export_import_serve_export_gives_the_same_documents(original, opensearc
         assert c.count(index="rt-papers")["count"] == 2005
     finally:
         server.stop()
+        for dev in (first, tmp_path / "second.dev"):
+            dev.unlink(missing_ok=True)

@@ -42,7 +42,7 @@ def test_documents_mappings_and_versions_survive_a_restart(tmp_path, sluice_bin)
     c.indices.create(index="gone")
     c.index(index="gone", id="x", body={"a": 1})
     c.indices.delete(index="gone")
-    s.stop()
+    s.stop(keep_device=True)
     s = SluiceServe(sluice_bin, dev)
     c = opensearchpy.OpenSearch(s.url)
     assert c.count(index="keep")["count"] == 1000
