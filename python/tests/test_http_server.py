@@ -226,3 +226,21 @@ def test_point_in_time_slices_over_many_tables_cover_the_index_once(tmp_path, sl
     # Each slice is one key range: slice after slice, in key order.
     assert all(max(slices[i]) < min(slices[i + 1]) for i in range(3))
     s.stop()
+
+
+def test_expect_100_continue_is_answered_at_once(sluice_http):
+    # curl sends Expect: 100-continue for bodies over 1 KiB and waits a
+    # second for the answer before sending the body.
+    host, port = sluice_http.url[len("http://"):].split(":")
+    body = json.dumps({"pad": "x" * 5000}).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"PUT /cont/_doc/1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        started = time.monotonic()
+        interim = sock.recv(100)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n" and time.monotonic() - started < 0.5
+        sock.sendall(body)
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += sock.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 201 Created")

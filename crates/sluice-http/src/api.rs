@@ -757,26 +757,50 @@ impl Api {
             i = j;
         }
         let errors = results.iter().any(|r| r.2.is_err());
-        let items: Vec<Value> = results
-            .into_iter()
-            .map(|(index, action, r, id)| {
-                let inner = match r {
-                    Ok(o) => {
-                        let mut v = outcome_body(&index, &o);
-                        v["status"] = json!(o.status);
-                        v
-                    }
-                    Err(e) => {
-                        json!({"_index": index, "_id": id, "status": e.status, "error": e.cause()})
-                    }
-                };
-                json!({ action: inner })
-            })
-            .collect();
-        ok(
-            200,
-            &json!({"took": started.elapsed().as_millis() as u64, "errors": errors, "items": items}),
-        )
+        // Written directly: a bulk answer has one item per operation, and
+        // building each as a JSON tree cost more than the writes.
+        let mut out = Vec::with_capacity(64 + 200 * results.len());
+        out.extend_from_slice(
+            format!(
+                "{{\"took\":{},\"errors\":{errors},\"items\":[",
+                started.elapsed().as_millis()
+            )
+            .as_bytes(),
+        );
+        let mut index_json = (String::new(), String::new());
+        for (n, (index, action, r, id)) in results.into_iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            if index_json.0 != index {
+                index_json = (index.clone(), json_escape(&index));
+            }
+            out.extend_from_slice(b"{\"");
+            out.extend_from_slice(action.as_bytes());
+            out.extend_from_slice(b"\":{\"_index\":");
+            out.extend_from_slice(index_json.1.as_bytes());
+            out.extend_from_slice(b",\"_id\":");
+            match r {
+                Ok(o) => {
+                    write_json_string(&mut out, &o.id);
+                    out.extend_from_slice(
+                        format!(
+                            ",\"_version\":{},\"result\":\"{}\",\"_shards\":{{\"total\":1,\"successful\":1,\"failed\":0}},\"_seq_no\":{},\"_primary_term\":1,\"status\":{}}}}}",
+                            o.version, o.result, o.seq_no, o.status
+                        )
+                        .as_bytes(),
+                    );
+                }
+                Err(e) => {
+                    write_json_string(&mut out, &id);
+                    out.extend_from_slice(
+                        format!(",\"status\":{},\"error\":{}}}}}", e.status, e.cause()).as_bytes(),
+                    );
+                }
+            }
+        }
+        out.extend_from_slice(b"]}");
+        Ok(Response::json(200, out))
     }
 
     fn search_spec(

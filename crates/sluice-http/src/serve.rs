@@ -250,7 +250,7 @@ fn serve_stream<S: Read + Write>(
         }
         idle = Duration::ZERO;
         socket.set_read_timeout(Some(config.idle_timeout))?;
-        let request = wire::read_request(&mut reader, config.max_body_bytes);
+        let request = read_with_continue(&mut reader, config.max_body_bytes);
         socket.set_read_timeout(Some(POLL_INTERVAL))?;
         let mut writer = BufWriter::with_capacity(64 << 10, reader.get_mut());
         let request = match request {
@@ -291,6 +291,25 @@ fn serve_stream<S: Read + Write>(
             return Ok(());
         }
     }
+}
+
+/// Reads a request; a client that waits for `100 Continue` gets it once
+/// the head is read and the declared body fits the limit.
+fn read_with_continue<S: Read + Write>(
+    reader: &mut BufReader<S>,
+    max_body_bytes: usize,
+) -> Result<Option<wire::Request>, WireError> {
+    let Some(mut request) = wire::read_request_head(reader)? else {
+        return Ok(None);
+    };
+    if wire::expects_continue(&request) {
+        wire::declared_length(&request, max_body_bytes)?;
+        let out = reader.get_mut();
+        out.write_all(wire::CONTINUE)?;
+        out.flush()?;
+    }
+    wire::read_body(reader, &mut request, max_body_bytes)?;
+    Ok(Some(request))
 }
 
 fn unauthorized(request: &wire::Request) -> Response {

@@ -75,6 +75,28 @@ pub fn read_request(
     reader: &mut impl BufRead,
     max_body_bytes: usize,
 ) -> Result<Option<Request>, WireError> {
+    match read_request_head(reader)? {
+        None => Ok(None),
+        Some(mut request) => {
+            read_body(reader, &mut request, max_body_bytes)?;
+            Ok(Some(request))
+        }
+    }
+}
+
+/// Whether the client waits for `100 Continue` before it sends the body
+/// (curl does for bodies over 1 KiB, for a second).
+pub fn expects_continue(request: &Request) -> bool {
+    request
+        .header("expect")
+        .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+}
+
+/// The interim answer to `Expect: 100-continue`.
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Reads a request's line and headers; the body is left for [`read_body`].
+pub fn read_request_head(reader: &mut impl BufRead) -> Result<Option<Request>, WireError> {
     let head = match read_head(reader)? {
         Some(h) => h,
         None => return Ok(None),
@@ -101,30 +123,46 @@ pub fn read_request(
         })
         .collect();
     let (raw_path, raw_query) = target.split_once('?').unwrap_or((target, ""));
-    let mut request = Request {
+    Ok(Some(Request {
         method,
         path: percent_decode(raw_path),
         params: parse_query(raw_query),
         headers,
         body: Vec::new(),
+    }))
+}
+
+/// The body's length as `Content-Length` gives it (0 without one); an
+/// error past `max_body_bytes`.
+pub fn declared_length(request: &Request, max_body_bytes: usize) -> Result<usize, WireError> {
+    let length = match request.header("content-length") {
+        None => 0,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| WireError::Malformed(format!("Content-Length {v:?} is not a number")))?,
     };
+    if length > max_body_bytes {
+        return Err(WireError::BodyTooLarge {
+            limit_bytes: max_body_bytes,
+        });
+    }
+    Ok(length)
+}
+
+/// Reads the body of `request` (chunked or `Content-Length`), inflating
+/// a gzip one.
+pub fn read_body(
+    reader: &mut impl BufRead,
+    request: &mut Request,
+    max_body_bytes: usize,
+) -> Result<(), WireError> {
     let chunked = request
         .header("transfer-encoding")
         .is_some_and(|t| t.to_ascii_lowercase().contains("chunked"));
     let body = if chunked {
         read_chunked(reader, max_body_bytes)?
     } else {
-        let length = match request.header("content-length") {
-            None => 0,
-            Some(v) => v.parse::<usize>().map_err(|_| {
-                WireError::Malformed(format!("Content-Length {v:?} is not a number"))
-            })?,
-        };
-        if length > max_body_bytes {
-            return Err(WireError::BodyTooLarge {
-                limit_bytes: max_body_bytes,
-            });
-        }
+        let length = declared_length(request, max_body_bytes)?;
         let mut body = vec![0; length];
         reader.read_exact(&mut body)?;
         body
@@ -138,7 +176,7 @@ pub fn read_request(
         }
         _ => body,
     };
-    Ok(Some(request))
+    Ok(())
 }
 
 fn read_head(reader: &mut impl BufRead) -> Result<Option<Vec<u8>>, WireError> {
