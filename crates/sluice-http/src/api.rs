@@ -377,10 +377,10 @@ impl Api {
         )
     }
 
-    fn doc_count(&self, index: &Index) -> ApiResult<u64> {
+    fn doc_count(&self, index: &Arc<Index>) -> ApiResult<u64> {
         search::count(
             self.catalog.store(),
-            std::slice::from_ref(&Arc::new(index_ref(index))),
+            std::slice::from_ref(index),
             &dsl::Query::All,
         )
     }
@@ -1166,18 +1166,6 @@ impl Api {
         })?;
         let extra = format!("\"_scroll_id\":{},", json_escape(&id));
         self.search_response(&spec, &filter, found, total_shards, started, Some(&extra))
-    }
-}
-
-fn index_ref(i: &Index) -> Index {
-    Index {
-        name: i.name.clone(),
-        uuid: i.uuid.clone(),
-        docs: i.docs,
-        versions: i.versions,
-        shards: i.shards,
-        created_ms: i.created_ms,
-        mappings: std::sync::RwLock::new(Value::Null),
     }
 }
 
