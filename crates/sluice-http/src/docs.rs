@@ -256,7 +256,7 @@ impl Docs {
                 let cur = self.lookup(index, &id, false, overlay)?;
                 if create {
                     if let Some(c) = &cur {
-                        return Err(conflict(index, &id, format!(
+                        return Err(conflict(index, format!(
                             "[{id}]: version conflict, document already exists (current version [{}])",
                             c.version
                         )));
@@ -497,7 +497,7 @@ fn object_bytes(v: &Value) -> ApiResult<Vec<u8>> {
     serde_json::to_vec(v).map_err(|e| ApiError::store(e.to_string()))
 }
 
-fn conflict(index: &Index, _id: &str, reason: String) -> ApiError {
+fn conflict(index: &Index, reason: String) -> ApiError {
     ApiError::new(409, "version_conflict_engine_exception", reason)
         .with("index_uuid", json!(index.uuid))
         .with("shard", json!("0"))
@@ -511,11 +511,11 @@ fn check_expect(index: &Index, id: &str, expect: &Expect, cur: Option<&Current>)
     let term = expect.primary_term.unwrap_or(1);
     match cur {
         Some(c) if c.seq_no == want && term == 1 => Ok(()),
-        Some(c) => Err(conflict(index, id, format!(
+        Some(c) => Err(conflict(index, format!(
             "[{id}]: version conflict, required seqNo [{want}], primary term [{term}]. current document has seqNo [{}] and primary term [1]",
             c.seq_no
         ))),
-        None => Err(conflict(index, id, format!(
+        None => Err(conflict(index, format!(
             "[{id}]: version conflict, required seqNo [{want}], primary term [{term}] but no document was found"
         ))),
     }

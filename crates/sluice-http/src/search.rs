@@ -267,22 +267,21 @@ pub struct Found {
     pub exact: bool,
 }
 
+/// A field's sort value: only that field is found and decoded (a skipping
+/// lookup), not the whole document; an array sorts by its first element.
 fn sort_value(source: &[u8], path: &str) -> Value {
-    let steps: Vec<&str> = path.split('.').collect();
-    match sonic_get(source, &steps) {
-        Some(Value::Array(a)) => a.into_iter().next().unwrap_or(Value::Null),
-        Some(v) => v,
-        None => Value::Null,
+    let pointer: Vec<sonic_rs::PointerNode> = path
+        .split('.')
+        .map(|s| sonic_rs::PointerNode::Key(s.to_string().into()))
+        .collect();
+    let Ok(found) = sonic_rs::get_from_slice(source, &pointer) else {
+        return Value::Null;
+    };
+    match serde_json::from_str::<Value>(found.as_raw_str()) {
+        Ok(Value::Array(a)) => a.into_iter().next().unwrap_or(Value::Null),
+        Ok(v) => v,
+        Err(_) => Value::Null,
     }
-}
-
-fn sonic_get(source: &[u8], steps: &[&str]) -> Option<Value> {
-    let v: Value = serde_json::from_slice(source).ok()?;
-    let mut node = &v;
-    for s in steps {
-        node = node.get(*s)?;
-    }
-    Some(node.clone())
 }
 
 fn rank(v: &Value) -> u8 {
