@@ -12,6 +12,10 @@
 //! Every request carries a [`Priority`]: the engine's gate and the kernel's
 //! ioprio (the engine's `high_ioprio`/`low_ioprio`) both see it.
 //!
+//! [`DeviceIo::start_read`] is the one exception to blocking: it submits a
+//! read on an engine of its own and returns a [`PendingRead`] to finish
+//! later, so a scan reads its next run while it walks the current one.
+//!
 //! [`DeviceIo::write_durable`] submits the writes and a flush ordered after
 //! them ([`Request::flush_after_prior`]) together and waits for all of them:
 //! one `io_uring_enter` makes the bytes durable.
@@ -206,6 +210,53 @@ impl DeviceIo {
         Ok(())
     }
 
+    /// Starts reading `len` bytes (whole blocks) at `lba` on an engine of
+    /// its own and returns at once: the read goes on while the caller works,
+    /// and [`PendingRead::finish`] waits for it (read-ahead). Dropping the
+    /// pending read waits for it too, then gives the engine back.
+    pub fn start_read(
+        self: &Arc<Self>,
+        lba: u64,
+        len: usize,
+        priority: Priority,
+    ) -> Result<PendingRead> {
+        let pieces = self.pieces(lba, len);
+        let mut pending = PendingRead {
+            io: self.clone(),
+            engine: None,
+            lba,
+            len,
+            priority,
+            pieces: pieces.len(),
+            done: Vec::with_capacity(pieces.len()),
+        };
+        let mut engine = self.lease()?;
+        if pieces.len() > engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
+            // Too long to have in flight at once: read whole at `finish`.
+            return Ok(pending);
+        }
+        let mut engine = engine.engine.take().expect("leased engine");
+        for &(at, offset, n) in &pieces {
+            let buf = engine.pool().alloc(n, Direction::Read)?;
+            let request = Request::read(at, buf, offset as u64).with_priority(priority);
+            engine.submit(request).map_err(|r| r.error)?;
+        }
+        // Issues the reads without waiting for them.
+        engine.reap(0, &mut pending.done)?;
+        pending.engine = Some(engine);
+        Ok(pending)
+    }
+
+    fn give_back(&self, engine: Box<dyn Engine>) {
+        if engine.in_flight() != 0 {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.max_idle_engines {
+            idle.push(engine);
+        }
+    }
+
     /// Writes `data` (whole blocks) at `lba`; returns once the device has it
     /// (not yet durable: see [`DeviceIo::flush`] and [`DeviceIo::write_durable`]).
     pub fn write(&self, lba: u64, data: &[u8], priority: Priority) -> Result<()> {
@@ -262,6 +313,90 @@ impl DeviceIo {
 
     fn pieces(&self, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
         pieces_of(self.block_size_bytes(), lba, len)
+    }
+}
+
+/// A read started by [`DeviceIo::start_read`] and not yet waited for.
+pub struct PendingRead {
+    io: Arc<DeviceIo>,
+    /// None: nothing was submitted; `finish` reads synchronously.
+    engine: Option<Box<dyn Engine>>,
+    lba: u64,
+    len: usize,
+    priority: Priority,
+    /// Requests the read was cut into, and those completed so far.
+    pieces: usize,
+    done: Vec<Completion>,
+}
+
+impl std::fmt::Debug for PendingRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingRead(lba {}, {} bytes)", self.lba, self.len)
+    }
+}
+
+impl PendingRead {
+    /// Bytes being read.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A read of no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Waits for the read and hands its bytes to `visit`: straight from the
+    /// I/O buffer when the read was one contiguous request, else gathered
+    /// into one buffer first.
+    pub fn finish<R>(mut self, visit: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let Some(mut engine) = self.engine.take() else {
+            let mut out = crate::mem::AlignedMem::new(self.len);
+            self.io.read(self.lba, out.as_mut_slice(), self.priority)?;
+            return Ok(visit(out.as_slice()));
+        };
+        let waited = self.wait(&mut *engine);
+        self.io.give_back(engine);
+        waited?;
+        let mut bufs = Vec::with_capacity(self.pieces);
+        for c in self.done.drain(..) {
+            let offset = c.user_data as usize;
+            bufs.push((offset, checked(c)?.expect("a read returns its buffer")));
+        }
+        if let [(_, buf)] = bufs.as_slice() {
+            if let Some(bytes) = buf.as_slice() {
+                return Ok(visit(bytes));
+            }
+        }
+        let mut out = crate::mem::AlignedMem::new(self.len);
+        for (offset, buf) in &bufs {
+            buf.read_at(0, &mut out.as_mut_slice()[*offset..*offset + buf.len()]);
+        }
+        Ok(visit(out.as_slice()))
+    }
+
+    fn wait(&mut self, engine: &mut dyn Engine) -> Result<()> {
+        while self.done.len() < self.pieces {
+            let left = self.pieces - self.done.len();
+            let reaped = engine.reap(left, &mut self.done)?;
+            assert!(
+                reaped > 0 || engine.in_flight() > 0,
+                "an engine lost {left} requests of a read-ahead"
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PendingRead {
+    fn drop(&mut self) {
+        if let Some(mut engine) = self.engine.take() {
+            // Waited for, so the engine goes back idle and the buffers
+            // are not freed under the kernel.
+            if self.wait(&mut *engine).is_ok() {
+                self.io.give_back(engine);
+            }
+        }
     }
 }
 

@@ -124,3 +124,37 @@ fn reads_past_the_end_are_refused_with_the_device_named() {
     let err = io.read(15, &mut got, Priority::High).unwrap_err();
     assert!(err.to_string().contains("16"), "{err}");
 }
+
+/// A read started ahead returns at once and gives the bytes at `finish`,
+/// also when longer than one request; one dropped unfinished is waited
+/// for and its engine reused.
+#[test]
+fn reads_started_ahead_give_their_bytes_at_finish() {
+    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+    let dev: Arc<dyn Device> = Arc::new(
+        FileDevice::create(&dir.path().join("dev"), 16 << 20, &FileOptions::default()).unwrap(),
+    );
+    for kind in [EngineKind::Uring, EngineKind::Posix] {
+        let io = Arc::new(DeviceIo::open(dev.clone(), config(kind)).unwrap());
+        let data = pattern(3 << 20, 5);
+        io.write_durable(&[(64, &data)], Priority::High).unwrap();
+        for len in [4096, 256 << 10, 3 << 20] {
+            let pending = io.start_read(64, len, Priority::Low).unwrap();
+            assert_eq!(pending.len(), len);
+            let got = pending.finish(|bytes| bytes.to_vec()).unwrap();
+            assert!(got == data[..len], "{kind}: {len} bytes read ahead differ");
+        }
+        for _ in 0..20 {
+            drop(io.start_read(64, 256 << 10, Priority::Low).unwrap());
+        }
+        let mut got = vec![0u8; 8192];
+        io.read(64, &mut got, Priority::High).unwrap();
+        assert_eq!(got, data[..8192]);
+        let err = io.start_read(4090, 64 << 10, Priority::Low);
+        let err = match err {
+            Err(e) => e,
+            Ok(p) => p.finish(|_| ()).unwrap_err(),
+        };
+        assert!(err.to_string().contains("beyond"), "{err}");
+    }
+}

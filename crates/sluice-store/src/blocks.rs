@@ -71,11 +71,29 @@ impl Extent {
     }
 }
 
+/// Store blocks being read ahead: see [`BlockDevice::start_read`].
+#[derive(Debug)]
+pub struct PendingBlocks {
+    block: u64,
+    read: sluice_io::PendingRead,
+}
+
+impl PendingBlocks {
+    /// Waits for the blocks and hands them to `visit`, straight from the
+    /// I/O buffer where the read was one request.
+    pub fn finish<R>(self, visit: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let block = self.block;
+        self.read
+            .finish(visit)
+            .map_err(|error| StoreError::Io { block, error })
+    }
+}
+
 /// One device of a set, and the store blocks it holds.
 struct Member {
     device: Arc<dyn Device>,
     /// Every I/O of this device goes through here.
-    io: DeviceIo,
+    io: Arc<DeviceIo>,
     lbas_per_block: u64,
     /// First global store block of this device, and how many it holds.
     base_block: u64,
@@ -155,6 +173,7 @@ impl BlockDevice {
                     block: base_block,
                     error,
                 })?;
+            let io = Arc::new(io);
             members.push(Member {
                 lbas_per_block: lbas_per_block(&device)?,
                 device,
@@ -226,6 +245,16 @@ impl BlockDevice {
         let (m, lba) = self.locate(block, buf.len())?;
         m.io.read(lba, buf, io_priority())
             .map_err(|error| StoreError::Io { block, error })
+    }
+
+    /// Starts reading `blocks` store blocks from `block` and returns at
+    /// once (read-ahead): [`PendingBlocks::finish`] waits for them.
+    pub fn start_read(&self, block: u64, blocks: usize) -> Result<PendingBlocks> {
+        let (m, lba) = self.locate(block, blocks * STORE_BLOCK_BYTES)?;
+        let read =
+            m.io.start_read(lba, blocks * STORE_BLOCK_BYTES, io_priority())
+                .map_err(|error| StoreError::Io { block, error })?;
+        Ok(PendingBlocks { block, read })
     }
 
     /// Writes whole blocks from `block`; returns once the device has them,

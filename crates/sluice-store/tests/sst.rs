@@ -236,3 +236,79 @@ fn data_blocks_fill_their_store_block_without_spilling() {
         );
     }
 }
+
+/// A long walk reads each run while the one before is walked: forward and
+/// reverse give every entry in order, damage far into the table (met by
+/// a read made ahead) is reported with its block, and a cursor dropped
+/// with a read in flight leaves the device usable.
+#[test]
+fn long_walks_read_ahead_and_report_damage_met_ahead() {
+    let dev = device();
+    let entries: Vec<Entry> = (0..6000u32)
+        .map(|i| Entry {
+            key: format!("{i:06}").into_bytes(),
+            seq: 1,
+            kind: EntryKind::Put,
+            value: vec![(i % 251) as u8; 300],
+        })
+        .collect();
+    let (t, extent) = build_at(&dev, &entries, &[]);
+    let t = Arc::new(t);
+    assert!(extent.block_count > 400, "{} blocks", extent.block_count);
+    let walk = |reverse: bool| {
+        let spec = sluice_store::sst::CursorSpec {
+            reverse,
+            ..Default::default()
+        };
+        let mut c = t.cursor(&dev, spec).unwrap();
+        let mut e = Entry::empty();
+        let mut keys = Vec::new();
+        while c.next_into(&mut e)? {
+            assert_eq!(e.value.len(), 300);
+            keys.push(e.key.clone());
+        }
+        Ok::<_, StoreError>(keys)
+    };
+    let mut want: Vec<Vec<u8>> = entries.iter().map(|e| e.key.clone()).collect();
+    assert_eq!(walk(false).unwrap(), want);
+    want.reverse();
+    assert_eq!(walk(true).unwrap(), want);
+
+    // Dropped after the second run, with the third in flight.
+    let mut c = t.cursor(&dev, Default::default()).unwrap();
+    let mut e = Entry::empty();
+    for _ in 0..200 {
+        assert!(c.next_into(&mut e).unwrap());
+    }
+    drop(c);
+
+    // A block 300 data blocks in: only ever read ahead.
+    let damaged = extent.start_block + 300;
+    let mut buf = sluice_io::mem::AlignedMem::new(STORE_BLOCK_BYTES);
+    dev.read(damaged, buf.as_mut_slice()).unwrap();
+    buf.as_mut_slice()[200] ^= 1;
+    dev.write(damaged, buf.as_slice()).unwrap();
+    let t = Arc::new(
+        TableReader::open(
+            &dev,
+            extent,
+            TablePlace {
+                keyspace: "t",
+                file_no: 8,
+            },
+        )
+        .unwrap(),
+    );
+    let mut c = t.cursor(&dev, Default::default()).unwrap();
+    let err = loop {
+        match c.next_into(&mut e) {
+            Ok(true) => continue,
+            Ok(false) => panic!("the damaged block was not noticed"),
+            Err(err) => break err,
+        }
+    };
+    assert!(
+        matches!(err, StoreError::Corrupt { block, .. } if block == damaged),
+        "{err}"
+    );
+}

@@ -5,8 +5,8 @@ use super::block::RawBlock;
 use super::index::TableIndex;
 use super::reader::{CacheUse, TableReader};
 use super::Entry;
-use crate::blocks::BlockDevice;
 use crate::blocks::STORE_BLOCK_BYTES;
+use crate::blocks::{BlockDevice, PendingBlocks};
 use crate::error::Result;
 use std::sync::Arc;
 
@@ -70,6 +70,10 @@ pub(super) struct CursorState {
     past_start: bool,
     /// Reverse: the current block's entries still to give, last first.
     decoded: Vec<Entry>,
+    /// Runs taken so far, and the next run being read while the blocks
+    /// before it are walked: (first block index, count, the read).
+    runs_taken: usize,
+    ahead: Option<(usize, usize, PendingBlocks)>,
 }
 
 impl CursorState {
@@ -107,6 +111,8 @@ impl CursorState {
             last_key: Vec::new(),
             past_start: false,
             decoded: Vec::new(),
+            runs_taken: 0,
+            ahead: None,
         }
     }
 
@@ -136,6 +142,7 @@ impl CursorState {
     }
 
     fn finish(&mut self) {
+        self.ahead = None;
         self.lo = self.hi;
         self.prefetched.clear();
         self.block = None;
@@ -149,11 +156,29 @@ impl CursorState {
         dev: &BlockDevice,
     ) -> Result<Option<Arc<RawBlock>>> {
         if self.prefetched.is_empty() {
-            let Some((first, count)) = self.next_run() else {
-                return Ok(None);
+            let use_cache = self.spec.use_cache;
+            let run = match self.ahead.take() {
+                Some((first, count, pending)) => {
+                    table.finish_run(dev, &self.ix, first, count, pending, use_cache)?
+                }
+                None => {
+                    let Some((first, count)) = self.next_run() else {
+                        return Ok(None);
+                    };
+                    table.read_run(dev, &self.ix, first, count, use_cache)?
+                }
             };
-            let run = table.read_run(dev, &self.ix, first, count, self.spec.use_cache)?;
             self.take_run(run);
+            self.runs_taken += 1;
+            // From the second run on the walk is a scan, not a short look:
+            // the run after this one is read while this one is walked.
+            if self.runs_taken >= 2 {
+                if let Some((first, count)) = self.next_run() {
+                    self.ahead = table
+                        .start_run(dev, &self.ix, first, count, use_cache)?
+                        .map(|pending| (first, count, pending));
+                }
+            }
         }
         Ok(self.prefetched.pop_front())
     }
@@ -281,7 +306,7 @@ impl TableCursor {
     /// then there is no first read to batch.
     pub fn first_from_cache(&mut self) -> bool {
         let s = &mut self.state;
-        if !s.spec.use_cache || !s.prefetched.is_empty() || s.block.is_some() {
+        if !s.spec.use_cache || !s.prefetched.is_empty() || s.block.is_some() || s.ahead.is_some() {
             return false;
         }
         let Some((first, count)) = s.next_run() else {
@@ -300,7 +325,11 @@ impl TableCursor {
     /// first reads of many cursors: (first store block, blocks).
     pub fn first_read(&self) -> Option<(u64, usize)> {
         let s = &self.state;
-        if !s.prefetched.is_empty() || s.block.is_some() || !s.decoded.is_empty() {
+        if !s.prefetched.is_empty()
+            || s.block.is_some()
+            || !s.decoded.is_empty()
+            || s.ahead.is_some()
+        {
             return None;
         }
         let (first, count) = s.next_run()?;

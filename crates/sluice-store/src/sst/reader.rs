@@ -5,7 +5,7 @@ use super::block::{open_region, PointHit, RawBlock};
 use super::cursor::{CursorSpec, CursorState, TableCursor};
 use super::index::{decode_ranges, decode_table_index, TableIndex};
 use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC};
-use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
+use crate::blocks::{BlockDevice, Extent, PendingBlocks, STORE_BLOCK_BYTES};
 use crate::codec::{u32_at, u64_at};
 use crate::error::{Result, StoreError};
 use crate::found::Found;
@@ -387,6 +387,40 @@ impl TableReader {
             buf.as_slice(),
             CacheUse::from(use_cache),
         )
+    }
+
+    /// Starts reading data blocks `first..first + count` ahead (see
+    /// [`BlockDevice::start_read`]); None when the cache holds them all.
+    pub(super) fn start_run(
+        &self,
+        dev: &BlockDevice,
+        ix: &TableIndex,
+        first: usize,
+        count: usize,
+        use_cache: bool,
+    ) -> Result<Option<PendingBlocks>> {
+        let count = count.min(ix.index.len() - first);
+        if use_cache && self.cached_run(first, count).is_some() {
+            return Ok(None);
+        }
+        let (block, blocks) = self.run_extent(ix, first, count);
+        dev.start_read(block, blocks).map(Some)
+    }
+
+    /// The blocks of a [`TableReader::start_run`], once read and verified.
+    pub(super) fn finish_run(
+        &self,
+        dev: &BlockDevice,
+        ix: &TableIndex,
+        first: usize,
+        count: usize,
+        pending: PendingBlocks,
+        use_cache: bool,
+    ) -> Result<Vec<Arc<RawBlock>>> {
+        let count = count.min(ix.index.len() - first);
+        pending.finish(|bytes| {
+            self.parse_run(dev, ix, first, count, bytes, CacheUse::from(use_cache))
+        })?
     }
 
     /// Puts every data block into the block cache from `data`, the table's
