@@ -45,4 +45,4 @@ pub use engine::{
 };
 pub use error::{IoError, Result};
 pub use pool::{BufferPool, Direction, IoBuf, OnExhausted, Pinning, PoolConfig, PoolStats, Tier};
-pub use sync_io::{write_runs_on, DeviceIo, DurableWrites, EngineLease, PendingRead};
+pub use sync_io::{write_runs_on, DeviceIo, DurableWrites, EngineLease, PendingRead, ReadBytes};

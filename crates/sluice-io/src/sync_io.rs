@@ -23,7 +23,8 @@
 use crate::device::Device;
 use crate::engine::{open_engine, Completion, Engine, EngineConfig, Priority, Request};
 use crate::error::{IoError, Result};
-use crate::pool::Direction;
+use crate::mem::AlignedMem;
+use crate::pool::{Direction, IoBuf};
 use std::sync::{Arc, Mutex};
 
 /// Engines kept idle per device by default; more concurrent callers open
@@ -316,6 +317,25 @@ impl DeviceIo {
     }
 }
 
+/// Bytes a [`PendingRead`] brought in, owned and contiguous.
+#[derive(Debug)]
+pub enum ReadBytes {
+    /// The I/O buffer the device wrote into.
+    Io(IoBuf),
+    /// A buffer of its own.
+    Mem(AlignedMem),
+}
+
+impl ReadBytes {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            ReadBytes::Io(buf) => buf.as_slice().expect("kept only when contiguous"),
+            ReadBytes::Mem(mem) => mem.as_slice(),
+        }
+    }
+}
+
 /// A read started by [`DeviceIo::start_read`] and not yet waited for.
 pub struct PendingRead {
     io: Arc<DeviceIo>,
@@ -349,11 +369,18 @@ impl PendingRead {
     /// Waits for the read and hands its bytes to `visit`: straight from the
     /// I/O buffer when the read was one contiguous request, else gathered
     /// into one buffer first.
-    pub fn finish<R>(mut self, visit: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    pub fn finish<R>(self, visit: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        Ok(visit(self.finish_owned()?.as_slice()))
+    }
+
+    /// Waits for the read and returns its bytes, owned: the I/O buffer
+    /// itself when the read was one contiguous request (no copy; it goes
+    /// back to its pool when dropped), else a buffer they were gathered in.
+    pub fn finish_owned(mut self) -> Result<ReadBytes> {
         let Some(mut engine) = self.engine.take() else {
-            let mut out = crate::mem::AlignedMem::new(self.len);
+            let mut out = AlignedMem::new(self.len);
             self.io.read(self.lba, out.as_mut_slice(), self.priority)?;
-            return Ok(visit(out.as_slice()));
+            return Ok(ReadBytes::Mem(out));
         };
         let waited = self.wait(&mut *engine);
         self.io.give_back(engine);
@@ -363,16 +390,15 @@ impl PendingRead {
             let offset = c.user_data as usize;
             bufs.push((offset, checked(c)?.expect("a read returns its buffer")));
         }
-        if let [(_, buf)] = bufs.as_slice() {
-            if let Some(bytes) = buf.as_slice() {
-                return Ok(visit(bytes));
-            }
+        if bufs.len() == 1 && bufs[0].1.as_slice().is_some() {
+            let (_, buf) = bufs.pop().expect("one buffer");
+            return Ok(ReadBytes::Io(buf));
         }
-        let mut out = crate::mem::AlignedMem::new(self.len);
+        let mut out = AlignedMem::new(self.len);
         for (offset, buf) in &bufs {
             buf.read_at(0, &mut out.as_mut_slice()[*offset..*offset + buf.len()]);
         }
-        Ok(visit(out.as_slice()))
+        Ok(ReadBytes::Mem(out))
     }
 
     fn wait(&mut self, engine: &mut dyn Engine) -> Result<()> {

@@ -87,6 +87,15 @@ impl PendingBlocks {
             .finish(visit)
             .map_err(|error| StoreError::Io { block, error })
     }
+
+    /// Waits for the blocks and returns them owned: the I/O buffer itself
+    /// where the read was one contiguous request.
+    pub fn finish_owned(self) -> Result<sluice_io::ReadBytes> {
+        let block = self.block;
+        self.read
+            .finish_owned()
+            .map_err(|error| StoreError::Io { block, error })
+    }
 }
 
 /// One device of a set, and the store blocks it holds.

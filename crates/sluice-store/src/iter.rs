@@ -14,7 +14,7 @@ use crate::memtable::Memtable;
 use crate::sst::{
     internal_cmp, CursorSpec, Entry, EntryKind, RangeTombstone, TableCursor, TableReader,
 };
-use crate::version::{tombstone_seq, Version};
+use crate::version::{tombstone_seq, Levels, Version};
 use std::cmp::Ordering;
 use std::sync::{Arc, RwLock};
 
@@ -365,7 +365,9 @@ pub fn sources(
     // A limited scan takes from each source about its share of the data;
     // half as much again covers uneven spread.
     let total_entries: u64 = levels.all().map(|t| t.reader.entries).sum::<u64>().max(1);
+    let fill_cache = spec.fill_cache && !floods_cache(levels, start, end, spec);
     let share = |entries: u64| CursorSpec {
+        fill_cache,
         expected_entries: match spec.expected_entries {
             0 => 0,
             n => (n as u64).saturating_mul(entries).saturating_mul(3) / (2 * total_entries) + 1,
@@ -401,6 +403,24 @@ pub fn sources(
         )?));
     }
     Ok((out, tombstones))
+}
+
+/// Whether an unlimited scan of `[start, end)` reads more than half of
+/// what the block cache holds: filling the cache with it would evict its
+/// own blocks (and the blocks point reads use) before any is read again.
+fn floods_cache(levels: &Levels, start: &[u8], end: Option<&[u8]>, spec: &CursorSpec) -> bool {
+    if spec.expected_entries != 0 {
+        return false;
+    }
+    let Some(capacity) = levels.all().next().map(|t| t.reader.cache_capacity_bytes()) else {
+        return false;
+    };
+    let range_bytes: u64 = levels
+        .all()
+        .filter(|t| t.overlaps(start, end))
+        .map(|t| t.data_bytes())
+        .sum();
+    range_bytes > capacity as u64 / 2
 }
 
 /// Live pairs of one keyspace at one snapshot, in key order or reversed.

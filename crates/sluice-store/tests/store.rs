@@ -1240,3 +1240,60 @@ fn a_store_is_open_in_one_place_at_a_time() {
     drop(store);
     assert_eq!(waiting.join().unwrap().unwrap().unwrap(), b"v");
 }
+
+/// A scan of more than the block cache holds does not fill it (it would
+/// only evict what point reads use); a long walk driven page by page adds
+/// at most its share per table; a scan that fits fills it, so a repeat is
+/// served from memory.
+#[test]
+fn long_scans_do_not_flood_the_block_cache() {
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let cfg = StoreConfig {
+        block_cache_bytes: 256 << 10,
+        ..small_config()
+    };
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let big = store.create_keyspace("big", ValueFormat::Raw, "").unwrap();
+    let small = store
+        .create_keyspace("small", ValueFormat::Raw, "")
+        .unwrap();
+    let k = |i: u32| format!("key{i:06}").into_bytes();
+    for i in 0..6000u32 {
+        store.put(big, &k(i), &[i as u8; 400]).unwrap();
+    }
+    for i in 0..100u32 {
+        store.put(small, &k(i), &[i as u8; 400]).unwrap();
+    }
+    store.flush().unwrap();
+    store.compact().unwrap();
+    let all = (Bound::Unbounded, Bound::Unbounded);
+    let scan = |ks, expecting: usize| {
+        let snap = store.snapshot();
+        let n = store
+            .iter_expecting(ks, all, &snap, false, expecting)
+            .inspect(|r| assert!(r.is_ok(), "{r:?}"))
+            .count();
+        (n, store.stats().block_cache_used_bytes)
+    };
+    let misses = || store.stats().block_cache_misses;
+    // A scan that fits is cached: the second one misses nothing.
+    scan(small, 0);
+    let m = misses();
+    assert_eq!(scan(small, 0).0, 100);
+    assert_eq!(misses(), m, "a repeated small scan read the device");
+    // A 2.4 MB scan through a 256 KiB cache adds nothing to it: the small
+    // keyspace's blocks are still there.
+    let before = store.stats().block_cache_used_bytes;
+    assert_eq!(scan(big, 0), (6000, before), "a long scan filled the cache");
+    let m = misses();
+    scan(small, 0);
+    assert_eq!(misses(), m, "a long scan evicted what a short one cached");
+    // Driven by pages: each table cursor adds at most an eighth of it.
+    let (n, used) = scan(big, 100);
+    assert_eq!(n, 6000);
+    let tables = store.stats().tables_per_level.iter().sum::<usize>();
+    assert!(
+        used <= before + tables * (256 << 10) / 8 + 8192,
+        "{used} bytes cached by {tables} tables"
+    );
+}

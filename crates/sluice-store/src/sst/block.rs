@@ -7,6 +7,7 @@ use crate::blocks::{trailing_crc_ok, STORE_BLOCK_BYTES};
 use crate::codec::{u32_at, u64_at, Reader};
 use sluice_io::mem::round_up;
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 /// A restart point (full key) every this many entries in a data block.
 const RESTART_INTERVAL: usize = 16;
@@ -129,12 +130,46 @@ pub(super) fn open_region(region: &[u8]) -> Option<&[u8]> {
     region.get(..len)
 }
 
-/// A data block whose checksum has been verified, searched in place.
+/// The bytes blocks are parsed from: one block's own copy, or a run of
+/// blocks read together (the I/O buffer itself, where it could be kept).
 #[derive(Debug)]
+pub enum BlockBytes {
+    /// Copied out for this block alone (a block the cache keeps).
+    Own(Vec<u8>),
+    /// A run as read, shared by its blocks.
+    Read(sluice_io::ReadBytes),
+}
+
+impl BlockBytes {
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            BlockBytes::Own(v) => v,
+            BlockBytes::Read(r) => r.as_slice(),
+        }
+    }
+}
+
+/// A data block whose checksum has been verified, searched in place. Its
+/// bytes are its own, or a slice of a run of blocks read together that
+/// none of them copies out (see [`RawBlock::parse_shared`]).
 pub struct RawBlock {
-    pub(super) bytes: Vec<u8>,
+    data: Arc<BlockBytes>,
+    /// Where the block's entries start in `data`; the restart offsets
+    /// follow them.
+    start: usize,
     pub(super) entries_len: usize,
-    restarts: Vec<u32>,
+    restart_count: usize,
+}
+
+impl std::fmt::Debug for RawBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RawBlock({} entry bytes, {} restarts)",
+            self.entries_len, self.restart_count
+        )
+    }
 }
 
 /// Where the parts of one encoded entry lie in a block.
@@ -153,8 +188,15 @@ pub(super) struct EntryAt {
 
 impl RawBlock {
     /// Verifies the checksum and the trailer, and that every entry decodes,
-    /// without building any entry.
+    /// without building any entry; the block keeps a copy of `b`.
     pub fn parse(b: &[u8]) -> Option<Self> {
+        Self::parse_shared(&Arc::new(BlockBytes::Own(b.to_vec())), 0, b.len())
+    }
+
+    /// [`RawBlock::parse`] of the `len` bytes at `start` of `data`, which
+    /// the block shares (a run read together: no block copies itself out).
+    pub fn parse_shared(data: &Arc<BlockBytes>, start: usize, len: usize) -> Option<Self> {
+        let b = data.as_slice().get(start..start.checked_add(len)?)?;
         let n = b.len();
         if n < 12 || !trailing_crc_ok(b) {
             return None;
@@ -166,23 +208,25 @@ impl RawBlock {
         if restarts_end > n - 12 {
             return None;
         }
-        let mut r = Reader::at(b, entries_len);
-        let restarts: Vec<u32> = (0..count).map(|_| r.u32()).collect::<Option<_>>()?;
-        if restarts.first().is_some_and(|&r| r != 0) || restarts.windows(2).any(|w| w[0] >= w[1]) {
+        let block = RawBlock {
+            data: data.clone(),
+            start,
+            entries_len,
+            restart_count: count,
+        };
+        let restarts_ascend = (1..count).all(|r| block.restart(r - 1) < block.restart(r));
+        if (count > 0 && block.restart(0) != 0) || !restarts_ascend {
             return None;
         }
-        let block = RawBlock {
-            bytes: b[..entries_len].to_vec(),
-            entries_len,
-            restarts,
-        };
-        let (mut at, mut last_key_len) = (0, 0);
-        let mut restarts = block.restarts.iter().peekable();
+        let (mut at, mut last_key_len, mut next_restart) = (0, 0, 0);
         while at < entries_len {
             let e = block.entry_at(at)?;
             // A restart point stores its key whole.
-            if restarts.next_if(|&&r| r as usize == at).is_some() && e.shared != 0 {
-                return None;
+            if next_restart < count && block.restart(next_restart) as usize == at {
+                next_restart += 1;
+                if e.shared != 0 {
+                    return None;
+                }
             }
             if e.shared > last_key_len {
                 return None;
@@ -190,12 +234,18 @@ impl RawBlock {
             last_key_len = e.shared + e.unshared;
             at = e.next;
         }
-        (restarts.next().is_none() && at == entries_len).then_some(block)
+        (next_restart == count && at == entries_len).then_some(block)
+    }
+
+    /// The byte offset of restart point `r` (below `restart_count`).
+    fn restart(&self, r: usize) -> u32 {
+        let at = self.start + self.entries_len + 4 * r;
+        u32_at(self.data.as_slice(), at).expect("restart offsets checked at parse")
     }
 
     /// The layout of the entry at byte `at`, bounds-checked.
     pub(super) fn entry_at(&self, mut at: usize) -> Option<EntryAt> {
-        let body = &self.bytes;
+        let body = self.bytes();
         let shared = get_varint(body, &mut at)? as usize;
         let unshared = get_varint(body, &mut at)? as usize;
         let value_len = get_varint(body, &mut at)? as usize;
@@ -230,10 +280,10 @@ impl RawBlock {
         let e = self.entry_at(at).expect("a verified block decodes");
         out.key.truncate(e.shared);
         out.key
-            .extend_from_slice(&self.bytes[e.key_at..e.key_at + e.unshared]);
+            .extend_from_slice(&self.bytes()[e.key_at..e.key_at + e.unshared]);
         out.value.clear();
         out.value
-            .extend_from_slice(&self.bytes[e.value_at..e.value_at + e.value_len]);
+            .extend_from_slice(&self.bytes()[e.value_at..e.value_at + e.value_len]);
         out.seq = e.seq;
         out.kind = e.kind;
         e.next
@@ -254,15 +304,15 @@ impl RawBlock {
     /// The key and sequence stored whole at restart point `r`.
     fn restart_key(&self, r: usize) -> (&[u8], u64) {
         let e = self
-            .entry_at(self.restarts[r] as usize)
+            .entry_at(self.restart(r) as usize)
             .expect("a verified block decodes");
-        (&self.bytes[e.key_at..e.key_at + e.unshared], e.seq)
+        (&self.bytes()[e.key_at..e.key_at + e.unshared], e.seq)
     }
 
     /// Index of the first restart point not before the target, found by
     /// binary search with `before(key, seq)`.
     fn first_restart_not_before(&self, before: impl Fn(&[u8], u64) -> bool) -> usize {
-        let (mut lo, mut hi) = (0usize, self.restarts.len());
+        let (mut lo, mut hi) = (0usize, self.restart_count);
         while lo < hi {
             let mid = (lo + hi) / 2;
             let (k, s) = self.restart_key(mid);
@@ -278,9 +328,15 @@ impl RawBlock {
     /// Offset of the last restart point whose key is before `key` (or 0).
     pub(super) fn restart_before(&self, key: &[u8]) -> usize {
         let r = self.first_restart_not_before(|k, _| k < key);
-        self.restarts
-            .get(r.saturating_sub(1))
-            .map_or(0, |&o| o as usize)
+        self.restart_at_or_start(r)
+    }
+
+    /// The offset of restart point `r - 1`, or 0 for `r` 0.
+    fn restart_at_or_start(&self, r: usize) -> usize {
+        match r {
+            0 => 0,
+            r => self.restart(r - 1) as usize,
+        }
     }
 
     /// [`RawBlock::seek`] for a point read of `key`: the first entry at or
@@ -292,15 +348,12 @@ impl RawBlock {
     pub fn seek_point(&self, key: &[u8], snapshot: u64) -> Result<Option<PointHit>, ()> {
         let r = self
             .first_restart_not_before(|k, s| internal_cmp(k, s, key, snapshot) == Ordering::Less);
-        let mut at = self
-            .restarts
-            .get(r.saturating_sub(1))
-            .map_or(0, |&o| o as usize);
+        let mut at = self.restart_at_or_start(r);
         let mut current: Vec<u8> = Vec::new();
         while at < self.entries_len {
             let next = self.entry_at(at).expect("a verified block decodes");
             current.truncate(next.shared);
-            current.extend_from_slice(&self.bytes[next.key_at..next.key_at + next.unshared]);
+            current.extend_from_slice(&self.bytes()[next.key_at..next.key_at + next.unshared]);
             if internal_cmp(&current, next.seq, key, snapshot) != Ordering::Less {
                 if current != key {
                     return Ok(None);
@@ -334,6 +387,6 @@ pub struct PointHit {
 impl RawBlock {
     /// The block's decoded bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
-        &self.bytes
+        &self.data.as_slice()[self.start..self.start + self.entries_len]
     }
 }

@@ -3,7 +3,7 @@
 
 use super::block::RawBlock;
 use super::index::TableIndex;
-use super::reader::{CacheUse, TableReader};
+use super::reader::{CacheUse, RunBytes, TableReader};
 use super::Entry;
 use crate::blocks::STORE_BLOCK_BYTES;
 use crate::blocks::{BlockDevice, PendingBlocks};
@@ -26,9 +26,13 @@ pub struct CursorSpec {
     pub end: Option<Vec<u8>>,
     /// Walk from the end down.
     pub reverse: bool,
-    /// Blocks read are looked up in and added to the block cache. A
-    /// compaction reads without it, so it does not evict what readers use.
+    /// Blocks read are looked up in the block cache. A compaction reads
+    /// without it, so it does not evict what readers use.
     pub use_cache: bool,
+    /// With `use_cache`: blocks read are added to the cache. A scan of more
+    /// than the cache holds would only evict what it added itself (and
+    /// what point reads use), so it looks up without filling.
+    pub fill_cache: bool,
     /// Entries the caller expects to take from this cursor (0: unknown).
     /// The first read is sized to cover them, so a scan with a limit
     /// usually costs one round of reads; later reads double as usual.
@@ -42,6 +46,7 @@ impl Default for CursorSpec {
             end: None,
             reverse: false,
             use_cache: true,
+            fill_cache: true,
             expected_entries: 0,
         }
     }
@@ -74,6 +79,9 @@ pub(super) struct CursorState {
     /// before it are walked: (first block index, count, the read).
     runs_taken: usize,
     ahead: Option<(usize, usize, PendingBlocks)>,
+    /// Blocks this cursor may still add to the block cache: a long walk
+    /// stops filling it once it has added its share.
+    pub(super) fill_left_blocks: usize,
 }
 
 impl CursorState {
@@ -113,6 +121,7 @@ impl CursorState {
             decoded: Vec::new(),
             runs_taken: 0,
             ahead: None,
+            fill_left_blocks: usize::MAX,
         }
     }
 
@@ -149,6 +158,14 @@ impl CursorState {
         self.decoded.clear();
     }
 
+    fn cache_use(&self) -> CacheUse {
+        match (self.spec.use_cache, self.spec.fill_cache) {
+            (false, _) => CacheUse::Bypass,
+            (true, true) if self.fill_left_blocks > 0 => CacheUse::LookUpAndFill,
+            (true, _) => CacheUse::LookUpOnly,
+        }
+    }
+
     /// The next prefetched block, reading a run first if none is left.
     fn next_block(
         &mut self,
@@ -156,7 +173,7 @@ impl CursorState {
         dev: &BlockDevice,
     ) -> Result<Option<Arc<RawBlock>>> {
         if self.prefetched.is_empty() {
-            let use_cache = self.spec.use_cache;
+            let use_cache = self.cache_use();
             let run = match self.ahead.take() {
                 Some((first, count, pending)) => {
                     table.finish_run(dev, &self.ix, first, count, pending, use_cache)?
@@ -168,6 +185,7 @@ impl CursorState {
                     table.read_run(dev, &self.ix, first, count, use_cache)?
                 }
             };
+            self.fill_left_blocks = self.fill_left_blocks.saturating_sub(run.len());
             self.take_run(run);
             self.runs_taken += 1;
             // From the second run on the walk is a scan, not a short look:
@@ -224,7 +242,7 @@ impl CursorState {
                     // over without copying their values.
                     self.last_key.truncate(e.shared);
                     self.last_key
-                        .extend_from_slice(&block.bytes[e.key_at..e.key_at + e.unshared]);
+                        .extend_from_slice(&block.bytes()[e.key_at..e.key_at + e.unshared]);
                     if !self.past_start {
                         if self.last_key.as_slice() < self.spec.start.as_slice() {
                             continue;
@@ -239,8 +257,9 @@ impl CursorState {
                     if !past_end {
                         out.key.clone_from(&self.last_key);
                         out.value.clear();
-                        out.value
-                            .extend_from_slice(&block.bytes[e.value_at..e.value_at + e.value_len]);
+                        out.value.extend_from_slice(
+                            &block.bytes()[e.value_at..e.value_at + e.value_len],
+                        );
                         out.seq = e.seq;
                         out.kind = e.kind;
                         return Ok(true);
@@ -344,8 +363,8 @@ impl TableCursor {
             &self.state.ix,
             first,
             count,
-            bytes,
-            CacheUse::from(self.state.spec.use_cache),
+            RunBytes::Borrowed(bytes),
+            self.state.cache_use(),
         )?;
         self.state.take_run(run);
         Ok(())

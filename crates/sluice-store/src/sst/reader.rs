@@ -1,7 +1,7 @@
 //! An open table: point reads, block reads through the cache, and the
 //! budget of index memory pinned across a store's tables.
 
-use super::block::{open_region, PointHit, RawBlock};
+use super::block::{open_region, BlockBytes, PointHit, RawBlock};
 use super::cursor::{CursorSpec, CursorState, TableCursor};
 use super::index::{decode_ranges, decode_table_index, TableIndex};
 use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC};
@@ -13,22 +13,47 @@ use sluice_io::mem::AlignedMem;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
+/// A cursor adds at most this fraction (1/n) of the block cache's capacity
+/// to it: a walk longer than that goes on without filling the cache, so a
+/// scan through a whole index does not evict everything else.
+const CURSOR_FILL_SHARE: usize = 8;
+
 /// How a block read goes through the block cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum CacheUse {
     /// Cached blocks are taken from the cache, new ones added.
     LookUpAndFill,
+    /// Cached blocks are taken from the cache; none is added.
+    LookUpOnly,
     /// The caller has looked already: only add.
     FillOnly,
     Bypass,
 }
 
-impl From<bool> for CacheUse {
-    fn from(use_cache: bool) -> Self {
-        if use_cache {
-            CacheUse::LookUpAndFill
-        } else {
-            CacheUse::Bypass
+impl CacheUse {
+    fn looks_up(self) -> bool {
+        matches!(self, CacheUse::LookUpAndFill | CacheUse::LookUpOnly)
+    }
+
+    fn fills(self) -> bool {
+        matches!(self, CacheUse::LookUpAndFill | CacheUse::FillOnly)
+    }
+}
+
+/// The bytes of a run of blocks handed to `parse_run`.
+#[derive(Clone, Copy)]
+pub(super) enum RunBytes<'a> {
+    /// Borrowed: blocks copy out what they keep.
+    Borrowed(&'a [u8]),
+    /// Owned by the caller and shareable by the blocks.
+    Shared(&'a Arc<BlockBytes>),
+}
+
+impl RunBytes<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            RunBytes::Borrowed(b) => b,
+            RunBytes::Shared(run) => run.as_slice(),
         }
     }
 }
@@ -290,7 +315,14 @@ impl TableReader {
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
         Ok(self
-            .parse_run(dev, ix, i, 1, buf.as_slice(), CacheUse::FillOnly)?
+            .parse_run(
+                dev,
+                ix,
+                i,
+                1,
+                RunBytes::Borrowed(buf.as_slice()),
+                CacheUse::FillOnly,
+            )?
             .pop()
             .expect("one block"))
     }
@@ -307,21 +339,27 @@ impl TableReader {
 
     /// Verifies blocks `first..first + count` from `bytes`, read from
     /// `run_extent(first, count)`, going through the cache as `cache_use` says.
+    /// Where the caller owns the bytes (`RunBytes::Shared`), blocks not
+    /// cached share them instead of a copy.
     pub(super) fn parse_run(
         &self,
         dev: &BlockDevice,
         ix: &TableIndex,
         first: usize,
         count: usize,
-        bytes: &[u8],
+        run: RunBytes<'_>,
         cache_use: CacheUse,
     ) -> Result<Vec<Arc<RawBlock>>> {
         let start = ix.index.get(first).offset_blocks;
-        let cache = self
-            .cache
-            .as_ref()
-            .filter(|_| cache_use != CacheUse::Bypass);
-        let look_up = cache.filter(|_| cache_use == CacheUse::LookUpAndFill);
+        let look_up = self.cache.as_ref().filter(|_| cache_use.looks_up());
+        let fill = self.cache.as_ref().filter(|_| cache_use.fills());
+        // Blocks kept by the cache own their bytes (a cached block must not
+        // hold a whole run); blocks only walked share the run as read.
+        let bytes = run.as_slice();
+        let shared = fill.is_none().then(|| match run {
+            RunBytes::Shared(run) => run.clone(),
+            RunBytes::Borrowed(bytes) => Arc::new(BlockBytes::Own(bytes.to_vec())),
+        });
         (first..first + count)
             .map(|i| {
                 let key = (self.file_no, i as u32);
@@ -331,24 +369,30 @@ impl TableReader {
                 let e = ix.index.get(i);
                 let from = (e.offset_blocks - start) as usize * STORE_BLOCK_BYTES;
                 let len = e.len_blocks as usize * STORE_BLOCK_BYTES;
-                let block = self.extent.start_block + e.offset_blocks as u64;
-                let raw = Arc::new(RawBlock::parse(&bytes[from..from + len]).ok_or_else(|| {
-                    StoreError::Corrupt {
-                        what: "SST data block",
-                        block,
-                        lba: dev.lba_of(block),
-                        reason: format!(
-                        "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
-                        self.keyspace_name, self.file_no
-                    ),
-                    }
-                })?);
-                if let Some(c) = cache {
+                let parsed = match &shared {
+                    Some(run) => RawBlock::parse_shared(run, from, len),
+                    None => RawBlock::parse(&bytes[from..from + len]),
+                };
+                let raw = Arc::new(parsed.ok_or_else(|| self.corrupt_block(dev, ix, i))?);
+                if let Some(c) = fill {
                     c.insert(key, raw.clone(), len);
                 }
                 Ok(raw)
             })
             .collect()
+    }
+
+    fn corrupt_block(&self, dev: &BlockDevice, ix: &TableIndex, i: usize) -> StoreError {
+        let block = self.extent.start_block + ix.index.get(i).offset_blocks as u64;
+        StoreError::Corrupt {
+            what: "SST data block",
+            block,
+            lba: dev.lba_of(block),
+            reason: format!(
+                "keyspace {}, table {}, data block {i}: checksum mismatch or undecodable",
+                self.keyspace_name, self.file_no
+            ),
+        }
     }
 
     /// Blocks `first..first + count`, if the cache holds every one.
@@ -367,26 +411,23 @@ impl TableReader {
         ix: &TableIndex,
         first: usize,
         count: usize,
-        use_cache: bool,
+        cache_use: CacheUse,
     ) -> Result<Vec<Arc<RawBlock>>> {
         let count = count.min(ix.index.len() - first);
-        if count <= 1 && use_cache {
+        if count <= 1 && cache_use == CacheUse::LookUpAndFill {
             return Ok(vec![self.read_block(dev, ix, first)?]);
         }
-        if let Some(run) = self.cached_run(first, count).filter(|_| use_cache) {
+        if let Some(run) = self
+            .cached_run(first, count)
+            .filter(|_| cache_use.looks_up())
+        {
             return Ok(run);
         }
         let (block, blocks) = self.run_extent(ix, first, count);
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
-        self.parse_run(
-            dev,
-            ix,
-            first,
-            count,
-            buf.as_slice(),
-            CacheUse::from(use_cache),
-        )
+        let run = Arc::new(BlockBytes::Read(sluice_io::ReadBytes::Mem(buf)));
+        self.parse_run(dev, ix, first, count, RunBytes::Shared(&run), cache_use)
     }
 
     /// Starts reading data blocks `first..first + count` ahead (see
@@ -397,10 +438,10 @@ impl TableReader {
         ix: &TableIndex,
         first: usize,
         count: usize,
-        use_cache: bool,
+        cache_use: CacheUse,
     ) -> Result<Option<PendingBlocks>> {
         let count = count.min(ix.index.len() - first);
-        if use_cache && self.cached_run(first, count).is_some() {
+        if cache_use.looks_up() && self.cached_run(first, count).is_some() {
             return Ok(None);
         }
         let (block, blocks) = self.run_extent(ix, first, count);
@@ -415,12 +456,16 @@ impl TableReader {
         first: usize,
         count: usize,
         pending: PendingBlocks,
-        use_cache: bool,
+        cache_use: CacheUse,
     ) -> Result<Vec<Arc<RawBlock>>> {
         let count = count.min(ix.index.len() - first);
-        pending.finish(|bytes| {
-            self.parse_run(dev, ix, first, count, bytes, CacheUse::from(use_cache))
-        })?
+        let run = Arc::new(BlockBytes::Read(pending.finish_owned()?));
+        self.parse_run(dev, ix, first, count, RunBytes::Shared(&run), cache_use)
+    }
+
+    /// The bytes the block cache holds at most (0: no cache).
+    pub fn cache_capacity_bytes(&self) -> usize {
+        self.cache.as_ref().map_or(0, |c| c.capacity_bytes())
     }
 
     /// Puts every data block into the block cache from `data`, the table's
@@ -439,7 +484,14 @@ impl TableReader {
         if ix.index.get(0).offset_blocks != 0 || data.len() < len {
             return Ok(());
         }
-        self.parse_run(dev, &ix, 0, count, &data[..len], CacheUse::FillOnly)?;
+        self.parse_run(
+            dev,
+            &ix,
+            0,
+            count,
+            RunBytes::Borrowed(&data[..len]),
+            CacheUse::FillOnly,
+        )?;
         Ok(())
     }
 
@@ -501,8 +553,11 @@ impl TableReader {
     /// internal order or its reverse. It holds the table and the device, so
     /// it can outlive the borrow it was made from.
     pub fn cursor(self: &Arc<Self>, dev: &BlockDevice, spec: CursorSpec) -> Result<TableCursor> {
+        let mut state = CursorState::new(self.table_index(dev)?, self.entries, spec);
+        state.fill_left_blocks =
+            self.cache_capacity_bytes() / CURSOR_FILL_SHARE / STORE_BLOCK_BYTES;
         Ok(TableCursor {
-            state: CursorState::new(self.table_index(dev)?, self.entries, spec),
+            state,
             table: self.clone(),
             dev: dev.clone(),
         })

@@ -209,6 +209,7 @@ impl Store {
             end,
             reverse,
             use_cache: true,
+            fill_cache: true,
             expected_entries,
         };
         let (mems, version) = self.read_view();
