@@ -374,8 +374,9 @@ impl PendingRead {
     }
 
     /// Waits for the read and returns its bytes, owned: the I/O buffer
-    /// itself when the read was one contiguous request (no copy; it goes
-    /// back to its pool when dropped), else a buffer they were gathered in.
+    /// itself when the read was one contiguous request and its pool is less
+    /// than half full (no copy; it goes back to its pool when dropped),
+    /// else a buffer they were copied into.
     pub fn finish_owned(mut self) -> Result<ReadBytes> {
         let Some(mut engine) = self.engine.take() else {
             let mut out = AlignedMem::new(self.len);
@@ -383,6 +384,11 @@ impl PendingRead {
             return Ok(ReadBytes::Mem(out));
         };
         let waited = self.wait(&mut *engine);
+        // The I/O buffer is kept only while its pool has room to spare: a
+        // holder may keep it long (an iterator resumed later), and reads
+        // must not wait for it.
+        let pool = engine.pool();
+        let keep = pool.pinned_bytes() * 2 < pool.config().max_pinned_bytes;
         self.io.give_back(engine);
         waited?;
         let mut bufs = Vec::with_capacity(self.pieces);
@@ -390,7 +396,7 @@ impl PendingRead {
             let offset = c.user_data as usize;
             bufs.push((offset, checked(c)?.expect("a read returns its buffer")));
         }
-        if bufs.len() == 1 && bufs[0].1.as_slice().is_some() {
+        if keep && bufs.len() == 1 && bufs[0].1.as_slice().is_some() {
             let (_, buf) = bufs.pop().expect("one buffer");
             return Ok(ReadBytes::Io(buf));
         }

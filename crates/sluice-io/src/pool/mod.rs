@@ -317,6 +317,11 @@ impl BufferPool {
         matches!(self.shared.pinning, Pinning::Registered(_))
     }
 
+    /// Bytes pinned now (in use or free), against `max_pinned_bytes`.
+    pub fn pinned_bytes(&self) -> u64 {
+        self.shared.lock().stats.pinned_bytes
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> PoolStats {
         let st = self.shared.lock();
