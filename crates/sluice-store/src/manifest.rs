@@ -41,6 +41,8 @@ const T_WAL: u8 = 8;
 const T_LAST_SEQUENCE: u8 = 9;
 const T_NEXT_FILE: u8 = 10;
 const T_GROUP_COMMIT: u8 = 11;
+const T_DROP_KEYSPACE: u8 = 12;
+const T_NEXT_KEYSPACE: u8 = 13;
 
 /// How a keyspace's values are laid out (near-data operators read it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,6 +151,12 @@ pub enum Edit {
     LastSequence(u64),
     /// The next table number to give.
     NextFile(u64),
+    /// A keyspace dropped (its tables are removed by `RemoveTable` edits
+    /// of the same group). Its id is never given again.
+    DropKeyspace(u32),
+    /// The next keyspace id to give (ids of dropped keyspaces stay used:
+    /// log records written to them before the drop must not reach another).
+    NextKeyspace(u32),
 }
 
 /// The state the manifest describes.
@@ -166,6 +174,8 @@ pub struct ManifestState {
     pub last_sequence: u64,
     /// Next table number.
     pub next_file: u64,
+    /// Next keyspace id.
+    pub next_keyspace: u32,
 }
 
 impl ManifestState {
@@ -178,6 +188,7 @@ impl ManifestState {
             wal: None,
             last_sequence: 0,
             next_file: 1,
+            next_keyspace: 0,
         }
     }
 
@@ -188,7 +199,17 @@ impl ManifestState {
             Edit::Free(e) => self.allocator.release(*e)?,
             Edit::AddKeyspace(k) => {
                 self.keyspaces.insert(k.id, k.clone());
+                self.next_keyspace = self.next_keyspace.max(k.id.saturating_add(1));
             }
+            Edit::DropKeyspace(id) => {
+                if self.keyspaces.remove(id).is_none() {
+                    return Err(StoreError::BadInput(format!(
+                        "manifest drops keyspace #{id}, which it does not hold"
+                    )));
+                }
+                self.next_keyspace = self.next_keyspace.max(id.saturating_add(1));
+            }
+            Edit::NextKeyspace(n) => self.next_keyspace = self.next_keyspace.max(*n),
             Edit::AddTable(t) => {
                 self.tables.insert((t.keyspace, t.file_no), t.clone());
             }
@@ -217,6 +238,7 @@ impl ManifestState {
         edits.extend(self.wal.clone().map(Edit::Wal));
         edits.push(Edit::LastSequence(self.last_sequence));
         edits.push(Edit::NextFile(self.next_file));
+        edits.push(Edit::NextKeyspace(self.next_keyspace));
         edits
     }
 }
@@ -281,6 +303,14 @@ fn encode_edit(edit: &Edit) -> (u8, Vec<u8>) {
             p.extend_from_slice(&n.to_le_bytes());
             T_NEXT_FILE
         }
+        Edit::DropKeyspace(id) => {
+            p.extend_from_slice(&id.to_le_bytes());
+            T_DROP_KEYSPACE
+        }
+        Edit::NextKeyspace(n) => {
+            p.extend_from_slice(&n.to_le_bytes());
+            T_NEXT_KEYSPACE
+        }
     };
     (t, p)
 }
@@ -323,6 +353,8 @@ fn decode_edit(t: u8, payload: &[u8]) -> Option<Edit> {
         }
         T_LAST_SEQUENCE => Edit::LastSequence(r.u64()?),
         T_NEXT_FILE => Edit::NextFile(r.u64()?),
+        T_DROP_KEYSPACE => Edit::DropKeyspace(r.u32()?),
+        T_NEXT_KEYSPACE => Edit::NextKeyspace(r.u32()?),
         _ => return None,
     };
     r.is_done().then_some(edit)

@@ -1297,3 +1297,94 @@ fn long_scans_do_not_flood_the_block_cache() {
         "{used} bytes cached by {tables} tables"
     );
 }
+
+/// Dropping a keyspace removes it and its data for good: its tables' space
+/// comes back, writes left in the log are not replayed into it or into a
+/// keyspace created after it (ids are never given twice), a crash right
+/// after the drop keeps it dropped, and keyspaces can be created and
+/// dropped far more often than a store holds at once.
+#[test]
+fn dropped_keyspaces_free_their_space_and_never_come_back() {
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let cfg = small_config();
+    drop(Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap());
+    let view = ProcessView::new(&mem);
+    let store = Store::open(view.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let free_at_start = store.stats().free_blocks;
+    // The dropped keyspace has the highest id: the one a new keyspace
+    // would take if ids were given again.
+    let keep = store.create_keyspace("keep", ValueFormat::Raw, "").unwrap();
+    let a = store.create_keyspace("a", ValueFormat::Raw, "").unwrap();
+    let k = |i: u32| format!("key{i:06}").into_bytes();
+    for i in 0..3000u32 {
+        store.put(a, &k(i), &[7; 300]).unwrap();
+        if i % 10 == 0 {
+            store.put(keep, &k(i), b"kept").unwrap();
+        }
+    }
+    store.compact().unwrap();
+    // Some writes only in the memtable and the log.
+    for i in 0..50u32 {
+        store.put(a, &k(i), b"late").unwrap();
+    }
+    store.put(keep, b"late", b"kept").unwrap();
+    let snap = store.snapshot();
+    let old = store.iter(a, (Bound::Unbounded, Bound::Unbounded), &snap, false);
+    store.drop_keyspace("a").unwrap();
+    assert!(store.keyspace("a").is_err());
+    assert!(
+        store.put(a, b"x", b"y").is_err(),
+        "a write to a dropped keyspace"
+    );
+    // An iterator opened before reads on.
+    assert_eq!(old.count(), 3000);
+    drop(snap);
+    let again = store.create_keyspace("a", ValueFormat::Raw, "").unwrap();
+    assert!(again > a, "id {again} given twice");
+    // A crash: no clean close; the log still holds the late writes.
+    view.kill();
+    std::mem::forget(store);
+    mem.power_cut(PowerCutMode::DropUnflushed);
+    let store = reopen(&mem);
+    let again = store.keyspace("a").unwrap();
+    assert_eq!(
+        count_of(&store, again),
+        0,
+        "a dropped keyspace's data came back"
+    );
+    assert_eq!(count_of(&store, keep), 301);
+    store.compact().unwrap();
+    let free = store.stats().free_blocks;
+    assert!(
+        free + 200 > free_at_start,
+        "{free} blocks free after the drop, {free_at_start} before anything"
+    );
+    // Far more keyspaces over time than a store holds at once.
+    for round in 0..1100u32 {
+        let name = format!("t{round}");
+        let t = store.create_keyspace(&name, ValueFormat::Raw, "").unwrap();
+        store.put(t, b"k", b"v").unwrap();
+        store.drop_keyspace(&name).unwrap();
+    }
+    store.compact().unwrap();
+    drop(store);
+    let store = reopen(&mem);
+    assert_eq!(
+        store.stats().keyspaces,
+        vec!["a".to_string(), "default".into(), "keep".into()]
+    );
+    assert_eq!(count_of(&store, keep), 301);
+}
+
+fn count_of(store: &Store, ks: u32) -> usize {
+    store
+        .scan(
+            ks,
+            (Bound::Unbounded, Bound::Unbounded),
+            &store.snapshot(),
+            false,
+            usize::MAX,
+        )
+        .unwrap()
+        .len()
+}

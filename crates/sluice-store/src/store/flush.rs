@@ -74,6 +74,10 @@ impl Inner {
             .collect();
         let mut placed = Vec::new();
         for ks in frozen_guard.keyspaces() {
+            if !names.contains_key(&ks) {
+                // Dropped since these writes were made.
+                continue;
+            }
             let mut b = TableBuilder::new();
             // Only the newest version of a key in each snapshot stripe goes
             // to the table, as compaction keeps them: an overwritten hot

@@ -44,7 +44,9 @@ impl Store {
                 "a store holds at most {MAX_KEYSPACES} keyspaces"
             )));
         }
-        let id = ks.values().map(|k| k.id).max().map_or(0, |m| m + 1);
+        // Never an id a dropped keyspace had: its log records may still be
+        // replayed.
+        let id = manifest.state().next_keyspace;
         let def = KeyspaceDef {
             id,
             name: name.into(),
@@ -54,6 +56,46 @@ impl Store {
         manifest.log(&[Edit::AddKeyspace(def.clone())])?;
         ks.insert(name.into(), def);
         Ok(id)
+    }
+
+    /// Drops keyspace `name` and everything in it: its tables are removed
+    /// in one manifest group (their extents are freed once no iterator
+    /// reads them), writes still in the memtable or the log are never
+    /// flushed, and its id is never given again. Iterators opened before
+    /// the drop read on from what they started with.
+    pub fn drop_keyspace(&self, name: &str) -> Result<()> {
+        let inner = &self.inner;
+        // No flush or compaction may install a table of it meanwhile.
+        let _flush = lock(&inner.flush_lock);
+        let _compaction = lock(&inner.compaction_lock);
+        let id = self.keyspace(name)?;
+        let version = read(&inner.version).clone();
+        let tables: Vec<Arc<Table>> = version
+            .levels(id)
+            .map(|l| l.all().cloned().collect())
+            .unwrap_or_default();
+        let mut edits: Vec<Edit> = tables
+            .iter()
+            .map(|t| Edit::RemoveTable {
+                keyspace: id,
+                file_no: t.meta.file_no,
+            })
+            .collect();
+        edits.push(Edit::DropKeyspace(id));
+        edits.extend(inner.take_released());
+        inner.log_group(&edits)?;
+        write(&inner.keyspaces).remove(name);
+        {
+            let mut v = write(&inner.version);
+            let mut next = (**v).clone();
+            next.keyspaces.remove(&id);
+            *v = Arc::new(next);
+            inner.view_generation.fetch_add(1, Ordering::Release);
+        }
+        for t in &tables {
+            t.mark_obsolete();
+        }
+        Ok(())
     }
 
     pub(super) fn check_keyspaces(&self, batch: &WriteBatch) -> Result<()> {
