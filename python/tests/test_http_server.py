@@ -88,6 +88,18 @@ def test_basic_auth(tmp_path, sluice_bin):
     s.stop()
 
 
+def test_indices_can_be_created_and_deleted_without_end(sluice_http):
+    """A store holds 1024 keyspaces at once; a deleted index gives its two
+    back, so creating and deleting goes on past that (600 rounds)."""
+    c = opensearchpy.OpenSearch(sluice_http.url)
+    for i in range(600):
+        c.indices.create(index="cycle")
+        c.index(index="cycle", id="1", body={"round": i})
+        assert c.count(index="cycle")["count"] == 1
+        c.indices.delete(index="cycle")
+    assert not c.indices.exists(index="cycle")
+
+
 def test_gzip_bodies_both_ways(sluice_http):
     body = "\n".join(json.dumps(x) for i in range(300) for x in ({"index": {"_index": "gz", "_id": str(i)}}, {"t": "x" * 50})) + "\n"
     status, r, _ = call(sluice_http.url, "POST", "/_bulk", gzip.compress(body.encode()), {"Content-Encoding": "gzip", "Content-Type": "application/x-ndjson"})

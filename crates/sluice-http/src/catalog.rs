@@ -108,6 +108,37 @@ pub fn check_index_name(name: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// The keyspaces of one index: `http.<uuid>.<part>`.
+const INDEX_KEYSPACES: [&str; 2] = ["docs", "versions"];
+
+fn index_keyspace(uuid: &str, part: &str) -> String {
+    format!("http.{uuid}.{part}")
+}
+
+/// Drops the keyspaces of indices the catalog does not hold: an index
+/// deleted, or being created, when the process stopped.
+fn drop_orphans(store: &Store, indices: &BTreeMap<String, Arc<Index>>) -> Result<(), StoreError> {
+    let live: std::collections::HashSet<&str> = indices.values().map(|i| i.uuid.as_str()).collect();
+    for def in store.keyspaces() {
+        let Some(rest) = def.name.strip_prefix("http.") else {
+            continue;
+        };
+        let orphan = INDEX_KEYSPACES.iter().any(|part| {
+            rest.strip_suffix(part)
+                .and_then(|r| r.strip_suffix('.'))
+                .is_some_and(|uuid| !live.contains(uuid))
+        });
+        if orphan {
+            log::info!(
+                "dropping keyspace {} of an index no longer in the catalog",
+                def.name
+            );
+            store.drop_keyspace(&def.name)?;
+        }
+    }
+    Ok(())
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -147,6 +178,7 @@ impl Catalog {
             })?;
             indices.insert(name, Arc::new(index));
         }
+        drop_orphans(&store, &indices)?;
         Ok(Catalog {
             store,
             keyspace,
@@ -230,11 +262,11 @@ impl Catalog {
         let uuid = new_uuid();
         let docs = self
             .store
-            .create_keyspace(&format!("http.{uuid}.docs"), ValueFormat::Json, "")
+            .create_keyspace(&index_keyspace(&uuid, "docs"), ValueFormat::Json, "")
             .map_err(ApiError::store)?;
         let versions = self
             .store
-            .create_keyspace(&format!("http.{uuid}.versions"), ValueFormat::Raw, "")
+            .create_keyspace(&index_keyspace(&uuid, "versions"), ValueFormat::Raw, "")
             .map_err(ApiError::store)?;
         let index = Arc::new(Index {
             name: name.into(),
@@ -261,21 +293,21 @@ impl Catalog {
         Ok(())
     }
 
-    /// Deletes an index and every document of it.
+    /// Deletes an index and every document of it: its catalog entry goes
+    /// first (durably), then its keyspaces are dropped, which frees their
+    /// space. Keyspaces a crash left behind are dropped at the next open.
     pub fn delete(&self, name: &str) -> ApiResult<()> {
         let _one = self.changing.lock().unwrap_or_else(|p| p.into_inner());
         let index = self.get(name)?;
-        let mut batch = sluice_store::WriteBatch::new();
-        let end = vec![0xff_u8; MAX_ID_BYTES + 1];
-        let add = |b: &mut sluice_store::WriteBatch| -> sluice_store::Result<()> {
-            b.delete(self.keyspace, name.as_bytes())?;
-            b.delete_range(index.docs, b"", &end)?;
-            b.delete_range(index.versions, b"", &end)?;
-            Ok(())
-        };
-        add(&mut batch).map_err(ApiError::store)?;
-        self.store.write(&batch).map_err(ApiError::store)?;
+        self.store
+            .delete(self.keyspace, name.as_bytes())
+            .map_err(ApiError::store)?;
         write(&self.indices).remove(name);
+        for part in INDEX_KEYSPACES {
+            self.store
+                .drop_keyspace(&index_keyspace(&index.uuid, part))
+                .map_err(ApiError::store)?;
+        }
         Ok(())
     }
 
@@ -483,5 +515,45 @@ mod tests {
         );
         assert!(check_index_name("_x").is_err());
         assert!(check_index_name("a b").is_err());
+    }
+
+    /// A deleted index's keyspaces are dropped, and keyspaces of indices
+    /// the catalog does not hold (a crash between the steps of a create or
+    /// a delete) are dropped when the catalog opens.
+    #[test]
+    fn deleted_and_orphaned_index_keyspaces_are_dropped() {
+        let mem = Arc::new(sluice_io::MemoryDevice::new(4096, 8192));
+        let store = Arc::new(
+            Store::create(
+                mem as Arc<dyn sluice_io::Device>,
+                &sluice_store::StoreConfig {
+                    wal_blocks: 1024,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
+        let names = |store: &Store| -> Vec<String> {
+            store.keyspaces().into_iter().map(|k| k.name).collect()
+        };
+        let catalog = Catalog::open(store.clone()).unwrap();
+        let kept = catalog.create("kept", &json!({})).unwrap();
+        let gone = catalog.create("gone", &json!({})).unwrap();
+        catalog.delete("gone").unwrap();
+        let all = names(&store);
+        assert!(!all.iter().any(|n| n.contains(&gone.uuid)), "{all:?}");
+        assert!(all.contains(&index_keyspace(&kept.uuid, "docs")), "{all:?}");
+        store
+            .create_keyspace("http.orphan.docs", ValueFormat::Json, "")
+            .unwrap();
+        store
+            .create_keyspace("http.orphan.versions", ValueFormat::Raw, "")
+            .unwrap();
+        drop(catalog);
+        let catalog = Catalog::open(store.clone()).unwrap();
+        let all = names(&store);
+        assert!(!all.iter().any(|n| n.contains("orphan")), "{all:?}");
+        assert!(catalog.exists("kept"));
+        assert_eq!(all.len(), 4, "{all:?}");
     }
 }

@@ -14,6 +14,11 @@ impl Store {
             })
     }
 
+    /// Every keyspace's definition, by name.
+    pub fn keyspaces(&self) -> Vec<KeyspaceDef> {
+        read(&self.inner.keyspaces).values().cloned().collect()
+    }
+
     /// The keyspace's definition (id, format, schema).
     pub fn keyspace_def(&self, name: &str) -> Result<KeyspaceDef> {
         let ks = read(&self.inner.keyspaces);
