@@ -23,6 +23,7 @@ MAPPING = {
         "flag": {"type": "boolean"},
         "tag": {"type": "keyword"},
         "labels": {"type": "keyword"},
+        "refs": {"type": "long"},
         "meta": {"properties": {"pages": {"type": "long"}}},
     }
 }
@@ -47,6 +48,11 @@ def make_docs(rng):
             d["tag"] = None
         if rng.random() < 0.7:
             d["labels"] = rng.sample(LABELS, rng.randint(1, 3))
+        r = rng.random()
+        if r < 0.5:
+            d["refs"] = [rng.randint(0, 500) for _ in range(rng.randint(0, 4))]
+        elif r < 0.6:
+            d["refs"] = rng.randint(0, 500)
         out[f"doc-{n:05d}"] = d
     return out
 
@@ -172,6 +178,10 @@ def test_random_aggregations_match(both):
             "high": {"max": {"field": "year"}},
             "tagged": {"value_count": {"field": "tag"}},
             "years": {"stats": {"field": "year"}},
+            # Arrays: a document in each of its labels' buckets, every element counted.
+            "labels": {"terms": {"field": "labels", "size": 20}, "aggs": {"refs": {"stats": {"field": "refs"}}}},
+            "labelled": {"value_count": {"field": "labels"}},
+            "refs": {"stats": {"field": "refs"}},
         }
         body = {"query": q, "size": 0, "aggs": aggs}
         want = opensearch.search(index="diff", body=body)

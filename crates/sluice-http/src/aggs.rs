@@ -6,9 +6,9 @@
 //!
 //! Differences from Elasticsearch, refused rather than answered wrongly:
 //! a query with `ids` or a counted `should` (not one predicate), nested
-//! bucket aggregations, and other aggregation types are 400 errors. A
-//! `terms` field holding an array is bucketed by the whole array's JSON
-//! text, not per element.
+//! bucket aggregations, and other aggregation types are 400 errors.
+//! Arrays are multi-valued as in Elasticsearch: a document falls in the
+//! bucket of each distinct element, and metrics take every element.
 
 use crate::catalog::Index;
 use crate::dsl::Query;
@@ -311,6 +311,7 @@ fn run_ndp(
         aggregates,
         group_by,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        multi_valued: true,
     };
     aggregate(store, &spec)
         .map(|(rows, _)| rows)

@@ -584,6 +584,7 @@ pub fn count(store: &Store, indices: &[Arc<Index>], query: &Query) -> ApiResult<
                 aggregates: &aggregates,
                 group_by: None,
                 threads: std::thread::available_parallelism().map_or(1, |c| c.get()),
+                multi_valued: false,
             };
             let (rows, _) =
                 sluice_ndp::aggregate::aggregate(store, &spec).map_err(ApiError::store)?;

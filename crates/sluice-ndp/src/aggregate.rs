@@ -11,10 +11,11 @@
 //! (`"VLDB"`, `2010`); rows without the field form the group `null`.
 
 use crate::expr::{parse, ParseError, Path, Predicate};
-use crate::format::{Access, Layout};
+use crate::format::{Access, Layout, Val};
 use crate::predicate::{FieldPredicate, MalformedValue};
 use crate::scan::{key_parts, part_range, KeyPart, ScanError, ScanStats};
 use sluice_store::{Snapshot, Store};
+use sonic_rs::JsonValueTrait;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Bound;
@@ -175,6 +176,23 @@ impl Acc {
         self.max = pick(self.max, other.max, f64::max);
     }
 
+    /// Counts one value of a field (a null counts for nothing; `count`
+    /// of a field counts any other value, the rest only numbers).
+    fn add(&mut self, func: Func, v: &Val<'_>) {
+        if v.is_null() {
+            return;
+        }
+        if func == Func::Count {
+            self.count += 1;
+            return;
+        }
+        let Some(x) = v.as_f64() else { return };
+        self.count += 1;
+        self.sum = self.sum.add(v.as_i64(), x);
+        self.min = Some(self.min.map_or(x, |m| m.min(x)));
+        self.max = Some(self.max.map_or(x, |m| m.max(x)));
+    }
+
     fn new() -> Self {
         Acc {
             count: 0,
@@ -233,6 +251,11 @@ pub struct AggregateSpec<'a> {
     /// Worker threads, each over a disjoint part of the key range (cut at
     /// table boundaries); their groups are merged at the end.
     pub threads: usize,
+    /// Arrays hold several values, as Elasticsearch reads them: a document
+    /// whose group field is an array falls in one group per distinct
+    /// element, and an aggregate over an array takes each element. Off, an
+    /// array is one value (its JSON text as a group; no number).
+    pub multi_valued: bool,
 }
 
 type Groups = BTreeMap<Option<String>, Vec<Acc>>;
@@ -328,6 +351,8 @@ fn aggregate_part(
         .collect();
     let group_access = spec.group_by.map(|p| layout.access(p));
     let mut groups = Groups::new();
+    let mut doc_groups: Vec<Option<String>> = Vec::new();
+    let mut doc_accs: Vec<Acc> = Vec::with_capacity(spec.aggregates.len());
     let mut iter = store.iter(spec.keyspace, range, snapshot, false);
     let mut stats = ScanStats::default();
     while let Some((key, value)) = iter.next_ref()? {
@@ -343,40 +368,62 @@ fn aggregate_part(
                 continue;
             }
         }
-        let group = match &group_access {
-            Some(a) => lookup(a)?.filter(|v| !v.is_null()).map(|v| {
-                let mut text = Vec::new();
-                v.write_json(&mut text);
-                String::from_utf8(text).expect("JSON text is UTF-8")
-            }),
-            None => None,
-        };
-        if !groups.contains_key(&group) && groups.len() >= MAX_GROUPS {
-            return Err(too_many_groups());
-        }
-        let accs = groups
-            .entry(group)
-            .or_insert_with(|| vec![Acc::new(); spec.aggregates.len()]);
-        for (i, agg) in spec.aggregates.iter().enumerate() {
-            let acc = &mut accs[i];
-            let Some(a) = &accesses[i] else {
-                acc.count += 1;
-                continue;
-            };
-            let Some(v) = lookup(a)? else { continue };
-            if agg.func == Func::Count {
-                acc.count += u64::from(!v.is_null());
-                continue;
+        doc_groups.clear();
+        if let Some(a) = &group_access {
+            if let Some(v) = lookup(a)? {
+                each_value(&v, spec.multi_valued, &mut |v| {
+                    let mut text = Vec::new();
+                    v.write_json(&mut text);
+                    doc_groups.push(Some(String::from_utf8(text).expect("JSON text is UTF-8")));
+                });
+                doc_groups.sort_unstable();
+                doc_groups.dedup();
             }
-            let Some(x) = v.as_f64() else { continue };
-            acc.count += 1;
-            acc.sum = acc.sum.add(v.as_i64(), x);
-            acc.min = Some(acc.min.map_or(x, |m| m.min(x)));
-            acc.max = Some(acc.max.map_or(x, |m| m.max(x)));
+        }
+        if doc_groups.is_empty() {
+            doc_groups.push(None);
+        }
+        // The document's share of each aggregate, added to each group it is in.
+        doc_accs.clear();
+        for (agg, access) in spec.aggregates.iter().zip(&accesses) {
+            let mut acc = Acc::new();
+            match access {
+                None => acc.count = 1,
+                Some(a) => {
+                    if let Some(v) = lookup(a)? {
+                        each_value(&v, spec.multi_valued, &mut |v| acc.add(agg.func, v));
+                    }
+                }
+            }
+            doc_accs.push(acc);
+        }
+        for group in doc_groups.drain(..) {
+            if !groups.contains_key(&group) && groups.len() >= MAX_GROUPS {
+                return Err(too_many_groups());
+            }
+            let accs = groups
+                .entry(group)
+                .or_insert_with(|| vec![Acc::new(); spec.aggregates.len()]);
+            accs.iter_mut().zip(&doc_accs).for_each(|(a, d)| a.merge(d));
         }
         stats.rows_returned += 1;
     }
     Ok((groups, stats))
+}
+
+/// Calls `f` with the value, or (`multi_valued`) with each element of an
+/// array, nested arrays flattened as Elasticsearch does; nulls are passed
+/// over.
+fn each_value(v: &Val<'_>, multi_valued: bool, f: &mut dyn FnMut(&Val<'_>)) {
+    match v {
+        Val::Json(j) if multi_valued && j.get_type() == sonic_rs::JsonType::Array => {
+            for element in sonic_rs::to_array_iter(j.as_raw_str()).flatten() {
+                each_value(&Val::Json(element), true, f);
+            }
+        }
+        v if v.is_null() => {}
+        v => f(v),
+    }
 }
 
 fn finish(func: Func, acc: &Acc) -> AggValue {

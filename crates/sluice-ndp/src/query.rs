@@ -182,6 +182,7 @@ impl Plan {
             aggregates: self.aggregates.as_deref()?,
             group_by: self.group_by.as_ref(),
             threads,
+            multi_valued: false,
         })
     }
 

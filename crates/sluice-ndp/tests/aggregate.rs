@@ -43,6 +43,7 @@ fn grouped_aggregates_match_a_full_parse_reference() {
         aggregates: &aggs,
         group_by: Some(&venue),
         threads: 1,
+        multi_valued: false,
     };
     let (rows, stats) = aggregate::aggregate(&s, &spec).unwrap();
     assert_eq!(stats.rows_examined, 4000);
@@ -114,6 +115,7 @@ fn mixed_types_missing_fields_and_no_group() {
         aggregates: &aggs,
         group_by: None,
         threads: 1,
+        multi_valued: false,
     };
     let (rows, _) = aggregate::aggregate(&s, &spec).unwrap();
     assert_eq!(rows.len(), 1);
@@ -197,6 +199,7 @@ fn parallel_parts_add_up_to_the_single_thread_result() {
             aggregates: &aggs,
             group_by: Some(&venue),
             threads,
+            multi_valued: false,
         };
         aggregate::aggregate(&s, &spec).unwrap()
     };
@@ -224,9 +227,90 @@ fn parallel_parts_add_up_to_the_single_thread_result() {
         aggregates: &aggs,
         group_by: None,
         threads: 0,
+        multi_valued: false,
     };
     assert!(aggregate::aggregate(&s, &bad)
         .unwrap_err()
         .to_string()
         .contains("0 threads"));
+}
+
+/// Multi-valued (Elasticsearch's reading): a document falls in one group
+/// per distinct element of an array group field, nested arrays flattened,
+/// and metrics take every element; `[]` and nulls are no value.
+#[test]
+fn multi_valued_groups_and_metrics_take_each_element() {
+    let s = store();
+    let ks = s.create_keyspace("m", ValueFormat::Json, "").unwrap();
+    let docs = [
+        r#"{"g":["a","b","a"],"v":[1,2]}"#,
+        r#"{"g":"a","v":10}"#,
+        r#"{"g":[],"v":[]}"#,
+        r#"{"g":null,"v":null}"#,
+        r#"{"g":[["c"],null],"v":[[3],"x",4.5]}"#,
+    ];
+    for (i, d) in docs.iter().enumerate() {
+        s.put(ks, format!("{i}").as_bytes(), d.as_bytes()).unwrap();
+    }
+    let g = match parse("EXISTS g").unwrap() {
+        Predicate::Exists(p) => p,
+        _ => unreachable!(),
+    };
+    let aggs = parse_aggregates("count(*), count(v), sum(v), min(v), max(v)").unwrap();
+    let run = |multi_valued| {
+        let spec = AggregateSpec {
+            layout: &Layout::json_undeclared(),
+            keyspace: ks,
+            range: (Bound::Unbounded, Bound::Unbounded),
+            predicate: None,
+            aggregates: &aggs,
+            group_by: Some(&g),
+            threads: 1,
+            multi_valued,
+        };
+        let (rows, _) = aggregate::aggregate(&s, &spec).unwrap();
+        rows.into_iter()
+            .map(|r| (r.group, r.values))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let int = |i| AggValue::Int(i);
+    let got = run(true);
+    let want: BTreeMap<Option<String>, Vec<AggValue>> = [
+        (
+            None,
+            vec![
+                int(2),
+                int(0),
+                AggValue::Null,
+                AggValue::Null,
+                AggValue::Null,
+            ],
+        ),
+        (
+            Some("\"a\"".into()),
+            vec![int(2), int(3), int(13), int(1), int(10)],
+        ),
+        (
+            Some("\"b\"".into()),
+            vec![int(1), int(2), int(3), int(1), int(2)],
+        ),
+        (
+            Some("\"c\"".into()),
+            vec![
+                int(1),
+                int(3),
+                AggValue::Float(7.5),
+                int(3),
+                AggValue::Float(4.5),
+            ],
+        ),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(got, want);
+    // Single-valued: an array is one group by its text, and no number.
+    let got = run(false);
+    assert_eq!(got[&Some(r#"["a","b","a"]"#.to_string())][0], int(1));
+    assert_eq!(got[&Some("\"a\"".to_string())][2], int(10));
+    assert_eq!(got.len(), 5, "{got:?}");
 }

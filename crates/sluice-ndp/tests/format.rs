@@ -149,6 +149,7 @@ fn queries_that_do_not_fit_the_declared_format_are_refused_with_the_reason() {
         aggregates: &aggs,
         group_by: None,
         threads: 1,
+        multi_valued: false,
     };
     let e = aggregate(&s, &spec).unwrap_err();
     assert!(
@@ -297,6 +298,7 @@ proptest! {
                 aggregates: &aggs,
                 group_by: Some(&group),
                 threads: 1,
+                multi_valued: false,
             }).unwrap().0
         };
         let got = run(&s, ks, &layout);
