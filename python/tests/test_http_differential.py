@@ -160,6 +160,19 @@ def test_paging_with_from_size_and_search_after_matches(both):
     assert [h["_id"] for h in a2["hits"]["hits"]] == [h["_id"] for h in b2["hits"]["hits"]]
 
 
+def test_sorts_on_array_fields_take_the_smallest_or_largest_element(both):
+    opensearch, sluice = both
+    for sort in ([{"refs": "asc"}, {"n": "asc"}], [{"refs": "desc"}, {"n": "asc"}],
+                 [{"refs": {"order": "asc", "mode": "max"}}, {"n": "desc"}],
+                 [{"labels": "desc"}, {"n": "asc"}]):
+        field = next(iter(sort[0]))
+        body = {"query": {"exists": {"field": field}}, "size": 300, "sort": sort}
+        want = opensearch.search(index="diff", body=body)["hits"]["hits"]
+        got = sluice.search(index="diff", body=body)["hits"]["hits"]
+        assert [h["_id"] for h in got] == [h["_id"] for h in want], sort
+        assert [h["sort"] for h in got] == [h["sort"] for h in want], sort
+
+
 def test_random_aggregations_match(both):
     rng = random.Random(11)
     opensearch, sluice = both

@@ -42,6 +42,9 @@ pub enum SortKey {
         desc: bool,
         /// Missing values first (`_first`) instead of last.
         missing_first: bool,
+        /// An array sorts by its largest element (`mode: max`; the default
+        /// descending) instead of its smallest.
+        by_max: bool,
     },
 }
 
@@ -93,6 +96,17 @@ fn parse_one_sort(v: &Value) -> ApiResult<SortKey> {
         Some(o) => return Err(ApiError::illegal(format!("Unknown SortOrder [{o}]"))),
     };
     let missing_first = spec.get("missing").and_then(Value::as_str) == Some("_first");
+    let by_max = match spec.get("mode").and_then(Value::as_str) {
+        None => desc,
+        Some("min") => false,
+        Some("max") => true,
+        Some(m @ ("avg" | "sum" | "median")) => {
+            return Err(ApiError::illegal(format!(
+                "sort mode [{m}] is not supported here: use min or max"
+            )))
+        }
+        Some(m) => return Err(ApiError::illegal(format!("Unknown SortMode [{m}]"))),
+    };
     Ok(match name.as_str() {
         "_doc" | "_shard_doc" | "_id" => SortKey::Doc { desc },
         "_score" => SortKey::Score,
@@ -100,6 +114,7 @@ fn parse_one_sort(v: &Value) -> ApiResult<SortKey> {
             path: name,
             desc,
             missing_first,
+            by_max,
         },
     })
 }
@@ -268,8 +283,9 @@ pub struct Found {
 }
 
 /// A field's sort value: only that field is found and decoded (a skipping
-/// lookup), not the whole document; an array sorts by its first element.
-fn sort_value(source: &[u8], path: &str) -> Value {
+/// lookup), not the whole document; an array sorts by its smallest element
+/// (`by_max`: its largest), nested arrays flattened, nulls passed over.
+fn sort_value(source: &[u8], path: &str, by_max: bool) -> Value {
     let pointer: Vec<sonic_rs::PointerNode> = path
         .split('.')
         .map(|s| sonic_rs::PointerNode::Key(s.to_string().into()))
@@ -278,9 +294,35 @@ fn sort_value(source: &[u8], path: &str) -> Value {
         return Value::Null;
     };
     match serde_json::from_str::<Value>(found.as_raw_str()) {
-        Ok(Value::Array(a)) => a.into_iter().next().unwrap_or(Value::Null),
+        Ok(Value::Array(a)) => {
+            let mut best = Value::Null;
+            pick_extreme(a, by_max, &mut best);
+            best
+        }
         Ok(v) => v,
         Err(_) => Value::Null,
+    }
+}
+
+fn pick_extreme(values: Vec<Value>, by_max: bool, best: &mut Value) {
+    for v in values {
+        match v {
+            Value::Array(inner) => pick_extreme(inner, by_max, best),
+            Value::Null => {}
+            v => {
+                let better = best.is_null() || {
+                    let o = compare_values(&v, best);
+                    if by_max {
+                        o == Ordering::Greater
+                    } else {
+                        o == Ordering::Less
+                    }
+                };
+                if better {
+                    *best = v;
+                }
+            }
+        }
     }
 }
 
@@ -364,7 +406,7 @@ fn sort_values(sort: &[SortKey], id: &[u8], source: &[u8]) -> Vec<Value> {
         .map(|k| match k {
             SortKey::Doc { .. } => Value::String(String::from_utf8_lossy(id).into_owned()),
             SortKey::Score => serde_json::json!(1.0),
-            SortKey::Field { path, .. } => sort_value(source, path),
+            SortKey::Field { path, by_max, .. } => sort_value(source, path, *by_max),
         })
         .collect()
 }
