@@ -96,6 +96,9 @@ class Store:
         "name:str,year:u32"), or returns the id of the same one."""
     def keyspaces(self) -> List[str]:
         """The keyspaces' names."""
+    def drop_keyspace(self, name: str) -> None:
+        """Drops a keyspace and everything in it, durably (its space freed;
+        the name may be used again for a new, empty keyspace)."""
     def put(self, key: _Bytes, value: Any, keyspace: str = "default") -> int:
         """Writes one key, durable on return; JSON-serialisable values for
         json and record keyspaces. Returns the write's sequence."""

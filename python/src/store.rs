@@ -358,6 +358,15 @@ impl Store {
         Ok(self.open_store()?.stats().keyspaces)
     }
 
+    /// Drops a keyspace and everything in it, durably: its space is freed
+    /// and its name may be used again (a new, empty keyspace). Iterators
+    /// already open on it read on from what they started with.
+    fn drop_keyspace(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        let store = self.open_store()?;
+        py.detach(|| store.drop_keyspace(name))
+            .map_err(errors::store)
+    }
+
     /// Writes one key; durable when it returns. Values: bytes or str, or
     /// for json and record keyspaces any JSON-serialisable object.
     #[pyo3(signature = (key, value, keyspace="default"))]

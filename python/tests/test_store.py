@@ -36,6 +36,23 @@ def test_a_reopened_store_holds_every_acknowledged_write(tmp_path):
         assert rows[7] == (b"k0007", '{"n":7,"s":"é\\u0000x"}'.encode())
 
 
+def test_a_dropped_keyspace_is_gone_and_its_name_free(tmp_path):
+    path = tmp_path / "kv.dev"
+    with sluice.Store(path, create_mib=64) as s:
+        s.keyspace("tmp", format="json")
+        s.write_batch([(f"k{i}", {"n": i}) for i in range(100)], keyspace="tmp")
+        s.drop_keyspace("tmp")
+        assert "tmp" not in s.keyspaces()
+        with pytest.raises(sluice.Error, match="tmp"):
+            s.get("k1", keyspace="tmp")
+        with pytest.raises(sluice.Error, match="nope"):
+            s.drop_keyspace("nope")
+        s.keyspace("tmp", format="raw")
+        s.put("fresh", b"1", keyspace="tmp")
+    with sluice.Store(path) as s:
+        assert [k for k, _ in s.scan("tmp")] == [b"fresh"]
+
+
 def test_scan_takes_prefixes_ranges_reverse_limits_and_snapshots(store):
     store.write_batch([(f"p{i}", str(i)) for i in range(10)] + [("q1", "x")])
     assert [k for k, _ in store.scan(prefix="p", limit=3)] == [b"p0", b"p1", b"p2"]
