@@ -100,6 +100,49 @@ def test_indices_can_be_created_and_deleted_without_end(sluice_http):
     assert not c.indices.exists(index="cycle")
 
 
+def test_counts_and_size_0_searches_are_cached_until_the_next_write(sluice_http):
+    c = opensearchpy.OpenSearch(sluice_http.url)
+    opensearchpy.helpers.bulk(c, ({"_index": "rc", "_id": str(i), "_source": {"v": i % 7, "t": "x"}} for i in range(2000)))
+    body = {"query": {"range": {"v": {"gte": 3}}}}
+    aggs = {"size": 0, "query": body["query"], "aggs": {"by_v": {"terms": {"field": "v"}}, "s": {"stats": {"field": "v"}}}}
+
+    def cache():
+        return call(sluice_http.url, "GET", "/_sluice/stats")[1]["request_cache"]
+
+    before = cache()
+    first = c.count(index="rc", body=body)["count"]
+    first_aggs = c.search(index="rc", body=aggs)
+    assert c.count(index="rc", body=body)["count"] == first == sum(1 for i in range(2000) if i % 7 >= 3)
+    again = c.search(index="rc", body=aggs)
+    assert again["aggregations"] == first_aggs["aggregations"]
+    assert again["hits"]["total"] == first_aggs["hits"]["total"]
+    after = cache()
+    assert after["hits"] - before["hits"] == 2 and after["misses"] - before["misses"] == 2, (before, after)
+    # request_cache=false neither reads nor fills it.
+    assert c.count(index="rc", body=body, params={"request_cache": "false"})["count"] == first
+    assert cache()["hits"] == after["hits"]
+    # A write is seen by the very next count and aggregation.
+    c.index(index="rc", id="new", body={"v": 6})
+    assert c.count(index="rc", body=body)["count"] == first + 1
+    buckets = {b["key"]: b["doc_count"] for b in c.search(index="rc", body=aggs)["aggregations"]["by_v"]["buckets"]}
+    assert buckets[6] == sum(1 for i in range(2000) if i % 7 == 6) + 1
+    # Counting while writes go on: the count after the last write has all of them.
+    import threading
+    done = threading.Event()
+
+    def writer():
+        for i in range(200):
+            c.index(index="rc", id=f"w{i}", body={"v": 5})
+        done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    while not done.is_set():
+        c.count(index="rc", body=body)
+    t.join()
+    assert c.count(index="rc", body=body)["count"] == first + 1 + 200
+
+
 def test_gzip_bodies_both_ways(sluice_http):
     body = "\n".join(json.dumps(x) for i in range(300) for x in ({"index": {"_index": "gz", "_id": str(i)}}, {"t": "x" * 50})) + "\n"
     status, r, _ = call(sluice_http.url, "POST", "/_bulk", gzip.compress(body.encode()), {"Content-Encoding": "gzip", "Content-Type": "application/x-ndjson"})

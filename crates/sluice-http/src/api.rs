@@ -5,6 +5,7 @@ use crate::catalog::{Catalog, Index};
 use crate::docs::{self, DocOp, Docs, Expect, Outcome};
 use crate::dsl;
 use crate::error::{ApiError, ApiResult};
+use crate::reqcache::{Cached, RequestCache};
 use crate::search::{self, Context, Contexts, Slice, SortKey, Spec, TrackTotal};
 use crate::wire::{Request, Response};
 use serde_json::{json, Value};
@@ -25,6 +26,8 @@ pub struct Api {
     catalog: Catalog,
     docs: Docs,
     contexts: Contexts,
+    /// Answers of counts and size-0 searches.
+    pub request_cache: crate::reqcache::RequestCache,
     /// Requests served.
     pub requests: AtomicU64,
     /// Requests answered with a 4xx or 5xx status.
@@ -32,6 +35,16 @@ pub struct Api {
     latency_us: std::sync::Mutex<hdrhistogram::Histogram<u64>>,
     extra: std::sync::OnceLock<ExtraStats>,
     cluster_uuid: String,
+}
+
+/// Puts `aggregations` last in a search answer, inside its closing brace.
+fn append_aggregations(response: &mut Response, aggregations: &Value) {
+    response.body.pop();
+    response.body.extend_from_slice(b",\"aggregations\":");
+    response
+        .body
+        .extend_from_slice(aggregations.to_string().as_bytes());
+    response.body.push(b'}');
 }
 
 fn shards(n: u32) -> Value {
@@ -201,6 +214,7 @@ impl Api {
             catalog,
             docs: Docs::new(store),
             contexts: Contexts::default(),
+            request_cache: Default::default(),
             requests: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             latency_us: std::sync::Mutex::new(
@@ -903,6 +917,7 @@ impl Api {
         let started = Instant::now();
         let body = body_json(req)?.unwrap_or(json!({}));
         let pit = body.get("pit");
+        let mut generations = Vec::new();
         let (snapshot, indices, pit_id) = match pit {
             Some(p) => {
                 if idx.is_some() {
@@ -925,6 +940,7 @@ impl Api {
                     Some(e) => self.catalog.resolve(e)?,
                     None => self.catalog.all(),
                 };
+                generations = RequestCache::generations(&indices);
                 (self.catalog.store().snapshot(), indices, None)
             }
         };
@@ -955,6 +971,31 @@ impl Api {
             Some(a) => Some(aggs::parse(a)?),
             None => None,
         };
+        let cache_key = (spec.size == 0
+            && pit_id.is_none()
+            && spec.slice.is_none()
+            && spec.search_after.is_none())
+        .then(|| RequestCache::key("search", req, &body, &indices, &generations))
+        .flatten();
+        if let Some(Cached::Search {
+            total,
+            exact,
+            aggregations,
+        }) = cache_key.as_deref().and_then(|k| self.request_cache.get(k))
+        {
+            let found = search::Found {
+                hits: Vec::new(),
+                total,
+                exact,
+            };
+            let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
+            let mut response =
+                self.search_response(&spec, &filter, found, total_shards, started, None)?;
+            if let Some(a) = aggregations {
+                append_aggregations(&mut response, &a);
+            }
+            return Ok(response);
+        }
         // A size-0 search with aggregations: the aggregations' scan counts
         // the matches too.
         let aggregated = match &aggs {
@@ -986,6 +1027,7 @@ impl Api {
         };
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let extra = pit_id.map(|id| format!("\"pit_id\":{},", json_escape(&id)));
+        let (total, exact) = (found.total, found.exact);
         let mut response = self.search_response(
             &spec,
             &filter,
@@ -994,6 +1036,7 @@ impl Api {
             started,
             extra.as_deref(),
         )?;
+        let mut aggregations = None;
         if let Some(requests) = aggs {
             let result = match aggregated {
                 Some(a) => a.aggregations,
@@ -1001,13 +1044,16 @@ impl Api {
                     aggs::run(self.catalog.store(), &indices, &spec.query, &requests)?.aggregations
                 }
             };
-            // The aggregations go last, inside the closing brace.
-            response.body.pop();
-            response.body.extend_from_slice(b",\"aggregations\":");
-            response
-                .body
-                .extend_from_slice(result.to_string().as_bytes());
-            response.body.push(b'}');
+            append_aggregations(&mut response, &result);
+            aggregations = Some(Arc::new(result));
+        }
+        if let Some(key) = cache_key {
+            let answer = Cached::Search {
+                total,
+                exact,
+                aggregations,
+            };
+            self.request_cache.put(key, answer);
         }
         Ok(response)
     }
@@ -1383,7 +1429,19 @@ impl Api {
         };
         let mapping = indices.first().map_or(json!({}), |i| i.mappings());
         let query = dsl::compile(body.get("query"), &mapping)?;
-        let n = search::count(self.catalog.store(), &indices, &query)?;
+        let generations = RequestCache::generations(&indices);
+        let key = RequestCache::key("count", req, &body, &indices, &generations);
+        let cached = key.as_deref().and_then(|k| self.request_cache.get(k));
+        let n = match cached {
+            Some(Cached::Count(n)) => n,
+            _ => {
+                let n = search::count(self.catalog.store(), &indices, &query)?;
+                if let Some(key) = key {
+                    self.request_cache.put(key, Cached::Count(n));
+                }
+                n
+            }
+        };
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         ok(200, &json!({"count": n, "_shards": shards(total_shards)}))
     }

@@ -32,9 +32,23 @@ pub struct Index {
     pub created_ms: u64,
     /// `{"properties":{…}}` as given (merged over `PUT _mapping`).
     pub mappings: RwLock<Value>,
+    /// Moves on after every write and mapping change, once it is visible:
+    /// the request cache keys answers by it.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Index {
+    /// See `generation`.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Called after a write or a mapping change is visible.
+    pub fn bump_generation(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
     fn record(&self) -> Value {
         json!({
             "uuid": self.uuid,
@@ -276,6 +290,7 @@ impl Catalog {
             shards,
             created_ms: now_ms(),
             mappings: RwLock::new(mappings),
+            generation: Default::default(),
         });
         self.save(&index)?;
         write(&self.indices).insert(name.into(), index.clone());
@@ -320,7 +335,9 @@ impl Catalog {
             let mut m = write(&index.mappings);
             merge_properties(&mut m, &add)?;
         }
-        self.save(index)
+        let saved = self.save(index);
+        index.bump_generation();
+        saved
     }
 }
 
@@ -495,6 +512,7 @@ fn parse_record(name: &str, value: &[u8]) -> Result<Index, String> {
         shards: u32::try_from(num("shards")?).map_err(|e| e.to_string())?,
         created_ms: num("created_ms")?,
         mappings: RwLock::new(v.get("mappings").cloned().unwrap_or(json!({}))),
+        generation: Default::default(),
     })
 }
 

@@ -207,7 +207,11 @@ impl Docs {
             results.push(r);
         }
         if !batch.is_empty() {
-            if let Err(e) = self.store.write(&batch) {
+            let written = self.store.write(&batch);
+            // After the write is visible: a cached answer read before it
+            // is never served after it.
+            index.bump_generation();
+            if let Err(e) = written {
                 let failed = ApiError::store(e);
                 return results
                     .into_iter()

@@ -13,6 +13,8 @@
 //! - [`search`]: search on a snapshot, sort, `search_after`, slices, and
 //!   the scroll and point-in-time contexts;
 //! - [`aggs`]: aggregations run by the near-data aggregates;
+//! - [`reqcache`]: answers of counts and size-0 searches kept per index
+//!   generation;
 //! - [`api`]: the routes and Elasticsearch's response and error shapes;
 //! - [`native`]: Sluice's own endpoints (`/_sluice/query`, `graph/bc`,
 //!   `demo`, `stats`) and the web console;
@@ -29,6 +31,7 @@ pub mod docs;
 pub mod dsl;
 pub mod error;
 pub mod native;
+pub mod reqcache;
 pub mod search;
 pub mod serve;
 pub mod wire;

@@ -435,6 +435,7 @@ impl Api {
         }
         let class = |c: &sluice_io::device::ClassSnapshot| json!({"reads": c.reads, "read_bytes": c.read_bytes, "writes": c.writes, "write_bytes": c.write_bytes, "flushes": c.flushes});
         let (scrolls, pits) = self.open_contexts();
+        let (cache_entries, cache_bytes) = self.request_cache.usage();
         let mut v = json!({
             "http": self.http_stats(),
             "store": {
@@ -450,6 +451,12 @@ impl Api {
                 "device_blocks": s.device_blocks,
             },
             "contexts": {"scroll": scrolls, "point_in_time": pits},
+            "request_cache": {
+                "hits": self.request_cache.hits.load(std::sync::atomic::Ordering::Relaxed),
+                "misses": self.request_cache.misses.load(std::sync::atomic::Ordering::Relaxed),
+                "entries": cache_entries,
+                "bytes": cache_bytes,
+            },
         });
         if let Some(extra) = self.extra_stats() {
             v["resp"] = extra;
