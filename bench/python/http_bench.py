@@ -4,8 +4,10 @@
 - bulk indexing with opensearch-py's helpers.bulk (documents/s);
 - a sliced point-in-time export with `sluice export`, and helpers.scan, out
   of each (documents/s);
-- a predicate `_count` and a terms aggregation with that predicate
-  (median latency).
+- a predicate count and a terms aggregation with that predicate, first
+  with the request cache skipped (`request_cache=false`: the work itself),
+  then as clients send them (later answers may come from either side's
+  request cache); median latency.
 
 Prints a table with the ratios and writes the figures as JSON. The source
 documents come from an export device (`sluice export` of the seeded paper
@@ -118,17 +120,31 @@ def scan(client, runs, docs):
 
 
 def queries(client, runs):
-    count, aggs = [], []
+    """Each query first with the request cache skipped (request_cache=false:
+    the work itself), then as clients send it (the second and later answers
+    may come from either side's request cache)."""
+    count, aggs, count_nc, aggs_nc = [], [], [], []
     body = {"size": 0, "query": PREDICATE, "aggs": {"by_venue": {"terms": {"field": "venue", "size": 30}},
                                                       "years": {"stats": {"field": "year"}}}}
-    want_count = client.count(index=INDEX, body={"query": PREDICATE})["count"]
+    # _count takes no request_cache parameter on OpenSearch: the uncached
+    # count is a size-0 search counting every match.
+    count_body = {"size": 0, "query": PREDICATE, "track_total_hits": True}
+    nc = {"request_cache": "false"}
+    want_count = None
+    for _ in range(runs):
+        s, r = timed(lambda: client.search(index=INDEX, body=count_body, params=nc, request_timeout=600))
+        want_count = want_count or r["hits"]["total"]["value"]
+        assert r["hits"]["total"]["value"] == want_count
+        count_nc.append(s)
+        s, r = timed(lambda: client.search(index=INDEX, body=body, params=nc, request_timeout=600))
+        aggs_nc.append(s)
     for _ in range(runs):
         s, r = timed(lambda: client.count(index=INDEX, body={"query": PREDICATE}))
         assert r["count"] == want_count
         count.append(s)
         s, r = timed(lambda: client.search(index=INDEX, body=body, request_timeout=600))
         aggs.append(s)
-    return count, aggs, want_count, r["aggregations"]
+    return count, aggs, count_nc, aggs_nc, want_count, r["aggregations"]
 
 
 def main():
@@ -157,12 +173,13 @@ def main():
             print(f"{name}: exports and scans…", flush=True)
             export_s = export(a.sluice_bin, url, a.slices, a.runs)
             scan_s = scan(c, a.runs, a.docs)
-            count_s, aggs_s, matched, aggregations = queries(c, max(a.runs, 5))
+            count_s, aggs_s, count_nc_s, aggs_nc_s, matched, aggregations = queries(c, max(a.runs, 5))
             report["sides"][name] = {
                 "bulk_seconds": bulk_s, "bulk_docs_per_s": a.docs / bulk_s,
                 "export_seconds": export_s, "export_docs_per_s": a.docs / statistics.median(export_s),
                 "scan_seconds": scan_s, "scan_docs_per_s": a.docs / statistics.median(scan_s),
                 "count_seconds": count_s, "aggs_seconds": aggs_s, "matched": matched,
+                "count_uncached_seconds": count_nc_s, "aggs_uncached_seconds": aggs_nc_s,
                 "aggregations": aggregations,
             }
     finally:
@@ -177,6 +194,8 @@ def main():
         ("helpers.scan, docs/s (median)", o["scan_docs_per_s"], s["scan_docs_per_s"], True),
         ("_count with predicate, ms (median)", 1e3 * statistics.median(o["count_seconds"]), 1e3 * statistics.median(s["count_seconds"]), False),
         ("terms + stats aggregation, ms (median)", 1e3 * statistics.median(o["aggs_seconds"]), 1e3 * statistics.median(s["aggs_seconds"]), False),
+        ("count, request cache off, ms (median)", 1e3 * statistics.median(o["count_uncached_seconds"]), 1e3 * statistics.median(s["count_uncached_seconds"]), False),
+        ("aggregation, request cache off, ms (median)", 1e3 * statistics.median(o["aggs_uncached_seconds"]), 1e3 * statistics.median(s["aggs_uncached_seconds"]), False),
     ]
     print(f"\n{a.docs} documents, {a.slices} slices, {a.runs} runs; predicate matches {s['matched']}")
     print(f"{'':42} {'OpenSearch':>12} {'Sluice':>12} {'Sluice/OpenSearch':>18}")
