@@ -50,6 +50,8 @@ enum KvCommand {
         #[arg(long, default_value = "")]
         schema: String,
     },
+    /// Drop a keyspace and everything in it (durable; its space is freed).
+    DropKeyspace { name: String },
     /// Write one key; durable when it returns.
     Put {
         key: String,
@@ -151,6 +153,11 @@ pub fn run(args: &KvArgs) -> Result<()> {
         sluice_ndp::check_definition(format, schema)?;
         let id = store.create_keyspace(name, format, schema)?;
         println!("keyspace {name} created (id {id})");
+        return Ok(());
+    }
+    if let KvCommand::DropKeyspace { name } = &args.command {
+        store.drop_keyspace(name)?;
+        println!("keyspace {name} dropped");
         return Ok(());
     }
     let def = store.keyspace_def(&args.keyspace)?;
@@ -267,7 +274,9 @@ pub fn run(args: &KvArgs) -> Result<()> {
                 out.flush()?;
             }
         }
-        KvCommand::Format { .. } | KvCommand::Keyspace { .. } => unreachable!("handled above"),
+        KvCommand::Format { .. } | KvCommand::Keyspace { .. } | KvCommand::DropKeyspace { .. } => {
+            unreachable!("handled above")
+        }
     }
     Ok(())
 }

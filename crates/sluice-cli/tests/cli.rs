@@ -611,6 +611,15 @@ fn record_keyspaces_take_json_store_records_and_answer_queries() {
     let (rows, _) = succeeds(&with(&q(&["--aggregate", "count(*),sum(born),max(h)"])));
     assert_eq!(rows.lines().nth(1), Some("null\t3\t5633\t3"), "{rows}");
     fails_with(&with(&q(&["--where", "born = null"])), &["never null"]);
+    // Dropped: gone, its name free again, an unknown name refused by name.
+    succeeds(&["kv", "--device", d, "drop-keyspace", "people"]);
+    fails_with(&with(&kv(&["get", "p2"])), &["people"]);
+    fails_with(
+        &["kv", "--device", d, "drop-keyspace", "nobody"],
+        &["nobody"],
+    );
+    succeeds(&["kv", "--device", d, "keyspace", "people"]);
+    fails_with(&with(&kv(&["get", "p2"])), &["not found"]);
 }
 
 /// The near-data benchmark runs every side for real — ours, the block
