@@ -1364,3 +1364,46 @@ fn count_of(store: &Store, ks: u32) -> usize {
         .unwrap()
         .len()
 }
+
+/// `split_keys` cuts where the tables' bytes reach each share: many tiny
+/// tables at the start of the range (level 0, not compacted) do not take
+/// cuts of their own, and the parts hold similar numbers of keys.
+#[test]
+fn split_keys_cut_parts_of_similar_size() {
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let mut cfg = small_config();
+    cfg.compaction.l0_trigger = 1000;
+    let store = Store::create(mem as Arc<dyn Device>, &cfg).unwrap();
+    let ks = store.create_keyspace("s", ValueFormat::Raw, "").unwrap();
+    for i in 0..20000u32 {
+        store
+            .put(ks, format!("k{i:08}").as_bytes(), &[1; 100])
+            .unwrap();
+    }
+    store.compact().unwrap();
+    for j in 0..40u32 {
+        store
+            .put(ks, format!("k00000000-{j:02}").as_bytes(), b"x")
+            .unwrap();
+        store.flush().unwrap();
+    }
+    let levels = store.stats().tables_per_level;
+    assert!(levels[0] >= 40, "{levels:?}");
+    let cuts = store.split_keys(ks, 4);
+    assert_eq!(cuts.len(), 3, "{cuts:?}");
+    let mut bounds: Vec<Bound<&[u8]>> = vec![Bound::Unbounded];
+    bounds.extend(cuts.iter().map(|c| Bound::Excluded(c.as_slice())));
+    bounds.push(Bound::Unbounded);
+    let snap = store.snapshot();
+    for w in 0..4 {
+        let start = match bounds[w] {
+            Bound::Excluded(k) => Bound::Included(k),
+            other => other,
+        };
+        let n = store.iter(ks, (start, bounds[w + 1]), &snap, false).count();
+        assert!(
+            (3000..7000).contains(&n),
+            "part {w} holds {n} of 20040 keys"
+        );
+    }
+}

@@ -276,24 +276,38 @@ impl Store {
     }
 
     /// Up to `parts - 1` keys that cut a keyspace into parts of similar
-    /// size, in order (from its tables' first keys): boundaries for
-    /// operators that scan disjoint ranges on several threads.
+    /// size, in order: boundaries for operators that scan disjoint ranges
+    /// on several threads. Each cut is a table's first key, where the data
+    /// bytes of the tables starting before it reach the next share (a
+    /// table's bytes counted at its first key), so a few large tables
+    /// weigh what they hold, not one table each.
     pub fn split_keys(&self, keyspace: u32, parts: usize) -> Vec<Vec<u8>> {
         let version = read(&self.inner.version).clone();
         let Some(levels) = version.levels(keyspace) else {
             return Vec::new();
         };
-        let mut firsts: Vec<&Vec<u8>> = levels.all().map(|t| &t.meta.smallest).collect();
-        firsts.sort();
-        firsts.dedup();
-        let n = firsts.len();
-        if parts < 2 || n < 2 {
+        let mut tables: Vec<(&Vec<u8>, u64)> = levels
+            .all()
+            .map(|t| (&t.meta.smallest, t.data_bytes().max(1)))
+            .collect();
+        tables.sort();
+        if parts < 2 || tables.len() < 2 {
             return Vec::new();
         }
-        let mut keys: Vec<Vec<u8>> = (1..parts)
-            .map(|i| firsts[(i * n / parts).clamp(1, n - 1)].clone())
-            .collect();
-        keys.dedup();
+        let total: u64 = tables.iter().map(|(_, b)| b).sum();
+        let mut keys: Vec<Vec<u8>> = Vec::with_capacity(parts - 1);
+        let (mut before, mut next) = (0u64, 1u64);
+        for (key, bytes) in tables {
+            let mut reached = false;
+            while next < parts as u64 && before > 0 && before >= next * total / parts as u64 {
+                reached = true;
+                next += 1;
+            }
+            if reached && keys.last() != Some(key) {
+                keys.push(key.clone());
+            }
+            before += bytes;
+        }
         keys
     }
 }
