@@ -254,6 +254,10 @@ def test_point_in_time_slices_over_many_tables_cover_the_index_once(tmp_path, sl
     ids = [f"k{i:06d}" for i in range(30000)]
     opensearchpy.helpers.bulk(c, ({"_index": "many", "_id": i, "_source": {"pad": "x" * 200, "i": n}} for n, i in enumerate(ids)))
     c.indices.flush(index="many")
+    # Restarted: the block cache starts empty.
+    s.stop(keep_device=True)
+    s = SluiceServe(sluice_bin, tmp_path / "p.dev", extra=["--write-buffer-mib", "1"])
+    c = opensearchpy.OpenSearch(s.url)
     tables = sum(call(s.url, "GET", "/_sluice/stats")[1]["store"]["tables_per_level"])
     assert tables >= 4, tables
     pit = c.create_pit(index="many", params={"keep_alive": "1m"})["pit_id"]
@@ -280,6 +284,11 @@ def test_point_in_time_slices_over_many_tables_cover_the_index_once(tmp_path, sl
     assert min(per_slice) > 0, per_slice
     # Each slice is one key range: slice after slice, in key order.
     assert all(max(slices[i]) < min(slices[i + 1]) for i in range(3))
+    # Paging through a point in time reads thousands of blocks from the
+    # device and adds none to the block cache (they would only evict what
+    # others read); the write's point read above cached its one block.
+    cache = call(s.url, "GET", "/_sluice/stats")[1]["store"]["block_cache"]
+    assert cache["misses"] > 1000 and cache["used_bytes"] <= 16384, cache
     s.stop()
 
 

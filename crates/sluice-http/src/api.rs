@@ -1069,7 +1069,7 @@ impl Api {
     ) -> ApiResult<search::Found> {
         let store = self.catalog.store();
         let Some(pit) = pit_id else {
-            return search::run(store, indices, snapshot, spec, &mut None);
+            return search::run(store, indices, snapshot, spec, &mut None, false);
         };
         let after = spec
             .search_after
@@ -1088,7 +1088,7 @@ impl Api {
                 })
                 .unwrap_or(None),
         };
-        let found = search::run(store, indices, snapshot, spec, &mut resume)?;
+        let found = search::run(store, indices, snapshot, spec, &mut resume, true)?;
         if let Some(r) = resume {
             // The context may have closed meanwhile: then the scan just ends.
             let _ = self.contexts.with(pit, None, |c| {
@@ -1194,7 +1194,14 @@ impl Api {
         if !matches!(spec.sort.last(), Some(SortKey::Doc { .. })) {
             spec.sort.push(SortKey::Doc { desc: false });
         }
-        let found = search::run(self.catalog.store(), &indices, &snapshot, &spec, &mut None)?;
+        let found = search::run(
+            self.catalog.store(),
+            &indices,
+            &snapshot,
+            &spec,
+            &mut None,
+            true,
+        )?;
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let mut next = spec.clone();
         next.from = 0;

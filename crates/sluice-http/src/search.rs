@@ -428,13 +428,16 @@ pub const MAX_RESUMES: usize = 64;
 
 /// Runs `spec` over `indices` at `snapshot`. `resume` may hold a scan to
 /// go on with (used if it fits); on return it holds this one's, when a
-/// next page can go on with it.
+/// next page can go on with it. `paging`: a page of a point in time or a
+/// scroll, which read the index through — their blocks do not fill the
+/// block cache.
 pub fn run(
     store: &Store,
     indices: &[Arc<Index>],
     snapshot: &Snapshot,
     spec: &Spec,
     resume: &mut Option<Resume>,
+    paging: bool,
 ) -> ApiResult<Found> {
     let mut offered = resume.take();
     let window = spec.from + spec.size;
@@ -522,12 +525,13 @@ pub fn run(
             _ => None,
         }
         .unwrap_or_else(|| {
-            store.iter_expecting(
+            store.iter_paging(
                 index.docs,
                 (lower, upper),
                 snapshot,
                 false,
                 window.min(4096),
+                paging,
             )
         });
         while let Some(pair) = iter.next() {

@@ -203,13 +203,29 @@ impl Store {
         reverse: bool,
         expected_entries: usize,
     ) -> StoreIter {
+        self.iter_paging(keyspace, range, snapshot, reverse, expected_entries, false)
+    }
+
+    /// [`Store::iter_expecting`] for a caller that pages through the
+    /// range (`paging`: a point in time or a scroll read to its end, page
+    /// after page): its blocks are looked up in the block cache but never
+    /// added, so the walk does not evict what other readers use.
+    pub fn iter_paging(
+        &self,
+        keyspace: u32,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        snapshot: &Snapshot,
+        reverse: bool,
+        expected_entries: usize,
+        paging: bool,
+    ) -> StoreIter {
         let (start, end) = half_open(range);
         let spec = CursorSpec {
             start,
             end,
             reverse,
             use_cache: true,
-            fill_cache: true,
+            fill_cache: !paging,
             expected_entries,
         };
         let (mems, version) = self.read_view();
