@@ -96,14 +96,23 @@ impl Clients {
         self.lock().get(&id).cloned()
     }
 
-    /// Closes every client `matches` picks; returns how many.
+    /// Closes every client `matches` picks; returns how many. They leave
+    /// the registry at once, as Redis frees a killed client at once: its
+    /// worker closes the connection on its next turn, and a kill or a list
+    /// meanwhile no longer finds it.
     pub(super) fn kill(&self, matches: impl Fn(u64, &ClientEntry) -> bool) -> usize {
-        let victims: Vec<(usize, ConnId, u64)> = self
-            .lock()
-            .iter()
-            .filter(|(id, e)| matches(**id, e))
-            .map(|(id, e)| (e.worker, e.slot, *id))
-            .collect();
+        let victims: Vec<(usize, ConnId, u64)> = {
+            let mut by_id = self.lock();
+            let picked: Vec<(usize, ConnId, u64)> = by_id
+                .iter()
+                .filter(|(id, e)| matches(**id, e))
+                .map(|(id, e)| (e.worker, e.slot, *id))
+                .collect();
+            for (_, _, id) in &picked {
+                by_id.remove(id);
+            }
+            picked
+        };
         let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         for &(worker, slot, id) in &victims {
             if let Some((queue, waker)) = workers.get(worker) {
