@@ -131,10 +131,7 @@ fn print_probe() {
             println!("  WRITE_FIXED    {}", u.write_fixed);
             println!("  FSYNC          {}", u.fsync);
             println!("  sparse buffers {}", u.buffers_sparse);
-            println!(
-                "  SQPOLL         {}",
-                u.sqpoll_error.as_deref().unwrap_or("yes")
-            );
+            println!("  SQPOLL         {}", u.sqpoll_error().unwrap_or("yes"));
         }
         Err(why) => println!("io_uring         no: {why}"),
     }

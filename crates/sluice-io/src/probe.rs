@@ -69,8 +69,24 @@ pub struct UringSupport {
     pub fsync: bool,
     /// Sparse buffer table with updates (Linux 5.19).
     pub buffers_sparse: bool,
-    /// Why SQPOLL cannot be used, if it cannot.
-    pub sqpoll_error: Option<String>,
+}
+
+impl UringSupport {
+    /// Why SQPOLL cannot be used, if it cannot. Probed on first asking, once
+    /// per process: the probe starts (and stops) a kernel polling thread,
+    /// which a process that never asks for SQPOLL should not pay for.
+    pub fn sqpoll_error(&self) -> Option<&'static str> {
+        static SQPOLL: OnceLock<Option<String>> = OnceLock::new();
+        SQPOLL
+            .get_or_init(|| {
+                IoUring::<io_uring::squeue::Entry>::builder()
+                    .setup_sqpoll(10)
+                    .build(4)
+                    .err()
+                    .map(|e| format!("SQPOLL set-up refused: {e}"))
+            })
+            .as_deref()
+    }
 }
 
 /// Result of probing the kernel.
@@ -129,11 +145,6 @@ fn probe_uring() -> std::result::Result<UringSupport, String> {
         .register_probe(&mut probe)
         .map_err(|e| format!("IORING_REGISTER_PROBE failed (kernel older than 5.6?): {e}"))?;
     let buffers_sparse = ring.submitter().register_buffers_sparse(4).is_ok();
-    let sqpoll_error = IoUring::<io_uring::squeue::Entry>::builder()
-        .setup_sqpoll(10)
-        .build(4)
-        .err()
-        .map(|e| format!("SQPOLL set-up refused: {e}"));
     Ok(UringSupport {
         read_fixed: probe.is_supported(opcode::ReadFixed::CODE),
         write_fixed: probe.is_supported(opcode::WriteFixed::CODE),
@@ -141,7 +152,6 @@ fn probe_uring() -> std::result::Result<UringSupport, String> {
         write: probe.is_supported(opcode::Write::CODE),
         fsync: probe.is_supported(opcode::Fsync::CODE),
         buffers_sparse,
-        sqpoll_error,
     })
 }
 

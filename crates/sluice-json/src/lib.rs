@@ -14,7 +14,8 @@
 //!    string interiors with a prefix XOR of the quote mask, and the offsets of
 //!    every operator and the first byte of every scalar outside strings are
 //!    written to an index. Control characters inside strings and bad escapes
-//!    are errors here. UTF-8 is checked for the whole text with `simdutf8`.
+//!    are errors here. The same pass notes whether any byte has its high bit
+//!    set; only a text that is not all ASCII is checked as UTF-8 (`simdutf8`).
 //! 2. **Validation** ([`stage2`]): one walk over the index checks the grammar
 //!    (objects, arrays, keys, commas, literals, numbers), with an explicit
 //!    stack (no recursion, no depth limit beyond the text's size), and records
@@ -38,7 +39,7 @@
 //! ```
 
 #![warn(missing_docs)]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod stage1;
 pub mod stage2;
@@ -92,12 +93,55 @@ impl Scanner {
         if bytes.len() > MAX_TEXT_BYTES {
             return Err(error(MAX_TEXT_BYTES, "text longer than 4 GiB"));
         }
-        let text = utf8(bytes)?;
-        let count = stage1::index(bytes, &mut self.structurals)?;
+        let (count, ascii) = stage1::index_noting_ascii(bytes, &mut self.structurals)?;
+        self.finish(bytes, count, ascii)
+    }
+
+    /// [`Scanner::scan`], and the text's CRC32C (Castagnoli, equal to
+    /// `crc32c::crc32c(bytes)`) computed in the same pass: a reader that
+    /// checks stored text against its checksum reads it once, not twice.
+    /// On an error no checksum is given (compute it apart if it matters).
+    pub fn scan_crc32c<'t, 'i>(
+        &'i mut self,
+        bytes: &'t [u8],
+    ) -> Result<(Json<'t, 'i>, u32), Error> {
+        if bytes.len() > MAX_TEXT_BYTES {
+            return Err(error(MAX_TEXT_BYTES, "text longer than 4 GiB"));
+        }
+        let (count, ascii, crc) = stage1::index_noting_ascii_crc32c(bytes, &mut self.structurals)?;
+        Ok((self.finish(bytes, count, ascii)?, crc))
+    }
+
+    /// Stage 2 over the index stage 1 left, and the text as `str`.
+    fn finish<'t, 'i>(
+        &'i mut self,
+        bytes: &'t [u8],
+        count: usize,
+        ascii: bool,
+    ) -> Result<Json<'t, 'i>, Error> {
+        // Stage 1 notes whether the text is all ASCII as it goes; only a
+        // text that is not needs its own UTF-8 pass (a page of hits usually
+        // is ASCII: sources escape what they do not send as UTF-8).
+        let text = if ascii {
+            ascii_text(bytes)
+        } else {
+            utf8(bytes)?
+        };
         let structurals = &self.structurals[..count];
         stage2::validate(bytes, structurals, &mut self.closes, &mut self.stack)?;
         Ok(Json::new(text, structurals, &self.closes))
     }
+}
+
+/// A text stage 1 found to be all ASCII, as `str`.
+#[allow(unsafe_code)]
+fn ascii_text(bytes: &[u8]) -> &str {
+    debug_assert!(bytes.is_ascii());
+    // SAFETY: stage 1 saw the high bit clear in every byte of `bytes`
+    // (`index_noting_ascii`, tested against a bytewise reading), and ASCII
+    // is valid UTF-8. Checking again here was about a twentieth of a page's
+    // read and parse (docs/BENCHMARKS.md).
+    unsafe { std::str::from_utf8_unchecked(bytes) }
 }
 
 fn utf8(bytes: &[u8]) -> Result<&str, Error> {

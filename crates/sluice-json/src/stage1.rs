@@ -22,6 +22,8 @@ pub struct BlockMasks {
     pub whitespace: u64,
     /// Bytes below 0x20 (not allowed unescaped inside strings).
     pub control: u64,
+    /// Bytes from 0x80 up (parts of multi-byte UTF-8 characters).
+    pub non_ascii: u64,
 }
 
 /// Classifies one block byte by byte: the portable path and the reference
@@ -39,6 +41,9 @@ pub fn classify_bytes(block: &[u8; 64]) -> BlockMasks {
         }
         if b < 0x20 {
             m.control |= bit;
+        }
+        if b >= 0x80 {
+            m.non_ascii |= bit;
         }
     }
     m
@@ -123,6 +128,8 @@ mod avx2 {
             op: bits(op),
             whitespace: bits(whitespace),
             control: bits(control),
+            // The high bit of each byte is what the mask instruction takes.
+            non_ascii: bits(v),
         }
     }
 
@@ -135,6 +142,7 @@ mod avx2 {
             op: lo.op | hi.op << 32,
             whitespace: lo.whitespace | hi.whitespace << 32,
             control: lo.control | hi.control << 32,
+            non_ascii: lo.non_ascii | hi.non_ascii << 32,
         }
     }
 }
@@ -207,18 +215,53 @@ fn escaped(backslash: u64, carry: &mut Carry) -> u64 {
 /// control byte inside a string, an escape other than `\" \\ \/ \b \f \n
 /// \r \t \uXXXX`, or a string still open at the end.
 pub fn index(bytes: &[u8], out: &mut Vec<u32>) -> Result<usize, Error> {
+    index_noting_ascii(bytes, out).map(|(count, _)| count)
+}
+
+/// [`index`], and whether every byte of the text is ASCII (then the text is
+/// valid UTF-8 without a further check).
+pub fn index_noting_ascii(bytes: &[u8], out: &mut Vec<u32>) -> Result<(usize, bool), Error> {
+    index_blocks::<false>(bytes, out).map(|(count, ascii, _)| (count, ascii))
+}
+
+/// [`index_noting_ascii`], and the CRC32C (Castagnoli, as the `crc32c`
+/// crate and iSCSI compute it) of the text, taken from the same loads: the
+/// checksum's dependency chain runs beside the index's work instead of in a
+/// pass of its own.
+pub fn index_noting_ascii_crc32c(
+    bytes: &[u8],
+    out: &mut Vec<u32>,
+) -> Result<(usize, bool, u32), Error> {
+    index_blocks::<true>(bytes, out)
+}
+
+#[inline(always)]
+fn index_blocks<const CRC: bool>(
+    bytes: &[u8],
+    out: &mut Vec<u32>,
+) -> Result<(usize, bool, u32), Error> {
+    let mut crc = Crc32c::new();
     let mut count = 0;
     let mut carry = Carry::default();
+    let mut non_ascii = 0;
     let (blocks, tail) = bytes.as_chunks::<64>();
     for (n, block) in blocks.iter().enumerate() {
+        if CRC {
+            crc.block(block);
+        }
         let masks = classify(block);
+        non_ascii |= masks.non_ascii;
         count = block_structurals(bytes, n * 64, &masks, &mut carry, out, count)?;
     }
     if !tail.is_empty() {
         // Spaces are whitespace: the padding adds nothing.
+        if CRC {
+            crc.bytes(tail);
+        }
         let mut last = [b' '; 64];
         last[..tail.len()].copy_from_slice(tail);
         let masks = classify(&last);
+        non_ascii |= masks.non_ascii;
         count = block_structurals(bytes, blocks.len() * 64, &masks, &mut carry, out, count)?;
     }
     if carry.in_string != 0 {
@@ -227,7 +270,60 @@ pub fn index(bytes: &[u8], out: &mut Vec<u32>) -> Result<usize, Error> {
             "string not closed at the end of the text",
         ));
     }
-    Ok(count)
+    Ok((count, non_ascii == 0, crc.finish()))
+}
+
+/// CRC32C with the SSE 4.2 instruction, eight bytes at a time.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse4.2"))]
+struct Crc32c(u64);
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse4.2"))]
+impl Crc32c {
+    fn new() -> Self {
+        Crc32c(u32::MAX as u64)
+    }
+
+    #[inline(always)]
+    fn block(&mut self, block: &[u8; 64]) {
+        for word in block.as_chunks::<8>().0 {
+            self.0 = safe_arch::crc32_u64(self.0, u64::from_le_bytes(*word));
+        }
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        let mut crc = self.0 as u32;
+        for &b in bytes {
+            crc = safe_arch::crc32_u8(crc, b);
+        }
+        self.0 = crc as u64;
+    }
+
+    fn finish(self) -> u32 {
+        !(self.0 as u32)
+    }
+}
+
+/// CRC32C without the instruction: the `crc32c` crate's own software path.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse4.2")))]
+struct Crc32c(u32);
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse4.2")))]
+impl Crc32c {
+    fn new() -> Self {
+        Crc32c(0)
+    }
+
+    fn block(&mut self, block: &[u8; 64]) {
+        self.0 = crc32c::crc32c_append(self.0, block);
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        self.0 = crc32c::crc32c_append(self.0, bytes);
+    }
+
+    fn finish(self) -> u32 {
+        self.0
+    }
 }
 
 #[inline(always)]
@@ -392,6 +488,31 @@ mod tests {
                         "{e}"
                     ),
                 },
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_fused_crc32c_is_the_crc32c_of_the_text(
+            text in proptest::collection::vec(prop_oneof![Just(b'"'), Just(b'a'), Just(b'['), any::<u8>()], 0..400)
+        ) {
+            let mut out = Vec::new();
+            if let Ok((count, ascii, crc)) = index_noting_ascii_crc32c(&text, &mut out) {
+                prop_assert_eq!(crc, crc32c::crc32c(&text));
+                let mut plain = Vec::new();
+                prop_assert_eq!(index_noting_ascii(&text, &mut plain), Ok((count, ascii)));
+                prop_assert_eq!(&out[..count], &plain[..count]);
+            }
+        }
+
+        #[test]
+        fn the_ascii_note_is_exact(text in proptest::collection::vec(
+            prop_oneof![Just(b'"'), Just(b'a'), Just(b' '), Just(0x7fu8), Just(0x80u8), Just(0xc3u8), Just(0xffu8)],
+            0..300)) {
+            let mut out = Vec::new();
+            if let Ok((_, ascii)) = index_noting_ascii(&text, &mut out) {
+                prop_assert_eq!(ascii, text.is_ascii());
             }
         }
     }

@@ -1,6 +1,6 @@
 //! `sluice read`: N tasks read their slices' pages back with deep queues of
 //! direct reads into fixed buffers and parse each page as its read completes.
-//! Memory: tasks × twice the queue depth × the largest page, whatever the
+//! Memory: tasks × (the queue depth + 1) × the largest page, whatever the
 //! export's size.
 
 use crate::device::{check_done, engine_config, DeviceIo};
@@ -142,32 +142,66 @@ impl PageParser {
     /// whole (every byte of every source is validated) by `sluice-json`'s
     /// structural scan; the hits borrow from the page.
     pub fn parse<'a>(&mut self, bytes: &'a [u8], info: &PageInfo) -> Result<Vec<Hit<'a>>> {
-        let malformed = |detail: String| Error::MalformedPage {
-            slice: info.slice,
-            seq: info.seq,
-            lba: info.lba,
-            detail,
-        };
         let json = self
             .scanner
             .scan(bytes)
-            .map_err(|e| malformed(e.to_string()))?;
-        let root = json.root();
-        if root.kind() != sluice_json::Kind::Array {
-            return Err(malformed("the page is not an array of hits".into()));
+            .map_err(|e| malformed(info, e.to_string()))?;
+        hits_of(json, info)
+    }
+
+    /// Checks a page against the CRC32C its manifest records and parses it
+    /// as [`PageParser::parse`] does, in one pass over its bytes (the scan
+    /// computes the CRC from its own loads). A page whose CRC does not match
+    /// is [`Error::CorruptPage`], also when the damage made it invalid JSON.
+    pub fn parse_checked<'a>(
+        &mut self,
+        bytes: &'a [u8],
+        info: &PageInfo,
+        recorded_crc32c: u32,
+    ) -> Result<Vec<Hit<'a>>> {
+        let corrupt = |computed| Error::CorruptPage {
+            slice: info.slice,
+            seq: info.seq,
+            lba: info.lba,
+            computed,
+            recorded: recorded_crc32c,
+        };
+        match self.scanner.scan_crc32c(bytes) {
+            Ok((json, crc)) if crc == recorded_crc32c => hits_of(json, info),
+            Ok((_, crc)) => Err(corrupt(crc)),
+            Err(e) => match crc32c::crc32c(bytes) {
+                crc if crc != recorded_crc32c => Err(corrupt(crc)),
+                _ => Err(malformed(info, e.to_string())),
+            },
         }
-        let mut hits = Vec::with_capacity(info.docs as usize);
-        for (n, hit) in root.elements().enumerate() {
-            hits.push(page_hit(hit).map_err(|what| malformed(format!("hit {n}: {what}")))?);
-        }
-        if hits.len() != info.docs as usize {
-            return Err(malformed(format!(
-                "{} hits, the manifest records {}",
-                hits.len(),
-                info.docs
-            )));
-        }
-        Ok(hits)
+    }
+}
+
+/// A scanned page's hits, as many as the manifest records.
+fn hits_of<'a>(json: sluice_json::Json<'a, '_>, info: &PageInfo) -> Result<Vec<Hit<'a>>> {
+    let root = json.root();
+    if root.kind() != sluice_json::Kind::Array {
+        return Err(malformed(info, "the page is not an array of hits".into()));
+    }
+    let mut hits = Vec::with_capacity(info.docs as usize);
+    for (n, hit) in root.elements().enumerate() {
+        hits.push(page_hit(hit).map_err(|what| malformed(info, format!("hit {n}: {what}")))?);
+    }
+    if hits.len() != info.docs as usize {
+        return Err(malformed(
+            info,
+            format!("{} hits, the manifest records {}", hits.len(), info.docs),
+        ));
+    }
+    Ok(hits)
+}
+
+fn malformed(info: &PageInfo, detail: String) -> Error {
+    Error::MalformedPage {
+        slice: info.slice,
+        seq: info.seq,
+        lba: info.lba,
+        detail,
     }
 }
 
@@ -209,12 +243,37 @@ pub trait PageSink: Send {
     fn raw_page(&mut self, page: &PageInfo, bytes: &[u8]) -> Result<()>;
 }
 
-/// A [`Sink`] behind the page parse.
+/// What a read task does with each page it has read: check its CRC32C
+/// against the manifest's and hand it on.
+trait PageHandler: Send {
+    fn handle(&mut self, page: &PageInfo, bytes: &[u8], recorded_crc32c: u32) -> Result<()>;
+}
+
+/// A [`PageSink`] behind the CRC check.
+struct Checked<P>(P);
+
+impl<P: PageSink> PageHandler for Checked<P> {
+    fn handle(&mut self, page: &PageInfo, bytes: &[u8], recorded_crc32c: u32) -> Result<()> {
+        let computed = crc32c::crc32c(bytes);
+        if computed != recorded_crc32c {
+            return Err(Error::CorruptPage {
+                slice: page.slice,
+                seq: page.seq,
+                lba: page.lba,
+                computed,
+                recorded: recorded_crc32c,
+            });
+        }
+        self.0.raw_page(page, bytes)
+    }
+}
+
+/// A [`Sink`] behind the page parse, which checks the CRC as it scans.
 struct Parsing<S>(S, PageParser);
 
-impl<S: Sink> PageSink for Parsing<S> {
-    fn raw_page(&mut self, page: &PageInfo, bytes: &[u8]) -> Result<()> {
-        let hits = self.1.parse(bytes, page)?;
+impl<S: Sink> PageHandler for Parsing<S> {
+    fn handle(&mut self, page: &PageInfo, bytes: &[u8], recorded_crc32c: u32) -> Result<()> {
+        let hits = self.1.parse_checked(bytes, page, recorded_crc32c)?;
         self.0.page(page, &hits)
     }
 }
@@ -267,7 +326,7 @@ where
     S: Sink,
     F: Fn(usize) -> S,
 {
-    let (summary, sinks) = read_pages(device, options, |t| {
+    let (summary, sinks) = read_with(device, options, |t| {
         Parsing(make_sink(t), PageParser::new())
     })?;
     Ok((summary, sinks.into_iter().map(|p| p.0).collect()))
@@ -282,6 +341,19 @@ pub fn read_pages<P, F>(
 ) -> Result<(ReadSummary, Vec<P>)>
 where
     P: PageSink,
+    F: Fn(usize) -> P,
+{
+    let (summary, sinks) = read_with(device, options, |t| Checked(make_sink(t)))?;
+    Ok((summary, sinks.into_iter().map(|c| c.0).collect()))
+}
+
+fn read_with<P, F>(
+    device: Arc<dyn Device>,
+    options: &ReadOptions,
+    make_sink: F,
+) -> Result<(ReadSummary, Vec<P>)>
+where
+    P: PageHandler,
     F: Fn(usize) -> P,
 {
     let start = Instant::now();
@@ -380,7 +452,7 @@ struct TaskTally {
     device_bytes: u64,
 }
 
-fn read_task<S: PageSink>(
+fn read_task<S: PageHandler>(
     device: Arc<dyn Device>,
     options: &ReadOptions,
     bs: u64,
@@ -391,37 +463,48 @@ fn read_task<S: PageSink>(
     let len_of = |p: &PageEntry| (p.byte_len as u64).div_ceil(bs).max(1) * bs;
     let largest = pages.iter().map(len_of).max().unwrap_or(bs);
     // A page below the pool's chunk size takes a chunk of its own (page
-    // buffers are one contiguous run), so count whole chunks per page. Up to
-    // twice the queue depth: reads are queued again before the pages just
-    // read are parsed, so the device is never left idle by the parse.
+    // buffers are one contiguous run), so count whole chunks per page: the
+    // queue depth in flight, the page being parsed, and one for slack.
     let chunk = sluice_io::PoolConfig::default().chunk_size_bytes as u64;
     let per_page = largest.div_ceil(chunk) * chunk;
-    let pinned = per_page * (2 * options.queue_depth as u64 + 1) + (8 << 20);
+    let pinned = per_page * (options.queue_depth as u64 + 2) + (8 << 20);
     let mut config = engine_config(options.queue_depth, pinned);
     config.kind = options.engine;
     let mut engine = open_engine(device, &config)?;
     let mut tally = TaskTally::default();
     let mut next = 0usize;
     let mut done = Vec::with_capacity(options.queue_depth);
-    let mut submit_up_to_depth = |engine: &mut Box<dyn sluice_io::Engine>| -> Result<()> {
-        while next < pages.len() && engine.in_flight() < options.queue_depth {
-            let p = &pages[next];
-            let buf = engine.pool().alloc(len_of(p) as usize, Direction::Read)?;
-            if let Err(r) = engine.submit(Request::read(p.lba, buf, next as u64)) {
-                return Err(r.error.into());
+    // Buffers in flight and read but not yet parsed together stay within
+    // the queue depth + 1: a read is queued again as soon as a page's buffer
+    // is free, so the device is left idle by the parse only when the parse
+    // is slower than the device anyway, and fresh memory (which the kernel
+    // zeroes on first touch) stays within what the depth needs.
+    let budget = options.queue_depth + 1;
+    let mut submit_up_to_depth =
+        |engine: &mut Box<dyn sluice_io::Engine>, held: usize| -> Result<()> {
+            while next < pages.len()
+                && engine.in_flight() < options.queue_depth
+                && engine.in_flight() + held < budget
+            {
+                let p = &pages[next];
+                let buf = engine.pool().alloc(len_of(p) as usize, Direction::Read)?;
+                if let Err(r) = engine.submit(Request::read(p.lba, buf, next as u64)) {
+                    return Err(r.error.into());
+                }
+                next += 1;
             }
-            next += 1;
-        }
-        Ok(())
-    };
-    submit_up_to_depth(&mut engine)?;
+            Ok(())
+        };
+    submit_up_to_depth(&mut engine, 0)?;
     while engine.in_flight() > 0 {
         done.clear();
         engine.reap(1, &mut done)?;
-        submit_up_to_depth(&mut engine)?;
+        let mut held = done.len();
+        submit_up_to_depth(&mut engine, held)?;
         for c in done.drain(..) {
             let entry = pages[c.user_data as usize];
             tally.device_bytes += len_of(&entry);
+            // The page's buffer goes back to the pool when `complete` returns.
             complete(
                 c,
                 &entry,
@@ -431,13 +514,15 @@ fn read_task<S: PageSink>(
                 options,
                 &mut tally,
             )?;
+            held -= 1;
+            submit_up_to_depth(&mut engine, held)?;
         }
     }
     Ok((sink, tally))
 }
 
 /// Checks and parses one page in its completion, then hands it to the sink.
-fn complete<S: PageSink>(
+fn complete<S: PageHandler>(
     c: Completion,
     entry: &PageEntry,
     len: u64,
@@ -459,19 +544,7 @@ fn complete<S: PageSink>(
         docs: entry.doc_count,
         bytes: entry.byte_len,
     };
-    let computed = crc32c::crc32c(bytes);
-    let handed = if computed != entry.crc32c {
-        Err(Error::CorruptPage {
-            slice: entry.slice,
-            seq: entry.seq,
-            lba: entry.lba,
-            computed,
-            recorded: entry.crc32c,
-        })
-    } else {
-        sink.raw_page(&info, bytes)
-    };
-    match handed {
+    match sink.handle(&info, bytes, entry.crc32c) {
         Ok(()) => {
             counters[entry.slice as usize].add(entry.doc_count as u64, entry.byte_len as u64);
             Ok(())
@@ -510,6 +583,34 @@ mod tests {
         assert_eq!(hits[0].source, r#"{"x": [1,2]}"#);
         assert_eq!(hits[1].id, "b\n");
         assert_eq!(hits[1].source, "null");
+    }
+
+    #[test]
+    fn a_checked_parse_tells_damage_from_a_bad_page() {
+        let page = br#"[{"_id":"a","_source":{"x":1}}]"#;
+        let mut parser = PageParser::new();
+        let crc = crc32c::crc32c(page);
+        let hits = parser.parse_checked(page, &info(1), crc).unwrap();
+        assert_eq!((hits[0].id.as_ref(), hits[0].source), ("a", r#"{"x":1}"#));
+        // Damage that leaves valid JSON, and damage that does not: both are
+        // the CRC's to report.
+        for damaged in [
+            &br#"[{"_id":"b","_source":{"x":1}}]"#[..],
+            br#"[{"_id":"a","_source":{"x":1}]]"#,
+        ] {
+            let err = parser.parse_checked(damaged, &info(1), crc).err().unwrap();
+            assert!(
+                matches!(err, Error::CorruptPage { recorded, .. } if recorded == crc),
+                "{err}"
+            );
+        }
+        // A page stored bad with its CRC is malformed, not damaged.
+        let bad = br#"[{"_id":"a","_source":{"x":1}]]"#;
+        let err = parser
+            .parse_checked(bad, &info(1), crc32c::crc32c(bad))
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::MalformedPage { .. }), "{err}");
     }
 
     #[test]

@@ -154,12 +154,12 @@ impl UringEngine {
         let mut builder = IoUring::builder();
         let mut sqpoll = false;
         if let Some(idle_ms) = config.sqpoll_idle_ms {
-            match &support.sqpoll_error {
+            match support.sqpoll_error() {
                 None => {
                     builder.setup_sqpoll(idle_ms);
                     sqpoll = true;
                 }
-                Some(why) => fallback("SQPOLL", why.clone())?,
+                Some(why) => fallback("SQPOLL", why.to_string())?,
             }
         }
         let mut iopoll = false;
