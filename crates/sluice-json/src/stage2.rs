@@ -42,6 +42,10 @@ pub fn validate(
         return Err(error(bytes.len(), "no JSON value in the text"));
     }
     let mut k = 0;
+    // Whether the innermost open container is an object: kept here rather
+    // than read back through the stack, the index and the text after every
+    // value (three dependent loads); only a close reads the stack.
+    let mut object = false;
     'value: loop {
         // k is a value's first structural.
         if k >= n {
@@ -50,17 +54,17 @@ pub fn validate(
         let pos = at(k);
         match bytes[pos] {
             open @ (b'{' | b'[') => {
-                stack.push(k as u32);
-                k += 1;
                 let close = if open == b'{' { b'}' } else { b']' };
-                if k < n && bytes[at(k)] == close {
-                    closes[k - 1] = k as u32;
-                    stack.pop();
-                    k += 1;
-                } else if open == b'{' {
-                    k = key(bytes, structurals, k)?;
-                    continue 'value;
+                if k + 1 < n && bytes[at(k + 1)] == close {
+                    closes[k] = (k + 1) as u32;
+                    k += 2;
                 } else {
+                    stack.push(k as u32);
+                    k += 1;
+                    object = open == b'{';
+                    if object {
+                        k = key(bytes, structurals, k)?;
+                    }
                     continue 'value;
                 }
             }
@@ -76,16 +80,15 @@ pub fn validate(
         }
         // A value is complete; k is what follows it.
         loop {
-            let Some(&open) = stack.last() else {
+            if stack.is_empty() {
                 if k == n {
                     return Ok(());
                 }
                 return Err(error(at(k), "unexpected text after the JSON value"));
-            };
+            }
             if k >= n {
                 return Err(error(bytes.len(), "text ends inside an object or array"));
             }
-            let object = bytes[at(open as usize)] == b'{';
             match (object, bytes[at(k)]) {
                 (true, b',') => {
                     k = key(bytes, structurals, k + 1)?;
@@ -96,8 +99,11 @@ pub fn validate(
                     continue 'value;
                 }
                 (true, b'}') | (false, b']') => {
-                    closes[open as usize] = k as u32;
-                    stack.pop();
+                    let open = stack.pop().expect("the stack is not empty") as usize;
+                    closes[open] = k as u32;
+                    object = stack
+                        .last()
+                        .is_some_and(|&outer| bytes[at(outer as usize)] == b'{');
                     k += 1;
                 }
                 (true, _) => return Err(error(at(k), "expected ',' or '}' after a member")),

@@ -212,10 +212,13 @@ fn page_hit<'a>(hit: sluice_json::Value<'a, '_>) -> std::result::Result<Hit<'a>,
     }
     let (mut id, mut source) = (None, None);
     for (key, value) in hit.members() {
-        let slot = match key.raw() {
-            "\"_id\"" => &mut id,
-            "\"_source\"" => &mut source,
-            _ => continue,
+        // Compared in place: no slice of the key is made per member.
+        let slot = if key.is_str("_id") {
+            &mut id
+        } else if key.is_str("_source") {
+            &mut source
+        } else {
+            continue;
         };
         if slot.replace(value).is_some() {
             return Err(format!("{} appears twice", key.raw()));
