@@ -2,6 +2,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;
+use std::sync::Mutex;
 
 /// Alignment of every buffer Sluice hands to a device: one page, which covers
 /// the logical block size of every device we accept (512 or 4096 bytes).
@@ -16,7 +17,8 @@ pub const fn round_up(value: usize, multiple: usize) -> usize {
 /// Size of a transparent huge page on x86-64 and arm64 with 4 KiB pages.
 pub const HUGE_PAGE_SIZE_BYTES: usize = 2 << 20;
 
-/// A zeroed, page-aligned allocation that owns its bytes.
+/// A page-aligned allocation that owns its bytes: zeroed when new
+/// ([`AlignedMem::for_pinning`] says when not).
 pub struct AlignedMem {
     ptr: NonNull<u8>,
     len: usize,
@@ -49,10 +51,14 @@ impl AlignedMem {
     /// Allocates memory meant to be pinned for long: from 2 MiB up it is an
     /// anonymous mapping of its own, huge-page aligned and advised as huge
     /// pages before any page is touched, so that its pages fault in as 2 MiB
-    /// folios. Registration then pins few, physically contiguous folios and a
-    /// large I/O is one DMA segment. (Scattered 4 KiB pages put a 1 MiB
+    /// folios. Registration then pins few, physically contiguous folios and
+    /// a large I/O is one DMA segment. (Scattered 4 KiB pages put a 1 MiB
     /// request at the virtio queue's 254-segment limit: the queue fills and
     /// the block layer requeues, about a fifth of the throughput lost.)
+    ///
+    /// From 2 MiB up its bytes are stale, not zeroed, when the mapping is
+    /// one an earlier allocation of this process gave back (see
+    /// [`MAX_RECYCLED_BYTES`]); below 2 MiB they are zeroed.
     pub fn for_pinning(len: usize) -> Self {
         let size = Self::pinning_size(len);
         if size < HUGE_PAGE_SIZE_BYTES {
@@ -65,6 +71,13 @@ impl AlignedMem {
     /// boundary and advises huge pages. None if the kernel refuses the map.
     fn mapped_huge(len: usize) -> Option<Self> {
         debug_assert!(len.is_multiple_of(HUGE_PAGE_SIZE_BYTES));
+        if let Some(ptr) = recycled_take(len) {
+            return Some(AlignedMem {
+                ptr,
+                len,
+                backing: Backing::Mapped,
+            });
+        }
         let span = len + HUGE_PAGE_SIZE_BYTES;
         // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
         let raw = unsafe {
@@ -146,7 +159,8 @@ impl AlignedMem {
 
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr is valid for len initialised (zeroed) bytes for our lifetime.
+        // SAFETY: ptr is valid for len initialised bytes (zeroed, or stale
+        // bytes of a recycled mapping) for our lifetime.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
@@ -172,10 +186,12 @@ impl Drop for AlignedMem {
             Backing::Heap { align } => unsafe {
                 dealloc(self.ptr.as_ptr(), Self::layout(self.len, align))
             },
-            // SAFETY: ptr..ptr+len is the mapping kept by `mapped_huge`.
-            Backing::Mapped => unsafe {
-                libc::munmap(self.ptr.as_ptr().cast(), self.len);
-            },
+            Backing::Mapped => {
+                if !recycled_keep(self.ptr, self.len) {
+                    // SAFETY: ptr..ptr+len is the mapping kept by `mapped_huge`.
+                    unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+                }
+            }
         }
     }
 }
@@ -183,5 +199,89 @@ impl Drop for AlignedMem {
 impl std::fmt::Debug for AlignedMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "AlignedMem({:p}, {} bytes)", self.ptr, self.len)
+    }
+}
+
+/// Most bytes of huge-page mappings a process keeps after the memory that
+/// used them is dropped, for the next allocation of the same size: pool
+/// chunks of an engine closed and one opened next (a read task after
+/// another, a Python call after another). Memory first touched costs the
+/// kernel a zeroed page, and on a virtual machine that hands freed memory
+/// back to its host, a fault there too: `perf` put 44% of a short
+/// `sluice read` in `clear_page_erms` right after another process had freed
+/// its memory. Kept mappings are advised `MADV_FREE`, so the kernel may
+/// still take their pages under memory pressure (they then fault in zeroed).
+pub const MAX_RECYCLED_BYTES: usize = 128 << 20;
+
+struct Recycled {
+    /// (address, length) of each kept mapping.
+    maps: Vec<(usize, usize)>,
+    bytes: usize,
+}
+
+static RECYCLED: Mutex<Recycled> = Mutex::new(Recycled {
+    maps: Vec::new(),
+    bytes: 0,
+});
+
+fn recycled_take(len: usize) -> Option<NonNull<u8>> {
+    let mut r = RECYCLED.lock().unwrap_or_else(|e| e.into_inner());
+    let at = r.maps.iter().position(|&(_, l)| l == len)?;
+    let (addr, _) = r.maps.swap_remove(at);
+    r.bytes -= len;
+    NonNull::new(addr as *mut u8)
+}
+
+/// Keeps the mapping at `ptr` for reuse if there is room; false if not (the
+/// caller unmaps it).
+fn recycled_keep(ptr: NonNull<u8>, len: usize) -> bool {
+    let mut r = RECYCLED.lock().unwrap_or_else(|e| e.into_inner());
+    if r.bytes + len > MAX_RECYCLED_BYTES {
+        return false;
+    }
+    // SAFETY: ptr..ptr+len is a mapping of ours that nothing uses any more;
+    // MADV_FREE only lets the kernel drop its contents.
+    unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_FREE) };
+    r.maps.push((ptr.as_ptr() as usize, len));
+    r.bytes += len;
+    true
+}
+
+/// Bytes of mappings kept for reuse now (at most [`MAX_RECYCLED_BYTES`]).
+pub fn recycled_bytes() -> usize {
+    RECYCLED.lock().unwrap_or_else(|e| e.into_inner()).bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_mapping_is_the_next_one_of_its_size() {
+        // A size no other test of this process allocates.
+        let len = 14 << 20;
+        let mut first = AlignedMem::for_pinning(len);
+        first.as_mut_slice()[len - 1] = 7;
+        let at = first.as_ptr();
+        drop(first);
+        let second = AlignedMem::for_pinning(len);
+        assert_eq!(second.as_ptr(), at, "the kept mapping came back");
+        assert_eq!(second.len(), len);
+        assert!(recycled_bytes() <= MAX_RECYCLED_BYTES);
+        // Small allocations are the heap's and zeroed.
+        assert!(AlignedMem::for_pinning(64 << 10)
+            .as_slice()
+            .iter()
+            .all(|&b| b == 0));
+    }
+
+    #[test]
+    fn kept_mappings_stay_under_the_cap() {
+        let len = 34 << 20;
+        let many: Vec<AlignedMem> = (0..5).map(|_| AlignedMem::for_pinning(len)).collect();
+        drop(many);
+        assert!(recycled_bytes() <= MAX_RECYCLED_BYTES);
+        let again: Vec<AlignedMem> = (0..5).map(|_| AlignedMem::for_pinning(len)).collect();
+        assert!(again.iter().all(|m| m.len() == len));
     }
 }
