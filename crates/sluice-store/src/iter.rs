@@ -81,8 +81,7 @@ impl MemSource {
                 let e = &mut slots[filled];
                 e.key.clear();
                 e.key.extend_from_slice(key);
-                e.value.clear();
-                e.value.extend_from_slice(value);
+                e.set_value(value);
                 (e.seq, e.kind) = (seq, kind);
                 filled += 1;
             },
@@ -576,7 +575,7 @@ impl StoreIter {
                 .current()
                 .expect("a live pair in the current head")
         };
-        Ok(Some((&e.key, &e.value)))
+        Ok(Some((&e.key, e.value())))
     }
 }
 

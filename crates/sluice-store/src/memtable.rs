@@ -195,18 +195,9 @@ impl Memtable {
         self.entries
             .range(lower..)
             .take_while(move |((ks, _, _), _)| *ks == keyspace)
-            .map(|((_, k, Reverse(seq)), v)| Entry {
-                key: k.to_vec(),
-                seq: *seq,
-                kind: if matches!(v, Version::Value(_)) {
-                    EntryKind::Put
-                } else {
-                    EntryKind::Delete
-                },
-                value: match v {
-                    Version::Value(v) => v.to_vec(),
-                    Version::Tombstone => Vec::new(),
-                },
+            .map(|((_, k, Reverse(seq)), v)| match v {
+                Version::Value(v) => Entry::new(k.to_vec(), *seq, EntryKind::Put, v.to_vec()),
+                Version::Tombstone => Entry::new(k.to_vec(), *seq, EntryKind::Delete, Vec::new()),
             })
     }
 

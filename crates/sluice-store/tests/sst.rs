@@ -63,12 +63,12 @@ proptest! {
         // Internal order: key asc, sequence desc.
         let mut entries: Vec<Entry> = versions
             .iter()
-            .map(|(&(k, seq), &(del, vlen))| Entry {
-                key: format!("k{k:05}").into_bytes(),
+            .map(|(&(k, seq), &(del, vlen))| Entry::new(
+                format!("k{k:05}").into_bytes(),
                 seq,
-                kind: if del { EntryKind::Delete } else { EntryKind::Put },
-                value: if del { Vec::new() } else { vec![(k % 251) as u8; vlen] },
-            })
+                if del { EntryKind::Delete } else { EntryKind::Put },
+                if del { Vec::new() } else { vec![(k % 251) as u8; vlen] },
+            ))
             .collect();
         entries.sort_by(|a, b| a.key.cmp(&b.key).then(b.seq.cmp(&a.seq)));
         let t = build(&dev, &entries, &[]);
@@ -84,7 +84,7 @@ proptest! {
                 let borrowed = t
                     .get_with(&dev, &key, snap, |hit| hit.map(|(h, v)| (h.seq, h.kind, v.bytes().to_vec())))
                     .unwrap();
-                prop_assert_eq!(borrowed, want.map(|e| (e.seq, e.kind, e.value)));
+                prop_assert_eq!(borrowed, want.map(|e| (e.seq, e.kind, e.value().to_vec())));
             }
         }
         let lo = b"k00100".to_vec();
@@ -98,11 +98,13 @@ proptest! {
 fn range_tombstones_and_absent_keys() {
     let dev = device();
     let entries: Vec<Entry> = (0..1000u32)
-        .map(|i| Entry {
-            key: format!("{i:06}").into_bytes(),
-            seq: i as u64 + 1,
-            kind: EntryKind::Put,
-            value: i.to_le_bytes().to_vec(),
+        .map(|i| {
+            Entry::new(
+                format!("{i:06}").into_bytes(),
+                i as u64 + 1,
+                EntryKind::Put,
+                i.to_le_bytes().to_vec(),
+            )
         })
         .collect();
     let r = RangeTombstone {
@@ -129,11 +131,13 @@ fn range_tombstones_and_absent_keys() {
 fn a_corrupt_data_block_is_reported_with_table_block_and_lba() {
     let dev = device();
     let entries: Vec<Entry> = (0..500u32)
-        .map(|i| Entry {
-            key: format!("{i:06}").into_bytes(),
-            seq: 1,
-            kind: EntryKind::Put,
-            value: vec![1; 50],
+        .map(|i| {
+            Entry::new(
+                format!("{i:06}").into_bytes(),
+                1,
+                EntryKind::Put,
+                vec![1; 50],
+            )
         })
         .collect();
     let (t, extent) = build_at(&dev, &entries, &[]);
@@ -185,11 +189,13 @@ fn the_block_cache_serves_repeated_reads_and_stays_within_budget() {
     use sluice_store::cache::BlockCache;
     let dev = device();
     let entries: Vec<Entry> = (0..3000u32)
-        .map(|i| Entry {
-            key: format!("{i:06}").into_bytes(),
-            seq: 1,
-            kind: EntryKind::Put,
-            value: vec![3; 60],
+        .map(|i| {
+            Entry::new(
+                format!("{i:06}").into_bytes(),
+                1,
+                EntryKind::Put,
+                vec![3; 60],
+            )
         })
         .collect();
     let cache = Arc::new(BlockCache::new(8 * STORE_BLOCK_BYTES));
@@ -218,14 +224,14 @@ fn data_blocks_fill_their_store_block_without_spilling() {
         let mut b = TableBuilder::new();
         let mut raw = 0usize;
         for i in 0..5000u32 {
-            let e = Entry {
-                key: format!("key{i:08}").into_bytes(),
-                seq: 9,
-                kind: EntryKind::Put,
-                value: vec![i as u8; value_bytes],
-            };
+            let e = Entry::new(
+                format!("key{i:08}").into_bytes(),
+                9,
+                EntryKind::Put,
+                vec![i as u8; value_bytes],
+            );
             // Three one-byte varints, the trailer, whole key and value.
-            raw += 3 + 8 + e.key.len() + e.value.len();
+            raw += 3 + 8 + e.key.len() + e.value().len();
             b.add(&e);
         }
         let t = b.finish();
@@ -245,11 +251,13 @@ fn data_blocks_fill_their_store_block_without_spilling() {
 fn long_walks_read_ahead_and_report_damage_met_ahead() {
     let dev = device();
     let entries: Vec<Entry> = (0..6000u32)
-        .map(|i| Entry {
-            key: format!("{i:06}").into_bytes(),
-            seq: 1,
-            kind: EntryKind::Put,
-            value: vec![(i % 251) as u8; 300],
+        .map(|i| {
+            Entry::new(
+                format!("{i:06}").into_bytes(),
+                1,
+                EntryKind::Put,
+                vec![(i % 251) as u8; 300],
+            )
         })
         .collect();
     let (t, extent) = build_at(&dev, &entries, &[]);
@@ -264,7 +272,7 @@ fn long_walks_read_ahead_and_report_damage_met_ahead() {
         let mut e = Entry::empty();
         let mut keys = Vec::new();
         while c.next_into(&mut e)? {
-            assert_eq!(e.value.len(), 300);
+            assert_eq!(e.value().len(), 300);
             keys.push(e.key.clone());
         }
         Ok::<_, StoreError>(keys)

@@ -64,11 +64,11 @@ impl BlockBuilder {
         };
         put_varint(&mut self.buf, shared as u64);
         put_varint(&mut self.buf, (e.key.len() - shared) as u64);
-        put_varint(&mut self.buf, e.value.len() as u64);
+        put_varint(&mut self.buf, e.value().len() as u64);
         self.buf
             .extend_from_slice(&((e.seq << 8) | e.kind as u64).to_le_bytes());
         self.buf.extend_from_slice(&e.key[shared..]);
-        self.buf.extend_from_slice(&e.value);
+        self.buf.extend_from_slice(e.value());
         self.last_key.clear();
         self.last_key.extend_from_slice(&e.key);
         self.count += 1;
@@ -79,10 +79,10 @@ impl BlockBuilder {
         let varint_len = |v: usize| (usize::BITS - v.max(1).leading_zeros()).div_ceil(7) as usize;
         varint_len(0)
             + varint_len(e.key.len())
-            + varint_len(e.value.len())
+            + varint_len(e.value().len())
             + 8
             + e.key.len()
-            + e.value.len()
+            + e.value().len()
             + 4
     }
 
@@ -281,9 +281,7 @@ impl RawBlock {
         out.key.truncate(e.shared);
         out.key
             .extend_from_slice(&self.bytes()[e.key_at..e.key_at + e.unshared]);
-        out.value.clear();
-        out.value
-            .extend_from_slice(&self.bytes()[e.value_at..e.value_at + e.value_len]);
+        out.set_value(&self.bytes()[e.value_at..e.value_at + e.value_len]);
         out.seq = e.seq;
         out.kind = e.kind;
         e.next

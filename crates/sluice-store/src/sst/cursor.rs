@@ -3,10 +3,10 @@
 
 use super::block::RawBlock;
 use super::index::TableIndex;
-use super::reader::{CacheUse, RunBytes, TableReader};
+use super::reader::{CacheUse, RunAhead, RunBytes, TableReader};
 use super::Entry;
+use crate::blocks::BlockDevice;
 use crate::blocks::STORE_BLOCK_BYTES;
-use crate::blocks::{BlockDevice, PendingBlocks};
 use crate::error::Result;
 use std::sync::Arc;
 
@@ -78,7 +78,7 @@ pub(super) struct CursorState {
     /// Runs taken so far, and the next run being read while the blocks
     /// before it are walked: (first block index, count, the read).
     runs_taken: usize,
-    ahead: Option<(usize, usize, PendingBlocks)>,
+    ahead: Option<(usize, usize, RunAhead)>,
     /// Blocks this cursor may still add to the block cache: a long walk
     /// stops filling it once it has added its share.
     pub(super) fill_left_blocks: usize,
@@ -175,7 +175,8 @@ impl CursorState {
         if self.prefetched.is_empty() {
             let use_cache = self.cache_use();
             let run = match self.ahead.take() {
-                Some((first, count, pending)) => {
+                Some((_, _, RunAhead::Cached(run))) => run,
+                Some((first, count, RunAhead::Reading(pending))) => {
                     table.finish_run(dev, &self.ix, first, count, pending, use_cache)?
                 }
                 None => {
@@ -192,9 +193,8 @@ impl CursorState {
             // the run after this one is read while this one is walked.
             if self.runs_taken >= 2 {
                 if let Some((first, count)) = self.next_run() {
-                    self.ahead = table
-                        .start_run(dev, &self.ix, first, count, use_cache)?
-                        .map(|pending| (first, count, pending));
+                    let ahead = table.start_run(dev, &self.ix, first, count, use_cache)?;
+                    self.ahead = Some((first, count, ahead));
                 }
             }
         }
@@ -238,6 +238,10 @@ impl CursorState {
                 if self.pos < block.entries_len {
                     let e = block.entry_at(self.pos).expect("a verified block decodes");
                     self.pos = e.next;
+                    // The caller reads this entry's value where it lies,
+                    // often only its first bytes: the next entry's header
+                    // is fetched meanwhile.
+                    sluice_io::mem::prefetch_read(block.bytes(), e.next);
                     // The key first: entries before the start are passed
                     // over without copying their values.
                     self.last_key.truncate(e.shared);
@@ -256,10 +260,7 @@ impl CursorState {
                         .is_some_and(|end| self.last_key.as_slice() >= end);
                     if !past_end {
                         out.key.clone_from(&self.last_key);
-                        out.value.clear();
-                        out.value.extend_from_slice(
-                            &block.bytes()[e.value_at..e.value_at + e.value_len],
-                        );
+                        out.set_value_in(block, e.value_at, e.value_len);
                         out.seq = e.seq;
                         out.kind = e.kind;
                         return Ok(true);

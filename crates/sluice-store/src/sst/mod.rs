@@ -29,6 +29,7 @@ pub use reader::{PinBudget, TablePlace, TableReader};
 
 use crate::blocks::STORE_BLOCK_BYTES;
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 pub(super) const FOOTER_MAGIC: &[u8; 8] = b"SLSTFOOT";
 
@@ -46,7 +47,10 @@ pub enum EntryKind {
 }
 
 /// One version of one key.
-#[derive(Debug, PartialEq, Eq)]
+///
+/// Its value is either owned or a range of the data block a table cursor
+/// decoded it from: a scan walks values where the block holds them, with
+/// no copy per entry (the block stays alive while an entry shows it).
 pub struct Entry {
     /// The user key.
     pub key: Vec<u8>,
@@ -54,8 +58,63 @@ pub struct Entry {
     pub seq: u64,
     /// Put or delete.
     pub kind: EntryKind,
+    /// The value's bytes when owned (kept as a reusable buffer otherwise).
+    owned: Vec<u8>,
+    /// The block holding the value, and where it lies in the block's bytes.
+    in_block: Option<(Arc<RawBlock>, usize, usize)>,
+}
+
+impl Entry {
+    /// An entry to decode into.
+    pub fn empty() -> Self {
+        Entry::new(Vec::new(), 0, EntryKind::Put, Vec::new())
+    }
+
+    /// An entry owning its value (empty for a delete).
+    pub fn new(key: Vec<u8>, seq: u64, kind: EntryKind, value: Vec<u8>) -> Self {
+        Entry {
+            key,
+            seq,
+            kind,
+            owned: value,
+            in_block: None,
+        }
+    }
+
     /// The value (empty for a delete).
-    pub value: Vec<u8>,
+    pub fn value(&self) -> &[u8] {
+        match &self.in_block {
+            Some((block, at, len)) => &block.bytes()[*at..*at + *len],
+            None => &self.owned,
+        }
+    }
+
+    /// Sets the value to a copy of `value`, reusing the owned buffer.
+    pub fn set_value(&mut self, value: &[u8]) {
+        self.in_block = None;
+        self.owned.clear();
+        self.owned.extend_from_slice(value);
+    }
+
+    /// Sets the value to `len` bytes at `at` of `block`'s bytes, without
+    /// copying them; the block is only cloned when it changes.
+    pub(crate) fn set_value_in(&mut self, block: &Arc<RawBlock>, at: usize, len: usize) {
+        debug_assert!(at + len <= block.bytes().len());
+        match &mut self.in_block {
+            Some((held, held_at, held_len)) if Arc::ptr_eq(held, block) => {
+                (*held_at, *held_len) = (at, len);
+            }
+            slot => *slot = Some((block.clone(), at, len)),
+        }
+    }
+
+    /// The value, owned (copied out of its block where it lies in one).
+    pub fn into_value(self) -> Vec<u8> {
+        match self.in_block {
+            Some(_) => self.value().to_vec(),
+            None => self.owned,
+        }
+    }
 }
 
 impl Clone for Entry {
@@ -64,28 +123,43 @@ impl Clone for Entry {
             key: self.key.clone(),
             seq: self.seq,
             kind: self.kind,
-            value: self.value.clone(),
+            owned: self.owned.clone(),
+            in_block: self.in_block.clone(),
         }
     }
 
-    /// Reuses `self`'s buffers (the derived one would allocate anew).
+    /// Reuses `self`'s buffers (the derived one would allocate anew); a
+    /// value in a block is shared, not copied.
     fn clone_from(&mut self, source: &Self) {
         self.key.clone_from(&source.key);
-        self.value.clone_from(&source.value);
+        match &source.in_block {
+            Some((block, at, len)) => self.set_value_in(block, *at, *len),
+            None => self.set_value(&source.owned),
+        }
         self.seq = source.seq;
         self.kind = source.kind;
     }
 }
 
-impl Entry {
-    /// An entry to decode into.
-    pub fn empty() -> Self {
-        Entry {
-            key: Vec::new(),
-            seq: 0,
-            kind: EntryKind::Put,
-            value: Vec::new(),
-        }
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+            && self.seq == other.seq
+            && self.kind == other.kind
+            && self.value() == other.value()
+    }
+}
+
+impl Eq for Entry {}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("key", &self.key)
+            .field("seq", &self.seq)
+            .field("kind", &self.kind)
+            .field("value", &self.value())
+            .finish()
     }
 }
 

@@ -143,6 +143,14 @@ pub struct TablePlace<'a> {
     pub file_no: u64,
 }
 
+/// A run of data blocks asked for ahead of the walk.
+pub(super) enum RunAhead {
+    /// Found whole in the block cache.
+    Cached(Vec<Arc<RawBlock>>),
+    /// Being read from the device.
+    Reading(PendingBlocks),
+}
+
 impl TableReader {
     /// Opens a table written whole into one extent.
     pub fn open(dev: &BlockDevice, extent: Extent, place: TablePlace<'_>) -> Result<Self> {
@@ -431,7 +439,9 @@ impl TableReader {
     }
 
     /// Starts reading data blocks `first..first + count` ahead (see
-    /// [`BlockDevice::start_read`]); None when the cache holds them all.
+    /// [`BlockDevice::start_read`]), or takes them from the cache when it
+    /// holds them all (looked up once: the run is kept, not looked up again
+    /// when its turn comes).
     pub(super) fn start_run(
         &self,
         dev: &BlockDevice,
@@ -439,13 +449,16 @@ impl TableReader {
         first: usize,
         count: usize,
         cache_use: CacheUse,
-    ) -> Result<Option<PendingBlocks>> {
+    ) -> Result<RunAhead> {
         let count = count.min(ix.index.len() - first);
-        if cache_use.looks_up() && self.cached_run(first, count).is_some() {
-            return Ok(None);
+        if let Some(run) = self
+            .cached_run(first, count)
+            .filter(|_| cache_use.looks_up())
+        {
+            return Ok(RunAhead::Cached(run));
         }
         let (block, blocks) = self.run_extent(ix, first, count);
-        dev.start_read(block, blocks).map(Some)
+        dev.start_read(block, blocks).map(RunAhead::Reading)
     }
 
     /// The blocks of a [`TableReader::start_run`], once read and verified.
@@ -499,11 +512,8 @@ impl TableReader {
     /// table has one.
     pub fn get(&self, dev: &BlockDevice, key: &[u8], snapshot: u64) -> Result<Option<Entry>> {
         self.get_with(dev, key, snapshot, |hit| {
-            hit.map(|(hit, value)| Entry {
-                key: key.to_vec(),
-                seq: hit.seq,
-                kind: hit.kind,
-                value: value.bytes().to_vec(),
+            hit.map(|(hit, value)| {
+                Entry::new(key.to_vec(), hit.seq, hit.kind, value.bytes().to_vec())
             })
         })
     }

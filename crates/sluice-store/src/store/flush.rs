@@ -83,6 +83,8 @@ impl Inner {
             // to the table, as compaction keeps them: an overwritten hot
             // key costs the flush one entry, not one per write.
             let mut last: Option<(Vec<u8>, usize)> = None;
+            // One entry reused for every version: no allocation per version.
+            let mut entry = Entry::empty();
             frozen_guard.chunk(
                 ks,
                 &[],
@@ -96,12 +98,11 @@ impl Inner {
                         return;
                     }
                     last = Some((key.to_vec(), stripe));
-                    b.add(&Entry {
-                        key: key.to_vec(),
-                        seq,
-                        kind,
-                        value: value.to_vec(),
-                    });
+                    entry.key.clear();
+                    entry.key.extend_from_slice(key);
+                    (entry.seq, entry.kind) = (seq, kind);
+                    entry.set_value(value);
+                    b.add(&entry);
                 },
             );
             for t in frozen_guard.range_tombstones(ks) {
