@@ -29,6 +29,10 @@
 //! has it) the first stage classifies bytes one at a time; both paths give
 //! the same index, which the tests check.
 //!
+//! For one or two fields of each of many small documents (a predicate over
+//! stored values), [`skim::find`] walks to a value by its path without
+//! indexing the rest of the text.
+//!
 //! ```ignore
 //! let mut scanner = sluice_json::Scanner::new();
 //! let json = scanner.scan(br#"[{"_id":"a","_source":{"x":[1,2]}}]"#)?;
@@ -41,6 +45,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+pub mod skim;
 pub mod stage1;
 pub mod stage2;
 mod value;

@@ -124,3 +124,70 @@ fn long_strings_and_many_escapes_across_blocks() {
         assert_eq!(rebuild(json.root()), v, "len {len}");
     }
 }
+
+/// Every path to a value of `v`, with the value there.
+fn paths(v: &Serde, here: &mut Vec<PathStep>, out: &mut Vec<(Vec<PathStep>, Serde)>) {
+    out.push((here.clone(), v.clone()));
+    match v {
+        Serde::Object(m) => {
+            let mut seen = std::collections::HashSet::new();
+            for (k, child) in m {
+                // The first member of a name is the one a path finds.
+                if seen.insert(k.clone()) {
+                    here.push(PathStep::Key(k.clone()));
+                    paths(child, here, out);
+                    here.pop();
+                }
+            }
+        }
+        Serde::Array(a) => {
+            for (i, child) in a.iter().enumerate() {
+                here.push(PathStep::Index(i));
+                paths(child, here, out);
+                here.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+#[derive(Debug, Clone)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+fn skim_steps(path: &[PathStep]) -> Vec<sluice_json::skim::Step<'_>> {
+    path.iter()
+        .map(|s| match s {
+            PathStep::Key(k) => sluice_json::skim::Step::Key(k),
+            PathStep::Index(i) => sluice_json::skim::Step::Index(*i),
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// A skim finds every value of a valid text by its path, as exactly the
+    /// text serde_json reads as that value, and nothing one step past it.
+    #[test]
+    fn skim_finds_every_value_by_its_path(v in json_value(), ws in proptest::collection::vec(
+        prop_oneof![Just(b' '), Just(b'\n'), Just(b'\t'), Just(b'\r')], 1..4)) {
+        let text = spaced(&serde_json::to_string(&v).unwrap(), &ws);
+        let mut all = Vec::new();
+        paths(&v, &mut Vec::new(), &mut all);
+        for (path, want) in &all {
+            let found = sluice_json::skim::find(&text, skim_steps(path)).unwrap();
+            let found = found.unwrap_or_else(|| panic!("{path:?} not found"));
+            prop_assert_eq!(&serde_json::from_slice::<Serde>(found).unwrap(), want);
+            prop_assert_eq!(found.trim_ascii(), found);
+            let mut past = path.clone();
+            past.push(match want {
+                Serde::Array(a) => PathStep::Index(a.len()),
+                _ => PathStep::Key("\u{1}absent".into()),
+            });
+            prop_assert_eq!(sluice_json::skim::find(&text, skim_steps(&past)).unwrap(), None);
+        }
+    }
+}
