@@ -203,7 +203,7 @@ fn record_value<'v>(v: &Val<'v>) -> FieldValue<'v> {
         Val::Float(x) => FieldValue::Float(x),
         Val::Str(s) => FieldValue::Str(s),
         // Records hold no JSON; a reader built for one never sees this.
-        Val::Json(_) => FieldValue::Null,
+        Val::Json(_) | Val::Text(..) => FieldValue::Null,
     }
 }
 

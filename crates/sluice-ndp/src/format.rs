@@ -36,8 +36,9 @@
 use crate::expr::{Literal, Path, Predicate, Step};
 use crate::predicate::MalformedValue;
 use sluice_io::codec;
+use sluice_json::skim;
 use sluice_store::{KeyspaceDef, ValueFormat};
-use sonic_rs::{JsonNumberTrait, JsonValueTrait, LazyValue, PointerNode};
+use sonic_rs::{JsonNumberTrait, JsonValueTrait, LazyValue};
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -454,7 +455,7 @@ impl Layout {
     /// How to reach `path` in a value. Record paths must have been checked.
     pub(crate) fn access(&self, path: &Path) -> Access {
         match &self.kind {
-            Kind::Json(_) => Access::Json(crate::predicate::pointer(path)),
+            Kind::Json(_) => Access::Json(path.clone()),
             Kind::Record(r) => match path.steps.as_slice() {
                 [Step::Key(name)] => match r.schema.position(name) {
                     Some(i) => Access::Record(i),
@@ -472,7 +473,7 @@ impl Layout {
         access: &Access,
     ) -> Result<Option<Val<'d>>, MalformedValue> {
         match (access, &self.kind) {
-            (Access::Json(p), _) => Ok(crate::predicate::lookup(doc, p)?.map(Val::Json)),
+            (Access::Json(path), _) => json_field(doc, path),
             (Access::Record(i), Kind::Record(r)) => r.field(doc, *i).map(Some),
             _ => Ok(None),
         }
@@ -519,7 +520,7 @@ fn describe(lit: &Literal) -> String {
 /// Where a field is, per format.
 #[derive(Debug, Clone)]
 pub(crate) enum Access {
-    Json(Vec<PointerNode>),
+    Json(Path),
     Record(usize),
     /// Not in the value's format (only for undeclared paths).
     Missing,
@@ -528,7 +529,10 @@ pub(crate) enum Access {
 /// A field's value, borrowed from the stored bytes.
 #[derive(Debug, Clone)]
 pub(crate) enum Val<'d> {
+    /// A JSON array or object, or a string with escapes.
     Json(LazyValue<'d>),
+    /// A JSON scalar as stored (written out as it is), and its value.
+    Text(&'d [u8], Plain<'d>),
     Bool(bool),
     Int(i64),
     UInt(u64),
@@ -541,6 +545,8 @@ impl Val<'_> {
     pub(crate) fn compare(&self, lit: &Literal) -> Option<Ordering> {
         match (self, lit) {
             (Val::Json(v), _) => crate::predicate::compare(v, lit),
+            (Val::Text(_, Plain::Null), Literal::Null) => Some(Ordering::Equal),
+            (Val::Text(_, p), _) => p.as_val()?.compare(lit),
             (Val::Bool(b), Literal::Bool(l)) => Some(b.cmp(l)),
             (Val::Str(s), Literal::Str(l)) => Some((*s).cmp(l.as_str())),
             (Val::Int(i), Literal::Int(l)) => Some(i.cmp(l)),
@@ -564,18 +570,23 @@ impl Val<'_> {
     pub(crate) fn as_str(&self) -> Option<&str> {
         match self {
             Val::Json(v) => v.as_str(),
-            Val::Str(s) => Some(s),
+            Val::Text(_, Plain::Str(s)) | Val::Str(s) => Some(s),
             _ => None,
         }
     }
 
     pub(crate) fn is_null(&self) -> bool {
-        matches!(self, Val::Json(v) if v.is_null())
+        match self {
+            Val::Json(v) => v.is_null(),
+            Val::Text(_, p) => matches!(p, Plain::Null),
+            _ => false,
+        }
     }
 
     pub(crate) fn as_i64(&self) -> Option<i64> {
         match self {
             Val::Json(v) => v.as_number()?.as_i64(),
+            Val::Text(_, p) => p.as_val()?.as_i64(),
             Val::Int(i) => Some(*i),
             Val::UInt(u) => i64::try_from(*u).ok(),
             _ => None,
@@ -585,6 +596,7 @@ impl Val<'_> {
     pub(crate) fn as_f64(&self) -> Option<f64> {
         match self {
             Val::Json(v) => v.as_number()?.as_f64(),
+            Val::Text(_, p) => p.as_val()?.as_f64(),
             Val::Int(i) => Some(*i as f64),
             Val::UInt(u) => Some(*u as f64),
             Val::Float(x) => Some(*x),
@@ -596,6 +608,7 @@ impl Val<'_> {
     pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
         match self {
             Val::Json(v) => out.extend_from_slice(v.as_raw_str().as_bytes()),
+            Val::Text(raw, _) => out.extend_from_slice(raw),
             Val::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
             Val::Int(i) => out.extend_from_slice(i.to_string().as_bytes()),
             Val::UInt(u) => out.extend_from_slice(u.to_string().as_bytes()),
@@ -611,6 +624,78 @@ impl Val<'_> {
             ),
         }
     }
+}
+
+/// The value of a JSON scalar.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Plain<'d> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    /// A string without escapes, its contents.
+    Str(&'d str),
+}
+
+impl<'d> Plain<'d> {
+    /// The same value as a record field's (None for null, which records
+    /// never hold).
+    fn as_val(self) -> Option<Val<'d>> {
+        Some(match self {
+            Plain::Null => return None,
+            Plain::Bool(b) => Val::Bool(b),
+            Plain::Int(i) => Val::Int(i),
+            Plain::UInt(u) => Val::UInt(u),
+            Plain::Float(x) => Val::Float(x),
+            Plain::Str(s) => Val::Str(s),
+        })
+    }
+}
+
+/// The value at `path` in a JSON document, found by a skim (nothing past it
+/// read): scalars are parsed here from their text; containers, strings with
+/// escapes and numbers past f64's range go to sonic-rs as lazy values.
+fn json_field<'d>(doc: &'d [u8], path: &Path) -> Result<Option<Val<'d>>, MalformedValue> {
+    let steps = path.steps.iter().map(|s| match s {
+        Step::Key(k) => skim::Step::Key(k),
+        Step::Index(i) => skim::Step::Index(*i),
+    });
+    let malformed = |e: sluice_json::Error| MalformedValue(format!("JSON: {e}"));
+    let Some(raw) = skim::find(doc, steps).map_err(malformed)? else {
+        return Ok(None);
+    };
+    let plain = match raw[0] {
+        b'"' => match skim::plain_str(raw) {
+            Some(s) => Some(Plain::Str(s.map_err(malformed)?)),
+            None => None,
+        },
+        b't' => Some(Plain::Bool(true)),
+        b'f' => Some(Plain::Bool(false)),
+        b'n' => Some(Plain::Null),
+        b'{' | b'[' => None,
+        _ => number(raw),
+    };
+    match plain {
+        Some(p) => Ok(Some(Val::Text(raw, p))),
+        None => crate::predicate::lookup(raw, &[]).map(|v| v.map(Val::Json)),
+    }
+}
+
+/// A JSON number's value (its grammar checked by the skim): an integer in
+/// i64's or u64's range exactly, anything else as a finite f64.
+fn number(raw: &[u8]) -> Option<Plain<'_>> {
+    let text = std::str::from_utf8(raw).ok()?;
+    if let Ok(i) = text.parse::<i64>() {
+        return Some(Plain::Int(i));
+    }
+    if let Ok(u) = text.parse::<u64>() {
+        return Some(Plain::UInt(u));
+    }
+    text.parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
+        .map(Plain::Float)
 }
 
 /// A record schema with the fixed offsets precomputed.

@@ -265,8 +265,12 @@ pub(crate) fn key_text(key: &[u8]) -> String {
 
 /// Most worker threads one operation may use.
 pub const MAX_THREADS: usize = 64;
-/// Full batches each scan worker may have waiting for the consumer.
-const BATCHES_IN_FLIGHT_PER_WORKER: usize = 4;
+/// Bytes of full batches each scan worker may have waiting for the
+/// consumer (at least two batches). Parts are handed over in key order, so
+/// a worker past the first waits once this much of its part's rows is
+/// ready: the budget lets it run alongside the workers before it through
+/// result sets of tens of megabytes, and bounds what a large one holds.
+const BUFFERED_BYTES_PER_WORKER: usize = 32 << 20;
 
 /// A part of a key range: `[start, end)`, `end` None for unbounded.
 pub(crate) type KeyPart = (Vec<u8>, Option<Vec<u8>>);
@@ -449,7 +453,8 @@ pub fn scan(
         let receivers: Vec<_> = parts
             .iter()
             .map(|part| {
-                let (tx, rx) = std::sync::mpsc::sync_channel(BATCHES_IN_FLIGHT_PER_WORKER);
+                let in_flight = (BUFFERED_BYTES_PER_WORKER / b).max(2);
+                let (tx, rx) = std::sync::mpsc::sync_channel(in_flight);
                 scope.spawn(move || scan_worker(store, snapshot, spec, part, tx));
                 rx
             })
