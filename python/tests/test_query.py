@@ -252,7 +252,7 @@ def test_ctrl_c_stops_pyarrow_reading_a_stream(tmp_path):
         import os, signal, threading, time, sluice
         with sluice.Store({str(dev)!r}, create_mib=1024) as s:
             s.keyspace("d", format="json")
-            for b in range(160):
+            for b in range(320):
                 s.write_batch([(f"k{{b:03}}{{i:05}}", '{{"n":%d,"t":"%s"}}' % (i, "y" * 1000)) for i in range(1000)], keyspace="d")
             start = time.perf_counter()
             s.query_batches("d", select=["n", "t"], where="n >= 0", batch_rows=100).read_all()
@@ -270,7 +270,7 @@ def test_ctrl_c_stops_pyarrow_reading_a_stream(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     first, rows = out.stdout.split("\n")[:2]
-    assert first.startswith("interrupted") and rows == "160", out.stdout
+    assert first.startswith("interrupted") and rows == "320", out.stdout
     whole_s, latency_s = map(float, first.split()[1:])
     assert whole_s > 0.4, f"the whole read took only {whole_s} s: too short to tell"
     assert latency_s < whole_s / 2, f"interrupted {latency_s} s after the signal; a whole read takes {whole_s} s"
