@@ -196,11 +196,22 @@ fn measure(
     let own_before = own_cpu_secs()?;
     let started = Instant::now();
     let until = started + Duration::from_secs(args.seconds);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let results: Vec<Result<(u64, Histogram<u64>)>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let batches = batches_for(test, batch, args, t);
-                scope.spawn(move || client_loop(endpoint, &batches, batch, until))
+                // Sluice's workers are pinned to the first cores; each
+                // client takes one of the others, so a client never shares
+                // a core with the server it measures (the row then measures
+                // the scheduler: batch 1 over shm ran at 0.9M or 2.2M from
+                // one run to the next with the clients left to it).
+                let core = (args.server_threads + t) % cores;
+                scope.spawn(move || {
+                    sluice_io::net::pin_current_thread(core)
+                        .with_context(|| format!("pinning a client thread to CPU {core}"))?;
+                    client_loop(endpoint, &batches, batch, until)
+                })
             })
             .collect();
         handles
@@ -245,8 +256,11 @@ struct Target {
 
 fn start_targets(args: &ShmBenchArgs) -> Result<Vec<Target>> {
     let _ = std::fs::remove_dir_all(&args.dir);
-    let sluice_dir = args.dir.join("sluice");
-    let redis_dir = args.dir.join("redis");
+    // Absolute: redis-server changes into its --dir before it binds its
+    // Unix socket, so a relative socket path would point elsewhere.
+    let dir = std::path::absolute(&args.dir)?;
+    let sluice_dir = dir.join("sluice");
+    let redis_dir = dir.join("redis");
     std::fs::create_dir_all(&sluice_dir)?;
     std::fs::create_dir_all(&redis_dir)?;
     let wants = |prefix: &str| args.paths.iter().any(|p| p.starts_with(prefix));
