@@ -285,6 +285,20 @@ impl Queue {
         }
     }
 
+    /// The subsystem whose namespaces an independent command runs on
+    /// ([`nvm::execute`]), when `sqe` is one: an I/O command of a connected
+    /// I/O queue, not fused, with no Compare held for a Write. Such commands
+    /// touch no state of the queue, so they may run on other threads, in
+    /// any order (NVMe orders the commands of a queue only through fusing).
+    pub fn independent(&self, sqe: &Sqe) -> Option<&Arc<Subsystem>> {
+        let independent = self.qid != 0
+            && self.controller.is_some()
+            && sqe.opcode() != FABRICS_OPCODE
+            && sqe.fuse() == Fuse::None
+            && !self.fused.is_holding();
+        independent.then_some(&self.subsystem)
+    }
+
     /// Whether a Connect made this queue part of a controller.
     pub fn is_connected(&self) -> bool {
         self.controller.is_some()

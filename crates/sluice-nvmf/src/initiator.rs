@@ -5,7 +5,7 @@ use crate::command::{status, Completion, Fuse, Sgl, SglKind, Sqe, Status, FABRIC
 use crate::controller::{admin, fctype, property, CONNECT_DATA_BYTES, IN_CAPSULE_BYTES};
 use crate::nvm::opcode as io;
 use crate::pdu::{flags, DataHeader, Digests, Encoder, Framed, Framer, Header, Limits, PFV_1_0};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -60,6 +60,8 @@ pub struct QueueConnection {
     pub bytes_sent: u64,
     /// Bytes this connection has received.
     pub bytes_received: u64,
+    /// Polls for the target's answer a short while before it blocks.
+    reader: crate::poll::PollingReader,
 }
 
 /// What a command returned: its completion and any data.
@@ -92,6 +94,7 @@ impl QueueConnection {
             maxh2cdata: 0,
             bytes_sent: 0,
             bytes_received: 0,
+            reader: crate::poll::PollingReader::new(),
         };
         let mut out = Vec::new();
         Encoder::default().encode(
@@ -146,7 +149,10 @@ impl QueueConnection {
                     if self.filled + n > self.buf.len() {
                         self.buf.resize(self.filled + n, 0);
                     }
-                    let got = match self.stream.read(&mut self.buf[self.filled..]) {
+                    let got = match self
+                        .reader
+                        .read(&mut self.stream, &mut self.buf[self.filled..])
+                    {
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         other => other?,
                     };

@@ -21,7 +21,8 @@
 //!   data between devices without it crossing the network.
 //! - [`target`]: the TCP side: ICReq/ICResp, in-capsule data, R2T and
 //!   H2CData for writes, C2HData for reads, keep-alive expiry, TermReq on
-//!   fatal errors; a thread per connection.
+//!   fatal errors; a thread per connection, reading with [`poll`]'s
+//!   adaptive polling.
 //! - [`initiator`]: a blocking initiator for `sluice nvmf` and the tests.
 //! - [`nbd`]: NBD as a second front end over the same namespaces (fixed
 //!   newstyle, structured replies), for nbdcopy, qemu-img and fio's nbd
@@ -38,4 +39,5 @@ pub mod initiator;
 pub mod nbd;
 pub mod nvm;
 pub mod pdu;
+pub mod poll;
 pub mod target;

@@ -90,12 +90,15 @@ fn serve_client(stream: TcpStream, subsystem: &Subsystem) -> std::io::Result<()>
     stream.set_nodelay(true)?;
     // A client that never finishes its handshake does not hold a thread.
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let mut reader = BufReader::with_capacity(256 << 10, stream.try_clone()?);
+    let mut reader = BufReader::with_capacity(
+        256 << 10,
+        crate::poll::PolledStream::new(stream.try_clone()?),
+    );
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let Some((ns, structured)) = handshake(&mut reader, &mut writer, subsystem)? else {
         return Ok(());
     };
-    reader.get_ref().set_read_timeout(None)?;
+    reader.get_ref().get_ref().set_read_timeout(None)?;
     transmission(&mut reader, &mut writer, ns, structured)
 }
 

@@ -161,6 +161,11 @@ impl Fused {
     pub fn take(&mut self) -> Option<(Sqe, Vec<u8>)> {
         self.first.take()
     }
+
+    /// Whether a Compare waits for its Write.
+    pub fn is_holding(&self) -> bool {
+        self.first.is_some()
+    }
 }
 
 /// Runs one I/O command (not a fused half).

@@ -15,7 +15,7 @@ use crate::pdu::{
     PFV_1_0,
 };
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -164,6 +164,7 @@ impl Connection {
             .set_read_timeout(Some(POLL_INTERVAL))
             .map_err(|e| e.to_string())?;
         let mut buf = vec![0u8; 256 << 10];
+        let mut reader = crate::poll::PollingReader::new();
         let (mut start, mut filled) = (0usize, 0usize);
         let opened = Instant::now();
         let mut last_heard = Instant::now();
@@ -205,7 +206,7 @@ impl Connection {
             if filled + need > buf.len() {
                 buf.resize(filled + need, 0);
             }
-            match stream.read(&mut buf[filled..]) {
+            match reader.read(&mut stream, &mut buf[filled..]) {
                 Ok(0) => break Ok(()),
                 Ok(n) => {
                     filled += n;
