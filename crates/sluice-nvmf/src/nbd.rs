@@ -13,7 +13,7 @@ use crate::controller::{Namespace, Subsystem, MAX_TRANSFER_BYTES};
 use sluice_io::Priority;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
@@ -356,53 +356,81 @@ struct NbdRequest {
     data: Vec<u8>,
 }
 
-/// Reads requests and hands them to the connection's workers, which run
-/// them against the namespace and send their replies (one at a time on the
-/// shared writer) until the client disconnects.
-fn transmission<W: Write + Send>(
-    r: &mut impl Read,
+/// Reads requests and runs them until the client disconnects. A request
+/// that arrives with nothing else in flight or waiting in the read buffer
+/// (a client at queue depth 1) runs on the reading thread, answered at
+/// once; the others go to the connection's workers, which run them against
+/// the namespace at the same time. Replies go out one at a time on the
+/// shared writer.
+fn transmission<W: Write + Send, R: Read>(
+    r: &mut BufReader<R>,
     w: &mut W,
     ns: &Namespace,
     structured: bool,
 ) -> std::io::Result<()> {
-    let writer = std::sync::Mutex::new(w);
-    let failed = AtomicBool::new(false);
+    let conn = Replies {
+        writer: std::sync::Mutex::new(w),
+        failed: AtomicBool::new(false),
+        in_flight: AtomicUsize::new(0),
+        ns,
+        structured,
+    };
     let (tx, rx) = crossbeam_channel::bounded::<NbdRequest>(MAX_REQUESTS_IN_FLIGHT);
     std::thread::scope(|scope| {
         for _ in 0..WORKERS_PER_CONNECTION {
-            let (rx, writer, failed) = (rx.clone(), &writer, &failed);
+            let (rx, conn) = (rx.clone(), &conn);
             scope.spawn(move || {
                 let mut buf = Vec::new();
                 for request in rx.iter() {
-                    let result = {
-                        let answer = run_request(ns, &request, &mut buf);
-                        let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
-                        let read = (answer == 0 && request.kind == cmd::READ)
-                            .then_some((request.offset, &buf[..]));
-                        reply(&mut **w, structured, request.cookie, answer, read)
-                            .and_then(|()| w.flush())
-                    };
-                    if result.is_err() {
-                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                    let answered = conn.answer(&request, &mut buf);
+                    conn.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    if answered.is_err() {
                         return;
                     }
                 }
             });
         }
         drop(rx);
-        let outcome = receive_requests(r, &tx, &failed);
+        let outcome = receive_requests(r, &tx, &conn);
         drop(tx);
         outcome
     })
 }
 
-fn receive_requests(
-    r: &mut impl Read,
+/// What the threads of one connection share to answer its requests.
+struct Replies<'w, 'n, W: Write> {
+    writer: std::sync::Mutex<&'w mut W>,
+    /// A reply could not be sent: the connection is over.
+    failed: AtomicBool,
+    /// Requests handed to the workers and not yet answered.
+    in_flight: AtomicUsize,
+    ns: &'n Namespace,
+    structured: bool,
+}
+
+impl<W: Write> Replies<'_, '_, W> {
+    /// Runs `request` and sends its reply; `buf` holds a read's bytes.
+    fn answer(&self, request: &NbdRequest, buf: &mut Vec<u8>) -> std::io::Result<()> {
+        let answer = run_request(self.ns, request, buf);
+        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let read = (answer == 0 && request.kind == cmd::READ).then_some((request.offset, &buf[..]));
+        let sent =
+            reply(&mut **w, self.structured, request.cookie, answer, read).and_then(|()| w.flush());
+        if sent.is_err() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        sent
+    }
+}
+
+fn receive_requests<R: Read, W: Write>(
+    r: &mut BufReader<R>,
     tx: &crossbeam_channel::Sender<NbdRequest>,
-    failed: &AtomicBool,
+    conn: &Replies<'_, '_, W>,
 ) -> std::io::Result<()> {
+    let mut buf = Vec::new();
     loop {
-        if failed.load(std::sync::atomic::Ordering::Relaxed) {
+        if conn.failed.load(Ordering::Relaxed) {
             return Err(protocol("sending a reply failed"));
         }
         let magic = match read_u32(r) {
@@ -430,17 +458,21 @@ fn receive_requests(
             // The workers finish what was sent before it; then the end.
             return Ok(());
         }
-        if tx
-            .send(NbdRequest {
-                flags,
-                kind,
-                cookie,
-                offset,
-                len,
-                data,
-            })
-            .is_err()
-        {
+        let request = NbdRequest {
+            flags,
+            kind,
+            cookie,
+            offset,
+            len,
+            data,
+        };
+        if conn.in_flight.load(Ordering::Acquire) == 0 && r.buffer().is_empty() {
+            // Alone: no hand-over to a worker (a wake-up) on its way.
+            conn.answer(&request, &mut buf)?;
+            continue;
+        }
+        conn.in_flight.fetch_add(1, Ordering::AcqRel);
+        if tx.send(request).is_err() {
             return Err(protocol("the connection's workers stopped"));
         }
     }
