@@ -14,6 +14,8 @@
 //!   recv into provided buffers, owned sends, a waker), Linux 6.0.
 //! - [`shm`]: shared-memory rings for local clients of the server (sealed
 //!   memfds, futex and eventfd wake-ups, descriptor passing).
+//! - [`spin`]: the process's slots for threads that poll instead of
+//!   sleeping (at most half the cores).
 //! - [`sync_io`]: [`DeviceIo`], blocking I/O from any thread through leased
 //!   engines — how the crates above wait for a device I/O.
 //!
@@ -33,6 +35,7 @@ pub mod net;
 pub mod pool;
 pub mod probe;
 pub mod shm;
+pub mod spin;
 pub mod sync_io;
 
 pub use device::{

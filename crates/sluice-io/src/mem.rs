@@ -310,4 +310,3 @@ mod tests {
         assert!(again.iter().all(|m| m.len() == len));
     }
 }
-

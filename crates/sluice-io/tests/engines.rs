@@ -106,6 +106,24 @@ fn uring_sqpoll_roundtrip_on_file() {
 }
 
 #[test]
+fn uring_spin_wait_roundtrip_on_file() {
+    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+    let mut cfg = config(EngineKind::Uring);
+    cfg.spin_wait_us = 2000;
+    let mut engine = open_engine(file_device(&dir, 64 << 20), &cfg).unwrap();
+    write_read_roundtrip(engine.as_mut());
+    // One request at a time, as a storage node's connection waits: each
+    // wait polls for the completion first (or sleeps when another thread
+    // of this test binary holds the polling slots), and every read is whole.
+    for i in 0..200u64 {
+        let buf = engine.pool().alloc(4096, Direction::Read).unwrap();
+        let c = ok(engine.run(Request::read(i % 16, buf, i)));
+        assert_eq!(c.result.unwrap(), 4096);
+    }
+    assert!(sluice_io::spin::SpinSlot::taken() <= sluice_io::spin::max_pollers());
+}
+
+#[test]
 fn posix_roundtrip_direct_and_buffered() {
     let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
     let mut engine = open_engine(file_device(&dir, 64 << 20), &config(EngineKind::Posix)).unwrap();
@@ -689,6 +707,10 @@ fn invalid_engine_configs_are_named() {
     assert!(err.to_string().contains("queue_depth 0"), "{err}");
     let mut cfg = config(EngineKind::Posix);
     cfg.high_share = 1.5;
-    let err = open_engine(dev, &cfg).err().unwrap();
+    let err = open_engine(dev.clone(), &cfg).err().unwrap();
     assert!(err.to_string().contains("high_share 1.5"), "{err}");
+    let mut cfg = config(EngineKind::Posix);
+    cfg.spin_wait_us = 20_000;
+    let err = open_engine(dev, &cfg).err().unwrap();
+    assert!(err.to_string().contains("spin_wait_us 20000"), "{err}");
 }

@@ -79,6 +79,11 @@ pub mod property {
     pub const CSTS: u32 = 0x1c;
 }
 
+/// How long a namespace's I/O polls for a completion before it sleeps
+/// (`EngineConfig::spin_wait_us`): longer than a 4 KiB read of a fast
+/// device takes, short enough that a slow device's wait is mostly asleep.
+pub const DEVICE_SPIN_WAIT_US: u32 = 200;
+
 /// One namespace: a device and the I/O path to it.
 pub struct Namespace {
     pub(crate) io: DeviceIo,
@@ -94,7 +99,13 @@ impl Namespace {
     pub fn new(device: Arc<dyn Device>) -> sluice_io::Result<Namespace> {
         let geometry = device.geometry();
         let uuid = uuid_of(&device.describe());
-        let io = DeviceIo::open(device, EngineConfig::default())?;
+        // A connection waits on one command at a time: polling for the
+        // device's completion saves it a sleep and a wake-up per command.
+        let config = EngineConfig {
+            spin_wait_us: DEVICE_SPIN_WAIT_US,
+            ..EngineConfig::default()
+        };
+        let io = DeviceIo::open(device, config)?;
         Ok(Namespace {
             io,
             block_size_bytes: geometry.block_size_bytes,

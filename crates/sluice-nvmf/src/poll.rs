@@ -5,29 +5,17 @@
 //! sleep and a wake-up per PDU, which on a virtual machine measured about
 //! as much as the device's own latency.
 //!
-//! Polling threads are limited machine-wide: more of them than cores would
-//! take the cores from the threads they wait for (the host, the device's
-//! completions), so past the limit a reader blocks at once.
+//! A poller holds one of the process's polling slots (`sluice_io::spin`,
+//! shared with the device engines' completion polling): more pollers than
+//! half the cores would take the cores from the threads they wait for, so
+//! past the limit a reader blocks at once.
 
 use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long after its last bytes a reader keeps polling before it blocks.
 pub const POLL_AFTER_BYTES: Duration = Duration::from_micros(200);
-
-/// Readers polling at once, machine-wide.
-static POLLING: AtomicUsize = AtomicUsize::new(0);
-
-/// Most readers polling at once: half the cores, at least one.
-fn max_polling() -> usize {
-    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        (cores / 2).max(1)
-    })
-}
 
 /// A socket read that polls before it blocks. The stream's read timeout
 /// (set by its owner) still bounds the blocking read.
@@ -36,6 +24,8 @@ pub struct PollingReader {
     last_bytes: Instant,
     /// Whether the socket is in non-blocking mode now.
     nonblocking: bool,
+    /// Polls that ran out of time make the next reads block at once.
+    backoff: sluice_io::spin::SpinBackoff,
 }
 
 impl Default for PollingReader {
@@ -51,6 +41,7 @@ impl PollingReader {
         PollingReader {
             last_bytes: Instant::now(),
             nonblocking: false,
+            backoff: sluice_io::spin::SpinBackoff::default(),
         }
     }
 
@@ -58,9 +49,14 @@ impl PollingReader {
     /// [`POLL_AFTER_BYTES`] ago and a polling slot is free, then blocks.
     /// Errors as `Read::read` (a timeout of the blocking read included).
     pub fn read(&mut self, stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.last_bytes.elapsed() < POLL_AFTER_BYTES {
-            if let Some(_slot) = PollSlot::take() {
-                if let Some(n) = self.poll(stream, buf)? {
+        if self.last_bytes.elapsed() < POLL_AFTER_BYTES && self.backoff.should_spin() {
+            // Counted as waiting only while it polls: a connection that
+            // then blocks may stay idle for long.
+            let waiting = sluice_io::spin::Waiting::begin();
+            if let Some(_slot) = waiting.spin_slot() {
+                let polled = self.poll(stream, buf)?;
+                self.backoff.record(polled.is_some());
+                if let Some(n) = polled {
                     self.last_bytes = Instant::now();
                     return Ok(n);
                 }
@@ -125,27 +121,6 @@ impl Read for PolledStream {
     }
 }
 
-/// One of the machine-wide polling slots, given back when dropped.
-struct PollSlot;
-
-impl PollSlot {
-    fn take() -> Option<PollSlot> {
-        let limit = max_polling();
-        POLLING
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| PollSlot)
-    }
-}
-
-impl Drop for PollSlot {
-    fn drop(&mut self) {
-        POLLING.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,7 +157,7 @@ mod tests {
         );
         writer.join().unwrap();
         assert_eq!(
-            POLLING.load(Ordering::Acquire),
+            sluice_io::spin::SpinSlot::taken(),
             0,
             "a polling slot was not given back"
         );

@@ -237,6 +237,15 @@ pub struct EngineConfig {
     /// in the kernel, so while the submission thread is awake a request
     /// costs no system call at all. Burns the waiting thread's core.
     pub poll_completions: bool,
+    /// io_uring without SQPOLL: before sleeping for a completion, poll for
+    /// it this long (microseconds; 0: sleep at once), holding one of the
+    /// process's polling slots ([`crate::spin`]; without a free one, sleep).
+    /// The completion's task work is run as soon as the kernel flags it
+    /// (`IORING_SETUP_TASKRUN_FLAG`, Linux 5.19), without a system call
+    /// before then. For a thread that waits on one request at a time with
+    /// nothing else to do (a storage node's connection): a sleep and a
+    /// wake-up cost about as much as a fast device's own latency.
+    pub spin_wait_us: u32,
     /// Use fixed buffers (ReadFixed/WriteFixed) from a registered pool.
     pub fixed_buffers: bool,
     /// Low-priority requests wait while high ones hold this share of the depth.
@@ -263,6 +272,7 @@ impl Default for EngineConfig {
             submit_batch: 0,
             iopoll: false,
             poll_completions: false,
+            spin_wait_us: 0,
             fixed_buffers: true,
             high_share: 0.75,
             high_ioprio: 0,
@@ -295,6 +305,12 @@ impl EngineConfig {
                 self.submit_batch, self.queue_depth
             )));
         }
+        if self.spin_wait_us > MAX_SPIN_WAIT_US {
+            return Err(IoError::Config(format!(
+                "spin_wait_us {} must be at most {MAX_SPIN_WAIT_US} (a poller holds its core)",
+                self.spin_wait_us
+            )));
+        }
         if self.posix_threads == 0 || self.posix_threads > MAX_POSIX_THREADS {
             return Err(IoError::Config(format!(
                 "posix_threads {} must be between 1 and {MAX_POSIX_THREADS}",
@@ -304,6 +320,9 @@ impl EngineConfig {
         self.pool.validate()
     }
 }
+
+/// Longest [`EngineConfig::spin_wait_us`].
+pub const MAX_SPIN_WAIT_US: u32 = 10_000;
 
 /// A queue of I/O against one device.
 pub trait Engine: Send {

@@ -79,6 +79,10 @@ pub struct UringEngine {
     sqpoll: bool,
     /// SQPOLL and `poll_completions`: reap without entering the kernel.
     poll_cq: bool,
+    /// `spin_wait_us`: how long a reap polls before it sleeps, and when
+    /// it does not (after polls that ran out of time).
+    spin_wait: std::time::Duration,
+    spin_backoff: crate::spin::SpinBackoff,
     block_size_bytes: u64,
     queue_depth: usize,
     sq_entries: usize,
@@ -184,6 +188,14 @@ impl UringEngine {
         if !sqpoll {
             builder.setup_coop_taskrun();
         }
+        // Polling for completions needs the kernel to say when their task
+        // work is pending.
+        let spin_wait = if !sqpoll && config.spin_wait_us > 0 {
+            builder.setup_taskrun_flag();
+            std::time::Duration::from_micros(config.spin_wait_us as u64)
+        } else {
+            std::time::Duration::ZERO
+        };
         let mut deferred = builder.clone();
         let mut single_issuer = false;
         if !sqpoll && config.defer_taskrun {
@@ -252,6 +264,8 @@ impl UringEngine {
             iopoll,
             sqpoll,
             poll_cq: sqpoll && config.poll_completions,
+            spin_wait,
+            spin_backoff: crate::spin::SpinBackoff::default(),
             block_size_bytes,
             queue_depth: config.queue_depth,
             sq_entries,
@@ -375,6 +389,31 @@ impl UringEngine {
             }
             added += self.drain_completions(out);
             if added >= min || (self.sqes_in_kernel == 0 && self.gate.queued() == 0) {
+                return Ok(added);
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Polls for `needed` completions for up to `spin_wait`: the kernel
+    /// flags pending task work in the SQ ring's flags, and only then does
+    /// the engine enter it (to run that work, which posts the completions).
+    fn spin_for_completions(&mut self, needed: usize, out: &mut Vec<Completion>) -> Result<usize> {
+        let deadline = std::time::Instant::now() + self.spin_wait;
+        let mut added = 0;
+        loop {
+            added += self.drain_completions(out);
+            if added >= needed || self.sqes_in_kernel == 0 {
+                return Ok(added);
+            }
+            // SAFETY: only this engine touches its submission queue, and
+            // nothing is pushed while this shared view lives.
+            let pending = unsafe { self.ring.submission_shared() }.taskrun();
+            if pending {
+                self.enter(0)?;
+                continue;
+            }
+            if std::time::Instant::now() >= deadline {
                 return Ok(added);
             }
             std::hint::spin_loop();
@@ -600,6 +639,23 @@ impl Engine for UringEngine {
         loop {
             self.issue_queued();
             let want = usize::from(added < min && self.sqes_in_kernel > 0);
+            let _waiting =
+                (want > 0 && !self.spin_wait.is_zero()).then(crate::spin::Waiting::begin);
+            if let Some(waiting) = _waiting
+                .as_ref()
+                .filter(|_| self.spin_backoff.should_spin())
+            {
+                if let Some(_slot) = waiting.spin_slot() {
+                    if self.unsubmitted > 0 {
+                        self.enter(0)?;
+                    }
+                    added += self.spin_for_completions(min - added, out)?;
+                    self.spin_backoff.record(added >= min);
+                    if added >= min {
+                        return Ok(added);
+                    }
+                }
+            }
             if self.unsubmitted > 0 || want > 0 {
                 self.enter(want)?;
             }
