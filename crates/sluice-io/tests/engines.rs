@@ -124,6 +124,43 @@ fn uring_spin_wait_roundtrip_on_file() {
 }
 
 #[test]
+fn uring_spin_wait_issues_what_the_gate_holds_after_the_kernel_empties() {
+    // Low requests wait in the gate while high ones hold their share; a
+    // poll that sees every request in the kernel complete must issue them
+    // before it waits again (waiting with nothing in the kernel never ends).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+        let mut cfg = config(EngineKind::Uring);
+        cfg.spin_wait_us = 5000;
+        cfg.queue_depth = 8;
+        cfg.high_share = 0.5;
+        let mut engine = open_engine(file_device(&dir, 1 << 20), &cfg).unwrap();
+        for round in 0..50u64 {
+            for ud in 0..7u64 {
+                let p = if ud < 4 {
+                    Priority::High
+                } else {
+                    Priority::Low
+                };
+                let buf = engine.pool().alloc(4096, Direction::Read).unwrap();
+                engine
+                    .submit(Request::read(ud, buf, round * 10 + ud).with_priority(p))
+                    .unwrap();
+            }
+            let mut out = Vec::new();
+            while out.len() < 7 {
+                engine.reap(7 - out.len(), &mut out).unwrap();
+            }
+            assert!(out.iter().all(|c| c.result.is_ok()));
+        }
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the reaps finished (a reap waited with nothing in the kernel)");
+}
+
+#[test]
 fn posix_roundtrip_direct_and_buffered() {
     let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
     let mut engine = open_engine(file_device(&dir, 64 << 20), &config(EngineKind::Posix)).unwrap();

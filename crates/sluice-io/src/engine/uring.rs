@@ -398,13 +398,19 @@ impl UringEngine {
     /// Polls for `needed` completions for up to `spin_wait`: the kernel
     /// flags pending task work in the SQ ring's flags, and only then does
     /// the engine enter it (to run that work, which posts the completions).
-    fn spin_for_completions(&mut self, needed: usize, out: &mut Vec<Completion>) -> Result<usize> {
+    /// Returns the completions added and whether the time ran out (then
+    /// requests are still in the kernel).
+    fn spin_for_completions(
+        &mut self,
+        needed: usize,
+        out: &mut Vec<Completion>,
+    ) -> Result<(usize, bool)> {
         let deadline = std::time::Instant::now() + self.spin_wait;
         let mut added = 0;
         loop {
             added += self.drain_completions(out);
             if added >= needed || self.sqes_in_kernel == 0 {
-                return Ok(added);
+                return Ok((added, false));
             }
             // SAFETY: only this engine touches its submission queue, and
             // nothing is pushed while this shared view lives.
@@ -414,7 +420,7 @@ impl UringEngine {
                 continue;
             }
             if std::time::Instant::now() >= deadline {
-                return Ok(added);
+                return Ok((added, true));
             }
             std::hint::spin_loop();
         }
@@ -639,20 +645,23 @@ impl Engine for UringEngine {
         loop {
             self.issue_queued();
             let want = usize::from(added < min && self.sqes_in_kernel > 0);
-            let _waiting =
-                (want > 0 && !self.spin_wait.is_zero()).then(crate::spin::Waiting::begin);
-            if let Some(waiting) = _waiting
-                .as_ref()
-                .filter(|_| self.spin_backoff.should_spin())
-            {
+            // Counted as a waiter through the poll and the sleep after it.
+            let waiting = (want > 0 && !self.spin_wait.is_zero()).then(crate::spin::Waiting::begin);
+            if let Some(waiting) = waiting.as_ref().filter(|_| self.spin_backoff.should_spin()) {
                 if let Some(_slot) = waiting.spin_slot() {
                     if self.unsubmitted > 0 {
                         self.enter(0)?;
                     }
-                    added += self.spin_for_completions(min - added, out)?;
-                    self.spin_backoff.record(added >= min);
+                    let (got, timed_out) = self.spin_for_completions(min - added, out)?;
+                    added += got;
+                    self.spin_backoff.record(!timed_out);
                     if added >= min {
                         return Ok(added);
+                    }
+                    if !timed_out {
+                        // The kernel holds nothing more: issue what the
+                        // gate holds before any wait.
+                        continue;
                     }
                 }
             }
