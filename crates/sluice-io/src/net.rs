@@ -223,6 +223,29 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (storage, len as libc::socklen_t)
 }
 
+/// Reads what `socket` holds now without waiting (`MSG_DONTWAIT`): the
+/// bytes read, or an error of kind `WouldBlock` when none are there. The
+/// socket's own blocking mode is left alone — it is shared with every
+/// descriptor of the socket (`try_clone`), so a writer on one keeps
+/// blocking while a reader polls on another.
+pub fn recv_nowait(socket: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: the pointer and length describe `buf`, a live exclusive
+    // borrow the kernel writes at most `buf.len()` bytes into; the
+    // descriptor is borrowed from a live socket.
+    let n = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; the call

@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 pub const POLL_AFTER_BYTES: Duration = Duration::from_micros(200);
 
 /// A socket read that polls before it blocks. The stream's read timeout
-/// (set by its owner) still bounds the blocking read.
+/// (set by its owner) still bounds the blocking read; the socket stays in
+/// blocking mode throughout (polls read with `MSG_DONTWAIT`), so writes on
+/// it or on its clones are never cut short.
 pub struct PollingReader {
     /// When bytes last came.
     last_bytes: Instant,
-    /// Whether the socket is in non-blocking mode now.
-    nonblocking: bool,
     /// Polls that ran out of time make the next reads block at once.
     backoff: sluice_io::spin::SpinBackoff,
 }
@@ -40,7 +40,6 @@ impl PollingReader {
     pub fn new() -> Self {
         PollingReader {
             last_bytes: Instant::now(),
-            nonblocking: false,
             backoff: sluice_io::spin::SpinBackoff::default(),
         }
     }
@@ -62,23 +61,15 @@ impl PollingReader {
                 }
             }
         }
-        if self.nonblocking {
-            stream.set_nonblocking(false)?;
-            self.nonblocking = false;
-        }
         let n = stream.read(buf)?;
         self.last_bytes = Instant::now();
         Ok(n)
     }
 
     /// Polls until bytes come (`Some`) or the polling time is up (`None`).
-    fn poll(&mut self, stream: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
-        if !self.nonblocking {
-            stream.set_nonblocking(true)?;
-            self.nonblocking = true;
-        }
+    fn poll(&mut self, stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
         loop {
-            match stream.read(buf) {
+            match sluice_io::net::recv_nowait(stream, buf) {
                 Ok(n) => return Ok(Some(n)),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     if self.last_bytes.elapsed() >= POLL_AFTER_BYTES {
@@ -151,15 +142,46 @@ mod tests {
             got.extend_from_slice(&buf[..n]);
         }
         assert_eq!(got, b"firstsecond");
-        assert!(
-            !reader.nonblocking,
-            "a reader that blocked left the socket blocking"
-        );
         writer.join().unwrap();
         assert_eq!(
             sluice_io::spin::SpinSlot::taken(),
             0,
             "a polling slot was not given back"
         );
+    }
+
+    #[test]
+    fn a_writer_on_a_clone_keeps_blocking_while_its_reader_polls() {
+        // The socket's blocking mode is shared by its clones: a poll that
+        // switched it would cut a big reply short with WouldBlock.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        const REPLY_BYTES: usize = 32 << 20;
+        let peer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(b"x").unwrap();
+            // Reads slowly, so the other side's send buffer fills.
+            let mut buf = vec![0u8; 64 << 10];
+            let mut total = 0;
+            while total < REPLY_BYTES {
+                std::thread::sleep(Duration::from_micros(200));
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "the reply was cut short");
+                total += n;
+            }
+            total
+        });
+        let (stream, _) = listener.accept().unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        // The byte is there before the poll starts; polled directly, so no
+        // other test's hold on the process's polling slots changes the path.
+        std::thread::sleep(Duration::from_millis(20));
+        let mut reader = PollingReader::new();
+        let mut buf = [0u8; 8];
+        assert_eq!(reader.poll(&stream, &mut buf).unwrap(), Some(1));
+        writer
+            .write_all(&vec![7u8; REPLY_BYTES])
+            .expect("a blocking write completes whole");
+        assert_eq!(peer.join().unwrap(), REPLY_BYTES);
     }
 }
