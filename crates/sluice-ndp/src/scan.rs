@@ -265,12 +265,13 @@ pub(crate) fn key_text(key: &[u8]) -> String {
 
 /// Most worker threads one operation may use.
 pub const MAX_THREADS: usize = 64;
-/// Bytes of full batches each scan worker may have waiting for the
-/// consumer (at least two batches). Parts are handed over in key order, so
-/// a worker past the first waits once this much of its part's rows is
-/// ready: the budget lets it run alongside the workers before it through
-/// result sets of tens of megabytes, and bounds what a large one holds.
-const BUFFERED_BYTES_PER_WORKER: usize = 32 << 20;
+/// Bytes of full batches the workers of one scan may have waiting for the
+/// consumer, shared out evenly (each worker at least two batches). Parts
+/// are handed over in key order, so a worker past the first waits once its
+/// share of its part's rows is ready: the budget lets two workers run side
+/// by side through result sets of tens of megabytes, and bounds what a
+/// large one holds whatever the thread count.
+const BUFFERED_BYTES_PER_SCAN: usize = 64 << 20;
 
 /// A part of a key range: `[start, end)`, `end` None for unbounded.
 pub(crate) type KeyPart = (Vec<u8>, Option<Vec<u8>>);
@@ -449,11 +450,11 @@ pub fn scan(
         parts.reverse();
     }
     let snapshot = &snapshot;
+    let in_flight = (BUFFERED_BYTES_PER_SCAN / parts.len() / b).max(2);
     std::thread::scope(|scope| {
         let receivers: Vec<_> = parts
             .iter()
             .map(|part| {
-                let in_flight = (BUFFERED_BYTES_PER_WORKER / b).max(2);
                 let (tx, rx) = std::sync::mpsc::sync_channel(in_flight);
                 scope.spawn(move || scan_worker(store, snapshot, spec, part, tx));
                 rx
