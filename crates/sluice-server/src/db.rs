@@ -86,9 +86,17 @@ impl Entry {
     }
 
     fn decode(bytes: &[u8]) -> Result<Entry, StoreError> {
+        Entry::decode_as(bytes, Read::Whole)
+    }
+
+    fn decode_as(bytes: &[u8], read: Read) -> Result<Entry, StoreError> {
         if let Some((s, expire_at_ms)) = Entry::string_view(bytes)? {
+            let s = match read {
+                Read::Whole => s.to_vec(),
+                Read::Shape => Vec::new(),
+            };
             return Ok(Entry {
-                value: Value::String(s.to_vec()),
+                value: Value::String(s),
                 expire_at_ms,
             });
         }
@@ -118,6 +126,16 @@ impl Entry {
     pub fn expired(&self, now_ms: u64) -> bool {
         self.expire_at_ms != 0 && self.expire_at_ms <= now_ms
     }
+}
+
+/// How much of an entry a read decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// All of it.
+    Whole,
+    /// Its type, expiry and a hash's length; a string comes back empty
+    /// (no copy of a value the caller is about to overwrite).
+    Shape,
 }
 
 /// A hash field and its value.
@@ -346,6 +364,21 @@ impl Db {
         f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<R, StoreError> {
         self.store.get_latest_cached(cache, self.keys, key, f)
+    }
+
+    /// The newest stored entry of `key` (expired or not), decoded as far
+    /// as `read` says, through the calling thread's `cache` of the store's
+    /// view: no snapshot is registered. For a command that holds `key`'s
+    /// stripe lock, so no other write of it can land meanwhile.
+    pub fn get_locked(
+        &self,
+        cache: &mut ReadCache,
+        key: &[u8],
+        read: Read,
+    ) -> Result<Option<Entry>, StoreError> {
+        self.get_raw_latest_with(cache, key, |found| {
+            found.map(|f| Entry::decode_as(f.bytes(), read)).transpose()
+        })?
     }
 
     /// [`Db::get_raw`] as of `at`.

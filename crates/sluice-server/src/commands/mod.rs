@@ -18,10 +18,10 @@ pub use strings::get_borrowed;
 
 pub use glob::glob_match;
 
-use crate::db::{Db, DbBatch, DbOp, Entry, Locked, Value};
+use crate::db::{Db, DbBatch, DbOp, Entry, Locked, Read, Value};
 use crate::resp::{string_to_i64, Args, Reply};
 use sluice_store::wal::LogPosition;
-use sluice_store::{Snapshot, StoreError};
+use sluice_store::{ReadCache, Snapshot, StoreError};
 use std::collections::{BTreeMap, HashMap};
 
 /// What a command handler returns: its reply, or an error reply.
@@ -70,6 +70,9 @@ pub struct Ctx<'a> {
     /// Every read of the run sees the store as of one moment (MGET and
     /// its kind never see half of another connection's batch).
     snapshot: std::cell::OnceCell<Snapshot>,
+    /// The serving thread's cache of the store's view, for reads of keys
+    /// the run holds locked ([`Ctx::begin`]); None: a fresh one each read.
+    reads: Option<&'a mut ReadCache>,
 }
 
 /// A transaction's uncommitted writes, as its own commands see them.
@@ -130,7 +133,15 @@ impl<'a> Ctx<'a> {
             wrote: None,
             tx: None,
             snapshot: std::cell::OnceCell::new(),
+            reads: None,
         }
+    }
+
+    /// The run reads keys it holds locked through `reads`, the serving
+    /// thread's cache of the store's view (kept from run to run).
+    pub fn with_reads(mut self, reads: &'a mut ReadCache) -> Self {
+        self.reads = Some(reads);
+        self
     }
 
     /// A transaction's run: writes are held until [`Ctx::finish`]. The
@@ -335,9 +346,35 @@ impl<'a> Ctx<'a> {
     /// A batch to change `key`, and its live entry. An expired entry is
     /// removed first in the same batch, so nothing of it (a hash's
     /// fields) outlives it.
-    fn begin(&self, key: &[u8]) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
+    ///
+    /// The caller holds `key`'s stripe lock (or, in a transaction, every
+    /// stripe): outside a transaction the entry is read as it is now, with
+    /// no snapshot, since no other write of it can land meanwhile.
+    fn begin(&mut self, key: &[u8]) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
+        self.begin_reading(key, Read::Whole)
+    }
+
+    /// [`Ctx::begin`] for a command that replaces the key's value without
+    /// looking at it (SET): a string entry comes back without its bytes.
+    fn begin_overwrite(&mut self, key: &[u8]) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
+        self.begin_reading(key, Read::Shape)
+    }
+
+    fn begin_reading(
+        &mut self,
+        key: &[u8],
+        read: Read,
+    ) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
         let mut batch = self.batch();
-        match self.get_raw(key)? {
+        let stored = if self.tx.is_some() {
+            self.get_raw(key)?
+        } else {
+            match self.reads.as_deref_mut() {
+                Some(cache) => self.db.get_locked(cache, key, read)?,
+                None => self.db.get_locked(&mut ReadCache::default(), key, read)?,
+            }
+        };
+        match stored {
             Some(e) if e.expired(self.now_ms) => {
                 self.remove(&mut batch, key, &e.value)?;
                 Ok((None, batch))

@@ -209,7 +209,11 @@ fn set_generic(
     answers: Option<(Reply, Reply)>,
 ) -> Outcome {
     let _locked = ctx.lock(&[key]);
-    let (old, batch) = ctx.begin(key)?;
+    let (old, batch) = if o.get {
+        ctx.begin(key)?
+    } else {
+        ctx.begin_overwrite(key)?
+    };
     let previous = if o.get {
         match &old {
             Some(Entry {

@@ -96,7 +96,14 @@ fn lowercase_name<'a>(name: &'a [u8], buf: &'a mut [u8; NAME_MAX_BYTES]) -> &'a 
 /// Runs one request on `conn` and queues its reply — held until the log
 /// is durable past its write with `--durability always`. Returns the log
 /// position of its write, if it wrote.
-pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<LogPosition> {
+///
+/// `reads`: the worker's cache of the store's view.
+pub(super) fn execute(
+    shared: &Shared,
+    conn: &mut Conn,
+    args: &Args,
+    reads: &mut ReadCache,
+) -> Option<LogPosition> {
     let mut lower = [0u8; NAME_MAX_BYTES];
     let name = lowercase_name(&args[0], &mut lower);
     let (reply, wrote) = if conn.tx.is_some() && !TX_CONTROL.contains(&name) {
@@ -108,7 +115,7 @@ pub(super) fn execute(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<L
             conn.tx = None;
             conn.watched.clear();
         }
-        let mut ctx = Ctx::new(&shared.db, super::now_ms());
+        let mut ctx = Ctx::new(&shared.db, super::now_ms()).with_reads(reads);
         let reply = run(shared, conn, name, args, &mut ctx);
         (reply, ctx.wrote())
     };

@@ -692,7 +692,7 @@ impl Worker {
                             break;
                         }
                         WorkerStats::add(&stats.commands_processed, 1);
-                        admin::execute(&self.shared, c, &args);
+                        admin::execute(&self.shared, c, &args, &mut self.reads);
                         n += 1;
                     }
                     Ok(None) => break,
