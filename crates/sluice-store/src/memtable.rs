@@ -1,16 +1,22 @@
 //! The memtable: every version of every key written since the last flush,
 //! ordered by (keyspace, key, sequence descending), plus range tombstones.
 //! Reads at a snapshot sequence see the newest version at or below it.
+//!
+//! Each key's versions are one [`Chain`] in a hash table; an ordered set
+//! of the keys gives the order scans and flushes walk. A write of a key
+//! already here (an overwrite of a hot key) is a hash lookup and a push,
+//! with no search of the ordered set: only a key's first write inserts
+//! there.
 
 use crate::batch::{OpKind, WriteBatch};
 use crate::sst::{Entry, EntryKind, RangeTombstone as SstRangeTombstone};
-use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::ops::Bound;
 use std::sync::Arc;
 
-/// Keys and values are shared between the ordered map and the index of
-/// newest versions, not copied.
-type InternalKey = (u32, Arc<[u8]>, Reverse<u64>);
+/// A key as the ordered set holds it; the key bytes are shared with its
+/// chain, not copied.
+type OrderKey = (u32, Arc<[u8]>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Version {
@@ -28,19 +34,73 @@ impl Version {
     }
 }
 
-/// The newest version of one key: a point read at a snapshot it is not
-/// newer than (nearly all of them) takes it by hash, without the ordered
-/// map's search.
+/// Every version of one key: the newest apart (a point read at a snapshot
+/// it is not newer than — nearly all of them — takes it at once), the
+/// older ones in ascending sequence.
 #[derive(Debug)]
-struct Newest {
+struct Chain {
     keyspace: u32,
     key: Arc<[u8]>,
     seq: u64,
     version: Version,
+    older: Vec<(u64, Version)>,
 }
 
-/// What a key's [`Newest`] adds to a memtable's size, roughly.
-const NEWEST_BYTES: usize = 56;
+impl Chain {
+    /// Adds a version (sequences may arrive out of order: group commit
+    /// may apply a later batch first).
+    fn add(&mut self, seq: u64, version: Version) {
+        assert_ne!(seq, self.seq, "one version per sequence");
+        if seq > self.seq {
+            let old_seq = std::mem::replace(&mut self.seq, seq);
+            let old = std::mem::replace(&mut self.version, version);
+            self.older.push((old_seq, old));
+        } else {
+            let at = self.older.partition_point(|(s, _)| *s < seq);
+            self.older.insert(at, (seq, version));
+        }
+    }
+
+    /// The newest version at or below `snapshot`.
+    fn at(&self, snapshot: u64) -> Option<(u64, &Version)> {
+        if self.seq <= snapshot {
+            return Some((self.seq, &self.version));
+        }
+        let below = self.older.partition_point(|(s, _)| *s <= snapshot);
+        below
+            .checked_sub(1)
+            .map(|i| (self.older[i].0, &self.older[i].1))
+    }
+
+    /// Its versions in internal order (sequence descending) or, with
+    /// `ascending`, the reverse; with `bound`, only those past it in that
+    /// order (below it descending, above it ascending).
+    fn versions(
+        &self,
+        ascending: bool,
+        bound: Option<u64>,
+    ) -> impl Iterator<Item = (u64, &Version)> + '_ {
+        // Position n stands for the newest, 0..n for the older ones.
+        let n = self.older.len();
+        (0..=n)
+            .map(move |i| {
+                let at = if ascending { i } else { n - i };
+                match self.older.get(at) {
+                    Some((seq, v)) => (*seq, v),
+                    None => (self.seq, &self.version),
+                }
+            })
+            .filter(move |(seq, _)| match bound {
+                None => true,
+                Some(b) if ascending => *seq > b,
+                Some(b) => *seq < b,
+            })
+    }
+
+    fn len(&self) -> usize {
+        1 + self.older.len()
+    }
+}
 
 #[derive(Debug, Clone)]
 struct RangeTombstone {
@@ -49,6 +109,10 @@ struct RangeTombstone {
     end: Vec<u8>,
     seq: u64,
 }
+
+/// What a key's [`Chain`] and its place in the ordered set add to a
+/// memtable's size, roughly.
+const KEY_BYTES: usize = 96;
 
 /// Receives one version: key, sequence, kind, value.
 pub type VersionVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) + 'a;
@@ -73,12 +137,12 @@ fn point_hash(keyspace: u32, key: &[u8]) -> u64 {
 /// Recent writes of every keyspace, ordered, in memory until flushed.
 #[derive(Debug, Default)]
 pub struct Memtable {
-    entries: BTreeMap<InternalKey, Version>,
-    /// Every key with a point version here, by [`point_hash`], with its
-    /// newest version: a point read of a key not in it skips the ordered
-    /// map (most point reads, once the data outgrows the memtable), and of
-    /// a key in it usually needs nothing else.
-    newest: hashbrown::HashTable<Newest>,
+    /// Every key with a point version here, in (keyspace, key) order.
+    order: BTreeSet<OrderKey>,
+    /// Each of those keys' versions, by [`point_hash`].
+    chains: hashbrown::HashTable<Chain>,
+    /// Point versions in all chains.
+    versions: usize,
     ranges: Vec<RangeTombstone>,
     approximate_bytes: usize,
 }
@@ -102,43 +166,43 @@ impl Memtable {
                     continue;
                 }
             };
-            let key = self.insert_newest(op.keyspace, &op.key, seq, &version);
-            self.entries
-                .insert((op.keyspace, key, Reverse(seq)), version);
+            self.add_version(op.keyspace, &op.key, seq, version);
         }
     }
 
-    /// Records `version` of `key` in the index of newest versions if it is
-    /// newer than the one there; the key as the memtable shares it.
-    fn insert_newest(
-        &mut self,
-        keyspace: u32,
-        key: &[u8],
-        seq: u64,
-        version: &Version,
-    ) -> Arc<[u8]> {
+    /// Adds one point version: to the key's chain, or as a new chain (and
+    /// a new key in the ordered set) for a key's first version here.
+    fn add_version(&mut self, keyspace: u32, key: &[u8], seq: u64, version: Version) {
+        self.versions += 1;
         let hash = point_hash(keyspace, key);
-        let same = |n: &Newest| n.keyspace == keyspace && *n.key == *key;
-        if let Some(n) = self.newest.find_mut(hash, same) {
-            if seq > n.seq {
-                n.seq = seq;
-                n.version = version.clone();
-            }
-            return n.key.clone();
+        let same = |c: &Chain| c.keyspace == keyspace && *c.key == *key;
+        if let Some(chain) = self.chains.find_mut(hash, same) {
+            chain.add(seq, version);
+            return;
         }
         let key: Arc<[u8]> = Arc::from(key);
-        self.approximate_bytes += NEWEST_BYTES;
-        self.newest.insert_unique(
+        self.approximate_bytes += KEY_BYTES;
+        self.order.insert((keyspace, key.clone()));
+        self.chains.insert_unique(
             hash,
-            Newest {
+            Chain {
                 keyspace,
-                key: key.clone(),
+                key,
                 seq,
-                version: version.clone(),
+                version,
+                older: Vec::new(),
             },
-            |n| point_hash(n.keyspace, &n.key),
+            |c| point_hash(c.keyspace, &c.key),
         );
-        key
+    }
+
+    /// The chain of a key in the ordered set.
+    fn chain(&self, keyspace: u32, key: &[u8]) -> &Chain {
+        self.chains
+            .find(point_hash(keyspace, key), |c| {
+                c.keyspace == keyspace && *c.key == *key
+            })
+            .expect("every key in the ordered set has its chain")
     }
 
     /// Bytes its keys and values take, roughly.
@@ -169,20 +233,10 @@ impl Memtable {
         key: &[u8],
         snapshot: u64,
     ) -> Option<(u64, Option<&Arc<[u8]>>)> {
-        let newest = self.newest.find(point_hash(keyspace, key), |n| {
-            n.keyspace == keyspace && *n.key == *key
+        let chain = self.chains.find(point_hash(keyspace, key), |c| {
+            c.keyspace == keyspace && *c.key == *key
         })?;
-        if newest.seq <= snapshot {
-            return Some((newest.seq, newest.version.value()));
-        }
-        // An older snapshot, or a write still being committed: the ordered
-        // map has the version at the snapshot.
-        let from = (keyspace, newest.key.clone(), Reverse(snapshot));
-        self.entries
-            .range(from..)
-            .next()
-            .filter(|((ks, k, _), _)| *ks == keyspace && **k == *key)
-            .map(|((_, _, Reverse(seq)), v)| (*seq, v.value()))
+        chain.at(snapshot).map(|(seq, v)| (seq, v.value()))
     }
 
     /// Every version of every key of `keyspace` from `start` on, in internal order.
@@ -191,13 +245,21 @@ impl Memtable {
         keyspace: u32,
         start: &[u8],
     ) -> impl Iterator<Item = Entry> + 'a {
-        let lower = (keyspace, Arc::from(start), Reverse(u64::MAX));
-        self.entries
+        let lower: OrderKey = (keyspace, Arc::from(start));
+        self.order
             .range(lower..)
-            .take_while(move |((ks, _, _), _)| *ks == keyspace)
-            .map(|((_, k, Reverse(seq)), v)| match v {
-                Version::Value(v) => Entry::new(k.to_vec(), *seq, EntryKind::Put, v.to_vec()),
-                Version::Tombstone => Entry::new(k.to_vec(), *seq, EntryKind::Delete, Vec::new()),
+            .take_while(move |(ks, _)| *ks == keyspace)
+            .flat_map(move |(ks, k)| {
+                self.chain(*ks, k)
+                    .versions(false, None)
+                    .map(|(seq, v)| match v {
+                        Version::Value(v) => {
+                            Entry::new(k.to_vec(), seq, EntryKind::Put, v.to_vec())
+                        }
+                        Version::Tombstone => {
+                            Entry::new(k.to_vec(), seq, EntryKind::Delete, Vec::new())
+                        }
+                    })
             })
     }
 
@@ -216,44 +278,52 @@ impl Memtable {
         max: usize,
         visit: &mut VersionVisitor<'_>,
     ) -> usize {
-        use std::ops::Bound::{Excluded, Included, Unbounded};
-        let lowest: InternalKey = (keyspace, Arc::from(start), Reverse(u64::MAX));
-        let resume = after.map(|(k, s)| (keyspace, Arc::<[u8]>::from(k), Reverse(s)));
-        let mut n = 0;
-        let mut give = |((_, k, Reverse(seq)), v): (&InternalKey, &Version)| {
-            n += 1;
-            match v {
-                Version::Value(v) => visit(k, *seq, EntryKind::Put, v),
-                Version::Tombstone => visit(k, *seq, EntryKind::Delete, &[]),
-            }
-        };
-        if reverse {
-            let upper = match (resume, end) {
-                (Some(r), _) => Excluded(r),
-                (None, Some(end)) => Excluded((keyspace, Arc::from(end), Reverse(u64::MAX))),
+        let key_of = |k: &[u8]| -> OrderKey { (keyspace, Arc::from(k)) };
+        let lowest = key_of(start);
+        // Keys to walk, and for the key `after` names, the versions of it
+        // still to come (past its sequence in the walk's direction).
+        let keys: Box<dyn Iterator<Item = &OrderKey> + '_> = if reverse {
+            let upper = match (after, end) {
+                (Some((k, _)), _) => Bound::Included(key_of(k)),
+                (None, Some(end)) => Bound::Excluded(key_of(end)),
                 (None, None) => match keyspace.checked_add(1) {
-                    Some(next) => Excluded((next, Arc::from(&[][..]), Reverse(u64::MAX))),
-                    None => Unbounded,
+                    Some(next) => Bound::Excluded((next, Arc::from(&[][..]))),
+                    None => Bound::Unbounded,
                 },
             };
-            if matches!(&upper, Excluded(u) if *u <= lowest) {
+            let empty = match &upper {
+                Bound::Excluded(u) => *u <= lowest,
+                Bound::Included(u) => *u < lowest,
+                Bound::Unbounded => false,
+            };
+            if empty {
                 return 0;
             }
-            self.entries
-                .range((Included(lowest), upper))
-                .rev()
-                .take(max)
-                .for_each(&mut give);
+            Box::new(self.order.range((Bound::Included(lowest), upper)).rev())
         } else {
-            let lower = match resume {
-                Some(r) => Excluded(r),
-                None => Included(lowest),
+            let lower = match after {
+                Some((k, _)) => key_of(k),
+                None => lowest,
             };
-            self.entries
-                .range((lower, Unbounded))
-                .take_while(|((ks, k, _), _)| *ks == keyspace && end.is_none_or(|end| &k[..] < end))
-                .take(max)
-                .for_each(&mut give);
+            Box::new(
+                self.order
+                    .range(lower..)
+                    .take_while(|(ks, k)| *ks == keyspace && end.is_none_or(|end| &k[..] < end)),
+            )
+        };
+        let mut n = 0;
+        for (ks, k) in keys {
+            let bound = after.filter(|(ak, _)| *ak == &k[..]).map(|(_, s)| s);
+            for (seq, v) in self.chain(*ks, k).versions(reverse, bound) {
+                if n == max {
+                    return n;
+                }
+                n += 1;
+                match v {
+                    Version::Value(v) => visit(k, seq, EntryKind::Put, v),
+                    Version::Tombstone => visit(k, seq, EntryKind::Delete, &[]),
+                }
+            }
         }
         n
     }
@@ -281,7 +351,16 @@ impl Memtable {
 
     /// Keyspaces with anything in this memtable.
     pub fn keyspaces(&self) -> Vec<u32> {
-        let mut ks: Vec<u32> = self.entries.keys().map(|(k, _, _)| *k).collect();
+        let mut ks: Vec<u32> = Vec::new();
+        // One step per keyspace: jump past each one found.
+        let mut from: Bound<OrderKey> = Bound::Unbounded;
+        while let Some((k, _)) = self.order.range((from, Bound::Unbounded)).next() {
+            ks.push(*k);
+            match k.checked_add(1) {
+                Some(next) => from = Bound::Included((next, Arc::from(&[][..]))),
+                None => break,
+            }
+        }
         ks.extend(self.ranges.iter().map(|r| r.keyspace));
         ks.sort_unstable();
         ks.dedup();
@@ -290,12 +369,16 @@ impl Memtable {
 
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty() && self.ranges.is_empty()
+        self.order.is_empty() && self.ranges.is_empty()
     }
 
     /// Versions it holds.
     pub fn entry_count(&self) -> usize {
-        self.entries.len() + self.ranges.len()
+        debug_assert_eq!(
+            self.versions,
+            self.chains.iter().map(Chain::len).sum::<usize>()
+        );
+        self.versions + self.ranges.len()
     }
 }
 
@@ -358,6 +441,89 @@ mod tests {
                     }
                 }
             }
+        }
+
+        /// Walking a key range in chunks of `max`, each resuming after the
+        /// last version taken, forwards or backwards, gives exactly the
+        /// model's versions in internal order (or its reverse); `versions`
+        /// gives the forward walk at once.
+        #[test]
+        fn chunked_walks_match_a_model(
+            ops in proptest::collection::vec((0u32..2, 0u8..8, any::<bool>()), 1..80),
+            order in any::<u64>(),
+            bounds in (0u8..9, 0u8..10),
+            reverse in any::<bool>(),
+            max in 1usize..5,
+        ) {
+            let mut writes: Vec<(u64, u32, Vec<u8>, bool)> = ops
+                .iter()
+                .enumerate()
+                .map(|(i, &(ks, k, put))| (i as u64 + 1, ks, vec![b'k', k], put))
+                .collect();
+            let mut state = order;
+            for i in (1..writes.len()).rev() {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                writes.swap(i, (state >> 33) as usize % (i + 1));
+            }
+            let mut m = Memtable::default();
+            let mut model: Vec<(u32, Vec<u8>, u64, bool)> = Vec::new();
+            for (seq, ks, key, put) in &writes {
+                let mut b = WriteBatch::new();
+                if *put {
+                    b.put(*ks, key, &seq.to_le_bytes()).unwrap();
+                } else {
+                    b.delete(*ks, key).unwrap();
+                }
+                m.apply(*seq, &b);
+                model.push((*ks, key.clone(), *seq, *put));
+            }
+            prop_assert_eq!(m.entry_count(), model.len());
+            // Internal order: keyspace, key, sequence descending.
+            model.sort_by(|a, b| (a.0, &a.1, std::cmp::Reverse(a.2)).cmp(&(b.0, &b.1, std::cmp::Reverse(b.2))));
+            let start = vec![b'k', bounds.0];
+            let end = (bounds.1 < 9).then(|| vec![b'k', bounds.1]);
+            for ks in 0..2u32 {
+                let mut want: Vec<(Vec<u8>, u64, bool)> = model
+                    .iter()
+                    .filter(|(k_ks, k, _, _)| {
+                        *k_ks == ks && *k >= start && end.as_ref().is_none_or(|e| k < e)
+                    })
+                    .map(|(_, k, s, p)| (k.clone(), *s, *p))
+                    .collect();
+                let forward: Vec<(Vec<u8>, u64, bool)> = m
+                    .versions(ks, &start, end.as_deref())
+                    .into_iter()
+                    .map(|e| (e.key.clone(), e.seq, e.kind == EntryKind::Put))
+                    .collect();
+                prop_assert_eq!(&forward, &want);
+                if reverse {
+                    want.reverse();
+                }
+                let mut got: Vec<(Vec<u8>, u64, bool)> = Vec::new();
+                for _ in 0..=want.len() {
+                    let last = got.last().map(|(k, s, _)| (k.clone(), *s));
+                    let after = last.as_ref().map(|(k, s)| (&k[..], *s));
+                    let mut taken = Vec::new();
+                    let n = m.chunk(ks, &start, end.as_deref(), reverse, after, max, &mut |k, s, kind, v| {
+                        if kind == EntryKind::Put {
+                            assert_eq!(v, &s.to_le_bytes()[..], "a version's own value");
+                        }
+                        taken.push((k.to_vec(), s, kind == EntryKind::Put));
+                    });
+                    prop_assert_eq!(n, taken.len());
+                    prop_assert!(n <= max);
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend(taken);
+                }
+                prop_assert_eq!(&got, &want);
+            }
+            prop_assert_eq!(m.keyspaces(), {
+                let mut ks: Vec<u32> = model.iter().map(|w| w.0).collect();
+                ks.dedup();
+                ks
+            });
         }
     }
 }
