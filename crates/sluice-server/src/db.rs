@@ -12,6 +12,12 @@
 //!   reads only keys whose time has come (an entry whose key has since
 //!   changed is dropped when the sweep reaches it).
 //!
+//! A filter of the keys that may hold a hash ([`Db::may_hold_hash`]) lets
+//! SET overwrite a key without reading its old entry: only a hash's
+//! fields need removing with it, and a key the filter has never seen as a
+//! hash holds none. It lives in memory; at open a background scan of the
+//! hash fields fills it, and until then every SET reads.
+//!
 //! Reads take no lock. Commands that read and then write (INCR, SET NX,
 //! HSET, ...) hold the key's stripe lock from the read to the write, so
 //! two threads cannot interleave on one key; a command on several keys
@@ -20,7 +26,7 @@
 use sluice_store::{
     Found, Logged, ReadCache, Snapshot, Store, StoreError, ValueFormat, WriteBatch,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Name of the keyspace holding every key's type, expiry and string value.
@@ -141,6 +147,83 @@ pub enum Read {
 /// A hash field and its value.
 pub type FieldValue = (Vec<u8>, Vec<u8>);
 
+/// Bits of the filter of keys that may hold a hash (512 KiB): with 100,000
+/// hashes about one SET in 40 reads an old entry it did not need to.
+const HASH_KEY_BITS: usize = 1 << 22;
+
+/// Which keys may hold a hash: one bit per key hash, set before a hash is
+/// written at the key and never cleared (a key that stopped being a hash
+/// only costs its SETs a read). `complete` once the scan at open has
+/// marked every hash stored before it.
+struct HashKeys {
+    bits: Box<[AtomicU64]>,
+    complete: AtomicBool,
+    /// Asks the scan at open to stop (the keyspace is being dropped).
+    stop: AtomicBool,
+}
+
+impl HashKeys {
+    fn new() -> HashKeys {
+        HashKeys {
+            bits: (0..HASH_KEY_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
+            complete: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    fn slot(key: &[u8]) -> (usize, u64) {
+        let bit = (Db::hash(key) as usize) % HASH_KEY_BITS;
+        (bit / 64, 1u64 << (bit % 64))
+    }
+
+    fn mark(&self, key: &[u8]) {
+        let (word, mask) = HashKeys::slot(key);
+        self.bits[word].fetch_or(mask, Ordering::AcqRel);
+    }
+
+    fn may_hold(&self, key: &[u8]) -> bool {
+        if !self.complete.load(Ordering::Acquire) {
+            return true;
+        }
+        let (word, mask) = HashKeys::slot(key);
+        self.bits[word].load(Ordering::Acquire) & mask != 0
+    }
+
+    /// Marks the key of every hash with fields in `fields` as of a
+    /// snapshot taken now (hashes written later mark themselves), then
+    /// says the filter is complete. Stops early, incomplete, when asked to.
+    fn fill(&self, store: &Store, fields: u32) -> Result<(), StoreError> {
+        let all = (
+            std::ops::Bound::Unbounded::<&[u8]>,
+            std::ops::Bound::Unbounded,
+        );
+        let mut last: Vec<u8> = Vec::new();
+        for item in store.iter(fields, all, &store.snapshot(), false) {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let (field_key, _) = item?;
+            let Some(key) = hash_key_of(&field_key) else {
+                return Err(StoreError::BadInput(
+                    "a hash field's key is malformed".into(),
+                ));
+            };
+            if key != last.as_slice() {
+                self.mark(key);
+                last = key.to_vec();
+            }
+        }
+        self.complete.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The hash key a field key (`[key length u32 BE][key][field]`) belongs to.
+fn hash_key_of(field_key: &[u8]) -> Option<&[u8]> {
+    let len = u32::from_be_bytes(field_key.get(..4)?.try_into().ok()?) as usize;
+    field_key.get(4..4 + len)
+}
+
 /// The keyspace of one server.
 pub struct Db {
     store: Arc<Store>,
@@ -151,6 +234,19 @@ pub struct Db {
     /// Modification counters for WATCH, by key hash.
     versions: Box<[AtomicU64]>,
     cursors: Mutex<Cursors>,
+    hash_keys: Arc<HashKeys>,
+    /// The scan that fills `hash_keys` at open.
+    filling: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.hash_keys.stop.store(true, Ordering::Relaxed);
+        let filling = self.filling.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(handle) = filling.take() {
+            let _ = handle.join();
+        }
+    }
 }
 
 /// Hashes of at most this many fields are removed field by field, larger
@@ -244,8 +340,37 @@ impl Db {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..VERSION_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             cursors: Mutex::new(Cursors::default()),
+            hash_keys: Arc::new(HashKeys::new()),
+            filling: Mutex::new(None),
         };
+        let (hash_keys, store) = (db.hash_keys.clone(), db.store.clone());
+        let filling = std::thread::Builder::new()
+            .name("sluice-hashkeys".into())
+            .spawn(move || {
+                if let Err(e) = hash_keys.fill(&store, fields) {
+                    log::error!(
+                        "listing the stored hashes failed ({e}): every SET reads the old entry"
+                    );
+                }
+            })
+            .map_err(|e| {
+                StoreError::BadInput(format!("starting the scan of stored hashes: {e}"))
+            })?;
+        *db.filling.lock().unwrap_or_else(|p| p.into_inner()) = Some(filling);
         Ok(db)
+    }
+
+    /// Whether `key` may hold a hash (false: it certainly holds none, so a
+    /// SET replaces its entry without reading it). Ask while holding the
+    /// key's stripe lock: a hash written under that lock before marked it.
+    pub fn may_hold_hash(&self, key: &[u8]) -> bool {
+        self.hash_keys.may_hold(key)
+    }
+
+    /// Whether the filter behind [`Db::may_hold_hash`] knows every stored
+    /// hash yet (the scan at open finished).
+    pub fn hash_filter_complete(&self) -> bool {
+        self.hash_keys.complete.load(Ordering::Acquire)
     }
 
     /// The key SCAN cursor `id` resumes at.
@@ -553,6 +678,11 @@ pub struct DbBatch<'a> {
 impl DbBatch<'_> {
     /// Stores `entry` at `key` (a hash's fields are written separately).
     pub fn put(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
+        if let Value::Hash { .. } = entry.value {
+            // Before the hash can be seen: a SET that skips reading the
+            // key's entry must know.
+            self.db.hash_keys.mark(key);
+        }
         self.batch.put(self.db.keys, key, &entry.encode())?;
         if entry.expire_at_ms != 0 {
             let (k, v) = expiry_entry(key, entry.expire_at_ms);

@@ -729,3 +729,76 @@ fn info_fields(c: &mut Client, section: &[u8]) -> std::collections::HashMap<Stri
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
 }
+
+/// Runs one data command on `db` as a connection would (name in lower
+/// case, arity checked by the caller's choice of commands).
+fn run_on(db: &sluice_server::db::Db, args: &[&str]) -> Reply {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut ctx = sluice_server::commands::Ctx::new(db, now_ms);
+    let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let name = args[0].to_ascii_lowercase();
+    sluice_server::commands::execute(&mut ctx, &name, &args)
+}
+
+/// SET skips reading a key's old entry when the filter of hash keys says
+/// it holds no hash; hashes stored before the keyspace was opened are put
+/// in that filter by the scan at open, so a SET over one still removes
+/// its fields (a new hash at the key must not find them again).
+#[test]
+fn set_over_a_hash_stored_before_open_removes_its_fields() {
+    let store = common::small_store();
+    {
+        let db = sluice_server::db::Db::open(store.clone()).unwrap();
+        for i in 0..40 {
+            let key = format!("hash{i}");
+            assert_eq!(
+                run_on(&db, &["HSET", &key, "f1", "a", "f2", "b"]),
+                Reply::Integer(2)
+            );
+        }
+        assert_eq!(
+            run_on(&db, &["SET", "plain", "v"]),
+            Reply::Simple("OK".into())
+        );
+    }
+    let db = sluice_server::db::Db::open(store.clone()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !db.hash_filter_complete() {
+        assert!(Instant::now() < deadline, "the scan of stored hashes ended");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for i in 0..40 {
+        assert!(db.may_hold_hash(format!("hash{i}").as_bytes()));
+    }
+    assert!(!db.may_hold_hash(b"plain"), "a string is not in the filter");
+    for i in 0..40 {
+        let key = format!("hash{i}");
+        assert_eq!(
+            run_on(&db, &["SET", &key, "now a string"]),
+            Reply::Simple("OK".into())
+        );
+        assert_eq!(run_on(&db, &["TYPE", &key]), Reply::Simple("string".into()));
+        assert_eq!(run_on(&db, &["DEL", &key]), Reply::Integer(1));
+        assert_eq!(run_on(&db, &["HSET", &key, "f3", "c"]), Reply::Integer(1));
+        assert_eq!(
+            run_on(&db, &["HGETALL", &key]),
+            Reply::Map(vec![(
+                Reply::Bulk(b"f3".to_vec()),
+                Reply::Bulk(b"c".to_vec())
+            )]),
+            "{key}: the old fields went with the SET"
+        );
+    }
+    // A hash made after open marks itself.
+    assert_eq!(run_on(&db, &["HSET", "late", "f", "v"]), Reply::Integer(1));
+    assert!(db.may_hold_hash(b"late"));
+    assert_eq!(
+        run_on(&db, &["SET", "late", "s"]),
+        Reply::Simple("OK".into())
+    );
+    assert_eq!(run_on(&db, &["DEL", "late"]), Reply::Integer(1));
+    assert_eq!(run_on(&db, &["HLEN", "late"]), Reply::Integer(0));
+}

@@ -354,6 +354,14 @@ impl<'a> Ctx<'a> {
         self.begin_reading(key, Read::Whole)
     }
 
+    /// Whether a command that replaces `key`'s entry whatever it holds may
+    /// do so without reading it: when the key holds no hash, outside a
+    /// transaction (which reads through its overlay, as it always has).
+    /// The caller holds `key`'s stripe lock.
+    fn may_skip_read(&self, key: &[u8]) -> bool {
+        self.tx.is_none() && !self.db.may_hold_hash(key)
+    }
+
     /// [`Ctx::begin`] for a command that replaces the key's value without
     /// looking at it (SET): a string entry comes back without its bytes.
     fn begin_overwrite(&mut self, key: &[u8]) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {

@@ -209,6 +209,14 @@ fn set_generic(
     answers: Option<(Reply, Reply)>,
 ) -> Outcome {
     let _locked = ctx.lock(&[key]);
+    let plain = !(o.get || o.nx || o.xx || matches!(expiry, Expiry::Keep));
+    if plain && ctx.may_skip_read(key) {
+        // Nothing of the old entry is needed: it is no hash (whose fields
+        // would go with it), and whatever it was, SET replaces it.
+        let batch = ctx.batch();
+        store_string(ctx, key, value.to_vec(), expiry, None, batch)?;
+        return Ok(answers.map_or_else(ok, |(done, _)| done));
+    }
     let (old, batch) = if o.get {
         ctx.begin(key)?
     } else {
