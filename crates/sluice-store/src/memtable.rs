@@ -139,8 +139,14 @@ fn point_hash(keyspace: u32, key: &[u8]) -> u64 {
 pub struct Memtable {
     /// Every key with a point version here, in (keyspace, key) order.
     order: BTreeSet<OrderKey>,
-    /// Each of those keys' versions, by [`point_hash`].
-    chains: hashbrown::HashTable<Chain>,
+    /// Each of those keys' versions, in the order the keys came.
+    chains: Vec<Chain>,
+    /// Where each key's chain is: ([`point_hash`], index in `chains`). A
+    /// table of small entries that carry their hash: growing it moves 16
+    /// bytes an entry and reads no key, where a table of the chains
+    /// themselves stalled the writer for tens of milliseconds each time
+    /// it doubled past a few hundred thousand keys.
+    index: hashbrown::HashTable<(u64, u32)>,
     /// Point versions in all chains.
     versions: usize,
     ranges: Vec<RangeTombstone>,
@@ -148,6 +154,16 @@ pub struct Memtable {
 }
 
 impl Memtable {
+    /// The chain of (`keyspace`, `key`) hashing to `hash`: its index.
+    fn find_chain(&self, hash: u64, keyspace: u32, key: &[u8]) -> Option<usize> {
+        self.index
+            .find(hash, |&(h, at)| {
+                let c = &self.chains[at as usize];
+                h == hash && c.keyspace == keyspace && *c.key == *key
+            })
+            .map(|&(_, at)| at as usize)
+    }
+
     /// Adds a batch whose first operation has sequence `first_seq`.
     pub fn apply(&mut self, first_seq: u64, batch: &WriteBatch) {
         for (i, op) in batch.ops.iter().enumerate() {
@@ -175,34 +191,30 @@ impl Memtable {
     fn add_version(&mut self, keyspace: u32, key: &[u8], seq: u64, version: Version) {
         self.versions += 1;
         let hash = point_hash(keyspace, key);
-        let same = |c: &Chain| c.keyspace == keyspace && *c.key == *key;
-        if let Some(chain) = self.chains.find_mut(hash, same) {
-            chain.add(seq, version);
+        if let Some(at) = self.find_chain(hash, keyspace, key) {
+            self.chains[at].add(seq, version);
             return;
         }
+        let at = u32::try_from(self.chains.len()).expect("fewer than 2^32 keys in a memtable");
         let key: Arc<[u8]> = Arc::from(key);
         self.approximate_bytes += KEY_BYTES;
         self.order.insert((keyspace, key.clone()));
-        self.chains.insert_unique(
-            hash,
-            Chain {
-                keyspace,
-                key,
-                seq,
-                version,
-                older: Vec::new(),
-            },
-            |c| point_hash(c.keyspace, &c.key),
-        );
+        self.chains.push(Chain {
+            keyspace,
+            key,
+            seq,
+            version,
+            older: Vec::new(),
+        });
+        self.index.insert_unique(hash, (hash, at), |&(h, _)| h);
     }
 
     /// The chain of a key in the ordered set.
     fn chain(&self, keyspace: u32, key: &[u8]) -> &Chain {
-        self.chains
-            .find(point_hash(keyspace, key), |c| {
-                c.keyspace == keyspace && *c.key == *key
-            })
-            .expect("every key in the ordered set has its chain")
+        let at = self
+            .find_chain(point_hash(keyspace, key), keyspace, key)
+            .expect("every key in the ordered set has its chain");
+        &self.chains[at]
     }
 
     /// Bytes its keys and values take, roughly.
@@ -233,10 +245,10 @@ impl Memtable {
         key: &[u8],
         snapshot: u64,
     ) -> Option<(u64, Option<&Arc<[u8]>>)> {
-        let chain = self.chains.find(point_hash(keyspace, key), |c| {
-            c.keyspace == keyspace && *c.key == *key
-        })?;
-        chain.at(snapshot).map(|(seq, v)| (seq, v.value()))
+        let at = self.find_chain(point_hash(keyspace, key), keyspace, key)?;
+        self.chains[at]
+            .at(snapshot)
+            .map(|(seq, v)| (seq, v.value()))
     }
 
     /// Every version of every key of `keyspace` from `start` on, in internal order.
