@@ -1402,3 +1402,30 @@ fn split_keys_cut_parts_of_similar_size() {
         );
     }
 }
+
+/// A flushed memtable a reader's cached view still holds waits in the
+/// store, and is freed there (not by the reader) once the reader lets
+/// go: nothing accumulates.
+#[test]
+fn a_flushed_memtable_a_reader_holds_is_freed_once_it_lets_go() {
+    let (_mem, store) = memory_store(16384);
+    let ks = store.create_keyspace("k", ValueFormat::Raw, "").unwrap();
+    let put = |i: u32| {
+        let mut b = WriteBatch::new();
+        b.put(ks, format!("key{i}").as_bytes(), b"value").unwrap();
+        store.write(&b).unwrap();
+    };
+    put(0);
+    let mut reader = sluice_store::ReadCache::default();
+    let seen = store
+        .get_latest_cached(&mut reader, ks, b"key0", |v| v.map(|v| v.bytes().to_vec()))
+        .unwrap();
+    assert_eq!(seen.as_deref(), Some(&b"value"[..]));
+    store.flush().unwrap();
+    assert_eq!(store.stats().retired_memtables, 1, "the reader holds it");
+    reader.clear();
+    put(1);
+    store.flush().unwrap();
+    assert_eq!(store.stats().retired_memtables, 0, "both freed");
+    assert_eq!(store.get(ks, b"key0").unwrap().as_deref(), Some(&b"value"[..]));
+}

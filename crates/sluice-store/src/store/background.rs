@@ -143,6 +143,7 @@ pub(super) fn background_loop(inner: &Arc<Inner>) {
         if inner.shutdown.load(Ordering::Acquire) {
             break;
         }
+        inner.free_retired_memtables();
         if inner.flush_requested.swap(false, Ordering::AcqRel) {
             if let Err(e) = inner.flush() {
                 log::error!("background flush failed: {e}");

@@ -145,8 +145,22 @@ impl Inner {
             inner.view_generation.fetch_add(1, Ordering::Release);
         }
         inner.flushes.fetch_add(1, Ordering::Relaxed);
+        lock(&inner.retired_memtables).push(frozen);
+        self.free_retired_memtables();
         self.wake_background();
         Ok(())
+    }
+
+    /// Drops the retired memtables no reader holds any more (each one's
+    /// entries are freed here, on the flushing or background thread).
+    pub(super) fn free_retired_memtables(&self) {
+        let unheld: Vec<Arc<RwLock<Memtable>>> = {
+            let mut retired = lock(&self.retired_memtables);
+            let (unheld, held) = retired.drain(..).partition(|m| Arc::strong_count(m) == 1);
+            *retired = held;
+            unheld
+        };
+        drop(unheld);
     }
 
     /// Logs one manifest group. If it fails nothing was applied: the

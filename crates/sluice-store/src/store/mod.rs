@@ -128,6 +128,12 @@ struct Inner {
     write_stall_us: AtomicU64,
     shutdown: AtomicBool,
     flush_requested: AtomicBool,
+    /// Flushed memtables readers may still hold (a server worker's cached
+    /// view): kept here so the last reference, and freeing a whole write
+    /// buffer of entries, is dropped by the flushing side
+    /// ([`Inner::free_retired_memtables`]), not by a reader in the middle
+    /// of serving requests.
+    retired_memtables: Mutex<Vec<Arc<RwLock<Memtable>>>>,
     wake: Condvar,
     wake_lock: Mutex<bool>,
 }

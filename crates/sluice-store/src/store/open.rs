@@ -177,6 +177,7 @@ impl Store {
             write_stall_us: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
+            retired_memtables: Mutex::new(Vec::new()),
             wake: Condvar::new(),
             wake_lock: Mutex::new(false),
         });

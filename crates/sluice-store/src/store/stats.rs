@@ -11,6 +11,9 @@ pub struct StoreStats {
     pub memtable_entries: usize,
     /// Bytes in the memtables.
     pub memtable_bytes: usize,
+    /// Flushed memtables still held by a reader (a server worker's cached
+    /// view), to be freed off that reader's thread once it lets go.
+    pub retired_memtables: usize,
     /// WAL blocks below this are written.
     pub wal_written_below: u64,
     /// WAL blocks below this are durable.
@@ -129,6 +132,7 @@ impl Store {
             last_sequence: inner.visible_seq.get(),
             memtable_entries: entries,
             memtable_bytes: bytes,
+            retired_memtables: lock(&inner.retired_memtables).len(),
             wal_written_below: inner.wal.last_written(),
             wal_durable_below: inner.wal.last_durable(),
             wal_flushes: inner.wal.flush_count(),
