@@ -1427,5 +1427,8 @@ fn a_flushed_memtable_a_reader_holds_is_freed_once_it_lets_go() {
     put(1);
     store.flush().unwrap();
     assert_eq!(store.stats().retired_memtables, 0, "both freed");
-    assert_eq!(store.get(ks, b"key0").unwrap().as_deref(), Some(&b"value"[..]));
+    assert_eq!(
+        store.get(ks, b"key0").unwrap().as_deref(),
+        Some(&b"value"[..])
+    );
 }
