@@ -466,6 +466,18 @@ mod tests {
     /// Each key's versions: (sequence, value or None).
     type Versions = Model<(u32, Vec<u8>), Vec<(u64, Option<Vec<u8>>)>>;
 
+    /// Shuffles `items` as `seed` says (group commit may apply a later
+    /// sequence first).
+    fn shuffle<T>(items: &mut [T], seed: u64) {
+        let mut state = seed;
+        for i in (1..items.len()).rev() {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            items.swap(i, (state >> 33) as usize % (i + 1));
+        }
+    }
+
     /// Keys for the walks: short ones, the same with a zero byte added
     /// (equal to them in the ordered set's inline head), and ones past
     /// the head's 16 bytes that share all of them.
@@ -497,11 +509,7 @@ mod tests {
                     (i as u64 + 1, ks, key, put.then(|| vec![v; v as usize % 40]))
                 })
                 .collect();
-            let mut state = order;
-            for i in (1..batches.len()).rev() {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                batches.swap(i, (state >> 33) as usize % (i + 1));
-            }
+            shuffle(&mut batches, order);
             let mut m = Memtable::default();
             let mut model = Versions::new();
             for (seq, ks, key, value) in &batches {
@@ -546,11 +554,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, &(ks, k, put))| (i as u64 + 1, ks, walk_key(k), put))
                 .collect();
-            let mut state = order;
-            for i in (1..writes.len()).rev() {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                writes.swap(i, (state >> 33) as usize % (i + 1));
-            }
+            shuffle(&mut writes, order);
             let mut m = Memtable::default();
             let mut model: Vec<(u32, Vec<u8>, u64, bool)> = Vec::new();
             for (seq, ks, key, put) in &writes {
