@@ -26,10 +26,14 @@ struct OrderKey {
     /// only meets a byte of a longer key with the same beginning).
     head: u128,
     key: Arc<[u8]>,
+    /// Where the key's chain is in `Memtable::chains` (not compared: a
+    /// key made only to seek with has none), so a walk reads its chain
+    /// without hashing the key again.
+    slot: u32,
 }
 
 impl OrderKey {
-    fn new(keyspace: u32, key: Arc<[u8]>) -> OrderKey {
+    fn new(keyspace: u32, key: Arc<[u8]>, slot: u32) -> OrderKey {
         let mut head = [0u8; 16];
         let n = key.len().min(16);
         head[..n].copy_from_slice(&key[..n]);
@@ -37,11 +41,13 @@ impl OrderKey {
             keyspace,
             head: u128::from_be_bytes(head),
             key,
+            slot,
         }
     }
 
+    /// A key to seek to.
     fn of(keyspace: u32, key: &[u8]) -> OrderKey {
-        OrderKey::new(keyspace, Arc::from(key))
+        OrderKey::new(keyspace, Arc::from(key), u32::MAX)
     }
 }
 
@@ -247,7 +253,7 @@ impl Memtable {
         let at = u32::try_from(self.chains.len()).expect("fewer than 2^32 keys in a memtable");
         let key: Arc<[u8]> = Arc::from(key);
         self.approximate_bytes += KEY_BYTES;
-        self.order.insert(OrderKey::new(keyspace, key.clone()));
+        self.order.insert(OrderKey::new(keyspace, key.clone(), at));
         self.chains.push(Chain {
             keyspace,
             key,
@@ -259,11 +265,8 @@ impl Memtable {
     }
 
     /// The chain of a key in the ordered set.
-    fn chain(&self, keyspace: u32, key: &[u8]) -> &Chain {
-        let at = self
-            .find_chain(point_hash(keyspace, key), keyspace, key)
-            .expect("every key in the ordered set has its chain");
-        &self.chains[at]
+    fn chain(&self, key: &OrderKey) -> &Chain {
+        &self.chains[key.slot as usize]
     }
 
     /// Bytes its keys and values take, roughly.
@@ -310,24 +313,15 @@ impl Memtable {
         self.order
             .range(lower..)
             .take_while(move |o| o.keyspace == keyspace)
-            .flat_map(
-                move |OrderKey {
-                          keyspace: ks,
-                          key: k,
-                          ..
-                      }| {
-                    self.chain(*ks, k)
-                        .versions(false, None)
-                        .map(|(seq, v)| match v {
-                            Version::Value(v) => {
-                                Entry::new(k.to_vec(), seq, EntryKind::Put, v.to_vec())
-                            }
-                            Version::Tombstone => {
-                                Entry::new(k.to_vec(), seq, EntryKind::Delete, Vec::new())
-                            }
-                        })
-                },
-            )
+            .flat_map(move |o| {
+                let k = &o.key;
+                self.chain(o).versions(false, None).map(|(seq, v)| match v {
+                    Version::Value(v) => Entry::new(k.to_vec(), seq, EntryKind::Put, v.to_vec()),
+                    Version::Tombstone => {
+                        Entry::new(k.to_vec(), seq, EntryKind::Delete, Vec::new())
+                    }
+                })
+            })
     }
 
     /// Hands `visit` up to `max` versions of `keyspace` with keys in
@@ -378,14 +372,10 @@ impl Memtable {
                 }))
             };
         let mut n = 0;
-        for OrderKey {
-            keyspace: ks,
-            key: k,
-            ..
-        } in keys
-        {
+        for o in keys {
+            let k = &o.key;
             let bound = after.filter(|(ak, _)| *ak == &k[..]).map(|(_, s)| s);
-            for (seq, v) in self.chain(*ks, k).versions(reverse, bound) {
+            for (seq, v) in self.chain(o).versions(reverse, bound) {
                 if n == max {
                     return n;
                 }
