@@ -302,6 +302,12 @@ fn run_ndp(
             ))
         }
     };
+    if let Some(rows) = index
+        .columns
+        .aggregate(store, index.docs, query, aggregates, group_by)
+    {
+        return rows.map_err(ApiError::store);
+    }
     let layout = Layout::json_undeclared();
     let spec = AggregateSpec {
         keyspace: index.docs,

@@ -2,6 +2,7 @@
 //! and their version records), listed in the catalog keyspace
 //! `http.indices` (docs/FORMAT.md, "HTTP indices").
 
+use crate::columns::{ColumnBudget, Columns};
 use crate::error::{ApiError, ApiResult};
 use serde_json::{json, Value};
 use sluice_store::{Store, StoreError, ValueFormat};
@@ -32,6 +33,8 @@ pub struct Index {
     pub created_ms: u64,
     /// `{"properties":{…}}` as given (merged over `PUT _mapping`).
     pub mappings: RwLock<Value>,
+    /// Its field columns (counts and aggregations without a scan).
+    pub columns: Columns,
     /// Moves on after every write and mapping change, once it is visible:
     /// the request cache keys answers by it.
     generation: std::sync::atomic::AtomicU64,
@@ -81,6 +84,8 @@ pub struct Catalog {
     indices: RwLock<BTreeMap<String, Arc<Index>>>,
     /// Creations and deletions one at a time.
     changing: Mutex<()>,
+    /// The memory every index's field columns share.
+    column_budget: Arc<ColumnBudget>,
 }
 
 /// Checks an index name as Elasticsearch does.
@@ -176,6 +181,7 @@ impl Catalog {
             Err(e) => return Err(e),
         };
         let snapshot = store.snapshot();
+        let column_budget = Arc::new(ColumnBudget::default());
         let mut indices = BTreeMap::new();
         for pair in store.iter(
             keyspace,
@@ -185,7 +191,7 @@ impl Catalog {
         ) {
             let (key, value) = pair?;
             let name = String::from_utf8_lossy(&key).into_owned();
-            let index = parse_record(&name, &value).map_err(|why| {
+            let index = parse_record(&name, &value, &column_budget).map_err(|why| {
                 StoreError::BadInput(format!(
                     "the catalog entry of index {name:?} is damaged: {why}"
                 ))
@@ -198,7 +204,13 @@ impl Catalog {
             keyspace,
             indices: RwLock::new(indices),
             changing: Mutex::new(()),
+            column_budget,
         })
+    }
+
+    /// The memory every index's field columns share.
+    pub fn column_budget(&self) -> &Arc<ColumnBudget> {
+        &self.column_budget
     }
 
     /// The store underneath.
@@ -290,6 +302,7 @@ impl Catalog {
             shards,
             created_ms: now_ms(),
             mappings: RwLock::new(mappings),
+            columns: Columns::new(self.column_budget.clone()),
             generation: Default::default(),
         });
         self.save(&index)?;
@@ -493,7 +506,7 @@ fn merge_properties(into: &mut Value, add: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-fn parse_record(name: &str, value: &[u8]) -> Result<Index, String> {
+fn parse_record(name: &str, value: &[u8], budget: &Arc<ColumnBudget>) -> Result<Index, String> {
     let v: Value = serde_json::from_slice(value).map_err(|e| e.to_string())?;
     let num = |k: &str| {
         v.get(k)
@@ -512,6 +525,7 @@ fn parse_record(name: &str, value: &[u8]) -> Result<Index, String> {
         shards: u32::try_from(num("shards")?).map_err(|e| e.to_string())?,
         created_ms: num("created_ms")?,
         mappings: RwLock::new(v.get("mappings").cloned().unwrap_or(json!({}))),
+        columns: Columns::new(budget.clone()),
         generation: Default::default(),
     })
 }

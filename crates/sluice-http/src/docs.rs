@@ -208,6 +208,18 @@ impl Docs {
         }
         if !batch.is_empty() {
             let written = self.store.write(&batch);
+            // Still under the ids' stripe locks: the columns see each id's
+            // writes in the order the store committed them.
+            match &written {
+                Ok(_) => index
+                    .columns
+                    .record(overlay.iter().filter_map(|(id, now)| match now {
+                        // Every write of a document keeps its source here.
+                        Some(c) => c.source.as_deref().map(|s| (id.as_bytes(), Some(s))),
+                        None => Some((id.as_bytes(), None)),
+                    })),
+                Err(_) => index.columns.forget(),
+            }
             // After the write is visible: a cached answer read before it
             // is never served after it.
             index.bump_generation();

@@ -9,6 +9,8 @@
 //! - [`catalog`]: indices as store keyspaces, their mappings and settings;
 //! - [`docs`]: document writes checked in order and committed as one store
 //!   batch per request; reads; `_source` filtering;
+//! - [`columns`]: in-memory columns of the fields counts and aggregations
+//!   name, kept current by every write;
 //! - [`dsl`]: the query DSL subset that compiles to near-data predicates;
 //! - [`search`]: search on a snapshot, sort, `search_after`, slices, and
 //!   the scroll and point-in-time contexts;
@@ -27,6 +29,7 @@
 pub mod aggs;
 pub mod api;
 pub mod catalog;
+pub mod columns;
 pub mod docs;
 pub mod dsl;
 pub mod error;

@@ -606,9 +606,23 @@ fn prune(sort: &[SortKey], kept: &mut Vec<Hit>, window: usize) {
     kept.truncate(window);
 }
 
-/// Counts the matching documents: a query that is one predicate (or none)
-/// as the near-data `count(*)`, on every core; others document by document.
+/// Counts the matching documents: from the index's field columns where
+/// they answer ([`crate::columns`]); else a query that is one predicate (or
+/// none) as the near-data `count(*)`, on every core; others document by
+/// document.
 pub fn count(store: &Store, indices: &[Arc<Index>], query: &Query) -> ApiResult<u64> {
+    let mut n = 0;
+    for index in indices {
+        n += match index.columns.count(store, index.docs, query) {
+            Some(c) => c,
+            None => scan_count(store, index, query)?,
+        };
+    }
+    Ok(n)
+}
+
+fn scan_count(store: &Store, index: &Arc<Index>, query: &Query) -> ApiResult<u64> {
+    let indices = std::slice::from_ref(index);
     let predicate = match query {
         Query::All => Some(None),
         Query::Pred(p, _) => Some(Some(&**p)),

@@ -193,6 +193,21 @@ impl Acc {
         self.max = Some(self.max.map_or(x, |m| m.max(x)));
     }
 
+    /// This share, counted for `n` documents.
+    fn times(self, n: u64) -> Acc {
+        if n == 1 {
+            return self;
+        }
+        Acc {
+            count: self.count * n,
+            sum: match self.sum {
+                Sum::Int(i) => Sum::Int(i * i128::from(n)),
+                Sum::Float(x) => Sum::Float(x * n as f64),
+            },
+            ..self
+        }
+    }
+
     fn new() -> Self {
         Acc {
             count: 0,
@@ -351,8 +366,7 @@ fn aggregate_part(
         .collect();
     let group_access = spec.group_by.map(|p| layout.access(p));
     let mut groups = Groups::new();
-    let mut doc_groups: Vec<Option<String>> = Vec::new();
-    let mut doc_accs: Vec<Acc> = Vec::with_capacity(spec.aggregates.len());
+    let mut work = RowWork::default();
     let mut iter = store.iter(spec.keyspace, range, snapshot, false);
     let mut stats = ScanStats::default();
     while let Some((key, value)) = iter.next_ref()? {
@@ -368,47 +382,159 @@ fn aggregate_part(
                 continue;
             }
         }
-        doc_groups.clear();
-        if let Some(a) = &group_access {
-            if let Some(v) = lookup(a)? {
-                each_value(&v, spec.multi_valued, &mut |v| {
-                    let mut text = Vec::new();
-                    v.write_json(&mut text);
-                    doc_groups.push(Some(String::from_utf8(text).expect("JSON text is UTF-8")));
-                });
-                doc_groups.sort_unstable();
-                doc_groups.dedup();
-            }
+        let group = match &group_access {
+            Some(a) => lookup(a)?,
+            None => None,
+        };
+        let mut fields = Vec::with_capacity(accesses.len());
+        for access in &accesses {
+            fields.push(match access {
+                Some(a) => lookup(a)?,
+                None => None,
+            });
         }
-        if doc_groups.is_empty() {
-            doc_groups.push(None);
-        }
-        // The document's share of each aggregate, added to each group it is in.
-        doc_accs.clear();
-        for (agg, access) in spec.aggregates.iter().zip(&accesses) {
-            let mut acc = Acc::new();
-            match access {
-                None => acc.count = 1,
-                Some(a) => {
-                    if let Some(v) = lookup(a)? {
-                        each_value(&v, spec.multi_valued, &mut |v| acc.add(agg.func, v));
-                    }
-                }
-            }
-            doc_accs.push(acc);
-        }
-        for group in doc_groups.drain(..) {
-            if !groups.contains_key(&group) && groups.len() >= MAX_GROUPS {
-                return Err(too_many_groups());
-            }
-            let accs = groups
-                .entry(group)
-                .or_insert_with(|| vec![Acc::new(); spec.aggregates.len()]);
-            accs.iter_mut().zip(&doc_accs).for_each(|(a, d)| a.merge(d));
-        }
+        let row = DocRow {
+            group,
+            fields: &fields,
+            weight: 1,
+        };
+        add_row(
+            &mut groups,
+            spec.aggregates,
+            &row,
+            spec.multi_valued,
+            &mut work,
+        )?;
         stats.rows_returned += 1;
     }
     Ok((groups, stats))
+}
+
+/// The fields one document (or a set of documents with equal fields)
+/// brings to an aggregation.
+struct DocRow<'v, 'd> {
+    /// The group field's value.
+    group: Option<Val<'d>>,
+    /// The value of each aggregate's field (None for `count(*)`).
+    fields: &'v [Option<Val<'d>>],
+    /// How many documents hold these values.
+    weight: u64,
+}
+
+/// Buffers reused from row to row.
+#[derive(Default)]
+struct RowWork {
+    groups: Vec<Option<String>>,
+    accs: Vec<Acc>,
+}
+
+/// Adds a row's share of each aggregate to each group it is in.
+fn add_row(
+    groups: &mut Groups,
+    aggregates: &[Aggregate],
+    row: &DocRow<'_, '_>,
+    multi_valued: bool,
+    work: &mut RowWork,
+) -> Result<(), ScanError> {
+    work.groups.clear();
+    if let Some(v) = &row.group {
+        each_value(v, multi_valued, &mut |v| {
+            let mut text = Vec::new();
+            v.write_json(&mut text);
+            work.groups
+                .push(Some(String::from_utf8(text).expect("JSON text is UTF-8")));
+        });
+        work.groups.sort_unstable();
+        work.groups.dedup();
+    }
+    if work.groups.is_empty() {
+        work.groups.push(None);
+    }
+    work.accs.clear();
+    for (agg, value) in aggregates.iter().zip(row.fields) {
+        let mut acc = Acc::new();
+        match (&agg.path, value) {
+            (None, _) => acc.count = 1,
+            (Some(_), Some(v)) => each_value(v, multi_valued, &mut |v| acc.add(agg.func, v)),
+            (Some(_), None) => {}
+        }
+        work.accs.push(acc.times(row.weight));
+    }
+    for group in work.groups.drain(..) {
+        if !groups.contains_key(&group) && groups.len() >= MAX_GROUPS {
+            return Err(too_many_groups());
+        }
+        let accs = groups
+            .entry(group)
+            .or_insert_with(|| vec![Acc::new(); aggregates.len()]);
+        accs.iter_mut()
+            .zip(&work.accs)
+            .for_each(|(a, d)| a.merge(d));
+    }
+    Ok(())
+}
+
+/// One distinct combination of values, as JSON text, and how many
+/// documents hold it: the input of [`aggregate_rows`].
+#[derive(Debug, Clone)]
+pub struct ValueRow<'a> {
+    /// The group field's value (None: absent).
+    pub group: Option<&'a [u8]>,
+    /// The value of each aggregate's field, in the order of the
+    /// aggregates (None: absent, or the aggregate is `count(*)`).
+    pub fields: Vec<Option<&'a [u8]>>,
+    /// Documents holding these values.
+    pub weight: u64,
+}
+
+/// Runs aggregates over rows of values already taken out of their
+/// documents (an in-memory column, say) with exactly the semantics of
+/// [`aggregate`]: each row counts as `weight` documents holding those
+/// values. Rows come ordered by group key text.
+pub fn aggregate_rows<'a>(
+    aggregates: &[Aggregate],
+    multi_valued: bool,
+    rows: impl IntoIterator<Item = ValueRow<'a>>,
+) -> Result<Vec<GroupRow>, ScanError> {
+    let mut groups = Groups::new();
+    let mut work = RowWork::default();
+    let value = |raw: Option<&'a [u8]>| -> Result<Option<Val<'a>>, ScanError> {
+        match raw {
+            None => Ok(None),
+            Some(raw) => crate::format::json_value(raw).map_err(|error| ScanError::Malformed {
+                key: String::from("(column value)"),
+                error,
+            }),
+        }
+    };
+    for row in rows {
+        assert_eq!(
+            row.fields.len(),
+            aggregates.len(),
+            "one field per aggregate"
+        );
+        let mut fields = Vec::with_capacity(row.fields.len());
+        for f in &row.fields {
+            fields.push(value(*f)?);
+        }
+        let doc = DocRow {
+            group: value(row.group)?,
+            fields: &fields,
+            weight: row.weight,
+        };
+        add_row(&mut groups, aggregates, &doc, multi_valued, &mut work)?;
+    }
+    Ok(groups
+        .into_iter()
+        .map(|(group, accs)| GroupRow {
+            group,
+            values: aggregates
+                .iter()
+                .zip(accs)
+                .map(|(a, acc)| finish(a.func, &acc))
+                .collect(),
+        })
+        .collect())
 }
 
 /// Calls `f` with the value, or (`multi_valued`) with each element of an

@@ -656,6 +656,22 @@ impl<'d> Plain<'d> {
 /// The value at `path` in a JSON document, found by a skim (nothing past it
 /// read): scalars are parsed here from their text; containers, strings with
 /// escapes and numbers past f64's range go to sonic-rs as lazy values.
+/// The JSON text of the field at `path` of a JSON document, found as the
+/// predicates and aggregates find it (the first member of a name; None
+/// when a step is missing or crosses a value of another kind).
+pub fn field_text<'d>(doc: &'d [u8], path: &Path) -> Result<Option<&'d [u8]>, MalformedValue> {
+    let steps = path.steps.iter().map(|s| match s {
+        Step::Key(k) => skim::Step::Key(k),
+        Step::Index(i) => skim::Step::Index(*i),
+    });
+    skim::find(doc, steps).map_err(|e| MalformedValue(format!("JSON: {e}")))
+}
+
+/// A value read from its JSON text, as [`field_text`] gives it.
+pub(crate) fn json_value(raw: &[u8]) -> Result<Option<Val<'_>>, MalformedValue> {
+    json_field(raw, &Path { steps: Vec::new() })
+}
+
 fn json_field<'d>(doc: &'d [u8], path: &Path) -> Result<Option<Val<'d>>, MalformedValue> {
     let steps = path.steps.iter().map(|s| match s {
         Step::Key(k) => skim::Step::Key(k),
