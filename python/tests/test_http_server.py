@@ -143,6 +143,74 @@ def test_counts_and_size_0_searches_are_cached_until_the_next_write(sluice_http)
     assert c.count(index="rc", body=body)["count"] == first + 1 + 200
 
 
+def test_counts_and_aggregations_come_from_field_columns_and_follow_writes(tmp_path, sluice_bin):
+    dev = tmp_path / "c.dev"
+    s = SluiceServe(sluice_bin, dev)
+    c = opensearchpy.OpenSearch(s.url)
+    docs = {str(i): {"venue": ["A", "B", "C"][i % 3], "year": 2000 + i % 20} for i in range(3000)}
+    opensearchpy.helpers.bulk(c, ({"_index": "col", "_id": k, "_source": v} for k, v in docs.items()))
+    query = {"bool": {"filter": [{"term": {"venue": "B"}}, {"range": {"year": {"gte": 2010}}}]}}
+    body = {"size": 0, "track_total_hits": True, "query": query,
+            "aggs": {"v": {"terms": {"field": "venue"}}, "y": {"stats": {"field": "year"}}}}
+    nc = {"request_cache": "false"}
+
+    def columns():
+        return call(s.url, "GET", "/_sluice/stats")[1]["columns"]["indices"]["col"]
+
+    def expect():
+        hits = [d for d in docs.values() if d["venue"] == "B" and d["year"] >= 2010]
+        return len(hits), sum(d["year"] for d in hits)
+
+    def check():
+        n, total_years = expect()
+        assert c.count(index="col", body={"query": query}, params=nc)["count"] == n
+        r = c.search(index="col", body=body, params=nc)
+        assert r["hits"]["total"]["value"] == n
+        assert r["aggregations"]["y"]["count"] == n and r["aggregations"]["y"]["sum"] == total_years
+        assert [b["key"] for b in r["aggregations"]["v"]["buckets"]] == (["B"] if n else [])
+
+    assert columns()["answers"] == 0
+    check()
+    first = columns()
+    assert first["fields"] == 2 and first["docs"] == 3000 and first["builds"] == 1 and first["answers"] == 2, first
+    # Writes, updates and deletes are seen by the next answer, with no new build.
+    for i in range(0, 300, 3):
+        docs[str(i)] = {"venue": "B", "year": 2019}
+        c.index(index="col", id=str(i), body=docs[str(i)])
+    for i in range(1, 300, 3):
+        del docs[str(i)]
+        c.delete(index="col", id=str(i))
+    c.update(index="col", id="2", body={"doc": {"venue": "B"}})
+    docs["2"]["venue"] = "B"
+    check()
+    later = columns()
+    assert later["builds"] == 1 and later["answers"] == 4 and later["docs"] == len(docs), later
+    # Nothing is persisted: after a restart the first answer builds them again.
+    s.stop(keep_device=True)
+    s = SluiceServe(sluice_bin, dev)
+    c = opensearchpy.OpenSearch(s.url)
+    check()
+    assert columns()["builds"] == 1 and columns()["docs"] == len(docs)
+    s.stop(keep_device=True)
+    # Without room for columns every answer scans, and is the same.
+    s = SluiceServe(sluice_bin, dev, extra=("--http-columns-mib", "0"))
+    c = opensearchpy.OpenSearch(s.url)
+    check()
+    assert columns()["answers"] == 0 and columns()["fields"] == 0
+    s.stop()
+
+
+def test_a_point_in_time_counts_what_its_snapshot_holds(sluice_http):
+    c = opensearchpy.OpenSearch(sluice_http.url)
+    opensearchpy.helpers.bulk(c, ({"_index": "pitc", "_id": str(i), "_source": {"v": i}} for i in range(100)))
+    pit = call(sluice_http.url, "POST", "/pitc/_pit?keep_alive=1m")[1]["id"]
+    opensearchpy.helpers.bulk(c, ({"_index": "pitc", "_id": f"n{i}", "_source": {"v": i}} for i in range(50)))
+    body = {"size": 0, "track_total_hits": True, "query": {"range": {"v": {"gte": 10}}}, "pit": {"id": pit}}
+    assert call(sluice_http.url, "POST", "/_search", body)[1]["hits"]["total"]["value"] == 90
+    assert c.count(index="pitc", body={"query": body["query"]})["count"] == 90 + 40
+    call(sluice_http.url, "DELETE", "/_pit", {"id": pit})
+
+
 def test_gzip_bodies_both_ways(sluice_http):
     body = "\n".join(json.dumps(x) for i in range(300) for x in ({"index": {"_index": "gz", "_id": str(i)}}, {"t": "x" * 50})) + "\n"
     status, r, _ = call(sluice_http.url, "POST", "/_bulk", gzip.compress(body.encode()), {"Content-Encoding": "gzip", "Content-Type": "application/x-ndjson"})

@@ -123,6 +123,11 @@ pub struct ServeArgs {
     /// Largest HTTP request body, in MiB (http.max_content_length).
     #[arg(long, default_value_t = 100)]
     http_max_content_mib: usize,
+    /// Memory for the field columns that answer counts and aggregations
+    /// without reading documents, in MiB, all indices together (0: none;
+    /// every count and aggregation scans).
+    #[arg(long, default_value_t = 1024)]
+    http_columns_mib: u64,
 }
 
 fn users(args: &ServeArgs) -> Result<Users> {
@@ -287,6 +292,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         None => None,
         Some(addr) => {
             let api = Arc::new(sluice_http::Api::open(store.clone())?);
+            api.catalog()
+                .column_budget()
+                .set_limit_bytes(args.http_columns_mib << 20);
             // Weak: the server's state goes when the server stops.
             let resp = Arc::downgrade(server.shared());
             api.set_extra_stats(Box::new(move || match resp.upgrade() {

@@ -458,9 +458,29 @@ impl Api {
                 "bytes": cache_bytes,
             },
         });
+        v["columns"] = self.columns_json();
         if let Some(extra) = self.extra_stats() {
             v["resp"] = extra;
         }
         v
+    }
+
+    /// The field columns: the shared budget, and per index what its
+    /// columns hold and have answered.
+    fn columns_json(&self) -> Value {
+        let budget = self.catalog().column_budget();
+        let mut indices = serde_json::Map::new();
+        for index in self.catalog().all() {
+            let c = index.columns.stats();
+            indices.insert(
+                index.name.clone(),
+                json!({"fields": c.fields, "docs": c.docs, "bytes": c.bytes, "builds": c.builds, "answers": c.answers}),
+            );
+        }
+        json!({
+            "limit_bytes": budget.limit_bytes(),
+            "used_bytes": budget.used_bytes(),
+            "indices": indices,
+        })
     }
 }

@@ -468,11 +468,12 @@ pub fn run(
         TrackTotal::UpTo(n) => n,
     };
     if window == 0 && spec.slice.is_none() && spec.search_after.is_none() {
-        // Only the total is wanted: the near-data count, on every core.
-        let total = if limit == 0 {
-            0
-        } else {
-            count(store, indices, &spec.query)?
+        // Only the total is wanted: the near-data count, on every core; a
+        // point in time or scroll counts what its snapshot holds.
+        let total = match (limit, paging) {
+            (0, _) => 0,
+            (_, false) => count(store, indices, &spec.query)?,
+            (_, true) => count_at(store, indices, &spec.query, snapshot)?,
         };
         return Ok(Found {
             hits: Vec::new(),
@@ -656,13 +657,22 @@ fn scan_count(store: &Store, index: &Arc<Index>, query: &Query) -> ApiResult<u64
         }
         return Ok(n);
     }
-    let snapshot = store.snapshot();
+    count_at(store, indices, query, &store.snapshot())
+}
+
+/// Counts the documents matching `query` at `snapshot`, one by one.
+fn count_at(
+    store: &Store,
+    indices: &[Arc<Index>],
+    query: &Query,
+    snapshot: &Snapshot,
+) -> ApiResult<u64> {
     let mut n = 0;
     for index in indices {
         for pair in store.iter(
             index.docs,
             (Bound::Unbounded, Bound::Unbounded),
-            &snapshot,
+            snapshot,
             false,
         ) {
             let (id, source) = pair.map_err(ApiError::store)?;
