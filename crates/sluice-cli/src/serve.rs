@@ -295,6 +295,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             api.catalog()
                 .column_budget()
                 .set_limit_bytes(args.http_columns_mib << 20);
+            api.catalog().warm_columns();
             // Weak: the server's state goes when the server stops.
             let resp = Arc::downgrade(server.shared());
             api.set_extra_stats(Box::new(move || match resp.upgrade() {

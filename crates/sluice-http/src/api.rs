@@ -1025,6 +1025,9 @@ impl Api {
             }
             None => self.run_in_context(&indices, &snapshot, &spec, pit_id.as_deref())?,
         };
+        if pit_id.is_none() && spec.size == 0 {
+            self.catalog.remember_columns(&indices);
+        }
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let extra = pit_id.map(|id| format!("\"pit_id\":{},", json_escape(&id)));
         let (total, exact) = (found.total, found.exact);
@@ -1443,6 +1446,7 @@ impl Api {
             Some(Cached::Count(n)) => n,
             _ => {
                 let n = search::count(self.catalog.store(), &indices, &query)?;
+                self.catalog.remember_columns(&indices);
                 if let Some(key) = key {
                     self.request_cache.put(key, Cached::Count(n));
                 }

@@ -7,6 +7,7 @@ use crate::error::{ApiError, ApiResult};
 use serde_json::{json, Value};
 use sluice_store::{Store, StoreError, ValueFormat};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 /// The catalog keyspace.
@@ -35,6 +36,8 @@ pub struct Index {
     pub mappings: RwLock<Value>,
     /// Its field columns (counts and aggregations without a scan).
     pub columns: Columns,
+    /// The fields the catalog entry says had columns: built again at open.
+    column_fields: RwLock<Vec<String>>,
     /// Moves on after every write and mapping change, once it is visible:
     /// the request cache keys answers by it.
     generation: std::sync::atomic::AtomicU64,
@@ -60,6 +63,7 @@ impl Index {
             "shards": self.shards,
             "created_ms": self.created_ms,
             "mappings": read(&self.mappings).clone(),
+            "column_fields": read(&self.column_fields).clone(),
         })
     }
 
@@ -86,6 +90,19 @@ pub struct Catalog {
     changing: Mutex<()>,
     /// The memory every index's field columns share.
     column_budget: Arc<ColumnBudget>,
+    /// The thread building remembered columns after open, and its stop flag.
+    warming: Mutex<Option<std::thread::JoinHandle<()>>>,
+    stop_warming: Arc<AtomicBool>,
+}
+
+impl Drop for Catalog {
+    fn drop(&mut self) {
+        self.stop_warming.store(true, Ordering::Relaxed);
+        let warming = self.warming.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(handle) = warming.take() {
+            let _ = handle.join();
+        }
+    }
 }
 
 /// Checks an index name as Elasticsearch does.
@@ -205,7 +222,64 @@ impl Catalog {
             indices: RwLock::new(indices),
             changing: Mutex::new(()),
             column_budget,
+            warming: Mutex::new(None),
+            stop_warming: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// Starts building, on a background thread, the field columns each
+    /// index had before the last stop, so that its first count does not
+    /// wait for them (set the column budget first).
+    pub fn warm_columns(&self) {
+        let work: Vec<(Arc<Index>, Vec<String>)> = read(&self.indices)
+            .values()
+            .map(|i| (i.clone(), read(&i.column_fields).clone()))
+            .filter(|(_, fields)| !fields.is_empty())
+            .collect();
+        if work.is_empty() {
+            return;
+        }
+        let store = self.store.clone();
+        let stop = self.stop_warming.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sluice-columns".into())
+            .spawn(move || {
+                for (index, fields) in work {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    index.columns.warm(&store, index.docs, &fields, &stop);
+                }
+            });
+        match spawned {
+            Ok(h) => *self.warming.lock().unwrap_or_else(|p| p.into_inner()) = Some(h),
+            Err(e) => {
+                log::warn!("field columns not built at open ({e}): the first counts build them")
+            }
+        }
+    }
+
+    /// Remembers in their catalog entries which fields of `indices` have
+    /// columns now, for [`Catalog::warm_columns`] after a restart.
+    pub fn remember_columns(&self, indices: &[Arc<Index>]) {
+        for index in indices {
+            let now = index.columns.field_names();
+            if now.is_empty() || *read(&index.column_fields) == now {
+                continue;
+            }
+            let _one = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+            // Not for an index deleted meanwhile: its entry must stay gone.
+            let current = read(&self.indices)
+                .get(&index.name)
+                .is_some_and(|i| Arc::ptr_eq(i, index));
+            if !current {
+                continue;
+            }
+            *write(&index.column_fields) = now;
+            if let Err(e) = self.save(index) {
+                log::warn!("remembering the field columns of index {}: {e}", index.name);
+            }
+        }
     }
 
     /// The memory every index's field columns share.
@@ -303,6 +377,7 @@ impl Catalog {
             created_ms: now_ms(),
             mappings: RwLock::new(mappings),
             columns: Columns::new(self.column_budget.clone()),
+            column_fields: RwLock::new(Vec::new()),
             generation: Default::default(),
         });
         self.save(&index)?;
@@ -526,6 +601,11 @@ fn parse_record(name: &str, value: &[u8], budget: &Arc<ColumnBudget>) -> Result<
         created_ms: num("created_ms")?,
         mappings: RwLock::new(v.get("mappings").cloned().unwrap_or(json!({}))),
         columns: Columns::new(budget.clone()),
+        column_fields: RwLock::new(match v.get("column_fields") {
+            None => Vec::new(),
+            Some(f) => serde_json::from_value(f.clone())
+                .map_err(|e| format!("column_fields is not a list of names: {e}"))?,
+        }),
         generation: Default::default(),
     })
 }

@@ -30,7 +30,7 @@ use sluice_ndp::FieldPredicate;
 use sluice_store::Store;
 use std::collections::HashMap;
 use std::ops::Bound;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -718,9 +718,48 @@ impl Columns {
         }
     }
 
+    /// The fields with a column, as dotted names (what the catalog
+    /// remembers, so that a restart builds them again before they are asked
+    /// for).
+    pub fn field_names(&self) -> Vec<String> {
+        let inner = self.read();
+        let Some(t) = &inner.table else {
+            return Vec::new();
+        };
+        t.columns
+            .iter()
+            .filter(|c| c.path.steps.iter().all(|s| matches!(s, Step::Key(_))))
+            .map(|c| c.path.to_string())
+            .collect()
+    }
+
+    /// Builds columns of the dotted `fields` now (waiting for a build under
+    /// way), unless `stop` is set meanwhile; whether they are held after.
+    pub fn warm(&self, store: &Store, docs: u32, fields: &[String], stop: &AtomicBool) -> bool {
+        let paths: Vec<Path> = fields
+            .iter()
+            .map(|f| Path {
+                steps: f.split('.').map(|k| Step::Key(k.to_string())).collect(),
+            })
+            .collect();
+        self.prepare_with(store, docs, &paths, Some(stop))
+    }
+
     /// Whether the columns hold `paths`, building them if they do not and
     /// no other build runs.
     fn prepare(&self, store: &Store, docs: u32, paths: &[Path]) -> bool {
+        self.prepare_with(store, docs, paths, None)
+    }
+
+    /// [`Columns::prepare`]; with `stop`, waits for a build under way
+    /// instead of giving up, and gives up when `stop` is set.
+    fn prepare_with(
+        &self,
+        store: &Store,
+        docs: u32,
+        paths: &[Path],
+        stop: Option<&AtomicBool>,
+    ) -> bool {
         if !paths.iter().all(columnable)
             || paths.len() > MAX_COLUMNS
             || self.budget.limit_bytes() == 0
@@ -739,8 +778,13 @@ impl Columns {
                 return false;
             }
         }
-        let Ok(_one_build) = self.building.try_lock() else {
-            return false;
+        let _one_build = match (self.building.try_lock(), stop) {
+            (Ok(g), _) => g,
+            (Err(std::sync::TryLockError::WouldBlock), Some(_)) => {
+                self.building.lock().unwrap_or_else(|p| p.into_inner())
+            }
+            (Err(std::sync::TryLockError::Poisoned(p)), _) => p.into_inner(),
+            (Err(std::sync::TryLockError::WouldBlock), None) => return false,
         };
         let mut wanted = match &self.read().table {
             Some(t) if t.serves(paths) => return true,
@@ -755,10 +799,10 @@ impl Columns {
         if wanted.len() > MAX_COLUMNS {
             wanted = paths.to_vec();
         }
-        self.build(store, docs, wanted)
+        self.build(store, docs, wanted, stop)
     }
 
-    fn build(&self, store: &Store, docs: u32, paths: Vec<Path>) -> bool {
+    fn build(&self, store: &Store, docs: u32, paths: Vec<Path>, stop: Option<&AtomicBool>) -> bool {
         let started = Instant::now();
         let held_bytes = self.read().table.as_ref().map_or(0, |t| t.bytes);
         let room_bytes = self
@@ -771,7 +815,7 @@ impl Columns {
             bytes: 0,
             overflowed: false,
         });
-        let scanned = scan(store, docs, &paths, room_bytes);
+        let scanned = scan(store, docs, &paths, room_bytes, stop);
         let mut inner = self.write();
         let pending = inner.pending.take().expect("the build's queue");
         let mut table = match scanned {
@@ -789,6 +833,7 @@ impl Columns {
                 log::warn!("field columns not built: {why}");
                 return false;
             }
+            Err(Refused::Stopped) => return false,
         };
         if pending.overflowed {
             return false;
@@ -832,11 +877,18 @@ impl Drop for Columns {
 enum Refused {
     OverBudget,
     Store(String),
+    Stopped,
 }
 
 /// Every document of keyspace `docs` at a snapshot, its values of `paths`
 /// taken into a new table.
-fn scan(store: &Store, docs: u32, paths: &[Path], room_bytes: u64) -> Result<Table, Refused> {
+fn scan(
+    store: &Store,
+    docs: u32,
+    paths: &[Path],
+    room_bytes: u64,
+    stop: Option<&AtomicBool>,
+) -> Result<Table, Refused> {
     let snapshot = store.snapshot();
     let mut table = Table::new(paths);
     let mut iter = store.iter(docs, (Bound::Unbounded, Bound::Unbounded), &snapshot, false);
@@ -844,6 +896,9 @@ fn scan(store: &Store, docs: u32, paths: &[Path], room_bytes: u64) -> Result<Tab
         table.put(id, &extract(paths, source));
         if table.bytes > room_bytes {
             return Err(Refused::OverBudget);
+        }
+        if table.slots.is_multiple_of(4096) && stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            return Err(Refused::Stopped);
         }
     }
     Ok(table)
