@@ -6,8 +6,10 @@
 //! A count or aggregation whose fields all have columns reads no document.
 //! Each leaf of the query's predicate is evaluated once per distinct value
 //! of its field, by the same [`FieldPredicate`] the scan runs, on that value
-//! alone. That marks the documents holding a matching value; the marks
-//! combine by AND, OR and NOT. An aggregation then counts the distinct
+//! alone. That marks the documents holding a matching value (the union of
+//! the matching values' bitmaps, for a field of at most 64 values; else a
+//! pass over the per-document entries); the marks combine by AND, OR and
+//! NOT. An aggregation then counts the distinct
 //! combinations of values among the matched documents and hands each one
 //! once, with its count, to [`aggregate_rows`]. Answers equal the scan's
 //! because the same code judges the same bytes; a property test checks it.
@@ -49,6 +51,9 @@ const MAX_DENSE_COMBINATIONS: u128 = 1 << 16;
 const DOC_OVERHEAD_BYTES: u64 = 64;
 /// Bytes counted per distinct value beside its text (held twice).
 const VALUE_OVERHEAD_BYTES: u64 = 64;
+/// Most distinct values of a column that keeps a bitmap of documents per
+/// value (beyond it, a leaf reads the per-document entries instead).
+const MAX_POSTED_VALUES: usize = 64;
 /// Deepest array position a column's path may name.
 const MAX_PATH_INDEX: usize = 64;
 
@@ -166,6 +171,10 @@ struct Column {
     lookup: HashMap<Box<[u8]>, u32>,
     /// Per document number, its value's entry.
     ords: Vec<u32>,
+    /// Per entry, the document numbers holding it, one bit each (entry 0
+    /// holds the free numbers too); dropped once the column has more than
+    /// [`MAX_POSTED_VALUES`] values.
+    postings: Option<Vec<Bits>>,
     /// A document was not JSON where this field was looked for: the scan
     /// reports that, so queries on this field scan.
     damaged: bool,
@@ -178,19 +187,54 @@ impl Column {
             values: vec![Box::from(&b""[..])],
             lookup: HashMap::new(),
             ords: Vec::new(),
+            postings: Some(vec![Vec::new()]),
             damaged: false,
         }
     }
 
-    /// The entry of `raw`, added if new; the bytes it added.
-    fn intern(&mut self, raw: &[u8]) -> (u32, u64) {
+    /// The entry of `raw`, added if new; the bytes it added (or, negative,
+    /// freed: the bitmaps go when there are too many values).
+    fn intern(&mut self, raw: &[u8], words: usize) -> (u32, i64) {
         if let Some(&ord) = self.lookup.get(raw) {
             return (ord, 0);
         }
         let ord = u32::try_from(self.values.len()).expect("fewer values than documents");
         self.values.push(Box::from(raw));
         self.lookup.insert(Box::from(raw), ord);
-        (ord, 2 * raw.len() as u64 + VALUE_OVERHEAD_BYTES)
+        let mut added = 2 * raw.len() as i64 + VALUE_OVERHEAD_BYTES as i64;
+        if self.values.len() > MAX_POSTED_VALUES {
+            if let Some(p) = self.postings.take() {
+                added -= (p.len() * words * 8) as i64;
+            }
+        } else if let Some(p) = &mut self.postings {
+            p.push(vec![0; words]);
+            added += (words * 8) as i64;
+        }
+        (ord, added)
+    }
+
+    /// Document `n` now holds entry `ord`.
+    fn set(&mut self, n: usize, ord: u32) {
+        let old = std::mem::replace(&mut self.ords[n], ord);
+        if let (Some(p), true) = (&mut self.postings, old != ord) {
+            p[old as usize][n / 64] &= !(1 << (n % 64));
+            p[ord as usize][n / 64] |= 1 << (n % 64);
+        }
+    }
+
+    /// A new document number `n`, holding entry 0; `new_word`: its bit
+    /// opens a new word of the bitmaps. The bytes added.
+    fn grow(&mut self, n: usize, new_word: bool) -> u64 {
+        self.ords.push(0);
+        let mut added = 4;
+        if let Some(p) = &mut self.postings {
+            if new_word {
+                p.iter_mut().for_each(|b| b.push(0));
+                added += 8 * p.len() as u64;
+            }
+            p[0][n / 64] |= 1 << (n % 64);
+        }
+        added
     }
 }
 
@@ -236,14 +280,14 @@ impl Table {
             None => {
                 let n = self.slots;
                 self.slots = n.checked_add(1).expect("fewer than 2^32 documents");
-                for c in &mut self.columns {
-                    c.ords.push(0);
-                }
-                if n as usize / 64 >= self.live.len() {
+                let new_word = n as usize / 64 >= self.live.len();
+                if new_word {
                     self.live.push(0);
                     self.bytes += 8;
                 }
-                self.bytes += 4 * self.columns.len() as u64;
+                for c in &mut self.columns {
+                    self.bytes += c.grow(n as usize, new_word);
+                }
                 n
             }
         };
@@ -257,11 +301,12 @@ impl Table {
     fn put<T: AsRef<[u8]>>(&mut self, id: &[u8], values: &[Extracted<T>]) {
         debug_assert_eq!(values.len(), self.columns.len());
         let n = self.number(id) as usize;
+        let words = self.live.len();
         for (c, v) in self.columns.iter_mut().zip(values) {
-            c.ords[n] = match v {
+            let ord = match v {
                 Ok(Some(raw)) => {
-                    let (ord, added) = c.intern(raw.as_ref());
-                    self.bytes += added;
+                    let (ord, added) = c.intern(raw.as_ref(), words);
+                    self.bytes = self.bytes.saturating_add_signed(added);
                     ord
                 }
                 Ok(None) => 0,
@@ -270,6 +315,7 @@ impl Table {
                     0
                 }
             };
+            c.set(n, ord);
         }
     }
 
@@ -279,7 +325,7 @@ impl Table {
         };
         self.live[n as usize / 64] &= !(1 << (n % 64));
         for c in &mut self.columns {
-            c.ords[n as usize] = 0;
+            c.set(n as usize, 0);
         }
         self.free.push(n);
         self.bytes -= id.len() as u64 + DOC_OVERHEAD_BYTES;
@@ -456,6 +502,12 @@ impl Table {
             hits.push(test.matches(&doc).ok()?);
         }
         let mut bits = vec![0u64; self.live.len()];
+        if let Some(postings) = &column.postings {
+            for (posting, _) in postings.iter().zip(&hits).filter(|(_, &hit)| hit) {
+                or(&mut bits, posting);
+            }
+            return Some(bits);
+        }
         for (word, ords) in bits.iter_mut().zip(column.ords.chunks(64)) {
             let mut w = 0u64;
             for (bit, &ord) in ords.iter().enumerate() {

@@ -98,8 +98,9 @@ fn document() -> impl Strategy<Value = Value> {
         proptest::option::of(venue()),
         proptest::option::of(year()),
         proptest::option::of(meta()),
+        proptest::option::of(0i64..400),
     )
-        .prop_map(|(v, y, m)| {
+        .prop_map(|(v, y, m, n)| {
             let mut doc = serde_json::Map::new();
             doc.insert("title".into(), json!("a paper"));
             if let Some(v) = v {
@@ -110,6 +111,10 @@ fn document() -> impl Strategy<Value = Value> {
             }
             if let Some(m) = m {
                 doc.insert("meta".into(), m);
+            }
+            // Many distinct values: past the bitmaps' limit.
+            if let Some(n) = n {
+                doc.insert("n".into(), json!(n));
             }
             Value::Object(doc)
         })
@@ -138,6 +143,8 @@ fn leaf() -> impl Strategy<Value = Value> {
         (2000i64..2010, 0i64..5)
             .prop_map(|(y, d)| json!({"range": {"year": {"gt": y, "lte": y + d}}})),
         (0i64..20).prop_map(|p| json!({"range": {"meta.pages": {"lt": p}}})),
+        (0i64..400).prop_map(|n| json!({"range": {"n": {"lt": n}}})),
+        (0i64..400).prop_map(|n| json!({"term": {"n": n}})),
         Just(json!({"exists": {"field": "venue"}})),
         Just(json!({"exists": {"field": "meta.pages"}})),
         Just(json!({"prefix": {"venue": "V"}})),
@@ -178,13 +185,15 @@ fn aggregations() -> impl Strategy<Value = Option<Value>> {
         Just(Some(
             json!({"s": {"sum": {"field": "year"}}, "m": {"max": {"field": "meta.pages"}}})
         )),
+        Just(Some(json!({"n": {"stats": {"field": "n"}},
+            "v": {"terms": {"field": "venue"}, "aggs": {"a": {"avg": {"field": "n"}}}}}))),
     ]
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (0u8..24, document()).prop_map(|(i, d)| Step::Put(i, d)),
-        2 => (0u8..24).prop_map(Step::Delete),
+        6 => (0u8..120, document()).prop_map(|(i, d)| Step::Put(i, d)),
+        2 => (0u8..120).prop_map(Step::Delete),
         3 => (query(), aggregations()).prop_map(|(q, a)| Step::Ask(q, a)),
     ]
 }
@@ -245,7 +254,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn columns_answer_as_the_scan_does(steps in proptest::collection::vec(step(), 1..60)) {
+    fn columns_answer_as_the_scan_does(steps in proptest::collection::vec(step(), 1..200)) {
         let p = pair();
         for s in &steps {
             match s {
