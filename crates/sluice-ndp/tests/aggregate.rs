@@ -314,3 +314,64 @@ fn multi_valued_groups_and_metrics_take_each_element() {
     assert_eq!(got[&Some("\"a\"".to_string())][2], int(10));
     assert_eq!(got.len(), 5, "{got:?}");
 }
+
+/// Rows of values with a weight aggregate as that many documents holding
+/// them would: the same groups and values as the scan over those
+/// documents, each stored `weight` times.
+#[test]
+fn weighted_value_rows_aggregate_as_the_documents_they_stand_for() {
+    let s = store();
+    let ks = s.create_keyspace("w", ValueFormat::Json, "").unwrap();
+    // (group, value, weight); None: the field is absent.
+    let rows: [(Option<&str>, Option<&str>, u64); 6] = [
+        (Some(r#""a""#), Some("3"), 4),
+        (Some(r#"["a","b"]"#), Some("[1,2.5]"), 3),
+        (None, Some("7"), 2),
+        (Some(r#""b""#), None, 5),
+        (Some("null"), Some(r#""x""#), 1),
+        (Some(r#""a""#), Some("-9223372036854775808"), 2),
+    ];
+    let mut n = 0;
+    for (g, v, weight) in rows {
+        let mut doc = String::from("{");
+        if let Some(g) = g {
+            doc += &format!("\"g\":{g},");
+        }
+        if let Some(v) = v {
+            doc += &format!("\"v\":{v},");
+        }
+        doc += "\"pad\":0}";
+        for _ in 0..weight {
+            s.put(ks, format!("{n:04}").as_bytes(), doc.as_bytes())
+                .unwrap();
+            n += 1;
+        }
+    }
+    let g = match parse("EXISTS g").unwrap() {
+        Predicate::Exists(p) => p,
+        _ => unreachable!(),
+    };
+    let aggs = parse_aggregates("count(*), count(v), sum(v), min(v), max(v), avg(v)").unwrap();
+    let spec = AggregateSpec {
+        layout: &Layout::json_undeclared(),
+        keyspace: ks,
+        range: (Bound::Unbounded, Bound::Unbounded),
+        predicate: None,
+        aggregates: &aggs,
+        group_by: Some(&g),
+        threads: 1,
+        multi_valued: true,
+    };
+    let (scanned, _) = aggregate::aggregate(&s, &spec).unwrap();
+    let value_rows = rows.iter().map(|(g, v, weight)| aggregate::ValueRow {
+        group: g.map(str::as_bytes),
+        fields: aggs
+            .iter()
+            .map(|a| a.path.as_ref().and(v.map(str::as_bytes)))
+            .collect(),
+        weight: *weight,
+    });
+    let weighted = aggregate::aggregate_rows(&aggs, true, value_rows).unwrap();
+    assert_eq!(weighted, scanned);
+    assert_eq!(weighted.len(), 3, "{weighted:?}");
+}
