@@ -24,13 +24,13 @@
 //! drop them, and queries scan again.
 
 use crate::dsl::Query;
+use hashbrown::HashMap;
 use sluice_ndp::aggregate::{aggregate_rows, Aggregate, GroupRow, ValueRow};
 use sluice_ndp::expr::{Path, Predicate, Step};
 use sluice_ndp::format::field_text;
 use sluice_ndp::scan::ScanError;
 use sluice_ndp::FieldPredicate;
 use sluice_store::Store;
-use std::collections::HashMap;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -932,8 +932,20 @@ enum Refused {
     Stopped,
 }
 
+/// Documents a scan worker hands over at a time.
+const SCAN_BATCH_DOCS: usize = 4096;
+/// Batches in flight from the scan workers.
+const SCAN_BATCHES_QUEUED: usize = 8;
+/// Most scan workers.
+const MAX_SCAN_WORKERS: usize = 8;
+
+/// Documents of a part of the index, their ids and values of the paths.
+type ScanBatch = Vec<(Box<[u8]>, Vec<Extracted<Box<[u8]>>>)>;
+
 /// Every document of keyspace `docs` at a snapshot, its values of `paths`
-/// taken into a new table.
+/// taken into a new table. Workers (one per core, each over a part of the
+/// keys cut at table boundaries) read and take the values out; this thread
+/// numbers the documents and fills the columns.
 fn scan(
     store: &Store,
     docs: u32,
@@ -942,14 +954,78 @@ fn scan(
     stop: Option<&AtomicBool>,
 ) -> Result<Table, Refused> {
     let snapshot = store.snapshot();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_SCAN_WORKERS));
+    let cuts = store.split_keys(docs, workers);
+    let mut bounds: Vec<Bound<&[u8]>> = vec![Bound::Unbounded];
+    bounds.extend(cuts.iter().map(|c| Bound::Included(&c[..])));
+    bounds.push(Bound::Unbounded);
+    let quit = AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Result<ScanBatch, String>>(SCAN_BATCHES_QUEUED);
+    std::thread::scope(|scope| {
+        for part in bounds.windows(2) {
+            let (tx, quit, snapshot) = (tx.clone(), &quit, &snapshot);
+            let upper = match part[1] {
+                Bound::Included(k) => Bound::Excluded(k),
+                other => other,
+            };
+            let range = (part[0], upper);
+            scope.spawn(move || {
+                let mut iter = store.iter(docs, range, snapshot, false);
+                let mut batch: ScanBatch = Vec::with_capacity(SCAN_BATCH_DOCS);
+                loop {
+                    let next = match iter.next_ref() {
+                        Ok(n) => n,
+                        Err(e) => {
+                            let _ = tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                    let Some((id, source)) = next else { break };
+                    let values = extract(paths, source)
+                        .into_iter()
+                        .map(|v| v.map(|v| v.map(Box::from)))
+                        .collect();
+                    batch.push((Box::from(id), values));
+                    if batch.len() == SCAN_BATCH_DOCS {
+                        let full =
+                            std::mem::replace(&mut batch, Vec::with_capacity(SCAN_BATCH_DOCS));
+                        if quit.load(Ordering::Relaxed) || tx.send(Ok(full)).is_err() {
+                            return;
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    let _ = tx.send(Ok(batch));
+                }
+            });
+        }
+        drop(tx);
+        let filled = fill(paths, &rx, room_bytes, stop);
+        if filled.is_err() {
+            quit.store(true, Ordering::Relaxed);
+            // Unblocks workers waiting to send.
+            while rx.recv().is_ok() {}
+        }
+        filled
+    })
+}
+
+/// A table from the batches of `rx`, until every worker is done.
+fn fill(
+    paths: &[Path],
+    rx: &std::sync::mpsc::Receiver<Result<ScanBatch, String>>,
+    room_bytes: u64,
+    stop: Option<&AtomicBool>,
+) -> Result<Table, Refused> {
     let mut table = Table::new(paths);
-    let mut iter = store.iter(docs, (Bound::Unbounded, Bound::Unbounded), &snapshot, false);
-    while let Some((id, source)) = iter.next_ref().map_err(|e| Refused::Store(e.to_string()))? {
-        table.put(id, &extract(paths, source));
+    for batch in rx {
+        for (id, values) in batch.map_err(Refused::Store)? {
+            table.put(&id, &values);
+        }
         if table.bytes > room_bytes {
             return Err(Refused::OverBudget);
         }
-        if table.slots.is_multiple_of(4096) && stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
             return Err(Refused::Stopped);
         }
     }
