@@ -555,7 +555,7 @@ impl Api {
     }
 
     fn delete_doc(&self, req: &Request, idx: &str, id: &str) -> ApiResult<Response> {
-        let index = self.catalog.get(idx)?;
+        let index = self.document_index(idx)?;
         let o = self.one(
             &index,
             DocOp::Delete {
@@ -580,6 +580,14 @@ impl Api {
         ok(o.status, &outcome_body(&index.name, &o))
     }
 
+    /// The index a document request names (its error names the index as
+    /// an expression, as Elasticsearch's document APIs do).
+    fn document_index(&self, name: &str) -> ApiResult<Arc<Index>> {
+        self.catalog
+            .get(name)
+            .map_err(|_| ApiError::no_index_for_document(name))
+    }
+
     fn get_doc(
         &self,
         req: &Request,
@@ -587,7 +595,7 @@ impl Api {
         id: &str,
         source_only: bool,
     ) -> ApiResult<Response> {
-        let index = self.catalog.get(idx)?;
+        let index = self.document_index(idx)?;
         let filter = SourceFilter::from_params(req, SourceFilter::default());
         let Some(doc) = self.docs.get(&index, id, None)? else {
             if source_only {
@@ -679,10 +687,10 @@ impl Api {
             if n > 0 {
                 out.push(b',');
             }
-            let index = match self.catalog.get(index_name) {
+            let index = match self.document_index(index_name) {
                 Ok(i) => i,
                 Err(e) => {
-                    let v = json!({"_index": index_name, "_id": id, "error": e.cause()});
+                    let v = json!({"_index": index_name, "_id": id, "error": e.body()["error"]});
                     out.extend_from_slice(v.to_string().as_bytes());
                     continue;
                 }

@@ -36,6 +36,8 @@ pub struct Index {
     pub mappings: RwLock<Value>,
     /// Its field columns (counts and aggregations without a scan).
     pub columns: Columns,
+    /// Versions of its recently deleted documents.
+    pub tombstones: crate::docs::Tombstones,
     /// The fields the catalog entry says had columns: built again at open.
     column_fields: RwLock<Vec<String>>,
     /// Moves on after every write and mapping change, once it is visible:
@@ -377,6 +379,7 @@ impl Catalog {
             created_ms: now_ms(),
             mappings: RwLock::new(mappings),
             columns: Columns::new(self.column_budget.clone()),
+            tombstones: Default::default(),
             column_fields: RwLock::new(Vec::new()),
             generation: Default::default(),
         });
@@ -601,6 +604,7 @@ fn parse_record(name: &str, value: &[u8], budget: &Arc<ColumnBudget>) -> Result<
         created_ms: num("created_ms")?,
         mappings: RwLock::new(v.get("mappings").cloned().unwrap_or(json!({}))),
         columns: Columns::new(budget.clone()),
+        tombstones: Default::default(),
         column_fields: RwLock::new(match v.get("column_fields") {
             None => Vec::new(),
             Some(f) => serde_json::from_value(f.clone())

@@ -11,9 +11,10 @@ use crate::catalog::{Index, MAX_ID_BYTES};
 use crate::error::{ApiError, ApiResult};
 use serde_json::{json, Map, Value};
 use sluice_store::{Snapshot, Store, WriteBatch};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 const STRIPES: usize = 256;
 const VERSION_RECORD_BYTES: usize = 16;
@@ -88,6 +89,118 @@ pub struct Doc {
     pub version: u64,
     /// `_seq_no`.
     pub seq_no: u64,
+}
+
+/// How long a deleted document's version is remembered, so that a write
+/// of its id soon after carries the count on (Elasticsearch's
+/// `index.gc_deletes`, 60 s).
+pub const GC_DELETES: Duration = Duration::from_secs(60);
+/// Most deleted documents' versions one index remembers; past it the oldest
+/// are forgotten first.
+pub const MAX_TOMBSTONES: usize = 1 << 20;
+
+/// The versions of recently deleted documents of one index, in memory only
+/// (as Elasticsearch's version map holds them): a restart forgets them, as
+/// [`GC_DELETES`] would.
+#[derive(Debug)]
+pub struct Tombstones {
+    inner: Mutex<TombstoneMap>,
+    limit: usize,
+}
+
+impl Default for Tombstones {
+    fn default() -> Self {
+        Tombstones::with_limit(MAX_TOMBSTONES)
+    }
+}
+
+#[derive(Debug, Default)]
+struct TombstoneMap {
+    versions: HashMap<String, (u64, Instant)>,
+    /// Ids in the order they were deleted (an id may be listed again).
+    order: VecDeque<(String, Instant)>,
+}
+
+impl Tombstones {
+    /// Remembering at most `limit` deleted documents.
+    pub fn with_limit(limit: usize) -> Tombstones {
+        Tombstones {
+            inner: Mutex::default(),
+            limit,
+        }
+    }
+
+    /// The version a document was deleted at, if that was within
+    /// [`GC_DELETES`].
+    pub fn recent(&self, id: &str) -> Option<u64> {
+        let map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        map.versions
+            .get(id)
+            .filter(|(_, at)| at.elapsed() < GC_DELETES)
+            .map(|(v, _)| *v)
+    }
+
+    /// Deleted documents remembered now.
+    pub fn len(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .versions
+            .len()
+    }
+
+    /// Whether none is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A request's changes: ids deleted at a version (`Some`), or written
+    /// again (`None`).
+    fn apply(&self, changes: HashMap<String, Option<u64>>) {
+        let now = Instant::now();
+        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        for (id, change) in changes {
+            match change {
+                Some(v) => {
+                    map.versions.insert(id.clone(), (v, now));
+                    map.order.push_back((id, now));
+                }
+                None => {
+                    map.versions.remove(&id);
+                }
+            }
+        }
+        // Forget what is past its time, or past the limit, oldest first.
+        while let Some((id, at)) = map.order.front().cloned() {
+            let expired = at.elapsed() >= GC_DELETES || map.versions.len() > self.limit;
+            if !expired && map.order.len() <= 2 * self.limit {
+                break;
+            }
+            map.order.pop_front();
+            if map.versions.get(&id).is_some_and(|(_, when)| *when == at) {
+                map.versions.remove(&id);
+            }
+        }
+    }
+}
+
+/// A request's writes so far, as later operations of it see them.
+#[derive(Default)]
+struct Overlay {
+    /// Documents written (`Some`) or deleted (`None`).
+    docs: HashMap<String, Option<Current>>,
+    /// Ids deleted at a version (`Some`), or written again (`None`).
+    tombs: HashMap<String, Option<u64>>,
+}
+
+impl Overlay {
+    /// The version `id` was deleted at, by this request or recently.
+    fn deleted_version(&self, index: &Index, id: &str) -> Option<u64> {
+        match self.tombs.get(id) {
+            Some(change) => *change,
+            None => index.tombstones.recent(id),
+        }
+    }
 }
 
 /// Document operations on every index of a store.
@@ -199,7 +312,7 @@ impl Docs {
             .iter()
             .map(|&s| self.stripes[s].lock().unwrap_or_else(|p| p.into_inner()))
             .collect();
-        let mut overlay: HashMap<String, Option<Current>> = HashMap::new();
+        let mut overlay = Overlay::default();
         let mut batch = WriteBatch::new();
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
@@ -211,13 +324,15 @@ impl Docs {
             // Still under the ids' stripe locks: the columns see each id's
             // writes in the order the store committed them.
             match &written {
-                Ok(_) => index
-                    .columns
-                    .record(overlay.iter().filter_map(|(id, now)| match now {
-                        // Every write of a document keeps its source here.
-                        Some(c) => c.source.as_deref().map(|s| (id.as_bytes(), Some(s))),
-                        None => Some((id.as_bytes(), None)),
-                    })),
+                Ok(_) => {
+                    index
+                        .columns
+                        .record(overlay.docs.iter().filter_map(|(id, now)| match now {
+                            // Every write of a document keeps its source here.
+                            Some(c) => c.source.as_deref().map(|s| (id.as_bytes(), Some(s))),
+                            None => Some((id.as_bytes(), None)),
+                        }))
+                }
                 Err(_) => index.columns.forget(),
             }
             // After the write is visible: a cached answer read before it
@@ -225,6 +340,7 @@ impl Docs {
             index.bump_generation();
             if let Err(e) = written {
                 let failed = ApiError::store(e);
+                // The deletes not written are not remembered either.
                 return results
                     .into_iter()
                     .map(|r| match r {
@@ -236,6 +352,7 @@ impl Docs {
                     .collect();
             }
         }
+        index.tombstones.apply(overlay.tombs);
         results
     }
 
@@ -244,9 +361,9 @@ impl Docs {
         index: &Index,
         id: &str,
         with_source: bool,
-        overlay: &HashMap<String, Option<Current>>,
+        overlay: &Overlay,
     ) -> ApiResult<Option<Current>> {
-        match overlay.get(id) {
+        match overlay.docs.get(id) {
             Some(c) => Ok(c.clone()),
             None => self.current(index, id, with_source),
         }
@@ -256,7 +373,7 @@ impl Docs {
         &self,
         index: &Index,
         op: DocOp,
-        overlay: &mut HashMap<String, Option<Current>>,
+        overlay: &mut Overlay,
         batch: &mut WriteBatch,
     ) -> ApiResult<Outcome> {
         let id = op_id(&op).to_string();
@@ -279,7 +396,10 @@ impl Docs {
                     }
                 }
                 check_expect(index, &id, &expect, cur.as_ref())?;
-                let version = cur.as_ref().map_or(1, |c| c.version + 1);
+                let version = match &cur {
+                    Some(c) => c.version + 1,
+                    None => overlay.deleted_version(index, &id).map_or(1, |v| v + 1),
+                };
                 let (result, status) = if cur.is_some() {
                     ("updated", 200)
                 } else {
@@ -312,7 +432,8 @@ impl Docs {
                         }
                     };
                     let bytes = object_bytes(&created)?;
-                    return self.put(index, &id, bytes, 1, "created", 201, overlay, batch);
+                    let version = overlay.deleted_version(index, &id).map_or(1, |v| v + 1);
+                    return self.put(index, &id, bytes, version, "created", 201, overlay, batch);
                 };
                 let old_source = cur.source.clone().unwrap_or_default();
                 let mut merged: Value = serde_json::from_slice(&old_source).map_err(|e| {
@@ -348,10 +469,13 @@ impl Docs {
                 check_expect(index, &id, &expect, cur.as_ref())?;
                 let seq_no = self.next_seq_no.fetch_add(1, Ordering::Relaxed);
                 let Some(cur) = cur else {
+                    // Deleting what is not there still counts a version.
+                    let version = overlay.deleted_version(index, &id).map_or(1, |v| v + 1);
+                    overlay.tombs.insert(id.clone(), Some(version));
                     return Ok(Outcome {
                         id,
                         result: "not_found",
-                        version: 1,
+                        version,
                         seq_no,
                         status: 404,
                     });
@@ -362,7 +486,8 @@ impl Docs {
                 batch
                     .delete(index.versions, id.as_bytes())
                     .map_err(ApiError::store)?;
-                overlay.insert(id.clone(), None);
+                overlay.docs.insert(id.clone(), None);
+                overlay.tombs.insert(id.clone(), Some(cur.version + 1));
                 Ok(Outcome {
                     id,
                     result: "deleted",
@@ -383,7 +508,7 @@ impl Docs {
         version: u64,
         result: &'static str,
         status: u16,
-        overlay: &mut HashMap<String, Option<Current>>,
+        overlay: &mut Overlay,
         batch: &mut WriteBatch,
     ) -> ApiResult<Outcome> {
         let seq_no = self.next_seq_no.fetch_add(1, Ordering::Relaxed);
@@ -396,7 +521,8 @@ impl Docs {
         batch
             .put(index.versions, id.as_bytes(), &record)
             .map_err(ApiError::store)?;
-        overlay.insert(
+        overlay.tombs.insert(id.to_string(), None);
+        overlay.docs.insert(
             id.to_string(),
             Some(Current {
                 version,
@@ -644,6 +770,29 @@ mod tests {
             json!({"title":"t","meta":{"year":2020}})
         );
         assert_eq!(f(&["t*"], &[]), json!({"title":"t"}));
+    }
+
+    #[test]
+    fn tombstones_remember_the_newest_version_and_forget_the_oldest_past_the_limit() {
+        let t = Tombstones::with_limit(3);
+        let change = |pairs: &[(&str, Option<u64>)]| {
+            pairs
+                .iter()
+                .map(|(id, v)| (id.to_string(), *v))
+                .collect::<HashMap<_, _>>()
+        };
+        t.apply(change(&[("a", Some(2)), ("b", Some(1))]));
+        t.apply(change(&[("a", Some(4))]));
+        assert_eq!(t.recent("a"), Some(4));
+        // Written again: forgotten.
+        t.apply(change(&[("b", None)]));
+        assert_eq!(t.recent("b"), None);
+        for (i, id) in ["c", "d", "e", "f"].iter().enumerate() {
+            t.apply(change(&[(id, Some(i as u64 + 1))]));
+        }
+        assert!(t.len() <= 3, "{}", t.len());
+        assert_eq!(t.recent("a"), None, "the oldest goes first");
+        assert_eq!(t.recent("f"), Some(4));
     }
 
     #[test]
