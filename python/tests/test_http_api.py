@@ -176,3 +176,73 @@ def both(opensearch, sluice_http):
             bodies.append(b)
         out.append(statuses + bodies)
     return out
+
+
+def contexts_walk(url):
+    """Scroll and point-in-time requests whose ids come from the answers
+    before them; each answer kept with its status."""
+    out = []
+
+    def step(name, method, path, body=None, ndjson=False):
+        s, b = call(url, method, path, body, ndjson)
+        out.append((name, s, b))
+        return b
+
+    call(url, "DELETE", "/ctx")
+    step("create", "PUT", "/ctx", {"settings": {"number_of_shards": 2, "number_of_replicas": 0}})
+    step("bulk", "POST", "/ctx/_bulk?refresh=true",
+         [line for i in range(25) for line in ({"index": {"_id": f"{i:02d}"}}, {"n": i})], ndjson=True)
+    first = step("scroll", "POST", "/ctx/_search?scroll=1m", {"size": 10, "sort": ["_doc"], "query": {"range": {"n": {"gte": 3}}}})
+    sid = first["_scroll_id"]
+    step("scroll next", "POST", "/_search/scroll", {"scroll": "1m", "scroll_id": sid})
+    step("scroll next (path)", "GET", f"/_search/scroll?scroll=1m&scroll_id={sid}")
+    step("scroll last", "POST", "/_search/scroll", {"scroll": "1m", "scroll_id": sid})
+    step("clear scroll", "DELETE", "/_search/scroll", {"scroll_id": [sid]})
+    step("clear scroll again", "DELETE", "/_search/scroll", {"scroll_id": [sid]})
+    step("scroll after clear", "POST", "/_search/scroll", {"scroll": "1m", "scroll_id": sid})
+    step("bad keep-alive", "POST", "/ctx/_search?scroll=1x", {"size": 1})
+    pit = step("open pit", "POST", "/ctx/_search/point_in_time?keep_alive=1m")
+    pid = pit["pit_id"]
+    step("pit search", "POST", "/_search", {"size": 5, "pit": {"id": pid, "keep_alive": "1m"}, "sort": [{"n": "asc"}]})
+    step("pit with index", "POST", "/ctx/_search", {"size": 5, "pit": {"id": pid}})
+    step("close pit", "DELETE", "/_search/point_in_time", {"pit_id": [pid]})
+    step("pit after close", "POST", "/_search", {"size": 5, "pit": {"id": pid, "keep_alive": "1m"}})
+    step("count", "GET", "/ctx/_count")
+    step("delete", "DELETE", "/ctx")
+    return out
+
+
+def error_types(body):
+    e = body["error"]
+    return e["type"], [c["type"] for c in e.get("root_cause", [])][:1]
+
+
+def test_scroll_and_point_in_time_answer_as_opensearch_does(opensearch, sluice_http):
+    """Scroll pages (the same hits over all pages, the same page sizes and
+    totals; the order of `_doc` is each engine's own), clearing, errors of
+    closed and malformed contexts, and the OpenSearch point-in-time API."""
+    want = {name: (s, b) for name, s, b in contexts_walk(opensearch)}
+    got = {name: (s, b) for name, s, b in contexts_walk(sluice_http.url)}
+    assert want.keys() == got.keys()
+    for name in want:
+        assert got[name][0] == want[name][0], f"{name}: status {got[name][0]} instead of {want[name][0]}: {got[name][1]}"
+    pages = ["scroll", "scroll next", "scroll next (path)", "scroll last"]
+
+    def ids(side):
+        return [sorted(h["_id"] for h in side[p][1]["hits"]["hits"]) for p in pages]
+
+    assert [len(p) for p in ids(got)] == [len(p) for p in ids(want)]
+    assert sorted(sum(ids(got), [])) == sorted(sum(ids(want), []))
+    for p in pages:
+        assert got[p][1]["hits"]["total"] == want[p][1]["hits"]["total"], p
+        assert "_scroll_id" in got[p][1]
+    for name in ["clear scroll", "clear scroll again", "count"]:
+        assert not shape_diff(want[name][1], got[name][1]), (name, want[name][1], got[name][1])
+    for name in ["scroll after clear", "pit after close", "pit with index"]:
+        assert error_types(got[name][1]) == error_types(want[name][1]), (name, got[name][1])
+    assert got["bad keep-alive"][1]["error"] == {**want["bad keep-alive"][1]["error"]}
+    assert set(want["open pit"][1]) <= set(got["open pit"][1])
+    pit_hits = [[(h["_id"], h["sort"][0]) for h in side["pit search"][1]["hits"]["hits"]] for side in (want, got)]
+    assert pit_hits[0] == pit_hits[1]
+    assert got["pit search"][1]["hits"]["total"] == want["pit search"][1]["hits"]["total"]
+    assert [set(p) for p in got["close pit"][1]["pits"]] == [set(p) for p in want["close pit"][1]["pits"]]

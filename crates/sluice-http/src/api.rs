@@ -967,7 +967,7 @@ impl Api {
         }
         let scroll = req
             .param("scroll")
-            .map(search::parse_keep_alive)
+            .map(|t| search::parse_keep_alive_param("scroll", t))
             .transpose()?;
         if let Some(keep) = scroll {
             if pit_id.is_some() {
@@ -1218,6 +1218,7 @@ impl Api {
         next.from = 0;
         next.search_after = found.hits.last().map(|h| h.sort.clone());
         next.track_total = TrackTotal::Off;
+        let total = (spec.track_total != TrackTotal::Off).then_some((found.total, found.exact));
         let id = self.contexts.open(Context {
             snapshot,
             indices,
@@ -1227,6 +1228,7 @@ impl Api {
             slice_bounds: Default::default(),
             resumes: Vec::new(),
             pit: false,
+            total,
         })?;
         let extra = format!("\"_scroll_id\":{},", json_escape(&id));
         self.search_response(&spec, &filter, found, total_shards, started, Some(&extra))
@@ -1481,13 +1483,14 @@ impl Api {
                     "Validation Failed: 1: scrollId is missing;",
                 )
             })?;
-        let keep = body
-            .get("scroll")
-            .and_then(Value::as_str)
-            .or_else(|| req.param("scroll"))
-            .map(search::parse_keep_alive)
-            .transpose()?;
-        let (snapshot, indices, spec, source) = self
+        let keep = match body.get("scroll").and_then(Value::as_str) {
+            Some(t) => Some(search::parse_keep_alive(t)?),
+            None => req
+                .param("scroll")
+                .map(|t| search::parse_keep_alive_param("scroll", t))
+                .transpose()?,
+        };
+        let (snapshot, indices, spec, source, total) = self
             .contexts
             .with(&id, keep, |c| {
                 let spec = c
@@ -1499,11 +1502,12 @@ impl Api {
                     c.indices.clone(),
                     spec,
                     c.source.clone(),
+                    c.total,
                 ))
             })
             .map_err(missing_in_search)?;
         let filter = SourceFilter::from_value(Some(&source))?;
-        let found = self.run_in_context(&indices, &snapshot, &spec, Some(&id))?;
+        let mut found = self.run_in_context(&indices, &snapshot, &spec, Some(&id))?;
         if let Some(last) = found.hits.last() {
             let after = last.sort.clone();
             self.contexts.with(&id, None, |c| {
@@ -1515,13 +1519,19 @@ impl Api {
         }
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let extra = format!("\"_scroll_id\":{},", json_escape(&id));
-        self.search_response(&spec, &filter, found, total_shards, started, Some(&extra))
+        // Every page shows the total the first one counted.
+        let mut shown = spec;
+        if let Some((n, exact)) = total {
+            (found.total, found.exact) = (n, exact);
+            shown.track_total = TrackTotal::UpTo(u64::MAX);
+        }
+        self.search_response(&shown, &filter, found, total_shards, started, Some(&extra))
     }
 
     fn clear_scroll(&self, req: &Request, path_id: Option<&str>) -> ApiResult<Response> {
         let body = body_json(req)?.unwrap_or(json!({}));
         if path_id == Some("_all") {
-            let n = self.contexts.close_all(false).len();
+            let n: usize = self.contexts.close_all(false).iter().map(|(_, n)| n).sum();
             return ok(200, &json!({"succeeded": true, "num_freed": n}));
         }
         let mut ids: Vec<String> = strings(body.get("scroll_id")).unwrap_or_default();
@@ -1538,7 +1548,7 @@ impl Api {
                 "Validation Failed: 1: no scroll ids specified;",
             ));
         }
-        let freed = ids.iter().filter(|id| self.contexts.close(id)).count();
+        let freed: usize = ids.iter().filter_map(|id| self.contexts.close(id)).sum();
         ok(
             if freed == 0 { 404 } else { 200 },
             &json!({"succeeded": true, "num_freed": freed}),
@@ -1553,7 +1563,7 @@ impl Api {
                 "Validation Failed: 1: [keep_alive] is not specified;",
             )
         })?;
-        let keep = search::parse_keep_alive(keep)?;
+        let keep = search::parse_keep_alive_param("keep_alive", keep)?;
         let indices = self.catalog.resolve(expression)?;
         let total_shards = indices.iter().map(|i| i.shards).sum::<u32>().max(1);
         let id = self.contexts.open(Context {
@@ -1565,6 +1575,7 @@ impl Api {
             slice_bounds: Default::default(),
             resumes: Vec::new(),
             pit: true,
+            total: None,
         })?;
         if opensearch {
             let now_ms = std::time::SystemTime::now()
@@ -1587,7 +1598,7 @@ impl Api {
                 "Validation Failed: 1: point in time id is missing;",
             )
         })?;
-        let freed = usize::from(self.contexts.close(id));
+        let freed = self.contexts.close(id).unwrap_or(0);
         ok(
             if freed == 0 { 404 } else { 200 },
             &json!({"succeeded": true, "num_freed": freed}),
@@ -1599,7 +1610,7 @@ impl Api {
             self.contexts
                 .close_all(true)
                 .into_iter()
-                .map(|id| (id, true))
+                .map(|(id, _)| (id, true))
                 .collect()
         } else {
             let body = body_json(req)?.unwrap_or(json!({}));
@@ -1613,7 +1624,7 @@ impl Api {
             wanted
                 .into_iter()
                 .map(|id| {
-                    let ok = self.contexts.close(&id);
+                    let ok = self.contexts.close(&id).is_some();
                     (id, ok)
                 })
                 .collect()

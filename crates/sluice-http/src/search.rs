@@ -703,6 +703,20 @@ pub struct Context {
     pub resumes: Vec<Resume>,
     /// A point in time (else a scroll).
     pub pit: bool,
+    /// For a scroll: the total its first page counted (and whether it is
+    /// exact), which every page shows.
+    pub total: Option<(u64, bool)>,
+}
+
+impl Context {
+    /// The shards of its indices.
+    pub fn shards(&self) -> usize {
+        self.indices
+            .iter()
+            .map(|i| i.shards as usize)
+            .sum::<usize>()
+            .max(1)
+    }
 }
 
 /// Open search contexts with their limits.
@@ -733,6 +747,20 @@ pub fn parse_keep_alive(text: &str) -> ApiResult<Duration> {
         )));
     }
     Ok(d)
+}
+
+/// Parses a keep-alive given as the URL parameter `name`: a bad one is
+/// an `illegal_argument_exception` naming the parameter, as Elasticsearch
+/// answers it.
+pub fn parse_keep_alive_param(name: &str, text: &str) -> ApiResult<Duration> {
+    parse_keep_alive(text).map_err(|e| {
+        if e.kind != "parse_exception" {
+            return e;
+        }
+        ApiError::illegal(format!(
+            "failed to parse setting [{name}] with value [{text}] as a time value: unit is missing or unrecognized"
+        ))
+    })
 }
 
 fn bad_time(text: &str) -> ApiError {
@@ -813,15 +841,16 @@ impl Contexts {
         })
     }
 
-    /// Closes a context; whether it was open.
-    pub fn close(&self, id: &str) -> bool {
+    /// Closes a context; if it was open, the shards it held (what
+    /// Elasticsearch counts as freed: a context per shard).
+    pub fn close(&self, id: &str) -> Option<usize> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         Self::reap(&mut open);
-        open.remove(id).is_some()
+        open.remove(id).map(|c| c.shards())
     }
 
-    /// Closes every context of one kind; how many.
-    pub fn close_all(&self, pit: bool) -> Vec<String> {
+    /// Closes every context of one kind; their ids and shards.
+    pub fn close_all(&self, pit: bool) -> Vec<(String, usize)> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         Self::reap(&mut open);
         let ids: Vec<String> = open
@@ -829,10 +858,9 @@ impl Contexts {
             .filter(|(_, c)| c.pit == pit)
             .map(|(k, _)| k.clone())
             .collect();
-        for id in &ids {
-            open.remove(id);
-        }
-        ids
+        ids.into_iter()
+            .filter_map(|id| open.remove(&id).map(|c| (id, c.shards())))
+            .collect()
     }
 
     /// How many of each kind are open: (scrolls, points in time).
