@@ -296,7 +296,8 @@ impl Api {
         match (m, parts.as_slice()) {
             ("GET" | "HEAD", []) => self.root(),
             (_, ["_sluice", rest @ ..]) => self.native(req, rest),
-            ("GET", ["_cluster", "health", ..]) => self.health(),
+            ("GET", ["_cluster", "health"]) => self.health(None),
+            ("GET", ["_cluster", "health", expression]) => self.health(Some(expression)),
             ("GET", ["_cat", "indices", rest @ ..]) => self.cat_indices(req, rest.first().copied()),
             ("POST" | "GET", ["_refresh"]) | ("POST" | "GET", [_, "_refresh"]) => {
                 ok(200, &json!({"_shards": write_shards()}))
@@ -374,13 +375,24 @@ impl Api {
         )
     }
 
-    fn health(&self) -> ApiResult<Response> {
-        let indices = self.catalog.all();
+    /// Cluster health, of every index or of those `expression` names. An
+    /// expression naming no index is red and timed out at once (Elasticsearch
+    /// answers so after waiting for the index to appear).
+    fn health(&self, expression: Option<&str>) -> ApiResult<Response> {
+        let (indices, found) = match expression {
+            None => (self.catalog.all(), true),
+            Some(e) => match self.catalog.resolve(e) {
+                Ok(i) => (i, true),
+                Err(_) => (Vec::new(), false),
+            },
+        };
         let shards: u32 = indices.iter().map(|i| i.shards).sum();
         ok(
-            200,
+            if found { 200 } else { 408 },
             &json!({
-                "cluster_name": "sluice", "status": "green", "timed_out": false,
+                "cluster_name": "sluice",
+                "status": if found { "green" } else { "red" },
+                "timed_out": !found,
                 "number_of_nodes": 1, "number_of_data_nodes": 1,
                 "active_primary_shards": shards, "active_shards": shards,
                 "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": 0,
@@ -577,7 +589,22 @@ impl Api {
         let index = self.index_for_write(idx)?;
         let op = update_op(id, &body, expect_of(req)?)?;
         let o = self.one(&index, op)?;
-        ok(o.status, &outcome_body(&index.name, &o))
+        let mut answer = outcome_body(&index.name, &o);
+        // Asked for, the document as the update left it.
+        let asked = body.get("_source").is_some()
+            || ["_source", "_source_includes", "_source_excludes"]
+                .iter()
+                .any(|p| req.param(p).is_some());
+        if let (true, Some(source)) = (asked, &o.source) {
+            let filter =
+                SourceFilter::from_params(req, SourceFilter::from_value(body.get("_source"))?);
+            if let Some(kept) = filter.apply(source)? {
+                let kept: Value = serde_json::from_slice(&kept)
+                    .map_err(|e| ApiError::store(format!("an updated source: {e}")))?;
+                answer["get"] = json!({"_seq_no": o.seq_no, "_primary_term": 1, "found": true, "_source": kept});
+            }
+        }
+        ok(o.status, &answer)
     }
 
     /// The index a document request names (its error names the index as
@@ -855,7 +882,8 @@ impl Api {
             for k in m.keys() {
                 if !KEYS.contains(&k.as_str()) {
                     return Err(ApiError::parsing(format!(
-                        "Unknown key for a START_OBJECT in [{k}]."
+                        "Unknown key for a {} in [{k}].",
+                        token_name(&m[k])
                     )));
                 }
             }
@@ -879,7 +907,7 @@ impl Api {
             return Err(ApiError::illegal(format!(
                 "Result window is too large, from + size must be less than or equal to: [{}] but was [{}]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting.",
                 search::MAX_RESULT_WINDOW, from + size
-            )));
+            )).on_shards());
         }
         let mut sort = match req.param("sort") {
             Some(s) => search::parse_sort_param(s)?,
@@ -953,7 +981,11 @@ impl Api {
             }
         };
         let mapping = indices.first().map_or(json!({}), |i| i.mappings());
-        let (mut spec, filter) = self.search_spec(&body, req, &mapping, pit_id.is_some())?;
+        let names: Vec<&str> = indices.iter().map(|i| i.name.as_str()).collect();
+        let as_search = |e: ApiError| e.as_search_failure(&names);
+        let (mut spec, filter) = self
+            .search_spec(&body, req, &mapping, pit_id.is_some())
+            .map_err(as_search)?;
         // Slices of a point in time read key ranges fixed for it.
         if let (Some(id), Some(slice)) = (&pit_id, spec.slice.as_mut()) {
             let store = self.catalog.store();
@@ -973,7 +1005,9 @@ impl Api {
             if pit_id.is_some() {
                 return Err(ApiError::new(400, "action_request_validation_exception", "Validation Failed: 1: using [point in time] is not allowed in a scroll context;"));
             }
-            return self.start_scroll(spec, filter, snapshot, indices, keep, started);
+            return self
+                .start_scroll(spec, filter, snapshot, indices.clone(), keep, started)
+                .map_err(as_search);
         }
         let aggs = match body.get("aggs").or_else(|| body.get("aggregations")) {
             Some(a) => Some(aggs::parse(a)?),
@@ -1031,7 +1065,9 @@ impl Api {
                     exact: a.total <= limit,
                 }
             }
-            None => self.run_in_context(&indices, &snapshot, &spec, pit_id.as_deref())?,
+            None => self
+                .run_in_context(&indices, &snapshot, &spec, pit_id.as_deref())
+                .map_err(as_search)?,
         };
         if pit_id.is_none() && spec.size == 0 {
             self.catalog.remember_columns(&indices);
@@ -1232,6 +1268,18 @@ impl Api {
         })?;
         let extra = format!("\"_scroll_id\":{},", json_escape(&id));
         self.search_response(&spec, &filter, found, total_shards, started, Some(&extra))
+    }
+}
+
+/// The name Elasticsearch's parser gives the token a JSON value starts with.
+fn token_name(v: &Value) -> &'static str {
+    match v {
+        Value::Object(_) => "START_OBJECT",
+        Value::Array(_) => "START_ARRAY",
+        Value::String(_) => "VALUE_STRING",
+        Value::Number(_) => "VALUE_NUMBER",
+        Value::Bool(_) => "VALUE_BOOLEAN",
+        Value::Null => "VALUE_NULL",
     }
 }
 

@@ -78,6 +78,9 @@ pub struct Outcome {
     pub seq_no: u64,
     /// The HTTP status of this operation.
     pub status: u16,
+    /// An update's document as it is after it (for `_source` in the
+    /// answer); None for other operations.
+    pub source: Option<Arc<[u8]>>,
 }
 
 /// A document as read.
@@ -432,8 +435,14 @@ impl Docs {
                         }
                     };
                     let bytes = object_bytes(&created)?;
+                    let after = Arc::<[u8]>::from(&bytes[..]);
                     let version = overlay.deleted_version(index, &id).map_or(1, |v| v + 1);
-                    return self.put(index, &id, bytes, version, "created", 201, overlay, batch);
+                    return self
+                        .put(index, &id, bytes, version, "created", 201, overlay, batch)
+                        .map(|o| Outcome {
+                            source: Some(after),
+                            ..o
+                        });
                 };
                 let old_source = cur.source.clone().unwrap_or_default();
                 let mut merged: Value = serde_json::from_slice(&old_source).map_err(|e| {
@@ -450,9 +459,11 @@ impl Docs {
                         version: cur.version,
                         seq_no: cur.seq_no,
                         status: 200,
+                        source: Some(Arc::from(&old_source[..])),
                     });
                 }
                 let bytes = object_bytes(&merged)?;
+                let after = Arc::<[u8]>::from(&bytes[..]);
                 self.put(
                     index,
                     &id,
@@ -463,6 +474,10 @@ impl Docs {
                     overlay,
                     batch,
                 )
+                .map(|o| Outcome {
+                    source: Some(after),
+                    ..o
+                })
             }
             DocOp::Delete { expect, .. } => {
                 let cur = self.lookup(index, &id, false, overlay)?;
@@ -478,6 +493,7 @@ impl Docs {
                         version,
                         seq_no,
                         status: 404,
+                        source: None,
                     });
                 };
                 batch
@@ -494,6 +510,7 @@ impl Docs {
                     version: cur.version + 1,
                     seq_no,
                     status: 200,
+                    source: None,
                 })
             }
         }
@@ -536,6 +553,7 @@ impl Docs {
             version,
             seq_no,
             status,
+            source: None,
         })
     }
 }

@@ -331,7 +331,15 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
                 .ok_or_else(|| ApiError::parsing("[constant_score] requires a 'filter' element"))?;
             parse(filter, mapping, depth + 1)
         }
-        other => Err(ApiError::parsing(format!("unknown query [{other}]"))),
+        // Elasticsearch's cause names where in the text the name stood;
+        // Sluice, parsing a tree, names the field alone.
+        other => Err(ApiError::parsing(format!("unknown query [{other}]")).with(
+            "caused_by",
+            serde_json::json!({
+                "type": "named_object_not_found_exception",
+                "reason": format!("unknown field [{other}]"),
+            }),
+        )),
     }
 }
 

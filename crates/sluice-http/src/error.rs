@@ -17,7 +17,13 @@ pub struct ApiError {
     pub extra: Vec<(&'static str, Value)>,
     /// What `root_cause` lists when it is not this error itself.
     pub root_cause: Option<Value>,
+    /// Elasticsearch raises it on each shard of a search, so it reaches the
+    /// client wrapped in a `search_phase_execution_exception`.
+    pub on_shards: bool,
 }
+
+/// The node id failures name (Sluice is one node).
+pub const NODE_ID: &str = "sluice-node-0";
 
 /// Results of the API.
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -31,7 +37,41 @@ impl ApiError {
             reason: reason.into(),
             extra: Vec::new(),
             root_cause: None,
+            on_shards: false,
         }
+    }
+
+    /// Marks an error Elasticsearch raises on each shard of a search.
+    pub fn on_shards(mut self) -> ApiError {
+        self.on_shards = true;
+        self
+    }
+
+    /// A shard-level error as a search answers it: `all shards failed`,
+    /// one grouped failure per index, this error as cause and root cause.
+    pub fn as_search_failure(self, indices: &[&str]) -> ApiError {
+        if !self.on_shards {
+            return self;
+        }
+        let cause = self.cause();
+        let mut caused_by = cause.clone();
+        if let Value::Object(m) = &mut caused_by {
+            m.insert("caused_by".into(), cause.clone());
+        }
+        let failed: Vec<Value> = indices
+            .iter()
+            .map(|i| json!({"shard": 0, "index": i, "node": NODE_ID, "reason": cause}))
+            .collect();
+        ApiError::new(
+            self.status,
+            "search_phase_execution_exception",
+            "all shards failed",
+        )
+        .with("phase", json!("query"))
+        .with("grouped", json!(true))
+        .with("failed_shards", Value::Array(failed))
+        .with("caused_by", caused_by)
+        .rooted_in(cause)
     }
 
     /// A request the API cannot parse (400 `parsing_exception`).

@@ -444,10 +444,11 @@ pub fn run(
     if let Some(after) = &spec.search_after {
         if after.len() != spec.sort.len() || spec.sort.is_empty() {
             return Err(ApiError::illegal(format!(
-                "search_after has {} value(s) but sort has {}",
+                "search_after has {} value(s) but sort has {}.",
                 after.len(),
                 spec.sort.len()
-            )));
+            ))
+            .on_shards());
         }
         if spec.from > 0 {
             return Err(ApiError::illegal(
