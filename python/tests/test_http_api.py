@@ -25,6 +25,8 @@ OPENSEARCH_ONLY = {"replication", "discovered_master", "discovered_cluster_manag
 def call(url, method, path, body=None, ndjson=False):
     if body is None:
         data = None
+    elif isinstance(body, bytes):
+        data = body
     elif ndjson:
         data = ("\n".join(json.dumps(line) for line in body) + "\n").encode()
     else:
@@ -308,5 +310,62 @@ def test_searches_answer_as_opensearch_does(both_searches, step):
     if method == "BULK":
         assert got["errors"] == want["errors"] and len(got["items"]) == len(want["items"])
         return
+    diffs = shape_diff(want, got)
+    assert not diffs, f"{method} {path}:\n" + "\n".join(diffs) + f"\nOpenSearch: {want}\nSluice: {got}"
+
+
+ADMIN_STEPS = [
+    ("PUT", "/Bad", {}),
+    ("PUT", "/_bad", {}),
+    ("PUT", "/adm", {"settings": {"number_of_shards": 0}}),
+    ("PUT", "/adm", {"settings": {"number_of_shards": 2, "number_of_replicas": 0},
+                     "mappings": {"properties": {"a": {"type": "keyword"}}}}),
+    ("PUT", "/adm2", {"settings": {"index": {"number_of_shards": 1, "number_of_replicas": 0}}}),
+    ("GET", "/adm,adm2/_mapping", None),
+    ("GET", "/adm*/_mapping", None),
+    ("GET", "/adm*/_settings", None),
+    ("PUT", "/adm/_mapping", {"properties": {"a": {"type": "long"}}}),
+    ("PUT", "/adm/_mapping", {"properties": {"b": {"type": "keyword"}}}),
+    ("GET", "/adm/_mapping", None),
+    ("BULK", "/adm/_bulk", [{"index": {"_id": "1"}}, {"a": "x"}, {"bogus_action": {"_id": "2"}}, {"a": "y"}]),
+    ("BULK", "/adm/_bulk", [{"index": {"_id": "3"}}, {"a": "x", "b": "y"}, {"delete": {"_id": "3"}}]),
+    ("POST", "/adm/_doc/4", {"a": "z"}),
+    ("PUT", "/adm/_doc/5", [1, 2]),
+    ("RAW", "/adm/_doc/6", b'{"a": "unterminated'),
+    ("POST", "/adm/_refresh", None),
+    ("GET", "/_cat/indices/adm?format=json&h=index,docs.count,pri,rep,health,status", None),
+    ("GET", "/adm/_count", None),
+    ("DELETE", "/adm,adm2", None),
+    ("DELETE", "/adm", None),
+]
+
+
+@pytest.fixture(scope="module")
+def both_admin(opensearch, sluice_http):
+    out = []
+    for url in (opensearch, sluice_http.url):
+        for name in ("adm", "adm2"):
+            call(url, "DELETE", f"/{name}")
+        statuses, bodies = [], []
+        for method, path, body in ADMIN_STEPS:
+            if method == "BULK":
+                s, b = call(url, "POST", path, body, ndjson=True)
+            elif method == "RAW":
+                s, b = call(url, "PUT", path, body)
+            else:
+                s, b = call(url, method, path, body)
+            statuses.append(s)
+            bodies.append(b)
+        out.append(statuses + bodies)
+    return out
+
+
+@pytest.mark.parametrize("step", range(len(ADMIN_STEPS)), ids=[f"{m} {p}" for m, p, _ in ADMIN_STEPS])
+def test_index_management_answers_as_opensearch_does(both_admin, step):
+    opensearch, sluice = both_admin
+    n = len(ADMIN_STEPS)
+    want_status, want, got_status, got = opensearch[step], opensearch[step + n], sluice[step], sluice[step + n]
+    method, path, _ = ADMIN_STEPS[step]
+    assert got_status == want_status, f"{method} {path}: {got_status} instead of {want_status}: {got}\nOpenSearch: {want}"
     diffs = shape_diff(want, got)
     assert not diffs, f"{method} {path}:\n" + "\n".join(diffs) + f"\nOpenSearch: {want}\nSluice: {got}"

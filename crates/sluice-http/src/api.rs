@@ -416,19 +416,25 @@ impl Api {
             Some(p) => self.catalog.resolve(p)?,
             None => self.catalog.all(),
         };
+        let raw_bytes = req.param("bytes") == Some("b");
+        let store = self.catalog.store();
         let mut rows = Vec::new();
         for i in &indices {
             let count = self.doc_count(i)?;
+            let bytes = store.keyspace_table_bytes(i.docs) + store.keyspace_table_bytes(i.versions);
+            let size = if raw_bytes {
+                bytes.to_string()
+            } else {
+                human_bytes(bytes)
+            };
             rows.push(json!({
                 "health": "green", "status": "open", "index": i.name, "uuid": i.uuid,
                 "pri": i.shards.to_string(), "rep": "0", "docs.count": count.to_string(),
-                "docs.deleted": "0", "creation.date": i.created_ms.to_string(),
+                "docs.deleted": "0", "store.size": size, "pri.store.size": size,
+                "creation.date": i.created_ms.to_string(),
             }));
         }
-        if req.param("format") == Some("json") {
-            return ok(200, &Value::Array(rows));
-        }
-        let all = [
+        const DEFAULT_COLUMNS: [&str; 10] = [
             "health",
             "status",
             "index",
@@ -437,16 +443,32 @@ impl Api {
             "rep",
             "docs.count",
             "docs.deleted",
+            "store.size",
+            "pri.store.size",
         ];
-        let columns: Vec<String> = match req.param("h") {
-            Some(h) => h.split(',').map(str::to_string).collect(),
-            None => all.iter().map(|s| s.to_string()).collect(),
+        let columns: Vec<&str> = match req.param("h") {
+            Some(h) => h.split(',').collect(),
+            None => DEFAULT_COLUMNS.to_vec(),
         };
+        if req.param("format") == Some("json") {
+            let picked: Vec<Value> = rows
+                .iter()
+                .map(|r| {
+                    Value::Object(
+                        columns
+                            .iter()
+                            .map(|c| (c.to_string(), r.get(*c).cloned().unwrap_or(Value::Null)))
+                            .collect(),
+                    )
+                })
+                .collect();
+            return ok(200, &Value::Array(picked));
+        }
         let mut text = String::new();
         for r in &rows {
             let cells: Vec<&str> = columns
                 .iter()
-                .map(|c| r.get(c.as_str()).and_then(Value::as_str).unwrap_or(""))
+                .map(|c| r.get(*c).and_then(Value::as_str).unwrap_or(""))
                 .collect();
             text.push_str(&cells.join(" "));
             text.push('\n');
@@ -1269,6 +1291,23 @@ impl Api {
         let extra = format!("\"_scroll_id\":{},", json_escape(&id));
         self.search_response(&spec, &filter, found, total_shards, started, Some(&extra))
     }
+}
+
+/// A size as Elasticsearch's `_cat` APIs write it: `225b`, `5.2kb`, `1mb`.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["kb", "mb", "gb", "tb", "pb"];
+    if bytes < 1024 {
+        return format!("{bytes}b");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let text = format!("{value:.1}");
+    let text = text.strip_suffix(".0").unwrap_or(&text);
+    format!("{text}{}", UNITS[unit])
 }
 
 /// The name Elasticsearch's parser gives the token a JSON value starts with.

@@ -630,11 +630,7 @@ fn check_id(id: &str) -> ApiResult<()> {
 pub fn check_source(source: &[u8]) -> ApiResult<()> {
     let first = source.iter().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') {
-        return Err(ApiError::new(
-            400,
-            "mapper_parsing_exception",
-            "failed to parse: the document must be a JSON object",
-        ));
+        return Err(not_an_object());
     }
     serde_json::from_slice::<serde::de::IgnoredAny>(source).map_err(|e| {
         ApiError::new(
@@ -642,17 +638,30 @@ pub fn check_source(source: &[u8]) -> ApiResult<()> {
             "mapper_parsing_exception",
             format!("failed to parse: {e}"),
         )
+        .with(
+            "caused_by",
+            json!({"type": "json_parse_exception", "reason": e.to_string()}),
+        )
     })?;
     Ok(())
 }
 
+/// A document that is JSON but not an object, as Elasticsearch refuses it.
+fn not_an_object() -> ApiError {
+    ApiError::new(
+        400,
+        "mapper_parsing_exception",
+        "failed to parse: the document must be a JSON object",
+    )
+    .with(
+        "caused_by",
+        json!({"type": "not_x_content_exception", "reason": "the document must be a JSON object"}),
+    )
+}
+
 fn object_bytes(v: &Value) -> ApiResult<Vec<u8>> {
     if !v.is_object() {
-        return Err(ApiError::new(
-            400,
-            "mapper_parsing_exception",
-            "failed to parse: the document must be a JSON object",
-        ));
+        return Err(not_an_object());
     }
     serde_json::to_vec(v).map_err(|e| ApiError::store(e.to_string()))
 }

@@ -291,6 +291,15 @@ impl Store {
         )
     }
 
+    /// Bytes the tables of `keyspace` hold on the device now (what is
+    /// still only in the memtable and the log is not counted).
+    pub fn keyspace_table_bytes(&self, keyspace: u32) -> u64 {
+        let version = read(&self.inner.version).clone();
+        version
+            .levels(keyspace)
+            .map_or(0, |levels| levels.all().map(|t| t.data_bytes()).sum())
+    }
+
     /// Up to `parts - 1` keys that cut a keyspace into parts of similar
     /// size, in order: boundaries for operators that scan disjoint ranges
     /// on several threads. Each cut is a table's first key, where the data
