@@ -14,6 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 OPENSEARCH_PORT = 9270
+ELASTICSEARCH_PORT = 9271
+ELASTICSEARCH_VERSION = "8.19.7"
 
 
 def _target_dir() -> Path:
@@ -68,6 +70,24 @@ def opensearch(tmp_path_factory):
         yield url
     finally:
         subprocess.run([str(script), "opensearch", "2.11.1", "stop"], env=env, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def elasticsearch(tmp_path_factory):
+    """A real Elasticsearch 8 on 127.0.0.1, started for the session and
+    stopped after (the engine Sluice's HTTP API answers as)."""
+    home = _target_dir() / "tmp" / "pytest-elasticsearch"
+    env = dict(os.environ, SEARCH_HOME=str(home), SEARCH_PORT=str(ELASTICSEARCH_PORT))
+    script = ROOT / "scripts" / "search-engine"
+    start = subprocess.run(
+        [str(script), "elasticsearch", ELASTICSEARCH_VERSION, "start"], env=env, capture_output=True, text=True
+    )
+    assert start.returncode == 0, f"starting Elasticsearch failed: {start.stdout}{start.stderr}"
+    url = f"http://127.0.0.1:{ELASTICSEARCH_PORT}"
+    try:
+        yield url
+    finally:
+        subprocess.run([str(script), "elasticsearch", ELASTICSEARCH_VERSION, "stop"], env=env, capture_output=True)
 
 
 class SluiceServe:

@@ -396,6 +396,7 @@ impl Api {
                 "number_of_nodes": 1, "number_of_data_nodes": 1,
                 "active_primary_shards": shards, "active_shards": shards,
                 "relocating_shards": 0, "initializing_shards": 0, "unassigned_shards": 0,
+                "unassigned_primary_shards": 0,
                 "delayed_unassigned_shards": 0, "number_of_pending_tasks": 0,
                 "number_of_in_flight_fetch": 0, "task_max_waiting_in_queue_millis": 0,
                 "active_shards_percent_as_number": 100.0
@@ -589,7 +590,7 @@ impl Api {
     }
 
     fn delete_doc(&self, req: &Request, idx: &str, id: &str) -> ApiResult<Response> {
-        let index = self.document_index(idx)?;
+        let index = self.catalog.get(idx)?;
         let o = self.one(
             &index,
             DocOp::Delete {
@@ -629,14 +630,6 @@ impl Api {
         ok(o.status, &answer)
     }
 
-    /// The index a document request names (its error names the index as
-    /// an expression, as Elasticsearch's document APIs do).
-    fn document_index(&self, name: &str) -> ApiResult<Arc<Index>> {
-        self.catalog
-            .get(name)
-            .map_err(|_| ApiError::no_index_for_document(name))
-    }
-
     fn get_doc(
         &self,
         req: &Request,
@@ -644,7 +637,7 @@ impl Api {
         id: &str,
         source_only: bool,
     ) -> ApiResult<Response> {
-        let index = self.document_index(idx)?;
+        let index = self.catalog.get(idx)?;
         let filter = SourceFilter::from_params(req, SourceFilter::default());
         let Some(doc) = self.docs.get(&index, id, None)? else {
             if source_only {
@@ -736,7 +729,7 @@ impl Api {
             if n > 0 {
                 out.push(b',');
             }
-            let index = match self.document_index(index_name) {
+            let index = match self.catalog.get(index_name) {
                 Ok(i) => i,
                 Err(e) => {
                     let v = json!({"_index": index_name, "_id": id, "error": e.body()["error"]});

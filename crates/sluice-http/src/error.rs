@@ -94,25 +94,15 @@ impl ApiError {
         )
     }
 
-    /// No such index, where a name may be an alias or pattern (search,
-    /// mappings, settings, counts).
+    /// No such index.
     pub fn no_index(index: &str) -> ApiError {
-        Self::no_index_as(index, "index_or_alias")
-    }
-
-    /// No such index, where a document request names one index.
-    pub fn no_index_for_document(index: &str) -> ApiError {
-        Self::no_index_as(index, "index_expression")
-    }
-
-    fn no_index_as(index: &str, resource_type: &str) -> ApiError {
         ApiError::new(
             404,
             "index_not_found_exception",
             format!("no such index [{index}]"),
         )
         .with("index", json!(index))
-        .with("resource.type", json!(resource_type))
+        .with("resource.type", json!("index_or_alias"))
         .with("resource.id", json!(index))
         .with("index_uuid", json!("_na_"))
     }
