@@ -432,10 +432,11 @@ impl Api {
                 "health": "green", "status": "open", "index": i.name, "uuid": i.uuid,
                 "pri": i.shards.to_string(), "rep": "0", "docs.count": count.to_string(),
                 "docs.deleted": "0", "store.size": size, "pri.store.size": size,
+                "dataset.size": size,
                 "creation.date": i.created_ms.to_string(),
             }));
         }
-        const DEFAULT_COLUMNS: [&str; 10] = [
+        const DEFAULT_COLUMNS: [&str; 11] = [
             "health",
             "status",
             "index",
@@ -446,6 +447,7 @@ impl Api {
             "docs.deleted",
             "store.size",
             "pri.store.size",
+            "dataset.size",
         ];
         let columns: Vec<&str> = match req.param("h") {
             Some(h) => h.split(',').collect(),
