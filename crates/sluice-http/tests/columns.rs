@@ -41,6 +41,13 @@ struct Pair {
     _catalogs: (Catalog, Catalog),
 }
 
+impl Pair {
+    /// The budget of the catalog whose columns answer.
+    fn columns_budget(&self) -> &Arc<sluice_http::columns::ColumnBudget> {
+        self._catalogs.0.column_budget()
+    }
+}
+
 fn pair() -> Pair {
     let store = store();
     let catalog = Catalog::open(store.clone()).unwrap();
@@ -332,4 +339,65 @@ fn writes_during_a_build_are_not_missed() {
         }
     }
     assert!(p.columns.columns.stats().answers > 0);
+}
+
+/// Columns stay within their budget: a build that would pass it is
+/// dropped, writes that push them past it drop them, and the answers
+/// come from the scan meanwhile, equal to what the columns gave.
+#[test]
+fn columns_past_their_budget_are_dropped_and_answers_stay_right() {
+    let p = pair();
+    for i in 0..2000 {
+        write(
+            &p,
+            DocOp::Index {
+                id: Some(format!("doc-{i:05}")),
+                source: serde_json::to_vec(&json!({"v": i % 5, "u": format!("unique-{i}")}))
+                    .unwrap(),
+                create: false,
+                expect: Expect::default(),
+            },
+        );
+    }
+    let count = |q: Value| {
+        let q = dsl::compile(Some(&q), &json!({})).unwrap();
+        let a = search::count(&p.store, std::slice::from_ref(&p.columns), &q).unwrap();
+        let b = search::count(&p.store, std::slice::from_ref(&p.scans), &q).unwrap();
+        assert_eq!(a, b);
+        a
+    };
+    // Room for the small field, not for 2000 unique values besides.
+    let budget = p.columns_budget();
+    budget.set_limit_bytes(250 << 10);
+    assert_eq!(count(json!({"term": {"v": 1}})), 400);
+    let built = p.columns.columns.stats();
+    assert_eq!((built.fields, built.builds), (1, 1), "{built:?}");
+    assert!(budget.used_bytes() > 0 && budget.used_bytes() <= 250 << 10);
+    assert_eq!(count(json!({"prefix": {"u": "unique-1"}})), 1111);
+    let refused = p.columns.columns.stats();
+    assert_eq!(
+        refused.builds, 1,
+        "a build past the budget is dropped: {refused:?}"
+    );
+    assert_eq!(
+        refused.fields, 1,
+        "the columns held before stay: {refused:?}"
+    );
+    // Writes that push the columns past the budget drop them.
+    budget.set_limit_bytes(budget.used_bytes() + 1024);
+    for i in 2000..2100 {
+        write(
+            &p,
+            DocOp::Index {
+                id: Some(format!("doc-{i:05}-with-a-long-id-to-take-room")),
+                source: serde_json::to_vec(&json!({"v": 1})).unwrap(),
+                create: false,
+                expect: Expect::default(),
+            },
+        );
+    }
+    let dropped = p.columns.columns.stats();
+    assert_eq!(dropped.fields, 0, "{dropped:?}");
+    assert_eq!(budget.used_bytes(), 0);
+    assert_eq!(count(json!({"term": {"v": 1}})), 500);
 }
