@@ -63,11 +63,13 @@ pub struct Body {
 
 impl Body {
     /// Reads `reader` to its end into a recycled buffer, expecting about
-    /// `expected` bytes; fails past `max_bytes`.
+    /// `expected` bytes; fails past `max_bytes`, or when a read ends after
+    /// `deadline`.
     pub fn read_from(
         reader: &mut dyn std::io::Read,
         expected: usize,
         max_bytes: usize,
+        deadline: Option<std::time::Instant>,
     ) -> std::io::Result<Body> {
         let mut buf = take();
         let want = rounded(expected).min(max_bytes);
@@ -88,6 +90,13 @@ impl Body {
             }
             match reader.read(&mut buf[len..]) {
                 Ok(0) => return Ok(Body { buf, len }),
+                Ok(_) if deadline.is_some_and(|d| std::time::Instant::now() > d) => {
+                    give(buf);
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the answer took longer than the request timeout",
+                    ));
+                }
                 Ok(n) => len += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -127,20 +136,22 @@ mod tests {
     #[test]
     fn a_body_reads_everything_and_its_buffer_comes_back() {
         let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-        let body = Body::read_from(&mut &data[..], 10, 1 << 20).unwrap();
+        let body = Body::read_from(&mut &data[..], 10, 1 << 20, None).unwrap();
         assert_eq!(&*body, &data[..]);
         drop(body);
         let again = take();
         assert!(again.len() >= data.len(), "the buffer was kept");
         give(again);
-        let small = Body::read_from(&mut &b"abc"[..], 3, 1 << 20).unwrap();
+        let small = Body::read_from(&mut &b"abc"[..], 3, 1 << 20, None).unwrap();
         assert_eq!(&*small, b"abc");
     }
 
     #[test]
     fn a_body_past_the_limit_is_refused() {
         let data = vec![7u8; 300_000];
-        let err = Body::read_from(&mut &data[..], 0, 100_000).err().unwrap();
+        let err = Body::read_from(&mut &data[..], 0, 100_000, None)
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("larger than 100000"), "{err}");
     }
 }

@@ -122,9 +122,15 @@ impl Client {
             )),
             Auth::ApiKey(key) => Some(format!("ApiKey {}", api_key_base64(&key))),
         };
+        // Timeouts per read and write, set once on each connection: an
+        // overall deadline makes the client set the socket's timeout again
+        // before every read of a multi-megabyte answer. The whole request's
+        // deadline is checked between reads instead (`send_once`).
+        let request_timeout = Duration::from_millis(options.request_timeout_ms);
         let mut builder = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_millis(options.connect_timeout_ms))
-            .timeout(Duration::from_millis(options.request_timeout_ms))
+            .timeout_read(request_timeout)
+            .timeout_write(request_timeout)
             .max_idle_connections_per_host(64);
         if let Some(ca) = &options.ca_cert {
             builder = builder.tls_config(Arc::new(tls_config(ca)?));
@@ -185,6 +191,8 @@ impl Client {
         url: &str,
         body: Option<&[u8]>,
     ) -> std::result::Result<Response, String> {
+        let deadline =
+            std::time::Instant::now() + Duration::from_millis(self.options.request_timeout_ms);
         let mut request = self.agent.request(method, url);
         if let Some(auth) = &self.authorization {
             request = request.set("Authorization", auth);
@@ -210,6 +218,7 @@ impl Client {
             &mut response.into_reader(),
             expected,
             MAX_RESPONSE_BYTES as usize,
+            Some(deadline),
         )
         .map_err(|e| format!("reading the answer: {e}"))?;
         Ok(Response {
@@ -375,6 +384,71 @@ mod tests {
             error_summary(wrapped),
             "search_phase_execution_exception: all shards failed (query_shard_exception: No mapping found for [_shard_doc])"
         );
+    }
+
+    /// A server on a free port that answers each connection's first
+    /// request with a 200 whose body trickles out a byte per `gap`, or
+    /// (`gap` None) never comes.
+    fn trickling_server(gap: Option<Duration>) -> String {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                std::thread::spawn(move || {
+                    let mut request = [0u8; 4096];
+                    let _ = stream.read(&mut request);
+                    let body = b"{\"acknowledged\":true}";
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(head.as_bytes());
+                    let Some(gap) = gap else {
+                        std::thread::sleep(Duration::from_secs(30));
+                        return;
+                    };
+                    for b in body {
+                        std::thread::sleep(gap);
+                        if stream.write_all(&[*b]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    fn client_of(url: String, request_timeout_ms: u64) -> Client {
+        Client::new(&HttpOptions {
+            url,
+            request_timeout_ms,
+            max_retries: 0,
+            ..HttpOptions::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_request_timeout_bounds_the_whole_answer_not_each_read() {
+        // Bytes keep coming, each well within the timeout, but the whole
+        // answer takes longer than it.
+        let slow = client_of(trickling_server(Some(Duration::from_millis(40))), 300);
+        let started = std::time::Instant::now();
+        let err = slow.send("GET", "/", None).err().unwrap().to_string();
+        assert!(err.contains("longer than the request timeout"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // A server that stops sending is cut off too.
+        let stalled = client_of(trickling_server(None), 300);
+        let started = std::time::Instant::now();
+        assert!(stalled.send("GET", "/", None).is_err());
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Within the timeout the answer comes whole.
+        let fine = client_of(trickling_server(Some(Duration::from_millis(1))), 5_000);
+        let answer = fine.send("GET", "/", None).unwrap();
+        assert_eq!(&answer.body[..], b"{\"acknowledged\":true}");
     }
 
     #[test]
