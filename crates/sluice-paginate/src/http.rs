@@ -1,6 +1,7 @@
 //! The HTTP client to the search engine: basic auth or an API key, TLS with a
 //! custom CA, timeouts, and retries with backoff on 429, 5xx and dropped
-//! connections.
+//! connections. A plain `http://` source is read through
+//! [`crate::plain`]'s connections, an `https://` one through ureq.
 
 use crate::error::{Error, Result};
 use base64::Engine as _;
@@ -95,6 +96,8 @@ impl Response {
 #[derive(Clone)]
 pub struct Client {
     agent: ureq::Agent,
+    /// For a plain `http://` source: connections read without a copy.
+    plain: Option<Arc<crate::plain::PlainPool>>,
     base: String,
     authorization: Option<String>,
     options: HttpOptions,
@@ -135,8 +138,15 @@ impl Client {
         if let Some(ca) = &options.ca_cert {
             builder = builder.tls_config(Arc::new(tls_config(ca)?));
         }
+        let plain = crate::plain::PlainPool::for_url(
+            base.trim_end_matches('/'),
+            Duration::from_millis(options.connect_timeout_ms),
+            request_timeout,
+        )
+        .map(Arc::new);
         Ok(Client {
             agent: builder.build(),
+            plain,
             base: base.trim_end_matches('/').to_string(),
             authorization,
             options: options.clone(),
@@ -193,6 +203,22 @@ impl Client {
     ) -> std::result::Result<Response, String> {
         let deadline =
             std::time::Instant::now() + Duration::from_millis(self.options.request_timeout_ms);
+        if let Some(plain) = &self.plain {
+            let path = url.strip_prefix(self.base.as_str()).unwrap_or(url);
+            let answer = plain.send(&crate::plain::PlainRequest {
+                method,
+                path,
+                body: body.map(|b| (b, content_type(url))),
+                authorization: self.authorization.as_deref(),
+                deadline,
+                max_body_bytes: MAX_RESPONSE_BYTES as usize,
+            })?;
+            return Ok(Response {
+                status: answer.status,
+                body: answer.body,
+                elastic_product: answer.elastic_product,
+            });
+        }
         let mut request = self.agent.request(method, url);
         if let Some(auth) = &self.authorization {
             request = request.set("Authorization", auth);

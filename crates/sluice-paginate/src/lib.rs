@@ -34,6 +34,7 @@ pub mod format;
 pub mod http;
 pub mod layout;
 pub mod load;
+pub mod plain;
 pub mod progress;
 pub mod read;
 pub mod sinks;
