@@ -956,6 +956,7 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
     /// then the checkpoint, written durable. When the checkpoint is durable,
     /// so is everything it counts.
     fn write_page(&mut self, page: FetchedPage) -> Result<()> {
+        debug_assert_eq!(page.crc32c, crc32c::crc32c(&page.bytes), "the page's CRC");
         let h = self.shared.header;
         let slot_bytes = h.slot_bytes();
         let slots = (page.bytes.len() as u64).div_ceil(slot_bytes).max(1);
@@ -1001,7 +1002,7 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
             lba,
             byte_len: page.bytes.len() as u32,
             doc_count: page.docs,
-            crc32c: crc32c::crc32c(&page.bytes),
+            crc32c: page.crc32c,
             slots,
         });
         manifest.encode(&mut self.block);

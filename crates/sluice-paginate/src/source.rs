@@ -367,6 +367,9 @@ fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
 pub struct FetchedPage {
     /// `[{"_id":…,"_source":…},…]\n`
     pub bytes: Vec<u8>,
+    /// CRC32C of `bytes`, computed as they were put together (while they
+    /// were still in the cache).
+    pub crc32c: u32,
     /// Documents in the page.
     pub docs: u32,
     /// Bytes of the largest hit.
@@ -377,6 +380,7 @@ pub struct FetchedPage {
 
 struct BuiltPage {
     bytes: Vec<u8>,
+    crc32c: u32,
     /// Shards that failed, and why (raw JSON): the page is incomplete.
     failed_shards: u32,
     shard_failures: String,
@@ -425,7 +429,12 @@ fn build_page_with(scanner: &mut sluice_json::Scanner, body: &[u8]) -> Result<Bu
     let mut bytes = crate::buffers::take_empty(body.len());
     bytes.push(b'[');
     let (mut docs, mut max_hit_bytes, mut last_sort) = (0u32, 0, None);
+    let mut crc = 0u32;
+    let mut crc_upto = 0;
     for hit in hits.elements() {
+        // What the last hit added, while the cache still holds it.
+        crc = crc32c::crc32c_append(crc, &bytes[crc_upto..]);
+        crc_upto = bytes.len();
         let start = bytes.len();
         if docs > 0 {
             bytes.push(b',');
@@ -454,6 +463,7 @@ fn build_page_with(scanner: &mut sluice_json::Scanner, body: &[u8]) -> Result<Bu
             .ok_or_else(|| unexpected("more than 2^32 hits".into()))?;
     }
     bytes.extend_from_slice(b"]\n");
+    let crc32c = crc32c::crc32c_append(crc, &bytes[crc_upto..]);
     let shards = root.get("_shards");
     let failed_shards = shards
         .and_then(|s| s.get("failed"))
@@ -473,6 +483,7 @@ fn build_page_with(scanner: &mut sluice_json::Scanner, body: &[u8]) -> Result<Bu
         pit_id,
         scroll_id,
         bytes,
+        crc32c,
     })
 }
 
@@ -486,6 +497,7 @@ fn empty_page() -> BuiltPage {
         failed_shards: 0,
         shard_failures: String::new(),
         bytes: Vec::new(),
+        crc32c: 0,
         docs: 0,
         max_hit_bytes: 0,
         last_sort: None,
@@ -744,6 +756,7 @@ impl<'a> SliceCursor<'a> {
         }
         Ok(Some(FetchedPage {
             bytes: built.bytes,
+            crc32c: built.crc32c,
             docs: built.docs,
             max_hit_bytes: built.max_hit_bytes,
             cursor_after: serde_json::to_string(&cursor).expect("cursor serialises"),

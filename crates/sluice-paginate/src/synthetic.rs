@@ -92,6 +92,7 @@ impl PageSource for PaperPages {
         let bytes = Self::page(self.seed, self.page_docs, self.next_page);
         self.next_page += 1;
         Ok(Some(FetchedPage {
+            crc32c: crc32c::crc32c(&bytes),
             bytes,
             docs: self.page_docs,
             max_hit_bytes: HIT_BYTES,
