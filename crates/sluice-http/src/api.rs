@@ -1177,7 +1177,7 @@ impl Api {
     ) -> ApiResult<Response> {
         let sorted = !spec.sort.is_empty() && !matches!(spec.sort.as_slice(), [SortKey::Score]);
         let score = if sorted { "null" } else { "1.0" };
-        let mut out = Vec::with_capacity(
+        let mut out = crate::wire::body_buffer(
             256 + found
                 .hits
                 .iter()
