@@ -698,6 +698,13 @@ impl Columns {
     /// Documents written (`Some(source)`) or deleted (`None`), once the
     /// write is committed; called in commit order for each id.
     pub fn record<'a>(&self, changes: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>) {
+        // Most writes meet an index without columns: no exclusive lock then.
+        {
+            let inner = self.read();
+            if inner.table.is_none() && inner.pending.is_none() {
+                return;
+            }
+        }
         let mut inner = self.write();
         if inner.table.is_none() && inner.pending.is_none() {
             return;

@@ -160,6 +160,9 @@ impl Tombstones {
     /// A request's changes: ids deleted at a version (`Some`), or written
     /// again (`None`).
     fn apply(&self, changes: HashMap<String, Option<u64>>) {
+        if changes.is_empty() {
+            return;
+        }
         let now = Instant::now();
         let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         for (id, change) in changes {

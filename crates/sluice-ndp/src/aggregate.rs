@@ -386,22 +386,19 @@ fn aggregate_part(
             Some(a) => lookup(a)?,
             None => None,
         };
-        let mut fields = Vec::with_capacity(accesses.len());
-        for access in &accesses {
-            fields.push(match access {
-                Some(a) => lookup(a)?,
-                None => None,
-            });
-        }
+        let mut field = |i: usize| match &accesses[i] {
+            Some(a) => lookup(a),
+            None => Ok(None),
+        };
         let row = DocRow {
             group,
-            fields: &fields,
+            field: &mut field,
             weight: 1,
         };
         add_row(
             &mut groups,
             spec.aggregates,
-            &row,
+            row,
             spec.multi_valued,
             &mut work,
         )?;
@@ -415,8 +412,9 @@ fn aggregate_part(
 struct DocRow<'v, 'd> {
     /// The group field's value.
     group: Option<Val<'d>>,
-    /// The value of each aggregate's field (None for `count(*)`).
-    fields: &'v [Option<Val<'d>>],
+    /// The value of the field of aggregate `i` (None for `count(*)`),
+    /// looked up when it is added.
+    field: &'v mut dyn FnMut(usize) -> Result<Option<Val<'d>>, ScanError>,
     /// How many documents hold these values.
     weight: u64,
 }
@@ -432,7 +430,7 @@ struct RowWork {
 fn add_row(
     groups: &mut Groups,
     aggregates: &[Aggregate],
-    row: &DocRow<'_, '_>,
+    row: DocRow<'_, '_>,
     multi_valued: bool,
     work: &mut RowWork,
 ) -> Result<(), ScanError> {
@@ -451,12 +449,15 @@ fn add_row(
         work.groups.push(None);
     }
     work.accs.clear();
-    for (agg, value) in aggregates.iter().zip(row.fields) {
+    for (i, agg) in aggregates.iter().enumerate() {
         let mut acc = Acc::new();
-        match (&agg.path, value) {
-            (None, _) => acc.count = 1,
-            (Some(_), Some(v)) => each_value(v, multi_valued, &mut |v| acc.add(agg.func, v)),
-            (Some(_), None) => {}
+        match &agg.path {
+            None => acc.count = 1,
+            Some(_) => {
+                if let Some(v) = (row.field)(i)? {
+                    each_value(&v, multi_valued, &mut |v| acc.add(agg.func, v));
+                }
+            }
         }
         work.accs.push(acc.times(row.weight));
     }
@@ -513,16 +514,13 @@ pub fn aggregate_rows<'a>(
             aggregates.len(),
             "one field per aggregate"
         );
-        let mut fields = Vec::with_capacity(row.fields.len());
-        for f in &row.fields {
-            fields.push(value(*f)?);
-        }
+        let mut field = |i: usize| value(row.fields[i]);
         let doc = DocRow {
             group: value(row.group)?,
-            fields: &fields,
+            field: &mut field,
             weight: row.weight,
         };
-        add_row(&mut groups, aggregates, &doc, multi_valued, &mut work)?;
+        add_row(&mut groups, aggregates, doc, multi_valued, &mut work)?;
     }
     Ok(groups
         .into_iter()

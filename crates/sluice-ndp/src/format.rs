@@ -673,12 +673,8 @@ pub(crate) fn json_value(raw: &[u8]) -> Result<Option<Val<'_>>, MalformedValue> 
 }
 
 fn json_field<'d>(doc: &'d [u8], path: &Path) -> Result<Option<Val<'d>>, MalformedValue> {
-    let steps = path.steps.iter().map(|s| match s {
-        Step::Key(k) => skim::Step::Key(k),
-        Step::Index(i) => skim::Step::Index(*i),
-    });
     let malformed = |e: sluice_json::Error| MalformedValue(format!("JSON: {e}"));
-    let Some(raw) = skim::find(doc, steps).map_err(malformed)? else {
+    let Some(raw) = field_text(doc, path)? else {
         return Ok(None);
     };
     let plain = match raw[0] {
