@@ -17,7 +17,10 @@
 //! - [`spin`]: the process's slots for threads that poll instead of
 //!   sleeping (at most half the cores).
 //! - [`sync_io`]: [`DeviceIo`], blocking I/O from any thread through leased
-//!   engines — how the crates above wait for a device I/O.
+//!   engines — how the crates above wait for a device I/O; [`write_runs_on`]
+//!   and [`write_bufs_on`] for a caller that keeps an engine of its own (the
+//!   second writes buffers the caller filled in the engine's pool, with no
+//!   copy).
 //!
 //! Data flows one way: device → pool → engine → the crates above.
 //!
@@ -48,4 +51,6 @@ pub use engine::{
 };
 pub use error::{IoError, Result};
 pub use pool::{BufferPool, Direction, IoBuf, OnExhausted, Pinning, PoolConfig, PoolStats, Tier};
-pub use sync_io::{write_runs_on, DeviceIo, DurableWrites, EngineLease, PendingRead, ReadBytes};
+pub use sync_io::{
+    write_bufs_on, write_runs_on, DeviceIo, DurableWrites, EngineLease, PendingRead, ReadBytes,
+};

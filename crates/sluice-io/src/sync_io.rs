@@ -16,6 +16,11 @@
 //! read on an engine of its own and returns a [`PendingRead`] to finish
 //! later, so a scan reads its next run while it walks the current one.
 //!
+//! [`write_bufs_on`] writes buffers a caller filled in an engine's own pool
+//! (from any thread: the pool is shared, the ring is not) where they lie:
+//! the exporter builds each page in one and hands it to the kernel with no
+//! copy.
+//!
 //! [`DeviceIo::write_durable`] submits the writes and a flush ordered after
 //! them ([`Request::flush_after_prior`]) together and waits for all of them:
 //! one `io_uring_enter` makes the bytes durable.
@@ -481,26 +486,63 @@ pub fn write_runs_on(
             pieces.push((run, at, offset, len));
         }
     }
+    let fill = |engine: &mut dyn Engine, piece: usize| -> Result<(u64, IoBuf)> {
+        let (run, at, offset, len) = pieces[piece];
+        let mut buf = engine.pool().alloc(len, Direction::Write)?;
+        let data = writes[run].1;
+        let have = data.len().saturating_sub(offset).min(len);
+        buf.write_at(0, &data[offset..offset + have]);
+        if have < len {
+            buf.write_at(have, &vec![pad; len - have]);
+        }
+        Ok((at, buf))
+    };
+    submit_writes(engine, pieces.len(), fill, priority, durable)
+}
+
+/// Writes buffers the caller has filled, with no copy: each `(lba, buf)`
+/// holds whole blocks and comes from `engine`'s own pool
+/// ([`Engine::pool`]; a registered buffer of another pool is refused) or
+/// is unpooled. With `durable`, makes them durable that way; all submitted
+/// together, on `engine` (idle when called). The buffers go back to their
+/// pool as their writes complete.
+pub fn write_bufs_on(
+    engine: &mut dyn Engine,
+    writes: Vec<(u64, IoBuf)>,
+    priority: Priority,
+    durable: Option<DurableWrites>,
+) -> Result<()> {
+    let count = writes.len();
+    let mut writes = writes.into_iter();
+    let take = |_: &mut dyn Engine, _: usize| -> Result<(u64, IoBuf)> {
+        Ok(writes.next().expect("one buffer per write"))
+    };
+    submit_writes(engine, count, take, priority, durable)
+}
+
+/// Submits `count` writes, the buffer of write `i` from `buffer(engine, i)`
+/// when there is room in the queue for it, then (with `durable`) what
+/// makes them durable, and waits for all of them.
+fn submit_writes(
+    engine: &mut dyn Engine,
+    count: usize,
+    mut buffer: impl FnMut(&mut dyn Engine, usize) -> Result<(u64, IoBuf)>,
+    priority: Priority,
+    durable: Option<DurableWrites>,
+) -> Result<()> {
     // One write made durable by itself, or writes and a flush ordered
     // after them; the flush goes in with the last writes when they fit
     // in the queue with it, else the writes drain first.
-    let dsync_one = pieces.len() == 1 && durable == Some(DurableWrites::Dsync);
+    let dsync_one = count == 1 && durable == Some(DurableWrites::Dsync);
     let mut flush_pending = durable.is_some();
     let mut submitted = 0;
     let mut next = 0;
     let mut done = Vec::new();
     let mut first_error = None;
-    while next < pieces.len() || submitted > 0 || flush_pending {
-        while next < pieces.len() && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
-            let (run, at, offset, len) = pieces[next];
-            let mut buf = engine.pool().alloc(len, Direction::Write)?;
-            let data = writes[run].1;
-            let have = data.len().saturating_sub(offset).min(len);
-            buf.write_at(0, &data[offset..offset + have]);
-            if have < len {
-                buf.write_at(have, &vec![pad; len - have]);
-            }
-            let mut request = Request::write(at, buf, 0).with_priority(priority);
+    while next < count || submitted > 0 || flush_pending {
+        while next < count && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
+            let (lba, buf) = buffer(&mut *engine, next)?;
+            let mut request = Request::write(lba, buf, 0).with_priority(priority);
             if dsync_one {
                 request = request.durable();
                 flush_pending = false;
@@ -509,7 +551,7 @@ pub fn write_runs_on(
             submitted += 1;
             next += 1;
         }
-        if next == pieces.len() && flush_pending && submitted < engine.queue_depth() {
+        if next == count && flush_pending && submitted < engine.queue_depth() {
             let flush = Request::flush_after_prior(1).with_priority(priority);
             engine.submit(flush).map_err(|r| r.error)?;
             submitted += 1;

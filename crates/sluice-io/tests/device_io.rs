@@ -173,3 +173,99 @@ fn reads_started_ahead_give_their_bytes_at_finish() {
         assert!(err.to_string().contains("beyond"), "{err}");
     }
 }
+
+/// Buffers filled on another thread from a clone of the engine's pool are
+/// written where they lie and made durable with their writes (survive a
+/// power cut); on io_uring, a chunk pinned off the ring's thread is
+/// registered at the next reap and later buffers carry its table index.
+#[test]
+fn buffers_filled_elsewhere_are_written_without_a_copy() {
+    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+    let file: Arc<dyn Device> = Arc::new(
+        FileDevice::create(&dir.path().join("dev"), 32 << 20, &FileOptions::default()).unwrap(),
+    );
+    let memory = Arc::new(MemoryDevice::new(4096, 8192));
+    let memory_dyn: Arc<dyn Device> = memory.clone();
+    for (kind, dev) in [
+        (EngineKind::Uring, file.clone()),
+        (EngineKind::Posix, memory_dyn),
+    ] {
+        let mut engine = open_engine(dev.clone(), &config(kind)).unwrap();
+        for round in 0..3u64 {
+            let pool = engine.pool().clone();
+            let filled = std::thread::spawn(move || {
+                let mut page = pool.alloc(3 << 20, Direction::Write).unwrap();
+                page.as_mut_slice()
+                    .unwrap()
+                    .copy_from_slice(&pattern(3 << 20, round));
+                let mut block = pool.alloc(4096, Direction::Write).unwrap();
+                block.write_at(0, &pattern(4096, round + 10));
+                (page, block)
+            })
+            .join()
+            .unwrap();
+            let (page, block) = filled;
+            let page_lba = round * 1024;
+            let block_lba = 4000 + round;
+            sluice_io::write_bufs_on(
+                &mut *engine,
+                vec![(page_lba, page), (block_lba, block)],
+                Priority::High,
+                Some(sluice_io::DurableWrites::OrderedFlush),
+            )
+            .unwrap();
+            if kind == EngineKind::Posix {
+                memory.power_cut(PowerCutMode::DropUnflushed);
+            }
+            let mut got = sluice_io::mem::AlignedMem::new(3 << 20);
+            dev.read_at(page_lba, got.as_mut_slice()).unwrap();
+            assert!(
+                got.as_slice() == pattern(3 << 20, round),
+                "{kind} round {round}: page"
+            );
+            let mut got = sluice_io::mem::AlignedMem::new(4096);
+            dev.read_at(block_lba, got.as_mut_slice()).unwrap();
+            assert_eq!(
+                got.as_slice(),
+                pattern(4096, round + 10),
+                "{kind} round {round}"
+            );
+        }
+        if kind == EngineKind::Uring && engine.pool().is_registered() {
+            let again = engine.pool().alloc(3 << 20, Direction::Write).unwrap();
+            assert!(
+                again.segments()[0].buf_index().is_some(),
+                "the chunk pinned on another thread was never registered"
+            );
+        }
+    }
+}
+
+/// A registered buffer is only meaningful to the ring whose pool handed it
+/// out: another engine refuses it instead of writing some other memory.
+#[test]
+fn a_registered_buffer_of_another_engine_is_refused() {
+    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+    let dev: Arc<dyn Device> = Arc::new(
+        FileDevice::create(&dir.path().join("dev"), 8 << 20, &FileOptions::default()).unwrap(),
+    );
+    let first = open_engine(dev.clone(), &config(EngineKind::Uring)).unwrap();
+    let mut second = open_engine(dev.clone(), &config(EngineKind::Uring)).unwrap();
+    if !first.pool().is_registered() {
+        common::skipped(
+            "a_registered_buffer_of_another_engine_is_refused",
+            "this kernel gives io_uring no fixed buffers, so no buffer carries a table index",
+        );
+        return;
+    }
+    let foreign = first.pool().alloc(4096, Direction::Write).unwrap();
+    assert!(foreign.segments()[0].buf_index().is_some());
+    let err = second
+        .submit(Request::write(0, foreign, 1))
+        .map_err(|r| r.error)
+        .unwrap_err();
+    assert!(err.to_string().contains("another engine's pool"), "{err}");
+    let own = second.pool().alloc(4096, Direction::Write).unwrap();
+    second.run(Request::write(0, own, 2)).result.unwrap();
+    drop(first);
+}

@@ -28,6 +28,30 @@ pub fn engine_config(queue_depth: usize, max_pinned_bytes: u64) -> EngineConfig 
     }
 }
 
+/// An engine of its own for one slice's writer: `queue_depth` 4 (a page,
+/// its manifest block and the flush), pinned memory bounded by
+/// `max_pinned_bytes`, medium chunks sized so that two pages of
+/// `usual_page_bytes` fit one (a page the fetcher builds in the pool is
+/// then served from a chunk kept registered, not pinned afresh).
+pub fn writer_engine(
+    device: Arc<dyn Device>,
+    max_pinned_bytes: u64,
+    usual_page_bytes: u64,
+) -> Result<Box<dyn sluice_io::Engine>> {
+    let mut config = engine_config(4, max_pinned_bytes);
+    let chunk = (2 * usual_page_bytes)
+        .next_power_of_two()
+        .clamp(4 << 20, 64 << 20);
+    config.pool.chunk_size_bytes = chunk as usize;
+    config.pool.max_pinned_bytes = config
+        .pool
+        .max_pinned_bytes
+        .max(config.pool.small_tier_bytes() + chunk);
+    // Every request goes in with the wait for it: one system call per page.
+    config.submit_batch = config.queue_depth;
+    Ok(sluice_io::open_engine(device, &config)?)
+}
+
 /// The exporter's blocking I/O: sluice-io's [`sluice_io::DeviceIo`] (engines
 /// leased per call from any thread), with this crate's errors.
 pub struct DeviceIo {
@@ -94,10 +118,4 @@ pub fn check_done(
 /// Reads the one block at `lba`.
 pub fn read_block(io: &DeviceIo, lba: u64) -> Result<Vec<u8>> {
     io.read(lba, io.block_size_bytes())
-}
-
-/// Writes each `(lba, data)` run padded with `pad` to whole blocks, copied
-/// once, and makes them durable: one submission.
-pub fn write_padded_durable(io: &DeviceIo, runs: &[(u64, &[u8])], pad: u8) -> Result<()> {
-    Ok(io.io.write_padded_durable(runs, pad, Priority::High)?)
 }

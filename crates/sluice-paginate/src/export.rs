@@ -2,7 +2,7 @@
 //! each with direct I/O at the LBA its slice's extents give, then makes the
 //! slice's checkpoint durable. Layout in docs/FORMAT.md ("Export device").
 
-use crate::device::{write_padded_durable, DeviceIo};
+use crate::device::{writer_engine, DeviceIo};
 use crate::error::{Error, Result};
 use crate::format::{
     max_extent_slots, Checkpoint, CursorKind, ExportState, Header, ManifestBlock, PageEntry,
@@ -10,12 +10,13 @@ use crate::format::{
 };
 use crate::http::Client;
 use crate::layout::{load_export, ExtentAllocator};
+use crate::page::{PageBytes, PageTarget};
 use crate::progress::{Counter, ProgressMode, Reporter};
 use crate::source::{
     index_info, pick_sort, slice_field, CursorState, Engine, FetchedPage, IndexInfo, SharedPit,
     SliceCursor, SourceSpec,
 };
-use sluice_io::{Device, FileDevice, FileOptions, Geometry};
+use sluice_io::{Device, DurableWrites, FileDevice, FileOptions, Geometry, Priority};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -295,11 +296,19 @@ pub trait PageSource: Send {
     fn next_page(&mut self) -> Result<Option<FetchedPage>>;
     /// Releases what the source holds open (a scroll context); called once.
     fn close(&mut self) {}
+    /// Offers the pinned buffers of the engine that writes the pages: a
+    /// source that builds its pages may build them there (no copy on the
+    /// way to the device); one that does not keeps handing heap pages.
+    fn build_pages_in(&mut self, _target: PageTarget) {}
 }
 
 impl PageSource for SliceCursor<'_> {
     fn next_page(&mut self) -> Result<Option<FetchedPage>> {
         SliceCursor::next_page(self)
+    }
+
+    fn build_pages_in(&mut self, target: PageTarget) {
+        SliceCursor::build_pages_in(self, target)
     }
 
     fn close(&mut self) {
@@ -854,6 +863,7 @@ fn run_slice(
             return None;
         }
     };
+    let target = writer.page_target();
     let (tx, rx) = crossbeam_channel::bounded(1);
     let outcome = std::thread::scope(|scope| {
         // Owned here, so that a writer that stops early drops it and a
@@ -862,7 +872,9 @@ fn run_slice(
         let rx = rx;
         std::thread::Builder::new()
             .name(format!("fetch-{slice}"))
-            .spawn_scoped(scope, move || fetch_slice(shared, slice, &cursor, tx))
+            .spawn_scoped(scope, move || {
+                fetch_slice(shared, slice, &cursor, target, tx)
+            })
             .expect("spawn fetcher");
         for page in rx.iter() {
             if shared.stopping() {
@@ -898,12 +910,14 @@ fn fetch_slice(
     shared: &Shared<'_, '_>,
     slice: u32,
     cursor: &str,
+    target: PageTarget,
     tx: crossbeam_channel::Sender<FetchedPage>,
 ) {
     let mut source = match (shared.sources)(slice, cursor) {
         Ok(s) => s,
         Err(e) => return shared.fail(e),
     };
+    source.build_pages_in(target);
     loop {
         if shared.stopping() {
             break;
@@ -929,7 +943,10 @@ fn fetch_slice(
 
 struct SliceWriter<'s, 'a, 'f> {
     shared: &'s Shared<'a, 'f>,
-    io: DeviceIo,
+    /// This slice's own engine: its pool holds the pages the fetcher
+    /// builds, so the writes go from where the pages lie.
+    engine: Box<dyn sluice_io::Engine>,
+    durable: DurableWrites,
     ckpt: Checkpoint,
     manifest: Option<ManifestBlock>,
     block: Vec<u8>,
@@ -941,15 +958,29 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         ckpt: Checkpoint,
         manifest: Option<ManifestBlock>,
     ) -> Result<Self> {
-        let extent_bytes = shared.header.extent_blocks() * shared.header.block_size_bytes as u64;
-        let io = DeviceIo::open(shared.device.clone(), 4, 2 * extent_bytes + (16 << 20))?;
+        let h = shared.header;
+        let extent_bytes = h.extent_blocks() * h.block_size_bytes as u64;
+        let engine = writer_engine(
+            shared.device.clone(),
+            2 * extent_bytes + (16 << 20),
+            h.slot_bytes(),
+        )?;
         Ok(SliceWriter {
             shared,
-            io,
+            engine,
+            durable: DurableWrites::from_env(),
             block: vec![0u8; shared.header.block_size_bytes as usize],
             ckpt,
             manifest,
         })
+    }
+
+    /// Where the fetcher builds pages: this writer's pinned buffers.
+    fn page_target(&self) -> PageTarget {
+        PageTarget::new(
+            self.engine.pool().clone(),
+            self.shared.header.block_size_bytes as usize,
+        )
     }
 
     /// Page and manifest block, made durable together (one submission);
@@ -1006,37 +1037,65 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
             slots,
         });
         manifest.encode(&mut self.block);
-        write_padded_durable(
-            &self.io,
-            &[
-                (lba, &page.bytes),
-                (h.manifest_block_lba(extent), &self.block),
-            ],
-            b' ',
-        )?;
+        let page_bytes = page.bytes.len() as u64;
+        self.write_page_and_manifest(lba, page.bytes, h.manifest_block_lba(extent))?;
         self.ckpt.state = SliceState::Running;
         self.ckpt.pages += 1;
         self.ckpt.docs += page.docs as u64;
-        self.ckpt.bytes += page.bytes.len() as u64;
+        self.ckpt.bytes += page_bytes;
         self.ckpt.next_slot += slots;
         self.ckpt.cursor = page.cursor_after;
         self.write_checkpoint()?;
-        self.shared.counters[self.ckpt.slice as usize]
-            .add(page.docs as u64, page.bytes.len() as u64);
+        self.shared.counters[self.ckpt.slice as usize].add(page.docs as u64, page_bytes);
         if let Some(w) = &self.shared.watch {
             w.docs.fetch_add(page.docs as u64, Ordering::Relaxed);
         }
-        crate::buffers::give(page.bytes);
+        Ok(())
+    }
+
+    /// The page padded with spaces to whole blocks at `lba` and the
+    /// manifest block at `manifest_lba`, made durable together: a pinned
+    /// page is written from where it was built, a heap page copied into
+    /// pinned buffers on the way.
+    fn write_page_and_manifest(
+        &mut self,
+        lba: u64,
+        bytes: PageBytes,
+        manifest_lba: u64,
+    ) -> Result<()> {
+        let durable = Some(self.durable);
+        let engine = &mut *self.engine;
+        match bytes {
+            PageBytes::Pinned { buf, .. } => {
+                let mut block = engine
+                    .pool()
+                    .alloc(self.block.len(), sluice_io::Direction::Write)?;
+                block.write_at(0, &self.block);
+                let writes = vec![(lba, buf), (manifest_lba, block)];
+                sluice_io::write_bufs_on(engine, writes, Priority::High, durable)?;
+            }
+            heap => {
+                let bs = self.block.len();
+                let padded = heap.len().div_ceil(bs).max(1) * bs;
+                let runs = [
+                    (lba, &heap[..], padded),
+                    (manifest_lba, &self.block[..], bs),
+                ];
+                sluice_io::write_runs_on(engine, &runs, b' ', Priority::High, durable)?;
+                heap.recycle();
+            }
+        }
         Ok(())
     }
 
     fn write_checkpoint(&mut self) -> Result<()> {
         self.ckpt.generation += 1;
         self.ckpt.encode(&mut self.block)?;
-        self.io.write_durable(
-            Header::checkpoint_lba(self.ckpt.slice, self.ckpt.generation),
-            &self.block,
-        )
+        let lba = Header::checkpoint_lba(self.ckpt.slice, self.ckpt.generation);
+        let runs = [(lba, &self.block[..], self.block.len())];
+        let durable = Some(self.durable);
+        sluice_io::write_runs_on(&mut *self.engine, &runs, 0, Priority::High, durable)?;
+        Ok(())
     }
 
     fn finish(mut self) -> Result<Checkpoint> {

@@ -11,6 +11,8 @@
 //!   fixed buffers at deep queue depth and check each page with sluice-json's
 //!   validating scan in the completion path, handing the hits (borrowed
 //!   slices of the page) to a [`read::Sink`].
+//! - [`page`]: a page's bytes, built straight into the pinned buffer it
+//!   is written from.
 //! - [`buffers`]: recycled buffers for answers and pages (no fresh
 //!   megabytes per page).
 //! - [`format`]: the device layout, byte by byte as docs/FORMAT.md has it.
@@ -34,6 +36,7 @@ pub mod format;
 pub mod http;
 pub mod layout;
 pub mod load;
+pub mod page;
 pub mod plain;
 pub mod progress;
 pub mod read;

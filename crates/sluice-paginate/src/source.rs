@@ -5,6 +5,7 @@
 use crate::error::{Error, Result};
 use crate::format::CursorKind;
 use crate::http::{Client, Response};
+use crate::page::{PageBytes, PageFill, PageTarget};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::sync::Mutex;
@@ -355,7 +356,7 @@ fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
         client,
         &spec.index,
     )?;
-    let page = build_page(&r.body)?;
+    let page = build_page(&r.body, None)?;
     if page.docs == 0 {
         return Ok(0.0);
     }
@@ -366,7 +367,7 @@ fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
 #[derive(Debug)]
 pub struct FetchedPage {
     /// `[{"_id":…,"_source":…},…]\n`
-    pub bytes: Vec<u8>,
+    pub bytes: PageBytes,
     /// CRC32C of `bytes`, computed as they were put together (while they
     /// were still in the cache).
     pub crc32c: u32,
@@ -379,7 +380,7 @@ pub struct FetchedPage {
 }
 
 struct BuiltPage {
-    bytes: Vec<u8>,
+    bytes: PageBytes,
     crc32c: u32,
     /// Shards that failed, and why (raw JSON): the page is incomplete.
     failed_shards: u32,
@@ -396,14 +397,23 @@ thread_local! {
     static SCANNER: std::cell::RefCell<sluice_json::Scanner> = Default::default();
 }
 
+/// What a hit adds to its page besides its id and source:
+/// `{"_id":`, `,"_source":`, `}` and the comma before it.
+const HIT_FRAME_BYTES: usize = 20;
+
 /// Turns a search answer into page bytes: each hit reduced to `_id` and
-/// `_source`, the source's bytes unchanged. The whole answer is validated
-/// (sluice-json's structural scan), so a page holds only valid JSON.
-fn build_page(body: &[u8]) -> Result<BuiltPage> {
-    SCANNER.with_borrow_mut(|scanner| build_page_with(scanner, body))
+/// `_source`, the source's bytes unchanged, built in `target`'s pinned
+/// buffers when given. The whole answer is validated (sluice-json's
+/// structural scan), so a page holds only valid JSON.
+fn build_page(body: &[u8], target: Option<&PageTarget>) -> Result<BuiltPage> {
+    SCANNER.with_borrow_mut(|scanner| build_page_with(scanner, body, target))
 }
 
-fn build_page_with(scanner: &mut sluice_json::Scanner, body: &[u8]) -> Result<BuiltPage> {
+fn build_page_with(
+    scanner: &mut sluice_json::Scanner,
+    body: &[u8],
+    target: Option<&PageTarget>,
+) -> Result<BuiltPage> {
     use sluice_json::Kind;
     let unexpected = |what: String| {
         Error::Source(format!(
@@ -426,19 +436,12 @@ fn build_page_with(scanner: &mut sluice_json::Scanner, body: &[u8]) -> Result<Bu
         .and_then(|h| h.get("hits"))
         .filter(|h| h.kind() == Kind::Array)
         .ok_or_else(|| unexpected("no hits.hits array".into()))?;
-    let mut bytes = crate::buffers::take_empty(body.len());
-    bytes.push(b'[');
-    let (mut docs, mut max_hit_bytes, mut last_sort) = (0u32, 0, None);
-    let mut crc = 0u32;
-    let mut crc_upto = 0;
+    // First the hits' parts and the page's exact length, so that the page
+    // is built once, in the buffer it is written from.
+    let mut parts: Vec<(&str, &str)> = Vec::with_capacity(256);
+    let mut last_sort = None;
+    let mut page_len = 3; // [ and ]\n
     for hit in hits.elements() {
-        // What the last hit added, while the cache still holds it.
-        crc = crc32c::crc32c_append(crc, &bytes[crc_upto..]);
-        crc_upto = bytes.len();
-        let start = bytes.len();
-        if docs > 0 {
-            bytes.push(b',');
-        }
         let (mut id, mut source, mut sort) = (None, None, None);
         for (key, value) in hit.members() {
             match key.raw() {
@@ -450,20 +453,35 @@ fn build_page_with(scanner: &mut sluice_json::Scanner, body: &[u8]) -> Result<Bu
         }
         let id = id
             .filter(|id| id.kind() == Kind::String)
-            .ok_or_else(|| unexpected(format!("hit {docs} has no _id string")))?;
-        bytes.extend_from_slice(b"{\"_id\":");
-        bytes.extend_from_slice(id.raw().as_bytes());
-        bytes.extend_from_slice(b",\"_source\":");
-        bytes.extend_from_slice(source.map_or("null", |s| s.raw()).as_bytes());
-        bytes.push(b'}');
-        max_hit_bytes = max_hit_bytes.max(bytes.len() - start);
+            .ok_or_else(|| unexpected(format!("hit {} has no _id string", parts.len())))?;
+        let (id, source) = (id.raw(), source.map_or("null", |s| s.raw()));
+        page_len += HIT_FRAME_BYTES + id.len() + source.len();
+        parts.push((id, source));
         last_sort = sort;
-        docs = docs
-            .checked_add(1)
-            .ok_or_else(|| unexpected("more than 2^32 hits".into()))?;
     }
-    bytes.extend_from_slice(b"]\n");
-    let crc32c = crc32c::crc32c_append(crc, &bytes[crc_upto..]);
+    let docs = u32::try_from(parts.len()).map_err(|_| unexpected("more than 2^32 hits".into()))?;
+    page_len -= usize::from(docs > 0); // no comma before the first hit
+    let mut bytes = PageBytes::with_len(target, page_len);
+    let mut page = PageFill::new(bytes.as_mut_slice());
+    page.put(b"[");
+    let (mut max_hit_bytes, mut crc, mut crc_upto) = (0, 0u32, 0);
+    for (n, (id, source)) in parts.iter().enumerate() {
+        // What the last hit added, while the cache still holds it.
+        crc = crc32c::crc32c_append(crc, &page.bytes()[crc_upto..]);
+        crc_upto = page.filled();
+        if n > 0 {
+            page.put(b",");
+        }
+        page.put(b"{\"_id\":");
+        page.put(id.as_bytes());
+        page.put(b",\"_source\":");
+        page.put(source.as_bytes());
+        page.put(b"}");
+        max_hit_bytes = max_hit_bytes.max(page.filled() - crc_upto);
+    }
+    page.put(b"]\n");
+    assert_eq!(page.filled(), page_len, "the page's length as computed");
+    let crc32c = crc32c::crc32c_append(crc, &page.bytes()[crc_upto..]);
     let shards = root.get("_shards");
     let failed_shards = shards
         .and_then(|s| s.get("failed"))
@@ -496,7 +514,7 @@ fn empty_page() -> BuiltPage {
     BuiltPage {
         failed_shards: 0,
         shard_failures: String::new(),
-        bytes: Vec::new(),
+        bytes: PageBytes::Heap(Vec::new()),
         crc32c: 0,
         docs: 0,
         max_hit_bytes: 0,
@@ -656,6 +674,8 @@ pub struct SliceCursor<'a> {
     position: Option<String>,
     pit_id: String,
     done: bool,
+    /// Where pages are built: the slice writer's pinned buffers.
+    target: Option<PageTarget>,
 }
 
 impl<'a> SliceCursor<'a> {
@@ -702,7 +722,13 @@ impl<'a> SliceCursor<'a> {
             position,
             pit_id,
             done: false,
+            target: None,
         }
+    }
+
+    /// Builds the pages in `target`'s pinned buffers from now on.
+    pub fn build_pages_in(&mut self, target: PageTarget) {
+        self.target = Some(target);
     }
 
     /// The next page, or none when the slice has no more hits.
@@ -888,7 +914,7 @@ impl<'a> SliceCursor<'a> {
             self.client,
             &self.spec.index,
         )?;
-        build_page(&r.body)
+        build_page(&r.body, self.target.as_ref())
     }
 
     /// A shard that never held a document has no `_seq_no` field to split
@@ -921,7 +947,7 @@ mod tests {
         let body = br#"{"pit_id":"P2","took":1,"hits":{"hits":[
             {"_index":"x","_id":"a\"1","_score":null,"_source":{"t": "k\u00e9y" ,"n":[1, 2]},"sort":[7]},
             {"_index":"x","_id":"b","_source":{},"sort":[9,"b"]}]}}"#;
-        let page = build_page(body).unwrap();
+        let page = build_page(body, None).unwrap();
         assert_eq!(page.docs, 2);
         assert_eq!(
             std::str::from_utf8(&page.bytes).unwrap(),
@@ -933,17 +959,102 @@ mod tests {
         assert_eq!(v[0]["_id"], "a\"1");
     }
 
+    /// A search answer of `hits`, each `(id, source or none, extra members)`.
+    fn answer(hits: &[(String, Option<String>, bool)]) -> Vec<u8> {
+        let mut out = String::from(r#"{"pit_id":"P","hits":{"total":{"value":9},"hits":["#);
+        for (n, (id, source, extra)) in hits.iter().enumerate() {
+            if n > 0 {
+                out.push(',');
+            }
+            out.push_str(&format!("{{\"_id\":{}", serde_json::to_string(id).unwrap()));
+            if *extra {
+                out.push_str(r#","_index":"i","_score":null"#);
+            }
+            if let Some(s) = source {
+                out.push_str(&format!(",\"_source\":{s}"));
+            }
+            out.push_str(&format!(",\"sort\":[{n}]}}"));
+        }
+        out.push_str("]}}");
+        out.into_bytes()
+    }
+
+    fn pinned_target(block_size_bytes: usize) -> PageTarget {
+        let config = crate::device::page_pool_config(32 << 20);
+        let pool = sluice_io::BufferPool::new(config, sluice_io::Pinning::Unpinned).unwrap();
+        PageTarget::new(pool, block_size_bytes)
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A page built in a pinned buffer holds the same bytes and CRC as
+        /// one built on the heap, padded with spaces to whole blocks, and
+        /// the length computed before building is the length built.
+        #[test]
+        fn pages_built_in_pinned_buffers_match_heap_pages(
+            hits in prop::collection::vec(
+                (
+                    r#"[a-z0-9 /"\\\x00\u{e9}]{0,12}"#,
+                    prop::option::of(prop_oneof![
+                        Just("{}".to_string()),
+                        Just("null".to_string()),
+                        "[a-z]{0,3000}".prop_map(|t| format!(r#"{{"t":"{t}","n":[1,2.5e300]}}"#)),
+                    ]),
+                    any::<bool>(),
+                ),
+                0..40,
+            ),
+            block in prop_oneof![Just(512usize), Just(4096usize)],
+        ) {
+            let body = answer(&hits);
+            let heap = build_page(&body, None).unwrap();
+            let target = pinned_target(block);
+            let pinned = build_page(&body, Some(&target)).unwrap();
+            prop_assert!(pinned.bytes.is_pinned());
+            prop_assert!(!heap.bytes.is_pinned());
+            prop_assert_eq!(&pinned.bytes[..], &heap.bytes[..]);
+            prop_assert_eq!(pinned.crc32c, crc32c::crc32c(&heap.bytes));
+            prop_assert_eq!(pinned.crc32c, heap.crc32c);
+            prop_assert_eq!(pinned.docs as usize, hits.len());
+            prop_assert_eq!(pinned.max_hit_bytes, heap.max_hit_bytes);
+            let PageBytes::Pinned { buf, len } = &pinned.bytes else { unreachable!() };
+            let whole = buf.as_slice().unwrap();
+            prop_assert_eq!(whole.len() % block, 0);
+            prop_assert!(whole.len() >= *len && whole.len() - *len < block.max(1));
+            prop_assert!(whole[*len..].iter().all(|&b| b == b' '));
+            let v: serde_json::Value = serde_json::from_slice(whole).unwrap();
+            for (n, (id, source, _)) in hits.iter().enumerate() {
+                prop_assert_eq!(v[n]["_id"].as_str().unwrap(), id.as_str());
+                prop_assert_eq!(v[n]["_source"].is_null(), source.as_deref().is_none_or(|s| s == "null"));
+            }
+        }
+    }
+
+    /// A page the pool cannot hold is built on the heap instead.
+    #[test]
+    fn a_page_larger_than_the_pool_goes_to_the_heap() {
+        let big = "x".repeat(40 << 20);
+        let body = answer(&[("a".into(), Some(format!(r#"{{"t":"{big}"}}"#)), false)]);
+        let page = build_page(&body, Some(&pinned_target(4096))).unwrap();
+        assert!(!page.bytes.is_pinned());
+        assert_eq!(page.crc32c, crc32c::crc32c(&page.bytes));
+        assert!(page.bytes.ends_with(b"}}]\n"));
+    }
+
     #[test]
     fn a_page_with_failed_shards_says_so() {
         let body = br#"{"_shards":{"total":2,"successful":1,"skipped":0,"failed":1,
             "failures":[{"shard":1,"reason":{"type":"search_context_missing_exception","reason":"No search context found for id [2]"}}]},
             "hits":{"hits":[{"_id":"a","_source":{},"sort":[1]}]}}"#;
-        let page = build_page(body).unwrap();
+        let page = build_page(body, None).unwrap();
         assert_eq!(page.failed_shards, 1);
         assert!(page.shard_failures.contains("search_context_missing"));
-        let ok =
-            build_page(br#"{"_shards":{"total":2,"successful":2,"failed":0},"hits":{"hits":[]}}"#)
-                .unwrap();
+        let ok = build_page(
+            br#"{"_shards":{"total":2,"successful":2,"failed":0},"hits":{"hits":[]}}"#,
+            None,
+        )
+        .unwrap();
         assert_eq!(ok.failed_shards, 0);
     }
 

@@ -93,7 +93,7 @@ impl PageSource for PaperPages {
         self.next_page += 1;
         Ok(Some(FetchedPage {
             crc32c: crc32c::crc32c(&bytes),
-            bytes,
+            bytes: bytes.into(),
             docs: self.page_docs,
             max_hit_bytes: HIT_BYTES,
             cursor_after: serde_json::json!({ "next_page": self.next_page }).to_string(),
@@ -120,7 +120,7 @@ mod tests {
         for slice in 0..3 {
             let mut s = PaperPages::for_slice(1, 2, 10, slice, 3, "").unwrap();
             while let Some(p) = s.next_page().unwrap() {
-                seen.push(p.bytes);
+                seen.push(p.bytes.to_vec());
                 if slice == 1 && seen.len() == 5 {
                     // Start the slice again from the checkpoint cursor.
                     s = PaperPages::for_slice(1, 2, 10, slice, 3, &p.cursor_after).unwrap();

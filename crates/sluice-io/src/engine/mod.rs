@@ -385,11 +385,12 @@ pub trait Engine: Send {
 #[allow(clippy::result_large_err)] // as Engine::submit: the request comes back whole
 pub(crate) fn admit(
     device: &dyn Device,
+    pool: &BufferPool,
     accepted: usize,
     queue_depth: usize,
     request: Request,
 ) -> std::result::Result<Request, Rejected> {
-    if let Err(error) = check_request(device, &request) {
+    if let Err(error) = check_request(device, pool, &request) {
         return Err(Rejected { error, request });
     }
     if accepted >= queue_depth {
@@ -404,8 +405,9 @@ pub(crate) fn admit(
     Ok(request)
 }
 
-/// Checks a request against the device before it is queued.
-fn check_request(device: &dyn Device, request: &Request) -> Result<()> {
+/// Checks a request against the device and the engine's pool before it is
+/// queued.
+fn check_request(device: &dyn Device, pool: &BufferPool, request: &Request) -> Result<()> {
     match request.op {
         Op::Flush => Ok(()),
         Op::Read | Op::Write => {
@@ -413,6 +415,14 @@ fn check_request(device: &dyn Device, request: &Request) -> Result<()> {
                 .buf
                 .as_ref()
                 .ok_or_else(|| IoError::Config("a read or write request needs a buffer".into()))?;
+            // A fixed-buffer index means something only in the table of the
+            // ring whose pool handed the buffer out.
+            let registered = buf.segments().iter().any(|s| s.buf_index().is_some());
+            if registered && !buf.is_from(pool) {
+                return Err(IoError::Config(
+                    "a buffer registered with another engine's pool was submitted; allocate it from this engine's pool (Engine::pool)".into(),
+                ));
+            }
             let geometry = device.geometry();
             geometry.check_io(request.lba, request.len_bytes() as u64, 0)?;
             for (_, seg) in buf.io_segments() {

@@ -172,6 +172,7 @@ impl Engine for PosixEngine {
     fn submit(&mut self, request: Request) -> std::result::Result<(), Rejected> {
         let request = admit(
             self.device.as_ref(),
+            &self.pool,
             self.accepted,
             self.queue_depth,
             request,

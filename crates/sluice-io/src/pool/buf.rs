@@ -120,6 +120,13 @@ impl IoBuf {
         }
     }
 
+    /// Whether `pool` handed it out (an unpooled buffer belongs to none).
+    pub fn is_from(&self, pool: &super::BufferPool) -> bool {
+        self.pool
+            .as_ref()
+            .is_some_and(|own| Arc::ptr_eq(own, &pool.shared))
+    }
+
     /// Length of the I/O it carries.
     pub fn len(&self) -> usize {
         self.len_bytes
