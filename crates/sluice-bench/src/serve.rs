@@ -302,6 +302,16 @@ fn row(
 
 /// CPU time (user + system) of process `pid` so far, in clock ticks.
 pub(crate) fn cpu_ticks(pid: u32) -> Result<u64> {
+    Ok(stat_ticks(pid)?[..2].iter().sum())
+}
+
+/// As [`cpu_ticks`], with the children it has waited for.
+pub(crate) fn cpu_ticks_with_children(pid: u32) -> Result<u64> {
+    Ok(stat_ticks(pid)?.iter().sum())
+}
+
+/// utime, stime, cutime and cstime of process `pid`, in clock ticks.
+fn stat_ticks(pid: u32) -> Result<[u64; 4]> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) in ")".
@@ -310,7 +320,8 @@ pub(crate) fn cpu_ticks(pid: u32) -> Result<u64> {
         .context("a malformed /proc stat line")?
         .1;
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line: 12 and 13 here.
+    // utime, stime, cutime and cstime are fields 14 to 17 of the line: 11
+    // to 14 here.
     let tick = |i: usize| -> Result<u64> {
         fields
             .get(i)
@@ -318,7 +329,7 @@ pub(crate) fn cpu_ticks(pid: u32) -> Result<u64> {
             .parse()
             .context("a /proc stat field is not a number")
     };
-    Ok(tick(11)? + tick(12)?)
+    Ok([tick(11)?, tick(12)?, tick(13)?, tick(14)?])
 }
 
 /// The share of one core a server (already loaded) burns over

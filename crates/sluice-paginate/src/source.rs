@@ -392,29 +392,57 @@ struct BuiltPage {
     scroll_id: Option<String>,
 }
 
-thread_local! {
-    /// Each fetcher thread keeps its scanner's index between answers.
-    static SCANNER: std::cell::RefCell<sluice_json::Scanner> = Default::default();
+/// What building a page needs besides the answer: the scanner's index and
+/// the hits' places in the answer. Kept between answers and between
+/// exports of the process (a fresh index of a few megabytes costs the
+/// kernel a zeroed page per 4 KiB the first time it is touched).
+#[derive(Default)]
+struct PageScratch {
+    scanner: sluice_json::Scanner,
+    /// Byte ranges of each hit's `_id` and `_source` in the answer.
+    parts: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
 }
+
+/// Scratch kept for reuse: one per fetcher at work, at most this many idle.
+const MAX_KEPT_SCRATCH: usize = 16;
+
+static SCRATCH: Mutex<Vec<PageScratch>> = Mutex::new(Vec::new());
 
 /// What a hit adds to its page besides its id and source:
 /// `{"_id":`, `,"_source":`, `}` and the comma before it.
 const HIT_FRAME_BYTES: usize = 20;
+
+/// The source of a hit that came without one.
+const NULL: &[u8] = b"null";
 
 /// Turns a search answer into page bytes: each hit reduced to `_id` and
 /// `_source`, the source's bytes unchanged, built in `target`'s pinned
 /// buffers when given. The whole answer is validated (sluice-json's
 /// structural scan), so a page holds only valid JSON.
 fn build_page(body: &[u8], target: Option<&PageTarget>) -> Result<BuiltPage> {
-    SCANNER.with_borrow_mut(|scanner| build_page_with(scanner, body, target))
+    let kept = SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    let mut scratch = kept.unwrap_or_default();
+    let built = build_page_with(&mut scratch, body, target);
+    let mut kept = SCRATCH.lock().unwrap_or_else(|e| e.into_inner());
+    if kept.len() < MAX_KEPT_SCRATCH {
+        kept.push(scratch);
+    }
+    built
 }
 
 fn build_page_with(
-    scanner: &mut sluice_json::Scanner,
+    scratch: &mut PageScratch,
     body: &[u8],
     target: Option<&PageTarget>,
 ) -> Result<BuiltPage> {
     use sluice_json::Kind;
+    let PageScratch { scanner, parts } = scratch;
+    parts.clear();
+    // Where a value the scan hands out lies in the answer.
+    let range = |raw: &str| {
+        let start = raw.as_ptr() as usize - body.as_ptr() as usize;
+        start..start + raw.len()
+    };
     let unexpected = |what: String| {
         Error::Source(format!(
             "search answer is not what was expected ({what}): {}",
@@ -438,7 +466,6 @@ fn build_page_with(
         .ok_or_else(|| unexpected("no hits.hits array".into()))?;
     // First the hits' parts and the page's exact length, so that the page
     // is built once, in the buffer it is written from.
-    let mut parts: Vec<(&str, &str)> = Vec::with_capacity(256);
     let mut last_sort = None;
     let mut page_len = 3; // [ and ]\n
     for hit in hits.elements() {
@@ -454,8 +481,13 @@ fn build_page_with(
         let id = id
             .filter(|id| id.kind() == Kind::String)
             .ok_or_else(|| unexpected(format!("hit {} has no _id string", parts.len())))?;
-        let (id, source) = (id.raw(), source.map_or("null", |s| s.raw()));
-        page_len += HIT_FRAME_BYTES + id.len() + source.len();
+        let (id, source) = (range(id.raw()), source.map_or(0..0, |s| range(s.raw())));
+        let source_len = if source.is_empty() {
+            NULL.len()
+        } else {
+            source.len()
+        };
+        page_len += HIT_FRAME_BYTES + id.len() + source_len;
         parts.push((id, source));
         last_sort = sort;
     }
@@ -466,6 +498,11 @@ fn build_page_with(
     page.put(b"[");
     let (mut max_hit_bytes, mut crc, mut crc_upto) = (0, 0u32, 0);
     for (n, (id, source)) in parts.iter().enumerate() {
+        let source = if source.is_empty() {
+            NULL
+        } else {
+            &body[source.clone()]
+        };
         // What the last hit added, while the cache still holds it.
         crc = crc32c::crc32c_append(crc, &page.bytes()[crc_upto..]);
         crc_upto = page.filled();
@@ -473,9 +510,9 @@ fn build_page_with(
             page.put(b",");
         }
         page.put(b"{\"_id\":");
-        page.put(id.as_bytes());
+        page.put(&body[id.clone()]);
         page.put(b",\"_source\":");
-        page.put(source.as_bytes());
+        page.put(source);
         page.put(b"}");
         max_hit_bytes = max_hit_bytes.max(page.filled() - crc_upto);
     }
