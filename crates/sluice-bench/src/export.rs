@@ -155,11 +155,17 @@ pub fn run(args: &ExportBenchArgs) -> Result<()> {
             let i = (k + run) % sides.len();
             let side = sides[i];
             let (client_before, source_before) = (own_cpu_seconds()?, source_cpu_seconds(&client));
+            let machine_before = machine_ticks()?;
             let start = Instant::now();
             let docs = run_side(&client, args, &spec, info.primary_shards, side)
                 .with_context(|| side.label())?;
             let s = start.elapsed().as_secs_f64();
             let client_s = own_cpu_seconds()? - client_before;
+            let machine: Vec<f64> = machine_ticks()?
+                .iter()
+                .zip(machine_before)
+                .map(|(after, before)| after.saturating_sub(before) as f64 / 100.0)
+                .collect();
             let source_s = source_before
                 .zip(source_cpu_seconds(&client))
                 .map(|(a, b)| b - a);
@@ -170,8 +176,12 @@ pub fn run(args: &ExportBenchArgs) -> Result<()> {
                 args.docs
             );
             let source_note = source_s.map_or(String::new(), |c| format!(", source CPU {c:.2} s"));
+            let machine_note = format!(
+                "; machine: user {:.2}, system {:.2}, interrupts {:.2}, idle + iowait {:.2} s",
+                machine[0], machine[1], machine[2], machine[3]
+            );
             eprintln!(
-                "  run {}: {:<40} {:8.2} s {:9.0} docs/s  (client CPU {client_s:.2} s{source_note})",
+                "  run {}: {:<40} {:8.2} s {:9.0} docs/s  (client CPU {client_s:.2} s{source_note}{machine_note})",
                 run + 1,
                 side.label(),
                 s,
@@ -224,6 +234,23 @@ fn own_cpu_seconds() -> Result<f64> {
     let ticks = crate::serve::cpu_ticks_with_children(std::process::id())?;
     // USER_HZ: 100 on every Linux architecture Sluice builds for.
     Ok(ticks as f64 / 100.0)
+}
+
+/// Ticks all cores spent so far in user mode (nice included), system mode,
+/// hard and soft interrupts, and idle or waiting for I/O (/proc/stat).
+fn machine_ticks() -> Result<[u64; 4]> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("/proc/stat has no cpu line")?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().context("a /proc/stat field is not a number"))
+        .collect::<Result<_>>()?;
+    ensure!(f.len() >= 7, "a short cpu line in /proc/stat");
+    Ok([f[0] + f[1], f[2], f[5] + f[6], f[3] + f[4]])
 }
 
 /// CPU seconds the source's process has used so far, if it says.
