@@ -13,8 +13,8 @@ use crate::layout::{load_export, ExtentAllocator};
 use crate::page::{PageBytes, PageTarget};
 use crate::progress::{Counter, ProgressMode, Reporter};
 use crate::source::{
-    index_info, pick_sort, slice_field, CursorState, Engine, FetchedPage, IndexInfo, SharedPit,
-    SliceCursor, SourceSpec,
+    index_counts, pick_sort, sample_hit_bytes, slice_field, CursorState, Engine, FetchedPage,
+    IndexInfo, SharedPit, SliceCursor, SourceSpec,
 };
 use sluice_io::{Device, DurableWrites, FileDevice, FileOptions, Geometry, Priority};
 use std::path::PathBuf;
@@ -157,18 +157,23 @@ pub struct Plan {
     pub detail: String,
 }
 
-/// Sizes the layout from the options and what the source said about the index.
-pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
-    let bs = options.block_size_bytes as u64;
-    let slices = options
-        .slices
-        .unwrap_or(info.primary_shards)
-        .clamp(1, MAX_SLICES);
+/// The slices of an export: `--slices`, else one per primary shard.
+pub fn slice_count(options: &ExportOptions, primary_shards: u32) -> Result<u32> {
     if options.slices.is_some_and(|s| s == 0 || s > MAX_SLICES) {
         return Err(Error::Config(format!(
             "--slices must be between 1 and {MAX_SLICES}"
         )));
     }
+    Ok(options
+        .slices
+        .unwrap_or(primary_shards)
+        .clamp(1, MAX_SLICES))
+}
+
+/// Sizes the layout from the options and what the source said about the index.
+pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
+    let bs = options.block_size_bytes as u64;
+    let slices = slice_count(options, info.primary_shards)?;
     if options.page_docs == 0 || options.page_docs > MAX_PAGE_DOCS {
         return Err(Error::Config(format!(
             "--page-docs {} must be between 1 and {MAX_PAGE_DOCS} (the engine's result window)",
@@ -487,8 +492,8 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
     }
     // Every request needed to start is answered before the device is touched.
     let engine = Engine::detect(client)?;
-    let info = index_info(client, &options.spec)?;
-    let plan = plan(options, &info)?;
+    let (primary_shards, doc_count) = index_counts(client, &options.spec)?;
+    let slices = slice_count(options, primary_shards)?;
     let cursor_kind = match options.cursor {
         CursorKind::Pit if !engine.has_pit() => {
             log::info!("{engine} has no point in time: exporting with sliced scroll instead");
@@ -501,12 +506,11 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
         CursorKind::Scroll => None,
     };
     let sort = match &pit {
-        Some(p) => pick_sort(client, p, plan.slices, info.primary_shards),
+        Some(p) => pick_sort(client, p, slices, primary_shards),
         None => Ok(r#"["_doc"]"#.to_string()),
     };
-    let device = sort.and_then(|sort| Ok((sort, open_device(options, &plan)?)));
-    let (sort, device) = match device {
-        Ok(d) => d,
+    let sort = match sort {
+        Ok(s) => s,
         Err(e) => {
             if let Some(p) = &pit {
                 p.close(client);
@@ -514,41 +518,194 @@ pub fn export(client: &Client, options: &ExportOptions) -> Result<ExportSummary>
             return Err(e);
         }
     };
-    let split_field = slice_field(plan.slices, info.primary_shards);
-    let layout = Layout {
-        slices: plan.slices,
-        page_docs: options.page_docs,
-        slot_blocks: plan.slot_blocks,
-        extent_slots: plan.extent_slots,
+    let split_field = slice_field(slices, primary_shards);
+    let summary = export_slices(
+        client,
+        options,
+        (pit.as_ref(), &sort, &split_field),
+        (slices, primary_shards, doc_count),
         cursor_kind,
-        description: description(client, &options.spec, &sort, &split_field),
-    };
-    log::info!(
-        "export of {} ({} documents) to {}: {} slices, sort {sort}, pages of {} documents in slots of {} bytes",
-        options.spec.index,
-        info.doc_count,
-        options.device.display(),
-        plan.slices,
-        options.page_docs,
-        plan.slot_blocks as u64 * options.block_size_bytes as u64
     );
-    let summary = {
-        let sources = cursor_factory(
-            client,
-            &options.spec,
-            pit.as_ref(),
-            &sort,
-            (layout.slices, layout.page_docs),
-            &split_field,
+    finish_source(client, pit, sort, start, summary)
+}
+
+/// A new export's slices, from the cursors' first pages to the last
+/// checkpoint: the first pages fetched while the index is sampled and the
+/// device made ready. The point in time is closed when the export cannot
+/// start; after a later error it stays open for `--resume`.
+fn export_slices(
+    client: &Client,
+    options: &ExportOptions,
+    (pit, sort, split_field): (Option<&SharedPit>, &str, &Option<String>),
+    (slices, primary_shards, doc_count): (u32, u32, u64),
+    cursor_kind: CursorKind,
+) -> Result<ExportSummary> {
+    let cursors = cursor_factory(
+        client,
+        &options.spec,
+        pit,
+        sort,
+        (slices, options.page_docs),
+        split_field,
+    );
+    std::thread::scope(|scope| {
+        // Each slice's first page is on its way while the index is sampled
+        // and the device made ready: the source works from the start.
+        let first_pages = FirstPages::fetch(scope, slices, &cursors);
+        let ready = (|| {
+            let info = IndexInfo {
+                primary_shards,
+                doc_count,
+                mean_hit_bytes: sample_hit_bytes(client, &options.spec)?,
+            };
+            let plan = plan(options, &info)?;
+            debug_assert_eq!(plan.slices, slices);
+            let device = open_device(options, &plan)?;
+            Ok((plan, device))
+        })();
+        let (plan, device) = match ready {
+            Ok(r) => r,
+            Err(e) => {
+                // Nothing was written: nothing to resume either.
+                first_pages.discard();
+                if let Some(p) = pit {
+                    p.close(client);
+                }
+                return Err(e);
+            }
+        };
+        let layout = Layout {
+            slices,
+            page_docs: options.page_docs,
+            slot_blocks: plan.slot_blocks,
+            extent_slots: plan.extent_slots,
+            cursor_kind,
+            description: description(client, &options.spec, sort, split_field),
+        };
+        log::info!(
+            "export of {} ({doc_count} documents) to {}: {slices} slices, sort {sort}, pages of {} documents in slots of {} bytes",
+            options.spec.index,
+            options.device.display(),
+            options.page_docs,
+            plan.slot_blocks as u64 * options.block_size_bytes as u64
         );
-        write_new_export(
+        let sources = |slice: u32, cursor: &str| match first_pages.take(slice, cursor) {
+            Some(source) => Ok(source),
+            None => cursors(slice, cursor),
+        };
+        let summary = write_new_export(
             device as Arc<dyn Device>,
             &layout,
             &sources,
-            &WriteSettings::from_options(options, Some(info.doc_count)),
-        )
-    };
-    finish_source(client, pit, sort, start, summary)
+            &WriteSettings::from_options(options, Some(doc_count)),
+        );
+        // Slices that never started (the export stopped first) still
+        // close what their first fetch opened.
+        first_pages.discard();
+        summary
+    })
+}
+
+/// The result of fetching a slice's first page ahead: the cursor, moved on
+/// past it, and the page (or why there is none).
+type FirstPage<'a> = (Box<dyn PageSource + 'a>, Result<Option<FetchedPage>>);
+
+/// Each slice's first page, fetched on a thread of its own while the export
+/// gets ready; taken by the slice's writer as the start of its source.
+struct FirstPages<'scope, 'a> {
+    pending: Vec<Mutex<Option<std::thread::ScopedJoinHandle<'scope, Result<FirstPage<'a>>>>>>,
+}
+
+impl<'scope, 'a: 'scope> FirstPages<'scope, 'a> {
+    fn fetch<'env>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        slices: u32,
+        cursors: &'env (impl Fn(u32, &str) -> Result<Box<dyn PageSource + 'a>> + Sync),
+    ) -> Self {
+        let pending = (0..slices)
+            .map(|slice| {
+                let handle = std::thread::Builder::new()
+                    .name(format!("first-{slice}"))
+                    .spawn_scoped(scope, move || {
+                        let mut cursor = cursors(slice, "")?;
+                        let page = cursor.next_page();
+                        Ok((cursor, page))
+                    })
+                    .expect("spawn first-page fetcher");
+                Mutex::new(Some(handle))
+            })
+            .collect();
+        FirstPages { pending }
+    }
+
+    /// Slice `slice`'s source from its start, its first page fetched
+    /// already (none once taken, or for a slice that starts elsewhere).
+    fn take(&self, slice: u32, cursor: &str) -> Option<Box<dyn PageSource + 'scope>> {
+        if !cursor.is_empty() {
+            return None;
+        }
+        let handle = self.pending.get(slice as usize)?.lock().ok()?.take()?;
+        Some(Box::new(Prefetched {
+            handle: Some(handle),
+            cursor: None,
+            target: None,
+        }))
+    }
+
+    /// Waits for the fetches not taken and closes what they opened.
+    fn discard(&self) {
+        for pending in &self.pending {
+            let handle = pending.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(Ok(Ok((mut cursor, _)))) = handle.map(|h| h.join()) {
+                cursor.close();
+            }
+        }
+    }
+}
+
+/// A slice's source whose first page was fetched ahead.
+struct Prefetched<'scope, 'a> {
+    handle: Option<std::thread::ScopedJoinHandle<'scope, Result<FirstPage<'a>>>>,
+    cursor: Option<Box<dyn PageSource + 'a>>,
+    target: Option<PageTarget>,
+}
+
+impl PageSource for Prefetched<'_, '_> {
+    fn next_page(&mut self) -> Result<Option<FetchedPage>> {
+        if let Some(handle) = self.handle.take() {
+            let joined = handle
+                .join()
+                .map_err(|_| Error::Source("fetching a slice's first page panicked".into()))?;
+            let (mut cursor, first) = joined?;
+            if let Some(target) = self.target.take() {
+                cursor.build_pages_in(target);
+            }
+            self.cursor = Some(cursor);
+            return first;
+        }
+        match &mut self.cursor {
+            Some(cursor) => cursor.next_page(),
+            None => Ok(None),
+        }
+    }
+
+    fn close(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            if let Ok(Ok((cursor, _))) = handle.join() {
+                self.cursor = Some(cursor);
+            }
+        }
+        if let Some(cursor) = &mut self.cursor {
+            cursor.close();
+        }
+    }
+
+    fn build_pages_in(&mut self, target: PageTarget) {
+        match &mut self.cursor {
+            Some(cursor) => cursor.build_pages_in(target),
+            None => self.target = Some(target),
+        }
+    }
 }
 
 /// Closes the point in time after a complete export (after an error it stays

@@ -276,6 +276,18 @@ fn known_indices(client: &Client) -> String {
 
 /// Asks the source for the facts an export needs before it writes anything.
 pub fn index_info(client: &Client, spec: &SourceSpec) -> Result<IndexInfo> {
+    let (primary_shards, doc_count) = index_counts(client, spec)?;
+    let mean_hit_bytes = sample_hit_bytes(client, spec)?;
+    Ok(IndexInfo {
+        primary_shards,
+        doc_count,
+        mean_hit_bytes,
+    })
+}
+
+/// The index's primary shards and the documents the query matches: what
+/// [`index_info`] asks for before its sample.
+pub fn index_counts(client: &Client, spec: &SourceSpec) -> Result<(u32, u64)> {
     spec.validate()?;
     let index = &spec.index;
     let settings = check(
@@ -328,17 +340,14 @@ pub fn index_info(client: &Client, spec: &SourceSpec) -> Result<IndexInfo> {
     let doc_count = sonic_rs::from_slice::<Count>(&count.body)
         .map_err(|e| Error::Source(format!("count answer is not what was expected: {e}")))?
         .count;
-    let mean_hit_bytes = sample_hit_bytes(client, spec)?;
-    Ok(IndexInfo {
-        primary_shards,
-        doc_count,
-        mean_hit_bytes,
-    })
+    Ok((primary_shards, doc_count))
 }
 
 const SAMPLE_DOCS: usize = 200;
 
-fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
+/// Mean bytes of one hit as a page holds it, from the first documents the
+/// query matches (0 without documents).
+pub fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
     let mut body = serde_json::json!({ "size": SAMPLE_DOCS, "track_total_hits": false });
     if let Some(q) = spec.query_json()? {
         body["query"] = q;

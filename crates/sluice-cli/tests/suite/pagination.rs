@@ -896,4 +896,19 @@ fn an_export_leaves_no_search_context_open() {
         let after = open_contexts(&c);
         assert!(after <= before, "{cursor:?}: {before} contexts open before the export, {after} after");
     }
+
+    // A device that cannot be made ready stops the export after the slices'
+    // first pages were asked for (they are fetched while the device is
+    // prepared): what they opened is closed too, and so is the point in time.
+    for cursor in [CursorKind::Scroll, CursorKind::Pit] {
+        let before = open_contexts(&c);
+        let dir = tmp(&format!("contexts-refused-{cursor:?}"));
+        let mut o = options(index, &dir);
+        o.slices = Some(8);
+        o.cursor = cursor;
+        let err = export(&c, &o).unwrap_err().to_string();
+        assert!(err.contains(&dir.display().to_string()), "{cursor:?}: {err}");
+        let after = open_contexts(&c);
+        assert!(after <= before, "{cursor:?}: {before} contexts open before the refused export, {after} after");
+    }
 }
