@@ -275,23 +275,6 @@ impl DeviceIo {
         self.write_all(writes, priority, true)
     }
 
-    /// Writes each `(lba, data)` run padded with `pad` to whole blocks
-    /// (copied once, straight into the I/O buffers), then makes them all
-    /// durable: submitted together, one system call with io_uring.
-    pub fn write_padded_durable(
-        &self,
-        runs: &[(u64, &[u8])],
-        pad: u8,
-        priority: Priority,
-    ) -> Result<()> {
-        let block = self.block_size_bytes();
-        let runs: Vec<(u64, &[u8], usize)> = runs
-            .iter()
-            .map(|&(lba, data)| (lba, data, data.len().div_ceil(block).max(1) * block))
-            .collect();
-        self.write_runs(&runs, pad, priority, true)
-    }
-
     /// Makes every completed write durable.
     pub fn flush(&self, priority: Priority) -> Result<()> {
         let mut engine = self.lease()?;

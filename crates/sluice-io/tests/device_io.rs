@@ -21,6 +21,14 @@ fn config(kind: EngineKind) -> EngineConfig {
     c
 }
 
+/// A file device of `size_bytes` in a directory removed when dropped.
+fn file_device(size_bytes: u64) -> (tempfile::TempDir, Arc<dyn Device>) {
+    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+    let path = dir.path().join("dev");
+    let dev = FileDevice::create(&path, size_bytes, &FileOptions::default()).unwrap();
+    (dir, Arc::new(dev))
+}
+
 /// Writes submitted before an ordered flush are durable once it completes,
 /// even on the posix engine whose workers run requests in parallel.
 #[test]
@@ -85,10 +93,7 @@ fn write_durable_survives_a_power_cut() {
 /// runs cut into pieces, every byte read back.
 #[test]
 fn threads_share_a_device_io_on_a_file() {
-    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
-    let dev: Arc<dyn Device> = Arc::new(
-        FileDevice::create(&dir.path().join("dev"), 64 << 20, &FileOptions::default()).unwrap(),
-    );
+    let (_dir, dev) = file_device(64 << 20);
     for kind in [EngineKind::Uring, EngineKind::Posix] {
         let io = Arc::new(DeviceIo::open(dev.clone(), config(kind)).unwrap());
         let threads: Vec<_> = (0..4u64)
@@ -130,10 +135,7 @@ fn reads_past_the_end_are_refused_with_the_device_named() {
 /// for and its engine reused.
 #[test]
 fn reads_started_ahead_give_their_bytes_at_finish() {
-    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
-    let dev: Arc<dyn Device> = Arc::new(
-        FileDevice::create(&dir.path().join("dev"), 16 << 20, &FileOptions::default()).unwrap(),
-    );
+    let (_dir, dev) = file_device(16 << 20);
     for kind in [EngineKind::Uring, EngineKind::Posix] {
         let io = Arc::new(DeviceIo::open(dev.clone(), config(kind)).unwrap());
         let data = pattern(3 << 20, 5);
@@ -180,10 +182,7 @@ fn reads_started_ahead_give_their_bytes_at_finish() {
 /// registered at the next reap and later buffers carry its table index.
 #[test]
 fn buffers_filled_elsewhere_are_written_without_a_copy() {
-    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
-    let file: Arc<dyn Device> = Arc::new(
-        FileDevice::create(&dir.path().join("dev"), 32 << 20, &FileOptions::default()).unwrap(),
-    );
+    let (_dir, file) = file_device(32 << 20);
     let memory = Arc::new(MemoryDevice::new(4096, 8192));
     let memory_dyn: Arc<dyn Device> = memory.clone();
     for (kind, dev) in [
@@ -245,10 +244,7 @@ fn buffers_filled_elsewhere_are_written_without_a_copy() {
 /// out: another engine refuses it instead of writing some other memory.
 #[test]
 fn a_registered_buffer_of_another_engine_is_refused() {
-    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
-    let dev: Arc<dyn Device> = Arc::new(
-        FileDevice::create(&dir.path().join("dev"), 8 << 20, &FileOptions::default()).unwrap(),
-    );
+    let (_dir, dev) = file_device(8 << 20);
     let first = open_engine(dev.clone(), &config(EngineKind::Uring)).unwrap();
     let mut second = open_engine(dev.clone(), &config(EngineKind::Uring)).unwrap();
     if !first.pool().is_registered() {

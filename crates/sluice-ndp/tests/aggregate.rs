@@ -7,11 +7,20 @@ mod common;
 use common::store;
 use serde_json::Value;
 use sluice_ndp::aggregate::{self, parse_aggregates, AggValue, AggregateSpec, Func};
+use sluice_ndp::expr::Path;
 use sluice_ndp::papers::{self, PaperConfig};
 use sluice_ndp::{parse, FieldPredicate, Layout, Predicate};
 use sluice_store::ValueFormat;
 use std::collections::BTreeMap;
 use std::ops::Bound;
+
+/// The path of a field, as a GROUP BY names it.
+fn field(name: &str) -> Path {
+    match parse(&format!("EXISTS {name}")).unwrap() {
+        Predicate::Exists(p) => p,
+        _ => unreachable!("EXISTS parses to Exists"),
+    }
+}
 
 fn as_f64(v: &AggValue) -> Option<f64> {
     match v {
@@ -31,10 +40,7 @@ fn grouped_aggregates_match_a_full_parse_reference() {
     )
     .unwrap();
     let pred = FieldPredicate::compile(&parse("year >= 2000 AND NOT venue PREFIX 'S'").unwrap());
-    let venue = match parse("EXISTS venue").unwrap() {
-        Predicate::Exists(p) => p,
-        _ => unreachable!(),
-    };
+    let venue = field("venue");
     let spec = AggregateSpec {
         layout: &Layout::json_undeclared(),
         keyspace: ks,
@@ -128,10 +134,7 @@ fn mixed_types_missing_fields_and_no_group() {
     assert_eq!(v[5], AggValue::Float(2.5));
     assert_eq!(v[6], AggValue::Null, "no numbers: null");
     // Grouped: missing and null group fields share the group None.
-    let g = match parse("EXISTS g").unwrap() {
-        Predicate::Exists(p) => p,
-        _ => unreachable!(),
-    };
+    let g = field("g");
     let count = parse_aggregates("count(*)").unwrap();
     let spec = AggregateSpec {
         layout: &Layout::json_undeclared(),
@@ -185,10 +188,7 @@ fn parallel_parts_add_up_to_the_single_thread_result() {
     assert!(s.split_keys(ks, 4).len() >= 2, "{:?}", s.split_keys(ks, 4));
     let aggs = parse_aggregates("count(*), sum(year), min(authors[0]), max(authors[0]), avg(year)")
         .unwrap();
-    let venue = match parse("EXISTS venue").unwrap() {
-        Predicate::Exists(p) => p,
-        _ => unreachable!(),
-    };
+    let venue = field("venue");
     let (lo, hi) = (100u64.to_be_bytes(), 3900u64.to_be_bytes());
     let run = |threads| {
         let spec = AggregateSpec {
@@ -252,10 +252,7 @@ fn multi_valued_groups_and_metrics_take_each_element() {
     for (i, d) in docs.iter().enumerate() {
         s.put(ks, format!("{i}").as_bytes(), d.as_bytes()).unwrap();
     }
-    let g = match parse("EXISTS g").unwrap() {
-        Predicate::Exists(p) => p,
-        _ => unreachable!(),
-    };
+    let g = field("g");
     let aggs = parse_aggregates("count(*), count(v), sum(v), min(v), max(v)").unwrap();
     let run = |multi_valued| {
         let spec = AggregateSpec {
@@ -347,10 +344,7 @@ fn weighted_value_rows_aggregate_as_the_documents_they_stand_for() {
             n += 1;
         }
     }
-    let g = match parse("EXISTS g").unwrap() {
-        Predicate::Exists(p) => p,
-        _ => unreachable!(),
-    };
+    let g = field("g");
     let aggs = parse_aggregates("count(*), count(v), sum(v), min(v), max(v), avg(v)").unwrap();
     let spec = AggregateSpec {
         layout: &Layout::json_undeclared(),

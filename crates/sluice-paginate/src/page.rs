@@ -27,11 +27,6 @@ impl PageTarget {
             block_size_bytes,
         }
     }
-
-    /// The pool pages are built in.
-    pub fn pool(&self) -> &BufferPool {
-        &self.pool
-    }
 }
 
 /// The bytes of one page: `[{"_id":…,"_source":…},…]\n`.
