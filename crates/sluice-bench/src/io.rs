@@ -129,7 +129,9 @@ const ROWS: &[Row] = &[
 /// What one run of one side measured.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RunResult {
+    /// Operations per second.
     pub iops: f64,
+    /// Megabytes (10^6 bytes) per second.
     pub mb_per_s: f64,
     /// p50, p90, p99, p99.9 of completion latency, microseconds.
     pub lat_us: [f64; 4],

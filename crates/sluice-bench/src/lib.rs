@@ -31,6 +31,9 @@ mod pool;
 mod serve;
 mod shm;
 
+pub use io::RunResult;
+pub use node::{initiator_load, InitiatorLoad};
+
 use anyhow::{Context, Result};
 use clap::Subcommand;
 use sluice_io::engine::{open_engine, EngineConfig, EngineKind, Request};

@@ -25,7 +25,8 @@ use super::median;
 use super::serve::{free_port, wait_listening, Process as Server};
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
-use sluice_nvmf::initiator::QueueConnection;
+use sluice_nvmf::initiator::{read_sqe, rw, InitiatorError, QueueConnection};
+use sluice_nvmf::nvm::opcode as io;
 use sluice_nvmf::pdu::Digests;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -56,6 +57,11 @@ pub struct NodeBenchArgs {
     /// Write the figures as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// I/O queues (connections, one thread each) our initiator spreads a
+    /// row's queue depth over; each keeps its share of the commands in
+    /// flight at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+    initiator_queues: u16,
 }
 
 const ROWS: &[Row] = &[
@@ -186,7 +192,9 @@ pub fn run(args: &NodeBenchArgs) -> Result<()> {
                         args.seconds,
                         Target::Nbd(&format!("nbd://127.0.0.1:{nbdkit_port}/"), size),
                     )?,
-                    Side::SluiceNvmeTcp => initiator_run(row, args.seconds, &nvme_addr, size)?,
+                    Side::SluiceNvmeTcp => {
+                        initiator_run(row, args.seconds, &nvme_addr, size, args.initiator_queues)?
+                    }
                 };
                 println!(
                     "  {} run {}: {:<32} {:>9.0} IOPS {:>8.1} MB/s  p50 {:.0} us p99 {:.0} us",
@@ -496,74 +504,168 @@ fn fio_run(row: &Row, seconds: f64, target: Target<'_>) -> Result<RunResult> {
     fio::parse(&String::from_utf8_lossy(&out.stdout), row)
 }
 
-/// Our initiator: `queue_depth` I/O queues, one command in flight on each,
-/// for `seconds`; latencies of every command.
-fn initiator_run(row: &Row, seconds: f64, address: &str, size: u64) -> Result<RunResult> {
-    let queues = row.queue_depth.min(8) as u16;
-    let mut admin = QueueConnection::open(address, Digests::default())?;
-    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 0)?;
+/// Our initiator: the row's queue depth spread over up to `max_queues` I/O
+/// queues, for `seconds`.
+fn initiator_run(
+    row: &Row,
+    seconds: f64,
+    address: &str,
+    size: u64,
+    max_queues: u16,
+) -> Result<RunResult> {
+    initiator_load(&InitiatorLoad {
+        address,
+        nqn: NQN,
+        host_nqn: HOST,
+        digests: Digests::default(),
+        nsid: 1,
+        block_size_bytes: 4096,
+        namespace_blocks: size / 4096,
+        io_bytes: row.block_bytes,
+        write: row.write,
+        random: row.random,
+        queue_depth: row.queue_depth,
+        queues: max_queues,
+        seconds,
+    })
+}
+
+/// A load our NVMe/TCP initiator puts on a target (`sluice bench node`,
+/// `sluice nvmf bench`).
+#[derive(Debug, Clone)]
+pub struct InitiatorLoad<'a> {
+    /// The target's address.
+    pub address: &'a str,
+    /// The subsystem's NQN.
+    pub nqn: &'a str,
+    /// This host's NQN.
+    pub host_nqn: &'a str,
+    /// Header and data digests to ask for.
+    pub digests: Digests,
+    /// The namespace.
+    pub nsid: u32,
+    /// Its block size.
+    pub block_size_bytes: u32,
+    /// Its size in blocks.
+    pub namespace_blocks: u64,
+    /// Bytes per command (whole blocks).
+    pub io_bytes: usize,
+    /// Writes (of a fixed pattern) or reads.
+    pub write: bool,
+    /// Random offsets (aligned to `io_bytes`) or sequential ones.
+    pub random: bool,
+    /// Commands in flight in all.
+    pub queue_depth: usize,
+    /// Most I/O queues (connections, a thread each) to spread them over.
+    pub queues: u16,
+    /// How long.
+    pub seconds: f64,
+}
+
+/// Runs `load`: each queue's thread keeps its share of the depth in flight
+/// (a pipeline) until the time is up; IOPS, MB/s and the latency of every
+/// command.
+pub fn initiator_load(load: &InitiatorLoad<'_>) -> Result<RunResult> {
+    let bs = load.block_size_bytes as usize;
+    if load.io_bytes == 0 || !load.io_bytes.is_multiple_of(bs) {
+        bail!(
+            "the I/O size {} must be a whole number of the namespace's {bs}-byte blocks",
+            load.io_bytes
+        );
+    }
+    let blocks_per_io = (load.io_bytes / bs) as u64;
+    if load.namespace_blocks <= blocks_per_io {
+        bail!(
+            "the namespace ({} blocks) is too small for one I/O",
+            load.namespace_blocks
+        );
+    }
+    let queues = (load.queue_depth as u16).clamp(1, load.queues.max(1));
+    let mut admin = QueueConnection::open(load.address, load.digests)?;
+    let cntlid = admin.connect(load.nqn, load.host_nqn, 0, 0xffff, 0)?;
     admin.enable()?;
-    let granted = admin.set_queue_count(queues)?;
-    let blocks_per_io = (row.block_bytes / 4096) as u32;
-    let lbas = size / 4096 - blocks_per_io as u64;
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
-    let per_queue = (row.queue_depth as u16).div_ceil(granted).max(1);
-    let threads: Vec<_> = (0..granted)
-        .flat_map(|q| (0..per_queue).map(move |_| q))
-        .take(row.queue_depth)
-        .enumerate()
-        .map(|(t, q)| {
-            let address = address.to_string();
-            let row = *row;
-            std::thread::spawn(move || -> Result<(u64, hdrhistogram::Histogram<u64>)> {
-                let mut io = QueueConnection::open(&address, Digests::default())?;
-                io.connect(NQN, HOST, q + 1, cntlid, 0)?;
-                let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
-                let mut rng = rand::rngs::SmallRng::seed_from_u64(t as u64 + 1);
-                let data = vec![0x5au8; row.block_bytes];
-                let mut next_seq = (t as u64 * lbas / row.queue_depth as u64)
-                    / blocks_per_io as u64
-                    * blocks_per_io as u64;
-                let mut done = 0u64;
-                while Instant::now() < deadline {
-                    let lba = if row.random {
-                        rng.gen_range(0..lbas) / blocks_per_io as u64 * blocks_per_io as u64
-                    } else {
-                        let l = next_seq;
-                        next_seq = (next_seq + blocks_per_io as u64) % lbas;
-                        l
-                    };
-                    let start = Instant::now();
-                    if row.write {
-                        io.write(1, lba, &data, 4096)?;
-                    } else {
-                        io.read(1, lba, blocks_per_io, 4096)?;
-                    }
-                    hist.record(start.elapsed().as_nanos() as u64)?;
-                    done += 1;
-                }
-                Ok((done, hist))
-            })
-        })
-        .collect();
+    let granted = admin.set_queue_count(queues)?.min(queues);
+    let lbas = load.namespace_blocks - blocks_per_io;
+    let deadline = Instant::now() + Duration::from_secs_f64(load.seconds);
     let started = Instant::now();
+    let per_queue = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..granted)
+            .map(|q| scope.spawn(move || queue_load(load, q, granted, cntlid, lbas, deadline)))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("an initiator thread panicked"))?
+            })
+            .collect::<Result<Vec<_>>>()
+    })?;
     let mut total = 0u64;
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
-    for t in threads {
-        let (n, h) = t
-            .join()
-            .map_err(|_| anyhow::anyhow!("an initiator thread panicked"))??;
+    for (n, h) in per_queue {
         total += n;
         hist.add(h)?;
     }
-    let elapsed = started.elapsed().as_secs_f64().max(seconds);
+    let elapsed = started.elapsed().as_secs_f64().max(load.seconds);
     let iops = total as f64 / elapsed;
     let at = |q: f64| hist.value_at_quantile(q) as f64 / 1000.0;
     Ok(RunResult {
         iops,
-        mb_per_s: iops * row.block_bytes as f64 / 1e6,
+        mb_per_s: iops * load.io_bytes as f64 / 1e6,
         lat_us: [at(0.5), at(0.9), at(0.99), at(0.999)],
     })
+}
+
+/// One queue of [`initiator_load`]: its share of the depth in flight until
+/// `deadline`; commands completed and their latencies.
+fn queue_load(
+    load: &InitiatorLoad<'_>,
+    q: u16,
+    queues: u16,
+    cntlid: u16,
+    lbas: u64,
+    deadline: Instant,
+) -> Result<(u64, hdrhistogram::Histogram<u64>)> {
+    let bs = load.block_size_bytes;
+    let blocks_per_io = (load.io_bytes / bs as usize) as u64;
+    // This queue's share of the depth (the first ones take the rest).
+    let depth = load.queue_depth / queues as usize
+        + usize::from((q as usize) < load.queue_depth % queues as usize);
+    let mut io = QueueConnection::open(load.address, load.digests)?;
+    io.connect(load.nqn, load.host_nqn, q + 1, cntlid, 0)?;
+    let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(q as u64 + 1);
+    let data = vec![0x5au8; load.io_bytes];
+    let mut next_seq = (q as u64 * lbas / queues as u64) / blocks_per_io * blocks_per_io;
+    let next = || {
+        if Instant::now() >= deadline {
+            return None;
+        }
+        let lba = if load.random {
+            rng.gen_range(0..lbas) / blocks_per_io * blocks_per_io
+        } else {
+            let l = next_seq;
+            next_seq = (next_seq + blocks_per_io) % lbas;
+            l
+        };
+        Some(if load.write {
+            (
+                rw(io::WRITE, load.nsid, lba, blocks_per_io as u32),
+                &data[..],
+            )
+        } else {
+            (read_sqe(load.nsid, lba, blocks_per_io as u32, bs), &[][..])
+        })
+    };
+    let mut done = 0u64;
+    io.pipeline(depth, next, |_, answer, sent_at| {
+        answer?;
+        hist.record(sent_at.elapsed().as_nanos() as u64)
+            .map_err(|e| InitiatorError::Protocol(e.to_string()))?;
+        done += 1;
+        Ok(())
+    })?;
+    Ok((done, hist))
 }
 
 fn print_table(cells: &[Cell], repeat: usize) {

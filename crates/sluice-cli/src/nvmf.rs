@@ -81,6 +81,44 @@ enum NvmfCommand {
         #[arg(long)]
         to_lba: u64,
     },
+    /// Load the target with reads or writes for a while, commands kept in
+    /// flight on each queue: IOPS, MB/s and latency percentiles.
+    Bench {
+        /// The namespace.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// What to do: random or sequential reads or writes.
+        #[arg(long, value_enum, default_value_t = Pattern::Randread)]
+        rw: Pattern,
+        /// Bytes per command (whole blocks, at most 128 KiB).
+        #[arg(long, default_value_t = 4096)]
+        bs: usize,
+        /// Commands in flight in all.
+        #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        qd: u16,
+        /// I/O queues (connections, a thread each) to spread them over.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
+        queues: u16,
+        /// How long, seconds.
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// Writes overwrite the namespace's blocks with a pattern: say so.
+        #[arg(long)]
+        overwrite: bool,
+    },
+}
+
+/// The I/O pattern of `sluice nvmf bench`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Pattern {
+    /// Random reads.
+    Randread,
+    /// Random writes.
+    Randwrite,
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
 }
 
 struct Session {
@@ -203,7 +241,88 @@ pub fn run(args: &NvmfArgs) -> Result<()> {
                 "copied {blocks} blocks from namespace {from_nsid} at {from_lba} to namespace {to_nsid} at {to_lba} inside the node"
             );
         }
+        NvmfCommand::Bench {
+            nsid,
+            rw,
+            bs,
+            qd,
+            queues,
+            seconds,
+            overwrite,
+        } => bench(
+            args,
+            &mut s.admin,
+            *nsid,
+            *rw,
+            *bs,
+            *qd,
+            *queues,
+            *seconds,
+            *overwrite,
+        )?,
     }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)] // one per option of the command
+fn bench(
+    args: &NvmfArgs,
+    admin: &mut QueueConnection,
+    nsid: u32,
+    rw: Pattern,
+    io_bytes: usize,
+    queue_depth: u16,
+    queues: u16,
+    seconds: f64,
+    overwrite: bool,
+) -> Result<()> {
+    let write = matches!(rw, Pattern::Randwrite | Pattern::Write);
+    if write && !overwrite {
+        bail!("--rw {rw:?} overwrites blocks of namespace {nsid}: add --overwrite if that is what you want");
+    }
+    if !(seconds > 0.0 && seconds <= 86_400.0) {
+        bail!("--seconds {seconds}: between 0 and 86400");
+    }
+    if io_bytes == 0 || io_bytes > 128 << 10 {
+        bail!("--bs {io_bytes}: between one block and 131072 bytes (the node's MDTS)");
+    }
+    let most = queues as usize * sluice_nvmf::initiator::MAX_PIPELINE_DEPTH;
+    if queue_depth as usize > most {
+        bail!(
+            "--qd {queue_depth}: at most {most} with --queues {queues} (a queue holds {} commands)",
+            sluice_nvmf::initiator::MAX_PIPELINE_DEPTH
+        );
+    }
+    let (block_size_bytes, namespace_blocks) = geometry(admin, nsid)?;
+    let load = sluice_bench::InitiatorLoad {
+        address: &args.target,
+        nqn: &args.nqn,
+        host_nqn: &args.host_nqn,
+        digests: Digests {
+            header: args.digests,
+            data: args.digests,
+        },
+        nsid,
+        block_size_bytes,
+        namespace_blocks,
+        io_bytes,
+        write,
+        random: matches!(rw, Pattern::Randread | Pattern::Randwrite),
+        queue_depth: queue_depth as usize,
+        queues,
+        seconds,
+    };
+    let r = sluice_bench::initiator_load(&load)?;
+    println!(
+        "{rw:?} {io_bytes} B, QD{queue_depth} over {} queue(s), {seconds} s: {:.0} IOPS, {:.1} MB/s, latency us p50 {:.0} p90 {:.0} p99 {:.0} p99.9 {:.0}",
+        queues.min(queue_depth),
+        r.iops,
+        r.mb_per_s,
+        r.lat_us[0],
+        r.lat_us[1],
+        r.lat_us[2],
+        r.lat_us[3]
+    );
     Ok(())
 }
 

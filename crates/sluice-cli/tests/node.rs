@@ -306,4 +306,44 @@ fn sluice_nvmf_identifies_writes_reads_and_copies_inside_the_node() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&bad.stderr).contains("between 1 and 65536"));
+    // The load generator: reads, then writes once they are allowed to
+    // overwrite; what it wrote is the pattern, read back.
+    let bench = |rw: &str, extra: &[&str]| {
+        let mut cmd = nvmf(&["bench", "--nsid", "2", "--rw", rw, "--qd", "16"]);
+        cmd.args(["--queues", "2", "--seconds", "0.5", "--bs", "8192"])
+            .args(extra);
+        cmd
+    };
+    let read = run(&mut bench("randread", &[]));
+    assert!(
+        read.contains("QD16 over 2 queue(s)") && read.contains("IOPS"),
+        "{read}"
+    );
+    let refused = bench("write", &[]).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("add --overwrite"),
+        "{refused:?}"
+    );
+    let wrote = run(&mut bench("write", &["--overwrite"]));
+    let iops: f64 = wrote
+        .split(": ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(iops > 0.0, "{wrote}");
+    run(&mut nvmf(&[
+        "read",
+        "--nsid",
+        "2",
+        "--lba",
+        "0",
+        "--blocks",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]));
+    assert!(std::fs::read(&out).unwrap().iter().all(|&b| b == 0x5a));
 }

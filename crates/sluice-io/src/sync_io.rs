@@ -106,15 +106,8 @@ impl std::ops::DerefMut for EngineLease<'_> {
 
 impl Drop for EngineLease<'_> {
     fn drop(&mut self) {
-        let Some(engine) = self.engine.take() else {
-            return;
-        };
-        if engine.in_flight() != 0 {
-            return;
-        }
-        let mut idle = self.io.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < self.io.max_idle_engines {
-            idle.push(engine);
+        if let Some(engine) = self.engine.take() {
+            self.io.give_back(engine);
         }
     }
 }
@@ -176,14 +169,9 @@ impl DeviceIo {
 
     /// An engine for this thread alone until the lease is dropped.
     pub fn lease(&self) -> Result<EngineLease<'_>> {
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let engine = match idle {
-            Some(e) => e,
-            None => open_engine(self.device.clone(), &self.config)?,
-        };
         Ok(EngineLease {
             io: self,
-            engine: Some(engine),
+            engine: Some(self.take_engine()?),
         })
     }
 
@@ -253,7 +241,24 @@ impl DeviceIo {
         Ok(pending)
     }
 
-    fn give_back(&self, engine: Box<dyn Engine>) {
+    /// An engine of this device's for the caller to keep, for requests it
+    /// keeps in flight across calls (a storage node's connection submits
+    /// each command as it arrives and reaps the completions later). Opened
+    /// with this `DeviceIo`'s configuration, so it may move between
+    /// threads; give it back with [`DeviceIo::give_back`] once nothing is
+    /// in flight on it.
+    pub fn take_engine(&self) -> Result<Box<dyn Engine>> {
+        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match idle {
+            Some(e) => Ok(e),
+            None => open_engine(self.device.clone(), &self.config),
+        }
+    }
+
+    /// Takes back an engine from [`DeviceIo::take_engine`] to serve later
+    /// calls; one with requests still in flight is closed instead (closing
+    /// waits for them).
+    pub fn give_back(&self, engine: Box<dyn Engine>) {
         if engine.in_flight() != 0 {
             return;
         }

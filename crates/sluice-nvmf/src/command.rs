@@ -151,6 +151,12 @@ impl Sqe {
         self
     }
 
+    /// Sets the command identifier.
+    pub fn with_cid(mut self, cid: u16) -> Sqe {
+        self.0[2..4].copy_from_slice(&cid.to_le_bytes());
+        self
+    }
+
     /// Sets the namespace.
     pub fn with_nsid(mut self, nsid: u32) -> Sqe {
         self.0[4..8].copy_from_slice(&nsid.to_le_bytes());

@@ -2,15 +2,16 @@
 //! the controllers hosts create in it with Connect, and each queue's command
 //! handling (docs/NVMF.md, "Target"): Fabrics and admin commands here, I/O
 //! commands in [`crate::nvm`]. Commands run to completion against the
-//! devices through sluice-io's `DeviceIo`; the transport (`target`) moves the
-//! data and the capsules.
+//! devices through sluice-io's `DeviceIo` (plain Reads and Writes are kept
+//! in flight by the transport's `datapath` instead); the transport
+//! (`target`) moves the data and the capsules.
 
 use crate::command::{status, Completion, Fuse, SglKind, Sqe, Status, FABRICS_OPCODE};
 use crate::nvm::{self, opcode};
 use sluice_io::codec::{u16_at, u32_at, u64_at};
 use sluice_io::{Device, DeviceIo, EngineConfig};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex};
 
 /// Bytes of the data of an Identify, and the most of any admin transfer.
 pub const IDENTIFY_BYTES: usize = 4096;
@@ -91,7 +92,7 @@ pub struct Namespace {
     pub(crate) block_count: u64,
     uuid: [u8; 16],
     /// Writes share it; a fused Compare-and-Write holds it alone.
-    writes: RwLock<()>,
+    writes: WriteGate,
 }
 
 impl Namespace {
@@ -111,18 +112,119 @@ impl Namespace {
             block_size_bytes: geometry.block_size_bytes,
             block_count: geometry.block_count,
             uuid,
-            writes: RwLock::new(()),
+            writes: WriteGate::default(),
         })
     }
 
     /// Held by every write while it writes.
-    pub(crate) fn shared_writes(&self) -> RwLockReadGuard<'_, ()> {
-        self.writes.read().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn shared_writes(&self) -> SharedWrite<'_> {
+        self.writes.shared();
+        SharedWrite(&self.writes)
     }
 
     /// Held by a fused Compare-and-Write from its compare to its write.
-    pub(crate) fn exclusive_writes(&self) -> RwLockWriteGuard<'_, ()> {
-        self.writes.write().unwrap_or_else(|e| e.into_inner())
+    pub(crate) fn exclusive_writes(&self) -> ExclusiveWrite<'_> {
+        self.writes.exclusive();
+        ExclusiveWrite(&self.writes)
+    }
+
+    /// A share of the write gate for a write that outlives this call (a
+    /// write in flight on a connection's own engine), or `false` while a
+    /// Compare-and-Write holds or waits for the gate. Each `true` must be
+    /// matched by one [`Namespace::end_write_in_flight`].
+    pub(crate) fn begin_write_in_flight(&self) -> bool {
+        self.writes.try_shared()
+    }
+
+    /// Gives back the share [`Namespace::begin_write_in_flight`] took.
+    pub(crate) fn end_write_in_flight(&self) {
+        self.writes.release_shared();
+    }
+}
+
+/// A namespace's write gate: writes share it, a fused Compare-and-Write
+/// holds it alone. Unlike a lock guard, a share may be taken by one call
+/// and given back by another (a write in flight), and a waiting
+/// Compare-and-Write keeps new writes out so a stream of writes cannot
+/// starve it.
+#[derive(Default)]
+struct WriteGate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    shared: usize,
+    exclusive: bool,
+    exclusive_waiting: usize,
+}
+
+impl WriteGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn try_shared(&self) -> bool {
+        let mut st = self.lock();
+        if st.exclusive || st.exclusive_waiting > 0 {
+            return false;
+        }
+        st.shared += 1;
+        true
+    }
+
+    fn shared(&self) {
+        let mut st = self.lock();
+        while st.exclusive || st.exclusive_waiting > 0 {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.shared += 1;
+    }
+
+    fn release_shared(&self) {
+        let mut st = self.lock();
+        assert!(st.shared > 0, "a write share given back twice");
+        st.shared -= 1;
+        if st.shared == 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    fn exclusive(&self) {
+        let mut st = self.lock();
+        st.exclusive_waiting += 1;
+        while st.exclusive || st.shared > 0 {
+            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.exclusive_waiting -= 1;
+        st.exclusive = true;
+    }
+
+    fn release_exclusive(&self) {
+        let mut st = self.lock();
+        assert!(st.exclusive, "an exclusive hold given back twice");
+        st.exclusive = false;
+        self.changed.notify_all();
+    }
+}
+
+/// A write's share of its namespace's gate, given back when dropped.
+pub(crate) struct SharedWrite<'a>(&'a WriteGate);
+
+impl Drop for SharedWrite<'_> {
+    fn drop(&mut self) {
+        self.0.release_shared();
+    }
+}
+
+/// A Compare-and-Write's hold of its namespace's gate, given back when
+/// dropped.
+pub(crate) struct ExclusiveWrite<'a>(&'a WriteGate);
+
+impl Drop for ExclusiveWrite<'_> {
+    fn drop(&mut self) {
+        self.0.release_exclusive();
     }
 }
 

@@ -1,5 +1,6 @@
 //! A blocking NVMe/TCP initiator: one connection per queue, one command at a
-//! time. What `sluice nvmf` and the tests use to reach a target.
+//! time or a pipeline of many ([`QueueConnection::pipeline`]). What `sluice
+//! nvmf`, `sluice bench node` and the tests use to reach a target.
 
 use crate::command::{status, Completion, Fuse, Sgl, SglKind, Sqe, Status, FABRICS_OPCODE};
 use crate::controller::{admin, fctype, property, CONNECT_DATA_BYTES, IN_CAPSULE_BYTES};
@@ -7,7 +8,7 @@ use crate::nvm::opcode as io;
 use crate::pdu::{flags, DataHeader, Digests, Encoder, Framed, Framer, Header, Limits, PFV_1_0};
 use std::io::Write;
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Why an initiator's request failed.
 #[derive(Debug)]
@@ -51,7 +52,9 @@ pub struct QueueConnection {
     stream: TcpStream,
     framer: Framer,
     encoder: Encoder,
+    /// Bytes received: `buf[start..filled]` not yet framed.
     buf: Vec<u8>,
+    start: usize,
     filled: usize,
     next_cid: u16,
     /// Most data bytes the target takes in one H2CData PDU.
@@ -89,6 +92,7 @@ impl QueueConnection {
             },
             encoder: Encoder::default(),
             buf: vec![0u8; 1 << 20],
+            start: 0,
             filled: 0,
             next_cid: 1,
             maxh2cdata: 0,
@@ -138,34 +142,50 @@ impl QueueConnection {
     /// The next PDU from the target.
     fn receive(&mut self) -> Result<(Header, Vec<u8>)> {
         loop {
-            match self.framer.next(&self.buf[..self.filled]) {
-                Ok(Framed::Pdu(pdu, used)) => {
-                    let got = (pdu.header, pdu.data.to_vec());
-                    self.buf.copy_within(used..self.filled, 0);
-                    self.filled -= used;
-                    return Ok(got);
-                }
-                Ok(Framed::NeedBytes(n)) => {
-                    if self.filled + n > self.buf.len() {
-                        self.buf.resize(self.filled + n, 0);
-                    }
-                    let got = match self
-                        .reader
-                        .read(&mut self.stream, &mut self.buf[self.filled..])
-                    {
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        other => other?,
-                    };
-                    self.bytes_received += got as u64;
-                    if got == 0 {
-                        return Err(InitiatorError::Protocol(
-                            "the target closed the connection".into(),
-                        ));
-                    }
-                    self.filled += got;
-                }
-                Err(e) => return Err(InitiatorError::Protocol(e.to_string())),
+            if let Some(got) = self.receive_buffered()? {
+                return Ok(got);
             }
+            let got = match self
+                .reader
+                .read(&mut self.stream, &mut self.buf[self.filled..])
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => other?,
+            };
+            self.bytes_received += got as u64;
+            if got == 0 {
+                return Err(InitiatorError::Protocol(
+                    "the target closed the connection".into(),
+                ));
+            }
+            self.filled += got;
+        }
+    }
+
+    /// The next PDU if all of it has been received already; else makes
+    /// room for the rest and returns `None`.
+    fn receive_buffered(&mut self) -> Result<Option<(Header, Vec<u8>)>> {
+        match self.framer.next(&self.buf[self.start..self.filled]) {
+            Ok(Framed::Pdu(pdu, used)) => {
+                let got = (pdu.header, pdu.data.to_vec());
+                self.start += used;
+                if self.start == self.filled {
+                    (self.start, self.filled) = (0, 0);
+                }
+                Ok(Some(got))
+            }
+            Ok(Framed::NeedBytes(n)) => {
+                // The partial PDU moves to the front only now, once per
+                // read, not once per PDU framed.
+                self.buf.copy_within(self.start..self.filled, 0);
+                self.filled -= self.start;
+                self.start = 0;
+                if self.filled + n > self.buf.len() {
+                    self.buf.resize(self.filled + n, 0);
+                }
+                Ok(None)
+            }
+            Err(e) => Err(InitiatorError::Protocol(e.to_string())),
         }
     }
 
@@ -180,86 +200,145 @@ impl QueueConnection {
     /// Sends commands back to back (a fused pair: the Compare, then the
     /// Write) and waits for every completion, answered in the order sent.
     pub fn commands(&mut self, commands: Vec<(Sqe, &[u8])>) -> Result<Vec<Result<Answer>>> {
-        let mut pending = Vec::with_capacity(commands.len());
-        for (sqe, data) in commands {
-            let cid = self.next_cid;
-            self.next_cid = self.next_cid.wrapping_add(1);
-            let sqe = with_data(sqe, cid, data.len());
-            let in_capsule = sqe.sgl().kind == SglKind::InCapsule && !data.is_empty();
-            let mut out = Vec::new();
-            let capsule_data = if in_capsule { data } else { &[][..] };
-            self.encoder
-                .encode(&Header::CapsuleCmd(sqe), 0, capsule_data, &mut out);
-            self.send(&out)?;
-            pending.push(Pending {
-                cid,
-                data,
-                received: Vec::new(),
-                answer: None,
-            });
-        }
-        while pending.iter().any(|p| p.answer.is_none()) {
-            let (header, bytes) = self.receive()?;
-            let slot = |cid: u16, pending: &mut Vec<Pending<'_>>| {
-                pending.iter().position(|p| p.cid == cid)
-            };
-            match header {
-                Header::R2t {
-                    cccid,
-                    ttag,
-                    r2to,
-                    r2tl,
-                } => {
-                    let i = slot(cccid, &mut pending)
-                        .ok_or_else(|| InitiatorError::Protocol("R2T for no command".into()))?;
-                    let data = pending[i].data;
-                    let range = r2to as usize..(r2to + r2tl) as usize;
-                    if range.end > data.len() {
-                        return Err(InitiatorError::Protocol(
-                            "R2T past the command's data".into(),
-                        ));
-                    }
-                    self.send_data(cccid, ttag, &data[range], r2to)?;
+        let depth = commands.len().max(1);
+        let mut answers: Vec<Option<Result<Answer>>> = (0..commands.len()).map(|_| None).collect();
+        let mut commands = commands.into_iter();
+        self.pipeline(
+            depth,
+            || commands.next(),
+            |i, answer, _| {
+                answers[i] = Some(answer);
+                Ok(())
+            },
+        )?;
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every command answered"))
+            .collect())
+    }
+
+    /// Keeps up to `depth` commands in flight on this queue: `next` gives
+    /// each new command and its data until it returns `None`; `answered`
+    /// gets each one's answer as it completes, with its place in the order
+    /// sent (from 0) and when it was sent. Commands that come together are
+    /// sent with one system call. Returns once every command is answered;
+    /// an error of `answered` or of the connection stops it.
+    pub fn pipeline<'d>(
+        &mut self,
+        depth: usize,
+        mut next: impl FnMut() -> Option<(Sqe, &'d [u8])>,
+        mut answered: impl FnMut(usize, Result<Answer>, Instant) -> Result<()>,
+    ) -> Result<()> {
+        let depth = depth.clamp(1, MAX_PIPELINE_DEPTH);
+        let mut pending: Vec<Pending<'d>> = Vec::with_capacity(depth);
+        let mut sent = 0usize;
+        let mut exhausted = false;
+        let mut out = Vec::new();
+        loop {
+            out.clear();
+            while !exhausted && pending.len() < depth {
+                let Some((sqe, data)) = next() else {
+                    exhausted = true;
+                    break;
+                };
+                let cid = self.next_cid;
+                self.next_cid = self.next_cid.wrapping_add(1);
+                let sqe = with_data(sqe, cid, data.len());
+                let in_capsule = sqe.sgl().kind == SglKind::InCapsule && !data.is_empty();
+                let capsule_data = if in_capsule { data } else { &[][..] };
+                self.encoder
+                    .encode(&Header::CapsuleCmd(sqe), 0, capsule_data, &mut out);
+                pending.push(Pending {
+                    cid,
+                    index: sent,
+                    sent_at: Instant::now(),
+                    data,
+                    received: Vec::new(),
+                });
+                sent += 1;
+            }
+            if !out.is_empty() {
+                self.send(&out)?;
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
+            // One PDU, waiting for it, then every one already here.
+            let mut pdu = Some(self.receive()?);
+            while let Some((header, bytes)) = pdu {
+                if let Some((p, answer)) = self.on_pdu(&mut pending, header, bytes)? {
+                    answered(p.index, answer, p.sent_at)?;
                 }
-                Header::C2hData(d) => {
-                    let i = slot(d.cccid, &mut pending)
-                        .ok_or_else(|| InitiatorError::Protocol("C2HData for no command".into()))?;
-                    if d.datao as usize != pending[i].received.len() {
-                        return Err(InitiatorError::Protocol("C2HData out of order".into()));
-                    }
-                    pending[i].received.extend_from_slice(&bytes);
-                }
-                Header::CapsuleResp(c) => {
-                    let i = slot(c.cid, &mut pending).ok_or_else(|| {
-                        InitiatorError::Protocol("a completion for no command".into())
-                    })?;
-                    let data = std::mem::take(&mut pending[i].received);
-                    pending[i].answer = Some(if c.status.is_success() {
-                        Ok(Answer {
-                            completion: c,
-                            data,
-                        })
-                    } else {
-                        Err(InitiatorError::Status(c.status))
-                    });
-                }
-                Header::C2hTermReq(t) => {
-                    return Err(InitiatorError::Protocol(format!(
-                        "the target ended the connection: FES {:#x}, FEI {}",
-                        t.fes, t.fei
-                    )))
-                }
-                other => {
-                    return Err(InitiatorError::Protocol(format!(
-                        "unexpected PDU {other:?}"
-                    )))
-                }
+                pdu = self.receive_buffered()?;
             }
         }
-        Ok(pending
-            .into_iter()
-            .map(|p| p.answer.expect("every command answered"))
-            .collect())
+    }
+
+    /// Handles one PDU for the commands in flight; a completion takes its
+    /// command out of `pending` and comes back with its answer.
+    fn on_pdu<'d>(
+        &mut self,
+        pending: &mut Vec<Pending<'d>>,
+        header: Header,
+        bytes: Vec<u8>,
+    ) -> Result<Option<(Pending<'d>, Result<Answer>)>> {
+        let slot = |cid: u16, pending: &Vec<Pending<'_>>| pending.iter().position(|p| p.cid == cid);
+        match header {
+            Header::R2t {
+                cccid,
+                ttag,
+                r2to,
+                r2tl,
+            } => {
+                let i = slot(cccid, pending)
+                    .ok_or_else(|| InitiatorError::Protocol("R2T for no command".into()))?;
+                let data = pending[i].data;
+                let range = r2to as usize..(r2to as usize + r2tl as usize);
+                if range.end > data.len() {
+                    return Err(InitiatorError::Protocol(
+                        "R2T past the command's data".into(),
+                    ));
+                }
+                self.send_data(cccid, ttag, &data[range], r2to)?;
+                Ok(None)
+            }
+            Header::C2hData(d) => {
+                let i = slot(d.cccid, pending)
+                    .ok_or_else(|| InitiatorError::Protocol("C2HData for no command".into()))?;
+                if d.datao as usize != pending[i].received.len() {
+                    return Err(InitiatorError::Protocol("C2HData out of order".into()));
+                }
+                if pending[i].received.is_empty() {
+                    pending[i].received = bytes;
+                } else {
+                    pending[i].received.extend_from_slice(&bytes);
+                }
+                Ok(None)
+            }
+            Header::CapsuleResp(c) => {
+                let i = slot(c.cid, pending).ok_or_else(|| {
+                    InitiatorError::Protocol("a completion for no command".into())
+                })?;
+                let mut p = pending.swap_remove(i);
+                let data = std::mem::take(&mut p.received);
+                let answer = if c.status.is_success() {
+                    Ok(Answer {
+                        completion: c,
+                        data,
+                    })
+                } else {
+                    Err(InitiatorError::Status(c.status))
+                };
+                Ok(Some((p, answer)))
+            }
+            Header::C2hTermReq(t) => Err(InitiatorError::Protocol(format!(
+                "the target ended the connection: FES {:#x}, FEI {}",
+                t.fes, t.fei
+            ))),
+            other => Err(InitiatorError::Protocol(format!(
+                "unexpected PDU {other:?}"
+            ))),
+        }
     }
 
     /// Fused Compare-and-Write of whole blocks at `lba`: `new` lands only
@@ -404,11 +483,7 @@ impl QueueConnection {
 
     /// Reads `blocks` blocks of `block_bytes` at `lba` of namespace `nsid`.
     pub fn read(&mut self, nsid: u32, lba: u64, blocks: u32, block_bytes: u32) -> Result<Vec<u8>> {
-        let sqe = rw(io::READ, nsid, lba, blocks).with_sgl(Sgl {
-            address: 0,
-            length: blocks * block_bytes,
-            kind: SglKind::Transport,
-        });
+        let sqe = read_sqe(nsid, lba, blocks, block_bytes);
         Ok(self.command(sqe, &[])?.data)
     }
 
@@ -453,19 +528,35 @@ pub fn rw(opcode: u8, nsid: u32, lba: u64, blocks: u32) -> Sqe {
         .with_cdw(12, blocks.saturating_sub(1))
 }
 
+/// A Read of `blocks` blocks of `block_bytes` at `lba`, its data to come
+/// in C2HData.
+pub fn read_sqe(nsid: u32, lba: u64, blocks: u32, block_bytes: u32) -> Sqe {
+    rw(io::READ, nsid, lba, blocks).with_sgl(Sgl {
+        address: 0,
+        length: blocks * block_bytes,
+        kind: SglKind::Transport,
+    })
+}
+
 /// A command sent and not yet answered.
 struct Pending<'d> {
     cid: u16,
+    /// Its place in the order sent.
+    index: usize,
+    sent_at: Instant,
     data: &'d [u8],
     received: Vec<u8>,
-    answer: Option<Result<Answer>>,
 }
+
+/// Most commands [`QueueConnection::pipeline`] keeps in flight on one queue
+/// (the target's queue entries).
+pub const MAX_PIPELINE_DEPTH: usize = crate::controller::QUEUE_ENTRIES as usize;
 
 /// The entry with its identifier set and, for data to the node, its SGL:
 /// in the capsule up to the in-capsule size, else a transport SGL (the data
 /// goes after the target's R2T). Reads keep the SGL their caller set.
-fn with_data(mut sqe: Sqe, cid: u16, len: usize) -> Sqe {
-    sqe.0[2..4].copy_from_slice(&cid.to_le_bytes());
+fn with_data(sqe: Sqe, cid: u16, len: usize) -> Sqe {
+    let sqe = sqe.with_cid(cid);
     if len == 0 {
         return sqe;
     }

@@ -22,7 +22,9 @@
 //! - [`target`]: the TCP side: ICReq/ICResp, in-capsule data, R2T and
 //!   H2CData for writes, C2HData for reads, keep-alive expiry, TermReq on
 //!   fatal errors; a thread per connection, reading with [`poll`]'s
-//!   adaptive polling.
+//!   adaptive polling; plain Reads and Writes kept in flight at the
+//!   device on the connection's own engines, their data in pinned pool
+//!   buffers from the socket to the device and back (`datapath`).
 //! - [`initiator`]: a blocking initiator for `sluice nvmf` and the tests.
 //! - [`nbd`]: NBD as a second front end over the same namespaces (fixed
 //!   newstyle, structured replies), for nbdcopy, qemu-img and fio's nbd
@@ -35,6 +37,7 @@
 
 pub mod command;
 pub mod controller;
+mod datapath;
 pub mod initiator;
 pub mod nbd;
 pub mod nvm;

@@ -6,7 +6,7 @@
 //!
 //! One thread per connection. Requests at byte offsets the device's blocks
 //! do not align with are served by reading the covering blocks (and, for
-//! writes, writing them back under the namespace's exclusive write lock, so
+//! writes, writing them back under the namespace's write gate held alone, so
 //! no other write lands in between).
 
 use crate::controller::{Namespace, Subsystem, MAX_TRANSFER_BYTES};

@@ -5,8 +5,10 @@
 //! Copy across namespaces, MultiCast and add_write (docs/NVMF.md, "I/O
 //! commands").
 //!
-//! Every device I/O goes through the namespace's `DeviceIo`. Writes of all
-//! kinds share a namespace's write lock; a fused Compare-and-Write takes it
+//! Every device I/O here goes through the namespace's `DeviceIo` (the
+//! target's plain Reads and Writes kept in flight go through engines taken
+//! from it: `datapath`). Writes of all
+//! kinds share a namespace's write gate; a fused Compare-and-Write takes it
 //! alone, so no other write to the namespace lands between its compare and
 //! its write.
 

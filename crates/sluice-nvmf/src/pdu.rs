@@ -494,6 +494,32 @@ pub struct Encoder {
 impl Encoder {
     /// Appends one PDU to `out`.
     pub fn encode(&self, header: &Header, pdu_flags: u8, data: &[u8], out: &mut Vec<u8>) {
+        self.encode_parts(header, pdu_flags, data, out, true);
+    }
+
+    /// Appends one PDU to `out` without its data bytes: the header, its
+    /// digest and the padding up to the data, then the data's digest.
+    /// Returns where in `out` the data belongs: the PDU is `out[..at]`,
+    /// `data`, `out[at..]` — sent from where the data already lies (an I/O
+    /// buffer), with no copy into `out`.
+    pub fn encode_around(
+        &self,
+        header: &Header,
+        pdu_flags: u8,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> usize {
+        self.encode_parts(header, pdu_flags, data, out, false)
+    }
+
+    fn encode_parts(
+        &self,
+        header: &Header,
+        pdu_flags: u8,
+        data: &[u8],
+        out: &mut Vec<u8>,
+        with_data: bool,
+    ) -> usize {
         let pdu_type = header_type(header);
         let hlen = pdu_type.header_len();
         let digests = pdu_type.has_digests();
@@ -528,14 +554,20 @@ impl Encoder {
             let digest = crc32c::crc32c(&out[start..start + hlen]);
             out.extend_from_slice(&digest.to_le_bytes());
         }
+        let mut at = out.len();
         if !data.is_empty() {
             out.resize(start + pdo, 0);
-            out.extend_from_slice(data);
+            at = out.len();
+            if with_data {
+                out.extend_from_slice(data);
+            }
             if ddgst {
                 out.extend_from_slice(&crc32c::crc32c(data).to_le_bytes());
             }
         }
-        debug_assert_eq!(out.len() - start, plen);
+        let outside = if with_data { 0 } else { data.len() };
+        debug_assert_eq!(out.len() + outside - start, plen);
+        at
     }
 }
 

@@ -10,12 +10,14 @@
 
 use crate::command::{status, Completion, SglKind, Sqe};
 use crate::controller::{DataNeed, Outcome, Queue, Subsystem, MAX_TRANSFER_BYTES};
+use crate::datapath::{DataPath, Finished};
 use crate::pdu::{
     flags, term_req, DataHeader, Digests, Encoder, Fatal, Fes, Framed, Framer, Header, Limits,
     PFV_1_0,
 };
+use sluice_io::IoBuf;
 use std::collections::HashMap;
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, IoSlice, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,6 +29,12 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 pub const MAXH2CDATA: u32 = MAX_TRANSFER_BYTES as u32;
 /// Most commands of one queue waiting for their data at once.
 pub const MAX_PENDING_WRITES: usize = 128;
+/// Most answers sent together. A device may complete a whole batch of
+/// commands at once; answered all together, the host sends its next batch
+/// only after the last answer, and the device idles meanwhile. Sent in
+/// groups, the host's next commands arrive (and go to the device) while
+/// the rest are still being sent.
+const ANSWER_GROUP: usize = 8;
 /// How often a blocked connection looks at the clock and the stop flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// How long a connection may take to send its ICReq and Connect.
@@ -124,9 +132,34 @@ where
 struct PendingWrite {
     sqe: Sqe,
     ttag: u16,
-    data: Vec<u8>,
+    data: Staging,
     received: usize,
     digest_ok: bool,
+}
+
+/// Where a write's data is received.
+enum Staging {
+    /// A pinned buffer of the connection's engine: written from where it
+    /// lies.
+    Pinned(IoBuf),
+    /// Memory of its own, for a command that runs the slow way.
+    Heap(Vec<u8>),
+}
+
+impl Staging {
+    fn len(&self) -> usize {
+        match self {
+            Staging::Pinned(b) => b.len(),
+            Staging::Heap(v) => v.len(),
+        }
+    }
+
+    fn put(&mut self, offset: usize, bytes: &[u8]) {
+        match self {
+            Staging::Pinned(b) => b.write_at(offset, bytes),
+            Staging::Heap(v) => v[offset..offset + bytes.len()].copy_from_slice(bytes),
+        }
+    }
 }
 
 /// One host connection: one queue.
@@ -137,13 +170,21 @@ struct Connection {
     initialized: bool,
     pending: HashMap<u16, PendingWrite>,
     next_ttag: u16,
+    /// PDUs to send, but for the read data that goes out from its I/O
+    /// buffer: each `(at, buf)` of `out_bufs` is sent between `out[..at]`
+    /// and `out[at..]`, in order.
     out: Vec<u8>,
+    out_bufs: Vec<(usize, IoBuf)>,
+    /// Reads and writes at the device.
+    data_path: DataPath,
+    /// Commands done at the device and not yet answered.
+    finished: std::collections::VecDeque<Finished>,
 }
 
 impl Connection {
     fn new(subsystem: Arc<Subsystem>) -> Connection {
         Connection {
-            queue: Queue::new(subsystem),
+            queue: Queue::new(subsystem.clone()),
             framer: Framer {
                 digests: Digests::default(),
                 limits: Limits {
@@ -155,6 +196,9 @@ impl Connection {
             pending: HashMap::new(),
             next_ttag: 1,
             out: Vec::new(),
+            out_bufs: Vec::new(),
+            data_path: DataPath::new(subsystem),
+            finished: std::collections::VecDeque::new(),
         }
     }
 
@@ -183,11 +227,10 @@ impl Connection {
                     Err(e) => break Err(e),
                 }
             };
-            if !self.out.is_empty() {
-                if let Err(e) = stream.write_all(&self.out) {
-                    break Err(format!("sending: {e}"));
-                }
-                self.out.clear();
+            // Issue what the PDUs started; answer what is already done.
+            self.collect(false);
+            if let Err(e) = self.send(&mut stream) {
+                break Err(format!("sending: {e}"));
             }
             let need = match framed {
                 Ok(n) => n,
@@ -205,6 +248,21 @@ impl Connection {
             start = 0;
             if filled + need > buf.len() {
                 buf.resize(filled + need, 0);
+            }
+            if self.data_path.in_flight() > 0 || !self.finished.is_empty() {
+                // Commands at the device: take what the host sent since,
+                // else wait for the device, not the host.
+                match sluice_io::net::recv_nowait(&stream, &mut buf[filled..]) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => {
+                        filled += n;
+                        last_heard = Instant::now();
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.collect(true),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => break Err(format!("receiving: {e}")),
+                }
+                continue;
             }
             match reader.read(&mut stream, &mut buf[filled..]) {
                 Ok(0) => break Ok(()),
@@ -230,8 +288,97 @@ impl Connection {
                 Err(e) => break Err(format!("receiving: {e}")),
             }
         };
+        // Nothing is acknowledged past this point; what is at the device
+        // finishes before the queue goes.
+        let mut unsent = Vec::new();
+        self.data_path.drain(&mut unsent);
         self.queue.disconnect();
         result
+    }
+
+    /// Issues the I/O queued at the device and collects what finished
+    /// (with `wait` and nothing collected yet, at least one command), then
+    /// answers up to [`ANSWER_GROUP`] of them.
+    fn collect(&mut self, wait: bool) {
+        let wait = wait && self.finished.is_empty();
+        let mut done = Vec::new();
+        self.data_path.collect(wait, &mut done);
+        self.finished.extend(done);
+        for _ in 0..ANSWER_GROUP {
+            let Some(f) = self.finished.pop_front() else {
+                break;
+            };
+            self.answer(f);
+        }
+    }
+
+    /// Waits for every command at the device and answers them all: before
+    /// a command that runs the slow way, so it sees their effects.
+    fn drain(&mut self) {
+        let mut done = Vec::new();
+        self.data_path.drain(&mut done);
+        self.finished.extend(done);
+        while let Some(f) = self.finished.pop_front() {
+            self.answer(f);
+        }
+    }
+
+    fn answer(&mut self, finished: Finished) {
+        match finished {
+            Finished::Done(c) => self.complete(c),
+            Finished::Read { cid, buf } => {
+                let header = Header::C2hData(DataHeader {
+                    cccid: cid,
+                    ttag: 0,
+                    datao: 0,
+                    datal: buf.len() as u32,
+                });
+                match buf.as_slice() {
+                    Some(data) => {
+                        let at = self.encoder.encode_around(
+                            &header,
+                            flags::LAST_PDU,
+                            data,
+                            &mut self.out,
+                        );
+                        self.out_bufs.push((at, buf));
+                    }
+                    None => {
+                        let data = buf.to_vec();
+                        self.encoder
+                            .encode(&header, flags::LAST_PDU, &data, &mut self.out);
+                    }
+                }
+                self.complete(Completion::new(cid, crate::command::Status::SUCCESS));
+            }
+        }
+    }
+
+    /// Sends every PDU built, read data from its I/O buffers.
+    fn send(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
+        if self.out_bufs.is_empty() {
+            if !self.out.is_empty() {
+                stream.write_all(&self.out)?;
+                self.out.clear();
+            }
+            return Ok(());
+        }
+        let mut slices = Vec::with_capacity(self.out_bufs.len() * 2 + 1);
+        let mut from = 0;
+        for (at, buf) in &self.out_bufs {
+            slices.push(IoSlice::new(&self.out[from..*at]));
+            slices.push(IoSlice::new(
+                buf.as_slice().expect("kept only when contiguous"),
+            ));
+            from = *at;
+        }
+        slices.push(IoSlice::new(&self.out[from..]));
+        slices.retain(|s| !s.is_empty());
+        write_all_vectored(stream, &mut slices)?;
+        drop(slices);
+        self.out.clear();
+        self.out_bufs.clear();
+        Ok(())
     }
 
     fn handle(&mut self, header: Header, data: &[u8], data_digest_ok: bool) -> Result<(), Fatal> {
@@ -313,15 +460,35 @@ impl Connection {
             };
             match status {
                 Some(s) => self.complete(Completion::new(sqe.cid(), s)),
-                None => self.run_command(&sqe, data),
+                None => self.write_in_capsule(&sqe, data),
             }
             return;
         }
         match self.queue.data_need(&sqe) {
             Err(s) => self.complete(Completion::new(sqe.cid(), s)),
-            Ok(DataNeed::None) => self.run_command(&sqe, &[]),
+            Ok(DataNeed::None) => {
+                let started =
+                    self.queue.independent(&sqe).is_some() && self.data_path.start_read(&sqe);
+                if !started {
+                    self.run_command(&sqe, &[]);
+                }
+            }
             Ok(DataNeed::FromHost(len)) => self.ask_for_data(sqe, len),
         }
+    }
+
+    /// A command with its data in the capsule: a plain Write goes to the
+    /// device from a pinned buffer, anything else the slow way.
+    fn write_in_capsule(&mut self, sqe: &Sqe, data: &[u8]) {
+        if self.queue.independent(sqe).is_some() {
+            if let Some(mut buf) = self.data_path.write_buffer(sqe, data.len()) {
+                buf.write_at(0, data);
+                if self.data_path.start_write(sqe, buf).is_ok() {
+                    return;
+                }
+            }
+        }
+        self.run_command(sqe, data);
     }
 
     fn ask_for_data(&mut self, sqe: Sqe, len: usize) {
@@ -337,6 +504,14 @@ impl Connection {
         }
         let ttag = self.next_ttag;
         self.next_ttag = self.next_ttag.wrapping_add(1).max(1);
+        let pinned = match self.queue.independent(&sqe) {
+            Some(_) => self.data_path.write_buffer(&sqe, len),
+            None => None,
+        };
+        let data = match pinned {
+            Some(buf) => Staging::Pinned(buf),
+            None => Staging::Heap(vec![0u8; len]),
+        };
         self.encoder.encode(
             &Header::R2t {
                 cccid: cid,
@@ -353,7 +528,7 @@ impl Connection {
             PendingWrite {
                 sqe,
                 ttag,
-                data: vec![0u8; len],
+                data,
                 received: 0,
                 digest_ok: true,
             },
@@ -389,21 +564,33 @@ impl Connection {
         if end > p.data.len() {
             return Err(out_of_range("H2CData past the end of the transfer"));
         }
-        p.data[p.received..end].copy_from_slice(data);
+        p.data.put(p.received, data);
         p.received = end;
         p.digest_ok &= digest_ok;
         if end == p.data.len() {
             let p = self.pending.remove(&d.cccid).expect("present");
-            if p.digest_ok {
-                self.run_command(&p.sqe, &p.data);
-            } else {
+            if !p.digest_ok {
                 self.complete(Completion::new(d.cccid, status::TRANSIENT_TRANSPORT));
+                return Ok(());
+            }
+            match p.data {
+                Staging::Heap(data) => self.run_command(&p.sqe, &data),
+                Staging::Pinned(buf) => {
+                    if let Err(buf) = self.data_path.start_write(&p.sqe, buf) {
+                        self.run_command(&p.sqe, &buf.to_vec());
+                    }
+                }
             }
         }
         Ok(())
     }
 
+    /// Runs a command to completion on this thread, after the commands at
+    /// the device.
     fn run_command(&mut self, sqe: &Sqe, data: &[u8]) {
+        if self.data_path.in_flight() > 0 {
+            self.drain();
+        }
         let outcome = self.queue.execute(sqe, data);
         self.send_outcome(sqe, outcome);
     }
@@ -439,4 +626,24 @@ impl Connection {
         self.encoder
             .encode(&Header::CapsuleResp(completion), 0, &[], &mut self.out);
     }
+}
+
+/// Writes every byte of `slices`, in order, with as few system calls as the
+/// socket allows.
+fn write_all_vectored(
+    stream: &mut TcpStream,
+    mut slices: &mut [IoSlice<'_>],
+) -> std::io::Result<()> {
+    // The kernel takes at most IOV_MAX (1024) pieces per call.
+    const MAX_PIECES: usize = 1024;
+    while !slices.is_empty() {
+        let n = slices.len().min(MAX_PIECES);
+        match stream.write_vectored(&slices[..n]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(written) => IoSlice::advance_slices(&mut slices, written),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

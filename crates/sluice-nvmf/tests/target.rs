@@ -509,3 +509,229 @@ fn the_discovery_controller_names_the_subsystem_and_where_it_is() {
     let err = admin.log_page(DISCOVERY_LOG, 2048).unwrap_err();
     assert!(is_status(&err, status::INVALID_FIELD), "{err}");
 }
+
+/// A batch's commands kept 32 deep on one queue: plain Reads and Writes go
+/// to the device as they arrive and complete in any order; a Flush, a Write
+/// Zeroes and a bad Read among them run the slow way.
+#[test]
+fn pipelined_io_at_depth_32_matches_a_model_of_the_device() {
+    use sluice_nvmf::command::Sqe;
+    use sluice_nvmf::initiator::{read_sqe, rw};
+    use sluice_nvmf::nvm::opcode;
+    const SLOT_BLOCKS: usize = 32;
+    for digests in [
+        Digests::default(),
+        Digests {
+            header: true,
+            data: true,
+        },
+    ] {
+        let t = start(Vec::new());
+        let (_admin, mut io) = connect(&t, digests);
+        let bs = BLOCK as usize;
+        let slots = DEVICE_BYTES as usize / bs / SLOT_BLOCKS;
+        let mut model = vec![0u8; DEVICE_BYTES as usize];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        for round in 0..8 {
+            // Distinct slots: no two commands of a batch touch one block.
+            let mut order: Vec<usize> = (0..slots).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.gen_range(0..=i));
+            }
+            enum Expect {
+                Written,
+                Data(std::ops::Range<usize>),
+                Status(sluice_nvmf::command::Status),
+            }
+            let mut batch: Vec<(Sqe, Vec<u8>, Expect)> = Vec::new();
+            for (k, &slot) in order.iter().take(72).enumerate() {
+                let n = rng.gen_range(1..=SLOT_BLOCKS);
+                let lba = slot * SLOT_BLOCKS;
+                let range = lba * bs..(lba + n) * bs;
+                match k % 3 {
+                    // 1–2 blocks in the capsule, more after an R2T.
+                    0 | 1 => {
+                        let data: Vec<u8> = (0..range.len()).map(|_| rng.gen()).collect();
+                        model[range].copy_from_slice(&data);
+                        let sqe = rw(opcode::WRITE, 1, lba as u64, n as u32);
+                        batch.push((sqe, data, Expect::Written));
+                    }
+                    _ => {
+                        let sqe = read_sqe(1, lba as u64, n as u32, BLOCK);
+                        batch.push((sqe, Vec::new(), Expect::Data(range)));
+                    }
+                }
+            }
+            // Reads are checked against the model after the batch: the
+            // slots they read are not written in it.
+            let zeroed = order[72] * SLOT_BLOCKS;
+            model[zeroed * bs..(zeroed + SLOT_BLOCKS) * bs].fill(0);
+            let zero = rw(opcode::WRITE_ZEROES, 1, zeroed as u64, SLOT_BLOCKS as u32);
+            batch.insert(20, (zero, Vec::new(), Expect::Written));
+            batch.insert(
+                40,
+                (rw(opcode::FLUSH, 1, 0, 1), Vec::new(), Expect::Written),
+            );
+            let past_end = read_sqe(1, DEVICE_BYTES / BLOCK as u64 - 1, 2, BLOCK);
+            batch.insert(
+                50,
+                (
+                    past_end,
+                    Vec::new(),
+                    Expect::Status(status::LBA_OUT_OF_RANGE),
+                ),
+            );
+            let before = model.clone();
+            let mut next = batch.iter();
+            let mut answered = 0;
+            io.pipeline(
+                32,
+                || next.next().map(|(sqe, data, _)| (sqe.clone(), &data[..])),
+                |i, answer, _| {
+                    answered += 1;
+                    match (&batch[i].2, answer) {
+                        (Expect::Written, a) => assert!(a.is_ok(), "round {round} #{i}: {a:?}"),
+                        (Expect::Data(range), a) => {
+                            let got = a.unwrap().data;
+                            assert!(got == before[range.clone()], "round {round} #{i}: read");
+                        }
+                        (Expect::Status(s), a) => {
+                            assert!(is_status(&a.unwrap_err(), *s), "round {round} #{i}")
+                        }
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(answered, batch.len());
+        }
+        // The whole device, read back the slow way one command at a time.
+        for (i, chunk) in model.chunks(SLOT_BLOCKS * bs).enumerate() {
+            let got = io
+                .read(1, (i * SLOT_BLOCKS) as u64, SLOT_BLOCKS as u32, BLOCK)
+                .unwrap();
+            assert!(got == chunk, "slot {i} after the rounds");
+        }
+    }
+}
+
+/// Runs `f` on a thread and fails the test if it takes longer than 30 s
+/// (a write share never given back would hang a Compare-and-Write).
+fn within_30_s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(30))
+        .expect("finished within 30 s")
+}
+
+#[test]
+fn compare_and_write_stays_atomic_against_pipelined_writes() {
+    use sluice_nvmf::initiator::rw;
+    use sluice_nvmf::nvm::opcode;
+    let t = Arc::new(start(Vec::new()));
+    {
+        let (_admin, mut io) = connect(&t, Digests::default());
+        io.write(1, 5, &block_of(0), BLOCK).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (t, stop) = (t.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (_admin, mut io) = connect(&t, Digests::default());
+            let blocks: Vec<Vec<u8>> = (0..=255u8).map(block_of).collect();
+            let mut i = 0usize;
+            let mut written = 0u64;
+            let next = || {
+                if stop.load(Ordering::Relaxed) {
+                    return None;
+                }
+                i += 1;
+                let sqe = rw(opcode::WRITE, 1, 100 + (i % 100) as u64, 1);
+                Some((sqe, &blocks[i % 256][..]))
+            };
+            io.pipeline(32, next, |_, a, _| {
+                a.unwrap();
+                written += 1;
+                Ok(())
+            })
+            .unwrap();
+            written
+        })
+    };
+    let wins = within_30_s({
+        let t = t.clone();
+        move || {
+            let hosts: Vec<_> = (0..2)
+                .map(|_| {
+                    let t = t.clone();
+                    std::thread::spawn(move || {
+                        let (_admin, mut io) = connect(&t, Digests::default());
+                        let mut wins = 0u32;
+                        for _ in 0..30 {
+                            let seen = io.read(1, 5, 1, BLOCK).unwrap();
+                            assert!(seen.iter().all(|&b| b == seen[0]), "a torn block");
+                            let next = block_of(seen[0].wrapping_add(1));
+                            if io.compare_and_write(1, 5, &seen, &next, BLOCK).unwrap() {
+                                wins += 1;
+                            }
+                        }
+                        wins
+                    })
+                })
+                .collect();
+            hosts.into_iter().map(|h| h.join().unwrap()).sum::<u32>()
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().unwrap();
+    assert!(written > 0, "the pipelined writes ran alongside");
+    let (_admin, mut io) = connect(&t, Digests::default());
+    let last = io.read(1, 5, 1, BLOCK).unwrap();
+    assert_eq!(last[0] as u32, wins % 256, "every win is one increment");
+    for lba in 100..200 {
+        let b = io.read(1, lba, 1, BLOCK).unwrap();
+        assert!(b.iter().all(|&x| x == b[0]), "block {lba} torn");
+    }
+}
+
+#[test]
+fn a_host_that_leaves_with_commands_in_flight_leaves_no_write_held() {
+    use sluice_nvmf::command::{Sgl, SglKind};
+    use sluice_nvmf::initiator::rw;
+    use sluice_nvmf::nvm::opcode;
+    use sluice_nvmf::pdu::Encoder;
+    let t = Arc::new(start(Vec::new()));
+    for round in 0..5u8 {
+        let (_a, mut leaving) = connect(&t, Digests::default());
+        let mut out = Vec::new();
+        for k in 0..64u16 {
+            let sqe = rw(opcode::WRITE, 1, 300 + k as u64, 1)
+                .with_cid(k)
+                .with_sgl(Sgl {
+                    address: 0,
+                    length: BLOCK,
+                    kind: SglKind::InCapsule,
+                });
+            Encoder::default().encode(&Header::CapsuleCmd(sqe), 0, &block_of(round + 1), &mut out);
+        }
+        leaving.send_raw(&out).unwrap();
+        drop(leaving);
+    }
+    // Every share of the write gate came back: a Compare-and-Write, which
+    // needs the namespace alone, goes through.
+    let t2 = t.clone();
+    within_30_s(move || {
+        let (_admin, mut io) = connect(&t2, Digests::default());
+        let seen = io.read(1, 5, 1, BLOCK).unwrap();
+        assert!(io
+            .compare_and_write(1, 5, &seen, &block_of(42), BLOCK)
+            .unwrap());
+        for lba in 300..364 {
+            let b = io.read(1, lba, 1, BLOCK).unwrap();
+            assert!(b.iter().all(|&x| x == b[0]), "block {lba} torn");
+            assert!(b[0] <= 5, "block {lba}: only the rounds' writes land");
+        }
+    });
+}
