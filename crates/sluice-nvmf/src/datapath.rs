@@ -15,31 +15,37 @@
 //! Limits: at most [`MAX_IN_FLIGHT`] commands of a connection at the
 //! device; one engine per namespace the connection touches.
 
-use crate::command::{status, Completion, Fuse, Sqe, Status};
-use crate::controller::{Namespace, Subsystem, MAX_TRANSFER_BYTES, QUEUE_ENTRIES};
+use crate::command::{Fuse, Sqe};
+use crate::controller::{Subsystem, MAX_TRANSFER_BYTES, QUEUE_ENTRIES};
 use crate::nvm::opcode;
 use sluice_io::{Direction, Engine, IoBuf, IoError, Op, Priority, Request};
+use std::io::{ErrorKind, IoSlice, Write};
+use std::net::TcpStream;
 use std::sync::Arc;
 
 /// Most commands of one connection at the device at once (a queue's
 /// entries: a host never has more outstanding).
 pub const MAX_IN_FLIGHT: usize = QUEUE_ENTRIES as usize;
 
-/// A command this path finished.
+/// A run of whole blocks of one namespace, checked to lie inside it and to
+/// fit one transfer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockIo {
+    pub(crate) nsid: u32,
+    pub(crate) lba: u64,
+    pub(crate) bytes: usize,
+}
+
+/// A command this path finished; `tag` is the front end's.
 pub(crate) enum Finished {
-    /// A read's data, in the buffer it landed in, and its completion.
-    Read {
-        /// The command.
-        cid: u16,
-        /// The data (exactly the command's length).
-        buf: IoBuf,
-    },
-    /// A completion with no data (a write, or a failed read).
-    Done(Completion),
+    /// A read's data, in the buffer it landed in (exactly its length).
+    Read { tag: u64, buf: IoBuf },
+    /// A write, or a read that failed.
+    Done { tag: u64, op: Op, ok: bool },
 }
 
 struct InFlight {
-    cid: u16,
+    tag: u64,
     nsid: u32,
     op: Op,
 }
@@ -74,70 +80,68 @@ impl DataPath {
         self.in_flight
     }
 
-    /// The namespace of a Read or Write this path takes, with its first
-    /// block and length in bytes; `None` sends the command the slow way
-    /// (which also answers every error).
-    fn plain_io(&self, sqe: &Sqe) -> Option<(&Namespace, u64, usize)> {
+    /// `blocks` blocks at `lba` of namespace `nsid`, when they lie inside
+    /// it and fit one transfer.
+    pub(crate) fn block_io(&self, nsid: u32, lba: u64, blocks: u64) -> Option<BlockIo> {
+        let ns = self.subsystem.namespace(nsid)?;
+        let end = lba.checked_add(blocks)?;
+        let bytes = blocks.checked_mul(ns.block_size_bytes as u64)?;
+        let fits = blocks > 0 && end <= ns.block_count && bytes <= MAX_TRANSFER_BYTES as u64;
+        fits.then_some(BlockIo {
+            nsid,
+            lba,
+            bytes: bytes as usize,
+        })
+    }
+
+    /// The blocks of an NVMe Read or Write this path takes (not fused,
+    /// inside the namespace, one transfer at most); `None` sends the
+    /// command the slow way, which also answers every error.
+    pub(crate) fn nvme_io(&self, sqe: &Sqe) -> Option<BlockIo> {
         if !matches!(sqe.opcode(), opcode::READ | opcode::WRITE) || sqe.fuse() != Fuse::None {
             return None;
         }
-        let ns = self.subsystem.namespace(sqe.nsid())?;
         let lba = sqe.cdw(10) as u64 | (sqe.cdw(11) as u64) << 32;
-        let blocks = (sqe.cdw(12) & 0xffff) as u64 + 1;
-        let end = lba.checked_add(blocks)?;
-        let bytes = blocks as usize * ns.block_size_bytes as usize;
-        (end <= ns.block_count && bytes <= MAX_TRANSFER_BYTES).then_some((ns, lba, bytes))
+        self.block_io(sqe.nsid(), lba, (sqe.cdw(12) & 0xffff) as u64 + 1)
     }
 
-    /// A pinned buffer for a Write's data, when this path will run it:
-    /// `len_bytes` must be the command's length. `None`: receive it the
-    /// slow way.
-    pub(crate) fn write_buffer(&mut self, sqe: &Sqe, len_bytes: usize) -> Option<IoBuf> {
-        let (_, _, bytes) = self.plain_io(sqe)?;
-        if sqe.opcode() != opcode::WRITE || bytes != len_bytes {
-            return None;
-        }
-        let engine = self.engine(sqe.nsid())?;
-        let mut buf = engine.pool().alloc(len_bytes, Direction::Write).ok()?;
-        buf.set_len(len_bytes);
+    /// A pinned buffer for the data of a write of `io`; `None`: receive it
+    /// the slow way.
+    pub(crate) fn write_buffer(&mut self, io: &BlockIo) -> Option<IoBuf> {
+        let engine = self.engine(io.nsid)?;
+        let mut buf = engine.pool().alloc(io.bytes, Direction::Write).ok()?;
+        buf.set_len(io.bytes);
         Some(buf)
     }
 
-    /// Starts a Read at the device. Returns `false` when this path does not
-    /// take it (the caller runs it the slow way).
-    pub(crate) fn start_read(&mut self, sqe: &Sqe) -> bool {
-        let Some((_, lba, bytes)) = self.plain_io(sqe) else {
+    /// Starts a read of `io` at the device. Returns `false` when it could
+    /// not start (the caller runs it the slow way).
+    pub(crate) fn start_read(&mut self, tag: u64, io: &BlockIo) -> bool {
+        let Some(engine) = self.engine(io.nsid) else {
             return false;
         };
-        if sqe.opcode() != opcode::READ || sqe.sgl().length as usize != bytes {
-            return false;
-        }
-        let nsid = sqe.nsid();
-        let Some(engine) = self.engine(nsid) else {
+        let Ok(buf) = engine.pool().alloc(io.bytes, Direction::Read) else {
             return false;
         };
-        let Ok(buf) = engine.pool().alloc(bytes, Direction::Read) else {
-            return false;
-        };
-        self.submit(sqe.cid(), nsid, Request::read(lba, buf, 0))
+        self.submit(tag, io.nsid, Request::read(io.lba, buf, 0))
             .is_ok()
     }
 
-    /// Starts a Write whose data is in `buf` (from [`DataPath::write_buffer`]).
-    /// Hands the buffer back when the write cannot start here (a
-    /// Compare-and-Write holds or waits for the namespace, the engine
-    /// refused it): the caller runs it the slow way.
-    pub(crate) fn start_write(&mut self, sqe: &Sqe, buf: IoBuf) -> Result<(), IoBuf> {
-        let Some((ns, lba, bytes)) = self.plain_io(sqe) else {
+    /// Starts a write of `io` whose data is in `buf` (from
+    /// [`DataPath::write_buffer`]). Hands the buffer back when the write
+    /// cannot start here (a Compare-and-Write holds or waits for the
+    /// namespace, the engine refused it): the caller runs it the slow way.
+    pub(crate) fn start_write(&mut self, tag: u64, io: &BlockIo, buf: IoBuf) -> Result<(), IoBuf> {
+        let Some(ns) = self.subsystem.namespace(io.nsid) else {
             return Err(buf);
         };
-        if sqe.opcode() != opcode::WRITE || buf.len() != bytes || !ns.begin_write_in_flight() {
+        if buf.len() != io.bytes || !ns.begin_write_in_flight() {
             return Err(buf);
         }
-        match self.submit(sqe.cid(), sqe.nsid(), Request::write(lba, buf, 0)) {
+        match self.submit(tag, io.nsid, Request::write(io.lba, buf, 0)) {
             Ok(()) => Ok(()),
             Err(request) => {
-                self.end_write(sqe.nsid());
+                self.end_write(io.nsid);
                 Err(request.buf.expect("a write keeps its buffer"))
             }
         }
@@ -166,18 +170,18 @@ impl DataPath {
         slot.as_mut()
     }
 
-    /// Queues `request` for command `cid`, or hands it back if the engine
-    /// refused it.
+    /// Queues `request` for the front end's `tag`, or hands it back if the
+    /// engine refused it.
     #[allow(clippy::result_large_err)] // the request comes back whole, as Engine::submit's
-    fn submit(&mut self, cid: u16, nsid: u32, mut request: Request) -> Result<(), Request> {
+    fn submit(&mut self, tag: u64, nsid: u32, mut request: Request) -> Result<(), Request> {
         if self.in_flight >= MAX_IN_FLIGHT {
             return Err(request);
         }
-        let tag = self.free.pop().unwrap_or_else(|| {
+        let slot = self.free.pop().unwrap_or_else(|| {
             self.slots.push(None);
             self.slots.len() - 1
         });
-        request.user_data = tag as u64;
+        request.user_data = slot as u64;
         request.priority = Priority::High;
         let op = request.op;
         let refused = match self.engines[nsid as usize - 1].as_mut() {
@@ -204,10 +208,10 @@ impl DataPath {
             },
         };
         if let Some(request) = refused {
-            self.free.push(tag);
+            self.free.push(slot);
             return Err(request);
         }
-        self.slots[tag] = Some(InFlight { cid, nsid, op });
+        self.slots[slot] = Some(InFlight { tag, nsid, op });
         self.in_flight += 1;
         Ok(())
     }
@@ -268,16 +272,13 @@ impl DataPath {
         if f.op == Op::Write {
             self.end_write(f.nsid);
         }
-        let status = match (&c.result, f.op) {
-            (Ok(_), _) => Status::SUCCESS,
-            (Err(_), Op::Read) => status::UNRECOVERED_READ,
-            (Err(_), _) => status::WRITE_FAULT,
-        };
-        match (f.op, c.buf) {
-            (Op::Read, Some(buf)) if status == Status::SUCCESS => {
-                Some(Finished::Read { cid: f.cid, buf })
-            }
-            _ => Some(Finished::Done(Completion::new(f.cid, status))),
+        match (f.op, c.result.is_ok(), c.buf) {
+            (Op::Read, true, Some(buf)) => Some(Finished::Read { tag: f.tag, buf }),
+            (op, ok, _) => Some(Finished::Done {
+                tag: f.tag,
+                op,
+                ok: ok && op != Op::Read,
+            }),
         }
     }
 }
@@ -292,4 +293,80 @@ impl Drop for DataPath {
             }
         }
     }
+}
+
+/// Bytes to send on a connection, with read data that goes out from the
+/// I/O buffer it landed in: each `(at, buf)` is sent between `bytes[..at]`
+/// and `bytes[at..]`, in order, in one `writev` where the socket takes it.
+#[derive(Default)]
+pub(crate) struct Outgoing {
+    pub(crate) bytes: Vec<u8>,
+    bufs: Vec<(usize, IoBuf)>,
+}
+
+impl Outgoing {
+    /// Sends `buf`'s bytes at offset `at` of `bytes` (what comes after `at`
+    /// follows them). A buffer in pieces is copied into `bytes` instead.
+    pub(crate) fn insert(&mut self, at: usize, buf: IoBuf) {
+        assert!(at <= self.bytes.len(), "inside the bytes to send");
+        assert!(
+            self.bufs.last().is_none_or(|(last, _)| *last <= at),
+            "in order"
+        );
+        if buf.as_slice().is_some() {
+            self.bufs.push((at, buf));
+        } else {
+            let tail = self.bytes.split_off(at);
+            self.bytes.extend_from_slice(&buf.to_vec());
+            self.bytes.extend_from_slice(&tail);
+        }
+    }
+
+    /// Sends everything, then forgets it (the buffers go back to their
+    /// pool).
+    pub(crate) fn send(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
+        if self.bufs.is_empty() {
+            if !self.bytes.is_empty() {
+                stream.write_all(&self.bytes)?;
+                self.bytes.clear();
+            }
+            return Ok(());
+        }
+        let mut slices = Vec::with_capacity(self.bufs.len() * 2 + 1);
+        let mut from = 0;
+        for (at, buf) in &self.bufs {
+            slices.push(IoSlice::new(&self.bytes[from..*at]));
+            slices.push(IoSlice::new(
+                buf.as_slice().expect("kept only when contiguous"),
+            ));
+            from = *at;
+        }
+        slices.push(IoSlice::new(&self.bytes[from..]));
+        slices.retain(|s| !s.is_empty());
+        write_all_vectored(stream, &mut slices)?;
+        drop(slices);
+        self.bytes.clear();
+        self.bufs.clear();
+        Ok(())
+    }
+}
+
+/// Writes every byte of `slices`, in order, with as few system calls as the
+/// socket allows.
+fn write_all_vectored(
+    stream: &mut TcpStream,
+    mut slices: &mut [IoSlice<'_>],
+) -> std::io::Result<()> {
+    // The kernel takes at most IOV_MAX (1024) pieces per call.
+    const MAX_PIECES: usize = 1024;
+    while !slices.is_empty() {
+        let n = slices.len().min(MAX_PIECES);
+        match stream.write_vectored(&slices[..n]) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(written) => IoSlice::advance_slices(&mut slices, written),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

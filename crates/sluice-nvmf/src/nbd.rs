@@ -4,16 +4,19 @@
 //! when the client asks for them (docs/NVMF.md, "NBD"). Export "" and "1"
 //! are namespace 1, "N" namespace N.
 //!
-//! One thread per connection. Requests at byte offsets the device's blocks
+//! One thread per connection; whole-block reads and writes are kept in
+//! flight at the device (`datapath`), everything else runs after them.
+//! Requests at byte offsets the device's blocks
 //! do not align with are served by reading the covering blocks (and, for
 //! writes, writing them back under the namespace's write gate held alone, so
 //! no other write lands in between).
 
 use crate::controller::{Namespace, Subsystem, MAX_TRANSFER_BYTES};
+use crate::datapath::{DataPath, Finished, Outgoing};
 use sluice_io::Priority;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
@@ -79,33 +82,30 @@ pub fn serve(
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     crate::target::accept_loop(listener, max_connections, stop, "nbd-conn", move |stream| {
-        serve_client(stream, &subsystem)
+        serve_client(stream, subsystem.clone())
     })
 }
 
 /// How long a client may take over its handshake.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn serve_client(stream: TcpStream, subsystem: &Subsystem) -> std::io::Result<()> {
+fn serve_client(stream: TcpStream, subsystem: Arc<Subsystem>) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     // A client that never finishes its handshake does not hold a thread.
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut reader = BufReader::with_capacity(
-        256 << 10,
+        64 << 10,
         crate::poll::PolledStream::new(stream.try_clone()?),
     );
-    let mut writer = BufWriter::with_capacity(256 << 10, stream);
-    let Some((ns, structured)) = handshake(&mut reader, &mut writer, subsystem)? else {
+    let mut writer = BufWriter::with_capacity(64 << 10, stream.try_clone()?);
+    let Some((nsid, structured)) = handshake(&mut reader, &mut writer, &subsystem)? else {
         return Ok(());
     };
-    reader.get_ref().get_ref().set_read_timeout(None)?;
-    transmission(&mut reader, &mut writer, ns, structured)
-}
-
-fn read_u16(r: &mut impl Read) -> std::io::Result<u16> {
-    let mut b = [0u8; 2];
-    r.read_exact(&mut b)?;
-    Ok(u16::from_be_bytes(b))
+    writer.flush()?;
+    stream.set_read_timeout(None)?;
+    // Requests the client sent right after its last option.
+    let early = reader.buffer().to_vec();
+    Transmission::new(subsystem, nsid, structured).run(stream, early)
 }
 
 fn read_u32(r: &mut impl Read) -> std::io::Result<u32> {
@@ -133,25 +133,26 @@ fn option_reply(w: &mut impl Write, option: u32, reply: u32, data: &[u8]) -> std
 }
 
 /// The namespace an export name names.
-fn export<'s>(subsystem: &'s Subsystem, name: &[u8]) -> Option<&'s Namespace> {
+/// The export's namespace and its NSID.
+fn export<'s>(subsystem: &'s Subsystem, name: &[u8]) -> Option<(u32, &'s Namespace)> {
     let n = match name {
         b"" => 1,
         digits => std::str::from_utf8(digits).ok()?.parse().ok()?,
     };
-    subsystem.namespace(n)
+    Some((n, subsystem.namespace(n)?))
 }
 
 fn size_of(ns: &Namespace) -> u64 {
     ns.block_count * ns.block_size_bytes as u64
 }
 
-/// Option haggling; the namespace chosen and whether replies are
-/// structured, or None when the client ended it.
-fn handshake<'s>(
+/// Option haggling; the namespace chosen (its NSID) and whether replies
+/// are structured, or None when the client ended it.
+fn handshake(
     r: &mut impl Read,
     w: &mut impl Write,
-    subsystem: &'s Subsystem,
-) -> std::io::Result<Option<(&'s Namespace, bool)>> {
+    subsystem: &Subsystem,
+) -> std::io::Result<Option<(u32, bool)>> {
     w.write_all(&NBDMAGIC.to_be_bytes())?;
     w.write_all(&IHAVEOPT.to_be_bytes())?;
     w.write_all(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes())?;
@@ -175,7 +176,7 @@ fn handshake<'s>(
         r.read_exact(&mut data)?;
         match option {
             opt::EXPORT_NAME => {
-                let Some(ns) = export(subsystem, &data) else {
+                let Some((nsid, ns)) = export(subsystem, &data) else {
                     return Err(protocol("NBD_OPT_EXPORT_NAME of an export there is not"));
                 };
                 w.write_all(&size_of(ns).to_be_bytes())?;
@@ -184,7 +185,7 @@ fn handshake<'s>(
                     w.write_all(&[0u8; 124])?;
                 }
                 w.flush()?;
-                return Ok(Some((ns, structured)));
+                return Ok(Some((nsid, structured)));
             }
             opt::ABORT => {
                 option_reply(w, option, rep::ACK, &[])?;
@@ -213,7 +214,7 @@ fn handshake<'s>(
                     w.flush()?;
                     continue;
                 };
-                let Some(ns) = export(subsystem, name) else {
+                let Some((nsid, ns)) = export(subsystem, name) else {
                     option_reply(w, option, rep::ERR_UNKNOWN, b"no such export")?;
                     w.flush()?;
                     continue;
@@ -232,7 +233,7 @@ fn handshake<'s>(
                 option_reply(w, option, rep::ACK, &[])?;
                 w.flush()?;
                 if option == opt::GO {
-                    return Ok(Some((ns, structured)));
+                    return Ok(Some((nsid, structured)));
                 }
             }
             _ => {
@@ -340,11 +341,9 @@ fn reply(
     }
 }
 
-/// Requests of one connection run on this many threads at once (NBD
-/// replies carry the request's cookie, so they may come back in any order).
-pub const WORKERS_PER_CONNECTION: usize = 8;
-/// Most requests of one connection received and not yet answered.
-pub const MAX_REQUESTS_IN_FLIGHT: usize = 64;
+/// Bytes of a request's header (magic, flags, type, cookie, offset,
+/// length).
+const REQUEST_HEADER_BYTES: usize = 28;
 
 /// One request as received.
 struct NbdRequest {
@@ -353,134 +352,292 @@ struct NbdRequest {
     cookie: u64,
     offset: u64,
     len: u32,
-    data: Vec<u8>,
 }
 
-/// Reads requests and runs them until the client disconnects. A request
-/// that arrives with nothing else in flight or waiting in the read buffer
-/// (a client at queue depth 1) runs on the reading thread, answered at
-/// once; the others go to the connection's workers, which run them against
-/// the namespace at the same time. Replies go out one at a time on the
-/// shared writer.
-fn transmission<W: Write + Send, R: Read>(
-    r: &mut BufReader<R>,
-    w: &mut W,
-    ns: &Namespace,
-    structured: bool,
-) -> std::io::Result<()> {
-    let conn = Replies {
-        writer: std::sync::Mutex::new(w),
-        failed: AtomicBool::new(false),
-        in_flight: AtomicUsize::new(0),
-        ns,
-        structured,
-    };
-    let (tx, rx) = crossbeam_channel::bounded::<NbdRequest>(MAX_REQUESTS_IN_FLIGHT);
-    std::thread::scope(|scope| {
-        for _ in 0..WORKERS_PER_CONNECTION {
-            let (rx, conn) = (rx.clone(), &conn);
-            scope.spawn(move || {
-                let mut buf = Vec::new();
-                for request in rx.iter() {
-                    let answered = conn.answer(&request, &mut buf);
-                    conn.in_flight.fetch_sub(1, Ordering::AcqRel);
-                    if answered.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-        drop(rx);
-        let outcome = receive_requests(r, &tx, &conn);
-        drop(tx);
-        outcome
-    })
-}
-
-/// What the threads of one connection share to answer its requests.
-struct Replies<'w, 'n, W: Write> {
-    writer: std::sync::Mutex<&'w mut W>,
-    /// A reply could not be sent: the connection is over.
-    failed: AtomicBool,
-    /// Requests handed to the workers and not yet answered.
-    in_flight: AtomicUsize,
-    ns: &'n Namespace,
-    structured: bool,
-}
-
-impl<W: Write> Replies<'_, '_, W> {
-    /// Runs `request` and sends its reply; `buf` holds a read's bytes.
-    fn answer(&self, request: &NbdRequest, buf: &mut Vec<u8>) -> std::io::Result<()> {
-        let answer = run_request(self.ns, request, buf);
-        let mut w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let read = (answer == 0 && request.kind == cmd::READ).then_some((request.offset, &buf[..]));
-        let sent =
-            reply(&mut **w, self.structured, request.cookie, answer, read).and_then(|()| w.flush());
-        if sent.is_err() {
-            self.failed.store(true, Ordering::Relaxed);
-        }
-        sent
-    }
-}
-
-fn receive_requests<R: Read, W: Write>(
-    r: &mut BufReader<R>,
-    tx: &crossbeam_channel::Sender<NbdRequest>,
-    conn: &Replies<'_, '_, W>,
-) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    loop {
-        if conn.failed.load(Ordering::Relaxed) {
-            return Err(protocol("sending a reply failed"));
-        }
-        let magic = match read_u32(r) {
-            Ok(m) => m,
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(()),
-            Err(e) => return Err(e),
+impl NbdRequest {
+    /// The request whose header starts `bytes` (at least
+    /// [`REQUEST_HEADER_BYTES`] of them).
+    fn parse(bytes: &[u8]) -> std::io::Result<NbdRequest> {
+        let be = |range: std::ops::Range<usize>| {
+            bytes[range].iter().fold(0u64, |v, &b| v << 8 | b as u64)
         };
-        if magic != REQUEST_MAGIC {
+        if be(0..4) as u32 != REQUEST_MAGIC {
             return Err(protocol("a request without the request magic"));
         }
-        let flags = read_u16(r)?;
-        let kind = read_u16(r)?;
-        let cookie = read_u64(r)?;
-        let offset = read_u64(r)?;
-        let len = read_u32(r)?;
-        let mut data = Vec::new();
-        if kind == cmd::WRITE {
-            if len > MAX_REQUEST_BYTES {
-                return Err(protocol("a write past the request limit"));
-            }
-            data.resize(len as usize, 0);
-            r.read_exact(&mut data)?;
-        }
-        if kind == cmd::DISC {
-            // The workers finish what was sent before it; then the end.
-            return Ok(());
-        }
-        let request = NbdRequest {
-            flags,
-            kind,
-            cookie,
-            offset,
-            len,
-            data,
-        };
-        if conn.in_flight.load(Ordering::Acquire) == 0 && r.buffer().is_empty() {
-            // Alone: no hand-over to a worker (a wake-up) on its way.
-            conn.answer(&request, &mut buf)?;
-            continue;
-        }
-        conn.in_flight.fetch_add(1, Ordering::AcqRel);
-        if tx.send(request).is_err() {
-            return Err(protocol("the connection's workers stopped"));
+        Ok(NbdRequest {
+            flags: be(4..6) as u16,
+            kind: be(6..8) as u16,
+            cookie: be(8..16),
+            offset: be(16..24),
+            len: be(24..28) as u32,
+        })
+    }
+
+    /// Bytes of data that follow the header.
+    fn data_bytes(&self) -> usize {
+        if self.kind == cmd::WRITE {
+            self.len as usize
+        } else {
+            0
         }
     }
+}
+
+/// A request at the device: what its reply needs.
+struct AtDevice {
+    cookie: u64,
+    offset: u64,
+}
+
+/// One client's transmission phase, on its connection's thread. Block-
+/// aligned reads and writes of up to one transfer (without FUA) go to the
+/// device as they arrive, on the connection's own engine, data in pinned
+/// pool buffers both ways, and are answered as they complete (NBD replies
+/// carry the request's cookie: any order). Every other request — a flush,
+/// trim, write zeroes, FUA, unaligned or large request — runs on this
+/// thread after the requests at the device, so it sees their effects.
+struct Transmission {
+    subsystem: Arc<Subsystem>,
+    nsid: u32,
+    structured: bool,
+    data_path: DataPath,
+    /// By the tag given to the data path; `None` slots are free.
+    at_device: Vec<Option<AtDevice>>,
+    free_tags: Vec<usize>,
+    finished: std::collections::VecDeque<Finished>,
+    out: Outgoing,
+    scratch: Vec<u8>,
+}
+
+/// Most replies sent together (see the NVMe/TCP target's answer groups).
+const REPLY_GROUP: usize = 8;
+
+impl Transmission {
+    fn new(subsystem: Arc<Subsystem>, nsid: u32, structured: bool) -> Transmission {
+        Transmission {
+            data_path: DataPath::new(subsystem.clone()),
+            subsystem,
+            nsid,
+            structured,
+            at_device: Vec::new(),
+            free_tags: Vec::new(),
+            finished: std::collections::VecDeque::new(),
+            out: Outgoing::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    fn ns(&self) -> &Namespace {
+        self.subsystem
+            .namespace(self.nsid)
+            .expect("chosen in the handshake")
+    }
+
+    /// Serves requests until the client disconnects; `early` holds bytes
+    /// that came before this phase began.
+    fn run(mut self, mut stream: TcpStream, early: Vec<u8>) -> std::io::Result<()> {
+        let mut buf = early;
+        let (mut start, mut filled) = (0usize, buf.len());
+        buf.resize(buf.len().max(256 << 10), 0);
+        let mut reader = crate::poll::PollingReader::new();
+        let result = loop {
+            // Every whole request already received.
+            let mut need = REQUEST_HEADER_BYTES;
+            let mut disconnect = false;
+            while filled - start >= REQUEST_HEADER_BYTES {
+                let request = match NbdRequest::parse(&buf[start..filled]) {
+                    Ok(r) => r,
+                    Err(e) => return self.end(&mut stream, Err(e)),
+                };
+                if request.kind == cmd::WRITE && request.len > MAX_REQUEST_BYTES {
+                    return self.end(&mut stream, Err(protocol("a write past the request limit")));
+                }
+                let whole = REQUEST_HEADER_BYTES + request.data_bytes();
+                if filled - start < whole {
+                    need = whole;
+                    break;
+                }
+                let data = &buf[start + REQUEST_HEADER_BYTES..start + whole];
+                if request.kind == cmd::DISC {
+                    // What was sent before it is finished; then the end.
+                    disconnect = true;
+                    break;
+                }
+                self.dispatch(&request, data);
+                start += whole;
+            }
+            if disconnect {
+                break Ok(());
+            }
+            self.collect(false);
+            if let Err(e) = self.out.send(&mut stream) {
+                break Err(e);
+            }
+            // Room for what comes next: the partial request to the front.
+            buf.copy_within(start..filled, 0);
+            filled -= start;
+            start = 0;
+            if filled + need > buf.len() {
+                buf.resize(filled + need, 0);
+            }
+            if self.data_path.in_flight() > 0 || !self.finished.is_empty() {
+                // Requests at the device: take what the client sent since,
+                // else wait for the device, not the client.
+                match sluice_io::net::recv_nowait(&stream, &mut buf[filled..]) {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.collect(true),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+                continue;
+            }
+            match reader.read(&mut stream, &mut buf[filled..]) {
+                Ok(0) => break Ok(()),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.end(&mut stream, result)
+    }
+
+    /// Finishes what is at the device and sends its replies (the client
+    /// may still read them), then returns `result`.
+    fn end(mut self, stream: &mut TcpStream, result: std::io::Result<()>) -> std::io::Result<()> {
+        self.drain();
+        let _ = self.out.send(stream);
+        result
+    }
+
+    /// Starts `request` at the device, or runs it here.
+    fn dispatch(&mut self, request: &NbdRequest, data: &[u8]) {
+        if let Some(io) = self.block_io(request) {
+            let tag = self.free_tags.pop().unwrap_or_else(|| {
+                self.at_device.push(None);
+                self.at_device.len() - 1
+            });
+            let started = match request.kind {
+                cmd::READ => self.data_path.start_read(tag as u64, &io),
+                _ => match self.data_path.write_buffer(&io) {
+                    Some(mut buf) => {
+                        buf.write_at(0, data);
+                        self.data_path.start_write(tag as u64, &io, buf).is_ok()
+                    }
+                    None => false,
+                },
+            };
+            if started {
+                self.at_device[tag] = Some(AtDevice {
+                    cookie: request.cookie,
+                    offset: request.offset,
+                });
+                return;
+            }
+            self.free_tags.push(tag);
+        }
+        self.drain();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let error = run_request(self.ns(), request, data, &mut scratch);
+        let read =
+            (error == 0 && request.kind == cmd::READ).then_some((request.offset, &scratch[..]));
+        let _ = reply(
+            &mut self.out.bytes,
+            self.structured,
+            request.cookie,
+            error,
+            read,
+        );
+        self.scratch = scratch;
+    }
+
+    /// The blocks of a read or write the data path takes: whole blocks
+    /// inside the export, one transfer at most, no FUA.
+    fn block_io(&self, request: &NbdRequest) -> Option<crate::datapath::BlockIo> {
+        let bs = self.ns().block_size_bytes as u64;
+        let (offset, len) = (request.offset, request.len as u64);
+        let plain = matches!(request.kind, cmd::READ | cmd::WRITE)
+            && request.flags & CMD_FLAG_FUA == 0
+            && offset.is_multiple_of(bs)
+            && len.is_multiple_of(bs);
+        if !plain {
+            return None;
+        }
+        self.data_path.block_io(self.nsid, offset / bs, len / bs)
+    }
+
+    /// Issues what is queued at the device and collects what finished
+    /// (with `wait` and nothing collected yet, at least one request), then
+    /// replies to up to [`REPLY_GROUP`] of them.
+    fn collect(&mut self, wait: bool) {
+        let wait = wait && self.finished.is_empty();
+        let mut done = Vec::new();
+        self.data_path.collect(wait, &mut done);
+        self.finished.extend(done);
+        for _ in 0..REPLY_GROUP {
+            let Some(f) = self.finished.pop_front() else {
+                break;
+            };
+            self.reply(f);
+        }
+    }
+
+    /// Waits for every request at the device and replies to them all.
+    fn drain(&mut self) {
+        let mut done = Vec::new();
+        self.data_path.drain(&mut done);
+        self.finished.extend(done);
+        while let Some(f) = self.finished.pop_front() {
+            self.reply(f);
+        }
+    }
+
+    fn reply(&mut self, finished: Finished) {
+        let (tag, read, ok) = match finished {
+            Finished::Read { tag, buf } => (tag, Some(buf), true),
+            Finished::Done { tag, ok, .. } => (tag, None, ok),
+        };
+        let Some(r) = self.at_device.get_mut(tag as usize).and_then(Option::take) else {
+            log::error!("NBD: a completion for no request at the device (tag {tag})");
+            return;
+        };
+        self.free_tags.push(tag as usize);
+        match read {
+            Some(buf) => {
+                let out = &mut self.out.bytes;
+                read_reply_header(out, self.structured, r.cookie, r.offset, buf.len());
+                let at = out.len();
+                self.out.insert(at, buf);
+            }
+            None => {
+                let error = if ok { 0 } else { EIO };
+                // Writing into memory cannot fail.
+                let _ = reply(&mut self.out.bytes, self.structured, r.cookie, error, None);
+            }
+        }
+    }
+}
+
+/// Everything of a successful read's reply before its data.
+fn read_reply_header(out: &mut Vec<u8>, structured: bool, cookie: u64, offset: u64, len: usize) {
+    if !structured {
+        out.extend_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
+        out.extend_from_slice(&0u32.to_be_bytes());
+        out.extend_from_slice(&cookie.to_be_bytes());
+        return;
+    }
+    // NBD_REPLY_TYPE_OFFSET_DATA, done: the offset, then the data.
+    out.extend_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+    out.extend_from_slice(&1u16.to_be_bytes());
+    out.extend_from_slice(&1u16.to_be_bytes());
+    out.extend_from_slice(&cookie.to_be_bytes());
+    out.extend_from_slice(&((8 + len) as u32).to_be_bytes());
+    out.extend_from_slice(&offset.to_be_bytes());
 }
 
 /// Runs one request; a read's bytes are left in `buf`. Returns the NBD
 /// error (0: success).
-fn run_request(ns: &Namespace, request: &NbdRequest, buf: &mut Vec<u8>) -> u32 {
+fn run_request(ns: &Namespace, request: &NbdRequest, data: &[u8], buf: &mut Vec<u8>) -> u32 {
     let (offset, len) = (request.offset, request.len);
     let in_range = offset
         .checked_add(len as u64)
@@ -492,7 +649,7 @@ fn run_request(ns: &Namespace, request: &NbdRequest, buf: &mut Vec<u8>) -> u32 {
             buf.resize(len as usize, 0);
             read_bytes(ns, offset, buf).err().unwrap_or(0)
         }
-        cmd::WRITE => write_bytes(ns, offset, &request.data)
+        cmd::WRITE => write_bytes(ns, offset, data)
             .and_then(|()| {
                 if request.flags & CMD_FLAG_FUA != 0 {
                     ns.io.flush(Priority::High).map_err(|_| EIO)

@@ -10,14 +10,14 @@
 
 use crate::command::{status, Completion, SglKind, Sqe};
 use crate::controller::{DataNeed, Outcome, Queue, Subsystem, MAX_TRANSFER_BYTES};
-use crate::datapath::{DataPath, Finished};
+use crate::datapath::{DataPath, Finished, Outgoing};
 use crate::pdu::{
     flags, term_req, DataHeader, Digests, Encoder, Fatal, Fes, Framed, Framer, Header, Limits,
     PFV_1_0,
 };
 use sluice_io::IoBuf;
 use std::collections::HashMap;
-use std::io::{ErrorKind, IoSlice, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -170,11 +170,8 @@ struct Connection {
     initialized: bool,
     pending: HashMap<u16, PendingWrite>,
     next_ttag: u16,
-    /// PDUs to send, but for the read data that goes out from its I/O
-    /// buffer: each `(at, buf)` of `out_bufs` is sent between `out[..at]`
-    /// and `out[at..]`, in order.
-    out: Vec<u8>,
-    out_bufs: Vec<(usize, IoBuf)>,
+    /// PDUs to send, read data from its I/O buffers.
+    out: Outgoing,
     /// Reads and writes at the device.
     data_path: DataPath,
     /// Commands done at the device and not yet answered.
@@ -195,8 +192,7 @@ impl Connection {
             initialized: false,
             pending: HashMap::new(),
             next_ttag: 1,
-            out: Vec::new(),
-            out_bufs: Vec::new(),
+            out: Outgoing::default(),
             data_path: DataPath::new(subsystem),
             finished: std::collections::VecDeque::new(),
         }
@@ -229,7 +225,7 @@ impl Connection {
             };
             // Issue what the PDUs started; answer what is already done.
             self.collect(false);
-            if let Err(e) = self.send(&mut stream) {
+            if let Err(e) = self.out.send(&mut stream) {
                 break Err(format!("sending: {e}"));
             }
             let need = match framed {
@@ -325,8 +321,16 @@ impl Connection {
 
     fn answer(&mut self, finished: Finished) {
         match finished {
-            Finished::Done(c) => self.complete(c),
-            Finished::Read { cid, buf } => {
+            Finished::Done { tag, op, ok } => {
+                let status = match (ok, op) {
+                    (true, _) => crate::command::Status::SUCCESS,
+                    (false, sluice_io::Op::Read) => status::UNRECOVERED_READ,
+                    (false, _) => status::WRITE_FAULT,
+                };
+                self.complete(Completion::new(tag as u16, status));
+            }
+            Finished::Read { tag, buf } => {
+                let cid = tag as u16;
                 let header = Header::C2hData(DataHeader {
                     cccid: cid,
                     ttag: 0,
@@ -339,46 +343,19 @@ impl Connection {
                             &header,
                             flags::LAST_PDU,
                             data,
-                            &mut self.out,
+                            &mut self.out.bytes,
                         );
-                        self.out_bufs.push((at, buf));
+                        self.out.insert(at, buf);
                     }
                     None => {
                         let data = buf.to_vec();
                         self.encoder
-                            .encode(&header, flags::LAST_PDU, &data, &mut self.out);
+                            .encode(&header, flags::LAST_PDU, &data, &mut self.out.bytes);
                     }
                 }
                 self.complete(Completion::new(cid, crate::command::Status::SUCCESS));
             }
         }
-    }
-
-    /// Sends every PDU built, read data from its I/O buffers.
-    fn send(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
-        if self.out_bufs.is_empty() {
-            if !self.out.is_empty() {
-                stream.write_all(&self.out)?;
-                self.out.clear();
-            }
-            return Ok(());
-        }
-        let mut slices = Vec::with_capacity(self.out_bufs.len() * 2 + 1);
-        let mut from = 0;
-        for (at, buf) in &self.out_bufs {
-            slices.push(IoSlice::new(&self.out[from..*at]));
-            slices.push(IoSlice::new(
-                buf.as_slice().expect("kept only when contiguous"),
-            ));
-            from = *at;
-        }
-        slices.push(IoSlice::new(&self.out[from..]));
-        slices.retain(|s| !s.is_empty());
-        write_all_vectored(stream, &mut slices)?;
-        drop(slices);
-        self.out.clear();
-        self.out_bufs.clear();
-        Ok(())
     }
 
     fn handle(&mut self, header: Header, data: &[u8], data_digest_ok: bool) -> Result<(), Fatal> {
@@ -428,7 +405,7 @@ impl Connection {
             },
             0,
             &[],
-            &mut self.out,
+            &mut self.out.bytes,
         );
         log::debug!(
             "ICReq: header digest {}, data digest {}, HPDA {hpda}",
@@ -467,8 +444,12 @@ impl Connection {
         match self.queue.data_need(&sqe) {
             Err(s) => self.complete(Completion::new(sqe.cid(), s)),
             Ok(DataNeed::None) => {
-                let started =
-                    self.queue.independent(&sqe).is_some() && self.data_path.start_read(&sqe);
+                let started = self.queue.independent(&sqe).is_some()
+                    && sqe.opcode() == crate::nvm::opcode::READ
+                    && self.data_path.nvme_io(&sqe).is_some_and(|io| {
+                        sqe.sgl().length as usize == io.bytes
+                            && self.data_path.start_read(sqe.cid() as u64, &io)
+                    });
                 if !started {
                     self.run_command(&sqe, &[]);
                 }
@@ -477,13 +458,28 @@ impl Connection {
         }
     }
 
+    /// The blocks of a plain Write of `len_bytes` this connection keeps in
+    /// flight, or `None` (the slow way).
+    fn plain_write(&self, sqe: &Sqe, len_bytes: usize) -> Option<crate::datapath::BlockIo> {
+        if self.queue.independent(sqe).is_none() || sqe.opcode() != crate::nvm::opcode::WRITE {
+            return None;
+        }
+        self.data_path
+            .nvme_io(sqe)
+            .filter(|io| io.bytes == len_bytes)
+    }
+
     /// A command with its data in the capsule: a plain Write goes to the
     /// device from a pinned buffer, anything else the slow way.
     fn write_in_capsule(&mut self, sqe: &Sqe, data: &[u8]) {
-        if self.queue.independent(sqe).is_some() {
-            if let Some(mut buf) = self.data_path.write_buffer(sqe, data.len()) {
+        if let Some(io) = self.plain_write(sqe, data.len()) {
+            if let Some(mut buf) = self.data_path.write_buffer(&io) {
                 buf.write_at(0, data);
-                if self.data_path.start_write(sqe, buf).is_ok() {
+                if self
+                    .data_path
+                    .start_write(sqe.cid() as u64, &io, buf)
+                    .is_ok()
+                {
                     return;
                 }
             }
@@ -504,8 +500,8 @@ impl Connection {
         }
         let ttag = self.next_ttag;
         self.next_ttag = self.next_ttag.wrapping_add(1).max(1);
-        let pinned = match self.queue.independent(&sqe) {
-            Some(_) => self.data_path.write_buffer(&sqe, len),
+        let pinned = match self.plain_write(&sqe, len) {
+            Some(io) => self.data_path.write_buffer(&io),
             None => None,
         };
         let data = match pinned {
@@ -521,7 +517,7 @@ impl Connection {
             },
             0,
             &[],
-            &mut self.out,
+            &mut self.out.bytes,
         );
         self.pending.insert(
             cid,
@@ -576,7 +572,11 @@ impl Connection {
             match p.data {
                 Staging::Heap(data) => self.run_command(&p.sqe, &data),
                 Staging::Pinned(buf) => {
-                    if let Err(buf) = self.data_path.start_write(&p.sqe, buf) {
+                    let started = match self.plain_write(&p.sqe, buf.len()) {
+                        Some(io) => self.data_path.start_write(p.sqe.cid() as u64, &io, buf),
+                        None => Err(buf),
+                    };
+                    if let Err(buf) = started {
                         self.run_command(&p.sqe, &buf.to_vec());
                     }
                 }
@@ -614,7 +614,7 @@ impl Connection {
                         }),
                         flags::LAST_PDU,
                         &data[..len],
-                        &mut self.out,
+                        &mut self.out.bytes,
                     );
                 }
                 self.complete(completion);
@@ -623,27 +623,11 @@ impl Connection {
     }
 
     fn complete(&mut self, completion: Completion) {
-        self.encoder
-            .encode(&Header::CapsuleResp(completion), 0, &[], &mut self.out);
+        self.encoder.encode(
+            &Header::CapsuleResp(completion),
+            0,
+            &[],
+            &mut self.out.bytes,
+        );
     }
-}
-
-/// Writes every byte of `slices`, in order, with as few system calls as the
-/// socket allows.
-fn write_all_vectored(
-    stream: &mut TcpStream,
-    mut slices: &mut [IoSlice<'_>],
-) -> std::io::Result<()> {
-    // The kernel takes at most IOV_MAX (1024) pieces per call.
-    const MAX_PIECES: usize = 1024;
-    while !slices.is_empty() {
-        let n = slices.len().min(MAX_PIECES);
-        match stream.write_vectored(&slices[..n]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(written) => IoSlice::advance_slices(&mut slices, written),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }

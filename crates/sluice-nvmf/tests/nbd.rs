@@ -1,0 +1,267 @@
+//! NBD at the byte level: a client that pipelines a batch of requests —
+//! block-aligned reads and writes (which go to the device as they arrive),
+//! unaligned and FUA writes, trims, flushes (which run after them) — and
+//! checks every reply, by cookie, against a model of the export, with
+//! simple and with structured replies.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
+
+use rand::{Rng, SeedableRng};
+use sluice_io::{FileDevice, FileOptions};
+use sluice_nvmf::controller::{Namespace, Subsystem};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+const DEVICE_BYTES: u64 = 8 << 20;
+const REQUEST_MAGIC: u32 = 0x2560_9513;
+const SIMPLE_REPLY_MAGIC: u32 = 0x6744_6698;
+const STRUCTURED_REPLY_MAGIC: u32 = 0x668e_33ef;
+const IHAVEOPT: u64 = 0x4948_4156_454f_5054;
+const READ: u16 = 0;
+const WRITE: u16 = 1;
+const DISC: u16 = 2;
+const FLUSH: u16 = 3;
+const TRIM: u16 = 4;
+const FUA: u16 = 1;
+
+fn start() -> (String, Arc<AtomicBool>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ns.dev");
+    let dev = FileDevice::create(&path, DEVICE_BYTES, &FileOptions::default()).unwrap();
+    let ns = Namespace::new(Arc::new(dev)).unwrap();
+    let subsystem = Arc::new(Subsystem::new("nqn.test".into(), vec![ns], Vec::new()));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || sluice_nvmf::nbd::serve(listener, subsystem, 16, s));
+    (address, stop, dir)
+}
+
+fn u32_of(b: &[u8]) -> u32 {
+    u32::from_be_bytes(b.try_into().unwrap())
+}
+
+fn u64_of(b: &[u8]) -> u64 {
+    u64::from_be_bytes(b.try_into().unwrap())
+}
+
+fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    s.read_exact(&mut b).unwrap();
+    b
+}
+
+/// Fixed newstyle, no zeroes; structured replies when asked; export "1".
+fn connect(address: &str, structured: bool) -> TcpStream {
+    let mut s = TcpStream::connect(address).unwrap();
+    s.set_nodelay(true).unwrap();
+    let greeting = read_n(&mut s, 18);
+    assert_eq!(&greeting[..8], b"NBDMAGIC");
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    let option = |s: &mut TcpStream, opt: u32, data: &[u8]| {
+        let mut o = IHAVEOPT.to_be_bytes().to_vec();
+        o.extend_from_slice(&opt.to_be_bytes());
+        o.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        o.extend_from_slice(data);
+        s.write_all(&o).unwrap();
+    };
+    if structured {
+        option(&mut s, 8, &[]);
+        let head = read_n(&mut s, 20);
+        assert_eq!(u32_of(&head[12..16]), 1, "NBD_REP_ACK");
+    }
+    option(&mut s, 1, b"1");
+    let info = read_n(&mut s, 10);
+    assert_eq!(u64_of(&info[..8]), DEVICE_BYTES);
+    s
+}
+
+fn request(out: &mut Vec<u8>, flags: u16, kind: u16, cookie: u64, offset: u64, len: u32) {
+    out.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&kind.to_be_bytes());
+    out.extend_from_slice(&cookie.to_be_bytes());
+    out.extend_from_slice(&offset.to_be_bytes());
+    out.extend_from_slice(&len.to_be_bytes());
+}
+
+/// One reply: its cookie, error and, for a read, its data (`read_len`
+/// says how long a simple reply's data is).
+fn reply(
+    s: &mut TcpStream,
+    structured: bool,
+    read_len: &HashMap<u64, usize>,
+) -> (u64, u32, Vec<u8>) {
+    if !structured {
+        let head = read_n(s, 16);
+        assert_eq!(u32_of(&head[..4]), SIMPLE_REPLY_MAGIC);
+        let (error, cookie) = (u32_of(&head[4..8]), u64_of(&head[8..16]));
+        let n = if error == 0 {
+            read_len.get(&cookie).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        return (cookie, error, read_n(s, n));
+    }
+    let head = read_n(s, 20);
+    assert_eq!(u32_of(&head[..4]), STRUCTURED_REPLY_MAGIC);
+    assert_eq!(u16::from_be_bytes([head[4], head[5]]), 1, "one chunk, done");
+    let kind = u16::from_be_bytes([head[6], head[7]]);
+    let cookie = u64_of(&head[8..16]);
+    let payload = read_n(s, u32_of(&head[16..20]) as usize);
+    match kind {
+        0 => (cookie, 0, Vec::new()),
+        1 => (cookie, 0, payload[8..].to_vec()),
+        0x8001 => (cookie, u32_of(&payload[..4]), Vec::new()),
+        other => panic!("reply type {other:#x}"),
+    }
+}
+
+#[test]
+fn pipelined_requests_of_every_kind_match_a_model_of_the_export() {
+    const REGION: usize = 64 << 10;
+    let (address, _stop, _dir) = start();
+    let regions = DEVICE_BYTES as usize / REGION;
+    let mut model = vec![0u8; DEVICE_BYTES as usize];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    for structured in [false, true] {
+        let mut s = connect(&address, structured);
+        for round in 0..6 {
+            let mut order: Vec<usize> = (0..regions).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.gen_range(0..=i));
+            }
+            let before = model.clone();
+            let mut out = Vec::new();
+            let mut expect: HashMap<u64, Option<Vec<u8>>> = HashMap::new();
+            let mut read_len = HashMap::new();
+            for (k, &region) in order.iter().take(100).enumerate() {
+                let cookie = (round * 1000 + k) as u64 | (structured as u64) << 40;
+                let base = region * REGION;
+                // Distinct regions: no two requests of a batch overlap.
+                let (offset, len) = match k % 5 {
+                    // Whole blocks: to the device as they arrive.
+                    0..=2 => (base, 4096 * rng.gen_range(1..=16)),
+                    // Not whole blocks: read, patched and written back.
+                    _ => (base + rng.gen_range(1..4000), rng.gen_range(1..20_000)),
+                };
+                match k % 4 {
+                    0 | 1 => {
+                        let data: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+                        let flags = if k % 7 == 0 { FUA } else { 0 };
+                        request(&mut out, flags, WRITE, cookie, offset as u64, len as u32);
+                        out.extend_from_slice(&data);
+                        model[offset..offset + len].copy_from_slice(&data);
+                        expect.insert(cookie, None);
+                    }
+                    2 => {
+                        request(&mut out, 0, READ, cookie, offset as u64, len as u32);
+                        read_len.insert(cookie, len);
+                        expect.insert(cookie, Some(before[offset..offset + len].to_vec()));
+                    }
+                    _ => {
+                        request(&mut out, 0, TRIM, cookie, offset as u64, len as u32);
+                        model[offset..offset + len].fill(0);
+                        expect.insert(cookie, None);
+                    }
+                }
+                if k == 50 {
+                    request(&mut out, 0, FLUSH, 1 << 50, 0, 0);
+                    expect.insert(1 << 50, None);
+                }
+            }
+            // A read past the end fails alone.
+            let past = 1 << 51;
+            request(&mut out, 0, READ, past, DEVICE_BYTES - 4096, 8192);
+            s.write_all(&out).unwrap();
+            let mut answered = 0;
+            let requests = expect.len() + 1;
+            while answered < requests {
+                let (cookie, error, data) = reply(&mut s, structured, &read_len);
+                answered += 1;
+                if cookie == past {
+                    assert_eq!(error, 28, "ENOSPC past the end");
+                    continue;
+                }
+                assert_eq!(error, 0, "round {round}, cookie {cookie}");
+                match expect.remove(&cookie).unwrap_or_else(|| {
+                    panic!(
+                        "one reply per request: {cookie:#x} round {round} structured {structured}"
+                    )
+                }) {
+                    Some(want) => assert!(data == want, "round {round}: read {cookie}"),
+                    None => assert!(data.is_empty()),
+                }
+            }
+            assert!(expect.is_empty(), "every request answered");
+        }
+        // Everything back, whole blocks at a time.
+        let mut out = Vec::new();
+        let mut read_len = HashMap::new();
+        for i in 0..regions {
+            request(
+                &mut out,
+                0,
+                READ,
+                i as u64,
+                (i * REGION) as u64,
+                REGION as u32,
+            );
+            read_len.insert(i as u64, REGION);
+        }
+        s.write_all(&out).unwrap();
+        for _ in 0..regions {
+            let (cookie, error, data) = reply(&mut s, structured, &read_len);
+            assert_eq!(error, 0);
+            let at = cookie as usize * REGION;
+            assert!(data == model[at..at + REGION], "region {cookie}");
+        }
+        let mut bye = Vec::new();
+        request(&mut bye, 0, DISC, 0, 0, 0);
+        s.write_all(&bye).unwrap();
+    }
+}
+
+#[test]
+fn a_client_that_leaves_with_requests_at_the_device_leaves_the_export_usable() {
+    let (address, _stop, _dir) = start();
+    for round in 0..5u8 {
+        let mut s = connect(&address, round % 2 == 0);
+        let mut out = Vec::new();
+        for k in 0..64u64 {
+            request(&mut out, 0, WRITE, k, k * 4096, 4096);
+            out.extend_from_slice(&[round + 1; 4096]);
+        }
+        s.write_all(&out).unwrap();
+        drop(s);
+    }
+    // Every block whole, from one of the rounds; an unaligned write (which
+    // needs the namespace's write gate alone) still goes through.
+    let mut s = connect(&address, false);
+    let mut out = Vec::new();
+    request(&mut out, 0, WRITE, 1, 100, 10);
+    out.extend_from_slice(&[9u8; 10]);
+    request(&mut out, 0, READ, 2, 0, 64 * 4096);
+    s.write_all(&out).unwrap();
+    let read_len = HashMap::from([(2u64, 64 * 4096)]);
+    let mut got = HashMap::new();
+    for _ in 0..2 {
+        let (cookie, error, data) = reply(&mut s, false, &read_len);
+        assert_eq!(error, 0);
+        got.insert(cookie, data);
+    }
+    let data = &got[&2];
+    for (k, block) in data.chunks(4096).enumerate() {
+        let skip = if k == 0 { 110 } else { 0 };
+        assert!(
+            block[skip..]
+                .iter()
+                .all(|&b| b == block[skip] && (1..=5).contains(&b)),
+            "block {k}"
+        );
+    }
+    assert_eq!(&data[100..110], &[9u8; 10]);
+}
