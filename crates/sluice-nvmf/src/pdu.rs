@@ -298,6 +298,19 @@ pub enum Framed<'a> {
     Pdu(Pdu<'a>, usize),
 }
 
+/// A PDU's header, with where its data lies ([`Framer::data_header`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataPdu {
+    /// The decoded header.
+    pub header: Header,
+    /// Bytes from the PDU's start to its data (PDO).
+    pub data_offset: usize,
+    /// Bytes of data.
+    pub data_len: usize,
+    /// Whether a data digest (CRC32C, 4 bytes, little-endian) follows it.
+    pub data_digest: bool,
+}
+
 /// Frames PDUs of one connection: knows its negotiated digests and limits.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Framer {
@@ -348,6 +361,39 @@ impl Framer {
             },
             plen,
         ))
+    }
+
+    /// The header of the PDU at the front of `bytes` once everything up to
+    /// its data has arrived (the data itself need not have): for a receiver
+    /// that reads the data straight into its own buffer. `None`: more bytes
+    /// are needed first, or the PDU carries no data. Checked as
+    /// [`Framer::next`] checks it.
+    pub fn data_header(&self, bytes: &[u8]) -> Result<Option<DataPdu>, Fatal> {
+        if bytes.len() < COMMON_HEADER_BYTES {
+            return Ok(None);
+        }
+        let common = self.common(bytes)?;
+        let (hlen, pdo) = (common.hlen as usize, common.pdo as usize);
+        if pdo == 0 || bytes.len() < pdo {
+            return Ok(None);
+        }
+        let hdgst = common.pdu_type.has_digests() && common.flags & flags::HDGST != 0;
+        if hdgst {
+            let want = crc32c::crc32c(&bytes[..hlen]);
+            if u32_at(bytes, hlen) != Some(want) {
+                return Err(fatal(Fes::HeaderDigest, 0, "header digest does not match"));
+            }
+        }
+        let header = specific(common.pdu_type, &bytes[..hlen])?;
+        let ddgst = common.pdu_type.has_digests() && common.flags & flags::DDGST != 0;
+        let data_len = common.plen as usize - pdo - if ddgst { DIGEST_BYTES } else { 0 };
+        check_data_length(&header, data_len)?;
+        Ok(Some(DataPdu {
+            header,
+            data_offset: pdo,
+            data_len,
+            data_digest: ddgst,
+        }))
     }
 
     /// Decodes and checks the common header against the type and the

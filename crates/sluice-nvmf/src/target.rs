@@ -17,7 +17,7 @@ use crate::pdu::{
 };
 use sluice_io::IoBuf;
 use std::collections::HashMap;
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,6 +35,10 @@ pub const MAX_PENDING_WRITES: usize = 128;
 /// groups, the host's next commands arrive (and go to the device) while
 /// the rest are still being sent.
 const ANSWER_GROUP: usize = 8;
+/// Least data of an H2CData PDU still to come for it to be read straight
+/// into its write's pinned buffer (smaller remainders come with the next
+/// read into the receive buffer, in one system call with what follows).
+const DIRECT_MIN_BYTES: usize = 16 << 10;
 /// How often a blocked connection looks at the clock and the stop flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
 /// How long a connection may take to send its ICReq and Connect.
@@ -237,6 +241,21 @@ impl Connection {
             };
             if stop.load(Ordering::Relaxed) {
                 break Ok(());
+            }
+            if need >= DIRECT_MIN_BYTES {
+                match self.receive_direct(&mut stream, &buf[start..filled], stop) {
+                    Ok(Some(used)) => {
+                        start += used;
+                        last_heard = Instant::now();
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(Stop::Fatal(fatal)) => {
+                        let _ = stream.write_all(&term_req(&fatal, &buf[start..filled]));
+                        break Err(format!("fatal transport error: {fatal}"));
+                    }
+                    Err(Stop::Io(e)) => break Err(e),
+                }
             }
             // Room for what comes next: move the partial PDU to the front.
             buf.copy_within(start..filled, 0);
@@ -532,6 +551,17 @@ impl Connection {
     }
 
     fn h2c_data(&mut self, d: DataHeader, data: &[u8], digest_ok: bool) -> Result<(), Fatal> {
+        let p = self.expecting(&d, data.len())?;
+        p.data.put(p.received, data);
+        p.received += data.len();
+        p.digest_ok &= digest_ok;
+        self.h2c_received(d.cccid);
+        Ok(())
+    }
+
+    /// The write an H2CData PDU of `len` bytes is for, checked against
+    /// what its R2T asked for.
+    fn expecting(&mut self, d: &DataHeader, len: usize) -> Result<&mut PendingWrite, Fatal> {
         let out_of_range = |reason| Fatal {
             fes: Fes::DataOutOfRange,
             fei: 12,
@@ -556,33 +586,84 @@ impl Connection {
                 "H2CData not at the next offset of the transfer",
             ));
         }
-        let end = p.received + data.len();
-        if end > p.data.len() {
+        if p.received + len > p.data.len() {
             return Err(out_of_range("H2CData past the end of the transfer"));
         }
-        p.data.put(p.received, data);
-        p.received = end;
-        p.digest_ok &= digest_ok;
-        if end == p.data.len() {
-            let p = self.pending.remove(&d.cccid).expect("present");
-            if !p.digest_ok {
-                self.complete(Completion::new(d.cccid, status::TRANSIENT_TRANSPORT));
-                return Ok(());
-            }
-            match p.data {
-                Staging::Heap(data) => self.run_command(&p.sqe, &data),
-                Staging::Pinned(buf) => {
-                    let started = match self.plain_write(&p.sqe, buf.len()) {
-                        Some(io) => self.data_path.start_write(p.sqe.cid() as u64, &io, buf),
-                        None => Err(buf),
-                    };
-                    if let Err(buf) = started {
-                        self.run_command(&p.sqe, &buf.to_vec());
-                    }
+        Ok(p)
+    }
+
+    /// Runs the write `cccid` once all its data is here.
+    fn h2c_received(&mut self, cccid: u16) {
+        let Some(p) = self.pending.get(&cccid) else {
+            return;
+        };
+        if p.received < p.data.len() {
+            return;
+        }
+        let p = self.pending.remove(&cccid).expect("present");
+        if !p.digest_ok {
+            self.complete(Completion::new(cccid, status::TRANSIENT_TRANSPORT));
+            return;
+        }
+        match p.data {
+            Staging::Heap(data) => self.run_command(&p.sqe, &data),
+            Staging::Pinned(buf) => {
+                let started = match self.plain_write(&p.sqe, buf.len()) {
+                    Some(io) => self.data_path.start_write(p.sqe.cid() as u64, &io, buf),
+                    None => Err(buf),
+                };
+                if let Err(buf) = started {
+                    self.run_command(&p.sqe, &buf.to_vec());
                 }
             }
         }
-        Ok(())
+    }
+
+    /// When the PDU begun in `partial` (everything received of it) is an
+    /// H2CData whose data is still mostly on its way, for a write received
+    /// into a pinned buffer: reads the rest of its data from `stream`
+    /// straight into that buffer — no staging copy — and its digest.
+    /// Returns the bytes of `partial` it used (all of them), or `None` to
+    /// let the PDU be framed as usual.
+    fn receive_direct(
+        &mut self,
+        stream: &mut TcpStream,
+        partial: &[u8],
+        stop: &AtomicBool,
+    ) -> Result<Option<usize>, Stop> {
+        let Some(pdu) = self.framer.data_header(partial).map_err(Stop::Fatal)? else {
+            return Ok(None);
+        };
+        let Header::H2cData(d) = pdu.header else {
+            return Ok(None);
+        };
+        let data_end = pdu.data_offset + pdu.data_len;
+        if partial.len() >= data_end || data_end - partial.len() < DIRECT_MIN_BYTES {
+            return Ok(None);
+        }
+        let p = self.expecting(&d, pdu.data_len).map_err(Stop::Fatal)?;
+        let at = p.received;
+        let Staging::Pinned(buf) = &mut p.data else {
+            return Ok(None);
+        };
+        let Some(slice) = buf.as_mut_slice() else {
+            return Ok(None);
+        };
+        let dst = &mut slice[at..at + pdu.data_len];
+        let have = partial.len() - pdu.data_offset;
+        dst[..have].copy_from_slice(&partial[pdu.data_offset..]);
+        read_exact_patiently(stream, &mut dst[have..], stop)?;
+        let ok = if pdu.data_digest {
+            let mut digest = [0u8; 4];
+            read_exact_patiently(stream, &mut digest, stop)?;
+            u32::from_le_bytes(digest) == crc32c::crc32c(dst)
+        } else {
+            true
+        };
+        p.received += pdu.data_len;
+        p.digest_ok &= ok;
+        self.h2c_received(d.cccid);
+        Ok(Some(partial.len()))
     }
 
     /// Runs a command to completion on this thread, after the commands at
@@ -630,4 +711,47 @@ impl Connection {
             &mut self.out.bytes,
         );
     }
+}
+
+/// Why a connection stops.
+enum Stop {
+    /// The host broke the transport's rules: a TermReq goes back.
+    Fatal(Fatal),
+    /// The socket failed, or the node is stopping.
+    Io(String),
+}
+
+/// Fills `dst` from `stream`, waiting through its read timeouts (the host
+/// is in the middle of a PDU) until the node stops or the host has sent
+/// nothing for [`SETUP_TIMEOUT`].
+fn read_exact_patiently(
+    stream: &mut TcpStream,
+    dst: &mut [u8],
+    stop: &AtomicBool,
+) -> Result<(), Stop> {
+    let mut done = 0;
+    let mut last_bytes = Instant::now();
+    while done < dst.len() {
+        match stream.read(&mut dst[done..]) {
+            Ok(0) => return Err(Stop::Io("the host closed the connection mid-PDU".into())),
+            Ok(n) => {
+                done += n;
+                last_bytes = Instant::now();
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if stop.load(Ordering::Relaxed) {
+                    return Err(Stop::Io("the node is stopping".into()));
+                }
+                if last_bytes.elapsed() > SETUP_TIMEOUT {
+                    return Err(Stop::Io(format!(
+                        "no byte of a PDU's data for {} s",
+                        SETUP_TIMEOUT.as_secs()
+                    )));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(Stop::Io(format!("receiving: {e}"))),
+        }
+    }
+    Ok(())
 }

@@ -735,3 +735,75 @@ fn a_host_that_leaves_with_commands_in_flight_leaves_no_write_held() {
         }
     });
 }
+
+/// A host that sends an H2CData PDU's header and then its data slowly: the
+/// data is read straight into the write's pinned buffer (the rest of the
+/// PDU is not in the receive buffer yet), its digest checked there.
+#[test]
+fn h2c_data_that_arrives_after_its_header_lands_whole_and_is_digest_checked() {
+    use sluice_nvmf::command::{Completion, Sgl, SglKind};
+    use sluice_nvmf::initiator::rw;
+    use sluice_nvmf::nvm::opcode;
+    use sluice_nvmf::pdu::{DataHeader, Encoder};
+    let digests = Digests {
+        header: true,
+        data: true,
+    };
+    let t = start(Vec::new());
+    let (_admin, mut io) = connect(&t, digests);
+    let encoder = Encoder {
+        digests,
+        data_alignment: 0,
+    };
+    for (round, corrupt) in [(0u16, false), (1, true), (2, false)] {
+        let lba = 400 + round as u64 * 32;
+        let data: Vec<u8> = (0..128 << 10)
+            .map(|i: u32| (i * 7 + round as u32) as u8)
+            .collect();
+        let sqe = rw(opcode::WRITE, 1, lba, 32)
+            .with_cid(100 + round)
+            .with_sgl(Sgl {
+                address: 0,
+                length: data.len() as u32,
+                kind: SglKind::Transport,
+            });
+        let mut out = Vec::new();
+        encoder.encode(&Header::CapsuleCmd(sqe), 0, &[], &mut out);
+        io.send_raw(&out).unwrap();
+        let (r2t, _) = io.receive_any().unwrap();
+        let Header::R2t { cccid, ttag, .. } = r2t else {
+            panic!("{r2t:?}")
+        };
+        out.clear();
+        let header = Header::H2cData(DataHeader {
+            cccid,
+            ttag,
+            datao: 0,
+            datal: data.len() as u32,
+        });
+        encoder.encode(&header, sluice_nvmf::pdu::flags::LAST_PDU, &data, &mut out);
+        if corrupt {
+            let last = out.len() - 1;
+            out[last] ^= 1;
+        }
+        // The header and a little data, then the rest in pieces.
+        io.send_raw(&out[..1000]).unwrap();
+        for piece in out[1000..].chunks(40_000) {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            io.send_raw(piece).unwrap();
+        }
+        let (resp, _) = io.receive_any().unwrap();
+        let Header::CapsuleResp(Completion { cid, status: s, .. }) = resp else {
+            panic!("{resp:?}")
+        };
+        assert_eq!(cid, 100 + round);
+        let back = io.read(1, lba, 32, BLOCK).unwrap();
+        if corrupt {
+            assert_eq!(s, status::TRANSIENT_TRANSPORT, "a bad data digest");
+            assert!(back.iter().all(|&b| b == 0), "nothing of it written");
+        } else {
+            assert!(s.is_success(), "{s:?}");
+            assert!(back == data, "round {round}: the data, whole");
+        }
+    }
+}
