@@ -6,8 +6,12 @@
 //! - **sluice node, NBD**: fio's `nbd` engine against `sluice node --nbd`;
 //! - **nbdkit**: the same fio job against nbdkit's file plugin
 //!   (`cache=none`) on the same file;
-//! - **sluice node, NVMe/TCP**: our initiator, one command in flight per
-//!   queue, QD queues (QD1 rows: one).
+//! - **sluice node, NVMe/TCP**: our initiator, the row's depth kept in
+//!   flight as a pipeline on `--initiator-queues` I/O queues (default 1:
+//!   one queue, one thread, as fio's local side runs it).
+//!
+//! tgt (iSCSI) is not a side: fio's libiscsi engine is not in Debian's fio
+//! build, and this machine's kernel has no iSCSI initiator (no modules).
 //!
 //! Rows: 4 KiB random read and write at QD1 and QD32, 128 KiB sequential
 //! read and write at QD8. Sides alternate their order from run to run;
