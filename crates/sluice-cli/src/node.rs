@@ -39,6 +39,26 @@ pub struct NodeArgs {
     /// Most connections at once (a host opens one per queue).
     #[arg(long, default_value_t = sluice_nvmf::target::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// NBD over TLS (NBD_OPT_STARTTLS): this PEM certificate chain, with
+    /// --nbd-tls-key (clients: nbds:// URIs).
+    #[arg(long, value_name = "PEM", requires = "nbd_tls_key")]
+    nbd_tls_cert: Option<PathBuf>,
+    /// The private key of --nbd-tls-cert (PEM).
+    #[arg(long, value_name = "PEM", requires = "nbd_tls_cert")]
+    nbd_tls_key: Option<PathBuf>,
+    /// With a certificate: `require` refuses clients that do not start TLS
+    /// first, `on` lets them choose.
+    #[arg(long, value_enum, default_value_t = NbdTls::Require, requires = "nbd_tls_cert")]
+    nbd_tls: NbdTls,
+}
+
+/// Whether NBD clients must use TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum NbdTls {
+    /// Clients choose.
+    On,
+    /// Only clients that start TLS first.
+    Require,
 }
 
 pub fn run(args: &NodeArgs) -> Result<()> {
@@ -59,6 +79,15 @@ pub fn run(args: &NodeArgs) -> Result<()> {
             })
         })
         .transpose()?;
+    if args.nbd_tls_cert.is_some() && args.nbd.is_none() {
+        bail!("--nbd-tls-cert is for NBD: add --nbd ADDR (NVMe/TCP's TLS, with pre-shared keys, is not served yet)");
+    }
+    let nbd_tls = match (&args.nbd_tls_cert, &args.nbd_tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(sluice_server::server::tls::load(cert, key).map_err(anyhow::Error::msg)?)
+        }
+        _ => None,
+    };
     let nbd = args
         .nbd
         .map(|at| {
@@ -106,10 +135,20 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     };
     let nbd_thread = match nbd {
         Some(listener) => {
-            println!("sluice node: NBD on {}", listener.local_addr()?);
-            let (subsystem, stop, max) = (subsystem.clone(), stop.clone(), config.max_connections);
+            let tls_note = match (&nbd_tls, args.nbd_tls) {
+                (None, _) => "",
+                (Some(_), NbdTls::Require) => " (TLS required)",
+                (Some(_), NbdTls::On) => " (TLS on offer)",
+            };
+            println!("sluice node: NBD on {}{tls_note}", listener.local_addr()?);
+            let nbd_config = sluice_nvmf::nbd::NbdConfig {
+                max_connections: config.max_connections,
+                tls_required: nbd_tls.is_some() && args.nbd_tls == NbdTls::Require,
+                tls: nbd_tls,
+            };
+            let (subsystem, stop) = (subsystem.clone(), stop.clone());
             Some(std::thread::spawn(move || {
-                sluice_nvmf::nbd::serve(listener, subsystem, max, stop)
+                sluice_nvmf::nbd::serve(listener, subsystem, nbd_config, stop)
             }))
         }
         None => None,

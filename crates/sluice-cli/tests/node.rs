@@ -100,6 +100,11 @@ impl Drop for Node {
 
 /// `sluice node` on two 16 MiB device files with NBD, on free ports.
 fn node_with_nbd() -> Node {
+    node_with_nbd_and(&[])
+}
+
+/// As [`node_with_nbd`], with more options.
+fn node_with_nbd_and(extra: &[&std::ffi::OsStr]) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args([
@@ -115,6 +120,7 @@ fn node_with_nbd() -> Node {
         .arg(dir.path().join("a.dev"))
         .arg("--device")
         .arg(dir.path().join("b.dev"))
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -123,7 +129,7 @@ fn node_with_nbd() -> Node {
     while nbd.is_none() || nvme.is_none() {
         let line = lines.next().unwrap().unwrap();
         if let Some(at) = line.strip_prefix("sluice node: NBD on ") {
-            nbd = Some(at.to_string());
+            nbd = at.split_whitespace().next().map(str::to_string);
         } else if let Some(rest) = line.split(" on nvme-tcp ").nth(1) {
             nvme = rest.split_whitespace().next().map(str::to_string);
         }
@@ -346,4 +352,159 @@ fn sluice_nvmf_identifies_writes_reads_and_copies_inside_the_node() {
         out.to_str().unwrap(),
     ]));
     assert!(std::fs::read(&out).unwrap().iter().all(|&b| b == 0x5a));
+}
+
+/// A CA and a certificate for 127.0.0.1 made with openssl: the node's
+/// files, and a directory as libnbd wants it (`ca-cert.pem`).
+fn certificates(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let client = dir.join("client");
+    std::fs::create_dir_all(&client).unwrap();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "client/ca-cert.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=Sluice test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "key.pem",
+        "-out",
+        "req.pem",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "req.pem",
+        "-CA",
+        "client/ca-cert.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    (dir.join("cert.pem"), dir.join("key.pem"), client)
+}
+
+#[test]
+fn nbd_clients_reach_the_node_over_tls_and_plain_clients_are_refused() {
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, client) = certificates(certs.path());
+    let node = node_with_nbd_and(&[
+        "--nbd-tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--nbd-tls-key".as_ref(),
+        key.as_os_str(),
+    ]);
+    let tls_uri = |export: &str| {
+        format!(
+            "nbds://{}/{export}?tls-certificates={}",
+            node.nbd,
+            client.display()
+        )
+    };
+    let info = run(Command::new("nbdinfo").arg(tls_uri("2")));
+    assert!(info.contains("with TLS"), "{info}");
+    assert!(info.contains("export-size: 16777216"), "{info}");
+    // nbdcopy in and out over TLS, a size that is not whole blocks.
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.bin");
+    let data: Vec<u8> = (0..3_000_001u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&input, &data).unwrap();
+    run(Command::new("nbdcopy").arg(&input).arg(tls_uri("2")));
+    let output = dir.path().join("out.bin");
+    run(Command::new("nbdcopy").arg(tls_uri("2")).arg(&output));
+    assert!(std::fs::read(&output).unwrap()[..data.len()] == data[..]);
+    let device = std::fs::read(node._dir.path().join("b.dev")).unwrap();
+    assert!(device[..data.len()] == data[..], "the device file holds it");
+    // Without TLS: refused, nothing served.
+    let plain = Command::new("nbdinfo")
+        .arg(format!("nbd://{}/1", node.nbd))
+        .output()
+        .unwrap();
+    assert!(!plain.status.success(), "a plain client must be refused");
+    // A client that does not trust the certificate's CA gives up.
+    let stranger = tempfile::tempdir().unwrap();
+    let (_, _, other_ca) = certificates(stranger.path());
+    let untrusted = Command::new("nbdinfo")
+        .arg(format!(
+            "nbds://{}/1?tls-certificates={}",
+            node.nbd,
+            other_ca.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(!untrusted.status.success());
+    // `--nbd-tls on`: both kinds of client.
+    let both = node_with_nbd_and(&[
+        "--nbd-tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--nbd-tls-key".as_ref(),
+        key.as_os_str(),
+        "--nbd-tls".as_ref(),
+        "on".as_ref(),
+    ]);
+    let plain = run(Command::new("nbdinfo").arg(format!("nbd://{}/1", both.nbd)));
+    assert!(plain.contains("without TLS"), "{plain}");
+    let tls = run(Command::new("nbdinfo").arg(format!(
+        "nbds://{}/1?tls-certificates={}",
+        both.nbd,
+        client.display()
+    )));
+    assert!(tls.contains("with TLS"), "{tls}");
+    // A key that is not one: a clear error before anything is served.
+    std::fs::write(certs.path().join("bad.pem"), "not a key").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["node", "--listen", "127.0.0.1:0", "--nbd", "127.0.0.1:0"])
+        .arg("--nbd-tls-cert")
+        .arg(&cert)
+        .arg("--nbd-tls-key")
+        .arg(certs.path().join("bad.pem"))
+        .arg("--device")
+        .arg(dir.path().join("never.dev"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.pem"), "{err}");
+    assert!(!dir.path().join("never.dev").exists(), "nothing created");
 }

@@ -343,6 +343,21 @@ impl Outgoing {
         }
     }
 
+    /// Writes everything in order through `w` (a TLS stream), then
+    /// forgets it.
+    pub(crate) fn write_to(&mut self, w: &mut impl Write) -> std::io::Result<()> {
+        let mut from = 0;
+        for (at, buf) in &self.bufs {
+            w.write_all(&self.bytes[from..*at])?;
+            w.write_all(buf.as_slice().expect("kept only when contiguous"))?;
+            from = *at;
+        }
+        w.write_all(&self.bytes[from..])?;
+        self.bytes.clear();
+        self.bufs.clear();
+        Ok(())
+    }
+
     /// Sends everything, then forgets it (the buffers go back to their
     /// pool).
     pub(crate) fn send(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {

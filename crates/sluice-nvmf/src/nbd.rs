@@ -1,5 +1,6 @@
 //! NBD, the node's second front end over the same namespaces: the fixed
-//! newstyle handshake (NBD_OPT_GO/INFO/EXPORT_NAME/LIST/STRUCTURED_REPLY),
+//! newstyle handshake (NBD_OPT_GO/INFO/EXPORT_NAME/LIST/STRUCTURED_REPLY,
+//! and STARTTLS: TLS through rustls, optional or required),
 //! then read, write, flush, trim and write zeroes, with structured replies
 //! when the client asks for them (docs/NVMF.md, "NBD"). Export "" and "1"
 //! are namespace 1, "N" namespace N.
@@ -34,6 +35,7 @@ mod opt {
     pub const EXPORT_NAME: u32 = 1;
     pub const ABORT: u32 = 2;
     pub const LIST: u32 = 3;
+    pub const STARTTLS: u32 = 5;
     pub const INFO: u32 = 6;
     pub const GO: u32 = 7;
     pub const STRUCTURED_REPLY: u32 = 8;
@@ -44,7 +46,9 @@ mod rep {
     pub const SERVER: u32 = 2;
     pub const INFO: u32 = 3;
     pub const ERR_UNSUP: u32 = 0x8000_0001;
+    pub const ERR_POLICY: u32 = 0x8000_0002;
     pub const ERR_INVALID: u32 = 0x8000_0003;
+    pub const ERR_TLS_REQD: u32 = 0x8000_0005;
     pub const ERR_UNKNOWN: u32 = 0x8000_0006;
 }
 
@@ -73,39 +77,219 @@ pub const MAX_REQUEST_BYTES: u32 = 32 << 20;
 /// Most bytes of one option's data.
 const MAX_OPTION_BYTES: u32 = 64 << 10;
 
+/// How NBD is served.
+#[derive(Clone)]
+pub struct NbdConfig {
+    /// Most connections at once.
+    pub max_connections: usize,
+    /// TLS for clients that ask for it (NBD_OPT_STARTTLS) with this
+    /// certificate; `None`: STARTTLS is refused.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Clients must start TLS before anything but NBD_OPT_ABORT.
+    pub tls_required: bool,
+}
+
+impl Default for NbdConfig {
+    fn default() -> Self {
+        NbdConfig {
+            max_connections: crate::target::DEFAULT_MAX_CONNECTIONS,
+            tls: None,
+            tls_required: false,
+        }
+    }
+}
+
 /// Accepts NBD clients on `listener` until `stop` is set, at most
-/// `max_connections` at once, each on a thread of its own.
+/// `config.max_connections` at once, each on a thread of its own.
 pub fn serve(
     listener: TcpListener,
     subsystem: Arc<Subsystem>,
-    max_connections: usize,
+    config: NbdConfig,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
-    crate::target::accept_loop(listener, max_connections, stop, "nbd-conn", move |stream| {
-        serve_client(stream, subsystem.clone())
+    if config.tls_required && config.tls.is_none() {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidInput,
+            "NBD with TLS required needs a certificate (NbdConfig::tls)",
+        ));
+    }
+    let max = config.max_connections;
+    crate::target::accept_loop(listener, max, stop, "nbd-conn", move |stream| {
+        serve_client(stream, subsystem.clone(), &config)
     })
 }
 
 /// How long a client may take over its handshake.
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-fn serve_client(stream: TcpStream, subsystem: Arc<Subsystem>) -> std::io::Result<()> {
+fn serve_client(
+    stream: TcpStream,
+    subsystem: Arc<Subsystem>,
+    config: &NbdConfig,
+) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     // A client that never finishes its handshake does not hold a thread.
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let mut reader = BufReader::with_capacity(
-        64 << 10,
-        crate::poll::PolledStream::new(stream.try_clone()?),
-    );
-    let mut writer = BufWriter::with_capacity(64 << 10, stream.try_clone()?);
-    let Some((nsid, structured)) = handshake(&mut reader, &mut writer, &subsystem)? else {
-        return Ok(());
+    let mut plain = Split {
+        r: BufReader::with_capacity(
+            64 << 10,
+            crate::poll::PolledStream::new(stream.try_clone()?),
+        ),
+        w: BufWriter::with_capacity(64 << 10, stream.try_clone()?),
     };
-    writer.flush()?;
+    let tls = TlsState {
+        offered: config.tls.is_some(),
+        active: false,
+        required: config.tls_required,
+    };
+    let no_zeroes = greet(&mut plain)?;
+    let haggled = handshake(&mut plain, &subsystem, tls, no_zeroes)?;
+    plain.w.flush()?;
+    let (nsid, structured) = match haggled {
+        Haggled::Abort => return Ok(()),
+        Haggled::Export(nsid, structured) => (nsid, structured),
+        Haggled::StartTls => {
+            if !plain.r.buffer().is_empty() {
+                return Err(protocol("bytes sent after NBD_OPT_STARTTLS before TLS"));
+            }
+            drop(plain);
+            let config = config.tls.clone().expect("offered only with a certificate");
+            let conn = rustls::ServerConnection::new(config)
+                .map_err(|e| protocol(&format!("TLS: {e}")))?;
+            let mut tls_stream = rustls::StreamOwned::new(conn, stream);
+            let active = TlsState {
+                active: true,
+                ..tls
+            };
+            let haggled = handshake(&mut tls_stream, &subsystem, active, no_zeroes);
+            let haggled = haggled.and_then(|h| tls_stream.flush().map(|()| h))?;
+            let Haggled::Export(nsid, structured) = haggled else {
+                return Ok(());
+            };
+            tls_stream.sock.set_read_timeout(None)?;
+            return Transmission::new(subsystem, nsid, structured)
+                .run(TlsLink { tls: tls_stream }, Vec::new());
+        }
+    };
     stream.set_read_timeout(None)?;
     // Requests the client sent right after its last option.
-    let early = reader.buffer().to_vec();
-    Transmission::new(subsystem, nsid, structured).run(stream, early)
+    let early = plain.r.buffer().to_vec();
+    let link = PlainLink {
+        stream,
+        reader: crate::poll::PollingReader::new(),
+    };
+    Transmission::new(subsystem, nsid, structured).run(link, early)
+}
+
+/// A reader and a writer as one stream (the handshake's plain socket).
+struct Split<R, W> {
+    r: R,
+    w: W,
+}
+
+impl<R: Read, W> Read for Split<R, W> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.r.read(buf)
+    }
+}
+
+impl<R, W: Write> Write for Split<R, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.w.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.w.flush()
+    }
+}
+
+/// Where a connection stands with TLS.
+#[derive(Debug, Clone, Copy)]
+struct TlsState {
+    /// The node has a certificate: STARTTLS is accepted.
+    offered: bool,
+    /// The connection runs over TLS now.
+    active: bool,
+    /// Nothing but STARTTLS and ABORT before TLS.
+    required: bool,
+}
+
+/// How option haggling ended.
+enum Haggled {
+    /// Transmission on this namespace, structured replies or not.
+    Export(u32, bool),
+    /// The client asked for TLS and was told yes: the TLS handshake is next.
+    StartTls,
+    /// The client ended it.
+    Abort,
+}
+
+/// A connection's socket during transmission.
+trait Link {
+    /// Bytes already received, or `WouldBlock`; 0: the client closed.
+    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+    /// Waits for bytes; 0: the client closed.
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+    /// Sends all of `out` and empties it.
+    fn send(&mut self, out: &mut Outgoing) -> std::io::Result<()>;
+}
+
+/// The plain socket: reads that poll before they block, replies with one
+/// `writev` that sends read data from its I/O buffers.
+struct PlainLink {
+    stream: TcpStream,
+    reader: crate::poll::PollingReader,
+}
+
+impl Link for PlainLink {
+    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        sluice_io::net::recv_nowait(&self.stream, buf)
+    }
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reader.read(&mut self.stream, buf)
+    }
+    fn send(&mut self, out: &mut Outgoing) -> std::io::Result<()> {
+        out.send(&mut self.stream)
+    }
+}
+
+/// The socket under TLS (rustls): plaintext in and out through the
+/// connection's TLS state.
+struct TlsLink {
+    tls: rustls::StreamOwned<rustls::ServerConnection, TcpStream>,
+}
+
+/// A socket's reads without waiting.
+struct NoWait<'a>(&'a TcpStream);
+
+impl Read for NoWait<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        sluice_io::net::recv_nowait(self.0, buf)
+    }
+}
+
+impl Link for TlsLink {
+    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.tls.conn.reader().read(buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                other => return other,
+            }
+            if self.tls.conn.read_tls(&mut NoWait(&self.tls.sock))? == 0 {
+                return Ok(0);
+            }
+            self.tls
+                .conn
+                .process_new_packets()
+                .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+        }
+    }
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.tls.read(buf)
+    }
+    fn send(&mut self, out: &mut Outgoing) -> std::io::Result<()> {
+        out.write_to(&mut self.tls)?;
+        self.tls.flush()
+    }
 }
 
 fn read_u32(r: &mut impl Read) -> std::io::Result<u32> {
@@ -132,7 +316,6 @@ fn option_reply(w: &mut impl Write, option: u32, reply: u32, data: &[u8]) -> std
     w.write_all(data)
 }
 
-/// The namespace an export name names.
 /// The export's namespace and its NSID.
 fn export<'s>(subsystem: &'s Subsystem, name: &[u8]) -> Option<(u32, &'s Namespace)> {
     let n = match name {
@@ -146,101 +329,140 @@ fn size_of(ns: &Namespace) -> u64 {
     ns.block_count * ns.block_size_bytes as u64
 }
 
-/// Option haggling; the namespace chosen (its NSID) and whether replies
-/// are structured, or None when the client ended it.
-fn handshake(
-    r: &mut impl Read,
-    w: &mut impl Write,
-    subsystem: &Subsystem,
-) -> std::io::Result<Option<(u32, bool)>> {
-    w.write_all(&NBDMAGIC.to_be_bytes())?;
-    w.write_all(&IHAVEOPT.to_be_bytes())?;
-    w.write_all(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes())?;
-    w.flush()?;
-    let client_flags = read_u32(r)?;
+/// The server's greeting and the client's flags: whether the client asked
+/// for no zeroes after NBD_OPT_EXPORT_NAME's reply.
+fn greet(io: &mut (impl Read + Write)) -> std::io::Result<bool> {
+    io.write_all(&NBDMAGIC.to_be_bytes())?;
+    io.write_all(&IHAVEOPT.to_be_bytes())?;
+    io.write_all(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes())?;
+    io.flush()?;
+    let client_flags = read_u32(io)?;
     if client_flags & 1 == 0 {
         return Err(protocol("the client does not speak fixed newstyle"));
     }
-    let no_zeroes = client_flags & 2 != 0;
+    Ok(client_flags & 2 != 0)
+}
+
+/// Option haggling, until transmission, STARTTLS or the client's end.
+fn handshake(
+    io: &mut (impl Read + Write),
+    subsystem: &Subsystem,
+    tls: TlsState,
+    no_zeroes: bool,
+) -> std::io::Result<Haggled> {
     let mut structured = false;
     loop {
-        if read_u64(r)? != IHAVEOPT {
+        if read_u64(io)? != IHAVEOPT {
             return Err(protocol("an option without IHAVEOPT"));
         }
-        let option = read_u32(r)?;
-        let len = read_u32(r)?;
+        let option = read_u32(io)?;
+        let len = read_u32(io)?;
         if len > MAX_OPTION_BYTES {
             return Err(protocol("option data past 64 KiB"));
         }
         let mut data = vec![0u8; len as usize];
-        r.read_exact(&mut data)?;
+        io.read_exact(&mut data)?;
+        if tls.required && !tls.active && !matches!(option, opt::STARTTLS | opt::ABORT) {
+            if option == opt::EXPORT_NAME {
+                // No error reply exists for it: the connection ends.
+                return Err(protocol(
+                    "NBD_OPT_EXPORT_NAME before the TLS this node requires",
+                ));
+            }
+            let why = b"this node requires TLS: send NBD_OPT_STARTTLS first";
+            option_reply(io, option, rep::ERR_TLS_REQD, why)?;
+            io.flush()?;
+            continue;
+        }
         match option {
+            opt::STARTTLS => {
+                let refusal: Option<(u32, &[u8])> = if !data.is_empty() {
+                    Some((rep::ERR_INVALID, b"NBD_OPT_STARTTLS carries no data"))
+                } else if tls.active {
+                    Some((rep::ERR_INVALID, b"TLS is already on"))
+                } else if !tls.offered {
+                    Some((
+                        rep::ERR_POLICY,
+                        b"this node serves NBD without TLS (start it with a certificate)",
+                    ))
+                } else {
+                    None
+                };
+                match refusal {
+                    Some((code, why)) => option_reply(io, option, code, why)?,
+                    None => {
+                        option_reply(io, option, rep::ACK, &[])?;
+                        io.flush()?;
+                        return Ok(Haggled::StartTls);
+                    }
+                }
+            }
             opt::EXPORT_NAME => {
                 let Some((nsid, ns)) = export(subsystem, &data) else {
                     return Err(protocol("NBD_OPT_EXPORT_NAME of an export there is not"));
                 };
-                w.write_all(&size_of(ns).to_be_bytes())?;
-                w.write_all(&TRANSMISSION_FLAGS.to_be_bytes())?;
+                io.write_all(&size_of(ns).to_be_bytes())?;
+                io.write_all(&TRANSMISSION_FLAGS.to_be_bytes())?;
                 if !no_zeroes {
-                    w.write_all(&[0u8; 124])?;
+                    io.write_all(&[0u8; 124])?;
                 }
-                w.flush()?;
-                return Ok(Some((nsid, structured)));
+                io.flush()?;
+                return Ok(Haggled::Export(nsid, structured));
             }
             opt::ABORT => {
-                option_reply(w, option, rep::ACK, &[])?;
-                w.flush()?;
-                return Ok(None);
+                option_reply(io, option, rep::ACK, &[])?;
+                io.flush()?;
+                return Ok(Haggled::Abort);
             }
             opt::LIST => {
                 for n in 1..=subsystem.namespace_count() {
                     let name = n.to_string();
                     let mut d = (name.len() as u32).to_be_bytes().to_vec();
                     d.extend_from_slice(name.as_bytes());
-                    option_reply(w, option, rep::SERVER, &d)?;
+                    option_reply(io, option, rep::SERVER, &d)?;
                 }
-                option_reply(w, option, rep::ACK, &[])?;
+                option_reply(io, option, rep::ACK, &[])?;
             }
             opt::STRUCTURED_REPLY => {
                 structured = true;
-                option_reply(w, option, rep::ACK, &[])?;
+                option_reply(io, option, rep::ACK, &[])?;
             }
             opt::INFO | opt::GO => {
                 let name_len = data
                     .get(..4)
                     .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize);
                 let Some(name) = name_len.and_then(|l| data.get(4..4 + l)) else {
-                    option_reply(w, option, rep::ERR_INVALID, b"malformed NBD_OPT_GO")?;
-                    w.flush()?;
+                    option_reply(io, option, rep::ERR_INVALID, b"malformed NBD_OPT_GO")?;
+                    io.flush()?;
                     continue;
                 };
                 let Some((nsid, ns)) = export(subsystem, name) else {
-                    option_reply(w, option, rep::ERR_UNKNOWN, b"no such export")?;
-                    w.flush()?;
+                    option_reply(io, option, rep::ERR_UNKNOWN, b"no such export")?;
+                    io.flush()?;
                     continue;
                 };
                 let mut info = vec![0u8, 0];
                 info.extend_from_slice(&size_of(ns).to_be_bytes());
                 info.extend_from_slice(&TRANSMISSION_FLAGS.to_be_bytes());
-                option_reply(w, option, rep::INFO, &info)?;
+                option_reply(io, option, rep::INFO, &info)?;
                 // NBD_INFO_BLOCK_SIZE: any byte (unaligned requests are
                 // served), 1 MiB preferred.
                 let mut sizes = vec![0u8, 3];
                 sizes.extend_from_slice(&1u32.to_be_bytes());
                 sizes.extend_from_slice(&(1u32 << 20).max(ns.block_size_bytes).to_be_bytes());
                 sizes.extend_from_slice(&MAX_REQUEST_BYTES.to_be_bytes());
-                option_reply(w, option, rep::INFO, &sizes)?;
-                option_reply(w, option, rep::ACK, &[])?;
-                w.flush()?;
+                option_reply(io, option, rep::INFO, &sizes)?;
+                option_reply(io, option, rep::ACK, &[])?;
+                io.flush()?;
                 if option == opt::GO {
-                    return Ok(Some((nsid, structured)));
+                    return Ok(Haggled::Export(nsid, structured));
                 }
             }
             _ => {
-                option_reply(w, option, rep::ERR_UNSUP, b"option not supported")?;
+                option_reply(io, option, rep::ERR_UNSUP, b"option not supported")?;
             }
         }
-        w.flush()?;
+        io.flush()?;
     }
 }
 
@@ -435,11 +657,10 @@ impl Transmission {
 
     /// Serves requests until the client disconnects; `early` holds bytes
     /// that came before this phase began.
-    fn run(mut self, mut stream: TcpStream, early: Vec<u8>) -> std::io::Result<()> {
+    fn run(mut self, mut link: impl Link, early: Vec<u8>) -> std::io::Result<()> {
         let mut buf = early;
         let (mut start, mut filled) = (0usize, buf.len());
         buf.resize(buf.len().max(256 << 10), 0);
-        let mut reader = crate::poll::PollingReader::new();
         let result = loop {
             // Every whole request already received.
             let mut need = REQUEST_HEADER_BYTES;
@@ -447,10 +668,10 @@ impl Transmission {
             while filled - start >= REQUEST_HEADER_BYTES {
                 let request = match NbdRequest::parse(&buf[start..filled]) {
                     Ok(r) => r,
-                    Err(e) => return self.end(&mut stream, Err(e)),
+                    Err(e) => return self.end(&mut link, Err(e)),
                 };
                 if request.kind == cmd::WRITE && request.len > MAX_REQUEST_BYTES {
-                    return self.end(&mut stream, Err(protocol("a write past the request limit")));
+                    return self.end(&mut link, Err(protocol("a write past the request limit")));
                 }
                 let whole = REQUEST_HEADER_BYTES + request.data_bytes();
                 if filled - start < whole {
@@ -470,7 +691,7 @@ impl Transmission {
                 break Ok(());
             }
             self.collect(false);
-            if let Err(e) = self.out.send(&mut stream) {
+            if let Err(e) = link.send(&mut self.out) {
                 break Err(e);
             }
             // Room for what comes next: the partial request to the front.
@@ -483,7 +704,7 @@ impl Transmission {
             if self.data_path.in_flight() > 0 || !self.finished.is_empty() {
                 // Requests at the device: take what the client sent since,
                 // else wait for the device, not the client.
-                match sluice_io::net::recv_nowait(&stream, &mut buf[filled..]) {
+                match link.try_read(&mut buf[filled..]) {
                     Ok(0) => break Ok(()),
                     Ok(n) => filled += n,
                     Err(e) if e.kind() == ErrorKind::WouldBlock => self.collect(true),
@@ -492,21 +713,21 @@ impl Transmission {
                 }
                 continue;
             }
-            match reader.read(&mut stream, &mut buf[filled..]) {
+            match link.read(&mut buf[filled..]) {
                 Ok(0) => break Ok(()),
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => break Err(e),
             }
         };
-        self.end(&mut stream, result)
+        self.end(&mut link, result)
     }
 
     /// Finishes what is at the device and sends its replies (the client
     /// may still read them), then returns `result`.
-    fn end(mut self, stream: &mut TcpStream, result: std::io::Result<()>) -> std::io::Result<()> {
+    fn end(mut self, link: &mut impl Link, result: std::io::Result<()>) -> std::io::Result<()> {
         self.drain();
-        let _ = self.out.send(stream);
+        let _ = link.send(&mut self.out);
         result
     }
 

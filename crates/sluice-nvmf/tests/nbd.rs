@@ -36,7 +36,11 @@ fn start() -> (String, Arc<AtomicBool>, tempfile::TempDir) {
     let address = listener.local_addr().unwrap().to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    std::thread::spawn(move || sluice_nvmf::nbd::serve(listener, subsystem, 16, s));
+    let config = sluice_nvmf::nbd::NbdConfig {
+        max_connections: 16,
+        ..Default::default()
+    };
+    std::thread::spawn(move || sluice_nvmf::nbd::serve(listener, subsystem, config, s));
     (address, stop, dir)
 }
 
