@@ -13,7 +13,10 @@
 //! Compare-and-Write against every write) is kept.
 //!
 //! Limits: at most [`MAX_IN_FLIGHT`] commands of a connection at the
-//! device; one engine per namespace the connection touches.
+//! device; one engine per namespace the connection touches, each with its
+//! pool's pinned memory (512 KiB of small blocks, 4 MiB chunks while
+//! larger transfers need them, released when idle) — so pinned memory
+//! grows with connections × namespaces, under the connection limit.
 
 use crate::command::{Fuse, Sqe};
 use crate::controller::{Subsystem, MAX_TRANSFER_BYTES, QUEUE_ENTRIES};
