@@ -138,6 +138,8 @@ def test_ctrl_c_stops_an_export_with_its_pages_durable(indexed, opensearch, tmp_
     dev = tmp_path / "ctrl-c.dev"
     script = textwrap.dedent(f"""
         import os, signal, threading, sluice
+        # Started from a background job, SIGINT would arrive ignored; Ctrl-C is what is tested.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         try:
             sluice.export({opensearch!r}, "py-papers", {str(dev)!r}, slices=2, page_docs=20,

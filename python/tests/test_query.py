@@ -163,6 +163,8 @@ def test_ctrl_c_stops_a_long_query(tmp_path):
     dev = tmp_path / "kv.dev"
     script = textwrap.dedent(f"""
         import os, signal, threading, time, sluice
+        # Started from a background job, SIGINT would arrive ignored; Ctrl-C is what is tested.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with sluice.Store({str(dev)!r}, create_mib=512) as s:
             s.keyspace("d", format="json")
             for b in range(40):
@@ -250,6 +252,8 @@ def test_ctrl_c_stops_pyarrow_reading_a_stream(tmp_path):
     dev = tmp_path / "kv.dev"
     script = textwrap.dedent(f"""
         import os, signal, threading, time, sluice
+        # Started from a background job, SIGINT would arrive ignored; Ctrl-C is what is tested.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         with sluice.Store({str(dev)!r}, create_mib=1024) as s:
             s.keyspace("d", format="json")
             for b in range(320):
