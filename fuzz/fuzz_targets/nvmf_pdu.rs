@@ -1,6 +1,8 @@
 //! The NVMe/TCP framer: any bytes frame to a PDU, a need for more bytes or
 //! a fatal error with a status, never a panic; a framed PDU re-encodes to a
-//! PDU that frames to the same header and data.
+//! PDU that frames to the same header and data; the header-only framing a
+//! receiver uses to read data straight into its buffer agrees with it, on
+//! every prefix.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -18,8 +20,27 @@ fuzz_target!(|data: &[u8]| {
         digests,
         limits: Limits::default(),
     };
-    if let Ok(Framed::Pdu(pdu, used)) = framer.next(bytes) {
+    let whole = framer.next(bytes);
+    if let Ok(Some(split)) = framer.data_header(bytes) {
+        // What the header says about the data, whenever the whole PDU is
+        // there too.
+        if let Ok(Framed::Pdu(pdu, _)) = &whole {
+            assert_eq!(split.header, pdu.header);
+            assert_eq!(split.data_len, pdu.data.len());
+            assert_eq!(split.data_offset, pdu.common.pdo as usize);
+        }
+        let end = split.data_offset + split.data_len + if split.data_digest { 4 } else { 0 };
+        assert!(end >= split.data_offset);
+    }
+    if let Ok(Framed::Pdu(pdu, used)) = whole {
         assert!(used <= bytes.len());
+        // A header-only framing of any prefix never disagrees.
+        for cut in [pdu.common.pdo as usize, used / 2, used] {
+            if let Ok(Some(split)) = framer.data_header(&bytes[..cut.min(used)]) {
+                assert_eq!(split.header, pdu.header);
+                assert_eq!(split.data_len, pdu.data.len());
+            }
+        }
         let mut again = Vec::new();
         Encoder {
             digests,
