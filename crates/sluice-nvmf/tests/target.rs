@@ -4,76 +4,15 @@
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 use rand::{Rng, SeedableRng};
-use sluice_io::{FileDevice, FileOptions};
 use sluice_nvmf::command::status;
-use sluice_nvmf::controller::{property, Namespace, Subsystem};
+use sluice_nvmf::controller::property;
 use sluice_nvmf::initiator::{is_status, QueueConnection};
 use sluice_nvmf::pdu::{Digests, Header};
-use sluice_nvmf::target::{serve, TargetConfig};
-use std::net::TcpListener;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-const NQN: &str = "nqn.2026-11.io.sluice:test";
-const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:test-host";
-const BLOCK: u32 = 4096;
-const DEVICE_BYTES: u64 = 16 << 20;
-
-struct Target {
-    address: String,
-    stop: Arc<AtomicBool>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-fn start(allowed: Vec<String>) -> Target {
-    start_with(allowed, |s, _| s)
-}
-
-fn start_with(
-    allowed: Vec<String>,
-    finish: impl FnOnce(Subsystem, std::net::SocketAddr) -> Subsystem,
-) -> Target {
-    let dir = tempfile::tempdir().unwrap();
-    let namespaces = (0..2)
-        .map(|i| {
-            let path = dir.path().join(format!("ns{i}.dev"));
-            let dev = FileDevice::create(&path, DEVICE_BYTES, &FileOptions::default()).unwrap();
-            Namespace::new(Arc::new(dev)).unwrap()
-        })
-        .collect();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let bound = listener.local_addr().unwrap();
-    let address = bound.to_string();
-    let subsystem = Arc::new(finish(
-        Subsystem::new(NQN.into(), namespaces, allowed),
-        bound,
-    ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let s = stop.clone();
-    std::thread::spawn(move || serve(listener, subsystem, TargetConfig::default(), s));
-    Target {
-        address,
-        stop,
-        _dir: dir,
-    }
-}
-
-/// An admin queue, connected and enabled, and one I/O queue.
-fn connect(t: &Target, digests: Digests) -> (QueueConnection, QueueConnection) {
-    let mut admin = QueueConnection::open(&t.address, digests).unwrap();
-    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
-    admin.enable().unwrap();
-    assert_eq!(admin.set_queue_count(2).unwrap(), 2);
-    let mut io = QueueConnection::open(&t.address, digests).unwrap();
-    io.connect(NQN, HOST, 1, cntlid, 0).unwrap();
-    (admin, io)
-}
+mod common;
+use common::*;
 
 #[test]
 fn a_host_sets_up_a_controller_as_the_kernel_does() {

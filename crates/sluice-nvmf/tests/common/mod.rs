@@ -1,0 +1,73 @@
+//! What the target's tests share: a target on two file devices, and a
+//! host's admin and I/O queue connected to it.
+#![allow(dead_code)] // each test binary uses its own part
+
+use sluice_io::{FileDevice, FileOptions};
+use sluice_nvmf::controller::{Namespace, Subsystem};
+use sluice_nvmf::initiator::QueueConnection;
+use sluice_nvmf::pdu::Digests;
+use sluice_nvmf::target::{serve, TargetConfig};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub const NQN: &str = "nqn.2026-11.io.sluice:test";
+pub const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:test-host";
+pub const BLOCK: u32 = 4096;
+pub const DEVICE_BYTES: u64 = 16 << 20;
+
+pub struct Target {
+    pub address: String,
+    stop: Arc<AtomicBool>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+pub fn start(allowed: Vec<String>) -> Target {
+    start_with(allowed, |s, _| s)
+}
+
+pub fn start_with(
+    allowed: Vec<String>,
+    finish: impl FnOnce(Subsystem, std::net::SocketAddr) -> Subsystem,
+) -> Target {
+    let dir = tempfile::tempdir().unwrap();
+    let namespaces = (0..2)
+        .map(|i| {
+            let path = dir.path().join(format!("ns{i}.dev"));
+            let dev = FileDevice::create(&path, DEVICE_BYTES, &FileOptions::default()).unwrap();
+            Namespace::new(Arc::new(dev)).unwrap()
+        })
+        .collect();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bound = listener.local_addr().unwrap();
+    let address = bound.to_string();
+    let subsystem = Arc::new(finish(
+        Subsystem::new(NQN.into(), namespaces, allowed),
+        bound,
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || serve(listener, subsystem, TargetConfig::default(), s));
+    Target {
+        address,
+        stop,
+        _dir: dir,
+    }
+}
+
+/// An admin queue, connected and enabled, and one I/O queue.
+pub fn connect(t: &Target, digests: Digests) -> (QueueConnection, QueueConnection) {
+    let mut admin = QueueConnection::open(&t.address, digests).unwrap();
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+    admin.enable().unwrap();
+    assert_eq!(admin.set_queue_count(2).unwrap(), 2);
+    let mut io = QueueConnection::open(&t.address, digests).unwrap();
+    io.connect(NQN, HOST, 1, cntlid, 0).unwrap();
+    (admin, io)
+}
