@@ -30,6 +30,13 @@ use std::sync::Arc;
 /// entries: a host never has more outstanding).
 pub const MAX_IN_FLIGHT: usize = QUEUE_ENTRIES as usize;
 
+/// Most finished commands handed out to be answered together. A device may
+/// complete a whole batch of commands at once; answered all together, the
+/// host sends its next batch only after the last answer, and the device
+/// idles meanwhile. Answered in groups, the host's next commands arrive
+/// (and go to the device) while the rest are still being sent.
+pub const ANSWER_GROUP: usize = 8;
+
 /// A run of whole blocks of one namespace, checked to lie inside it and to
 /// fit one transfer.
 #[derive(Debug, Clone, Copy)]
@@ -63,6 +70,8 @@ pub(crate) struct DataPath {
     free: Vec<usize>,
     in_flight: usize,
     reaped: Vec<sluice_io::Completion>,
+    /// Finished and not yet handed out to be answered.
+    backlog: std::collections::VecDeque<Finished>,
 }
 
 impl DataPath {
@@ -75,12 +84,26 @@ impl DataPath {
             free: Vec::new(),
             in_flight: 0,
             reaped: Vec::new(),
+            backlog: std::collections::VecDeque::new(),
         }
     }
 
-    /// Commands at the device.
-    pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight
+    /// Whether commands are at the device or finished and not yet handed
+    /// out: the connection then waits for the device, not the host.
+    pub(crate) fn busy(&self) -> bool {
+        self.in_flight > 0 || !self.backlog.is_empty()
+    }
+
+    /// Issues what is queued, collects what finished (with `wait` and
+    /// nothing finished yet, waiting for at least one command) and hands
+    /// up to [`ANSWER_GROUP`] of them to `out`.
+    pub(crate) fn next_group(&mut self, wait: bool, out: &mut Vec<Finished>) {
+        let wait = wait && self.backlog.is_empty();
+        let mut done = Vec::new();
+        self.collect(wait, &mut done);
+        self.backlog.extend(done);
+        let n = self.backlog.len().min(ANSWER_GROUP);
+        out.extend(self.backlog.drain(..n));
     }
 
     /// `blocks` blocks at `lba` of namespace `nsid`, when they lie inside
@@ -221,7 +244,7 @@ impl DataPath {
 
     /// Issues what is queued and collects what is done into `out`: with
     /// `wait`, at least one command (when any is in flight).
-    pub(crate) fn collect(&mut self, wait: bool, out: &mut Vec<Finished>) {
+    fn collect(&mut self, wait: bool, out: &mut Vec<Finished>) {
         let mut want = usize::from(wait && self.reaped.is_empty());
         let mut failed = false;
         for engine in self.engines.iter_mut().flatten() {
@@ -272,8 +295,10 @@ impl DataPath {
         self.in_flight = 0;
     }
 
-    /// Waits for every command in flight, collecting them into `out`.
+    /// Waits for every command in flight and hands every finished one to
+    /// `out`: before a command that must see their effects.
     pub(crate) fn drain(&mut self, out: &mut Vec<Finished>) {
+        out.extend(self.backlog.drain(..));
         while self.in_flight > 0 {
             self.collect(true, out);
         }

@@ -626,13 +626,9 @@ struct Transmission {
     /// By the tag given to the data path; `None` slots are free.
     at_device: Vec<Option<AtDevice>>,
     free_tags: Vec<usize>,
-    finished: std::collections::VecDeque<Finished>,
     out: Outgoing,
     scratch: Vec<u8>,
 }
-
-/// Most replies sent together (see the NVMe/TCP target's answer groups).
-const REPLY_GROUP: usize = 8;
 
 impl Transmission {
     fn new(subsystem: Arc<Subsystem>, nsid: u32, structured: bool) -> Transmission {
@@ -643,7 +639,6 @@ impl Transmission {
             structured,
             at_device: Vec::new(),
             free_tags: Vec::new(),
-            finished: std::collections::VecDeque::new(),
             out: Outgoing::default(),
             scratch: Vec::new(),
         }
@@ -701,7 +696,7 @@ impl Transmission {
             if filled + need > buf.len() {
                 buf.resize(filled + need, 0);
             }
-            if self.data_path.in_flight() > 0 || !self.finished.is_empty() {
+            if self.data_path.busy() {
                 // Requests at the device: take what the client sent since,
                 // else wait for the device, not the client.
                 match link.try_read(&mut buf[filled..]) {
@@ -787,30 +782,19 @@ impl Transmission {
         self.data_path.block_io(self.nsid, offset / bs, len / bs)
     }
 
-    /// Issues what is queued at the device and collects what finished
-    /// (with `wait` and nothing collected yet, at least one request), then
-    /// replies to up to [`REPLY_GROUP`] of them.
+    /// Issues what is queued at the device and replies to a group of what
+    /// finished (with `wait`, waiting for the device first if nothing has).
     fn collect(&mut self, wait: bool) {
-        let wait = wait && self.finished.is_empty();
         let mut done = Vec::new();
-        self.data_path.collect(wait, &mut done);
-        self.finished.extend(done);
-        for _ in 0..REPLY_GROUP {
-            let Some(f) = self.finished.pop_front() else {
-                break;
-            };
-            self.reply(f);
-        }
+        self.data_path.next_group(wait, &mut done);
+        done.into_iter().for_each(|f| self.reply(f));
     }
 
     /// Waits for every request at the device and replies to them all.
     fn drain(&mut self) {
         let mut done = Vec::new();
         self.data_path.drain(&mut done);
-        self.finished.extend(done);
-        while let Some(f) = self.finished.pop_front() {
-            self.reply(f);
-        }
+        done.into_iter().for_each(|f| self.reply(f));
     }
 
     fn reply(&mut self, finished: Finished) {

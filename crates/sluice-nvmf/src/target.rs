@@ -29,12 +29,6 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
 pub const MAXH2CDATA: u32 = MAX_TRANSFER_BYTES as u32;
 /// Most commands of one queue waiting for their data at once.
 pub const MAX_PENDING_WRITES: usize = 128;
-/// Most answers sent together. A device may complete a whole batch of
-/// commands at once; answered all together, the host sends its next batch
-/// only after the last answer, and the device idles meanwhile. Sent in
-/// groups, the host's next commands arrive (and go to the device) while
-/// the rest are still being sent.
-const ANSWER_GROUP: usize = 8;
 /// Least data of an H2CData PDU still to come for it to be read straight
 /// into its write's pinned buffer (smaller remainders come with the next
 /// read into the receive buffer, in one system call with what follows).
@@ -178,8 +172,6 @@ struct Connection {
     out: Outgoing,
     /// Reads and writes at the device.
     data_path: DataPath,
-    /// Commands done at the device and not yet answered.
-    finished: std::collections::VecDeque<Finished>,
 }
 
 impl Connection {
@@ -198,7 +190,6 @@ impl Connection {
             next_ttag: 1,
             out: Outgoing::default(),
             data_path: DataPath::new(subsystem),
-            finished: std::collections::VecDeque::new(),
         }
     }
 
@@ -264,7 +255,7 @@ impl Connection {
             if filled + need > buf.len() {
                 buf.resize(filled + need, 0);
             }
-            if self.data_path.in_flight() > 0 || !self.finished.is_empty() {
+            if self.data_path.busy() {
                 // Commands at the device: take what the host sent since,
                 // else wait for the device, not the host.
                 match sluice_io::net::recv_nowait(&stream, &mut buf[filled..]) {
@@ -311,20 +302,12 @@ impl Connection {
         result
     }
 
-    /// Issues the I/O queued at the device and collects what finished
-    /// (with `wait` and nothing collected yet, at least one command), then
-    /// answers up to [`ANSWER_GROUP`] of them.
+    /// Issues the I/O queued at the device and answers a group of what
+    /// finished (with `wait`, waiting for the device first if nothing has).
     fn collect(&mut self, wait: bool) {
-        let wait = wait && self.finished.is_empty();
         let mut done = Vec::new();
-        self.data_path.collect(wait, &mut done);
-        self.finished.extend(done);
-        for _ in 0..ANSWER_GROUP {
-            let Some(f) = self.finished.pop_front() else {
-                break;
-            };
-            self.answer(f);
-        }
+        self.data_path.next_group(wait, &mut done);
+        done.into_iter().for_each(|f| self.answer(f));
     }
 
     /// Waits for every command at the device and answers them all: before
@@ -332,10 +315,7 @@ impl Connection {
     fn drain(&mut self) {
         let mut done = Vec::new();
         self.data_path.drain(&mut done);
-        self.finished.extend(done);
-        while let Some(f) = self.finished.pop_front() {
-            self.answer(f);
-        }
+        done.into_iter().for_each(|f| self.answer(f));
     }
 
     fn answer(&mut self, finished: Finished) {
@@ -669,7 +649,7 @@ impl Connection {
     /// Runs a command to completion on this thread, after the commands at
     /// the device.
     fn run_command(&mut self, sqe: &Sqe, data: &[u8]) {
-        if self.data_path.in_flight() > 0 {
+        if self.data_path.busy() {
             self.drain();
         }
         let outcome = self.queue.execute(sqe, data);
