@@ -14,8 +14,12 @@ use std::io::{ErrorKind, Read};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// How long after its last bytes a reader keeps polling before it blocks.
-pub const POLL_AFTER_BYTES: Duration = Duration::from_micros(200);
+/// How long after its last bytes a reader keeps polling before it blocks:
+/// longer than a batch of 32 commands takes at this VM's disk (about 300
+/// µs), so that at queue depth 32 the next answers or commands come while
+/// the reader still polls (200 µs measured 0.65x the writes per second:
+/// docs/BENCHMARKS.md).
+pub const POLL_AFTER_BYTES: Duration = Duration::from_micros(600);
 
 /// A socket read that polls before it blocks. The stream's read timeout
 /// (set by its owner) still bounds the blocking read; the socket stays in
