@@ -291,24 +291,19 @@ fn copy_across_multicast_and_add_write_move_no_data_over_the_network() {
 /// counter: a round's write lands only for the host whose compare saw the
 /// current value, so the final counter equals the wins, and the block is
 /// always one whole version (each byte of it the same counter).
-#[test]
-fn fused_compare_and_write_from_racing_hosts_loses_no_update() {
-    let t = Arc::new(start(Vec::new()));
-    let version = |n: u8| block_of(n);
-    {
-        let (_admin, mut io) = connect(&t, Digests::default());
-        io.write(1, 5, &version(0), BLOCK).unwrap();
-    }
-    let hosts: Vec<_> = (0..4)
+/// `hosts` hosts each try `rounds` times to increment block 5 of namespace
+/// 1 (every byte the version) with a fused Compare-and-Write; the wins.
+fn racing_increments(t: &Arc<Target>, hosts: usize, rounds: usize) -> u32 {
+    let hosts: Vec<_> = (0..hosts)
         .map(|_| {
             let t = t.clone();
             std::thread::spawn(move || {
                 let (_admin, mut io) = connect(&t, Digests::default());
                 let mut wins = 0u32;
-                for _ in 0..40 {
+                for _ in 0..rounds {
                     let seen = io.read(1, 5, 1, BLOCK).unwrap();
                     assert!(seen.iter().all(|&b| b == seen[0]), "a torn block");
-                    let next = version(seen[0].wrapping_add(1));
+                    let next = block_of(seen[0].wrapping_add(1));
                     if io.compare_and_write(1, 5, &seen, &next, BLOCK).unwrap() {
                         wins += 1;
                     }
@@ -317,7 +312,18 @@ fn fused_compare_and_write_from_racing_hosts_loses_no_update() {
             })
         })
         .collect();
-    let wins: u32 = hosts.into_iter().map(|h| h.join().unwrap()).sum();
+    hosts.into_iter().map(|h| h.join().unwrap()).sum()
+}
+
+#[test]
+fn fused_compare_and_write_from_racing_hosts_loses_no_update() {
+    let t = Arc::new(start(Vec::new()));
+    let version = |n: u8| block_of(n);
+    {
+        let (_admin, mut io) = connect(&t, Digests::default());
+        io.write(1, 5, &version(0), BLOCK).unwrap();
+    }
+    let wins = racing_increments(&t, 4, 40);
     let (_admin, mut io) = connect(&t, Digests::default());
     let last = io.read(1, 5, 1, BLOCK).unwrap();
     assert!(last.iter().all(|&b| b == last[0]));
@@ -601,27 +607,7 @@ fn compare_and_write_stays_atomic_against_pipelined_writes() {
     };
     let wins = within_30_s({
         let t = t.clone();
-        move || {
-            let hosts: Vec<_> = (0..2)
-                .map(|_| {
-                    let t = t.clone();
-                    std::thread::spawn(move || {
-                        let (_admin, mut io) = connect(&t, Digests::default());
-                        let mut wins = 0u32;
-                        for _ in 0..30 {
-                            let seen = io.read(1, 5, 1, BLOCK).unwrap();
-                            assert!(seen.iter().all(|&b| b == seen[0]), "a torn block");
-                            let next = block_of(seen[0].wrapping_add(1));
-                            if io.compare_and_write(1, 5, &seen, &next, BLOCK).unwrap() {
-                                wins += 1;
-                            }
-                        }
-                        wins
-                    })
-                })
-                .collect();
-            hosts.into_iter().map(|h| h.join().unwrap()).sum::<u32>()
-        }
+        move || racing_increments(&t, 2, 30)
     });
     stop.store(true, Ordering::Relaxed);
     let written = writer.join().unwrap();
