@@ -130,6 +130,9 @@ fn serve_client(
     stream.set_nodelay(true)?;
     // A client that never finishes its handshake does not hold a thread.
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    // A client that stops reading its replies does not hold its requests'
+    // write shares (and another client's unaligned write) for ever.
+    stream.set_write_timeout(Some(crate::target::SEND_TIMEOUT))?;
     let mut plain = Split {
         r: BufReader::with_capacity(
             64 << 10,

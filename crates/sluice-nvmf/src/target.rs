@@ -35,6 +35,8 @@ pub const MAX_PENDING_WRITES: usize = 128;
 const DIRECT_MIN_BYTES: usize = 16 << 10;
 /// How often a blocked connection looks at the clock and the stop flag.
 const POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a send may wait for a host to read before the connection ends.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a connection may take to send its ICReq and Connect.
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -197,6 +199,12 @@ impl Connection {
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         stream
             .set_read_timeout(Some(POLL_INTERVAL))
+            .map_err(|e| e.to_string())?;
+        // A host that stops reading its answers must not hold this
+        // connection's writes in flight (and with them a Compare-and-Write
+        // of another host) for ever.
+        stream
+            .set_write_timeout(Some(SEND_TIMEOUT))
             .map_err(|e| e.to_string())?;
         let mut buf = vec![0u8; 256 << 10];
         let mut reader = crate::poll::PollingReader::new();
@@ -626,9 +634,19 @@ impl Connection {
         let Staging::Pinned(buf) = &mut p.data else {
             return Ok(None);
         };
-        let Some(slice) = buf.as_mut_slice() else {
+        if buf.as_slice().is_none() {
+            return Ok(None);
+        }
+        // The reads below may wait on the host: hold no write share while
+        // they do (a Compare-and-Write of another host may be waiting).
+        if self.data_path.busy() {
+            self.drain();
+        }
+        let p = self.pending.get_mut(&d.cccid).expect("checked above");
+        let Staging::Pinned(buf) = &mut p.data else {
             return Ok(None);
         };
+        let slice = buf.as_mut_slice().expect("contiguous, checked above");
         let dst = &mut slice[at..at + pdu.data_len];
         let have = partial.len() - pdu.data_offset;
         dst[..have].copy_from_slice(&partial[pdu.data_offset..]);
