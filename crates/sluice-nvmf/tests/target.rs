@@ -71,13 +71,7 @@ fn a_host_sets_up_a_controller_as_the_kernel_does() {
 
 #[test]
 fn io_in_both_data_paths_matches_a_model_of_the_device() {
-    for digests in [
-        Digests::default(),
-        Digests {
-            header: true,
-            data: true,
-        },
-    ] {
+    for digests in no_digests_then_both() {
         let t = start(Vec::new());
         let (_admin, mut io) = connect(&t, digests);
         let blocks = (DEVICE_BYTES / BLOCK as u64) as usize;
@@ -464,13 +458,7 @@ fn pipelined_io_at_depth_32_matches_a_model_of_the_device() {
     use sluice_nvmf::initiator::{read_sqe, rw};
     use sluice_nvmf::nvm::opcode;
     const SLOT_BLOCKS: usize = 32;
-    for digests in [
-        Digests::default(),
-        Digests {
-            header: true,
-            data: true,
-        },
-    ] {
+    for digests in no_digests_then_both() {
         let t = start(Vec::new());
         let (_admin, mut io) = connect(&t, digests);
         let bs = BLOCK as usize;

@@ -71,3 +71,13 @@ pub fn connect(t: &Target, digests: Digests) -> (QueueConnection, QueueConnectio
     io.connect(NQN, HOST, 1, cntlid, 0).unwrap();
     (admin, io)
 }
+
+/// No digests, then header and data digests: what the data-path tests run
+/// with.
+pub fn no_digests_then_both() -> [Digests; 2] {
+    let both = Digests {
+        header: true,
+        data: true,
+    };
+    [Digests::default(), both]
+}
