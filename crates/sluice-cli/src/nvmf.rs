@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use sluice_io::codec::{u16_at, u32_at, u64_at};
 use sluice_nvmf::command::Sqe;
-use sluice_nvmf::initiator::QueueConnection;
+use sluice_nvmf::initiator::{read_sqe, rw, QueueConnection};
 use sluice_nvmf::nvm::opcode;
 use sluice_nvmf::pdu::Digests;
 use std::io::Write;
@@ -121,6 +121,9 @@ enum Pattern {
     Write,
 }
 
+/// Transfers `read` and `write` keep in flight at once.
+const PIPELINE_DEPTH: usize = 8;
+
 struct Session {
     admin: QueueConnection,
     io: QueueConnection,
@@ -191,13 +194,22 @@ pub fn run(args: &NvmfArgs) -> Result<()> {
         } => {
             let (bs, _) = geometry(&mut s.admin, *nsid)?;
             let per = (128 << 10) / bs;
-            let mut bytes = Vec::with_capacity(*blocks as usize * bs as usize);
-            let mut done = 0;
-            while done < *blocks {
-                let n = (*blocks - done).min(per);
-                bytes.extend(s.io.read(*nsid, lba + done as u64, n, bs)?);
-                done += n;
-            }
+            let mut bytes = vec![0u8; *blocks as usize * bs as usize];
+            // Transfers of 128 KiB, PIPELINE_DEPTH of them in flight.
+            let mut chunks = (0..*blocks).step_by(per as usize).map(|first| {
+                let n = (*blocks - first).min(per);
+                (read_sqe(*nsid, lba + first as u64, n, bs), &[][..])
+            });
+            s.io.pipeline(
+                PIPELINE_DEPTH,
+                || chunks.next(),
+                |i, answer, _| {
+                    let data = answer?.data;
+                    let at = i * per as usize * bs as usize;
+                    bytes[at..at + data.len()].copy_from_slice(&data);
+                    Ok(())
+                },
+            )?;
             match out {
                 Some(path) => std::fs::write(path, &bytes)
                     .with_context(|| format!("writing {}", path.display()))?,
@@ -215,10 +227,18 @@ pub fn run(args: &NvmfArgs) -> Result<()> {
                     bytes.len()
                 );
             }
-            for (i, chunk) in bytes.chunks(128 << 10).enumerate() {
+            // Transfers of 128 KiB, PIPELINE_DEPTH of them in flight, then
+            // a flush once all are written.
+            let mut chunks = bytes.chunks(128 << 10).enumerate().map(|(i, chunk)| {
                 let at = lba + (i * (128 << 10) / bs as usize) as u64;
-                s.io.write(*nsid, at, chunk, bs)?;
-            }
+                let blocks = (chunk.len() / bs as usize) as u32;
+                (rw(opcode::WRITE, *nsid, at, blocks), chunk)
+            });
+            s.io.pipeline(
+                PIPELINE_DEPTH,
+                || chunks.next(),
+                |_, answer, _| answer.map(|_| ()),
+            )?;
             s.io.flush(*nsid)?;
             println!(
                 "wrote {} blocks at {lba} of namespace {nsid}",

@@ -301,6 +301,19 @@ fn sluice_nvmf_identifies_writes_reads_and_copies_inside_the_node() {
         out.to_str().unwrap(),
     ]));
     assert_eq!(std::fs::read(&out).unwrap(), data);
+    // More than one transfer each way (kept in flight together): 300
+    // blocks, 128 KiB at a time with a shorter last one, back in order.
+    let big: Vec<u8> = (0..300 * 4096u32)
+        .map(|i| (i / 4096 + i % 7) as u8)
+        .collect();
+    std::fs::write(&input, &big).unwrap();
+    let lba = ["--nsid", "2", "--lba", "1000"];
+    run(&mut nvmf(&["write", "--in", input.to_str().unwrap()]).args(lba));
+    run(&mut nvmf(&["read", "--blocks", "300", "--out", out.to_str().unwrap()]).args(lba));
+    assert!(
+        std::fs::read(&out).unwrap() == big,
+        "300 blocks back in order"
+    );
     // Bad input: a file that is not whole blocks, a copy of nothing.
     std::fs::write(&input, b"short").unwrap();
     let bad = nvmf(&["write", "--lba", "0", "--in", input.to_str().unwrap()])
