@@ -308,8 +308,8 @@ fn sluice_nvmf_identifies_writes_reads_and_copies_inside_the_node() {
         .collect();
     std::fs::write(&input, &big).unwrap();
     let lba = ["--nsid", "2", "--lba", "1000"];
-    run(&mut nvmf(&["write", "--in", input.to_str().unwrap()]).args(lba));
-    run(&mut nvmf(&["read", "--blocks", "300", "--out", out.to_str().unwrap()]).args(lba));
+    run(nvmf(&["write", "--in", input.to_str().unwrap()]).args(lba));
+    run(nvmf(&["read", "--blocks", "300", "--out", out.to_str().unwrap()]).args(lba));
     assert!(
         std::fs::read(&out).unwrap() == big,
         "300 blocks back in order"
