@@ -521,6 +521,7 @@ fn initiator_run(
         address,
         nqn: NQN,
         host_nqn: HOST,
+        tls: None,
         digests: Digests::default(),
         nsid: 1,
         block_size_bytes: 4096,
@@ -546,6 +547,8 @@ pub struct InitiatorLoad<'a> {
     pub host_nqn: &'a str,
     /// Header and data digests to ask for.
     pub digests: Digests,
+    /// TLS with a pre-shared key, or plain TCP.
+    pub tls: Option<&'a sluice_nvmf::tls::TlsClient>,
     /// The namespace.
     pub nsid: u32,
     /// Its block size.
@@ -585,7 +588,7 @@ pub fn initiator_load(load: &InitiatorLoad<'_>) -> Result<RunResult> {
         );
     }
     let queues = (load.queue_depth as u16).clamp(1, load.queues.max(1));
-    let mut admin = QueueConnection::open(load.address, load.digests)?;
+    let mut admin = QueueConnection::open_with(load.address, load.digests, load.tls)?;
     let cntlid = admin.connect(load.nqn, load.host_nqn, 0, 0xffff, 0)?;
     admin.enable()?;
     let granted = admin.set_queue_count(queues)?.min(queues);
@@ -635,7 +638,7 @@ fn queue_load(
     // This queue's share of the depth (the first ones take the rest).
     let depth = load.queue_depth / queues as usize
         + usize::from((q as usize) < load.queue_depth % queues as usize);
-    let mut io = QueueConnection::open(load.address, load.digests)?;
+    let mut io = QueueConnection::open_with(load.address, load.digests, load.tls)?;
     io.connect(load.nqn, load.host_nqn, q + 1, cntlid, 0)?;
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(q as u64 + 1);

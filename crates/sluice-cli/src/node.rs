@@ -48,13 +48,23 @@ pub struct NodeArgs {
     nbd_tls_key: Option<PathBuf>,
     /// With a certificate: `require` refuses clients that do not start TLS
     /// first, `on` lets them choose.
-    #[arg(long, value_enum, default_value_t = NbdTls::Require, requires = "nbd_tls_cert")]
-    nbd_tls: NbdTls,
+    #[arg(long, value_enum, default_value_t = TlsMode::Require, requires = "nbd_tls_cert")]
+    nbd_tls: TlsMode,
+    /// NVMe/TCP over TLS 1.3 with a pre-shared key: a file holding the key
+    /// in the PSK interchange format (NVMeTLSkey-1:01:…:, as `sluice nvmf
+    /// gen-tls-key` or `nvme gen-tls-key --hmac=1` prints). Hosts connect
+    /// with the same key (`nvme connect --tls --tls-key=…`).
+    #[arg(long, value_name = "FILE")]
+    nvme_tls_key: Option<PathBuf>,
+    /// With a key: `require` refuses hosts that do not begin with TLS, `on`
+    /// lets them choose. Discovery always takes both.
+    #[arg(long, value_enum, default_value_t = TlsMode::Require, requires = "nvme_tls_key")]
+    nvme_tls: TlsMode,
 }
 
-/// Whether NBD clients must use TLS.
+/// Whether clients must use TLS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum NbdTls {
+enum TlsMode {
     /// Clients choose.
     On,
     /// Only clients that start TLS first.
@@ -80,7 +90,7 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         })
         .transpose()?;
     if args.nbd_tls_cert.is_some() && args.nbd.is_none() {
-        bail!("--nbd-tls-cert is for NBD: add --nbd ADDR (NVMe/TCP's TLS, with pre-shared keys, is not served yet)");
+        bail!("--nbd-tls-cert is for NBD: add --nbd ADDR (NVMe/TCP's TLS takes a pre-shared key: --nvme-tls-key FILE)");
     }
     let nbd_tls = match (&args.nbd_tls_cert, &args.nbd_tls_key) {
         (Some(cert), Some(key)) => {
@@ -88,6 +98,11 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         }
         _ => None,
     };
+    let nvme_tls = args
+        .nvme_tls_key
+        .as_deref()
+        .map(|path| tls_server(path, &args.nqn))
+        .transpose()?;
     let nbd = args
         .nbd
         .map(|at| {
@@ -103,12 +118,20 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         );
     }
     let address = listener.local_addr()?;
-    let subsystem = Arc::new(
-        Subsystem::new(args.nqn.clone(), namespaces, args.allowed_hosts.clone())
-            .with_address(address),
-    );
+    let tls_required = nvme_tls.is_some() && args.nvme_tls == TlsMode::Require;
+    let mut subsystem = Subsystem::new(args.nqn.clone(), namespaces, args.allowed_hosts.clone())
+        .with_address(address);
+    if nvme_tls.is_some() {
+        subsystem = subsystem.with_tls(tls_required);
+    }
+    let subsystem = Arc::new(subsystem);
+    let tls_note = match (&nvme_tls, tls_required) {
+        (None, _) => "",
+        (Some(_), true) => ", TLS required: add --tls --tls-key=<the key>",
+        (Some(_), false) => ", TLS on offer: --tls --tls-key=<the key>",
+    };
     println!(
-        "sluice node: {} namespace(s) of subsystem {} on nvme-tcp {} (nvme connect -t tcp -a {} -s {} -n {})",
+        "sluice node: {} namespace(s) of subsystem {} on nvme-tcp {} (nvme connect -t tcp -a {} -s {} -n {}{tls_note})",
         args.devices.len(),
         args.nqn,
         address,
@@ -122,11 +145,17 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     }
     let config = TargetConfig {
         max_connections: args.max_connections,
+        tls: nvme_tls.map(Arc::new),
+        tls_required,
     };
     let discovery_thread = match discovery {
         Some(listener) => {
             println!("sluice node: discovery on {}", listener.local_addr()?);
-            let (subsystem, config, stop) = (subsystem.clone(), config.clone(), stop.clone());
+            let config = TargetConfig {
+                tls_required: false,
+                ..config.clone()
+            };
+            let (subsystem, stop) = (subsystem.clone(), stop.clone());
             Some(std::thread::spawn(move || {
                 serve(listener, subsystem, config, stop)
             }))
@@ -137,13 +166,13 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         Some(listener) => {
             let tls_note = match (&nbd_tls, args.nbd_tls) {
                 (None, _) => "",
-                (Some(_), NbdTls::Require) => " (TLS required)",
-                (Some(_), NbdTls::On) => " (TLS on offer)",
+                (Some(_), TlsMode::Require) => " (TLS required)",
+                (Some(_), TlsMode::On) => " (TLS on offer)",
             };
             println!("sluice node: NBD on {}{tls_note}", listener.local_addr()?);
             let nbd_config = sluice_nvmf::nbd::NbdConfig {
                 max_connections: config.max_connections,
-                tls_required: nbd_tls.is_some() && args.nbd_tls == NbdTls::Require,
+                tls_required: nbd_tls.is_some() && args.nbd_tls == TlsMode::Require,
                 tls: nbd_tls,
             };
             let (subsystem, stop) = (subsystem.clone(), stop.clone());
@@ -166,6 +195,29 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         println!("sluice node: stopped");
     }
     Ok(())
+}
+
+/// The TLS side of subsystem `nqn` with the key in the file at `path`.
+fn tls_server(path: &Path, nqn: &str) -> Result<sluice_nvmf::tls::TlsServer> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the TLS key {}", path.display()))?;
+    let key = sluice_nvmf::tls::ConfiguredPsk::parse(&text)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("the TLS key in {}", path.display()))?;
+    warn_if_readable_by_others(path);
+    sluice_nvmf::tls::TlsServer::new(key, nqn.into()).map_err(anyhow::Error::msg)
+}
+
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            eprintln!(
+                "sluice node: warning: the TLS key {} can be read by others (chmod 600 it)",
+                path.display()
+            );
+        }
+    }
 }
 
 fn open_device(path: &Path, create_mib: u64) -> Result<Arc<dyn Device>> {

@@ -7,6 +7,7 @@ use sluice_nvmf::command::Sqe;
 use sluice_nvmf::initiator::{read_sqe, rw, QueueConnection};
 use sluice_nvmf::nvm::opcode;
 use sluice_nvmf::pdu::Digests;
+use sluice_nvmf::tls::{ConfiguredPsk, TlsClient};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -27,6 +28,10 @@ pub struct NvmfArgs {
     /// Ask for header and data digests (CRC32C) on every PDU.
     #[arg(long)]
     digests: bool,
+    /// Connect over TLS 1.3 with the pre-shared key in this file (the PSK
+    /// interchange format, NVMeTLSkey-1:01:…:, the node's --nvme-tls-key).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
     #[command(subcommand)]
     command: NvmfCommand,
 }
@@ -35,6 +40,10 @@ pub struct NvmfArgs {
 enum NvmfCommand {
     /// The controller and its namespaces.
     Identify,
+    /// Print a new random TLS pre-shared key in the PSK interchange format
+    /// (for the node's --nvme-tls-key and hosts' --tls-key); reaches no
+    /// target.
+    GenTlsKey,
     /// Read blocks of a namespace to a file (or standard output).
     Read {
         /// The namespace.
@@ -127,6 +136,22 @@ const PIPELINE_DEPTH: usize = 8;
 struct Session {
     admin: QueueConnection,
     io: QueueConnection,
+    tls: Option<TlsClient>,
+}
+
+/// The TLS client of `--tls-key`, if given.
+fn tls_client(args: &NvmfArgs) -> Result<Option<TlsClient>> {
+    let Some(path) = &args.tls_key else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the TLS key {}", path.display()))?;
+    let key = ConfiguredPsk::parse(&text)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("the TLS key in {}", path.display()))?;
+    Ok(Some(
+        TlsClient::new(&key, &args.host_nqn, &args.nqn).map_err(anyhow::Error::msg)?,
+    ))
 }
 
 fn open(args: &NvmfArgs) -> Result<Session> {
@@ -134,16 +159,26 @@ fn open(args: &NvmfArgs) -> Result<Session> {
         header: args.digests,
         data: args.digests,
     };
-    let reach = || format!("reaching {} (is a sluice node there?)", args.target);
-    let mut admin = QueueConnection::open(&args.target, digests).with_context(reach)?;
+    let reach = || {
+        let hint = if args.tls_key.is_some() {
+            ""
+        } else {
+            "; does it require TLS? then --tls-key FILE"
+        };
+        format!("reaching {} (is a sluice node there?{hint})", args.target)
+    };
+    let tls = tls_client(args)?;
+    let mut admin =
+        QueueConnection::open_with(&args.target, digests, tls.as_ref()).with_context(reach)?;
     let cntlid = admin
         .connect(&args.nqn, &args.host_nqn, 0, 0xffff, 0)
         .with_context(|| format!("connecting to {} at {}", args.nqn, args.target))?;
     admin.enable()?;
     admin.set_queue_count(1)?;
-    let mut io = QueueConnection::open(&args.target, digests).with_context(reach)?;
+    let mut io =
+        QueueConnection::open_with(&args.target, digests, tls.as_ref()).with_context(reach)?;
     io.connect(&args.nqn, &args.host_nqn, 1, cntlid, 0)?;
-    Ok(Session { admin, io })
+    Ok(Session { admin, io, tls })
 }
 
 /// A namespace's block size and block count, from Identify Namespace.
@@ -162,8 +197,14 @@ fn text(bytes: &[u8]) -> String {
 }
 
 pub fn run(args: &NvmfArgs) -> Result<()> {
+    if let NvmfCommand::GenTlsKey = args.command {
+        let key = ConfiguredPsk::generate().map_err(anyhow::Error::msg)?;
+        println!("{}", key.interchange());
+        return Ok(());
+    }
     let mut s = open(args)?;
     match &args.command {
+        NvmfCommand::GenTlsKey => unreachable!("answered above"),
         NvmfCommand::Identify => {
             let id = s.admin.identify(1, 0)?;
             let count = u32_at(&id, 516).context("a short Identify Controller")?;
@@ -272,6 +313,7 @@ pub fn run(args: &NvmfArgs) -> Result<()> {
         } => bench(
             args,
             &mut s.admin,
+            s.tls.as_ref(),
             *nsid,
             *rw,
             *bs,
@@ -288,6 +330,7 @@ pub fn run(args: &NvmfArgs) -> Result<()> {
 fn bench(
     args: &NvmfArgs,
     admin: &mut QueueConnection,
+    tls: Option<&TlsClient>,
     nsid: u32,
     rw: Pattern,
     io_bytes: usize,
@@ -318,6 +361,7 @@ fn bench(
         address: &args.target,
         nqn: &args.nqn,
         host_nqn: &args.host_nqn,
+        tls,
         digests: Digests {
             header: args.digests,
             data: args.digests,

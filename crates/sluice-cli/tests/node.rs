@@ -59,6 +59,33 @@ fn the_linux_kernel_host_writes_reads_and_mounts_a_filesystem_over_nvme_tcp() {
 }
 
 #[test]
+fn the_linux_kernel_host_connects_over_tls_with_a_pre_shared_key() {
+    // Debian 13's kernel, nvme-cli and tlshd in QEMU against `sluice node
+    // --nvme-tls-key` (scripts/nvmf-linux-host-tls says what it checks).
+    let root = repo_root();
+    let work = root.join("target/tmp/nvmf-host-tls-test");
+    let out = Command::new(root.join("scripts/nvmf-linux-host-tls"))
+        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .env("NVMF_HOST_DIR", &work)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("RESULT tls connect ok"), "{stdout}");
+    assert!(stdout.contains("RESULT plain connect refused"), "{stdout}");
+    // The kernel says which key its TLS session used: one from its keyring.
+    let key = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT tls_key "))
+        .unwrap_or_default();
+    assert!(
+        !key.is_empty() && key != "none" && !key.trim_start_matches('0').is_empty(),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn bad_options_are_refused_before_anything_is_served() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -82,6 +109,80 @@ fn bad_options_are_refused_before_anything_is_served() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("is another target there?"), "{err}");
     assert!(!dir.path().join("b.dev").exists(), "nothing created");
+    // A TLS key with one character changed: its CRC-32 says so.
+    let key = run(Command::new(env!("CARGO_BIN_EXE_sluice")).args(["nvmf", "gen-tls-key"]));
+    let mut bad = key.trim().to_string().into_bytes();
+    bad[20] = if bad[20] == b'A' { b'B' } else { b'A' };
+    let key_file = dir.path().join("bad.key");
+    std::fs::write(&key_file, &bad).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["node", "--create-mib", "4", "--listen", "127.0.0.1:0"])
+        .arg("--nvme-tls-key")
+        .arg(&key_file)
+        .arg("--device")
+        .arg(dir.path().join("c.dev"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CRC-32 does not match"), "{err}");
+    assert!(!dir.path().join("c.dev").exists(), "nothing created");
+}
+
+#[test]
+fn sluice_nvmf_reaches_a_node_that_requires_tls_with_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = run(Command::new(env!("CARGO_BIN_EXE_sluice")).args(["nvmf", "gen-tls-key"]));
+    assert!(key.starts_with("NVMeTLSkey-1:01:"), "{key}");
+    let key_file = dir.path().join("tls.key");
+    std::fs::write(&key_file, &key).unwrap();
+    let node = node_with_nbd_and(&["--nvme-tls-key".as_ref(), key_file.as_os_str()]);
+    let nvmf = |tls: bool, args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.args(["nvmf", "--target", &node.nvme]);
+        if tls {
+            cmd.arg("--tls-key").arg(&key_file);
+        }
+        cmd.args(args);
+        cmd.output().unwrap()
+    };
+    let out = nvmf(true, &["identify"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("2 namespace(s)"), "{text}");
+    let data = dir.path().join("in.bin");
+    std::fs::write(&data, vec![0xa5u8; 8192]).unwrap();
+    let back = dir.path().join("out.bin");
+    assert!(nvmf(
+        true,
+        &["write", "--lba", "3", "--in", data.to_str().unwrap()]
+    )
+    .status
+    .success());
+    assert!(nvmf(
+        true,
+        &[
+            "read",
+            "--lba",
+            "3",
+            "--blocks",
+            "2",
+            "--out",
+            back.to_str().unwrap()
+        ]
+    )
+    .status
+    .success());
+    assert_eq!(std::fs::read(&back).unwrap(), vec![0xa5u8; 8192]);
+    // Without the key: refused, and the error says what to try.
+    let out = nvmf(false, &["identify"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--tls-key"), "{err}");
 }
 
 struct Node {

@@ -246,6 +246,32 @@ pub fn recv_nowait(socket: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// Whether `socket` has bytes to read (or has been closed by its peer)
+/// right now, without taking them and without waiting.
+pub fn readable_now(socket: &impl AsRawFd) -> io::Result<bool> {
+    let mut byte = [0u8; 1];
+    // SAFETY: the pointer and length describe `byte`, a live exclusive
+    // borrow; with MSG_PEEK the kernel copies at most one byte and keeps
+    // it queued; the descriptor is borrowed from a live socket.
+    let n = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            byte.as_mut_ptr().cast(),
+            1,
+            libc::MSG_DONTWAIT | libc::MSG_PEEK,
+        )
+    };
+    if n >= 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock => Ok(false),
+        io::ErrorKind::Interrupted => Ok(false),
+        _ => Err(e),
+    }
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; the call

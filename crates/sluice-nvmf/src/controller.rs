@@ -257,6 +257,9 @@ pub struct Subsystem {
     allowed_hosts: Vec<String>,
     /// Where hosts reach the subsystem, for the discovery log.
     address: Option<std::net::SocketAddr>,
+    /// TLS at that address: `None` none, `Some(true)` required,
+    /// `Some(false)` on offer.
+    tls_required: Option<bool>,
 }
 
 #[derive(Default)]
@@ -311,7 +314,15 @@ impl Subsystem {
             }),
             allowed_hosts,
             address: None,
+            tls_required: None,
         }
+    }
+
+    /// Says in the discovery log that the subsystem's address speaks TLS
+    /// 1.3, and whether hosts must use it.
+    pub fn with_tls(mut self, required: bool) -> Subsystem {
+        self.tls_required = Some(required);
+        self
     }
 
     /// Sets where hosts reach the subsystem over NVMe/TCP: the discovery
@@ -385,6 +396,9 @@ pub struct Queue {
     qid: u16,
     held_aers: usize,
     fused: nvm::Fused,
+    /// The host NQN the connection's TLS PSK identity named: Connect must
+    /// name the same host.
+    tls_host: Option<String>,
 }
 
 impl Queue {
@@ -396,6 +410,20 @@ impl Queue {
             qid: 0,
             held_aers: 0,
             fused: nvm::Fused::default(),
+            tls_host: None,
+        }
+    }
+
+    /// The subsystem the queue belongs to.
+    pub fn subsystem(&self) -> &Arc<Subsystem> {
+        &self.subsystem
+    }
+
+    /// A queue on a TLS connection authenticated as host `hostnqn`.
+    pub fn authenticated(subsystem: Arc<Subsystem>, hostnqn: String) -> Queue {
+        Queue {
+            tls_host: Some(hostnqn),
+            ..Queue::new(subsystem)
         }
     }
 
@@ -537,6 +565,13 @@ impl Queue {
         if !self.subsystem.allowed_hosts.is_empty()
             && !self.subsystem.allowed_hosts.contains(&hostnqn)
         {
+            return fail(sqe, status::CONNECT_INVALID_HOST);
+        }
+        if self.tls_host.as_ref().is_some_and(|h| *h != hostnqn) {
+            log::warn!(
+                "Connect as host {hostnqn} on a TLS connection whose key is {}'s: refused",
+                self.tls_host.as_deref().unwrap_or_default()
+            );
             return fail(sqe, status::CONNECT_INVALID_HOST);
         }
         if sq_size == 0 || sq_size >= QUEUE_ENTRIES {
@@ -827,14 +862,25 @@ fn discovery_log(subsystem: &Subsystem) -> Vec<u8> {
         e[0] = 3; // TRTYPE: TCP
         e[1] = if address.is_ipv4() { 1 } else { 2 }; // ADRFAM
         e[2] = 2; // SUBTYPE: an NVM subsystem
-        e[3] = 0; // TREQ: not specified
+                  // TREQ: secure channel required (1), not required (2), or not
+                  // specified (0).
+        e[3] = match subsystem.tls_required {
+            Some(true) => 1,
+            Some(false) => 2,
+            None => 0,
+        };
         e[6..8].copy_from_slice(&0xffffu16.to_le_bytes()); // CNTLID: dynamic
         e[8..10].copy_from_slice(&32u16.to_le_bytes()); // ASQSZ
         ascii(&mut e[32..64], &address.port().to_string());
         let nqn = subsystem.nqn.as_bytes();
         e[256..256 + nqn.len().min(255)].copy_from_slice(&nqn[..nqn.len().min(255)]);
         ascii(&mut e[512..768], &address.ip().to_string());
-        // TSAS for TCP: SECTYPE 0, no security.
+        // TSAS for TCP: SECTYPE 2 is TLS 1.3, 0 none.
+        e[768] = if subsystem.tls_required.is_some() {
+            2
+        } else {
+            0
+        };
     }
     p
 }

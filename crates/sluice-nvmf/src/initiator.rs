@@ -4,9 +4,10 @@
 
 use crate::command::{status, Completion, Fuse, Sgl, SglKind, Sqe, Status, FABRICS_OPCODE};
 use crate::controller::{admin, fctype, property, CONNECT_DATA_BYTES, IN_CAPSULE_BYTES};
+use crate::link::{Link, OpensslLink, PlainLink};
 use crate::nvm::opcode as io;
 use crate::pdu::{flags, DataHeader, Digests, Encoder, Framed, Framer, Header, Limits, PFV_1_0};
-use std::io::Write;
+use crate::tls::TlsClient;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,7 @@ pub type Result<T> = std::result::Result<T, InitiatorError>;
 
 /// One queue's connection to a target.
 pub struct QueueConnection {
-    stream: TcpStream,
+    link: Box<dyn Link + Send>,
     framer: Framer,
     encoder: Encoder,
     /// Bytes received: `buf[start..filled]` not yet framed.
@@ -63,8 +64,6 @@ pub struct QueueConnection {
     pub bytes_sent: u64,
     /// Bytes this connection has received.
     pub bytes_received: u64,
-    /// Polls for the target's answer a short while before it blocks.
-    reader: crate::poll::PollingReader,
 }
 
 /// What a command returned: its completion and any data.
@@ -79,11 +78,41 @@ pub struct Answer {
 impl QueueConnection {
     /// Connects to `address` and runs the ICReq/ICResp exchange.
     pub fn open(address: &str, digests: Digests) -> Result<QueueConnection> {
+        let stream = Self::socket(address)?;
+        // Polls for the target's answer a short while before it blocks.
+        Self::handshake(Box::new(PlainLink::new(stream)), digests)
+    }
+
+    /// Connects to `address` over TLS with `tls`'s pre-shared key, then
+    /// runs the ICReq/ICResp exchange inside it.
+    pub fn open_tls(address: &str, digests: Digests, tls: &TlsClient) -> Result<QueueConnection> {
+        let stream = Self::socket(address)?;
+        let session = tls.connect(stream).map_err(InitiatorError::Protocol)?;
+        Self::handshake(Box::new(OpensslLink { tls: session }), digests)
+    }
+
+    /// [`open_tls`](Self::open_tls) with `tls`, else [`open`](Self::open).
+    pub fn open_with(
+        address: &str,
+        digests: Digests,
+        tls: Option<&TlsClient>,
+    ) -> Result<QueueConnection> {
+        match tls {
+            Some(tls) => Self::open_tls(address, digests, tls),
+            None => Self::open(address, digests),
+        }
+    }
+
+    fn socket(address: &str) -> Result<TcpStream> {
         let stream = TcpStream::connect(address)?;
         stream.set_nodelay(true)?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(stream)
+    }
+
+    fn handshake(link: Box<dyn Link + Send>, digests: Digests) -> Result<QueueConnection> {
         let mut q = QueueConnection {
-            stream,
+            link,
             framer: Framer {
                 digests: Digests::default(),
                 limits: Limits {
@@ -98,7 +127,6 @@ impl QueueConnection {
             maxh2cdata: 0,
             bytes_sent: 0,
             bytes_received: 0,
-            reader: crate::poll::PollingReader::new(),
         };
         let mut out = Vec::new();
         Encoder::default().encode(
@@ -134,7 +162,7 @@ impl QueueConnection {
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<()> {
-        self.stream.write_all(bytes)?;
+        self.link.write_all(bytes)?;
         self.bytes_sent += bytes.len() as u64;
         Ok(())
     }
@@ -145,10 +173,7 @@ impl QueueConnection {
             if let Some(got) = self.receive_buffered()? {
                 return Ok(got);
             }
-            let got = match self
-                .reader
-                .read(&mut self.stream, &mut self.buf[self.filled..])
-            {
+            let got = match self.link.read(&mut self.buf[self.filled..]) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 other => other?,
             };

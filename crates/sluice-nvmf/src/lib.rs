@@ -25,6 +25,9 @@
 //!   adaptive polling; plain Reads and Writes kept in flight at the
 //!   device on the connection's own engines, their data in pinned pool
 //!   buffers from the socket to the device and back (`datapath`).
+//! - [`tls`]: NVMe/TCP over TLS 1.3 with pre-shared keys: the PSK
+//!   interchange format, the retained and TLS PSKs derived as the Linux
+//!   host's libnvme derives them, and OpenSSL sessions for both sides.
 //! - [`initiator`]: a blocking initiator for `sluice nvmf` and the tests.
 //! - [`nbd`]: NBD as a second front end over the same namespaces (fixed
 //!   newstyle, structured replies), for nbdcopy, qemu-img and fio's nbd
@@ -39,8 +42,10 @@ pub mod command;
 pub mod controller;
 mod datapath;
 pub mod initiator;
+mod link;
 pub mod nbd;
 pub mod nvm;
 pub mod pdu;
 pub mod poll;
 pub mod target;
+pub mod tls;

@@ -14,6 +14,7 @@
 
 use crate::controller::{Namespace, Subsystem, MAX_TRANSFER_BYTES};
 use crate::datapath::{DataPath, Finished, Outgoing};
+use crate::link::{Link, PlainLink, RustlsLink};
 use sluice_io::Priority;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -171,7 +172,7 @@ fn serve_client(
             };
             tls_stream.sock.set_read_timeout(None)?;
             return Transmission::new(subsystem, nsid, structured)
-                .run(TlsLink { tls: tls_stream }, Vec::new());
+                .run(RustlsLink { tls: tls_stream }, Vec::new());
         }
     };
     stream.set_read_timeout(None)?;
@@ -224,75 +225,6 @@ enum Haggled {
     StartTls,
     /// The client ended it.
     Abort,
-}
-
-/// A connection's socket during transmission.
-trait Link {
-    /// Bytes already received, or `WouldBlock`; 0: the client closed.
-    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
-    /// Waits for bytes; 0: the client closed.
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
-    /// Sends all of `out` and empties it.
-    fn send(&mut self, out: &mut Outgoing) -> std::io::Result<()>;
-}
-
-/// The plain socket: reads that poll before they block, replies with one
-/// `writev` that sends read data from its I/O buffers.
-struct PlainLink {
-    stream: TcpStream,
-    reader: crate::poll::PollingReader,
-}
-
-impl Link for PlainLink {
-    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        sluice_io::net::recv_nowait(&self.stream, buf)
-    }
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.reader.read(&mut self.stream, buf)
-    }
-    fn send(&mut self, out: &mut Outgoing) -> std::io::Result<()> {
-        out.send(&mut self.stream)
-    }
-}
-
-/// The socket under TLS (rustls): plaintext in and out through the
-/// connection's TLS state.
-struct TlsLink {
-    tls: rustls::StreamOwned<rustls::ServerConnection, TcpStream>,
-}
-
-/// A socket's reads without waiting.
-struct NoWait<'a>(&'a TcpStream);
-
-impl Read for NoWait<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        sluice_io::net::recv_nowait(self.0, buf)
-    }
-}
-
-impl Link for TlsLink {
-    fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        loop {
-            match self.tls.conn.reader().read(buf) {
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                other => return other,
-            }
-            if self.tls.conn.read_tls(&mut NoWait(&self.tls.sock))? == 0 {
-                return Ok(0);
-            }
-            self.tls
-                .conn
-                .process_new_packets()
-                .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
-        }
-    }
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.tls.read(buf)
-    }
-    fn send(&mut self, out: &mut Outgoing) -> std::io::Result<()> {
-        out.write_to(&mut self.tls)?;
-        self.tls.flush()
-    }
 }
 
 fn read_u32(r: &mut impl Read) -> std::io::Result<u32> {

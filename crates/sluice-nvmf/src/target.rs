@@ -11,13 +11,15 @@
 use crate::command::{status, Completion, SglKind, Sqe};
 use crate::controller::{DataNeed, Outcome, Queue, Subsystem, MAX_TRANSFER_BYTES};
 use crate::datapath::{DataPath, Finished, Outgoing};
+use crate::link::{Link, OpensslLink, PlainLink};
 use crate::pdu::{
     flags, term_req, DataHeader, Digests, Encoder, Fatal, Fes, Framed, Framer, Header, Limits,
     PFV_1_0,
 };
+use crate::tls::TlsServer;
 use sluice_io::IoBuf;
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
+use std::io::ErrorKind;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -41,19 +43,29 @@ pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
 pub const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How the target serves.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TargetConfig {
     /// Most connections at once.
     pub max_connections: usize,
+    /// TLS with pre-shared keys: hosts that begin with a TLS handshake.
+    pub tls: Option<Arc<TlsServer>>,
+    /// Refuse hosts that do not begin with TLS.
+    pub tls_required: bool,
 }
 
 impl Default for TargetConfig {
     fn default() -> Self {
         TargetConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls: None,
+            tls_required: false,
         }
     }
 }
+
+/// The first byte of a TLS handshake record; an NVMe/TCP host's first PDU
+/// (ICReq) begins with 0.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Accepts connections on `listener` until `stop` is set, serving each on a
 /// thread of its own.
@@ -64,17 +76,84 @@ pub fn serve(
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     let stop_flag = stop.clone();
+    let max_connections = config.max_connections;
     accept_loop(
         listener,
-        config.max_connections,
+        max_connections,
         stop,
         "nvmf-conn",
         move |stream| {
-            Connection::new(subsystem.clone())
-                .run(stream, &stop_flag)
-                .map_err(std::io::Error::other)
+            serve_connection(stream, &subsystem, &config, &stop_flag).map_err(std::io::Error::other)
         },
     )
+}
+
+/// Serves one host: over TLS when it begins with a handshake (and the node
+/// has a key), else plain (unless TLS is required).
+fn serve_connection(
+    stream: TcpStream,
+    subsystem: &Arc<Subsystem>,
+    config: &TargetConfig,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let io = |e: std::io::Error| e.to_string();
+    stream.set_nodelay(true).map_err(io)?;
+    stream.set_read_timeout(Some(POLL_INTERVAL)).map_err(io)?;
+    // A host that stops reading its answers must not hold this
+    // connection's writes in flight (and with them a Compare-and-Write of
+    // another host) for ever.
+    stream.set_write_timeout(Some(SEND_TIMEOUT)).map_err(io)?;
+    let Some(tls) = &config.tls else {
+        return Connection::new(Queue::new(subsystem.clone()))
+            .run(&mut PlainLink::new(stream), stop);
+    };
+    match first_byte(&stream, stop)? {
+        None => Ok(()),
+        Some(TLS_HANDSHAKE_RECORD) => {
+            stream.set_read_timeout(Some(SETUP_TIMEOUT)).map_err(io)?;
+            let (session, host) = tls.accept(stream)?;
+            session
+                .get_ref()
+                .set_read_timeout(Some(POLL_INTERVAL))
+                .map_err(io)?;
+            log::debug!("TLS: host {host} authenticated with its PSK");
+            let queue = Queue::authenticated(subsystem.clone(), host);
+            Connection::new(queue).run(&mut OpensslLink { tls: session }, stop)
+        }
+        Some(_) if config.tls_required => {
+            Err("a host began without TLS; the node requires it (--nvme-tls require)".into())
+        }
+        Some(_) => {
+            Connection::new(Queue::new(subsystem.clone())).run(&mut PlainLink::new(stream), stop)
+        }
+    }
+}
+
+/// The first byte the host sends, left in the socket; `None` if it closes
+/// first. Waits up to [`SETUP_TIMEOUT`] (the stream's read timeout is the
+/// polling interval).
+fn first_byte(stream: &TcpStream, stop: &AtomicBool) -> Result<Option<u8>, String> {
+    let opened = Instant::now();
+    let mut byte = [0u8; 1];
+    loop {
+        match stream.peek(&mut byte) {
+            Ok(0) => return Ok(None),
+            Ok(_) => return Ok(Some(byte[0])),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(None);
+                }
+                if opened.elapsed() > SETUP_TIMEOUT {
+                    return Err(format!(
+                        "nothing sent within {} s of connecting",
+                        SETUP_TIMEOUT.as_secs()
+                    ));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("receiving: {e}")),
+        }
+    }
 }
 
 /// The accept loop of every front end of the node: until `stop` is set,
@@ -177,9 +256,10 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(subsystem: Arc<Subsystem>) -> Connection {
+    fn new(queue: Queue) -> Connection {
+        let subsystem = queue.subsystem().clone();
         Connection {
-            queue: Queue::new(subsystem.clone()),
+            queue,
             framer: Framer {
                 digests: Digests::default(),
                 limits: Limits {
@@ -195,19 +275,8 @@ impl Connection {
         }
     }
 
-    fn run(mut self, mut stream: TcpStream, stop: &AtomicBool) -> Result<(), String> {
-        stream.set_nodelay(true).map_err(|e| e.to_string())?;
-        stream
-            .set_read_timeout(Some(POLL_INTERVAL))
-            .map_err(|e| e.to_string())?;
-        // A host that stops reading its answers must not hold this
-        // connection's writes in flight (and with them a Compare-and-Write
-        // of another host) for ever.
-        stream
-            .set_write_timeout(Some(SEND_TIMEOUT))
-            .map_err(|e| e.to_string())?;
+    fn run(mut self, link: &mut impl Link, stop: &AtomicBool) -> Result<(), String> {
         let mut buf = vec![0u8; 256 << 10];
-        let mut reader = crate::poll::PollingReader::new();
         let (mut start, mut filled) = (0usize, 0usize);
         let opened = Instant::now();
         let mut last_heard = Instant::now();
@@ -228,13 +297,13 @@ impl Connection {
             };
             // Issue what the PDUs started; answer what is already done.
             self.collect(false);
-            if let Err(e) = self.out.send(&mut stream) {
+            if let Err(e) = link.send(&mut self.out) {
                 break Err(format!("sending: {e}"));
             }
             let need = match framed {
                 Ok(n) => n,
                 Err(fatal) => {
-                    let _ = stream.write_all(&term_req(&fatal, &buf[start..filled]));
+                    let _ = link.write_all(&term_req(&fatal, &buf[start..filled]));
                     break Err(format!("fatal transport error: {fatal}"));
                 }
             };
@@ -242,7 +311,7 @@ impl Connection {
                 break Ok(());
             }
             if need >= DIRECT_MIN_BYTES {
-                match self.receive_direct(&mut stream, &buf[start..filled], stop) {
+                match self.receive_direct(link, &buf[start..filled], stop) {
                     Ok(Some(used)) => {
                         start += used;
                         last_heard = Instant::now();
@@ -250,7 +319,7 @@ impl Connection {
                     }
                     Ok(None) => {}
                     Err(Stop::Fatal(fatal)) => {
-                        let _ = stream.write_all(&term_req(&fatal, &buf[start..filled]));
+                        let _ = link.write_all(&term_req(&fatal, &buf[start..filled]));
                         break Err(format!("fatal transport error: {fatal}"));
                     }
                     Err(Stop::Io(e)) => break Err(e),
@@ -266,7 +335,7 @@ impl Connection {
             if self.data_path.busy() {
                 // Commands at the device: take what the host sent since,
                 // else wait for the device, not the host.
-                match sluice_io::net::recv_nowait(&stream, &mut buf[filled..]) {
+                match link.try_read(&mut buf[filled..]) {
                     Ok(0) => break Ok(()),
                     Ok(n) => {
                         filled += n;
@@ -278,7 +347,7 @@ impl Connection {
                 }
                 continue;
             }
-            match reader.read(&mut stream, &mut buf[filled..]) {
+            match link.read(&mut buf[filled..]) {
                 Ok(0) => break Ok(()),
                 Ok(n) => {
                     filled += n;
@@ -615,7 +684,7 @@ impl Connection {
     /// let the PDU be framed as usual.
     fn receive_direct(
         &mut self,
-        stream: &mut TcpStream,
+        stream: &mut impl Link,
         partial: &[u8],
         stop: &AtomicBool,
     ) -> Result<Option<usize>, Stop> {
@@ -723,7 +792,7 @@ enum Stop {
 /// is in the middle of a PDU) until the node stops or the host has sent
 /// nothing for [`SETUP_TIMEOUT`].
 fn read_exact_patiently(
-    stream: &mut TcpStream,
+    stream: &mut impl Link,
     dst: &mut [u8],
     stop: &AtomicBool,
 ) -> Result<(), Stop> {

@@ -36,6 +36,14 @@ pub fn start_with(
     allowed: Vec<String>,
     finish: impl FnOnce(Subsystem, std::net::SocketAddr) -> Subsystem,
 ) -> Target {
+    start_configured(allowed, finish, TargetConfig::default())
+}
+
+pub fn start_configured(
+    allowed: Vec<String>,
+    finish: impl FnOnce(Subsystem, std::net::SocketAddr) -> Subsystem,
+    config: TargetConfig,
+) -> Target {
     let dir = tempfile::tempdir().unwrap();
     let namespaces = (0..2)
         .map(|i| {
@@ -53,7 +61,7 @@ pub fn start_with(
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    std::thread::spawn(move || serve(listener, subsystem, TargetConfig::default(), s));
+    std::thread::spawn(move || serve(listener, subsystem, config, s));
     Target {
         address,
         stop,
