@@ -104,12 +104,14 @@ impl Link for RustlsLink {
 /// it holds undecrypted is at most the rest of one record: a socket with
 /// nothing to read and no decrypted bytes pending means nothing has come.
 pub(crate) struct OpensslLink {
-    pub(crate) tls: openssl::ssl::SslStream<TcpStream>,
+    pub(crate) tls: openssl::ssl::SslStream<crate::poll::PolledStream>,
 }
 
 impl Link for OpensslLink {
     fn try_read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.tls.ssl().pending() == 0 && !sluice_io::net::readable_now(self.tls.get_ref())? {
+        if self.tls.ssl().pending() == 0
+            && !sluice_io::net::readable_now(self.tls.get_ref().get_ref())?
+        {
             return Err(ErrorKind::WouldBlock.into());
         }
         self.tls.read(buf)

@@ -116,6 +116,17 @@ impl Read for PolledStream {
     }
 }
 
+/// Writes go straight to the socket (a TLS session over the stream both
+/// reads and writes it).
+impl std::io::Write for PolledStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -114,6 +114,7 @@ fn serve_connection(
             let (session, host) = tls.accept(stream)?;
             session
                 .get_ref()
+                .get_ref()
                 .set_read_timeout(Some(POLL_INTERVAL))
                 .map_err(io)?;
             log::debug!("TLS: host {host} authenticated with its PSK");

@@ -20,6 +20,7 @@
 //! which is the one the specification requires; SHA-384 keys (`02`) are
 //! refused when they are read, with what to use instead.
 
+use crate::poll::PolledStream;
 use base64::Engine;
 use openssl::ex_data::Index;
 use openssl::hash::MessageDigest;
@@ -349,11 +350,11 @@ impl TlsServer {
         })
     }
 
-    /// Runs the handshake on `stream`; returns the session and the host NQN
-    /// its identity named.
-    pub fn accept(&self, stream: TcpStream) -> Result<(SslStream<TcpStream>, String), String> {
+    /// Runs the handshake on `stream`; returns the session (its socket
+    /// read with polling) and the host NQN its identity named.
+    pub fn accept(&self, stream: TcpStream) -> Result<(SslStream<PolledStream>, String), String> {
         let ssl = Ssl::new(&self.context).map_err(|e| e.to_string())?;
-        let tls = finish(ssl.accept(stream))?;
+        let tls = finish(ssl.accept(PolledStream::new(stream)))?;
         let host = tls
             .ssl()
             .ex_data(self.host_index)
@@ -396,10 +397,11 @@ impl TlsClient {
         Ok(TlsClient { context: b.build() })
     }
 
-    /// Runs the handshake on `stream`.
-    pub fn connect(&self, stream: TcpStream) -> Result<SslStream<TcpStream>, String> {
+    /// Runs the handshake on `stream`; the session's socket is read with
+    /// polling.
+    pub fn connect(&self, stream: TcpStream) -> Result<SslStream<PolledStream>, String> {
         let ssl = Ssl::new(&self.context).map_err(|e| e.to_string())?;
-        let tls = finish(ssl.connect(stream))?;
+        let tls = finish(ssl.connect(PolledStream::new(stream)))?;
         // A server that took no PSK would have needed a certificate the
         // client does not check: only a PSK session is a session.
         if !tls.ssl().session_reused() {
@@ -414,9 +416,9 @@ const MAX_HANDSHAKE_RESUMES: usize = 100;
 
 /// The handshake's end: resumed where a signal interrupted a system call
 /// of it, else its session or why it failed.
-fn finish(
-    mut result: Result<SslStream<TcpStream>, HandshakeError<TcpStream>>,
-) -> Result<SslStream<TcpStream>, String> {
+fn finish<S: std::io::Read + std::io::Write>(
+    mut result: Result<SslStream<S>, HandshakeError<S>>,
+) -> Result<SslStream<S>, String> {
     for _ in 0..MAX_HANDSHAKE_RESUMES {
         match result {
             Err(HandshakeError::Failure(mid)) | Err(HandshakeError::WouldBlock(mid))
@@ -433,7 +435,7 @@ fn finish(
     result.map_err(handshake_error)
 }
 
-fn handshake_error(e: HandshakeError<TcpStream>) -> String {
+fn handshake_error<S>(e: HandshakeError<S>) -> String {
     match e {
         HandshakeError::SetupFailure(e) => format!("TLS set-up: {e}"),
         HandshakeError::Failure(m) | HandshakeError::WouldBlock(m) => {

@@ -437,6 +437,7 @@ fn the_discovery_controller_names_the_subsystem_and_where_it_is() {
     assert_eq!(std::str::from_utf8(&e[32..32 + port.len()]).unwrap(), port);
     assert_eq!(&e[256..256 + NQN.len()], NQN.as_bytes());
     assert_eq!(&e[512..521], b"127.0.0.1");
+    assert_eq!((e[3], e[768]), (0, 0), "TREQ and SECTYPE: no TLS");
     // A discovery controller has no I/O queues and no namespaces to identify.
     let err = d.identify(0, 1).unwrap_err();
     assert!(is_status(&err, status::INVALID_FIELD), "{err}");
@@ -718,5 +719,19 @@ fn h2c_data_that_arrives_after_its_header_lands_whole_and_is_digest_checked() {
             assert!(s.is_success(), "{s:?}");
             assert!(back == data, "round {round}: the data, whole");
         }
+    }
+}
+
+#[test]
+fn the_discovery_log_says_when_tls_is_required() {
+    use sluice_nvmf::controller::{DISCOVERY_LOG, DISCOVERY_NQN};
+    for (required, treq) in [(true, 1u8), (false, 2)] {
+        let t = start_with(Vec::new(), |s, at| s.with_address(at).with_tls(required));
+        let mut d = QueueConnection::open(&t.address, Digests::default()).unwrap();
+        d.connect(DISCOVERY_NQN, HOST, 0, 0xffff, 0).unwrap();
+        d.enable().unwrap();
+        let log = d.log_page(DISCOVERY_LOG, 2048).unwrap();
+        assert_eq!(log[1024 + 3], treq, "TREQ: required {required}");
+        assert_eq!(log[1024 + 768], 2, "SECTYPE: TLS 1.3");
     }
 }
