@@ -6,6 +6,14 @@ mod common;
 use common::*;
 use sluice_nvmf::pdu::Digests;
 
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// One test at a time: the tests of a binary run on threads of one
+/// process, and each reads the process's RSS.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kb: u64 = status
@@ -22,6 +30,7 @@ fn rss_bytes() -> u64 {
 /// a row leave the node's memory where 20 left it.
 #[test]
 fn connections_that_do_io_and_leave_give_their_engines_back() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let t = start(Vec::new());
     let round = || {
         let (_admin, mut io) = connect(&t, Digests::default());
@@ -42,5 +51,56 @@ fn connections_that_do_io_and_leave_give_their_engines_back() {
         grown < 64 << 20,
         "{} MiB more after 200 more connections",
         grown >> 20
+    );
+}
+
+/// The same over TLS with a pre-shared key, failed handshakes among them:
+/// OpenSSL's sessions and the connections' engines are given back.
+#[test]
+fn tls_connections_and_failed_handshakes_leave_nothing_behind() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    use sluice_nvmf::initiator::QueueConnection;
+    use sluice_nvmf::target::TargetConfig;
+    use sluice_nvmf::tls::{ConfiguredPsk, TlsClient, TlsServer};
+    use std::sync::Arc;
+    let key = ConfiguredPsk::generate().unwrap();
+    let config = TargetConfig {
+        tls: Some(Arc::new(TlsServer::new(key.clone(), NQN.into()).unwrap())),
+        tls_required: true,
+        ..TargetConfig::default()
+    };
+    let t = start_configured(Vec::new(), |s, _| s, config);
+    let good = TlsClient::new(&key, HOST, NQN).unwrap();
+    let wrong = TlsClient::new(&ConfiguredPsk::generate().unwrap(), HOST, NQN).unwrap();
+    let round = || {
+        let mut admin = QueueConnection::open_tls(&t.address, Digests::default(), &good).unwrap();
+        let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+        admin.enable().unwrap();
+        admin.set_queue_count(1).unwrap();
+        let mut io = QueueConnection::open_tls(&t.address, Digests::default(), &good).unwrap();
+        io.connect(NQN, HOST, 1, cntlid, 0).unwrap();
+        assert_eq!(io.read(1, 8, 2, BLOCK).unwrap().len(), 2 * BLOCK as usize);
+        assert!(QueueConnection::open_tls(&t.address, Digests::default(), &wrong).is_err());
+    };
+    for _ in 0..20 {
+        round();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let (after_20, fds_after_20) = (rss_bytes(), open_fds());
+    for _ in 0..200 {
+        round();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let grown = rss_bytes().saturating_sub(after_20);
+    assert!(
+        grown < 64 << 20,
+        "{} MiB more after 200 more rounds over TLS",
+        grown >> 20
+    );
+    // A session kept past its connection keeps its socket.
+    let fds = open_fds();
+    assert!(
+        fds <= fds_after_20 + 8,
+        "{fds} descriptors open after 200 more rounds, {fds_after_20} before"
     );
 }
