@@ -39,6 +39,10 @@ pub struct NodeArgs {
     /// Most connections at once (a host opens one per queue).
     #[arg(long, default_value_t = sluice_nvmf::target::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
+    /// Threads serving the NVMe/TCP connections, each serving many (0: one
+    /// per core). TLS connections, and NBD's, have a thread each.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
+    threads: u16,
     /// NBD over TLS (NBD_OPT_STARTTLS): this PEM certificate chain, with
     /// --nbd-tls-key (clients: nbds:// URIs).
     #[arg(long, value_name = "PEM", requires = "nbd_tls_key")]
@@ -147,6 +151,10 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         max_connections: args.max_connections,
         tls: nvme_tls.map(Arc::new),
         tls_required,
+        workers: match args.threads {
+            0 => TargetConfig::default().workers,
+            n => n as usize,
+        },
     };
     let discovery_thread = match discovery {
         Some(listener) => {

@@ -37,6 +37,7 @@ pub mod mem;
 pub mod net;
 pub mod pool;
 pub mod probe;
+pub mod readiness;
 pub mod shm;
 pub mod spin;
 pub mod sync_io;

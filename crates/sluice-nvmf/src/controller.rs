@@ -441,6 +441,11 @@ impl Queue {
         independent.then_some(&self.subsystem)
     }
 
+    /// Whether this is an admin queue (or not connected yet).
+    pub fn is_admin(&self) -> bool {
+        self.qid == 0
+    }
+
     /// Whether a Connect made this queue part of a controller.
     pub fn is_connected(&self) -> bool {
         self.controller.is_some()

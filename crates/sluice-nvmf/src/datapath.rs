@@ -351,6 +351,9 @@ impl Drop for DataPath {
 pub(crate) struct Outgoing {
     pub(crate) bytes: Vec<u8>,
     bufs: Vec<(usize, IoBuf)>,
+    /// Bytes of the stream (`bytes` with the buffers spliced in) a
+    /// non-blocking send has already sent ([`Outgoing::send_some`]).
+    sent: usize,
 }
 
 impl Outgoing {
@@ -369,6 +372,85 @@ impl Outgoing {
             self.bytes.extend_from_slice(&buf.to_vec());
             self.bytes.extend_from_slice(&tail);
         }
+    }
+
+    /// Bytes still to send.
+    pub(crate) fn pending_bytes(&self) -> usize {
+        self.bytes.len() + self.bufs.iter().map(|(_, b)| b.len()).sum::<usize>() - self.sent
+    }
+
+    /// Sends what the socket takes now, without waiting (`stream` is
+    /// non-blocking); returns whether everything has gone. What was sent is
+    /// forgotten (its buffers go back to their pool); the rest, and what is
+    /// added meanwhile, goes on the next call.
+    pub(crate) fn send_some(&mut self, mut stream: &TcpStream) -> std::io::Result<bool> {
+        // The kernel takes at most IOV_MAX (1024) pieces per call.
+        const MAX_PIECES: usize = 1024;
+        while self.pending_bytes() > 0 {
+            let mut slices = Vec::with_capacity((self.bufs.len() * 2 + 1).min(MAX_PIECES));
+            let mut skip = self.sent;
+            let mut pieces: Vec<&[u8]> = Vec::with_capacity(self.bufs.len() * 2 + 1);
+            let mut from = 0;
+            for (at, buf) in &self.bufs {
+                pieces.push(&self.bytes[from..*at]);
+                pieces.push(buf.as_slice().expect("kept only when contiguous"));
+                from = *at;
+            }
+            pieces.push(&self.bytes[from..]);
+            for piece in pieces {
+                if skip >= piece.len() {
+                    skip -= piece.len();
+                    continue;
+                }
+                slices.push(IoSlice::new(&piece[skip..]));
+                skip = 0;
+                if slices.len() == MAX_PIECES {
+                    break;
+                }
+            }
+            match stream.write_vectored(&slices) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    drop(slices);
+                    self.sent += n;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e),
+            }
+        }
+        self.forget_sent();
+        Ok(self.pending_bytes() == 0)
+    }
+
+    /// Drops what has been sent from the front: whole buffers and the bytes
+    /// before them; `sent` then counts only into what is left.
+    fn forget_sent(&mut self) {
+        if self.sent == self.bytes.len() + self.bufs.iter().map(|(_, b)| b.len()).sum::<usize>() {
+            self.bytes.clear();
+            self.bufs.clear();
+            self.sent = 0;
+            return;
+        }
+        let (mut consumed, mut from, mut whole_bufs) = (0usize, 0usize, 0usize);
+        for (at, buf) in &self.bufs {
+            let through = consumed + (at - from) + buf.len();
+            if through > self.sent {
+                break;
+            }
+            consumed = through;
+            from = *at;
+            whole_bufs += 1;
+        }
+        if whole_bufs == 0 {
+            return;
+        }
+        self.bytes.drain(..from);
+        self.bufs.drain(..whole_bufs);
+        for (at, _) in &mut self.bufs {
+            *at -= from;
+        }
+        self.sent -= consumed;
     }
 
     /// Writes everything in order through `w` (a TLS stream), then
@@ -433,4 +515,72 @@ fn write_all_vectored(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::TcpListener;
+
+    /// A stream of bytes with buffers spliced in, sent through a socket
+    /// whose reader takes its time, arrives whole and in order, whatever
+    /// the partial sends and what was added between them.
+    #[test]
+    fn partial_sends_keep_the_stream_in_order() {
+        let pool = sluice_io::BufferPool::new(
+            sluice_io::PoolConfig::default(),
+            sluice_io::Pinning::Unpinned,
+        )
+        .unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        const ROUNDS: usize = 200;
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 65536];
+            loop {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+                match s.read(&mut chunk).unwrap() {
+                    0 => return got,
+                    n => got.extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let mut out = Outgoing::default();
+        let mut want = Vec::new();
+        let mut partial_sends = 0;
+        for round in 0..ROUNDS {
+            let head = vec![round as u8; 24 + round % 7];
+            out.bytes.extend_from_slice(&head);
+            want.extend_from_slice(&head);
+            let mut buf = pool
+                .alloc(65536 * (1 + round % 2), Direction::Read)
+                .unwrap();
+            let fill: Vec<u8> = (0..buf.len()).map(|i| (i * 31 + round) as u8).collect();
+            buf.write_at(0, &fill);
+            out.insert(out.bytes.len(), buf);
+            want.extend_from_slice(&fill);
+            let tail = [0xee, round as u8];
+            out.bytes.extend_from_slice(&tail);
+            want.extend_from_slice(&tail);
+            if !out.send_some(&stream).unwrap() {
+                partial_sends += 1;
+            }
+            assert!(out.pending_bytes() <= want.len());
+        }
+        assert!(partial_sends > 0, "the socket took everything at once");
+        while !out.send_some(&stream).unwrap() {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        assert_eq!(out.pending_bytes(), 0);
+        assert!(out.bufs.is_empty() && out.bytes.is_empty());
+        drop(stream);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the stream arrived out of order");
+    }
 }

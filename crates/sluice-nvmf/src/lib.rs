@@ -21,8 +21,9 @@
 //!   data between devices without it crossing the network.
 //! - [`target`]: the TCP side: ICReq/ICResp, in-capsule data, R2T and
 //!   H2CData for writes, C2HData for reads, keep-alive expiry, TermReq on
-//!   fatal errors; a thread per connection, reading with [`poll`]'s
-//!   adaptive polling; plain Reads and Writes kept in flight at the
+//!   fatal errors; connections served thread per core by workers (epoll
+//!   over non-blocking sockets, `worker`), TLS ones a thread each reading
+//!   with [`poll`]'s adaptive polling; plain Reads and Writes kept in flight at the
 //!   device on the connection's own engines, their data in pinned pool
 //!   buffers from the socket to the device and back (`datapath`).
 //! - [`tls`]: NVMe/TCP over TLS 1.3 with pre-shared keys: the PSK
@@ -49,3 +50,4 @@ pub mod pdu;
 pub mod poll;
 pub mod target;
 pub mod tls;
+mod worker;

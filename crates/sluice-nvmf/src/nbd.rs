@@ -115,7 +115,7 @@ pub fn serve(
         ));
     }
     let max = config.max_connections;
-    crate::target::accept_loop(listener, max, stop, "nbd-conn", move |stream| {
+    crate::target::accept_loop(listener, max, stop, "nbd-conn", move |stream, _counted| {
         serve_client(stream, subsystem.clone(), &config)
     })
 }

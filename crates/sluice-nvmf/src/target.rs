@@ -3,20 +3,23 @@
 //! for with R2T and received in H2CData; read data out in C2HData) and hands
 //! each command to its queue ([`crate::controller::Queue`]).
 //!
-//! One thread per connection (a host opens one connection per queue), each
-//! blocking on its socket; limits on connections, data per PDU and time
-//! without a keep-alive. Malformed PDUs end the connection with a
-//! C2HTermReq naming the error.
+//! Plain connections (a host opens one per queue) are served thread per
+//! core by the workers (`crate::worker`), each connection a non-blocking
+//! `Connection::turn` at a time; a TLS connection runs on a thread of
+//! its own (`Connection::run`, blocking on its socket). Limits on
+//! connections, data per PDU and time without a keep-alive. Malformed PDUs
+//! end the connection with a C2HTermReq naming the error.
 
 use crate::command::{status, Completion, SglKind, Sqe};
 use crate::controller::{DataNeed, Outcome, Queue, Subsystem, MAX_TRANSFER_BYTES};
 use crate::datapath::{DataPath, Finished, Outgoing};
-use crate::link::{Link, OpensslLink, PlainLink};
+use crate::link::{Link, OpensslLink};
 use crate::pdu::{
     flags, term_req, DataHeader, Digests, Encoder, Fatal, Fes, Framed, Framer, Header, Limits,
     PFV_1_0,
 };
 use crate::tls::TlsServer;
+use crate::worker::{Handoff, Workers};
 use sluice_io::IoBuf;
 use std::collections::HashMap;
 use std::io::ErrorKind;
@@ -51,6 +54,9 @@ pub struct TargetConfig {
     pub tls: Option<Arc<TlsServer>>,
     /// Refuse hosts that do not begin with TLS.
     pub tls_required: bool,
+    /// Threads serving the plain connections (each serves many): one per
+    /// core by default. TLS connections have a thread each.
+    pub workers: usize,
 }
 
 impl Default for TargetConfig {
@@ -59,6 +65,7 @@ impl Default for TargetConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             tls: None,
             tls_required: false,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -67,8 +74,8 @@ impl Default for TargetConfig {
 /// (ICReq) begins with 0.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
-/// Accepts connections on `listener` until `stop` is set, serving each on a
-/// thread of its own.
+/// Accepts connections on `listener` until `stop` is set: plain ones are
+/// served by [`TargetConfig::workers`] threads, TLS ones on a thread each.
 pub fn serve(
     listener: TcpListener,
     subsystem: Arc<Subsystem>,
@@ -77,23 +84,34 @@ pub fn serve(
 ) -> std::io::Result<()> {
     let stop_flag = stop.clone();
     let max_connections = config.max_connections;
-    accept_loop(
+    let workers = Arc::new(Workers::start(
+        config.workers.max(1),
+        subsystem.clone(),
+        stop.clone(),
+    )?);
+    let handing = workers.clone();
+    let result = accept_loop(
         listener,
         max_connections,
         stop,
         "nvmf-conn",
-        move |stream| {
-            serve_connection(stream, &subsystem, &config, &stop_flag).map_err(std::io::Error::other)
+        move |stream, counted| {
+            serve_connection(stream, counted, &subsystem, &config, &handing, &stop_flag)
+                .map_err(std::io::Error::other)
         },
-    )
+    );
+    workers.join();
+    result
 }
 
 /// Serves one host: over TLS when it begins with a handshake (and the node
 /// has a key), else plain (unless TLS is required).
 fn serve_connection(
     stream: TcpStream,
+    counted: Counted,
     subsystem: &Arc<Subsystem>,
     config: &TargetConfig,
+    workers: &Workers,
     stop: &AtomicBool,
 ) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
@@ -103,9 +121,16 @@ fn serve_connection(
     // connection's writes in flight (and with them a Compare-and-Write of
     // another host) for ever.
     stream.set_write_timeout(Some(SEND_TIMEOUT)).map_err(io)?;
+    let plain = |stream| {
+        workers
+            .hand(Handoff {
+                stream,
+                counted: Box::new(counted),
+            })
+            .map_err(io)
+    };
     let Some(tls) = &config.tls else {
-        return Connection::new(Queue::new(subsystem.clone()))
-            .run(&mut PlainLink::new(stream), stop);
+        return plain(stream);
     };
     match first_byte(&stream, stop)? {
         None => Ok(()),
@@ -124,9 +149,7 @@ fn serve_connection(
         Some(_) if config.tls_required => {
             Err("a host began without TLS; the node requires it (--nvme-tls require)".into())
         }
-        Some(_) => {
-            Connection::new(Queue::new(subsystem.clone())).run(&mut PlainLink::new(stream), stop)
-        }
+        Some(_) => plain(stream),
     }
 }
 
@@ -157,6 +180,16 @@ fn first_byte(stream: &TcpStream, stop: &AtomicBool) -> Result<Option<u8>, Strin
     }
 }
 
+/// A connection counted against the accept loop's limit until this
+/// drops (with the connection, wherever it is served).
+pub struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The accept loop of every front end of the node: until `stop` is set,
 /// each connection on a thread of its own running `handle`, at most
 /// `max_connections` at once (more are closed at once, with a log line).
@@ -168,7 +201,7 @@ pub fn accept_loop<H>(
     handle: H,
 ) -> std::io::Result<()>
 where
-    H: Fn(TcpStream) -> std::io::Result<()> + Send + Sync + 'static,
+    H: Fn(TcpStream, Counted) -> std::io::Result<()> + Send + Sync + 'static,
 {
     listener.set_nonblocking(true)?;
     let open = Arc::new(AtomicUsize::new(0));
@@ -191,7 +224,8 @@ where
         // said anyway, and a failure here is the connection's alone.
         let _ = stream.set_nonblocking(false);
         open.fetch_add(1, Ordering::Relaxed);
-        let (open, handle) = (open.clone(), handle.clone());
+        let counted = Counted(open.clone());
+        let handle = handle.clone();
         std::thread::Builder::new()
             .name(thread_name.into())
             .spawn(move || {
@@ -199,10 +233,9 @@ where
                     .peer_addr()
                     .map(|a| a.to_string())
                     .unwrap_or_default();
-                if let Err(e) = handle(stream) {
+                if let Err(e) = handle(stream, counted) {
                     log::info!("connection from {peer} ended: {e}");
                 }
-                open.fetch_sub(1, Ordering::Relaxed);
             })?;
     }
     Ok(())
@@ -243,7 +276,7 @@ impl Staging {
 }
 
 /// One host connection: one queue.
-struct Connection {
+pub(crate) struct Connection {
     queue: Queue,
     framer: Framer,
     encoder: Encoder,
@@ -254,10 +287,15 @@ struct Connection {
     out: Outgoing,
     /// Reads and writes at the device.
     data_path: DataPath,
+    /// Served by a worker among other connections (non-blocking turns).
+    in_worker: bool,
+    /// Commands that run the slow way, waiting for the worker (in order;
+    /// no later PDU is handled before they ran).
+    deferred: std::collections::VecDeque<(Sqe, Vec<u8>)>,
 }
 
 impl Connection {
-    fn new(queue: Queue) -> Connection {
+    pub(crate) fn new(queue: Queue) -> Connection {
         let subsystem = queue.subsystem().clone();
         Connection {
             queue,
@@ -273,6 +311,50 @@ impl Connection {
             next_ttag: 1,
             out: Outgoing::default(),
             data_path: DataPath::new(subsystem),
+            in_worker: false,
+            deferred: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// A connection a worker serves with [`Connection::turn`].
+    pub(crate) fn for_worker(queue: Queue) -> Connection {
+        Connection {
+            in_worker: true,
+            ..Connection::new(queue)
+        }
+    }
+
+    /// Commands waiting for [`Connection::run_deferred`].
+    pub(crate) fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Whether a waiting command may wait on a namespace's write gate: an
+    /// I/O queue's command other than Read, Flush and a lone Compare.
+    pub(crate) fn deferred_may_wait_on_writes(&self) -> bool {
+        use crate::nvm::opcode;
+        !self.queue.is_admin()
+            && self.deferred.iter().any(|(sqe, _)| {
+                !matches!(sqe.opcode(), opcode::READ | opcode::FLUSH | opcode::COMPARE)
+                    || sqe.fuse() != crate::command::Fuse::None
+            })
+    }
+
+    /// Reaps every command at the device and queues their answers.
+    pub(crate) fn drain_device(&mut self) {
+        if self.data_path.busy() {
+            self.drain();
+        }
+    }
+
+    /// Runs the waiting commands, in order, after this connection's
+    /// commands at the device (the worker has reaped the others' writes
+    /// first when they may wait on the write gate).
+    pub(crate) fn run_deferred(&mut self) {
+        self.drain_device();
+        while let Some((sqe, data)) = self.deferred.pop_front() {
+            let outcome = self.queue.execute(&sqe, &data);
+            self.send_outcome(&sqe, outcome);
         }
     }
 
@@ -378,6 +460,121 @@ impl Connection {
         self.data_path.drain(&mut unsent);
         self.queue.disconnect();
         result
+    }
+
+    /// One non-blocking turn of a connection served by a worker among
+    /// others (`stream` non-blocking): takes what the host sent, runs every
+    /// whole PDU, issues and answers what the device finished, and sends
+    /// what the socket takes. Returns whether anything happened; `Err` ends
+    /// the connection (`Ok` inside: the host left).
+    pub(crate) fn turn(
+        &mut self,
+        stream: &TcpStream,
+        rx: &mut Receiving,
+    ) -> Result<bool, Result<(), String>> {
+        let mut progressed = false;
+        // A host that does not read its answers gets no more read from it.
+        if self.out.pending_bytes() < MAX_UNSENT_BYTES {
+            progressed |= rx.fill(stream)?;
+        }
+        // Commands waiting for the worker run before any later PDU.
+        while self.deferred.is_empty() {
+            match self.framer.next(&rx.buf[rx.start..rx.filled]) {
+                Ok(Framed::Pdu(pdu, used)) => {
+                    if let Err(fatal) = self.handle(pdu.header, pdu.data, pdu.data_digest_ok) {
+                        return Err(self.terminate(stream, &fatal, &rx.buf[rx.start..rx.filled]));
+                    }
+                    rx.start += used;
+                    progressed = true;
+                }
+                Ok(Framed::NeedBytes(n)) => {
+                    rx.need = n;
+                    break;
+                }
+                Err(fatal) => {
+                    return Err(self.terminate(stream, &fatal, &rx.buf[rx.start..rx.filled]))
+                }
+            }
+        }
+        let answered = self.out.pending_bytes();
+        self.collect(false);
+        progressed |= self.out.pending_bytes() != answered;
+        if self.out.pending_bytes() > 0 {
+            let before = self.out.pending_bytes();
+            let all = self
+                .out
+                .send_some(stream)
+                .map_err(|e| Err(format!("sending: {e}")))?;
+            progressed |= self.out.pending_bytes() != before;
+            rx.unsent_since = if all {
+                None
+            } else {
+                rx.unsent_since.or(Some(Instant::now()))
+            };
+        }
+        Ok(progressed)
+    }
+
+    /// Sends a TermReq for `fatal` (as far as the socket takes it now) and
+    /// says why the connection ends.
+    fn terminate(
+        &mut self,
+        stream: &TcpStream,
+        fatal: &Fatal,
+        partial: &[u8],
+    ) -> Result<(), String> {
+        self.out.bytes.extend_from_slice(&term_req(fatal, partial));
+        let _ = self.out.send_some(stream);
+        Err(format!("fatal transport error: {fatal}"))
+    }
+
+    /// Why a worker's connection must end now, if it must: no ICReq and
+    /// Connect in time, a silent host past its keep-alive, or a host that
+    /// has not taken its answers for [`SEND_TIMEOUT`].
+    pub(crate) fn expired(&self, rx: &Receiving) -> Option<String> {
+        if !self.queue.is_connected() && rx.opened.elapsed() > SETUP_TIMEOUT {
+            return Some(format!(
+                "no ICReq and Connect within {} s",
+                SETUP_TIMEOUT.as_secs()
+            ));
+        }
+        let kato = self.queue.kato_ms() as u64;
+        if kato > 0 && rx.last_heard.elapsed() > Duration::from_millis(kato * 2) {
+            return Some(format!(
+                "no command within twice the keep-alive timeout ({kato} ms)"
+            ));
+        }
+        if rx.unsent_since.is_some_and(|t| t.elapsed() > SEND_TIMEOUT) {
+            return Some(format!(
+                "the host took no answer for {} s",
+                SEND_TIMEOUT.as_secs()
+            ));
+        }
+        None
+    }
+
+    /// Commands at the device (or finished, not yet answered).
+    pub(crate) fn busy_at_device(&self) -> bool {
+        self.data_path.busy()
+    }
+
+    /// Answers still to send.
+    pub(crate) fn has_unsent(&self) -> bool {
+        self.out.pending_bytes() > 0
+    }
+
+    /// Waits for the device to finish at least one command and answers
+    /// what finished (sent by the next turn).
+    pub(crate) fn wait_for_device(&mut self) {
+        self.collect(true);
+    }
+
+    /// Ends the connection: nothing is acknowledged past this point; what
+    /// is at the device finishes before the queue goes.
+    pub(crate) fn close(mut self) {
+        let mut unsent = Vec::new();
+        self.data_path.drain(&mut unsent);
+        self.queue.disconnect();
     }
 
     /// Issues the I/O queued at the device and answers a group of what
@@ -735,8 +932,15 @@ impl Connection {
     }
 
     /// Runs a command to completion on this thread, after the commands at
-    /// the device.
+    /// the device. Under a worker the command waits for the worker instead
+    /// ([`Connection::run_deferred`]): it may wait on the namespace's write
+    /// gate, and the worker must first reap the writes every connection it
+    /// serves holds shares of.
     fn run_command(&mut self, sqe: &Sqe, data: &[u8]) {
+        if self.in_worker {
+            self.deferred.push_back((sqe.clone(), data.to_vec()));
+            return;
+        }
         if self.data_path.busy() {
             self.drain();
         }
@@ -778,6 +982,71 @@ impl Connection {
             &[],
             &mut self.out.bytes,
         );
+    }
+}
+
+/// Most answer bytes a connection may have waiting for its host before
+/// the node stops reading its commands.
+pub(crate) const MAX_UNSENT_BYTES: usize = 4 << 20;
+/// Most bytes one turn reads from a socket before the worker's next
+/// connection gets its turn.
+const TURN_READ_BYTES: usize = 1 << 20;
+
+/// A worker's connection's receive side and clocks.
+pub(crate) struct Receiving {
+    buf: Vec<u8>,
+    start: usize,
+    filled: usize,
+    /// Bytes the PDU begun at `start` still needs.
+    need: usize,
+    opened: Instant,
+    last_heard: Instant,
+    /// Since when answers have waited for the host to take them.
+    unsent_since: Option<Instant>,
+}
+
+impl Receiving {
+    pub(crate) fn new() -> Receiving {
+        Receiving {
+            buf: vec![0u8; 256 << 10],
+            start: 0,
+            filled: 0,
+            need: 0,
+            opened: Instant::now(),
+            last_heard: Instant::now(),
+            unsent_since: None,
+        }
+    }
+
+    /// Reads what the socket holds now (up to [`TURN_READ_BYTES`]).
+    fn fill(&mut self, stream: &TcpStream) -> Result<bool, Result<(), String>> {
+        let mut got_any = false;
+        let mut got = 0;
+        while got < TURN_READ_BYTES {
+            // Room: the partial PDU to the front, the buffer as big as it.
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.filled, 0);
+                self.filled -= self.start;
+                self.start = 0;
+            }
+            let room = (self.filled + self.need).max(self.filled + (64 << 10));
+            if room > self.buf.len() {
+                self.buf.resize(room, 0);
+            }
+            match sluice_io::net::recv_nowait(stream, &mut self.buf[self.filled..]) {
+                Ok(0) => return Err(Ok(())),
+                Ok(n) => {
+                    self.filled += n;
+                    got += n;
+                    got_any = true;
+                    self.last_heard = Instant::now();
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Err(format!("receiving: {e}"))),
+            }
+        }
+        Ok(got_any)
     }
 }
 

@@ -104,3 +104,43 @@ fn tls_connections_and_failed_handshakes_leave_nothing_behind() {
         "{fds} descriptors open after 200 more rounds, {fds_after_20} before"
     );
 }
+
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
+/// Connections are served by the workers, not by a thread each: 400 idle
+/// connections (and a host doing I/O among them) leave the thread count
+/// where it was.
+#[test]
+fn idle_connections_take_no_thread_each() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    use sluice_nvmf::target::TargetConfig;
+    let config = TargetConfig {
+        max_connections: 1000,
+        workers: 2,
+        ..TargetConfig::default()
+    };
+    let t = start_configured(Vec::new(), |s, _| s, config);
+    let (_admin, mut io) = connect(&t, Digests::default());
+    io.write(1, 3, &vec![7u8; BLOCK as usize], BLOCK).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let before = threads();
+    let idle: Vec<std::net::TcpStream> = (0..400)
+        .map(|_| std::net::TcpStream::connect(&t.address).unwrap())
+        .collect();
+    // The accept path's short-lived threads have handed them over.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let during = threads();
+    assert_eq!(io.read(1, 3, 1, BLOCK).unwrap(), vec![7u8; BLOCK as usize]);
+    assert!(
+        during <= before + 8,
+        "{during} threads with 400 idle connections, {before} before"
+    );
+    drop(idle);
+}

@@ -562,9 +562,26 @@ fn within_30_s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
 
 #[test]
 fn compare_and_write_stays_atomic_against_pipelined_writes() {
+    // One worker serves every connection (the harness's default).
+    compare_and_write_races_pipelined_writes(Arc::new(start(Vec::new())));
+}
+
+#[test]
+fn compare_and_write_stays_atomic_across_workers() {
+    let config = sluice_nvmf::target::TargetConfig {
+        workers: 3,
+        ..Default::default()
+    };
+    compare_and_write_races_pipelined_writes(Arc::new(start_configured(
+        Vec::new(),
+        |s, _| s,
+        config,
+    )));
+}
+
+fn compare_and_write_races_pipelined_writes(t: Arc<Target>) {
     use sluice_nvmf::initiator::rw;
     use sluice_nvmf::nvm::opcode;
-    let t = Arc::new(start(Vec::new()));
     {
         let (_admin, mut io) = connect(&t, Digests::default());
         io.write(1, 5, &block_of(0), BLOCK).unwrap();

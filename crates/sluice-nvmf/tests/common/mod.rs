@@ -32,11 +32,20 @@ pub fn start(allowed: Vec<String>) -> Target {
     start_with(allowed, |s, _| s)
 }
 
+/// A target whose connections all share one worker thread: the case where
+/// one connection's wait could hold up another's.
 pub fn start_with(
     allowed: Vec<String>,
     finish: impl FnOnce(Subsystem, std::net::SocketAddr) -> Subsystem,
 ) -> Target {
-    start_configured(allowed, finish, TargetConfig::default())
+    start_configured(
+        allowed,
+        finish,
+        TargetConfig {
+            workers: 1,
+            ..TargetConfig::default()
+        },
+    )
 }
 
 pub fn start_configured(

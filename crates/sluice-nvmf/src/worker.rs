@@ -1,0 +1,353 @@
+//! Connection workers: the node's NVMe/TCP connections served by one thread
+//! per core, not one per connection. The accept path hands each plain
+//! connection to a worker (in turn); the worker keeps its sockets
+//! non-blocking in one epoll set and gives every connection with something
+//! to do a turn ([`Connection::turn`]): take what the host sent, run its
+//! PDUs, issue and answer device I/O, send what the socket takes.
+//!
+//! Between turns with nothing to do, a worker polls (epoll without waiting,
+//! and the device completions of its busy connections) for a short while
+//! if it holds one of the process's polling slots, as the connection
+//! threads did: the next command or batch of completions usually follows
+//! within a few hundred microseconds. Then it waits for the device when a
+//! connection has commands there, else in epoll. TLS connections keep a
+//! thread each (OpenSSL over a blocking socket), as do NBD's.
+
+use crate::controller::{Queue, Subsystem};
+use crate::target::{Connection, Receiving};
+use sluice_io::readiness::{Interest, Poller, Wakeup};
+use std::collections::HashMap;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a worker polls after its last work before it waits: longer
+/// than a batch of 32 commands takes at this VM's disk (as
+/// [`crate::poll::POLL_AFTER_BYTES`]).
+const POLL_AFTER_WORK: Duration = crate::poll::POLL_AFTER_BYTES;
+/// How often a waiting worker looks at its connections' clocks and the
+/// stop flag.
+const TICK: Duration = Duration::from_millis(200);
+/// The token of a worker's wake-up in its epoll set.
+const WAKEUP_TOKEN: u64 = u64::MAX;
+/// Most events one wait reports.
+const MAX_EVENTS: usize = 256;
+
+/// A connection on its way to a worker, with what keeps it counted
+/// against the node's connection limit.
+pub(crate) struct Handoff {
+    pub(crate) stream: TcpStream,
+    pub(crate) counted: Box<dyn Send>,
+}
+
+struct WorkerHandle {
+    inbox: Sender<Handoff>,
+    wakeup: Arc<Wakeup>,
+}
+
+/// The workers of one listener.
+pub(crate) struct Workers {
+    workers: Vec<WorkerHandle>,
+    next: AtomicUsize,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Workers {
+    /// Starts `count` workers serving `subsystem` until `stop` is set.
+    pub(crate) fn start(
+        count: usize,
+        subsystem: Arc<Subsystem>,
+        stop: Arc<AtomicBool>,
+    ) -> std::io::Result<Workers> {
+        assert!(count > 0, "at least one worker");
+        let mut workers = Vec::with_capacity(count);
+        let mut threads = Vec::with_capacity(count);
+        for i in 0..count {
+            let (inbox, arrivals) = channel();
+            let wakeup = Arc::new(Wakeup::new()?);
+            let mut worker = Worker::new(subsystem.clone(), arrivals, wakeup.clone())?;
+            let stop = stop.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("nvmf-worker-{i}"))
+                    .spawn(move || worker.run(&stop))?,
+            );
+            workers.push(WorkerHandle { inbox, wakeup });
+        }
+        Ok(Workers {
+            workers,
+            next: AtomicUsize::new(0),
+            threads: Mutex::new(threads),
+        })
+    }
+
+    /// Gives a new connection to the next worker in turn.
+    pub(crate) fn hand(&self, handoff: Handoff) -> std::io::Result<()> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.workers.len();
+        let w = &self.workers[i];
+        w.inbox
+            .send(handoff)
+            .map_err(|_| std::io::Error::other("the connection worker has stopped"))?;
+        w.wakeup.wake();
+        Ok(())
+    }
+
+    /// Waits for the workers to end (after the stop flag is set).
+    pub(crate) fn join(&self) {
+        for w in &self.workers {
+            w.wakeup.wake();
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One connection of a worker.
+struct Served {
+    conn: Connection,
+    stream: TcpStream,
+    rx: Receiving,
+    /// Watching for room to write too (answers wait for the host).
+    watching_writes: bool,
+    _counted: Box<dyn Send>,
+}
+
+struct Worker {
+    subsystem: Arc<Subsystem>,
+    arrivals: Receiver<Handoff>,
+    wakeup: Arc<Wakeup>,
+    poller: Poller,
+    served: HashMap<u64, Served>,
+    next_token: u64,
+    /// Connections epoll said were ready.
+    ready: Vec<u64>,
+}
+
+impl Worker {
+    fn new(
+        subsystem: Arc<Subsystem>,
+        arrivals: Receiver<Handoff>,
+        wakeup: Arc<Wakeup>,
+    ) -> std::io::Result<Worker> {
+        let poller = Poller::new(MAX_EVENTS)?;
+        poller.add(wakeup.fd(), WAKEUP_TOKEN, Interest::READ)?;
+        Ok(Worker {
+            subsystem,
+            arrivals,
+            wakeup,
+            poller,
+            served: HashMap::new(),
+            next_token: 0,
+            ready: Vec::new(),
+        })
+    }
+
+    fn run(&mut self, stop: &AtomicBool) {
+        let mut last_work = Instant::now();
+        let mut last_tick = Instant::now();
+        let mut backoff = sluice_io::spin::SpinBackoff::default();
+        while !stop.load(Ordering::Relaxed) {
+            // The clocks run out under load too.
+            if last_tick.elapsed() >= TICK {
+                self.expire();
+                last_tick = Instant::now();
+            }
+            self.take_arrivals();
+            if self.turns() {
+                last_work = Instant::now();
+                continue;
+            }
+            if last_work.elapsed() < POLL_AFTER_WORK && backoff.should_spin() {
+                let found = self.poll_briefly(last_work);
+                backoff.record(found);
+                if found {
+                    last_work = Instant::now();
+                    continue;
+                }
+            }
+            // Nothing came while polling: wait for the device if commands
+            // are there, else for a socket.
+            let busy = self
+                .served
+                .iter_mut()
+                .find(|(_, s)| s.conn.busy_at_device());
+            match busy {
+                Some((token, s)) => {
+                    s.conn.wait_for_device();
+                    self.ready.push(*token);
+                }
+                None => self.wait(TICK),
+            }
+        }
+        for (_, s) in self.served.drain() {
+            s.conn.close();
+        }
+    }
+
+    /// Polls (epoll without waiting, and the connections with commands at
+    /// the device) until something happens or the polling time is up,
+    /// holding a polling slot; says whether something happened.
+    fn poll_briefly(&mut self, last_work: Instant) -> bool {
+        let waiting = sluice_io::spin::Waiting::begin();
+        let Some(_slot) = waiting.spin_slot() else {
+            return false;
+        };
+        while last_work.elapsed() < POLL_AFTER_WORK {
+            self.wait(Duration::ZERO);
+            if !self.ready.is_empty() || self.turns() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        false
+    }
+
+    /// Waits in epoll up to `timeout`; the ready connections go to
+    /// `self.ready`.
+    fn wait(&mut self, timeout: Duration) {
+        let before = self.ready.len();
+        if let Err(e) = self.poller.wait(timeout, &mut self.ready) {
+            log::error!("a connection worker's wait failed: {e}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if self.ready[before..].contains(&WAKEUP_TOKEN) {
+            self.wakeup.clear();
+            self.ready.retain(|t| *t != WAKEUP_TOKEN);
+        }
+    }
+
+    fn take_arrivals(&mut self) {
+        while let Ok(h) = self.arrivals.try_recv() {
+            let token = self.next_token;
+            self.next_token += 1;
+            let added = h
+                .stream
+                .set_nonblocking(true)
+                .and_then(|()| self.poller.add(&h.stream, token, Interest::READ));
+            if let Err(e) = added {
+                log::warn!("a connection could not join its worker: {e}");
+                continue;
+            }
+            self.served.insert(
+                token,
+                Served {
+                    conn: Connection::for_worker(Queue::new(self.subsystem.clone())),
+                    stream: h.stream,
+                    rx: Receiving::new(),
+                    watching_writes: false,
+                    _counted: h.counted,
+                },
+            );
+            // Its ICReq may already be there.
+            self.ready.push(token);
+        }
+    }
+
+    /// A turn for every connection that is ready, has commands at the
+    /// device or answers to send; says whether any did something.
+    fn turns(&mut self) -> bool {
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.sort_unstable();
+        ready.dedup();
+        let mut progressed = false;
+        let mut ended = Vec::new();
+        for (token, s) in &mut self.served {
+            let is_ready = ready.binary_search(token).is_ok();
+            if !(s.conn.busy_at_device() || s.conn.has_unsent() || is_ready) {
+                continue;
+            }
+            match s.conn.turn(&s.stream, &mut s.rx) {
+                Ok(p) => progressed |= p,
+                Err(end) => {
+                    if let Err(e) = end {
+                        log::info!("connection from {} ended: {e}", peer(&s.stream));
+                    }
+                    ended.push(*token);
+                    continue;
+                }
+            }
+            let want_writes = s.conn.has_unsent();
+            if want_writes != s.watching_writes {
+                let interest = if want_writes {
+                    Interest::READ_WRITE
+                } else {
+                    Interest::READ
+                };
+                if self.poller.modify(&s.stream, *token, interest).is_ok() {
+                    s.watching_writes = want_writes;
+                }
+            }
+        }
+        for token in ended {
+            self.end(token);
+        }
+        progressed | self.run_deferred()
+    }
+
+    /// Runs the commands that wait for the worker (those that run the slow
+    /// way). One that may wait on a namespace's write gate runs only once
+    /// every connection of this worker has reaped its commands at the
+    /// device: a thread that waits on the gate must hold no write share
+    /// itself, or a Compare-and-Write waiting for that share, and the
+    /// writes queued behind it, would wait for ever.
+    fn run_deferred(&mut self) -> bool {
+        let waiting: Vec<u64> = self
+            .served
+            .iter()
+            .filter(|(_, s)| s.conn.has_deferred())
+            .map(|(t, _)| *t)
+            .collect();
+        if waiting.is_empty() {
+            return false;
+        }
+        if waiting
+            .iter()
+            .any(|t| self.served[t].conn.deferred_may_wait_on_writes())
+        {
+            for s in self.served.values_mut() {
+                s.conn.drain_device();
+            }
+        }
+        for t in &waiting {
+            if let Some(s) = self.served.get_mut(t) {
+                s.conn.run_deferred();
+            }
+            // Their answers go out, and later PDUs are handled, next turn.
+            self.ready.push(*t);
+        }
+        true
+    }
+
+    /// Ends connections whose clocks ran out.
+    fn expire(&mut self) {
+        let expired: Vec<(u64, String)> = self
+            .served
+            .iter()
+            .filter_map(|(t, s)| s.conn.expired(&s.rx).map(|why| (*t, why)))
+            .collect();
+        for (token, why) in expired {
+            if let Some(s) = self.served.get(&token) {
+                log::info!("connection from {} ended: {why}", peer(&s.stream));
+            }
+            self.end(token);
+        }
+    }
+
+    fn end(&mut self, token: u64) {
+        if let Some(s) = self.served.remove(&token) {
+            let _ = self.poller.remove(&s.stream);
+            s.conn.close();
+        }
+    }
+}
+
+fn peer(stream: &TcpStream) -> String {
+    stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default()
+}
