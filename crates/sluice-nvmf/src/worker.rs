@@ -170,7 +170,20 @@ impl Worker {
                 }
             }
             // Nothing came while polling: wait for the device if commands
-            // are there, else for a socket.
+            // are there, else for a socket. With commands of several
+            // connections at the device, waiting on one would hold up the
+            // others' answers: look at them all, giving the core away
+            // between looks.
+            let busy = self
+                .served
+                .values()
+                .filter(|s| s.conn.busy_at_device())
+                .count();
+            if busy > 1 {
+                self.wait(Duration::ZERO);
+                std::thread::yield_now();
+                continue;
+            }
             let busy = self
                 .served
                 .iter_mut()
