@@ -348,7 +348,8 @@ fn bench_node_runs_every_side_and_prints_the_ratios() {
 
 #[test]
 fn sluice_nvmf_identifies_writes_reads_and_copies_inside_the_node() {
-    let node = node_with_nbd();
+    // One worker serves every connection of the node.
+    let node = node_with_nbd_and(&["--threads".as_ref(), "1".as_ref()]);
     let nvmf = |args: &[&str]| {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
         cmd.args(["nvmf", "--target", &node.nvme]).args(args);
