@@ -329,15 +329,9 @@ impl Connection {
         !self.deferred.is_empty()
     }
 
-    /// Whether a waiting command may wait on a namespace's write gate: an
-    /// I/O queue's command other than Read, Flush and a lone Compare.
-    pub(crate) fn deferred_may_wait_on_writes(&self) -> bool {
-        use crate::nvm::opcode;
-        !self.queue.is_admin()
-            && self.deferred.iter().any(|(sqe, _)| {
-                !matches!(sqe.opcode(), opcode::READ | opcode::FLUSH | opcode::COMPARE)
-                    || sqe.fuse() != crate::command::Fuse::None
-            })
+    /// Whether the connection is an admin queue (or not connected yet).
+    pub(crate) fn is_admin(&self) -> bool {
+        self.queue.is_admin()
     }
 
     /// Reaps every command at the device and queues their answers.

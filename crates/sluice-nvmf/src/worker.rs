@@ -10,8 +10,15 @@
 //! if it holds one of the process's polling slots, as the connection
 //! threads did: the next command or batch of completions usually follows
 //! within a few hundred microseconds. Then it waits for the device when a
-//! connection has commands there, else in epoll. TLS connections keep a
-//! thread each (OpenSSL over a blocking socket), as do NBD's.
+//! connection has commands there (looking at all of them in turn when
+//! several have), else in epoll.
+//!
+//! Commands that run the slow way (Flush, Write Zeroes, Copy, the fused
+//! pair, admin) wait for the worker: an admin queue's run on it, an I/O
+//! queue's on the worker's helper thread, which takes the connection for
+//! the time being, so that a long one holds up no other connection. TLS
+//! connections keep a thread each (OpenSSL over a blocking socket), as do
+//! NBD's.
 
 use crate::controller::{Queue, Subsystem};
 use crate::target::{Connection, Receiving};
@@ -125,6 +132,13 @@ struct Worker {
     next_token: u64,
     /// Connections epoll said were ready.
     ready: Vec<u64>,
+    /// The worker's helper thread (started when first needed), which runs
+    /// the slow commands of I/O queues so that a long one (a Copy of 256
+    /// MiB, a Flush) holds up no other connection.
+    helper: Option<Sender<(u64, Served)>>,
+    /// Connections the helper is done with.
+    returns: Receiver<(u64, Served)>,
+    returns_to: Sender<(u64, Served)>,
 }
 
 impl Worker {
@@ -135,6 +149,7 @@ impl Worker {
     ) -> std::io::Result<Worker> {
         let poller = Poller::new(MAX_EVENTS)?;
         poller.add(wakeup.fd(), WAKEUP_TOKEN, Interest::READ)?;
+        let (returns_to, returns) = channel();
         Ok(Worker {
             subsystem,
             arrivals,
@@ -143,6 +158,9 @@ impl Worker {
             served: HashMap::new(),
             next_token: 0,
             ready: Vec::new(),
+            helper: None,
+            returns,
+            returns_to,
         })
     }
 
@@ -157,6 +175,7 @@ impl Worker {
                 last_tick = Instant::now();
             }
             self.take_arrivals();
+            self.take_returns();
             if self.turns() {
                 last_work = Instant::now();
                 continue;
@@ -233,6 +252,65 @@ impl Worker {
         }
     }
 
+    /// Takes back the connections the helper is done with.
+    fn take_returns(&mut self) {
+        while let Ok((token, s)) = self.returns.try_recv() {
+            let interest = if s.conn.has_unsent() {
+                Interest::READ_WRITE
+            } else {
+                Interest::READ
+            };
+            if let Err(e) = self.poller.add(&s.stream, token, interest) {
+                log::warn!("a connection could not rejoin its worker: {e}");
+                s.conn.close();
+                continue;
+            }
+            let mut s = s;
+            s.watching_writes = interest == Interest::READ_WRITE;
+            self.served.insert(token, s);
+            // Its answers go out, and later PDUs are handled, next turn.
+            self.ready.push(token);
+        }
+    }
+
+    /// Hands a connection whose slow commands wait to the helper thread.
+    fn hand_to_helper(&mut self, token: u64) -> std::io::Result<()> {
+        if self.helper.is_none() {
+            let (tx, rx) = channel::<(u64, Served)>();
+            let (back, wakeup) = (self.returns_to.clone(), self.wakeup.clone());
+            std::thread::Builder::new()
+                .name("nvmf-slow".into())
+                .spawn(move || {
+                    for (token, mut s) in rx {
+                        s.conn.run_deferred();
+                        if let Err(std::sync::mpsc::SendError((_, s))) = back.send((token, s)) {
+                            // The worker has stopped.
+                            s.conn.close();
+                            continue;
+                        }
+                        wakeup.wake();
+                    }
+                })?;
+            self.helper = Some(tx);
+        }
+        let Some(mut s) = self.served.remove(&token) else {
+            return Ok(());
+        };
+        // It goes holding no write share: its writes at the device are
+        // reaped here first, or a Compare-and-Write queued before it on the
+        // helper would wait for them for ever.
+        s.conn.drain_device();
+        let _ = self.poller.remove(&s.stream);
+        let helper = self.helper.as_ref().expect("started above");
+        if let Err(std::sync::mpsc::SendError((_, s))) = helper.send((token, s)) {
+            s.conn.close();
+            return Err(std::io::Error::other(
+                "the worker's helper thread has stopped",
+            ));
+        }
+        Ok(())
+    }
+
     fn take_arrivals(&mut self) {
         while let Ok(h) = self.arrivals.try_recv() {
             let token = self.next_token;
@@ -302,11 +380,11 @@ impl Worker {
     }
 
     /// Runs the commands that wait for the worker (those that run the slow
-    /// way). One that may wait on a namespace's write gate runs only once
-    /// every connection of this worker has reaped its commands at the
-    /// device: a thread that waits on the gate must hold no write share
-    /// itself, or a Compare-and-Write waiting for that share, and the
-    /// writes queued behind it, would wait for ever.
+    /// way): an admin queue's here, an I/O queue's on the helper thread —
+    /// they may take long, or wait on a namespace's write gate, and the
+    /// worker must go on reaping its other connections' writes meanwhile
+    /// (a thread that waits on the gate must hold no write share, or a
+    /// Compare-and-Write would wait for ever).
     fn run_deferred(&mut self) -> bool {
         let waiting: Vec<u64> = self
             .served
@@ -317,20 +395,18 @@ impl Worker {
         if waiting.is_empty() {
             return false;
         }
-        if waiting
-            .iter()
-            .any(|t| self.served[t].conn.deferred_may_wait_on_writes())
-        {
-            for s in self.served.values_mut() {
-                s.conn.drain_device();
+        for t in waiting {
+            if !self.served[&t].conn.is_admin() {
+                if let Err(e) = self.hand_to_helper(t) {
+                    log::error!("{e}");
+                }
+                continue;
             }
-        }
-        for t in &waiting {
-            if let Some(s) = self.served.get_mut(t) {
+            if let Some(s) = self.served.get_mut(&t) {
                 s.conn.run_deferred();
             }
-            // Their answers go out, and later PDUs are handled, next turn.
-            self.ready.push(*t);
+            // Its answers go out, and later PDUs are handled, next turn.
+            self.ready.push(t);
         }
         true
     }
