@@ -595,7 +595,14 @@ impl Transmission {
             // Every whole request already received.
             let mut need = REQUEST_HEADER_BYTES;
             let mut disconnect = false;
+            // Small requests can ask for big replies: the replies made go
+            // out once they pass MAX_UNSENT_BYTES, before more requests.
+            let mut replies_first = false;
             while filled - start >= REQUEST_HEADER_BYTES {
+                if self.out.pending_bytes() >= crate::target::MAX_UNSENT_BYTES {
+                    replies_first = true;
+                    break;
+                }
                 let request = match NbdRequest::parse(&buf[start..filled]) {
                     Ok(r) => r,
                     Err(e) => return self.end(&mut link, Err(e)),
@@ -623,6 +630,9 @@ impl Transmission {
             self.collect(false);
             if let Err(e) = link.send(&mut self.out) {
                 break Err(e);
+            }
+            if replies_first {
+                continue;
             }
             // Room for what comes next: the partial request to the front.
             buf.copy_within(start..filled, 0);

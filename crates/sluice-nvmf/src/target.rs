@@ -359,7 +359,14 @@ impl Connection {
         let mut last_heard = Instant::now();
         let result = loop {
             // Every whole PDU already received.
+            // Tiny commands can ask for big answers: at most
+            // MAX_UNSENT_BYTES of them are made before they go out.
+            let mut answers_first = false;
             let framed = loop {
+                if self.out.pending_bytes() >= MAX_UNSENT_BYTES {
+                    answers_first = true;
+                    break Ok(0);
+                }
                 match self.framer.next(&buf[start..filled]) {
                     Ok(Framed::Pdu(pdu, used)) => {
                         // The data is handled where it was received.
@@ -376,6 +383,9 @@ impl Connection {
             self.collect(false);
             if let Err(e) = link.send(&mut self.out) {
                 break Err(format!("sending: {e}"));
+            }
+            if answers_first {
+                continue;
             }
             let need = match framed {
                 Ok(n) => n,
@@ -471,8 +481,16 @@ impl Connection {
         if self.out.pending_bytes() < MAX_UNSENT_BYTES {
             progressed |= rx.fill(stream)?;
         }
-        // Commands waiting for the worker run before any later PDU.
-        while self.deferred.is_empty() {
+        // Commands waiting for the worker run before any later PDU, and
+        // tiny commands can ask for big answers: no more PDUs are handled
+        // while MAX_UNSENT_BYTES of answers wait.
+        rx.held = false;
+        loop {
+            if !self.deferred.is_empty() || self.out.pending_bytes() >= MAX_UNSENT_BYTES {
+                // What is left of the buffer waits for a later turn.
+                rx.held = rx.start < rx.filled;
+                break;
+            }
             match self.framer.next(&rx.buf[rx.start..rx.filled]) {
                 Ok(Framed::Pdu(pdu, used)) => {
                     if let Err(fatal) = self.handle(pdu.header, pdu.data, pdu.data_digest_ok) {
@@ -993,6 +1011,9 @@ pub(crate) struct Receiving {
     filled: usize,
     /// Bytes the PDU begun at `start` still needs.
     need: usize,
+    /// PDUs received and not handled yet (held back by waiting commands or
+    /// unsent answers): the connection needs a turn without new bytes.
+    held: bool,
     opened: Instant,
     last_heard: Instant,
     /// Since when answers have waited for the host to take them.
@@ -1006,10 +1027,16 @@ impl Receiving {
             start: 0,
             filled: 0,
             need: 0,
+            held: false,
             opened: Instant::now(),
             last_heard: Instant::now(),
             unsent_since: None,
         }
+    }
+
+    /// Whether received PDUs wait for a turn.
+    pub(crate) fn held(&self) -> bool {
+        self.held
     }
 
     /// Reads what the socket holds now (up to [`TURN_READ_BYTES`]).

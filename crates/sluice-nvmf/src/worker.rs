@@ -348,7 +348,7 @@ impl Worker {
         let mut ended = Vec::new();
         for (token, s) in &mut self.served {
             let is_ready = ready.binary_search(token).is_ok();
-            if !(s.conn.busy_at_device() || s.conn.has_unsent() || is_ready) {
+            if !(s.conn.busy_at_device() || s.conn.has_unsent() || s.rx.held() || is_ready) {
                 continue;
             }
             match s.conn.turn(&s.stream, &mut s.rx) {

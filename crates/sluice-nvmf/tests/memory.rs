@@ -144,3 +144,41 @@ fn idle_connections_take_no_thread_each() {
     );
     drop(idle);
 }
+
+/// A host that sends read after read and takes none of the data: the node
+/// stops reading its commands once 4 MiB of answers wait, so its memory
+/// stays bounded (1000 reads of 128 KiB would be 125 MiB of answers).
+#[test]
+fn a_host_that_takes_no_answers_is_not_read_past_its_limit() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    use sluice_nvmf::initiator::read_sqe;
+    use sluice_nvmf::pdu::{Encoder, Header};
+    let t = start(Vec::new());
+    let (_admin, mut io) = connect(&t, Digests::default());
+    // Warm: the engine's pool is there before the figure is taken.
+    io.read(1, 0, 32, BLOCK).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let before = rss_bytes();
+    let mut out = Vec::new();
+    for k in 0..1000u32 {
+        let sqe = read_sqe(1, (k as u64 * 32) % 4000, 32, BLOCK).with_cid(k as u16 + 100);
+        Encoder::default().encode(&Header::CapsuleCmd(sqe), 0, &[], &mut out);
+    }
+    io.send_raw(&out).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(
+        grown < 64 << 20,
+        "{} MiB more while 1000 reads' answers wait",
+        grown >> 20
+    );
+    // Once the host reads, every answer comes: the commands held back are
+    // handled as the answers before them go out.
+    let mut completions = 0;
+    while completions < 1000 {
+        if let (Header::CapsuleResp(c), _) = io.receive_any().unwrap() {
+            assert!(c.status.is_success(), "{c:?}");
+            completions += 1;
+        }
+    }
+}

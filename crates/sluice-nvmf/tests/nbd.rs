@@ -269,3 +269,51 @@ fn a_client_that_leaves_with_requests_at_the_device_leaves_the_export_usable() {
     }
     assert_eq!(&data[100..110], &[9u8; 10]);
 }
+
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap()
+        << 10
+}
+
+/// A client that sends 1000 reads of 1 MiB (1000 MiB of replies) and
+/// reads none of them: the node makes at most a few MiB of replies before
+/// they go out, so its memory stays bounded; once the client reads, every
+/// reply comes.
+#[test]
+fn a_client_that_reads_no_replies_is_not_served_past_its_limit() {
+    let (address, _stop, _dir) = start();
+    let mut s = connect(&address, false);
+    // Warm: the engine's pool is there before the figure is taken.
+    let mut out = Vec::new();
+    request(&mut out, 0, READ, 1, 0, 1 << 20);
+    s.write_all(&out).unwrap();
+    let mut lens = HashMap::new();
+    lens.insert(1u64, 1usize << 20);
+    assert_eq!(reply(&mut s, false, &lens).1, 0);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let before = rss_bytes();
+    let mut out = Vec::new();
+    for k in 0..1000u64 {
+        let offset = (k % 7) << 20;
+        request(&mut out, 0, READ, 100 + k, offset, 1 << 20);
+        lens.insert(100 + k, 1 << 20);
+    }
+    s.write_all(&out).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(
+        grown < 96 << 20,
+        "{} MiB more while 1000 MiB of replies wait",
+        grown >> 20
+    );
+    for _ in 0..1000 {
+        let (cookie, error, data) = reply(&mut s, false, &lens);
+        assert_eq!((error, data.len()), (0, 1 << 20), "cookie {cookie}");
+    }
+}
