@@ -13,18 +13,24 @@ fn repo_root() -> std::path::PathBuf {
         .unwrap()
 }
 
-#[test]
-fn the_linux_kernel_host_writes_reads_and_mounts_a_filesystem_over_nvme_tcp() {
+/// Runs one of the Linux host scripts against this build's `sluice` and
+/// returns what it printed; fails the test when the script fails.
+fn linux_host(script: &str, work_dir: &str) -> String {
     let root = repo_root();
-    let work = root.join("target/tmp/nvmf-host-test");
-    let out = Command::new(root.join("scripts/nvmf-linux-host"))
+    let out = Command::new(root.join("scripts").join(script))
         .arg(env!("CARGO_BIN_EXE_sluice"))
-        .env("NVMF_HOST_DIR", &work)
+        .env("NVMF_HOST_DIR", root.join("target/tmp").join(work_dir))
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
+    stdout
+}
+
+#[test]
+fn the_linux_kernel_host_writes_reads_and_mounts_a_filesystem_over_nvme_tcp() {
+    let stdout = linux_host("nvmf-linux-host", "nvmf-host-test");
     // What the guest saw: our controller, 64 MiB of 4 KiB blocks, the
     // same checksum written and read, the files back after a remount.
     assert!(
@@ -62,16 +68,7 @@ fn the_linux_kernel_host_writes_reads_and_mounts_a_filesystem_over_nvme_tcp() {
 fn the_linux_kernel_host_connects_over_tls_with_a_pre_shared_key() {
     // Debian 13's kernel, nvme-cli and tlshd in QEMU against `sluice node
     // --nvme-tls-key` (scripts/nvmf-linux-host-tls says what it checks).
-    let root = repo_root();
-    let work = root.join("target/tmp/nvmf-host-tls-test");
-    let out = Command::new(root.join("scripts/nvmf-linux-host-tls"))
-        .arg(env!("CARGO_BIN_EXE_sluice"))
-        .env("NVMF_HOST_DIR", &work)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let stdout = linux_host("nvmf-linux-host-tls", "nvmf-host-tls-test");
     assert!(stdout.contains("RESULT tls connect ok"), "{stdout}");
     assert!(stdout.contains("RESULT plain connect refused"), "{stdout}");
     // The kernel says which key its TLS session used: one from its keyring.

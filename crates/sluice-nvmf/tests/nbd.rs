@@ -5,6 +5,8 @@
 //! simple and with structured replies.
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
+mod common;
+use common::rss_bytes;
 use rand::{Rng, SeedableRng};
 use sluice_io::{FileDevice, FileOptions};
 use sluice_nvmf::controller::{Namespace, Subsystem};
@@ -268,17 +270,6 @@ fn a_client_that_leaves_with_requests_at_the_device_leaves_the_export_usable() {
         );
     }
     assert_eq!(&data[100..110], &[9u8; 10]);
-}
-
-fn rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap()
-        << 10
 }
 
 /// A client that sends 1000 reads of 1 MiB (1000 MiB of replies) and

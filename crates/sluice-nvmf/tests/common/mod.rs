@@ -98,3 +98,15 @@ pub fn no_digests_then_both() -> [Digests; 2] {
     };
     [Digests::default(), both]
 }
+
+/// The process's resident memory, bytes.
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    kb << 10
+}
