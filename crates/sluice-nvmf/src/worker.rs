@@ -57,6 +57,8 @@ struct WorkerHandle {
 /// The workers of one listener.
 pub(crate) struct Workers {
     workers: Vec<WorkerHandle>,
+    /// Ends the workers when their listener's loop ends, stopped or not.
+    done: Arc<AtomicBool>,
     next: AtomicUsize,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -71,20 +73,22 @@ impl Workers {
         assert!(count > 0, "at least one worker");
         let mut workers = Vec::with_capacity(count);
         let mut threads = Vec::with_capacity(count);
+        let done = Arc::new(AtomicBool::new(false));
         for i in 0..count {
             let (inbox, arrivals) = channel();
             let wakeup = Arc::new(Wakeup::new()?);
             let mut worker = Worker::new(subsystem.clone(), arrivals, wakeup.clone())?;
-            let stop = stop.clone();
+            let (stop, done) = (stop.clone(), done.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("nvmf-worker-{i}"))
-                    .spawn(move || worker.run(&stop))?,
+                    .spawn(move || worker.run(&stop, &done))?,
             );
             workers.push(WorkerHandle { inbox, wakeup });
         }
         Ok(Workers {
             workers,
+            done,
             next: AtomicUsize::new(0),
             threads: Mutex::new(threads),
         })
@@ -101,8 +105,9 @@ impl Workers {
         Ok(())
     }
 
-    /// Waits for the workers to end (after the stop flag is set).
+    /// Ends the workers (their connections close) and waits for them.
     pub(crate) fn join(&self) {
+        self.done.store(true, Ordering::Relaxed);
         for w in &self.workers {
             w.wakeup.wake();
         }
@@ -164,11 +169,11 @@ impl Worker {
         })
     }
 
-    fn run(&mut self, stop: &AtomicBool) {
+    fn run(&mut self, stop: &AtomicBool, done: &AtomicBool) {
         let mut last_work = Instant::now();
         let mut last_tick = Instant::now();
         let mut backoff = sluice_io::spin::SpinBackoff::default();
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !done.load(Ordering::Relaxed) {
             // The clocks run out under load too.
             if last_tick.elapsed() >= TICK {
                 self.expire();
