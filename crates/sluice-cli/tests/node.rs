@@ -85,45 +85,50 @@ fn the_linux_kernel_host_connects_over_tls_with_a_pre_shared_key() {
 #[test]
 fn bad_options_are_refused_before_anything_is_served() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["node", "--nqn", "not-an-nqn", "--device"])
-        .arg(dir.path().join("a.dev"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("an NQN starts with \"nqn.\""), "{err}");
-    assert!(!dir.path().join("a.dev").exists(), "nothing created");
+    refused_before_serving(
+        &["--nqn", "not-an-nqn"],
+        &dir.path().join("a.dev"),
+        "an NQN starts with \"nqn.\"",
+    );
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["node", "--create-mib", "4", "--listen"])
-        .arg(busy.local_addr().unwrap().to_string())
-        .arg("--device")
-        .arg(dir.path().join("b.dev"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("is another target there?"), "{err}");
-    assert!(!dir.path().join("b.dev").exists(), "nothing created");
+    let busy = busy.local_addr().unwrap().to_string();
+    refused_before_serving(
+        &["--listen", &busy],
+        &dir.path().join("b.dev"),
+        "is another target there?",
+    );
     // A TLS key with one character changed: its CRC-32 says so.
     let key = run(Command::new(env!("CARGO_BIN_EXE_sluice")).args(["nvmf", "gen-tls-key"]));
     let mut bad = key.trim().to_string().into_bytes();
     bad[20] = if bad[20] == b'A' { b'B' } else { b'A' };
     let key_file = dir.path().join("bad.key");
     std::fs::write(&key_file, &bad).unwrap();
+    refused_before_serving(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--nvme-tls-key",
+            key_file.to_str().unwrap(),
+        ],
+        &dir.path().join("c.dev"),
+        "CRC-32 does not match",
+    );
+}
+
+/// `sluice node` with `args` on `device` fails, says `says`, and has made
+/// no device.
+fn refused_before_serving(args: &[&str], device: &std::path::Path, says: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["node", "--create-mib", "4", "--listen", "127.0.0.1:0"])
-        .arg("--nvme-tls-key")
-        .arg(&key_file)
+        .args(["node", "--create-mib", "4"])
+        .args(args)
         .arg("--device")
-        .arg(dir.path().join("c.dev"))
+        .arg(device)
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    assert!(!out.status.success(), "{args:?} was taken");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("CRC-32 does not match"), "{err}");
-    assert!(!dir.path().join("c.dev").exists(), "nothing created");
+    assert!(err.contains(says), "{err}");
+    assert!(!device.exists(), "nothing created");
 }
 
 #[test]
@@ -605,18 +610,19 @@ fn nbd_clients_reach_the_node_over_tls_and_plain_clients_are_refused() {
     assert!(tls.contains("with TLS"), "{tls}");
     // A key that is not one: a clear error before anything is served.
     std::fs::write(certs.path().join("bad.pem"), "not a key").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["node", "--listen", "127.0.0.1:0", "--nbd", "127.0.0.1:0"])
-        .arg("--nbd-tls-cert")
-        .arg(&cert)
-        .arg("--nbd-tls-key")
-        .arg(certs.path().join("bad.pem"))
-        .arg("--device")
-        .arg(dir.path().join("never.dev"))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.pem"), "{err}");
-    assert!(!dir.path().join("never.dev").exists(), "nothing created");
+    let bad_key = certs.path().join("bad.pem");
+    refused_before_serving(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--nbd",
+            "127.0.0.1:0",
+            "--nbd-tls-cert",
+            cert.to_str().unwrap(),
+            "--nbd-tls-key",
+            bad_key.to_str().unwrap(),
+        ],
+        &dir.path().join("never.dev"),
+        "bad.pem",
+    );
 }

@@ -121,14 +121,7 @@ fn serve_connection(
     // connection's writes in flight (and with them a Compare-and-Write of
     // another host) for ever.
     stream.set_write_timeout(Some(SEND_TIMEOUT)).map_err(io)?;
-    let plain = |stream| {
-        workers
-            .hand(Handoff {
-                stream,
-                counted: Box::new(counted),
-            })
-            .map_err(io)
-    };
+    let plain = |stream| workers.hand(Handoff { stream, counted }).map_err(io);
     let Some(tls) = &config.tls else {
         return plain(stream);
     };

@@ -21,7 +21,7 @@
 //! NBD's.
 
 use crate::controller::{Queue, Subsystem};
-use crate::target::{Connection, Receiving};
+use crate::target::{Connection, Counted, Receiving};
 use sluice_io::readiness::{Interest, Poller, Wakeup};
 use std::collections::HashMap;
 use std::net::TcpStream;
@@ -46,7 +46,7 @@ const MAX_EVENTS: usize = 256;
 /// against the node's connection limit.
 pub(crate) struct Handoff {
     pub(crate) stream: TcpStream,
-    pub(crate) counted: Box<dyn Send>,
+    pub(crate) counted: Counted,
 }
 
 struct WorkerHandle {
@@ -125,7 +125,7 @@ struct Served {
     rx: Receiving,
     /// Watching for room to write too (answers wait for the host).
     watching_writes: bool,
-    _counted: Box<dyn Send>,
+    _counted: Counted,
 }
 
 struct Worker {
