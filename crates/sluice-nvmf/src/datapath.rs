@@ -2,7 +2,8 @@
 //! an I/O queue goes to the device the moment its command (and, for a
 //! write, its data) has arrived, on an engine the connection keeps for that
 //! namespace, and its completion is reaped later — so a queue 32 deep keeps
-//! 32 commands at the device, not one.
+//! 32 commands at the device, not one. A MultiCast goes the same way, one
+//! write per namespace it names, answered when the last is done.
 //!
 //! The data stays in the engine's pinned pool buffers: a write's data is
 //! received into one and written from it (registered, fixed-buffer I/O);
@@ -22,6 +23,7 @@ use crate::command::{Fuse, Sqe};
 use crate::controller::{Subsystem, MAX_TRANSFER_BYTES, QUEUE_ENTRIES};
 use crate::nvm::opcode;
 use sluice_io::{Direction, Engine, IoBuf, IoError, Op, Priority, Request};
+use std::collections::HashMap;
 use std::io::{ErrorKind, IoSlice, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -36,6 +38,9 @@ pub const MAX_IN_FLIGHT: usize = QUEUE_ENTRIES as usize;
 /// idles meanwhile. Answered in groups, the host's next commands arrive
 /// (and go to the device) while the rest are still being sent.
 pub const ANSWER_GROUP: usize = 8;
+
+/// Most namespaces one MultiCast writes on this path (its mask is 32 bits).
+pub const MAX_MULTICAST_TARGETS: usize = 32;
 
 /// A run of whole blocks of one namespace, checked to lie inside it and to
 /// fit one transfer.
@@ -72,6 +77,16 @@ pub(crate) struct DataPath {
     reaped: Vec<sluice_io::Completion>,
     /// Finished and not yet handed out to be answered.
     backlog: std::collections::VecDeque<Finished>,
+    /// Commands made of several requests (a MultiCast's writes), by tag:
+    /// the requests still at the device and whether all so far succeeded.
+    /// The command is answered once, when its last request is done.
+    groups: HashMap<u64, Group>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Group {
+    left: usize,
+    ok: bool,
 }
 
 impl DataPath {
@@ -85,6 +100,7 @@ impl DataPath {
             in_flight: 0,
             reaped: Vec::new(),
             backlog: std::collections::VecDeque::new(),
+            groups: HashMap::new(),
         }
     }
 
@@ -131,6 +147,30 @@ impl DataPath {
         self.block_io(sqe.nsid(), lba, (sqe.cdw(12) & 0xffff) as u64 + 1)
     }
 
+    /// The blocks of a MultiCast this path takes, one run per namespace
+    /// named (lowest NSID first): not fused, every namespace present, the
+    /// range inside each and one transfer at most, the same length on
+    /// each. `None` sends it the slow way, which answers every error.
+    pub(crate) fn multicast_io(&self, sqe: &Sqe) -> Option<Vec<BlockIo>> {
+        if sqe.opcode() != opcode::MULTICAST || sqe.fuse() != Fuse::None {
+            return None;
+        }
+        let mask = sqe.cdw(13);
+        let count = self.subsystem.namespace_count();
+        if mask == 0 || (mask as u64) >> count != 0 {
+            return None;
+        }
+        let lba = sqe.cdw(10) as u64 | (sqe.cdw(11) as u64) << 32;
+        let blocks = (sqe.cdw(12) & 0xffff) as u64 + 1;
+        let ios: Option<Vec<BlockIo>> = (1..=count)
+            .filter(|n| mask & (1 << (n - 1)) != 0)
+            .map(|n| self.block_io(n, lba, blocks))
+            .collect();
+        let ios = ios?;
+        let same_length = ios.iter().all(|io| io.bytes == ios[0].bytes);
+        (same_length && ios.len() <= MAX_MULTICAST_TARGETS).then_some(ios)
+    }
+
     /// A pinned buffer for the data of a write of `io`; `None`: receive it
     /// the slow way.
     pub(crate) fn write_buffer(&mut self, io: &BlockIo) -> Option<IoBuf> {
@@ -171,6 +211,78 @@ impl DataPath {
                 Err(request.buf.expect("a write keeps its buffer"))
             }
         }
+    }
+
+    /// Starts a MultiCast: the data in `buf` (from the first run's
+    /// [`DataPath::write_buffer`]) written to every run of `ios` at once,
+    /// answered when all are done. Each other namespace's write goes from a
+    /// copy in its own engine's pinned pool (an engine takes only its own
+    /// registered buffers): one copy in memory per extra namespace, still
+    /// no byte back over the network. Hands the buffer back when it cannot
+    /// start here (no room for every write, a Compare-and-Write holds a
+    /// namespace, no buffer): the caller runs it the slow way.
+    pub(crate) fn start_multicast(
+        &mut self,
+        tag: u64,
+        ios: &[BlockIo],
+        buf: IoBuf,
+    ) -> Result<(), IoBuf> {
+        assert!(!ios.is_empty(), "a MultiCast names a namespace");
+        if ios.len() == 1 {
+            return self.start_write(tag, &ios[0], buf);
+        }
+        if buf.len() != ios[0].bytes
+            || self.in_flight + ios.len() > MAX_IN_FLIGHT
+            || self.groups.contains_key(&tag)
+        {
+            return Err(buf);
+        }
+        let mut copies = Vec::with_capacity(ios.len() - 1);
+        for io in &ios[1..] {
+            let Some(mut copy) = self.write_buffer(io) else {
+                return Err(buf);
+            };
+            match buf.as_slice() {
+                Some(data) => copy.write_at(0, data),
+                None => copy.write_at(0, &buf.to_vec()),
+            }
+            copies.push(copy);
+        }
+        // Every namespace's write share, or none.
+        let mut shared = 0;
+        for io in ios {
+            let ns = self.subsystem.namespace(io.nsid).expect("checked");
+            if !ns.begin_write_in_flight() {
+                break;
+            }
+            shared += 1;
+        }
+        if shared < ios.len() {
+            ios[..shared].iter().for_each(|io| self.end_write(io.nsid));
+            return Err(buf);
+        }
+        let buffers = std::iter::once(buf).chain(copies);
+        let mut started = 0;
+        for (i, (io, b)) in ios.iter().zip(buffers).enumerate() {
+            match self.submit(tag, io.nsid, Request::write(io.lba, b, 0)) {
+                Ok(()) => started += 1,
+                Err(request) if i == 0 => {
+                    ios.iter().for_each(|io| self.end_write(io.nsid));
+                    return Err(request.buf.expect("a write keeps its buffer"));
+                }
+                Err(_) => self.end_write(io.nsid),
+            }
+        }
+        // A write that could not start after the first did fails the
+        // command once those that started are done.
+        self.groups.insert(
+            tag,
+            Group {
+                left: started,
+                ok: started == ios.len(),
+            },
+        );
+        Ok(())
     }
 
     fn end_write(&self, nsid: u32) {
@@ -278,6 +390,8 @@ impl DataPath {
         for engine in &mut self.engines {
             drop(engine.take());
         }
+        // A group's command is answered once, for its first request here.
+        let mut answered_groups = Vec::new();
         for (slot, f) in self.slots.iter_mut().enumerate() {
             let Some(f) = f.take() else { continue };
             self.free.push(slot);
@@ -285,6 +399,13 @@ impl DataPath {
                 if let Some(ns) = self.subsystem.namespace(f.nsid) {
                     ns.end_write_in_flight();
                 }
+            }
+            let grouped = self.groups.remove(&f.tag).is_some();
+            if !grouped && answered_groups.contains(&f.tag) {
+                continue;
+            }
+            if grouped {
+                answered_groups.push(f.tag);
             }
             out.push(Finished::Done {
                 tag: f.tag,
@@ -320,6 +441,20 @@ impl DataPath {
         self.in_flight -= 1;
         if f.op == Op::Write {
             self.end_write(f.nsid);
+        }
+        if let Some(group) = self.groups.get_mut(&f.tag) {
+            group.left -= 1;
+            group.ok &= c.result.is_ok();
+            if group.left > 0 {
+                return None;
+            }
+            let ok = group.ok;
+            self.groups.remove(&f.tag);
+            return Some(Finished::Done {
+                tag: f.tag,
+                op: f.op,
+                ok,
+            });
         }
         match (f.op, c.result.is_ok(), c.buf) {
             (Op::Read, true, Some(buf)) => Some(Finished::Read { tag: f.tag, buf }),

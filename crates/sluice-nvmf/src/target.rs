@@ -737,28 +737,40 @@ impl Connection {
         }
     }
 
-    /// The blocks of a plain Write of `len_bytes` this connection keeps in
-    /// flight, or `None` (the slow way).
-    fn plain_write(&self, sqe: &Sqe, len_bytes: usize) -> Option<crate::datapath::BlockIo> {
-        if self.queue.independent(sqe).is_none() || sqe.opcode() != crate::nvm::opcode::WRITE {
-            return None;
-        }
-        self.data_path
-            .nvme_io(sqe)
-            .filter(|io| io.bytes == len_bytes)
+    /// The blocks a plain Write or a MultiCast of `len_bytes` writes, when
+    /// this connection keeps it in flight (the first run's engine receives
+    /// the data), or `None` (the slow way).
+    fn fast_write(&self, sqe: &Sqe, len_bytes: usize) -> Option<Vec<crate::datapath::BlockIo>> {
+        self.queue.independent(sqe)?;
+        let ios = match sqe.opcode() {
+            crate::nvm::opcode::WRITE => vec![self.data_path.nvme_io(sqe)?],
+            crate::nvm::opcode::MULTICAST => self.data_path.multicast_io(sqe)?,
+            _ => return None,
+        };
+        (ios[0].bytes == len_bytes).then_some(ios)
     }
 
-    /// A command with its data in the capsule: a plain Write goes to the
-    /// device from a pinned buffer, anything else the slow way.
+    /// Starts the writes of [`Connection::fast_write`]'s `ios` from `buf`.
+    fn start_fast_write(
+        &mut self,
+        sqe: &Sqe,
+        ios: &[crate::datapath::BlockIo],
+        buf: IoBuf,
+    ) -> Result<(), IoBuf> {
+        let tag = sqe.cid() as u64;
+        match ios {
+            [io] => self.data_path.start_write(tag, io, buf),
+            _ => self.data_path.start_multicast(tag, ios, buf),
+        }
+    }
+
+    /// A command with its data in the capsule: a plain Write or a MultiCast
+    /// goes to the device from a pinned buffer, anything else the slow way.
     fn write_in_capsule(&mut self, sqe: &Sqe, data: &[u8]) {
-        if let Some(io) = self.plain_write(sqe, data.len()) {
-            if let Some(mut buf) = self.data_path.write_buffer(&io) {
+        if let Some(ios) = self.fast_write(sqe, data.len()) {
+            if let Some(mut buf) = self.data_path.write_buffer(&ios[0]) {
                 buf.write_at(0, data);
-                if self
-                    .data_path
-                    .start_write(sqe.cid() as u64, &io, buf)
-                    .is_ok()
-                {
+                if self.start_fast_write(sqe, &ios, buf).is_ok() {
                     return;
                 }
             }
@@ -779,8 +791,8 @@ impl Connection {
         }
         let ttag = self.next_ttag;
         self.next_ttag = self.next_ttag.wrapping_add(1).max(1);
-        let pinned = match self.plain_write(&sqe, len) {
-            Some(io) => self.data_path.write_buffer(&io),
+        let pinned = match self.fast_write(&sqe, len) {
+            Some(ios) => self.data_path.write_buffer(&ios[0]),
             None => None,
         };
         let data = match pinned {
@@ -868,8 +880,8 @@ impl Connection {
         match p.data {
             Staging::Heap(data) => self.run_command(&p.sqe, &data),
             Staging::Pinned(buf) => {
-                let started = match self.plain_write(&p.sqe, buf.len()) {
-                    Some(io) => self.data_path.start_write(p.sqe.cid() as u64, &io, buf),
+                let started = match self.fast_write(&p.sqe, buf.len()) {
+                    Some(ios) => self.start_fast_write(&p.sqe, &ios, buf),
                     None => Err(buf),
                 };
                 if let Err(buf) = started {

@@ -254,6 +254,12 @@ impl Worker {
         if self.ready[before..].contains(&WAKEUP_TOKEN) {
             self.wakeup.clear();
             self.ready.retain(|t| *t != WAKEUP_TOKEN);
+            // What the wake-up announced is taken now: a caller that polls
+            // on finds those connections ready, where a wake-up cleared
+            // here and acted on only at the loop's top was lost until the
+            // next tick (200 ms for each MultiCast the helper ran).
+            self.take_arrivals();
+            self.take_returns();
         }
     }
 

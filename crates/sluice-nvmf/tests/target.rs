@@ -281,6 +281,83 @@ fn copy_across_multicast_and_add_write_move_no_data_over_the_network() {
     assert!(is_status(&err, status::INVALID_FIELD), "{err}");
 }
 
+/// MultiCasts kept in flight with plain writes, in the capsule and after
+/// R2T, to one or both namespaces: each namespace ends as a model of every
+/// write says, and one that cannot run where it arrived (past the end of
+/// the namespaces) still gets its error.
+#[test]
+fn multicasts_in_flight_land_on_every_namespace_named() {
+    use rand::seq::SliceRandom;
+    use sluice_nvmf::command::Sqe;
+    use sluice_nvmf::nvm::opcode;
+    let t = start(Vec::new());
+    let (_admin, mut io) = connect(&t, Digests::default());
+    let blocks_per_ns = (DEVICE_BYTES / BLOCK as u64) as u32;
+    let mut model = [
+        vec![0u8; DEVICE_BYTES as usize],
+        vec![0u8; DEVICE_BYTES as usize],
+    ];
+    let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+    for round in 0..8u8 {
+        // Commands in flight together may land in any order: each of a
+        // round's has a 32-block slot of its own.
+        let mut slots: Vec<u32> = (0..blocks_per_ns / 32).collect();
+        slots.shuffle(&mut rng);
+        let mut commands: Vec<(Sqe, Vec<u8>)> = Vec::new();
+        for (i, slot) in (0..24u32).zip(slots) {
+            // 1 block goes in the capsule, 32 (128 KiB) after an R2T.
+            let blocks = if rng.gen_bool(0.5) { 1 } else { 32 };
+            let lba = slot * 32 + rng.gen_range(0..=32 - blocks);
+            let fill = round.wrapping_mul(31).wrapping_add(i as u8);
+            let data = vec![fill; (blocks * BLOCK) as usize];
+            let (sqe, targets): (Sqe, &[usize]) = match i % 4 {
+                0 => (
+                    sluice_nvmf::initiator::rw(opcode::WRITE, 2, lba as u64, blocks),
+                    &[1],
+                ),
+                1 => (multicast(lba, blocks, 0b10), &[1]),
+                _ => (multicast(lba, blocks, 0b11), &[0, 1]),
+            };
+            for &ns in targets {
+                let at = lba as usize * BLOCK as usize;
+                model[ns][at..at + data.len()].copy_from_slice(&data);
+            }
+            commands.push((sqe, data));
+        }
+        let answers = io
+            .commands(
+                commands
+                    .iter()
+                    .map(|(s, d)| (s.clone(), d.as_slice()))
+                    .collect(),
+            )
+            .unwrap();
+        for a in answers {
+            a.unwrap();
+        }
+    }
+    for (ns, want) in model.iter().enumerate() {
+        let mut got = Vec::new();
+        for lba in (0..blocks_per_ns).step_by(32) {
+            got.extend(io.read(ns as u32 + 1, lba as u64, 32, BLOCK).unwrap());
+        }
+        assert!(&got == want, "namespace {} differs from the model", ns + 1);
+    }
+    let past_end = multicast(blocks_per_ns - 1, 2, 0b11);
+    let err = io
+        .command(past_end, &vec![0u8; 2 * BLOCK as usize])
+        .unwrap_err();
+    assert!(is_status(&err, status::LBA_OUT_OF_RANGE), "{err}");
+
+    fn multicast(lba: u32, blocks: u32, mask: u32) -> Sqe {
+        Sqe::new(opcode::MULTICAST, 0)
+            .with_nsid(1)
+            .with_cdw(10, lba)
+            .with_cdw(12, blocks - 1)
+            .with_cdw(13, mask)
+    }
+}
+
 /// Several hosts race fused Compare-and-Writes on one block holding a
 /// counter: a round's write lands only for the host whose compare saw the
 /// current value, so the final counter equals the wins, and the block is
