@@ -29,6 +29,12 @@ pub const MAX_IO_QUEUES: u16 = 8;
 pub const MAX_CONTROLLERS: usize = 64;
 /// Most outstanding Asynchronous Event Requests per controller (AERL + 1).
 pub const MAX_AERS: usize = 4;
+/// Connect's CATTR bit 2: the host disables SQ flow control on the queue.
+pub const CATTR_DISABLE_SQ_FLOW: u8 = 1 << 2;
+/// A discovery log entry's TREQ bit 2: the controller can disable SQ flow
+/// control (a host then asks for it in Connect).
+pub const TREQ_SQ_FLOW_DISABLE_SUPPORTED: u8 = 1 << 2;
+
 /// In-capsule data an I/O command capsule may carry (IOCCSZ − 64 bytes).
 pub const IN_CAPSULE_BYTES: usize = 8192;
 /// The NQN hosts connect to for the discovery controller.
@@ -399,6 +405,10 @@ pub struct Queue {
     /// The host NQN the connection's TLS PSK identity named: Connect must
     /// name the same host.
     tls_host: Option<String>,
+    /// The host's Connect disabled SQ flow control (CATTR bit 2): it reads
+    /// no SQHD, so a read's data PDU may carry its success (C2HData's
+    /// SUCCESS flag) instead of a response capsule following it.
+    sq_flow_disabled: bool,
 }
 
 impl Queue {
@@ -411,7 +421,14 @@ impl Queue {
             held_aers: 0,
             fused: nvm::Fused::default(),
             tls_host: None,
+            sq_flow_disabled: false,
         }
+    }
+
+    /// Whether a successful read may be answered by its C2HData alone,
+    /// with the SUCCESS flag: the host's Connect disabled SQ flow control.
+    pub fn success_in_data(&self) -> bool {
+        self.sq_flow_disabled
     }
 
     /// The subsystem the queue belongs to.
@@ -550,6 +567,7 @@ impl Queue {
         let field16 = |at| u16_at(bytes, at).unwrap_or_default();
         let (recfmt, qid, sq_size) = (field16(40), field16(42), field16(44));
         let kato_ms = u32_at(bytes, 48).unwrap_or_default();
+        let sq_flow_disabled = bytes[46] & CATTR_DISABLE_SQ_FLOW != 0;
         if recfmt != 0 {
             return fail(sqe, status::CONNECT_INCOMPATIBLE_FORMAT);
         }
@@ -618,9 +636,17 @@ impl Queue {
         drop(controllers);
         self.controller = Some(id);
         self.qid = qid;
+        self.sq_flow_disabled = sq_flow_disabled;
+        if sq_flow_disabled {
+            log::debug!("queue {qid} of controller {id}: SQ flow control disabled");
+        }
         let mut c = Completion::new(sqe.cid(), Status::SUCCESS);
         c.result = id as u32;
         c.sqid = qid;
+        if sq_flow_disabled {
+            // No SQ head is reported on this queue.
+            c.sqhd = 0xffff;
+        }
         done(c)
     }
 
@@ -873,7 +899,7 @@ fn discovery_log(subsystem: &Subsystem) -> Vec<u8> {
             Some(true) => 1,
             Some(false) => 2,
             None => 0,
-        };
+        } | TREQ_SQ_FLOW_DISABLE_SUPPORTED;
         e[6..8].copy_from_slice(&0xffffu16.to_le_bytes()); // CNTLID: dynamic
         e[8..10].copy_from_slice(&32u16.to_le_bytes()); // ASQSZ
         ascii(&mut e[32..64], &address.port().to_string());

@@ -3,7 +3,9 @@
 //! nvmf`, `sluice bench node` and the tests use to reach a target.
 
 use crate::command::{status, Completion, Fuse, Sgl, SglKind, Sqe, Status, FABRICS_OPCODE};
-use crate::controller::{admin, fctype, property, CONNECT_DATA_BYTES, IN_CAPSULE_BYTES};
+use crate::controller::{
+    admin, fctype, property, CATTR_DISABLE_SQ_FLOW, CONNECT_DATA_BYTES, IN_CAPSULE_BYTES,
+};
 use crate::link::{Link, OpensslLink, PlainLink};
 use crate::nvm::opcode as io;
 use crate::pdu::{flags, DataHeader, Digests, Encoder, Framed, Framer, Header, Limits, PFV_1_0};
@@ -64,6 +66,11 @@ pub struct QueueConnection {
     pub bytes_sent: u64,
     /// Bytes this connection has received.
     pub bytes_received: u64,
+    /// Whether an I/O queue's Connect keeps SQ flow control on (CATTR bit
+    /// 2 clear). Off by default: this host reads no SQHD, and the target
+    /// then answers a successful read with its data PDU alone (C2HData's
+    /// SUCCESS flag), one PDU instead of two.
+    pub sq_flow_control: bool,
 }
 
 /// What a command returned: its completion and any data.
@@ -127,6 +134,7 @@ impl QueueConnection {
             maxh2cdata: 0,
             bytes_sent: 0,
             bytes_received: 0,
+            sq_flow_control: false,
         };
         let mut out = Vec::new();
         Encoder::default().encode(
@@ -149,13 +157,14 @@ impl QueueConnection {
                     ..
                 },
                 _,
+                _,
             ) => {
                 q.framer.digests = granted;
                 q.encoder.digests = granted;
                 q.maxh2cdata = maxh2cdata;
                 Ok(q)
             }
-            (other, _) => Err(InitiatorError::Protocol(format!(
+            (other, _, _) => Err(InitiatorError::Protocol(format!(
                 "expected ICResp, got {other:?}"
             ))),
         }
@@ -168,7 +177,7 @@ impl QueueConnection {
     }
 
     /// The next PDU from the target.
-    fn receive(&mut self) -> Result<(Header, Vec<u8>)> {
+    fn receive(&mut self) -> Result<(Header, u8, Vec<u8>)> {
         loop {
             if let Some(got) = self.receive_buffered()? {
                 return Ok(got);
@@ -189,10 +198,10 @@ impl QueueConnection {
 
     /// The next PDU if all of it has been received already; else makes
     /// room for the rest and returns `None`.
-    fn receive_buffered(&mut self) -> Result<Option<(Header, Vec<u8>)>> {
+    fn receive_buffered(&mut self) -> Result<Option<(Header, u8, Vec<u8>)>> {
         match self.framer.next(&self.buf[self.start..self.filled]) {
             Ok(Framed::Pdu(pdu, used)) => {
-                let got = (pdu.header, pdu.data.to_vec());
+                let got = (pdu.header, pdu.common.flags, pdu.data.to_vec());
                 self.start += used;
                 if self.start == self.filled {
                     (self.start, self.filled) = (0, 0);
@@ -290,8 +299,8 @@ impl QueueConnection {
             }
             // One PDU, waiting for it, then every one already here.
             let mut pdu = Some(self.receive()?);
-            while let Some((header, bytes)) = pdu {
-                if let Some((p, answer)) = self.on_pdu(&mut pending, header, bytes)? {
+            while let Some((header, pdu_flags, bytes)) = pdu {
+                if let Some((p, answer)) = self.on_pdu(&mut pending, header, pdu_flags, bytes)? {
                     answered(p.index, answer, p.sent_at)?;
                 }
                 pdu = self.receive_buffered()?;
@@ -305,6 +314,7 @@ impl QueueConnection {
         &mut self,
         pending: &mut Vec<Pending<'d>>,
         header: Header,
+        pdu_flags: u8,
         bytes: Vec<u8>,
     ) -> Result<Option<(Pending<'d>, Result<Answer>)>> {
         let slot = |cid: u16, pending: &Vec<Pending<'_>>| pending.iter().position(|p| p.cid == cid);
@@ -338,7 +348,19 @@ impl QueueConnection {
                 } else {
                     pending[i].received.extend_from_slice(&bytes);
                 }
-                Ok(None)
+                if pdu_flags & flags::SUCCESS == 0 {
+                    return Ok(None);
+                }
+                if pdu_flags & flags::LAST_PDU == 0 {
+                    return Err(InitiatorError::Protocol(
+                        "C2HData with SUCCESS but not LAST_PDU".into(),
+                    ));
+                }
+                // The command succeeded; no response capsule follows.
+                let mut p = pending.swap_remove(i);
+                let data = std::mem::take(&mut p.received);
+                let completion = Completion::new(d.cccid, Status::SUCCESS);
+                Ok(Some((p, Ok(Answer { completion, data }))))
             }
             Header::CapsuleResp(c) => {
                 let i = slot(c.cid, pending).ok_or_else(|| {
@@ -432,6 +454,9 @@ impl QueueConnection {
         sqe.0[42..44].copy_from_slice(&qid.to_le_bytes());
         sqe.0[44..46].copy_from_slice(&31u16.to_le_bytes());
         sqe.0[48..52].copy_from_slice(&kato_ms.to_le_bytes());
+        if qid != 0 && !self.sq_flow_control {
+            sqe.0[46] |= CATTR_DISABLE_SQ_FLOW;
+        }
         let mut data = vec![0u8; CONNECT_DATA_BYTES];
         data[16..18].copy_from_slice(&cntlid.to_le_bytes());
         data[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
@@ -539,6 +564,12 @@ impl QueueConnection {
 
     /// The next PDU from the target, whatever it is (tests).
     pub fn receive_any(&mut self) -> Result<(Header, Vec<u8>)> {
+        self.receive().map(|(header, _, data)| (header, data))
+    }
+
+    /// [`QueueConnection::receive_any`], with the PDU's common header
+    /// flags ([`crate::pdu::flags`]).
+    pub fn receive_with_flags(&mut self) -> Result<(Header, u8, Vec<u8>)> {
         self.receive()
     }
 }

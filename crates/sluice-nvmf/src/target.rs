@@ -616,11 +616,19 @@ impl Connection {
                     datao: 0,
                     datal: buf.len() as u32,
                 });
+                // With SQ flow control off the data PDU says it succeeded,
+                // and no response capsule follows.
+                let success_in_data = self.queue.success_in_data();
+                let pdu_flags = if success_in_data {
+                    flags::LAST_PDU | flags::SUCCESS
+                } else {
+                    flags::LAST_PDU
+                };
                 match buf.as_slice() {
                     Some(data) => {
                         let at = self.encoder.encode_around(
                             &header,
-                            flags::LAST_PDU,
+                            pdu_flags,
                             data,
                             &mut self.out.bytes,
                         );
@@ -629,10 +637,12 @@ impl Connection {
                     None => {
                         let data = buf.to_vec();
                         self.encoder
-                            .encode(&header, flags::LAST_PDU, &data, &mut self.out.bytes);
+                            .encode(&header, pdu_flags, &data, &mut self.out.bytes);
                     }
                 }
-                self.complete(Completion::new(cid, crate::command::Status::SUCCESS));
+                if !success_in_data {
+                    self.complete(Completion::new(cid, crate::command::Status::SUCCESS));
+                }
             }
         }
     }
@@ -973,8 +983,20 @@ impl Connection {
                 self.send_outcome(sqe, *then);
             }
             Outcome::Done { data, completion } => {
+                // Only a plain success (nothing in DW0/DW1) may ride on the
+                // data PDU.
+                let success_in_data = !data.is_empty()
+                    && self.queue.success_in_data()
+                    && completion.status.is_success()
+                    && completion.result == 0
+                    && completion.dw1 == 0;
                 if !data.is_empty() {
                     let len = data.len().min(sqe.sgl().length as usize);
+                    let pdu_flags = if success_in_data {
+                        flags::LAST_PDU | flags::SUCCESS
+                    } else {
+                        flags::LAST_PDU
+                    };
                     self.encoder.encode(
                         &Header::C2hData(DataHeader {
                             cccid: sqe.cid(),
@@ -982,12 +1004,14 @@ impl Connection {
                             datao: 0,
                             datal: len as u32,
                         }),
-                        flags::LAST_PDU,
+                        pdu_flags,
                         &data[..len],
                         &mut self.out.bytes,
                     );
                 }
-                self.complete(completion);
+                if !success_in_data {
+                    self.complete(completion);
+                }
             }
         }
     }

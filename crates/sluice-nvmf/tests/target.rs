@@ -281,6 +281,63 @@ fn copy_across_multicast_and_add_write_move_no_data_over_the_network() {
     assert!(is_status(&err, status::INVALID_FIELD), "{err}");
 }
 
+/// A read's success: in its C2HData (SUCCESS flag, no response capsule)
+/// on a queue whose Connect disabled SQ flow control; in a response
+/// capsule after the data (and SQHD reported) on one that kept it — as the
+/// Linux host connects by default. Errors always come in a capsule.
+#[test]
+fn a_read_succeeds_in_its_data_pdu_only_without_sq_flow_control() {
+    use sluice_nvmf::initiator::read_sqe;
+    use sluice_nvmf::pdu::{flags, Encoder, Header};
+    let t = start(Vec::new());
+    for flow_control in [false, true] {
+        let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+        let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+        admin.enable().unwrap();
+        admin.set_queue_count(1).unwrap();
+        let mut io = QueueConnection::open(&t.address, Digests::default()).unwrap();
+        io.sq_flow_control = flow_control;
+        io.connect(NQN, HOST, 1, cntlid, 5000).unwrap();
+        io.write(1, 9, &block_of(0x5a), BLOCK).unwrap();
+        let mut out = Vec::new();
+        let read = read_sqe(1, 9, 1, BLOCK).with_cid(700);
+        Encoder::default().encode(&Header::CapsuleCmd(read), 0, &[], &mut out);
+        // Past the namespace's end: an error, in a capsule either way.
+        let past = read_sqe(1, DEVICE_BYTES / BLOCK as u64, 1, BLOCK).with_cid(701);
+        Encoder::default().encode(&Header::CapsuleCmd(past), 0, &[], &mut out);
+        io.send_raw(&out).unwrap();
+        let (header, pdu_flags, data) = io.receive_with_flags().unwrap();
+        let Header::C2hData(d) = header else {
+            panic!("the read's data first, got {header:?}");
+        };
+        assert_eq!((d.cccid, data), (700, block_of(0x5a)));
+        assert_ne!(pdu_flags & flags::LAST_PDU, 0);
+        assert_eq!(
+            pdu_flags & flags::SUCCESS != 0,
+            !flow_control,
+            "SUCCESS with SQ flow control {}",
+            if flow_control { "on" } else { "off" }
+        );
+        let mut capsules = Vec::new();
+        while capsules.len() < 1 + flow_control as usize {
+            match io.receive_with_flags().unwrap() {
+                (Header::CapsuleResp(c), _, _) => capsules.push(c),
+                other => panic!("only capsules follow, got {other:?}"),
+            }
+        }
+        capsules.sort_by_key(|c| c.cid);
+        if flow_control {
+            assert_eq!(capsules[0].cid, 700);
+            assert!(capsules[0].status.is_success());
+        }
+        let error = capsules.last().unwrap();
+        assert_eq!(error.cid, 701);
+        assert_eq!(error.status, status::LBA_OUT_OF_RANGE);
+        // The pipelined initiator takes either form.
+        assert_eq!(io.read(1, 9, 1, BLOCK).unwrap(), block_of(0x5a));
+    }
+}
+
 /// MultiCasts kept in flight with plain writes, in the capsule and after
 /// R2T, to one or both namespaces: each namespace ends as a model of every
 /// write says, and one that cannot run where it arrived (past the end of
@@ -514,7 +571,11 @@ fn the_discovery_controller_names_the_subsystem_and_where_it_is() {
     assert_eq!(std::str::from_utf8(&e[32..32 + port.len()]).unwrap(), port);
     assert_eq!(&e[256..256 + NQN.len()], NQN.as_bytes());
     assert_eq!(&e[512..521], b"127.0.0.1");
-    assert_eq!((e[3], e[768]), (0, 0), "TREQ and SECTYPE: no TLS");
+    assert_eq!(
+        (e[3], e[768]),
+        (4, 0),
+        "TREQ: SQ flow control disable supported, no secure channel; SECTYPE: no TLS"
+    );
     // A discovery controller has no I/O queues and no namespaces to identify.
     let err = d.identify(0, 1).unwrap_err();
     assert!(is_status(&err, status::INVALID_FIELD), "{err}");
@@ -819,7 +880,7 @@ fn h2c_data_that_arrives_after_its_header_lands_whole_and_is_digest_checked() {
 #[test]
 fn the_discovery_log_says_when_tls_is_required() {
     use sluice_nvmf::controller::{DISCOVERY_LOG, DISCOVERY_NQN};
-    for (required, treq) in [(true, 1u8), (false, 2)] {
+    for (required, treq) in [(true, 1u8 | 4), (false, 2 | 4)] {
         let t = start_with(Vec::new(), |s, at| s.with_address(at).with_tls(required));
         let mut d = QueueConnection::open(&t.address, Digests::default()).unwrap();
         d.connect(DISCOVERY_NQN, HOST, 0, 0xffff, 0).unwrap();
