@@ -255,6 +255,18 @@ impl DeviceIo {
         }
     }
 
+    /// An engine of this device's bound to the calling thread: a
+    /// single-issuer ring (`defer_taskrun`) whose completions can be
+    /// signalled to an eventfd ([`Engine::notify_completions`]), for a
+    /// thread that serves many connections from one epoll set. Opened
+    /// fresh, not from the idle engines, and never to be given back (other
+    /// threads could not use it): drop it when done.
+    pub fn open_thread_engine(&self) -> Result<Box<dyn Engine>> {
+        let mut config = self.config.clone();
+        config.defer_taskrun = true;
+        open_engine(self.device.clone(), &config)
+    }
+
     /// Takes back an engine from [`DeviceIo::take_engine`] to serve later
     /// calls; one with requests still in flight is closed instead (closing
     /// waits for them).

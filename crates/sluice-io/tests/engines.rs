@@ -751,3 +751,65 @@ fn invalid_engine_configs_are_named() {
     let err = open_engine(dev, &cfg).err().unwrap();
     assert!(err.to_string().contains("spin_wait_us 20000"), "{err}");
 }
+
+/// Waits up to `timeout_ms` for `fd` to be readable.
+fn readable_within(fd: std::os::fd::RawFd, timeout_ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, its count 1.
+    unsafe { libc::poll(&mut p, 1, timeout_ms) == 1 }
+}
+
+#[test]
+fn a_single_issuer_ring_signals_its_completions_to_an_eventfd() {
+    let dir = tempfile::tempdir_in(common::disk_dir()).unwrap();
+    let dev = file_device(&dir, 16 << 20);
+    let mut cfg = config(EngineKind::Uring);
+    cfg.defer_taskrun = true;
+    let mut engine = open_engine(dev.clone(), &cfg).unwrap();
+    // SAFETY: eventfd takes no pointers; the result is checked.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    assert!(efd >= 0);
+    engine.notify_completions(efd).unwrap();
+    ok(engine.run(Request::write(0, write_buf(engine.as_ref(), 8192, 3), 1)));
+    let mut count = [0u8; 8];
+    // SAFETY: reads 8 bytes into a live local (clears what the write signalled).
+    unsafe { libc::read(efd, count.as_mut_ptr().cast(), 8) };
+    for round in 0..20u64 {
+        let buf = engine.pool().alloc(8192, Direction::Read).unwrap();
+        engine.submit(Request::read(0, buf, 10 + round)).unwrap();
+        let mut out = Vec::new();
+        // Submitted by a reap that does not wait.
+        engine.reap(0, &mut out).unwrap();
+        // The kernel signals when the completion is ready to be taken,
+        // without this thread entering the kernel first (and also when
+        // completions are posted: a signal may be one already taken).
+        let mut signals = 0;
+        while out.is_empty() {
+            assert!(readable_within(efd, 5000), "round {round}: no signal");
+            signals += 1;
+            assert!(
+                signals <= 3,
+                "round {round}: signalled with nothing to reap"
+            );
+            // SAFETY: as above.
+            unsafe { libc::read(efd, count.as_mut_ptr().cast(), 8) };
+            // A reap that does not wait takes it.
+            engine.reap(0, &mut out).unwrap();
+        }
+        assert_eq!(out.len(), 1, "round {round}");
+        assert_eq!(out[0].user_data, 10 + round);
+        assert_eq!(out[0].buf.as_ref().unwrap().to_vec(), pattern(8192, 3));
+    }
+    drop(engine);
+    // SAFETY: our own descriptor, closed once after the engine is gone.
+    unsafe { libc::close(efd) };
+    // A ring other threads may use cannot (its completions wait for the
+    // thread to enter the kernel).
+    cfg.defer_taskrun = false;
+    let mut shared = open_engine(dev, &cfg).unwrap();
+    assert!(shared.notify_completions(0).is_err());
+}

@@ -70,6 +70,16 @@ pub(crate) struct DataPath {
     subsystem: Arc<Subsystem>,
     /// By namespace (NSID − 1), opened at the first command for it.
     engines: Vec<Option<Box<dyn Engine>>>,
+    /// Where the engines signal their completions (a connection worker's
+    /// eventfd), if anywhere: they are then this thread's own rings, not
+    /// the namespace's shared ones.
+    completions: Option<std::os::fd::RawFd>,
+    /// An engine could not signal its completions (the caller must wait on
+    /// the device itself).
+    unsignalled: bool,
+    /// By namespace: the engine is this thread's own (closed at the end),
+    /// not one taken from the namespace (given back).
+    own_engine: Vec<bool>,
     /// By the request's tag; `None` slots are free.
     slots: Vec<Option<InFlight>>,
     free: Vec<usize>,
@@ -91,9 +101,23 @@ struct Group {
 
 impl DataPath {
     pub(crate) fn new(subsystem: Arc<Subsystem>) -> DataPath {
+        Self::signalling(subsystem, None)
+    }
+
+    /// A data path whose engines are the calling thread's own and signal
+    /// their completions to `eventfd` (see [`DataPath::signals_completions`]);
+    /// with `None`, engines shared with the namespace's other users. The
+    /// eventfd must outlive the data path, which must stay on this thread.
+    pub(crate) fn signalling(
+        subsystem: Arc<Subsystem>,
+        eventfd: Option<std::os::fd::RawFd>,
+    ) -> DataPath {
         let namespaces = subsystem.namespace_count() as usize;
         DataPath {
             subsystem,
+            completions: eventfd,
+            unsignalled: eventfd.is_none(),
+            own_engine: vec![false; namespaces],
             engines: (0..namespaces).map(|_| None).collect(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -102,6 +126,13 @@ impl DataPath {
             backlog: std::collections::VecDeque::new(),
             groups: HashMap::new(),
         }
+    }
+
+    /// Whether every completion of this data path is signalled to the
+    /// eventfd it was made with, so a thread may sleep on that eventfd (and
+    /// its sockets) instead of on the device.
+    pub(crate) fn signals_completions(&self) -> bool {
+        !self.unsignalled
     }
 
     /// Whether commands are at the device or finished and not yet handed
@@ -295,7 +326,24 @@ impl DataPath {
         let ns = self.subsystem.namespace(nsid)?;
         let slot = self.engines.get_mut(nsid as usize - 1)?;
         if slot.is_none() {
-            match ns.io.take_engine() {
+            let own = self.completions.and_then(|fd| {
+                let signalling = ns.io.open_thread_engine().and_then(|mut e| {
+                    e.notify_completions(fd)?;
+                    Ok(e)
+                });
+                signalling
+                    .map_err(|e| {
+                        log::warn!(
+                            "namespace {nsid}: an engine of this thread's own could not be opened to signal its completions ({e}); using a shared one"
+                        )
+                    })
+                    .ok()
+            });
+            if own.is_none() {
+                self.unsignalled = true;
+            }
+            self.own_engine[nsid as usize - 1] = own.is_some();
+            match own.map(Ok).unwrap_or_else(|| ns.io.take_engine()) {
                 Ok(e) => *slot = Some(e),
                 Err(e) => {
                     log::warn!(
@@ -473,7 +521,11 @@ impl Drop for DataPath {
         self.drain(&mut out);
         for (i, engine) in self.engines.iter_mut().enumerate() {
             if let (Some(e), Some(ns)) = (engine.take(), self.subsystem.namespace(i as u32 + 1)) {
-                ns.io.give_back(e);
+                // An engine of this thread's own is closed; only shared
+                // ones go back to the namespace.
+                if !self.own_engine[i] {
+                    ns.io.give_back(e);
+                }
             }
         }
     }

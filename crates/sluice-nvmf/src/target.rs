@@ -310,11 +310,23 @@ impl Connection {
     }
 
     /// A connection a worker serves with [`Connection::turn`].
-    pub(crate) fn for_worker(queue: Queue) -> Connection {
+    /// A connection a worker serves: its engines are the worker thread's
+    /// own and signal their completions to `completions` (an eventfd in the
+    /// worker's epoll set, which outlives the connection).
+    pub(crate) fn for_worker(queue: Queue, completions: std::os::fd::RawFd) -> Connection {
+        let data_path = DataPath::signalling(queue.subsystem().clone(), Some(completions));
         Connection {
             in_worker: true,
+            data_path,
             ..Connection::new(queue)
         }
+    }
+
+    /// Whether every completion of this connection's device I/O is
+    /// signalled to the worker's eventfd: the worker may then sleep in
+    /// epoll while commands are at the device.
+    pub(crate) fn signals_completions(&self) -> bool {
+        self.data_path.signals_completions()
     }
 
     /// Commands waiting for [`Connection::run_deferred`].

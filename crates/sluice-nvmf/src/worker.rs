@@ -9,9 +9,13 @@
 //! and the device completions of its busy connections) for a short while
 //! if it holds one of the process's polling slots, as the connection
 //! threads did: the next command or batch of completions usually follows
-//! within a few hundred microseconds. Then it waits for the device when a
-//! connection has commands there (looking at all of them in turn when
-//! several have), else in epoll.
+//! within a few hundred microseconds. Then it sleeps in epoll, for its
+//! sockets and its devices at once: each connection's engines are the
+//! worker thread's own single-issuer rings (DEFER_TASKRUN), which signal an
+//! eventfd in the epoll set the moment a completion is ready to be reaped.
+//! (Where an engine cannot, the worker waits for the device of a
+//! connection with commands there, looking at all of them in turn when
+//! several have.)
 //!
 //! Commands that run the slow way (Flush, Write Zeroes, Copy, the fused
 //! pair, admin) wait for the worker: an admin queue's run on it, an I/O
@@ -39,6 +43,8 @@ const POLL_AFTER_WORK: Duration = crate::poll::POLL_AFTER_BYTES;
 const TICK: Duration = Duration::from_millis(200);
 /// The token of a worker's wake-up in its epoll set.
 const WAKEUP_TOKEN: u64 = u64::MAX;
+/// The token of the eventfd its connections' engines signal completions to.
+const COMPLETIONS_TOKEN: u64 = u64::MAX - 1;
 /// Most events one wait reports.
 const MAX_EVENTS: usize = 256;
 
@@ -144,6 +150,9 @@ struct Worker {
     /// Connections the helper is done with.
     returns: Receiver<(u64, Served)>,
     returns_to: Sender<(u64, Served)>,
+    /// The eventfd the connections' engines signal their completions to,
+    /// in the epoll set: the worker sleeps for sockets and devices at once.
+    completions: Wakeup,
 }
 
 impl Worker {
@@ -154,6 +163,8 @@ impl Worker {
     ) -> std::io::Result<Worker> {
         let poller = Poller::new(MAX_EVENTS)?;
         poller.add(wakeup.fd(), WAKEUP_TOKEN, Interest::READ)?;
+        let completions = Wakeup::new()?;
+        poller.add(completions.fd(), COMPLETIONS_TOKEN, Interest::READ)?;
         let (returns_to, returns) = channel();
         Ok(Worker {
             subsystem,
@@ -166,6 +177,7 @@ impl Worker {
             helper: None,
             returns,
             returns_to,
+            completions,
         })
     }
 
@@ -193,11 +205,19 @@ impl Worker {
                     continue;
                 }
             }
-            // Nothing came while polling: wait for the device if commands
-            // are there, else for a socket. With commands of several
-            // connections at the device, waiting on one would hold up the
-            // others' answers: look at them all, giving the core away
-            // between looks.
+            // Nothing came while polling: sleep until a socket is ready or
+            // a device completes — one epoll set holds both, as long as
+            // every connection's engines signal their completions. Else
+            // wait for the device if commands are there, else for a socket;
+            // with commands of several connections at the device, waiting
+            // on one would hold up the others' answers: look at them all,
+            // giving the core away between looks.
+            let unsignalled_busy =
+                |s: &Served| s.conn.busy_at_device() && !s.conn.signals_completions();
+            if !self.served.values().any(unsignalled_busy) {
+                self.wait(TICK);
+                continue;
+            }
             let busy = self
                 .served
                 .values()
@@ -250,6 +270,12 @@ impl Worker {
         if let Err(e) = self.poller.wait(timeout, &mut self.ready) {
             log::error!("a connection worker's wait failed: {e}");
             std::thread::sleep(Duration::from_millis(10));
+        }
+        if self.ready[before..].contains(&COMPLETIONS_TOKEN) {
+            // Every connection with commands at the device gets a turn
+            // anyway ([`Worker::turns`]), which reaps them.
+            self.completions.clear();
+            self.ready.retain(|t| *t != COMPLETIONS_TOKEN);
         }
         if self.ready[before..].contains(&WAKEUP_TOKEN) {
             self.wakeup.clear();
@@ -337,7 +363,10 @@ impl Worker {
             self.served.insert(
                 token,
                 Served {
-                    conn: Connection::for_worker(Queue::new(self.subsystem.clone())),
+                    conn: Connection::for_worker(
+                        Queue::new(self.subsystem.clone()),
+                        std::os::fd::AsRawFd::as_raw_fd(self.completions.fd()),
+                    ),
                     stream: h.stream,
                     rx: Receiving::new(),
                     watching_writes: false,

@@ -281,6 +281,36 @@ fn copy_across_multicast_and_add_write_move_no_data_over_the_network() {
     assert!(is_status(&err, status::INVALID_FIELD), "{err}");
 }
 
+/// A worker with no polling slot sleeps in epoll while commands are at
+/// the device, woken by the eventfd its connections' engines signal their
+/// completions to: every command is answered at once, never a 200 ms tick
+/// later (a lost wake-up), with two connections' commands interleaved.
+#[test]
+fn a_worker_that_cannot_poll_is_woken_by_its_devices() {
+    // The process's polling slots, all held here: the worker cannot poll.
+    let slots: Vec<_> = std::iter::from_fn(sluice_io::spin::SpinSlot::take).collect();
+    let t = start(Vec::new());
+    let (_admin_a, mut a) = connect(&t, Digests::default());
+    let (_admin_b, mut b) = connect(&t, Digests::default());
+    a.write(1, 0, &block_of(1), BLOCK).unwrap();
+    b.write(2, 0, &block_of(2), BLOCK).unwrap();
+    let started = std::time::Instant::now();
+    let rounds = 200;
+    for _ in 0..rounds {
+        assert_eq!(a.read(1, 0, 1, BLOCK).unwrap(), block_of(1));
+        assert_eq!(b.read(2, 0, 1, BLOCK).unwrap(), block_of(2));
+    }
+    let took = started.elapsed();
+    // 400 reads answered at device speed take a few tens of milliseconds;
+    // a lost wake-up costs a 200 ms tick each.
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "{} reads took {took:?}: a worker missed its devices' completions",
+        2 * rounds
+    );
+    drop(slots);
+}
+
 /// A read's success: in its C2HData (SUCCESS flag, no response capsule)
 /// on a queue whose Connect disabled SQ flow control; in a response
 /// capsule after the data (and SQHD reported) on one that kept it — as the

@@ -345,6 +345,23 @@ pub trait Engine: Send {
     /// Issues what is queued and appends at least `min_complete` completions
     /// (fewer only if fewer are in flight) to `out`. Returns how many it added.
     fn reap(&mut self, min_complete: usize, out: &mut Vec<Completion>) -> Result<usize>;
+    /// Has the kernel signal `eventfd` whenever completions of this engine
+    /// wait to be reaped, so a thread that serves many engines and sockets
+    /// can sleep in one epoll set for all of them. Signalled completions
+    /// are taken by a [`Engine::reap`] with `min_complete` 0. Only for a
+    /// single-issuer ring (`defer_taskrun`, used from the thread that
+    /// registers it): there the kernel signals the moment a completion's
+    /// work is queued; elsewhere a completion would wait for the thread to
+    /// enter the kernel before anything signalled. `Err` where the engine
+    /// cannot (the posix engine, other rings): the caller waits on
+    /// [`Engine::reap`] instead. The eventfd must outlive the engine.
+    fn notify_completions(&mut self, eventfd: std::os::fd::RawFd) -> Result<()> {
+        let _ = eventfd;
+        Err(IoError::Config(format!(
+            "{} cannot signal its completions to an eventfd",
+            self.describe()
+        )))
+    }
     /// One line per fallback or adjustment made when the engine was opened.
     fn notes(&self) -> &[String];
     /// Short description: kind and the features in use.

@@ -97,6 +97,11 @@ pub struct UringEngine {
     /// binds the ring to the reaping thread.
     disabled: bool,
     single_issuer: bool,
+    /// The kernel flags pending completion work in the SQ ring's flags
+    /// (`IORING_SETUP_TASKRUN_FLAG`).
+    taskrun_flag: bool,
+    /// An eventfd is registered ([`Engine::notify_completions`]).
+    notifying: bool,
     registrar: Option<Arc<RingRegistrar>>,
     submit_batch: usize,
     high_ioprio: u16,
@@ -278,6 +283,8 @@ impl UringEngine {
             ready: VecDeque::new(),
             disabled: single_issuer,
             single_issuer,
+            taskrun_flag: !spin_wait.is_zero(),
+            notifying: false,
             registrar,
             // 0 picks: see EngineConfig::submit_batch.
             submit_batch: match config.submit_batch {
@@ -334,6 +341,51 @@ impl UringEngine {
             self.unsubmitted += needed;
         }
         sq.sync();
+    }
+
+    /// Whether completions' work waits on this single-issuer ring for the
+    /// thread to ask for events (which a reap that does not wait would
+    /// otherwise never do): flagged by the kernel where the ring has the
+    /// flag, assumed while an eventfd is registered.
+    fn deferred_work_pending(&self) -> bool {
+        if !self.single_issuer || self.disabled || self.sqes_in_kernel == 0 {
+            return false;
+        }
+        if self.taskrun_flag {
+            // SAFETY: only this engine touches its submission queue, and
+            // nothing is pushed while this shared view lives.
+            unsafe { self.ring.submission_shared() }.taskrun()
+        } else {
+            self.notifying
+        }
+    }
+
+    /// Submits what is queued and runs the completions' pending work
+    /// without waiting for any (GETEVENTS with no minimum).
+    fn enter_for_events(&mut self) -> Result<()> {
+        loop {
+            let to_submit = self.unsubmitted as u32;
+            // SAFETY: no argument pointer (None, the size of a sigset that
+            // is not passed); the SQEs counted in `to_submit` were pushed
+            // and synced by `issue_queued`, their buffers held by `slots`.
+            let entered = unsafe {
+                self.ring.submitter().enter::<libc::sigset_t>(
+                    to_submit,
+                    0,
+                    io_uring::EnterFlags::GETEVENTS.bits(),
+                    None,
+                )
+            };
+            match entered {
+                Ok(_) => {
+                    self.unsubmitted = 0;
+                    return Ok(());
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(()),
+                Err(e) => return Err(IoError::os("io_uring_enter", self.device.describe(), e)),
+            }
+        }
     }
 
     fn enter(&mut self, want: usize) -> Result<()> {
@@ -416,7 +468,13 @@ impl UringEngine {
             // nothing is pushed while this shared view lives.
             let pending = unsafe { self.ring.submission_shared() }.taskrun();
             if pending {
-                self.enter(0)?;
+                // A single-issuer ring runs the work only when asked for
+                // events; any other ring on the way out of the kernel.
+                if self.single_issuer {
+                    self.enter_for_events()?;
+                } else {
+                    self.enter(0)?;
+                }
                 continue;
             }
             if std::time::Instant::now() >= deadline {
@@ -666,7 +724,9 @@ impl Engine for UringEngine {
                     }
                 }
             }
-            if self.unsubmitted > 0 || want > 0 {
+            if want == 0 && self.deferred_work_pending() {
+                self.enter_for_events()?;
+            } else if self.unsubmitted > 0 || want > 0 {
                 self.enter(want)?;
             }
             added += self.drain_completions(out);
@@ -677,6 +737,21 @@ impl Engine for UringEngine {
                 return Ok(added);
             }
         }
+    }
+
+    fn notify_completions(&mut self, eventfd: RawFd) -> Result<()> {
+        if !self.single_issuer {
+            return Err(IoError::Config(format!(
+                "{}: completions are signalled to an eventfd only on a single-issuer ring (defer_taskrun)",
+                self.describe()
+            )));
+        }
+        self.ring
+            .submitter()
+            .register_eventfd(eventfd)
+            .map_err(|e| IoError::os("io_uring_register (eventfd)", self.device.describe(), e))?;
+        self.notifying = true;
+        Ok(())
     }
 
     fn notes(&self) -> &[String] {
