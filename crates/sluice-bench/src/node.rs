@@ -262,6 +262,7 @@ fn session(address: &str) -> Result<(QueueConnection, QueueConnection)> {
     admin.set_queue_count(1)?;
     let mut io = QueueConnection::open(address, Digests::default())?;
     io.connect(NQN, HOST, 1, cntlid, 0)?;
+    io.in_capsule_bytes = admin.in_capsule_limit()?;
     Ok((admin, io))
 }
 
@@ -592,12 +593,16 @@ pub fn initiator_load(load: &InitiatorLoad<'_>) -> Result<RunResult> {
     let cntlid = admin.connect(load.nqn, load.host_nqn, 0, 0xffff, 0)?;
     admin.enable()?;
     let granted = admin.set_queue_count(queues)?.min(queues);
+    let in_capsule = admin.in_capsule_limit()?;
     let lbas = load.namespace_blocks - blocks_per_io;
     let deadline = Instant::now() + Duration::from_secs_f64(load.seconds);
     let started = Instant::now();
     let per_queue = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..granted)
-            .map(|q| scope.spawn(move || queue_load(load, q, granted, cntlid, lbas, deadline)))
+            .map(|q| {
+                scope
+                    .spawn(move || queue_load(load, q, granted, cntlid, in_capsule, lbas, deadline))
+            })
             .collect();
         threads
             .into_iter()
@@ -630,6 +635,7 @@ fn queue_load(
     q: u16,
     queues: u16,
     cntlid: u16,
+    in_capsule: usize,
     lbas: u64,
     deadline: Instant,
 ) -> Result<(u64, hdrhistogram::Histogram<u64>)> {
@@ -640,6 +646,7 @@ fn queue_load(
         + usize::from((q as usize) < load.queue_depth % queues as usize);
     let mut io = QueueConnection::open_with(load.address, load.digests, load.tls)?;
     io.connect(load.nqn, load.host_nqn, q + 1, cntlid, 0)?;
+    io.in_capsule_bytes = in_capsule;
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(q as u64 + 1);
     let data = vec![0x5au8; load.io_bytes];

@@ -43,6 +43,11 @@ pub struct NodeArgs {
     /// per core). TLS connections, and NBD's, have a thread each.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
     threads: u16,
+    /// In-capsule data a command may carry, in KiB (reported to hosts as
+    /// IOCCSZ): a write up to this size goes with its command, a larger
+    /// one after the node's R2T.
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(8..=128))]
+    in_capsule_kib: u32,
     /// NBD over TLS (NBD_OPT_STARTTLS): this PEM certificate chain, with
     /// --nbd-tls-key (clients: nbds:// URIs).
     #[arg(long, value_name = "PEM", requires = "nbd_tls_key")]
@@ -124,7 +129,9 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     let address = listener.local_addr()?;
     let tls_required = nvme_tls.is_some() && args.nvme_tls == TlsMode::Require;
     let mut subsystem = Subsystem::new(args.nqn.clone(), namespaces, args.allowed_hosts.clone())
-        .with_address(address);
+        .with_address(address)
+        .with_in_capsule_bytes(args.in_capsule_kib as usize * 1024)
+        .map_err(anyhow::Error::msg)?;
     if nvme_tls.is_some() {
         subsystem = subsystem.with_tls(tls_required);
     }

@@ -178,6 +178,7 @@ fn open(args: &NvmfArgs) -> Result<Session> {
     let mut io =
         QueueConnection::open_with(&args.target, digests, tls.as_ref()).with_context(reach)?;
     io.connect(&args.nqn, &args.host_nqn, 1, cntlid, 0)?;
+    io.in_capsule_bytes = admin.in_capsule_limit()?;
     Ok(Session { admin, io, tls })
 }
 

@@ -35,8 +35,13 @@ pub const CATTR_DISABLE_SQ_FLOW: u8 = 1 << 2;
 /// control (a host then asks for it in Connect).
 pub const TREQ_SQ_FLOW_DISABLE_SUPPORTED: u8 = 1 << 2;
 
-/// In-capsule data an I/O command capsule may carry (IOCCSZ − 64 bytes).
+/// In-capsule data every Sluice node takes in a command capsule (the
+/// least [`Subsystem::with_in_capsule_bytes`] allows): what a host may send
+/// in the capsule before it has read IOCCSZ.
 pub const IN_CAPSULE_BYTES: usize = 8192;
+/// In-capsule data an I/O command capsule may carry by default (IOCCSZ −
+/// 64 bytes): a write up to MDTS needs no R2T round trip.
+pub const DEFAULT_IN_CAPSULE_BYTES: usize = MAX_TRANSFER_BYTES;
 /// The NQN hosts connect to for the discovery controller.
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 /// The log page of a discovery controller.
@@ -266,6 +271,8 @@ pub struct Subsystem {
     /// TLS at that address: `None` none, `Some(true)` required,
     /// `Some(false)` on offer.
     tls_required: Option<bool>,
+    /// In-capsule data a command capsule may carry (IOCCSZ − 64 bytes).
+    in_capsule_bytes: usize,
 }
 
 #[derive(Default)]
@@ -321,7 +328,27 @@ impl Subsystem {
             allowed_hosts,
             address: None,
             tls_required: None,
+            in_capsule_bytes: DEFAULT_IN_CAPSULE_BYTES,
         }
+    }
+
+    /// Sets the in-capsule data a command capsule may carry (reported as
+    /// IOCCSZ; more in one capsule ends the connection with Data Transfer
+    /// Limit Exceeded): a whole number of 16-byte units from
+    /// [`IN_CAPSULE_BYTES`] to [`MAX_TRANSFER_BYTES`].
+    pub fn with_in_capsule_bytes(mut self, bytes: usize) -> Result<Subsystem, String> {
+        if !(IN_CAPSULE_BYTES..=MAX_TRANSFER_BYTES).contains(&bytes) || bytes % 16 != 0 {
+            return Err(format!(
+                "in-capsule data of {bytes} bytes: give a multiple of 16 from {IN_CAPSULE_BYTES} to {MAX_TRANSFER_BYTES} (8 to 128 KiB)"
+            ));
+        }
+        self.in_capsule_bytes = bytes;
+        Ok(self)
+    }
+
+    /// In-capsule data a command capsule may carry.
+    pub fn in_capsule_bytes(&self) -> usize {
+        self.in_capsule_bytes
     }
 
     /// Says in the discovery log that the subsystem's address speaks TLS
@@ -957,7 +984,7 @@ fn identify_controller(subsystem: &Subsystem, id: u16, discovery: bool, p: &mut 
     let n = nqn.len().min(255);
     p[768..768 + n].copy_from_slice(&nqn[..n]);
     // Fabrics: capsule sizes in 16-byte units, no ICDOFF, one SGL descriptor.
-    let ioccsz = ((64 + IN_CAPSULE_BYTES) / 16) as u32;
+    let ioccsz = ((64 + subsystem.in_capsule_bytes) / 16) as u32;
     p[1792..1796].copy_from_slice(&ioccsz.to_le_bytes());
     p[1796..1800].copy_from_slice(&1u32.to_le_bytes()); // IORCSZ: 16 bytes
     p[1803] = 1; // MSDBD

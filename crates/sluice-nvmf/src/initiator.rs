@@ -71,6 +71,11 @@ pub struct QueueConnection {
     /// then answers a successful read with its data PDU alone (C2HData's
     /// SUCCESS flag), one PDU instead of two.
     pub sq_flow_control: bool,
+    /// Most data a command carries in its capsule; more goes after the
+    /// target's R2T. [`IN_CAPSULE_BYTES`] (what every Sluice node takes)
+    /// until set from the controller's IOCCSZ
+    /// ([`QueueConnection::in_capsule_limit`]).
+    pub in_capsule_bytes: usize,
 }
 
 /// What a command returned: its completion and any data.
@@ -124,6 +129,7 @@ impl QueueConnection {
                 digests: Digests::default(),
                 limits: Limits {
                     max_data_bytes: 1 << 20,
+                    max_capsule_data_bytes: 1 << 20,
                 },
             },
             encoder: Encoder::default(),
@@ -135,6 +141,7 @@ impl QueueConnection {
             bytes_sent: 0,
             bytes_received: 0,
             sq_flow_control: false,
+            in_capsule_bytes: IN_CAPSULE_BYTES,
         };
         let mut out = Vec::new();
         Encoder::default().encode(
@@ -277,7 +284,7 @@ impl QueueConnection {
                 };
                 let cid = self.next_cid;
                 self.next_cid = self.next_cid.wrapping_add(1);
-                let sqe = with_data(sqe, cid, data.len());
+                let sqe = with_data(sqe, cid, data.len(), self.in_capsule_bytes);
                 let in_capsule = sqe.sgl().kind == SglKind::InCapsule && !data.is_empty();
                 let capsule_data = if in_capsule { data } else { &[][..] };
                 self.encoder
@@ -465,6 +472,18 @@ impl QueueConnection {
         Ok(answer.completion.result as u16)
     }
 
+    /// The in-capsule data the controller's I/O queues take (IOCCSZ × 16 −
+    /// 64, from Identify Controller), for [`QueueConnection::in_capsule_bytes`]
+    /// of its I/O queues; on the admin queue, after `enable`.
+    pub fn in_capsule_limit(&mut self) -> Result<usize> {
+        let id = self.identify(1, 0)?;
+        let ioccsz = id
+            .get(1792..1796)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .unwrap_or_default() as usize;
+        Ok((ioccsz * 16).saturating_sub(64))
+    }
+
     /// Property Get of the 4- or 8-byte property at `offset`.
     pub fn property_get(&mut self, offset: u32, eight: bool) -> Result<u64> {
         let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
@@ -611,12 +630,12 @@ pub const MAX_PIPELINE_DEPTH: usize = crate::controller::QUEUE_ENTRIES as usize;
 /// The entry with its identifier set and, for data to the node, its SGL:
 /// in the capsule up to the in-capsule size, else a transport SGL (the data
 /// goes after the target's R2T). Reads keep the SGL their caller set.
-fn with_data(sqe: Sqe, cid: u16, len: usize) -> Sqe {
+fn with_data(sqe: Sqe, cid: u16, len: usize, in_capsule_bytes: usize) -> Sqe {
     let sqe = sqe.with_cid(cid);
     if len == 0 {
         return sqe;
     }
-    let kind = if len <= IN_CAPSULE_BYTES {
+    let kind = if len <= in_capsule_bytes {
         SglKind::InCapsule
     } else {
         SglKind::Transport

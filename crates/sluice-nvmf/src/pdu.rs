@@ -277,14 +277,17 @@ pub struct Pdu<'a> {
 /// Limits a framer enforces on the PDUs it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Most data bytes in one PDU (in-capsule data or MAXH2CDATA).
+    /// Most data bytes in one data PDU (MAXH2CDATA) or other PDU.
     pub max_data_bytes: u32,
+    /// Most in-capsule data in one command capsule (IOCCSZ − 64).
+    pub max_capsule_data_bytes: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_data_bytes: 128 << 10,
+            max_capsule_data_bytes: 128 << 10,
         }
     }
 }
@@ -415,7 +418,11 @@ impl Framer {
             ));
         }
         let header_end = hlen as usize + if hdgst { DIGEST_BYTES } else { 0 };
-        let max_data = self.limits.max_data_bytes as usize;
+        let max_data = if pdu_type == PduType::CapsuleCmd {
+            self.limits.max_capsule_data_bytes
+        } else {
+            self.limits.max_data_bytes
+        } as usize;
         if pdo == 0 {
             if digests && flags & flags::DDGST != 0 {
                 return Err(invalid_field(1, "DDGSTF set on a PDU without data"));
@@ -871,6 +878,7 @@ mod tests {
             digests: Digests::default(),
             limits: Limits {
                 max_data_bytes: 256,
+                max_capsule_data_bytes: 256,
             },
         };
         let err = f.next(&good).unwrap_err();

@@ -296,6 +296,7 @@ impl Connection {
                 digests: Digests::default(),
                 limits: Limits {
                     max_data_bytes: MAXH2CDATA,
+                    max_capsule_data_bytes: subsystem.in_capsule_bytes() as u32,
                 },
             },
             encoder: Encoder::default(),

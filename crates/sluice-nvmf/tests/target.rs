@@ -174,6 +174,57 @@ fn a_malformed_pdu_ends_only_its_connection_with_a_term_req() {
     assert_eq!(io.read(1, 3, 1, BLOCK).unwrap(), vec![9u8; 4096]);
 }
 
+/// The in-capsule size the node reports (IOCCSZ) is what it takes: a
+/// 128 KiB write in its capsule at the default, the same write after R2T
+/// with a host that keeps to 8 KiB, and on a node set to 8 KiB a capsule
+/// past it ends that connection with Data Transfer Limit Exceeded.
+#[test]
+fn writes_go_in_the_capsule_up_to_the_reported_size_and_after_r2t_beyond() {
+    use sluice_nvmf::controller::{DEFAULT_IN_CAPSULE_BYTES, IN_CAPSULE_BYTES};
+    let whole: Vec<u8> = (0..32 * BLOCK).map(|i| (i % 253) as u8).collect();
+    let t = start(Vec::new());
+    let (mut admin, mut io) = connect(&t, Digests::default());
+    assert_eq!(admin.in_capsule_limit().unwrap(), DEFAULT_IN_CAPSULE_BYTES);
+    io.in_capsule_bytes = DEFAULT_IN_CAPSULE_BYTES;
+    let sent = io.bytes_sent;
+    io.write(1, 64, &whole, BLOCK).unwrap();
+    assert_eq!(
+        io.bytes_sent - sent,
+        72 + whole.len() as u64,
+        "one capsule with the data, no H2CData"
+    );
+    assert_eq!(io.read(1, 64, 32, BLOCK).unwrap(), whole);
+    io.in_capsule_bytes = IN_CAPSULE_BYTES;
+    let sent = io.bytes_sent;
+    io.write(2, 64, &whole, BLOCK).unwrap();
+    assert!(
+        io.bytes_sent - sent > 72 + whole.len() as u64,
+        "the capsule, then the data in H2CData after the R2T"
+    );
+    assert_eq!(io.read(2, 64, 32, BLOCK).unwrap(), whole);
+
+    let small = start_with(Vec::new(), |s, _| {
+        s.with_in_capsule_bytes(IN_CAPSULE_BYTES).unwrap()
+    });
+    let (mut admin, mut io) = connect(&small, Digests::default());
+    assert_eq!(admin.in_capsule_limit().unwrap(), IN_CAPSULE_BYTES);
+    io.in_capsule_bytes = DEFAULT_IN_CAPSULE_BYTES;
+    match io.write(1, 64, &whole, BLOCK) {
+        Err(e) => assert!(e.to_string().contains("FES 0x5"), "{e}"),
+        Ok(()) => panic!("128 KiB in the capsule past an 8 KiB IOCCSZ was taken"),
+    }
+    let (_admin, mut io) = connect(&small, Digests::default());
+    io.in_capsule_bytes = admin.in_capsule_limit().unwrap();
+    io.write(1, 64, &whole, BLOCK).unwrap();
+    assert_eq!(io.read(1, 64, 32, BLOCK).unwrap(), whole);
+    // Out of range settings are refused with what to give.
+    let err = sluice_nvmf::controller::Subsystem::new(NQN.into(), Vec::new(), Vec::new())
+        .with_in_capsule_bytes(4096)
+        .err()
+        .unwrap();
+    assert!(err.contains("8 to 128 KiB"), "{err}");
+}
+
 fn block_of(byte: u8) -> Vec<u8> {
     vec![byte; BLOCK as usize]
 }

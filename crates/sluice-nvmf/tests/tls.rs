@@ -170,6 +170,7 @@ fn a_gnutls_host_completes_the_handshake_and_gets_its_icresp() {
         digests: Digests::default(),
         limits: Limits {
             max_data_bytes: 1 << 20,
+            max_capsule_data_bytes: 1 << 20,
         },
     };
     let header = loop {
