@@ -337,7 +337,7 @@ impl Subsystem {
     /// Limit Exceeded): a whole number of 16-byte units from
     /// [`IN_CAPSULE_BYTES`] to [`MAX_TRANSFER_BYTES`].
     pub fn with_in_capsule_bytes(mut self, bytes: usize) -> Result<Subsystem, String> {
-        if !(IN_CAPSULE_BYTES..=MAX_TRANSFER_BYTES).contains(&bytes) || bytes % 16 != 0 {
+        if !(IN_CAPSULE_BYTES..=MAX_TRANSFER_BYTES).contains(&bytes) || !bytes.is_multiple_of(16) {
             return Err(format!(
                 "in-capsule data of {bytes} bytes: give a multiple of 16 from {IN_CAPSULE_BYTES} to {MAX_TRANSFER_BYTES} (8 to 128 KiB)"
             ));
