@@ -664,13 +664,11 @@ impl Queue {
         self.controller = Some(id);
         self.qid = qid;
         self.sq_flow_disabled = sq_flow_disabled;
-        if sq_flow_disabled {
-            log::debug!("queue {qid} of controller {id}: SQ flow control disabled");
-        }
         let mut c = Completion::new(sqe.cid(), Status::SUCCESS);
         c.result = id as u32;
         c.sqid = qid;
         if sq_flow_disabled {
+            log::debug!("queue {qid} of controller {id}: SQ flow control disabled");
             // No SQ head is reported on this queue.
             c.sqhd = 0xffff;
         }

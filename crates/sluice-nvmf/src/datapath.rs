@@ -39,9 +39,6 @@ pub const MAX_IN_FLIGHT: usize = QUEUE_ENTRIES as usize;
 /// (and go to the device) while the rest are still being sent.
 pub const ANSWER_GROUP: usize = 8;
 
-/// Most namespaces one MultiCast writes on this path (its mask is 32 bits).
-pub const MAX_MULTICAST_TARGETS: usize = 32;
-
 /// A run of whole blocks of one namespace, checked to lie inside it and to
 /// fit one transfer.
 #[derive(Debug, Clone, Copy)]
@@ -198,8 +195,7 @@ impl DataPath {
             .map(|n| self.block_io(n, lba, blocks))
             .collect();
         let ios = ios?;
-        let same_length = ios.iter().all(|io| io.bytes == ios[0].bytes);
-        (same_length && ios.len() <= MAX_MULTICAST_TARGETS).then_some(ios)
+        ios.iter().all(|io| io.bytes == ios[0].bytes).then_some(ios)
     }
 
     /// A pinned buffer for the data of a write of `io`; `None`: receive it
@@ -439,6 +435,7 @@ impl DataPath {
             drop(engine.take());
         }
         // A group's command is answered once, for its first request here.
+        let grouped: Vec<u64> = self.groups.drain().map(|(tag, _)| tag).collect();
         let mut answered_groups = Vec::new();
         for (slot, f) in self.slots.iter_mut().enumerate() {
             let Some(f) = f.take() else { continue };
@@ -448,11 +445,10 @@ impl DataPath {
                     ns.end_write_in_flight();
                 }
             }
-            let grouped = self.groups.remove(&f.tag).is_some();
-            if !grouped && answered_groups.contains(&f.tag) {
-                continue;
-            }
-            if grouped {
+            if grouped.contains(&f.tag) {
+                if answered_groups.contains(&f.tag) {
+                    continue;
+                }
                 answered_groups.push(f.tag);
             }
             out.push(Finished::Done {

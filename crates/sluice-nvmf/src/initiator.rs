@@ -477,10 +477,7 @@ impl QueueConnection {
     /// of its I/O queues; on the admin queue, after `enable`.
     pub fn in_capsule_limit(&mut self) -> Result<usize> {
         let id = self.identify(1, 0)?;
-        let ioccsz = id
-            .get(1792..1796)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .unwrap_or_default() as usize;
+        let ioccsz = sluice_io::codec::u32_at(&id, 1792).unwrap_or_default() as usize;
         Ok((ioccsz * 16).saturating_sub(64))
     }
 

@@ -310,8 +310,7 @@ impl Connection {
         }
     }
 
-    /// A connection a worker serves with [`Connection::turn`].
-    /// A connection a worker serves: its engines are the worker thread's
+    /// A connection a worker serves with [`Connection::turn`]: its engines are the worker thread's
     /// own and signal their completions to `completions` (an eventfd in the
     /// worker's epoll set, which outlives the connection).
     pub(crate) fn for_worker(queue: Queue, completions: std::os::fd::RawFd) -> Connection {
@@ -632,11 +631,7 @@ impl Connection {
                 // With SQ flow control off the data PDU says it succeeded,
                 // and no response capsule follows.
                 let success_in_data = self.queue.success_in_data();
-                let pdu_flags = if success_in_data {
-                    flags::LAST_PDU | flags::SUCCESS
-                } else {
-                    flags::LAST_PDU
-                };
+                let pdu_flags = last_data_pdu_flags(success_in_data);
                 match buf.as_slice() {
                     Some(data) => {
                         let at = self.encoder.encode_around(
@@ -1005,11 +1000,7 @@ impl Connection {
                     && completion.dw1 == 0;
                 if !data.is_empty() {
                     let len = data.len().min(sqe.sgl().length as usize);
-                    let pdu_flags = if success_in_data {
-                        flags::LAST_PDU | flags::SUCCESS
-                    } else {
-                        flags::LAST_PDU
-                    };
+                    let pdu_flags = last_data_pdu_flags(success_in_data);
                     self.encoder.encode(
                         &Header::C2hData(DataHeader {
                             cccid: sqe.cid(),
@@ -1036,6 +1027,16 @@ impl Connection {
             &[],
             &mut self.out.bytes,
         );
+    }
+}
+
+/// The flags of a command's last C2HData: LAST_PDU, and SUCCESS when it
+/// also stands for the command's successful completion.
+fn last_data_pdu_flags(success_in_data: bool) -> u8 {
+    if success_in_data {
+        flags::LAST_PDU | flags::SUCCESS
+    } else {
+        flags::LAST_PDU
     }
 }
 
