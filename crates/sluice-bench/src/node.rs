@@ -6,12 +6,15 @@
 //! - **sluice node, NBD**: fio's `nbd` engine against `sluice node --nbd`;
 //! - **nbdkit**: the same fio job against nbdkit's file plugin
 //!   (`cache=none`) on the same file;
+//! - **tgt**: the same fio job with fio's `libiscsi` engine against tgtd
+//!   (the Linux SCSI target framework's daemon) serving the file as an
+//!   iSCSI LUN through its `aio` backing store (O_DIRECT, Linux AIO).
+//!   Debian's fio has no libiscsi engine: `scripts/fio-libiscsi` builds
+//!   Debian's fio source with it (`--fio-libiscsi`), `--no-tgt` leaves
+//!   the side out;
 //! - **sluice node, NVMe/TCP**: our initiator, the row's depth kept in
 //!   flight as a pipeline on `--initiator-queues` I/O queues (default 1:
 //!   one queue, one thread, as fio's local side runs it).
-//!
-//! tgt (iSCSI) is not a side: fio's libiscsi engine is not in Debian's fio
-//! build, and this machine's kernel has no iSCSI initiator (no modules).
 //!
 //! Rows: 4 KiB random read and write at QD1 and QD32, 128 KiB sequential
 //! read and write at QD8. Sides alternate their order from run to run;
@@ -66,6 +69,13 @@ pub struct NodeBenchArgs {
     /// flight at once.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=8))]
     initiator_queues: u16,
+    /// Leave out the tgt (iSCSI) side.
+    #[arg(long)]
+    no_tgt: bool,
+    /// A fio built with the libiscsi engine, for the tgt side
+    /// (`scripts/fio-libiscsi` builds one here).
+    #[arg(long, default_value = "target/tools/fio-libiscsi/fio")]
+    fio_libiscsi: PathBuf,
 }
 
 const ROWS: &[Row] = &[
@@ -125,6 +135,7 @@ enum Side {
     Local,
     SluiceNbd,
     Nbdkit,
+    Tgt,
     SluiceNvmeTcp,
 }
 
@@ -134,7 +145,18 @@ impl Side {
             Side::Local => "local (fio io_uring direct)",
             Side::SluiceNbd => "sluice node, NBD (fio nbd)",
             Side::Nbdkit => "nbdkit file (fio nbd)",
+            Side::Tgt => "tgt iSCSI aio (fio libiscsi)",
             Side::SluiceNvmeTcp => "sluice node, NVMe/TCP (ours)",
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Side::Local => "local",
+            Side::SluiceNbd => "sluice NBD",
+            Side::Nbdkit => "nbdkit",
+            Side::Tgt => "tgt",
+            Side::SluiceNvmeTcp => "sluice NVMe/TCP",
         }
     }
 }
@@ -149,9 +171,12 @@ struct Cell {
 }
 
 pub fn run(args: &NodeBenchArgs) -> Result<()> {
-    fio::locate()?;
+    let fio = fio::locate()?;
     if Command::new("nbdkit").arg("--version").output().is_err() {
         bail!("nbdkit is not installed: run `apt-get install -y nbdkit` (scripts/setup does)");
+    }
+    if !args.no_tgt {
+        check_tgt(&args.fio_libiscsi)?;
     }
     let size = args.size_mib << 20;
     if args.move_mib > args.size_mib {
@@ -172,30 +197,39 @@ pub fn run(args: &NodeBenchArgs) -> Result<()> {
     let (node, nbd_addr, nvme_addr) = start_node(&exe, &args.device, &second)?;
     let nbdkit_port = free_port()?;
     let nbdkit = start_nbdkit(&args.device, nbdkit_port)?;
-    let sides = [
-        Side::Local,
-        Side::SluiceNbd,
-        Side::Nbdkit,
-        Side::SluiceNvmeTcp,
-    ];
+    let tgt = if args.no_tgt {
+        None
+    } else {
+        Some(Tgt::start(&args.device)?)
+    };
+    let mut sides = vec![Side::Local, Side::SluiceNbd, Side::Nbdkit];
+    if tgt.is_some() {
+        sides.push(Side::Tgt);
+    }
+    sides.push(Side::SluiceNvmeTcp);
     let mut cells = Vec::new();
     for row in &rows {
         let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); sides.len()];
         for run in 0..args.repeat {
             for k in 0..sides.len() {
                 let i = (k + run) % sides.len();
+                let fio_on = |target| fio_run(&fio, row, args.seconds, size, target);
                 let r = match sides[i] {
-                    Side::Local => fio_run(row, args.seconds, Target::File(&args.device, size))?,
-                    Side::SluiceNbd => fio_run(
-                        row,
-                        args.seconds,
-                        Target::Nbd(&format!("nbd://{nbd_addr}/1"), size),
-                    )?,
-                    Side::Nbdkit => fio_run(
-                        row,
-                        args.seconds,
-                        Target::Nbd(&format!("nbd://127.0.0.1:{nbdkit_port}/"), size),
-                    )?,
+                    Side::Local => fio_on(Target::File(&args.device))?,
+                    Side::SluiceNbd => fio_on(Target::Nbd(&format!("nbd://{nbd_addr}/1")))?,
+                    Side::Nbdkit => {
+                        fio_on(Target::Nbd(&format!("nbd://127.0.0.1:{nbdkit_port}/")))?
+                    }
+                    Side::Tgt => {
+                        let tgt = tgt.as_ref().context("the tgt side without tgtd")?;
+                        fio_run(
+                            &args.fio_libiscsi,
+                            row,
+                            args.seconds,
+                            size,
+                            Target::Iscsi(&tgt.url),
+                        )?
+                    }
                     Side::SluiceNvmeTcp => {
                         initiator_run(row, args.seconds, &nvme_addr, size, args.initiator_queues)?
                     }
@@ -227,6 +261,7 @@ pub fn run(args: &NodeBenchArgs) -> Result<()> {
         }
     }
     drop(nbdkit);
+    drop(tgt);
     let moved = movements(&nvme_addr, args.move_mib << 20)?;
     drop(node);
     print_table(&cells, args.repeat);
@@ -465,40 +500,54 @@ fn start_nbdkit(device: &Path, port: u16) -> Result<Server> {
 }
 
 enum Target<'a> {
-    File(&'a Path, u64),
-    Nbd(&'a str, u64),
+    File(&'a Path),
+    Nbd(&'a str),
+    Iscsi(&'a str),
 }
 
-fn fio_run(row: &Row, seconds: f64, target: Target<'_>) -> Result<RunResult> {
-    let (mut a, size) = match target {
-        Target::File(path, size) => (
-            fio::args(path, size, row, seconds, fio::Memory::Malloc),
-            size,
-        ),
-        Target::Nbd(uri, size) => {
-            let mut a = fio::args(Path::new("unused"), size, row, seconds, fio::Memory::Malloc);
-            a.retain(|x| {
-                ![
-                    "--filename=",
-                    "--ioengine=",
-                    "--direct=",
-                    "--fixedbufs=",
-                    "--registerfiles=",
-                ]
-                .iter()
-                .any(|p| x.starts_with(p))
-            });
-            a.push("--ioengine=nbd".into());
-            a.push(format!("--uri={uri}"));
-            (a, size)
-        }
+/// The fio job of `row` on `target` with the fio at `fio`.
+fn fio_run(
+    fio: &Path,
+    row: &Row,
+    seconds: f64,
+    size: u64,
+    target: Target<'_>,
+) -> Result<RunResult> {
+    let file = match target {
+        Target::File(path) => path,
+        Target::Nbd(_) | Target::Iscsi(_) => Path::new("unused"),
     };
-    a.retain(|x| !x.starts_with("--size="));
-    a.push(format!("--size={size}"));
-    let out = Command::new("fio")
+    let mut a = fio::args(file, size, row, seconds, fio::Memory::Malloc);
+    let network = |engine: &str, a: &mut Vec<String>| {
+        a.retain(|x| {
+            ![
+                "--filename=",
+                "--ioengine=",
+                "--direct=",
+                "--fixedbufs=",
+                "--registerfiles=",
+            ]
+            .iter()
+            .any(|p| x.starts_with(p))
+        });
+        a.push(format!("--ioengine={engine}"));
+    };
+    match target {
+        Target::File(_) => {}
+        Target::Nbd(uri) => {
+            network("nbd", &mut a);
+            a.push(format!("--uri={uri}"));
+        }
+        Target::Iscsi(url) => {
+            network("libiscsi", &mut a);
+            // fio splits file names at ':'; the engine takes the URL escaped.
+            a.push(format!("--filename={}", url.replace(':', "\\:")));
+        }
+    }
+    let out = Command::new(fio)
         .args(&a)
         .output()
-        .context("running fio")?;
+        .with_context(|| format!("running {}", fio.display()))?;
     if !out.status.success() {
         bail!(
             "fio failed for {}: {}",
@@ -507,6 +556,129 @@ fn fio_run(row: &Row, seconds: f64, target: Target<'_>) -> Result<RunResult> {
         );
     }
     fio::parse(&String::from_utf8_lossy(&out.stdout), row)
+}
+
+/// The tgt side's tools are there: tgtd, tgtadm and a fio with the
+/// libiscsi engine.
+fn check_tgt(fio_libiscsi: &Path) -> Result<()> {
+    for tool in ["tgtd", "tgtadm"] {
+        if Command::new(tool).arg("--help").output().is_err() {
+            bail!(
+                "{tool} is not installed: run scripts/fio-libiscsi (it installs tgt), \
+                 or pass --no-tgt to leave the tgt side out"
+            );
+        }
+    }
+    let engines = Command::new(fio_libiscsi).arg("--enghelp").output();
+    match engines {
+        Ok(o)
+            if String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .any(|e| e == "libiscsi") =>
+        {
+            Ok(())
+        }
+        _ => bail!(
+            "{} is not a fio with the libiscsi engine (Debian's fio has none): \
+             run scripts/fio-libiscsi to build one there, pass --fio-libiscsi with \
+             another, or --no-tgt to leave the tgt side out",
+            fio_libiscsi.display()
+        ),
+    }
+}
+
+/// The target name tgtd serves the device under.
+const TGT_IQN: &str = "iqn.2026-11.io.sluice:bench-node";
+
+/// tgtd serving the device file as LUN 1 of one iSCSI target on a free
+/// port of 127.0.0.1; stopped (and its control socket removed) on drop.
+struct Tgt {
+    daemon: Server,
+    /// tgtadm's control port (tgtd's `-C`, at most 32767): one whose
+    /// socket no other tgtd holds.
+    control: u16,
+    /// The LUN as fio's libiscsi engine names it.
+    url: String,
+}
+
+impl Tgt {
+    fn start(device: &Path) -> Result<Tgt> {
+        let port = free_port()?;
+        let control = (1000..32767)
+            .map(|n| 1000 + (port + n) % 31767)
+            .find(|n| !Path::new(&format!("/var/run/tgtd/socket.{n}")).exists())
+            .context("no free tgtd control port (every /var/run/tgtd/socket.N exists)")?;
+        let child = Command::new("tgtd")
+            .args(["-f", "-C", &control.to_string(), "--iscsi"])
+            .arg(format!("portal=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting tgtd")?;
+        let tgt = Tgt {
+            daemon: Server(child),
+            control,
+            url: format!("iscsi://127.0.0.1:{port}/{TGT_IQN}/1"),
+        };
+        wait_listening(port, "tgtd")?;
+        let device = std::fs::canonicalize(device)?;
+        tgt.admin(&[
+            "--op", "new", "--mode", "target", "--tid", "1", "-T", TGT_IQN,
+        ])?;
+        tgt.admin(&[
+            "--op",
+            "new",
+            "--mode",
+            "logicalunit",
+            "--tid",
+            "1",
+            "--lun",
+            "1",
+            "--bstype",
+            "aio",
+            "-b",
+            &device.to_string_lossy(),
+        ])?;
+        tgt.admin(&[
+            "--op",
+            "bind",
+            "--mode",
+            "target",
+            "--tid",
+            "1",
+            "-I",
+            "127.0.0.1",
+        ])?;
+        Ok(tgt)
+    }
+
+    fn admin(&self, args: &[&str]) -> Result<()> {
+        let out = Command::new("tgtadm")
+            .args(["-C", &self.control.to_string(), "--lld", "iscsi"])
+            .args(args)
+            .output()
+            .context("running tgtadm")?;
+        if !out.status.success() {
+            bail!(
+                "tgtadm {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Tgt {
+    fn drop(&mut self) {
+        // tgtd ignores SIGTERM while it serves a target; the kill of the
+        // daemon's own drop stops it, and its control socket stays behind.
+        let _ = self.daemon.0.kill();
+        let _ = self.daemon.0.wait();
+        for suffix in ["", ".lock"] {
+            let _ = std::fs::remove_file(format!("/var/run/tgtd/socket.{}{suffix}", self.control));
+        }
+    }
 }
 
 /// Our initiator: the row's queue depth spread over up to `max_queues` I/O
@@ -685,14 +857,26 @@ fn queue_load(
 fn print_table(cells: &[Cell], repeat: usize) {
     println!("\nsluice bench node: medians of {repeat} runs");
     println!(
-        "{:<18} {:<32} {:>9} {:>9}  {:<28} {:>11} {:>10}",
-        "row", "side", "IOPS", "MB/s", "lat us p50/p90/p99/p99.9", "vs nbdkit", "vs local"
+        "{:<18} {:<32} {:>9} {:>9}  {:<28} {:>9} {:>7} {:>8}",
+        "row",
+        "side",
+        "IOPS",
+        "MB/s",
+        "lat us p50/p90/p99/p99.9",
+        "vs nbdkit",
+        "vs tgt",
+        "vs local"
     );
+    let of = |row: &str, side| cells.iter().find(|x| x.row == row && x.side == side);
     for c in cells {
-        let of = |side| cells.iter().find(|x| x.row == c.row && x.side == side);
-        let ratio = |side| of(side).map_or(String::new(), |b| format!("{:.2}", c.iops / b.iops));
+        let ratio = |side| {
+            if c.side == side {
+                return String::new();
+            }
+            of(c.row, side).map_or(String::new(), |b| format!("{:.2}", c.iops / b.iops))
+        };
         println!(
-            "{:<18} {:<32} {:>9.0} {:>9.1}  {:<28} {:>11} {:>10}",
+            "{:<18} {:<32} {:>9.0} {:>9.1}  {:<28} {:>9} {:>7} {:>8}",
             c.row,
             c.side.label(),
             c.iops,
@@ -701,16 +885,31 @@ fn print_table(cells: &[Cell], repeat: usize) {
                 "{:.0}/{:.0}/{:.0}/{:.0}",
                 c.lat_us[0], c.lat_us[1], c.lat_us[2], c.lat_us[3]
             ),
-            if c.side == Side::Nbdkit {
-                String::new()
-            } else {
-                ratio(Side::Nbdkit)
-            },
-            if c.side == Side::Local {
-                String::new()
-            } else {
-                ratio(Side::Local)
-            },
+            ratio(Side::Nbdkit),
+            ratio(Side::Tgt),
+            ratio(Side::Local),
         );
+    }
+    println!(
+        "\ntails of sluice node, NVMe/TCP against the other servers (their p90 / p99 over ours):"
+    );
+    for ours in cells.iter().filter(|c| c.side == Side::SluiceNvmeTcp) {
+        let mut line = format!(
+            "{:<18} ours {:.0}/{:.0} us",
+            ours.row, ours.lat_us[1], ours.lat_us[2]
+        );
+        for side in [Side::Nbdkit, Side::Tgt] {
+            if let Some(b) = of(ours.row, side) {
+                line += &format!(
+                    "; {} {:.0}/{:.0} us ({:.2}x / {:.2}x)",
+                    side.short(),
+                    b.lat_us[1],
+                    b.lat_us[2],
+                    b.lat_us[1] / ours.lat_us[1],
+                    b.lat_us[2] / ours.lat_us[2]
+                );
+            }
+        }
+        println!("{line}");
     }
 }
