@@ -1097,6 +1097,7 @@ impl Receiving {
             if room > self.buf.len() {
                 self.buf.resize(room, 0);
             }
+            let space = self.buf.len() - self.filled;
             match sluice_io::net::recv_nowait(stream, &mut self.buf[self.filled..]) {
                 Ok(0) => return Err(Ok(())),
                 Ok(n) => {
@@ -1104,6 +1105,12 @@ impl Receiving {
                     got += n;
                     got_any = true;
                     self.last_heard = Instant::now();
+                    // A read that left room took all the socket held: asking
+                    // again would only hear EAGAIN, a system call a group of
+                    // commands. Bytes that come later make the socket ready.
+                    if n < space {
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
