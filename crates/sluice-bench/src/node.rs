@@ -72,10 +72,11 @@ pub struct NodeBenchArgs {
     /// Leave out the tgt (iSCSI) side.
     #[arg(long)]
     no_tgt: bool,
-    /// A fio built with the libiscsi engine, for the tgt side
-    /// (`scripts/fio-libiscsi` builds one here).
-    #[arg(long, default_value = "target/tools/fio-libiscsi/fio")]
-    fio_libiscsi: PathBuf,
+    /// A fio built with the libiscsi engine, for the tgt side (default:
+    /// where `scripts/fio-libiscsi` builds one, target/tools/fio-libiscsi/fio
+    /// beside this binary's build or under the current directory).
+    #[arg(long)]
+    fio_libiscsi: Option<PathBuf>,
 }
 
 const ROWS: &[Row] = &[
@@ -175,8 +176,12 @@ pub fn run(args: &NodeBenchArgs) -> Result<()> {
     if Command::new("nbdkit").arg("--version").output().is_err() {
         bail!("nbdkit is not installed: run `apt-get install -y nbdkit` (scripts/setup does)");
     }
+    let fio_libiscsi = args
+        .fio_libiscsi
+        .clone()
+        .unwrap_or_else(default_fio_libiscsi);
     if !args.no_tgt {
-        check_tgt(&args.fio_libiscsi)?;
+        check_tgt(&fio_libiscsi)?;
     }
     let size = args.size_mib << 20;
     if args.move_mib > args.size_mib {
@@ -223,7 +228,7 @@ pub fn run(args: &NodeBenchArgs) -> Result<()> {
                     Side::Tgt => {
                         let tgt = tgt.as_ref().context("the tgt side without tgtd")?;
                         fio_run(
-                            &args.fio_libiscsi,
+                            &fio_libiscsi,
                             row,
                             args.seconds,
                             size,
@@ -556,6 +561,19 @@ fn fio_run(
         );
     }
     fio::parse(&String::from_utf8_lossy(&out.stdout), row)
+}
+
+/// Where `scripts/fio-libiscsi` puts its fio: under the target directory
+/// this binary was built in, else under the current directory.
+fn default_fio_libiscsi() -> PathBuf {
+    let beside_build = std::env::current_exe().ok().and_then(|exe| {
+        let target = exe.parent()?.parent()?;
+        Some(target.join("tools/fio-libiscsi/fio"))
+    });
+    match beside_build {
+        Some(path) if path.exists() => path,
+        _ => PathBuf::from("target/tools/fio-libiscsi/fio"),
+    }
 }
 
 /// The tgt side's tools are there: tgtd, tgtadm and a fio with the

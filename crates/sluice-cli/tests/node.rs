@@ -308,6 +308,17 @@ fn nbd_clients_copy_inspect_and_verify_through_the_node() {
 
 #[test]
 fn bench_node_runs_every_side_and_prints_the_ratios() {
+    let tgtd_count = || {
+        let out = Command::new("pgrep")
+            .args(["-c", "-x", "tgtd"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse::<u32>()
+            .unwrap_or(0)
+    };
+    let tgtd_before = tgtd_count();
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("node.json");
     let out = run(Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -327,16 +338,24 @@ fn bench_node_runs_every_side_and_prints_the_ratios() {
         .arg(dir.path().join("bench-node.dev"))
         .arg("--json")
         .arg(&json));
-    assert!(out.contains("vs nbdkit"), "{out}");
+    assert!(out.contains("vs nbdkit") && out.contains("vs tgt"), "{out}");
+    // Each row's tails of ours against nbdkit's and tgt's.
+    let tails = out
+        .lines()
+        .filter(|l| l.contains(" ours ") && l.contains("; nbdkit ") && l.contains("; tgt "))
+        .count();
+    assert_eq!(tails, 2, "{out}");
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let cells = report["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 8, "two rows, four sides");
+    assert_eq!(cells.len(), 10, "two rows, five sides");
     for c in cells {
         assert!(c["iops"].as_f64().unwrap() > 0.0, "{c}");
     }
-    for side in ["local", "sluice_nbd", "nbdkit", "sluice_nvme_tcp"] {
+    for side in ["local", "sluice_nbd", "nbdkit", "tgt", "sluice_nvme_tcp"] {
         assert!(cells.iter().any(|c| c["side"] == side), "{side}");
     }
+    // The benchmark's tgtd is gone with it.
+    assert_eq!(tgtd_count(), tgtd_before, "a tgtd is left running");
     // Inside the node, almost nothing crosses the network; through the
     // initiator, the data does (twice for a copy: read, then written back).
     let moved = report["movements"].as_array().unwrap();
