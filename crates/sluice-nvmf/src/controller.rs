@@ -273,6 +273,26 @@ pub struct Subsystem {
     tls_required: Option<bool>,
     /// In-capsule data a command capsule may carry (IOCCSZ − 64 bytes).
     in_capsule_bytes: usize,
+    /// Where the data of plain writes was received.
+    write_data: WriteDataCounters,
+}
+
+/// Bytes of plain writes' data (Write and MultiCast, in the capsule or in
+/// H2CData) by where they were received: straight into the write's pinned
+/// buffer, or into a connection's receive buffer first and copied from
+/// there (bytes that came with the PDU's header in one read).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WriteDataBytes {
+    /// Read from the socket into the pinned buffer the device writes from.
+    pub direct: u64,
+    /// Copied from a receive buffer.
+    pub staged: u64,
+}
+
+#[derive(Debug, Default)]
+struct WriteDataCounters {
+    direct: std::sync::atomic::AtomicU64,
+    staged: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default)]
@@ -329,7 +349,29 @@ impl Subsystem {
             address: None,
             tls_required: None,
             in_capsule_bytes: DEFAULT_IN_CAPSULE_BYTES,
+            write_data: WriteDataCounters::default(),
         }
+    }
+
+    /// Where the data of plain writes has been received so far.
+    pub fn write_data_bytes(&self) -> WriteDataBytes {
+        use std::sync::atomic::Ordering::Relaxed;
+        WriteDataBytes {
+            direct: self.write_data.direct.load(Relaxed),
+            staged: self.write_data.staged.load(Relaxed),
+        }
+    }
+
+    /// Counts `bytes` of a write's data received straight into its pinned
+    /// buffer (`direct`) or copied from a receive buffer.
+    pub(crate) fn count_write_data(&self, bytes: usize, direct: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let counter = if direct {
+            &self.write_data.direct
+        } else {
+            &self.write_data.staged
+        };
+        counter.fetch_add(bytes as u64, Relaxed);
     }
 
     /// Sets the in-capsule data a command capsule may carry (reported as

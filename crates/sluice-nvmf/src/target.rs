@@ -484,13 +484,25 @@ impl Connection {
         let mut progressed = false;
         // A host that does not read its answers gets no more read from it.
         if self.out.pending_bytes() < MAX_UNSENT_BYTES {
-            progressed |= rx.fill(stream)?;
+            let was_direct = rx.direct.is_some();
+            if was_direct {
+                progressed |= self.fill_direct(stream, rx)?;
+            }
+            // Bytes that followed a direct PDU are framed first: a greedy
+            // read now would take the next PDU's data into the buffer.
+            if rx.direct.is_none() && !(was_direct && rx.filled > 0) {
+                progressed |= rx.fill(stream)?;
+            }
         }
         // Commands waiting for the worker run before any later PDU, and
         // tiny commands can ask for big answers: no more PDUs are handled
         // while MAX_UNSENT_BYTES of answers wait.
         rx.held = false;
         loop {
+            if rx.direct.is_some() {
+                // The PDUs after it wait for its data.
+                break;
+            }
             if !self.deferred.is_empty() || self.out.pending_bytes() >= MAX_UNSENT_BYTES {
                 // What is left of the buffer waits for a later turn.
                 rx.held = rx.start < rx.filled;
@@ -502,11 +514,29 @@ impl Connection {
                         return Err(self.terminate(stream, &fatal, &rx.buf[rx.start..rx.filled]));
                     }
                     rx.start += used;
+                    rx.whole_pdus += 1;
+                    rx.headers_first &= rx.whole_pdus <= HEADERS_FIRST_PDUS;
                     progressed = true;
                 }
                 Ok(Framed::NeedBytes(n)) => {
                     rx.need = n;
-                    break;
+                    if n < DIRECT_MIN_BYTES {
+                        break;
+                    }
+                    match self.begin_direct(rx) {
+                        Ok(true) => {
+                            progressed = true;
+                            progressed |= self.fill_direct(stream, rx)?;
+                        }
+                        Ok(false) => break,
+                        Err(fatal) => {
+                            return Err(self.terminate(
+                                stream,
+                                &fatal,
+                                &rx.buf[rx.start..rx.filled],
+                            ))
+                        }
+                    }
                 }
                 Err(fatal) => {
                     return Err(self.terminate(stream, &fatal, &rx.buf[rx.start..rx.filled]))
@@ -530,6 +560,162 @@ impl Connection {
             };
         }
         Ok(progressed)
+    }
+
+    /// When the PDU begun at `rx.start` (its header here, its data mostly
+    /// not) is a plain write's data — a Write or MultiCast capsule with its
+    /// data in the capsule, or H2CData for one — and its pinned buffer is
+    /// one piece: takes the data bytes already here into the buffer and
+    /// makes the rest come straight into it ([`Connection::fill_direct`]).
+    /// `false`: the PDU is framed as usual once it is all here.
+    fn begin_direct(&mut self, rx: &mut Receiving) -> Result<bool, Fatal> {
+        let partial = &rx.buf[rx.start..rx.filled];
+        let Some(pdu) = self.framer.data_header(partial)? else {
+            return Ok(false);
+        };
+        let have = partial.len() - pdu.data_offset;
+        if have >= pdu.data_len || pdu.data_len - have < DIRECT_MIN_BYTES {
+            return Ok(false);
+        }
+        let cid = match pdu.header {
+            Header::H2cData(d) => {
+                let p = self.expecting(&d, pdu.data_len)?;
+                if !matches!(&p.data, Staging::Pinned(b) if b.as_slice().is_some()) {
+                    return Ok(false);
+                }
+                d.cccid
+            }
+            Header::CapsuleCmd(ref sqe) if self.initialized => {
+                if !self.pend_capsule_write(sqe, pdu.data_len) {
+                    return Ok(false);
+                }
+                sqe.cid()
+            }
+            _ => return Ok(false),
+        };
+        let p = self.pending.get_mut(&cid).expect("pending, checked above");
+        let data_at = p.received;
+        p.data.put(data_at, &partial[pdu.data_offset..]);
+        p.received += have;
+        self.queue.subsystem().count_write_data(have, false);
+        rx.direct = Some(DirectData {
+            cid,
+            data_at,
+            data_len: pdu.data_len,
+            digest: pdu.data_digest.then_some(([0; 4], 0)),
+        });
+        (rx.start, rx.filled) = (0, 0);
+        Ok(true)
+    }
+
+    /// A Write or MultiCast capsule whose `len` bytes of in-capsule data
+    /// are to be received straight into a pinned buffer: the capsule is
+    /// checked as [`Connection::command`] checks it, and the write waits in
+    /// `pending` for its data as one after an R2T does. `false`: it runs
+    /// the usual way once its capsule is all here.
+    fn pend_capsule_write(&mut self, sqe: &Sqe, len: usize) -> bool {
+        let sgl = sqe.sgl();
+        let cid = sqe.cid();
+        if sgl.kind != SglKind::InCapsule
+            || sgl.address != 0
+            || sgl.length as usize != len
+            || self.pending.len() >= MAX_PENDING_WRITES
+            || self.pending.contains_key(&cid)
+        {
+            return false;
+        }
+        let Some(ios) = self.fast_write(sqe, len) else {
+            return false;
+        };
+        let Some(buf) = self.data_path.write_buffer(&ios[0]) else {
+            return false;
+        };
+        if buf.as_slice().is_none() {
+            return false;
+        }
+        self.pending.insert(
+            cid,
+            PendingWrite {
+                sqe: sqe.clone(),
+                ttag: 0,
+                data: Staging::Pinned(buf),
+                received: 0,
+                digest_ok: true,
+            },
+        );
+        true
+    }
+
+    /// Reads what has come of the data PDU of `rx.direct` straight into
+    /// its write's pinned buffer, then its digest; what follows it on the
+    /// socket goes to the receive buffer in the same read (a header's worth
+    /// when headers come first). Starts the write once all is here.
+    /// Returns whether bytes came.
+    fn fill_direct(
+        &mut self,
+        stream: &TcpStream,
+        rx: &mut Receiving,
+    ) -> Result<bool, Result<(), String>> {
+        use std::io::{IoSliceMut, Read};
+        let Some(direct) = rx.direct.as_mut() else {
+            return Ok(false);
+        };
+        debug_assert_eq!((rx.start, rx.filled), (0, 0), "nothing framed past it");
+        let p = self
+            .pending
+            .get_mut(&direct.cid)
+            .expect("a direct PDU's write is pending");
+        let Staging::Pinned(buf) = &mut p.data else {
+            unreachable!("direct data goes to a pinned buffer");
+        };
+        let data = buf.as_mut_slice().expect("one piece, checked when begun");
+        let end = direct.data_at + direct.data_len;
+        let data_left = end - p.received;
+        let tail_bytes = HEADER_READ_BYTES.min(rx.buf.len());
+        let (digest_bytes, digest_got) = match &mut direct.digest {
+            Some((bytes, got)) => (&mut bytes[*got..], *got),
+            None => (&mut [][..], 0),
+        };
+        let digest_left = digest_bytes.len();
+        let mut parts = [
+            IoSliceMut::new(&mut data[p.received..end]),
+            IoSliceMut::new(digest_bytes),
+            IoSliceMut::new(&mut rx.buf[..tail_bytes]),
+        ];
+        let n = match (&mut &*stream).read_vectored(&mut parts) {
+            Ok(0) => return Err(Ok(())),
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(Err(format!("receiving: {e}"))),
+        };
+        rx.last_heard = Instant::now();
+        let to_data = n.min(data_left);
+        let to_digest = (n - to_data).min(digest_left);
+        p.received += to_data;
+        if let Some((_, got)) = &mut direct.digest {
+            *got = digest_got + to_digest;
+        }
+        rx.filled = n - to_data - to_digest;
+        self.queue.subsystem().count_write_data(to_data, true);
+        if to_data < data_left || to_digest < digest_left {
+            return Ok(true);
+        }
+        let direct = rx.direct.take().expect("present");
+        if let Some((digest, _)) = direct.digest {
+            let range = direct.data_at..direct.data_at + direct.data_len;
+            let p = self.pending.get_mut(&direct.cid).expect("pending");
+            let Staging::Pinned(buf) = &p.data else {
+                unreachable!("direct data goes to a pinned buffer");
+            };
+            let data = buf.as_slice().expect("one piece");
+            p.digest_ok &= u32::from_le_bytes(digest) == crc32c::crc32c(&data[range]);
+        }
+        rx.headers_first = true;
+        rx.whole_pdus = 0;
+        self.h2c_received(direct.cid);
+        Ok(true)
     }
 
     /// Sends a TermReq for `fatal` (as far as the socket takes it now) and
@@ -788,6 +974,7 @@ impl Connection {
         if let Some(ios) = self.fast_write(sqe, data.len()) {
             if let Some(mut buf) = self.data_path.write_buffer(&ios[0]) {
                 buf.write_at(0, data);
+                self.queue.subsystem().count_write_data(data.len(), false);
                 if self.start_fast_write(sqe, &ios, buf).is_ok() {
                     return;
                 }
@@ -845,6 +1032,9 @@ impl Connection {
         p.data.put(p.received, data);
         p.received += data.len();
         p.digest_ok &= digest_ok;
+        if matches!(p.data, Staging::Pinned(_)) {
+            self.queue.subsystem().count_write_data(data.len(), false);
+        }
         self.h2c_received(d.cccid);
         Ok(())
     }
@@ -953,6 +1143,9 @@ impl Connection {
         let have = partial.len() - pdu.data_offset;
         dst[..have].copy_from_slice(&partial[pdu.data_offset..]);
         read_exact_patiently(stream, &mut dst[have..], stop)?;
+        let subsystem = self.queue.subsystem();
+        subsystem.count_write_data(have, false);
+        subsystem.count_write_data(pdu.data_len - have, true);
         let ok = if pdu.data_digest {
             let mut digest = [0u8; 4];
             read_exact_patiently(stream, &mut digest, stop)?;
@@ -1046,6 +1239,15 @@ pub(crate) const MAX_UNSENT_BYTES: usize = 4 << 20;
 /// Most bytes one turn reads from a socket before the worker's next
 /// connection gets its turn.
 const TURN_READ_BYTES: usize = 1 << 20;
+/// What a worker reads of a PDU before its data when the data is to go
+/// straight into a pinned buffer: a command capsule's header and digest
+/// (72 + 4 bytes), rounded up; the few data bytes it may take are copied.
+const HEADER_READ_BYTES: usize = 128;
+/// Whole PDUs (commands, small data) after a direct one before reads take
+/// all the socket holds again: a write after R2T sends its command whole
+/// between two direct H2CData PDUs, a host that turned to reads sends
+/// many.
+const HEADERS_FIRST_PDUS: usize = 8;
 
 /// A worker's connection's receive side and clocks.
 pub(crate) struct Receiving {
@@ -1061,6 +1263,27 @@ pub(crate) struct Receiving {
     last_heard: Instant,
     /// Since when answers have waited for the host to take them.
     unsent_since: Option<Instant>,
+    /// A write's data being read straight into its pinned buffer: nothing
+    /// after it is framed until it is all here.
+    direct: Option<DirectData>,
+    /// A data PDU's data came direct lately: read a header's worth alone,
+    /// so that the next one's data does too.
+    headers_first: bool,
+    /// PDUs framed whole since the last direct one: past
+    /// [`HEADERS_FIRST_PDUS`] of them, reads take all there is again.
+    whole_pdus: usize,
+}
+
+/// What is still to come of a write's data PDU read straight into the
+/// write's pinned buffer (a worker's connection).
+struct DirectData {
+    /// The write (its entry in `Connection::pending`).
+    cid: u16,
+    /// Where the PDU's data begins in the buffer, and its length.
+    data_at: usize,
+    data_len: usize,
+    /// The PDU's data digest, when it carries one, and how much of it came.
+    digest: Option<([u8; 4], usize)>,
 }
 
 impl Receiving {
@@ -1074,6 +1297,9 @@ impl Receiving {
             opened: Instant::now(),
             last_heard: Instant::now(),
             unsent_since: None,
+            direct: None,
+            headers_first: false,
+            whole_pdus: 0,
         }
     }
 
@@ -1097,8 +1323,17 @@ impl Receiving {
             if room > self.buf.len() {
                 self.buf.resize(room, 0);
             }
-            let space = self.buf.len() - self.filled;
-            match sluice_io::net::recv_nowait(stream, &mut self.buf[self.filled..]) {
+            // After a direct data PDU, a header's worth alone: the data of
+            // the PDU it begins is read direct.
+            let buffered = self.filled - self.start;
+            let header_only = self.headers_first && buffered < HEADER_READ_BYTES;
+            let space = if header_only {
+                HEADER_READ_BYTES - buffered
+            } else {
+                self.buf.len() - self.filled
+            };
+            let into = &mut self.buf[self.filled..self.filled + space];
+            match sluice_io::net::recv_nowait(stream, into) {
                 Ok(0) => return Err(Ok(())),
                 Ok(n) => {
                     self.filled += n;
@@ -1108,7 +1343,7 @@ impl Receiving {
                     // A read that left room took all the socket held: asking
                     // again would only hear EAGAIN, a system call a group of
                     // commands. Bytes that come later make the socket ready.
-                    if n < space {
+                    if n < space || header_only {
                         break;
                     }
                 }

@@ -886,11 +886,13 @@ fn a_host_that_leaves_with_commands_in_flight_leaves_no_write_held() {
     });
 }
 
-/// A host that sends an H2CData PDU's header and then its data slowly: the
-/// data is read straight into the write's pinned buffer (the rest of the
-/// PDU is not in the receive buffer yet), its digest checked there.
+/// A host that sends a write's data PDU — H2CData after an R2T, or the
+/// command capsule itself with its data in it — header first and then its
+/// data slowly: the data is read straight into the write's pinned buffer
+/// (the rest of the PDU is not in the receive buffer yet), its digest
+/// checked there; a bad digest fails the write and writes nothing.
 #[test]
-fn h2c_data_that_arrives_after_its_header_lands_whole_and_is_digest_checked() {
+fn write_data_that_arrives_after_its_header_lands_whole_and_is_digest_checked() {
     use sluice_nvmf::command::{Completion, Sgl, SglKind};
     use sluice_nvmf::initiator::rw;
     use sluice_nvmf::nvm::opcode;
@@ -905,55 +907,132 @@ fn h2c_data_that_arrives_after_its_header_lands_whole_and_is_digest_checked() {
         digests,
         data_alignment: 0,
     };
-    for (round, corrupt) in [(0u16, false), (1, true), (2, false)] {
-        let lba = 400 + round as u64 * 32;
-        let data: Vec<u8> = (0..128 << 10)
-            .map(|i: u32| (i * 7 + round as u32) as u8)
-            .collect();
-        let sqe = rw(opcode::WRITE, 1, lba, 32)
-            .with_cid(100 + round)
-            .with_sgl(Sgl {
+    let rounds = [(0u16, false), (1, true), (2, false)];
+    let mut sent_bytes = 0u64;
+    for in_capsule in [false, true] {
+        for (round, corrupt) in rounds {
+            let round = round + if in_capsule { 3 } else { 0 };
+            let lba = 400 + round as u64 * 32;
+            let data: Vec<u8> = (0..128 << 10)
+                .map(|i: u32| (i * 7 + round as u32) as u8)
+                .collect();
+            let sgl = |kind| Sgl {
                 address: 0,
                 length: data.len() as u32,
-                kind: SglKind::Transport,
-            });
-        let mut out = Vec::new();
-        encoder.encode(&Header::CapsuleCmd(sqe), 0, &[], &mut out);
-        io.send_raw(&out).unwrap();
-        let (r2t, _) = io.receive_any().unwrap();
-        let Header::R2t { cccid, ttag, .. } = r2t else {
-            panic!("{r2t:?}")
-        };
-        out.clear();
-        let header = Header::H2cData(DataHeader {
-            cccid,
-            ttag,
-            datao: 0,
-            datal: data.len() as u32,
-        });
-        encoder.encode(&header, sluice_nvmf::pdu::flags::LAST_PDU, &data, &mut out);
-        if corrupt {
-            let last = out.len() - 1;
-            out[last] ^= 1;
+                kind,
+            };
+            let mut out = Vec::new();
+            if in_capsule {
+                let sqe = rw(opcode::WRITE, 1, lba, 32)
+                    .with_cid(100 + round)
+                    .with_sgl(sgl(SglKind::InCapsule));
+                encoder.encode(&Header::CapsuleCmd(sqe), 0, &data, &mut out);
+            } else {
+                let sqe = rw(opcode::WRITE, 1, lba, 32)
+                    .with_cid(100 + round)
+                    .with_sgl(sgl(SglKind::Transport));
+                encoder.encode(&Header::CapsuleCmd(sqe), 0, &[], &mut out);
+                io.send_raw(&out).unwrap();
+                let (r2t, _) = io.receive_any().unwrap();
+                let Header::R2t { cccid, ttag, .. } = r2t else {
+                    panic!("{r2t:?}")
+                };
+                out.clear();
+                let header = Header::H2cData(DataHeader {
+                    cccid,
+                    ttag,
+                    datao: 0,
+                    datal: data.len() as u32,
+                });
+                encoder.encode(&header, sluice_nvmf::pdu::flags::LAST_PDU, &data, &mut out);
+            }
+            if corrupt {
+                let last = out.len() - 1;
+                out[last] ^= 1;
+            }
+            // The header and a little data, then the rest in pieces.
+            io.send_raw(&out[..1000]).unwrap();
+            for piece in out[1000..].chunks(40_000) {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+                io.send_raw(piece).unwrap();
+            }
+            sent_bytes += data.len() as u64;
+            let (resp, _) = io.receive_any().unwrap();
+            let Header::CapsuleResp(Completion { cid, status: s, .. }) = resp else {
+                panic!("{resp:?}")
+            };
+            assert_eq!(cid, 100 + round);
+            let back = io.read(1, lba, 32, BLOCK).unwrap();
+            if corrupt {
+                assert_eq!(s, status::TRANSIENT_TRANSPORT, "a bad data digest");
+                assert!(back.iter().all(|&b| b == 0), "nothing of it written");
+            } else {
+                assert!(s.is_success(), "{s:?}");
+                assert!(back == data, "round {round}: the data, whole");
+            }
         }
-        // The header and a little data, then the rest in pieces.
-        io.send_raw(&out[..1000]).unwrap();
-        for piece in out[1000..].chunks(40_000) {
-            std::thread::sleep(std::time::Duration::from_millis(30));
-            io.send_raw(piece).unwrap();
-        }
-        let (resp, _) = io.receive_any().unwrap();
-        let Header::CapsuleResp(Completion { cid, status: s, .. }) = resp else {
-            panic!("{resp:?}")
-        };
-        assert_eq!(cid, 100 + round);
-        let back = io.read(1, lba, 32, BLOCK).unwrap();
-        if corrupt {
-            assert_eq!(s, status::TRANSIENT_TRANSPORT, "a bad data digest");
-            assert!(back.iter().all(|&b| b == 0), "nothing of it written");
-        } else {
-            assert!(s.is_success(), "{s:?}");
-            assert!(back == data, "round {round}: the data, whole");
+    }
+    // Only the bytes that came with each header were copied.
+    let bytes = t.subsystem.write_data_bytes();
+    assert_eq!(bytes.direct + bytes.staged, sent_bytes, "{bytes:?}");
+    assert!(bytes.staged <= 6 * 1000, "{bytes:?}");
+}
+
+/// Writes of 128 KiB pipelined eight deep, in the capsule and after R2T,
+/// with and without digests: after the first ones of a burst, each data
+/// PDU's header is read alone and its data straight into the pinned
+/// buffer — at most a header read's worth of data is copied per PDU.
+#[test]
+fn pipelined_big_writes_are_received_straight_into_pinned_buffers() {
+    use sluice_nvmf::initiator::rw;
+    use sluice_nvmf::nvm::opcode;
+    const WRITES: u64 = 48;
+    const BYTES: usize = 128 << 10;
+    for digests in no_digests_then_both() {
+        for in_capsule in [true, false] {
+            let t = start(Vec::new());
+            let (_admin, mut io) = connect(&t, digests);
+            if !in_capsule {
+                io.in_capsule_bytes = 8192;
+            }
+            let data: Vec<Vec<u8>> = (0..WRITES)
+                .map(|w| (0..BYTES).map(|i| (i as u64 * 13 + w) as u8).collect())
+                .collect();
+            let mut next = 0u64;
+            let mut failed = Vec::new();
+            io.pipeline(
+                8,
+                || {
+                    (next < WRITES).then(|| {
+                        let w = next;
+                        next += 1;
+                        (rw(opcode::WRITE, 1, w * 32, 32), &data[w as usize][..])
+                    })
+                },
+                |i, answer, _| {
+                    if let Err(e) = answer {
+                        failed.push((i, e.to_string()));
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert!(failed.is_empty(), "{failed:?}");
+            for w in 0..WRITES {
+                assert!(
+                    io.read(1, w * 32, 32, BLOCK).unwrap() == data[w as usize],
+                    "write {w} reads back whole ({digests:?}, in capsule {in_capsule})"
+                );
+            }
+            let bytes = t.subsystem.write_data_bytes();
+            assert_eq!(bytes.direct + bytes.staged, WRITES * BYTES as u64);
+            // A burst's first PDUs may come whole in one greedy read (the
+            // receive buffer is 256 KiB), the rest a header's read each.
+            let bound = 2 * BYTES as u64 + WRITES * 128;
+            assert!(
+                bytes.staged <= bound,
+                "{bytes:?} (staged at most {bound}; {digests:?}, in capsule {in_capsule})"
+            );
         }
     }
 }

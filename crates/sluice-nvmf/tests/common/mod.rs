@@ -18,6 +18,7 @@ pub const DEVICE_BYTES: u64 = 16 << 20;
 
 pub struct Target {
     pub address: String,
+    pub subsystem: Arc<Subsystem>,
     stop: Arc<AtomicBool>,
     _dir: tempfile::TempDir,
 }
@@ -70,9 +71,11 @@ pub fn start_configured(
     ));
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    std::thread::spawn(move || serve(listener, subsystem, config, s));
+    let served = subsystem.clone();
+    std::thread::spawn(move || serve(listener, served, config, s));
     Target {
         address,
+        subsystem,
         stop,
         _dir: dir,
     }
