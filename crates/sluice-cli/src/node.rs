@@ -197,6 +197,7 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         }
         None => None,
     };
+    let counted = subsystem.clone();
     serve(listener, subsystem, config, stop.clone())?;
     if let Some(t) = nbd_thread {
         t.join()
@@ -207,7 +208,13 @@ pub fn run(args: &NodeArgs) -> Result<()> {
             .map_err(|_| anyhow::anyhow!("the discovery listener panicked"))??;
     }
     if stop.load(Ordering::Relaxed) {
-        println!("sluice node: stopped");
+        let bytes = counted.write_data_bytes();
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        println!(
+            "sluice node: stopped; NVMe/TCP write data received straight into pinned buffers {:.1} MiB, copied from receive buffers {:.1} MiB",
+            mib(bytes.direct),
+            mib(bytes.staged)
+        );
     }
     Ok(())
 }
