@@ -211,7 +211,7 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         let bytes = counted.write_data_bytes();
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
         println!(
-            "sluice node: stopped; NVMe/TCP write data received straight into pinned buffers {:.1} MiB, copied from receive buffers {:.1} MiB",
+            "sluice node: stopped; write data (NVMe/TCP and NBD) received straight into pinned buffers {:.1} MiB, copied from receive buffers {:.1} MiB",
             mib(bytes.direct),
             mib(bytes.staged)
         );

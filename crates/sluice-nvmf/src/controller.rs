@@ -277,8 +277,9 @@ pub struct Subsystem {
     write_data: WriteDataCounters,
 }
 
-/// Bytes of plain writes' data (Write and MultiCast, in the capsule or in
-/// H2CData) by where they were received: straight into the write's pinned
+/// Bytes of plain writes' data (NVMe/TCP's Write and MultiCast, in the
+/// capsule or in H2CData, and NBD's block-aligned writes) by where they
+/// were received: straight into the write's pinned
 /// buffer, or into a connection's receive buffer first and copied from
 /// there (bytes that came with the PDU's header in one read).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

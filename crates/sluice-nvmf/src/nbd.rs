@@ -15,7 +15,7 @@
 use crate::controller::{Namespace, Subsystem, MAX_TRANSFER_BYTES};
 use crate::datapath::{DataPath, Finished, Outgoing};
 use crate::link::{Link, PlainLink, RustlsLink};
-use sluice_io::Priority;
+use sluice_io::{IoBuf, Priority};
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::AtomicBool;
@@ -501,8 +501,27 @@ fn reply(
 /// Bytes of a request's header (magic, flags, type, cookie, offset,
 /// length).
 const REQUEST_HEADER_BYTES: usize = 28;
+/// A write with this much of its data still to come when its header has
+/// been read has the rest read straight into its pinned buffer.
+const DIRECT_MIN_BYTES: usize = 16 << 10;
+/// Whole requests after a direct write before reads take all the socket
+/// holds again (until then a header's worth alone).
+const HEADERS_FIRST_REQUESTS: usize = 8;
+
+/// A write whose data is being read from the socket straight into the
+/// pinned buffer it is written from.
+struct DirectWrite {
+    request: NbdRequest,
+    io: crate::datapath::BlockIo,
+    buf: IoBuf,
+    /// Bytes of its data in `buf`.
+    got: usize,
+    /// Of them, copied from the receive buffer.
+    copied: usize,
+}
 
 /// One request as received.
+#[derive(Debug, Clone)]
 struct NbdRequest {
     flags: u16,
     kind: u16,
@@ -591,7 +610,44 @@ impl Transmission {
         let mut buf = early;
         let (mut start, mut filled) = (0usize, buf.len());
         buf.resize(buf.len().max(256 << 10), 0);
+        // A write whose data is being read straight into its pinned buffer.
+        let mut direct: Option<DirectWrite> = None;
+        // Requests handled whole since the last direct write; until there
+        // are HEADERS_FIRST_REQUESTS of them, reads take a header alone.
+        let mut whole_requests = HEADERS_FIRST_REQUESTS;
         let result = loop {
+            if let Some(d) = &mut direct {
+                // Its data first; nothing after it is looked at before.
+                let dst = &mut d.buf.as_mut_slice().expect("one piece, checked")[d.got..];
+                let got = if self.data_path.busy() {
+                    match link.try_read(dst) {
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                            self.collect(true);
+                            if let Err(e) = link.send(&mut self.out) {
+                                break Err(e);
+                            }
+                            continue;
+                        }
+                        other => other,
+                    }
+                } else {
+                    link.read(dst)
+                };
+                match got {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => d.got += n,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => break Err(e),
+                }
+                if d.got < d.buf.len() {
+                    continue;
+                }
+                let d = direct.take().expect("present");
+                self.subsystem
+                    .count_write_data(d.buf.len() - d.copied, true);
+                self.start_write(&d.request, &d.io, d.buf);
+                whole_requests = 0;
+            }
             // Every whole request already received.
             let mut need = REQUEST_HEADER_BYTES;
             let mut disconnect = false;
@@ -613,8 +669,16 @@ impl Transmission {
                 let whole = REQUEST_HEADER_BYTES + request.data_bytes();
                 if filled - start < whole {
                     need = whole;
+                    let here = &buf[start + REQUEST_HEADER_BYTES..filled];
+                    if whole - (filled - start) >= DIRECT_MIN_BYTES {
+                        direct = self.begin_direct(&request, here);
+                        if direct.is_some() {
+                            start = filled;
+                        }
+                    }
                     break;
                 }
+                whole_requests = whole_requests.saturating_add(1);
                 let data = &buf[start + REQUEST_HEADER_BYTES..start + whole];
                 if request.kind == cmd::DISC {
                     // What was sent before it is finished; then the end.
@@ -641,10 +705,20 @@ impl Transmission {
             if filled + need > buf.len() {
                 buf.resize(filled + need, 0);
             }
+            if direct.is_some() {
+                continue;
+            }
+            // Lately a write's data came direct: read the next header
+            // alone, so that the next write's data does too.
+            let end = if whole_requests < HEADERS_FIRST_REQUESTS && filled < REQUEST_HEADER_BYTES {
+                REQUEST_HEADER_BYTES
+            } else {
+                buf.len()
+            };
             if self.data_path.busy() {
                 // Requests at the device: take what the client sent since,
                 // else wait for the device, not the client.
-                match link.try_read(&mut buf[filled..]) {
+                match link.try_read(&mut buf[filled..end]) {
                     Ok(0) => break Ok(()),
                     Ok(n) => filled += n,
                     Err(e) if e.kind() == ErrorKind::WouldBlock => self.collect(true),
@@ -653,7 +727,7 @@ impl Transmission {
                 }
                 continue;
             }
-            match link.read(&mut buf[filled..]) {
+            match link.read(&mut buf[filled..end]) {
                 Ok(0) => break Ok(()),
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -683,6 +757,7 @@ impl Transmission {
                 _ => match self.data_path.write_buffer(&io) {
                     Some(mut buf) => {
                         buf.write_at(0, data);
+                        self.subsystem.count_write_data(data.len(), false);
                         self.data_path.start_write(tag as u64, &io, buf).is_ok()
                     }
                     None => false,
@@ -710,6 +785,59 @@ impl Transmission {
             read,
         );
         self.scratch = scratch;
+    }
+
+    /// When `request` is a write the data path takes and its pinned buffer
+    /// is one piece: the buffer, with the data bytes already here (`here`)
+    /// in it, for the rest to be read straight into.
+    fn begin_direct(&mut self, request: &NbdRequest, here: &[u8]) -> Option<DirectWrite> {
+        if request.kind != cmd::WRITE {
+            return None;
+        }
+        let io = self.block_io(request)?;
+        let mut buf = self.data_path.write_buffer(&io)?;
+        buf.as_slice()?;
+        buf.write_at(0, here);
+        self.subsystem.count_write_data(here.len(), false);
+        Some(DirectWrite {
+            request: request.clone(),
+            io,
+            buf,
+            got: here.len(),
+            copied: here.len(),
+        })
+    }
+
+    /// Starts a write whose data is all in `buf` at the device, or runs it
+    /// here when the device takes no more now.
+    fn start_write(&mut self, request: &NbdRequest, io: &crate::datapath::BlockIo, buf: IoBuf) {
+        let tag = self.free_tags.pop().unwrap_or_else(|| {
+            self.at_device.push(None);
+            self.at_device.len() - 1
+        });
+        match self.data_path.start_write(tag as u64, io, buf) {
+            Ok(()) => {
+                self.at_device[tag] = Some(AtDevice {
+                    cookie: request.cookie,
+                    offset: request.offset,
+                });
+            }
+            Err(buf) => {
+                self.free_tags.push(tag);
+                let data = buf.to_vec();
+                self.drain();
+                let mut scratch = std::mem::take(&mut self.scratch);
+                let error = run_request(self.ns(), request, &data, &mut scratch);
+                let _ = reply(
+                    &mut self.out.bytes,
+                    self.structured,
+                    request.cookie,
+                    error,
+                    None,
+                );
+                self.scratch = scratch;
+            }
+        }
     }
 
     /// The blocks of a read or write the data path takes: whole blocks
