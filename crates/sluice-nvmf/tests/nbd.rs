@@ -376,4 +376,24 @@ fn big_writes_are_received_straight_into_pinned_buffers() {
     // receive buffer is 256 KiB), and what came with each header.
     let bound = 1000 + 2 * BYTES as u64 + WRITES * 28;
     assert!(bytes.staged <= bound, "{bytes:?} (staged at most {bound})");
+    // A client that leaves halfway through a write's data: none of it
+    // lands, and the export serves the next client.
+    let mut leaving = connect(&address, false);
+    let mut out = write(0);
+    out[REQUEST_HEADER_BYTES..].fill(0xee);
+    leaving.write_all(&out[..1000]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    leaving.write_all(&out[1000..60_000]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    drop(leaving);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut s = connect(&address, false);
+    let mut out = Vec::new();
+    request(&mut out, 0, READ, 7, 0, BYTES as u32);
+    s.write_all(&out).unwrap();
+    let (_, error, back) = reply(&mut s, false, &HashMap::from([(7, BYTES)]));
+    assert_eq!(error, 0);
+    assert!(back == data[0], "the left write changed nothing");
 }
+
+const REQUEST_HEADER_BYTES: usize = 28;

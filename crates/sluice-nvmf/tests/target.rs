@@ -620,6 +620,30 @@ fn a_host_that_drops_mid_write_has_nothing_of_that_write_applied() {
     drop(dropping);
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(io.read(1, 200, 16, BLOCK).unwrap(), old);
+    // A capsule with its data in it, dropped when part of its data has
+    // been read straight into the write's pinned buffer.
+    let (_a, mut dropping) = connect(&t, Digests::default());
+    let sqe = rw(opcode::WRITE, 1, 200, 16).with_sgl(Sgl {
+        address: 0,
+        length: 65536,
+        kind: SglKind::InCapsule,
+    });
+    out.clear();
+    Encoder::default().encode(&Header::CapsuleCmd(sqe), 0, &[9u8; 65536], &mut out);
+    dropping.send_raw(&out[..72 + 20_000]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    dropping.send_raw(&out[72 + 20_000..72 + 40_000]).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(dropping);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(io.read(1, 200, 16, BLOCK).unwrap(), old);
+    assert!(
+        t.subsystem.write_data_bytes().direct >= 20_000,
+        "the dropped write's data went direct: {:?}",
+        t.subsystem.write_data_bytes()
+    );
+    io.write(1, 200, &[5u8; 65536], BLOCK).unwrap();
+    assert_eq!(io.read(1, 200, 16, BLOCK).unwrap(), vec![5u8; 65536]);
 }
 
 #[test]
