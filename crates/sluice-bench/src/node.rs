@@ -626,19 +626,33 @@ impl Tgt {
             .map(|n| 1000 + (port + n) % 31767)
             .find(|n| !Path::new(&format!("/var/run/tgtd/socket.{n}")).exists())
             .context("no free tgtd control port (every /var/run/tgtd/socket.N exists)")?;
+        // What tgtd says goes to a file: read only if it fails to start.
+        let log_path = std::env::temp_dir().join(format!(
+            "sluice-bench-tgtd-{}-{port}.log",
+            std::process::id()
+        ));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
+        // Open, the file lives on; its name is not needed past here.
+        let _ = std::fs::remove_file(&log_path);
         let child = Command::new("tgtd")
             .args(["-f", "-C", &control.to_string(), "--iscsi"])
             .arg(format!("portal=127.0.0.1:{port}"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log.try_clone()?)
             .spawn()
             .context("starting tgtd")?;
-        let tgt = Tgt {
+        let mut tgt = Tgt {
             daemon: Server(child),
             control,
             url: format!("iscsi://127.0.0.1:{port}/{TGT_IQN}/1"),
         };
-        wait_listening(port, "tgtd")?;
+        tgt.wait_listening(port, log)?;
         let device = std::fs::canonicalize(device)?;
         tgt.admin(&[
             "--op", "new", "--mode", "target", "--tid", "1", "-T", TGT_IQN,
@@ -668,6 +682,30 @@ impl Tgt {
             "127.0.0.1",
         ])?;
         Ok(tgt)
+    }
+
+    /// Waits until tgtd listens on `port`; if it exits first, fails with
+    /// what it wrote to `log`.
+    fn wait_listening(&mut self, port: u16, mut log: std::fs::File) -> Result<()> {
+        use std::io::{Read, Seek};
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = self.daemon.0.try_wait()? {
+                let mut said = String::new();
+                log.rewind()?;
+                log.read_to_string(&mut said)?;
+                bail!(
+                    "tgtd exited ({status}) before it listened: {}\n(tgtd needs root; \
+                     --no-tgt leaves the tgt side out)",
+                    said.trim()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("tgtd did not listen on port {port} within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
     }
 
     fn admin(&self, args: &[&str]) -> Result<()> {
