@@ -748,10 +748,7 @@ impl Transmission {
     /// Starts `request` at the device, or runs it here.
     fn dispatch(&mut self, request: &NbdRequest, data: &[u8]) {
         if let Some(io) = self.block_io(request) {
-            let tag = self.free_tags.pop().unwrap_or_else(|| {
-                self.at_device.push(None);
-                self.at_device.len() - 1
-            });
+            let tag = self.take_tag();
             let started = match request.kind {
                 cmd::READ => self.data_path.start_read(tag as u64, &io),
                 _ => match self.data_path.write_buffer(&io) {
@@ -772,6 +769,20 @@ impl Transmission {
             }
             self.free_tags.push(tag);
         }
+        self.run_here(request, data);
+    }
+
+    /// A tag of the data path no request at the device holds.
+    fn take_tag(&mut self) -> usize {
+        self.free_tags.pop().unwrap_or_else(|| {
+            self.at_device.push(None);
+            self.at_device.len() - 1
+        })
+    }
+
+    /// Runs `request` on this thread after the requests at the device, and
+    /// replies.
+    fn run_here(&mut self, request: &NbdRequest, data: &[u8]) {
         self.drain();
         let mut scratch = std::mem::take(&mut self.scratch);
         let error = run_request(self.ns(), request, data, &mut scratch);
@@ -811,10 +822,7 @@ impl Transmission {
     /// Starts a write whose data is all in `buf` at the device, or runs it
     /// here when the device takes no more now.
     fn start_write(&mut self, request: &NbdRequest, io: &crate::datapath::BlockIo, buf: IoBuf) {
-        let tag = self.free_tags.pop().unwrap_or_else(|| {
-            self.at_device.push(None);
-            self.at_device.len() - 1
-        });
+        let tag = self.take_tag();
         match self.data_path.start_write(tag as u64, io, buf) {
             Ok(()) => {
                 self.at_device[tag] = Some(AtDevice {
@@ -824,18 +832,7 @@ impl Transmission {
             }
             Err(buf) => {
                 self.free_tags.push(tag);
-                let data = buf.to_vec();
-                self.drain();
-                let mut scratch = std::mem::take(&mut self.scratch);
-                let error = run_request(self.ns(), request, &data, &mut scratch);
-                let _ = reply(
-                    &mut self.out.bytes,
-                    self.structured,
-                    request.cookie,
-                    error,
-                    None,
-                );
-                self.scratch = scratch;
+                self.run_here(request, &buf.to_vec());
             }
         }
     }
