@@ -1099,10 +1099,11 @@ impl Connection {
         }
     }
 
-    /// When the PDU begun in `partial` (everything received of it) is an
-    /// H2CData whose data is still mostly on its way, for a write received
-    /// into a pinned buffer: reads the rest of its data from `stream`
-    /// straight into that buffer — no staging copy — and its digest.
+    /// When the PDU begun in `partial` (everything received of it) is a
+    /// plain write's data still mostly on its way — a Write or MultiCast
+    /// capsule with its data in it, or H2CData for one — and its pinned
+    /// buffer is one piece: reads the rest of its data from `stream`
+    /// straight into that buffer (no staging copy), then its digest.
     /// Returns the bytes of `partial` it used (all of them), or `None` to
     /// let the PDU be framed as usual.
     fn receive_direct(
@@ -1114,49 +1115,106 @@ impl Connection {
         let Some(pdu) = self.framer.data_header(partial).map_err(Stop::Fatal)? else {
             return Ok(None);
         };
-        let Header::H2cData(d) = pdu.header else {
-            return Ok(None);
-        };
         let data_end = pdu.data_offset + pdu.data_len;
         if partial.len() >= data_end || data_end - partial.len() < DIRECT_MIN_BYTES {
             return Ok(None);
         }
-        let p = self.expecting(&d, pdu.data_len).map_err(Stop::Fatal)?;
+        let cid = match pdu.header {
+            Header::H2cData(d) => {
+                let p = self.expecting(&d, pdu.data_len).map_err(Stop::Fatal)?;
+                if !matches!(&p.data, Staging::Pinned(b) if b.as_slice().is_some()) {
+                    return Ok(None);
+                }
+                d.cccid
+            }
+            Header::CapsuleCmd(ref sqe) if self.initialized => {
+                if !self.pend_capsule_write(sqe, pdu.data_len) {
+                    return Ok(None);
+                }
+                sqe.cid()
+            }
+            _ => return Ok(None),
+        };
+        let p = self.pending.get_mut(&cid).expect("pending, checked above");
         let at = p.received;
-        let Staging::Pinned(buf) = &mut p.data else {
-            return Ok(None);
-        };
-        if buf.as_slice().is_none() {
-            return Ok(None);
-        }
-        // The reads below may wait on the host: hold no write share while
-        // they do (a Compare-and-Write of another host may be waiting).
-        if self.data_path.busy() {
-            self.drain();
-        }
-        let p = self.pending.get_mut(&d.cccid).expect("checked above");
-        let Staging::Pinned(buf) = &mut p.data else {
-            return Ok(None);
-        };
-        let slice = buf.as_mut_slice().expect("contiguous, checked above");
-        let dst = &mut slice[at..at + pdu.data_len];
         let have = partial.len() - pdu.data_offset;
-        dst[..have].copy_from_slice(&partial[pdu.data_offset..]);
-        read_exact_patiently(stream, &mut dst[have..], stop)?;
+        p.data.put(at, &partial[pdu.data_offset..]);
+        self.read_into_pending(stream, cid, at + have..at + pdu.data_len, stop)?;
         let subsystem = self.queue.subsystem();
         subsystem.count_write_data(have, false);
         subsystem.count_write_data(pdu.data_len - have, true);
+        let p = self.pending.get_mut(&cid).expect("pending");
+        let Staging::Pinned(buf) = &p.data else {
+            unreachable!("checked above");
+        };
         let ok = if pdu.data_digest {
+            // The digest follows the data at once: no wait worth reaping for.
             let mut digest = [0u8; 4];
             read_exact_patiently(stream, &mut digest, stop)?;
-            u32::from_le_bytes(digest) == crc32c::crc32c(dst)
+            let data = buf.as_slice().expect("one piece, checked above");
+            u32::from_le_bytes(digest) == crc32c::crc32c(&data[at..at + pdu.data_len])
         } else {
             true
         };
         p.received += pdu.data_len;
         p.digest_ok &= ok;
-        self.h2c_received(d.cccid);
+        self.h2c_received(cid);
         Ok(Some(partial.len()))
+    }
+
+    /// Reads `range` of pending write `cid`'s pinned buffer from `stream`.
+    /// While the host's bytes are on their way, what the device finishes is
+    /// reaped and answered: a write share is never held waiting on the host
+    /// (a Compare-and-Write of another host may be waiting for it).
+    fn read_into_pending(
+        &mut self,
+        stream: &mut impl Link,
+        cid: u16,
+        range: std::ops::Range<usize>,
+        stop: &AtomicBool,
+    ) -> Result<(), Stop> {
+        let mut at = range.start;
+        let mut last_bytes = Instant::now();
+        while at < range.end {
+            let busy = self.data_path.busy();
+            let p = self.pending.get_mut(&cid).expect("pending");
+            let Staging::Pinned(buf) = &mut p.data else {
+                unreachable!("direct data goes to a pinned buffer");
+            };
+            let dst = &mut buf.as_mut_slice().expect("one piece")[at..range.end];
+            let got = if busy {
+                stream.try_read(dst)
+            } else {
+                stream.read(dst)
+            };
+            match got {
+                Ok(0) => return Err(Stop::Io("the host closed the connection mid-PDU".into())),
+                Ok(n) => {
+                    at += n;
+                    last_bytes = Instant::now();
+                }
+                Err(e) if busy && e.kind() == ErrorKind::WouldBlock => {
+                    self.collect(true);
+                    stream
+                        .send(&mut self.out)
+                        .map_err(|e| Stop::Io(format!("sending: {e}")))?;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    if stop.load(Ordering::Relaxed) {
+                        return Err(Stop::Io("the node is stopping".into()));
+                    }
+                    if last_bytes.elapsed() > SETUP_TIMEOUT {
+                        return Err(Stop::Io(format!(
+                            "no byte of a PDU's data for {} s",
+                            SETUP_TIMEOUT.as_secs()
+                        )));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Stop::Io(format!("receiving: {e}"))),
+            }
+        }
+        Ok(())
     }
 
     /// Runs a command to completion on this thread, after the commands at

@@ -67,6 +67,18 @@ fn io_over_tls_matches_what_was_written() {
         for (i, d) in payloads.iter().enumerate() {
             assert_eq!(&io.read(2, i as u64, 1, BLOCK).unwrap(), d);
         }
+        // 128 KiB in the capsule: its data comes in TLS records of at most
+        // 16 KiB, most of it read straight into the write's pinned buffer.
+        io.in_capsule_bytes = admin.in_capsule_limit().unwrap();
+        let before = t.subsystem.write_data_bytes();
+        let data: Vec<u8> = (0..32 * BLOCK).map(|i| (i % 251) as u8).collect();
+        io.write(1, 128, &data, BLOCK).unwrap();
+        assert_eq!(io.read(1, 128, 32, BLOCK).unwrap(), data);
+        let after = t.subsystem.write_data_bytes();
+        assert!(
+            after.direct - before.direct >= 96 << 10,
+            "{before:?} -> {after:?} ({digests:?})"
+        );
     }
 }
 
