@@ -577,21 +577,8 @@ impl Connection {
         if have >= pdu.data_len || pdu.data_len - have < DIRECT_MIN_BYTES {
             return Ok(false);
         }
-        let cid = match pdu.header {
-            Header::H2cData(d) => {
-                let p = self.expecting(&d, pdu.data_len)?;
-                if !matches!(&p.data, Staging::Pinned(b) if b.as_slice().is_some()) {
-                    return Ok(false);
-                }
-                d.cccid
-            }
-            Header::CapsuleCmd(ref sqe) if self.initialized => {
-                if !self.pend_capsule_write(sqe, pdu.data_len) {
-                    return Ok(false);
-                }
-                sqe.cid()
-            }
-            _ => return Ok(false),
+        let Some(cid) = self.direct_write(&pdu.header, pdu.data_len)? else {
+            return Ok(false);
         };
         let p = self.pending.get_mut(&cid).expect("pending, checked above");
         let data_at = p.received;
@@ -606,6 +593,25 @@ impl Connection {
         });
         (rx.start, rx.filled) = (0, 0);
         Ok(true)
+    }
+
+    /// The pending write whose data the data PDU with `header` carries
+    /// (`data_len` bytes), when that data can be read straight into its
+    /// pinned buffer: H2CData for a write with a one-piece pinned buffer,
+    /// or a Write or MultiCast capsule with its data in it (then made
+    /// pending here). `None`: the PDU is framed as usual.
+    fn direct_write(&mut self, header: &Header, data_len: usize) -> Result<Option<u16>, Fatal> {
+        match header {
+            Header::H2cData(d) => {
+                let p = self.expecting(d, data_len)?;
+                let one_piece = matches!(&p.data, Staging::Pinned(b) if b.as_slice().is_some());
+                Ok(one_piece.then_some(d.cccid))
+            }
+            Header::CapsuleCmd(sqe) if self.initialized => {
+                Ok(self.pend_capsule_write(sqe, data_len).then(|| sqe.cid()))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// A Write or MultiCast capsule whose `len` bytes of in-capsule data
@@ -1119,21 +1125,11 @@ impl Connection {
         if partial.len() >= data_end || data_end - partial.len() < DIRECT_MIN_BYTES {
             return Ok(None);
         }
-        let cid = match pdu.header {
-            Header::H2cData(d) => {
-                let p = self.expecting(&d, pdu.data_len).map_err(Stop::Fatal)?;
-                if !matches!(&p.data, Staging::Pinned(b) if b.as_slice().is_some()) {
-                    return Ok(None);
-                }
-                d.cccid
-            }
-            Header::CapsuleCmd(ref sqe) if self.initialized => {
-                if !self.pend_capsule_write(sqe, pdu.data_len) {
-                    return Ok(None);
-                }
-                sqe.cid()
-            }
-            _ => return Ok(None),
+        let Some(cid) = self
+            .direct_write(&pdu.header, pdu.data_len)
+            .map_err(Stop::Fatal)?
+        else {
+            return Ok(None);
         };
         let p = self.pending.get_mut(&cid).expect("pending, checked above");
         let at = p.received;
@@ -1200,15 +1196,7 @@ impl Connection {
                         .map_err(|e| Stop::Io(format!("sending: {e}")))?;
                 }
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    if stop.load(Ordering::Relaxed) {
-                        return Err(Stop::Io("the node is stopping".into()));
-                    }
-                    if last_bytes.elapsed() > SETUP_TIMEOUT {
-                        return Err(Stop::Io(format!(
-                            "no byte of a PDU's data for {} s",
-                            SETUP_TIMEOUT.as_secs()
-                        )));
-                    }
+                    keep_waiting(stop, last_bytes)?
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(Stop::Io(format!("receiving: {e}"))),
@@ -1422,6 +1410,22 @@ enum Stop {
     Io(String),
 }
 
+/// After a read timed out in the middle of a PDU: goes on waiting, unless
+/// the node is stopping or the host has sent nothing since `last_bytes`
+/// for [`SETUP_TIMEOUT`].
+fn keep_waiting(stop: &AtomicBool, last_bytes: Instant) -> Result<(), Stop> {
+    if stop.load(Ordering::Relaxed) {
+        return Err(Stop::Io("the node is stopping".into()));
+    }
+    if last_bytes.elapsed() > SETUP_TIMEOUT {
+        return Err(Stop::Io(format!(
+            "no byte of a PDU's data for {} s",
+            SETUP_TIMEOUT.as_secs()
+        )));
+    }
+    Ok(())
+}
+
 /// Fills `dst` from `stream`, waiting through its read timeouts (the host
 /// is in the middle of a PDU) until the node stops or the host has sent
 /// nothing for [`SETUP_TIMEOUT`].
@@ -1440,15 +1444,7 @@ fn read_exact_patiently(
                 last_bytes = Instant::now();
             }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                if stop.load(Ordering::Relaxed) {
-                    return Err(Stop::Io("the node is stopping".into()));
-                }
-                if last_bytes.elapsed() > SETUP_TIMEOUT {
-                    return Err(Stop::Io(format!(
-                        "no byte of a PDU's data for {} s",
-                        SETUP_TIMEOUT.as_secs()
-                    )));
-                }
+                keep_waiting(stop, last_bytes)?
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(Stop::Io(format!("receiving: {e}"))),
