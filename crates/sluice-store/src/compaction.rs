@@ -7,7 +7,9 @@
 use crate::blocks::BlockDevice;
 use crate::error::Result;
 use crate::iter::{LevelSource, MergeIter, Source, TableList};
-use crate::sst::{BuiltTable, CursorSpec, Entry, EntryKind, RangeTombstone, TableBuilder};
+use crate::sst::{
+    BuiltTable, CursorSpec, Entry, EntryKind, RangeTombstone, TableBuffers, TableBuilder,
+};
 use crate::version::{Levels, Table, MAX_LEVELS};
 use std::sync::Arc;
 
@@ -182,6 +184,7 @@ pub fn run(
     job: &Job,
     snapshots: &[u64],
     target_file_bytes: usize,
+    buffers: &TableBuffers,
     emit: &mut dyn FnMut(BuiltTable) -> Result<()>,
 ) -> Result<()> {
     let spec = CursorSpec {
@@ -234,7 +237,10 @@ pub fn run(
         }
         b.finish()
     };
-    let mut builder = TableBuilder::new();
+    // An output ends past the target by at most one key's versions, then
+    // gets its index and filter (about a tenth of it for small values).
+    let new_builder = || TableBuilder::with_buffer(buffers.take(target_file_bytes / 8 * 9));
+    let mut builder = new_builder();
     // The last version seen (key, stripe) and the last key kept.
     let (mut seen_key, mut seen_stripe, mut any_seen) = (Vec::new(), 0usize, false);
     let (mut kept_key, mut any_kept) = (Vec::new(), false);
@@ -257,7 +263,10 @@ pub fn run(
         // Never cut between two versions of one key.
         let new_key = !any_kept || kept_key != e.key;
         if new_key && builder.entries() > 0 && builder.estimated_bytes() >= target_file_bytes {
+            // The full builder's buffer comes back (once its table is
+            // written) before the next one takes it.
             emit(finish(std::mem::take(&mut builder)))?;
+            builder = new_builder();
             outputs += 1;
         }
         builder.add(e);

@@ -33,79 +33,99 @@ fn get_varint(b: &[u8], at: &mut usize) -> Option<u64> {
     None
 }
 
-/// Builds one data block.
+/// Builds one data block at the end of its table's bytes: entries are
+/// encoded straight into the table, not into a block of their own that is
+/// then copied there.
 pub(super) struct BlockBuilder {
-    buf: Vec<u8>,
+    /// Where the block starts in the table's bytes.
+    start: usize,
+    /// Offsets of the restart points, from `start`.
     restarts: Vec<u32>,
     last_key: Vec<u8>,
     pub(super) count: usize,
 }
 
 impl BlockBuilder {
-    pub(super) fn new() -> Self {
+    /// A block starting at `start` in the table's bytes.
+    pub(super) fn new(start: usize) -> Self {
         BlockBuilder {
-            buf: Vec::new(),
+            start,
             restarts: Vec::new(),
             last_key: Vec::new(),
             count: 0,
         }
     }
 
-    pub(super) fn add(&mut self, e: &Entry) {
+    /// Where the block starts in the table's bytes.
+    pub(super) fn start(&self) -> usize {
+        self.start
+    }
+
+    /// Appends one entry to `out`, the table's bytes this block ends.
+    pub(super) fn add(
+        &mut self,
+        out: &mut Vec<u8>,
+        key: &[u8],
+        seq: u64,
+        kind: EntryKind,
+        value: &[u8],
+    ) {
+        debug_assert!(out.len() >= self.start);
         let shared = if self.count.is_multiple_of(RESTART_INTERVAL) {
-            self.restarts.push(self.buf.len() as u32);
+            self.restarts.push((out.len() - self.start) as u32);
             0
         } else {
             self.last_key
                 .iter()
-                .zip(&e.key)
+                .zip(key)
                 .take_while(|(a, b)| a == b)
                 .count()
         };
-        put_varint(&mut self.buf, shared as u64);
-        put_varint(&mut self.buf, (e.key.len() - shared) as u64);
-        put_varint(&mut self.buf, e.value().len() as u64);
-        self.buf
-            .extend_from_slice(&((e.seq << 8) | e.kind as u64).to_le_bytes());
-        self.buf.extend_from_slice(&e.key[shared..]);
-        self.buf.extend_from_slice(e.value());
+        put_varint(out, shared as u64);
+        put_varint(out, (key.len() - shared) as u64);
+        put_varint(out, value.len() as u64);
+        out.extend_from_slice(&((seq << 8) | kind as u64).to_le_bytes());
+        out.extend_from_slice(&key[shared..]);
+        out.extend_from_slice(value);
         self.last_key.clear();
-        self.last_key.extend_from_slice(&e.key);
+        self.last_key.extend_from_slice(key);
         self.count += 1;
     }
 
     /// The most an entry can add to a block: whole key, a restart offset.
-    pub(super) fn max_growth(e: &Entry) -> usize {
+    pub(super) fn max_growth(key_len: usize, value_len: usize) -> usize {
         let varint_len = |v: usize| (usize::BITS - v.max(1).leading_zeros()).div_ceil(7) as usize;
-        varint_len(0)
-            + varint_len(e.key.len())
-            + varint_len(e.value().len())
-            + 8
-            + e.key.len()
-            + e.value().len()
-            + 4
+        varint_len(0) + varint_len(key_len) + varint_len(value_len) + 8 + key_len + value_len + 4
     }
 
-    pub(super) fn size_estimate(&self) -> usize {
-        self.buf.len() + 4 * self.restarts.len() + 12
+    /// The block's size once finished, before padding, with `out` the
+    /// table's bytes it ends.
+    pub(super) fn size_estimate(&self, out: &[u8]) -> usize {
+        out.len() - self.start + 4 * self.restarts.len() + 12
     }
 
-    /// The block padded to whole store blocks: entries, restart offsets,
-    /// zero padding, then in the last 12 bytes `u32 restart count`,
-    /// `u32 entries length`, `u32 CRC32C` of everything before it.
-    pub(super) fn finish(self) -> Vec<u8> {
-        let mut b = self.buf;
-        let entries_len = b.len() as u32;
+    /// Ends the block in `out`, padded to whole store blocks: entries,
+    /// restart offsets, zero padding, then in the last 12 bytes `u32
+    /// restart count`, `u32 entries length`, `u32 CRC32C` of everything
+    /// before it (from the block's start). Returns the block's length;
+    /// the builder is then empty, for the next block at the end of `out`.
+    pub(super) fn finish(&mut self, out: &mut Vec<u8>) -> usize {
+        let entries_len = (out.len() - self.start) as u32;
         for r in &self.restarts {
-            b.extend_from_slice(&r.to_le_bytes());
+            out.extend_from_slice(&r.to_le_bytes());
         }
-        let padded = round_up(b.len() + 12, STORE_BLOCK_BYTES);
-        b.resize(padded, 0);
-        b[padded - 12..padded - 8].copy_from_slice(&(self.restarts.len() as u32).to_le_bytes());
-        b[padded - 8..padded - 4].copy_from_slice(&entries_len.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..padded - 4]);
-        b[padded - 4..].copy_from_slice(&crc.to_le_bytes());
-        b
+        let padded = round_up(out.len() - self.start + 12, STORE_BLOCK_BYTES);
+        let end = self.start + padded;
+        out.resize(end, 0);
+        out[end - 12..end - 8].copy_from_slice(&(self.restarts.len() as u32).to_le_bytes());
+        out[end - 8..end - 4].copy_from_slice(&entries_len.to_le_bytes());
+        let crc = crc32c::crc32c(&out[self.start..end - 4]);
+        out[end - 4..end].copy_from_slice(&crc.to_le_bytes());
+        self.start = end;
+        self.restarts.clear();
+        self.last_key.clear();
+        self.count = 0;
+        padded
     }
 }
 

@@ -4,7 +4,7 @@
 use super::block::{seal_region, BlockBuilder};
 use super::bloom::{bloom_hash, Bloom, HashPair};
 use super::index::IndexEntry;
-use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC, TARGET_BLOCK_BYTES};
+use super::{internal_cmp, Entry, EntryKind, RangeTombstone, FOOTER_MAGIC, TARGET_BLOCK_BYTES};
 use crate::blocks::{BlockDevice, Extent, STORE_BLOCK_BYTES};
 use crate::error::Result;
 use std::cmp::Ordering;
@@ -26,6 +26,7 @@ pub struct BuiltTable {
 
 /// Builds a table in memory from entries in internal order.
 pub struct TableBuilder {
+    /// The table's bytes so far: finished data blocks, then the open one.
     data: Vec<u8>,
     block: BlockBuilder,
     index: Vec<IndexEntry>,
@@ -45,9 +46,17 @@ impl Default for TableBuilder {
 impl TableBuilder {
     /// An empty builder.
     pub fn new() -> Self {
+        Self::with_buffer(Vec::new())
+    }
+
+    /// An empty builder that builds in `buffer` (cleared first): one kept
+    /// from an earlier table (see [`TableBuffers`]) has its pages in
+    /// memory already and the capacity a table needs.
+    pub fn with_buffer(mut buffer: Vec<u8>) -> Self {
+        buffer.clear();
         TableBuilder {
-            data: Vec::new(),
-            block: BlockBuilder::new(),
+            data: buffer,
+            block: BlockBuilder::new(0),
             index: Vec::new(),
             hashes: Vec::new(),
             last: None,
@@ -59,35 +68,44 @@ impl TableBuilder {
 
     /// Adds an entry; entries must come in strictly increasing internal order.
     pub fn add(&mut self, e: &Entry) {
+        self.add_version(&e.key, e.seq, e.kind, e.value());
+    }
+
+    /// Adds one version given by its parts; versions must come in strictly
+    /// increasing internal order.
+    pub fn add_version(&mut self, key: &[u8], seq: u64, kind: EntryKind, value: &[u8]) {
         if let Some((k, s)) = &self.last {
             assert_eq!(
-                internal_cmp(k, *s, &e.key, e.seq),
+                internal_cmp(k, *s, key, seq),
                 Ordering::Less,
                 "entries out of order"
             );
-            if k != &e.key {
-                self.hashes.push(bloom_hash(&e.key));
+            if k.as_slice() != key {
+                self.hashes.push(bloom_hash(key));
             }
         } else {
-            self.hashes.push(bloom_hash(&e.key));
-            self.smallest = Some(e.key.clone());
+            self.hashes.push(bloom_hash(key));
+            self.smallest = Some(key.to_vec());
         }
         // Cut before an entry that would spill the block past one store
         // block: a block is padded to whole store blocks, so one that
         // spilled would be read, cached and stored at twice its size.
         // (An entry too large for a block of its own still gets one.)
         if self.block.count > 0
-            && self.block.size_estimate() + BlockBuilder::max_growth(e) > TARGET_BLOCK_BYTES
+            && self.block.size_estimate(&self.data)
+                + BlockBuilder::max_growth(key.len(), value.len())
+                > TARGET_BLOCK_BYTES
         {
             self.cut_block();
         }
-        self.block.add(e);
+        self.block.add(&mut self.data, key, seq, kind, value);
         match &mut self.last {
             Some((k, s)) => {
-                k.clone_from(&e.key);
-                *s = e.seq;
+                k.clear();
+                k.extend_from_slice(key);
+                *s = seq;
             }
-            None => self.last = Some((e.key.clone(), e.seq)),
+            None => self.last = Some((key.to_vec(), seq)),
         }
         self.entries += 1;
     }
@@ -104,7 +122,7 @@ impl TableBuilder {
 
     /// Bytes written so far (for splitting compaction output).
     pub fn estimated_bytes(&self) -> usize {
-        self.data.len() + self.block.size_estimate()
+        self.block.start() + self.block.size_estimate(&self.data)
     }
 
     fn cut_block(&mut self) {
@@ -112,14 +130,15 @@ impl TableBuilder {
             return;
         }
         let (key, seq) = self.last.clone().expect("a last entry");
-        let block = std::mem::replace(&mut self.block, BlockBuilder::new()).finish();
+        let offset_bytes = self.block.start();
+        let len_bytes = self.block.finish(&mut self.data);
+        debug_assert_eq!(offset_bytes + len_bytes, self.data.len());
         self.index.push(IndexEntry {
             last_key: key,
             last_seq: seq,
-            offset_blocks: (self.data.len() / STORE_BLOCK_BYTES) as u32,
-            len_blocks: (block.len() / STORE_BLOCK_BYTES) as u32,
+            offset_blocks: (offset_bytes / STORE_BLOCK_BYTES) as u32,
+            len_blocks: (len_bytes / STORE_BLOCK_BYTES) as u32,
         });
-        self.data.extend_from_slice(&block);
     }
 
     /// Data, index, filter, range tombstones, footer.
@@ -201,6 +220,64 @@ impl TableBuilder {
             smallest,
             largest,
         }
+    }
+}
+
+/// A table's buffer kept for the next table, at most one and at most
+/// [`TableBuffers::MAX_KEPT_BYTES`]: a table of tens of MiB built in a
+/// fresh `Vec` grows by copying and has the kernel fault in and zero every
+/// page it touches, which took about a third of the background thread's
+/// time under a stream of writes. Given back when the store goes idle.
+#[derive(Debug, Default)]
+pub struct TableBuffers {
+    spare: std::sync::Mutex<Option<Vec<u8>>>,
+}
+
+impl TableBuffers {
+    /// The largest buffer kept.
+    pub const MAX_KEPT_BYTES: usize = 256 << 20;
+
+    /// An empty buffer with room for `capacity_bytes` (capped at
+    /// [`Self::MAX_KEPT_BYTES`]): the kept one if it is large enough, else
+    /// a new one (growing the kept one would copy all of it).
+    pub fn take(&self, capacity_bytes: usize) -> Vec<u8> {
+        let wanted = capacity_bytes.min(Self::MAX_KEPT_BYTES);
+        match self.lock().take() {
+            Some(mut kept) if kept.capacity() >= wanted => {
+                kept.clear();
+                kept
+            }
+            _ => Vec::with_capacity(wanted),
+        }
+    }
+
+    /// Keeps `buffer` for the next table, unless a larger one is kept
+    /// already or it is larger than [`Self::MAX_KEPT_BYTES`].
+    pub fn give(&self, buffer: Vec<u8>) {
+        if buffer.capacity() > Self::MAX_KEPT_BYTES {
+            return;
+        }
+        let mut spare = self.lock();
+        if spare
+            .as_ref()
+            .is_none_or(|s| s.capacity() < buffer.capacity())
+        {
+            *spare = Some(buffer);
+        }
+    }
+
+    /// Frees the kept buffer.
+    pub fn release(&self) {
+        drop(self.lock().take());
+    }
+
+    /// Bytes the kept buffer holds.
+    pub fn kept_bytes(&self) -> usize {
+        self.lock().as_ref().map_or(0, Vec::capacity)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<u8>>> {
+        self.spare.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

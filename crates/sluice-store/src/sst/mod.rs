@@ -22,7 +22,7 @@ mod reader;
 
 pub use block::{PointHit, RawBlock};
 pub use bloom::Bloom;
-pub use builder::{write_table, write_table_parts, BuiltTable, TableBuilder};
+pub use builder::{write_table, write_table_parts, BuiltTable, TableBuffers, TableBuilder};
 pub use cursor::{CursorSpec, TableCursor};
 pub use index::TableIndex;
 pub use reader::{PinBudget, TablePlace, TableReader};

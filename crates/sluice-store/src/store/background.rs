@@ -48,6 +48,7 @@ impl Inner {
             &job,
             &snapshots,
             inner.config.compaction.target_file_bytes,
+            &inner.table_buffers,
             &mut |t| {
                 placed.push(self.place(job.keyspace, t, false)?);
                 Ok(())
@@ -132,11 +133,16 @@ pub(super) fn background_loop(inner: &Arc<Inner>) {
         {
             let mut woken = lock(&inner.wake_lock);
             while !*woken && !inner.shutdown.load(Ordering::Acquire) {
-                woken = inner
+                let (guard, waited) = inner
                     .wake
                     .wait_timeout(woken, std::time::Duration::from_secs(1))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                    .unwrap_or_else(|p| p.into_inner());
+                woken = guard;
+                if waited.timed_out() {
+                    // A second with nothing to do: the memory kept for
+                    // the next table goes back.
+                    inner.table_buffers.release();
+                }
             }
             *woken = false;
         }

@@ -2,7 +2,6 @@
 //! the device set.
 
 use super::*;
-use crate::sst::Entry;
 
 /// A table written to its extents, not yet logged.
 pub(super) struct Placed {
@@ -78,13 +77,16 @@ impl Inner {
                 // Dropped since these writes were made.
                 continue;
             }
-            let mut b = TableBuilder::new();
+            // The memtable's size is above its tables' (it counts each
+            // key's bookkeeping too): room enough, and only touched pages
+            // are ever faulted in.
+            let mut b = TableBuilder::with_buffer(
+                inner.table_buffers.take(frozen_guard.approximate_bytes()),
+            );
             // Only the newest version of a key in each snapshot stripe goes
             // to the table, as compaction keeps them: an overwritten hot
             // key costs the flush one entry, not one per write.
-            let mut last: Option<(Vec<u8>, usize)> = None;
-            // One entry reused for every version: no allocation per version.
-            let mut entry = Entry::empty();
+            let (mut last_key, mut last_stripe, mut any) = (Vec::new(), 0usize, false);
             frozen_guard.chunk(
                 ks,
                 &[],
@@ -94,15 +96,13 @@ impl Inner {
                 usize::MAX,
                 &mut |key, seq, kind, value| {
                     let stripe = compaction::stripe(&snapshots, seq);
-                    if last.as_ref().is_some_and(|(k, s)| k == key && *s == stripe) {
+                    if any && last_key == key && last_stripe == stripe {
                         return;
                     }
-                    last = Some((key.to_vec(), stripe));
-                    entry.key.clear();
-                    entry.key.extend_from_slice(key);
-                    (entry.seq, entry.kind) = (seq, kind);
-                    entry.set_value(value);
-                    b.add(&entry);
+                    last_key.clear();
+                    last_key.extend_from_slice(key);
+                    (last_stripe, any) = (stripe, true);
+                    b.add_version(key, seq, kind, value);
                 },
             );
             for t in frozen_guard.range_tombstones(ks) {
@@ -216,11 +216,14 @@ impl Inner {
             entries: t.entries,
             smallest: t.smallest,
             largest: t.largest,
-            warm: warm.then(|| {
+            warm: if warm {
                 let mut data = t.bytes;
                 data.truncate(t.index_offset_blocks as usize * STORE_BLOCK_BYTES);
-                data
-            }),
+                Some(data)
+            } else {
+                self.table_buffers.give(t.bytes);
+                None
+            },
         })
     }
 
@@ -323,6 +326,7 @@ impl Inner {
                 .with_index_memory(inner.pin_budget.clone(), inner.index_cache.clone());
                 if let Some(data) = warm {
                     reader.warm_cache(&inner.dev, &data)?;
+                    inner.table_buffers.give(data);
                 }
                 Ok(Arc::new(Table::new(meta, reader, inner.released.clone())))
             })

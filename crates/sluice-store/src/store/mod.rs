@@ -48,8 +48,8 @@ use crate::memtable::Memtable;
 use crate::seqgate::SeqGate;
 
 use crate::sst::{
-    write_table, write_table_parts, BuiltTable, CursorSpec, PinBudget, TableBuilder, TablePlace,
-    TableReader,
+    write_table, write_table_parts, BuiltTable, CursorSpec, PinBudget, TableBuffers, TableBuilder,
+    TablePlace, TableReader,
 };
 
 use crate::version::{self, Levels, Table, Version};
@@ -134,6 +134,8 @@ struct Inner {
     /// ([`Inner::free_retired_memtables`]), not by a reader in the middle
     /// of serving requests.
     retired_memtables: Mutex<Vec<Arc<RwLock<Memtable>>>>,
+    /// The last table's buffer, for the next flush or compaction output.
+    table_buffers: TableBuffers,
     wake: Condvar,
     wake_lock: Mutex<bool>,
 }

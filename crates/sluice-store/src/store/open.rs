@@ -178,6 +178,7 @@ impl Store {
             shutdown: AtomicBool::new(false),
             flush_requested: AtomicBool::new(false),
             retired_memtables: Mutex::new(Vec::new()),
+            table_buffers: TableBuffers::default(),
             wake: Condvar::new(),
             wake_lock: Mutex::new(false),
         });
