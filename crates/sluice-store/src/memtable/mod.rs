@@ -2,76 +2,19 @@
 //! ordered by (keyspace, key, sequence descending), plus range tombstones.
 //! Reads at a snapshot sequence see the newest version at or below it.
 //!
-//! Each key's versions are one [`Chain`] in a hash table; an ordered set
+//! Each key's versions are one [`Chain`] in a hash table; a [`KeyOrder`]
 //! of the keys gives the order scans and flushes walk. A write of a key
-//! already here (an overwrite of a hot key) is a hash lookup and a push,
-//! with no search of the ordered set: only a key's first write inserts
-//! there.
+//! already here (an overwrite of a hot key) is a hash lookup and a push;
+//! only a key's first write is placed in the order.
+
+mod order;
 
 use crate::batch::{OpKind, WriteBatch};
 use crate::sst::{Entry, EntryKind, RangeTombstone as SstRangeTombstone};
-use std::collections::BTreeSet;
+use order::{KeyOrder, OrderKey, Probe, SlotKeys};
+use sluice_io::mem::{prefetch, prefetch_read};
 use std::ops::Bound;
 use std::sync::Arc;
-
-/// A key as the ordered set holds it: the key bytes shared with its chain,
-/// not copied, and their first 16 bytes inline, so that most comparisons
-/// of an insert or a seek read no key allocation (each read is a likely
-/// cache miss in a memtable of a million keys).
-#[derive(Debug, Clone)]
-struct OrderKey {
-    keyspace: u32,
-    /// The key's first bytes, zero-padded, as a big-endian number: where
-    /// two keys' heads differ they order as their bytes do (a zero pad
-    /// only meets a byte of a longer key with the same beginning).
-    head: u128,
-    key: Arc<[u8]>,
-    /// Where the key's chain is in `Memtable::chains` (not compared: a
-    /// key made only to seek with has none), so a walk reads its chain
-    /// without hashing the key again.
-    slot: u32,
-}
-
-impl OrderKey {
-    fn new(keyspace: u32, key: Arc<[u8]>, slot: u32) -> OrderKey {
-        let mut head = [0u8; 16];
-        let n = key.len().min(16);
-        head[..n].copy_from_slice(&key[..n]);
-        OrderKey {
-            keyspace,
-            head: u128::from_be_bytes(head),
-            key,
-            slot,
-        }
-    }
-
-    /// A key to seek to.
-    fn of(keyspace: u32, key: &[u8]) -> OrderKey {
-        OrderKey::new(keyspace, Arc::from(key), u32::MAX)
-    }
-}
-
-impl PartialEq for OrderKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == std::cmp::Ordering::Equal
-    }
-}
-
-impl Eq for OrderKey {}
-
-impl PartialOrd for OrderKey {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for OrderKey {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.keyspace, self.head)
-            .cmp(&(other.keyspace, other.head))
-            .then_with(|| self.key.cmp(&other.key))
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Version {
@@ -95,7 +38,7 @@ impl Version {
 #[derive(Debug)]
 struct Chain {
     keyspace: u32,
-    key: Arc<[u8]>,
+    key: Box<[u8]>,
     seq: u64,
     version: Version,
     older: Vec<(u64, Version)>,
@@ -165,9 +108,12 @@ struct RangeTombstone {
     seq: u64,
 }
 
-/// What a key's [`Chain`] and its place in the ordered set add to a
-/// memtable's size, roughly.
+/// What a key's [`Chain`], its index entry and its place in the order add
+/// to a memtable's size, roughly.
 const KEY_BYTES: usize = 96;
+
+/// Keys a walk asks the memory for at once (see [`Memtable::prefetch_walk`]).
+const WALK_BATCH_KEYS: usize = 16;
 
 /// Receives one version: key, sequence, kind, value.
 pub type VersionVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) + 'a;
@@ -189,11 +135,17 @@ fn point_hash(keyspace: u32, key: &[u8]) -> u64 {
     mix(h, u64::from_le_bytes(tail))
 }
 
+impl SlotKeys for [Chain] {
+    fn slot_key(&self, slot: u32) -> &[u8] {
+        &self[slot as usize].key
+    }
+}
+
 /// Recent writes of every keyspace, ordered, in memory until flushed.
 #[derive(Debug, Default)]
 pub struct Memtable {
     /// Every key with a point version here, in (keyspace, key) order.
-    order: BTreeSet<OrderKey>,
+    order: KeyOrder,
     /// Each of those keys' versions, in the order the keys came.
     chains: Vec<Chain>,
     /// Where each key's chain is: ([`point_hash`], index in `chains`). A
@@ -251,22 +203,28 @@ impl Memtable {
             return;
         }
         let at = u32::try_from(self.chains.len()).expect("fewer than 2^32 keys in a memtable");
-        let key: Arc<[u8]> = Arc::from(key);
         self.approximate_bytes += KEY_BYTES;
-        self.order.insert(OrderKey::new(keyspace, key.clone(), at));
         self.chains.push(Chain {
             keyspace,
-            key,
+            key: Box::from(key),
             seq,
             version,
             older: Vec::new(),
         });
+        // After the push: the order reads the new key's bytes through its slot.
+        self.order
+            .insert(self.chains.as_slice(), OrderKey::new(keyspace, key, at));
         self.index.insert_unique(hash, (hash, at), |&(h, _)| h);
     }
 
-    /// The chain of a key in the ordered set.
+    /// The chain of a key in the order.
     fn chain(&self, key: &OrderKey) -> &Chain {
         &self.chains[key.slot as usize]
+    }
+
+    /// The end of `keyspace`'s keys, as a walk's upper bound.
+    fn keyspace_end(keyspace: u32) -> Bound<Probe<'static>> {
+        Probe::keyspace_end(keyspace).map_or(Bound::Unbounded, Bound::Excluded)
     }
 
     /// Bytes its keys and values take, roughly.
@@ -309,12 +267,16 @@ impl Memtable {
         keyspace: u32,
         start: &[u8],
     ) -> impl Iterator<Item = Entry> + 'a {
-        let lower = OrderKey::of(keyspace, start);
+        let lower = Bound::Included(Probe::new(keyspace, start));
         self.order
-            .range(lower..)
-            .take_while(move |o| o.keyspace == keyspace)
+            .walk(
+                self.chains.as_slice(),
+                lower,
+                Self::keyspace_end(keyspace),
+                false,
+            )
             .flat_map(move |o| {
-                let k = &o.key;
+                let k = &self.chain(o).key;
                 self.chain(o).versions(false, None).map(|(seq, v)| match v {
                     Version::Value(v) => Entry::new(k.to_vec(), seq, EntryKind::Put, v.to_vec()),
                     Version::Tombstone => {
@@ -339,54 +301,71 @@ impl Memtable {
         max: usize,
         visit: &mut VersionVisitor<'_>,
     ) -> usize {
-        let key_of = |k: &[u8]| OrderKey::of(keyspace, k);
-        let lowest = key_of(start);
-        // Keys to walk, and for the key `after` names, the versions of it
-        // still to come (past its sequence in the walk's direction).
-        let keys: Box<dyn Iterator<Item = &OrderKey> + '_> =
-            if reverse {
-                let upper = match (after, end) {
-                    (Some((k, _)), _) => Bound::Included(key_of(k)),
-                    (None, Some(end)) => Bound::Excluded(key_of(end)),
-                    (None, None) => match keyspace.checked_add(1) {
-                        Some(next) => Bound::Excluded(OrderKey::of(next, &[])),
-                        None => Bound::Unbounded,
-                    },
-                };
-                let empty = match &upper {
-                    Bound::Excluded(u) => *u <= lowest,
-                    Bound::Included(u) => *u < lowest,
-                    Bound::Unbounded => false,
-                };
-                if empty {
-                    return 0;
-                }
-                Box::new(self.order.range((Bound::Included(lowest), upper)).rev())
-            } else {
-                let lower = match after {
-                    Some((k, _)) => key_of(k),
-                    None => lowest,
-                };
-                Box::new(self.order.range(lower..).take_while(|o| {
-                    o.keyspace == keyspace && end.is_none_or(|end| &o.key[..] < end)
-                }))
+        let probe = |k| Probe::new(keyspace, k);
+        let lowest = Bound::Included(probe(start));
+        // Where the walk stops at the high end; resumed after a key, the
+        // walk starts again at that key (for its versions still to come).
+        let high = match end {
+            Some(end) => Bound::Excluded(probe(end)),
+            None => Self::keyspace_end(keyspace),
+        };
+        let chains = self.chains.as_slice();
+        let keys = if reverse {
+            let upper = match after {
+                Some((k, _)) => Bound::Included(probe(k)),
+                None => high,
             };
+            self.order.walk(chains, lowest, upper, true)
+        } else {
+            let lower = match after {
+                Some((k, _)) => Bound::Included(probe(k)),
+                None => lowest,
+            };
+            self.order.walk(chains, lower, high, false)
+        };
         let mut n = 0;
-        for o in keys {
-            let k = &o.key;
-            let bound = after.filter(|(ak, _)| *ak == &k[..]).map(|(_, s)| s);
-            for (seq, v) in self.chain(o).versions(reverse, bound) {
-                if n == max {
-                    return n;
-                }
-                n += 1;
-                match v {
-                    Version::Value(v) => visit(k, seq, EntryKind::Put, v),
-                    Version::Tombstone => visit(k, seq, EntryKind::Delete, &[]),
+        let mut keys = keys.peekable();
+        let mut batch: Vec<&OrderKey> = Vec::with_capacity(WALK_BATCH_KEYS);
+        while keys.peek().is_some() {
+            batch.clear();
+            // A short walk asks for no more than it may visit.
+            let room = (max - n).clamp(1, WALK_BATCH_KEYS);
+            batch.extend(keys.by_ref().take(room));
+            self.prefetch_walk(&batch);
+            for o in &batch {
+                let k = &self.chain(o).key;
+                let bound = after.filter(|(ak, _)| *ak == &k[..]).map(|(_, s)| s);
+                for (seq, v) in self.chain(o).versions(reverse, bound) {
+                    if n == max {
+                        return n;
+                    }
+                    n += 1;
+                    match v {
+                        Version::Value(v) => visit(k, seq, EntryKind::Put, v),
+                        Version::Tombstone => visit(k, seq, EntryKind::Delete, &[]),
+                    }
                 }
             }
         }
         n
+    }
+
+    /// Asks for the chains, keys and newest values of `keys` before any is
+    /// read: a memtable's records lie where they were allocated, not in
+    /// key order, so a walk in order misses the cache on each; asked for
+    /// together, the misses overlap.
+    fn prefetch_walk(&self, keys: &[&OrderKey]) {
+        for o in keys {
+            prefetch(self.chain(o));
+        }
+        for o in keys {
+            let chain = self.chain(o);
+            prefetch_read(&chain.key, 0);
+            if let Version::Value(v) = &chain.version {
+                prefetch_read(v, 0);
+                prefetch_read(v, 64);
+            }
+        }
     }
 
     /// Every version of every key of `keyspace` in `[start, end)` (end None:
@@ -414,13 +393,15 @@ impl Memtable {
     pub fn keyspaces(&self) -> Vec<u32> {
         let mut ks: Vec<u32> = Vec::new();
         // One step per keyspace: jump past each one found.
-        let mut from: Bound<OrderKey> = Bound::Unbounded;
-        while let Some(OrderKey { keyspace: k, .. }) =
-            self.order.range((from, Bound::Unbounded)).next()
+        let mut from = Bound::Unbounded;
+        while let Some(o) = self
+            .order
+            .walk(self.chains.as_slice(), from, Bound::Unbounded, false)
+            .next()
         {
-            ks.push(*k);
-            match k.checked_add(1) {
-                Some(next) => from = Bound::Included(OrderKey::of(next, &[])),
+            ks.push(o.keyspace);
+            match Probe::keyspace_end(o.keyspace) {
+                Some(next) => from = Bound::Included(next),
                 None => break,
             }
         }
@@ -432,7 +413,7 @@ impl Memtable {
 
     /// Whether it holds nothing.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty() && self.ranges.is_empty()
+        self.order.len() == 0 && self.ranges.is_empty()
     }
 
     /// Versions it holds.

@@ -1,0 +1,344 @@
+//! The memtable's keys in order, kept as a few sorted runs of small
+//! fixed-size entries instead of one search tree.
+//!
+//! A key's first write puts its [`OrderKey`] in a small sorted tail; a full
+//! tail becomes a run, merged with the last runs while they are not much
+//! larger (each run at least [`RUN_RATIO`] times the size of the one after
+//! it, so there are few). An insert then costs a search of the tail and,
+//! amortized, a few sequential moves of 24 bytes, where an insert into a
+//! B-tree of a million keys searched several nodes that were mostly out of
+//! cache. A walk merges the runs as it goes.
+
+use std::cmp::Ordering;
+use std::ops::Bound;
+
+/// Keys the sorted tail holds before it becomes a run.
+#[cfg(not(test))]
+const TAIL_KEYS: usize = 64;
+/// Small in tests, so that a few dozen keys make many runs and merges.
+#[cfg(test)]
+const TAIL_KEYS: usize = 2;
+
+/// Each run is at least this many times larger than the one after it.
+const RUN_RATIO: usize = 4;
+
+/// Where a memtable key's bytes are, by the slot its [`OrderKey`] names.
+pub(super) trait SlotKeys {
+    /// The key bytes of `slot`.
+    fn slot_key(&self, slot: u32) -> &[u8];
+}
+
+/// A key's place in the order: its keyspace and first 16 bytes inline,
+/// and the slot of its chain, whose key settles ties past those bytes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OrderKey {
+    pub(super) keyspace: u32,
+    /// Where the key's chain is in the memtable.
+    pub(super) slot: u32,
+    /// The key's first 16 bytes, zero-padded, as two big-endian numbers:
+    /// where two keys' heads differ they order as their bytes do (a zero
+    /// pad only meets a byte of a longer key with the same beginning).
+    head: [u64; 2],
+}
+
+/// The first 16 bytes of `key`, as [`OrderKey::head`] keeps them.
+fn head_of(key: &[u8]) -> [u64; 2] {
+    let mut bytes = [0u8; 16];
+    let n = key.len().min(16);
+    bytes[..n].copy_from_slice(&key[..n]);
+    let (hi, lo) = bytes.split_at(8);
+    [
+        u64::from_be_bytes(hi.try_into().expect("8 bytes")),
+        u64::from_be_bytes(lo.try_into().expect("8 bytes")),
+    ]
+}
+
+impl OrderKey {
+    pub(super) fn new(keyspace: u32, key: &[u8], slot: u32) -> OrderKey {
+        OrderKey {
+            keyspace,
+            slot,
+            head: head_of(key),
+        }
+    }
+}
+
+/// A key to search for: (keyspace, key).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Probe<'k> {
+    keyspace: u32,
+    head: [u64; 2],
+    key: &'k [u8],
+}
+
+impl<'k> Probe<'k> {
+    pub(super) fn new(keyspace: u32, key: &'k [u8]) -> Probe<'k> {
+        Probe {
+            keyspace,
+            head: head_of(key),
+            key,
+        }
+    }
+
+    /// Where keyspace `keyspace` ends: before the first key of the next
+    /// one (None past the last keyspace).
+    pub(super) fn keyspace_end(keyspace: u32) -> Option<Probe<'static>> {
+        keyspace.checked_add(1).map(|next| Probe::new(next, &[]))
+    }
+}
+
+fn cmp_keys<K: SlotKeys + ?Sized>(keys: &K, a: &OrderKey, b: &OrderKey) -> Ordering {
+    (a.keyspace, a.head)
+        .cmp(&(b.keyspace, b.head))
+        .then_with(|| keys.slot_key(a.slot).cmp(keys.slot_key(b.slot)))
+}
+
+fn cmp_probe<K: SlotKeys + ?Sized>(keys: &K, a: &OrderKey, p: &Probe<'_>) -> Ordering {
+    (a.keyspace, a.head)
+        .cmp(&(p.keyspace, p.head))
+        .then_with(|| keys.slot_key(a.slot).cmp(p.key))
+}
+
+/// Every key of a memtable, in (keyspace, key) order.
+#[derive(Debug, Default)]
+pub(super) struct KeyOrder {
+    /// The newest keys, sorted; fewer than [`TAIL_KEYS`].
+    tail: Vec<OrderKey>,
+    /// Sorted runs, each at least [`RUN_RATIO`] times the next.
+    runs: Vec<Vec<OrderKey>>,
+    len: usize,
+}
+
+impl KeyOrder {
+    /// Adds a key not yet here.
+    pub(super) fn insert<K: SlotKeys + ?Sized>(&mut self, keys: &K, key: OrderKey) {
+        let at = self
+            .tail
+            .partition_point(|o| cmp_keys(keys, o, &key) == Ordering::Less);
+        debug_assert!(
+            self.tail
+                .get(at)
+                .is_none_or(|o| cmp_keys(keys, o, &key) != Ordering::Equal),
+            "a key is inserted once"
+        );
+        self.tail.insert(at, key);
+        self.len += 1;
+        if self.tail.len() == TAIL_KEYS {
+            let mut run = std::mem::replace(&mut self.tail, Vec::with_capacity(TAIL_KEYS));
+            while let Some(last) = self.runs.last() {
+                if last.len() >= run.len() * RUN_RATIO {
+                    break;
+                }
+                let last = self.runs.pop().expect("a last run");
+                run = merge(keys, &last, &run);
+            }
+            self.runs.push(run);
+        }
+    }
+
+    /// Keys held.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Runs a walk merges (the tail counted as one).
+    #[cfg(test)]
+    pub(super) fn parts(&self) -> usize {
+        self.runs.len() + 1
+    }
+
+    /// The keys from `lower` to `upper`, ascending or, with `reverse`,
+    /// descending.
+    pub(super) fn walk<'a, K: SlotKeys + ?Sized>(
+        &'a self,
+        keys: &'a K,
+        lower: Bound<Probe<'_>>,
+        upper: Bound<Probe<'_>>,
+        reverse: bool,
+    ) -> Walk<'a, K> {
+        let parts = self
+            .runs
+            .iter()
+            .map(Vec::as_slice)
+            .chain(std::iter::once(self.tail.as_slice()))
+            .map(|run| {
+                let from = match &lower {
+                    Bound::Included(p) => {
+                        run.partition_point(|o| cmp_probe(keys, o, p) == Ordering::Less)
+                    }
+                    Bound::Excluded(p) => {
+                        run.partition_point(|o| cmp_probe(keys, o, p) != Ordering::Greater)
+                    }
+                    Bound::Unbounded => 0,
+                };
+                let to = match &upper {
+                    Bound::Included(p) => {
+                        run.partition_point(|o| cmp_probe(keys, o, p) != Ordering::Greater)
+                    }
+                    Bound::Excluded(p) => {
+                        run.partition_point(|o| cmp_probe(keys, o, p) == Ordering::Less)
+                    }
+                    Bound::Unbounded => run.len(),
+                };
+                &run[from..to.max(from)]
+            })
+            .filter(|part| !part.is_empty())
+            .collect();
+        Walk {
+            keys,
+            parts,
+            reverse,
+        }
+    }
+}
+
+/// Two sorted runs as one.
+fn merge<K: SlotKeys + ?Sized>(keys: &K, a: &[OrderKey], b: &[OrderKey]) -> Vec<OrderKey> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        if cmp_keys(keys, &a[i], &b[j]) == Ordering::Less {
+            out.push(a[i]);
+            i += 1;
+        } else {
+            out.push(b[j]);
+            j += 1;
+        }
+    }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
+    out
+}
+
+/// A walk over a [`KeyOrder`]: at each step the least (or, reversed, the
+/// greatest) of the runs' next keys.
+pub(super) struct Walk<'a, K: SlotKeys + ?Sized> {
+    keys: &'a K,
+    /// What is left of each run, none empty.
+    parts: Vec<&'a [OrderKey]>,
+    reverse: bool,
+}
+
+impl<'a, K: SlotKeys + ?Sized> Iterator for Walk<'a, K> {
+    type Item = &'a OrderKey;
+
+    fn next(&mut self) -> Option<&'a OrderKey> {
+        let end = |part: &&'a [OrderKey]| -> &'a OrderKey {
+            if self.reverse {
+                part.last().expect("no empty part")
+            } else {
+                part.first().expect("no empty part")
+            }
+        };
+        let mut best = 0;
+        for i in 1..self.parts.len() {
+            let order = cmp_keys(self.keys, end(&self.parts[i]), end(&self.parts[best]));
+            let better = if self.reverse {
+                order == Ordering::Greater
+            } else {
+                order == Ordering::Less
+            };
+            if better {
+                best = i;
+            }
+        }
+        let part = self.parts.get_mut(best)?;
+        let taken = if self.reverse {
+            let (last, rest) = part.split_last().expect("no empty part");
+            *part = rest;
+            last
+        } else {
+            let (first, rest) = part.split_first().expect("no empty part");
+            *part = rest;
+            first
+        };
+        if part.is_empty() {
+            self.parts.swap_remove(best);
+        }
+        Some(taken)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    struct Keys(Vec<Vec<u8>>);
+
+    impl SlotKeys for Keys {
+        fn slot_key(&self, slot: u32) -> &[u8] {
+            &self.0[slot as usize]
+        }
+    }
+
+    fn probe_bound(b: &Bound<(u32, Vec<u8>)>) -> Bound<Probe<'_>> {
+        b.as_ref().map(|(ks, k)| Probe::new(*ks, k))
+    }
+
+    fn key_part() -> impl Strategy<Value = Vec<u8>> {
+        // Few byte values, long keys: many keys share their first 16
+        // bytes or differ only by a trailing zero.
+        proptest::collection::vec(prop_oneof![Just(0u8), Just(7u8), Just(255u8)], 0..20)
+    }
+
+    proptest! {
+        /// Walks between any bounds, both ways, give exactly the sorted
+        /// keys in them, however many runs the inserts left.
+        #[test]
+        fn walks_match_a_sorted_model(
+            raw in proptest::collection::btree_set((0u32..3, key_part()), 0..120),
+            order in any::<u64>(),
+            lower in (0u32..3, key_part(), 0u8..3),
+            upper in (0u32..3, key_part(), 0u8..3),
+        ) {
+            let mut entries: Vec<(u32, Vec<u8>)> = raw.iter().cloned().collect();
+            // Inserted in a shuffled order.
+            let mut state = order;
+            for i in (1..entries.len()).rev() {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                entries.swap(i, (state >> 33) as usize % (i + 1));
+            }
+            let keys = Keys(entries.iter().map(|(_, k)| k.clone()).collect());
+            let mut o = KeyOrder::default();
+            for (slot, (ks, key)) in entries.iter().enumerate() {
+                o.insert(&keys, OrderKey::new(*ks, key, slot as u32));
+            }
+            prop_assert_eq!(o.len(), entries.len());
+            prop_assert!(o.parts() <= 2 + 2 * (usize::BITS - entries.len().leading_zeros()) as usize);
+            let bound = |(ks, key, kind): &(u32, Vec<u8>, u8)| -> Bound<(u32, Vec<u8>)> {
+                match kind {
+                    0 => Bound::Included((*ks, key.clone())),
+                    1 => Bound::Excluded((*ks, key.clone())),
+                    _ => Bound::Unbounded,
+                }
+            };
+            let (lo, hi) = (bound(&lower), bound(&upper));
+            let in_range = |e: &(u32, Vec<u8>)| -> bool {
+                let above = match &lo {
+                    Bound::Included(b) => e >= b,
+                    Bound::Excluded(b) => e > b,
+                    Bound::Unbounded => true,
+                };
+                let below = match &hi {
+                    Bound::Included(b) => e <= b,
+                    Bound::Excluded(b) => e < b,
+                    Bound::Unbounded => true,
+                };
+                above && below
+            };
+            let want: Vec<(u32, Vec<u8>)> = raw.iter().filter(|e| in_range(e)).cloned().collect();
+            for reverse in [false, true] {
+                let got: Vec<(u32, Vec<u8>)> = o
+                    .walk(&keys, probe_bound(&lo), probe_bound(&hi), reverse)
+                    .map(|k| (k.keyspace, keys.slot_key(k.slot).to_vec()))
+                    .collect();
+                let mut want = want.clone();
+                if reverse {
+                    want.reverse();
+                }
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+}
