@@ -26,7 +26,7 @@
 use sluice_store::{
     Found, Logged, ReadCache, Snapshot, Store, StoreError, ValueFormat, WriteBatch,
 };
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Name of the keyspace holding every key's type, expiry and string value.
@@ -157,6 +157,9 @@ const HASH_KEY_BITS: usize = 1 << 22;
 /// marked every hash stored before it.
 struct HashKeys {
     bits: Box<[AtomicU64]>,
+    /// Whether any bit was ever set: while none is, a SET reads no bit
+    /// (each a likely cache miss in half a MiB).
+    any: AtomicBool,
     complete: AtomicBool,
     /// Asks the scan at open to stop (the keyspace is being dropped).
     stop: AtomicBool,
@@ -166,6 +169,7 @@ impl HashKeys {
     fn new() -> HashKeys {
         HashKeys {
             bits: (0..HASH_KEY_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
+            any: AtomicBool::new(false),
             complete: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         }
@@ -178,12 +182,16 @@ impl HashKeys {
 
     fn mark(&self, key: &[u8]) {
         let (word, mask) = HashKeys::slot(key);
+        self.any.store(true, Ordering::Release);
         self.bits[word].fetch_or(mask, Ordering::AcqRel);
     }
 
     fn may_hold(&self, key: &[u8]) -> bool {
         if !self.complete.load(Ordering::Acquire) {
             return true;
+        }
+        if !self.any.load(Ordering::Acquire) {
+            return false;
         }
         let (word, mask) = HashKeys::slot(key);
         self.bits[word].load(Ordering::Acquire) & mask != 0
@@ -224,6 +232,32 @@ fn hash_key_of(field_key: &[u8]) -> Option<&[u8]> {
     field_key.get(4..4 + len)
 }
 
+/// The keys one connection WATCHes: each one's counter slot and its count
+/// when watched. While it holds any, the connection is counted among the
+/// [`Db`]'s watchers, and commits count their changes.
+#[derive(Debug, Default)]
+pub struct Watched {
+    keys: Vec<(usize, u64)>,
+    /// The watcher count this WATCH is counted in, while it holds keys.
+    counted: Option<Arc<AtomicUsize>>,
+}
+
+impl Watched {
+    /// Forgets every key (UNWATCH, EXEC, DISCARD, RESET).
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        if let Some(watchers) = self.counted.take() {
+            watchers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
 /// The keyspace of one server.
 pub struct Db {
     store: Arc<Store>,
@@ -233,6 +267,8 @@ pub struct Db {
     stripes: Box<[Mutex<()>]>,
     /// Modification counters for WATCH, by key hash.
     versions: Box<[AtomicU64]>,
+    /// Connections with a WATCH in force (see [`Watched`]).
+    watchers: Arc<AtomicUsize>,
     cursors: Mutex<Cursors>,
     hash_keys: Arc<HashKeys>,
     /// The scan that fills `hash_keys` at open.
@@ -339,6 +375,7 @@ impl Db {
             expires,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..VERSION_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            watchers: Arc::new(AtomicUsize::new(0)),
             cursors: Mutex::new(Cursors::default()),
             hash_keys: Arc::new(HashKeys::new()),
             filling: Mutex::new(None),
@@ -417,15 +454,52 @@ impl Db {
         (Db::hash(key) % VERSION_SLOTS as u64) as usize
     }
 
-    /// WATCH's view of `key`: its counter slot and the count now.
-    pub fn version(&self, key: &[u8]) -> (usize, u64) {
+    /// Adds `key` to a connection's WATCH: its counter slot and the count
+    /// now, read after the connection is counted among the watchers (a
+    /// commit that saw no watcher was applied before this).
+    pub fn watch(&self, watched: &mut Watched, key: &[u8]) {
+        if watched.counted.is_none() {
+            self.watchers.fetch_add(1, Ordering::SeqCst);
+            watched.counted = Some(self.watchers.clone());
+        }
         let slot = Db::version_slot(key);
-        (slot, self.versions[slot].load(Ordering::Acquire))
+        let count = self.versions[slot].load(Ordering::SeqCst);
+        watched.keys.push((slot, count));
     }
 
-    /// Whether a key WATCH saw as `version` may have changed since.
-    pub fn changed_since(&self, version: (usize, u64)) -> bool {
-        self.versions[version.0].load(Ordering::Acquire) != version.1
+    /// Connections with a WATCH in force.
+    pub fn watching_clients(&self) -> usize {
+        self.watchers.load(Ordering::Relaxed)
+    }
+
+    /// Whether any key of a WATCH may have changed since it was watched.
+    pub fn changed_since(&self, watched: &Watched) -> bool {
+        watched
+            .keys
+            .iter()
+            .any(|&(slot, count)| self.versions[slot].load(Ordering::Acquire) != count)
+    }
+
+    /// Counts a commit's changes for WATCH, when anyone watches: the
+    /// counters are spread over half a MiB, so bumping one is a likely
+    /// cache miss and a locked add on every write of a server where nobody
+    /// uses WATCH.
+    fn count_changes(&self, touched: &[usize], touched_all: bool) {
+        if touched.is_empty() && !touched_all {
+            return;
+        }
+        // Pairs with the SeqCst add in `watch`: either the watcher is
+        // seen here, or its counter reads come after this write.
+        fence(Ordering::SeqCst);
+        if self.watchers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        if touched_all {
+            self.touch_all();
+        }
+        for &slot in touched {
+            self.versions[slot].fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     fn touch_all(&self) {
@@ -806,12 +880,7 @@ impl DbBatch<'_> {
     /// and marks every key it changed as modified for WATCH.
     pub fn commit(self) -> Result<Logged, StoreError> {
         let logged = self.db.store.write_logged(&self.batch)?;
-        if self.touched_all {
-            self.db.touch_all();
-        }
-        for &slot in &self.touched {
-            self.db.versions[slot].fetch_add(1, Ordering::AcqRel);
-        }
+        self.db.count_changes(&self.touched, self.touched_all);
         Ok(logged)
     }
 }

@@ -484,6 +484,57 @@ fn transactions_are_seen_whole_or_not_at_all() {
     assert!(reader.join().unwrap() > 10);
 }
 
+/// WATCH across connections: a write by another connection aborts the
+/// watcher's EXEC, writes made while nobody watched do not, and a watcher
+/// that leaves without UNWATCH stops being counted.
+#[test]
+fn watch_sees_other_connections_writes_and_leaving_watchers_are_uncounted() {
+    let server = start_sluice(Durability::None);
+    let (mut a, mut b) = (Client::connect(server.addr), Client::connect(server.addr));
+    let watching = |c: &mut Client| info_fields(c, b"clients")["watching_clients"].clone();
+    let tx = |c: &mut Client, value: &[u8]| -> Reply {
+        assert_eq!(c.call(&[b"MULTI"]), b"+OK\r\n");
+        assert_eq!(c.call(&[b"SET", b"k", value]), b"+QUEUED\r\n");
+        c.call_reply(&[b"EXEC"])
+    };
+    // Written while nobody watches: no count is kept, and a WATCH after
+    // it sees the key unchanged.
+    assert_eq!(b.call(&[b"SET", b"k", b"0"]), b"+OK\r\n");
+    assert_eq!(watching(&mut b), "0");
+    assert_eq!(a.call(&[b"WATCH", b"k"]), b"+OK\r\n");
+    assert_eq!(watching(&mut b), "1");
+    assert!(matches!(tx(&mut a, b"1"), Reply::Array(_)));
+    assert_eq!(watching(&mut b), "0", "EXEC ends the WATCH");
+    // Another connection's write after the WATCH aborts the transaction.
+    assert_eq!(a.call(&[b"WATCH", b"k"]), b"+OK\r\n");
+    assert_eq!(b.call(&[b"SET", b"k", b"2"]), b"+OK\r\n");
+    assert_eq!(tx(&mut a, b"3"), Reply::NullArray);
+    assert_eq!(b.call_reply(&[b"GET", b"k"]), Reply::Bulk(b"2".to_vec()));
+    // A watcher that disconnects is no longer counted; the next one still
+    // sees writes made after its WATCH.
+    assert_eq!(a.call(&[b"WATCH", b"k"]), b"+OK\r\n");
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while watching(&mut b) != "0" {
+        assert!(
+            Instant::now() < deadline,
+            "a closed connection still counts as watching"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut c = Client::connect(server.addr);
+    assert_eq!(c.call(&[b"WATCH", b"k"]), b"+OK\r\n");
+    assert_eq!(b.call(&[b"SET", b"k", b"4"]), b"+OK\r\n");
+    assert_eq!(tx(&mut c, b"5"), Reply::NullArray);
+    // UNWATCH, a write, WATCH again: nothing changed since, EXEC runs.
+    assert_eq!(c.call(&[b"WATCH", b"k"]), b"+OK\r\n");
+    assert_eq!(c.call(&[b"UNWATCH"]), b"+OK\r\n");
+    assert_eq!(b.call(&[b"SET", b"k", b"6"]), b"+OK\r\n");
+    assert_eq!(c.call(&[b"WATCH", b"k"]), b"+OK\r\n");
+    assert!(matches!(tx(&mut c, b"7"), Reply::Array(_)));
+    assert_eq!(b.call_reply(&[b"GET", b"k"]), Reply::Bulk(b"7".to_vec()));
+}
+
 #[test]
 fn expired_keys_nobody_reads_are_swept_from_the_store() {
     let server = start_sluice(Durability::Always);

@@ -305,8 +305,7 @@ fn transaction_command(
         }
         b"watch" => {
             for key in &args[1..] {
-                let version = shared.db.version(key);
-                conn.watched.push(version);
+                shared.db.watch(&mut conn.watched, key);
             }
             (ok(), None)
         }
@@ -335,7 +334,7 @@ fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>
     }
     let db = &shared.db;
     let _all = db.lock_all();
-    if watched.iter().any(|&v| db.changed_since(v)) {
+    if db.changed_since(&watched) {
         return (Some(Reply::NullArray), None);
     }
     let mut ctx = Ctx::transaction(db, super::now_ms());
@@ -740,6 +739,7 @@ fn info_clients(shared: &Shared, out: &mut String) {
         "maxclients",
         shared.max_clients.load(Ordering::Relaxed),
     );
+    line(out, "watching_clients", shared.db.watching_clients());
 }
 
 fn info_memory(shared: &Shared, out: &mut String) {

@@ -1,5 +1,6 @@
 //! One client connection's state on its worker.
 
+use crate::db::Watched;
 use crate::resp::reply::{blob_header, BLOB_HEADER_MAX_BYTES};
 use crate::resp::{Limits, Reply, RequestReader};
 use crate::session::Session;
@@ -110,7 +111,7 @@ pub(super) struct Conn {
     /// Inside MULTI: the commands queued so far.
     pub(super) tx: Option<Queued>,
     /// WATCH's view of the watched keys.
-    pub(super) watched: Vec<(usize, u64)>,
+    pub(super) watched: Watched,
     pub(super) last_active: Instant,
     pub(super) addr: String,
     /// The connection's TLS state (connections to the TLS listener).
@@ -140,7 +141,7 @@ impl Conn {
             dead: false,
             deferred: None,
             tx: None,
-            watched: Vec::new(),
+            watched: Watched::default(),
             last_active: now,
             addr,
             tls: None,
