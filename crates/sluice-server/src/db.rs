@@ -467,6 +467,12 @@ impl Db {
         watched.keys.push((slot, count));
     }
 
+    /// Whether a string entry of `key` and `value` fits the store's limits.
+    pub fn entry_fits(&self, key: &[u8], value: &[u8]) -> bool {
+        key.len() <= sluice_store::batch::MAX_KEY_BYTES
+            && value.len() + HEADER_BYTES <= sluice_store::batch::MAX_VALUE_BYTES
+    }
+
     /// Connections with a WATCH in force.
     pub fn watching_clients(&self) -> usize {
         self.watchers.load(Ordering::Relaxed)

@@ -17,6 +17,7 @@ use common::{small_store, start_redis, start_sluice_on, Client, Redis, Sluice};
 use proptest::prelude::*;
 use sluice_server::resp::Reply;
 use sluice_server::server::{Durability, ServerConfig, ShmSettings};
+use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
 struct Pair {
@@ -683,6 +684,130 @@ fn generated_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
         args.extend(rest);
         args
     })
+}
+
+/// A command of the pipelined test: mostly plain SETs (which a serving
+/// thread commits in groups), mixed with reads of what they wrote, SETs
+/// with options, read-modify-writes and hashes under the same keys (a
+/// grouped SET over a hash must remove its fields). Replies of these are
+/// the same bytes in Redis whatever the order of hash fields.
+fn pipelined_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    let key = || word(&["k1", "k2", "k3", "h1"]);
+    let value = || word(&["v", "", "7", "abc"]);
+    let field = || word(&["f1", "f2"]);
+    prop_oneof![
+        6 => (key(), value()).prop_map(|(k, v)| vec![b"SET".to_vec(), k, v]),
+        2 => key().prop_map(|k| vec![b"GET".to_vec(), k]),
+        1 => (key(), key()).prop_map(|(a, b)| vec![b"MGET".to_vec(), a, b]),
+        1 => (key(), value()).prop_map(|(k, v)| vec![b"SET".to_vec(), k, v, b"NX".to_vec()]),
+        1 => key().prop_map(|k| vec![b"INCR".to_vec(), k]),
+        1 => (key(), value()).prop_map(|(k, v)| vec![b"APPEND".to_vec(), k, v]),
+        1 => key().prop_map(|k| vec![b"DEL".to_vec(), k]),
+        1 => key().prop_map(|k| vec![b"TYPE".to_vec(), k]),
+        1 => (key(), field(), value()).prop_map(|(k, f, v)| vec![b"HSET".to_vec(), k, f, v]),
+        1 => (key(), field()).prop_map(|(k, f)| vec![b"HGET".to_vec(), k, f]),
+        1 => key().prop_map(|k| vec![b"HLEN".to_vec(), k]),
+    ]
+}
+
+/// Sends `script` as one pipeline and reads a reply per command.
+fn pipelined(
+    send: &mut dyn FnMut(&[u8]),
+    read: &mut dyn FnMut() -> Vec<u8>,
+    script: &[Vec<Vec<u8>>],
+) -> Vec<Vec<u8>> {
+    let mut bytes = Vec::new();
+    for args in script {
+        bytes.extend(common::request(args));
+    }
+    send(&bytes);
+    script.iter().map(|_| read()).collect()
+}
+
+/// Sends `commands` as one pipeline to Redis and to Sluice (over TCP and
+/// over shared memory): the replies must be the same bytes.
+fn compare_pipelined(commands: &[Vec<Vec<u8>>]) -> Result<(), TestCaseError> {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut redis = Client::connect_port(p.redis.port);
+    redis.call(&[b"FLUSHALL"]);
+    let want = {
+        let stream = redis.stream.try_clone().unwrap();
+        let mut send = |b: &[u8]| (&stream).write_all(b).unwrap();
+        let mut read = || redis.read_reply().unwrap();
+        pipelined(&mut send, &mut read, commands)
+    };
+    let mut tcp = Client::connect(p.sluice.addr);
+    tcp.call(&[b"FLUSHALL"]);
+    let over_tcp = {
+        let stream = tcp.stream.try_clone().unwrap();
+        let mut send = |b: &[u8]| (&stream).write_all(b).unwrap();
+        let mut read = || tcp.read_reply().unwrap();
+        pipelined(&mut send, &mut read, commands)
+    };
+    let url = format!("shm://{}", p.shm_path.display());
+    let shm = std::cell::RefCell::new(sluice_client::Client::connect(&url).unwrap());
+    shm.borrow_mut().call_raw(&[b"FLUSHALL"]).unwrap();
+    let over_shm = {
+        let mut send = |b: &[u8]| shm.borrow_mut().send_raw(b).unwrap();
+        let mut read = || shm.borrow_mut().read_reply_raw().unwrap();
+        pipelined(&mut send, &mut read, commands)
+    };
+    let show_all = || {
+        commands
+            .iter()
+            .map(|a| show(a))
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    };
+    for (via, got) in [("tcp", over_tcp), ("shm", over_shm)] {
+        for (i, (r, s)) in want.iter().zip(&got).enumerate() {
+            prop_assert_eq!(
+                String::from_utf8_lossy(r),
+                String::from_utf8_lossy(s),
+                "command {} `{}` over {}; pipeline:\n  {}",
+                i,
+                show(&commands[i]),
+                via,
+                show_all()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A SET over a hash, among other SETs of one pipeline, removes the hash's
+/// fields: a hash made again at that key has only its new ones.
+#[test]
+fn pipelined_set_over_a_hash_removes_its_fields() {
+    compare_pipelined(&script(&[
+        "HSET h1 f1 a f2 b",
+        "SET k1 x",
+        "SET h1 y",
+        "SET k2 z",
+        "TYPE h1",
+        "DEL h1",
+        "HSET h1 f1 c",
+        "HLEN h1",
+        "HGET h1 f2",
+        "SET h1 w",
+        "GET h1",
+        "MGET k1 k2 h1",
+    ]))
+    .unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 60, ..ProptestConfig::default() })]
+
+    /// The same commands sent as one pipeline to Redis and to Sluice get
+    /// the same replies, byte for byte.
+    #[test]
+    fn pipelined_sequences_match_redis(
+        commands in proptest::collection::vec(pipelined_command(), 1..120),
+    ) {
+        compare_pipelined(&commands)?;
+    }
 }
 
 proptest! {

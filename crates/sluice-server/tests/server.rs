@@ -40,10 +40,10 @@ fn write_until_stopped(
                 let mut i = 0;
                 while !stop.load(Ordering::Relaxed) {
                     let (k, v) = (format!("k{t}-{i}"), format!("v{t}-{i}"));
-                    // Every fifth round a pipelined batch of three.
+                    // Every fifth round a pipelined batch of twenty.
                     if i % 5 == 0 {
                         let mut batch = Vec::new();
-                        for j in 0..3 {
+                        for j in 0..20 {
                             batch.extend(request(&[
                                 b"SET".to_vec(),
                                 format!("{k}-{j}").into_bytes(),
@@ -51,7 +51,7 @@ fn write_until_stopped(
                             ]));
                         }
                         c.stream.write_all(&batch).unwrap();
-                        for j in 0..3 {
+                        for j in 0..20 {
                             assert_eq!(c.read_reply().unwrap(), b"+OK\r\n");
                             acked.push((format!("{k}-{j}"), v.clone()));
                         }
@@ -316,6 +316,22 @@ fn bad_input_closes_only_that_client() {
             String::from_utf8_lossy(input)
         );
     }
+    // Pipelined SETs, then bad input in the same read: the SETs are
+    // applied and answered, in order, before the error.
+    let mut c = Client::connect(server.addr);
+    c.stream
+        .write_all(b"*3\r\n$3\r\nSET\r\n$2\r\np1\r\n$1\r\n1\r\nSET p2 2\r\n*1\r\n$-5\r\n")
+        .unwrap();
+    let (got, closed) = read_until_closed(&mut c.stream, Duration::from_secs(10));
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "+OK\r\n+OK\r\n-ERR Protocol error: invalid bulk length\r\n"
+    );
+    assert!(closed);
+    assert_eq!(
+        other.call(&[b"MGET", b"p1", b"p2"]),
+        b"*2\r\n$1\r\n1\r\n$1\r\n2\r\n"
+    );
     // Half-sent requests, then the client vanishes: nothing is applied.
     for _ in 0..200 {
         let mut c = Client::connect(server.addr);

@@ -13,6 +13,7 @@ mod hashes;
 mod keys;
 pub mod long_double;
 mod server;
+pub mod set_group;
 mod strings;
 pub use strings::get_borrowed;
 

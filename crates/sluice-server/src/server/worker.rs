@@ -5,6 +5,8 @@
 use super::conn::{Conn, ShmLink, Transport};
 use super::shm::WorkerInbox;
 use super::{admin, Shared, WorkerStats, TICK};
+use crate::commands::set_group::{GroupOutcome, SetGroup};
+use crate::resp::Reply;
 use crate::session::Session;
 use sluice_io::net::{ConnId, NetEvent, NetRing, NetRingConfig, Waker};
 use sluice_store::wal::LogPosition;
@@ -642,79 +644,51 @@ impl Worker {
     }
 
     /// Runs the requests that arrived, up to the pipeline limit per
-    /// connection; whether any ran.
+    /// connection; whether any ran. Plain SETs go into one group committed
+    /// before a connection that sent some runs anything else, and at the
+    /// end: all before any reply goes out.
     fn serve_all(&mut self) -> bool {
         let mut served = false;
         self.deferring = false;
-        let store = self.shared.db.store().clone();
-        let max_pipeline = self.shared.config.max_pipeline;
-        let shm_out_limit = self.shm_out_limit();
+        let shared = self.shared.clone();
+        let pass = Pass {
+            shared: &shared,
+            store: shared.db.store().clone(),
+            max_pipeline: shared.config.max_pipeline,
+            shm_out_limit: self.shm_out_limit(),
+            stats: &shared.stats.by_worker[self.index],
+        };
         // Read at the first GET that needs it: after every request of the
         // turn arrived.
         let mut now_ms = None;
-        let stats = &self.shared.stats.by_worker[self.index];
+        let mut group = Grouped::default();
         for &id in &self.work {
-            let Some(c) = self.conns[id as usize].as_mut() else {
-                continue;
-            };
-            if !c.more_input || c.dead {
-                continue;
-            }
             let mut n = 0;
-            let mut held_back = false;
-            while n < max_pipeline && !c.quit {
-                if c.stream.is_shm() && c.backlog_bytes() >= shm_out_limit {
-                    held_back = true;
-                    break;
-                }
-                let next = match c.deferred.take() {
-                    Some(args) => Ok(Some(args)),
-                    None => c.reader.next(c.session.unauthenticated()),
-                };
-                match next {
-                    Ok(Some(args)) => {
-                        if admin::try_get(&self.shared, c, &args, &mut self.reads, &mut now_ms) {
-                            WorkerStats::add(&stats.commands_processed, 1);
-                            n += 1;
-                            continue;
+            while let Some(c) = self.conns[id as usize].as_mut() {
+                let stop = pass.serve_conn(
+                    c,
+                    id,
+                    &mut n,
+                    &mut group,
+                    &mut self.reads,
+                    &mut now_ms,
+                    &mut self.deferring,
+                );
+                match stop {
+                    Stop::Done => break,
+                    Stop::GroupFirst(error) => {
+                        group.commit(&shared, &mut self.conns, &mut self.reads);
+                        if let (Some(bytes), Some(c)) = (error, self.conns[id as usize].as_mut()) {
+                            c.push_bytes(&bytes);
+                            c.quit = true;
+                            c.closing = true;
                         }
-                        // Back-pressure: while the store is behind on
-                        // flushes and compactions, writes wait here (reads
-                        // and other connections go on) instead of the
-                        // store flushing on this thread.
-                        if admin::may_write(c, &args) && store.write_pressure() {
-                            self.shared
-                                .stats
-                                .write_pressure_waits
-                                .fetch_add(1, Ordering::Relaxed);
-                            c.deferred = Some(args);
-                            self.deferring = true;
-                            break;
-                        }
-                        WorkerStats::add(&stats.commands_processed, 1);
-                        admin::execute(&self.shared, c, &args, &mut self.reads);
-                        n += 1;
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        c.push_bytes(&e.reply());
-                        c.quit = true;
-                        c.closing = true;
                     }
                 }
             }
             served |= n > 0;
-            c.more_input = n == max_pipeline || c.deferred.is_some() || held_back;
-            if c.waiting_bytes() > self.shared.config.max_output_bytes {
-                log::warn!(
-                    "closing client {}: {} reply bytes wait for it (limit {})",
-                    c.addr,
-                    c.waiting_bytes(),
-                    self.shared.config.max_output_bytes
-                );
-                c.dead = true;
-            }
         }
+        group.commit(&shared, &mut self.conns, &mut self.reads);
         served
     }
 
@@ -906,5 +880,171 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+/// What one serving pass of a worker shares across its connections.
+struct Pass<'a> {
+    shared: &'a Shared,
+    store: Arc<sluice_store::Store>,
+    max_pipeline: usize,
+    shm_out_limit: usize,
+    stats: &'a WorkerStats,
+}
+
+/// Why a connection's pass stopped.
+enum Stop {
+    /// Its input for this turn is done (or it must wait).
+    Done,
+    /// Its SETs in the group must be committed before it goes on; then,
+    /// if given, its input was malformed and this error ends it.
+    GroupFirst(Option<Vec<u8>>),
+}
+
+/// Plain SETs of a pass waiting for one commit, and the connection each
+/// came from (in arrival order).
+#[derive(Default)]
+struct Grouped {
+    sets: SetGroup,
+    askers: Vec<u32>,
+}
+
+/// Connection `id` unless it is gone or dying.
+fn live(conns: &mut [Option<Conn>], id: u32) -> Option<&mut Conn> {
+    conns[id as usize].as_mut().filter(|c| !c.dead)
+}
+
+impl Grouped {
+    /// Whether connection `id` has SETs waiting here: a connection is
+    /// served in one stretch, so its SETs are the last ones.
+    fn holds(&self, id: u32) -> bool {
+        self.askers.last() == Some(&id)
+    }
+
+    /// Commits the SETs and queues each its reply (after the log position
+    /// to wait for, in `always`).
+    fn commit(&mut self, shared: &Shared, conns: &mut [Option<Conn>], reads: &mut ReadCache) {
+        if self.sets.is_empty() {
+            return;
+        }
+        let askers = std::mem::take(&mut self.askers);
+        match self.sets.commit(&shared.db) {
+            GroupOutcome::Committed(logged) => {
+                shared.committer.wrote(logged.position);
+                let always = shared.config.durability == super::Durability::Always;
+                let ok = Reply::Simple("OK".into());
+                for id in askers {
+                    if let Some(c) = live(conns, id) {
+                        if always {
+                            c.hold_until(logged.position);
+                        }
+                        c.push_reply(&ok);
+                    }
+                }
+            }
+            GroupOutcome::Failed(error) => {
+                for id in askers {
+                    if let Some(c) = live(conns, id) {
+                        c.push_reply(&error);
+                    }
+                }
+            }
+            GroupOutcome::OneByOne(sets) => {
+                for (id, args) in askers.into_iter().zip(sets) {
+                    if let Some(c) = live(conns, id) {
+                        admin::execute(shared, c, &args, reads);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// Runs `c`'s requests until its input is done, the pipeline limit,
+    /// back-pressure, or the group must be committed first.
+    #[allow(clippy::too_many_arguments)]
+    fn serve_conn(
+        &self,
+        c: &mut Conn,
+        id: u32,
+        n: &mut usize,
+        group: &mut Grouped,
+        reads: &mut ReadCache,
+        now_ms: &mut Option<u64>,
+        deferring: &mut bool,
+    ) -> Stop {
+        if !c.more_input || c.dead {
+            return Stop::Done;
+        }
+        let mut held_back = false;
+        while *n < self.max_pipeline && !c.quit {
+            if c.stream.is_shm() && c.backlog_bytes() >= self.shm_out_limit {
+                held_back = true;
+                break;
+            }
+            let next = match c.deferred.take() {
+                Some(args) => Ok(Some(args)),
+                None => c.reader.next(c.session.unauthenticated()),
+            };
+            let args = match next {
+                Ok(Some(args)) => args,
+                Ok(None) => break,
+                Err(e) if group.holds(id) => return Stop::GroupFirst(Some(e.reply())),
+                Err(e) => {
+                    c.push_bytes(&e.reply());
+                    c.quit = true;
+                    c.closing = true;
+                    continue;
+                }
+            };
+            // Back-pressure: while the store is behind on flushes and
+            // compactions, writes wait here (reads and other connections
+            // go on) instead of the store flushing on this thread.
+            if admin::may_write(c, &args) && self.store.write_pressure() {
+                self.shared
+                    .stats
+                    .write_pressure_waits
+                    .fetch_add(1, Ordering::Relaxed);
+                c.deferred = Some(args);
+                *deferring = true;
+                break;
+            }
+            if c.tx.is_none()
+                && !c.session.unauthenticated()
+                && SetGroup::takes(&self.shared.db, &args)
+            {
+                group.sets.push(args);
+                group.askers.push(id);
+                WorkerStats::add(&self.stats.commands_processed, 1);
+                *n += 1;
+                if group.sets.is_full() {
+                    return Stop::GroupFirst(None);
+                }
+                continue;
+            }
+            if group.holds(id) {
+                // Its SETs first: this command sees them, and its reply
+                // follows theirs.
+                c.deferred = Some(args);
+                return Stop::GroupFirst(None);
+            }
+            WorkerStats::add(&self.stats.commands_processed, 1);
+            *n += 1;
+            if !admin::try_get(self.shared, c, &args, reads, now_ms) {
+                admin::execute(self.shared, c, &args, reads);
+            }
+        }
+        c.more_input = *n == self.max_pipeline || c.deferred.is_some() || held_back;
+        if c.waiting_bytes() > self.shared.config.max_output_bytes {
+            log::warn!(
+                "closing client {}: {} reply bytes wait for it (limit {})",
+                c.addr,
+                c.waiting_bytes(),
+                self.shared.config.max_output_bytes
+            );
+            c.dead = true;
+        }
+        Stop::Done
     }
 }

@@ -1,0 +1,104 @@
+//! Plain SETs of one serving pass, committed as one batch.
+//!
+//! With pipelining, a thread reads many `SET key value` at once; each
+//! committed alone pays the store's write path (log append, memtable
+//! locks, WAL bookkeeping, its stripe lock) once per command. A
+//! [`SetGroup`] collects them and commits them together, under the stripe
+//! locks of all their keys, before any reply goes out and before the next
+//! command of another kind runs on that thread: a connection's later
+//! commands see its SETs, and no client hears OK for a SET not yet
+//! applied. Each SET takes effect at the group's commit, which lies between
+//! its arrival and its reply.
+
+use super::store_error_text;
+use crate::db::{Db, Entry, Value};
+use crate::resp::{Args, Reply};
+use sluice_store::Logged;
+
+/// SETs one group holds at most.
+pub const MAX_SETS: usize = 256;
+/// Key and value bytes one group holds at most.
+pub const MAX_BYTES: usize = 1 << 20;
+
+/// Plain SETs waiting to be committed together, in arrival order.
+#[derive(Debug, Default)]
+pub struct SetGroup {
+    sets: Vec<(Vec<u8>, Vec<u8>)>,
+    bytes: usize,
+}
+
+/// How a group's commit went.
+#[derive(Debug)]
+pub enum GroupOutcome {
+    /// Every SET is applied, in one batch logged here.
+    Committed(Logged),
+    /// None is applied; each SET answers this error.
+    Failed(Reply),
+    /// A key may hold a hash (whose fields a SET must remove): none is
+    /// applied, and each SET is to run on its own, in order.
+    OneByOne(Vec<Args>),
+}
+
+impl SetGroup {
+    /// Whether `args` is a SET a group can take: `SET key value` with no
+    /// option, a key and value the store takes.
+    pub fn takes(db: &Db, args: &Args) -> bool {
+        args.len() == 3 && args[0].eq_ignore_ascii_case(b"set") && db.entry_fits(&args[1], &args[2])
+    }
+
+    /// Adds a SET [`SetGroup::takes`] accepted.
+    pub fn push(&mut self, mut args: Args) {
+        debug_assert_eq!(args.len(), 3);
+        let value = args.pop().expect("a value");
+        let key = args.pop().expect("a key");
+        self.bytes += key.len() + value.len();
+        self.sets.push((key, value));
+    }
+
+    /// SETs held.
+    pub fn len(&self) -> usize {
+        self.sets.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.sets.is_empty()
+    }
+
+    /// Whether it should be committed before it takes another.
+    pub fn is_full(&self) -> bool {
+        self.sets.len() >= MAX_SETS || self.bytes >= MAX_BYTES
+    }
+
+    /// Commits every SET held (the group is empty after).
+    pub fn commit(&mut self, db: &Db) -> GroupOutcome {
+        let sets = std::mem::take(&mut self.sets);
+        self.bytes = 0;
+        let keys: Vec<&[u8]> = sets.iter().map(|(k, _)| &k[..]).collect();
+        let locked = db.lock(&keys);
+        if keys.iter().any(|k| db.may_hold_hash(k)) {
+            drop(locked);
+            let args = sets
+                .into_iter()
+                .map(|(k, v)| vec![b"SET".to_vec(), k, v])
+                .collect();
+            return GroupOutcome::OneByOne(args);
+        }
+        let mut batch = db.batch();
+        for (key, value) in sets {
+            let entry = Entry {
+                value: Value::String(value),
+                expire_at_ms: 0,
+            };
+            if let Err(e) = batch.put(&key, &entry) {
+                return GroupOutcome::Failed(Reply::Error(store_error_text(&e)));
+            }
+        }
+        let outcome = match batch.commit() {
+            Ok(logged) => GroupOutcome::Committed(logged),
+            Err(e) => GroupOutcome::Failed(Reply::Error(store_error_text(&e))),
+        };
+        drop(locked);
+        outcome
+    }
+}
