@@ -724,27 +724,22 @@ fn pipelined(
     script.iter().map(|_| read()).collect()
 }
 
+/// [`pipelined`] over a TCP connection, after FLUSHALL.
+fn pipelined_tcp(mut c: Client, commands: &[Vec<Vec<u8>>]) -> Vec<Vec<u8>> {
+    c.call(&[b"FLUSHALL"]);
+    let stream = c.stream.try_clone().unwrap();
+    let mut send = |b: &[u8]| (&stream).write_all(b).unwrap();
+    let mut read = || c.read_reply().unwrap();
+    pipelined(&mut send, &mut read, commands)
+}
+
 /// Sends `commands` as one pipeline to Redis and to Sluice (over TCP and
 /// over shared memory): the replies must be the same bytes.
 fn compare_pipelined(commands: &[Vec<Vec<u8>>]) -> Result<(), TestCaseError> {
     let p = pair();
     let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
-    let mut redis = Client::connect_port(p.redis.port);
-    redis.call(&[b"FLUSHALL"]);
-    let want = {
-        let stream = redis.stream.try_clone().unwrap();
-        let mut send = |b: &[u8]| (&stream).write_all(b).unwrap();
-        let mut read = || redis.read_reply().unwrap();
-        pipelined(&mut send, &mut read, commands)
-    };
-    let mut tcp = Client::connect(p.sluice.addr);
-    tcp.call(&[b"FLUSHALL"]);
-    let over_tcp = {
-        let stream = tcp.stream.try_clone().unwrap();
-        let mut send = |b: &[u8]| (&stream).write_all(b).unwrap();
-        let mut read = || tcp.read_reply().unwrap();
-        pipelined(&mut send, &mut read, commands)
-    };
+    let want = pipelined_tcp(Client::connect_port(p.redis.port), commands);
+    let over_tcp = pipelined_tcp(Client::connect(p.sluice.addr), commands);
     let url = format!("shm://{}", p.shm_path.display());
     let shm = std::cell::RefCell::new(sluice_client::Client::connect(&url).unwrap());
     shm.borrow_mut().call_raw(&[b"FLUSHALL"]).unwrap();

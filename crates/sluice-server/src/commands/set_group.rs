@@ -55,11 +55,6 @@ impl SetGroup {
         self.sets.push((key, value));
     }
 
-    /// SETs held.
-    pub fn len(&self) -> usize {
-        self.sets.len()
-    }
-
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.sets.is_empty()

@@ -271,11 +271,6 @@ impl TableBuffers {
         drop(self.lock().take());
     }
 
-    /// Bytes the kept buffer holds.
-    pub fn kept_bytes(&self) -> usize {
-        self.lock().as_ref().map_or(0, Vec::capacity)
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<u8>>> {
         self.spare.lock().unwrap_or_else(|p| p.into_inner())
     }
