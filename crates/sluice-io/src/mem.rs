@@ -260,21 +260,9 @@ pub fn recycled_bytes() -> usize {
 /// would not.
 #[inline]
 pub fn prefetch_read(bytes: &[u8], at: usize) {
-    let Some(line) = bytes.get(at) else {
-        return;
-    };
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCHT0 only hints the cache (it never faults and changes
-    // no memory state visible to the program), the pointer comes from a
-    // live reference, and SSE, which the instruction needs, is part of
-    // every x86-64 CPU.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (line as *const u8).cast::<i8>(),
-        );
+    if let Some(line) = bytes.get(at) {
+        prefetch(line);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = line;
 }
 
 /// Asks the CPU to bring the first cache line of `value` in for a read
@@ -284,8 +272,10 @@ pub fn prefetch_read(bytes: &[u8], at: usize) {
 #[inline]
 pub fn prefetch<T: ?Sized>(value: &T) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: as in `prefetch_read`: a hint that never faults, on a
-    // pointer from a live reference.
+    // SAFETY: PREFETCHT0 only hints the cache (it never faults and changes
+    // no memory state visible to the program), the pointer comes from a
+    // live reference, and SSE, which the instruction needs, is part of
+    // every x86-64 CPU.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
             (value as *const T).cast::<i8>(),
