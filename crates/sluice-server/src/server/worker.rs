@@ -998,10 +998,24 @@ impl Pass<'_> {
                     continue;
                 }
             };
+            let groupable = c.tx.is_none()
+                && !c.session.unauthenticated()
+                && SetGroup::takes(&self.shared.db, &args);
+            if !groupable && group.holds(id) {
+                // Its SETs first: this command sees them, and its reply
+                // follows theirs.
+                c.deferred = Some(args);
+                return Stop::GroupFirst(None);
+            }
+            if !groupable && admin::try_get(self.shared, c, &args, reads, now_ms) {
+                WorkerStats::add(&self.stats.commands_processed, 1);
+                *n += 1;
+                continue;
+            }
             // Back-pressure: while the store is behind on flushes and
             // compactions, writes wait here (reads and other connections
             // go on) instead of the store flushing on this thread.
-            if admin::may_write(c, &args) && self.store.write_pressure() {
+            if (groupable || admin::may_write(c, &args)) && self.store.write_pressure() {
                 self.shared
                     .stats
                     .write_pressure_waits
@@ -1010,28 +1024,15 @@ impl Pass<'_> {
                 *deferring = true;
                 break;
             }
-            if c.tx.is_none()
-                && !c.session.unauthenticated()
-                && SetGroup::takes(&self.shared.db, &args)
-            {
+            WorkerStats::add(&self.stats.commands_processed, 1);
+            *n += 1;
+            if groupable {
                 group.sets.push(args);
                 group.askers.push(id);
-                WorkerStats::add(&self.stats.commands_processed, 1);
-                *n += 1;
                 if group.sets.is_full() {
                     return Stop::GroupFirst(None);
                 }
-                continue;
-            }
-            if group.holds(id) {
-                // Its SETs first: this command sees them, and its reply
-                // follows theirs.
-                c.deferred = Some(args);
-                return Stop::GroupFirst(None);
-            }
-            WorkerStats::add(&self.stats.commands_processed, 1);
-            *n += 1;
-            if !admin::try_get(self.shared, c, &args, reads, now_ms) {
+            } else {
                 admin::execute(self.shared, c, &args, reads);
             }
         }
