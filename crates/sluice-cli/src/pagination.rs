@@ -188,6 +188,11 @@ pub struct ExportArgs {
     /// Continue an interrupted export where its checkpoints say.
     #[arg(long)]
     resume: bool,
+    /// Most milliseconds written pages wait to be made durable and
+    /// checkpointed (one device flush each time); 0: every page at once.
+    /// After a crash, `--resume` fetches again what no checkpoint counted.
+    #[arg(long, default_value_t = sluice_paginate::DEFAULT_CHECKPOINT_INTERVAL.as_millis() as u64)]
+    checkpoint_interval_ms: u64,
     #[arg(long, value_enum, default_value = "auto")]
     progress: ProgressArg,
     /// Seconds between progress lines when not on a terminal.
@@ -216,6 +221,7 @@ pub fn run_export(args: &ExportArgs) -> Result<()> {
         slot_bytes: args.slot_bytes,
         throttle_docs_per_s: args.throttle,
         resume: args.resume,
+        checkpoint_interval: Duration::from_millis(args.checkpoint_interval_ms),
         progress: args.progress.into(),
         progress_interval: Duration::from_secs_f64(args.progress_interval_s.max(0.1)),
         ..ExportOptions::default()

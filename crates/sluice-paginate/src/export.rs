@@ -63,10 +63,20 @@ pub struct ExportOptions {
     pub progress: ProgressMode,
     /// Time between progress lines.
     pub progress_interval: Duration,
+    /// Most time a slice's written pages wait to be made durable and
+    /// counted by its checkpoint; zero: every page at once. A crash loses
+    /// nothing that was counted, and `--resume` fetches the rest again.
+    pub checkpoint_interval: Duration,
     /// Progress counters and an interrupt that a caller (the Python
     /// package) reads and sets from another thread.
     pub watch: Option<Arc<ExportWatch>>,
 }
+
+/// How long written pages wait for their checkpoint unless told otherwise:
+/// a device flush every page cost the source a sixth of its speed on a
+/// shared machine (docs/BENCHMARKS.md), one a second costs nothing
+/// measurable, and a second of pages is cheap to fetch again.
+pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Progress an embedding program reads while an export runs, and its way
 /// to stop one: an interrupted export stops after the pages in flight with
@@ -100,6 +110,7 @@ impl Default for ExportOptions {
             resume: false,
             progress: ProgressMode::Auto,
             progress_interval: Duration::from_secs(5),
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             watch: None,
         }
     }
@@ -354,6 +365,8 @@ pub struct WriteSettings {
     pub progress_interval: Duration,
     /// Documents expected (for the ETA), if known.
     pub total_docs: Option<u64>,
+    /// Most time written pages wait for a durable checkpoint (zero: none).
+    pub checkpoint_interval: Duration,
     /// Progress and interrupt shared with the caller.
     pub watch: Option<Arc<ExportWatch>>,
 }
@@ -365,6 +378,7 @@ impl Default for WriteSettings {
             progress: ProgressMode::Off,
             progress_interval: Duration::from_secs(5),
             total_docs: None,
+            checkpoint_interval: DEFAULT_CHECKPOINT_INTERVAL,
             watch: None,
         }
     }
@@ -377,6 +391,7 @@ impl WriteSettings {
             progress: options.progress,
             progress_interval: options.progress_interval,
             total_docs,
+            checkpoint_interval: options.checkpoint_interval,
             watch: options.watch.clone(),
         }
     }
@@ -863,6 +878,7 @@ struct Shared<'a, 's> {
     counters: Arc<Vec<Counter>>,
     first_error: Mutex<Option<Error>>,
     watch: Option<Arc<ExportWatch>>,
+    checkpoint_interval: Duration,
 }
 
 impl Shared<'_, '_> {
@@ -927,6 +943,7 @@ fn write_slices(
         counters: counters.clone(),
         first_error: Mutex::new(None),
         watch: settings.watch.clone(),
+        checkpoint_interval: settings.checkpoint_interval,
     };
     if let Some(w) = &settings.watch {
         w.docs.store(docs_before, Ordering::Relaxed);
@@ -1001,6 +1018,15 @@ fn write_slices(
     })
 }
 
+/// Why a slice's writer stopped before its source ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Stopped {
+    /// Its own write failed: nothing more goes to the device.
+    Here,
+    /// Another slice failed, or the caller interrupted the export.
+    Elsewhere,
+}
+
 /// One slice: a fetcher thread pulls pages into a channel of one, this
 /// thread writes them, so the next fetch overlaps the current write.
 fn run_slice(
@@ -1035,16 +1061,23 @@ fn run_slice(
             .expect("spawn fetcher");
         for page in rx.iter() {
             if shared.stopping() {
-                return Err(());
+                return Err(Stopped::Elsewhere);
             }
             if let Err(e) = writer.write_page(page) {
                 shared.fail(e);
-                return Err(());
+                return Err(Stopped::Here);
             }
         }
         Ok(())
     });
     if outcome.is_err() || shared.stopping() {
+        // What this slice wrote is kept for `--resume` unless its own
+        // writes failed.
+        if outcome != Err(Stopped::Here) && writer.pages_not_checkpointed > 0 {
+            if let Err(e) = writer.checkpoint_durable() {
+                log::warn!("slice {slice}: its last pages could not be checkpointed: {e}");
+            }
+        }
         return None;
     }
     match writer.finish() {
@@ -1104,9 +1137,14 @@ struct SliceWriter<'s, 'a, 'f> {
     /// builds, so the writes go from where the pages lie.
     engine: Box<dyn sluice_io::Engine>,
     durable: DurableWrites,
+    /// The state after the last page written; `checkpoint_durable` makes
+    /// it the device's.
     ckpt: Checkpoint,
     manifest: Option<ManifestBlock>,
     block: Vec<u8>,
+    /// Pages written since the checkpoint last went to the device.
+    pages_not_checkpointed: u64,
+    last_checkpoint: Instant,
 }
 
 impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
@@ -1129,6 +1167,8 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
             block: vec![0u8; shared.header.block_size_bytes as usize],
             ckpt,
             manifest,
+            pages_not_checkpointed: 0,
+            last_checkpoint: Instant::now(),
         })
     }
 
@@ -1140,9 +1180,9 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         )
     }
 
-    /// Page and manifest block, made durable together (one submission);
-    /// then the checkpoint, written durable. When the checkpoint is durable,
-    /// so is everything it counts.
+    /// Page and manifest block, written together (one submission); once
+    /// the checkpoint interval has passed since the last checkpoint, a
+    /// durable checkpoint that counts them (`checkpoint_durable`).
     fn write_page(&mut self, page: FetchedPage) -> Result<()> {
         debug_assert_eq!(page.crc32c, crc32c::crc32c(&page.bytes), "the page's CRC");
         let h = self.shared.header;
@@ -1202,7 +1242,10 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         self.ckpt.bytes += page_bytes;
         self.ckpt.next_slot += slots;
         self.ckpt.cursor = page.cursor_after;
-        self.write_checkpoint()?;
+        self.pages_not_checkpointed += 1;
+        if self.last_checkpoint.elapsed() >= self.shared.checkpoint_interval {
+            self.checkpoint_durable()?;
+        }
         self.shared.counters[self.ckpt.slice as usize].add(page.docs as u64, page_bytes);
         if let Some(w) = &self.shared.watch {
             w.docs.fetch_add(page.docs as u64, Ordering::Relaxed);
@@ -1220,7 +1263,13 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         bytes: PageBytes,
         manifest_lba: u64,
     ) -> Result<()> {
-        let durable = Some(self.durable);
+        // With no interval, each page is made durable with its own
+        // submission, and the checkpoint that follows needs no flush.
+        let durable = self
+            .shared
+            .checkpoint_interval
+            .is_zero()
+            .then_some(self.durable);
         let engine = &mut *self.engine;
         match bytes {
             PageBytes::Pinned { buf, .. } => {
@@ -1245,6 +1294,20 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         Ok(())
     }
 
+    /// Makes every page written so far durable (one device flush, unless
+    /// each page already was), then writes the checkpoint that counts them,
+    /// durable: when it is, so is everything it counts.
+    fn checkpoint_durable(&mut self) -> Result<()> {
+        if self.pages_not_checkpointed > 0 && !self.shared.checkpoint_interval.is_zero() {
+            let durable = Some(self.durable);
+            sluice_io::write_runs_on(&mut *self.engine, &[], 0, Priority::High, durable)?;
+        }
+        self.write_checkpoint()?;
+        self.pages_not_checkpointed = 0;
+        self.last_checkpoint = Instant::now();
+        Ok(())
+    }
+
     fn write_checkpoint(&mut self) -> Result<()> {
         self.ckpt.generation += 1;
         self.ckpt.encode(&mut self.block)?;
@@ -1257,7 +1320,7 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
 
     fn finish(mut self) -> Result<Checkpoint> {
         self.ckpt.state = SliceState::Done;
-        self.write_checkpoint()?;
+        self.checkpoint_durable()?;
         Ok(self.ckpt)
     }
 }
@@ -1379,6 +1442,258 @@ mod tests {
         assert_eq!(read.docs, summary.docs);
         assert_eq!(read.bytes, total_pages * page_bytes(page_docs) as u64);
         assert_eq!(sinks.iter().map(|s| s.docs).sum::<u64>(), summary.docs);
+    }
+
+    /// A device that loses power at its n-th write: what was not flushed
+    /// is dropped or torn, and every I/O after that fails, as a machine
+    /// without power does nothing more; `revive` powers it on again. One
+    /// I/O at a time, so none lands after the cut.
+    #[derive(Debug)]
+    struct DyingDevice {
+        inner: sluice_io::MemoryDevice,
+        /// Writes before the cut; below zero once the power is off.
+        writes_left: Mutex<i64>,
+        cut: sluice_io::PowerCutMode,
+    }
+
+    impl DyingDevice {
+        fn powered<T>(
+            &self,
+            lba: u64,
+            is_write: bool,
+            io: impl FnOnce() -> sluice_io::Result<T>,
+        ) -> sluice_io::Result<T> {
+            let mut left = self.writes_left.lock().unwrap();
+            if is_write && *left == 0 {
+                self.inner.power_cut(self.cut);
+                *left = -1;
+            } else if is_write && *left > 0 {
+                *left -= 1;
+            }
+            if *left < 0 {
+                return Err(sluice_io::IoError::Media {
+                    lba,
+                    reason: "the power is off".into(),
+                });
+            }
+            io()
+        }
+
+        fn revive(&self) {
+            *self.writes_left.lock().unwrap() = i64::MAX;
+        }
+    }
+
+    impl Device for DyingDevice {
+        fn geometry(&self) -> Geometry {
+            self.inner.geometry()
+        }
+        fn read_at(&self, lba: u64, buf: &mut [u8]) -> sluice_io::Result<()> {
+            self.powered(lba, false, || self.inner.read_at(lba, buf))
+        }
+        fn write_at(&self, lba: u64, buf: &[u8]) -> sluice_io::Result<()> {
+            self.powered(lba, true, || self.inner.write_at(lba, buf))
+        }
+        fn flush(&self) -> sluice_io::Result<()> {
+            self.powered(0, false, || self.inner.flush())
+        }
+        fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+            None
+        }
+        fn is_direct(&self) -> bool {
+            false
+        }
+        fn describe(&self) -> String {
+            "a memory device that loses power".into()
+        }
+    }
+
+    /// Pages a millisecond apart, so that checkpoint intervals of a few
+    /// milliseconds pass now and then.
+    struct SlowPages(crate::synthetic::PaperPages);
+
+    impl PageSource for SlowPages {
+        fn next_page(&mut self) -> Result<Option<FetchedPage>> {
+            std::thread::sleep(Duration::from_millis(1));
+            self.0.next_page()
+        }
+    }
+
+    /// Every document id of a complete export, in read order per slice.
+    fn exported_ids(device: Arc<dyn Device>) -> Vec<String> {
+        use crate::read::{read_export, Hit, PageInfo, ReadOptions, Sink};
+        #[derive(Default)]
+        struct Ids(Vec<String>);
+        impl Sink for Ids {
+            fn page(&mut self, _page: &PageInfo, hits: &[Hit<'_>]) -> Result<()> {
+                self.0.extend(hits.iter().map(|h| h.id.to_string()));
+                Ok(())
+            }
+        }
+        let (_, sinks) = read_export(device, &ReadOptions::default(), |_| Ids::default()).unwrap();
+        let mut ids: Vec<String> = sinks.into_iter().flat_map(|s| s.0).collect();
+        ids.sort();
+        ids
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// A power cut at any write, whatever the checkpoint interval:
+        /// every page a durable checkpoint counts reads back with its
+        /// CRC, and `--resume` ends with every document exactly once.
+        #[test]
+        fn a_power_cut_loses_nothing_a_checkpoint_counted(
+            cut_at_write in 0i64..WRITES_OF_A_WHOLE_EXPORT,
+            interval_ms in proptest::sample::select(vec![0u64, 2, 3_600_000]),
+            torn in proptest::bool::ANY,
+        ) {
+            use crate::synthetic::{page_bytes, PaperPages};
+            let page_docs = 4;
+            let slot_blocks = page_bytes(page_docs).div_ceil(4096) as u32;
+            let cut = if torn {
+                sluice_io::PowerCutMode::TornSectors { seed: cut_at_write as u64 }
+            } else {
+                sluice_io::PowerCutMode::DropUnflushed
+            };
+            let dying = Arc::new(DyingDevice {
+                inner: sluice_io::MemoryDevice::new(4096, 2048),
+                writes_left: Mutex::new(cut_at_write),
+                cut,
+            });
+            let device: Arc<dyn Device> = dying.clone();
+            let layout = Layout {
+                slices: 3,
+                page_docs,
+                slot_blocks,
+                extent_slots: 3,
+                cursor_kind: CursorKind::Pit,
+                description: "{\"generated\":true}".into(),
+            };
+            let total_pages = 20;
+            let sources = |slice: u32, cursor: &str| -> Result<Box<dyn PageSource>> {
+                let pages = PaperPages::for_slice(9, page_docs, total_pages, slice, 3, cursor)?;
+                Ok(Box::new(SlowPages(pages)))
+            };
+            let settings = WriteSettings {
+                checkpoint_interval: Duration::from_millis(interval_ms),
+                ..WriteSettings::default()
+            };
+            let first = write_new_export(device.clone(), &layout, &sources, &settings);
+            dying.revive();
+            let io = DeviceIo::open(device.clone(), 4, 16 << 20).unwrap();
+            if crate::layout::load_header(&io).is_err() {
+                // The cut came before the header was durable: nothing was
+                // counted, and the export must start again.
+                proptest::prop_assert!(first.is_err());
+                return Ok(());
+            }
+            let loaded = crate::layout::load_export(&io).unwrap();
+            if first.is_ok() {
+                proptest::prop_assert_eq!(loaded.header.state, ExportState::Complete);
+            }
+            for slice in &loaded.slices {
+                for page in &slice.pages {
+                    let bytes = io
+                        .read(page.lba, page.slots as usize * slot_blocks as usize * 4096)
+                        .unwrap();
+                    let bytes = &bytes[..page.byte_len as usize];
+                    proptest::prop_assert_eq!(crc32c::crc32c(bytes), page.crc32c);
+                    proptest::prop_assert_eq!(
+                        bytes,
+                        &PaperPages::page(9, page_docs, slice_first_page(slice, total_pages) + page.seq as u64)[..]
+                    );
+                }
+            }
+            // --resume: the loaded checkpoints, their manifests, the same sources.
+            let used = loaded.slices.iter().flat_map(|s| s.extents.iter().copied()).collect();
+            let allocator = ExtentAllocator::new(loaded.header.extent_capacity, used);
+            let manifests = loaded.slices.iter().map(|s| s.current_manifest.clone()).collect();
+            let checkpoints = loaded.slices.into_iter().map(|s| s.checkpoint).collect();
+            let summary = write_slices(
+                device.clone(),
+                loaded.header,
+                checkpoints,
+                manifests,
+                allocator,
+                &sources,
+                &settings,
+                Instant::now(),
+            )
+            .unwrap();
+            proptest::prop_assert_eq!(summary.pages, total_pages);
+            let expected: Vec<String> =
+                (0..total_pages * page_docs as u64).map(|id| format!("{id:010}")).collect();
+            proptest::prop_assert_eq!(exported_ids(device), expected);
+        }
+    }
+
+    /// Pages until the `stop_after`-th, then the export's interrupt.
+    struct InterruptingPages {
+        pages: crate::synthetic::PaperPages,
+        watch: Arc<ExportWatch>,
+        stop_after: Arc<AtomicU64>,
+    }
+
+    impl PageSource for InterruptingPages {
+        fn next_page(&mut self) -> Result<Option<FetchedPage>> {
+            if self.stop_after.fetch_sub(1, Ordering::SeqCst) == 1 {
+                self.watch.interrupt.store(true, Ordering::SeqCst);
+            }
+            self.pages.next_page()
+        }
+    }
+
+    #[test]
+    fn an_interrupted_export_checkpoints_every_page_it_wrote() {
+        use crate::synthetic::{page_bytes, PaperPages};
+        let dir = tempfile::tempdir().unwrap();
+        let page_docs = 8;
+        let device: Arc<dyn Device> = Arc::new(
+            FileDevice::create(&dir.path().join("x.dev"), 16 << 20, &FileOptions::default())
+                .unwrap(),
+        );
+        let layout = Layout {
+            slices: 2,
+            page_docs,
+            slot_blocks: page_bytes(page_docs).div_ceil(4096) as u32,
+            extent_slots: 4,
+            cursor_kind: CursorKind::Pit,
+            description: "{\"generated\":true}".into(),
+        };
+        let watch = Arc::new(ExportWatch::default());
+        let stop_after = Arc::new(AtomicU64::new(9));
+        let sources = |slice: u32, cursor: &str| -> Result<Box<dyn PageSource>> {
+            Ok(Box::new(InterruptingPages {
+                pages: PaperPages::for_slice(4, page_docs, 40, slice, 2, cursor)?,
+                watch: watch.clone(),
+                stop_after: stop_after.clone(),
+            }))
+        };
+        let settings = WriteSettings {
+            // No checkpoint falls due: only stopping makes the pages count.
+            checkpoint_interval: Duration::from_secs(3600),
+            watch: Some(watch.clone()),
+            ..WriteSettings::default()
+        };
+        let err = write_new_export(device.clone(), &layout, &sources, &settings).unwrap_err();
+        assert!(matches!(err, Error::Interrupted), "{err}");
+        let written = watch.docs.load(Ordering::SeqCst);
+        assert!(written > 0, "no page was written before the interrupt");
+        let io = DeviceIo::open(device, 2, 16 << 20).unwrap();
+        let loaded = load_export(&io).unwrap();
+        let durable: u64 = loaded.slices.iter().map(|s| s.checkpoint.docs).sum();
+        assert_eq!(durable, written, "pages written but not counted by a checkpoint");
+    }
+
+    /// A little more than the device writes of the whole export of the
+    /// power-cut test (headers, checkpoints, pages and manifest blocks: 73
+    /// with a checkpoint per page), so that some runs end before the cut.
+    const WRITES_OF_A_WHOLE_EXPORT: i64 = 76;
+
+    /// The data set's page number of a slice's first page.
+    fn slice_first_page(slice: &crate::layout::LoadedSlice, total_pages: u64) -> u64 {
+        slice.checkpoint.slice as u64 * total_pages.div_ceil(3)
     }
 
     #[test]

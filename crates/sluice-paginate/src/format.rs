@@ -1,6 +1,9 @@
 //! The export device's blocks, byte by byte as docs/FORMAT.md ("Export
 //! device format") writes them down: header, checkpoints, manifest blocks.
-//! Every block ends with a CRC32C of the bytes before it.
+//! Header and checkpoint blocks end with a CRC32C of the bytes before it; a
+//! manifest block, rewritten in place as pages are added, has one for its
+//! header and one for each entry, so that a torn rewrite keeps every entry
+//! that was already on the device.
 
 use crate::error::{Error, Result};
 use sluice_io::codec;
@@ -9,10 +12,15 @@ use sluice_io::codec;
 pub const HEADER_MAGIC: &[u8; 8] = b"SLCEXPT1";
 /// First bytes of each slice checkpoint copy.
 pub const CHECKPOINT_MAGIC: &[u8; 8] = b"SLCCKPT1";
-/// First bytes of each manifest block.
-pub const MANIFEST_MAGIC: &[u8; 8] = b"SLCMANI1";
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// First bytes of each manifest block (format 2: a CRC32C per entry).
+pub const MANIFEST_MAGIC: &[u8; 8] = b"SLCMANI2";
+/// First bytes of a format-1 manifest block (one CRC32C for the block),
+/// still read.
+pub const MANIFEST_MAGIC_V1: &[u8; 8] = b"SLCMANI1";
+/// The format version this build writes.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads.
+pub const OLDEST_READ_VERSION: u32 = 1;
 /// Most slices one export may have (each takes two checkpoint blocks).
 pub const MAX_SLICES: u32 = 1024;
 /// "No extent": a slice that has written nothing yet, or the first extent's predecessor.
@@ -20,6 +28,8 @@ pub const NO_EXTENT: u64 = u64::MAX;
 /// Bytes of one page entry in a manifest block.
 pub const ENTRY_BYTES: usize = 32;
 const MANIFEST_HEADER_BYTES: usize = 64;
+/// Where a format-2 manifest block's header CRC32C lies (it covers the bytes before).
+const MANIFEST_HEADER_CRC_AT: usize = 60;
 const HEADER_FIXED_BYTES: usize = 108;
 const CHECKPOINT_FIXED_BYTES: usize = 64;
 
@@ -168,9 +178,9 @@ impl Header {
         check_block(block, HEADER_MAGIC, "export header", lba)?;
         let mut r = Fields::new(block, 8, "export header", lba);
         let version = r.u32()?;
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READ_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(Error::Format(format!(
-                "export header at LBA {lba} is format version {version}; this build reads version {FORMAT_VERSION}"
+                "export header at LBA {lba} is format version {version}; this build reads versions {OLDEST_READ_VERSION} to {FORMAT_VERSION}"
             )));
         }
         let block_size_bytes = r.u32()?;
@@ -361,6 +371,12 @@ pub struct PageEntry {
 }
 
 /// One extent's manifest block: the pages written into the extent.
+///
+/// Written whole after every page placed in the extent, over the block's
+/// last contents. Its header never changes once written and each entry is
+/// checked by its own CRC32C (seeded with the extent and owner), so a
+/// write torn at any sector keeps every entry written before it, and an
+/// entry left by an earlier owner of the extent is not taken for this one's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestBlock {
     /// The extent.
@@ -374,7 +390,8 @@ pub struct ManifestBlock {
 }
 
 impl ManifestBlock {
-    /// Writes the block (sealed with its CRC32C).
+    /// Writes the block (format 2): header with its CRC32C, then each
+    /// entry with its own.
     pub fn encode(&self, block: &mut [u8]) {
         assert!(self.entries.len() <= max_extent_slots(block.len() as u32) as usize);
         block.fill(0);
@@ -382,24 +399,89 @@ impl ManifestBlock {
         w.bytes(MANIFEST_MAGIC);
         w.u64(self.extent);
         w.u32(self.owner_slice);
-        w.u32(self.entries.len() as u32);
+        w.u32(0);
         w.u64(self.prev_extent);
-        w.pos = MANIFEST_HEADER_BYTES;
+        let header_crc = crc32c::crc32c(&w.buf[..MANIFEST_HEADER_CRC_AT]);
+        w.pos = MANIFEST_HEADER_CRC_AT;
+        w.u32(header_crc);
+        debug_assert_eq!(w.pos, MANIFEST_HEADER_BYTES);
+        let seed = self.entry_seed();
         for e in &self.entries {
-            w.u32(e.slice);
+            debug_assert_eq!(e.slice, self.owner_slice, "an entry of the extent's owner");
+            let start = w.pos;
             w.u32(e.seq);
             w.u64(e.lba);
             w.u32(e.byte_len);
             w.u32(e.doc_count);
             w.u32(e.crc32c);
             w.u32(e.slots);
+            let crc = crc32c::crc32c_append(seed, &w.buf[start..w.pos]);
+            w.u32(crc);
         }
-        seal(block);
     }
 
-    /// Decodes a manifest block; `lba` names it in errors.
+    /// What each entry's CRC32C starts from: the extent and its owner.
+    fn entry_seed(&self) -> u32 {
+        let mut seed = [0u8; 12];
+        seed[..8].copy_from_slice(&self.extent.to_le_bytes());
+        seed[8..].copy_from_slice(&self.owner_slice.to_le_bytes());
+        crc32c::crc32c(&seed)
+    }
+
+    /// Decodes a manifest block of either format; `lba` names it in
+    /// errors. Format 2 gives the entries up to the first whose CRC32C does
+    /// not match (never written, or torn on the way).
     pub fn decode(block: &[u8], lba: u64) -> Result<ManifestBlock> {
-        check_block(block, MANIFEST_MAGIC, "manifest block", lba)?;
+        if block.len() >= 512 && &block[..8] == MANIFEST_MAGIC_V1 {
+            return Self::decode_v1(block, lba);
+        }
+        if block.len() < 512 || &block[..8] != MANIFEST_MAGIC {
+            // Names the block and what was found there.
+            check_block(block, MANIFEST_MAGIC, "manifest block", lba)?;
+        }
+        let stored = codec::u32_at(block, MANIFEST_HEADER_CRC_AT).expect("a header");
+        let computed = crc32c::crc32c(&block[..MANIFEST_HEADER_CRC_AT]);
+        if stored != computed {
+            return Err(Error::Format(format!(
+                "manifest block at LBA {lba} is corrupt: header CRC32C {computed:#010x}, recorded {stored:#010x}"
+            )));
+        }
+        let mut r = Fields::new(block, 8, "manifest block", lba);
+        let extent = r.u64()?;
+        let owner_slice = r.u32()?;
+        let _zero = r.u32()?;
+        let prev_extent = r.u64()?;
+        let mut m = ManifestBlock {
+            extent,
+            owner_slice,
+            prev_extent,
+            entries: Vec::new(),
+        };
+        let seed = m.entry_seed();
+        for i in 0..max_extent_slots(block.len() as u32) as usize {
+            let start = MANIFEST_HEADER_BYTES + i * ENTRY_BYTES;
+            let entry = &block[start..start + ENTRY_BYTES];
+            let stored = codec::u32_at(entry, ENTRY_BYTES - 4).expect("a whole entry");
+            if crc32c::crc32c_append(seed, &entry[..ENTRY_BYTES - 4]) != stored {
+                break;
+            }
+            let mut r = Fields::new(entry, 0, "manifest entry", lba);
+            m.entries.push(PageEntry {
+                slice: owner_slice,
+                seq: r.u32()?,
+                lba: r.u64()?,
+                byte_len: r.u32()?,
+                doc_count: r.u32()?,
+                crc32c: r.u32()?,
+                slots: r.u32()?,
+            });
+        }
+        Ok(m)
+    }
+
+    /// A format-1 block: one CRC32C over the block and an entry count.
+    fn decode_v1(block: &[u8], lba: u64) -> Result<ManifestBlock> {
+        check_block(block, MANIFEST_MAGIC_V1, "manifest block", lba)?;
         let mut r = Fields::new(block, 8, "manifest block", lba);
         let extent = r.u64()?;
         let owner_slice = r.u32()?;
@@ -615,9 +697,104 @@ mod tests {
         };
         m.encode(&mut block);
         assert_eq!(ManifestBlock::decode(&block, 12).unwrap(), m);
-        block[100] ^= 1;
-        let err = ManifestBlock::decode(&block, 12).unwrap_err().to_string();
+        // A damaged entry ends the block's entries there; a damaged header
+        // is an error naming the block.
+        let mut damaged = block.clone();
+        damaged[MANIFEST_HEADER_BYTES + 3 * ENTRY_BYTES + 5] ^= 1;
+        let decoded = ManifestBlock::decode(&damaged, 12).unwrap();
+        assert_eq!(decoded.entries, m.entries[..3]);
+        damaged[20] ^= 1;
+        let err = ManifestBlock::decode(&damaged, 12).unwrap_err().to_string();
         assert!(err.contains("manifest block at LBA 12 is corrupt"), "{err}");
+    }
+
+    #[test]
+    fn a_torn_manifest_rewrite_keeps_the_entries_written_before_it() {
+        let entry = |seq: u32| PageEntry {
+            slice: 2,
+            seq,
+            lba: 500 + seq as u64 * 3,
+            byte_len: 9000 + seq,
+            doc_count: 16,
+            crc32c: seq.wrapping_mul(0x9e37_79b9),
+            slots: 1,
+        };
+        let mut m = ManifestBlock {
+            extent: 7,
+            owner_slice: 2,
+            prev_extent: 3,
+            entries: (0..20).map(entry).collect(),
+        };
+        let mut old = vec![0u8; 4096];
+        m.encode(&mut old);
+        m.entries.extend((20..40).map(entry));
+        let mut new = vec![0u8; 4096];
+        m.encode(&mut new);
+        // Every mix of the two writes' 512-byte sectors.
+        for mask in 0u32..256 {
+            let mut torn = old.clone();
+            for sector in 0..8 {
+                if mask & (1 << sector) != 0 {
+                    let r = sector * 512..(sector + 1) * 512;
+                    torn[r.clone()].copy_from_slice(&new[r]);
+                }
+            }
+            let got = ManifestBlock::decode(&torn, 1).unwrap();
+            assert!(
+                got.entries.len() >= 20,
+                "mask {mask:#x}: {} entries",
+                got.entries.len()
+            );
+            assert_eq!(
+                got.entries,
+                m.entries[..got.entries.len()],
+                "mask {mask:#x}"
+            );
+        }
+        // The same bytes under another owner or extent are not its entries.
+        let other = ManifestBlock {
+            owner_slice: 3,
+            ..m.clone()
+        };
+        let mut reused = vec![0u8; 4096];
+        other.encode(&mut reused[..]);
+        reused[MANIFEST_HEADER_BYTES..].copy_from_slice(&new[MANIFEST_HEADER_BYTES..]);
+        assert!(ManifestBlock::decode(&reused, 1)
+            .unwrap()
+            .entries
+            .is_empty());
+    }
+
+    #[test]
+    fn format_1_manifest_blocks_are_still_read() {
+        let mut block = vec![0u8; 4096];
+        block[..8].copy_from_slice(MANIFEST_MAGIC_V1);
+        block[8..16].copy_from_slice(&4u64.to_le_bytes());
+        block[16..20].copy_from_slice(&1u32.to_le_bytes());
+        block[20..24].copy_from_slice(&1u32.to_le_bytes());
+        block[24..32].copy_from_slice(&NO_EXTENT.to_le_bytes());
+        let fields: [u32; 8] = [1, 0, 900, 0, 1234, 10, 0xabcd, 2];
+        for (i, f) in fields.iter().enumerate() {
+            block[64 + 4 * i..68 + 4 * i].copy_from_slice(&f.to_le_bytes());
+        }
+        seal(&mut block);
+        let m = ManifestBlock::decode(&block, 3).unwrap();
+        assert_eq!((m.extent, m.owner_slice, m.prev_extent), (4, 1, NO_EXTENT));
+        assert_eq!(
+            m.entries,
+            [PageEntry {
+                slice: 1,
+                seq: 0,
+                lba: 900,
+                byte_len: 1234,
+                doc_count: 10,
+                crc32c: 0xabcd,
+                slots: 2,
+            }]
+        );
+        block[100] ^= 1;
+        let err = ManifestBlock::decode(&block, 3).unwrap_err().to_string();
+        assert!(err.contains("manifest block at LBA 3 is corrupt"), "{err}");
     }
 
     #[test]

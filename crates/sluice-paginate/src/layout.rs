@@ -104,6 +104,11 @@ fn load_slice(io: &DeviceIo, header: &Header, slice: u32) -> Result<LoadedSlice>
     let mut extents = Vec::new();
     let mut pages = Vec::new();
     let mut current_manifest = None;
+    // Pages of an older extent of the chain come before those of the next
+    // one: an entry at or past the next extent's first page is an earlier
+    // run's, written before a crash that no checkpoint counted, after
+    // which that page went to a new extent.
+    let mut next_extent_first_seq = u64::MAX;
     let mut extent = checkpoint.current_extent;
     while extent != NO_EXTENT {
         if extent >= header.extent_capacity || extents.len() as u64 >= header.extent_capacity {
@@ -121,7 +126,11 @@ fn load_slice(io: &DeviceIo, header: &Header, slice: u32) -> Result<LoadedSlice>
             )));
         }
         // Entries written after the last durable checkpoint are not part of the export.
-        block.entries.retain(|e| (e.seq as u64) < checkpoint.pages);
+        let bound = checkpoint.pages.min(next_extent_first_seq);
+        block.entries.retain(|e| (e.seq as u64) < bound);
+        if let Some(first) = block.entries.iter().map(|e| e.seq as u64).min() {
+            next_extent_first_seq = first;
+        }
         pages.extend(block.entries.iter().copied());
         extents.push(extent);
         extent = block.prev_extent;
@@ -227,6 +236,75 @@ mod tests {
         assert_eq!(a.take(), Some(5));
         assert_eq!(a.take(), None);
         assert_eq!(a.high_water(), 6);
+    }
+
+    #[test]
+    fn an_earlier_runs_entries_before_a_new_extent_are_not_read() {
+        use crate::device::DeviceIo;
+        use crate::export::{new_header, Layout};
+        use crate::format::CursorKind;
+        use sluice_io::{Device, MemoryDevice};
+        use std::sync::Arc;
+        let device: Arc<dyn Device> = Arc::new(MemoryDevice::new(4096, 4096));
+        let layout = Layout {
+            slices: 1,
+            page_docs: 10,
+            slot_blocks: 2,
+            extent_slots: 8,
+            cursor_kind: CursorKind::Pit,
+            description: "{}".into(),
+        };
+        let header = new_header(device.geometry(), &layout).unwrap();
+        let io = DeviceIo::open(device, 2, 1 << 20).unwrap();
+        let mut block = vec![0u8; 4096];
+        header.encode(&mut block).unwrap();
+        io.write(0, &block).unwrap();
+        let entry = |seq: u32, extent: u64, slot: u32| PageEntry {
+            slice: 0,
+            seq,
+            lba: header.slot_lba(extent, slot),
+            byte_len: 100 + seq,
+            doc_count: 10,
+            crc32c: seq,
+            slots: 1,
+        };
+        // Extent 0 still holds pages 2 and 3 of a run that crashed before
+        // counting them; the resumed run put its page 2 (larger) and what
+        // followed into extent 1.
+        let old = ManifestBlock {
+            extent: 0,
+            owner_slice: 0,
+            prev_extent: NO_EXTENT,
+            entries: (0..4).map(|s| entry(s, 0, s)).collect(),
+        };
+        let new = ManifestBlock {
+            extent: 1,
+            owner_slice: 0,
+            prev_extent: 0,
+            entries: (2..5).map(|s| entry(s, 1, s - 2)).collect(),
+        };
+        for m in [&old, &new] {
+            m.encode(&mut block);
+            io.write(header.manifest_block_lba(m.extent), &block)
+                .unwrap();
+        }
+        let mut c = Checkpoint::new(0);
+        c.generation = 1;
+        c.pages = 5;
+        c.docs = 50;
+        c.bytes = (0..5).map(|s| 100 + s as u64).sum();
+        c.current_extent = 1;
+        c.next_slot = 3;
+        c.encode(&mut block).unwrap();
+        io.write(Header::checkpoint_lba(0, 1), &block).unwrap();
+        let loaded = load_export(&io).unwrap();
+        let pages = &loaded.slices[0].pages;
+        assert_eq!(
+            pages.iter().map(|p| p.seq).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        assert_eq!(pages[2], entry(2, 1, 0));
+        assert_eq!(loaded.slices[0].extents, [0, 1]);
     }
 
     #[test]

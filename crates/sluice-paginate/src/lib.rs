@@ -47,7 +47,7 @@ pub mod synthetic;
 pub use error::{Error, Result};
 pub use export::{
     export, write_new_export, ExportOptions, ExportSummary, ExportWatch, Layout, PageSource,
-    WriteSettings,
+    WriteSettings, DEFAULT_CHECKPOINT_INTERVAL,
 };
 pub use http::{Auth, Client, HttpOptions};
 pub use read::{
