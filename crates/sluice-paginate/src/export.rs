@@ -1683,7 +1683,10 @@ mod tests {
         let io = DeviceIo::open(device, 2, 16 << 20).unwrap();
         let loaded = load_export(&io).unwrap();
         let durable: u64 = loaded.slices.iter().map(|s| s.checkpoint.docs).sum();
-        assert_eq!(durable, written, "pages written but not counted by a checkpoint");
+        assert_eq!(
+            durable, written,
+            "pages written but not counted by a checkpoint"
+        );
     }
 
     /// A little more than the device writes of the whole export of the
