@@ -133,11 +133,21 @@ struct State {
     /// writes are reaped as later ones go out, and all of them before a
     /// group is made durable or closed.
     early: Box<dyn sluice_io::Engine>,
-    /// Early writes queued on `early` since it last entered the kernel.
-    early_unsubmitted: usize,
+    /// Sealed blocks that follow one another on the device, gathered into
+    /// one write that goes to `early` when it holds
+    /// [`EARLY_WRITES_PER_SUBMIT`] blocks, when a commit has come since the
+    /// last early write, or before any wait for the early writes.
+    early_batch: Option<EarlyBatch>,
     /// Commits made when the last early write was queued.
     commits_at_early: u64,
     failed: Option<String>,
+}
+
+/// Consecutive log blocks on their way to the device as one write.
+struct EarlyBatch {
+    first_block: u64,
+    buf: sluice_io::IoBuf,
+    blocks: usize,
 }
 
 /// Commit groups in flight at once. More than one lets the next group go out
@@ -148,11 +158,11 @@ struct State {
 /// path"). A device with FUA may want more.
 pub const MAX_COMMIT_LEADERS: usize = 1;
 
-/// Full blocks queued before they go to the kernel in one submission (one
-/// system call and one device notification for all of them), while no
-/// commit is being made (then each goes at once, as a commit would wait for
-/// it). Unsynced writes in queued blocks are lost if the process dies
-/// before the next submission, commit or close, as those in the open block
+/// Full blocks gathered before they go to the kernel as one write (one
+/// system call, one request and one device notification for all of them),
+/// while no commit is being made (then each goes at once, as a commit would
+/// wait for it). Unsynced writes in gathered blocks are lost if the process
+/// dies before the next write, commit or close, as those in the open block
 /// always are.
 pub const EARLY_WRITES_PER_SUBMIT: usize = 8;
 
@@ -231,7 +241,7 @@ impl Wal {
                 stage: AlignedMem::new(2 * STORE_BLOCK_BYTES),
                 group_start: next_seq,
                 early,
-                early_unsubmitted: 0,
+                early_batch: None,
                 commits_at_early: 0,
                 failed: None,
             }),
@@ -400,39 +410,82 @@ impl Wal {
         Ok(())
     }
 
-    /// Hands the sealed open block to the early engine (not waiting for
-    /// it) and takes in whatever earlier early writes have completed.
+    /// Adds the sealed open block to the early batch (not waiting for it),
+    /// which goes to the device once full or when a commit has come since
+    /// the last early write; takes in whatever earlier early writes have
+    /// completed.
     fn submit_early(&self, st: &mut State, block: u64) -> Result<()> {
-        let State { early, open, .. } = &mut *st;
-        let io = |error| StoreError::Io { block, error };
-        if early.in_flight() >= early.queue_depth() {
-            reap_early(early.as_mut(), 1, block)?;
+        if st
+            .early_batch
+            .as_ref()
+            .is_some_and(|b| block != b.first_block + b.blocks as u64)
+        {
+            // Not the next block on the device (the ring wrapped).
+            self.send_early_batch(st)?;
         }
-        let mut buf = early
-            .pool()
-            .alloc(STORE_BLOCK_BYTES, sluice_io::Direction::Write)
-            .map_err(io)?;
-        buf.write_at(0, open.as_slice());
-        let lba = self.dev.lba_of(block);
-        early
-            .submit(sluice_io::Request::write(lba, buf, block))
-            .map_err(|r| io(r.error))?;
-        st.early_unsubmitted += 1;
-        // Batched only while no commit came since the last early write: a
-        // commit would wait for the queued blocks at their full latency.
+        let State {
+            early,
+            open,
+            early_batch,
+            commits_at_early,
+            ..
+        } = &mut *st;
+        if early_batch.is_none() {
+            if early.in_flight() >= early.queue_depth() {
+                reap_early(early.as_mut(), 1, block)?;
+            }
+            let buf = early
+                .pool()
+                .alloc(
+                    EARLY_WRITES_PER_SUBMIT * STORE_BLOCK_BYTES,
+                    sluice_io::Direction::Write,
+                )
+                .map_err(|error| StoreError::Io { block, error })?;
+            *early_batch = Some(EarlyBatch {
+                first_block: block,
+                buf,
+                blocks: 0,
+            });
+        }
+        let batch = early_batch.as_mut().expect("a batch");
+        batch
+            .buf
+            .write_at(batch.blocks * STORE_BLOCK_BYTES, open.as_slice());
+        batch.blocks += 1;
+        // Gathered only while no commit came since the last early write: a
+        // commit would wait for the gathered blocks at their full latency.
         let commits = self.flushes.load(Ordering::Relaxed);
-        let committing = commits != st.commits_at_early;
-        st.commits_at_early = commits;
-        if st.early_unsubmitted < EARLY_WRITES_PER_SUBMIT && !committing {
+        let committing = commits != std::mem::replace(commits_at_early, commits);
+        if batch.blocks < EARLY_WRITES_PER_SUBMIT && !committing {
             return Ok(());
         }
-        st.early_unsubmitted = 0;
+        self.send_early_batch(st)
+    }
+
+    /// Writes the early batch, if any, as one request (entering the kernel
+    /// for it) and takes in whatever early writes have completed.
+    fn send_early_batch(&self, st: &mut State) -> Result<()> {
+        let Some(mut batch) = st.early_batch.take() else {
+            return Ok(());
+        };
+        let block = batch.first_block;
+        batch.buf.set_len(batch.blocks * STORE_BLOCK_BYTES);
+        let lba = self.dev.lba_of(block);
+        st.early
+            .submit(sluice_io::Request::write(lba, batch.buf, block))
+            .map_err(|r| StoreError::Io {
+                block,
+                error: r.error,
+            })?;
         reap_early(st.early.as_mut(), 0, block)
     }
 
     /// Waits until every early write is on the device.
     fn drain_early(&self, st: &mut State) -> Result<()> {
-        st.early_unsubmitted = 0;
+        if let Err(e) = self.send_early_batch(st) {
+            st.failed = Some(e.to_string());
+            return Err(e);
+        }
         let n = st.early.in_flight();
         if n == 0 {
             return Ok(());
