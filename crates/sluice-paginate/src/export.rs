@@ -73,9 +73,10 @@ pub struct ExportOptions {
 }
 
 /// How long written pages wait for their checkpoint unless told otherwise:
-/// a device flush every page cost the source a sixth of its speed on a
-/// shared machine (docs/BENCHMARKS.md), one a second costs nothing
-/// measurable, and a second of pages is cheap to fetch again.
+/// two device flushes a page cost an export from a source on the same
+/// machine a tenth of its speed while the disk was busy (docs/BENCHMARKS.md,
+/// "Checkpoints once a second"), and a second of pages is cheap to fetch
+/// again after a crash.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Progress an embedding program reads while an export runs, and its way
