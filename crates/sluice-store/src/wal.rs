@@ -164,7 +164,7 @@ pub const MAX_COMMIT_LEADERS: usize = 1;
 /// wait for it). Unsynced writes in gathered blocks are lost if the process
 /// dies before the next write, commit or close, as those in the open block
 /// always are.
-pub const EARLY_WRITES_PER_SUBMIT: usize = 8;
+pub const EARLY_WRITES_PER_SUBMIT: usize = 32;
 
 /// Longest a commit leader waits for more records to join its group, when
 /// other writers are waiting (a fraction of one durable write, ~200 µs here).
