@@ -1050,6 +1050,50 @@ fn batched_log_blocks_wrap_the_ring_and_read_back_exact() {
     }
 }
 
+/// Write pressure follows the memtable and the level-0 table count as they
+/// change (both are kept aside for the write path, not looked up): a
+/// writer without a background thread flushes at the write buffer, and
+/// level 0 at three times its trigger holds writes until a compaction.
+#[test]
+fn write_pressure_follows_the_memtable_and_level_0() {
+    let cfg = StoreConfig {
+        background_compaction: false,
+        ..small_config()
+    };
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    let put = |i: u32| {
+        let mut b = WriteBatch::new();
+        b.put(ks, format!("k{i:06}").as_bytes(), &[5u8; 1000])
+            .unwrap();
+        store.write(&b).unwrap();
+    };
+    // Four write buffers' worth: the writer flushes each time it is full.
+    let per_buffer = cfg.write_buffer_bytes as u32 / 1000;
+    for i in 0..4 * per_buffer {
+        put(i);
+        assert!(store.stats().memtable_bytes < cfg.write_buffer_bytes + 4096);
+    }
+    assert!(store.stats().flushes >= 3, "{:?}", store.stats());
+    store.compact().unwrap();
+    assert!(!store.write_pressure());
+    // Level 0 at three times its trigger: pressure until a compaction.
+    let trigger = cfg.compaction.l0_trigger as u32;
+    for i in 0..3 * trigger {
+        assert!(!store.write_pressure(), "{i} tables in level 0");
+        put(i);
+        store.flush().unwrap();
+    }
+    assert!(
+        store.write_pressure(),
+        "level 0 holds {} tables",
+        3 * trigger
+    );
+    store.compact().unwrap();
+    assert!(!store.write_pressure(), "compacted");
+}
+
 /// A memtable flush puts the new table's data blocks in the block cache:
 /// reading the newest data right after a flush needs no device read.
 #[test]

@@ -56,6 +56,9 @@ impl Inner {
             let frozen =
                 std::mem::replace(&mut mem.active, Arc::new(RwLock::new(Memtable::default())));
             mem.frozen = Some(frozen.clone());
+            // Under the writer lock, as every apply is.
+            inner.active_bytes.store(0, Ordering::Relaxed);
+            inner.flushing.store(true, Ordering::Relaxed);
             inner.view_generation.fetch_add(1, Ordering::Release);
             (frozen, tail, *next - 1)
         };
@@ -142,6 +145,7 @@ impl Inner {
             }
             *v = Arc::new(next);
             mem.frozen = None;
+            inner.flushing.store(false, Ordering::Relaxed);
             inner.view_generation.fetch_add(1, Ordering::Release);
         }
         inner.flushes.fetch_add(1, Ordering::Relaxed);
@@ -333,14 +337,27 @@ impl Inner {
             .collect()
     }
 
-    /// The most level-0 tables any keyspace has.
+    /// The most level-0 tables any keyspace has: counted once per view
+    /// generation (every write asks).
     pub(super) fn l0_tables(&self) -> usize {
-        read(&self.version)
+        const COUNT_BITS: u32 = 16;
+        let generation = self.view_generation.load(Ordering::Acquire);
+        let counted = self.l0_counted.load(Ordering::Acquire);
+        if counted >> COUNT_BITS == generation {
+            return (counted & ((1 << COUNT_BITS) - 1)) as usize;
+        }
+        // The version read is at least as new as `generation`: a count
+        // stored under an older generation is never taken for a newer one.
+        let count = read(&self.version)
             .keyspaces
             .values()
             .map(|l| l.level(0).len())
             .max()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        let stored = count.min((1 << COUNT_BITS) - 1) as u64;
+        self.l0_counted
+            .store(generation << COUNT_BITS | stored, Ordering::Release);
+        count
     }
 
     fn wal_epoch(&self) -> u64 {

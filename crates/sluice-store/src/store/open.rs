@@ -151,6 +151,9 @@ impl Store {
             manifest: Mutex::new(manifest),
             keyspaces: RwLock::new(keyspaces),
             wal,
+            active_bytes: AtomicUsize::new(memtable.approximate_bytes()),
+            flushing: AtomicBool::new(false),
+            l0_counted: AtomicU64::new(u64::MAX),
             memtables: RwLock::new(Memtables {
                 active: Arc::new(RwLock::new(memtable)),
                 frozen: None,

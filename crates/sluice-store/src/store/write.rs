@@ -190,7 +190,12 @@ impl Store {
                 other => other?,
             };
             *next += batch.len() as u64;
-            write(&read(&inner.memtables).active).apply(first, batch);
+            let mem = read(&inner.memtables);
+            let mut active = write(&mem.active);
+            active.apply(first, batch);
+            inner
+                .active_bytes
+                .store(active.approximate_bytes(), Ordering::Relaxed);
             (first, pos)
         };
         let last = first + batch.len() as u64 - 1;
@@ -201,11 +206,14 @@ impl Store {
         })
     }
 
-    /// The active memtable's bytes, and whether a frozen one is being flushed.
+    /// The active memtable's bytes, and whether a frozen one is being
+    /// flushed (two atomic loads: both are kept where they change).
     fn memtable_fill(&self) -> (usize, bool) {
-        let mem = read(&self.inner.memtables);
-        let bytes = read(&mem.active).approximate_bytes();
-        (bytes, mem.frozen.is_some())
+        let inner = &self.inner;
+        (
+            inner.active_bytes.load(Ordering::Relaxed),
+            inner.flushing.load(Ordering::Relaxed),
+        )
     }
 
     /// Returns once `first..=last` is visible (and, with `durable_at`,
