@@ -2,6 +2,7 @@
 //! or a cached table block — that its reader can keep without a copy.
 
 use crate::sst::RawBlock;
+use bytes::Bytes;
 use std::sync::Arc;
 
 /// A value found by a point read, borrowed from where it lies. Reading it
@@ -17,13 +18,13 @@ pub struct Found<'a> {
 
 #[derive(Clone, Copy)]
 enum Owner<'a> {
-    Memtable(&'a Arc<[u8]>),
+    Memtable(&'a Bytes),
     Block(&'a Arc<RawBlock>),
 }
 
 impl<'a> Found<'a> {
     /// A memtable's value.
-    pub(crate) fn in_memtable(value: &'a Arc<[u8]>) -> Found<'a> {
+    pub(crate) fn in_memtable(value: &'a Bytes) -> Found<'a> {
         Found {
             owner: Owner::Memtable(value),
             start: 0,
@@ -87,7 +88,7 @@ pub struct Kept {
 
 #[derive(Clone)]
 enum KeptOwner {
-    Memtable(Arc<[u8]>),
+    Memtable(Bytes),
     Block(Arc<RawBlock>),
 }
 

@@ -1094,6 +1094,45 @@ fn write_pressure_follows_the_memtable_and_level_0() {
     assert!(!store.write_pressure(), "compacted");
 }
 
+/// Values kept from the memtable (as a server keeps one it streams) stay
+/// whole after the memtable is flushed and freed and its value chunks are
+/// reused by no one: a value is a slice of a shared chunk.
+#[test]
+fn values_kept_from_the_memtable_outlive_its_flush() {
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &small_config()).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    let value = |i: u32| {
+        format!("v{i:05}-")
+            .repeat(1 + (i % 300) as usize)
+            .into_bytes()
+    };
+    let keys = 400u32;
+    for i in 0..keys {
+        store
+            .put(ks, format!("k{i:05}").as_bytes(), &value(i))
+            .unwrap();
+    }
+    let kept: Vec<_> = (0..keys)
+        .map(|i| {
+            store
+                .get_latest_with(ks, format!("k{i:05}").as_bytes(), |v| v.map(|v| v.keep()))
+                .unwrap()
+                .expect("written")
+        })
+        .collect();
+    store.flush().unwrap();
+    for i in 0..keys {
+        store
+            .put(ks, format!("k{i:05}").as_bytes(), b"newer")
+            .unwrap();
+    }
+    store.compact().unwrap();
+    for (i, k) in kept.iter().enumerate() {
+        assert_eq!(k.bytes(), &value(i as u32)[..], "kept value {i}");
+    }
+}
+
 /// A memtable flush puts the new table's data blocks in the block cache:
 /// reading the newest data right after a flush needs no device read.
 #[test]

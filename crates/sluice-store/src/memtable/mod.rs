@@ -11,20 +11,27 @@ mod order;
 
 use crate::batch::{OpKind, WriteBatch};
 use crate::sst::{Entry, EntryKind, RangeTombstone as SstRangeTombstone};
+use bytes::{Bytes, BytesMut};
 use order::{KeyOrder, OrderKey, Probe, SlotKeys};
 use sluice_io::mem::{prefetch, prefetch_read};
 use std::ops::Bound;
-use std::sync::Arc;
+
+/// A value is a slice of a chunk of this many bytes that holds the values
+/// written after it (a larger value has its own). A flushed memtable is
+/// freed a chunk at a time, where an allocation per value cost the
+/// background thread a reference count and a free for each, at random
+/// places in memory (17% of a server's samples under SETs of 100 bytes).
+const VALUE_CHUNK_BYTES: usize = 64 << 10;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Version {
-    Value(Arc<[u8]>),
+    Value(Bytes),
     Tombstone,
 }
 
 impl Version {
     /// The value, None for a tombstone.
-    fn value(&self) -> Option<&Arc<[u8]>> {
+    fn value(&self) -> Option<&Bytes> {
         match self {
             Version::Value(v) => Some(v),
             Version::Tombstone => None,
@@ -158,6 +165,8 @@ pub struct Memtable {
     versions: usize,
     ranges: Vec<RangeTombstone>,
     approximate_bytes: usize,
+    /// The rest of the chunk the next value goes into.
+    values: BytesMut,
 }
 
 impl Memtable {
@@ -177,7 +186,7 @@ impl Memtable {
             let seq = first_seq + i as u64;
             self.approximate_bytes += op.key.len() + op.value.len() + 32;
             let version = match op.kind {
-                OpKind::Put => Version::Value(Arc::from(&op.value[..])),
+                OpKind::Put => Version::Value(self.stash(&op.value)),
                 OpKind::Delete => Version::Tombstone,
                 OpKind::RangeDelete => {
                     self.ranges.push(RangeTombstone {
@@ -191,6 +200,15 @@ impl Memtable {
             };
             self.add_version(op.keyspace, &op.key, seq, version);
         }
+    }
+
+    /// A copy of `value` in the current chunk (a new one when it is full).
+    fn stash(&mut self, value: &[u8]) -> Bytes {
+        if self.values.capacity() - self.values.len() < value.len() {
+            self.values = BytesMut::with_capacity(VALUE_CHUNK_BYTES.max(value.len()));
+        }
+        self.values.extend_from_slice(value);
+        self.values.split().freeze()
     }
 
     /// Adds one point version: to the key's chain, or as a new chain (and
@@ -254,7 +272,7 @@ impl Memtable {
         keyspace: u32,
         key: &[u8],
         snapshot: u64,
-    ) -> Option<(u64, Option<&Arc<[u8]>>)> {
+    ) -> Option<(u64, Option<&Bytes>)> {
         let at = self.find_chain(point_hash(keyspace, key), keyspace, key)?;
         self.chains[at]
             .at(snapshot)
