@@ -370,6 +370,21 @@ pub struct PageEntry {
     pub slots: u32,
 }
 
+impl PageEntry {
+    /// The entry's fields after its slice, in both formats' order.
+    fn read_after_slice(r: &mut Fields<'_>, slice: u32) -> Result<PageEntry> {
+        Ok(PageEntry {
+            slice,
+            seq: r.u32()?,
+            lba: r.u64()?,
+            byte_len: r.u32()?,
+            doc_count: r.u32()?,
+            crc32c: r.u32()?,
+            slots: r.u32()?,
+        })
+    }
+}
+
 /// One extent's manifest block: the pages written into the extent.
 ///
 /// Written whole after every page placed in the extent, over the block's
@@ -466,15 +481,8 @@ impl ManifestBlock {
                 break;
             }
             let mut r = Fields::new(entry, 0, "manifest entry", lba);
-            m.entries.push(PageEntry {
-                slice: owner_slice,
-                seq: r.u32()?,
-                lba: r.u64()?,
-                byte_len: r.u32()?,
-                doc_count: r.u32()?,
-                crc32c: r.u32()?,
-                slots: r.u32()?,
-            });
+            m.entries
+                .push(PageEntry::read_after_slice(&mut r, owner_slice)?);
         }
         Ok(m)
     }
@@ -493,15 +501,8 @@ impl ManifestBlock {
         let mut r = Fields::new(block, MANIFEST_HEADER_BYTES, "manifest block", lba);
         let entries = (0..count)
             .map(|_| {
-                Ok(PageEntry {
-                    slice: r.u32()?,
-                    seq: r.u32()?,
-                    lba: r.u64()?,
-                    byte_len: r.u32()?,
-                    doc_count: r.u32()?,
-                    crc32c: r.u32()?,
-                    slots: r.u32()?,
-                })
+                let slice = r.u32()?;
+                PageEntry::read_after_slice(&mut r, slice)
             })
             .collect::<Result<_>>()?;
         Ok(ManifestBlock {
