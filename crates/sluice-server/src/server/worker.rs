@@ -239,11 +239,18 @@ impl Worker {
         self.work.append(&mut self.pending);
         self.work.sort_unstable();
         self.work.dedup();
-        let served = self.serve_all();
-        self.release_durable();
-        let wrote = self.send_all()?;
-        self.close_finished();
-        self.keep_pending();
+        // An idle turn ends here: the sooner the next look at the rings,
+        // the sooner a request that lands meanwhile is seen.
+        let (mut served, mut wrote) = (false, false);
+        if !self.work.is_empty() {
+            served = self.serve_all();
+            self.release_durable();
+            wrote = self.send_all()?;
+            self.close_finished();
+            self.keep_pending();
+        } else {
+            self.deferring = false;
+        }
         self.turns = self.turns.wrapping_add(1);
         if self.turns.is_multiple_of(CLOCK_EVERY_TURNS) {
             self.now = Instant::now();
@@ -650,12 +657,15 @@ impl Worker {
     fn serve_all(&mut self) -> bool {
         let mut served = false;
         self.deferring = false;
-        let shared = self.shared.clone();
+        let shm_out_limit = self.shm_out_limit();
+        // Borrowed, not cloned: a reference count's locked add every turn
+        // waits for the stores before it, a published reply among them.
+        let shared: &Shared = &self.shared;
         let pass = Pass {
-            shared: &shared,
-            store: shared.db.store().clone(),
+            shared,
+            store: shared.db.store(),
             max_pipeline: shared.config.max_pipeline,
-            shm_out_limit: self.shm_out_limit(),
+            shm_out_limit,
             stats: &shared.stats.by_worker[self.index],
         };
         // Read at the first GET that needs it: after every request of the
@@ -677,7 +687,7 @@ impl Worker {
                 match stop {
                     Stop::Done => break,
                     Stop::GroupFirst(error) => {
-                        group.commit(&shared, &mut self.conns, &mut self.reads);
+                        group.commit(shared, &mut self.conns, &mut self.reads);
                         if let (Some(bytes), Some(c)) = (error, self.conns[id as usize].as_mut()) {
                             c.push_bytes(&bytes);
                             c.quit = true;
@@ -688,7 +698,7 @@ impl Worker {
             }
             served |= n > 0;
         }
-        group.commit(&shared, &mut self.conns, &mut self.reads);
+        group.commit(shared, &mut self.conns, &mut self.reads);
         served
     }
 
@@ -886,7 +896,7 @@ impl Worker {
 /// What one serving pass of a worker shares across its connections.
 struct Pass<'a> {
     shared: &'a Shared,
-    store: Arc<sluice_store::Store>,
+    store: &'a sluice_store::Store,
     max_pipeline: usize,
     shm_out_limit: usize,
     stats: &'a WorkerStats,
