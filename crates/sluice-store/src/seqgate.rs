@@ -4,7 +4,7 @@
 //! waiters it satisfies (no thundering herd: a condition variable's
 //! `notify_all` woke every waiter for every advance).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread::Thread;
 
@@ -33,6 +33,12 @@ const PARKED_HINT: usize = 64;
 #[derive(Debug)]
 pub struct SeqGate {
     value: AtomicU64,
+    /// `parked.len()`, stored under its lock after every change: an
+    /// advance with nobody parked takes no lock. A waiter stores it after
+    /// registering and then reads `value`; an advance raises `value` and
+    /// then reads it (all sequentially consistent), so one of the two
+    /// sees the other.
+    parked_count: AtomicUsize,
     parked: Mutex<Vec<Parked>>,
 }
 
@@ -49,6 +55,7 @@ impl SeqGate {
     pub fn new(value: u64) -> Self {
         SeqGate {
             value: AtomicU64::new(value),
+            parked_count: AtomicUsize::new(0),
             parked: Mutex::new(Vec::with_capacity(PARKED_HINT)),
         }
     }
@@ -56,7 +63,7 @@ impl SeqGate {
     /// Whether any thread is parked on the gate now (a hint: it may change
     /// at once).
     pub fn has_parked(&self) -> bool {
-        !self.parked().is_empty()
+        self.parked_count.load(Ordering::SeqCst) > 0
     }
 
     /// The current value (no lock, no system call).
@@ -73,7 +80,10 @@ impl SeqGate {
     /// waiter of the smallest key at least `k` (who may then act to satisfy
     /// the rest).
     pub fn advance(&self, to: u64, and_one_keyed_from: Option<u64>) {
-        let now = self.value.fetch_max(to, Ordering::AcqRel).max(to);
+        let now = self.value.fetch_max(to, Ordering::SeqCst).max(to);
+        if self.parked_count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         let mut parked = self.parked();
         let extra = and_one_keyed_from.and_then(|k| {
             parked
@@ -92,13 +102,16 @@ impl SeqGate {
             }
             !wake
         });
+        self.parked_count.store(parked.len(), Ordering::SeqCst);
     }
 
     /// Wakes every waiter (after a failure their `stop` reports).
     pub fn wake_all(&self) {
-        for p in self.parked().drain(..) {
+        let mut parked = self.parked();
+        for p in parked.drain(..) {
             p.thread.unpark();
         }
+        self.parked_count.store(0, Ordering::SeqCst);
     }
 
     /// Returns once the value reaches `target` (true) or `stop()` holds
@@ -117,22 +130,24 @@ impl SeqGate {
         }
         let me = std::thread::current();
         loop {
-            self.parked().push(Parked {
-                target,
-                key,
-                thread: me.clone(),
-            });
+            {
+                let mut parked = self.parked();
+                parked.push(Parked {
+                    target,
+                    key,
+                    thread: me.clone(),
+                });
+                self.parked_count.store(parked.len(), Ordering::SeqCst);
+            }
             // Checked after registering: an advance or a stop that came
             // before the registration is seen here; one after it wakes us.
-            let done = self.get() >= target;
+            let done = self.value.load(Ordering::SeqCst) >= target;
             if done || stop() {
-                let id = me.id();
-                self.parked().retain(|p| p.thread.id() != id);
+                self.unregister(&me);
                 return done;
             }
             std::thread::park();
-            let id = me.id();
-            self.parked().retain(|p| p.thread.id() != id);
+            self.unregister(&me);
             if self.get() >= target {
                 return true;
             }
@@ -140,6 +155,13 @@ impl SeqGate {
                 return false;
             }
         }
+    }
+
+    fn unregister(&self, me: &Thread) {
+        let id = me.id();
+        let mut parked = self.parked();
+        parked.retain(|p| p.thread.id() != id);
+        self.parked_count.store(parked.len(), Ordering::SeqCst);
     }
 }
 

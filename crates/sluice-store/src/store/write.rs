@@ -271,13 +271,19 @@ impl Store {
     ) {
         let inner = &self.inner;
         let mut v = lock(&inner.visible);
-        if let Some((first, last, need)) = finished {
-            v.pending.insert(first, (last, need));
+        let mut seq = inner.visible_seq.get();
+        match finished {
+            // Next in line and waiting on no flush: visible at once, without
+            // a stop in the pending map (a server's unsynced writes).
+            Some((first, last, None)) if first == seq + 1 => seq = last,
+            Some((first, last, need)) => {
+                v.pending.insert(first, (last, need));
+            }
+            None => {}
         }
         // Read under the lock, after the insert: a commit that made this
         // write durable either shows here or advances after we let go.
         let durable = inner.wal.last_durable();
-        let mut seq = inner.visible_seq.get();
         while let Some(&(end, need)) = v.pending.get(&(seq + 1)) {
             if need.is_some_and(|p| p.end_seq >= durable) {
                 break;
@@ -298,6 +304,11 @@ impl Store {
     }
 
     fn check_failed(&self) -> Result<()> {
+        // Set right after `failed`: a write that misses it raced the
+        // failure, as one that took the lock a moment earlier did.
+        if !self.inner.write_failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &lock(&self.inner.visible).failed {
             Some(why) => Err(StoreError::BadDevice(format!(
                 "the store failed and takes no writes: {why}; reopen it to recover"
