@@ -1,14 +1,16 @@
-//! A value a point read found, borrowed where it lies — a memtable's copy
-//! or a cached table block — that its reader can keep without a copy.
+//! A value a point read found, borrowed where it lies — a memtable's chunk
+//! of values or a cached table block — that its reader can keep, without a
+//! copy but for small values of the memtable's chunk still being filled.
 
 use crate::sst::RawBlock;
 use bytes::Bytes;
 use std::sync::Arc;
 
 /// A value found by a point read, borrowed from where it lies. Reading it
-/// copies nothing; [`Found::keep`] holds it past the read, still without a
-/// copy (a server streaming a big value into a client's ring piece by
-/// piece keeps it that way).
+/// copies nothing; [`Found::keep`] holds it past the read, without a copy
+/// but for a small value of the memtable's chunk still being filled (a
+/// server streaming a big value into a client's ring piece by piece keeps
+/// it that way).
 #[derive(Clone, Copy)]
 pub struct Found<'a> {
     owner: Owner<'a>,
@@ -18,15 +20,29 @@ pub struct Found<'a> {
 
 #[derive(Clone, Copy)]
 enum Owner<'a> {
+    /// A memtable's filled chunk of values.
     Memtable(&'a Bytes),
+    /// A value of the memtable's chunk still being filled: kept as a copy.
+    MemtableOpen(&'a [u8]),
     Block(&'a Arc<RawBlock>),
 }
 
 impl<'a> Found<'a> {
-    /// A memtable's value.
-    pub(crate) fn in_memtable(value: &'a Bytes) -> Found<'a> {
+    /// `len` bytes at `start` of a memtable's filled chunk of values.
+    pub(crate) fn in_memtable(chunk: &'a Bytes, start: usize, len: usize) -> Found<'a> {
+        assert!(start + len <= chunk.len(), "a value inside its chunk");
         Found {
-            owner: Owner::Memtable(value),
+            owner: Owner::Memtable(chunk),
+            start,
+            len,
+        }
+    }
+
+    /// A value of the memtable's chunk still being filled, which
+    /// [`Found::keep`] copies (it is small).
+    pub(crate) fn in_memtable_copy(value: &'a [u8]) -> Found<'a> {
+        Found {
+            owner: Owner::MemtableOpen(value),
             start: 0,
             len: value.len(),
         }
@@ -49,6 +65,7 @@ impl<'a> Found<'a> {
     pub fn bytes(&self) -> &'a [u8] {
         let all: &'a [u8] = match self.owner {
             Owner::Memtable(v) => v,
+            Owner::MemtableOpen(v) => v,
             Owner::Block(b) => b.bytes(),
         };
         &all[self.start..self.start + self.len]
@@ -67,12 +84,16 @@ impl<'a> Found<'a> {
     /// Holds the value past the read: what holds its bytes (the value's
     /// own allocation, or its block) stays alive while the [`Kept`] does.
     pub fn keep(&self) -> Kept {
+        let (owner, start) = match self.owner {
+            Owner::Memtable(v) => (KeptOwner::Memtable(v.clone()), self.start),
+            Owner::MemtableOpen(_) => {
+                (KeptOwner::Memtable(Bytes::copy_from_slice(self.bytes())), 0)
+            }
+            Owner::Block(b) => (KeptOwner::Block(b.clone()), self.start),
+        };
         Kept {
-            owner: match self.owner {
-                Owner::Memtable(v) => KeptOwner::Memtable(v.clone()),
-                Owner::Block(b) => KeptOwner::Block(b.clone()),
-            },
-            start: self.start,
+            owner,
+            start,
             len: self.len,
         }
     }

@@ -210,7 +210,7 @@ pub fn get_with<R>(
     for m in memtables {
         deleted_at = deleted_at.max(m.range_deleted_at(keyspace, key, snapshot));
         if let Some((seq, v)) = m.newest_version(keyspace, key, snapshot) {
-            return Ok(f(v.filter(|_| seq > deleted_at).map(Found::in_memtable)));
+            return Ok(f(v.filter(|_| seq > deleted_at)));
         }
     }
     let Some(levels) = version.levels(keyspace) else {

@@ -1104,9 +1104,11 @@ fn values_kept_from_the_memtable_outlive_its_flush() {
     let ks = store.keyspace("default").unwrap();
     let value = |i: u32| {
         format!("v{i:05}-")
-            .repeat(1 + (i % 300) as usize)
+            .repeat(1 + (i % 700) as usize)
             .into_bytes()
     };
+    // Values up to 4,900 bytes: in filled chunks, in the chunk still being
+    // filled, and in chunks of their own.
     let keys = 400u32;
     for i in 0..keys {
         store
