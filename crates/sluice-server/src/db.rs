@@ -79,16 +79,18 @@ impl Entry {
         }
     }
 
-    fn encode(&self) -> Vec<u8> {
-        let (kind, payload): (u8, &[u8]) = match &self.value {
-            Value::String(s) => (0, s),
-            Value::Hash { len } => (1, &len.to_le_bytes()[..]),
-        };
-        let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
-        out.push(kind);
-        out.extend_from_slice(&self.expire_at_ms.to_le_bytes());
-        out.extend_from_slice(payload);
-        out
+    /// Hands `f` the record as pieces laid one after the other (its header,
+    /// then the payload), so that a batch copies it once.
+    fn with_pieces<R>(&self, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        let mut header = [0u8; HEADER_BYTES];
+        header[1..].copy_from_slice(&self.expire_at_ms.to_le_bytes());
+        match &self.value {
+            Value::String(s) => f(&[&header, s]),
+            Value::Hash { len } => {
+                header[0] = 1;
+                f(&[&header, &len.to_le_bytes()])
+            }
+        }
     }
 
     fn decode(bytes: &[u8]) -> Result<Entry, StoreError> {
@@ -763,7 +765,7 @@ impl DbBatch<'_> {
             // key's entry must know.
             self.db.hash_keys.mark(key);
         }
-        self.batch.put(self.db.keys, key, &entry.encode())?;
+        entry.with_pieces(|pieces| self.batch.put_parts(self.db.keys, key, pieces))?;
         if entry.expire_at_ms != 0 {
             let (k, v) = expiry_entry(key, entry.expire_at_ms);
             self.batch.put(self.db.expires, &k, &v)?;

@@ -20,24 +20,28 @@ pub enum OpKind {
     RangeDelete = 3,
 }
 
-/// One operation of a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchOp {
+/// One operation of a batch, borrowed from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOp<'a> {
     /// Put or delete.
     pub kind: OpKind,
     /// The keyspace's id.
     pub keyspace: u32,
     /// The key.
-    pub key: Vec<u8>,
+    pub key: &'a [u8],
     /// The value (empty for a delete).
-    pub value: Vec<u8>,
+    pub value: &'a [u8],
 }
 
 /// Operations applied atomically: all or none survive a crash.
+///
+/// Kept as the body of its WAL record, entries one after another: the log
+/// takes it as it is behind a 12-byte header, and the memtable reads its
+/// keys and values from it, so a put allocates nothing of its own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WriteBatch {
-    pub(crate) ops: Vec<BatchOp>,
-    encoded_bytes: usize,
+    body: Vec<u8>,
+    count: u32,
 }
 
 impl WriteBatch {
@@ -48,12 +52,18 @@ impl WriteBatch {
 
     /// Adds a put; refuses keys and values over the limits.
     pub fn put(&mut self, keyspace: u32, key: &[u8], value: &[u8]) -> Result<&mut Self> {
-        self.push(OpKind::Put, keyspace, key, value)
+        self.push_parts(OpKind::Put, keyspace, key, &[value])
+    }
+
+    /// Adds a put of the value `parts` make one after another (a header
+    /// and a payload, say), copied once.
+    pub fn put_parts(&mut self, keyspace: u32, key: &[u8], parts: &[&[u8]]) -> Result<&mut Self> {
+        self.push_parts(OpKind::Put, keyspace, key, parts)
     }
 
     /// Adds a delete; refuses keys over the limit.
     pub fn delete(&mut self, keyspace: u32, key: &[u8]) -> Result<&mut Self> {
-        self.push(OpKind::Delete, keyspace, key, &[])
+        self.push_parts(OpKind::Delete, keyspace, key, &[])
     }
 
     /// Deletes every key in `[start, end)`.
@@ -65,63 +75,77 @@ impl WriteBatch {
                 show(end)
             )));
         }
-        self.push(OpKind::RangeDelete, keyspace, start, end)
+        self.push_parts(OpKind::RangeDelete, keyspace, start, &[end])
     }
 
-    fn push(&mut self, kind: OpKind, keyspace: u32, key: &[u8], value: &[u8]) -> Result<&mut Self> {
-        if key.len() > MAX_KEY_BYTES || (kind == OpKind::RangeDelete && value.len() > MAX_KEY_BYTES)
-        {
+    fn push_parts(
+        &mut self,
+        kind: OpKind,
+        keyspace: u32,
+        key: &[u8],
+        parts: &[&[u8]],
+    ) -> Result<&mut Self> {
+        let value_len: usize = parts.iter().map(|p| p.len()).sum();
+        if key.len() > MAX_KEY_BYTES || (kind == OpKind::RangeDelete && value_len > MAX_KEY_BYTES) {
             return Err(StoreError::BadInput(format!(
                 "key of {} bytes exceeds the limit of {MAX_KEY_BYTES} bytes",
-                key.len().max(value.len())
+                key.len().max(value_len)
             )));
         }
-        if value.len() > MAX_VALUE_BYTES {
+        if value_len > MAX_VALUE_BYTES {
             return Err(StoreError::BadInput(format!(
-                "value of {} bytes exceeds the limit of {MAX_VALUE_BYTES} bytes",
-                value.len()
+                "value of {value_len} bytes exceeds the limit of {MAX_VALUE_BYTES} bytes"
             )));
         }
-        let size = 13 + key.len() + value.len();
-        if HEADER_BYTES + self.encoded_bytes + size > crate::wal::MAX_RECORD_BYTES {
+        let size = ENTRY_HEADER_BYTES + key.len() + value_len;
+        if HEADER_BYTES + self.body.len() + size > crate::wal::MAX_RECORD_BYTES {
             return Err(StoreError::BadInput(format!(
                 "write batch would exceed {} bytes; split it",
                 crate::wal::MAX_RECORD_BYTES
             )));
         }
-        self.encoded_bytes += size;
-        self.ops.push(BatchOp {
-            kind,
-            keyspace,
-            key: key.to_vec(),
-            value: value.to_vec(),
-        });
+        self.body.reserve(size);
+        self.body.push(kind as u8);
+        self.body.extend_from_slice(&keyspace.to_le_bytes());
+        self.body
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.body.extend_from_slice(key);
+        self.body
+            .extend_from_slice(&(value_len as u32).to_le_bytes());
+        for part in parts {
+            self.body.extend_from_slice(part);
+        }
+        self.count += 1;
         Ok(self)
     }
 
     /// Operations in the batch.
     pub fn len(&self) -> usize {
-        self.ops.len()
+        self.count as usize
     }
 
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
-        self.ops.is_empty()
+        self.count == 0
     }
 
-    pub(crate) fn encode(&self, first_seq: u64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(HEADER_BYTES + self.encoded_bytes);
-        out.extend_from_slice(&first_seq.to_le_bytes());
-        out.extend_from_slice(&(self.ops.len() as u32).to_le_bytes());
-        for op in &self.ops {
-            out.push(op.kind as u8);
-            out.extend_from_slice(&op.keyspace.to_le_bytes());
-            out.extend_from_slice(&(op.key.len() as u32).to_le_bytes());
-            out.extend_from_slice(&op.key);
-            out.extend_from_slice(&(op.value.len() as u32).to_le_bytes());
-            out.extend_from_slice(&op.value);
-        }
-        out
+    /// Its operations in order.
+    pub fn ops(&self) -> impl Iterator<Item = BatchOp<'_>> + '_ {
+        let mut r = crate::codec::Reader::new(&self.body);
+        (0..self.count).map(move |_| read_op(&mut r).expect("a batch reads back as built"))
+    }
+
+    /// The WAL record's header: first sequence, entry count.
+    pub(crate) fn header(&self, first_seq: u64) -> [u8; HEADER_BYTES] {
+        let mut h = [0u8; HEADER_BYTES];
+        h[..8].copy_from_slice(&first_seq.to_le_bytes());
+        h[8..].copy_from_slice(&self.count.to_le_bytes());
+        h
+    }
+
+    /// The WAL record's entries (after [`WriteBatch::header`]).
+    pub(crate) fn body(&self) -> &[u8] {
+        &self.body
     }
 
     /// Decodes a WAL record into (first sequence, batch).
@@ -129,30 +153,44 @@ impl WriteBatch {
         let mut r = crate::codec::Reader::new(record);
         let first_seq = r.u64()?;
         let count = r.u32()?;
-        let mut batch = WriteBatch::new();
+        let body_at = r.position();
         for _ in 0..count {
-            let kind = match r.u8()? {
-                1 => OpKind::Put,
-                2 => OpKind::Delete,
-                3 => OpKind::RangeDelete,
-                _ => return None,
-            };
-            let keyspace = r.u32()?;
-            let key = r.bytes()?;
-            let value = r.bytes()?;
-            batch.encoded_bytes += 13 + key.len() + value.len();
-            batch.ops.push(BatchOp {
-                kind,
-                keyspace,
-                key,
-                value,
-            });
+            read_op(&mut r)?;
         }
+        let batch = WriteBatch {
+            body: record[body_at..].to_vec(),
+            count,
+        };
         r.is_done().then_some((first_seq, batch))
     }
 }
 
-const HEADER_BYTES: usize = 12;
+/// One entry of a record's body; None if it is cut short or of no kind.
+fn read_op<'a>(r: &mut crate::codec::Reader<'a>) -> Option<BatchOp<'a>> {
+    let kind = match r.u8()? {
+        1 => OpKind::Put,
+        2 => OpKind::Delete,
+        3 => OpKind::RangeDelete,
+        _ => return None,
+    };
+    let keyspace = r.u32()?;
+    let key_len = r.u32()? as usize;
+    let key = r.take(key_len)?;
+    let value_len = r.u32()? as usize;
+    let value = r.take(value_len)?;
+    Some(BatchOp {
+        kind,
+        keyspace,
+        key,
+        value,
+    })
+}
+
+/// An entry's bytes besides its key and value: kind, keyspace, two lengths.
+const ENTRY_HEADER_BYTES: usize = 13;
+
+/// A record's header: first sequence, entry count.
+pub(crate) const HEADER_BYTES: usize = 12;
 
 /// A key for messages: printable as text when it is, hex otherwise.
 pub fn show(key: &[u8]) -> String {

@@ -316,6 +316,13 @@ impl Wal {
     /// Appends one record. Blocks that fill are written at once; the record
     /// is durable only after [`Wal::commit`] of its position returns.
     pub fn append(&self, record: &[u8]) -> Result<LogPosition> {
+        self.append_pieces(record, &[])
+    }
+
+    /// [`Wal::append`] of the record `head` and `body` make one after the
+    /// other (a batch's header and its entries), copied once, into the log.
+    pub fn append_pieces(&self, head: &[u8], body: &[u8]) -> Result<LogPosition> {
+        let record = Pieces(head, body);
         if record.len() > MAX_RECORD_BYTES {
             return Err(StoreError::RecordTooLarge {
                 len_bytes: record.len(),
@@ -355,8 +362,9 @@ impl Wal {
                 (false, false) => MIDDLE,
                 (false, true) => LAST,
             };
-            put_fragment(&mut st, kind, &rest[..take]);
-            rest = &rest[take..];
+            let (fragment, after) = rest.split_at(take);
+            put_fragment(&mut st, kind, fragment);
+            rest = after;
             first = false;
             if last {
                 break;
@@ -722,15 +730,40 @@ fn write_derived_header(b: &mut [u8], seq: u64, epoch: u64) {
     b[24..DERIVED_BYTES].fill(0);
 }
 
-fn put_fragment(st: &mut State, kind: u8, data: &[u8]) {
+/// Bytes given as two slices one after the other: a record is its batch's
+/// header and entries, copied into the log without being joined first.
+#[derive(Debug, Clone, Copy)]
+struct Pieces<'a>(&'a [u8], &'a [u8]);
+
+impl<'a> Pieces<'a> {
+    fn len(&self) -> usize {
+        self.0.len() + self.1.len()
+    }
+
+    /// The first `n` bytes, and the rest.
+    fn split_at(self, n: usize) -> (Pieces<'a>, Pieces<'a>) {
+        if n <= self.0.len() {
+            let (a, rest) = self.0.split_at(n);
+            (Pieces(a, &[]), Pieces(rest, self.1))
+        } else {
+            let (b, rest) = self.1.split_at(n - self.0.len());
+            (Pieces(self.0, b), Pieces(&[], rest))
+        }
+    }
+}
+
+fn put_fragment(st: &mut State, kind: u8, data: Pieces<'_>) {
     let at = HEADER_BYTES + st.open_used;
     let b = st.open.as_mut_slice();
     let mut crc = crc32c::crc32c(&[kind]);
-    crc = crc32c::crc32c_append(crc, data);
+    crc = crc32c::crc32c_append(crc, data.0);
+    crc = crc32c::crc32c_append(crc, data.1);
     b[at..at + 4].copy_from_slice(&crc.to_le_bytes());
     b[at + 4..at + 6].copy_from_slice(&(data.len() as u16).to_le_bytes());
     b[at + 6] = kind;
-    b[at + FRAGMENT_HEADER_BYTES..at + FRAGMENT_HEADER_BYTES + data.len()].copy_from_slice(data);
+    let payload = at + FRAGMENT_HEADER_BYTES;
+    b[payload..payload + data.0.len()].copy_from_slice(data.0);
+    b[payload + data.0.len()..payload + data.len()].copy_from_slice(data.1);
     st.open_used += FRAGMENT_HEADER_BYTES + data.len();
 }
 

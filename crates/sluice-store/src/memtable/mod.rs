@@ -267,23 +267,23 @@ impl Memtable {
 
     /// Adds a batch whose first operation has sequence `first_seq`.
     pub fn apply(&mut self, first_seq: u64, batch: &WriteBatch) {
-        for (i, op) in batch.ops.iter().enumerate() {
+        for (i, op) in batch.ops().enumerate() {
             let seq = first_seq + i as u64;
             self.approximate_bytes += op.key.len() + op.value.len() + 32;
             let version = match op.kind {
-                OpKind::Put => Version::Value(self.values.stash(&op.value)),
+                OpKind::Put => Version::Value(self.values.stash(op.value)),
                 OpKind::Delete => Version::Tombstone,
                 OpKind::RangeDelete => {
                     self.ranges.push(RangeTombstone {
                         keyspace: op.keyspace,
-                        start: op.key.clone(),
-                        end: op.value.clone(),
+                        start: op.key.to_vec(),
+                        end: op.value.to_vec(),
                         seq,
                     });
                     continue;
                 }
             };
-            self.add_version(op.keyspace, &op.key, seq, version);
+            self.add_version(op.keyspace, op.key, seq, version);
         }
     }
 

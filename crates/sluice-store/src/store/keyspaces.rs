@@ -105,7 +105,7 @@ impl Store {
 
     pub(super) fn check_keyspaces(&self, batch: &WriteBatch) -> Result<()> {
         let ks = read(&self.inner.keyspaces);
-        for op in &batch.ops {
+        for op in batch.ops() {
             if !ks.values().any(|k| k.id == op.keyspace) {
                 return Err(StoreError::UnknownKeyspace {
                     name: format!("#{}", op.keyspace),

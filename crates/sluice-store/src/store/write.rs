@@ -177,7 +177,7 @@ impl Store {
         let (first, pos) = {
             let mut next = lock(&inner.writer);
             let first = *next;
-            let pos = match inner.wal.append(&batch.encode(first)) {
+            let pos = match inner.wal.append_pieces(&batch.header(first), batch.body()) {
                 Err(StoreError::WalFull { .. }) if !retried => {
                     drop(next);
                     let started = std::time::Instant::now();
