@@ -254,7 +254,27 @@ pub struct Memtable {
     values: Values,
 }
 
+/// Most keys a new memtable makes room for at once.
+const MAX_KEY_ROOM: usize = 1 << 20;
+
 impl Memtable {
+    /// An empty memtable whose chains and index hold `keys` keys (at most
+    /// [`MAX_KEY_ROOM`]) before they grow: growing one of several hundred
+    /// thousand keys copies megabytes while every writer waits.
+    pub fn with_key_room(keys: usize) -> Memtable {
+        let keys = keys.min(MAX_KEY_ROOM);
+        Memtable {
+            chains: Vec::with_capacity(keys),
+            index: hashbrown::HashTable::with_capacity(keys),
+            ..Memtable::default()
+        }
+    }
+
+    /// Keys with a point version here.
+    pub fn key_count(&self) -> usize {
+        self.chains.len()
+    }
+
     /// The chain of (`keyspace`, `key`) hashing to `hash`: its index.
     fn find_chain(&self, hash: u64, keyspace: u32, key: &[u8]) -> Option<usize> {
         self.index

@@ -4,7 +4,7 @@
 //! A key's first write puts its [`OrderKey`] in a small sorted tail; a full
 //! tail becomes a run, merged with the last runs while they are not much
 //! larger (each run at least [`RUN_RATIO`] times the size of the one after
-//! it, so there are few). An insert then costs a search of the tail and,
+//! it, so there are few, up to runs of [`MAX_RUN_KEYS`]). An insert then costs a search of the tail and,
 //! amortized, a few sequential moves of 24 bytes, where an insert into a
 //! B-tree of a million keys searched several nodes that were mostly out of
 //! cache. A walk merges the runs as it goes.
@@ -19,8 +19,17 @@ const TAIL_KEYS: usize = 64;
 #[cfg(test)]
 const TAIL_KEYS: usize = 2;
 
-/// Each run is at least this many times larger than the one after it.
+/// Each run is at least this many times larger than the one after it,
+/// or of [`MAX_RUN_KEYS`].
 const RUN_RATIO: usize = 4;
+
+/// Runs grow by merges to this many keys and no further: a merge into a
+/// run of the whole memtable copied megabytes while every writer waited
+/// (a few milliseconds at a quarter of a million keys).
+#[cfg(not(test))]
+const MAX_RUN_KEYS: usize = 1 << 16;
+#[cfg(test)]
+const MAX_RUN_KEYS: usize = 32;
 
 /// Where a memtable key's bytes are, by the slot its [`OrderKey`] names.
 pub(super) trait SlotKeys {
@@ -104,7 +113,8 @@ fn cmp_probe<K: SlotKeys + ?Sized>(keys: &K, a: &OrderKey, p: &Probe<'_>) -> Ord
 pub(super) struct KeyOrder {
     /// The newest keys, sorted; fewer than [`TAIL_KEYS`].
     tail: Vec<OrderKey>,
-    /// Sorted runs, each at least [`RUN_RATIO`] times the next.
+    /// Sorted runs, each at least [`RUN_RATIO`] times the next or of
+    /// [`MAX_RUN_KEYS`] (no merge makes a larger one).
     runs: Vec<Vec<OrderKey>>,
     len: usize,
 }
@@ -126,7 +136,7 @@ impl KeyOrder {
         if self.tail.len() == TAIL_KEYS {
             let mut run = std::mem::replace(&mut self.tail, Vec::with_capacity(TAIL_KEYS));
             while let Some(last) = self.runs.last() {
-                if last.len() >= run.len() * RUN_RATIO {
+                if last.len() >= run.len() * RUN_RATIO || last.len() + run.len() > MAX_RUN_KEYS {
                     break;
                 }
                 let last = self.runs.pop().expect("a last run");
@@ -305,7 +315,12 @@ mod tests {
                 o.insert(&keys, OrderKey::new(*ks, key, slot as u32));
             }
             prop_assert_eq!(o.len(), entries.len());
-            prop_assert!(o.parts() <= 2 + 2 * (usize::BITS - entries.len().leading_zeros()) as usize);
+            prop_assert!(
+                o.parts()
+                    <= 2 + entries.len() / MAX_RUN_KEYS
+                        + 2 * (usize::BITS - entries.len().leading_zeros()) as usize
+            );
+            prop_assert!(o.runs.iter().all(|r| r.len() <= MAX_RUN_KEYS));
             let bound = |(ks, key, kind): &(u32, Vec<u8>, u8)| -> Bound<(u32, Vec<u8>)> {
                 match kind {
                     0 => Bound::Included((*ks, key.clone())),

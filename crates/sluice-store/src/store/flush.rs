@@ -49,12 +49,17 @@ impl Inner {
         let (frozen, tail_seq, last_seq) = {
             let next = lock(&inner.writer);
             let mut mem = write(&inner.memtables);
-            if read(&mem.active).is_empty() {
-                return Ok(());
-            }
+            let keys = {
+                let active = read(&mem.active);
+                if active.is_empty() {
+                    return Ok(());
+                }
+                active.key_count()
+            };
             let tail = with_io_priority(Priority::High, || inner.wal.close_block())?;
-            let frozen =
-                std::mem::replace(&mut mem.active, Arc::new(RwLock::new(Memtable::default())));
+            // Room for as many keys as the last one took, and an eighth.
+            let next_memtable = Memtable::with_key_room(keys + keys / 8);
+            let frozen = std::mem::replace(&mut mem.active, Arc::new(RwLock::new(next_memtable)));
             mem.frozen = Some(frozen.clone());
             // Under the writer lock, as every apply is.
             inner.active_bytes.store(0, Ordering::Relaxed);

@@ -5,6 +5,10 @@ use super::background::background_loop;
 use super::config::check_format_fits;
 use super::*;
 
+/// The first memtable makes room for a key per this many bytes of the
+/// write buffer (later ones for as many keys as the one before took).
+const FIRST_MEMTABLE_BYTES_PER_KEY: usize = 256;
+
 impl Store {
     /// Formats `device` as a new store (everything on it is overwritten).
     pub fn create(device: Arc<dyn Device>, config: &StoreConfig) -> Result<Self> {
@@ -79,7 +83,8 @@ impl Store {
         };
         let mut recovered = wal::recover(&dev, &layout, place.tail_seq, config.wal_recovery)?;
         report_wal_recovery(&recovered, config.wal_recovery);
-        let mut memtable = Memtable::default();
+        let mut memtable =
+            Memtable::with_key_room(config.write_buffer_bytes / FIRST_MEMTABLE_BYTES_PER_KEY);
         let mut last_seq = state.last_sequence;
         for (pos, record) in &recovered.records {
             let (first, batch) = WriteBatch::decode(record).ok_or_else(|| {
