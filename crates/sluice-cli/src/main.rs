@@ -19,6 +19,34 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `mi_option_purge_delay` (its place in `mi_option_t`, mimalloc.h).
+const MI_OPTION_PURGE_DELAY: std::os::raw::c_int = 15;
+
+/// How long freed memory stays with the process before mimalloc gives it
+/// back: a memtable or table buffer freed now is reused within seconds
+/// under a steady load. At mimalloc's default (1 s here) the memory went
+/// back between flushes, and the kernel zeroed every fresh 2 MiB page of
+/// the next memtable and table again (up to half the background thread's
+/// time; SETs at P 50 +5–35%, docs/BENCHMARKS.md).
+const FREED_MEMORY_KEPT_MS: std::os::raw::c_long = 10_000;
+
+extern "C" {
+    fn mi_option_get(option: std::os::raw::c_int) -> std::os::raw::c_long;
+    fn mi_option_set(option: std::os::raw::c_int, value: std::os::raw::c_long);
+}
+
+/// Applies [`FREED_MEMORY_KEPT_MS`] unless MIMALLOC_PURGE_DELAY says
+/// otherwise; returns the delay in force.
+fn keep_freed_memory() -> std::os::raw::c_long {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: mimalloc's own option setter, called with an option of
+        // its enum and a value it documents (milliseconds, -1: never).
+        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, FREED_MEMORY_KEPT_MS) };
+    }
+    // SAFETY: reads one option of mimalloc's enum.
+    unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) }
+}
+
 /// The version with the store format this build reads and writes
 /// (scripts/main remakes its database when this changes).
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 4");
@@ -88,6 +116,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    keep_freed_memory();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
         .format_timestamp(None)
         .format_target(false)
@@ -166,5 +195,19 @@ mod tests {
             sluice_store::superblock::FORMAT_VERSION
         );
         assert!(super::VERSION.ends_with(&want), "{}", super::VERSION);
+    }
+
+    /// The option set is the purge delay: mimalloc reads the same option
+    /// from MIMALLOC_PURGE_DELAY, and its default is not our value.
+    #[test]
+    fn the_purge_delay_option_is_the_one_set() {
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            eprintln!("not checked: MIMALLOC_PURGE_DELAY is set, and mimalloc took it");
+            return;
+        }
+        // SAFETY: reads one option of mimalloc's enum.
+        let default = unsafe { super::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
+        assert_eq!(default, 1000, "mimalloc's default purge delay (v3)");
+        assert_eq!(super::keep_freed_memory(), super::FREED_MEMORY_KEPT_MS);
     }
 }
