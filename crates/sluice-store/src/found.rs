@@ -22,8 +22,8 @@ pub struct Found<'a> {
 enum Owner<'a> {
     /// A memtable's filled chunk of values.
     Memtable(&'a Bytes),
-    /// A value of the memtable's chunk still being filled: kept as a copy.
-    MemtableOpen(&'a [u8]),
+    /// The memtable's chunk still being filled: a value kept is copied.
+    MemtableOpen(&'a Vec<u8>),
     Block(&'a Arc<RawBlock>),
 }
 
@@ -38,13 +38,14 @@ impl<'a> Found<'a> {
         }
     }
 
-    /// A value of the memtable's chunk still being filled, which
-    /// [`Found::keep`] copies (it is small).
-    pub(crate) fn in_memtable_copy(value: &'a [u8]) -> Found<'a> {
+    /// `len` bytes at `start` of the memtable's chunk still being filled,
+    /// which [`Found::keep`] copies (such a value is small).
+    pub(crate) fn in_memtable_copy(open: &'a Vec<u8>, start: usize, len: usize) -> Found<'a> {
+        assert!(start + len <= open.len(), "a value inside its chunk");
         Found {
-            owner: Owner::MemtableOpen(value),
-            start: 0,
-            len: value.len(),
+            owner: Owner::MemtableOpen(open),
+            start,
+            len,
         }
     }
 

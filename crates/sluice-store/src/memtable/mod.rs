@@ -108,7 +108,7 @@ impl Values {
     /// The value, as a point read hands it on.
     fn found(&self, at: ValueAt) -> Found<'_> {
         if self.is_open(at) {
-            Found::in_memtable_copy(self.get(at))
+            Found::in_memtable_copy(&self.open, at.start as usize, at.len as usize)
         } else {
             Found::in_memtable(
                 &self.chunks[at.chunk as usize],
@@ -258,14 +258,16 @@ pub struct Memtable {
 const MAX_KEY_ROOM: usize = 1 << 20;
 
 impl Memtable {
-    /// An empty memtable whose chains and index hold `keys` keys (at most
-    /// [`MAX_KEY_ROOM`]) before they grow: growing one of several hundred
-    /// thousand keys copies megabytes while every writer waits.
-    pub fn with_key_room(keys: usize) -> Memtable {
-        let keys = keys.min(MAX_KEY_ROOM);
+    /// An empty memtable whose chains hold `chain_keys` keys and whose
+    /// index holds `index_keys` (each at most [`MAX_KEY_ROOM`]) before they
+    /// grow: growing one of several hundred thousand keys copies megabytes
+    /// while every writer waits. Room in the chains is only address space
+    /// until used; an index with room for many more keys than it holds
+    /// spreads them over memory a lookup then misses in the cache.
+    pub fn with_key_room(chain_keys: usize, index_keys: usize) -> Memtable {
         Memtable {
-            chains: Vec::with_capacity(keys),
-            index: hashbrown::HashTable::with_capacity(keys),
+            chains: Vec::with_capacity(chain_keys.min(MAX_KEY_ROOM)),
+            index: hashbrown::HashTable::with_capacity(index_keys.min(MAX_KEY_ROOM)),
             ..Memtable::default()
         }
     }

@@ -58,7 +58,7 @@ impl Inner {
             };
             let tail = with_io_priority(Priority::High, || inner.wal.close_block())?;
             // Room for as many keys as the last one took, and an eighth.
-            let next_memtable = Memtable::with_key_room(keys + keys / 8);
+            let next_memtable = Memtable::with_key_room(keys + keys / 8, keys + keys / 8);
             let frozen = std::mem::replace(&mut mem.active, Arc::new(RwLock::new(next_memtable)));
             mem.frozen = Some(frozen.clone());
             // Under the writer lock, as every apply is.

@@ -5,8 +5,8 @@ use super::background::background_loop;
 use super::config::check_format_fits;
 use super::*;
 
-/// The first memtable makes room for a key per this many bytes of the
-/// write buffer (later ones for as many keys as the one before took).
+/// The first memtable's chains make room for a key per this many bytes of
+/// the write buffer (later memtables for as many keys as the one before took).
 const FIRST_MEMTABLE_BYTES_PER_KEY: usize = 256;
 
 impl Store {
@@ -83,8 +83,10 @@ impl Store {
         };
         let mut recovered = wal::recover(&dev, &layout, place.tail_seq, config.wal_recovery)?;
         report_wal_recovery(&recovered, config.wal_recovery);
+        // Chains only: with no count to go by, an index sized for the
+        // whole write buffer would spread a small key set out.
         let mut memtable =
-            Memtable::with_key_room(config.write_buffer_bytes / FIRST_MEMTABLE_BYTES_PER_KEY);
+            Memtable::with_key_room(config.write_buffer_bytes / FIRST_MEMTABLE_BYTES_PER_KEY, 0);
         let mut last_seq = state.last_sequence;
         for (pos, record) in &recovered.records {
             let (first, batch) = WriteBatch::decode(record).ok_or_else(|| {
