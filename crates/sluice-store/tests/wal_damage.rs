@@ -48,14 +48,26 @@ fn value(i: u32, round: u32) -> Vec<u8> {
 
 /// `KEYS` writes, only in the WAL, acknowledged as durable in groups of 50.
 fn store_with_keys_in_the_wal() -> Arc<MemoryDevice> {
+    store_with_batches_in_the_wal(KEYS, |ks, i, b| {
+        b.put(ks, &key(i), &value(i, 0)).unwrap();
+    })
+}
+
+/// `records` batches (`fill` adds batch `i`'s writes), only in the WAL,
+/// acknowledged as durable in groups of 50, then a crash right after the
+/// last acknowledged write.
+fn store_with_batches_in_the_wal(
+    records: u32,
+    fill: impl Fn(u32, u32, &mut WriteBatch),
+) -> Arc<MemoryDevice> {
     let mem = Arc::new(MemoryDevice::new(4096, DEVICE_BLOCKS));
     let store =
         Store::create(mem.clone() as Arc<dyn Device>, &config(WalRecovery::Strict)).unwrap();
     let ks = store.keyspace("default").unwrap();
-    for i in 0..KEYS {
+    for i in 0..records {
         let mut b = WriteBatch::new();
-        b.put(ks, &key(i), &value(i, 0)).unwrap();
-        let sync = i % 50 == 49 || i == KEYS - 1;
+        fill(ks, i, &mut b);
+        let sync = i % 50 == 49 || i == records - 1;
         store.write_with(&b, WriteOptions { sync }).unwrap();
     }
     assert_eq!(
@@ -64,7 +76,6 @@ fn store_with_keys_in_the_wal() -> Arc<MemoryDevice> {
         "the writes must be in the WAL only"
     );
     drop(store);
-    // A crash right after the last acknowledged write.
     mem.power_cut(PowerCutMode::DropUnflushed);
     mem
 }
@@ -614,31 +625,17 @@ fn two_crashes_each_with_one_damage_keep_every_acknowledged_write() {
 /// power cut.
 #[test]
 fn records_cut_anywhere_across_log_blocks_replay_exactly() {
-    let mem = Arc::new(MemoryDevice::new(4096, DEVICE_BLOCKS));
-    let store =
-        Store::create(mem.clone() as Arc<dyn Device>, &config(WalRecovery::Strict)).unwrap();
-    let ks = store.keyspace("default").unwrap();
     let value_of = |i: u32, j: u32| -> Vec<u8> {
         let len = 1 + ((i * 37 + j * 11) % 700) as usize;
         (0..len).map(|b| (i as usize * 7 + b) as u8).collect()
     };
     let records = 1500u32;
-    for i in 0..records {
-        let mut b = WriteBatch::new();
+    let mem = store_with_batches_in_the_wal(records, |ks, i, b| {
         for j in 0..1 + i % 3 {
             b.put(ks, format!("cut-{i:05}-{j}").as_bytes(), &value_of(i, j))
                 .unwrap();
         }
-        let sync = i % 50 == 49 || i == records - 1;
-        store.write_with(&b, WriteOptions { sync }).unwrap();
-    }
-    assert_eq!(
-        store.stats().flushes,
-        0,
-        "the writes must be in the WAL only"
-    );
-    drop(store);
-    mem.power_cut(PowerCutMode::DropUnflushed);
+    });
     let store = open(&mem, WalRecovery::Strict).unwrap();
     let ks = store.keyspace("default").unwrap();
     for i in 0..records {
