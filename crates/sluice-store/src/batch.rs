@@ -119,6 +119,12 @@ impl WriteBatch {
         Ok(self)
     }
 
+    /// Empties it, keeping its room for the next batch.
+    pub fn clear(&mut self) {
+        self.body.clear();
+        self.count = 0;
+    }
+
     /// Operations in the batch.
     pub fn len(&self) -> usize {
         self.count as usize

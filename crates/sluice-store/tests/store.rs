@@ -1457,6 +1457,16 @@ fn dropped_keyspaces_free_their_space_and_never_come_back() {
         store.put(a, b"x", b"y").is_err(),
         "a write to a dropped keyspace"
     );
+    // A batch with one of its puts there is refused whole.
+    let mut mixed = WriteBatch::new();
+    mixed.put(keep, b"mixed", b"1").unwrap();
+    mixed.put(a, b"mixed", b"2").unwrap();
+    let err = store.write(&mixed).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::UnknownKeyspace { name, known } if name == &format!("#{a}") && known.contains("keep")),
+        "{err}"
+    );
+    assert_eq!(store.get(keep, b"mixed").unwrap(), None);
     // An iterator opened before reads on.
     assert_eq!(old.count(), 3000);
     drop(snap);

@@ -47,7 +47,7 @@ impl Inner {
         // Freeze: new writes go to a fresh memtable; the WAL closes its open
         // block so the frozen records end at a block boundary.
         let (frozen, tail_seq, last_seq) = {
-            let next = lock(&inner.writer);
+            let mut writer = lock(&inner.writer);
             let mut mem = write(&inner.memtables);
             let keys = {
                 let active = read(&mem.active);
@@ -60,12 +60,13 @@ impl Inner {
             // Room for as many keys as the last one took, and an eighth.
             let next_memtable = Memtable::with_key_room(keys + keys / 8, keys + keys / 8);
             let frozen = std::mem::replace(&mut mem.active, Arc::new(RwLock::new(next_memtable)));
+            writer.active = mem.active.clone();
             mem.frozen = Some(frozen.clone());
             // Under the writer lock, as every apply is.
             inner.active_bytes.store(0, Ordering::Relaxed);
             inner.flushing.store(true, Ordering::Relaxed);
             inner.view_generation.fetch_add(1, Ordering::Release);
-            (frozen, tail, *next - 1)
+            (frozen, tail, writer.next_seq - 1)
         };
         // Every frozen write must be visible (committed) before it is flushed.
         inner

@@ -60,6 +60,7 @@ impl Store {
         };
         manifest.log(&[Edit::AddKeyspace(def.clone())])?;
         ks.insert(name.into(), def);
+        lock(&self.inner.writer).keyspace_ids.push(id);
         Ok(id)
     }
 
@@ -89,7 +90,11 @@ impl Store {
         edits.push(Edit::DropKeyspace(id));
         edits.extend(inner.take_released());
         inner.log_group(&edits)?;
-        write(&inner.keyspaces).remove(name);
+        {
+            let mut ks = write(&inner.keyspaces);
+            ks.remove(name);
+            lock(&inner.writer).keyspace_ids.retain(|&k| k != id);
+        }
         {
             let mut v = write(&inner.version);
             let mut next = (**v).clone();
@@ -103,16 +108,12 @@ impl Store {
         Ok(())
     }
 
-    pub(super) fn check_keyspaces(&self, batch: &WriteBatch) -> Result<()> {
+    /// The error of a write to keyspace `id`, which is not (or no more).
+    pub(super) fn unknown_keyspace(&self, id: u32) -> StoreError {
         let ks = read(&self.inner.keyspaces);
-        for op in batch.ops() {
-            if !ks.values().any(|k| k.id == op.keyspace) {
-                return Err(StoreError::UnknownKeyspace {
-                    name: format!("#{}", op.keyspace),
-                    known: ks.keys().cloned().collect::<Vec<_>>().join(", "),
-                });
-            }
+        StoreError::UnknownKeyspace {
+            name: format!("#{id}"),
+            known: ks.keys().cloned().collect::<Vec<_>>().join(", "),
         }
-        Ok(())
     }
 }

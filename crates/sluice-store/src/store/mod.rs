@@ -81,6 +81,36 @@ struct Visible {
     failed: Option<String>,
 }
 
+/// What a write holds while it takes its place: one lock for its
+/// sequence numbers, its log record and its memtable, so the write path
+/// takes no lock of `memtables` or `keyspaces` (each a pair of locked
+/// instructions per write).
+struct Writer {
+    /// The sequence number of the next write's first operation.
+    next_seq: u64,
+    /// `memtables.active`, replaced under this lock and that one.
+    active: Arc<RwLock<Memtable>>,
+    /// The ids of the keyspaces that take writes (a copy of `keyspaces`'
+    /// ids, changed under this lock and that one).
+    keyspace_ids: Vec<u32>,
+}
+
+impl Writer {
+    /// The first keyspace of `batch` no write may go to, if any.
+    fn unknown_keyspace(&self, batch: &WriteBatch) -> Option<u32> {
+        let mut last_known = None;
+        for op in batch.ops() {
+            if last_known != Some(op.keyspace) {
+                if !self.keyspace_ids.contains(&op.keyspace) {
+                    return Some(op.keyspace);
+                }
+                last_known = Some(op.keyspace);
+            }
+        }
+        None
+    }
+}
+
 struct Memtables {
     active: Arc<RwLock<Memtable>>,
     /// Being flushed: still read until its tables are installed.
@@ -113,7 +143,7 @@ struct Inner {
     /// a [`ReadCache`] taken at an older generation is taken again.
     view_generation: AtomicU64,
     /// Sequence assignment and WAL append order.
-    writer: Mutex<u64>,
+    writer: Mutex<Writer>,
     visible: Mutex<Visible>,
     /// Every write up to this sequence is visible to reads; writers wait on
     /// it for their own write to become visible.

@@ -149,6 +149,13 @@ impl Store {
             recovered.next_seq,
             config.wal_sqpoll_idle_ms,
         )?;
+        let active_bytes = memtable.approximate_bytes();
+        let active = Arc::new(RwLock::new(memtable));
+        let writer = Writer {
+            next_seq: last_seq + 1,
+            active: active.clone(),
+            keyspace_ids: state.keyspaces.values().map(|k| k.id).collect(),
+        };
         let inner = Arc::new(Inner {
             dev,
             cache,
@@ -158,16 +165,16 @@ impl Store {
             manifest: Mutex::new(manifest),
             keyspaces: RwLock::new(keyspaces),
             wal,
-            active_bytes: AtomicUsize::new(memtable.approximate_bytes()),
+            active_bytes: AtomicUsize::new(active_bytes),
             flushing: AtomicBool::new(false),
             l0_counted: AtomicU64::new(u64::MAX),
             memtables: RwLock::new(Memtables {
-                active: Arc::new(RwLock::new(memtable)),
+                active,
                 frozen: None,
             }),
             version: RwLock::new(Arc::new(version)),
             view_generation: AtomicU64::new(0),
-            writer: Mutex::new(last_seq + 1),
+            writer: Mutex::new(writer),
             visible: Mutex::new(Visible {
                 pending: BTreeMap::new(),
                 failed: None,

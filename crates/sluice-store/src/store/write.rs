@@ -133,7 +133,6 @@ impl Store {
                 position: wal::LogPosition { end_seq: 0 },
             });
         }
-        self.check_keyspaces(batch)?;
         self.check_failed()?;
         let inner = &self.inner;
         let (buffered, frozen) = self.memtable_fill();
@@ -175,11 +174,16 @@ impl Store {
             }
         }
         let (first, pos) = {
-            let mut next = lock(&inner.writer);
-            let first = *next;
+            let mut writer = lock(&inner.writer);
+            if let Some(id) = writer.unknown_keyspace(batch) {
+                // Not under the writer lock: `keyspaces` is taken first.
+                drop(writer);
+                return Err(self.unknown_keyspace(id));
+            }
+            let first = writer.next_seq;
             let pos = match inner.wal.append_pieces(&batch.header(first), batch.body()) {
                 Err(StoreError::WalFull { .. }) if !retried => {
-                    drop(next);
+                    drop(writer);
                     let started = std::time::Instant::now();
                     inner.flush()?;
                     inner.write_stalls.fetch_add(1, Ordering::Relaxed);
@@ -189,9 +193,8 @@ impl Store {
                 }
                 other => other?,
             };
-            *next += batch.len() as u64;
-            let mem = read(&inner.memtables);
-            let mut active = write(&mem.active);
+            writer.next_seq += batch.len() as u64;
+            let mut active = write(&writer.active);
             active.apply(first, batch);
             inner
                 .active_bytes
