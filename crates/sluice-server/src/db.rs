@@ -93,6 +93,11 @@ impl Entry {
         }
     }
 
+    /// [`Entry::with_pieces`] of a string `value` with no expiry.
+    fn with_string_pieces<R>(value: &[u8], f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        f(&[&[0u8; HEADER_BYTES], value])
+    }
+
     fn decode(bytes: &[u8]) -> Result<Entry, StoreError> {
         Entry::decode_as(bytes, Read::Whole)
     }
@@ -308,9 +313,34 @@ struct Cursors {
 /// SCAN cursors remembered at once (each holds one key).
 pub const MAX_CURSORS: usize = 65536;
 
+/// A key's hash, computed once for its stripe lock and its WATCH counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyHash(u64);
+
+impl KeyHash {
+    /// The hash of `key`.
+    pub fn of(key: &[u8]) -> KeyHash {
+        KeyHash(Db::hash(key))
+    }
+
+    fn stripe(self) -> usize {
+        (self.0 % STRIPES as u64) as usize
+    }
+
+    fn version_slot(self) -> usize {
+        (self.0 % VERSION_SLOTS as u64) as usize
+    }
+}
+
 /// Stripe locks held by a command, released on drop.
 pub struct Locked<'a> {
-    _guards: Vec<MutexGuard<'a, ()>>,
+    _guards: Guards<'a>,
+}
+
+/// One stripe (most commands: one key) needs no list.
+enum Guards<'a> {
+    One(#[allow(dead_code)] MutexGuard<'a, ()>),
+    Many(#[allow(dead_code)] Vec<MutexGuard<'a, ()>>),
 }
 
 /// The field key of `field` in hash `key`.
@@ -448,12 +478,8 @@ impl Db {
         h
     }
 
-    fn stripe_of(key: &[u8]) -> usize {
-        (Db::hash(key) % STRIPES as u64) as usize
-    }
-
     fn version_slot(key: &[u8]) -> usize {
-        (Db::hash(key) % VERSION_SLOTS as u64) as usize
+        KeyHash::of(key).version_slot()
     }
 
     /// Adds `key` to a connection's WATCH: its counter slot and the count
@@ -520,25 +546,47 @@ impl Db {
     /// meanwhile).
     pub fn lock_all(&self) -> Locked<'_> {
         Locked {
-            _guards: self
-                .stripes
-                .iter()
-                .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
-                .collect(),
+            _guards: Guards::Many(
+                self.stripes
+                    .iter()
+                    .map(|m| m.lock().unwrap_or_else(|p| p.into_inner()))
+                    .collect(),
+            ),
         }
     }
 
     /// Locks the stripes of `keys` (in stripe order, so two commands
     /// cannot deadlock) until the returned guard drops.
     pub fn lock<'a>(&'a self, keys: &[&[u8]]) -> Locked<'a> {
-        let mut stripes: Vec<usize> = keys.iter().map(|k| Db::stripe_of(k)).collect();
+        self.lock_hashes(keys.iter().map(|k| KeyHash::of(k)))
+    }
+
+    /// [`Db::lock`] of the keys whose hashes these are.
+    pub fn lock_hashes(&self, mut hashes: impl ExactSizeIterator<Item = KeyHash>) -> Locked<'_> {
+        if hashes.len() == 1 {
+            let only = hashes.next().expect("one hash");
+            return self.lock_stripe(only.stripe());
+        }
+        let mut stripes: Vec<usize> = hashes.map(KeyHash::stripe).collect();
         stripes.sort_unstable();
         stripes.dedup();
         Locked {
-            _guards: stripes
-                .into_iter()
-                .map(|s| self.stripes[s].lock().unwrap_or_else(|p| p.into_inner()))
-                .collect(),
+            _guards: Guards::Many(
+                stripes
+                    .into_iter()
+                    .map(|s| self.stripes[s].lock().unwrap_or_else(|p| p.into_inner()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Locks one stripe.
+    fn lock_stripe(&self, stripe: usize) -> Locked<'_> {
+        let guard = self.stripes[stripe]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        Locked {
+            _guards: Guards::One(guard),
         }
     }
 
@@ -709,11 +757,24 @@ impl Db {
 
     /// A batch for this keyspace.
     pub fn batch(&self) -> DbBatch<'_> {
+        self.batch_in(BatchRoom::default())
+    }
+
+    /// [`Db::batch`] built in the room an earlier one left
+    /// ([`DbBatch::commit_keeping_room`]): a batch a request allocates
+    /// nothing for.
+    pub fn batch_in(&self, room: BatchRoom) -> DbBatch<'_> {
+        let BatchRoom {
+            mut batch,
+            mut touched,
+        } = room;
+        batch.clear();
+        touched.clear();
         DbBatch {
             db: self,
-            batch: WriteBatch::new(),
+            batch,
             ops: None,
-            touched: Vec::new(),
+            touched,
             touched_all: false,
         }
     }
@@ -746,6 +807,15 @@ pub enum DbOp {
     RemoveEverything,
 }
 
+/// The buffers of a spent [`DbBatch`], for the next one to build in (as
+/// big as the biggest batch built in them: a SET group's, at most
+/// `set_group::MAX_BYTES` and a little).
+#[derive(Debug, Default)]
+pub struct BatchRoom {
+    batch: WriteBatch,
+    touched: Vec<usize>,
+}
+
 /// Changes to the keyspace applied together ([`DbBatch::commit`]).
 pub struct DbBatch<'a> {
     db: &'a Db,
@@ -771,6 +841,29 @@ impl DbBatch<'_> {
             self.batch.put(self.db.expires, &k, &v)?;
         }
         self.record(key, || DbOp::Put(key.to_vec(), entry.clone()));
+        Ok(())
+    }
+
+    /// A plain string `value` at `key` with no expiry, whose [`KeyHash`]
+    /// is known: [`DbBatch::put`] for a group of SETs, with the value
+    /// borrowed.
+    pub fn put_string(
+        &mut self,
+        key: &[u8],
+        hash: KeyHash,
+        value: &[u8],
+    ) -> Result<(), StoreError> {
+        Entry::with_string_pieces(value, |pieces| {
+            self.batch.put_parts(self.db.keys, key, pieces)
+        })?;
+        self.touched.push(hash.version_slot());
+        if let Some(ops) = &mut self.ops {
+            let entry = Entry {
+                value: Value::String(value.to_vec()),
+                expire_at_ms: 0,
+            };
+            ops.push(DbOp::Put(key.to_vec(), entry));
+        }
         Ok(())
     }
 
@@ -887,8 +980,39 @@ impl DbBatch<'_> {
     /// Applies the batch (visible at once; durable when the log says so)
     /// and marks every key it changed as modified for WATCH.
     pub fn commit(self) -> Result<Logged, StoreError> {
-        let logged = self.db.store.write_logged(&self.batch)?;
-        self.db.count_changes(&self.touched, self.touched_all);
-        Ok(logged)
+        self.commit_keeping_room().0
+    }
+
+    /// [`DbBatch::commit`], handing back the batch's room for the next
+    /// ([`Db::batch_in`]).
+    pub fn commit_keeping_room(self) -> (Result<Logged, StoreError>, BatchRoom) {
+        let logged = self.db.store.write_logged(&self.batch);
+        if logged.is_ok() {
+            self.db.count_changes(&self.touched, self.touched_all);
+        }
+        let room = BatchRoom {
+            batch: self.batch,
+            touched: self.touched,
+        };
+        (logged, room)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_grouped_sets_record_is_the_record_of_its_entry() {
+        for value in [&b""[..], b"v", &[7u8; 300]] {
+            let entry = Entry {
+                value: Value::String(value.to_vec()),
+                expire_at_ms: 0,
+            };
+            let record = entry.with_pieces(|pieces| pieces.concat());
+            let grouped = Entry::with_string_pieces(value, |pieces| pieces.concat());
+            assert_eq!(grouped, record);
+            assert_eq!(Entry::decode(&grouped).unwrap(), entry);
+        }
     }
 }

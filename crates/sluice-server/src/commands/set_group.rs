@@ -11,7 +11,7 @@
 //! its arrival and its reply.
 
 use super::store_error_text;
-use crate::db::{Db, Entry, Value};
+use crate::db::{BatchRoom, Db, KeyHash};
 use crate::resp::{Args, Reply};
 use sluice_store::Logged;
 
@@ -23,8 +23,18 @@ pub const MAX_BYTES: usize = 1 << 20;
 /// Plain SETs waiting to be committed together, in arrival order.
 #[derive(Debug, Default)]
 pub struct SetGroup {
-    sets: Vec<(Vec<u8>, Vec<u8>)>,
+    sets: Vec<Set>,
     bytes: usize,
+    /// The last commit's batch buffers, for the next.
+    room: BatchRoom,
+}
+
+/// One SET held, with its key's hash (for its stripe lock and WATCH slot).
+#[derive(Debug)]
+struct Set {
+    key: Vec<u8>,
+    value: Vec<u8>,
+    hash: KeyHash,
 }
 
 /// How a group's commit went.
@@ -52,7 +62,8 @@ impl SetGroup {
         let value = args.pop().expect("a value");
         let key = args.pop().expect("a key");
         self.bytes += key.len() + value.len();
-        self.sets.push((key, value));
+        let hash = KeyHash::of(&key);
+        self.sets.push(Set { key, value, hash });
     }
 
     /// Whether it holds none.
@@ -65,35 +76,39 @@ impl SetGroup {
         self.sets.len() >= MAX_SETS || self.bytes >= MAX_BYTES
     }
 
-    /// Commits every SET held (the group is empty after).
+    /// Commits every SET held (the group is empty after; its list keeps
+    /// its room for the next).
     pub fn commit(&mut self, db: &Db) -> GroupOutcome {
-        let sets = std::mem::take(&mut self.sets);
         self.bytes = 0;
-        let keys: Vec<&[u8]> = sets.iter().map(|(k, _)| &k[..]).collect();
-        let locked = db.lock(&keys);
-        if keys.iter().any(|k| db.may_hold_hash(k)) {
+        let locked = db.lock_hashes(self.sets.iter().map(|s| s.hash));
+        if self.sets.iter().any(|s| db.may_hold_hash(&s.key)) {
             drop(locked);
-            let args = sets
-                .into_iter()
-                .map(|(k, v)| vec![b"SET".to_vec(), k, v])
+            let args = self
+                .sets
+                .drain(..)
+                .map(|s| vec![b"SET".to_vec(), s.key, s.value])
                 .collect();
             return GroupOutcome::OneByOne(args);
         }
-        let mut batch = db.batch();
-        for (key, value) in sets {
-            let entry = Entry {
-                value: Value::String(value),
-                expire_at_ms: 0,
-            };
-            if let Err(e) = batch.put(&key, &entry) {
+        let outcome = self.commit_locked(db);
+        drop(locked);
+        self.sets.clear();
+        outcome
+    }
+
+    /// The batch of every SET held, committed (their stripes locked).
+    fn commit_locked(&mut self, db: &Db) -> GroupOutcome {
+        let mut batch = db.batch_in(std::mem::take(&mut self.room));
+        for set in &self.sets {
+            if let Err(e) = batch.put_string(&set.key, set.hash, &set.value) {
                 return GroupOutcome::Failed(Reply::Error(store_error_text(&e)));
             }
         }
-        let outcome = match batch.commit() {
+        let (logged, room) = batch.commit_keeping_room();
+        self.room = room;
+        match logged {
             Ok(logged) => GroupOutcome::Committed(logged),
             Err(e) => GroupOutcome::Failed(Reply::Error(store_error_text(&e))),
-        };
-        drop(locked);
-        outcome
+        }
     }
 }

@@ -6,7 +6,6 @@ use super::conn::{Conn, ShmLink, Transport};
 use super::shm::WorkerInbox;
 use super::{admin, Shared, WorkerStats, TICK};
 use crate::commands::set_group::{GroupOutcome, SetGroup};
-use crate::resp::Reply;
 use crate::session::Session;
 use sluice_io::net::{ConnId, NetEvent, NetRing, NetRingConfig, Waker};
 use sluice_store::wal::LogPosition;
@@ -911,6 +910,9 @@ enum Stop {
     GroupFirst(Option<Vec<u8>>),
 }
 
+/// A simple-string OK, the same in RESP2 and RESP3.
+const OK_REPLY: &[u8] = b"+OK\r\n";
+
 /// Plain SETs of a pass waiting for one commit, and the connection each
 /// came from (in arrival order).
 #[derive(Default)]
@@ -937,18 +939,20 @@ impl Grouped {
         if self.sets.is_empty() {
             return;
         }
-        let askers = std::mem::take(&mut self.askers);
-        match self.sets.commit(&shared.db) {
+        // Drained, not taken: the list keeps its room for the next group.
+        let Grouped { sets, askers } = self;
+        let askers = askers.drain(..);
+        match sets.commit(&shared.db) {
             GroupOutcome::Committed(logged) => {
                 shared.committer.wrote(logged.position);
                 let always = shared.config.durability == super::Durability::Always;
-                let ok = Reply::Simple("OK".into());
                 for id in askers {
                     if let Some(c) = live(conns, id) {
                         if always {
                             c.hold_until(logged.position);
                         }
-                        c.push_reply(&ok);
+                        // "+OK\r\n" in RESP2 and RESP3 alike.
+                        c.push_bytes(OK_REPLY);
                     }
                 }
             }
