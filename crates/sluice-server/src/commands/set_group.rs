@@ -20,20 +20,28 @@ pub const MAX_SETS: usize = 256;
 /// Key and value bytes one group holds at most.
 pub const MAX_BYTES: usize = 1 << 20;
 
+/// The most buffer room a group keeps between commits: one that took a
+/// bigger SET lets its buffers go.
+const KEPT_ROOM_BYTES: usize = 2 * MAX_BYTES;
+
 /// Plain SETs waiting to be committed together, in arrival order.
 #[derive(Debug, Default)]
 pub struct SetGroup {
     sets: Vec<Set>,
-    bytes: usize,
+    /// Every SET's key then value, one after another: a SET framed in
+    /// place ([`SetGroup::push_set`]) allocates nothing.
+    bytes: Vec<u8>,
     /// The last commit's batch buffers, for the next.
     room: BatchRoom,
 }
 
-/// One SET held, with its key's hash (for its stripe lock and WATCH slot).
+/// One SET held: where its key and value lie in the group's bytes, and
+/// its key's hash (for its stripe lock and WATCH slot).
 #[derive(Debug)]
 struct Set {
-    key: Vec<u8>,
-    value: Vec<u8>,
+    start: usize,
+    key_len: usize,
+    value_len: usize,
     hash: KeyHash,
 }
 
@@ -57,13 +65,31 @@ impl SetGroup {
     }
 
     /// Adds a SET [`SetGroup::takes`] accepted.
-    pub fn push(&mut self, mut args: Args) {
+    pub fn push(&mut self, args: Args) {
         debug_assert_eq!(args.len(), 3);
-        let value = args.pop().expect("a value");
-        let key = args.pop().expect("a key");
-        self.bytes += key.len() + value.len();
-        let hash = KeyHash::of(&key);
-        self.sets.push(Set { key, value, hash });
+        self.push_set(&args[1], &args[2]);
+    }
+
+    /// Adds `SET key value` (which [`Db::entry_fits`]).
+    pub fn push_set(&mut self, key: &[u8], value: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+        self.sets.push(Set {
+            start,
+            key_len: key.len(),
+            value_len: value.len(),
+            hash: KeyHash::of(key),
+        });
+    }
+
+    fn key(&self, set: &Set) -> &[u8] {
+        &self.bytes[set.start..set.start + set.key_len]
+    }
+
+    fn value(&self, set: &Set) -> &[u8] {
+        let at = set.start + set.key_len;
+        &self.bytes[at..at + set.value_len]
     }
 
     /// Whether it holds none.
@@ -73,26 +99,38 @@ impl SetGroup {
 
     /// Whether it should be committed before it takes another.
     pub fn is_full(&self) -> bool {
-        self.sets.len() >= MAX_SETS || self.bytes >= MAX_BYTES
+        self.sets.len() >= MAX_SETS || self.bytes.len() >= MAX_BYTES
     }
 
-    /// Commits every SET held (the group is empty after; its list keeps
-    /// its room for the next).
+    /// Commits every SET held (the group is empty after; its buffers keep
+    /// their room for the next, up to [`KEPT_ROOM_BYTES`]).
     pub fn commit(&mut self, db: &Db) -> GroupOutcome {
-        self.bytes = 0;
         let locked = db.lock_hashes(self.sets.iter().map(|s| s.hash));
-        if self.sets.iter().any(|s| db.may_hold_hash(&s.key)) {
+        let outcome = if self.sets.iter().any(|s| db.may_hold_hash(self.key(s))) {
             drop(locked);
             let args = self
                 .sets
-                .drain(..)
-                .map(|s| vec![b"SET".to_vec(), s.key, s.value])
+                .iter()
+                .map(|s| {
+                    vec![
+                        b"SET".to_vec(),
+                        self.key(s).to_vec(),
+                        self.value(s).to_vec(),
+                    ]
+                })
                 .collect();
-            return GroupOutcome::OneByOne(args);
-        }
-        let outcome = self.commit_locked(db);
-        drop(locked);
+            GroupOutcome::OneByOne(args)
+        } else {
+            let outcome = self.commit_locked(db);
+            drop(locked);
+            outcome
+        };
         self.sets.clear();
+        self.bytes.clear();
+        if self.bytes.capacity() > KEPT_ROOM_BYTES {
+            self.bytes = Vec::new();
+            self.room = BatchRoom::default();
+        }
         outcome
     }
 
@@ -100,7 +138,7 @@ impl SetGroup {
     fn commit_locked(&mut self, db: &Db) -> GroupOutcome {
         let mut batch = db.batch_in(std::mem::take(&mut self.room));
         for set in &self.sets {
-            if let Err(e) = batch.put_string(&set.key, set.hash, &set.value) {
+            if let Err(e) = batch.put_string(self.key(set), set.hash, self.value(set)) {
                 return GroupOutcome::Failed(Reply::Error(store_error_text(&e)));
             }
         }

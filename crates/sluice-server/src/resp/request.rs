@@ -160,6 +160,63 @@ impl RequestReader {
         }
     }
 
+    /// If the next request is a whole `SET key value` in plain RESP
+    /// (`*3`, `$3`, `SET` in any case, lengths in plain digits within the
+    /// bulk limit), its key, its value and its length in bytes, borrowed
+    /// where they lie; consumed only by [`RequestReader::consume`]. None
+    /// for anything else, which [`RequestReader::next`] frames (into
+    /// these same three arguments, for a request this takes). For an
+    /// authenticated client only: the tighter limits before AUTH are not
+    /// looked at.
+    pub fn peek_plain_set(&self) -> Option<(&[u8], &[u8], usize)> {
+        const HEAD: &[u8] = b"*3\r\n$3\r\nSET\r\n";
+        let rest = &self.buf[self.pos..];
+        let head = rest.get(..HEAD.len())?;
+        if !head.eq_ignore_ascii_case(HEAD) {
+            return None;
+        }
+        let (key, at) = self.plain_bulk(rest, HEAD.len())?;
+        let (value, end) = self.plain_bulk(rest, at)?;
+        Some((key, value, end))
+    }
+
+    /// The bulk string `$N\r\n<N bytes>` and two more bytes at `at` of
+    /// `rest`, N in plain digits (no sign, no leading zero); where the
+    /// next starts.
+    fn plain_bulk<'a>(&self, rest: &'a [u8], at: usize) -> Option<(&'a [u8], usize)> {
+        if rest.get(at) != Some(&b'$') {
+            return None;
+        }
+        let digits_at = at + 1;
+        let digits = rest[digits_at..]
+            .iter()
+            .take(11)
+            .take_while(|d| d.is_ascii_digit())
+            .count();
+        if digits == 0 || digits > 10 || (digits > 1 && rest[digits_at] == b'0') {
+            return None;
+        }
+        let len = rest[digits_at..digits_at + digits]
+            .iter()
+            .fold(0i64, |n, d| n * 10 + i64::from(d - b'0'));
+        if len > self.limits.bulk_max_bytes {
+            return None;
+        }
+        let start = digits_at + digits + 2;
+        if rest.get(digits_at + digits..start)? != b"\r\n" {
+            return None;
+        }
+        // The two bytes after the bulk are skipped unread, as Redis does.
+        let end = start + len as usize + 2;
+        (rest.len() >= end).then(|| (&rest[start..start + len as usize], end))
+    }
+
+    /// Consumes `len` bytes of framed request ([`RequestReader::peek_plain_set`]).
+    pub fn consume(&mut self, len: usize) {
+        assert!(len <= self.pending_bytes(), "consumed past the bytes held");
+        self.pos += len;
+    }
+
     fn inline(&mut self) -> Result<Step, ProtocolError> {
         let rest = &self.buf[self.pos..];
         // Redis looks for the line's end in a C string: a NUL ends the
@@ -543,6 +600,79 @@ mod tests {
             (b"1 ", None),
         ] {
             assert_eq!(string_to_i64(s), want, "{}", String::from_utf8_lossy(s));
+        }
+    }
+
+    /// What `next` frames of `bytes`, and how many bytes it consumed.
+    fn framed_by_next(bytes: &[u8]) -> (Option<Args>, usize) {
+        let mut r = RequestReader::new(Limits::default());
+        r.feed(bytes);
+        let args = r.next(false).ok().flatten();
+        (args, r.pos)
+    }
+
+    #[test]
+    fn a_plain_set_is_framed_in_place_and_anything_else_is_left() {
+        let mut r = RequestReader::new(Limits::default());
+        r.feed(b"*3\r\n$3\r\nsEt\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n*1\r\n$4\r\nPING\r\n");
+        let (key, value, len) = r.peek_plain_set().expect("a plain SET");
+        assert_eq!((key, value, len), (&b"k"[..], &b"v\r\n"[..], 29));
+        r.consume(len);
+        assert_eq!(r.peek_plain_set(), None, "PING is no SET");
+        assert_eq!(strs(&[r.next(false).unwrap().unwrap()]), [["PING"]]);
+        for other in [
+            &b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv"[..], // not whole yet
+            b"*3\r\n$3\r\nSET\r\n$01\r\nk\r\n$1\r\nv\r\n", // a leading zero
+            b"*3\r\n$3\r\nSET\r\n$+1\r\nk\r\n$1\r\nv\r\n", // a sign
+            b"*3\r\n$3\r\nSET\r\n$1\rxk\r\n$1\r\nv\r\n",   // no line feed
+            b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nNX\r\n",
+            b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+            b"SET k v\r\n",
+        ] {
+            let mut r = RequestReader::new(Limits::default());
+            r.feed(other);
+            assert_eq!(
+                r.peek_plain_set(),
+                None,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        let mut small = RequestReader::new(Limits {
+            bulk_max_bytes: 2,
+            ..Limits::default()
+        });
+        small.feed(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nabc\r\n");
+        assert_eq!(small.peek_plain_set(), None, "past the bulk limit");
+    }
+
+    proptest::proptest! {
+        /// Whatever a plain SET frames, the general path frames the same:
+        /// the three arguments, and the same bytes consumed.
+        #[test]
+        fn a_plain_set_frames_as_next_does(
+            name in proptest::sample::select(vec!["SET", "set", "Set", "GET"]),
+            key in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            value in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            key_len_shift in 0usize..3,
+            cut in 0usize..400,
+        ) {
+            let key_len = key.len().saturating_sub(key_len_shift);
+            let mut bytes = format!("*3\r\n$3\r\n{name}\r\n${key_len}\r\n").into_bytes();
+            bytes.extend_from_slice(&key);
+            bytes.extend_from_slice(format!("\r\n${}\r\n", value.len()).as_bytes());
+            bytes.extend_from_slice(&value);
+            bytes.extend_from_slice(b"\r\n");
+            bytes.truncate(cut.max(1).min(bytes.len()));
+            let mut r = RequestReader::new(Limits::default());
+            r.feed(&bytes);
+            if let Some((k, v, len)) = r.peek_plain_set() {
+                let (args, consumed) = framed_by_next(&bytes);
+                let args = args.expect("next frames it too");
+                proptest::prop_assert_eq!(args, vec![name.as_bytes().to_vec(), k.to_vec(), v.to_vec()]);
+                proptest::prop_assert_eq!(consumed, len);
+                proptest::prop_assert!(name.eq_ignore_ascii_case("set"));
+            }
         }
     }
 }

@@ -975,6 +975,26 @@ impl Grouped {
 }
 
 impl Pass<'_> {
+    /// Puts `c`'s next request into the group if it is a plain `SET key
+    /// value` the group takes, framed where it lies (no argument list);
+    /// whether it did. Anything else is left to the general path, which
+    /// would group the same SET.
+    fn take_plain_set(&self, c: &mut Conn, id: u32, group: &mut Grouped) -> bool {
+        if c.deferred.is_some() || c.tx.is_some() || c.session.unauthenticated() {
+            return false;
+        }
+        let Some((key, value, len)) = c.reader.peek_plain_set() else {
+            return false;
+        };
+        if !self.shared.db.entry_fits(key, value) || self.store.write_pressure() {
+            return false;
+        }
+        group.sets.push_set(key, value);
+        c.reader.consume(len);
+        group.askers.push(id);
+        true
+    }
+
     /// Runs `c`'s requests until its input is done, the pipeline limit,
     /// back-pressure, or the group must be committed first.
     #[allow(clippy::too_many_arguments)]
@@ -996,6 +1016,14 @@ impl Pass<'_> {
             if c.stream.is_shm() && c.backlog_bytes() >= self.shm_out_limit {
                 held_back = true;
                 break;
+            }
+            if self.take_plain_set(c, id, group) {
+                WorkerStats::add(&self.stats.commands_processed, 1);
+                *n += 1;
+                if group.sets.is_full() {
+                    return Stop::GroupFirst(None);
+                }
+                continue;
             }
             let next = match c.deferred.take() {
                 Some(args) => Ok(Some(args)),
