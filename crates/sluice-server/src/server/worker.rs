@@ -114,6 +114,7 @@ pub(super) fn run(
         inbox,
         shm_conns: Vec::new(),
         reads: ReadCache::default(),
+        group: Grouped::default(),
     };
     worker.run()
 }
@@ -166,6 +167,8 @@ struct Worker {
     /// The store's view this worker's GETs read from; let go of while the
     /// thread blocks, so an idle worker holds no old tables.
     reads: ReadCache,
+    /// A turn's SET group, kept between turns for its buffers' room.
+    group: Grouped,
 }
 
 impl Worker {
@@ -670,7 +673,8 @@ impl Worker {
         // Read at the first GET that needs it: after every request of the
         // turn arrived.
         let mut now_ms = None;
-        let mut group = Grouped::default();
+        // Taken for the turn and put back: its buffers keep their room.
+        let mut group = std::mem::take(&mut self.group);
         for &id in &self.work {
             let mut n = 0;
             while let Some(c) = self.conns[id as usize].as_mut() {
@@ -698,6 +702,7 @@ impl Worker {
             served |= n > 0;
         }
         group.commit(shared, &mut self.conns, &mut self.reads);
+        self.group = group;
         served
     }
 
