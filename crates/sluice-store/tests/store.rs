@@ -571,6 +571,70 @@ fn keyspaces_persist_and_scans_take_ranges_prefixes_and_limits() {
     );
 }
 
+/// Synced and unsynced writers at once: each write is visible when it
+/// returns (its writer reads it back at once), what a snapshot sees is a
+/// prefix of the writes in sequence order, and nobody is left waiting.
+#[test]
+fn synced_and_unsynced_writers_see_their_writes_in_order() {
+    use sluice_store::WriteOptions;
+    let (_mem, store) = memory_store(8192);
+    let ks = store.keyspace("default").unwrap();
+    let writers = 4u32;
+    let per_writer = 300u32;
+    let logs: Vec<Vec<(u64, u32)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..writers)
+            .map(|t| {
+                let store = &store;
+                scope.spawn(move || {
+                    let key = format!("writer{t}");
+                    let mut log = Vec::new();
+                    for i in 0..per_writer {
+                        // Mostly unsynced, as a server's writes are, with
+                        // synced ones among them.
+                        let sync = (i + t) % 5 == 0;
+                        let mut b = WriteBatch::new();
+                        b.put(ks, key.as_bytes(), &i.to_le_bytes()).unwrap();
+                        let seq = store.write_with(&b, WriteOptions { sync }).unwrap();
+                        let back = store.get(ks, key.as_bytes()).unwrap();
+                        assert_eq!(
+                            back,
+                            Some(i.to_le_bytes().to_vec()),
+                            "writer {t}, write {i}"
+                        );
+                        log.push((seq, i));
+                    }
+                    log
+                })
+            })
+            .collect();
+        // A reader: each snapshot shows, for every writer, a write no older
+        // than the last one it saw.
+        let mut seen = vec![None::<u32>; writers as usize];
+        for _ in 0..200 {
+            let snap = store.snapshot();
+            for (t, last) in seen.iter_mut().enumerate() {
+                let key = format!("writer{t}");
+                let now = store
+                    .get_at(ks, key.as_bytes(), &snap)
+                    .unwrap()
+                    .map(|v| u32::from_le_bytes(v.try_into().unwrap()));
+                assert!(now >= *last, "writer {t}: {now:?} after {last:?}");
+                *last = now;
+            }
+        }
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Sequence numbers are given in each writer's order and never twice.
+    let mut all: Vec<u64> = logs.iter().flatten().map(|&(seq, _)| seq).collect();
+    for log in &logs {
+        assert!(log.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), (writers * per_writer) as usize);
+    assert_eq!(store.stats().last_sequence, u64::from(writers * per_writer));
+}
+
 #[test]
 fn concurrent_writers_share_flushes_and_lose_nothing() {
     let (mem, store) = memory_store(8192);

@@ -173,7 +173,7 @@ impl Store {
                 inner.write_stall_us.fetch_add(us, Ordering::Relaxed);
             }
         }
-        let (first, pos) = {
+        let (first, pos, visible) = {
             let mut writer = lock(&inner.writer);
             if let Some(id) = writer.unknown_keyspace(batch) {
                 // Not under the writer lock: `keyspaces` is taken first.
@@ -194,15 +194,28 @@ impl Store {
                 other => other?,
             };
             writer.next_seq += batch.len() as u64;
-            let mut active = write(&writer.active);
-            active.apply(first, batch);
-            inner
-                .active_bytes
-                .store(active.approximate_bytes(), Ordering::Relaxed);
-            (first, pos)
+            {
+                let mut active = write(&writer.active);
+                active.apply(first, batch);
+                inner
+                    .active_bytes
+                    .store(active.approximate_bytes(), Ordering::Relaxed);
+            }
+            // An unsynced write whose predecessors are all visible is made
+            // visible here, without the pending map's lock: under the
+            // writer lock no later write exists yet and no earlier one is
+            // pending, and the mark only ever rises.
+            let last = first + batch.len() as u64 - 1;
+            let visible = !options.sync && inner.visible_seq.get() + 1 == first;
+            if visible {
+                inner.visible_seq.advance(last, None);
+            }
+            (first, pos, visible)
         };
         let last = first + batch.len() as u64 - 1;
-        self.finish_write(first, last, options.sync.then_some(pos))?;
+        if !visible {
+            self.finish_write(first, last, options.sync.then_some(pos))?;
+        }
         Ok(Logged {
             seq: last,
             position: pos,
