@@ -249,6 +249,67 @@ fn pipelined_replies_keep_request_order() {
     }
 }
 
+/// Plain SETs and GETs (framed where they lie) pipelined with requests
+/// the general path frames (a key too long for the plain GET, SET with an
+/// option, lower case, inline): each GET sees every SET before it on its
+/// connection, and replies keep request order.
+#[test]
+fn pipelined_plain_sets_and_gets_see_each_other_in_order() {
+    let server = start_sluice(Durability::None);
+    let mut c = Client::connect(server.addr);
+    let long_key = vec![b'k'; 300];
+    let mut batch = Vec::new();
+    let mut want: Vec<Vec<u8>> = Vec::new();
+    for i in 0..400u32 {
+        let value = format!("v{i}").into_bytes();
+        let key = if i % 4 == 3 {
+            long_key.clone()
+        } else {
+            format!("key{}", i % 7).into_bytes()
+        };
+        match i % 5 {
+            0 => batch.extend(request(&[b"SET".to_vec(), key.clone(), value.clone()])),
+            1 => batch.extend(request(&[
+                b"set".to_vec(),
+                key.clone(),
+                value.clone(),
+                b"KEEPTTL".to_vec(),
+            ])),
+            2 => batch.extend(request(&[b"sEt".to_vec(), key.clone(), value.clone()])),
+            3 => batch.extend(
+                format!(
+                    "SET {} {}\r\n",
+                    String::from_utf8_lossy(&key),
+                    String::from_utf8_lossy(&value)
+                )
+                .into_bytes(),
+            ),
+            _ => batch.extend(request(&[b"SET".to_vec(), key.clone(), value.clone()])),
+        }
+        want.push(b"+OK\r\n".to_vec());
+        let get = if i % 2 == 0 {
+            b"GET".to_vec()
+        } else {
+            b"get".to_vec()
+        };
+        batch.extend(request(&[get, key]));
+        want.push(
+            format!(
+                "${}\r\n{}\r\n",
+                value.len(),
+                String::from_utf8_lossy(&value)
+            )
+            .into_bytes(),
+        );
+    }
+    batch.extend(request(&[b"GET".to_vec(), b"never-set".to_vec()]));
+    want.push(b"$-1\r\n".to_vec());
+    c.stream.write_all(&batch).unwrap();
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&c.read_reply().unwrap(), w, "reply {i}");
+    }
+}
+
 fn read_until_closed(stream: &mut std::net::TcpStream, limit: Duration) -> (Vec<u8>, bool) {
     stream
         .set_read_timeout(Some(Duration::from_millis(200)))

@@ -180,6 +180,17 @@ impl RequestReader {
         Some((key, value, end))
     }
 
+    /// [`RequestReader::peek_plain_set`] for a whole `GET key`: the key and
+    /// the request's length in bytes.
+    pub fn peek_plain_get(&self) -> Option<(&[u8], usize)> {
+        const HEAD: &[u8] = b"*2\r\n$3\r\nGET\r\n";
+        let rest = &self.buf[self.pos..];
+        if !rest.get(..HEAD.len())?.eq_ignore_ascii_case(HEAD) {
+            return None;
+        }
+        self.plain_bulk(rest, HEAD.len())
+    }
+
     /// The bulk string `$N\r\n<N bytes>` and two more bytes at `at` of
     /// `rest`, N in plain digits (no sign, no leading zero); where the
     /// next starts.
@@ -211,7 +222,8 @@ impl RequestReader {
         (rest.len() >= end).then(|| (&rest[start..start + len as usize], end))
     }
 
-    /// Consumes `len` bytes of framed request ([`RequestReader::peek_plain_set`]).
+    /// Consumes `len` bytes of framed request ([`RequestReader::peek_plain_set`],
+    /// [`RequestReader::peek_plain_get`]).
     pub fn consume(&mut self, len: usize) {
         assert!(len <= self.pending_bytes(), "consumed past the bytes held");
         self.pos += len;
@@ -672,6 +684,58 @@ mod tests {
                 proptest::prop_assert_eq!(args, vec![name.as_bytes().to_vec(), k.to_vec(), v.to_vec()]);
                 proptest::prop_assert_eq!(consumed, len);
                 proptest::prop_assert!(name.eq_ignore_ascii_case("set"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_plain_get_is_framed_in_place_and_anything_else_is_left() {
+        let mut r = RequestReader::new(Limits::default());
+        r.feed(b"*2\r\n$3\r\nget\r\n$3\r\nk\r\n\r\n*2\r\n$3\r\nGET\r\n$1\r\nk");
+        let (key, len) = r.peek_plain_get().expect("a plain GET");
+        assert_eq!((key, len), (&b"k\r\n"[..], 22));
+        r.consume(len);
+        assert_eq!(r.peek_plain_get(), None, "not whole yet");
+        for other in [
+            &b"*2\r\n$3\r\nGET\r\n$01\r\nk\r\n"[..],
+            b"*3\r\n$3\r\nGET\r\n$1\r\nk\r\n$1\r\nv\r\n",
+            b"*2\r\n$3\r\nSET\r\n$1\r\nk\r\n",
+            b"*2\r\n$4\r\nGETX\r\n$1\r\nk\r\n",
+            b"GET k\r\n",
+        ] {
+            let mut r = RequestReader::new(Limits::default());
+            r.feed(other);
+            assert_eq!(
+                r.peek_plain_get(),
+                None,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a plain GET frames, the general path frames the same.
+        #[test]
+        fn a_plain_get_frames_as_next_does(
+            name in proptest::sample::select(vec!["GET", "get", "gEt", "SET"]),
+            key in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            key_len_shift in 0usize..3,
+            cut in 0usize..340,
+        ) {
+            let key_len = key.len().saturating_sub(key_len_shift);
+            let mut bytes = format!("*2\r\n$3\r\n{name}\r\n${key_len}\r\n").into_bytes();
+            bytes.extend_from_slice(&key);
+            bytes.extend_from_slice(b"\r\n");
+            bytes.truncate(cut.max(1).min(bytes.len()));
+            let mut r = RequestReader::new(Limits::default());
+            r.feed(&bytes);
+            if let Some((k, len)) = r.peek_plain_get() {
+                let (args, consumed) = framed_by_next(&bytes);
+                let args = args.expect("next frames it too");
+                proptest::prop_assert_eq!(args, vec![name.as_bytes().to_vec(), k.to_vec()]);
+                proptest::prop_assert_eq!(consumed, len);
+                proptest::prop_assert!(name.eq_ignore_ascii_case("get"));
             }
         }
     }

@@ -154,13 +154,24 @@ pub(super) fn try_get(
     {
         return false;
     }
+    get_key(shared, conn, &args[1], reads, now_ms);
+    true
+}
+
+/// The GET of [`try_get`], of a key framed in place (the checks done).
+pub(super) fn get_key(
+    shared: &Shared,
+    conn: &mut Conn,
+    key: &[u8],
+    reads: &mut ReadCache,
+    now_ms: &mut Option<u64>,
+) {
     let now_ms = || *now_ms.get_or_insert_with(super::now_ms);
-    commands::get_borrowed(&shared.db, reads, &args[1], now_ms, |found| match found {
+    commands::get_borrowed(&shared.db, reads, key, now_ms, |found| match found {
         Ok(Some(value)) => conn.push_bulk(value),
         Ok(None) => conn.push_reply(&Reply::Null),
         Err(error) => conn.push_reply(&error),
     });
-    true
 }
 
 /// Runs one command in `ctx` (a transaction's, inside EXEC); its reply,

@@ -24,6 +24,8 @@ const MAX_CLIENTS_REPLY: &[u8] = b"-ERR max number of clients reached\r\n";
 /// A worker reads the clock once in this many turns (a read costs about
 /// as much as a turn with nothing to do).
 const CLOCK_EVERY_TURNS: u32 = 32;
+/// Longest key a plain GET is answered for without an argument list.
+const PLAIN_GET_KEY_MAX_BYTES: usize = 256;
 /// How soon a worker holding writes back under write pressure looks again.
 const DEFERRED_RETRY: Duration = Duration::from_millis(1);
 /// A send buffer kept for reuse only up to this size.
@@ -1000,6 +1002,36 @@ impl Pass<'_> {
         true
     }
 
+    /// Answers `c`'s next request if it is a plain `GET key` (a key of up
+    /// to [`PLAIN_GET_KEY_MAX_BYTES`]), framed where it lies (no argument
+    /// list); whether it did. A connection with SETs in the group leaves
+    /// it to the general path, which commits them first.
+    fn take_plain_get(
+        &self,
+        c: &mut Conn,
+        id: u32,
+        group: &Grouped,
+        reads: &mut ReadCache,
+        now_ms: &mut Option<u64>,
+    ) -> bool {
+        if c.deferred.is_some() || c.tx.is_some() || c.session.unauthenticated() || group.holds(id)
+        {
+            return false;
+        }
+        let Some((key, len)) = c.reader.peek_plain_get() else {
+            return false;
+        };
+        // Copied out of the reader: the reply goes into the same connection.
+        let mut key_bytes = [0u8; PLAIN_GET_KEY_MAX_BYTES];
+        let Some(copy) = key_bytes.get_mut(..key.len()) else {
+            return false;
+        };
+        copy.copy_from_slice(key);
+        c.reader.consume(len);
+        admin::get_key(self.shared, c, copy, reads, now_ms);
+        true
+    }
+
     /// Runs `c`'s requests until its input is done, the pipeline limit,
     /// back-pressure, or the group must be committed first.
     #[allow(clippy::too_many_arguments)]
@@ -1021,6 +1053,11 @@ impl Pass<'_> {
             if c.stream.is_shm() && c.backlog_bytes() >= self.shm_out_limit {
                 held_back = true;
                 break;
+            }
+            if self.take_plain_get(c, id, group, reads, now_ms) {
+                WorkerStats::add(&self.stats.commands_processed, 1);
+                *n += 1;
+                continue;
             }
             if self.take_plain_set(c, id, group) {
                 WorkerStats::add(&self.stats.commands_processed, 1);
