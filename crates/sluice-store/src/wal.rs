@@ -373,7 +373,9 @@ impl Wal {
         let pos = LogPosition {
             end_seq: st.open_seq,
         };
-        self.appended.fetch_add(1, Ordering::Release);
+        // Only appends change it, under the state lock: no locked add.
+        let appended = self.appended.load(Ordering::Relaxed) + 1;
+        self.appended.store(appended, Ordering::Release);
         if PAYLOAD_BYTES - st.open_used < FRAGMENT_HEADER_BYTES + 1 {
             self.write_open(&mut st)?;
         }

@@ -67,7 +67,11 @@ struct Requests {
 impl Committer {
     /// Notes a write that reached `position`.
     pub(super) fn wrote(&self, position: LogPosition) {
-        self.latest.fetch_max(position.end_seq, Ordering::AcqRel);
+        // A load first: writes in one log block share their position, and
+        // the max's locked instruction would cost each of them.
+        if self.latest.load(Ordering::Acquire) < position.end_seq {
+            self.latest.fetch_max(position.end_seq, Ordering::AcqRel);
+        }
     }
 
     /// Asks for the log durable to `position`; `waker` is woken when it is.
