@@ -316,9 +316,9 @@ pub const MAX_CURSORS: usize = 65536;
 /// A key's hash, computed once for its stripe lock and its WATCH counter.
 ///
 /// Eight bytes at a time, each word mixed in with a multiply and a shift:
-/// FNV's byte at a time took a 16-byte key about as long as a SET's
-/// memtable insert. Only for locks and counters in memory; `Db::hash`,
-/// which hash field keys hold, stays as it is.
+/// FNV's byte at a time took 2% of a worker's time at batch-1 SETs. Only
+/// for locks and counters in memory; `Db::hash`, which hash field keys
+/// hold, stays as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyHash(u64);
 

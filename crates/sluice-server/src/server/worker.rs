@@ -958,7 +958,6 @@ impl Grouped {
                         if always {
                             c.hold_until(logged.position);
                         }
-                        // "+OK\r\n" in RESP2 and RESP3 alike.
                         c.push_bytes(OK_REPLY);
                     }
                 }
