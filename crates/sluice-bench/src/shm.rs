@@ -55,7 +55,10 @@ pub struct ShmBenchArgs {
     /// First: the rings' own ceiling at batch 1 on this machine — two
     /// threads in this process, one writing a GET frame and waiting for
     /// the reply, the other echoing a fixed 100-byte reply at once, with
-    /// no server behind it — over this many seconds (0: leave out).
+    /// no server behind it — over this many seconds (0: leave out). Also
+    /// measured for a moment before each run of a row, whose lowest and
+    /// highest are printed with it: this machine's rings have run at two
+    /// speeds about 4x apart, changing between runs.
     #[arg(long, default_value_t = 3)]
     echo_secs: u64,
     /// Shared-memory clients connected while the server's idle CPU is measured.
@@ -243,6 +246,20 @@ fn measure(
     })
 }
 
+/// How long the rings' ceiling is measured before each run of a row.
+const ROW_ECHO: Duration = Duration::from_millis(200);
+
+/// `lowest–highest` of `values` (one decimal), or `-` for none.
+fn span(values: &[f64]) -> String {
+    let lowest = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match values {
+        [] => "-".into(),
+        _ if (highest - lowest) < 0.05 => format!("{lowest:.1}"),
+        _ => format!("{lowest:.1}-{highest:.1}"),
+    }
+}
+
 fn median(mut runs: Vec<Measured>) -> Measured {
     runs.sort_by(|a, b| a.ops_per_sec.total_cmp(&b.ops_per_sec));
     runs[runs.len() / 2]
@@ -349,8 +366,8 @@ pub fn run(args: &ShmBenchArgs) -> Result<()> {
         args.value_bytes, args.keys, args.server_threads, args.seconds, args.repeat
     );
     println!(
-        "{:<12} {:<4} {:>5} {:>12} {:>10} {:>10} {:>10}",
-        "path", "test", "batch", "ops/s", "p50 us", "p99 us", "cpu us/op"
+        "{:<12} {:<4} {:>5} {:>12} {:>10} {:>10} {:>10} {:>15}",
+        "path", "test", "batch", "ops/s", "p50 us", "p99 us", "cpu us/op", "rings M trips/s"
     );
     let mut table: Vec<(String, String, usize, Measured)> = Vec::new();
     for target in &targets {
@@ -364,7 +381,11 @@ pub fn run(args: &ShmBenchArgs) -> Result<()> {
             for test in &args.tests {
                 for &batch in &args.batches {
                     let mut runs = Vec::new();
+                    let mut rings = Vec::new();
                     for _ in 0..args.repeat.max(1) {
+                        if args.echo_secs > 0 {
+                            rings.push(ring_echo(ROW_ECHO, args.value_bytes)? / 1e6);
+                        }
                         runs.push(measure(
                             endpoint,
                             &target.server,
@@ -376,8 +397,12 @@ pub fn run(args: &ShmBenchArgs) -> Result<()> {
                     }
                     let m = median(runs);
                     println!(
-                        "{name:<12} {test:<4} {batch:>5} {:>12.0} {:>10.1} {:>10.1} {:>10.2}",
-                        m.ops_per_sec, m.p50_us, m.p99_us, m.cpu_us_per_op
+                        "{name:<12} {test:<4} {batch:>5} {:>12.0} {:>10.1} {:>10.1} {:>10.2} {:>15}",
+                        m.ops_per_sec,
+                        m.p50_us,
+                        m.p99_us,
+                        m.cpu_us_per_op,
+                        span(&rings)
                     );
                     table.push((name.clone(), test.clone(), batch, m));
                 }
@@ -467,4 +492,16 @@ fn idle_rows(target: &Target, args: &ShmBenchArgs) -> Result<()> {
         client? * 100.0
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::span;
+
+    #[test]
+    fn a_rows_ring_speeds_print_as_their_span() {
+        assert_eq!(span(&[]), "-");
+        assert_eq!(span(&[7.02, 7.0]), "7.0");
+        assert_eq!(span(&[6.9, 1.6, 7.2]), "1.6-7.2");
+    }
 }
