@@ -928,6 +928,13 @@ struct Grouped {
     askers: Vec<u32>,
 }
 
+/// Whether `c`'s next request may take a plain path (a SET or GET framed
+/// in place): none is deferred, no transaction is open, and the client
+/// has authenticated.
+fn plain_path_open(c: &Conn) -> bool {
+    c.deferred.is_none() && c.tx.is_none() && !c.session.unauthenticated()
+}
+
 /// Connection `id` unless it is gone or dying.
 fn live(conns: &mut [Option<Conn>], id: u32) -> Option<&mut Conn> {
     conns[id as usize].as_mut().filter(|c| !c.dead)
@@ -986,7 +993,7 @@ impl Pass<'_> {
     /// whether it did. Anything else is left to the general path, which
     /// would group the same SET.
     fn take_plain_set(&self, c: &mut Conn, id: u32, group: &mut Grouped) -> bool {
-        if c.deferred.is_some() || c.tx.is_some() || c.session.unauthenticated() {
+        if !plain_path_open(c) {
             return false;
         }
         let Some((key, value, len)) = c.reader.peek_plain_set() else {
@@ -1013,8 +1020,7 @@ impl Pass<'_> {
         reads: &mut ReadCache,
         now_ms: &mut Option<u64>,
     ) -> bool {
-        if c.deferred.is_some() || c.tx.is_some() || c.session.unauthenticated() || group.holds(id)
-        {
+        if !plain_path_open(c) || group.holds(id) {
             return false;
         }
         let Some((key, len)) = c.reader.peek_plain_get() else {
