@@ -2,7 +2,11 @@
 //! `redis-server` and `sluice serve` in matching durability modes (Redis's
 //! `appendonly no` / `appendfsync everysec` / `appendfsync always` against
 //! `--durability none|everysec|always`), with one worker thread against
-//! Redis and two against Redis with `io-threads 2`.
+//! Redis and two against Redis with `io-threads 2`. SET and GET run as two
+//! redis-benchmark processes, one after the other against the same server,
+//! so that each row also shows the CPU each side used: redis-benchmark runs
+//! one thread, and a row where it used a whole core measured the load
+//! generator, not the server.
 
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader};
@@ -64,6 +68,12 @@ struct Measured {
     p50_ms: f64,
     p99_ms: f64,
     p999_ms: f64,
+    /// redis-benchmark's CPU over the test's wall time, in cores: near 1.0
+    /// (it runs one thread) the load generator, not the server, set the
+    /// pace.
+    client_cores: f64,
+    /// The server's CPU over the same time, in cores.
+    server_cores: f64,
 }
 
 /// A server the benchmark started; killed on drop.
@@ -190,33 +200,50 @@ pub(crate) fn start_sluice_with(
     Ok((p, port))
 }
 
-/// Runs redis-benchmark; the results of SET and GET.
+/// Runs redis-benchmark once per test, SET then GET, against the server
+/// `server` listening on `port`; each test's result with the CPU both
+/// sides used while it ran.
 fn redis_benchmark(
+    server: &Process,
     port: u16,
     args: &ServeBenchArgs,
     clients: usize,
     pipeline: usize,
 ) -> Result<[Measured; 2]> {
-    let out = Command::new("redis-benchmark")
-        .args(["-p", &port.to_string(), "-t", "set,get"])
-        .args([
-            "-n",
-            &args.requests.to_string(),
-            "-r",
-            &args.keys.to_string(),
-        ])
-        .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
-        .args(["-d", &args.value_bytes.to_string()])
-        .output()
-        .context("running redis-benchmark (scripts/setup installs redis-tools)")?;
-    if !out.status.success() {
-        bail!(
-            "redis-benchmark failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let tick = ticks_per_sec()?;
+    let mut results = [Measured::default(); 2];
+    for (result, test) in results.iter_mut().zip(["SET", "GET"]) {
+        let client_before = waited_children_ticks()?;
+        let server_before = cpu_ticks(server.0.id())?;
+        let started = Instant::now();
+        let out = Command::new("redis-benchmark")
+            .args(["-p", &port.to_string(), "-t", &test.to_lowercase()])
+            .args([
+                "-n",
+                &args.requests.to_string(),
+                "-r",
+                &args.keys.to_string(),
+            ])
+            .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
+            .args(["-d", &args.value_bytes.to_string()])
+            .output()
+            .context("running redis-benchmark (scripts/setup installs redis-tools)")?;
+        let wall_secs = started.elapsed().as_secs_f64();
+        if !out.status.success() {
+            bail!(
+                "redis-benchmark failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let cores = |ticks: u64| ticks as f64 / tick / wall_secs;
+        let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+        *result = Measured {
+            client_cores: cores(waited_children_ticks()? - client_before),
+            server_cores: cores(cpu_ticks(server.0.id())? - server_before),
+            ..parse(&text, test)?
+        };
     }
-    let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
-    Ok([parse(&text, "SET")?, parse(&text, "GET")?])
+    Ok(results)
 }
 
 /// One test's section of redis-benchmark's full report.
@@ -255,6 +282,7 @@ fn parse(text: &str, test: &str) -> Result<Measured> {
         p50_ms: *summary.get(2).context("latency summary")?,
         p99_ms: *summary.get(4).context("latency summary")?,
         p999_ms,
+        ..Measured::default()
     })
 }
 
@@ -283,7 +311,7 @@ fn row(
             } else {
                 start_redis(&args.dir, mode, threads)?
             };
-            let measured = redis_benchmark(port, args, clients, pipeline)?;
+            let measured = redis_benchmark(&server, port, args, clients, pipeline)?;
             drop(server);
             let runs = if sluice {
                 &mut sluice_runs
@@ -308,6 +336,11 @@ pub(crate) fn cpu_ticks(pid: u32) -> Result<u64> {
 /// As [`cpu_ticks`], with the children it has waited for.
 pub(crate) fn cpu_ticks_with_children(pid: u32) -> Result<u64> {
     Ok(stat_ticks(pid)?.iter().sum())
+}
+
+/// CPU time of the children this process has waited for, in clock ticks.
+fn waited_children_ticks() -> Result<u64> {
+    Ok(stat_ticks(std::process::id())?[2..].iter().sum())
 }
 
 /// utime, stime, cutime and cstime of process `pid`, in clock ticks.
@@ -374,7 +407,7 @@ fn idle_rows(args: &ServeBenchArgs) -> Result<()> {
         } else {
             start_redis(&args.dir, mode, threads)?
         };
-        redis_benchmark(port, args, args.clients, 10)?;
+        redis_benchmark(&server, port, args, args.clients, 10)?;
         let share = idle_cpu(&server, port, args)?;
         let who = if sluice {
             "sluice serve"
@@ -392,9 +425,21 @@ pub fn run(args: &ServeBenchArgs) -> Result<()> {
         "redis-benchmark -t set,get -n {} -r {} -d {} (median of {}; ops/s, latency ms p50/p99/p99.9)",
         args.requests, args.keys, args.value_bytes, args.repeat
     );
+    println!("(client, server: cores each side used while the test ran, against redis / against sluice; a client near 1.00 set the pace; sluice's workers spin while busy)");
     println!(
-        "{:<9} {:>3} {:>3} {:>3} {:<4} {:>10} {:>22} {:>10} {:>22} {:>6}",
-        "mode", "thr", "c", "P", "test", "redis", "redis lat", "sluice", "sluice lat", "ratio"
+        "{:<9} {:>3} {:>3} {:>3} {:<4} {:>10} {:>22} {:>10} {:>22} {:>6} {:>11} {:>11}",
+        "mode",
+        "thr",
+        "c",
+        "P",
+        "test",
+        "redis",
+        "redis lat",
+        "sluice",
+        "sluice lat",
+        "ratio",
+        "client r/s",
+        "server r/s"
     );
     for mode in &args.modes {
         for &threads in &args.threads {
@@ -409,12 +454,14 @@ pub fn run(args: &ServeBenchArgs) -> Result<()> {
                     let lat =
                         |m: &Measured| format!("{:.3}/{:.3}/{:.3}", m.p50_ms, m.p99_ms, m.p999_ms);
                     println!(
-                        "{mode:<9} {threads:>3} {clients:>3} {pipeline:>3} {test:<4} {:>10.0} {:>22} {:>10.0} {:>22} {:>6.2}",
+                        "{mode:<9} {threads:>3} {clients:>3} {pipeline:>3} {test:<4} {:>10.0} {:>22} {:>10.0} {:>22} {:>6.2} {:>11} {:>11}",
                         r.ops_per_sec,
                         lat(&r),
                         s.ops_per_sec,
                         lat(&s),
-                        s.ops_per_sec / r.ops_per_sec
+                        s.ops_per_sec / r.ops_per_sec,
+                        format!("{:.2}/{:.2}", r.client_cores, s.client_cores),
+                        format!("{:.2}/{:.2}", r.server_cores, s.server_cores),
                     );
                 }
             }
