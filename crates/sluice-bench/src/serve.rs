@@ -422,7 +422,7 @@ fn idle_rows(args: &ServeBenchArgs) -> Result<()> {
 /// Runs the comparison and prints one line per row and test.
 pub fn run(args: &ServeBenchArgs) -> Result<()> {
     println!(
-        "redis-benchmark -t set,get -n {} -r {} -d {} (median of {}; ops/s, latency ms p50/p99/p99.9)",
+        "redis-benchmark -t set, then -t get, -n {} -r {} -d {} (median of {}; ops/s, latency ms p50/p99/p99.9)",
         args.requests, args.keys, args.value_bytes, args.repeat
     );
     println!("(client, server: cores each side used while the test ran, against redis / against sluice; a client near 1.00 set the pace; sluice's workers spin while busy)");
