@@ -8,8 +8,8 @@ redis-py runs unmodified: :class:`ShmConnection` hands it a socket-like
 object whose bytes go through the client's two rings in a sealed memfd the
 server handed over (docs/FORMAT.md, "Shared-memory transport"). Requests
 are copied into the request ring and published with one store; replies are
-read from the response ring. Waiting for a reply spins briefly, then parks
-on the futex word in the control block.
+read from the response ring, a frame at a time. Waiting for a reply spins
+briefly, then parks on the futex word in the control block.
 
 Pure Python (mmap, ctypes for the futex): Python has no memory fence, so
 where the Rust client relies on one (to see that the server thread went to
@@ -32,7 +32,7 @@ from redis.connection import AbstractConnection
 
 __all__ = ["ShmSocket", "ShmConnection", "shm_pool", "Refused"]
 
-HANDSHAKE_VERSION = 1
+HANDSHAKE_VERSION = 2
 HELLO = b"SLUSHMHI" + struct.pack("<II", HANDSHAKE_VERSION, 0)
 ANSWER_BYTES = 24
 MAX_REFUSAL_BYTES = 512
@@ -41,20 +41,34 @@ CONTROL_BYTES = 4096
 OFF_MAGIC = 0
 OFF_REQUEST_BYTES = 8
 OFF_RESPONSE_BYTES = 12
-OFF_REQUEST_HEAD = 64
 OFF_REQUEST_TAIL = 128
-OFF_RESPONSE_HEAD = 192
 OFF_RESPONSE_TAIL = 256
 OFF_SERVER_SLEEPING = 320
 OFF_CLIENT_SLEEPING = 384
 OFF_CLOSED = 448
-MAGIC = int.from_bytes(b"SLUSHM\x01\x00", "little")
+MAGIC = int.from_bytes(b"SLUSHM\x02\x00", "little")
+# Frames in the rings (docs/FORMAT.md): a u64 header (payload length in the
+# low half, lap stamp in the high half), the payload, padding to the next
+# 64-byte line, where the next frame starts.
+FRAME_HEADER_BYTES = 8
+FRAME_ALIGN_BYTES = 64
+WRAP_LENGTH = 0xFFFFFFFF
 
 SPIN_SECONDS = 50e-6
 PARK_SECONDS = 0.001
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 _FUTEX_WAIT, _FUTEX_WAKE = 0, 1
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _lap(pos, size):
+    """The stamp of a frame header at stream position pos: its lap, plus one."""
+    return pos // size % 0xFFFFFFFF + 1
+
+
+def _frame_bytes(payload):
+    """Ring bytes a frame of payload bytes takes: header, payload, padding."""
+    return (FRAME_HEADER_BYTES + payload + FRAME_ALIGN_BYTES - 1) & ~(FRAME_ALIGN_BYTES - 1)
 
 
 class Refused(redis.ConnectionError):
@@ -123,8 +137,12 @@ class ShmSocket:
         self._response = view[CONTROL_BYTES + request_bytes :]
         self._request_bytes = request_bytes
         self._response_bytes = response_bytes
-        self._request_head = self._q[OFF_REQUEST_HEAD // 8]
-        self._response_tail = self._q[OFF_RESPONSE_TAIL // 8]
+        self._request_q = self._request.cast("Q")
+        self._response_q = self._response.cast("Q")
+        # A fresh region: both streams start at position 0.
+        self._request_head = 0
+        self._response_tail = 0
+        self._response_taken = 0
         self._futex_word = ctypes.c_uint32.from_buffer(self._mm, OFF_CLIENT_SLEEPING)
         self._closed = False
 
@@ -197,46 +215,95 @@ class ShmSocket:
             return
         self._closed = True
         self._futex_word = None
-        for v in (self._q, self._i, self._request, self._response):
+        for v in (self._q, self._i, self._request_q, self._response_q, self._request, self._response):
             v.release()
         self._mm.close()
         os.close(self._eventfd)
         self._sock.close()
 
     # The rings.
+    def _room(self, pos, free):
+        """Payload bytes a frame at stream position pos can take: it may not
+        cross the ring's end, and the header slot after it must be free."""
+        to_end = self._request_bytes - pos % self._request_bytes
+        limit = min(to_end, free - FRAME_HEADER_BYTES) & ~(FRAME_ALIGN_BYTES - 1)
+        return max(0, limit - FRAME_HEADER_BYTES)
+
+    def _publish(self, pos, length, taken):
+        """Zeroes the slot after the frame at pos, then stores its header."""
+        size = self._request_bytes
+        after = pos + taken
+        self._request_q[after % size // 8] = 0
+        self._request_q[pos % size // 8] = _lap(pos, size) << 32 | length
+        self._request_head = after
+
     def _write(self, data):
+        size = self._request_bytes
         tail = self._q[OFF_REQUEST_TAIL // 8]
         used = self._request_head - tail
-        if used < 0 or used > self._request_bytes:
+        if used < 0 or used > size:
             raise redis.ConnectionError("the shared-memory ring is corrupt (request tail)")
-        n = min(len(data), self._request_bytes - used)
+        pos, free = self._request_head, size - used
+        room = self._room(pos, free)
+        if room < len(data):
+            to_end = size - pos % size
+            if free >= to_end + FRAME_HEADER_BYTES and self._room(pos + to_end, free - to_end) > room:
+                self._publish(pos, WRAP_LENGTH, to_end)
+                pos, free = pos + to_end, free - to_end
+                room = self._room(pos, free)
+        n = min(len(data), room)
         if n == 0:
             return 0
-        at = self._request_head % self._request_bytes
-        first = min(n, self._request_bytes - at)
-        self._request[at : at + first] = data[:first]
-        if n > first:
-            self._request[: n - first] = data[first:n]
-        self._request_head += n
-        self._q[OFF_REQUEST_HEAD // 8] = self._request_head
+        at = pos % size + FRAME_HEADER_BYTES
+        self._request[at : at + n] = data[:n]
+        self._publish(pos, n, _frame_bytes(n))
         return n
 
+    def _frame_at(self, pos):
+        """The payload length of the response frame at pos (WRAP_LENGTH for
+        a wrap marker), or None if none is published there yet."""
+        size = self._response_bytes
+        header = self._response_q[pos % size // 8]
+        if header == 0:
+            return None
+        stamp, length = header >> 32, header & 0xFFFFFFFF
+        to_end = size - pos % size
+        if (
+            stamp != _lap(pos, size)
+            or length == 0
+            or (length != WRAP_LENGTH and FRAME_HEADER_BYTES + length > to_end)
+        ):
+            raise redis.ConnectionError(
+                f"the shared-memory ring is corrupt (response frame header {header:#x} at byte {pos})"
+            )
+        return length
+
     def _read(self, most):
-        head = self._q[OFF_RESPONSE_HEAD // 8]
-        pending = head - self._response_tail
-        if pending < 0 or pending > self._response_bytes:
-            raise redis.ConnectionError("the shared-memory ring is corrupt (response head)")
-        n = min(pending, most)
-        if n == 0:
-            return b""
-        at = self._response_tail % self._response_bytes
-        first = min(n, self._response_bytes - at)
-        got = bytes(self._response[at : at + first])
-        if n > first:
-            got += bytes(self._response[: n - first])
-        self._response_tail += n
-        self._q[OFF_RESPONSE_TAIL // 8] = self._response_tail
-        return got
+        size = self._response_bytes
+        pieces, got, moved = [], 0, False
+        while got < most:
+            length = self._frame_at(self._response_tail)
+            if length is None:
+                break
+            at = self._response_tail % size
+            if length == WRAP_LENGTH:
+                if self._response_taken:
+                    raise redis.ConnectionError("the shared-memory ring is corrupt (a wrap inside a frame)")
+                self._response_tail += size - at
+                moved = True
+                continue
+            n = min(length - self._response_taken, most - got)
+            start = at + FRAME_HEADER_BYTES + self._response_taken
+            pieces.append(bytes(self._response[start : start + n]))
+            got += n
+            self._response_taken += n
+            if self._response_taken == length:
+                self._response_tail += _frame_bytes(length)
+                self._response_taken = 0
+                moved = True
+        if moved:
+            self._q[OFF_RESPONSE_TAIL // 8] = self._response_tail
+        return b"".join(pieces)
 
     def _nudge(self):
         if self._i[OFF_SERVER_SLEEPING // 4]:
@@ -251,7 +318,7 @@ class ShmSocket:
 
     def _park(self, seconds):
         self._i[OFF_CLIENT_SLEEPING // 4] = 1
-        if self._q[OFF_RESPONSE_HEAD // 8] == self._response_tail and _SYS_FUTEX is not None:
+        if self._frame_at(self._response_tail) is None and _SYS_FUTEX is not None:
             ts = _Timespec(int(seconds), int((seconds % 1) * 1e9))
             _libc.syscall(
                 _SYS_FUTEX,

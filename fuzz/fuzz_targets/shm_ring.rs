@@ -1,9 +1,11 @@
 //! The shared-memory ring as the server reads it: a client publishes
-//! request bytes in pieces while the server takes them into its request
-//! reader and answers; at a step the input chooses, the client lies about
-//! its counters (a plain write into the memfd). Until the lie, the server
-//! reads exactly the bytes published, in order; after it, every call ends
-//! in `Corrupt` or goes on, never a panic or a read outside the ring.
+//! request frames in pieces while the server takes them into its request
+//! reader and answers; at a step the input chooses, the client lies (plain
+//! writes into the memfd): a word anywhere in its request ring — a frame
+//! header or payload — its response tail, and the server's sleeping word.
+//! Until the lie, the server reads exactly the bytes published, in order;
+//! after it, every call ends in `Corrupt` or goes on, never a panic or a
+//! read outside the ring.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -18,7 +20,8 @@ fuzz_target!(|data: &[u8]| {
     let (control, payload) = data.split_at(19);
     let lie_at_step = control[0] as usize;
     let piece_bytes = 1 + control[1] as usize * 16;
-    let lie_head = u64::from_le_bytes(control[2..10].try_into().expect("8 bytes"));
+    let lie_word_at = (u64::from(control[2]) | u64::from(control[3]) << 8) % 512 * 8;
+    let lie_ring_word = u64::from_le_bytes(control[2..10].try_into().expect("8 bytes"));
     let lie_tail = u64::from_le_bytes(control[10..18].try_into().expect("8 bytes"));
     let lie_word = control[18];
     let region = ShmRegion::create(4096, 4096).expect("a region");
@@ -33,7 +36,8 @@ fuzz_target!(|data: &[u8]| {
     let mut lied = false;
     for step in 0..4096 {
         if step == lie_at_step {
-            let _ = file.write_at(&lie_head.to_ne_bytes(), shm::OFF_REQUEST_HEAD as u64);
+            let at = shm::CONTROL_BYTES as u64 + lie_word_at;
+            let _ = file.write_at(&lie_ring_word.to_ne_bytes(), at);
             let _ = file.write_at(&lie_tail.to_ne_bytes(), shm::OFF_RESPONSE_TAIL as u64);
             let _ = file.write_at(&[lie_word], shm::OFF_SERVER_SLEEPING as u64);
             lied = true;

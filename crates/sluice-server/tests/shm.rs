@@ -229,12 +229,13 @@ fn bad_frames_and_lying_counters_close_only_that_client() {
         b"-ERR Protocol error: invalid bulk length\r\n"
     );
     assert!(matches!(bad.read_reply_raw(), Err(Error::Closed)));
-    // A client that claims to have published far past its ring: its
-    // memfd is a file, so the claim is a plain write at the head's offset.
+    // A client whose first frame claims more bytes than its ring holds:
+    // its memfd is a file, so the claim is a plain write of a frame header
+    // (lap 1, 1 GiB) at the request ring's start.
     let (liar, _notifier, _sock) = raw_connect(&path);
     let file = std::fs::File::from(liar.region().fd().try_clone_to_owned().unwrap());
-    let lie = (1u64 << 40).to_ne_bytes();
-    std::os::unix::fs::FileExt::write_at(&file, &lie, shm::OFF_REQUEST_HEAD as u64).unwrap();
+    let lie = (1u64 << 32 | 1 << 30).to_ne_bytes();
+    std::os::unix::fs::FileExt::write_at(&file, &lie, shm::CONTROL_BYTES as u64).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !liar.closed() {
         assert!(
