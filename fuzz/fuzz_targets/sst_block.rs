@@ -12,8 +12,8 @@ fuzz_target!(|data: &[u8]| {
     let crc = crc32c::crc32c(&block);
     block.extend_from_slice(&crc.to_le_bytes());
     if let Some(b) = RawBlock::parse(&block) {
-        let _ = b.seek(probe, u64::MAX);
-        let _ = b.seek(&[], 0);
-        let _ = b.seek(&[0xFF; 16], u64::MAX);
+        let _ = b.seek_point(probe, u64::MAX);
+        let _ = b.seek_point(&[], 0);
+        let _ = b.seek_point(&[0xFF; 16], u64::MAX);
     }
 });
