@@ -217,6 +217,32 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
 }
 
 #[test]
+fn a_client_of_another_transport_version_is_told_both_versions() {
+    let _shared = MEMORY.read();
+    let (_server, path) = start("version", |_| {});
+    let mut sock = UnixStream::connect(&path).unwrap();
+    let mut hello = shm::hello();
+    hello[8..12].copy_from_slice(&1u32.to_le_bytes());
+    sock.write_all(&hello).unwrap();
+    let mut answer = [0u8; 600];
+    let (n, fds) = shm::recv_with_fds(&sock, &mut answer).unwrap();
+    assert!(fds.is_empty(), "no region for a client that cannot read it");
+    match shm::parse_answer(&answer[..n]) {
+        Ok(shm::Answer::Refused(text)) => assert_eq!(
+            text,
+            format!(
+                "ERR the client speaks version 1 of the shared-memory transport; this server speaks {}",
+                shm::HANDSHAKE_VERSION
+            )
+        ),
+        other => panic!("not a refusal: {other:?}"),
+    }
+    // The server goes on admitting clients of its own version.
+    let mut good = Client::connect(&url(&path)).unwrap();
+    good.set(b"k", b"v").unwrap();
+}
+
+#[test]
 fn bad_frames_and_lying_counters_close_only_that_client() {
     let _shared = MEMORY.read();
     let (server, path) = start("bad", |_| {});

@@ -161,7 +161,14 @@ fn admit(shared: &Arc<Shared>, mut sock: UnixStream) -> std::io::Result<()> {
         .stats
         .connections_received
         .fetch_add(1, Ordering::Relaxed);
-    read_hello(&mut sock)?;
+    if let Err(e) = read_hello(&mut sock) {
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            // A client of another transport version, or not one of ours:
+            // it is told why, in the answer every version can read.
+            refuse(&mut sock, &format!("ERR {e}"));
+        }
+        return Err(e);
+    }
     let cred = shm::peer_credentials(&sock)?;
     let inboxes = shared.shm_inboxes.lock().unwrap_or_else(|p| p.into_inner());
     let shm_clients: usize = inboxes.iter().map(|w| w.load.load(Ordering::Relaxed)).sum();
