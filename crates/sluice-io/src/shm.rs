@@ -50,15 +50,9 @@ pub const OFF_MAGIC: usize = 0;
 pub const OFF_REQUEST_BYTES: usize = 8;
 /// Offset of the response ring's size in bytes (u32).
 pub const OFF_RESPONSE_BYTES: usize = 12;
-/// Offset of a word unused since the rings carry frames (the request
-/// ring's head in version 1; zero).
-pub const OFF_REQUEST_HEAD: usize = 64;
 /// Offset of the request ring's tail: the stream position of the next
 /// frame the server will read (u64).
 pub const OFF_REQUEST_TAIL: usize = 128;
-/// Offset of a word unused since the rings carry frames (the response
-/// ring's head in version 1; zero).
-pub const OFF_RESPONSE_HEAD: usize = 192;
 /// Offset of the response ring's tail: the stream position of the next
 /// frame the client will read (u64).
 pub const OFF_RESPONSE_TAIL: usize = 256;
