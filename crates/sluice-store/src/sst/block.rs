@@ -5,12 +5,16 @@
 use super::{internal_cmp, Entry, EntryKind};
 use crate::blocks::{trailing_crc_ok, STORE_BLOCK_BYTES};
 use crate::codec::{u32_at, u64_at, Reader};
-use sluice_io::mem::round_up;
+use sluice_io::mem::{prefetch_read, round_up};
 use std::cmp::Ordering;
 use std::sync::Arc;
 
 /// A restart point (full key) every this many entries in a data block.
 const RESTART_INTERVAL: usize = 16;
+
+/// A point read asks for every restart key of a block at once when the
+/// block has at most this many (a 4 KiB block of 100-byte values has 3).
+const PREFETCHED_RESTARTS_MAX: usize = 8;
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -364,26 +368,70 @@ impl RawBlock {
     /// may be in the next block).
     #[allow(clippy::result_unit_err)]
     pub fn seek_point(&self, key: &[u8], snapshot: u64) -> Result<Option<PointHit>, ()> {
+        // The binary search reads a few restart keys: their misses, too,
+        // are taken together.
+        let body = self.bytes();
+        if self.restart_count <= PREFETCHED_RESTARTS_MAX {
+            for r in 0..self.restart_count {
+                prefetch_read(body, self.restart(r) as usize);
+            }
+        }
         let r = self
             .first_restart_not_before(|k, s| internal_cmp(k, s, key, snapshot) == Ordering::Less);
         let mut at = self.restart_at_or_start(r);
-        let mut current: Vec<u8> = Vec::new();
+        // The entries up to the next restart point are read one after
+        // another, each where the last one ended: asked for all at once,
+        // their cache misses overlap instead of queueing.
+        let interval_end = if r < self.restart_count {
+            self.restart(r) as usize
+        } else {
+            self.entries_len
+        };
+        let mut line = at & !63;
+        while line < interval_end {
+            prefetch_read(body, line);
+            line += 64;
+        }
+        // Keys are compared where they lie, not rebuilt: `matched` is how
+        // many bytes the last entry read shares with `key` (every entry
+        // read so far sorts before it), and an entry's shared prefix with
+        // the one before it says most of how it compares.
+        let mut matched = 0usize;
         while at < self.entries_len {
-            let next = self.entry_at(at).expect("a verified block decodes");
-            current.truncate(next.shared);
-            current.extend_from_slice(&self.bytes()[next.key_at..next.key_at + next.unshared]);
-            if internal_cmp(&current, next.seq, key, snapshot) != Ordering::Less {
-                if current != key {
-                    return Ok(None);
-                }
-                return Ok(Some(PointHit {
-                    seq: next.seq,
-                    kind: next.kind,
-                    value_at: next.value_at,
-                    value_len: next.value_len,
-                }));
+            if at == interval_end {
+                // The next restart point, whose key is stored whole: its
+                // `shared` of 0 says nothing of where it leaves the last
+                // entry.
+                matched = 0;
             }
-            at = next.next;
+            let e = self.entry_at(at).expect("a verified block decodes");
+            if e.shared < matched {
+                // It leaves the last entry inside the part that matched
+                // `key`, upwards: it sorts after `key`.
+                return Ok(None);
+            }
+            if e.shared == matched {
+                let suffix = &body[e.key_at..e.key_at + e.unshared];
+                let rest = &key[matched..];
+                let common = suffix.iter().zip(rest).take_while(|(a, b)| a == b).count();
+                matched += common;
+                match suffix[common..].cmp(&rest[common..]) {
+                    Ordering::Greater => return Ok(None),
+                    // The key itself, newest version first.
+                    Ordering::Equal if e.seq <= snapshot => {
+                        return Ok(Some(PointHit {
+                            seq: e.seq,
+                            kind: e.kind,
+                            value_at: e.value_at,
+                            value_len: e.value_len,
+                        }))
+                    }
+                    _ => {}
+                }
+            }
+            // Otherwise it agrees with the last entry past where that one
+            // left `key`: it sorts before `key` too.
+            at = e.next;
         }
         Err(())
     }
@@ -406,5 +454,58 @@ impl RawBlock {
     /// The block's decoded bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.data.as_slice()[self.start..self.start + self.entries_len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A block of `entries` (sorted here into internal order) and the
+    /// entries as sorted.
+    fn block_of(mut entries: Vec<(Vec<u8>, u64)>) -> (RawBlock, Vec<(Vec<u8>, u64)>) {
+        entries.sort_by(|a, b| internal_cmp(&a.0, a.1, &b.0, b.1));
+        entries.dedup();
+        let mut out = Vec::new();
+        let mut b = BlockBuilder::new(0);
+        for (key, seq) in &entries {
+            b.add(&mut out, key, *seq, EntryKind::Put, &seq.to_le_bytes());
+        }
+        b.finish(&mut out);
+        (
+            RawBlock::parse(&out).expect("a block just built parses"),
+            entries,
+        )
+    }
+
+    proptest! {
+        /// A point seek finds what a walk over the sorted entries finds:
+        /// the first entry not before (key, snapshot), if it is the key.
+        #[test]
+        fn seek_point_matches_a_walk_of_the_entries(
+            entries in prop::collection::vec((prop::collection::vec(0u8..3, 0..6), 1u64..40), 1..90),
+            probes in prop::collection::vec((prop::collection::vec(0u8..3, 0..7), 0u64..45), 1..40),
+        ) {
+            let (block, sorted) = block_of(entries);
+            for (key, snapshot) in probes {
+                let want = match sorted
+                    .iter()
+                    .find(|(k, s)| internal_cmp(k, *s, &key, snapshot) != Ordering::Less)
+                {
+                    None => Err(()),
+                    Some((k, s)) if *k == key => Ok(Some(*s)),
+                    Some(_) => Ok(None),
+                };
+                let got = block.seek_point(&key, snapshot).map(|hit| {
+                    hit.map(|h| {
+                        let value = &block.bytes()[h.value_at..h.value_at + h.value_len];
+                        assert_eq!(value, h.seq.to_le_bytes(), "the hit's value is its own");
+                        h.seq
+                    })
+                });
+                prop_assert_eq!(got, want, "key {:?} at snapshot {}", key, snapshot);
+            }
+        }
     }
 }
