@@ -29,8 +29,11 @@ pub struct ClientEntry {
     pub slot: ConnId,
 }
 
-/// A worker's queue of clients to close.
+/// A worker's queue of clients to close. On lines of its own: the worker
+/// loads `pending` every turn, and a neighbour written by another thread
+/// would make that load a miss.
 #[derive(Debug, Default)]
+#[repr(align(128))]
 pub(super) struct KillQueue {
     pending: AtomicBool,
     /// (slot, client id): the id tells a reused slot from the client.
