@@ -15,11 +15,15 @@ pub type BlockCache = Cache<RawBlock>;
 /// Indexes and filters of unpinned tables, keyed by (file number, 0).
 pub type IndexCache = Cache<TableIndex>;
 
-struct Slot<T> {
-    key: BlockKey,
+/// A cached value and its CLOCK state, held in the map itself: a lookup
+/// finds the value in the bucket that matched its key, with no slot to
+/// fetch after it (a miss of its own on every cached point read).
+struct Held<T> {
     block: Arc<T>,
     bytes: usize,
     referenced: bool,
+    /// Its place on the clock's ring.
+    ring_at: usize,
 }
 
 /// Hashes a [`BlockKey`] with two multiplications: the keys are table
@@ -47,11 +51,12 @@ impl std::hash::Hasher for BlockKeyHasher {
     }
 }
 
-type BlockMap = HashMap<BlockKey, usize, std::hash::BuildHasherDefault<BlockKeyHasher>>;
+type BlockMap<T> = HashMap<BlockKey, Held<T>, std::hash::BuildHasherDefault<BlockKeyHasher>>;
 
 struct Clock<T> {
-    map: BlockMap,
-    slots: Vec<Option<Slot<T>>>,
+    map: BlockMap<T>,
+    /// The keys in the hand's order; a free place is None.
+    ring: Vec<Option<BlockKey>>,
     free: Vec<usize>,
     hand: usize,
     used_bytes: usize,
@@ -59,11 +64,36 @@ struct Clock<T> {
     misses: u64,
 }
 
+impl<T> Clock<T> {
+    /// One step of the hand: a value referenced since the last pass gets
+    /// a second chance, one that was not is evicted.
+    fn advance_hand(&mut self) {
+        let n = self.ring.len();
+        assert!(n > 0, "the hand turns only while something is held");
+        let h = self.hand % n;
+        self.hand = h + 1;
+        let Some(key) = self.ring[h] else {
+            return;
+        };
+        let held = self.map.get_mut(&key).expect("a key on the ring is held");
+        debug_assert_eq!(held.ring_at, h);
+        if held.referenced {
+            held.referenced = false;
+            return;
+        }
+        let bytes = held.bytes;
+        self.map.remove(&key);
+        self.ring[h] = None;
+        self.used_bytes -= bytes;
+        self.free.push(h);
+    }
+}
+
 impl<T> Default for Clock<T> {
     fn default() -> Self {
         Clock {
             map: BlockMap::default(),
-            slots: Vec::new(),
+            ring: Vec::new(),
             free: Vec::new(),
             hand: 0,
             used_bytes: 0,
@@ -128,14 +158,14 @@ impl<T> Cache<T> {
     /// The cached value, marked as used.
     pub fn get(&self, key: BlockKey) -> Option<Arc<T>> {
         let mut c = self.lock(key);
-        let Some(&i) = c.map.get(&key) else {
+        let Some(held) = c.map.get_mut(&key) else {
             c.misses += 1;
             return None;
         };
+        held.referenced = true;
+        let block = held.block.clone();
         c.hits += 1;
-        let slot = c.slots[i].as_mut().expect("mapped slot is full");
-        slot.referenced = true;
-        Some(slot.block.clone())
+        Some(block)
     }
 
     /// Caches `block` (of about `bytes`), evicting blocks not referenced
@@ -150,37 +180,27 @@ impl<T> Cache<T> {
             return;
         }
         while c.used_bytes + bytes > capacity {
-            let n = c.slots.len();
-            let h = c.hand % n.max(1);
-            c.hand = h + 1;
-            match c.slots[h].as_mut() {
-                Some(s) if s.referenced => s.referenced = false,
-                Some(_) => {
-                    let s = c.slots[h].take().expect("full slot");
-                    c.map.remove(&s.key);
-                    c.used_bytes -= s.bytes;
-                    c.free.push(h);
-                }
-                None => {}
-            }
+            c.advance_hand();
         }
-        let slot = Slot {
-            key,
-            block,
-            bytes,
-            referenced: false,
-        };
-        let i = match c.free.pop() {
+        let ring_at = match c.free.pop() {
             Some(i) => {
-                c.slots[i] = Some(slot);
+                c.ring[i] = Some(key);
                 i
             }
             None => {
-                c.slots.push(Some(slot));
-                c.slots.len() - 1
+                c.ring.push(Some(key));
+                c.ring.len() - 1
             }
         };
-        c.map.insert(key, i);
+        c.map.insert(
+            key,
+            Held {
+                block,
+                bytes,
+                referenced: false,
+                ring_at,
+            },
+        );
         c.used_bytes += bytes;
     }
 
@@ -231,5 +251,23 @@ mod tests {
             small.insert((1, i), Arc::new(i), 4096);
         }
         assert!((0..8).all(|i| small.get((1, i)).is_some()));
+    }
+
+    /// CLOCK: a block read since the hand last passed it gets a second
+    /// chance; the first unread one goes instead.
+    #[test]
+    fn a_block_read_since_the_last_pass_outlives_one_that_was_not() {
+        let cache: Cache<u32> = Cache::new(4 * 4096);
+        assert_eq!(cache.shards.len(), 1);
+        for i in 0..4u32 {
+            cache.insert((7, i), Arc::new(i), 4096);
+        }
+        assert_eq!(cache.get((7, 0)).as_deref(), Some(&0));
+        cache.insert((7, 4), Arc::new(4), 4096);
+        assert_eq!(cache.get((7, 1)), None, "the first unread block is evicted");
+        for i in [0, 2, 3, 4] {
+            assert_eq!(cache.get((7, i)).as_deref(), Some(&i));
+        }
+        assert_eq!(cache.used_bytes(), 4 * 4096);
     }
 }
