@@ -210,4 +210,55 @@ mod tests {
         assert_eq!(default, 1000, "mimalloc's default purge delay (v3)");
         assert_eq!(super::keep_freed_memory(), super::FREED_MEMORY_KEPT_MS);
     }
+
+    /// The heap is not advised for transparent huge pages (mimalloc's
+    /// `no_thp`): where the kernel gives huge pages only to memory advised
+    /// for them, 64 MiB allocated and touched holds none.
+    #[test]
+    fn the_heap_gets_no_transparent_huge_pages_where_they_are_advised_only() {
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if !mode.contains("[madvise]") {
+            eprintln!("not checked: THP mode here is {mode:?}, not madvise");
+            return;
+        }
+        let len = 64 << 20;
+        let mut heap = vec![0u8; len];
+        for page in heap.chunks_mut(4096) {
+            page[0] = 1;
+        }
+        let start = heap.as_ptr() as usize;
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let mut huge_kib = 0u64;
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ') {
+                if let Some((lo, hi)) = range.split_once('-') {
+                    if let (Ok(lo), Ok(hi)) =
+                        (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                    {
+                        inside = lo < start + len && start < hi;
+                        continue;
+                    }
+                }
+            }
+            if inside {
+                if let Some(kib) = line.strip_prefix("AnonHugePages:") {
+                    huge_kib += kib
+                        .trim()
+                        .trim_end_matches(" kB")
+                        .parse::<u64>()
+                        .unwrap_or(0);
+                }
+            }
+        }
+        assert_eq!(
+            heap.iter().step_by(4096).filter(|&&b| b == 1).count(),
+            len / 4096
+        );
+        assert_eq!(
+            huge_kib, 0,
+            "the heap's 64 MiB came with {huge_kib} KiB of huge pages"
+        );
+    }
 }
