@@ -22,8 +22,6 @@ struct Held<T> {
     block: Arc<T>,
     bytes: usize,
     referenced: bool,
-    /// Its place on the clock's ring.
-    ring_at: usize,
 }
 
 /// Hashes a [`BlockKey`] with two multiplications: the keys are table
@@ -76,7 +74,6 @@ impl<T> Clock<T> {
             return;
         };
         let held = self.map.get_mut(&key).expect("a key on the ring is held");
-        debug_assert_eq!(held.ring_at, h);
         if held.referenced {
             held.referenced = false;
             return;
@@ -182,23 +179,16 @@ impl<T> Cache<T> {
         while c.used_bytes + bytes > capacity {
             c.advance_hand();
         }
-        let ring_at = match c.free.pop() {
-            Some(i) => {
-                c.ring[i] = Some(key);
-                i
-            }
-            None => {
-                c.ring.push(Some(key));
-                c.ring.len() - 1
-            }
-        };
+        match c.free.pop() {
+            Some(i) => c.ring[i] = Some(key),
+            None => c.ring.push(Some(key)),
+        }
         c.map.insert(
             key,
             Held {
                 block,
                 bytes,
                 referenced: false,
-                ring_at,
             },
         );
         c.used_bytes += bytes;
