@@ -15,6 +15,10 @@ with Apache Arrow as the data interface:
 - :func:`read_export` -- an export read back as a ``RecordBatchReader``.
 - :mod:`sluice.dask` -- the same as Dask DataFrames, a partition per slice
   or key range.
+- :func:`shm_pool` -- a redis-py connection pool over ``sluice serve``'s
+  shared-memory rings (``--shm PATH``):
+  ``redis.Redis(connection_pool=sluice.shm_pool(PATH))`` (:mod:`sluice.shm`;
+  needs redis-py).
 
 Errors raise :class:`Error` or one of its subclasses (:class:`CorruptError`,
 :class:`NotFoundError`, :class:`QueryError`, :class:`DeviceFullError`) with
@@ -45,6 +49,7 @@ from ._sluice import (  # noqa: F401  (re-exported)
 from ._sluice import start_export as _start_export
 
 __all__ = [
+    "shm_pool",
     "Store",
     "Snapshot",
     "ScanIter",
@@ -158,3 +163,14 @@ def export(
             bar.n = done
             bar.close()
     return run.result()
+
+
+def shm_pool(path: Union[str, os.PathLike], **kwargs: Any):
+    """A redis-py ``ConnectionPool`` whose connections talk to ``sluice
+    serve --shm PATH`` through shared-memory rings instead of a socket;
+    ``kwargs`` go to the pool as redis-py's own (``protocol``,
+    ``decode_responses``, ``password``, ...). redis-py is imported here, not
+    with the package: ``pip install redis``."""
+    from .shm import shm_pool as _shm_pool
+
+    return _shm_pool(os.fspath(path), **kwargs)

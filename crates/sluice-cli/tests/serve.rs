@@ -181,18 +181,28 @@ fn redis_cli_and_redis_benchmark_work_unmodified() {
     );
 }
 
-/// The repository's python/ directory (sluice_shm), for PYTHONPATH.
-fn python_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python")
+/// This checkout's redis-py connection over the shared-memory rings
+/// (python/sluice/shm.py), loaded from its file as `sluice_shm` before a
+/// script runs: it needs redis-py only, not the package's compiled part,
+/// and the test runs this checkout's, not whatever package is installed.
+const LOAD_SLUICE_SHM: &str = r#"
+import importlib.util, os
+_spec = importlib.util.spec_from_file_location("sluice_shm", os.environ["SLUICE_SHM_PY"])
+sluice_shm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sluice_shm)
+"#;
+
+fn sluice_shm_py() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/sluice/shm.py")
 }
 
 /// Runs a redis-py script against `target`: a port, or `shm:PATH`.
 fn python_ok(script: &str, target: &str) {
     let out = Command::new("python3")
         .arg("-c")
-        .arg(script)
+        .arg(format!("{LOAD_SLUICE_SHM}{script}"))
         .arg(target)
-        .env("PYTHONPATH", python_dir())
+        .env("SLUICE_SHM_PY", sluice_shm_py())
         .output()
         .unwrap();
     assert!(
@@ -208,7 +218,6 @@ import sys, time, redis
 target = sys.argv[1]
 def connect(protocol):
     if target.startswith("shm:"):
-        import sluice_shm
         pool = sluice_shm.shm_pool(target[4:], protocol=protocol, decode_responses=True)
         return redis.Redis(connection_pool=pool)
     return redis.Redis(port=int(target), protocol=protocol, decode_responses=True)
@@ -268,7 +277,7 @@ fn redis_py_in_resp2_and_resp3() {
 }
 
 /// The same redis-py script, unmodified but for its connection pool, over
-/// the shared-memory rings (python/sluice_shm.py), plus big values that
+/// the shared-memory rings (python/sluice/shm.py), plus big values that
 /// stream through the rings in pieces.
 #[test]
 fn redis_py_over_shared_memory() {
@@ -282,7 +291,7 @@ fn redis_py_over_shared_memory() {
     python_ok(REDIS_PY, &target);
     python_ok(
         r#"
-import sys, redis, sluice_shm
+import sys, redis
 r = redis.Redis(connection_pool=sluice_shm.shm_pool(sys.argv[1][4:]))
 big = bytes(range(256)) * (12 << 10)
 assert r.set("big", big) and r.get("big") == big
@@ -303,7 +312,7 @@ fn shm_clients_killed_mid_batch_lose_nothing_acknowledged() {
     let sock = dir.path().join("shm.sock");
     let s = serve(dir.path(), &["--shm", sock.to_str().unwrap()]);
     let writer = r#"
-import sys, redis, sluice_shm
+import sys, redis
 r = redis.Redis(connection_pool=sluice_shm.shm_pool(sys.argv[1]))
 name, i = sys.argv[2], 0
 while True:
@@ -332,8 +341,10 @@ while True:
     for round in 0..6 {
         let name = format!("w{round}");
         let mut child = Command::new("python3")
-            .args(["-c", writer, sock.to_str().unwrap(), &name])
-            .env("PYTHONPATH", python_dir())
+            .arg("-c")
+            .arg(format!("{LOAD_SLUICE_SHM}{writer}"))
+            .args([sock.to_str().unwrap(), &name])
+            .env("SLUICE_SHM_PY", sluice_shm_py())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();

@@ -1,8 +1,11 @@
 """redis-py over Sluice's shared-memory transport (``sluice serve --shm PATH``).
 
-    import redis, sluice_shm
-    r = redis.Redis(connection_pool=sluice_shm.shm_pool("/run/sluice/shm.sock"))
+    import redis, sluice
+    r = redis.Redis(connection_pool=sluice.shm_pool("/run/sluice/shm.sock"))
     r.set("k", "v"); r.get("k")
+
+This module needs redis-py and nothing else of the package (not its compiled
+part): it can be loaded from its file alone.
 
 redis-py runs unmodified: :class:`ShmConnection` hands it a socket-like
 object whose bytes go through the client's two rings in a sealed memfd the
