@@ -29,6 +29,8 @@ pub struct LoadOptions {
     pub replace: bool,
     /// Bars, lines or nothing.
     pub progress: ProgressMode,
+    /// How long the new index's primary shards may take to start.
+    pub primaries_timeout_seconds: u32,
 }
 
 impl Default for LoadOptions {
@@ -42,6 +44,7 @@ impl Default for LoadOptions {
             connections: 2,
             replace: false,
             progress: ProgressMode::Auto,
+            primaries_timeout_seconds: 60,
         }
     }
 }
@@ -67,9 +70,11 @@ pub fn load(client: &Client, options: &LoadOptions) -> Result<LoadSummary> {
         || options.shards > 1024
         || options.connections == 0
         || options.connections > 64
+        || !(1..=3600).contains(&options.primaries_timeout_seconds)
     {
         return Err(Error::Config(
-            "--shards must be 1..=1024 and --connections 1..=64".into(),
+            "--shards must be 1..=1024, --connections 1..=64 and the shard start timeout 1..=3600 s"
+                .into(),
         ));
     }
     create_index(client, options)?;
@@ -175,7 +180,60 @@ fn create_index(client: &Client, options: &LoadOptions) -> Result<()> {
         client,
         index,
     )?;
-    Ok(())
+    wait_for_primaries(client, index, options.primaries_timeout_seconds)
+}
+
+/// Waits until every primary shard of `index` has started. A shard that does
+/// not start (a full disk, a node out of heap) would otherwise surface a
+/// minute later as a bulk failure that names no cause.
+fn wait_for_primaries(client: &Client, index: &str, timeout_seconds: u32) -> Result<()> {
+    let path =
+        format!("/_cluster/health/{index}?wait_for_status=yellow&timeout={timeout_seconds}s");
+    // The source answers 408 with the health body when the wait timed out.
+    let r = client.send("GET", &path, None)?;
+    let r = if r.status == 408 {
+        r
+    } else {
+        check(r, "waiting for the index's shards", client, index)?
+    };
+    let health: serde_json::Value = serde_json::from_slice(&r.body)
+        .map_err(|e| Error::Source(format!("cluster health answer is not JSON: {e}")))?;
+    if health["timed_out"] != serde_json::Value::Bool(true) {
+        return Ok(());
+    }
+    Err(Error::Source(format!(
+        "the primary shards of {index} did not start within {timeout_seconds} s \
+         ({} active, {} unassigned); the source says: {}; look at its log and free disk",
+        health["active_primary_shards"],
+        health["unassigned_shards"],
+        allocation_explanation(client),
+    )))
+}
+
+/// The source's own account of why a shard is unassigned (it explains the
+/// first unassigned shard it finds).
+fn allocation_explanation(client: &Client) -> String {
+    let Ok(r) = client.send("GET", "/_cluster/allocation/explain", None) else {
+        return "no allocation explanation (the request failed)".into();
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&r.body) else {
+        return format!("no allocation explanation (HTTP {})", r.status);
+    };
+    let parts: Vec<&str> = [
+        &v["index"],
+        &v["allocate_explanation"],
+        &v["unassigned_info"]["reason"],
+        &v["unassigned_info"]["details"],
+        &v["error"]["reason"],
+    ]
+    .into_iter()
+    .filter_map(|f| f.as_str())
+    .collect();
+    if parts.is_empty() {
+        format!("no allocation explanation (HTTP {})", r.status)
+    } else {
+        parts.join("; ")
+    }
 }
 
 /// Indexes documents `first..last`; retries the whole request (ids are fixed,

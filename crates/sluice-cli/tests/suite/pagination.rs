@@ -462,6 +462,55 @@ fn bad_source_input_gets_clear_errors() {
 }
 
 /// Exports `t-small` and returns the device and the first page of slice 0.
+/// Puts the cluster's shard allocation back however the test ends.
+struct AllocationOff;
+
+impl AllocationOff {
+    fn set(value: &str) {
+        let body = format!(r#"{{"persistent":{{"cluster.routing.allocation.enable":{value}}}}}"#);
+        let r = client()
+            .send("PUT", "/_cluster/settings", Some(body.as_bytes()))
+            .unwrap();
+        assert!(r.is_success(), "{}", r.error_summary());
+    }
+}
+
+impl Drop for AllocationOff {
+    fn drop(&mut self) {
+        AllocationOff::set("null");
+    }
+}
+
+#[test]
+fn a_shard_that_cannot_start_is_named_before_any_document_is_sent() {
+    let _g = serial();
+    AllocationOff::set("\"none\"");
+    let off = AllocationOff;
+    let err = load(
+        &client(),
+        &LoadOptions {
+            index: "t-unallocated".into(),
+            docs: 1000,
+            shards: 2,
+            replace: true,
+            progress: ProgressMode::Off,
+            primaries_timeout_seconds: 2,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("primary shards of t-unallocated did not start within 2 s"),
+        "{err}"
+    );
+    assert!(err.contains("0 active, 2 unassigned"), "{err}");
+    assert!(err.contains("allocation"), "the source's reason: {err}");
+    drop(off);
+    let r = client().send("DELETE", "/t-unallocated", None).unwrap();
+    assert!(r.is_success(), "{}", r.error_summary());
+}
+
 fn small_export(name: &str) -> (PathBuf, sluice_paginate::format::PageEntry, u64, u32) {
     papers_index("t-small", 5000, 2);
     let dev = tmp(name).join("export.dev");
