@@ -505,7 +505,7 @@ fn a_shard_that_cannot_start_is_named_before_any_document_is_sent() {
         "{err}"
     );
     assert!(err.contains("0 active, 2 unassigned"), "{err}");
-    assert!(err.contains("allocation"), "the source's reason: {err}");
+    assert!(err.contains("INDEX_CREATED"), "the source's reason: {err}");
     drop(off);
     let r = client().send("DELETE", "/t-unallocated", None).unwrap();
     assert!(r.is_success(), "{}", r.error_summary());
