@@ -84,25 +84,35 @@ impl SeqGate {
         if self.parked_count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let mut parked = self.parked();
-        let extra = and_one_keyed_from.and_then(|k| {
-            parked
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.target > now && p.key >= k)
-                .min_by_key(|(_, p)| p.key)
-                .map(|(i, _)| i)
-        });
-        let mut i = 0;
-        parked.retain(|p| {
-            let wake = p.target <= now || Some(i) == extra;
-            i += 1;
-            if wake {
-                p.thread.unpark();
+        let mut to_wake = Vec::new();
+        {
+            let mut parked = self.parked();
+            let extra = and_one_keyed_from.and_then(|k| {
+                parked
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.target > now && p.key >= k)
+                    .min_by_key(|(_, p)| p.key)
+                    .map(|(i, _)| i)
+            });
+            if let Some(i) = extra {
+                to_wake.push(parked.swap_remove(i).thread);
             }
-            !wake
-        });
-        self.parked_count.store(parked.len(), Ordering::SeqCst);
+            parked.retain(|p| {
+                let wake = p.target <= now;
+                if wake {
+                    to_wake.push(p.thread.clone());
+                }
+                !wake
+            });
+            self.parked_count.store(parked.len(), Ordering::SeqCst);
+        }
+        // Woken outside the lock: each wake-up can cost a cross-core
+        // interrupt, and a waiter woken while the lock is held would block
+        // on it at once. The one that may act (`extra`) goes first.
+        for thread in to_wake {
+            thread.unpark();
+        }
     }
 
     /// Wakes every waiter (after a failure their `stop` reports).
@@ -147,10 +157,13 @@ impl SeqGate {
                 return done;
             }
             std::thread::park();
-            self.unregister(&me);
+            // Satisfied: the advance that raised the value past `target`
+            // takes this entry out (it may still be on its way to the lock),
+            // so a woken waiter goes on without touching the lock.
             if self.get() >= target {
                 return true;
             }
+            self.unregister(&me);
             if stop() {
                 return false;
             }

@@ -635,6 +635,47 @@ fn synced_and_unsynced_writers_see_their_writes_in_order() {
     assert_eq!(store.stats().last_sequence, u64::from(writers * per_writer));
 }
 
+/// Writers, synced and unsynced, racing on the visible mark, in many short
+/// rounds so that many writes are the last one in flight (whose wake-up
+/// nobody else's write would bring): every write returns (a watchdog fails
+/// the test instead of letting it hang) and the mark ends at the last
+/// sequence.
+#[test]
+fn mixed_writers_all_return_and_the_mark_reaches_the_last_write() {
+    use sluice_store::WriteOptions;
+    let (_mem, store) = memory_store(16384);
+    let store = Arc::new(store);
+    let ks = store.keyspace("default").unwrap();
+    let (rounds, writers, per_writer) = (200u32, 6u32, 8u32);
+    for round in 0..rounds {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for t in 0..writers {
+            let store = store.clone();
+            let done_tx = done_tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..per_writer {
+                    let sync = (i * 7 + t + round) % 3 == 0;
+                    let mut b = WriteBatch::new();
+                    b.put(ks, format!("{round}/{t}/{i}").as_bytes(), b"v")
+                        .unwrap();
+                    store.write_with(&b, WriteOptions { sync }).unwrap();
+                }
+                done_tx.send(()).unwrap();
+            });
+        }
+        for _ in 0..writers {
+            done_rx
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap_or_else(|_| {
+                    panic!("round {round}: a writer still waits after 30 s, a wake-up was lost")
+                });
+        }
+    }
+    let total = rounds * writers * per_writer;
+    assert_eq!(store.stats().last_sequence, u64::from(total));
+    assert_eq!(count_of(&store, ks), total as usize);
+}
+
 #[test]
 fn concurrent_writers_share_flushes_and_lose_nothing() {
     let (mem, store) = memory_store(8192);

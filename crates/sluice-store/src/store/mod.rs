@@ -78,6 +78,11 @@ struct Visible {
     /// becomes visible once every earlier one has and, if synced, its log
     /// position is durable.
     pending: BTreeMap<u64, (u64, Option<wal::LogPosition>)>,
+    /// The highest sequence found visible under this lock: the mark is
+    /// raised to it after the lock is let go (with the wake-ups that
+    /// costs), so the next holder starts from here, not from a mark that
+    /// may not have caught up yet.
+    ready_upto: u64,
     failed: Option<String>,
 }
 

@@ -177,6 +177,7 @@ impl Store {
             writer: Mutex::new(writer),
             visible: Mutex::new(Visible {
                 pending: BTreeMap::new(),
+                ready_upto: last_seq,
                 failed: None,
             }),
             visible_seq: SeqGate::new(last_seq),

@@ -287,7 +287,7 @@ impl Store {
     ) {
         let inner = &self.inner;
         let mut v = lock(&inner.visible);
-        let mut seq = inner.visible_seq.get();
+        let mut seq = inner.visible_seq.get().max(v.ready_upto);
         match finished {
             // Next in line and waiting on no flush: visible at once, without
             // a stop in the pending map (a server's unsynced writes).
@@ -307,6 +307,10 @@ impl Store {
             v.pending.remove(&(seq + 1));
             seq = end;
         }
+        v.ready_upto = seq;
+        // The wake-ups go out after the lock is let go: each can cost a
+        // cross-core interrupt, and every writer takes this lock once.
+        drop(v);
         inner
             .visible_seq
             .advance(seq, wake_next_leader.then(|| inner.wal.staged_below()));
