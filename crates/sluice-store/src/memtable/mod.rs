@@ -7,12 +7,14 @@
 //! already here (an overwrite of a hot key) is a hash lookup and a push;
 //! only a key's first write is placed in the order.
 
+mod index;
 mod order;
 
 use crate::batch::{OpKind, WriteBatch};
 use crate::found::Found;
 use crate::sst::{Entry, EntryKind, RangeTombstone as SstRangeTombstone};
 use bytes::Bytes;
+use index::KeyIndex;
 use order::{KeyOrder, OrderKey, Probe, SlotKeys};
 use sluice_io::mem::{prefetch, prefetch_read};
 use std::ops::Bound;
@@ -205,6 +207,12 @@ struct RangeTombstone {
 /// to a memtable's size, roughly.
 const KEY_BYTES: usize = 96;
 
+/// How many keys ahead of the one it adds a batch asks the memory for
+/// index slots, and for chains (a slot must have come before its chain
+/// can be found).
+const SLOTS_AHEAD: usize = 8;
+const CHAINS_AHEAD: usize = 4;
+
 /// Keys a walk asks the memory for at once (see [`Memtable::prefetch_walk`]).
 const WALK_BATCH_KEYS: usize = 16;
 
@@ -241,12 +249,12 @@ pub struct Memtable {
     order: KeyOrder,
     /// Each of those keys' versions, in the order the keys came.
     chains: Vec<Chain>,
-    /// Where each key's chain is: ([`point_hash`], index in `chains`). A
-    /// table of small entries that carry their hash: growing it moves 16
-    /// bytes an entry and reads no key, where a table of the chains
-    /// themselves stalled the writer for tens of milliseconds each time
-    /// it doubled past a few hundred thousand keys.
-    index: hashbrown::HashTable<(u64, u32)>,
+    /// Where each key's chain is, by [`point_hash`]. A table of small
+    /// entries that carry their hash: growing it moves 16 bytes an entry
+    /// and reads no key, where a table of the chains themselves stalled
+    /// the writer for tens of milliseconds each time it doubled past a few
+    /// hundred thousand keys.
+    index: KeyIndex,
     /// Point versions in all chains.
     versions: usize,
     ranges: Vec<RangeTombstone>,
@@ -267,7 +275,7 @@ impl Memtable {
     pub fn with_key_room(chain_keys: usize, index_keys: usize) -> Memtable {
         Memtable {
             chains: Vec::with_capacity(chain_keys.min(MAX_KEY_ROOM)),
-            index: hashbrown::HashTable::with_capacity(index_keys.min(MAX_KEY_ROOM)),
+            index: KeyIndex::with_capacity(index_keys.min(MAX_KEY_ROOM)),
             ..Memtable::default()
         }
     }
@@ -280,16 +288,37 @@ impl Memtable {
     /// The chain of (`keyspace`, `key`) hashing to `hash`: its index.
     fn find_chain(&self, hash: u64, keyspace: u32, key: &[u8]) -> Option<usize> {
         self.index
-            .find(hash, |&(h, at)| {
+            .find(hash, |at| {
                 let c = &self.chains[at as usize];
-                h == hash && c.keyspace == keyspace && *c.key == *key
+                c.keyspace == keyspace && *c.key == *key
             })
-            .map(|&(_, at)| at as usize)
+            .map(|at| at as usize)
     }
 
     /// Adds a batch whose first operation has sequence `first_seq`.
+    ///
+    /// A key's lookup misses the cache twice in a large memtable: its
+    /// index slot, then its chain. For a batch of several keys, both are
+    /// asked for a few keys ahead of the one being added, so that the
+    /// misses of neighbouring keys overlap.
     pub fn apply(&mut self, first_seq: u64, batch: &WriteBatch) {
+        let ahead = batch.len() > 1;
+        // Slots of ops 1.., then at op i those of op i + SLOTS_AHEAD and
+        // the chain of op i + CHAINS_AHEAD.
+        let mut slots_ahead = batch.ops().skip(1);
+        let mut chains_ahead = batch.ops().skip(CHAINS_AHEAD);
+        if ahead {
+            for op in slots_ahead.by_ref().take(SLOTS_AHEAD - 1) {
+                self.index.prefetch(point_hash(op.keyspace, op.key));
+            }
+        }
         for (i, op) in batch.ops().enumerate() {
+            if ahead {
+                if let Some(op) = slots_ahead.next() {
+                    self.index.prefetch(point_hash(op.keyspace, op.key));
+                }
+                self.prefetch_chain(chains_ahead.next());
+            }
             let seq = first_seq + i as u64;
             self.approximate_bytes += op.key.len() + op.value.len() + 32;
             let version = match op.kind {
@@ -306,6 +335,14 @@ impl Memtable {
                 }
             };
             self.add_version(op.keyspace, op.key, seq, version);
+        }
+    }
+
+    /// Asks the memory for the chain `op`'s key most likely has.
+    fn prefetch_chain(&self, op: Option<crate::batch::BatchOp<'_>>) {
+        let Some(op) = op else { return };
+        if let Some(at) = self.index.first_candidate(point_hash(op.keyspace, op.key)) {
+            prefetch(&self.chains[at as usize]);
         }
     }
 
@@ -330,7 +367,7 @@ impl Memtable {
         // After the push: the order reads the new key's bytes through its slot.
         self.order
             .insert(self.chains.as_slice(), OrderKey::new(keyspace, key, at));
-        self.index.insert_unique(hash, (hash, at), |&(h, _)| h);
+        self.index.insert_unique(hash, at);
     }
 
     /// The chain of a key in the order.
@@ -653,6 +690,50 @@ mod tests {
                             .map(|(s, v)| (s, v.map(|v| v.bytes().to_vec())));
                         prop_assert_eq!(got, want, "keyspace {} key {:?} at {}", ks, key, snapshot);
                     }
+                }
+            }
+        }
+
+        /// A batch of many ops (which asks for slots and chains ahead of
+        /// the op it adds, with keys repeated inside it and the index
+        /// growing under it) reads back as the same ops added one by one.
+        #[test]
+        fn batches_of_many_ops_read_back_like_single_ops(
+            ops in proptest::collection::vec((0u32..2, 0u16..300, any::<bool>()), 1..400),
+            sizes in proptest::collection::vec(1usize..40, 1..40),
+        ) {
+            let mut batched = Memtable::default();
+            let mut single = Memtable::default();
+            let (mut at, mut size) = (0usize, sizes.iter().cycle());
+            while at < ops.len() {
+                let end = (at + size.next().expect("cycles")).min(ops.len());
+                let mut b = WriteBatch::new();
+                for (i, &(ks, k, put)) in ops[at..end].iter().enumerate() {
+                    let key = k.to_be_bytes();
+                    let seq = (at + i + 1) as u64;
+                    let mut one = WriteBatch::new();
+                    if put {
+                        b.put(ks, &key, &seq.to_le_bytes()).unwrap();
+                        one.put(ks, &key, &seq.to_le_bytes()).unwrap();
+                    } else {
+                        b.delete(ks, &key).unwrap();
+                        one.delete(ks, &key).unwrap();
+                    }
+                    single.apply(seq, &one);
+                }
+                batched.apply(at as u64 + 1, &b);
+                at = end;
+            }
+            prop_assert_eq!(batched.key_count(), single.key_count());
+            let last = ops.len() as u64;
+            for &(ks, k, _) in &ops {
+                let key = k.to_be_bytes();
+                for snapshot in [last / 2, last] {
+                    let read = |m: &Memtable| {
+                        m.newest_version(ks, &key, snapshot)
+                            .map(|(s, v)| (s, v.map(|v| v.bytes().to_vec())))
+                    };
+                    prop_assert_eq!(read(&batched), read(&single));
                 }
             }
         }
