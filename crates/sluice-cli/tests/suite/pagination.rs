@@ -40,13 +40,42 @@ fn root() -> PathBuf {
         .unwrap()
 }
 
-fn tmp(name: &str) -> PathBuf {
+/// A test's scratch directory: emptied when made, removed when the test
+/// passes (its devices take hundreds of megabytes each), kept after a
+/// failure to look at.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Scratch {
+    /// The directory, no longer removed at the end.
+    fn keep(self) -> PathBuf {
+        let dir = self.0.clone();
+        std::mem::forget(self);
+        dir
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn tmp(name: &str) -> Scratch {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("pagination")
         .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
 fn url() -> String {
@@ -250,7 +279,8 @@ fn export_100k_with_4_slices_reads_back_every_id_and_source() {
 fn kill_9_mid_export_then_resume_gives_the_exact_set() {
     let _g = serial();
     papers_index(PAPERS, PAPERS_DOCS, 4);
-    let dev = tmp("resume").join("export.dev");
+    let dir = tmp("resume");
+    let dev = dir.join("export.dev");
     let args = |extra: &[&str]| {
         let mut c = sluice();
         c.args([
@@ -307,7 +337,8 @@ fn kill_9_mid_export_then_resume_gives_the_exact_set() {
 fn an_expired_point_in_time_is_reopened_and_the_export_goes_on() {
     let _g = serial();
     papers_index(PAPERS, PAPERS_DOCS, 4);
-    let dev = tmp("pit-expiry").join("export.dev");
+    let dir = tmp("pit-expiry");
+    let dev = dir.join("export.dev");
     let mut o = options(PAPERS, &dev);
     o.page_docs = 500;
     o.throttle_docs_per_s = Some(25_000.0);
@@ -354,7 +385,8 @@ fn empty_slices_and_an_empty_index_export_and_read() {
             let r = c.send("PUT", &path, Some(&paper_doc(SEED, id))).unwrap();
             assert!(r.is_success(), "{}", r.error_summary());
         }
-        let dev = tmp(index).join("export.dev");
+        let dir = tmp(index);
+        let dev = dir.join("export.dev");
         let mut o = options(index, &dev);
         o.slices = Some(8);
         let s = export(&c, &o).unwrap();
@@ -383,7 +415,8 @@ fn a_document_many_times_a_usual_page_takes_more_slots() {
         )
         .unwrap();
     assert!(r.is_success(), "{}", r.error_summary());
-    let dev = tmp("big").join("export.dev");
+    let dir = tmp("big");
+    let dev = dir.join("export.dev");
     let mut o = options(index, &dev);
     o.page_docs = 100;
     let s = export(&c, &o).unwrap();
@@ -513,7 +546,8 @@ fn a_shard_that_cannot_start_is_named_before_any_document_is_sent() {
 
 fn small_export(name: &str) -> (PathBuf, sluice_paginate::format::PageEntry, u64, u32) {
     papers_index("t-small", 5000, 2);
-    let dev = tmp(name).join("export.dev");
+    // Small: kept for the caller, which outlives this function.
+    let dev = tmp(name).keep().join("export.dev");
     let mut o = options("t-small", &dev);
     o.page_docs = 500;
     export(&client(), &o).unwrap();
@@ -888,7 +922,8 @@ fn hostile_documents_come_back_byte_for_byte() {
     let answer: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(answer["errors"], false, "{}", String::from_utf8_lossy(&r.body[..r.body.len().min(2000)]));
     for slices in [1u32, 3] {
-        let dev = tmp(&format!("hostile-{slices}")).join("export.dev");
+        let dir = tmp(&format!("hostile-{slices}"));
+        let dev = dir.join("export.dev");
         let mut o = options(index, &dev);
         o.slices = Some(slices);
         o.page_docs = 3;
@@ -936,7 +971,8 @@ fn an_export_leaves_no_search_context_open() {
     assert!(r.is_success(), "{}", r.error_summary());
     for cursor in [CursorKind::Scroll, CursorKind::Pit] {
         let before = open_contexts(&c);
-        let dev = tmp(&format!("contexts-{cursor:?}")).join("export.dev");
+        let dir = tmp(&format!("contexts-{cursor:?}"));
+        let dev = dir.join("export.dev");
         let mut o = options(index, &dev);
         o.slices = Some(8);
         o.cursor = cursor;
