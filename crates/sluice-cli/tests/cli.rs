@@ -16,6 +16,12 @@ fn scratch(name: &str) -> PathBuf {
     dir.join("bench.dev")
 }
 
+/// Removes a passing test's scratch folder (a benchmark's device takes
+/// hundreds of megabytes).
+fn remove_scratch(name: &str) {
+    let _ = std::fs::remove_dir_all(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name));
+}
+
 /// Runs `sluice ARGS --device DEV --json JSON` (DEV and JSON in a scratch
 /// folder named `name`), asserts success, and returns stdout and the JSON.
 fn run_bench(name: &str, args: &[&str]) -> (String, serde_json::Value) {
@@ -348,6 +354,7 @@ fn bench_kv_runs_ours_and_db_bench_with_db_bench_flags() {
         ],
         &["unknown workload \"nosuch\""],
     );
+    remove_scratch("bench-kv");
 }
 
 #[test]
@@ -675,6 +682,7 @@ fn bench_ndp_runs_every_side_and_they_agree() {
     assert!(report["get"][1]["rocksdb"]["p50_us"].as_f64().unwrap() > 0.0);
     assert!(report["networkit"]["ours_over_networkit"].as_f64().unwrap() > 0.0);
     assert!(stdout.contains("(same scores)"), "{stdout}");
+    remove_scratch("bench-ndp");
 }
 
 #[test]
