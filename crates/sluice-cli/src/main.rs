@@ -35,13 +35,30 @@ extern "C" {
     fn mi_option_set(option: std::os::raw::c_int, value: std::os::raw::c_long);
 }
 
-/// Applies [`FREED_MEMORY_KEPT_MS`] unless MIMALLOC_PURGE_DELAY says
-/// otherwise; returns the delay in force.
+/// Below this memory limit of its control group, the process gives freed
+/// memory back at once instead: kept for [`FREED_MEMORY_KEPT_MS`] under a
+/// steady load, freed memtables and table buffers added up to more than
+/// the limit, and `sluice serve` in a 256 MiB group was killed by the
+/// kernel's OOM killer (docs/BENCHMARKS.md, "A data set four times the
+/// memory").
+const KEEP_FREED_MEMORY_MIN_LIMIT_BYTES: u64 = 4 << 30;
+
+/// The purge delay for a process under `memory_limit_bytes`.
+fn purge_delay_ms(memory_limit_bytes: Option<u64>) -> std::os::raw::c_long {
+    match memory_limit_bytes {
+        Some(limit) if limit < KEEP_FREED_MEMORY_MIN_LIMIT_BYTES => 0,
+        _ => FREED_MEMORY_KEPT_MS,
+    }
+}
+
+/// Sets mimalloc's purge delay for this process (see [`purge_delay_ms`])
+/// unless MIMALLOC_PURGE_DELAY says otherwise; returns the delay in force.
 fn keep_freed_memory() -> std::os::raw::c_long {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        let delay_ms = purge_delay_ms(sluice_io::probe::cgroup_memory_limit_bytes());
         // SAFETY: mimalloc's own option setter, called with an option of
         // its enum and a value it documents (milliseconds, -1: never).
-        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, FREED_MEMORY_KEPT_MS) };
+        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, delay_ms) };
     }
     // SAFETY: reads one option of mimalloc's enum.
     unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) }
@@ -208,7 +225,21 @@ mod tests {
         // SAFETY: reads one option of mimalloc's enum.
         let default = unsafe { super::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
         assert_eq!(default, 1000, "mimalloc's default purge delay (v3)");
-        assert_eq!(super::keep_freed_memory(), super::FREED_MEMORY_KEPT_MS);
+        let want = super::purge_delay_ms(sluice_io::probe::cgroup_memory_limit_bytes());
+        assert_eq!(super::keep_freed_memory(), want);
+    }
+
+    /// Freed memory is kept for reuse only where the control group lets the
+    /// process use at least 4 GiB.
+    #[test]
+    fn freed_memory_goes_back_at_once_under_a_tight_memory_limit() {
+        assert_eq!(super::purge_delay_ms(None), super::FREED_MEMORY_KEPT_MS);
+        assert_eq!(
+            super::purge_delay_ms(Some(8 << 30)),
+            super::FREED_MEMORY_KEPT_MS
+        );
+        assert_eq!(super::purge_delay_ms(Some(256 << 20)), 0);
+        assert_eq!(super::purge_delay_ms(Some((4 << 30) - 1)), 0);
     }
 
     /// The heap is not advised for transparent huge pages (mimalloc's

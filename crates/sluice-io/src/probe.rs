@@ -1,5 +1,6 @@
 //! What this kernel and process can do: io_uring opcodes and set-up flags,
-//! the memlock limit. Probed once; engines decide their fallbacks from it.
+//! the memlock limit, the memory limit of the process's control group.
+//! Probed once; engines decide their fallbacks from it.
 
 use crate::error::{IoError, Result};
 use io_uring::{opcode, IoUring, Probe};
@@ -164,4 +165,114 @@ pub fn device_has_poll_queues(major: u32, minor: u32) -> bool {
             .map(|s| s.trim() == "1")
             .unwrap_or(false)
     })
+}
+
+/// The tightest memory limit of the control groups this process is in
+/// (cgroup v2 `memory.max`, v1 `memory.limit_in_bytes`, the group's own and
+/// every parent's), in bytes; None where no limit applies.
+pub fn cgroup_memory_limit_bytes() -> Option<u64> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    memory_limit_in(&groups, |path| std::fs::read_to_string(path).ok())
+}
+
+/// Limits at or above this mean "no limit" (v1 writes about 2^63 for one).
+const NO_MEMORY_LIMIT_BYTES: u64 = 1 << 62;
+
+/// [`cgroup_memory_limit_bytes`] over the text of `/proc/self/cgroup`, with
+/// `read` to read the control files.
+fn memory_limit_in(groups: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let mut tightest: Option<u64> = None;
+    for line in groups.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let (root, file) = if id == "0" && controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        let mut dir = path.trim_end_matches('/').to_string();
+        loop {
+            let limit = read(&format!("{root}{dir}/{file}"))
+                .and_then(|text| text.trim().parse::<u64>().ok())
+                .filter(|&bytes| bytes < NO_MEMORY_LIMIT_BYTES);
+            if let Some(bytes) = limit {
+                tightest = Some(tightest.map_or(bytes, |t| t.min(bytes)));
+            }
+            match dir.rfind('/') {
+                Some(at) => dir.truncate(at),
+                None => break,
+            }
+        }
+    }
+    tightest
+}
+
+#[cfg(test)]
+mod cgroup_tests {
+    use super::memory_limit_in;
+    use std::collections::HashMap;
+
+    fn limit(groups: &str, files: &[(&str, &str)]) -> Option<u64> {
+        let files: HashMap<String, String> = files
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        memory_limit_in(groups, |path| files.get(path).cloned())
+    }
+
+    #[test]
+    fn a_v1_memory_group_and_its_parents_give_the_tightest_limit() {
+        let groups = "9:name=systemd:/\n4:memory:/api/job\n1:cpu:/\n0::/\n";
+        let unlimited = "9223372036854771712\n";
+        assert_eq!(
+            limit(
+                groups,
+                &[
+                    (
+                        "/sys/fs/cgroup/memory/api/job/memory.limit_in_bytes",
+                        unlimited
+                    ),
+                    (
+                        "/sys/fs/cgroup/memory/api/memory.limit_in_bytes",
+                        "268435456\n"
+                    ),
+                    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", unlimited),
+                ]
+            ),
+            Some(256 << 20)
+        );
+        assert_eq!(
+            limit(
+                groups,
+                &[(
+                    "/sys/fs/cgroup/memory/api/job/memory.limit_in_bytes",
+                    unlimited
+                )]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_v2_group_reads_memory_max_and_max_means_none() {
+        let groups = "0::/sluice-big\n";
+        assert_eq!(
+            limit(
+                groups,
+                &[("/sys/fs/cgroup/sluice-big/memory.max", "134217728\n")]
+            ),
+            Some(128 << 20)
+        );
+        assert_eq!(
+            limit(groups, &[("/sys/fs/cgroup/sluice-big/memory.max", "max\n")]),
+            None
+        );
+        assert_eq!(limit("", &[]), None);
+    }
 }
