@@ -41,6 +41,24 @@ pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 /// Requests one call keeps in flight at most (with [`MAX_REQUEST_BYTES`],
 /// 16 MiB of buffers), whatever the engine's queue depth.
 pub const MAX_REQUESTS_IN_FLIGHT: usize = 16;
+/// Bytes one [`Priority::Low`] request carries, and how many of them one
+/// call keeps in flight. The device serves the store's engines in the
+/// order requests reach it, so a foreground read that comes behind a
+/// flush's or a compaction's I/O waits for what they have queued: with 16
+/// requests of 1 MiB, milliseconds; with 2 of 256 KiB, about a third of a
+/// millisecond on the virtio disks here (docs/BENCHMARKS.md, "A data set
+/// four times the memory").
+pub const LOW_REQUEST_BYTES: usize = 256 << 10;
+/// See [`LOW_REQUEST_BYTES`].
+pub const LOW_REQUESTS_IN_FLIGHT: usize = 2;
+
+/// The largest request and the most requests in flight for `priority`.
+fn request_limits(priority: Priority) -> (usize, usize) {
+    match priority {
+        Priority::High => (MAX_REQUEST_BYTES, MAX_REQUESTS_IN_FLIGHT),
+        Priority::Low => (LOW_REQUEST_BYTES, LOW_REQUESTS_IN_FLIGHT),
+    }
+}
 
 /// How [`DeviceIo::write_durable`] makes writes durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,14 +196,13 @@ impl DeviceIo {
     /// Reads `out.len()` bytes (whole blocks) at `lba`.
     pub fn read(&self, lba: u64, out: &mut [u8], priority: Priority) -> Result<()> {
         let mut engine = self.lease()?;
-        let pieces = self.pieces(lba, out.len());
+        let pieces = self.pieces(lba, out.len(), priority);
+        let in_flight = engine.queue_depth().min(request_limits(priority).1);
         let mut done = Vec::new();
         let mut submitted = 0;
         let mut next = 0;
         while next < pieces.len() || submitted > 0 {
-            while next < pieces.len()
-                && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT)
-            {
+            while next < pieces.len() && submitted < in_flight {
                 let (at, offset, len) = pieces[next];
                 let buf = engine.pool().alloc(len, Direction::Read)?;
                 let request = Request::read(at, buf, offset as u64).with_priority(priority);
@@ -214,7 +231,7 @@ impl DeviceIo {
         len: usize,
         priority: Priority,
     ) -> Result<PendingRead> {
-        let pieces = self.pieces(lba, len);
+        let pieces = self.pieces(lba, len, priority);
         let mut pending = PendingRead {
             io: self.clone(),
             engine: None,
@@ -225,7 +242,7 @@ impl DeviceIo {
             done: Vec::with_capacity(pieces.len()),
         };
         let mut engine = self.lease()?;
-        if pieces.len() > engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
+        if pieces.len() > engine.queue_depth().min(request_limits(priority).1) {
             // Too long to have in flight at once: read whole at `finish`.
             return Ok(pending);
         }
@@ -317,8 +334,13 @@ impl DeviceIo {
         write_runs_on(&mut *engine, writes, pad, priority, how)
     }
 
-    fn pieces(&self, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
-        pieces_of(self.block_size_bytes(), lba, len)
+    fn pieces(&self, lba: u64, len: usize, priority: Priority) -> Vec<(u64, usize, usize)> {
+        pieces_of(
+            self.block_size_bytes(),
+            lba,
+            len,
+            request_limits(priority).0,
+        )
     }
 }
 
@@ -437,17 +459,18 @@ impl Drop for PendingRead {
     }
 }
 
-/// `(lba, byte offset, length)` of the requests a run of `len` bytes at
-/// `lba` is cut into, for blocks of `block` bytes.
-fn pieces_of(block: usize, lba: u64, len: usize) -> Vec<(u64, usize, usize)> {
+/// `(lba, byte offset, length)` of the requests of at most `max_bytes` a
+/// run of `len` bytes at `lba` is cut into, for blocks of `block` bytes.
+fn pieces_of(block: usize, lba: u64, len: usize, max_bytes: usize) -> Vec<(u64, usize, usize)> {
     assert!(
         len.is_multiple_of(block),
         "I/O of {len} bytes is not whole {block}-byte blocks"
     );
-    let mut out = Vec::with_capacity(len.div_ceil(MAX_REQUEST_BYTES));
+    assert!(max_bytes >= block && max_bytes.is_multiple_of(block));
+    let mut out = Vec::with_capacity(len.div_ceil(max_bytes));
     let mut offset = 0;
     while offset < len {
-        let n = (len - offset).min(MAX_REQUEST_BYTES);
+        let n = (len - offset).min(max_bytes);
         out.push((lba + (offset / block) as u64, offset, n));
         offset += n;
     }
@@ -482,7 +505,7 @@ pub fn write_runs_on(
     let block = engine.device().geometry().block_size_bytes as usize;
     let mut pieces = Vec::new();
     for (run, &(lba, _, len)) in writes.iter().enumerate() {
-        for (at, offset, len) in pieces_of(block, lba, len) {
+        for (at, offset, len) in pieces_of(block, lba, len, request_limits(priority).0) {
             pieces.push((run, at, offset, len));
         }
     }
@@ -540,7 +563,7 @@ fn submit_writes(
     let mut done = Vec::new();
     let mut first_error = None;
     while next < count || submitted > 0 || flush_pending {
-        while next < count && submitted < engine.queue_depth().min(MAX_REQUESTS_IN_FLIGHT) {
+        while next < count && submitted < engine.queue_depth().min(request_limits(priority).1) {
             let (lba, buf) = buffer(&mut *engine, next)?;
             let mut request = Request::write(lba, buf, 0).with_priority(priority);
             if dsync_one {
@@ -567,4 +590,34 @@ fn submit_writes(
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Background I/O goes out in small requests, few at a time, so that
+    /// a foreground read waits behind little of it; foreground I/O in big
+    /// ones, many at a time.
+    #[test]
+    fn low_priority_runs_are_cut_small_and_kept_few_in_flight() {
+        let run_bytes = 3 << 20;
+        let low = pieces_of(4096, 100, run_bytes, request_limits(Priority::Low).0);
+        assert_eq!(low.len(), run_bytes / LOW_REQUEST_BYTES);
+        assert!(low.iter().all(|&(_, _, n)| n == LOW_REQUEST_BYTES));
+        assert_eq!(
+            low[1],
+            (
+                100 + (LOW_REQUEST_BYTES / 4096) as u64,
+                LOW_REQUEST_BYTES,
+                LOW_REQUEST_BYTES
+            )
+        );
+        let high = pieces_of(4096, 100, run_bytes, request_limits(Priority::High).0);
+        assert_eq!(high.len(), 3);
+        assert!(request_limits(Priority::Low).1 * LOW_REQUEST_BYTES <= 512 << 10);
+        assert_eq!(request_limits(Priority::High).1, MAX_REQUESTS_IN_FLIGHT);
+        let tail = pieces_of(4096, 0, LOW_REQUEST_BYTES + 8192, LOW_REQUEST_BYTES);
+        assert_eq!(tail.last(), Some(&(64, LOW_REQUEST_BYTES, 8192)));
+    }
 }
