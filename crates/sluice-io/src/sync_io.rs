@@ -44,10 +44,10 @@ pub const MAX_REQUESTS_IN_FLIGHT: usize = 16;
 /// Bytes one [`Priority::Low`] request carries, and how many of them one
 /// call keeps in flight. The device serves the store's engines in the
 /// order requests reach it, so a foreground read that comes behind a
-/// flush's or a compaction's I/O waits for what they have queued: with 16
-/// requests of 1 MiB, milliseconds; with 2 of 256 KiB, about a third of a
-/// millisecond on the virtio disks here (docs/BENCHMARKS.md, "A data set
-/// four times the memory").
+/// flush's or a compaction's I/O waits for what they have queued: up to
+/// 16 MiB with 16 requests of 1 MiB, at most 512 KiB with 2 of 256 KiB.
+/// Fewer bytes in flight also pin less memory (docs/BENCHMARKS.md, "A
+/// data set four times the memory, in its memory group").
 pub const LOW_REQUEST_BYTES: usize = 256 << 10;
 /// See [`LOW_REQUEST_BYTES`].
 pub const LOW_REQUESTS_IN_FLIGHT: usize = 2;
