@@ -72,18 +72,7 @@ impl KeyIndex {
     /// The place of the first key stored with `hash` (a candidate: its
     /// key may still differ), for a caller to ask the memory for it early.
     pub(super) fn first_candidate(&self, hash: u64) -> Option<u32> {
-        let (tag, mask) = (tag_of(hash), self.slots.len() - 1);
-        let mut at = self.home(tag);
-        loop {
-            let slot = self.slots[at];
-            if slot.at_plus_one == 0 {
-                return None;
-            }
-            if slot.tag == tag {
-                return Some(slot.at_plus_one - 1);
-            }
-            at = (at + 1) & mask;
-        }
+        self.find(hash, |_| true)
     }
 
     /// The place stored for the key with `hash` for which `is_key` holds.

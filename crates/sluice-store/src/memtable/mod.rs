@@ -250,8 +250,8 @@ pub struct Memtable {
     /// Each of those keys' versions, in the order the keys came.
     chains: Vec<Chain>,
     /// Where each key's chain is, by [`point_hash`]. A table of small
-    /// entries that carry their hash: growing it moves 16 bytes an entry
-    /// and reads no key, where a table of the chains themselves stalled
+    /// entries that carry hash bits: growing it moves 8 bytes an entry and
+    /// reads no key, where a table of the chains themselves stalled
     /// the writer for tens of milliseconds each time it doubled past a few
     /// hundred thousand keys.
     index: KeyIndex,
@@ -303,8 +303,8 @@ impl Memtable {
     /// misses of neighbouring keys overlap.
     pub fn apply(&mut self, first_seq: u64, batch: &WriteBatch) {
         let ahead = batch.len() > 1;
-        // Slots of ops 1.., then at op i those of op i + SLOTS_AHEAD and
-        // the chain of op i + CHAINS_AHEAD.
+        // The slots of ops 1 to SLOTS_AHEAD - 1 first; then, at op i, the
+        // slot of op i + SLOTS_AHEAD - 1 and the chain of op i + CHAINS_AHEAD.
         let mut slots_ahead = batch.ops().skip(1);
         let mut chains_ahead = batch.ops().skip(CHAINS_AHEAD);
         if ahead {
