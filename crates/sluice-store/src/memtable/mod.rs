@@ -304,7 +304,7 @@ impl Memtable {
     pub fn apply(&mut self, first_seq: u64, batch: &WriteBatch) {
         let ahead = batch.len() > 1;
         // The slots of ops 1 to SLOTS_AHEAD - 1 first; then, at op i, the
-        // slot of op i + SLOTS_AHEAD - 1 and the chain of op i + CHAINS_AHEAD.
+        // slot of op i + SLOTS_AHEAD and the chain of op i + CHAINS_AHEAD.
         let mut slots_ahead = batch.ops().skip(1);
         let mut chains_ahead = batch.ops().skip(CHAINS_AHEAD);
         if ahead {
