@@ -99,6 +99,12 @@ pub struct ServeArgs {
     /// (costs a core each while busy; off by default, see BENCHMARKS).
     #[arg(long, value_name = "MS")]
     wal_sqpoll: Option<u32>,
+    /// CPU priority of the background threads (flushes, compactions, the
+    /// expiry sweep): idle runs them only on cores no worker or other
+    /// process wants, so requests never wait out their time slices;
+    /// normal gives them the same share as the workers.
+    #[arg(long, default_value = "idle")]
+    background_cpu: sluice_io::cpu::BackgroundCpu,
     /// Do not pin worker threads to cores.
     #[arg(long)]
     no_pin: bool,
@@ -250,6 +256,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         write_buffer_bytes: args.write_buffer_mib << 20,
         block_cache_bytes: args.block_cache_mib << 20,
         wal_sqpoll_idle_ms: args.wal_sqpoll,
+        background_cpu: args.background_cpu,
         compaction: sluice_store::compaction::CompactionConfig {
             target_file_bytes: args.table_mib << 20,
             ..Default::default()
@@ -284,6 +291,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             bulk_max_bytes: args.proto_max_bulk_len,
             ..Limits::default()
         },
+        background_cpu: args.background_cpu,
         ..ServerConfig::default()
     };
     let server = Server::start(db.clone(), config)

@@ -671,3 +671,77 @@ fn tls_flags_are_checked_before_anything_starts() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--tls-cert"), "{err}");
 }
+
+/// The scheduling policy (`/proc/PID/task/TID/stat` field 41) of each of
+/// the process's threads, by name.
+fn thread_policies(pid: u32) -> Vec<(String, i32)> {
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        let (head, rest) = stat.rsplit_once(')').unwrap();
+        let name = head.split_once('(').unwrap().1.to_string();
+        // Fields after the name start at field 3.
+        let policy = rest
+            .split_whitespace()
+            .nth(41 - 3)
+            .unwrap()
+            .parse()
+            .unwrap();
+        threads.push((name, policy));
+    }
+    threads
+}
+
+/// Waits until every thread named in `names` is there and has `policy`.
+fn wait_for_policies(pid: u32, names: &[&str], policy: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let threads = thread_policies(pid);
+        let ok = names
+            .iter()
+            .all(|n| threads.iter().any(|(t, p)| t == n && *p == policy));
+        if ok {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "want {names:?} at policy {policy}: {threads:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn background_threads_run_at_idle_cpu_priority_and_workers_do_not() {
+    const SCHED_OTHER: i32 = 0;
+    const SCHED_IDLE: i32 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    // `always` (the default): the write below outlives the kill.
+    let s = serve(dir.path(), &[]);
+    let pid = s.child.id();
+    wait_for_policies(pid, &["sluice-compacti", "sluice-expire"], SCHED_IDLE);
+    let threads = thread_policies(pid);
+    for (name, policy) in &threads {
+        if name.starts_with("sluice-serve") {
+            assert_eq!(*policy, SCHED_OTHER, "{threads:?}");
+        }
+    }
+    assert!(
+        threads.iter().any(|(n, _)| n.starts_with("sluice-serve")),
+        "{threads:?}"
+    );
+    assert_eq!(redis_cli(s.port, &["SET", "k", "v"]), "OK\n");
+    drop(s);
+    let s = serve(dir.path(), &["--background-cpu", "normal"]);
+    wait_for_policies(
+        s.child.id(),
+        &["sluice-compacti", "sluice-expire"],
+        SCHED_OTHER,
+    );
+    assert_eq!(redis_cli(s.port, &["GET", "k"]), "v\n");
+}

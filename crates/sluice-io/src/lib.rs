@@ -14,6 +14,7 @@
 //!   recv into provided buffers, owned sends, a waker), Linux 6.0.
 //! - [`shm`]: shared-memory rings for local clients of the server (sealed
 //!   memfds, futex and eventfd wake-ups, descriptor passing).
+//! - [`cpu`]: background threads at idle CPU priority.
 //! - [`spin`]: the process's slots for threads that poll instead of
 //!   sleeping (at most half the cores).
 //! - [`sync_io`]: [`DeviceIo`], blocking I/O from any thread through leased
@@ -30,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod cpu;
 pub mod device;
 pub mod engine;
 pub mod error;

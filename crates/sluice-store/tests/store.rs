@@ -1697,3 +1697,60 @@ fn a_flushed_memtable_a_reader_holds_is_freed_once_it_lets_go() {
         Some(&b"value"[..])
     );
 }
+
+/// The scheduling policy (`/proc/.../stat` field 41) of each of this
+/// process's threads named `name`.
+fn thread_policies(name: &str) -> Vec<i32> {
+    let mut policies = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        let (head, rest) = stat.rsplit_once(')').unwrap();
+        if head.split_once('(').unwrap().1 != name {
+            continue;
+        }
+        // Fields after the name start at field 3.
+        policies.push(
+            rest.split_whitespace()
+                .nth(41 - 3)
+                .unwrap()
+                .parse()
+                .unwrap(),
+        );
+    }
+    policies
+}
+
+#[test]
+fn the_background_thread_runs_at_idle_cpu_priority_when_asked() {
+    const SCHED_IDLE: i32 = 5;
+    let cfg = StoreConfig {
+        background_cpu: sluice_io::cpu::BackgroundCpu::Idle,
+        ..small_config()
+    };
+    let mem = Arc::new(MemoryDevice::new(4096, 4096));
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    // Other tests' stores run their threads at the normal policy at the
+    // same time: this store's thread is the idle one among them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !thread_policies("sluice-compacti").contains(&SCHED_IDLE) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no idle background thread: {:?}",
+            thread_policies("sluice-compacti")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // It still does its work: writes past the buffer are flushed.
+    let ks = store.keyspace("default").unwrap();
+    for i in 0..2000u32 {
+        store.put(ks, &i.to_be_bytes(), &[7u8; 100]).unwrap();
+    }
+    store.flush().unwrap();
+    assert!(store.stats().flushes >= 1);
+    assert_eq!(
+        store.get(ks, &7u32.to_be_bytes()).unwrap().unwrap(),
+        vec![7u8; 100]
+    );
+}

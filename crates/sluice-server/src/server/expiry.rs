@@ -16,6 +16,13 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
     std::thread::Builder::new()
         .name("sluice-expire".into())
         .spawn(move || {
+            let cpu = shared.config.background_cpu;
+            if let Err(e) = cpu.apply_to_this_thread() {
+                log::warn!(
+                    "the expiry sweep stays at normal CPU priority: setting {} failed: {e}",
+                    cpu.name()
+                );
+            }
             let mut behind = false;
             while !shared.stopping() {
                 // Behind (a full slice was due): go on after a short pause

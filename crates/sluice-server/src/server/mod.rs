@@ -77,6 +77,10 @@ pub struct ServerConfig {
     /// How long a worker keeps polling without blocking after its last
     /// work (adaptive polling), in µs.
     pub spin_us: u64,
+    /// How the background threads (the expiry sweep here, the store's
+    /// flushes and compactions through its own config) are scheduled
+    /// against the workers.
+    pub background_cpu: sluice_io::cpu::BackgroundCpu,
 }
 
 impl Default for ServerConfig {
@@ -97,6 +101,7 @@ impl Default for ServerConfig {
             max_output_bytes: 256 << 20,
             max_pipeline: 1024,
             spin_us: 50,
+            background_cpu: sluice_io::cpu::BackgroundCpu::Idle,
         }
     }
 }

@@ -127,8 +127,16 @@ impl Inner {
 
 /// Memtable flushes and compactions, both at low I/O priority (yielding to
 /// foreground reads and log writes; see [`Inner::flush`] and
-/// [`Inner::compact_once`]).
+/// [`Inner::compact_once`]), on the CPU as [`StoreConfig::background_cpu`]
+/// says.
 pub(super) fn background_loop(inner: &Arc<Inner>) {
+    let cpu = inner.config.background_cpu;
+    if let Err(e) = cpu.apply_to_this_thread() {
+        log::warn!(
+            "the store's background thread stays at normal CPU priority: setting {} failed: {e}",
+            cpu.name()
+        );
+    }
     loop {
         {
             let mut woken = lock(&inner.wake_lock);

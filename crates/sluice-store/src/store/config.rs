@@ -20,6 +20,9 @@ pub struct StoreConfig {
     pub compaction: CompactionConfig,
     /// Run compactions in a background thread (off: only `compact()`).
     pub background_compaction: bool,
+    /// How the background thread is scheduled against the caller's threads
+    /// (default: the same fair share; a server gives it `Idle`).
+    pub background_cpu: sluice_io::cpu::BackgroundCpu,
     /// Decoded data blocks kept in memory (there is no page cache below).
     pub block_cache_bytes: usize,
     /// Bound on index and filter memory pinned for the life of their
@@ -100,6 +103,7 @@ impl Default for StoreConfig {
             write_buffer_bytes: 64 << 20,
             compaction: CompactionConfig::default(),
             background_compaction: true,
+            background_cpu: sluice_io::cpu::BackgroundCpu::Normal,
             block_cache_bytes: 64 << 20,
             // About 1.3% of the data at 16-byte keys and 200-byte values:
             // enough for 20 GB of such data.
