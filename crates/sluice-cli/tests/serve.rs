@@ -745,3 +745,123 @@ fn background_threads_run_at_idle_cpu_priority_and_workers_do_not() {
     );
     assert_eq!(redis_cli(s.port, &["GET", "k"]), "v\n");
 }
+
+fn sluice_info(port: u16, field: &str) -> u64 {
+    let info = redis_cli(port, &["INFO", "sluice"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in INFO sluice: {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// GETs whose data is on the device only (a block cache of 1 MiB, data
+/// several times that, a restart before reading) leave their reads to the
+/// worker's fill queue: pipelined GETs and SETs on many connections get
+/// their own answers in order, a client that leaves with GETs waiting
+/// breaks nothing, and the reads were queued, not waited for.
+#[test]
+fn gets_that_read_the_device_wait_off_the_worker_and_answer_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = [
+        "--durability",
+        "none",
+        "--write-buffer-mib",
+        "1",
+        "--table-mib",
+        "1",
+        "--block-cache-mib",
+        "1",
+    ];
+    let value = |i: u32| format!("value-{i:06}-{}", "v".repeat(90)).into_bytes();
+    let keys = 30_000u32;
+    {
+        let s = serve(dir.path(), &small);
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        for chunk in (0..keys).collect::<Vec<_>>().chunks(500) {
+            let mut batch = Vec::new();
+            for &i in chunk {
+                batch.extend(request(&[b"SET", format!("k{i}").as_bytes(), &value(i)]));
+            }
+            c.write_all(&batch).unwrap();
+            for _ in chunk {
+                assert_eq!(read_simple(&mut c).unwrap(), b"+OK\r\n");
+            }
+        }
+        assert!(sluice_info(s.port, "memtable_flushes") >= 1);
+        let pid = s.child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let mut s = s;
+        assert!(s.child.wait().unwrap().success());
+    }
+    // Cold caches: the tables' blocks are on the device only.
+    let s = serve(dir.path(), &small);
+    let port = s.port;
+    let mut clients = Vec::new();
+    for t in 0..6u32 {
+        clients.push(std::thread::spawn(move || {
+            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut rng = t * 7919 + 1;
+            for round in 0..40u32 {
+                let mut batch = Vec::new();
+                let mut want: Vec<Vec<u8>> = Vec::new();
+                for j in 0..50u32 {
+                    rng = rng.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                    let i = (rng >> 8) % (keys + keys / 10); // a tenth absent
+                    batch.extend(request(&[b"GET", format!("k{i}").as_bytes()]));
+                    want.push(if i < keys {
+                        let v = value(i);
+                        let mut r = format!("${}\r\n", v.len()).into_bytes();
+                        r.extend(v);
+                        r.extend(b"\r\n");
+                        r
+                    } else {
+                        b"$-1\r\n".to_vec()
+                    });
+                    if j % 10 == 0 {
+                        // A write between reads: the GET after it sees it.
+                        let own = format!("own-{t}-{round}-{j}");
+                        batch.extend(request(&[b"SET", own.as_bytes(), own.as_bytes()]));
+                        batch.extend(request(&[b"GET", own.as_bytes()]));
+                        want.push(b"+OK\r\n".to_vec());
+                        want.push(format!("${}\r\n{own}\r\n", own.len()).into_bytes());
+                    }
+                }
+                c.write_all(&batch).unwrap();
+                for (n, w) in want.iter().enumerate() {
+                    let got = read_simple(&mut c).expect("a reply");
+                    assert_eq!(
+                        String::from_utf8_lossy(&got),
+                        String::from_utf8_lossy(w),
+                        "client {t}, round {round}, reply {n}"
+                    );
+                }
+            }
+        }));
+    }
+    // One client sends GETs and leaves without reading a reply.
+    for _ in 0..5 {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut batch = Vec::new();
+        for i in (0..keys).step_by(97) {
+            batch.extend(request(&[b"GET", format!("k{i}").as_bytes()]));
+        }
+        c.write_all(&batch).unwrap();
+        drop(c);
+    }
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert!(sluice_info(port, "get_reads_queued") > 100);
+    assert_eq!(redis_cli(port, &["PING"]), "PONG\n");
+    assert_eq!(
+        redis_cli(port, &["GET", "k12345"]),
+        format!("{}\n", String::from_utf8(value(12345)).unwrap())
+    );
+}

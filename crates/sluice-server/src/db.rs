@@ -642,6 +642,19 @@ impl Db {
         self.store.get_latest_cached(cache, self.keys, key, f)
     }
 
+    /// [`Db::get_raw_latest_with`], or with `wait` false, what it would
+    /// have to read from the device first (`Store::get_latest_or_miss`).
+    pub fn get_raw_latest_or_miss<R>(
+        &self,
+        cache: &mut ReadCache,
+        key: &[u8],
+        wait: bool,
+        f: impl FnOnce(Option<Found<'_>>) -> R,
+    ) -> Result<Result<R, sluice_store::CacheMiss>, StoreError> {
+        self.store
+            .get_latest_or_miss(cache, self.keys, key, wait, f)
+    }
+
     /// The newest stored entry of `key` (expired or not), decoded as far
     /// as `read` says, through the calling thread's `cache` of the store's
     /// view: no snapshot is registered. For a command that holds `key`'s

@@ -247,6 +247,13 @@ impl BlockDevice {
         Ok((m, (block - m.base_block) * m.lbas_per_block))
     }
 
+    /// The device of the set holding `blocks` store blocks from `block`
+    /// (its place in the set), and the LBA there.
+    pub(crate) fn place(&self, block: u64, blocks: usize) -> Result<(usize, u64)> {
+        let (_, lba) = self.locate(block, blocks * STORE_BLOCK_BYTES)?;
+        Ok((self.member_of(block), lba))
+    }
+
     /// Reads whole blocks starting at `block` into `buf` (a multiple of the
     /// block size), at this thread's I/O priority.
     pub fn read(&self, block: u64, buf: &mut [u8]) -> Result<()> {
@@ -272,6 +279,22 @@ impl BlockDevice {
         debug_assert!(buf.len().is_multiple_of(STORE_BLOCK_BYTES));
         let (m, lba) = self.locate(block, buf.len())?;
         m.io.write(lba, buf, io_priority())
+            .map_err(|error| StoreError::Io { block, error })
+    }
+
+    /// An engine of its own on the device holding `block` for a thread
+    /// that polls it between other work (a server worker's fill queue): a
+    /// single-issuer ring whose kernel flags pending completions, so a
+    /// poll enters the kernel only when there is something to take in
+    /// (Linux 6.1; falls back as the engine says).
+    pub fn own_polled_engine(&self, block: u64) -> Result<Box<dyn Engine>> {
+        let (m, _) = self.locate(block, STORE_BLOCK_BYTES)?;
+        let mut config = m.io.config().clone();
+        config.defer_taskrun = true;
+        // The flag is asked for with a spin wait; this engine's owner
+        // reaps without waiting, so the spin never runs.
+        config.spin_wait_us = config.spin_wait_us.max(1);
+        sluice_io::open_engine(m.device.clone(), &config)
             .map_err(|error| StoreError::Io { block, error })
     }
 

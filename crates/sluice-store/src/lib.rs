@@ -44,6 +44,7 @@ pub use found::{Found, Kept};
 pub use iter::StoreIter;
 pub use manifest::{KeyspaceDef, ValueFormat};
 pub use store::{
-    half_open, LogMarks, Logged, ReadCache, Snapshot, Store, StoreConfig, StoreStats,
+    half_open, FillQueue, LogMarks, Logged, ReadCache, Snapshot, Store, StoreConfig, StoreStats,
     TablePlacement, WriteOptions, DEFAULT_KEYSPACE,
 };
+pub use version::CacheMiss;

@@ -206,32 +206,82 @@ pub fn get_with<R>(
     snapshot: u64,
     f: impl FnOnce(Option<Found<'_>>) -> R,
 ) -> Result<R> {
+    let answered = get_or_miss(dev, memtables, version, keyspace, key, snapshot, true, f)?;
+    Ok(answered.unwrap_or_else(|_| unreachable!("a read that may wait never misses")))
+}
+
+/// A table's index or block a point read found in no cache: read it
+/// ([`CacheMiss::extent`]), fill it in ([`CacheMiss::fill`]), ask again.
+/// Holds the table, so its extent is not reused meanwhile.
+#[derive(Debug, Clone)]
+pub struct CacheMiss {
+    table: Arc<crate::sst::TableReader>,
+    at: crate::sst::MissAt,
+}
+
+impl CacheMiss {
+    /// What is missing.
+    pub fn at(&self) -> crate::sst::MissAt {
+        self.at
+    }
+
+    /// The device run to read: (first store block, blocks).
+    pub fn extent(&self, dev: &BlockDevice) -> Result<(u64, usize)> {
+        self.table.miss_extent(dev, self.at)
+    }
+
+    /// Puts `bytes`, read from [`CacheMiss::extent`], in the cache.
+    pub fn fill(&self, dev: &BlockDevice, bytes: &[u8]) -> Result<()> {
+        self.table.fill_miss(dev, self.at, bytes)
+    }
+}
+
+/// [`get_with`], or with `wait` false, the first index or block it would
+/// have to read from the device (`f` is not called then).
+#[allow(clippy::too_many_arguments)]
+pub fn get_or_miss<R>(
+    dev: &BlockDevice,
+    memtables: &[&Memtable],
+    version: &Version,
+    keyspace: u32,
+    key: &[u8],
+    snapshot: u64,
+    wait: bool,
+    f: impl FnOnce(Option<Found<'_>>) -> R,
+) -> Result<std::result::Result<R, CacheMiss>> {
     let mut deleted_at = 0u64;
     for m in memtables {
         deleted_at = deleted_at.max(m.range_deleted_at(keyspace, key, snapshot));
         if let Some((seq, v)) = m.newest_version(keyspace, key, snapshot) {
-            return Ok(f(v.filter(|_| seq > deleted_at)));
+            return Ok(Ok(f(v.filter(|_| seq > deleted_at))));
         }
     }
     let Some(levels) = version.levels(keyspace) else {
-        return Ok(f(None));
+        return Ok(Ok(f(None)));
     };
     for t in levels.all() {
         deleted_at = deleted_at.max(tombstone_seq(&t.reader.range_tombstones, key, snapshot));
     }
     let mut f = Some(f);
     for t in levels.candidates(key) {
-        let answered = t.reader.get_with(dev, key, snapshot, |hit| {
+        let answered = t.reader.get_or_miss(dev, key, snapshot, wait, |hit| {
             let (hit, value) = hit?;
             let live = hit.seq > deleted_at && hit.kind == EntryKind::Put;
             let f = f.take().expect("called once");
             Some(f(live.then_some(value)))
         })?;
-        if let Some(r) = answered {
-            return Ok(r);
+        match answered {
+            Ok(Some(r)) => return Ok(Ok(r)),
+            Ok(None) => {}
+            Err(at) => {
+                return Ok(Err(CacheMiss {
+                    table: t.reader.clone(),
+                    at,
+                }))
+            }
         }
     }
-    Ok((f.take().expect("not called yet"))(None))
+    Ok(Ok((f.take().expect("not called yet"))(None)))
 }
 
 /// The value of `key` at `snapshot`, searching the memtables (newest first)

@@ -1754,3 +1754,79 @@ fn the_background_thread_runs_at_idle_cpu_priority_when_asked() {
         vec![7u8; 100]
     );
 }
+
+/// A point read that may not wait names what it misses instead of reading
+/// it; once that is read and filled in, asking again answers as a waiting
+/// read does: for values in the memtable, in tables, deleted and absent,
+/// with indexes and blocks evicted between reads.
+#[test]
+fn point_reads_that_may_not_wait_name_their_misses_and_answer_after_a_fill() {
+    // No index pinned, and room for only a few in the index cache.
+    let cfg = StoreConfig {
+        pinned_index_bytes: 0,
+        index_cache_bytes: 4 << 10,
+        ..small_config()
+    };
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    let k = |i: u32| format!("key{i:06}").into_bytes();
+    for i in 0..6000u32 {
+        store
+            .put(
+                ks,
+                &k(i),
+                format!("value-{i}-{}", "x".repeat(40)).as_bytes(),
+            )
+            .unwrap();
+        if i % 7 == 3 {
+            store.delete(ks, &k(i - 3)).unwrap();
+        }
+    }
+    store.flush().unwrap();
+    store.compact().unwrap();
+    store.put(ks, &k(5), b"in the memtable").unwrap();
+    drop(store);
+    // Reopened: every cache starts empty.
+    let store = Store::open(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    assert!(store.stats().tables_per_level.iter().sum::<usize>() >= 4);
+    let mut cache = sluice_store::ReadCache::default();
+    let mut queue = store.fill_queue();
+    let (mut index_misses, mut block_misses) = (0, 0);
+    for i in (0..6100u32).step_by(3) {
+        let key = k(i);
+        let mut fills = 0;
+        let got = loop {
+            let answered = store
+                .get_latest_or_miss(&mut cache, ks, &key, false, |v| {
+                    v.map(|v| v.bytes().to_vec())
+                })
+                .unwrap();
+            match answered {
+                Ok(v) => break v,
+                Err(miss) => {
+                    match miss.at() {
+                        sluice_store::sst::MissAt::Index => index_misses += 1,
+                        sluice_store::sst::MissAt::Block(_) => block_misses += 1,
+                    }
+                    fills += 1;
+                    assert!(fills <= 16, "key {i}: still missing after {fills} fills");
+                    assert!(queue.has_room());
+                    queue.start(miss, u64::from(i)).unwrap();
+                    assert_eq!(queue.in_flight(), 1);
+                    let mut ready = Vec::new();
+                    while ready.is_empty() {
+                        queue.reap(&mut ready).unwrap();
+                    }
+                    assert_eq!(ready.len(), 1);
+                    let (token, filled) = ready.pop().unwrap();
+                    assert_eq!(token, u64::from(i));
+                    filled.unwrap();
+                }
+            }
+        };
+        assert_eq!(got, store.get(ks, &key).unwrap(), "key {i}");
+    }
+    assert!(block_misses > 10, "{block_misses} block misses");
+    assert!(index_misses > 0, "{index_misses} index misses");
+}

@@ -15,7 +15,7 @@ pub mod long_double;
 mod server;
 pub mod set_group;
 mod strings;
-pub use strings::get_borrowed;
+pub use strings::{get_borrowed, get_borrowed_or_miss};
 
 pub use glob::glob_match;
 

@@ -161,8 +161,23 @@ pub fn get_borrowed<R>(
     now_ms: impl FnOnce() -> u64,
     emit: impl FnOnce(Result<Option<sluice_store::Found<'_>>, Reply>) -> R,
 ) -> R {
+    get_borrowed_or_miss(db, cache, key, true, now_ms, emit)
+        .unwrap_or_else(|_| unreachable!("a read that may wait never misses"))
+}
+
+/// [`get_borrowed`], or with `wait` false, what it would have to read from
+/// the device first: then nothing is emitted, and the caller reads it
+/// (`sluice_store::FillQueue`) and asks again.
+pub fn get_borrowed_or_miss<R>(
+    db: &Db,
+    cache: &mut sluice_store::ReadCache,
+    key: &[u8],
+    wait: bool,
+    now_ms: impl FnOnce() -> u64,
+    emit: impl FnOnce(Result<Option<sluice_store::Found<'_>>, Reply>) -> R,
+) -> Result<R, sluice_store::CacheMiss> {
     let mut emit = Some(emit);
-    let read = db.get_raw_latest_with(cache, key, |raw| {
+    let read = db.get_raw_latest_or_miss(cache, key, wait, |raw| {
         let found = match raw.map(|r| Entry::string_view(r.bytes())).transpose() {
             Ok(None) => Ok(None),
             Ok(Some(None)) => Err(Reply::Error(WRONGTYPE.into())),
@@ -180,10 +195,10 @@ pub fn get_borrowed<R>(
         (emit.take().expect("the store calls back once"))(found)
     });
     match read {
-        Ok(done) => done,
+        Ok(answered) => answered,
         // The store failed before it found the record: nothing was emitted.
-        Err(e) => (emit.take().expect("a failed read emitted nothing"))(Err(Reply::Error(
-            store_error_text(&e),
+        Err(e) => Ok((emit.take().expect("a failed read emitted nothing"))(Err(
+            Reply::Error(store_error_text(&e)),
         ))),
     }
 }

@@ -166,12 +166,27 @@ pub(super) fn get_key(
     reads: &mut ReadCache,
     now_ms: &mut Option<u64>,
 ) {
+    if get_key_or_miss(shared, conn, key, true, reads, now_ms).is_err() {
+        unreachable!("a read that may wait never misses");
+    }
+}
+
+/// [`get_key`], or with `wait` false, what it would have to read from the
+/// device first (nothing is replied then).
+pub(super) fn get_key_or_miss(
+    shared: &Shared,
+    conn: &mut Conn,
+    key: &[u8],
+    wait: bool,
+    reads: &mut ReadCache,
+    now_ms: &mut Option<u64>,
+) -> Result<(), sluice_store::CacheMiss> {
     let now_ms = || *now_ms.get_or_insert_with(super::now_ms);
-    commands::get_borrowed(&shared.db, reads, key, now_ms, |found| match found {
+    commands::get_borrowed_or_miss(&shared.db, reads, key, wait, now_ms, |found| match found {
         Ok(Some(value)) => conn.push_bulk(value),
         Ok(None) => conn.push_reply(&Reply::Null),
         Err(error) => conn.push_reply(&error),
-    });
+    })
 }
 
 /// Runs one command in `ctx` (a transaction's, inside EXEC); its reply,
@@ -824,6 +839,12 @@ fn info_sluice(shared: &Shared, out: &mut String) {
         "write_pressure_waits",
         s.write_pressure_waits.load(Ordering::Relaxed),
     );
+    line(
+        out,
+        "get_reads_queued",
+        s.get_reads_queued.load(Ordering::Relaxed),
+    );
+
     let shm_clients: usize = shared
         .shm_inboxes
         .lock()

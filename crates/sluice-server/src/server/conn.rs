@@ -108,6 +108,12 @@ pub(super) struct Conn {
     /// A write held back while the store is under write pressure; it runs
     /// before anything else of this connection.
     pub(super) deferred: Option<crate::resp::Args>,
+    /// Its next request, a GET, waits for a device read on the worker's
+    /// fill queue: nothing of it runs until the read is done.
+    pub(super) parked: bool,
+    /// Reads done for the GET at the head of its input; past a bound, the
+    /// GET reads what it still misses while the worker waits.
+    pub(super) fills: u8,
     /// Inside MULTI: the commands queued so far.
     pub(super) tx: Option<Queued>,
     /// WATCH's view of the watched keys.
@@ -140,6 +146,8 @@ impl Conn {
             quit: false,
             dead: false,
             deferred: None,
+            parked: false,
+            fills: 0,
             tx: None,
             watched: Watched::default(),
             last_active: now,

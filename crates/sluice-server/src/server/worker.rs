@@ -28,6 +28,9 @@ const CLOCK_EVERY_TURNS: u32 = 32;
 const PLAIN_GET_KEY_MAX_BYTES: usize = 256;
 /// How soon a worker holding writes back under write pressure looks again.
 const DEFERRED_RETRY: Duration = Duration::from_millis(1);
+/// Device reads one GET may wait for on the fill queue (an index and a
+/// block per table it looks in); past them it reads on the worker.
+const MAX_FILLS_PER_GET: u8 = 8;
 /// A send buffer kept for reuse only up to this size.
 const SPARE_MAX_BYTES: usize = 1 << 20;
 /// Most bytes taken from a shared-memory client's request ring at once.
@@ -95,6 +98,7 @@ pub(super) fn run(
         .unwrap_or_else(|p| p.into_inner())
         .push(inbox.clone());
     let _ = ready.send(Ok(()));
+    let shared_fill_queue = shared.db.store().fill_queue();
     let mut worker = Worker {
         shared,
         ring,
@@ -116,6 +120,8 @@ pub(super) fn run(
         inbox,
         shm_conns: Vec::new(),
         reads: ReadCache::default(),
+        fills: shared_fill_queue,
+        filled: Vec::new(),
         group: Grouped::default(),
     };
     worker.run()
@@ -169,6 +175,10 @@ struct Worker {
     /// The store's view this worker's GETs read from; let go of while the
     /// thread blocks, so an idle worker holds no old tables.
     reads: ReadCache,
+    /// Device reads of GETs that did not wait for them (their connections
+    /// parked meanwhile), and the reads found done this turn.
+    fills: sluice_store::FillQueue,
+    filled: Vec<(u64, sluice_store::Result<()>)>,
     /// A turn's SET group, kept between turns for its buffers' room.
     group: Grouped,
 }
@@ -195,14 +205,15 @@ impl Worker {
             }
             // The spin is timed from the CLOCK_EVERY_TURNS-th idle turn: a
             // server answering one request at a time reads no clock.
-            let spinning = match idle_turns {
-                n if n < CLOCK_EVERY_TURNS => true,
-                CLOCK_EVERY_TURNS => {
-                    idle_since = Instant::now();
-                    true
-                }
-                n => !n.is_multiple_of(CLOCK_EVERY_TURNS) || idle_since.elapsed() < spin,
-            };
+            let spinning = self.fills.in_flight() > 0
+                || match idle_turns {
+                    n if n < CLOCK_EVERY_TURNS => true,
+                    CLOCK_EVERY_TURNS => {
+                        idle_since = Instant::now();
+                        true
+                    }
+                    n => !n.is_multiple_of(CLOCK_EVERY_TURNS) || idle_since.elapsed() < spin,
+                };
             if worked || spinning {
                 // While shared-memory clients keep it busy, the thread
                 // enters the kernel only when a socket needs it.
@@ -224,7 +235,7 @@ impl Worker {
 
     /// One loop turn; whether anything happened.
     fn turn(&mut self) -> std::io::Result<bool> {
-        let reaped = self.reap()?;
+        let reaped = self.reap()? + self.reap_fills();
         self.apply_events()?;
         self.take_arrivals()?;
         let polled = self.poll_shm();
@@ -264,6 +275,39 @@ impl Worker {
             }
         }
         Ok(reaped > 0 || served || polled || wrote)
+    }
+
+    /// Takes in the GETs' device reads that are done, and gives their
+    /// connections a look this turn; how many.
+    fn reap_fills(&mut self) -> usize {
+        if self.fills.in_flight() == 0 {
+            return 0;
+        }
+        let mut filled = std::mem::take(&mut self.filled);
+        if let Err(e) = self.fills.reap(&mut filled) {
+            log::warn!("reaping GETs' device reads failed: {e}");
+        }
+        let n = filled.len();
+        for (token, result) in filled.drain(..) {
+            let id = (token & u64::from(u32::MAX)) as ConnId;
+            let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if fill_token(id, c.session.id()) != token {
+                continue;
+            }
+            c.parked = false;
+            c.fills = c.fills.saturating_add(1);
+            if let Err(e) = result {
+                // Run again reading on the worker: the error is its reply.
+                log::warn!("a GET's device read failed: {e}");
+                c.fills = MAX_FILLS_PER_GET;
+            }
+            c.more_input = true;
+            self.pending.push(id);
+        }
+        self.filled = filled;
+        n
     }
 
     fn reap(&mut self) -> std::io::Result<usize> {
@@ -688,9 +732,30 @@ impl Worker {
                     &mut self.reads,
                     &mut now_ms,
                     &mut self.deferring,
+                    self.fills.has_room(),
                 );
                 match stop {
                     Stop::Done => break,
+                    Stop::Missed(miss) => {
+                        // Read on the queue; the connection runs nothing
+                        // more until it is done.
+                        let token = fill_token(id, c.session.id());
+                        match self.fills.start(miss, token) {
+                            Ok(()) => {
+                                c.parked = true;
+                                shared
+                                    .stats
+                                    .get_reads_queued
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => {
+                                log::warn!("a GET's device read could not start: {e}");
+                                c.fills = MAX_FILLS_PER_GET;
+                                continue;
+                            }
+                        }
+                        break;
+                    }
                     Stop::GroupFirst(error) => {
                         group.commit(shared, &mut self.conns, &mut self.reads);
                         if let (Some(bytes), Some(c)) = (error, self.conns[id as usize].as_mut()) {
@@ -912,9 +977,28 @@ struct Pass<'a> {
 enum Stop {
     /// Its input for this turn is done (or it must wait).
     Done,
+    /// Its next request, a GET, needs this read from the device first.
+    Missed(sluice_store::CacheMiss),
     /// Its SETs in the group must be committed before it goes on; then,
     /// if given, its input was malformed and this error ends it.
     GroupFirst(Option<Vec<u8>>),
+}
+
+/// What became of a connection's next request on the plain GET path.
+enum PlainGet {
+    /// It is no plain GET: the general path runs it.
+    Other,
+    /// Answered.
+    Answered,
+    /// It needs this read from the device first; it stays in the input.
+    Missed(sluice_store::CacheMiss),
+}
+
+/// The fill queue's token for a read of connection `id`'s client
+/// `session_id`: a read that completes after its client left does not
+/// wake the next client of the slot.
+fn fill_token(id: ConnId, session_id: u64) -> u64 {
+    (session_id << 32) | u64::from(id)
 }
 
 /// A simple-string OK, the same in RESP2 and RESP3.
@@ -1019,22 +1103,33 @@ impl Pass<'_> {
         group: &Grouped,
         reads: &mut ReadCache,
         now_ms: &mut Option<u64>,
-    ) -> bool {
+        may_park: bool,
+    ) -> PlainGet {
         if !plain_path_open(c) || group.holds(id) {
-            return false;
+            return PlainGet::Other;
         }
         let Some((key, len)) = c.reader.peek_plain_get() else {
-            return false;
+            return PlainGet::Other;
         };
         // Copied out of the reader: the reply goes into the same connection.
         let mut key_bytes = [0u8; PLAIN_GET_KEY_MAX_BYTES];
         let Some(copy) = key_bytes.get_mut(..key.len()) else {
-            return false;
+            return PlainGet::Other;
         };
         copy.copy_from_slice(key);
-        c.reader.consume(len);
-        admin::get_key(self.shared, c, copy, reads, now_ms);
-        true
+        // A GET that would read the device hands the read to the fill
+        // queue and stays in the input, to run again once it is done;
+        // one that missed too often, or with the queue full, reads here.
+        let wait = !may_park || c.fills >= MAX_FILLS_PER_GET;
+
+        match admin::get_key_or_miss(self.shared, c, copy, wait, reads, now_ms) {
+            Ok(()) => {
+                c.reader.consume(len);
+                c.fills = 0;
+                PlainGet::Answered
+            }
+            Err(miss) => PlainGet::Missed(miss),
+        }
     }
 
     /// Runs `c`'s requests until its input is done, the pipeline limit,
@@ -1049,8 +1144,9 @@ impl Pass<'_> {
         reads: &mut ReadCache,
         now_ms: &mut Option<u64>,
         deferring: &mut bool,
+        may_park: bool,
     ) -> Stop {
-        if !c.more_input || c.dead {
+        if !c.more_input || c.dead || c.parked {
             return Stop::Done;
         }
         let mut held_back = false;
@@ -1059,10 +1155,14 @@ impl Pass<'_> {
                 held_back = true;
                 break;
             }
-            if self.take_plain_get(c, id, group, reads, now_ms) {
-                WorkerStats::add(&self.stats.commands_processed, 1);
-                *n += 1;
-                continue;
+            match self.take_plain_get(c, id, group, reads, now_ms, may_park) {
+                PlainGet::Answered => {
+                    WorkerStats::add(&self.stats.commands_processed, 1);
+                    *n += 1;
+                    continue;
+                }
+                PlainGet::Missed(miss) => return Stop::Missed(miss),
+                PlainGet::Other => {}
             }
             if self.take_plain_set(c, id, group) {
                 WorkerStats::add(&self.stats.commands_processed, 1);

@@ -25,7 +25,7 @@ pub use bloom::Bloom;
 pub use builder::{write_table, write_table_parts, BuiltTable, TableBuffers, TableBuilder};
 pub use cursor::{CursorSpec, TableCursor};
 pub use index::TableIndex;
-pub use reader::{PinBudget, TablePlace, TableReader};
+pub use reader::{MissAt, PinBudget, TablePlace, TableReader};
 
 use crate::blocks::STORE_BLOCK_BYTES;
 use std::cmp::Ordering;

@@ -18,6 +18,16 @@ use std::sync::Arc;
 /// scan through a whole index does not evict everything else.
 const CURSOR_FILL_SHARE: usize = 8;
 
+/// What a point read that may not wait found in no cache
+/// ([`TableReader::get_or_miss`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissAt {
+    /// The table's index and filter (an unpinned table's, evicted).
+    Index,
+    /// Data block `i`.
+    Block(usize),
+}
+
 /// How a block read goes through the block cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum CacheUse {
@@ -257,36 +267,55 @@ impl TableReader {
         self.pinned.is_some()
     }
 
-    /// The index and filter: pinned, cached, or read from the device.
-    pub fn table_index(&self, dev: &BlockDevice) -> Result<Arc<TableIndex>> {
+    /// The index and filter if they are in memory (pinned or cached).
+    fn index_in_memory(&self) -> Option<Arc<TableIndex>> {
         if let Some(ix) = &self.pinned {
-            return Ok(ix.clone());
+            return Some(ix.clone());
         }
         let cache = self
             .index_cache
             .as_ref()
             .expect("an unpinned table has an index cache");
-        if let Some(ix) = cache.get((self.file_no, 0)) {
+        cache.get((self.file_no, 0))
+    }
+
+    /// The index and filter: pinned, cached, or read from the device.
+    pub fn table_index(&self, dev: &BlockDevice) -> Result<Arc<TableIndex>> {
+        if let Some(ix) = self.index_in_memory() {
             return Ok(ix);
         }
-        let r = &self.regions;
-        let first = self.meta_start;
-        let mut buf = AlignedMem::new((r[1] + r[3]) as usize * STORE_BLOCK_BYTES);
+        let (first, blocks) = self.index_extent();
+        let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(first, buf.as_mut_slice())?;
-        let ix = Arc::new(
-            decode_table_index(r, buf.as_slice()).map_err(|(off, what)| {
-                let block = self.meta_start + (off - r[0]) as u64;
-                StoreError::Corrupt {
-                    what: "SST",
-                    block,
-                    lba: dev.lba_of(block),
-                    reason: format!(
-                        "keyspace {}, table {}: {what}",
-                        self.keyspace_name, self.file_no
-                    ),
-                }
-            })?,
-        );
+        self.cache_index(dev, buf.as_slice())
+    }
+
+    /// Where the index and filter lie: (first store block, blocks).
+    fn index_extent(&self) -> (u64, usize) {
+        let r = &self.regions;
+        (self.meta_start, (r[1] + r[3]) as usize)
+    }
+
+    /// Decodes the index and filter from `bytes`, read from
+    /// [`TableReader::index_extent`], into the index cache.
+    fn cache_index(&self, dev: &BlockDevice, bytes: &[u8]) -> Result<Arc<TableIndex>> {
+        let r = &self.regions;
+        let cache = self
+            .index_cache
+            .as_ref()
+            .expect("an unpinned table has an index cache");
+        let ix = Arc::new(decode_table_index(r, bytes).map_err(|(off, what)| {
+            let block = self.meta_start + (off - r[0]) as u64;
+            StoreError::Corrupt {
+                what: "SST",
+                block,
+                lba: dev.lba_of(block),
+                reason: format!(
+                    "keyspace {}, table {}: {what}",
+                    self.keyspace_name, self.file_no
+                ),
+            }
+        })?);
         cache.insert((self.file_no, 0), ix.clone(), self.index_bytes);
         Ok(ix)
     }
@@ -319,6 +348,17 @@ impl TableReader {
         {
             return Ok(hit);
         }
+        self.read_block_from_device(dev, ix, i)
+    }
+
+    /// Block `i` read from the device (the cache was looked in already),
+    /// and added to the cache.
+    fn read_block_from_device(
+        &self,
+        dev: &BlockDevice,
+        ix: &TableIndex,
+        i: usize,
+    ) -> Result<Arc<RawBlock>> {
         let (block, blocks) = self.run_extent(ix, i, 1);
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
@@ -528,25 +568,84 @@ impl TableReader {
         snapshot: u64,
         f: impl FnOnce(Option<(PointHit, Found<'_>)>) -> R,
     ) -> Result<R> {
-        let ix = self.table_index(dev)?;
+        let answered = self.get_or_miss(dev, key, snapshot, true, f)?;
+        Ok(answered.unwrap_or_else(|_| unreachable!("a read that may wait never misses")))
+    }
+
+    /// [`TableReader::get_with`], or with `wait` false, when the index or
+    /// the block it needs is in no cache, what to read first (`f` is not
+    /// called then): a caller that must not block reads it
+    /// ([`TableReader::miss_extent`]), puts it in the cache
+    /// ([`TableReader::fill_miss`]) and asks again. A table without a
+    /// block cache reads its blocks whatever `wait` says.
+    pub fn get_or_miss<R>(
+        &self,
+        dev: &BlockDevice,
+        key: &[u8],
+        snapshot: u64,
+        wait: bool,
+        f: impl FnOnce(Option<(PointHit, Found<'_>)>) -> R,
+    ) -> Result<std::result::Result<R, MissAt>> {
+        let ix = match self.index_in_memory() {
+            Some(ix) => ix,
+            None if !wait => return Ok(Err(MissAt::Index)),
+            None => self.table_index(dev)?,
+        };
         if !ix.bloom.may_contain(key) {
-            return Ok(f(None));
+            return Ok(Ok(f(None)));
         }
         let first = ix.index.partition_point(|e| {
             internal_cmp(e.last_key, e.last_seq, key, snapshot) == Ordering::Less
         });
         for i in first..ix.index.len() {
-            let raw = self.read_block(dev, &ix, i)?;
+            let raw = match self.cache.as_ref().map(|c| c.get((self.file_no, i as u32))) {
+                Some(Some(raw)) => raw,
+                Some(None) if !wait => return Ok(Err(MissAt::Block(i))),
+                Some(None) => self.read_block_from_device(dev, &ix, i)?,
+                None => self.read_block(dev, &ix, i)?,
+            };
             match raw.seek_point(key, snapshot) {
                 Ok(hit) => {
-                    return Ok(f(
+                    return Ok(Ok(f(
                         hit.map(|h| (h, Found::in_block(&raw, h.value_at, h.value_len)))
-                    ))
+                    )))
                 }
                 Err(()) => continue,
             }
         }
-        Ok(f(None))
+        Ok(Ok(f(None)))
+    }
+
+    /// The device run a miss of [`TableReader::get_or_miss`] needs read:
+    /// (first store block, blocks).
+    pub fn miss_extent(&self, dev: &BlockDevice, miss: MissAt) -> Result<(u64, usize)> {
+        Ok(match miss {
+            MissAt::Index => self.index_extent(),
+            MissAt::Block(i) => self.run_extent(&*self.table_index(dev)?, i, 1),
+        })
+    }
+
+    /// Puts `bytes`, read from [`TableReader::miss_extent`] of `miss`, in
+    /// the cache a retried [`TableReader::get_or_miss`] looks in; checked
+    /// as any read is (a corrupt block is an error naming it).
+    pub fn fill_miss(&self, dev: &BlockDevice, miss: MissAt, bytes: &[u8]) -> Result<()> {
+        match miss {
+            MissAt::Index => {
+                self.cache_index(dev, bytes)?;
+            }
+            MissAt::Block(i) => {
+                let ix = self.table_index(dev)?;
+                self.parse_run(
+                    dev,
+                    &ix,
+                    i,
+                    1,
+                    RunBytes::Borrowed(bytes),
+                    CacheUse::FillOnly,
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Every entry, in order (flush checks, tests).

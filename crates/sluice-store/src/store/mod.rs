@@ -9,12 +9,14 @@
 //! - `keyspaces`: creating and naming keyspaces;
 //! - `write`: the write path (sequence, WAL append, memtable, visibility);
 //! - [`read`]: snapshots, point reads, iterators and scans;
+//! - `fill`: the reads of point reads that do not wait ([`FillQueue`]);
 //! - `flush`: memtable → level-0 tables, their placement on the devices;
 //! - `background`: the compaction driver and the background thread;
 //! - [`stats`]: what the store reports about itself.
 
 mod background;
 pub mod config;
+mod fill;
 mod flush;
 mod keyspaces;
 mod open;
@@ -23,6 +25,7 @@ pub mod stats;
 pub mod write;
 
 pub use config::{StoreConfig, WriteOptions, DEFAULT_KEYSPACE, MAX_KEYSPACES};
+pub use fill::{FillQueue, FILL_QUEUE_DEPTH};
 pub use read::{half_open, prefix_end, ReadCache, Snapshot};
 pub use stats::{StoreStats, TablePlacement};
 pub use write::{LogMarks, Logged};
@@ -52,7 +55,7 @@ use crate::sst::{
     TablePlace, TableReader,
 };
 
-use crate::version::{self, Levels, Table, Version};
+use crate::version::{self, CacheMiss, Levels, Table, Version};
 
 use crate::wal::{self, Wal, WalLayout, WalRecovery};
 

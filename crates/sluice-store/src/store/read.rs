@@ -116,6 +116,24 @@ impl Store {
         key: &[u8],
         f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<R> {
+        let answered = self.get_latest_or_miss(cache, keyspace, key, true, f)?;
+        Ok(answered.unwrap_or_else(|_| unreachable!("a read that may wait never misses")))
+    }
+
+    /// [`Store::get_latest_cached`] for a thread that must not wait for
+    /// the device (a server worker with other clients to serve): with
+    /// `wait` false, a read that needs an index or block no cache holds
+    /// returns it instead of reading it (`f` is not called). Hand it to a
+    /// [`FillQueue`], go on with other work, and ask again once the queue
+    /// reports it read.
+    pub fn get_latest_or_miss<R>(
+        &self,
+        cache: &mut ReadCache,
+        keyspace: u32,
+        key: &[u8],
+        wait: bool,
+        f: impl FnOnce(Option<Found<'_>>) -> R,
+    ) -> Result<std::result::Result<R, CacheMiss>> {
         loop {
             // The sequence between two reads of the view generation: if
             // both match the cached view's, no memtable was replaced and
@@ -155,7 +173,16 @@ impl Store {
                 }
                 None => &one,
             };
-            return version::get_with(&self.inner.dev, mems, &view.version, keyspace, key, seq, f);
+            return version::get_or_miss(
+                &self.inner.dev,
+                mems,
+                &view.version,
+                keyspace,
+                key,
+                seq,
+                wait,
+                f,
+            );
         }
     }
 
