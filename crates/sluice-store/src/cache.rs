@@ -22,6 +22,9 @@ struct Held<T> {
     block: Arc<T>,
     bytes: usize,
     referenced: bool,
+    /// Put in for a read that missed and asks again
+    /// ([`Cache::insert_for_retry`]): that look is no hit.
+    awaiting_retry: bool,
 }
 
 /// Hashes a [`BlockKey`] with two multiplications: the keys are table
@@ -161,13 +164,28 @@ impl<T> Cache<T> {
         };
         held.referenced = true;
         let block = held.block.clone();
-        c.hits += 1;
+        if held.awaiting_retry {
+            held.awaiting_retry = false;
+        } else {
+            c.hits += 1;
+        }
         Some(block)
     }
 
     /// Caches `block` (of about `bytes`), evicting blocks not referenced
     /// since the hand last passed them.
     pub fn insert(&self, key: BlockKey, block: Arc<T>, bytes: usize) {
+        self.insert_as(key, block, bytes, false);
+    }
+
+    /// [`insert`](Self::insert) for a read that missed, had the block
+    /// read, and looks again: that look is not counted as a hit (its miss
+    /// was counted).
+    pub fn insert_for_retry(&self, key: BlockKey, block: Arc<T>, bytes: usize) {
+        self.insert_as(key, block, bytes, true);
+    }
+
+    fn insert_as(&self, key: BlockKey, block: Arc<T>, bytes: usize, awaiting_retry: bool) {
         let capacity = self.shard_capacity();
         if bytes > capacity {
             return;
@@ -189,6 +207,7 @@ impl<T> Cache<T> {
                 block,
                 bytes,
                 referenced: false,
+                awaiting_retry,
             },
         );
         c.used_bytes += bytes;
@@ -218,6 +237,19 @@ impl<T> Cache<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block put in for a read that missed is no hit at that read's
+    /// second look (its miss was counted), and a hit at every later one.
+    #[test]
+    fn the_look_after_a_fill_is_not_a_hit() {
+        let cache: Cache<u32> = Cache::new(1 << 20);
+        assert_eq!(cache.get((1, 1)), None);
+        cache.insert_for_retry((1, 1), Arc::new(7), 4096);
+        assert_eq!(cache.get((1, 1)).as_deref(), Some(&7));
+        assert_eq!((cache.hits(), cache.misses()), (0, 1));
+        assert_eq!(cache.get((1, 1)).as_deref(), Some(&7));
+        assert_eq!((cache.hits(), cache.misses()), (1, 1));
+    }
 
     /// A sharded cache stays within its budget, counts hits and misses
     /// over all shards, and keeps what was just read.

@@ -37,6 +37,9 @@ pub(super) enum CacheUse {
     LookUpOnly,
     /// The caller has looked already: only add.
     FillOnly,
+    /// Only add, for a point read that missed and will look again
+    /// ([`TableReader::fill_miss`]): that look is no hit.
+    FillForRetry,
     Bypass,
 }
 
@@ -46,7 +49,10 @@ impl CacheUse {
     }
 
     fn fills(self) -> bool {
-        matches!(self, CacheUse::LookUpAndFill | CacheUse::FillOnly)
+        matches!(
+            self,
+            CacheUse::LookUpAndFill | CacheUse::FillOnly | CacheUse::FillForRetry
+        )
     }
 }
 
@@ -422,8 +428,12 @@ impl TableReader {
                     None => RawBlock::parse(&bytes[from..from + len]),
                 };
                 let raw = Arc::new(parsed.ok_or_else(|| self.corrupt_block(dev, ix, i))?);
-                if let Some(c) = fill {
-                    c.insert(key, raw.clone(), len);
+                match fill {
+                    Some(c) if cache_use == CacheUse::FillForRetry => {
+                        c.insert_for_retry(key, raw.clone(), len)
+                    }
+                    Some(c) => c.insert(key, raw.clone(), len),
+                    None => {}
                 }
                 Ok(raw)
             })
@@ -641,7 +651,7 @@ impl TableReader {
                     i,
                     1,
                     RunBytes::Borrowed(bytes),
-                    CacheUse::FillOnly,
+                    CacheUse::FillForRetry,
                 )?;
             }
         }
