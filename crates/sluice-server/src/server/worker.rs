@@ -285,7 +285,17 @@ impl Worker {
         }
         let mut filled = std::mem::take(&mut self.filled);
         if let Err(e) = self.fills.reap(&mut filled) {
-            log::warn!("reaping GETs' device reads failed: {e}");
+            // Its reads may never be reported: every parked GET runs again
+            // and reads on the worker.
+            log::warn!("reaping GETs' device reads failed: {e}; parked GETs read on the worker");
+            for (id, slot) in self.conns.iter_mut().enumerate() {
+                if let Some(c) = slot.as_mut().filter(|c| c.parked) {
+                    c.parked = false;
+                    c.fills = MAX_FILLS_PER_GET;
+                    c.more_input = true;
+                    self.pending.push(id as ConnId);
+                }
+            }
         }
         let n = filled.len();
         for (token, result) in filled.drain(..) {
@@ -1121,7 +1131,6 @@ impl Pass<'_> {
         // queue and stays in the input, to run again once it is done;
         // one that missed too often, or with the queue full, reads here.
         let wait = !may_park || c.fills >= MAX_FILLS_PER_GET;
-
         match admin::get_key_or_miss(self.shared, c, copy, wait, reads, now_ms) {
             Ok(()) => {
                 c.reader.consume(len);

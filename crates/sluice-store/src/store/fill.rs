@@ -79,8 +79,12 @@ impl FillQueue {
         engine
             .submit(Request::read(lba, buf, slot as u64))
             .map_err(|r| io(r.error))?;
-        // Into the kernel now, without waiting for anything.
-        engine.reap(0, &mut self.done).map_err(io)?;
+        // Into the kernel now, without waiting for anything. The read is
+        // the engine's from here: a failure to push it now leaves it for
+        // the next reap, which reports it.
+        if let Err(e) = engine.reap(0, &mut self.done) {
+            log::warn!("submitting a point read of store block {block}: {e}");
+        }
         Ok(block)
     }
 
@@ -91,12 +95,17 @@ impl FillQueue {
     pub fn reap(&mut self, ready: &mut Vec<(u64, Result<()>)>) -> Result<()> {
         for engine in self.engines.iter_mut().flatten() {
             if engine.in_flight() > 0 {
-                engine
-                    .reap(0, &mut self.done)
-                    .map_err(|error| StoreError::Io { block: 0, error })?;
+                engine.reap(0, &mut self.done).map_err(|error| {
+                    StoreError::BadDevice(format!(
+                        "taking in point reads' completions on {}: {error}",
+                        engine.describe()
+                    ))
+                })?;
             }
         }
-        for c in std::mem::take(&mut self.done) {
+        // Drained, not dropped: the list keeps its room.
+        let mut done = std::mem::take(&mut self.done);
+        for c in done.drain(..) {
             let slot = c.user_data as usize;
             let read = self.slots[slot]
                 .take()
@@ -104,6 +113,7 @@ impl FillQueue {
             self.free.push(slot);
             ready.push((read.token, self.fill(&read, c)));
         }
+        self.done = done;
         Ok(())
     }
 
