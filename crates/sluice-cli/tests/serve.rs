@@ -67,6 +67,25 @@ fn serve(dir: &Path, extra: &[&str]) -> Serve {
     Serve { child, port }
 }
 
+/// Sends SIGTERM and waits up to 30 s for a clean exit.
+fn stop_with_sigterm(mut s: Serve) {
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = s.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "sluice serve ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "sluice serve exited with {status}");
+}
+
 fn redis_cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
         .args(["-p", &port.to_string()])
@@ -480,22 +499,7 @@ fn sigterm_stops_gracefully_and_keeps_everything() {
     assert_eq!(redis_cli(s.port, &["SET", "t0", "v", "EX", "1000"]), "OK\n");
     assert_eq!(redis_cli(s.port, &["HSET", "h", "f", "1"]), "1\n");
     assert_eq!(redis_cli(s.port, &["EXPIRE", "h", "2000"]), "1\n");
-    let pid = s.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let mut s = s;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = s.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "sluice serve ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "sluice serve exited with {status}");
+    stop_with_sigterm(s);
     let s = serve(dir.path(), &[]);
     assert_eq!(redis_cli(s.port, &["GET", "t199"]), "v\n");
     assert_eq!(redis_cli(s.port, &["DBSIZE"]), "201\n");
@@ -790,14 +794,7 @@ fn gets_that_read_the_device_wait_off_the_worker_and_answer_in_order() {
             }
         }
         assert!(sluice_info(s.port, "memtable_flushes") >= 1);
-        let pid = s.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
-        let mut s = s;
-        assert!(s.child.wait().unwrap().success());
+        stop_with_sigterm(s);
     }
     // Cold caches: the tables' blocks are on the device only.
     let s = serve(dir.path(), &small);

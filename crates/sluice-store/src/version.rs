@@ -195,21 +195,6 @@ pub(crate) fn tombstone_seq(ts: &[RangeTombstone], key: &[u8], snapshot: u64) ->
         .unwrap_or(0)
 }
 
-/// [`get`] with the value borrowed: `f` sees it (None: no live value) and
-/// its result is returned; nothing is copied on the way.
-pub fn get_with<R>(
-    dev: &BlockDevice,
-    memtables: &[&Memtable],
-    version: &Version,
-    keyspace: u32,
-    key: &[u8],
-    snapshot: u64,
-    f: impl FnOnce(Option<Found<'_>>) -> R,
-) -> Result<R> {
-    let answered = get_or_miss(dev, memtables, version, keyspace, key, snapshot, true, f)?;
-    Ok(answered.unwrap_or_else(|_| unreachable!("a read that may wait never misses")))
-}
-
 /// A table's index or block a point read found in no cache: read it
 /// ([`CacheMiss::extent`]), fill it in ([`CacheMiss::fill`]), ask again.
 /// Holds the table, so its extent is not reused meanwhile.
@@ -236,8 +221,10 @@ impl CacheMiss {
     }
 }
 
-/// [`get_with`], or with `wait` false, the first index or block it would
-/// have to read from the device (`f` is not called then).
+/// [`get`] with the value borrowed: `f` sees it (None: no live value) and
+/// its result is returned; nothing is copied on the way. With `wait`
+/// false, a read that needs an index or block no cache holds returns it
+/// instead of reading it (`f` is not called then).
 #[allow(clippy::too_many_arguments)]
 pub fn get_or_miss<R>(
     dev: &BlockDevice,
@@ -296,7 +283,15 @@ pub fn get(
     key: &[u8],
     snapshot: u64,
 ) -> Result<Option<Vec<u8>>> {
-    get_with(dev, memtables, version, keyspace, key, snapshot, |v| {
-        v.map(|v| v.bytes().to_vec())
-    })
+    let answered = get_or_miss(
+        dev,
+        memtables,
+        version,
+        keyspace,
+        key,
+        snapshot,
+        true,
+        |v| v.map(|v| v.bytes().to_vec()),
+    )?;
+    Ok(answered.unwrap_or_else(|_| unreachable!("a read that may wait never misses")))
 }
