@@ -655,6 +655,42 @@ impl Db {
             .get_latest_or_miss(cache, self.keys, key, wait, f)
     }
 
+    /// The index or block reading `key`'s entry would wait for the device
+    /// for, or `None` when the read needs no device read (or fails: the
+    /// command that reads it then reports that).
+    pub fn miss_of_key(
+        &self,
+        cache: &mut ReadCache,
+        key: &[u8],
+    ) -> Option<sluice_store::CacheMiss> {
+        self.miss_in(cache, self.keys, key)
+    }
+
+    /// [`Db::miss_of_key`] for one field of hash `key`.
+    pub fn miss_of_field(
+        &self,
+        cache: &mut ReadCache,
+        key: &[u8],
+        field: &[u8],
+    ) -> Option<sluice_store::CacheMiss> {
+        self.miss_in(cache, self.fields, &field_key(key, field))
+    }
+
+    fn miss_in(
+        &self,
+        cache: &mut ReadCache,
+        keyspace: u32,
+        key: &[u8],
+    ) -> Option<sluice_store::CacheMiss> {
+        match self
+            .store
+            .get_latest_or_miss(cache, keyspace, key, false, |_| ())
+        {
+            Ok(Err(miss)) => Some(miss),
+            Ok(Ok(())) | Err(_) => None,
+        }
+    }
+
     /// The newest stored entry of `key` (expired or not), decoded as far
     /// as `read` says, through the calling thread's `cache` of the store's
     /// view: no snapshot is registered. For a command that holds `key`'s

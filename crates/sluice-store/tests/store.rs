@@ -1830,3 +1830,82 @@ fn point_reads_that_may_not_wait_name_their_misses_and_answer_after_a_fill() {
     assert!(block_misses > 10, "{block_misses} block misses");
     assert!(index_misses > 0, "{index_misses} index misses");
 }
+
+#[test]
+fn misses_of_one_extent_share_one_read_and_each_gets_its_token_back() {
+    let cfg = StoreConfig {
+        pinned_index_bytes: 0,
+        ..small_config()
+    };
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    let store = Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let ks = store.keyspace("default").unwrap();
+    let k = |i: u32| format!("key{i:06}").into_bytes();
+    for i in 0..2000u32 {
+        store
+            .put(ks, &k(i), format!("value-{i}").as_bytes())
+            .unwrap();
+    }
+    store.flush().unwrap();
+    drop(store);
+    let store = Store::open(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let mut cache = sluice_store::ReadCache::default();
+    let mut queue = store.fill_queue();
+    let mut miss_of = |key: &[u8]| {
+        store
+            .get_latest_or_miss(&mut cache, ks, key, false, |_| ())
+            .unwrap()
+            .expect_err("nothing is cached after a reopen")
+    };
+    // Neighbouring keys: the same index first, then (after it is in) the
+    // same data block.
+    let (a, b) = (miss_of(&k(10)), miss_of(&k(11)));
+    assert_eq!(a.at(), b.at());
+    let room = queue.room();
+    queue.start(a, 1).unwrap();
+    queue.start(b, 2).unwrap();
+    assert_eq!(
+        queue.in_flight(),
+        1,
+        "the second miss joined the first read"
+    );
+    assert_eq!(queue.room(), room - 1);
+    let mut ready = Vec::new();
+    while ready.len() < 2 {
+        queue.reap(&mut ready).unwrap();
+    }
+    let mut tokens: Vec<u64> = ready.iter().map(|(t, _)| *t).collect();
+    tokens.sort();
+    assert_eq!(tokens, [1, 2]);
+    assert!(ready.iter().all(|(_, r)| r.is_ok()));
+    assert_eq!(queue.in_flight(), 0);
+    assert_eq!(queue.room(), room);
+    // Both keys answer from what the one read brought in, or name the next
+    // thing to read: never the extent just read.
+    for key in [k(10), k(11)] {
+        let mut fills = 0;
+        loop {
+            match store
+                .get_latest_or_miss(&mut cache, ks, &key, false, |v| {
+                    v.map(|v| v.bytes().to_vec())
+                })
+                .unwrap()
+            {
+                Ok(v) => {
+                    assert_eq!(v, store.get(ks, &key).unwrap());
+                    break;
+                }
+                Err(miss) => {
+                    fills += 1;
+                    assert!(fills <= 4, "still missing after {fills} fills");
+                    queue.start(miss, 3).unwrap();
+                    let mut ready = Vec::new();
+                    while ready.is_empty() {
+                        queue.reap(&mut ready).unwrap();
+                    }
+                    ready.pop().unwrap().1.unwrap();
+                }
+            }
+        }
+    }
+}

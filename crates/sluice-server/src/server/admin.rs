@@ -189,6 +189,85 @@ pub(super) fn get_key_or_miss(
     })
 }
 
+/// Commands that read one key's entry (their first argument) before they
+/// answer or write, and those that read every argument's.
+const READS_FIRST_KEY: &[&str] = &[
+    "get",
+    "getex",
+    "getdel",
+    "getset",
+    "strlen",
+    "getrange",
+    "substr",
+    "type",
+    "ttl",
+    "pttl",
+    "expiretime",
+    "pexpiretime",
+    "incr",
+    "decr",
+    "incrby",
+    "decrby",
+    "incrbyfloat",
+    "append",
+    "setrange",
+    "hlen",
+];
+const READS_EVERY_KEY: &[&str] = &["mget", "exists"];
+/// Commands that read a hash's entry and the fields that follow it
+/// (HMGET: every one after the key; the others: the one after it).
+const READS_FIELDS: &[&str] = &[
+    "hget",
+    "hexists",
+    "hstrlen",
+    "hincrby",
+    "hincrbyfloat",
+    "hsetnx",
+];
+
+/// The device reads running `args` would wait for, up to `most`: for the
+/// commands that read entries their arguments name (GET, MGET, EXISTS,
+/// HGET, HMGET, INCR, ...), the first index or block each key's entry
+/// and each hash field it reads would need. Empty for any other command,
+/// a command of the wrong arity (its error needs no read), and where all
+/// of it is in memory or cached.
+pub(super) fn misses(
+    shared: &Shared,
+    args: &Args,
+    reads: &mut ReadCache,
+    most: usize,
+) -> Vec<sluice_store::CacheMiss> {
+    let mut lower = [0u8; NAME_MAX_BYTES];
+    let name = lowercase_name(&args[0], &mut lower);
+    let is = |list: &[&str]| list.iter().any(|n| n.as_bytes() == name);
+    let db = &shared.db;
+    let mut out = Vec::new();
+    let mut push = |miss: Option<sluice_store::CacheMiss>| {
+        if let Some(miss) = miss.filter(|_| out.len() < most) {
+            out.push(miss);
+        }
+    };
+    if is(READS_FIRST_KEY) && args.len() >= 2 {
+        push(db.miss_of_key(reads, &args[1]));
+    } else if is(READS_EVERY_KEY) && args.len() >= 2 {
+        for key in &args[1..] {
+            push(db.miss_of_key(reads, key));
+        }
+    } else if is(READS_FIELDS) && args.len() >= 3 || name == b"hmget" && args.len() >= 3 {
+        let key = &args[1];
+        push(db.miss_of_key(reads, key));
+        let fields = if name == b"hmget" {
+            &args[2..]
+        } else {
+            &args[2..3]
+        };
+        for field in fields {
+            push(db.miss_of_field(reads, key, field));
+        }
+    }
+    out
+}
+
 /// Runs one command in `ctx` (a transaction's, inside EXEC); its reply,
 /// or None for none (SHUTDOWN).
 fn run(
@@ -839,11 +918,7 @@ fn info_sluice(shared: &Shared, out: &mut String) {
         "write_pressure_waits",
         s.write_pressure_waits.load(Ordering::Relaxed),
     );
-    line(
-        out,
-        "get_reads_queued",
-        s.get_reads_queued.load(Ordering::Relaxed),
-    );
+    line(out, "reads_queued", s.reads_queued.load(Ordering::Relaxed));
 
     let shm_clients: usize = shared
         .shm_inboxes

@@ -105,14 +105,16 @@ pub(super) struct Conn {
     pub(super) quit: bool,
     /// The peer is gone: nothing more is read or sent.
     pub(super) dead: bool,
-    /// A write held back while the store is under write pressure; it runs
-    /// before anything else of this connection.
+    /// A command held back (a write while the store is under write
+    /// pressure, a read while what it reads comes in from the device); it
+    /// runs before anything else of this connection.
     pub(super) deferred: Option<crate::resp::Args>,
-    /// Its next request, a GET, waits for a device read on the worker's
-    /// fill queue: nothing of it runs until the read is done.
-    pub(super) parked: bool,
-    /// Reads done for the GET at the head of its input; past a bound, the
-    /// GET reads what it still misses while the worker waits.
+    /// Device reads on the worker's fill queue its next request (a command
+    /// that reads keys) waits for: nothing of it runs until they are done.
+    pub(super) parked_reads: u16,
+    /// Rounds of reads done for the request at the head of its input; past
+    /// a bound, the request reads what it still misses while the worker
+    /// waits.
     pub(super) fills: u8,
     /// Inside MULTI: the commands queued so far.
     pub(super) tx: Option<Queued>,
@@ -146,7 +148,7 @@ impl Conn {
             quit: false,
             dead: false,
             deferred: None,
-            parked: false,
+            parked_reads: 0,
             fills: 0,
             tx: None,
             watched: Watched::default(),

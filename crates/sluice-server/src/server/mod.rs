@@ -168,9 +168,9 @@ pub struct Stats {
     pub durable_wait_us: AtomicU64,
     /// Writes held back while the store was under write pressure.
     pub write_pressure_waits: AtomicU64,
-    /// Device reads GETs left to a worker's fill queue instead of waiting
-    /// for them.
-    pub get_reads_queued: AtomicU64,
+    /// Device reads commands left to a worker's fill queue instead of
+    /// waiting for them.
+    pub reads_queued: AtomicU64,
 }
 
 /// One worker's request counters, on their own cache line.

@@ -28,9 +28,11 @@ const CLOCK_EVERY_TURNS: u32 = 32;
 const PLAIN_GET_KEY_MAX_BYTES: usize = 256;
 /// How soon a worker holding writes back under write pressure looks again.
 const DEFERRED_RETRY: Duration = Duration::from_millis(1);
-/// Device reads one GET may wait for on the fill queue (an index and a
-/// block per table it looks in); past them it reads on the worker.
-const MAX_FILLS_PER_GET: u8 = 8;
+/// Rounds of device reads one request may wait for on the fill queue (a
+/// GET: an index and a block per table it looks in, one a round; MGET and
+/// the other commands that read keys: every key's next read at once, a
+/// round); past them it reads on the worker.
+const MAX_FILL_ROUNDS: u8 = 8;
 /// A send buffer kept for reuse only up to this size.
 const SPARE_MAX_BYTES: usize = 1 << 20;
 /// Most bytes taken from a shared-memory client's request ring at once.
@@ -114,6 +116,7 @@ pub(super) fn run(
         events: Events::default(),
         pending: Vec::new(),
         work: Vec::new(),
+        room_waiters: Vec::new(),
         index,
         kills,
         deferring: false,
@@ -162,6 +165,9 @@ struct Worker {
     pending: Vec<ConnId>,
     /// This turn's connections to look at.
     work: Vec<ConnId>,
+    /// Connections whose next command needs device reads while the fill
+    /// queue is full: looked at again once reads complete.
+    room_waiters: Vec<ConnId>,
     /// This worker's index among the server's workers.
     index: usize,
     /// A connection's write waits for the store's write pressure to pass.
@@ -175,8 +181,8 @@ struct Worker {
     /// The store's view this worker's GETs read from; let go of while the
     /// thread blocks, so an idle worker holds no old tables.
     reads: ReadCache,
-    /// Device reads of GETs that did not wait for them (their connections
-    /// parked meanwhile), and the reads found done this turn.
+    /// Device reads of commands that did not wait for them (their
+    /// connections parked meanwhile), and the reads found done this turn.
     fills: sluice_store::FillQueue,
     filled: Vec<(u64, sluice_store::Result<()>)>,
     /// A turn's SET group, kept between turns for its buffers' room.
@@ -287,11 +293,11 @@ impl Worker {
         if let Err(e) = self.fills.reap(&mut filled) {
             // Its reads may never be reported: every parked GET runs again
             // and reads on the worker.
-            log::warn!("reaping GETs' device reads failed: {e}; parked GETs read on the worker");
+            log::warn!("reaping device reads failed: {e}; parked commands read on the worker");
             for (id, slot) in self.conns.iter_mut().enumerate() {
-                if let Some(c) = slot.as_mut().filter(|c| c.parked) {
-                    c.parked = false;
-                    c.fills = MAX_FILLS_PER_GET;
+                if let Some(c) = slot.as_mut().filter(|c| c.parked_reads > 0) {
+                    c.parked_reads = 0;
+                    c.fills = MAX_FILL_ROUNDS;
                     c.more_input = true;
                     self.pending.push(id as ConnId);
                 }
@@ -303,20 +309,31 @@ impl Worker {
             let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) else {
                 continue;
             };
-            if fill_token(id, c.session.id()) != token {
+            if fill_token(id, c.session.id()) != token || c.parked_reads == 0 {
                 continue;
             }
-            c.parked = false;
-            c.fills = c.fills.saturating_add(1);
             if let Err(e) = result {
                 // Run again reading on the worker: the error is its reply.
-                log::warn!("a GET's device read failed: {e}");
-                c.fills = MAX_FILLS_PER_GET;
+                log::warn!("a device read for a command failed: {e}");
+                c.fills = MAX_FILL_ROUNDS;
             }
+            c.parked_reads -= 1;
+            if c.parked_reads > 0 {
+                continue;
+            }
+            c.fills = c.fills.saturating_add(1);
             c.more_input = true;
             self.pending.push(id);
         }
         self.filled = filled;
+        if n > 0 && self.fills.has_room() {
+            for id in self.room_waiters.drain(..) {
+                if let Some(c) = self.conns.get_mut(id as usize).and_then(Option::as_mut) {
+                    c.more_input = true;
+                    self.pending.push(id);
+                }
+            }
+        }
         n
     }
 
@@ -742,28 +759,27 @@ impl Worker {
                     &mut self.reads,
                     &mut now_ms,
                     &mut self.deferring,
-                    self.fills.has_room(),
+                    self.fills.room(),
                 );
                 match stop {
                     Stop::Done => break,
-                    Stop::Missed(miss) => {
+                    Stop::NoRoom => {
+                        self.room_waiters.push(id);
+                        break;
+                    }
+                    Stop::Missed(misses) => {
                         // Read on the queue; the connection runs nothing
-                        // more until it is done.
+                        // more until they are done.
                         let token = fill_token(id, c.session.id());
-                        match self.fills.start(miss, token) {
-                            Ok(()) => {
-                                c.parked = true;
-                                shared
-                                    .stats
-                                    .get_reads_queued
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(e) => {
-                                log::warn!("a GET's device read could not start: {e}");
-                                c.fills = MAX_FILLS_PER_GET;
-                                continue;
-                            }
+                        c.parked_reads = start_fills(&mut self.fills, misses, token);
+                        if c.parked_reads == 0 {
+                            c.fills = MAX_FILL_ROUNDS;
+                            continue;
                         }
+                        shared
+                            .stats
+                            .reads_queued
+                            .fetch_add(u64::from(c.parked_reads), Ordering::Relaxed);
                         break;
                     }
                     Stop::GroupFirst(error) => {
@@ -987,8 +1003,12 @@ struct Pass<'a> {
 enum Stop {
     /// Its input for this turn is done (or it must wait).
     Done,
-    /// Its next request, a GET, needs this read from the device first.
-    Missed(sluice_store::CacheMiss),
+    /// Its next request (a command that reads keys) needs these reads from
+    /// the device first.
+    Missed(Vec<sluice_store::CacheMiss>),
+    /// Its next request needs device reads and the fill queue is full: it
+    /// waits for room.
+    NoRoom,
     /// Its SETs in the group must be committed before it goes on; then,
     /// if given, its input was malformed and this error ends it.
     GroupFirst(Option<Vec<u8>>),
@@ -1002,6 +1022,29 @@ enum PlainGet {
     Answered,
     /// It needs this read from the device first; it stays in the input.
     Missed(sluice_store::CacheMiss),
+    /// It needs a device read and the fill queue is full; it stays in the
+    /// input.
+    NoRoom,
+}
+
+/// Starts the reads of `misses` on `fills`, each with `token`; how many
+/// started (0: the command reads on the worker).
+fn start_fills(
+    fills: &mut sluice_store::FillQueue,
+    misses: Vec<sluice_store::CacheMiss>,
+    token: u64,
+) -> u16 {
+    let mut started = 0u16;
+    for miss in misses {
+        if !fills.has_room() {
+            break;
+        }
+        match fills.start(miss, token) {
+            Ok(()) => started += 1,
+            Err(e) => log::warn!("a device read for a command could not start: {e}"),
+        }
+    }
+    started
 }
 
 /// The fill queue's token for a read of connection `id`'s client
@@ -1113,7 +1156,7 @@ impl Pass<'_> {
         group: &Grouped,
         reads: &mut ReadCache,
         now_ms: &mut Option<u64>,
-        may_park: bool,
+        fill_room: usize,
     ) -> PlainGet {
         if !plain_path_open(c) || group.holds(id) {
             return PlainGet::Other;
@@ -1130,15 +1173,33 @@ impl Pass<'_> {
         // A GET that would read the device hands the read to the fill
         // queue and stays in the input, to run again once it is done;
         // one that missed too often, or with the queue full, reads here.
-        let wait = !may_park || c.fills >= MAX_FILLS_PER_GET;
+        let wait = c.fills >= MAX_FILL_ROUNDS;
         match admin::get_key_or_miss(self.shared, c, copy, wait, reads, now_ms) {
             Ok(()) => {
                 c.reader.consume(len);
                 c.fills = 0;
                 PlainGet::Answered
             }
+            Err(_) if fill_room == 0 => PlainGet::NoRoom,
             Err(miss) => PlainGet::Missed(miss),
         }
+    }
+
+    /// The device reads `c`'s next command, `args`, would wait for, when
+    /// it is one that reads keys and may leave them to the fill queue (up
+    /// to `fill_room` of them; with none, one, to tell it must wait for
+    /// room); empty: it runs now.
+    fn misses_of(
+        &self,
+        c: &Conn,
+        args: &crate::resp::Args,
+        reads: &mut ReadCache,
+        fill_room: usize,
+    ) -> Vec<sluice_store::CacheMiss> {
+        if c.fills >= MAX_FILL_ROUNDS || c.tx.is_some() || c.session.unauthenticated() {
+            return Vec::new();
+        }
+        admin::misses(self.shared, args, reads, fill_room.max(1))
     }
 
     /// Runs `c`'s requests until its input is done, the pipeline limit,
@@ -1153,9 +1214,9 @@ impl Pass<'_> {
         reads: &mut ReadCache,
         now_ms: &mut Option<u64>,
         deferring: &mut bool,
-        may_park: bool,
+        fill_room: usize,
     ) -> Stop {
-        if !c.more_input || c.dead || c.parked {
+        if !c.more_input || c.dead || c.parked_reads > 0 {
             return Stop::Done;
         }
         let mut held_back = false;
@@ -1164,13 +1225,14 @@ impl Pass<'_> {
                 held_back = true;
                 break;
             }
-            match self.take_plain_get(c, id, group, reads, now_ms, may_park) {
+            match self.take_plain_get(c, id, group, reads, now_ms, fill_room) {
                 PlainGet::Answered => {
                     WorkerStats::add(&self.stats.commands_processed, 1);
                     *n += 1;
                     continue;
                 }
-                PlainGet::Missed(miss) => return Stop::Missed(miss),
+                PlainGet::Missed(miss) => return Stop::Missed(vec![miss]),
+                PlainGet::NoRoom => return Stop::NoRoom,
                 PlainGet::Other => {}
             }
             if self.take_plain_set(c, id, group) {
@@ -1204,6 +1266,20 @@ impl Pass<'_> {
                 // follows theirs.
                 c.deferred = Some(args);
                 return Stop::GroupFirst(None);
+            }
+            if !groupable {
+                // What it reads comes in from the device first, off the
+                // worker; it runs once that is done.
+                let misses = self.misses_of(c, &args, reads, fill_room);
+                if !misses.is_empty() {
+                    c.deferred = Some(args);
+                    return if fill_room == 0 {
+                        Stop::NoRoom
+                    } else {
+                        Stop::Missed(misses)
+                    };
+                }
+                c.fills = 0;
             }
             if !groupable && admin::try_get(self.shared, c, &args, reads, now_ms) {
                 WorkerStats::add(&self.stats.commands_processed, 1);

@@ -11,11 +11,13 @@ use sluice_io::{Completion, Direction, Engine, Request};
 /// Reads one queue keeps in flight at most.
 pub const FILL_QUEUE_DEPTH: usize = 64;
 
-/// A read in flight: what it is for, and the caller's token.
+/// A read in flight: what it is for, the caller's token, and the tokens
+/// of later misses of the same extent that joined it.
 struct InFlight {
     miss: CacheMiss,
     block: u64,
     token: u64,
+    joined: Vec<u64>,
 }
 
 /// Reads for point reads that did not wait, in flight on the queue
@@ -48,13 +50,24 @@ impl FillQueue {
     }
 
     /// Starts reading what `miss` names; `token` comes back with it from
-    /// [`FillQueue::reap`]. The caller checks [`FillQueue::has_room`] first.
+    /// [`FillQueue::reap`]. A miss of an extent already being read joins
+    /// that read (its token comes back when it completes) and takes no
+    /// room. The caller checks [`FillQueue::has_room`] first.
     pub fn start(&mut self, miss: CacheMiss, token: u64) -> Result<()> {
+        let (block, blocks) = miss.extent(&self.dev)?;
+        if let Some(read) = self.slots.iter_mut().flatten().find(|r| r.block == block) {
+            read.joined.push(token);
+            return Ok(());
+        }
         let slot = self.free.pop().expect("FillQueue::start without room");
-        let started = self.submit(&miss, slot);
-        match started {
-            Ok(block) => {
-                self.slots[slot] = Some(InFlight { miss, block, token });
+        match self.submit(block, blocks, slot) {
+            Ok(()) => {
+                self.slots[slot] = Some(InFlight {
+                    miss,
+                    block,
+                    token,
+                    joined: Vec::new(),
+                });
                 Ok(())
             }
             Err(e) => {
@@ -64,8 +77,12 @@ impl FillQueue {
         }
     }
 
-    fn submit(&mut self, miss: &CacheMiss, slot: usize) -> Result<u64> {
-        let (block, blocks) = miss.extent(&self.dev)?;
+    /// Reads left before the queue is full.
+    pub fn room(&self) -> usize {
+        self.free.len()
+    }
+
+    fn submit(&mut self, block: u64, blocks: usize, slot: usize) -> Result<()> {
         let (member, lba) = self.dev.place(block, blocks)?;
         if self.engines[member].is_none() {
             self.engines[member] = Some(self.dev.own_polled_engine(block)?);
@@ -85,7 +102,7 @@ impl FillQueue {
         if let Err(e) = engine.reap(0, &mut self.done) {
             log::warn!("submitting a point read of store block {block}: {e}");
         }
-        Ok(block)
+        Ok(())
     }
 
     /// Takes in the reads that completed, without waiting: each one's
@@ -111,7 +128,17 @@ impl FillQueue {
                 .take()
                 .expect("a completion of a read in flight");
             self.free.push(slot);
-            ready.push((read.token, self.fill(&read, c)));
+            let filled = self.fill(&read, c);
+            for &token in &read.joined {
+                let joined = match &filled {
+                    Ok(()) => Ok(()),
+                    Err(e) => Err(StoreError::BadDevice(format!(
+                        "the read this point read joined failed: {e}"
+                    ))),
+                };
+                ready.push((token, joined));
+            }
+            ready.push((read.token, filled));
         }
         self.done = done;
         Ok(())
