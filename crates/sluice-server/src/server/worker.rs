@@ -192,6 +192,13 @@ struct Worker {
 impl Worker {
     fn run(&mut self) -> std::io::Result<()> {
         let spin = Duration::from_micros(self.shared.config.spin_us);
+        // Workers on every core leave none for the clients, the committer
+        // and the background threads: an idle look gives the core to any
+        // of them that can run (with `--threads 2` on two cores, 50
+        // connections at P 1 went from 58-68k to 93-115k requests/s,
+        // docs/BENCHMARKS.md). With a core to spare, it spins plainly.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let yield_while_idle = self.shared.config.threads >= cores;
         // Idle turns in a row, and when they began: the clock is read
         // once every CLOCK_EVERY_TURNS of them, not every turn.
         let mut idle_turns = 0u32;
@@ -225,6 +232,8 @@ impl Worker {
                 // enters the kernel only when a socket needs it.
                 if self.ring.needs_enter() {
                     self.ring.wait(None)?;
+                } else if !worked && yield_while_idle {
+                    std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
                 }
