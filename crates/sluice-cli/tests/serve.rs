@@ -1056,6 +1056,32 @@ fn commands_that_read_keys_wait_off_the_worker_too_and_answer_in_order() {
         c.join().unwrap();
     }
     assert!(sluice_info(port, "reads_queued") > 50);
+    // EXEC brings in what its queued commands read before it runs them.
+    let before = sluice_info(port, "reads_queued");
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let picks: Vec<u32> = (0..20u32).map(|j| (j * 997 + 13) % keys).collect();
+    let mut batch = request(&[b"MULTI"]);
+    let mut mget = vec![b"MGET".to_vec()];
+    mget.extend(picks.iter().map(|i| format!("k{i}").into_bytes()));
+    let refs: Vec<&[u8]> = mget.iter().map(|a| a.as_slice()).collect();
+    batch.extend(request(&refs));
+    batch.extend(request(&[b"HGET", b"h1234", b"f2"]));
+    batch.extend(request(&[b"EXEC"]));
+    c.write_all(&batch).unwrap();
+    assert_eq!(read_reply(&mut c), b"+OK\r\n");
+    assert_eq!(read_reply(&mut c), b"+QUEUED\r\n");
+    assert_eq!(read_reply(&mut c), b"+QUEUED\r\n");
+    let mut want = format!("*2\r\n*{}\r\n", picks.len());
+    for &i in &picks {
+        want += &bulk(&value(i));
+    }
+    want += &bulk(&field(1234, 2));
+    assert_eq!(String::from_utf8_lossy(&read_reply(&mut c)), want);
+    assert!(
+        sluice_info(port, "reads_queued") > before,
+        "EXEC read its cold keys on the worker"
+    );
     assert_eq!(redis_cli(port, &["PING"]), "PONG\n");
     assert_eq!(
         redis_cli(port, &["HGET", "h77", "f0"]),

@@ -1205,10 +1205,27 @@ impl Pass<'_> {
         reads: &mut ReadCache,
         fill_room: usize,
     ) -> Vec<sluice_store::CacheMiss> {
-        if c.fills >= MAX_FILL_ROUNDS || c.tx.is_some() || c.session.unauthenticated() {
+        if c.fills >= MAX_FILL_ROUNDS || c.session.unauthenticated() {
             return Vec::new();
         }
-        admin::misses(self.shared, args, reads, fill_room.max(1))
+        let most = fill_room.max(1);
+        match &c.tx {
+            None => admin::misses(self.shared, args, reads, most),
+            // EXEC runs its queue holding every stripe lock: what the
+            // queued commands read comes in before it takes them.
+            Some(tx) if !tx.dirty && args.len() == 1 && args[0].eq_ignore_ascii_case(b"exec") => {
+                let mut out = Vec::new();
+                for queued in &tx.queued {
+                    if out.len() >= most {
+                        break;
+                    }
+                    out.extend(admin::misses(self.shared, queued, reads, most - out.len()));
+                }
+                out
+            }
+            // Queued inside MULTI: nothing is read yet.
+            Some(_) => Vec::new(),
+        }
     }
 
     /// Runs `c`'s requests until its input is done, the pipeline limit,
