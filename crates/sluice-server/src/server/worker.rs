@@ -300,8 +300,8 @@ impl Worker {
         }
         let mut filled = std::mem::take(&mut self.filled);
         if let Err(e) = self.fills.reap(&mut filled) {
-            // Its reads may never be reported: every parked GET runs again
-            // and reads on the worker.
+            // Its reads may never be reported: every parked command runs
+            // again and reads on the worker.
             log::warn!("reaping device reads failed: {e}; parked commands read on the worker");
             for (id, slot) in self.conns.iter_mut().enumerate() {
                 if let Some(c) = slot.as_mut().filter(|c| c.parked_reads > 0) {
@@ -773,7 +773,12 @@ impl Worker {
                 match stop {
                     Stop::Done => break,
                     Stop::NoRoom => {
-                        self.room_waiters.push(id);
+                        // Looked at again when reads complete, not every
+                        // turn until then.
+                        c.more_input = false;
+                        if !self.room_waiters.contains(&id) {
+                            self.room_waiters.push(id);
+                        }
                         break;
                     }
                     Stop::Missed(misses) => {
@@ -1180,8 +1185,9 @@ impl Pass<'_> {
         };
         copy.copy_from_slice(key);
         // A GET that would read the device hands the read to the fill
-        // queue and stays in the input, to run again once it is done;
-        // one that missed too often, or with the queue full, reads here.
+        // queue and stays in the input, to run again once it is done (with
+        // the queue full, once there is room); one that missed too often
+        // reads here.
         let wait = c.fills >= MAX_FILL_ROUNDS;
         match admin::get_key_or_miss(self.shared, c, copy, wait, reads, now_ms) {
             Ok(()) => {
