@@ -393,44 +393,74 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// How a command is called: its name and Redis's arity (`n`: exactly n
-/// arguments with the name; `-n`: at least n).
+/// The stored entries a command reads, by where its arguments name them:
+/// a server brings them in from the device before the command runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    /// None it could name ahead (writes that read nothing, range walks,
+    /// server commands).
+    Unnamed,
+    /// The entry of its first argument.
+    FirstKey,
+    /// The entry of every argument.
+    EveryKey,
+    /// The hash entry of its first argument and the field its second names.
+    KeyAndField,
+    /// The hash entry of its first argument and the fields every later
+    /// argument names.
+    KeyAndFields,
+}
+
+/// How a command is called: its name, Redis's arity (`n`: exactly n
+/// arguments with the name; `-n`: at least n), and what it reads.
 struct Spec {
     name: &'static str,
     arity: i32,
     run: fn(&mut Ctx<'_>, &Args) -> Outcome,
+    reads: Reads,
 }
 
 const fn spec(name: &'static str, arity: i32, run: fn(&mut Ctx<'_>, &Args) -> Outcome) -> Spec {
-    Spec { name, arity, run }
+    Spec {
+        name,
+        arity,
+        run,
+        reads: Reads::Unnamed,
+    }
+}
+
+impl Spec {
+    const fn reading(self, reads: Reads) -> Spec {
+        Spec { reads, ..self }
+    }
 }
 
 const COMMANDS: &[Spec] = &[
-    spec("get", 2, strings::get),
+    spec("get", 2, strings::get).reading(Reads::FirstKey),
     spec("set", -3, strings::set),
     spec("setnx", 3, strings::setnx),
     spec("setex", 4, strings::setex),
     spec("psetex", 4, strings::psetex),
-    spec("getset", 3, strings::getset),
-    spec("getdel", 2, strings::getdel),
-    spec("getex", -2, strings::getex),
-    spec("mget", -2, strings::mget),
+    spec("getset", 3, strings::getset).reading(Reads::FirstKey),
+    spec("getdel", 2, strings::getdel).reading(Reads::FirstKey),
+    spec("getex", -2, strings::getex).reading(Reads::FirstKey),
+    spec("mget", -2, strings::mget).reading(Reads::EveryKey),
     spec("mset", -3, strings::mset),
     spec("msetnx", -3, strings::msetnx),
-    spec("append", 3, strings::append),
-    spec("strlen", 2, strings::strlen),
-    spec("getrange", 4, strings::getrange),
-    spec("substr", 4, strings::getrange),
-    spec("setrange", 4, strings::setrange),
-    spec("incr", 2, strings::incr),
-    spec("decr", 2, strings::decr),
-    spec("incrby", 3, strings::incrby),
-    spec("decrby", 3, strings::decrby),
-    spec("incrbyfloat", 3, strings::incrbyfloat),
+    spec("append", 3, strings::append).reading(Reads::FirstKey),
+    spec("strlen", 2, strings::strlen).reading(Reads::FirstKey),
+    spec("getrange", 4, strings::getrange).reading(Reads::FirstKey),
+    spec("substr", 4, strings::getrange).reading(Reads::FirstKey),
+    spec("setrange", 4, strings::setrange).reading(Reads::FirstKey),
+    spec("incr", 2, strings::incr).reading(Reads::FirstKey),
+    spec("decr", 2, strings::decr).reading(Reads::FirstKey),
+    spec("incrby", 3, strings::incrby).reading(Reads::FirstKey),
+    spec("decrby", 3, strings::decrby).reading(Reads::FirstKey),
+    spec("incrbyfloat", 3, strings::incrbyfloat).reading(Reads::FirstKey),
     spec("del", -2, keys::del),
     spec("unlink", -2, keys::del),
-    spec("exists", -2, keys::exists),
-    spec("type", 2, keys::type_of),
+    spec("exists", -2, keys::exists).reading(Reads::EveryKey),
+    spec("type", 2, keys::type_of).reading(Reads::FirstKey),
     spec("rename", 3, keys::rename),
     spec("renamenx", 3, keys::renamenx),
     spec("copy", -3, keys::copy),
@@ -441,28 +471,28 @@ const COMMANDS: &[Spec] = &[
     spec("pexpire", -3, keys::pexpire),
     spec("expireat", -3, keys::expireat),
     spec("pexpireat", -3, keys::pexpireat),
-    spec("ttl", 2, keys::ttl),
-    spec("pttl", 2, keys::pttl),
-    spec("expiretime", 2, keys::expiretime),
-    spec("pexpiretime", 2, keys::pexpiretime),
+    spec("ttl", 2, keys::ttl).reading(Reads::FirstKey),
+    spec("pttl", 2, keys::pttl).reading(Reads::FirstKey),
+    spec("expiretime", 2, keys::expiretime).reading(Reads::FirstKey),
+    spec("pexpiretime", 2, keys::pexpiretime).reading(Reads::FirstKey),
     spec("persist", 2, keys::persist),
     spec("dbsize", 1, keys::dbsize),
     spec("flushdb", -1, keys::flush),
     spec("flushall", -1, keys::flush),
     spec("hset", -4, hashes::hset),
     spec("hmset", -4, hashes::hmset),
-    spec("hsetnx", 4, hashes::hsetnx),
-    spec("hget", 3, hashes::hget),
-    spec("hmget", -3, hashes::hmget),
+    spec("hsetnx", 4, hashes::hsetnx).reading(Reads::KeyAndField),
+    spec("hget", 3, hashes::hget).reading(Reads::KeyAndField),
+    spec("hmget", -3, hashes::hmget).reading(Reads::KeyAndFields),
     spec("hgetall", 2, hashes::hgetall),
     spec("hkeys", 2, hashes::hkeys),
     spec("hvals", 2, hashes::hvals),
     spec("hdel", -3, hashes::hdel),
-    spec("hlen", 2, hashes::hlen),
-    spec("hexists", 3, hashes::hexists),
-    spec("hstrlen", 3, hashes::hstrlen),
-    spec("hincrby", 4, hashes::hincrby),
-    spec("hincrbyfloat", 4, hashes::hincrbyfloat),
+    spec("hlen", 2, hashes::hlen).reading(Reads::FirstKey),
+    spec("hexists", 3, hashes::hexists).reading(Reads::KeyAndField),
+    spec("hstrlen", 3, hashes::hstrlen).reading(Reads::KeyAndField),
+    spec("hincrby", 4, hashes::hincrby).reading(Reads::KeyAndField),
+    spec("hincrbyfloat", 4, hashes::hincrbyfloat).reading(Reads::KeyAndField),
     spec("hscan", -3, hashes::hscan),
     spec("time", 1, server::time),
     spec("lastsave", 1, server::lastsave),
@@ -516,6 +546,12 @@ pub fn wrong_arity(name: &str) -> Reply {
     Reply::Error(format!(
         "ERR wrong number of arguments for '{name}' command"
     ))
+}
+
+/// What data command `name` (lower case) reads, where its arguments name
+/// it; `Unnamed` for any other command.
+pub fn reads(name: &[u8]) -> Reads {
+    find(name).map_or(Reads::Unnamed, |s| s.reads)
 }
 
 /// Checks the arity of a data command: `None` if `args` fits, else the

@@ -189,42 +189,6 @@ pub(super) fn get_key_or_miss(
     })
 }
 
-/// Commands that read one key's entry (their first argument) before they
-/// answer or write, and those that read every argument's.
-const READS_FIRST_KEY: &[&str] = &[
-    "get",
-    "getex",
-    "getdel",
-    "getset",
-    "strlen",
-    "getrange",
-    "substr",
-    "type",
-    "ttl",
-    "pttl",
-    "expiretime",
-    "pexpiretime",
-    "incr",
-    "decr",
-    "incrby",
-    "decrby",
-    "incrbyfloat",
-    "append",
-    "setrange",
-    "hlen",
-];
-const READS_EVERY_KEY: &[&str] = &["mget", "exists"];
-/// Commands that read a hash's entry and the fields that follow it
-/// (HMGET: every one after the key; the others: the one after it).
-const READS_FIELDS: &[&str] = &[
-    "hget",
-    "hexists",
-    "hstrlen",
-    "hincrby",
-    "hincrbyfloat",
-    "hsetnx",
-];
-
 /// The device reads running `args` would wait for, up to `most`: for the
 /// commands that read entries their arguments name (GET, MGET, EXISTS,
 /// HGET, HMGET, INCR, ...), the first index or block each key's entry
@@ -239,7 +203,10 @@ pub(super) fn misses(
 ) -> Vec<sluice_store::CacheMiss> {
     let mut lower = [0u8; NAME_MAX_BYTES];
     let name = lowercase_name(&args[0], &mut lower);
-    let is = |list: &[&str]| list.iter().any(|n| n.as_bytes() == name);
+    let reads_of = commands::reads(name);
+    if reads_of == commands::Reads::Unnamed || commands::check_arity(name, args.len()).is_some() {
+        return Vec::new();
+    }
     let db = &shared.db;
     let mut out = Vec::new();
     let mut push = |miss: Option<sluice_store::CacheMiss>| {
@@ -247,23 +214,18 @@ pub(super) fn misses(
             out.push(miss);
         }
     };
-    if is(READS_FIRST_KEY) && args.len() >= 2 {
-        push(db.miss_of_key(reads, &args[1]));
-    } else if is(READS_EVERY_KEY) && args.len() >= 2 {
-        for key in &args[1..] {
-            push(db.miss_of_key(reads, key));
-        }
-    } else if is(READS_FIELDS) && args.len() >= 3 || name == b"hmget" && args.len() >= 3 {
-        let key = &args[1];
+    let (keys, fields) = match reads_of {
+        commands::Reads::Unnamed => (&args[..0], &args[..0]),
+        commands::Reads::FirstKey => (&args[1..2], &args[..0]),
+        commands::Reads::EveryKey => (&args[1..], &args[..0]),
+        commands::Reads::KeyAndField => (&args[1..2], &args[2..3]),
+        commands::Reads::KeyAndFields => (&args[1..2], &args[2..]),
+    };
+    for key in keys {
         push(db.miss_of_key(reads, key));
-        let fields = if name == b"hmget" {
-            &args[2..]
-        } else {
-            &args[2..3]
-        };
-        for field in fields {
-            push(db.miss_of_field(reads, key, field));
-        }
+    }
+    for field in fields {
+        push(db.miss_of_field(reads, &args[1], field));
     }
     out
 }
