@@ -942,6 +942,12 @@ fn commands_that_read_keys_wait_off_the_worker_too_and_answer_in_order() {
     // Cold caches, and no plain GET: every read queued is another command's.
     let s = serve(dir.path(), &small);
     let port = s.port;
+    // redis-cli, unmodified, first of all.
+    assert_eq!(
+        redis_cli(port, &["MGET", "k3", "nope", "k19999"]),
+        format!("{}\n\n{}\n", value(3), value(19999))
+    );
+    assert!(sluice_info(port, "reads_queued") > 0);
     let bulk = |v: &str| format!("${}\r\n{v}\r\n", v.len());
     let mut clients = Vec::new();
     for t in 0..4u32 {
