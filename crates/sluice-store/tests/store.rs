@@ -1908,4 +1908,24 @@ fn misses_of_one_extent_share_one_read_and_each_gets_its_token_back() {
             }
         }
     }
+    // One read takes at most MAX_JOINED_PER_READ others; the next miss of
+    // the same extent reads on its own.
+    let far = k(1999);
+    let miss = store
+        .get_latest_or_miss(&mut cache, ks, &far, false, |_| ())
+        .unwrap()
+        .expect_err("a block not read yet");
+    let joiners = sluice_store::store::MAX_JOINED_PER_READ as u64;
+    for token in 0..=joiners + 1 {
+        queue.start(miss.clone(), 100 + token).unwrap();
+    }
+    assert_eq!(queue.in_flight(), 2);
+    let mut ready = Vec::new();
+    while ready.len() < joiners as usize + 2 {
+        queue.reap(&mut ready).unwrap();
+    }
+    assert!(ready.iter().all(|(_, r)| r.is_ok()));
+    let mut tokens: Vec<u64> = ready.iter().map(|(t, _)| *t).collect();
+    tokens.sort();
+    assert_eq!(tokens, (100..=100 + joiners + 1).collect::<Vec<_>>());
 }

@@ -10,6 +10,9 @@ use sluice_io::{Completion, Direction, Engine, Request};
 
 /// Reads one queue keeps in flight at most.
 pub const FILL_QUEUE_DEPTH: usize = 64;
+/// Most later misses that join one read in flight; past it a miss of the
+/// same extent takes a read of its own.
+pub const MAX_JOINED_PER_READ: usize = 1024;
 
 /// A read in flight: what it is for, the caller's token, and the tokens
 /// of later misses of the same extent that joined it.
@@ -52,10 +55,12 @@ impl FillQueue {
     /// Starts reading what `miss` names; `token` comes back with it from
     /// [`FillQueue::reap`]. A miss of an extent already being read joins
     /// that read (its token comes back when it completes) and takes no
-    /// room. The caller checks [`FillQueue::has_room`] first.
+    /// room, up to [`MAX_JOINED_PER_READ`]. The caller checks
+    /// [`FillQueue::has_room`] first.
     pub fn start(&mut self, miss: CacheMiss, token: u64) -> Result<()> {
         let (block, blocks) = miss.extent(&self.dev)?;
-        if let Some(read) = self.slots.iter_mut().flatten().find(|r| r.block == block) {
+        let joinable = |r: &&mut InFlight| r.block == block && r.joined.len() < MAX_JOINED_PER_READ;
+        if let Some(read) = self.slots.iter_mut().flatten().find(joinable) {
             read.joined.push(token);
             return Ok(());
         }

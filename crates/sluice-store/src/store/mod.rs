@@ -25,7 +25,7 @@ pub mod stats;
 pub mod write;
 
 pub use config::{StoreConfig, WriteOptions, DEFAULT_KEYSPACE, MAX_KEYSPACES};
-pub use fill::{FillQueue, FILL_QUEUE_DEPTH};
+pub use fill::{FillQueue, FILL_QUEUE_DEPTH, MAX_JOINED_PER_READ};
 pub use read::{half_open, prefix_end, ReadCache, Snapshot};
 pub use stats::{StoreStats, TablePlacement};
 pub use write::{LogMarks, Logged};
