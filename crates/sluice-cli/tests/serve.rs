@@ -775,6 +775,19 @@ fn sluice_info(port: u16, field: &str) -> u64 {
         .unwrap()
 }
 
+/// A server whose data soon outgrows its memtable and 1 MiB block cache:
+/// after a restart, reads go to the device.
+const SMALL_CACHES: [&str; 8] = [
+    "--durability",
+    "none",
+    "--write-buffer-mib",
+    "1",
+    "--table-mib",
+    "1",
+    "--block-cache-mib",
+    "1",
+];
+
 /// GETs whose data is on the device only (a block cache of 1 MiB, data
 /// several times that, a restart before reading) leave their reads to the
 /// worker's fill queue: pipelined GETs and SETs on many connections get
@@ -783,20 +796,10 @@ fn sluice_info(port: u16, field: &str) -> u64 {
 #[test]
 fn gets_that_read_the_device_wait_off_the_worker_and_answer_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let small = [
-        "--durability",
-        "none",
-        "--write-buffer-mib",
-        "1",
-        "--table-mib",
-        "1",
-        "--block-cache-mib",
-        "1",
-    ];
     let value = |i: u32| format!("value-{i:06}-{}", "v".repeat(90)).into_bytes();
     let keys = 30_000u32;
     {
-        let s = serve(dir.path(), &small);
+        let s = serve(dir.path(), &SMALL_CACHES);
         let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         for chunk in (0..keys).collect::<Vec<_>>().chunks(500) {
             let mut batch = Vec::new();
@@ -812,7 +815,7 @@ fn gets_that_read_the_device_wait_off_the_worker_and_answer_in_order() {
         stop_with_sigterm(s);
     }
     // Cold caches: the tables' blocks are on the device only.
-    let s = serve(dir.path(), &small);
+    let s = serve(dir.path(), &SMALL_CACHES);
     let port = s.port;
     let mut clients = Vec::new();
     for t in 0..6u32 {
@@ -881,22 +884,12 @@ fn gets_that_read_the_device_wait_off_the_worker_and_answer_in_order() {
 #[test]
 fn commands_that_read_keys_wait_off_the_worker_too_and_answer_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let small = [
-        "--durability",
-        "none",
-        "--write-buffer-mib",
-        "1",
-        "--table-mib",
-        "1",
-        "--block-cache-mib",
-        "1",
-    ];
     let value = |i: u32| format!("value-{i:06}-{}", "v".repeat(90));
     let keys = 20_000u32;
     let hashes = 2_000u32;
     let field = |i: u32, f: u32| format!("field-{f}-of-{i}-{}", "w".repeat(40));
     {
-        let s = serve(dir.path(), &small);
+        let s = serve(dir.path(), &SMALL_CACHES);
         let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         let mut batch = Vec::new();
         let mut sent = 0;
@@ -940,7 +933,7 @@ fn commands_that_read_keys_wait_off_the_worker_too_and_answer_in_order() {
         stop_with_sigterm(s);
     }
     // Cold caches, and no plain GET: every read queued is another command's.
-    let s = serve(dir.path(), &small);
+    let s = serve(dir.path(), &SMALL_CACHES);
     let port = s.port;
     // redis-cli, unmodified, first of all.
     assert_eq!(
