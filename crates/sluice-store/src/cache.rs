@@ -13,13 +13,17 @@ pub type BlockKey = (u64, u32);
 /// Data blocks.
 pub type BlockCache = Cache<RawBlock>;
 /// Indexes and filters of unpinned tables, keyed by (file number, 0).
-pub type IndexCache = Cache<TableIndex>;
+pub type IndexCache = Cache<Arc<TableIndex>>;
 
 /// A cached value and its CLOCK state, held in the map itself: a lookup
 /// finds the value in the bucket that matched its key, with no slot to
-/// fetch after it (a miss of its own on every cached point read).
+/// fetch after it (a miss of its own on every cached point read). The
+/// value is held whole, not behind a reference count of its own: a data
+/// block is a small handle (its bytes' reference, where its entries and
+/// restart offsets lie), so from the bucket a point read goes on to the
+/// block's bytes and nothing between them.
 struct Held<T> {
-    block: Arc<T>,
+    block: T,
     bytes: usize,
     referenced: bool,
     /// Put in for a read that missed and asks again
@@ -127,7 +131,7 @@ impl<T> std::fmt::Debug for Cache<T> {
     }
 }
 
-impl<T> Cache<T> {
+impl<T: Clone> Cache<T> {
     /// A cache holding up to `capacity_bytes`.
     pub fn new(capacity_bytes: usize) -> Self {
         let n = (capacity_bytes / MIN_SHARD_BYTES).clamp(1, MAX_SHARDS);
@@ -156,7 +160,7 @@ impl<T> Cache<T> {
     }
 
     /// The cached value, marked as used.
-    pub fn get(&self, key: BlockKey) -> Option<Arc<T>> {
+    pub fn get(&self, key: BlockKey) -> Option<T> {
         let mut c = self.lock(key);
         let Some(held) = c.map.get_mut(&key) else {
             c.misses += 1;
@@ -174,18 +178,18 @@ impl<T> Cache<T> {
 
     /// Caches `block` (of about `bytes`), evicting blocks not referenced
     /// since the hand last passed them.
-    pub fn insert(&self, key: BlockKey, block: Arc<T>, bytes: usize) {
+    pub fn insert(&self, key: BlockKey, block: T, bytes: usize) {
         self.insert_as(key, block, bytes, false);
     }
 
     /// [`insert`](Self::insert) for a read that missed, had the block
     /// read, and looks again: that look is not counted as a hit (its miss
     /// was counted).
-    pub fn insert_for_retry(&self, key: BlockKey, block: Arc<T>, bytes: usize) {
+    pub fn insert_for_retry(&self, key: BlockKey, block: T, bytes: usize) {
         self.insert_as(key, block, bytes, true);
     }
 
-    fn insert_as(&self, key: BlockKey, block: Arc<T>, bytes: usize, awaiting_retry: bool) {
+    fn insert_as(&self, key: BlockKey, block: T, bytes: usize, awaiting_retry: bool) {
         let capacity = self.shard_capacity();
         if bytes > capacity {
             return;
@@ -244,10 +248,10 @@ mod tests {
     fn the_look_after_a_fill_is_not_a_hit() {
         let cache: Cache<u32> = Cache::new(1 << 20);
         assert_eq!(cache.get((1, 1)), None);
-        cache.insert_for_retry((1, 1), Arc::new(7), 4096);
-        assert_eq!(cache.get((1, 1)).as_deref(), Some(&7));
+        cache.insert_for_retry((1, 1), 7, 4096);
+        assert_eq!(cache.get((1, 1)), Some(7));
         assert_eq!((cache.hits(), cache.misses()), (0, 1));
-        assert_eq!(cache.get((1, 1)).as_deref(), Some(&7));
+        assert_eq!(cache.get((1, 1)), Some(7));
         assert_eq!((cache.hits(), cache.misses()), (1, 1));
     }
 
@@ -258,19 +262,19 @@ mod tests {
         let cache: Cache<u32> = Cache::new(4 << 20);
         assert_eq!(cache.shards.len(), 16);
         for i in 0..10_000u32 {
-            cache.insert((i as u64 / 100, i % 100), Arc::new(i), 4096);
+            cache.insert((i as u64 / 100, i % 100), i, 4096);
             assert!(cache.used_bytes() <= 4 << 20);
         }
         assert!(cache.used_bytes() > 3 << 20, "{}", cache.used_bytes());
         let recent = (99, 99);
-        assert_eq!(cache.get(recent).as_deref(), Some(&9999));
+        assert_eq!(cache.get(recent), Some(9999));
         assert_eq!(cache.get((0, 0)), None);
         assert_eq!((cache.hits(), cache.misses()), (1, 1));
         // A small cache is one shard: nothing is lost to rounding.
         let small: Cache<u32> = Cache::new(32 << 10);
         assert_eq!(small.shards.len(), 1);
         for i in 0..8u32 {
-            small.insert((1, i), Arc::new(i), 4096);
+            small.insert((1, i), i, 4096);
         }
         assert!((0..8).all(|i| small.get((1, i)).is_some()));
     }
@@ -282,13 +286,13 @@ mod tests {
         let cache: Cache<u32> = Cache::new(4 * 4096);
         assert_eq!(cache.shards.len(), 1);
         for i in 0..4u32 {
-            cache.insert((7, i), Arc::new(i), 4096);
+            cache.insert((7, i), i, 4096);
         }
-        assert_eq!(cache.get((7, 0)).as_deref(), Some(&0));
-        cache.insert((7, 4), Arc::new(4), 4096);
+        assert_eq!(cache.get((7, 0)), Some(0));
+        cache.insert((7, 4), 4, 4096);
         assert_eq!(cache.get((7, 1)), None, "the first unread block is evicted");
         for i in [0, 2, 3, 4] {
-            assert_eq!(cache.get((7, i)).as_deref(), Some(&i));
+            assert_eq!(cache.get((7, i)), Some(i));
         }
         assert_eq!(cache.used_bytes(), 4 * 4096);
     }

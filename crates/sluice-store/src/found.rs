@@ -4,7 +4,6 @@
 
 use crate::sst::RawBlock;
 use bytes::Bytes;
-use std::sync::Arc;
 
 /// A value found by a point read, borrowed from where it lies. Reading it
 /// copies nothing; [`Found::keep`] holds it past the read, without a copy
@@ -24,7 +23,7 @@ enum Owner<'a> {
     Memtable(&'a Bytes),
     /// The memtable's chunk still being filled: a value kept is copied.
     MemtableOpen(&'a Vec<u8>),
-    Block(&'a Arc<RawBlock>),
+    Block(&'a RawBlock),
 }
 
 impl<'a> Found<'a> {
@@ -50,7 +49,7 @@ impl<'a> Found<'a> {
     }
 
     /// `len` bytes at `start` of a table block.
-    pub(crate) fn in_block(block: &'a Arc<RawBlock>, start: usize, len: usize) -> Found<'a> {
+    pub(crate) fn in_block(block: &'a RawBlock, start: usize, len: usize) -> Found<'a> {
         assert!(
             start + len <= block.bytes().len(),
             "a value inside its block"
@@ -111,7 +110,7 @@ pub struct Kept {
 #[derive(Clone)]
 enum KeptOwner {
     Memtable(Bytes),
-    Block(Arc<RawBlock>),
+    Block(RawBlock),
 }
 
 impl Kept {

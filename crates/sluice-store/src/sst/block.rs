@@ -177,6 +177,7 @@ impl BlockBytes {
 /// A data block whose checksum has been verified, searched in place. Its
 /// bytes are its own, or a slice of a run of blocks read together that
 /// none of them copies out (see [`RawBlock::parse_shared`]).
+#[derive(Clone)]
 pub struct RawBlock {
     data: Arc<BlockBytes>,
     /// Where the block's entries start in `data`; the restart offsets
@@ -452,6 +453,11 @@ pub struct PointHit {
 
 impl RawBlock {
     /// The block's decoded bytes.
+    /// Whether `other` is this block: the same bytes at the same place.
+    pub(crate) fn is_same(&self, other: &RawBlock) -> bool {
+        Arc::ptr_eq(&self.data, &other.data) && self.start == other.start
+    }
+
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.data.as_slice()[self.start..self.start + self.entries_len]
     }

@@ -63,11 +63,11 @@ pub(super) struct CursorState {
     hi: usize,
     /// Blocks read ahead, in the order they will be walked, and how many
     /// the next read takes: doubling while the cursor keeps going.
-    prefetched: std::collections::VecDeque<Arc<RawBlock>>,
+    prefetched: std::collections::VecDeque<RawBlock>,
     readahead: usize,
     /// Forward: the block being walked, the byte offset of its next entry
     /// and the key before it.
-    block: Option<Arc<RawBlock>>,
+    block: Option<RawBlock>,
     pos: usize,
     last_key: Vec<u8>,
     /// Forward: a key at or past the start was seen, so every later one is
@@ -139,7 +139,7 @@ impl CursorState {
     }
 
     /// Takes the blocks of `next_run`, in ascending order.
-    fn take_run(&mut self, run: Vec<Arc<RawBlock>>) {
+    fn take_run(&mut self, run: Vec<RawBlock>) {
         if self.spec.reverse {
             self.hi -= run.len();
             self.prefetched.extend(run.into_iter().rev());
@@ -167,11 +167,7 @@ impl CursorState {
     }
 
     /// The next prefetched block, reading a run first if none is left.
-    fn next_block(
-        &mut self,
-        table: &TableReader,
-        dev: &BlockDevice,
-    ) -> Result<Option<Arc<RawBlock>>> {
+    fn next_block(&mut self, table: &TableReader, dev: &BlockDevice) -> Result<Option<RawBlock>> {
         if self.prefetched.is_empty() {
             let use_cache = self.cache_use();
             let run = match self.ahead.take() {

@@ -29,7 +29,6 @@ pub use reader::{MissAt, PinBudget, TablePlace, TableReader};
 
 use crate::blocks::STORE_BLOCK_BYTES;
 use std::cmp::Ordering;
-use std::sync::Arc;
 
 pub(super) const FOOTER_MAGIC: &[u8; 8] = b"SLSTFOOT";
 
@@ -61,7 +60,7 @@ pub struct Entry {
     /// The value's bytes when owned (kept as a reusable buffer otherwise).
     owned: Vec<u8>,
     /// The block holding the value, and where it lies in the block's bytes.
-    in_block: Option<(Arc<RawBlock>, usize, usize)>,
+    in_block: Option<(RawBlock, usize, usize)>,
 }
 
 impl Entry {
@@ -98,10 +97,10 @@ impl Entry {
 
     /// Sets the value to `len` bytes at `at` of `block`'s bytes, without
     /// copying them; the block is only cloned when it changes.
-    pub(crate) fn set_value_in(&mut self, block: &Arc<RawBlock>, at: usize, len: usize) {
+    pub(crate) fn set_value_in(&mut self, block: &RawBlock, at: usize, len: usize) {
         debug_assert!(at + len <= block.bytes().len());
         match &mut self.in_block {
-            Some((held, held_at, held_len)) if Arc::ptr_eq(held, block) => {
+            Some((held, held_at, held_len)) if held.is_same(block) => {
                 (*held_at, *held_len) = (at, len);
             }
             slot => *slot = Some((block.clone(), at, len)),

@@ -162,7 +162,7 @@ pub struct TablePlace<'a> {
 /// A run of data blocks asked for ahead of the walk.
 pub(super) enum RunAhead {
     /// Found whole in the block cache.
-    Cached(Vec<Arc<RawBlock>>),
+    Cached(Vec<RawBlock>),
     /// Being read from the device.
     Reading(PendingBlocks),
 }
@@ -346,7 +346,7 @@ impl TableReader {
         self.index_bytes
     }
 
-    fn read_block(&self, dev: &BlockDevice, ix: &TableIndex, i: usize) -> Result<Arc<RawBlock>> {
+    fn read_block(&self, dev: &BlockDevice, ix: &TableIndex, i: usize) -> Result<RawBlock> {
         if let Some(hit) = self
             .cache
             .as_ref()
@@ -364,7 +364,7 @@ impl TableReader {
         dev: &BlockDevice,
         ix: &TableIndex,
         i: usize,
-    ) -> Result<Arc<RawBlock>> {
+    ) -> Result<RawBlock> {
         let (block, blocks) = self.run_extent(ix, i, 1);
         let mut buf = AlignedMem::new(blocks * STORE_BLOCK_BYTES);
         dev.read(block, buf.as_mut_slice())?;
@@ -403,7 +403,7 @@ impl TableReader {
         count: usize,
         run: RunBytes<'_>,
         cache_use: CacheUse,
-    ) -> Result<Vec<Arc<RawBlock>>> {
+    ) -> Result<Vec<RawBlock>> {
         let start = ix.index.get(first).offset_blocks;
         let look_up = self.cache.as_ref().filter(|_| cache_use.looks_up());
         let fill = self.cache.as_ref().filter(|_| cache_use.fills());
@@ -427,7 +427,7 @@ impl TableReader {
                     Some(run) => RawBlock::parse_shared(run, from, len),
                     None => RawBlock::parse(&bytes[from..from + len]),
                 };
-                let raw = Arc::new(parsed.ok_or_else(|| self.corrupt_block(dev, ix, i))?);
+                let raw = parsed.ok_or_else(|| self.corrupt_block(dev, ix, i))?;
                 match fill {
                     Some(c) if cache_use == CacheUse::FillForRetry => {
                         c.insert_for_retry(key, raw.clone(), len)
@@ -454,7 +454,7 @@ impl TableReader {
     }
 
     /// Blocks `first..first + count`, if the cache holds every one.
-    pub(super) fn cached_run(&self, first: usize, count: usize) -> Option<Vec<Arc<RawBlock>>> {
+    pub(super) fn cached_run(&self, first: usize, count: usize) -> Option<Vec<RawBlock>> {
         let cache = self.cache.as_ref()?;
         (first..first + count)
             .map(|i| cache.get((self.file_no, i as u32)))
@@ -470,7 +470,7 @@ impl TableReader {
         first: usize,
         count: usize,
         cache_use: CacheUse,
-    ) -> Result<Vec<Arc<RawBlock>>> {
+    ) -> Result<Vec<RawBlock>> {
         let count = count.min(ix.index.len() - first);
         if count <= 1 && cache_use == CacheUse::LookUpAndFill {
             return Ok(vec![self.read_block(dev, ix, first)?]);
@@ -520,7 +520,7 @@ impl TableReader {
         count: usize,
         pending: PendingBlocks,
         cache_use: CacheUse,
-    ) -> Result<Vec<Arc<RawBlock>>> {
+    ) -> Result<Vec<RawBlock>> {
         let count = count.min(ix.index.len() - first);
         let run = Arc::new(BlockBytes::Read(pending.finish_owned()?));
         self.parse_run(dev, ix, first, count, RunBytes::Shared(&run), cache_use)
