@@ -452,12 +452,12 @@ pub struct PointHit {
 }
 
 impl RawBlock {
-    /// The block's decoded bytes.
     /// Whether `other` is this block: the same bytes at the same place.
     pub(crate) fn is_same(&self, other: &RawBlock) -> bool {
         Arc::ptr_eq(&self.data, &other.data) && self.start == other.start
     }
 
+    /// The block's decoded bytes.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.data.as_slice()[self.start..self.start + self.entries_len]
     }
