@@ -765,6 +765,14 @@ fn background_threads_run_at_idle_cpu_priority_and_workers_do_not() {
     assert_eq!(redis_cli(s.port, &["GET", "k"]), "v\n");
 }
 
+/// A plain connection that waits up to a minute for a reply (cold reads
+/// under load).
+fn patient_client(port: u16) -> TcpStream {
+    let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    c
+}
+
 fn sluice_info(port: u16, field: &str) -> u64 {
     let info = redis_cli(port, &["INFO", "sluice"]);
     info.lines()
@@ -820,8 +828,7 @@ fn gets_that_read_the_device_wait_off_the_worker_and_answer_in_order() {
     let mut clients = Vec::new();
     for t in 0..6u32 {
         clients.push(std::thread::spawn(move || {
-            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut c = patient_client(port);
             let mut rng = t * 7919 + 1;
             for round in 0..40u32 {
                 let mut batch = Vec::new();
@@ -945,8 +952,7 @@ fn commands_that_read_keys_wait_off_the_worker_too_and_answer_in_order() {
     let mut clients = Vec::new();
     for t in 0..4u32 {
         clients.push(std::thread::spawn(move || {
-            let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut c = patient_client(port);
             let mut rng = t * 104_729 + 7;
             let mut next = |n: u32| {
                 rng = rng.wrapping_mul(1_103_515_245).wrapping_add(12_345);
@@ -1057,8 +1063,7 @@ fn commands_that_read_keys_wait_off_the_worker_too_and_answer_in_order() {
     assert!(sluice_info(port, "reads_queued") > 50);
     // EXEC brings in what its queued commands read before it runs them.
     let before = sluice_info(port, "reads_queued");
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut c = patient_client(port);
     let picks: Vec<u32> = (0..20u32).map(|j| (j * 997 + 13) % keys).collect();
     let mut batch = request(&[b"MULTI"]);
     let mut mget = vec![b"MGET".to_vec()];
