@@ -93,25 +93,25 @@ def elasticsearch(tmp_path_factory):
 class SluiceServe:
     """A running `sluice serve --http`: its HTTP URL, device and process."""
 
-    def __init__(self, sluice_bin: Path, device: Path, extra=(), create_mib=256):
+    def __init__(self, sluice_bin: Path, device: Path, extra=(), create_mib=256, http="127.0.0.1:0"):
         self.device = device
         self.proc = subprocess.Popen(
             [
                 str(sluice_bin), "serve", "--device", str(device), "--create-mib", str(create_mib),
-                "--resp", "127.0.0.1:0", "--http", "127.0.0.1:0", "--threads", "1", "--no-pin",
+                "--resp", "127.0.0.1:0", "--http", http, "--threads", "1", "--no-pin",
                 *extra,
             ],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
         )
         self.url = None
-        seen = []
+        self.banner = seen = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
                 break
             seen.append(line)
-            if "HTTP API" in line:
+            if "HTTP API (Elasticsearch-compatible) on" in line:
                 self.url = line.strip().rsplit(" ", 1)[-1]
             if "ready to accept connections" in line:
                 break

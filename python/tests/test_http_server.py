@@ -76,7 +76,10 @@ def test_acknowledged_bulk_items_survive_kill_9(tmp_path, sluice_bin):
 
 
 def test_basic_auth(tmp_path, sluice_bin):
-    s = SluiceServe(sluice_bin, tmp_path / "a.dev", extra=["--http-user", "ann:s3cret"])
+    users = tmp_path / "users"
+    users.write_text("ann:s3cret\n")
+    users.chmod(0o600)
+    s = SluiceServe(sluice_bin, tmp_path / "a.dev", extra=["--http-users-file", str(users)])
     status, body, headers = call(s.url, "GET", "/")
     assert status == 401 and body["error"]["type"] == "security_exception"
     assert headers.get("WWW-Authenticate", "").startswith("Basic")
@@ -296,8 +299,11 @@ def test_api_keys_and_tls(tmp_path, sluice_bin):
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
                     "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
                    check=True, capture_output=True)
+    keys = tmp_path / "keys"
+    keys.write_text("k1:topsecret\n")
+    keys.chmod(0o600)
     s = SluiceServe(sluice_bin, tmp_path / "t.dev",
-                    extra=["--http-tls", "--tls-cert", str(cert), "--tls-key", str(key), "--http-api-key", "k1:topsecret"])
+                    extra=["--http-tls", "--tls-cert", str(cert), "--tls-key", str(key), "--http-api-keys-file", str(keys)])
     assert s.url.startswith("https://")
     c = opensearchpy.OpenSearch(s.url, ca_certs=str(cert), verify_certs=True,
                                 headers={"Authorization": "ApiKey " + base64.b64encode(b"k1:topsecret").decode()})

@@ -67,13 +67,28 @@ pub struct ServeArgs {
     /// next flush or at shutdown).
     #[arg(long, default_value = "always")]
     durability: Durability,
-    /// A user allowed in, as NAME:PASSWORD (repeatable; `default:PASS`
+    /// A file of users allowed in, a NAME:PASSWORD line each (`default:PASS`
     /// makes the default user need a password, as Redis's requirepass).
-    #[arg(long = "user", value_name = "NAME:PASSWORD")]
-    users: Vec<String>,
-    /// The default user's password (Redis's requirepass).
-    #[arg(long)]
-    requirepass: Option<String>,
+    /// Secrets come from files or the environment, never the command line,
+    /// where `ps` shows them to every user of the machine.
+    #[arg(long, value_name = "FILE")]
+    users_file: Option<PathBuf>,
+    /// A file whose first line is the default user's password (Redis's
+    /// requirepass); or set SLUICE_REQUIREPASS.
+    #[arg(long, value_name = "FILE")]
+    requirepass_file: Option<PathBuf>,
+    /// Refused: a password on the command line is visible in `ps`.
+    #[arg(long = "user", value_name = "NAME:PASSWORD", hide = true)]
+    users_on_argv: Vec<String>,
+    /// Refused: a password on the command line is visible in `ps`.
+    #[arg(long = "requirepass", hide = true)]
+    requirepass_on_argv: Option<String>,
+    /// Redis's protected-mode: while the default user has no password,
+    /// only clients on 127.0.0.1 and ::1 (and the Unix socket and shared
+    /// memory) are served; others get -DENIED, and the HTTP API answers
+    /// them 403 unless it has users. `no` serves everyone who can connect.
+    #[arg(long, default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    protected_mode: bool,
     /// Most clients connected at once.
     #[arg(long, default_value_t = 10_000)]
     max_clients: usize,
@@ -112,14 +127,25 @@ pub struct ServeArgs {
     /// (docs/HTTP.md; port 0: any free port, printed).
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
-    /// A user the HTTP API lets in with basic auth, as NAME:PASSWORD
-    /// (repeatable; none: no authentication).
-    #[arg(long = "http-user", value_name = "NAME:PASSWORD")]
-    http_users: Vec<String>,
-    /// An API key the HTTP API accepts (`Authorization: ApiKey
-    /// base64(ID:KEY)`), as ID:KEY (repeatable).
-    #[arg(long = "http-api-key", value_name = "ID:KEY")]
-    http_api_keys: Vec<String>,
+    /// A file of users the HTTP API lets in with basic auth, a
+    /// NAME:PASSWORD line each (none, and no keys: no authentication, and
+    /// then only local clients unless --protected-mode no).
+    #[arg(long, value_name = "FILE")]
+    http_users_file: Option<PathBuf>,
+    /// A file of API keys the HTTP API accepts (`Authorization: ApiKey
+    /// base64(ID:KEY)`), an ID:KEY line each.
+    #[arg(long, value_name = "FILE")]
+    http_api_keys_file: Option<PathBuf>,
+    /// Refused: a password on the command line is visible in `ps`.
+    #[arg(long = "http-user", hide = true)]
+    http_users_on_argv: Vec<String>,
+    /// Refused: a key on the command line is visible in `ps`.
+    #[arg(long = "http-api-key", hide = true)]
+    http_api_keys_on_argv: Vec<String>,
+    /// A whole HTTP request must arrive within this many seconds of its
+    /// first byte, and each write of an answer be taken within it.
+    #[arg(long, default_value_t = 60)]
+    http_request_timeout_secs: u64,
     /// Serve the HTTP API over TLS with --tls-cert and --tls-key.
     #[arg(long)]
     http_tls: bool,
@@ -129,6 +155,16 @@ pub struct ServeArgs {
     /// Largest HTTP request body, in MiB (http.max_content_length).
     #[arg(long, default_value_t = 100)]
     http_max_content_mib: usize,
+    /// Elasticsearch's action.destructive_requires_name: deleting indices
+    /// takes their names; `no` lets `DELETE /_all` and wildcards drop every
+    /// index they match.
+    #[arg(long, default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    http_destructive_requires_name: bool,
+    /// Memory the graph endpoints (`/_sluice/graph/bc`, the demo) may hold
+    /// at once, all requests together, in MiB; past it they are answered
+    /// 429.
+    #[arg(long, default_value_t = 1024)]
+    http_native_memory_mib: u64,
     /// Memory for the field columns that answer counts and aggregations
     /// without reading documents, in MiB, all indices together (0: none;
     /// every count and aggregation scans).
@@ -136,21 +172,57 @@ pub struct ServeArgs {
     http_columns_mib: u64,
 }
 
-fn users(args: &ServeArgs) -> Result<Users> {
-    let mut pairs = Vec::new();
-    for u in &args.users {
-        let Some((name, password)) = u.split_once(':') else {
-            bail!("--user {u:?}: give it as NAME:PASSWORD");
-        };
-        if name.is_empty() {
-            bail!("--user {u:?}: the user name is empty");
+/// Refuses secrets given on the command line, naming the way to give them.
+fn refuse_secrets_on_argv(args: &ServeArgs) -> Result<()> {
+    let given = |present: bool, flag: &str, instead: &str| {
+        if present {
+            bail!("{flag} puts a secret on the command line, where `ps` shows it to every user of this machine: {instead}");
         }
-        pairs.push((name.to_string(), password.to_string()));
+        Ok(())
+    };
+    given(
+        args.requirepass_on_argv.is_some(),
+        "--requirepass",
+        "write it to a file (chmod 600) and give --requirepass-file FILE, or set SLUICE_REQUIREPASS",
+    )?;
+    given(
+        !args.users_on_argv.is_empty(),
+        "--user",
+        "write NAME:PASSWORD lines to a file (chmod 600) and give --users-file FILE",
+    )?;
+    given(
+        !args.http_users_on_argv.is_empty(),
+        "--http-user",
+        "write NAME:PASSWORD lines to a file (chmod 600) and give --http-users-file FILE",
+    )?;
+    given(
+        !args.http_api_keys_on_argv.is_empty(),
+        "--http-api-key",
+        "write ID:KEY lines to a file (chmod 600) and give --http-api-keys-file FILE",
+    )
+}
+
+fn users(args: &ServeArgs) -> Result<Users> {
+    let mut credentials = match &args.users_file {
+        Some(path) => sluice_auth::Credentials::from_file(path, "--users-file")?,
+        None => sluice_auth::Credentials::new(),
+    };
+    let requirepass = match &args.requirepass_file {
+        Some(path) => Some(sluice_auth::Secret::from_file(path, "--requirepass-file")?),
+        None => sluice_auth::Secret::from_env("SLUICE_REQUIREPASS"),
+    };
+    if let Some(password) = requirepass {
+        credentials.insert("default", password.expose());
     }
-    if let Some(p) = &args.requirepass {
-        pairs.push(("default".to_string(), p.clone()));
-    }
-    Ok(Users::new(&pairs))
+    Ok(Users::from_credentials(credentials))
+}
+
+/// Credentials from `path`, or none.
+fn credentials(path: &Option<PathBuf>, flag: &str) -> Result<sluice_auth::Credentials> {
+    Ok(match path {
+        Some(path) => sluice_auth::Credentials::from_file(path, flag)?,
+        None => sluice_auth::Credentials::new(),
+    })
 }
 
 /// Opens the device set, creating and formatting it (`create_mib` each)
@@ -218,18 +290,10 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if args.http_tls && (tls_config.is_none() || args.http.is_none()) {
         bail!("--http-tls needs --http ADDR, --tls-cert FILE and --tls-key FILE");
     }
-    let pairs = |list: &[String], flag: &str| {
-        list.iter()
-            .map(|u| match u.split_once(':') {
-                Some((name, secret)) if !name.is_empty() => {
-                    Ok((name.to_string(), secret.to_string()))
-                }
-                _ => bail!("{flag} {u:?}: give NAME:SECRET"),
-            })
-            .collect::<Result<Vec<_>>>()
-    };
-    let http_users = pairs(&args.http_users, "--http-user")?;
-    let http_api_keys = pairs(&args.http_api_keys, "--http-api-key")?;
+    refuse_secrets_on_argv(args)?;
+    let users = users(args)?;
+    let http_users = credentials(&args.http_users_file, "--http-users-file")?;
+    let http_api_keys = credentials(&args.http_api_keys_file, "--http-api-keys-file")?;
     let shm = match &args.shm {
         None => None,
         Some(path) => {
@@ -284,7 +348,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         threads,
         pin_threads: !args.no_pin,
         durability: args.durability,
-        users: users(args)?,
+        users,
+        protected_mode: args.protected_mode,
         max_clients: args.max_clients,
         idle_timeout_secs: args.timeout,
         limits: Limits {
@@ -304,6 +369,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 .column_budget()
                 .set_limit_bytes(args.http_columns_mib << 20);
             api.catalog().warm_columns();
+            api.set_destructive_requires_name(args.http_destructive_requires_name);
+            api.native_budget()
+                .set_limit_bytes(args.http_native_memory_mib << 20);
             // Weak: the server's state goes when the server stops.
             let resp = Arc::downgrade(server.shared());
             api.set_extra_stats(Box::new(move || match resp.upgrade() {
@@ -317,8 +385,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 addr,
                 max_connections: args.http_max_connections,
                 max_body_bytes: args.http_max_content_mib << 20,
+                request_timeout: std::time::Duration::from_secs(
+                    args.http_request_timeout_secs.max(1),
+                ),
                 users: http_users,
                 api_keys: http_api_keys,
+                protected_mode: args.protected_mode,
                 tls: if args.http_tls {
                     tls_config.clone()
                 } else {
@@ -383,6 +455,9 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             h.addr()
         );
     }
+    for line in protection_notes(args, &server, http.as_ref()) {
+        println!("sluice serve: {line}");
+    }
     println!("ready to accept connections");
     server.wait()?;
     if let Some(h) = http {
@@ -395,6 +470,44 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     }
     println!("sluice serve: stopped; every acknowledged write is durable");
     Ok(())
+}
+
+/// What a server bound beyond loopback serves to whom, said at start.
+fn protection_notes(
+    args: &ServeArgs,
+    server: &Server,
+    http: Option<&sluice_http::HttpServer>,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let beyond = |addr: &SocketAddr| !sluice_auth::is_loopback_bind(addr);
+    let resp_open = args.users_file.is_none()
+        && args.requirepass_file.is_none()
+        && std::env::var_os("SLUICE_REQUIREPASS").is_none_or(|v| v.is_empty());
+    let resp_beyond = beyond(&server.resp_addr()) || server.tls_addr().is_some_and(|a| beyond(&a));
+    if resp_beyond && resp_open {
+        notes.push(if args.protected_mode {
+            "protected mode: the default user has no password, so Redis-protocol clients other than 127.0.0.1 and ::1 are answered -DENIED (give --requirepass-file FILE or --users-file FILE)".to_string()
+        } else {
+            "WARNING: --protected-mode no and no password: any client that can reach the Redis protocol's port can read and change every key".to_string()
+        });
+    }
+    let http_open = args.http_users_file.is_none() && args.http_api_keys_file.is_none();
+    if let Some(h) = http.filter(|h| beyond(&h.addr()) && http_open) {
+        notes.push(if args.protected_mode {
+            format!("protected mode: the HTTP API on {} has no users, so clients other than 127.0.0.1 and ::1 are answered 403 (give --http-users-file FILE or --http-api-keys-file FILE)", h.addr())
+        } else {
+            format!("WARNING: --protected-mode no and no HTTP users: any client that can reach {} can read and change every index", h.addr())
+        });
+    }
+    notes
+}
+
+fn parse_yes_no(text: &str) -> std::result::Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(format!("{text}: give yes or no")),
+    }
 }
 
 fn parse_mode(text: &str) -> std::result::Result<u32, String> {

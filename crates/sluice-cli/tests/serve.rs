@@ -7,83 +7,17 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-struct Serve {
-    child: Child,
-    port: u16,
-}
+mod common;
+use common::{free_port, stop_with_sigterm, Serve};
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Starts `sluice serve` on `dir/serve.dev` and waits for its ready line.
+/// Starts `sluice serve` on `dir/serve.dev` on loopback.
 fn serve(dir: &Path, extra: &[&str]) -> Serve {
-    let port = free_port();
-    let device = dir.join("serve.dev");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("serve")
-        .args(["--device", device.to_str().unwrap(), "--create-mib", "256"])
-        .args(["--resp", &format!("127.0.0.1:{port}"), "--threads", "2"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "sluice serve ended before it was ready"
-        );
-        if line.contains("ready to accept connections") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "sluice serve did not get ready");
-    }
-    // Keep draining its stdout so it never blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        let _ = out.read_to_string(&mut sink);
-    });
-    Serve { child, port }
-}
-
-/// Sends SIGTERM and waits up to 30 s for a clean exit.
-fn stop_with_sigterm(mut s: Serve) {
-    let pid = s.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = s.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "sluice serve ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "sluice serve exited with {status}");
+    common::serve(dir, "127.0.0.1", extra)
 }
 
 fn redis_cli(port: u16, args: &[&str]) -> String {

@@ -35,6 +35,11 @@ pub struct Api {
     latency_us: std::sync::Mutex<hdrhistogram::Histogram<u64>>,
     extra: std::sync::OnceLock<ExtraStats>,
     cluster_uuid: String,
+    /// `action.destructive_requires_name` (true by default, as in
+    /// Elasticsearch 8): deleting indices takes their names, not `_all`
+    /// or a wildcard.
+    destructive_requires_name: std::sync::atomic::AtomicBool,
+    native_budget: crate::native::NativeBudget,
 }
 
 /// Puts `aggregations` last in a search answer, inside its closing brace.
@@ -226,7 +231,21 @@ impl Api {
                 use base64::Engine;
                 base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
             },
+            destructive_requires_name: std::sync::atomic::AtomicBool::new(true),
+            native_budget: Default::default(),
         })
+    }
+
+    /// The memory budget of the graph endpoints (BC, the demo).
+    pub fn native_budget(&self) -> &crate::native::NativeBudget {
+        &self.native_budget
+    }
+
+    /// Sets `action.destructive_requires_name`: whether deleting indices
+    /// needs their names (`false` lets `_all` and wildcards through).
+    pub fn set_destructive_requires_name(&self, required: bool) {
+        self.destructive_requires_name
+            .store(required, Ordering::Relaxed);
     }
 
     /// The indices.
@@ -489,6 +508,16 @@ impl Api {
     }
 
     fn delete_index(&self, expression: &str) -> ApiResult<Response> {
+        // Elasticsearch's DestructiveOperations: a name is needed for each
+        // index, so that one mistyped request cannot drop every index.
+        let wildcard = expression
+            .split(',')
+            .any(|part| part.is_empty() || part == "_all" || part.contains('*'));
+        if wildcard && self.destructive_requires_name.load(Ordering::Relaxed) {
+            return Err(ApiError::illegal(
+                "Wildcard expressions or all indices are not allowed",
+            ));
+        }
         for i in self.catalog.resolve(expression)? {
             self.catalog.delete(&i.name)?;
         }
@@ -920,10 +949,19 @@ impl Api {
         };
         let size = num("size", 10)?;
         let from = num("from", 0)?;
-        if from + size > search::MAX_RESULT_WINDOW && req.param("scroll").is_none() {
+        // Both come from the request: compared before any sum can wrap.
+        let window = from.saturating_add(size);
+        if req.param("scroll").is_some() {
+            if size > search::MAX_RESULT_WINDOW {
+                return Err(ApiError::illegal(format!(
+                    "Batch size is too large, size must be less than or equal to: [{}] but was [{size}]. Scroll batch sizes cost as much memory as result windows so they are controlled by the [index.max_result_window] index level setting.",
+                    search::MAX_RESULT_WINDOW
+                )).on_shards());
+            }
+        } else if window > search::MAX_RESULT_WINDOW {
             return Err(ApiError::illegal(format!(
-                "Result window is too large, from + size must be less than or equal to: [{}] but was [{}]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting.",
-                search::MAX_RESULT_WINDOW, from + size
+                "Result window is too large, from + size must be less than or equal to: [{}] but was [{window}]. See the scroll api for a more efficient way to request large data sets. This limit can be set by changing the [index.max_result_window] index level setting.",
+                search::MAX_RESULT_WINDOW
             )).on_shards());
         }
         let mut sort = match req.param("sort") {

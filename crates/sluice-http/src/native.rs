@@ -91,6 +91,87 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Threads a request asks for, held to the machine's cores: more would
+/// only take turns, each with its own working memory.
+fn threads_of(body: &Value) -> ApiResult<usize> {
+    Ok(usize_of(body, "threads", cores(), 256)?.min(cores()))
+}
+
+/// Memory the graph endpoints' requests (BC, the demo) may hold at once,
+/// all of them together: each reserves what it asks for before it builds
+/// anything, and a request past what is left is answered 429, as
+/// Elasticsearch's circuit breakers answer.
+#[derive(Debug)]
+pub struct NativeBudget {
+    limit_bytes: std::sync::atomic::AtomicU64,
+    held_bytes: std::sync::atomic::AtomicU64,
+}
+
+/// The default [`NativeBudget`]: 1 GiB.
+pub const DEFAULT_NATIVE_BUDGET_BYTES: u64 = 1 << 30;
+
+impl Default for NativeBudget {
+    fn default() -> Self {
+        NativeBudget {
+            limit_bytes: DEFAULT_NATIVE_BUDGET_BYTES.into(),
+            held_bytes: 0.into(),
+        }
+    }
+}
+
+/// Bytes of a [`NativeBudget`] held until dropped.
+struct Reservation<'a> {
+    budget: &'a NativeBudget,
+    bytes: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.budget
+            .held_bytes
+            .fetch_sub(self.bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl NativeBudget {
+    /// Sets the limit (requests holding more keep it until they end).
+    pub fn set_limit_bytes(&self, limit_bytes: u64) {
+        self.limit_bytes
+            .store(limit_bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The limit in MiB, what one request may ask for at most.
+    fn limit_mib(&self) -> usize {
+        (self.limit_bytes.load(std::sync::atomic::Ordering::Relaxed) >> 20) as usize
+    }
+
+    /// Holds `bytes` for one request, or says why it cannot.
+    fn reserve(&self, bytes: u64) -> ApiResult<Reservation<'_>> {
+        use std::sync::atomic::Ordering;
+        let limit = self.limit_bytes.load(Ordering::Relaxed);
+        self.held_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(bytes).filter(|total| *total <= limit)
+            })
+            .map(|_| Reservation {
+                budget: self,
+                bytes,
+            })
+            .map_err(|held| {
+                ApiError::new(
+                    429,
+                    "circuit_breaking_exception",
+                    format!(
+                        "[sluice_native] Data too large: this request asks for [{bytes}] bytes and other requests hold [{held}] of the limit of [{limit}] (--http-native-memory-mib); ask for less with [memory_mib] or retry when they are done"
+                    ),
+                )
+                .with("bytes_wanted", json!(bytes))
+                .with("bytes_limit", json!(limit))
+                .with("durability", json!("TRANSIENT"))
+            })
+    }
+}
+
 impl Api {
     /// The keyspace a native request names: `keyspace` directly, or the
     /// documents of `index`.
@@ -146,7 +227,7 @@ impl Api {
         let select = text(&body, "select")?;
         let aggregate_text = text(&body, "aggregate")?;
         let group_by = text(&body, "group_by")?;
-        let threads = usize_of(&body, "threads", cores(), 256)?;
+        let threads = threads_of(&body)?;
         let arrow = wants_arrow(req);
         let store = self.catalog().store().clone();
         if let Some(aggs) = &aggregate_text {
@@ -331,8 +412,11 @@ impl Api {
         let ks = store
             .keyspace(edges)
             .map_err(|e| ApiError::illegal(e.to_string()))?;
-        let memory_mib = usize_of(&body, "memory_mib", 1024, 1 << 20)?;
-        let threads = usize_of(&body, "threads", cores(), 256)?;
+        let budget = self.native_budget();
+        let most_mib = budget.limit_mib().max(1);
+        let memory_mib = usize_of(&body, "memory_mib", most_mib.min(1024), most_mib)?;
+        let _held = budget.reserve((memory_mib as u64) << 20)?;
+        let threads = threads_of(&body)?;
         let top = usize_of(&body, "top", 10, 1_000_000)?;
         let sources = match body.get("sources") {
             None | Some(Value::Null) => None,
@@ -403,6 +487,7 @@ impl Api {
             memory_bytes: 1 << 30,
             threads: cores(),
         };
+        let _held = self.native_budget().reserve(q.memory_bytes)?;
         let r = sluice_ndp::demo::run(self.catalog().store(), &q)
             .map_err(|e| ApiError::illegal(e.to_string()))?;
         let parse =

@@ -440,7 +440,7 @@ pub fn run(
     paging: bool,
 ) -> ApiResult<Found> {
     let mut offered = resume.take();
-    let window = spec.from + spec.size;
+    let window = spec.from.saturating_add(spec.size);
     if let Some(after) = &spec.search_after {
         if after.len() != spec.sort.len() || spec.sort.is_empty() {
             return Err(ApiError::illegal(format!(
@@ -732,16 +732,18 @@ pub fn parse_keep_alive(text: &str) -> ApiResult<Duration> {
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (n, unit) = t.split_at(split);
     let n: u64 = n.parse().map_err(|_| bad_time(text))?;
+    let seconds = |per: u64| Duration::from_secs(n.saturating_mul(per));
     let d = match unit {
-        "d" => Duration::from_secs(n * 86_400),
-        "h" => Duration::from_secs(n * 3600),
-        "m" => Duration::from_secs(n * 60),
-        "s" => Duration::from_secs(n),
+        "d" => seconds(86_400),
+        "h" => seconds(3600),
+        "m" => seconds(60),
+        "s" => seconds(1),
         "ms" => Duration::from_millis(n),
         "micros" => Duration::from_micros(n),
         "nanos" => Duration::from_nanos(n),
         _ => return Err(bad_time(text)),
     };
+    // A product past u64 saturates, and so is refused here as too large.
     if d > MAX_KEEP_ALIVE {
         return Err(ApiError::illegal(format!(
             "Keep alive for request ({text}) is too large. It must be less than (1d). This limit can be set by changing the [search.max_keep_alive] cluster level setting."

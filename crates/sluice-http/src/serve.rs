@@ -4,11 +4,13 @@
 use crate::api::Api;
 use crate::error::ApiError;
 use crate::wire::{self, Response, WireError};
+use std::cell::Cell;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the HTTP API listens.
 #[derive(Clone)]
@@ -21,11 +23,21 @@ pub struct HttpConfig {
     pub max_body_bytes: usize,
     /// A connection idle this long between requests is closed.
     pub idle_timeout: Duration,
-    /// Basic-auth users (`name`, `password`).
-    pub users: Vec<(String, String)>,
-    /// API keys (`id`, `key`), sent as `Authorization: ApiKey
-    /// base64(id:key)`. With neither users nor keys: no authentication.
-    pub api_keys: Vec<(String, String)>,
+    /// A request must arrive whole (head and body) within this from its
+    /// first byte, and each write of an answer must be taken by the client
+    /// within it: a slow sender or a client that stops reading holds its
+    /// slot no longer.
+    pub request_timeout: Duration,
+    /// Basic-auth users (name, password).
+    pub users: sluice_auth::Credentials,
+    /// API keys (id, key), sent as `Authorization: ApiKey
+    /// base64(id:key)`. With neither users nor keys: no authentication,
+    /// and then only local clients are served (see `protected_mode`).
+    pub api_keys: sluice_auth::Credentials,
+    /// Without users or keys, answer clients other than `127.0.0.1` and
+    /// `::1` with 401 (Redis's protected mode; Elasticsearch 8 turns its
+    /// security on by default in the same spirit).
+    pub protected_mode: bool,
     /// TLS (rustls) on every connection, if set.
     pub tls: Option<Arc<rustls::ServerConfig>>,
 }
@@ -37,8 +49,10 @@ impl std::fmt::Debug for HttpConfig {
             .field("max_connections", &self.max_connections)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("idle_timeout", &self.idle_timeout)
+            .field("request_timeout", &self.request_timeout)
             .field("users", &self.users.len())
             .field("api_keys", &self.api_keys.len())
+            .field("protected_mode", &self.protected_mode)
             .field("tls", &self.tls.is_some())
             .finish()
     }
@@ -51,8 +65,10 @@ impl Default for HttpConfig {
             max_connections: 1024,
             max_body_bytes: 100 << 20,
             idle_timeout: Duration::from_secs(300),
-            users: Vec::new(),
-            api_keys: Vec::new(),
+            request_timeout: Duration::from_secs(60),
+            users: sluice_auth::Credentials::new(),
+            api_keys: sluice_auth::Credentials::new(),
+            protected_mode: true,
             tls: None,
         }
     }
@@ -106,6 +122,27 @@ impl Drop for HttpServer {
     }
 }
 
+/// One of the `--http-max-connections` slots, given back when the
+/// connection's thread ends, whichever way it ends (a panic included).
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// Takes a slot, or none when all `limit` are held.
+    fn take(open: &Arc<AtomicUsize>, limit: usize) -> Option<Slot> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < limit).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| Slot(open.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn accept_loop(
     listener: TcpListener,
     api: Arc<Api>,
@@ -117,22 +154,22 @@ fn accept_loop(
     let mut workers: Vec<std::thread::JoinHandle<()>> = Vec::new();
     while !shutdown.load(Ordering::Acquire) {
         match listener.accept() {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 workers.retain(|w| !w.is_finished());
-                if open.load(Ordering::Acquire) >= config.max_connections {
+                let Some(slot) = Slot::take(&open, config.max_connections) else {
                     refuse(stream, config.max_connections);
                     continue;
-                }
-                open.fetch_add(1, Ordering::AcqRel);
-                let (api, config, open, shutdown) =
-                    (api.clone(), config.clone(), open.clone(), shutdown.clone());
+                };
+                let (api, config, shutdown) = (api.clone(), config.clone(), shutdown.clone());
+                // The slot moves into the thread; if the thread cannot start,
+                // the closure is dropped and the slot with it.
                 let spawned = std::thread::Builder::new()
                     .name("sluice-http".into())
                     .spawn(move || {
-                        if let Err(e) = serve_connection(stream, &api, &config, &shutdown) {
+                        let _slot = slot;
+                        if let Err(e) = serve_connection(stream, peer, &api, &config, &shutdown) {
                             log::debug!("http connection: {e}");
                         }
-                        open.fetch_sub(1, Ordering::AcqRel);
                     });
                 match spawned {
                     Ok(h) => workers.push(h),
@@ -165,10 +202,12 @@ fn refuse(stream: TcpStream, limit: usize) {
     );
 }
 
+/// Most body bytes read from a request that is not authorized, so that
+/// the connection can answer it and go on; a larger body is not read at
+/// all (the answer closes the connection).
+pub const MAX_UNAUTHORIZED_BODY_BYTES: usize = 64 << 10;
+
 fn authorized(req: &wire::Request, config: &HttpConfig) -> bool {
-    if config.users.is_empty() && config.api_keys.is_empty() {
-        return true;
-    }
     let Some(value) = req.header("authorization") else {
         return false;
     };
@@ -177,8 +216,11 @@ fn authorized(req: &wire::Request, config: &HttpConfig) -> bool {
     let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(encoded.trim()) else {
         return false;
     };
-    let text = String::from_utf8_lossy(&decoded);
-    let Some((name, secret)) = text.split_once(':') else {
+    let Some(colon) = decoded.iter().position(|&b| b == b':') else {
+        return false;
+    };
+    let (name, secret) = (&decoded[..colon], &decoded[colon + 1..]);
+    let Ok(name) = std::str::from_utf8(name) else {
         return false;
     };
     let known = if scheme.eq_ignore_ascii_case("basic") {
@@ -188,128 +230,247 @@ fn authorized(req: &wire::Request, config: &HttpConfig) -> bool {
     } else {
         return false;
     };
-    known.iter().any(|(u, p)| u == name && p == secret)
+    known.check(name, secret)
+}
+
+/// The answer to a request that may not run, if it may not: one without
+/// the credentials the server asks for, or one from a client beyond
+/// loopback when the server has none to ask for (protected mode).
+fn refusal(request: &wire::Request, peer: &SocketAddr, config: &HttpConfig) -> Option<Response> {
+    if config.users.is_empty() && config.api_keys.is_empty() {
+        if !config.protected_mode || sluice_auth::is_local_peer(peer) {
+            return None;
+        }
+        let e = ApiError::new(
+            403,
+            "security_exception",
+            format!(
+                "the HTTP API has no users, so it serves only clients on 127.0.0.1 and ::1 (protected mode), and this request [{}] came from {}: give the server --http-users-file FILE or --http-api-keys-file FILE and send credentials, or start it with --protected-mode no on a network you trust",
+                request.path,
+                peer.ip()
+            ),
+        );
+        return Some(Response::json(403, e.body().to_string().into_bytes()));
+    }
+    (!authorized(request, config)).then(|| unauthorized(request))
+}
+
+/// The socket under a connection's reads: while a request is being read,
+/// each read waits no later than the request's deadline, so a sender that
+/// trickles a byte at a time cannot hold the connection's slot past it;
+/// between requests a read waits [`POLL_INTERVAL`], so that shutdown and
+/// the idle limit are seen.
+struct DeadlineSocket {
+    stream: TcpStream,
+    deadline: Rc<Cell<Option<Instant>>>,
+}
+
+impl Read for DeadlineSocket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let wait = match self.deadline.get() {
+            None => POLL_INTERVAL,
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the request did not arrive whole within the request timeout",
+                    ));
+                }
+                left
+            }
+        };
+        self.stream.set_read_timeout(Some(wait))?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for DeadlineSocket {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
 }
 
 fn serve_connection(
     stream: TcpStream,
+    peer: SocketAddr,
     api: &Api,
     config: &HttpConfig,
     shutdown: &AtomicBool,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(POLL_INTERVAL))?;
-    let socket = stream.try_clone()?;
+    stream.set_write_timeout(Some(config.request_timeout))?;
+    let deadline = Rc::new(Cell::new(None));
+    let socket = DeadlineSocket {
+        stream,
+        deadline: deadline.clone(),
+    };
+    let connection = Connection {
+        peer,
+        api,
+        config,
+        shutdown,
+        deadline,
+    };
     match &config.tls {
-        None => serve_stream(stream, &socket, api, config, shutdown),
+        None => connection.serve(socket),
         Some(tls) => {
             let conn = rustls::ServerConnection::new(tls.clone())
                 .map_err(|e| std::io::Error::other(format!("TLS: {e}")))?;
-            serve_stream(
-                rustls::StreamOwned::new(conn, stream),
-                &socket,
-                api,
-                config,
-                shutdown,
-            )
+            connection.serve(rustls::StreamOwned::new(conn, socket))
         }
     }
 }
 
-fn serve_stream<S: Read + Write>(
-    stream: S,
-    socket: &TcpStream,
-    api: &Api,
-    config: &HttpConfig,
-    shutdown: &AtomicBool,
-) -> std::io::Result<()> {
-    let mut reader = BufReader::with_capacity(64 << 10, stream);
-    let mut idle = Duration::ZERO;
-    loop {
-        if shutdown.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        // Wait for the first byte of a request with the short timeout, so
-        // shutdown and the idle limit are seen; then read it whole.
-        match std::io::BufRead::fill_buf(&mut reader) {
-            Ok([]) => return Ok(()),
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                idle += POLL_INTERVAL;
-                if idle >= config.idle_timeout {
-                    return Ok(());
-                }
-                continue;
-            }
-            Err(e) => return Err(e),
-        }
-        idle = Duration::ZERO;
-        socket.set_read_timeout(Some(config.idle_timeout))?;
-        let request = read_with_continue(&mut reader, config.max_body_bytes);
-        socket.set_read_timeout(Some(POLL_INTERVAL))?;
-        let mut writer = BufWriter::with_capacity(64 << 10, reader.get_mut());
-        let request = match request {
-            Ok(Some(r)) => r,
-            Ok(None) => return Ok(()),
-            Err(WireError::Io(e)) => return Err(e),
-            Err(e) => {
-                let (status, kind) = match e {
-                    WireError::BodyTooLarge { .. } => (413, "content_too_long_exception"),
-                    _ => (400, "illegal_argument_exception"),
-                };
-                let body = ApiError::new(status, kind, e.to_string())
-                    .body()
-                    .to_string()
-                    .into_bytes();
-                wire::write_response(
-                    &mut writer,
-                    Response::json(status, body),
-                    false,
-                    false,
-                    false,
-                )?;
+/// What one connection's thread serves with.
+struct Connection<'a> {
+    peer: SocketAddr,
+    api: &'a Api,
+    config: &'a HttpConfig,
+    shutdown: &'a AtomicBool,
+    deadline: Rc<Cell<Option<Instant>>>,
+}
+
+/// What arrived on a connection.
+enum Incoming {
+    /// The peer closed between requests.
+    Closed,
+    /// A request allowed to run.
+    Request(wire::Request),
+    /// A request answered without running; whether its body was read
+    /// whole, so that the connection can go on.
+    Refused(wire::Request, Response, bool),
+}
+
+impl Connection<'_> {
+    fn serve<S: Read + Write>(&self, stream: S) -> std::io::Result<()> {
+        let config = self.config;
+        let mut reader = BufReader::with_capacity(64 << 10, stream);
+        let mut idle = Duration::ZERO;
+        loop {
+            if self.shutdown.load(Ordering::Acquire) {
                 return Ok(());
             }
-        };
-        let head_only = request.method == "HEAD";
-        let response = if authorized(&request, config) {
-            api.handle(&request)
-        } else {
-            unauthorized(&request)
-        };
-        let gzip = request
-            .header("accept-encoding")
-            .is_some_and(|a| a.contains("gzip"));
-        let keep_alive = request.keep_alive() && !shutdown.load(Ordering::Acquire);
-        wire::write_response(&mut writer, response, head_only, gzip, keep_alive)?;
-        if !keep_alive {
-            return Ok(());
+            // Wait for the first byte of a request with the short timeout,
+            // so shutdown and the idle limit are seen; then read it whole
+            // before its deadline.
+            match std::io::BufRead::fill_buf(&mut reader) {
+                Ok([]) => return Ok(()),
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    idle += POLL_INTERVAL;
+                    if idle >= config.idle_timeout {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            idle = Duration::ZERO;
+            self.deadline
+                .set(Some(Instant::now() + config.request_timeout));
+            let incoming = self.read(&mut reader);
+            self.deadline.set(None);
+            let mut writer = BufWriter::with_capacity(64 << 10, reader.get_mut());
+            let (request, response, keep_alive) = match incoming {
+                Ok(Incoming::Closed) => return Ok(()),
+                Ok(Incoming::Refused(request, response, body_read)) => {
+                    (request, response, body_read)
+                }
+                Ok(Incoming::Request(request)) => {
+                    let (response, keep_alive) = self.run(&request);
+                    (request, response, keep_alive)
+                }
+                Err(WireError::Io(e)) => return Err(e),
+                Err(e) => {
+                    let (status, kind) = match e {
+                        WireError::BodyTooLarge { .. } => (413, "content_too_long_exception"),
+                        _ => (400, "illegal_argument_exception"),
+                    };
+                    let body = ApiError::new(status, kind, e.to_string())
+                        .body()
+                        .to_string()
+                        .into_bytes();
+                    wire::write_response(
+                        &mut writer,
+                        Response::json(status, body),
+                        false,
+                        false,
+                        false,
+                    )?;
+                    return Ok(());
+                }
+            };
+            let head_only = request.method == "HEAD";
+            let gzip = request
+                .header("accept-encoding")
+                .is_some_and(|a| a.contains("gzip"));
+            let keep_alive =
+                keep_alive && request.keep_alive() && !self.shutdown.load(Ordering::Acquire);
+            wire::write_response(&mut writer, response, head_only, gzip, keep_alive)?;
+            if !keep_alive {
+                return Ok(());
+            }
         }
     }
-}
 
-/// Reads a request; a client that waits for `100 Continue` gets it once
-/// the head is read and the declared body fits the limit.
-fn read_with_continue<S: Read + Write>(
-    reader: &mut BufReader<S>,
-    max_body_bytes: usize,
-) -> Result<Option<wire::Request>, WireError> {
-    let Some(mut request) = wire::read_request_head(reader)? else {
-        return Ok(None);
-    };
-    if wire::expects_continue(&request) {
-        wire::declared_length(&request, max_body_bytes)?;
-        let out = reader.get_mut();
-        out.write_all(wire::CONTINUE)?;
-        out.flush()?;
+    /// Reads a request's head, decides whether it may run, and only then
+    /// reads its body (a refused one's only when it is small). A client
+    /// that waits for `100 Continue` gets it once the request is allowed
+    /// and its declared body fits the limit.
+    fn read<S: Read + Write>(&self, reader: &mut BufReader<S>) -> Result<Incoming, WireError> {
+        let max_body_bytes = self.config.max_body_bytes;
+        let Some(mut request) = wire::read_request_head(reader)? else {
+            return Ok(Incoming::Closed);
+        };
+        if let Some(response) = refusal(&request, &self.peer, self.config) {
+            let body_read = !wire::expects_continue(&request)
+                && wire::read_body(reader, &mut request, MAX_UNAUTHORIZED_BODY_BYTES).is_ok();
+            return Ok(Incoming::Refused(request, response, body_read));
+        }
+        if wire::expects_continue(&request) {
+            wire::declared_length(&request, max_body_bytes)?;
+            let out = reader.get_mut();
+            out.write_all(wire::CONTINUE)?;
+            out.flush()?;
+        }
+        wire::read_body(reader, &mut request, max_body_bytes)?;
+        Ok(Incoming::Request(request))
     }
-    wire::read_body(reader, &mut request, max_body_bytes)?;
-    Ok(Some(request))
+
+    /// Runs an allowed request; whether the connection may go on. A panic
+    /// in the API is a bug: it is answered 500 and the connection closed,
+    /// instead of the connection ending without a word.
+    fn run(&self, request: &wire::Request) -> (Response, bool) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.api.handle(request))) {
+            Ok(response) => (response, true),
+            Err(_) => {
+                log::error!(
+                    "http: a {} {} request panicked; answered 500",
+                    request.method,
+                    request.path
+                );
+                let e = ApiError::new(
+                    500,
+                    "exception",
+                    "the server failed on this request (a bug: its log has the details)",
+                );
+                (
+                    Response::json(500, e.body().to_string().into_bytes()),
+                    false,
+                )
+            }
+        }
+    }
 }
 
 fn unauthorized(request: &wire::Request) -> Response {

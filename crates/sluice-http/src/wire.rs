@@ -163,9 +163,7 @@ pub fn read_body(
         read_chunked(reader, max_body_bytes)?
     } else {
         let length = declared_length(request, max_body_bytes)?;
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body)?;
-        body
+        read_exactly(reader, length)?
     };
     request.body = match request.header("content-encoding") {
         Some(e) if e.eq_ignore_ascii_case("gzip") => gunzip(&body, max_body_bytes)?,
@@ -207,32 +205,85 @@ fn read_head(reader: &mut impl BufRead) -> Result<Option<Vec<u8>>, WireError> {
     }
 }
 
+/// Reads `length` bytes, the buffer growing with what arrives: a client
+/// that declares a large body and sends none makes the server hold no
+/// more than it sent.
+fn read_exactly(reader: &mut impl BufRead, length: usize) -> Result<Vec<u8>, WireError> {
+    let mut body = Vec::with_capacity(length.min(READ_AHEAD_BYTES));
+    reader.by_ref().take(length as u64).read_to_end(&mut body)?;
+    if body.len() < length {
+        return Err(WireError::Malformed(format!(
+            "the peer closed after {} of the {length} body bytes it declared",
+            body.len()
+        )));
+    }
+    Ok(body)
+}
+
+/// What a body's buffer holds before its bytes arrive.
+const READ_AHEAD_BYTES: usize = 1 << 20;
+
+/// Longest chunk-size line (the size, extensions and CRLF).
+const MAX_CHUNK_LINE_BYTES: u64 = 1024;
+
+/// A chunk's size from its line (`1a;ext=x\r\n`): hex digits only, at most
+/// 16 of them, so that it fits a u64 and no sign or space slips through.
+fn chunk_size(line: &str) -> Result<u64, WireError> {
+    let text = line
+        .trim_end_matches(['\r', '\n'])
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim_end_matches([' ', '\t']);
+    if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(WireError::Malformed(format!("bad chunk size {text:?}")));
+    }
+    u64::from_str_radix(text, 16)
+        .map_err(|_| WireError::Malformed(format!("bad chunk size {text:?}")))
+}
+
 fn read_chunked(reader: &mut impl BufRead, max_body_bytes: usize) -> Result<Vec<u8>, WireError> {
     let mut body = Vec::new();
     loop {
         let mut line = String::new();
-        reader.by_ref().take(1024).read_line(&mut line)?;
-        let size_text = line.trim().split(';').next().unwrap_or("");
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| WireError::Malformed(format!("bad chunk size {size_text:?}")))?;
+        reader
+            .by_ref()
+            .take(MAX_CHUNK_LINE_BYTES)
+            .read_line(&mut line)?;
+        if !line.ends_with('\n') {
+            return Err(WireError::Malformed(
+                "a chunk-size line is over 1024 bytes or ends early".into(),
+            ));
+        }
+        let size = chunk_size(&line)?;
         if size == 0 {
-            // Trailers, up to the blank line.
+            // Trailers, up to the blank line, within the head's limit.
+            let mut trailer_bytes = 0usize;
             loop {
                 let mut t = String::new();
                 let n = reader.by_ref().take(8192).read_line(&mut t)?;
+                trailer_bytes += n;
+                if trailer_bytes > MAX_HEAD_BYTES {
+                    return Err(WireError::HeadTooLarge);
+                }
                 if n == 0 || t.trim().is_empty() {
                     return Ok(body);
                 }
             }
         }
-        if body.len() + size > max_body_bytes {
+        // `body.len()` never passes the limit, so the room left is exact;
+        // the size is compared before any arithmetic uses it.
+        let room = (max_body_bytes - body.len()) as u64;
+        if size > room {
             return Err(WireError::BodyTooLarge {
                 limit_bytes: max_body_bytes,
             });
         }
-        let start = body.len();
-        body.resize(start + size, 0);
-        reader.read_exact(&mut body[start..])?;
+        let size = size as usize;
+        let got = reader.by_ref().take(size as u64).read_to_end(&mut body)?;
+        if got < size {
+            return Err(WireError::Malformed("the peer closed mid-chunk".into()));
+        }
         let mut crlf = [0u8; 2];
         reader.read_exact(&mut crlf)?;
         if &crlf != b"\r\n" {
@@ -485,6 +536,41 @@ mod tests {
         .into_bytes();
         raw.extend_from_slice(&gz);
         assert_eq!(read(&raw).unwrap().unwrap().body, b"{\"a\":1}");
+    }
+
+    #[test]
+    fn a_chunk_size_near_the_top_of_the_range_is_refused_not_wrapped() {
+        // Chunk `1`, then one of 2^64 - 1 bytes: `len + size` wrapped and
+        // the connection's thread panicked.
+        let crafted = b"POST /i/_doc/1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\n";
+        assert!(matches!(read(crafted), Err(WireError::BodyTooLarge { .. })));
+        for bad in ["+1", "-1", " 1", "1 2", "", "10000000000000000", "0x1", "g"] {
+            let raw = format!(
+                "PUT /i HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{bad}\r\nx\r\n0\r\n\r\n"
+            );
+            assert!(
+                matches!(read(raw.as_bytes()), Err(WireError::Malformed(_))),
+                "chunk size {bad:?} was taken"
+            );
+        }
+        // A size line with an extension and trailing blanks is fine.
+        let r = read(b"PUT /i HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3 ;a=b\r\nabc\r\n0\r\nX-T: 1\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.body, b"abc");
+    }
+
+    #[test]
+    fn a_short_body_is_an_error_and_a_declared_one_is_not_allocated_ahead() {
+        assert!(matches!(
+            read(b"PUT /i HTTP/1.1\r\nContent-Length: 5\r\n\r\nab"),
+            Err(WireError::Malformed(_))
+        ));
+        let mut reader = std::io::BufReader::new(
+            &b"PUT /i HTTP/1.1\r\nContent-Length: 104857600\r\n\r\nabc"[..],
+        );
+        let mut request = read_request_head(&mut reader).unwrap().unwrap();
+        assert!(read_body(&mut reader, &mut request, 100 << 20).is_err());
     }
 
     #[test]

@@ -305,35 +305,55 @@ fn find_head_end(bytes: &[u8]) -> Option<usize> {
         .map(|i| i + 4)
 }
 
+/// Longest chunk-size or trailer line taken from a server.
+const MAX_CHUNK_LINE_BYTES: u64 = 8 << 10;
+
+/// One line of at most [`MAX_CHUNK_LINE_BYTES`], or an error naming `what`.
+fn chunk_line(reader: &mut impl BufRead, line: &mut String, what: &str) -> Result<usize, String> {
+    line.clear();
+    let n = reader
+        .by_ref()
+        .take(MAX_CHUNK_LINE_BYTES)
+        .read_line(line)
+        .map_err(|e| format!("reading {what}: {e}"))?;
+    if n as u64 == MAX_CHUNK_LINE_BYTES && !line.ends_with('\n') {
+        return Err(format!("{what} longer than {MAX_CHUNK_LINE_BYTES} bytes"));
+    }
+    Ok(n)
+}
+
+/// A chunk's size: hex digits only, at most 16, so it fits a u64.
+fn chunk_size(line: &str) -> Result<u64, String> {
+    let text = line.trim_end().split(';').next().unwrap_or("").trim_end();
+    if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("a bad chunk size: {:?}", line.trim()));
+    }
+    u64::from_str_radix(text, 16).map_err(|_| format!("a bad chunk size: {:?}", line.trim()))
+}
+
 /// A chunked body whole (trailers read and dropped).
 fn read_chunked(reader: &mut impl BufRead, max_bytes: usize) -> Result<Body, String> {
     let mut body = crate::buffers::take_empty(0);
     let mut line = String::new();
     loop {
-        line.clear();
-        reader
-            .read_line(&mut line)
-            .map_err(|e| format!("reading a chunk size: {e}"))?;
-        let size_text = line.trim().split(';').next().unwrap_or("");
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| format!("a bad chunk size: {:?}", line.trim()))?;
+        chunk_line(reader, &mut line, "a chunk size")?;
+        let size = chunk_size(&line)?;
         if size == 0 {
             // Trailers, up to an empty line.
             loop {
-                line.clear();
-                let n = reader
-                    .read_line(&mut line)
-                    .map_err(|e| format!("reading the trailers: {e}"))?;
+                let n = chunk_line(reader, &mut line, "the trailers")?;
                 if n == 0 || line.trim().is_empty() {
                     return Ok(Body::from(body));
                 }
             }
         }
-        if body.len() + size > max_bytes {
+        // The size is compared with the room left before any arithmetic:
+        // a size near 2^64 must not wrap past the limit.
+        if size > max_bytes.saturating_sub(body.len()) as u64 {
             return Err(format!("an answer larger than {max_bytes} bytes"));
         }
         let start = body.len();
-        body.resize(start + size, 0);
+        body.resize(start + size as usize, 0);
         reader
             .read_exact(&mut body[start..])
             .map_err(|e| format!("reading a chunk: {e}"))?;
@@ -468,5 +488,20 @@ mod tests {
         assert!(read_chunked(&mut bad, 1 << 20).is_err());
         let mut big = std::io::Cursor::new(b"10\r\n0123456789abcdef\r\n0\r\n\r\n".to_vec());
         assert!(read_chunked(&mut big, 8).is_err());
+        // A size near 2^64 after a first chunk: `len + size` wrapped past
+        // the limit, and the resize that followed aborted the process.
+        let mut wraps = std::io::Cursor::new(&b"1\r\na\r\nffffffffffffffff\r\n"[..]);
+        let e = read_chunked(&mut wraps, 1 << 20).unwrap_err();
+        assert!(e.contains("larger than"), "{e}");
+        for bad in ["+1", "-1", "", "10000000000000000", "0x1"] {
+            let text = format!("{bad}\r\nx\r\n0\r\n\r\n");
+            let mut r = std::io::Cursor::new(text.as_bytes());
+            assert!(read_chunked(&mut r, 1 << 20).is_err(), "{bad:?} taken");
+        }
+        let endless = vec![b'1'; 100_000];
+        let mut r = std::io::Cursor::new(&endless[..]);
+        assert!(read_chunked(&mut r, 1 << 20)
+            .unwrap_err()
+            .contains("longer than"));
     }
 }

@@ -18,18 +18,22 @@ pub const SERVER_VERSION: &str = "7.0.15";
 /// Redis without `requirepass`.
 #[derive(Debug, Clone, Default)]
 pub struct Users {
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    credentials: sluice_auth::Credentials,
 }
 
 impl Users {
     /// Users from `name:password` pairs.
     pub fn new(pairs: &[(String, String)]) -> Self {
-        Users {
-            pairs: pairs
-                .iter()
-                .map(|(u, p)| (u.clone().into_bytes(), p.clone().into_bytes()))
-                .collect(),
+        let mut credentials = sluice_auth::Credentials::new();
+        for (user, password) in pairs {
+            credentials.insert(user, password.as_bytes());
         }
+        Users { credentials }
+    }
+
+    /// Users with these credentials (kept as password hashes).
+    pub fn from_credentials(credentials: sluice_auth::Credentials) -> Self {
+        Users { credentials }
     }
 
     /// Whether the default user needs a password (Redis's `requirepass`).
@@ -39,14 +43,16 @@ impl Users {
 
     /// Whether the default user has no password (Redis's `nopass`).
     fn default_nopass(&self) -> bool {
-        !self.pairs.iter().any(|(u, _)| u == b"default")
+        !self.credentials.has("default")
     }
 
+    /// Whether `user` may log in with `password`, compared in constant
+    /// time.
     fn check(&self, user: &[u8], password: &[u8]) -> bool {
         if user == b"default" && self.default_nopass() {
             return true;
         }
-        self.pairs.iter().any(|(u, p)| u == user && p == password)
+        std::str::from_utf8(user).is_ok_and(|user| self.credentials.check(user, password))
     }
 }
 

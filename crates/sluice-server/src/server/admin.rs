@@ -646,8 +646,8 @@ fn config(shared: &Shared, args: &Args) -> Reply {
     }
 }
 
-/// CONFIG SET for the settings that can change while serving: `timeout`
-/// and `maxclients`. All pairs are checked before any is applied.
+/// CONFIG SET for the settings that can change while serving: `timeout`,
+/// `maxclients` and `protected-mode`. All pairs are checked before any is applied.
 fn config_set(shared: &Shared, args: &Args) -> Reply {
     let mut changes = Vec::new();
     for pair in args[2..].chunks(2) {
@@ -655,6 +655,15 @@ fn config_set(shared: &Shared, args: &Args) -> Reply {
         let value = crate::resp::string_to_i64(&pair[1]);
         match (name.as_str(), value) {
             ("timeout" | "maxclients", Some(v)) if v >= 0 => changes.push((name, v as u64)),
+            ("protected-mode", _) => match pair[1].to_ascii_lowercase().as_slice() {
+                b"yes" => changes.push((name, 1)),
+                b"no" => changes.push((name, 0)),
+                _ => {
+                    return error(
+                        "ERR CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'",
+                    )
+                }
+            },
             ("timeout" | "maxclients", _) => {
                 return error(&format!(
                     "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
@@ -675,6 +684,7 @@ fn config_set(shared: &Shared, args: &Args) -> Reply {
     for (name, value) in changes {
         match name.as_str() {
             "timeout" => shared.idle_timeout_secs.store(value, Ordering::Relaxed),
+            "protected-mode" => shared.protected_mode.store(value == 1, Ordering::Relaxed),
             _ => shared.max_clients.store(value as usize, Ordering::Relaxed),
         }
     }
@@ -701,6 +711,15 @@ fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
             shared.max_clients.load(Ordering::Relaxed).to_string(),
         ),
         ("port", shared.resp_addr.port().to_string()),
+        (
+            "protected-mode",
+            if shared.protected_mode.load(Ordering::Relaxed) {
+                "yes"
+            } else {
+                "no"
+            }
+            .into(),
+        ),
         ("proto-max-bulk-len", c.limits.bulk_max_bytes.to_string()),
         ("save", String::new()),
         (

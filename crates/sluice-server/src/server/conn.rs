@@ -126,6 +126,9 @@ pub(super) struct Conn {
     pub(super) tls: Option<Box<rustls::ServerConnection>>,
     /// TLS only: close_notify was queued.
     pub(super) tls_closed: bool,
+    /// TLS only: protected mode turns this client away once its handshake
+    /// is done; nothing it sends runs.
+    pub(super) denied: bool,
 }
 
 impl Conn {
@@ -156,6 +159,7 @@ impl Conn {
             addr,
             tls: None,
             tls_closed: false,
+            denied: false,
         }
     }
 

@@ -58,6 +58,10 @@ pub struct ServerConfig {
     pub durability: Durability,
     /// Who may connect.
     pub users: Users,
+    /// Redis's `protected-mode`: while the default user has no password,
+    /// TCP and TLS clients other than `127.0.0.1` and `::1` are answered
+    /// `-DENIED` and closed (a Unix socket and shared memory are local).
+    pub protected_mode: bool,
     /// Most clients connected at once (Redis's `maxclients`).
     pub max_clients: usize,
     /// Close a client idle this long (0: never; Redis's `timeout`, seconds).
@@ -94,6 +98,7 @@ impl Default for ServerConfig {
             pin_threads: true,
             durability: Durability::Always,
             users: Users::default(),
+            protected_mode: true,
             max_clients: 10_000,
             idle_timeout_secs: 0,
             limits: Limits::default(),
@@ -225,6 +230,8 @@ pub struct Shared {
     pub max_clients: AtomicUsize,
     /// `timeout` now, in seconds (CONFIG SET changes it).
     pub idle_timeout_secs: AtomicU64,
+    /// `protected-mode` now (CONFIG SET changes it).
+    pub protected_mode: AtomicBool,
     /// The next client id.
     pub next_client_id: AtomicU64,
     /// Set to stop: workers finish what they hold and return.
@@ -255,7 +262,18 @@ impl Shared {
     fn stopping(&self) -> bool {
         self.shutdown.load(Ordering::Acquire)
     }
+
+    /// Whether protected mode turns a TCP or TLS client from `peer` away.
+    fn denies(&self, peer: Option<&SocketAddr>) -> bool {
+        self.protected_mode.load(Ordering::Relaxed)
+            && !self.config.users.default_needs_password()
+            && !peer.is_some_and(sluice_auth::is_local_peer)
+    }
 }
+
+/// Redis 7's answer to a client protected mode turns away, byte for byte
+/// (its `clientAcceptHandler`).
+pub const DENIED_REPLY: &[u8] = b"-DENIED Redis is running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. If you want to connect from external computers to Redis you may adopt one of the following solutions: 1) Just disable protected mode sending the command 'CONFIG SET protected-mode no' from the loopback interface by connecting to Redis from the same host the server is running, however MAKE SURE Redis is not publicly accessible from internet if you do so. Use CONFIG REWRITE to make this change permanent. 2) Alternatively you can just disable the protected mode by editing the Redis configuration file, and setting the protected mode option to 'no', and then restarting the server. 3) If you started the server manually just for testing, restart it with the '--protected-mode no' option. 4) Setup a an authentication password for the default user. NOTE: You only need to do one of the above things in order for the server to start accepting connections from the outside.\r\n";
 
 /// A running server: its address, and a handle to stop it.
 pub struct Server {
@@ -302,6 +320,7 @@ impl Server {
             registry: Clients::default(),
             max_clients: AtomicUsize::new(config.max_clients),
             idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
+            protected_mode: AtomicBool::new(config.protected_mode),
             next_client_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             stats: Stats::new(config.threads),

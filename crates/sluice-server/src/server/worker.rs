@@ -376,6 +376,14 @@ impl Worker {
                             c.dead = true;
                             return;
                         }
+                        if c.denied {
+                            if !tls.is_handshaking() {
+                                c.push_bytes(super::DENIED_REPLY);
+                                c.quit = true;
+                                c.closing = true;
+                            }
+                            return;
+                        }
                         c.reader.feed(&plain);
                     }
                 }
@@ -511,8 +519,21 @@ impl Worker {
         self.install(conn, path)
     }
 
-    /// Takes a new TCP connection, or refuses it over the client limit.
+    /// Takes a new TCP connection, or refuses it over the client limit or
+    /// in protected mode (a TLS client hears `-DENIED` once its handshake
+    /// is done, as Redis sends it).
     fn admit(&mut self, mut stream: TcpStream, tls: bool) -> std::io::Result<()> {
+        let denied = self.shared.denies(stream.peer_addr().ok().as_ref());
+        if denied && !tls {
+            self.shared
+                .stats
+                .rejected_connections
+                .fetch_add(1, Ordering::Relaxed);
+            // A fresh socket's send buffer takes these bytes at once.
+            let _ = stream.set_nonblocking(true);
+            let _ = stream.write_all(super::DENIED_REPLY);
+            return Ok(());
+        }
         let admitted = self.count_in(|reply| {
             // A fresh socket's send buffer takes these few bytes at once.
             let _ = stream.set_nonblocking(true);
@@ -532,6 +553,7 @@ impl Worker {
             .local_addr()
             .map_or_else(|_| "?".into(), |a| a.to_string());
         let mut conn = Conn::new(Transport::Tcp(stream), addr, session, shared.config.limits);
+        conn.denied = denied;
         if tls {
             let Some(settings) = &shared.config.tls else {
                 return Ok(());

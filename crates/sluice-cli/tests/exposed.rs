@@ -1,0 +1,229 @@
+//! `sluice serve` bound beyond loopback, as a client from elsewhere sees it:
+//! Redis's protected mode byte for byte against a real `redis-server`,
+//! secrets never taken from the command line. A client "from elsewhere"
+//! is a socket bound to 127.0.0.2 (Redis counts only 127.0.0.1 and ::1 as
+//! local); test traffic never leaves the loopback range.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{free_port, serve};
+
+/// A TCP connection to 127.0.0.1:`port` from source address `source`.
+fn connect_from(source: &str, port: u16) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let from: SocketAddr = format!("{source}:0").parse().unwrap();
+    socket.bind(&from.into()).unwrap();
+    let to = SocketAddr::from(([127, 0, 0, 1], port));
+    socket.connect(&to.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+}
+
+/// Sends `request` from `source` and reads until the server closes or
+/// `reply_bytes` have come (whichever is first).
+fn exchange(source: &str, port: u16, request: &[u8], reply_bytes: usize) -> Vec<u8> {
+    let mut s = connect_from(source, port);
+    s.write_all(request).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < reply_bytes {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    got
+}
+
+/// A server process, killed when the test ends (however it ends).
+struct Process {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real `redis-server` on every IPv4 address, protected mode as it
+/// comes, with `extra` flags.
+fn redis(extra: &[&str]) -> Process {
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "0.0.0.0"])
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("redis-server failed to start ({e}): scripts/setup installs it")
+        });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "redis-server did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Process { child, port }
+}
+
+const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+
+fn config_set_protected_mode(port: u16, value: &str) -> Vec<u8> {
+    let request = format!(
+        "*4\r\n$6\r\nCONFIG\r\n$3\r\nSET\r\n$14\r\nprotected-mode\r\n${}\r\n{value}\r\n",
+        value.len()
+    );
+    exchange("127.0.0.1", port, request.as_bytes(), 5)
+}
+
+fn config_get_protected_mode(port: u16) -> Vec<u8> {
+    let request = b"*3\r\n$6\r\nCONFIG\r\n$3\r\nGET\r\n$14\r\nprotected-mode\r\n";
+    exchange("127.0.0.1", port, request, 38)
+}
+
+#[test]
+fn protected_mode_answers_clients_from_elsewhere_as_redis_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = redis(&[]);
+    let ours = serve(dir.path(), "0.0.0.0", &[]);
+    assert!(
+        ours.banner.contains("protected mode"),
+        "no word at start about protected mode: {}",
+        ours.banner
+    );
+    // From 127.0.0.2: Redis's -DENIED text, then the connection closes.
+    let denied = exchange("127.0.0.2", real.port, PING, usize::MAX);
+    assert!(denied.starts_with(b"-DENIED Redis is running in protected mode"));
+    assert_eq!(exchange("127.0.0.2", ours.port, PING, usize::MAX), denied);
+    // From 127.0.0.1 both serve.
+    assert_eq!(exchange("127.0.0.1", real.port, PING, 7), b"+PONG\r\n");
+    assert_eq!(exchange("127.0.0.1", ours.port, PING, 7), b"+PONG\r\n");
+    // CONFIG GET and SET protected-mode, as Redis answers them.
+    for port in [real.port, ours.port] {
+        assert_eq!(
+            config_get_protected_mode(port),
+            b"*2\r\n$14\r\nprotected-mode\r\n$3\r\nyes\r\n"
+        );
+    }
+    let bad_real = config_set_protected_mode(real.port, "maybe");
+    assert_eq!(config_set_protected_mode(ours.port, "maybe"), bad_real);
+    for port in [real.port, ours.port] {
+        assert_eq!(config_set_protected_mode(port, "no"), b"+OK\r\n");
+        assert_eq!(exchange("127.0.0.2", port, PING, 7), b"+PONG\r\n");
+        assert_eq!(config_set_protected_mode(port, "yes"), b"+OK\r\n");
+    }
+    assert_eq!(exchange("127.0.0.2", ours.port, PING, usize::MAX), denied);
+}
+
+#[test]
+fn with_a_password_clients_from_elsewhere_must_authenticate() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("requirepass");
+    std::fs::write(&secret_file, "hunter2\n").unwrap();
+    let real = redis(&["--requirepass", "hunter2"]);
+    let ours = serve(
+        dir.path(),
+        "0.0.0.0",
+        &["--requirepass-file", secret_file.to_str().unwrap()],
+    );
+    assert!(!ours.banner.contains("protected mode"), "{}", ours.banner);
+    let noauth = exchange("127.0.0.2", real.port, PING, 33);
+    assert_eq!(noauth, b"-NOAUTH Authentication required.\r\n");
+    assert_eq!(exchange("127.0.0.2", ours.port, PING, 33), noauth);
+    let auth_ping = b"*2\r\n$4\r\nAUTH\r\n$7\r\nhunter2\r\n*1\r\n$4\r\nPING\r\n";
+    for port in [real.port, ours.port] {
+        assert_eq!(
+            exchange("127.0.0.2", port, auth_ping, 12),
+            b"+OK\r\n+PONG\r\n"
+        );
+    }
+    let wrong = b"*2\r\n$4\r\nAUTH\r\n$7\r\nhunter3\r\n";
+    let refused = exchange("127.0.0.2", real.port, wrong, 64);
+    assert!(refused.starts_with(b"-WRONGPASS"));
+    assert_eq!(exchange("127.0.0.2", ours.port, wrong, 64), refused);
+}
+
+fn serve_fails(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .args(["--device", dir.join("s.dev").to_str().unwrap()])
+        .args(["--resp", "127.0.0.1:0"])
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "sluice serve {args:?} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn secrets_are_refused_on_the_command_line_and_taken_from_files_or_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, value, instead) in [
+        ("--requirepass", "hunter2", "--requirepass-file"),
+        ("--user", "ann:hunter2", "--users-file"),
+        ("--http-user", "ann:hunter2", "--http-users-file"),
+        ("--http-api-key", "k:hunter2", "--http-api-keys-file"),
+    ] {
+        let err = serve_fails(dir.path(), &[flag, value], &[]);
+        assert!(err.contains("ps") && err.contains(instead), "{err}");
+        assert!(
+            !err.contains("hunter2"),
+            "the error repeats the secret: {err}"
+        );
+    }
+    assert!(
+        !dir.path().join("s.dev").exists(),
+        "a device was made for a server that could not start"
+    );
+    let users = dir.path().join("users");
+    std::fs::write(&users, "ann one\n").unwrap();
+    let err = serve_fails(dir.path(), &["--users-file", users.to_str().unwrap()], &[]);
+    assert!(
+        err.contains("line 1") && err.contains("NAME:SECRET"),
+        "{err}"
+    );
+    // SLUICE_REQUIREPASS: the environment, which `ps` does not show.
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .args(["--device", dir.path().join("e.dev").to_str().unwrap()])
+        .args(["--create-mib", "256", "--threads", "1"])
+        .args(["--resp", &format!("127.0.0.1:{port}")])
+        .env("SLUICE_REQUIREPASS", "from-env")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server = Process { child, port };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "sluice serve did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        exchange("127.0.0.1", port, PING, 33),
+        b"-NOAUTH Authentication required.\r\n"
+    );
+    let cli = Command::new("redis-cli")
+        .args(["-p", &port.to_string(), "PING"])
+        .env("REDISCLI_AUTH", "from-env")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&cli.stdout), "PONG\n");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", server.child.id())).unwrap();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("from-env"));
+}

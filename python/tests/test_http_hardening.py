@@ -1,0 +1,161 @@
+"""`sluice serve --http` against clients that mean harm or are merely slow:
+crafted chunk sizes, senders that trickle, bodies sent before credentials,
+and clients from beyond loopback while the API has no users (protected
+mode). A client "from elsewhere" is a socket bound to 127.0.0.2; test
+traffic never leaves the loopback range."""
+
+import base64
+import http.client
+import json
+import socket
+import threading
+import time
+
+import opensearchpy
+from conftest import SluiceServe
+
+
+def port_of(server):
+    return int(server.url.rsplit(":", 1)[1])
+
+
+def raw(port, data, source="127.0.0.1", timeout=10):
+    """Sends bytes and reads until the server closes; (reply, seconds)."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0)) as s:
+        s.sendall(data)
+        got = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        except (ConnectionResetError, socket.timeout):
+            pass
+    return got, time.monotonic() - started
+
+
+def get(port, path="/", source="127.0.0.1", headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10, source_address=(source, 0))
+    c.request("GET", path, headers=headers or {})
+    r = c.getresponse()
+    body = r.read()
+    c.close()
+    return r.status, json.loads(body) if body else None
+
+
+def basic(user, password):
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def secret_file(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    path.chmod(0o600)
+    return str(path)
+
+
+CRAFTED = (b"POST /idx/_doc/1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Transfer-Encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\n")
+
+
+def test_a_crafted_chunk_size_is_refused_and_takes_no_slot(tmp_path, sluice_bin):
+    """Chunk `1` then a chunk of 2^64 - 1 bytes: the length arithmetic
+    wrapped, the connection's thread panicked and its slot was never given
+    back; 20 of them and every later client got 429."""
+    s = SluiceServe(sluice_bin, tmp_path / "c.dev", extra=["--http-max-connections", "16"])
+    port = port_of(s)
+    for _ in range(20):
+        reply, _ = raw(port, CRAFTED)
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    status, body = get(port)
+    assert status == 200 and body["tagline"] == "You Know, for Search"
+    c = opensearchpy.OpenSearch(s.url)
+    c.index(index="idx", id="1", body={"a": 1}, refresh=True)
+    assert c.count(index="idx")["count"] == 1
+    s.stop()
+
+
+def test_a_sender_that_trickles_is_cut_at_the_request_deadline(tmp_path, sluice_bin):
+    """Each read waited its own timeout, so one byte every half second held
+    a slot for ever; now the request as a whole has a deadline."""
+    s = SluiceServe(sluice_bin, tmp_path / "t.dev",
+                    extra=["--http-max-connections", "2", "--http-request-timeout-secs", "2"])
+    port = port_of(s)
+    ended = []
+
+    def trickle():
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\n")
+            try:
+                for _ in range(60):
+                    sock.sendall(b"X-Slow: 1\r\n")
+                    time.sleep(0.5)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+        ended.append(time.monotonic() - started)
+
+    slow = [threading.Thread(target=trickle) for _ in range(2)]
+    for t in slow:
+        t.start()
+    for t in slow:
+        t.join(timeout=40)
+    assert len(ended) == 2 and max(ended) < 10, ended
+    # The two slots are back.
+    for _ in range(3):
+        assert get(port)[0] == 200
+    s.stop()
+
+
+def test_no_body_is_read_before_the_request_is_authorized(tmp_path, sluice_bin):
+    users = secret_file(tmp_path, "users", "ann:s3cret\n")
+    s = SluiceServe(sluice_bin, tmp_path / "a.dev", extra=["--http-users-file", users])
+    port = port_of(s)
+    # A large declared body without credentials: answered at once, unread.
+    head = b"PUT /i/_doc/1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n"
+    reply, seconds = raw(port, head)
+    assert reply.startswith(b"HTTP/1.1 401") and seconds < 5, (reply[:200], seconds)
+    # A small one is read and the connection goes on to a request with
+    # credentials.
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("PUT", "/i/_doc/1", body=b'{"a": 1}', headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 401 and json.loads(r.read())["error"]["type"] == "security_exception"
+    c.request("PUT", "/i/_doc/1", body=b'{"a": 1}', headers={"Content-Type": "application/json", **basic("ann", "s3cret")})
+    r = c.getresponse()
+    assert r.status == 201, r.read()
+    r.read()
+    c.close()
+    s.stop()
+
+
+def test_protected_mode_serves_loopback_and_refuses_others_without_users(tmp_path, sluice_bin):
+    s = SluiceServe(sluice_bin, tmp_path / "p.dev", http="0.0.0.0:0")
+    port = port_of(s)
+    assert any("protected mode" in line and "403" in line for line in s.banner), s.banner
+    status, body = get(port, source="127.0.0.2")
+    assert status == 403 and body["error"]["type"] == "security_exception", body
+    assert "--http-users-file" in body["error"]["reason"]
+    assert get(port)[0] == 200
+    # The refusal reads no body and keeps nothing: the index does not exist.
+    reply, _ = raw(port, b"PUT /x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", source="127.0.0.2")
+    assert reply.startswith(b"HTTP/1.1 403")
+    assert get(port, "/x")[0] == 404
+    s.stop()
+
+    users = secret_file(tmp_path, "users", "ann:s3cret\n")
+    s = SluiceServe(sluice_bin, tmp_path / "u.dev", http="0.0.0.0:0", extra=["--http-users-file", users])
+    port = port_of(s)
+    assert not any("protected mode" in line for line in s.banner), s.banner
+    assert get(port, source="127.0.0.2")[0] == 401
+    assert get(port, source="127.0.0.2", headers=basic("ann", "wrong"))[0] == 401
+    status, body = get(port, source="127.0.0.2", headers=basic("ann", "s3cret"))
+    assert status == 200 and body["tagline"] == "You Know, for Search"
+    s.stop()
+
+    s = SluiceServe(sluice_bin, tmp_path / "n.dev", http="0.0.0.0:0", extra=["--protected-mode", "no"])
+    assert any("WARNING" in line for line in s.banner), s.banner
+    assert get(port_of(s), source="127.0.0.2")[0] == 200
+    s.stop()
