@@ -159,3 +159,18 @@ def test_protected_mode_serves_loopback_and_refuses_others_without_users(tmp_pat
     assert any("WARNING" in line for line in s.banner), s.banner
     assert get(port_of(s), source="127.0.0.2")[0] == 200
     s.stop()
+
+
+def test_graph_requests_are_held_to_the_servers_memory_budget(tmp_path, sluice_bin):
+    """`memory_mib` was taken up to 1 TiB and `threads` up to 256 from any
+    request."""
+    s = SluiceServe(sluice_bin, tmp_path / "g.dev", extra=["--http-native-memory-mib", "64"])
+    c = http.client.HTTPConnection("127.0.0.1", port_of(s), timeout=30)
+    for asked in [65, 1 << 20]:
+        c.request("POST", "/_sluice/graph/bc", body=json.dumps({"memory_mib": asked}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = json.loads(r.read())
+        assert r.status == 400 and "[memory_mib] must be a number from 1 to 64" in body["error"]["reason"], body
+    c.close()
+    s.stop()

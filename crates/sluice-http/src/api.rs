@@ -512,7 +512,7 @@ impl Api {
         // index, so that one mistyped request cannot drop every index.
         let wildcard = expression
             .split(',')
-            .any(|part| part.is_empty() || part == "_all" || part.contains('*'));
+            .any(|part| part == "_all" || part.contains('*'));
         if wildcard && self.destructive_requires_name.load(Ordering::Relaxed) {
             return Err(ApiError::illegal(
                 "Wildcard expressions or all indices are not allowed",
@@ -942,6 +942,18 @@ impl Api {
             }
             match body.get(name) {
                 None | Some(Value::Null) => Ok(default),
+                // Elasticsearch reads these as a Java int.
+                Some(v) if v.as_u64().is_some_and(|n| n > i32::MAX as u64) => {
+                    let reason = format!(
+                        "Numeric value ({v}) out of range of int (-2147483648 - 2147483647)"
+                    );
+                    Err(
+                        ApiError::new(400, "x_content_parse_exception", reason.clone()).with(
+                            "caused_by",
+                            json!({"type": "input_coercion_exception", "reason": reason}),
+                        ),
+                    )
+                }
                 Some(v) => v.as_u64().map(|n| n as usize).ok_or_else(|| {
                     ApiError::illegal(format!("[{name}] must be a positive number, got [{v}]"))
                 }),
@@ -952,6 +964,13 @@ impl Api {
         // Both come from the request: compared before any sum can wrap.
         let window = from.saturating_add(size);
         if req.param("scroll").is_some() {
+            if from > 0 {
+                return Err(ApiError::new(
+                    400,
+                    "action_request_validation_exception",
+                    "Validation Failed: 1: using [from] is not allowed in a scroll context;",
+                ));
+            }
             if size > search::MAX_RESULT_WINDOW {
                 return Err(ApiError::illegal(format!(
                     "Batch size is too large, size must be less than or equal to: [{}] but was [{size}]. Scroll batch sizes cost as much memory as result windows so they are controlled by the [index.max_result_window] index level setting.",
@@ -1052,10 +1071,15 @@ impl Api {
             })?;
             slice.bounds = Some(bounds);
         }
-        let scroll = req
-            .param("scroll")
-            .map(|t| search::parse_keep_alive_param("scroll", t))
-            .transpose()?;
+        // A keep-alive past the limit is refused by the shards, as
+        // Elasticsearch refuses it.
+        let scroll = match req.param("scroll") {
+            None => None,
+            Some(t) => {
+                let keep = search::parse_time_param("scroll", t)?;
+                Some(search::check_keep_alive(t, keep).map_err(|e| as_search(e.on_shards()))?)
+            }
+        };
         if let Some(keep) = scroll {
             if pit_id.is_some() {
                 return Err(ApiError::new(400, "action_request_validation_exception", "Validation Failed: 1: using [point in time] is not allowed in a scroll context;"));

@@ -404,6 +404,12 @@ impl Api {
     fn native_bc(&self, req: &Request) -> ApiResult<Response> {
         let started = Instant::now();
         let body = Self::body(req)?;
+        // What the request may hold is settled before anything is read.
+        let budget = self.native_budget();
+        let most_mib = budget.limit_mib().max(1);
+        let memory_mib = usize_of(&body, "memory_mib", most_mib.min(1024), most_mib)?;
+        let threads = threads_of(&body)?;
+        let _held = budget.reserve((memory_mib as u64) << 20)?;
         let store = self.catalog().store();
         let edges = body
             .get("keyspace")
@@ -412,11 +418,6 @@ impl Api {
         let ks = store
             .keyspace(edges)
             .map_err(|e| ApiError::illegal(e.to_string()))?;
-        let budget = self.native_budget();
-        let most_mib = budget.limit_mib().max(1);
-        let memory_mib = usize_of(&body, "memory_mib", most_mib.min(1024), most_mib)?;
-        let _held = budget.reserve((memory_mib as u64) << 20)?;
-        let threads = threads_of(&body)?;
         let top = usize_of(&body, "top", 10, 1_000_000)?;
         let sources = match body.get("sources") {
             None | Some(Value::Null) => None,
@@ -567,5 +568,30 @@ impl Api {
             "used_bytes": budget.used_bytes(),
             "indices": indices,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_native_budget_is_shared_and_given_back() {
+        let budget = NativeBudget::default();
+        budget.set_limit_bytes(64 << 20);
+        assert_eq!(budget.limit_mib(), 64);
+        let first = budget.reserve(60 << 20).unwrap();
+        let refused = budget.reserve(10 << 20).err().unwrap();
+        assert_eq!(refused.status, 429);
+        assert_eq!(refused.kind, "circuit_breaking_exception");
+        assert!(budget.reserve(u64::MAX).is_err(), "a sum past u64 wrapped");
+        let small = budget.reserve(4 << 20).unwrap();
+        drop(first);
+        let again = budget.reserve(60 << 20).unwrap();
+        drop((small, again));
+        assert_eq!(
+            budget.held_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            0
+        );
     }
 }

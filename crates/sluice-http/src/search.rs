@@ -726,14 +726,21 @@ pub struct Contexts {
     open: Mutex<HashMap<String, Context>>,
 }
 
-/// Parses a keep-alive (`1m`, `30s`, `500ms`, `2h`, `1d`).
+/// Parses a keep-alive (`1m`, `30s`, `500ms`, `2h`, `1d`), held to
+/// `search.max_keep_alive`.
 pub fn parse_keep_alive(text: &str) -> ApiResult<Duration> {
+    check_keep_alive(text, parse_time(text)?)
+}
+
+/// Parses a time value (`1m`, `30s`, `500ms`, `2h`, `1d`) with no limit.
+fn parse_time(text: &str) -> ApiResult<Duration> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (n, unit) = t.split_at(split);
     let n: u64 = n.parse().map_err(|_| bad_time(text))?;
     let seconds = |per: u64| Duration::from_secs(n.saturating_mul(per));
-    let d = match unit {
+    // A product past u64 saturates, and so is refused as too large.
+    Ok(match unit {
         "d" => seconds(86_400),
         "h" => seconds(3600),
         "m" => seconds(60),
@@ -742,28 +749,34 @@ pub fn parse_keep_alive(text: &str) -> ApiResult<Duration> {
         "micros" => Duration::from_micros(n),
         "nanos" => Duration::from_nanos(n),
         _ => return Err(bad_time(text)),
-    };
-    // A product past u64 saturates, and so is refused here as too large.
-    if d > MAX_KEEP_ALIVE {
+    })
+}
+
+/// A keep-alive held to `search.max_keep_alive`.
+pub fn check_keep_alive(text: &str, keep: Duration) -> ApiResult<Duration> {
+    if keep > MAX_KEEP_ALIVE {
         return Err(ApiError::illegal(format!(
             "Keep alive for request ({text}) is too large. It must be less than (1d). This limit can be set by changing the [search.max_keep_alive] cluster level setting."
         )));
     }
-    Ok(d)
+    Ok(keep)
 }
 
-/// Parses a keep-alive given as the URL parameter `name`: a bad one is
-/// an `illegal_argument_exception` naming the parameter, as Elasticsearch
-/// answers it.
-pub fn parse_keep_alive_param(name: &str, text: &str) -> ApiResult<Duration> {
-    parse_keep_alive(text).map_err(|e| {
-        if e.kind != "parse_exception" {
-            return e;
-        }
+/// Parses a time value given as the URL parameter `name` (no limit
+/// applied): a bad one is an `illegal_argument_exception` naming the
+/// parameter, as Elasticsearch answers it.
+pub fn parse_time_param(name: &str, text: &str) -> ApiResult<Duration> {
+    parse_time(text).map_err(|_| {
         ApiError::illegal(format!(
             "failed to parse setting [{name}] with value [{text}] as a time value: unit is missing or unrecognized"
         ))
     })
+}
+
+/// Parses a keep-alive given as the URL parameter `name`, held to
+/// `search.max_keep_alive`.
+pub fn parse_keep_alive_param(name: &str, text: &str) -> ApiResult<Duration> {
+    check_keep_alive(text, parse_time_param(name, text)?)
 }
 
 fn bad_time(text: &str) -> ApiError {
