@@ -25,9 +25,20 @@ pub struct NodeArgs {
     /// The subsystem's NQN, which hosts name when they connect.
     #[arg(long, default_value = "nqn.2026-11.io.sluice:node")]
     nqn: String,
-    /// A host NQN allowed to connect; repeat it. None given: any host.
+    /// A host NQN allowed to connect (a Linux host's is in
+    /// /etc/nvme/hostnqn); repeat it. With none, hosts are admitted only
+    /// while every listener is on loopback, unless --allow-any-host.
     #[arg(long = "allow-host", value_name = "NQN")]
     allowed_hosts: Vec<String>,
+    /// Admit every host that can connect, on any address (nvmet's
+    /// allow_any_host): needed to listen beyond loopback without
+    /// --allow-host, and for NBD beyond loopback (NBD names no host).
+    #[arg(long)]
+    allow_any_host: bool,
+    /// How long a controller whose host asked for no keep-alive (KATO 0)
+    /// may stay silent before it ends, in seconds.
+    #[arg(long, default_value_t = 120)]
+    silent_controller_secs: u64,
     /// Also serve discovery here (NVMe/TCP's discovery port is 8009);
     /// the listen address serves it too.
     #[arg(long, value_name = "ADDR")]
@@ -87,6 +98,7 @@ pub fn run(args: &NodeArgs) -> Result<()> {
             args.nqn
         );
     }
+    check_exposure(args)?;
     // The ports first: a busy one is refused before any device is made.
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("listening on {} (is another target there?)", args.listen))?;
@@ -131,7 +143,10 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     let mut subsystem = Subsystem::new(args.nqn.clone(), namespaces, args.allowed_hosts.clone())
         .with_address(address)
         .with_in_capsule_bytes(args.in_capsule_kib as usize * 1024)
-        .map_err(anyhow::Error::msg)?;
+        .map_err(anyhow::Error::msg)?
+        .with_unkept_silence(std::time::Duration::from_secs(
+            args.silent_controller_secs.max(1),
+        ));
     if nvme_tls.is_some() {
         subsystem = subsystem.with_tls(tls_required);
     }
@@ -214,6 +229,29 @@ pub fn run(args: &NodeArgs) -> Result<()> {
             "sluice node: stopped; write data (NVMe/TCP and NBD) received straight into pinned buffers {:.1} MiB, copied from receive buffers {:.1} MiB",
             mib(bytes.direct),
             mib(bytes.staged)
+        );
+    }
+    Ok(())
+}
+
+/// Refuses to serve beyond loopback without saying who may connect, as
+/// Linux nvmet and SPDK admit no host unless told to.
+fn check_exposure(args: &NodeArgs) -> Result<()> {
+    if args.allow_any_host {
+        return Ok(());
+    }
+    let beyond = |addr: &SocketAddr| !sluice_auth::is_loopback_bind(addr);
+    let nvme = std::iter::once(("--listen", args.listen))
+        .chain(args.discovery.map(|a| ("--discovery", a)))
+        .find(|(_, a)| beyond(a));
+    if let (Some((flag, addr)), true) = (nvme, args.allowed_hosts.is_empty()) {
+        bail!(
+            "{flag} {addr} can be reached from other machines, and no host is named: give --allow-host NQN for each host allowed (a Linux host's NQN is in /etc/nvme/hostnqn), or --allow-any-host to admit every host that can connect"
+        );
+    }
+    if let Some(addr) = args.nbd.filter(|a| beyond(a)) {
+        bail!(
+            "--nbd {addr} can be reached from other machines, and NBD names no host that --allow-host could check: bind NBD to loopback (reach it through an SSH tunnel), or pass --allow-any-host to serve every client that can connect"
         );
     }
     Ok(())

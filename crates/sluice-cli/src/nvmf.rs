@@ -172,7 +172,28 @@ fn open(args: &NvmfArgs) -> Result<Session> {
         QueueConnection::open_with(&args.target, digests, tls.as_ref()).with_context(reach)?;
     let cntlid = admin
         .connect(&args.nqn, &args.host_nqn, 0, 0xffff, 0)
-        .with_context(|| format!("connecting to {} at {}", args.nqn, args.target))?;
+        .with_context(|| {
+            format!(
+                "connecting to {} at {} as host {}",
+                args.nqn, args.target, args.host_nqn
+            )
+        })
+        .map_err(|e| {
+            let refused = e.chain().any(|c| {
+                c.downcast_ref::<sluice_nvmf::initiator::InitiatorError>()
+                    .is_some_and(|i| {
+                        sluice_nvmf::initiator::is_status(
+                            i,
+                            sluice_nvmf::command::status::CONNECT_INVALID_HOST,
+                        )
+                    })
+            });
+            if refused {
+                e.context("the node does not admit this host: its --allow-host list must name it (or give --host-nqn)")
+            } else {
+                e
+            }
+        })?;
     admin.enable()?;
     admin.set_queue_count(1)?;
     let mut io =

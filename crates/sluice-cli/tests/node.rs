@@ -97,6 +97,29 @@ fn bad_options_are_refused_before_anything_is_served() {
         &dir.path().join("b.dev"),
         "is another target there?",
     );
+    // Beyond loopback, a node must be told who may connect.
+    refused_before_serving(
+        &["--listen", "0.0.0.0:0"],
+        &dir.path().join("d.dev"),
+        "--allow-host NQN",
+    );
+    refused_before_serving(
+        &["--listen", "127.0.0.1:0", "--discovery", "0.0.0.0:0"],
+        &dir.path().join("d.dev"),
+        "--allow-any-host",
+    );
+    refused_before_serving(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-host",
+            "nqn.2014-08.org.nvmexpress:uuid:x",
+            "--nbd",
+            "0.0.0.0:0",
+        ],
+        &dir.path().join("d.dev"),
+        "NBD names no host",
+    );
     // A TLS key with one character changed: its CRC-32 says so.
     let key = run(Command::new(env!("CARGO_BIN_EXE_sluice")).args(["nvmf", "gen-tls-key"]));
     let mut bad = key.trim().to_string().into_bytes();
@@ -185,6 +208,54 @@ fn sluice_nvmf_reaches_a_node_that_requires_tls_with_its_key() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--tls-key"), "{err}");
+}
+
+#[test]
+fn beyond_loopback_only_the_hosts_named_are_admitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let allowed = "nqn.2014-08.org.nvmexpress:uuid:allowed-host";
+    let child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["node", "--create-mib", "16", "--listen", "0.0.0.0:0"])
+        .args(["--allow-host", allowed])
+        .arg("--device")
+        .arg(dir.path().join("a.dev"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut node = Node {
+        child,
+        nbd: String::new(),
+        nvme: String::new(),
+        _dir: dir,
+    };
+    let mut lines = BufReader::new(node.child.stdout.take().unwrap()).lines();
+    while node.nvme.is_empty() {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(rest) = line.split(" on nvme-tcp ").nth(1) {
+            node.nvme = rest.split_whitespace().next().unwrap().to_string();
+        }
+    }
+    let port = node.nvme.rsplit(':').next().unwrap().to_string();
+    let identify = |host: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["nvmf", "--target", &format!("127.0.0.1:{port}")])
+            .args(["--host-nqn", host, "identify"])
+            .output()
+            .unwrap()
+    };
+    let out = identify(allowed);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = identify("nqn.2014-08.org.nvmexpress:uuid:someone-else");
+    assert!(!out.status.success(), "an unnamed host was admitted");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("does not admit this host") && err.contains("--allow-host"),
+        "{err}"
+    );
 }
 
 struct Node {

@@ -275,7 +275,14 @@ pub struct Subsystem {
     in_capsule_bytes: usize,
     /// Where the data of plain writes was received.
     write_data: WriteDataCounters,
+    /// How long the admin queue of a controller whose host asked for no
+    /// keep-alive (KATO 0) may stay silent before the controller ends.
+    unkept_silence: std::time::Duration,
 }
+
+/// The default silence a controller without keep-alive (KATO 0) is
+/// allowed: Linux nvmet's keep-alive for discovery controllers, 120 s.
+pub const DEFAULT_UNKEPT_SILENCE: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Bytes of plain writes' data (NVMe/TCP's Write and MultiCast, in the
 /// capsule or in H2CData, and NBD's block-aligned writes) by where they
@@ -351,7 +358,17 @@ impl Subsystem {
             tls_required: None,
             in_capsule_bytes: DEFAULT_IN_CAPSULE_BYTES,
             write_data: WriteDataCounters::default(),
+            unkept_silence: DEFAULT_UNKEPT_SILENCE,
         }
+    }
+
+    /// Sets how long a controller whose host asked for no keep-alive
+    /// (KATO 0) may stay silent on its admin queue: without a limit, a
+    /// host that went away without closing would hold one of the
+    /// [`MAX_CONTROLLERS`] for ever.
+    pub fn with_unkept_silence(mut self, silence: std::time::Duration) -> Subsystem {
+        self.unkept_silence = silence;
+        self
     }
 
     /// Where the data of plain writes has been received so far.
@@ -538,15 +555,32 @@ impl Queue {
         self.controller.is_some()
     }
 
-    /// The keep-alive timeout of this queue's controller, once connected
-    /// (0: none).
-    pub fn kato_ms(&self) -> u32 {
-        let Some(id) = self.controller else { return 0 };
-        self.subsystem
-            .controllers()
-            .live
-            .get(&id)
-            .map_or(0, |c| c.kato_ms)
+    /// Why this queue must end now that it has heard nothing for
+    /// `silent`, if it must. The keep-alive timer is its controller's: the
+    /// admin queue, where Keep Alive arrives, ends after twice the KATO of
+    /// silence (or the subsystem's limit for a controller without
+    /// keep-alive), and its controller with it; an I/O queue may be idle
+    /// for any time, and ends when its controller has ended.
+    pub fn expiry(&self, silent: std::time::Duration) -> Option<String> {
+        let id = self.controller?;
+        let controllers = self.subsystem.controllers();
+        let Some(c) = controllers.live.get(&id) else {
+            return Some(format!("controller {id} of this I/O queue has ended"));
+        };
+        if self.qid != 0 {
+            return None;
+        }
+        let limit = match c.kato_ms {
+            0 => self.subsystem.unkept_silence,
+            kato => std::time::Duration::from_millis(2 * kato as u64),
+        };
+        (silent > limit).then(|| match c.kato_ms {
+            0 => format!(
+                "no command for {} s on the admin queue of a controller without keep-alive (KATO 0)",
+                limit.as_secs()
+            ),
+            kato => format!("no command within twice the keep-alive timeout ({kato} ms)"),
+        })
     }
 
     /// Whether a command's data must be asked for with an R2T (a write with

@@ -452,11 +452,8 @@ impl Connection {
                             SETUP_TIMEOUT.as_secs()
                         ));
                     }
-                    let kato = self.queue.kato_ms() as u64;
-                    if kato > 0 && last_heard.elapsed() > Duration::from_millis(kato * 2) {
-                        break Err(format!(
-                            "no command within twice the keep-alive timeout ({kato} ms)"
-                        ));
+                    if let Some(why) = self.queue.expiry(last_heard.elapsed()) {
+                        break Err(why);
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -747,11 +744,8 @@ impl Connection {
                 SETUP_TIMEOUT.as_secs()
             ));
         }
-        let kato = self.queue.kato_ms() as u64;
-        if kato > 0 && rx.last_heard.elapsed() > Duration::from_millis(kato * 2) {
-            return Some(format!(
-                "no command within twice the keep-alive timeout ({kato} ms)"
-            ));
+        if let Some(why) = self.queue.expiry(rx.last_heard.elapsed()) {
+            return Some(why);
         }
         if rx.unsent_since.is_some_and(|t| t.elapsed() > SEND_TIMEOUT) {
             return Some(format!(

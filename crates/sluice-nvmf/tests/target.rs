@@ -568,6 +568,55 @@ fn a_silent_host_is_disconnected_after_its_keep_alive_and_its_controller_freed()
 }
 
 #[test]
+fn a_host_without_keep_alive_holds_its_controller_only_for_the_nodes_limit() {
+    // KATO 0 held one of the 64 controllers for as long as the connection
+    // stayed open, silent or not.
+    let t = start_with(Vec::new(), |s, _| {
+        s.with_unkept_silence(std::time::Duration::from_millis(800))
+    });
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 0).unwrap();
+    admin.enable().unwrap();
+    admin.set_queue_count(1).unwrap();
+    // Commands keep it: 1.5 s of them, none 800 ms apart.
+    for _ in 0..10 {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        admin.property_get(property::CSTS, false).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(2000));
+    assert!(admin.property_get(property::CSTS, false).is_err(), "closed");
+    let mut io = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let err = io.connect(NQN, HOST, 1, cntlid, 0).unwrap_err();
+    assert!(is_status(&err, status::CONNECT_INVALID_PARAMETERS), "{err}");
+}
+
+#[test]
+fn an_idle_io_queue_lives_while_its_controller_is_kept_alive_and_ends_with_it() {
+    // The keep-alive timer is the controller's: an I/O queue with no I/O
+    // for longer than twice the KATO was closed on its own.
+    let t = start(Vec::new());
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 300).unwrap();
+    admin.enable().unwrap();
+    admin.set_queue_count(1).unwrap();
+    let mut io = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    io.connect(NQN, HOST, 1, cntlid, 0).unwrap();
+    for _ in 0..15 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        admin.property_get(property::CSTS, false).unwrap();
+    }
+    io.write(1, 0, &[5u8; 4096], BLOCK).unwrap();
+    assert_eq!(io.read(1, 0, 1, BLOCK).unwrap(), vec![5u8; 4096]);
+    // The admin queue goes silent: it ends after 600 ms, its I/O queue
+    // with it.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(
+        io.read(1, 0, 1, BLOCK).is_err(),
+        "the I/O queue outlived its controller"
+    );
+}
+
+#[test]
 fn connects_and_disconnects_in_a_loop_leave_nothing_behind() {
     let t = start(Vec::new());
     // More rounds than controllers may live at once: each one's end frees it.
