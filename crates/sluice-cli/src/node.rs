@@ -204,6 +204,7 @@ pub fn run(args: &NodeArgs) -> Result<()> {
                 max_connections: config.max_connections,
                 tls_required: nbd_tls.is_some() && args.nbd_tls == TlsMode::Require,
                 tls: nbd_tls,
+                ..Default::default()
             };
             let (subsystem, stop) = (subsystem.clone(), stop.clone());
             Some(std::thread::spawn(move || {

@@ -88,6 +88,10 @@ pub struct NbdConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Clients must start TLS before anything but NBD_OPT_ABORT.
     pub tls_required: bool,
+    /// The whole handshake must be done within this.
+    pub handshake_timeout: std::time::Duration,
+    /// A request must arrive whole within this of its first byte.
+    pub request_timeout: std::time::Duration,
 }
 
 impl Default for NbdConfig {
@@ -96,6 +100,8 @@ impl Default for NbdConfig {
             max_connections: crate::target::DEFAULT_MAX_CONNECTIONS,
             tls: None,
             tls_required: false,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
         }
     }
 }
@@ -120,8 +126,86 @@ pub fn serve(
     })
 }
 
-/// How long a client may take over its handshake.
+/// How long a client may take over its handshake by default, all of it
+/// (a client that trickles its options a byte at a time is cut at this
+/// too).
 pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// By default, a request whose first byte has come must arrive whole (its
+/// write data included) within this; between requests a client may idle
+/// for ever.
+pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How often a read that waits for a client wakes to look at the
+/// request's deadline.
+const REQUEST_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Shuts a connection's socket at a deadline unless dropped first, so that
+/// a phase made of many reads (the handshake) has one deadline, however
+/// its bytes trickle in.
+struct Watchdog {
+    disarm: Option<std::sync::mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    fn arm(
+        stream: &TcpStream,
+        limit: std::time::Duration,
+        what: &'static str,
+    ) -> std::io::Result<Watchdog> {
+        let socket = stream.try_clone()?;
+        let (disarm, armed) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("nbd-deadline".into())
+            .spawn(move || {
+                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = armed.recv_timeout(limit) {
+                    log::info!(
+                        "NBD client {:?}: {what} not done within {} s; closed",
+                        socket.peer_addr().ok(),
+                        limit.as_secs()
+                    );
+                    let _ = socket.shutdown(std::net::Shutdown::Both);
+                }
+            })?;
+        Ok(Watchdog {
+            disarm: Some(disarm),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // The sender's end wakes the thread at once.
+        drop(self.disarm.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Whether a read ended because its wait ran out.
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// The error of a request that did not arrive whole within `limit`, if it
+/// is late.
+fn overdue(
+    since: Option<std::time::Instant>,
+    limit: std::time::Duration,
+) -> Option<std::io::Error> {
+    since.filter(|t| t.elapsed() > limit).map(|_| {
+        std::io::Error::new(
+            ErrorKind::TimedOut,
+            format!(
+                "a request did not arrive whole within {} ms",
+                limit.as_millis()
+            ),
+        )
+    })
+}
 
 fn serve_client(
     stream: TcpStream,
@@ -146,6 +230,7 @@ fn serve_client(
         active: false,
         required: config.tls_required,
     };
+    let watchdog = Watchdog::arm(&stream, config.handshake_timeout, "the handshake")?;
     let no_zeroes = greet(&mut plain)?;
     let haggled = handshake(&mut plain, &subsystem, tls, no_zeroes)?;
     plain.w.flush()?;
@@ -157,8 +242,8 @@ fn serve_client(
                 return Err(protocol("bytes sent after NBD_OPT_STARTTLS before TLS"));
             }
             drop(plain);
-            let config = config.tls.clone().expect("offered only with a certificate");
-            let conn = rustls::ServerConnection::new(config)
+            let tls_config = config.tls.clone().expect("offered only with a certificate");
+            let conn = rustls::ServerConnection::new(tls_config)
                 .map_err(|e| protocol(&format!("TLS: {e}")))?;
             let mut tls_stream = rustls::StreamOwned::new(conn, stream);
             let active = TlsState {
@@ -170,19 +255,21 @@ fn serve_client(
             let Haggled::Export(nsid, structured) = haggled else {
                 return Ok(());
             };
-            tls_stream.sock.set_read_timeout(None)?;
-            return Transmission::new(subsystem, nsid, structured)
+            drop(watchdog);
+            tls_stream.sock.set_read_timeout(Some(REQUEST_POLL))?;
+            return Transmission::new(subsystem, nsid, structured, config.request_timeout)
                 .run(RustlsLink { tls: tls_stream }, Vec::new());
         }
     };
-    stream.set_read_timeout(None)?;
+    drop(watchdog);
+    stream.set_read_timeout(Some(REQUEST_POLL))?;
     // Requests the client sent right after its last option.
     let early = plain.r.buffer().to_vec();
     let link = PlainLink {
         stream,
         reader: crate::poll::PollingReader::new(),
     };
-    Transmission::new(subsystem, nsid, structured).run(link, early)
+    Transmission::new(subsystem, nsid, structured, config.request_timeout).run(link, early)
 }
 
 /// A reader and a writer as one stream (the handshake's plain socket).
@@ -576,6 +663,8 @@ struct Transmission {
     subsystem: Arc<Subsystem>,
     nsid: u32,
     structured: bool,
+    /// A request must arrive whole within this of its first byte.
+    request_timeout: std::time::Duration,
     data_path: DataPath,
     /// By the tag given to the data path; `None` slots are free.
     at_device: Vec<Option<AtDevice>>,
@@ -585,8 +674,14 @@ struct Transmission {
 }
 
 impl Transmission {
-    fn new(subsystem: Arc<Subsystem>, nsid: u32, structured: bool) -> Transmission {
+    fn new(
+        subsystem: Arc<Subsystem>,
+        nsid: u32,
+        structured: bool,
+        request_timeout: std::time::Duration,
+    ) -> Transmission {
         Transmission {
+            request_timeout,
             data_path: DataPath::new(subsystem.clone()),
             subsystem,
             nsid,
@@ -615,6 +710,8 @@ impl Transmission {
         // Requests handled whole since the last direct write; until there
         // are HEADERS_FIRST_REQUESTS of them, reads take a header alone.
         let mut whole_requests = HEADERS_FIRST_REQUESTS;
+        // When the first byte of the request being received came.
+        let mut request_since: Option<std::time::Instant> = None;
         let result = loop {
             if let Some(d) = &mut direct {
                 // Its data first; nothing after it is looked at before.
@@ -637,6 +734,11 @@ impl Transmission {
                     Ok(0) => break Ok(()),
                     Ok(n) => d.got += n,
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if timed_out(&e) => {
+                        if let Some(late) = overdue(request_since, self.request_timeout) {
+                            break Err(late);
+                        }
+                    }
                     Err(e) => break Err(e),
                 }
                 if d.got < d.buf.len() {
@@ -647,6 +749,7 @@ impl Transmission {
                     .count_write_data(d.buf.len() - d.copied, true);
                 self.start_write(&d.request, &d.io, d.buf);
                 whole_requests = 0;
+                request_since = None;
             }
             // Every whole request already received.
             let mut need = REQUEST_HEADER_BYTES;
@@ -698,10 +801,19 @@ impl Transmission {
             if replies_first {
                 continue;
             }
+            // A request's clock starts at its first byte: one came whole
+            // since, or none is begun, and the clock starts over.
+            let consumed = start > 0;
             // Room for what comes next: the partial request to the front.
             buf.copy_within(start..filled, 0);
             filled -= start;
             start = 0;
+            let begun = filled > 0 || direct.is_some();
+            request_since = match (begun, consumed) {
+                (false, _) => None,
+                (true, true) => Some(std::time::Instant::now()),
+                (true, false) => request_since.or_else(|| Some(std::time::Instant::now())),
+            };
             if filled + need > buf.len() {
                 buf.resize(filled + need, 0);
             }
@@ -731,6 +843,11 @@ impl Transmission {
                 Ok(0) => break Ok(()),
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if timed_out(&e) => {
+                    if let Some(late) = overdue(request_since, self.request_timeout) {
+                        break Err(late);
+                    }
+                }
                 Err(e) => break Err(e),
             }
         };

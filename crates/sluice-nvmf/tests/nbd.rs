@@ -35,6 +35,16 @@ fn start() -> (String, Arc<AtomicBool>, tempfile::TempDir) {
 
 /// As [`start`], with the subsystem (its counters).
 fn start_counted() -> (String, Arc<AtomicBool>, tempfile::TempDir, Arc<Subsystem>) {
+    start_configured(sluice_nvmf::nbd::NbdConfig {
+        max_connections: 16,
+        ..Default::default()
+    })
+}
+
+/// As [`start_counted`], with `config`.
+fn start_configured(
+    config: sluice_nvmf::nbd::NbdConfig,
+) -> (String, Arc<AtomicBool>, tempfile::TempDir, Arc<Subsystem>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ns.dev");
     let dev = FileDevice::create(&path, DEVICE_BYTES, &FileOptions::default()).unwrap();
@@ -44,10 +54,6 @@ fn start_counted() -> (String, Arc<AtomicBool>, tempfile::TempDir, Arc<Subsystem
     let address = listener.local_addr().unwrap().to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
-    let config = sluice_nvmf::nbd::NbdConfig {
-        max_connections: 16,
-        ..Default::default()
-    };
     let served = subsystem.clone();
     std::thread::spawn(move || sluice_nvmf::nbd::serve(listener, served, config, s));
     (address, stop, dir, subsystem)
@@ -397,3 +403,88 @@ fn big_writes_are_received_straight_into_pinned_buffers() {
 }
 
 const REQUEST_HEADER_BYTES: usize = 28;
+
+/// Reads until the server closes (or 10 s pass); how long it took.
+fn closed_within(s: &mut TcpStream) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut sink = [0u8; 4096];
+    loop {
+        match s.read(&mut sink) {
+            Ok(0) | Err(_) => return started.elapsed(),
+            Ok(_) => {}
+        }
+    }
+}
+
+#[test]
+fn slow_senders_are_cut_at_the_deadline_of_their_handshake_or_request() {
+    use std::time::Duration;
+    let (address, _stop, _dir, _) = start_configured(sluice_nvmf::nbd::NbdConfig {
+        handshake_timeout: Duration::from_millis(1500),
+        request_timeout: Duration::from_millis(1500),
+        ..Default::default()
+    });
+    // A handshake trickled a byte every 400 ms: each read came in time,
+    // and the 30 s read timeout never ended it.
+    let trickler = {
+        let address = address.clone();
+        std::thread::spawn(move || {
+            let mut s = TcpStream::connect(&address).unwrap();
+            let _ = read_n(&mut s, 18);
+            let started = std::time::Instant::now();
+            let mut option = 3u32.to_be_bytes().to_vec();
+            option.extend_from_slice(&IHAVEOPT.to_be_bytes());
+            for byte in option {
+                if s.write_all(&[byte]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            started.elapsed() + closed_within(&mut s)
+        })
+    };
+    // Idle between requests for longer than the request deadline: served.
+    let mut idle = connect(&address, false);
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut out = Vec::new();
+    request(&mut out, 0, READ, 7, 0, 4096);
+    idle.write_all(&out).unwrap();
+    let (cookie, error, data) = reply(&mut idle, false, &HashMap::from([(7, 4096)]));
+    assert_eq!((cookie, error, data.len()), (7, 0, 4096));
+    // Half a request header, then nothing: cut at the request deadline.
+    let mut half = connect(&address, false);
+    half.write_all(&out[..10]).unwrap();
+    let cut = closed_within(&mut half);
+    assert!(cut < Duration::from_secs(5), "half a header held {cut:?}");
+    // A write whose data trickles in: cut too, and nothing of it applied.
+    let mut slow = connect(&address, false);
+    let mut write = Vec::new();
+    request(&mut write, 0, WRITE, 8, 0, 65536);
+    slow.write_all(&write).unwrap();
+    for _ in 0..20 {
+        if slow.write_all(&[0xee; 512]).is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let cut = closed_within(&mut slow);
+    assert!(
+        cut < Duration::from_secs(3),
+        "a trickled write held {cut:?} more"
+    );
+    let mut check = Vec::new();
+    request(&mut check, 0, READ, 9, 0, 4096);
+    idle.write_all(&check).unwrap();
+    let (_, _, data) = reply(&mut idle, false, &HashMap::from([(9, 4096)]));
+    assert!(
+        data.iter().all(|&b| b != 0xee),
+        "part of an unfinished write was applied"
+    );
+    let held = trickler.join().unwrap();
+    assert!(
+        held < Duration::from_secs(4),
+        "a trickled handshake held {held:?}"
+    );
+}
