@@ -26,6 +26,7 @@
 use sluice_store::{
     Found, Logged, ReadCache, Snapshot, Store, StoreError, ValueFormat, WriteBatch,
 };
+use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -242,9 +243,13 @@ fn hash_key_of(field_key: &[u8]) -> Option<&[u8]> {
 /// The keys one connection WATCHes: each one's counter slot and its count
 /// when watched. While it holds any, the connection is counted among the
 /// [`Db`]'s watchers, and commits count their changes.
+/// Keys share the 65,536 counter slots, so a connection holds at most one
+/// entry a slot however many keys it watches: at most 65,536 entries
+/// (about 1.5 MiB), whatever a client sends.
 #[derive(Debug, Default)]
 pub struct Watched {
-    keys: Vec<(usize, u64)>,
+    /// Counter slot → its count when first watched.
+    keys: HashMap<usize, u64>,
     /// The watcher count this WATCH is counted in, while it holds keys.
     counted: Option<Arc<AtomicUsize>>,
 }
@@ -512,8 +517,12 @@ impl Db {
             watched.counted = Some(self.watchers.clone());
         }
         let slot = Db::version_slot(key);
-        let count = self.versions[slot].load(Ordering::SeqCst);
-        watched.keys.push((slot, count));
+        // A slot watched before keeps its first count, as Redis keeps the
+        // first WATCH of a key: a change since then aborts the EXEC.
+        watched
+            .keys
+            .entry(slot)
+            .or_insert_with(|| self.versions[slot].load(Ordering::SeqCst));
     }
 
     /// Whether a string entry of `key` and `value` fits the store's limits.
@@ -532,7 +541,7 @@ impl Db {
         watched
             .keys
             .iter()
-            .any(|&(slot, count)| self.versions[slot].load(Ordering::Acquire) != count)
+            .any(|(&slot, &count)| self.versions[slot].load(Ordering::Acquire) != count)
     }
 
     /// Counts a commit's changes for WATCH, when anyone watches: the
@@ -1071,6 +1080,28 @@ impl DbBatch<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_holds_one_entry_a_counter_slot_however_many_keys() {
+        let dev = Arc::new(sluice_io::MemoryDevice::new(4096, 64 << 10));
+        let store = Arc::new(
+            sluice_store::Store::create(dev, &sluice_store::StoreConfig::default()).unwrap(),
+        );
+        let db = Db::open(store).unwrap();
+        let mut watched = Watched::default();
+        for i in 0..300_000u32 {
+            db.watch(&mut watched, format!("key:{i}").as_bytes());
+        }
+        assert!(
+            watched.keys.len() <= VERSION_SLOTS,
+            "{}",
+            watched.keys.len()
+        );
+        assert_eq!(db.watching_clients(), 1);
+        assert!(!db.changed_since(&watched));
+        watched.clear();
+        assert_eq!(db.watching_clients(), 0);
+    }
 
     #[test]
     fn key_hashes_spread_keys_over_stripes_and_slots() {

@@ -217,6 +217,46 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
 }
 
 #[test]
+fn clients_that_connect_and_say_nothing_hold_up_no_other_client() {
+    // The acceptor read each hello in turn with a 2 s timeout: one silent
+    // connection made every client behind it wait.
+    let _shared = MEMORY.read();
+    let (_server, path) = start("silent", |_| {});
+    let silent: Vec<UnixStream> = (0..5)
+        .map(|_| UnixStream::connect(&path).unwrap())
+        .collect();
+    // One that trickles its hello, a byte at a time.
+    let mut trickle = UnixStream::connect(&path).unwrap();
+    trickle.write_all(&shm::hello()[..3]).unwrap();
+    let started = Instant::now();
+    let mut good = Client::connect(&url(&path)).unwrap();
+    good.set(b"k", b"v").unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "a client waited {:?} behind silent ones",
+        started.elapsed()
+    );
+    // The trickler finishes its hello and is admitted; the silent ones are
+    // dropped after the hello timeout.
+    trickle.write_all(&shm::hello()[3..]).unwrap();
+    let mut answer = [0u8; 600];
+    let (n, fds) = shm::recv_with_fds(&trickle, &mut answer).unwrap();
+    assert!(matches!(
+        shm::parse_answer(&answer[..n]),
+        Ok(shm::Answer::Admitted { .. })
+    ));
+    assert_eq!(fds.len(), 2);
+    for mut s in silent {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut b = [0u8; 16];
+        assert!(
+            matches!(std::io::Read::read(&mut s, &mut b), Ok(0)),
+            "a silent client was kept"
+        );
+    }
+}
+
+#[test]
 fn a_client_of_another_transport_version_is_told_both_versions() {
     let _shared = MEMORY.read();
     let (_server, path) = start("version", |_| {});

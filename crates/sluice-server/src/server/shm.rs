@@ -13,7 +13,9 @@
 
 use super::Shared;
 use sluice_io::net::Waker;
+use sluice_io::readiness::{Interest, Poller};
 use sluice_io::shm::{self, ShmChannel, ShmRegion, Side};
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -119,41 +121,140 @@ pub(super) fn start(
         .spawn(move || accept_loop(&shared, &listener))
 }
 
+/// Most connections whose hello is still coming; past it a new one is
+/// refused at once. Each holds a socket and [`shm::HELLO_BYTES`].
+const MAX_HELLOS: usize = 256;
+
+/// The acceptor's token for the listening socket.
+const LISTENER: u64 = u64::MAX;
+
+/// A connection whose hello is still coming.
+struct Hello {
+    sock: UnixStream,
+    got: [u8; shm::HELLO_BYTES],
+    len: usize,
+    since: std::time::Instant,
+}
+
+/// Takes connections and reads their hellos as they come, all on one
+/// thread without waiting on any one client: a client that connects and
+/// says nothing costs a slot among [`MAX_HELLOS`] for [`HELLO_TIMEOUT`],
+/// and holds up nobody.
 fn accept_loop(shared: &Arc<Shared>, listener: &UnixListener) {
+    let mut poller = match Poller::new(64) {
+        Ok(p) => p,
+        Err(e) => {
+            log::error!("the shared-memory acceptor cannot wait on its sockets: {e}");
+            return;
+        }
+    };
+    if let Err(e) = poller.add(listener, LISTENER, Interest::READ) {
+        log::error!("the shared-memory acceptor cannot watch its socket: {e}");
+        return;
+    }
+    let mut hellos: HashMap<u64, Hello> = HashMap::new();
+    let mut next_token = 0u64;
+    let mut ready = Vec::new();
     while !shared.stopping() {
-        match listener.accept() {
-            Ok((sock, _)) => {
-                if let Err(e) = admit(shared, sock) {
+        ready.clear();
+        if let Err(e) = poller.wait(ACCEPT_POLL, &mut ready) {
+            log::warn!("waiting on the shared-memory socket failed: {e}");
+            std::thread::sleep(ACCEPT_POLL);
+        }
+        for &token in &ready {
+            if token == LISTENER {
+                accept_all(listener, &poller, &mut hellos, &mut next_token);
+            } else if let Some(done) = read_some(&mut hellos, token) {
+                let _ = poller.remove(&done.sock);
+                let Hello { sock, got, .. } = done;
+                if let Err(e) = admit(shared, sock, &got) {
                     log::info!("a shared-memory client was not admitted: {e}");
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                let _ = shm::wait_readable(listener.as_fd(), ACCEPT_POLL);
-            }
-            Err(e) => {
-                log::warn!("accept on the shared-memory socket failed: {e}");
-                std::thread::sleep(ACCEPT_POLL);
-            }
         }
+        // Dropping a socket takes it out of the poller too.
+        hellos.retain(|_, h| h.since.elapsed() < HELLO_TIMEOUT);
     }
     if let Some(settings) = &shared.config.shm {
         let _ = std::fs::remove_file(&settings.path);
     }
 }
 
-fn read_hello(sock: &mut UnixStream) -> std::io::Result<()> {
-    sock.set_nonblocking(false)?;
-    sock.set_read_timeout(Some(HELLO_TIMEOUT))?;
-    let mut hello = [0u8; shm::HELLO_BYTES];
-    sock.read_exact(&mut hello)?;
-    shm::check_hello(&hello).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+/// Takes every waiting connection and starts reading its hello.
+fn accept_all(
+    listener: &UnixListener,
+    poller: &Poller,
+    hellos: &mut HashMap<u64, Hello>,
+    next_token: &mut u64,
+) {
+    loop {
+        let mut sock = match listener.accept() {
+            Ok((sock, _)) => sock,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                log::warn!("accept on the shared-memory socket failed: {e}");
+                return;
+            }
+        };
+        if hellos.len() >= MAX_HELLOS {
+            refuse(&mut sock, "ERR too many clients connecting at once");
+            continue;
+        }
+        let token = *next_token;
+        *next_token = (*next_token + 1) % LISTENER;
+        let watched = sock
+            .set_nonblocking(true)
+            .and_then(|()| poller.add(&sock, token, Interest::READ));
+        if let Err(e) = watched {
+            log::warn!("a shared-memory client's socket cannot be watched: {e}");
+            continue;
+        }
+        hellos.insert(
+            token,
+            Hello {
+                sock,
+                got: [0; shm::HELLO_BYTES],
+                len: 0,
+                since: std::time::Instant::now(),
+            },
+        );
+    }
+}
+
+/// Reads what has come of hello `token`; the connection once its hello is
+/// whole (a connection that fails or hangs up is dropped).
+fn read_some(hellos: &mut HashMap<u64, Hello>, token: u64) -> Option<Hello> {
+    let hello = hellos.get_mut(&token)?;
+    let read = hello.sock.read(&mut hello.got[hello.len..]);
+    match read {
+        Ok(0) => {
+            hellos.remove(&token);
+            None
+        }
+        Ok(n) => {
+            hello.len += n;
+            (hello.len == shm::HELLO_BYTES)
+                .then(|| hellos.remove(&token))
+                .flatten()
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => None,
+        Err(_) => {
+            hellos.remove(&token);
+            None
+        }
+    }
 }
 
 fn refuse(sock: &mut UnixStream, text: &str) {
     let _ = sock.write_all(&shm::refuse_answer(text));
 }
 
-fn admit(shared: &Arc<Shared>, mut sock: UnixStream) -> std::io::Result<()> {
+fn admit(
+    shared: &Arc<Shared>,
+    mut sock: UnixStream,
+    hello: &[u8; shm::HELLO_BYTES],
+) -> std::io::Result<()> {
     let Some(settings) = &shared.config.shm else {
         return Ok(());
     };
@@ -161,13 +262,13 @@ fn admit(shared: &Arc<Shared>, mut sock: UnixStream) -> std::io::Result<()> {
         .stats
         .connections_received
         .fetch_add(1, Ordering::Relaxed);
-    if let Err(e) = read_hello(&mut sock) {
-        if e.kind() == std::io::ErrorKind::InvalidData {
-            // A client of another transport version, or not one of ours:
-            // it is told why, in the answer every version can read.
-            refuse(&mut sock, &format!("ERR {e}"));
-        }
-        return Err(e);
+    sock.set_nonblocking(false)?;
+    sock.set_write_timeout(Some(HELLO_TIMEOUT))?;
+    if let Err(e) = shm::check_hello(hello) {
+        // A client of another transport version, or not one of ours: it
+        // is told why, in the answer every version can read.
+        refuse(&mut sock, &format!("ERR {e}"));
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
     }
     let cred = shm::peer_credentials(&sock)?;
     let inboxes = shared.shm_inboxes.lock().unwrap_or_else(|p| p.into_inner());
