@@ -321,6 +321,18 @@ impl BlockDevice {
     /// [`BlockDevice::own_engine`]). Every run lies on the device holding
     /// the first.
     pub fn write_durable_on(&self, engine: &mut dyn Engine, runs: &[(u64, &[u8])]) -> Result<()> {
+        self.write_runs_on(engine, runs, true)
+    }
+
+    /// [`BlockDevice::write_durable_on`] or, without `durable`, the same
+    /// writes returning once the device has them (in its volatile cache,
+    /// if it has one: they survive the process, not a power cut).
+    pub fn write_runs_on(
+        &self,
+        engine: &mut dyn Engine,
+        runs: &[(u64, &[u8])],
+        durable: bool,
+    ) -> Result<()> {
         let Some(&(first, _)) = runs.first() else {
             return Ok(());
         };
@@ -335,8 +347,8 @@ impl BlockDevice {
             let (_, lba) = self.locate(block, bytes.len())?;
             writes.push((lba, bytes, bytes.len()));
         }
-        let how = self.members[k].io.durable_writes();
-        sluice_io::write_runs_on(engine, &writes, 0, io_priority(), Some(how)).map_err(|error| {
+        let how = durable.then(|| self.members[k].io.durable_writes());
+        sluice_io::write_runs_on(engine, &writes, 0, io_priority(), how).map_err(|error| {
             StoreError::Io {
                 block: first,
                 error,

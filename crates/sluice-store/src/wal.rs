@@ -193,6 +193,9 @@ pub struct Wal {
     written_below: AtomicU64,
     /// Every log block below this sequence is durable; committers wait on it.
     durable_below: SeqGate,
+    /// Every log block below this sequence is on the device, its write
+    /// completed, durable or not ([`Wal::write_through`]).
+    through_below: AtomicU64,
     flushes: AtomicU64,
     /// `State::tail_seq`, readable without the lock.
     tail_hint: AtomicU64,
@@ -252,6 +255,7 @@ impl Wal {
             completed: Mutex::new(std::collections::BTreeMap::new()),
             written_below: AtomicU64::new(next_seq),
             durable_below: SeqGate::new(next_seq),
+            through_below: AtomicU64::new(next_seq),
             flushes: AtomicU64::new(0),
             tail_hint: AtomicU64::new(tail_seq),
         })
@@ -284,6 +288,72 @@ impl Wal {
     /// Whether every block up to `pos` is durable.
     pub fn is_durable(&self, pos: LogPosition) -> bool {
         self.last_durable() > pos.end_seq
+    }
+
+    /// Whether every block up to `pos` is on the device (its write
+    /// completed; durable once a flush covers it).
+    pub fn is_written_through(&self, pos: LogPosition) -> bool {
+        self.through_below.load(Ordering::Acquire) > pos.end_seq || self.is_durable(pos)
+    }
+
+    /// Puts every record up to `pos` on the device without a flush: the
+    /// open block and the group's parity block are written (the group
+    /// closed, as a commit closes it) and the call returns once the device
+    /// has them. They survive the process's death, not a power cut, until
+    /// a [`Wal::commit`] covers them: Redis's `appendfsync everysec`, whose
+    /// write(2) reaches the kernel before its reply. Takes a committer's
+    /// slot, so that no commit's flush passes over a write still on its
+    /// way.
+    pub fn write_through(&self, pos: LogPosition) -> Result<()> {
+        loop {
+            if self.is_written_through(pos) {
+                return Ok(());
+            }
+            let slot = self
+                .leaders
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                    (n < MAX_COMMIT_LEADERS).then_some(n + 1)
+                });
+            if slot.is_err() {
+                // A commit is on its way: it covers `pos`, or frees the slot.
+                std::thread::yield_now();
+                continue;
+            }
+            let written = self.write_group();
+            self.leaders.fetch_sub(1, Ordering::AcqRel);
+            // A committer parked for the slot looks again.
+            self.durable_below.wake_all();
+            written?;
+        }
+    }
+
+    /// Closes the group and writes it without a flush (see
+    /// [`Wal::write_through`]); the group's start stays, so that the next
+    /// commit's flush covers these blocks.
+    fn write_group(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.check_failed(&st)?;
+        self.drain_early(&mut st)?;
+        let (first_seq, count) = self.stage_group(&mut st);
+        let target = st.open_seq;
+        let staged: Vec<(u64, Vec<u8>)> = self
+            .staged_runs(&st, first_seq, count)
+            .into_iter()
+            .map(|(at, bytes)| (at, bytes.to_vec()))
+            .collect();
+        drop(st);
+        if !staged.is_empty() {
+            let runs: Vec<(u64, &[u8])> = staged.iter().map(|(at, b)| (*at, &b[..])).collect();
+            let mut engine = self.commit_engine.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = self.dev.write_runs_on(engine.as_mut(), &runs, false) {
+                drop(engine);
+                self.lock().failed = Some(e.to_string());
+                return Err(e);
+            }
+        }
+        self.written_below.fetch_max(target, Ordering::AcqRel);
+        self.through_below.fetch_max(target, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Device flushes made so far: fewer than commits when commits group.
@@ -684,6 +754,7 @@ impl Wal {
             return Err(e);
         }
         self.written_below.fetch_max(target, Ordering::AcqRel);
+        self.through_below.fetch_max(target, Ordering::AcqRel);
         // The mark moves over this group once every group before it is
         // durable too.
         let mut completed = self.completed.lock().unwrap_or_else(|p| p.into_inner());

@@ -849,6 +849,75 @@ fn unsynced_writes_survive_a_clean_close_and_a_crash_keeps_a_prefix() {
     }
 }
 
+/// `everysec` as Redis means it: a write put on the device with
+/// `write_through` (no flush) survives the process's death; a power cut
+/// may take what no flush covered, never more, and never a hole.
+#[test]
+fn written_through_records_survive_a_crash_and_flushed_ones_a_power_cut() {
+    let cfg = StoreConfig {
+        background_compaction: false,
+        ..small_config()
+    };
+    for (round, torn) in [(0u64, false), (1, true), (2, false), (3, true)] {
+        let mem = Arc::new(MemoryDevice::new(4096, 8192));
+        Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+        let view = ProcessView::new(&mem);
+        let store = Store::open(view.clone() as Arc<dyn Device>, &cfg).unwrap();
+        let (flushed_at, total) = (150 + 40 * round as u32, 400u32);
+        for i in 0..total {
+            let mut b = WriteBatch::new();
+            b.put(0, format!("w{i:04}").as_bytes(), &[3u8; 120])
+                .unwrap();
+            let logged = store.write_logged(&b).unwrap();
+            // Groups of a few records, as a server's committer takes them.
+            if i % 3 == 2 || i + 1 == total {
+                store.write_through(logged.position).unwrap();
+                assert!(store.is_written_through(logged.position));
+            }
+            if i + 1 == flushed_at {
+                store.write_through(logged.position).unwrap();
+                store.make_durable(logged.position).unwrap();
+            }
+        }
+        view.kill(); // the process dies: no close, no I/O after it
+        std::mem::forget(store);
+        // The process's death alone loses nothing written through.
+        let store = reopen(&mem);
+        assert_eq!(count_of(&store, 0), total as usize, "round {round}");
+        drop(store);
+        // A crash of the machine: the flushed part stays, the rest is a
+        // prefix of what was written.
+        let view = ProcessView::new(&mem);
+        let store = Store::open(view.clone() as Arc<dyn Device>, &cfg).unwrap();
+        for i in total..total + 200 {
+            let mut b = WriteBatch::new();
+            b.put(0, format!("w{i:04}").as_bytes(), &[4u8; 120])
+                .unwrap();
+            let logged = store.write_logged(&b).unwrap();
+            store.write_through(logged.position).unwrap();
+        }
+        view.kill();
+        std::mem::forget(store);
+        mem.power_cut(if torn {
+            PowerCutMode::TornSectors { seed: round }
+        } else {
+            PowerCutMode::DropUnflushed
+        });
+        let store = reopen(&mem);
+        let got = store
+            .scan_prefix(0, b"w", &store.snapshot(), usize::MAX)
+            .unwrap();
+        assert!(
+            got.len() >= total as usize,
+            "round {round}: {} of the {total} the reopen made durable",
+            got.len()
+        );
+        for (i, (k, _)) in got.iter().enumerate() {
+            assert_eq!(k, format!("w{i:04}").as_bytes(), "survivors form a prefix");
+        }
+    }
+}
+
 /// On a real file the first reads of a scan's tables go to the device in
 /// one io_uring batch; the results must be the same as reading in turn.
 #[test]

@@ -121,7 +121,7 @@ pub(super) fn execute(
     };
     if let Some(at) = wrote {
         shared.committer.wrote(at);
-        if shared.config.durability == super::Durability::Always {
+        if shared.config.durability.holds_replies() {
             // Before the reply is queued: it is the first to wait.
             conn.hold_until(at);
         }

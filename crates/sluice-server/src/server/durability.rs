@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 /// When a write is acknowledged (Redis's `appendfsync`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// Once its group commit is on the device.
+    /// Once its group commit is on the device and flushed: it survives a
+    /// power cut.
     Always,
-    /// At once; made durable within a second.
+    /// Once its group commit is on the device, not flushed: it survives
+    /// the process's death (as Redis's everysec write(2) does); a flush
+    /// once a second makes it survive a power cut.
     Everysec,
     /// At once; durable at the next flush or at shutdown.
     None,
@@ -36,6 +39,20 @@ impl std::str::FromStr for Durability {
 }
 
 impl Durability {
+    /// Whether a write's reply waits for the committer.
+    pub fn holds_replies(self) -> bool {
+        self != Durability::None
+    }
+
+    /// Whether a write that reached `at` may be acknowledged.
+    pub fn acknowledges(self, store: &sluice_store::Store, at: LogPosition) -> bool {
+        match self {
+            Durability::Always => store.is_durable(at),
+            Durability::Everysec => store.is_written_through(at),
+            Durability::None => true,
+        }
+    }
+
     /// Its name, as `--durability` and INFO spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -104,22 +121,23 @@ fn run(shared: &Shared) {
     let mut last_everysec = Instant::now();
     while !shared.stopping() {
         match shared.config.durability {
-            super::Durability::Always => serve_requests(shared),
-            super::Durability::Everysec => {
-                std::thread::sleep(super::TICK);
-                if last_everysec.elapsed() >= Duration::from_secs(1) {
-                    last_everysec = Instant::now();
-                    if let Err(e) = make_all_durable(shared) {
-                        log::error!("the once-a-second commit failed: {e}");
-                    }
-                }
-            }
+            super::Durability::Always | super::Durability::Everysec => serve_requests(shared),
             super::Durability::None => std::thread::sleep(super::TICK),
+        }
+        if shared.config.durability == super::Durability::Everysec
+            && last_everysec.elapsed() >= Duration::from_secs(1)
+        {
+            last_everysec = Instant::now();
+            if let Err(e) = make_all_durable(shared) {
+                log::error!("the once-a-second commit failed: {e}; the server stops");
+                shared.request_shutdown();
+            }
         }
     }
 }
 
-/// Waits for requests (up to a tick), commits the furthest one, wakes
+/// Waits for requests (up to a tick), commits the furthest one (durable
+/// with `always`, written through to the device with `everysec`), wakes
 /// every thread that asked.
 fn serve_requests(shared: &Shared) {
     let c = &shared.committer;
@@ -135,7 +153,12 @@ fn serve_requests(shared: &Shared) {
         (r.wanted.take(), std::mem::take(&mut r.waiters))
     };
     let Some(wanted) = wanted else { return };
-    if let Err(e) = shared.db.store().make_durable(wanted) {
+    let store = shared.db.store();
+    let committed = match shared.config.durability {
+        super::Durability::Everysec => store.write_through(wanted),
+        _ => store.make_durable(wanted),
+    };
+    if let Err(e) = committed {
         // The store has failed and takes no writes; the held replies are
         // never sent and the clients see their connections close.
         log::error!("a group commit failed: {e}; the server stops");

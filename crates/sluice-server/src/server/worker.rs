@@ -844,7 +844,8 @@ impl Worker {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
             };
-            if let Some(waited_us) = c.release_if(|at| store.is_durable(at)) {
+            let durability = self.shared.config.durability;
+            if let Some(waited_us) = c.release_if(|at| durability.acknowledges(store, at)) {
                 let stats = &self.shared.stats;
                 stats.durable_waits.fetch_add(1, Ordering::Relaxed);
                 stats
@@ -1132,10 +1133,10 @@ impl Grouped {
         match sets.commit(&shared.db) {
             GroupOutcome::Committed(logged) => {
                 shared.committer.wrote(logged.position);
-                let always = shared.config.durability == super::Durability::Always;
+                let holds = shared.config.durability.holds_replies();
                 for id in askers {
                     if let Some(c) = live(conns, id) {
-                        if always {
+                        if holds {
                             c.hold_until(logged.position);
                         }
                         c.push_bytes(OK_REPLY);

@@ -92,6 +92,23 @@ impl Store {
         self.inner.wal.is_durable(position)
     }
 
+    /// Whether the log is on the device up to `position` (its writes
+    /// completed, durable or not): one atomic load.
+    pub fn is_written_through(&self, position: wal::LogPosition) -> bool {
+        self.inner.wal.is_written_through(position)
+    }
+
+    /// Puts the log on the device up to `position` without a flush: it
+    /// survives the process's death, and a power cut once a later
+    /// [`Store::make_durable`] covers it (Redis's `appendfsync everysec`).
+    /// A failure fails the store.
+    pub fn write_through(&self, position: wal::LogPosition) -> Result<()> {
+        self.check_failed()?;
+        self.inner.wal.write_through(position).inspect_err(|e| {
+            self.fail(e.to_string());
+        })
+    }
+
     /// Makes the log durable up to `position` (a group commit: one
     /// committer writes every record appended so far and flushes, others
     /// wait on it). A failure fails the store, as a failed synced write does.
