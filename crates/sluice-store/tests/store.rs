@@ -918,6 +918,102 @@ fn written_through_records_survive_a_crash_and_flushed_ones_a_power_cut() {
     }
 }
 
+/// A thousand power cuts, each at a random point of a random workload
+/// (puts, deletes and batches acknowledged synced, written through, or
+/// not at all; flushes to tables; compactions), half of them tearing
+/// every unflushed write: the store opens every time, and holds exactly
+/// the state after some prefix of the operations, a prefix that holds
+/// every operation acknowledged durable.
+#[test]
+fn a_thousand_power_cuts_at_random_points_keep_every_durable_write() {
+    use rand::{Rng, SeedableRng};
+    // A small log and device, so that a round costs milliseconds.
+    let cfg = StoreConfig {
+        background_compaction: false,
+        wal_blocks: 128,
+        ..small_config()
+    };
+    let key = |k: u8| format!("key{k:03}").into_bytes();
+    let mut torn_cuts = 0;
+    for point in 0..1000u64 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(point);
+        let mem = Arc::new(MemoryDevice::new(4096, 1024));
+        Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+        let view = ProcessView::new(&mem);
+        let store = Store::open(view.clone() as Arc<dyn Device>, &cfg).unwrap();
+        // The model after each operation; `durable`: how many operations
+        // a power cut may not take.
+        let mut states = vec![BTreeMap::<Vec<u8>, Vec<u8>>::new()];
+        let mut durable = 0usize;
+        let ops = rng.gen_range(1..60);
+        for _ in 0..ops {
+            let mut state = states.last().unwrap().clone();
+            let mut b = WriteBatch::new();
+            for _ in 0..rng.gen_range(1..4) {
+                let k = rng.gen_range(0..24u8);
+                if rng.gen_bool(0.2) {
+                    b.delete(0, &key(k)).unwrap();
+                    state.remove(&key(k));
+                } else {
+                    let v = vec![rng.gen::<u8>(); rng.gen_range(1..600)];
+                    b.put(0, &key(k), &v).unwrap();
+                    state.insert(key(k), v);
+                }
+            }
+            match rng.gen_range(0..10) {
+                0..=3 => {
+                    store.write(&b).unwrap();
+                    states.push(state);
+                    durable = states.len() - 1;
+                }
+                4..=6 => {
+                    let logged = store.write_logged(&b).unwrap();
+                    store.write_through(logged.position).unwrap();
+                    states.push(state);
+                }
+                _ => {
+                    store.write_logged(&b).unwrap();
+                    states.push(state);
+                }
+            }
+            match rng.gen_range(0..20) {
+                0 => store.flush().unwrap(),
+                1 => store.compact().unwrap(),
+                _ => {}
+            }
+        }
+        view.kill();
+        // Its close reaches nothing: the view is dead. Dropped, not
+        // leaked, so that a thousand rounds keep one device's memory.
+        drop(store);
+        let torn = rng.gen_bool(0.5);
+        torn_cuts += torn as usize;
+        mem.power_cut(if torn {
+            PowerCutMode::TornSectors { seed: point }
+        } else {
+            PowerCutMode::DropUnflushed
+        });
+        let store = Store::open(mem.clone() as Arc<dyn Device>, &cfg)
+            .unwrap_or_else(|e| panic!("point {point}: the store did not open: {e}"));
+        let got: BTreeMap<Vec<u8>, Vec<u8>> = store
+            .scan(
+                0,
+                (Bound::Unbounded, Bound::Unbounded),
+                &store.snapshot(),
+                false,
+                usize::MAX,
+            )
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert!(
+            states[durable..].contains(&got),
+            "point {point}: the state after the cut is no prefix holding the {durable} durable operations"
+        );
+    }
+    assert!(torn_cuts > 400, "{torn_cuts} torn cuts");
+}
+
 /// On a real file the first reads of a scan's tables go to the device in
 /// one io_uring batch; the results must be the same as reading in turn.
 #[test]
