@@ -93,6 +93,7 @@ def export(
     slices: Optional[int] = None,
     query: Union[None, str, Dict[str, Any]] = None,
     page_docs: int = 2048,
+    page_mib: int = 8,
     user: Optional[str] = None,
     password: Optional[str] = None,
     api_key: Optional[str] = None,
@@ -110,7 +111,10 @@ def export(
     (``http://host:9200``) onto ``device`` with ``slices`` sliced cursors
     (default: the index's primary shard count), each page written with
     direct I/O. ``query`` is the query clause (a dict or JSON text);
-    ``throttle_docs_per_s`` spares a busy source.
+    ``throttle_docs_per_s`` spares a busy source. Pages are sized by bytes:
+    each answer stays near ``page_mib`` MiB (at most ``page_docs``
+    documents), and pages halve when the source answers 429, 5xx or not
+    in time.
 
     Shows a tqdm progress bar when ``progress`` is True (default: when
     stderr is a terminal). Ctrl-C stops the export after the pages in
@@ -128,6 +132,7 @@ def export(
         slices=slices,
         query=query,
         page_docs=page_docs,
+        page_mib=page_mib,
         user=user,
         password=password,
         api_key=api_key,

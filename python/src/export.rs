@@ -146,6 +146,7 @@ impl ExportRun {
         d.set_item("elapsed_s", summary.elapsed.as_secs_f64())?;
         d.set_item("device_bytes_used", summary.device_bytes_used)?;
         d.set_item("sort", summary.sort)?;
+        d.set_item("page_refusals", summary.page_refusals)?;
         let slices: Vec<(u64, u64)> = summary.slices.iter().map(|s| (s.docs, s.pages)).collect();
         d.set_item("slices", slices)?;
         Ok(d)
@@ -155,7 +156,7 @@ impl ExportRun {
 /// Starts an export of `index` at `source` onto `device`; see
 /// `sluice.export` for the arguments.
 #[pyfunction]
-#[pyo3(signature = (source, index, device, slices=None, query=None, page_docs=2048, user=None, password=None, api_key=None, ca_cert=None, cursor="pit", resume=false, device_mib=None, includes=None, excludes=None, keep_alive="5m", throttle_docs_per_s=None))]
+#[pyo3(signature = (source, index, device, slices=None, query=None, page_docs=2048, page_mib=8, user=None, password=None, api_key=None, ca_cert=None, cursor="pit", resume=false, device_mib=None, includes=None, excludes=None, keep_alive="5m", throttle_docs_per_s=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn start_export(
     source: String,
@@ -164,6 +165,7 @@ pub fn start_export(
     slices: Option<u32>,
     query: Option<String>,
     page_docs: u32,
+    page_mib: u64,
     user: Option<String>,
     password: Option<String>,
     api_key: Option<String>,
@@ -223,6 +225,7 @@ pub fn start_export(
         },
         slices,
         page_docs,
+        page_bytes: page_mib.max(1) << 20,
         cursor,
         resume,
         throttle_docs_per_s,

@@ -161,9 +161,15 @@ pub struct ExportArgs {
     /// Slices, one task each (default: the index's primary shard count).
     #[arg(long)]
     slices: Option<u32>,
-    /// Documents per page (one search response).
+    /// Most documents a page (one search response) asks for.
     #[arg(long, default_value_t = 2048)]
     page_docs: u32,
+    /// The byte budget of one search response, in MiB: pages are sized by
+    /// the documents' measured size to stay near it (starting at 16
+    /// documents, at most doubling a page), and halve when the source
+    /// answers 429, a circuit breaker, 5xx or not in time.
+    #[arg(long, default_value_t = 8)]
+    page_mib: u64,
     /// Cursor: pit (point in time + search_after; resumes after a crash)
     /// or scroll (cannot resume).
     #[arg(long, value_enum, default_value = "pit")]
@@ -214,6 +220,7 @@ pub fn run_export(args: &ExportArgs) -> Result<()> {
         },
         slices: args.slices,
         page_docs: args.page_docs,
+        page_bytes: args.page_mib.max(1) << 20,
         cursor: match args.api {
             ApiArg::Pit => CursorKind::Pit,
             ApiArg::Scroll => CursorKind::Scroll,
@@ -249,6 +256,12 @@ pub fn run_export(args: &ExportArgs) -> Result<()> {
         println!(
             "  slice {i}: {} documents in {} pages",
             slice.docs, slice.pages
+        );
+    }
+    if s.page_refusals > 0 {
+        println!(
+            "the source refused or failed {} answers (429, circuit breaker, 5xx or a timeout); each time the pages were halved and the request tried again after a pause",
+            s.page_refusals
         );
     }
     Ok(())

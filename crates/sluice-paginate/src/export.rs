@@ -47,8 +47,12 @@ pub struct ExportOptions {
     pub spec: SourceSpec,
     /// None: the index's primary shard count.
     pub slices: Option<u32>,
-    /// Documents per page.
+    /// Most documents a page asks for.
     pub page_docs: u32,
+    /// The byte budget of one answer of the source: pages are sized by
+    /// bytes, at most `page_docs` documents (see
+    /// [`crate::source::PageSizer`]).
+    pub page_bytes: u64,
     /// Point in time (resumable) or scroll.
     pub cursor: CursorKind,
     /// Slot size in bytes; none = sized from a sample.
@@ -104,6 +108,7 @@ impl Default for ExportOptions {
             },
             slices: None,
             page_docs: 2048,
+            page_bytes: crate::source::DEFAULT_PAGE_BYTES,
             cursor: CursorKind::Pit,
             slot_bytes: None,
             extent_slots: None,
@@ -141,6 +146,9 @@ pub struct ExportSummary {
     pub device_bytes_used: u64,
     /// Times the point in time expired mid-run and was reopened.
     pub pit_reopens: u32,
+    /// Answers the source refused or failed to build (429, a circuit
+    /// breaker, 5xx, a timeout), each followed by smaller pages.
+    pub page_refusals: u64,
 }
 
 /// One slice's share.
@@ -193,9 +201,13 @@ pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
         )));
     }
     let docs_per_page = (options.page_docs as u64).min(info.doc_count.max(1));
+    // Pages are sized by bytes: the usual one holds the budget, or all
+    // `page_docs` documents when they take less.
+    let usual_docs_bytes =
+        (info.mean_hit_bytes * docs_per_page as f64).min(options.page_bytes.max(1) as f64);
     let usual_page_bytes = match options.slot_bytes {
         Some(b) => b,
-        None => (info.mean_hit_bytes * docs_per_page as f64 * SLOT_HEADROOM) as u64 + 64,
+        None => (usual_docs_bytes * SLOT_HEADROOM) as u64 + 64,
     };
     if usual_page_bytes > MAX_SLOT_BYTES {
         return Err(Error::Config(format!(
@@ -212,7 +224,12 @@ pub fn plan(options: &ExportOptions, info: &IndexInfo) -> Result<Plan> {
             )))
         }
         Some(n) => n,
-        None => (AUTO_EXTENT_BYTES.div_ceil(slot_bytes) as u32).clamp(8, most_slots),
+        // An extent holds the largest page a cursor keeps (four page
+        // budgets, `PageSizer::too_big`) with room to spare.
+        None => (AUTO_EXTENT_BYTES
+            .max(5 * options.page_bytes)
+            .div_ceil(slot_bytes) as u32)
+            .clamp(8, most_slots),
     };
     let data_bytes = (info.doc_count as f64 * info.mean_hit_bytes * SLOT_HEADROOM) as u64;
     let slots = data_bytes.div_ceil(slot_bytes) + 2 * slices as u64;
@@ -343,7 +360,7 @@ pub type SourceFactory<'a> = dyn Fn(u32, &str) -> Result<Box<dyn PageSource + 'a
 pub struct Layout {
     /// Slices.
     pub slices: u32,
-    /// Documents per page.
+    /// Most documents a page asks for.
     pub page_docs: u32,
     /// Blocks of a page slot.
     pub slot_blocks: u32,
@@ -476,7 +493,7 @@ fn cursor_factory<'a>(
     spec: &'a SourceSpec,
     pit: Option<&'a SharedPit>,
     sort: &'a str,
-    (slices, page_docs): (u32, u32),
+    (slices, page_docs, page_bytes): (u32, u32, u64),
     split_field: &'a Option<String>,
 ) -> impl Fn(u32, &str) -> Result<Box<dyn PageSource + 'a>> + Sync + 'a {
     move |slice, cursor| {
@@ -492,7 +509,7 @@ fn cursor_factory<'a>(
             sort.to_string(),
             slice,
             slices,
-            page_docs,
+            (page_docs, page_bytes),
             split_field.clone(),
             resume_from,
         )))
@@ -561,7 +578,7 @@ fn export_slices(
         &options.spec,
         pit,
         sort,
-        (slices, options.page_docs),
+        (slices, options.page_docs, options.page_bytes),
         split_field,
     );
     std::thread::scope(|scope| {
@@ -599,10 +616,11 @@ fn export_slices(
             description: description(client, &options.spec, sort, split_field),
         };
         log::info!(
-            "export of {} ({doc_count} documents) to {}: {slices} slices, sort {sort}, pages of {} documents in slots of {} bytes",
+            "export of {} ({doc_count} documents) to {}: {slices} slices, sort {sort}, pages of at most {} documents and about {} bytes, in slots of {} bytes",
             options.spec.index,
             options.device.display(),
             options.page_docs,
+            options.page_bytes,
             plan.slot_blocks as u64 * options.block_size_bytes as u64
         );
         let sources = |slice: u32, cursor: &str| match first_pages.take(slice, cursor) {
@@ -741,6 +759,7 @@ fn finish_source(
         summary.pit_reopens = p.reopened();
     }
     summary.sort = sort;
+    summary.page_refusals = client.refusals();
     Ok(summary)
 }
 
@@ -851,7 +870,7 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
             &options.spec,
             pit.as_ref(),
             &sort,
-            (header.slice_count, header.page_docs),
+            (header.slice_count, header.page_docs, options.page_bytes),
             &split_field,
         );
         write_slices(
@@ -1014,6 +1033,7 @@ fn write_slices(
         bytes_this_run: done.total_bytes - bytes_before,
         sort: String::new(),
         pit_reopens: 0,
+        page_refusals: 0,
         device_bytes_used: (header.data_lba + used_extents * header.extent_blocks())
             * header.block_size_bytes as u64,
     })
@@ -1191,7 +1211,7 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
         let slots = (page.bytes.len() as u64).div_ceil(slot_bytes).max(1);
         if slots > h.extent_slots as u64 {
             return Err(Error::Config(format!(
-                "page {} of slice {} is {} bytes (its largest document {} bytes), more than one extent ({} bytes); export again with a smaller --page-docs or a larger --slot-bytes",
+                "page {} of slice {} is {} bytes (its largest document {} bytes), more than one extent ({} bytes); export again with a smaller --page-mib or a larger --slot-bytes",
                 self.ckpt.pages,
                 self.ckpt.slice,
                 page.bytes.len(),

@@ -101,6 +101,9 @@ pub struct Client {
     base: String,
     authorization: Option<String>,
     options: HttpOptions,
+    /// Answers the source refused or failed to build (see
+    /// [`Client::send_or_refused`]), shared by the client's clones.
+    refusals: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Client {
@@ -150,6 +153,7 @@ impl Client {
             base: base.trim_end_matches('/').to_string(),
             authorization,
             options: options.clone(),
+            refusals: Arc::default(),
         })
     }
 
@@ -193,6 +197,45 @@ impl Client {
             std::thread::sleep(Duration::from_millis(delay));
             attempt += 1;
         }
+    }
+
+    /// Sends a request once. `Ok(Err(why))` when the source could not
+    /// build the answer (429, 5xx, a dropped connection or a timeout):
+    /// the caller may ask for less and try again after
+    /// [`Client::backoff`]; `Ok(Ok(response))` otherwise.
+    pub fn send_or_refused(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> std::result::Result<Response, String> {
+        let url = format!("{}{}", self.base, path);
+        let outcome = match self.send_once(method, &url, body) {
+            Ok(r) if r.status == 429 || r.status >= 500 => {
+                Err(format!("HTTP {} ({})", r.status, r.error_summary()))
+            }
+            other => other,
+        };
+        if outcome.is_err() {
+            self.refusals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    /// Answers [`Client::send_or_refused`] found refused or failed so far.
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The wait before retry `attempt` (0-based), with jitter.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        Duration::from_millis(backoff_ms(&self.options, attempt))
+    }
+
+    /// Retries a request may take.
+    pub fn max_retries(&self) -> u32 {
+        self.options.max_retries
     }
 
     fn send_once(

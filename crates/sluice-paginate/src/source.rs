@@ -343,33 +343,137 @@ pub fn index_counts(client: &Client, spec: &SourceSpec) -> Result<(u32, u64)> {
     Ok((primary_shards, doc_count))
 }
 
-const SAMPLE_DOCS: usize = 200;
+/// Documents sampled for the mean hit size, per request: few, since their
+/// size is not known yet (megabyte documents make a large answer of a few
+/// of them).
+const SAMPLE_DOCS: usize = 16;
 
-/// Mean bytes of one hit as a page holds it, from the first documents the
-/// query matches (0 without documents).
+/// Requests of [`SAMPLE_DOCS`] random documents each: 64 documents in all,
+/// so that a minority of big documents shows in the mean.
+const SAMPLE_REQUESTS: u64 = 4;
+
+/// The first page of a slice asks for at most this many documents: until
+/// a page has come, nothing says how big they are.
+pub const FIRST_PAGE_DOCS: u32 = 16;
+
+/// The default byte budget of one answer of the source: a page of this
+/// many bytes, about three times that in the source's heap while it builds
+/// it, times the slices asking at once, stays far below what a node with a
+/// 1 GiB heap can hold.
+pub const DEFAULT_PAGE_BYTES: u64 = 8 << 20;
+
+/// How many documents a slice asks for per page: sized by bytes, not by a
+/// fixed count. Each answer is meant to stay under a byte budget at the
+/// documents' measured size; a page grows at most twice a page (slow
+/// start: the next documents may be bigger than these), never past what
+/// the budget holds at a quarter of the largest document seen (so that
+/// pages of such documents stay within four budgets), and halves when the
+/// source refuses or fails to build an answer.
+#[derive(Debug, Clone)]
+pub struct PageSizer {
+    max_docs: u32,
+    budget_bytes: u64,
+    docs: u32,
+    largest_hit_bytes: u64,
+    /// Times the source refused a page and the size was halved.
+    pub halvings: u64,
+}
+
+impl PageSizer {
+    /// At most `max_docs` a page, each answer about `budget_bytes`.
+    pub fn new(max_docs: u32, budget_bytes: u64) -> PageSizer {
+        let max_docs = max_docs.max(1);
+        PageSizer {
+            max_docs,
+            budget_bytes: budget_bytes.max(1),
+            docs: FIRST_PAGE_DOCS.min(max_docs),
+            largest_hit_bytes: 0,
+            halvings: 0,
+        }
+    }
+
+    /// Documents to ask for next.
+    pub fn docs(&self) -> u32 {
+        self.docs
+    }
+
+    /// Takes in a page that came: `docs` documents in `bytes`, the largest
+    /// `largest_hit_bytes`.
+    pub fn observe(&mut self, docs: u32, bytes: u64, largest_hit_bytes: u64) {
+        if docs == 0 {
+            return;
+        }
+        self.largest_hit_bytes = self.largest_hit_bytes.max(largest_hit_bytes);
+        let mean = (bytes / docs as u64).max(1);
+        let at_mean = self.budget_bytes / mean;
+        let at_largest = 4 * self.budget_bytes / self.largest_hit_bytes.max(1);
+        let fits = at_mean.min(at_largest).clamp(1, self.max_docs as u64) as u32;
+        self.docs = fits.min(self.docs.saturating_mul(2));
+    }
+
+    /// Whether a page that came is too big to keep: over four budgets
+    /// with more than one document (the documents were far bigger than
+    /// those before them). Then the next request asks for about one
+    /// budget of such documents.
+    pub fn too_big(&mut self, docs: u32, bytes: u64) -> bool {
+        if docs <= 1 || bytes <= 4 * self.budget_bytes {
+            return false;
+        }
+        let fits = (docs as u64 * self.budget_bytes / bytes.max(1)).max(1);
+        self.docs = (fits as u32).min(docs / 2).max(1);
+        true
+    }
+
+    /// The source refused a page or failed to build it: half as many
+    /// documents next time (at least one). Whether there was anything to
+    /// halve.
+    pub fn refused(&mut self) -> bool {
+        self.halvings += 1;
+        let before = self.docs;
+        self.docs = (self.docs / 2).max(1);
+        before > 1
+    }
+}
+
+/// Mean bytes of one hit as a page holds it, from documents the query
+/// matches drawn at random (a fixed seed: the same sample each time), in
+/// requests of a few documents each (0 without documents).
 pub fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
-    let mut body = serde_json::json!({ "size": SAMPLE_DOCS, "track_total_hits": false });
-    if let Some(q) = spec.query_json()? {
-        body["query"] = q;
+    let query = spec
+        .query_json()?
+        .unwrap_or_else(|| serde_json::json!({ "match_all": {} }));
+    let (mut bytes, mut docs) = (0usize, 0u32);
+    for seed in 0..SAMPLE_REQUESTS {
+        let mut body = serde_json::json!({
+            "size": SAMPLE_DOCS,
+            "track_total_hits": false,
+            "query": { "function_score": {
+                "query": query,
+                "random_score": { "seed": seed, "field": "_seq_no" },
+                "boost_mode": "replace"
+            }}
+        });
+        if let Some(f) = spec.source_filter() {
+            body["_source"] = f;
+        }
+        let r = check(
+            client.send(
+                "POST",
+                &format!("/{}/_search", spec.index),
+                Some(body.to_string().as_bytes()),
+            )?,
+            "sampling documents",
+            client,
+            &spec.index,
+        )?;
+        let page = build_page(&r.body, None)?;
+        bytes += page.bytes.len();
+        docs += page.docs;
     }
-    if let Some(f) = spec.source_filter() {
-        body["_source"] = f;
-    }
-    let r = check(
-        client.send(
-            "POST",
-            &format!("/{}/_search", spec.index),
-            Some(body.to_string().as_bytes()),
-        )?,
-        "sampling documents",
-        client,
-        &spec.index,
-    )?;
-    let page = build_page(&r.body, None)?;
-    if page.docs == 0 {
+    if docs == 0 {
         return Ok(0.0);
     }
-    Ok(page.bytes.len() as f64 / page.docs as f64)
+    Ok(bytes as f64 / docs as f64)
 }
 
 /// One page as it goes onto the device, and where the next one starts.
@@ -713,7 +817,9 @@ pub struct SliceCursor<'a> {
     sort: String,
     slice: u32,
     slices: u32,
-    page_docs: u32,
+    sizer: PageSizer,
+    /// Documents the last page asked for: fewer came only at the end.
+    asked: u32,
     slice_field: Option<String>,
     kind: CursorKind,
     /// Raw search_after JSON (PIT) or scroll id; none before the first page.
@@ -734,7 +840,7 @@ impl<'a> SliceCursor<'a> {
         sort: String,
         slice: u32,
         slices: u32,
-        page_docs: u32,
+        (page_docs, page_bytes): (u32, u64),
         slice_field: Option<String>,
         resume_from: Option<CursorState>,
     ) -> Self {
@@ -762,7 +868,8 @@ impl<'a> SliceCursor<'a> {
             sort,
             slice,
             slices,
-            page_docs,
+            sizer: PageSizer::new(page_docs, page_bytes),
+            asked: 0,
             slice_field,
             kind,
             position,
@@ -782,9 +889,24 @@ impl<'a> SliceCursor<'a> {
         if self.done {
             return Ok(None);
         }
-        let built = match self.kind {
-            CursorKind::Pit => self.next_pit_page()?,
-            CursorKind::Scroll => self.next_scroll_page()?,
+        let built = loop {
+            let built = match self.kind {
+                CursorKind::Pit => self.next_pit_page()?,
+                CursorKind::Scroll => self.next_scroll_page()?,
+            };
+            // A page of documents far bigger than those before it is asked
+            // for again, smaller (a point in time can; a scroll cannot).
+            let bytes = built.bytes.len() as u64;
+            if self.kind == CursorKind::Pit && self.sizer.too_big(built.docs, bytes) {
+                log::warn!(
+                    "slice {}: a page of {} documents came to {bytes} bytes, more than four page budgets; asking for {} instead",
+                    self.slice,
+                    built.docs,
+                    self.sizer.docs()
+                );
+                continue;
+            }
+            break built;
         };
         if built.docs == 0 {
             // An empty answer still opened (or kept) a scroll context: keep
@@ -823,9 +945,14 @@ impl<'a> SliceCursor<'a> {
             }
         };
         // A short page is the last one: no need to ask again.
-        if built.docs < self.page_docs {
+        if built.docs < self.asked {
             self.done = true;
         }
+        self.sizer.observe(
+            built.docs,
+            built.bytes.len() as u64,
+            built.max_hit_bytes as u64,
+        );
         Ok(Some(FetchedPage {
             bytes: built.bytes,
             crc32c: built.crc32c,
@@ -845,8 +972,60 @@ impl<'a> SliceCursor<'a> {
         })
     }
 
-    fn search_body(&self) -> Result<serde_json::Value> {
-        let mut body = serde_json::json!({ "size": self.page_docs });
+    /// Sends the request `body_for(docs)` builds for the current page
+    /// size. When the source refuses the answer or fails to build it (429,
+    /// a circuit breaker, 5xx, a timeout, a dropped connection), the size
+    /// is halved and the request tried again after a backoff, up to the
+    /// client's retries: an export must never take its source down.
+    fn send_page(
+        &mut self,
+        path: &str,
+        body_for: impl Fn(&Self, u32) -> Result<serde_json::Value>,
+    ) -> Result<Response> {
+        let mut attempt = 0;
+        loop {
+            let docs = self.sizer.docs();
+            let body = body_for(self, docs)?;
+            let refused =
+                match self
+                    .client
+                    .send_or_refused("POST", path, Some(body.to_string().as_bytes()))
+                {
+                    Ok(r) => {
+                        self.asked = docs;
+                        return Ok(r);
+                    }
+                    Err(why) => why,
+                };
+            if attempt >= self.client.max_retries() {
+                return Err(Error::Source(format!(
+                    "the source could not answer a page of {docs} documents of slice {} after {} tries, the last: {refused}; check its health and heap, or give smaller pages (--page-mib, --page-docs)",
+                    self.slice,
+                    attempt + 1
+                )));
+            }
+            let delay = self.client.backoff(attempt);
+            if self.sizer.refused() {
+                log::warn!(
+                    "slice {}: the source could not answer a page of {docs} documents ({refused}); asking for {} from now on, in {} ms",
+                    self.slice,
+                    self.sizer.docs(),
+                    delay.as_millis()
+                );
+            } else {
+                log::warn!(
+                    "slice {}: the source could not answer a page of one document ({refused}); again in {} ms",
+                    self.slice,
+                    delay.as_millis()
+                );
+            }
+            std::thread::sleep(delay);
+            attempt += 1;
+        }
+    }
+
+    fn search_body(&self, docs: u32) -> Result<serde_json::Value> {
+        let mut body = serde_json::json!({ "size": docs });
         if self.kind == CursorKind::Pit {
             // A scroll refuses it.
             body["track_total_hits"] = false.into();
@@ -867,17 +1046,17 @@ impl<'a> SliceCursor<'a> {
         let pit = self.pit.expect("pit cursor has a pit");
         let mut reopened = false;
         loop {
-            let mut body = self.search_body()?;
-            body["pit"] =
-                serde_json::json!({ "id": self.pit_id, "keep_alive": self.spec.keep_alive });
-            body["sort"] = serde_json::from_str(&self.sort).expect("sort is JSON");
-            if let Some(after) = &self.position {
-                body["search_after"] = serde_json::from_str(after)
-                    .map_err(|e| Error::Format(format!("saved sort values are not JSON: {e}")))?;
-            }
-            let r = self
-                .client
-                .send("POST", "/_search", Some(body.to_string().as_bytes()))?;
+            let r = self.send_page("/_search", |cursor, docs| {
+                let mut body = cursor.search_body(docs)?;
+                body["pit"] = serde_json::json!({ "id": cursor.pit_id, "keep_alive": cursor.spec.keep_alive });
+                body["sort"] = serde_json::from_str(&cursor.sort).expect("sort is JSON");
+                if let Some(after) = &cursor.position {
+                    body["search_after"] = serde_json::from_str(after).map_err(|e| {
+                        Error::Format(format!("saved sort values are not JSON: {e}"))
+                    })?;
+                }
+                Ok(body)
+            })?;
             if context_missing(&r) && !reopened {
                 self.pit_id = pit.reopen(self.client, &self.pit_id)?;
                 reopened = true;
@@ -900,18 +1079,19 @@ impl<'a> SliceCursor<'a> {
     }
 
     fn next_scroll_page(&mut self) -> Result<BuiltPage> {
-        let r = match &self.position {
+        let r = match self.position.clone() {
+            // A scroll's page size is fixed by its first request: only that
+            // one can ask for less.
             None => {
-                let mut body = self.search_body()?;
-                body["sort"] = serde_json::json!(["_doc"]);
-                self.client.send(
-                    "POST",
-                    &format!(
-                        "/{}/_search?scroll={}",
-                        self.spec.index, self.spec.keep_alive
-                    ),
-                    Some(body.to_string().as_bytes()),
-                )?
+                let path = format!(
+                    "/{}/_search?scroll={}",
+                    self.spec.index, self.spec.keep_alive
+                );
+                self.send_page(&path, |cursor, docs| {
+                    let mut body = cursor.search_body(docs)?;
+                    body["sort"] = serde_json::json!(["_doc"]);
+                    Ok(body)
+                })?
             }
             Some(id) => {
                 let body = serde_json::json!({ "scroll": self.spec.keep_alive, "scroll_id": id });
@@ -987,6 +1167,53 @@ impl<'a> SliceCursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_grow_by_measured_bytes_and_halve_when_refused() {
+        let budget = 8u64 << 20;
+        let mut s = PageSizer::new(2048, budget);
+        assert_eq!(s.docs(), FIRST_PAGE_DOCS);
+        // Small documents: the page doubles a page, up to `page_docs`.
+        let mut asked = Vec::new();
+        for _ in 0..10 {
+            let docs = s.docs();
+            asked.push(docs);
+            s.observe(docs, docs as u64 * 1500, 1600);
+        }
+        assert_eq!(asked[..8], [16, 32, 64, 128, 256, 512, 1024, 2048]);
+        assert_eq!(s.docs(), 2048);
+        // A page with a megabyte document: the next stays within four
+        // budgets even if all its documents are that big.
+        s.observe(2048, 2047 * 1500 + (1 << 20), 1 << 20);
+        assert!(s.docs() as u64 * (1 << 20) <= 4 * budget, "{}", s.docs());
+        // Megabyte documents throughout: about a budget a page.
+        for _ in 0..4 {
+            let docs = s.docs();
+            s.observe(docs, docs as u64 * (1 << 20), 1 << 20);
+        }
+        assert_eq!(s.docs(), 8);
+        // Refused: halved down to one document, never zero.
+        for want in [4, 2, 1, 1] {
+            s.refused();
+            assert_eq!(s.docs(), want);
+        }
+        assert_eq!(s.halvings, 4);
+        // Documents bigger than the whole budget: one a page.
+        let mut one = PageSizer::new(2048, 1 << 20);
+        one.observe(16, 16 * (4 << 20), 4 << 20);
+        assert_eq!(one.docs(), 1);
+        // A page far over the budget is asked again at about one budget.
+        let mut grown = PageSizer::new(2048, budget);
+        assert!(!grown.too_big(256, 4 * budget));
+        assert!(grown.too_big(256, 50 << 20));
+        assert_eq!(grown.docs(), 40);
+        assert!(!grown.too_big(1, 50 << 20), "one document is what it is");
+        // Never past the most a page may ask for.
+        let mut few = PageSizer::new(10, budget);
+        assert_eq!(few.docs(), 10);
+        few.observe(10, 10, 1);
+        assert_eq!(few.docs(), 10);
+    }
 
     #[test]
     fn a_page_keeps_id_and_source_bytes_and_the_last_sort() {
