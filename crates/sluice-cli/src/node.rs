@@ -66,6 +66,12 @@ pub struct NodeArgs {
     /// The private key of --nbd-tls-cert (PEM).
     #[arg(long, value_name = "PEM", requires = "nbd_tls_cert")]
     nbd_tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) an NBD client's certificate must chain to:
+    /// clients without one signed by them are refused (libnbd sends
+    /// `client-cert.pem` from its tls-certificates directory). With TLS
+    /// required, NBD may then listen beyond loopback.
+    #[arg(long, value_name = "PEM", requires = "nbd_tls_cert")]
+    nbd_tls_ca_cert: Option<PathBuf>,
     /// With a certificate: `require` refuses clients that do not start TLS
     /// first, `on` lets them choose.
     #[arg(long, value_enum, default_value_t = TlsMode::Require, requires = "nbd_tls_cert")]
@@ -115,7 +121,14 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     }
     let nbd_tls = match (&args.nbd_tls_cert, &args.nbd_tls_key) {
         (Some(cert), Some(key)) => {
-            Some(sluice_server::server::tls::load(cert, key).map_err(anyhow::Error::msg)?)
+            let clients = args
+                .nbd_tls_ca_cert
+                .as_deref()
+                .map(|ca| sluice_server::server::tls::ClientCertificates { ca, required: true });
+            Some(
+                sluice_server::server::tls::load_with_clients(cert, key, clients)
+                    .map_err(anyhow::Error::msg)?,
+            )
         }
         _ => None,
     };
@@ -250,9 +263,12 @@ fn check_exposure(args: &NodeArgs) -> Result<()> {
             "{flag} {addr} can be reached from other machines, and no host is named: give --allow-host NQN for each host allowed (a Linux host's NQN is in /etc/nvme/hostnqn), or --allow-any-host to admit every host that can connect"
         );
     }
-    if let Some(addr) = args.nbd.filter(|a| beyond(a)) {
+    // NBD clients that must start TLS and show a certificate the node
+    // checks are no anonymous clients.
+    let nbd_clients_checked = args.nbd_tls_ca_cert.is_some() && args.nbd_tls == TlsMode::Require;
+    if let Some(addr) = args.nbd.filter(|a| beyond(a) && !nbd_clients_checked) {
         bail!(
-            "--nbd {addr} can be reached from other machines, and NBD names no host that --allow-host could check: bind NBD to loopback (reach it through an SSH tunnel), or pass --allow-any-host to serve every client that can connect"
+            "--nbd {addr} can be reached from other machines, and NBD names no host that --allow-host could check: ask clients for certificates (--nbd-tls-cert, --nbd-tls-key, --nbd-tls-ca-cert), bind NBD to loopback (reach it through an SSH tunnel), or pass --allow-any-host to serve every client that can connect"
         );
     }
     Ok(())

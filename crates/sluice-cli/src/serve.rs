@@ -37,6 +37,16 @@ pub struct ServeArgs {
     /// The TLS private key (PEM).
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) a TLS client's certificate must chain to:
+    /// TLS client authentication on --resp-tls and --http-tls (Redis's
+    /// tls-ca-cert-file).
+    #[arg(long, value_name = "FILE")]
+    tls_ca_cert: Option<PathBuf>,
+    /// With --tls-ca-cert: `yes` refuses TLS clients without a
+    /// certificate, `optional` lets them in (a bad certificate is refused
+    /// either way), as Redis's tls-auth-clients.
+    #[arg(long, default_value = "yes", value_parser = ["yes", "optional"], requires = "tls_ca_cert")]
+    tls_auth_clients: String,
     /// Also serve the Redis protocol on this Unix socket (Redis's
     /// `unixsocket`).
     #[arg(long = "unixsocket", value_name = "PATH")]
@@ -269,11 +279,22 @@ pub fn open_store(paths: &[PathBuf], create_mib: u64, config: &StoreConfig) -> R
 
 pub fn run(args: &ServeArgs) -> Result<()> {
     // Every flag is checked before the device is touched.
+    let clients =
+        args.tls_ca_cert
+            .as_deref()
+            .map(|ca| sluice_server::server::tls::ClientCertificates {
+                ca,
+                required: args.tls_auth_clients == "yes",
+            });
     let tls_config = match (&args.tls_cert, &args.tls_key) {
-        (None, None) => None,
-        (Some(cert), Some(key)) => {
-            Some(sluice_server::server::tls::load(cert, key).map_err(anyhow::Error::msg)?)
+        (None, None) if clients.is_some() => {
+            bail!("--tls-ca-cert checks the clients of a TLS listener: add --tls-cert FILE, --tls-key FILE and --resp-tls ADDR or --http-tls")
         }
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some(
+            sluice_server::server::tls::load_with_clients(cert, key, clients)
+                .map_err(anyhow::Error::msg)?,
+        ),
         _ => bail!("TLS needs both --tls-cert FILE and --tls-key FILE"),
     };
     let tls = match (&args.resp_tls, &tls_config) {
@@ -391,6 +412,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 users: http_users,
                 api_keys: http_api_keys,
                 protected_mode: args.protected_mode,
+                clients_verified: args.http_tls && clients.is_some_and(|c| c.required),
                 tls: if args.http_tls {
                     tls_config.clone()
                 } else {

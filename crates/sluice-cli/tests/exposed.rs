@@ -227,3 +227,213 @@ fn secrets_are_refused_on_the_command_line_and_taken_from_files_or_the_environme
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", server.child.id())).unwrap();
     assert!(!String::from_utf8_lossy(&cmdline).contains("from-env"));
 }
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, both
+/// signed by it, made with openssl in `dir`: `ca.pem`, `server.pem` /
+/// `server.key`, `client.pem` / `client.key`; and `stranger.pem` /
+/// `stranger.key`, a client certificate signed by another CA.
+fn pki(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap_or_else(|e| panic!("openssl failed to start ({e}): scripts/setup installs it"));
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    for (ca, name) in [("ca", "Sluice test CA"), ("other-ca", "Another CA")] {
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.pem"),
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+    }
+    std::fs::write(
+        dir.join("server.cnf"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("client.cnf"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    for (name, ca, ext) in [
+        ("server", "ca", "server.cnf"),
+        ("client", "ca", "client.cnf"),
+        ("stranger", "other-ca", "client.cnf"),
+    ] {
+        openssl(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            ext,
+        ]);
+    }
+}
+
+#[test]
+fn tls_clients_must_show_a_certificate_the_ca_signed_on_resp_and_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    pki(d);
+    let file = |name: &str| d.join(name).to_str().unwrap().to_string();
+    let (tls_port, http_port) = (free_port(), free_port());
+    let ours = serve(
+        d,
+        "127.0.0.1",
+        &[
+            "--resp-tls",
+            &format!("127.0.0.1:{tls_port}"),
+            "--http",
+            &format!("0.0.0.0:{http_port}"),
+            "--http-tls",
+            "--tls-cert",
+            &file("server.pem"),
+            "--tls-key",
+            &file("server.key"),
+            "--tls-ca-cert",
+            &file("ca.pem"),
+        ],
+    );
+    let cli = |cert: Option<&str>| {
+        let mut c = Command::new("redis-cli");
+        c.args([
+            "-p",
+            &tls_port.to_string(),
+            "--tls",
+            "--cacert",
+            &file("ca.pem"),
+        ]);
+        if let Some(name) = cert {
+            c.args(["--cert", &file(&format!("{name}.pem"))])
+                .args(["--key", &file(&format!("{name}.key"))]);
+        }
+        let out = c.arg("PING").output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(cli(Some("client")), "PONG\n");
+    assert_ne!(
+        cli(None),
+        "PONG\n",
+        "a TLS client without a certificate was served"
+    );
+    assert_ne!(
+        cli(Some("stranger")),
+        "PONG\n",
+        "a certificate of another CA was taken"
+    );
+    // The HTTP API: the same rule; a client with a certificate is nobody
+    // anonymous, so protected mode lets it in from 127.0.0.2 as well.
+    let curl = |cert: Option<&str>, source: &str| {
+        let mut c = Command::new("curl");
+        c.args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--cacert",
+            &file("ca.pem"),
+        ])
+        .args(["--interface", source]);
+        if let Some(name) = cert {
+            c.args(["--cert", &file(&format!("{name}.pem"))])
+                .args(["--key", &file(&format!("{name}.key"))]);
+        }
+        let out = c
+            .arg(format!("https://127.0.0.1:{http_port}/"))
+            .output()
+            .unwrap_or_else(|e| panic!("curl failed to start ({e}): scripts/setup installs it"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(curl(Some("client"), "127.0.0.1"), "200");
+    assert_eq!(curl(Some("client"), "127.0.0.2"), "200");
+    assert_eq!(curl(None, "127.0.0.1"), "000", "no certificate, no answer");
+    assert_eq!(curl(Some("stranger"), "127.0.0.1"), "000");
+    // elasticsearch-py and redis-py, unmodified, with their certificate.
+    let script = format!(
+        r#"
+import elasticsearch, redis
+es = elasticsearch.Elasticsearch("https://127.0.0.1:{http_port}", ca_certs="{ca}",
+                                 client_cert="{cert}", client_key="{key}")
+es.index(index="mtls", id="1", document={{"a": 1}}, refresh=True)
+assert es.get(index="mtls", id="1")["_source"] == {{"a": 1}}
+r = redis.Redis(port={tls_port}, ssl=True, ssl_ca_certs="{ca}", ssl_certfile="{cert}", ssl_keyfile="{key}")
+assert r.set("mtls", "yes") and r.get("mtls") == b"yes"
+print("ok")
+"#,
+        ca = file("ca.pem"),
+        cert = file("client.pem"),
+        key = file("client.key"),
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ok\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(ours);
+    // optional: no certificate is let in, a bad one still is not.
+    let ours = serve(
+        d,
+        "127.0.0.1",
+        &[
+            "--resp-tls",
+            &format!("127.0.0.1:{tls_port}"),
+            "--tls-cert",
+            &file("server.pem"),
+            "--tls-key",
+            &file("server.key"),
+            "--tls-ca-cert",
+            &file("ca.pem"),
+            "--tls-auth-clients",
+            "optional",
+        ],
+    );
+    assert_eq!(cli(None), "PONG\n");
+    assert_eq!(cli(Some("client")), "PONG\n");
+    assert_ne!(cli(Some("stranger")), "PONG\n");
+    drop(ours);
+}

@@ -629,7 +629,99 @@ fn certificates(
         "-extfile",
         "ext.cnf",
     ]);
+    // A client certificate from the same CA, where libnbd looks for one
+    // (tls-certificates=DIR: client-cert.pem, client-key.pem).
+    std::fs::write(
+        dir.join("client.cnf"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "client/client-key.pem",
+        "-out",
+        "client-req.pem",
+        "-subj",
+        "/CN=nbd client",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client-req.pem",
+        "-CA",
+        "client/ca-cert.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-out",
+        "client/client-cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "client.cnf",
+    ]);
     (dir.join("cert.pem"), dir.join("key.pem"), client)
+}
+
+#[test]
+fn nbd_clients_must_show_a_certificate_the_ca_signed_and_may_then_come_from_anywhere() {
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, client) = certificates(certs.path());
+    let ca = client.join("ca-cert.pem");
+    // Trusts the node, shows no certificate of its own.
+    let anonymous = certs.path().join("anonymous");
+    std::fs::create_dir_all(&anonymous).unwrap();
+    std::fs::copy(&ca, anonymous.join("ca-cert.pem")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["node", "--create-mib", "16", "--listen", "127.0.0.1:0"])
+        .args(["--nbd", "0.0.0.0:0"])
+        .arg("--nbd-tls-cert")
+        .arg(&cert)
+        .arg("--nbd-tls-key")
+        .arg(&key)
+        .arg("--nbd-tls-ca-cert")
+        .arg(&ca)
+        .arg("--device")
+        .arg(dir.path().join("a.dev"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut node = Node {
+        child,
+        nbd: String::new(),
+        nvme: String::new(),
+        _dir: dir,
+    };
+    while node.nbd.is_empty() {
+        let line = lines.next().unwrap().unwrap();
+        if let Some(at) = line.strip_prefix("sluice node: NBD on ") {
+            node.nbd = at.split_whitespace().next().unwrap().to_string();
+        }
+    }
+    let port = node.nbd.rsplit(':').next().unwrap().to_string();
+    let uri = |certs: &std::path::Path| {
+        format!(
+            "nbds://127.0.0.1:{port}/1?tls-certificates={}",
+            certs.display()
+        )
+    };
+    let info = run(Command::new("nbdinfo").arg(uri(&client)));
+    assert!(info.contains("with TLS"), "{info}");
+    let refused = Command::new("nbdinfo")
+        .arg(uri(&anonymous))
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "a client without a certificate was served"
+    );
 }
 
 #[test]

@@ -38,6 +38,10 @@ pub struct HttpConfig {
     /// `::1` with 401 (Redis's protected mode; Elasticsearch 8 turns its
     /// security on by default in the same spirit).
     pub protected_mode: bool,
+    /// Every connection shows a client certificate the TLS configuration
+    /// verified (client authentication required): it is no anonymous
+    /// client, and protected mode lets it in from anywhere.
+    pub clients_verified: bool,
     /// TLS (rustls) on every connection, if set.
     pub tls: Option<Arc<rustls::ServerConfig>>,
 }
@@ -53,6 +57,7 @@ impl std::fmt::Debug for HttpConfig {
             .field("users", &self.users.len())
             .field("api_keys", &self.api_keys.len())
             .field("protected_mode", &self.protected_mode)
+            .field("clients_verified", &self.clients_verified)
             .field("tls", &self.tls.is_some())
             .finish()
     }
@@ -69,6 +74,7 @@ impl Default for HttpConfig {
             users: sluice_auth::Credentials::new(),
             api_keys: sluice_auth::Credentials::new(),
             protected_mode: true,
+            clients_verified: false,
             tls: None,
         }
     }
@@ -238,7 +244,7 @@ fn authorized(req: &wire::Request, config: &HttpConfig) -> bool {
 /// loopback when the server has none to ask for (protected mode).
 fn refusal(request: &wire::Request, peer: &SocketAddr, config: &HttpConfig) -> Option<Response> {
     if config.users.is_empty() && config.api_keys.is_empty() {
-        if !config.protected_mode || sluice_auth::is_local_peer(peer) {
+        if !config.protected_mode || config.clients_verified || sluice_auth::is_local_peer(peer) {
             return None;
         }
         let e = ApiError::new(

@@ -23,9 +23,53 @@ impl std::fmt::Debug for TlsSettings {
     }
 }
 
+/// Whether clients must show a certificate, and whose signature it needs
+/// (Redis's `tls-auth-clients` and `tls-ca-cert-file`).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientCertificates<'a> {
+    /// PEM file of the certificate authorities a client's certificate
+    /// must chain to.
+    pub ca: &'a Path,
+    /// Whether a client without a certificate is refused (`yes`), or let
+    /// in while one that shows a bad certificate is refused (`optional`).
+    pub required: bool,
+}
+
 /// Loads a PEM certificate chain and private key; errors name the file
-/// and what is wrong with it.
+/// and what is wrong with it. Clients are not asked for certificates.
 pub fn load(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
+    load_with_clients(cert, key, None)
+}
+
+/// The trust anchors in a PEM file of CA certificates.
+fn roots(ca: &Path) -> Result<rustls::RootCertStore, String> {
+    let file = std::fs::File::open(ca).map_err(|e| format!("opening {}: {e}", ca.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut std::io::BufReader::new(file)) {
+        let cert = cert.map_err(|e| format!("reading certificates from {}: {e}", ca.display()))?;
+        roots.add(cert).map_err(|e| {
+            format!(
+                "a certificate in {} is no CA certificate rustls takes: {e}",
+                ca.display()
+            )
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(format!(
+            "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----) to check clients against",
+            ca.display()
+        ));
+    }
+    Ok(roots)
+}
+
+/// [`load`], asking clients for a certificate signed by one of `clients`'
+/// CAs (TLS client authentication) when given.
+pub fn load_with_clients(
+    cert: &Path,
+    key: &Path,
+    clients: Option<ClientCertificates<'_>>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     let open = |p: &Path| {
         std::fs::File::open(p)
             .map(std::io::BufReader::new)
@@ -44,18 +88,35 @@ pub fn load(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String
         .map_err(|e| format!("reading the private key from {}: {e}", key.display()))?
         .ok_or_else(|| format!("{} holds no PEM private key", key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS protocol versions: {e}"))?
-        .with_no_client_auth()
-        .with_single_cert(certs, private)
-        .map_err(|e| {
-            format!(
-                "the key in {} does not fit the certificate in {}: {e}",
-                key.display(),
-                cert.display()
+        .map_err(|e| format!("TLS protocol versions: {e}"))?;
+    let builder = match clients {
+        None => builder.with_no_client_auth(),
+        Some(c) => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots(c.ca)?),
+                provider,
+            );
+            let verifier = if c.required {
+                verifier
+            } else {
+                verifier.allow_unauthenticated()
+            };
+            builder.with_client_cert_verifier(
+                verifier
+                    .build()
+                    .map_err(|e| format!("checking clients against {}: {e}", c.ca.display()))?,
             )
-        })?;
+        }
+    };
+    let config = builder.with_single_cert(certs, private).map_err(|e| {
+        format!(
+            "the key in {} does not fit the certificate in {}: {e}",
+            key.display(),
+            cert.display()
+        )
+    })?;
     Ok(Arc::new(config))
 }
 
