@@ -121,7 +121,7 @@ enum Command {
     Read(pagination::ReadArgs),
     /// Serve the store over the Redis protocol (thread per core, durable writes)
     /// and, with --http, an Elasticsearch-compatible HTTP API.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Import an export device into an index of the store `sluice serve --http` serves.
     Import(import::ImportArgs),
     /// Serve devices to NVMe/TCP hosts (`nvme connect -t tcp`): the storage node.
