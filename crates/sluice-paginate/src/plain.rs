@@ -331,6 +331,12 @@ fn chunk_size(line: &str) -> Result<u64, String> {
     u64::from_str_radix(text, 16).map_err(|_| format!("a bad chunk size: {:?}", line.trim()))
 }
 
+/// [`read_chunked`] for the fuzz targets: the body's bytes, or why not.
+#[cfg(feature = "fuzzing")]
+pub fn fuzz_read_chunked(reader: &mut impl BufRead, max_bytes: usize) -> Result<Vec<u8>, String> {
+    read_chunked(reader, max_bytes).map(|b| b.to_vec())
+}
+
 /// A chunked body whole (trailers read and dropped).
 fn read_chunked(reader: &mut impl BufRead, max_bytes: usize) -> Result<Body, String> {
     let mut body = crate::buffers::take_empty(0);
