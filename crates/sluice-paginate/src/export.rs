@@ -493,7 +493,7 @@ fn cursor_factory<'a>(
     spec: &'a SourceSpec,
     pit: Option<&'a SharedPit>,
     sort: &'a str,
-    (slices, page_docs, page_bytes): (u32, u32, u64),
+    (slices, page_docs, page_bytes, first_docs): (u32, u32, u64, u32),
     split_field: &'a Option<String>,
 ) -> impl Fn(u32, &str) -> Result<Box<dyn PageSource + 'a>> + Sync + 'a {
     move |slice, cursor| {
@@ -509,7 +509,7 @@ fn cursor_factory<'a>(
             sort.to_string(),
             slice,
             slices,
-            (page_docs, page_bytes),
+            (page_docs, page_bytes, first_docs),
             split_field.clone(),
             resume_from,
         )))
@@ -573,12 +573,23 @@ fn export_slices(
     (slices, primary_shards, doc_count): (u32, u32, u64),
     cursor_kind: CursorKind,
 ) -> Result<ExportSummary> {
+    // A scroll keeps the page size of its first request to its end: its
+    // pages are sized from the sample before they start. A point in time
+    // starts small and grows with what it measures.
+    let scroll_sample = match cursor_kind {
+        CursorKind::Scroll => Some(sample_hit_bytes(client, &options.spec)?),
+        CursorKind::Pit => None,
+    };
+    let first_docs = match scroll_sample {
+        Some(mean) => crate::source::docs_in_budget(mean, options.page_docs, options.page_bytes),
+        None => crate::source::FIRST_PAGE_DOCS,
+    };
     let cursors = cursor_factory(
         client,
         &options.spec,
         pit,
         sort,
-        (slices, options.page_docs, options.page_bytes),
+        (slices, options.page_docs, options.page_bytes, first_docs),
         split_field,
     );
     std::thread::scope(|scope| {
@@ -589,7 +600,10 @@ fn export_slices(
             let info = IndexInfo {
                 primary_shards,
                 doc_count,
-                mean_hit_bytes: sample_hit_bytes(client, &options.spec)?,
+                mean_hit_bytes: match scroll_sample {
+                    Some(mean) => mean,
+                    None => sample_hit_bytes(client, &options.spec)?,
+                },
             };
             let plan = plan(options, &info)?;
             debug_assert_eq!(plan.slices, slices);
@@ -870,7 +884,12 @@ fn resume(client: &Client, options: &ExportOptions, start: Instant) -> Result<Ex
             &options.spec,
             pit.as_ref(),
             &sort,
-            (header.slice_count, header.page_docs, options.page_bytes),
+            (
+                header.slice_count,
+                header.page_docs,
+                options.page_bytes,
+                crate::source::FIRST_PAGE_DOCS,
+            ),
             &split_field,
         );
         write_slices(

@@ -362,6 +362,15 @@ pub const FIRST_PAGE_DOCS: u32 = 16;
 /// 1 GiB heap can hold.
 pub const DEFAULT_PAGE_BYTES: u64 = 8 << 20;
 
+/// Documents of `mean_bytes` that fill a page budget of `budget_bytes`:
+/// at least one, at most `max_docs` (a mean of 0, no documents: `max_docs`).
+pub fn docs_in_budget(mean_bytes: f64, max_docs: u32, budget_bytes: u64) -> u32 {
+    if mean_bytes < 1.0 {
+        return max_docs.max(1);
+    }
+    ((budget_bytes as f64 / mean_bytes) as u64).clamp(1, max_docs.max(1) as u64) as u32
+}
+
 /// How many documents a slice asks for per page: sized by bytes, not by a
 /// fixed count. Each answer is meant to stay under a byte budget at the
 /// documents' measured size; a page grows at most twice a page (slow
@@ -390,6 +399,13 @@ impl PageSizer {
             largest_hit_bytes: 0,
             halvings: 0,
         }
+    }
+
+    /// The same, its first page of `docs` documents (at most the most a
+    /// page may ask for, at least one).
+    pub fn starting_at(mut self, docs: u32) -> PageSizer {
+        self.docs = docs.clamp(1, self.max_docs);
+        self
     }
 
     /// Documents to ask for next.
@@ -437,38 +453,53 @@ impl PageSizer {
 
 /// Mean bytes of one hit as a page holds it, from documents the query
 /// matches drawn at random (a fixed seed: the same sample each time), in
-/// requests of a few documents each (0 without documents).
+/// requests of a few documents each (0 without documents). A source
+/// without `function_score` (Sluice's own HTTP API) gives its first
+/// documents instead.
 pub fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
     let query = spec
         .query_json()?
         .unwrap_or_else(|| serde_json::json!({ "match_all": {} }));
     let (mut bytes, mut docs) = (0usize, 0u32);
-    for seed in 0..SAMPLE_REQUESTS {
-        let mut body = serde_json::json!({
-            "size": SAMPLE_DOCS,
-            "track_total_hits": false,
-            "query": { "function_score": {
+    let mut random = true;
+    let mut request = 0;
+    while request < SAMPLE_REQUESTS {
+        let mut body = if random {
+            serde_json::json!({
+                "size": SAMPLE_DOCS,
+                "track_total_hits": false,
+                "query": { "function_score": {
+                    "query": query,
+                    "random_score": { "seed": request, "field": "_seq_no" },
+                    "boost_mode": "replace"
+                }}
+            })
+        } else {
+            serde_json::json!({
+                "size": SAMPLE_DOCS,
+                "from": request * SAMPLE_DOCS as u64,
+                "track_total_hits": false,
                 "query": query,
-                "random_score": { "seed": seed, "field": "_seq_no" },
-                "boost_mode": "replace"
-            }}
-        });
+            })
+        };
         if let Some(f) = spec.source_filter() {
             body["_source"] = f;
         }
-        let r = check(
-            client.send(
-                "POST",
-                &format!("/{}/_search", spec.index),
-                Some(body.to_string().as_bytes()),
-            )?,
-            "sampling documents",
-            client,
-            &spec.index,
+        let r = client.send(
+            "POST",
+            &format!("/{}/_search", spec.index),
+            Some(body.to_string().as_bytes()),
         )?;
+        if random && request == 0 && r.status == 400 {
+            log::debug!("the source samples no random documents: sampling its first ones");
+            random = false;
+            continue;
+        }
+        let r = check(r, "sampling documents", client, &spec.index)?;
         let page = build_page(&r.body, None)?;
         bytes += page.bytes.len();
         docs += page.docs;
+        request += 1;
     }
     if docs == 0 {
         return Ok(0.0);
@@ -840,7 +871,7 @@ impl<'a> SliceCursor<'a> {
         sort: String,
         slice: u32,
         slices: u32,
-        (page_docs, page_bytes): (u32, u64),
+        (page_docs, page_bytes, first_docs): (u32, u64, u32),
         slice_field: Option<String>,
         resume_from: Option<CursorState>,
     ) -> Self {
@@ -868,7 +899,7 @@ impl<'a> SliceCursor<'a> {
             sort,
             slice,
             slices,
-            sizer: PageSizer::new(page_docs, page_bytes),
+            sizer: PageSizer::new(page_docs, page_bytes).starting_at(first_docs),
             asked: 0,
             slice_field,
             kind,
@@ -1208,6 +1239,11 @@ mod tests {
         assert!(grown.too_big(256, 50 << 20));
         assert_eq!(grown.docs(), 40);
         assert!(!grown.too_big(1, 50 << 20), "one document is what it is");
+        // A scroll's size, fixed at its start, from the sample.
+        assert_eq!(docs_in_budget(1556.0, 1000, budget), 1000);
+        assert_eq!(docs_in_budget(500_000.0, 2048, budget), 16);
+        assert_eq!(docs_in_budget(0.0, 2048, budget), 2048);
+        assert_eq!(PageSizer::new(2048, budget).starting_at(5000).docs(), 2048);
         // Never past the most a page may ask for.
         let mut few = PageSizer::new(10, budget);
         assert_eq!(few.docs(), 10);
