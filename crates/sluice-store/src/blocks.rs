@@ -315,18 +315,13 @@ impl BlockDevice {
             .map_err(|error| StoreError::Io { block, error })
     }
 
-    /// Writes each `(first block, bytes)` run and makes them durable, all
-    /// submitted together (one `io_uring_enter`, or none on a polling
-    /// SQPOLL ring), on a caller's own engine (idle when called; see
-    /// [`BlockDevice::own_engine`]). Every run lies on the device holding
-    /// the first.
-    pub fn write_durable_on(&self, engine: &mut dyn Engine, runs: &[(u64, &[u8])]) -> Result<()> {
-        self.write_runs_on(engine, runs, true)
-    }
-
-    /// [`BlockDevice::write_durable_on`] or, without `durable`, the same
-    /// writes returning once the device has them (in its volatile cache,
-    /// if it has one: they survive the process, not a power cut).
+    /// Writes each `(first block, bytes)` run, all submitted together (one
+    /// `io_uring_enter`, or none on a polling SQPOLL ring), on a caller's
+    /// own engine (idle when called; see [`BlockDevice::own_engine`]).
+    /// With `durable` they are made durable too; without, the call returns
+    /// once the device has them (in its volatile cache, if it has one: they
+    /// survive the process, not a power cut). Every run lies on the device
+    /// holding the first.
     pub fn write_runs_on(
         &self,
         engine: &mut dyn Engine,

@@ -336,24 +336,37 @@ impl Wal {
         self.drain_early(&mut st)?;
         let (first_seq, count) = self.stage_group(&mut st);
         let target = st.open_seq;
-        let staged: Vec<(u64, Vec<u8>)> = self
-            .staged_runs(&st, first_seq, count)
-            .into_iter()
-            .map(|(at, bytes)| (at, bytes.to_vec()))
-            .collect();
+        let staged = self.copy_staged(&st, first_seq, count);
         drop(st);
         if !staged.is_empty() {
-            let runs: Vec<(u64, &[u8])> = staged.iter().map(|(at, b)| (*at, &b[..])).collect();
-            let mut engine = self.commit_engine.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = self.dev.write_runs_on(engine.as_mut(), &runs, false) {
-                drop(engine);
-                self.lock().failed = Some(e.to_string());
-                return Err(e);
-            }
+            self.write_staged(&staged, false)?;
         }
         self.written_below.fetch_max(target, Ordering::AcqRel);
         self.through_below.fetch_max(target, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// The staged blocks as owned runs, so that the state lock can go
+    /// before they are written (appends go on meanwhile).
+    fn copy_staged(&self, st: &State, first_seq: u64, count: usize) -> Vec<(u64, Vec<u8>)> {
+        self.staged_runs(st, first_seq, count)
+            .into_iter()
+            .map(|(at, bytes)| (at, bytes.to_vec()))
+            .collect()
+    }
+
+    /// Writes staged runs on the commit engine, made durable or not; a
+    /// failure fails the log.
+    fn write_staged(&self, staged: &[(u64, Vec<u8>)], durable: bool) -> Result<()> {
+        let runs: Vec<(u64, &[u8])> = staged.iter().map(|(at, b)| (*at, &b[..])).collect();
+        let written = {
+            let mut engine = self.commit_engine.lock().unwrap_or_else(|p| p.into_inner());
+            self.dev.write_runs_on(engine.as_mut(), &runs, durable)
+        };
+        if let Err(e) = &written {
+            self.lock().failed = Some(e.to_string());
+        }
+        written
     }
 
     /// Device flushes made so far: fewer than commits when commits group.
@@ -734,24 +747,18 @@ impl Wal {
         if start == target {
             return Ok(self.last_durable());
         }
-        let staged: Vec<(u64, Vec<u8>)> = self
-            .staged_runs(&st, first_seq, count)
-            .into_iter()
-            .map(|(at, bytes)| (at, bytes.to_vec()))
-            .collect();
+        let staged = self.copy_staged(&st, first_seq, count);
         drop(st);
         self.flushes.fetch_add(1, Ordering::Relaxed);
-        let runs: Vec<(u64, &[u8])> = staged.iter().map(|(at, b)| (*at, &b[..])).collect();
-        let written = if runs.is_empty() {
-            // Blocks written early or closed, nothing open: a flush alone.
-            self.dev.flush_holding(self.layout.ring[0].start_block)
+        if staged.is_empty() {
+            // Blocks written early, closed or written through, nothing
+            // open: a flush alone.
+            if let Err(e) = self.dev.flush_holding(self.layout.ring[0].start_block) {
+                self.lock().failed = Some(e.to_string());
+                return Err(e);
+            }
         } else {
-            let mut engine = self.commit_engine.lock().unwrap_or_else(|p| p.into_inner());
-            self.dev.write_durable_on(engine.as_mut(), &runs)
-        };
-        if let Err(e) = written {
-            self.lock().failed = Some(e.to_string());
-            return Err(e);
+            self.write_staged(&staged, true)?;
         }
         self.written_below.fetch_max(target, Ordering::AcqRel);
         self.through_below.fetch_max(target, Ordering::AcqRel);
