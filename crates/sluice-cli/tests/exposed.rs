@@ -233,18 +233,7 @@ fn secrets_are_refused_on_the_command_line_and_taken_from_files_or_the_environme
 /// `server.key`, `client.pem` / `client.key`; and `stranger.pem` /
 /// `stranger.key`, a client certificate signed by another CA.
 fn pki(dir: &Path) {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap_or_else(|e| panic!("openssl failed to start ({e}): scripts/setup installs it"));
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let openssl = |args: &[&str]| common::openssl(dir, args);
     for (ca, name) in [("ca", "Sluice test CA"), ("other-ca", "Another CA")] {
         openssl(&[
             "req",
@@ -316,23 +305,28 @@ fn tls_clients_must_show_a_certificate_the_ca_signed_on_resp_and_http() {
     pki(d);
     let file = |name: &str| d.join(name).to_str().unwrap().to_string();
     let (tls_port, http_port) = (free_port(), free_port());
-    let ours = serve(
-        d,
-        "127.0.0.1",
-        &[
-            "--resp-tls",
-            &format!("127.0.0.1:{tls_port}"),
-            "--http",
-            &format!("0.0.0.0:{http_port}"),
-            "--http-tls",
-            "--tls-cert",
-            &file("server.pem"),
-            "--tls-key",
-            &file("server.key"),
-            "--tls-ca-cert",
-            &file("ca.pem"),
-        ],
-    );
+    let tls_flags = [
+        "--tls-cert".to_string(),
+        file("server.pem"),
+        "--tls-key".to_string(),
+        file("server.key"),
+        "--tls-ca-cert".to_string(),
+        file("ca.pem"),
+    ];
+    // The server's certificate and the CA its clients' must chain to,
+    // after `first`.
+    let serve_tls = |first: &[String]| {
+        let args: Vec<String> = first.iter().chain(&tls_flags).cloned().collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        serve(d, "127.0.0.1", &args)
+    };
+    let ours = serve_tls(&[
+        "--resp-tls".into(),
+        format!("127.0.0.1:{tls_port}"),
+        "--http".into(),
+        format!("0.0.0.0:{http_port}"),
+        "--http-tls".into(),
+    ]);
     let cli = |cert: Option<&str>| {
         let mut c = Command::new("redis-cli");
         c.args([
@@ -416,22 +410,12 @@ print("ok")
     );
     drop(ours);
     // optional: no certificate is let in, a bad one still is not.
-    let ours = serve(
-        d,
-        "127.0.0.1",
-        &[
-            "--resp-tls",
-            &format!("127.0.0.1:{tls_port}"),
-            "--tls-cert",
-            &file("server.pem"),
-            "--tls-key",
-            &file("server.key"),
-            "--tls-ca-cert",
-            &file("ca.pem"),
-            "--tls-auth-clients",
-            "optional",
-        ],
-    );
+    let ours = serve_tls(&[
+        "--resp-tls".into(),
+        format!("127.0.0.1:{tls_port}"),
+        "--tls-auth-clients".into(),
+        "optional".into(),
+    ]);
     assert_eq!(cli(None), "PONG\n");
     assert_eq!(cli(Some("client")), "PONG\n");
     assert_ne!(cli(Some("stranger")), "PONG\n");

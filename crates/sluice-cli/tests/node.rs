@@ -3,6 +3,7 @@
 //! scripts/nvmf-linux-host), and refusing bad options.
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
+mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
@@ -566,18 +567,7 @@ fn sluice_nvmf_identifies_writes_reads_and_copies_inside_the_node() {
 fn certificates(
     dir: &std::path::Path,
 ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let openssl = |args: &[&str]| common::openssl(dir, args);
     let client = dir.join("client");
     std::fs::create_dir_all(&client).unwrap();
     openssl(&[

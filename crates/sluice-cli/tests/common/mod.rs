@@ -88,3 +88,18 @@ pub fn stop_with_sigterm(mut s: Serve) {
     };
     assert!(status.success(), "sluice serve exited with {status}");
 }
+
+/// Runs openssl with `args` in `dir`; a failure names the call and what
+/// openssl said.
+pub fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("openssl failed to start ({e}): scripts/setup installs it"));
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
