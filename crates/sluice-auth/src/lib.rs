@@ -6,11 +6,10 @@
 //! - [`Secret`]: a password or key read from a file or an environment
 //!   variable, never from the command line (where `ps` shows it to every
 //!   user of the machine); its `Debug` prints no byte of it.
-//! - [`PasswordHash`]: a password kept as its SHA-256 (as Redis's ACL keeps
-//!   them) and compared in constant time, so that neither the time of a
-//!   refusal nor a memory dump gives the password away.
-//! - [`Credentials`]: named secrets (users, API keys), every entry looked
-//!   at on every check.
+//! - [`Credentials`]: named secrets (users, API keys), each kept as its
+//!   SHA-256 (as Redis's ACL keeps passwords) and compared in constant
+//!   time, every entry on every check, so that neither the time of a
+//!   refusal nor a memory dump gives a secret away.
 //! - [`is_local_peer`]: the one rule of what counts as local — Redis's
 //!   protected mode: `127.0.0.1`, `::1` (and a Unix socket, which has no
 //!   address) — that the surfaces apply when they are reachable from
@@ -54,11 +53,6 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Secret {
-    /// A secret from bytes already in memory (a test, a protocol field).
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
-        Secret(bytes.into())
-    }
-
     /// The bytes.
     pub fn expose(&self) -> &[u8] {
         &self.0
@@ -119,52 +113,25 @@ pub fn read_secret_file(path: &Path, what: &str) -> Result<String, AuthError> {
     Ok(text)
 }
 
-/// A password as its SHA-256, compared in constant time.
+/// A password as its SHA-256 (as Redis's ACL keeps them): what is kept
+/// instead of the password, compared in constant time.
 #[derive(Clone, PartialEq, Eq)]
-pub struct PasswordHash([u8; 32]);
+struct PasswordHash([u8; 32]);
 
 impl std::fmt::Debug for PasswordHash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PasswordHash({})", self.to_hex())
+        f.write_str("PasswordHash(..)")
     }
 }
 
 impl PasswordHash {
     /// The hash of `password`.
-    pub fn of(password: &[u8]) -> PasswordHash {
+    fn of(password: &[u8]) -> PasswordHash {
         let digest = ring::digest::digest(&ring::digest::SHA256, password);
         let mut bytes = [0u8; 32];
         bytes.copy_from_slice(digest.as_ref());
         PasswordHash(bytes)
     }
-
-    /// A hash given as 64 hex digits (Redis's `#<hash>`), if it is one.
-    pub fn from_hex(text: &str) -> Option<PasswordHash> {
-        if text.len() != 64 {
-            return None;
-        }
-        let mut bytes = [0u8; 32];
-        for (i, byte) in bytes.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-        }
-        Some(PasswordHash(bytes))
-    }
-
-    /// The 64 lower-case hex digits.
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-
-    /// Whether `password` hashes to this, in time that does not depend on
-    /// where the two differ.
-    pub fn matches(&self, password: &[u8]) -> bool {
-        self.0.ct_eq(&PasswordHash::of(password).0).into()
-    }
-}
-
-/// Byte strings compared in time that depends only on their lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.ct_eq(b).into()
 }
 
 /// Named secrets: users and their passwords, or API key ids and keys.
@@ -271,19 +238,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hashes_match_only_their_password() {
-        let h = PasswordHash::of(b"s3cret");
-        assert!(h.matches(b"s3cret"));
-        assert!(!h.matches(b"s3cres"));
-        assert!(!h.matches(b""));
-        assert_eq!(PasswordHash::from_hex(&h.to_hex()), Some(h.clone()));
-        assert_eq!(PasswordHash::from_hex("zz"), None);
-        assert_eq!(PasswordHash::from_hex(&"g".repeat(64)), None);
+    fn passwords_are_kept_as_their_sha256() {
         // Redis's ACL GETUSER shows this hash for "foo".
-        assert_eq!(
-            PasswordHash::of(b"foo").to_hex(),
-            "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
-        );
+        let want = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae";
+        let got: String = PasswordHash::of(b"foo")
+            .0
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(got, want);
+        assert!(!format!("{:?}", PasswordHash::of(b"foo")).contains("2c26"));
     }
 
     #[test]
@@ -314,7 +278,7 @@ mod tests {
             Secret::from_file(&path, "--x").unwrap().expose(),
             b"hunter2"
         );
-        assert!(!format!("{:?}", Secret::new("hunter2")).contains("hunter2"));
+        assert!(!format!("{:?}", Secret::from_file(&path, "--x").unwrap()).contains("hunter2"));
         std::fs::write(&path, "\n").unwrap();
         assert!(Secret::from_file(&path, "--x")
             .unwrap_err()

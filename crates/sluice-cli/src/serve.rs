@@ -502,9 +502,9 @@ fn protection_notes(
 ) -> Vec<String> {
     let mut notes = Vec::new();
     let beyond = |addr: &SocketAddr| !sluice_auth::is_loopback_bind(addr);
-    let resp_open = args.users_file.is_none()
-        && args.requirepass_file.is_none()
-        && std::env::var_os("SLUICE_REQUIREPASS").is_none_or(|v| v.is_empty());
+    // As protected mode itself decides: whether the default user needs a
+    // password (a users file may name others and leave it without one).
+    let resp_open = !server.shared().config.users.default_needs_password();
     let resp_beyond = beyond(&server.resp_addr()) || server.tls_addr().is_some_and(|a| beyond(&a));
     if resp_beyond && resp_open {
         notes.push(if args.protected_mode {
@@ -513,8 +513,7 @@ fn protection_notes(
             "WARNING: --protected-mode no and no password: any client that can reach the Redis protocol's port can read and change every key".to_string()
         });
     }
-    let http_open = args.http_users_file.is_none() && args.http_api_keys_file.is_none();
-    if let Some(h) = http.filter(|h| beyond(&h.addr()) && http_open) {
+    if let Some(h) = http.filter(|h| beyond(&h.addr()) && h.anonymous()) {
         notes.push(if args.protected_mode {
             format!("protected mode: the HTTP API on {} has no users, so clients other than 127.0.0.1 and ::1 are answered 403 (give --http-users-file FILE or --http-api-keys-file FILE)", h.addr())
         } else {

@@ -35,7 +35,7 @@ pub struct HttpConfig {
     /// and then only local clients are served (see `protected_mode`).
     pub api_keys: sluice_auth::Credentials,
     /// Without users or keys, answer clients other than `127.0.0.1` and
-    /// `::1` with 401 (Redis's protected mode; Elasticsearch 8 turns its
+    /// `::1` with 403 (Redis's protected mode; Elasticsearch 8 turns its
     /// security on by default in the same spirit).
     pub protected_mode: bool,
     /// Every connection shows a client certificate the TLS configuration
@@ -83,6 +83,7 @@ impl Default for HttpConfig {
 /// A running HTTP listener.
 pub struct HttpServer {
     addr: SocketAddr,
+    anonymous: bool,
     shutdown: Arc<AtomicBool>,
     acceptor: Option<std::thread::JoinHandle<()>>,
 }
@@ -98,11 +99,14 @@ impl HttpServer {
         listener.set_nonblocking(true)?;
         let shutdown = Arc::new(AtomicBool::new(false));
         let flag = shutdown.clone();
+        let anonymous =
+            config.users.is_empty() && config.api_keys.is_empty() && !config.clients_verified;
         let acceptor = std::thread::Builder::new()
             .name("sluice-http-accept".into())
             .spawn(move || accept_loop(listener, api, config, flag))?;
         Ok(HttpServer {
             addr,
+            anonymous,
             shutdown,
             acceptor: Some(acceptor),
         })
@@ -111,6 +115,12 @@ impl HttpServer {
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Whether it asks clients for nothing (no users, no API keys, no
+    /// client certificates): then protected mode decides who comes in.
+    pub fn anonymous(&self) -> bool {
+        self.anonymous
     }
 
     /// Stops accepting; connections finish the request they hold and close.
@@ -269,6 +279,9 @@ fn refusal(request: &wire::Request, peer: &SocketAddr, config: &HttpConfig) -> O
 struct DeadlineSocket {
     stream: TcpStream,
     deadline: Rc<Cell<Option<Instant>>>,
+    /// The read timeout the socket has now: an idle connection's polls
+    /// set it once, not on every read.
+    timeout: Option<Duration>,
 }
 
 impl Read for DeadlineSocket {
@@ -286,7 +299,10 @@ impl Read for DeadlineSocket {
                 left
             }
         };
-        self.stream.set_read_timeout(Some(wait))?;
+        if self.timeout != Some(wait) {
+            self.stream.set_read_timeout(Some(wait))?;
+            self.timeout = Some(wait);
+        }
         self.stream.read(buf)
     }
 }
@@ -314,6 +330,7 @@ fn serve_connection(
     let socket = DeadlineSocket {
         stream,
         deadline: deadline.clone(),
+        timeout: None,
     };
     let connection = Connection {
         peer,
