@@ -27,8 +27,13 @@ const HEADER_BYTES: usize = DERIVED_BYTES + 16;
 const PAYLOAD_BYTES: usize = STORE_BLOCK_BYTES - HEADER_BYTES - 4;
 /// u32 length, u8 type, u32 CRC32C of type + payload.
 const RECORD_HEADER_BYTES: usize = 9;
-/// Largest record payload: a record never spans blocks.
+/// Largest record payload: a record never spans blocks. An edit longer
+/// than this (a table bounded by long keys) is cut into `T_CONTINUED`
+/// records followed by one of its own type.
 pub const MAX_RECORD_PAYLOAD: usize = PAYLOAD_BYTES - RECORD_HEADER_BYTES;
+/// Longest edit: a table whose two bounds are keys of the longest kind
+/// (`batch::MAX_KEY_BYTES` each) and its fixed fields, with room to spare.
+const MAX_EDIT_BYTES: usize = 64 << 10;
 
 const T_CHECKPOINT_BEGIN: u8 = 1;
 const T_CHECKPOINT_END: u8 = 2;
@@ -43,6 +48,9 @@ const T_NEXT_FILE: u8 = 10;
 const T_GROUP_COMMIT: u8 = 11;
 const T_DROP_KEYSPACE: u8 = 12;
 const T_NEXT_KEYSPACE: u8 = 13;
+/// The first part of the next record's payload (an edit longer than a
+/// record holds).
+const T_CONTINUED: u8 = 14;
 
 /// How a keyspace's values are laid out (near-data operators read it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -375,12 +383,25 @@ impl BlockPacker {
     }
 
     fn push(&mut self, t: u8, payload: &[u8]) -> Result<()> {
-        if payload.len() > MAX_RECORD_PAYLOAD {
+        if payload.len() > MAX_EDIT_BYTES {
             return Err(StoreError::RecordTooLarge {
                 len_bytes: payload.len(),
-                max_bytes: MAX_RECORD_PAYLOAD,
+                max_bytes: MAX_EDIT_BYTES,
             });
         }
+        let mut rest = payload;
+        while rest.len() > MAX_RECORD_PAYLOAD {
+            let (part, after) = rest.split_at(MAX_RECORD_PAYLOAD);
+            self.push_record(T_CONTINUED, part);
+            rest = after;
+        }
+        self.push_record(t, rest);
+        Ok(())
+    }
+
+    /// Appends one record of at most `MAX_RECORD_PAYLOAD` bytes.
+    fn push_record(&mut self, t: u8, payload: &[u8]) {
+        assert!(payload.len() <= MAX_RECORD_PAYLOAD);
         if PAYLOAD_BYTES - self.used < RECORD_HEADER_BYTES + payload.len() {
             self.blocks.push(vec![0u8; STORE_BLOCK_BYTES]);
             self.used = 0;
@@ -394,7 +415,6 @@ impl BlockPacker {
         b[at + 9..at + 9 + payload.len()].copy_from_slice(payload);
         self.used += RECORD_HEADER_BYTES + payload.len();
         self.seal_last_header();
-        Ok(())
     }
 
     fn seal_last_header(&mut self) {
@@ -856,6 +876,8 @@ fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64, Sca
     let mut state: Option<ManifestState> = None;
     let mut checkpoint: Option<ManifestState> = None;
     let mut group: Vec<Edit> = Vec::new();
+    // Parts of a record cut into `T_CONTINUED` records, in order.
+    let mut carried: Vec<u8> = Vec::new();
     for seq in sb.manifest_first_seq..end {
         if !matches!(scan.slot(seq), Slot::Data { .. }) {
             continue;
@@ -883,6 +905,29 @@ fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64, Sca
             if crc32c::crc32c_append(crc32c::crc32c(&[t]), payload) != crc {
                 return Err(corrupt(format!("record checksum mismatch (type {t})")));
             }
+            at += RECORD_HEADER_BYTES + len;
+            if t == T_CONTINUED {
+                if carried.len() + payload.len() > MAX_EDIT_BYTES {
+                    return Err(corrupt(format!(
+                        "continued records longer than an edit may be ({MAX_EDIT_BYTES} bytes)"
+                    )));
+                }
+                carried.extend_from_slice(payload);
+                continue;
+            }
+            let control = matches!(t, T_CHECKPOINT_BEGIN | T_CHECKPOINT_END | T_GROUP_COMMIT);
+            if control && !carried.is_empty() {
+                return Err(corrupt(format!(
+                    "continued records end in a record of type {t}"
+                )));
+            }
+            let joined;
+            let payload = if carried.is_empty() {
+                payload
+            } else {
+                joined = [std::mem::take(&mut carried).as_slice(), payload].concat();
+                joined.as_slice()
+            };
             match t {
                 T_CHECKPOINT_BEGIN => {
                     // Inside a checkpoint the free map is built from empty.
@@ -915,7 +960,6 @@ fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64, Sca
                     }
                 }
             }
-            at += RECORD_HEADER_BYTES + len;
         }
     }
     let state = state.ok_or_else(|| StoreError::Corrupt {
