@@ -92,23 +92,44 @@ pub fn debt_bytes(cfg: &CompactionConfig, levels: &Levels) -> u64 {
     l0_debt + deeper
 }
 
+/// Which compaction [`pick`] looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Urge {
+    /// One the level sizes call for, if any.
+    Due,
+    /// One that pushes data down, if nothing is due ([`crate::Store::compact`]).
+    Force,
+    /// The shallowest level's, whatever is due: free space is short, and
+    /// the newest deletes are there.
+    Reclaim,
+}
+
 /// The most urgent compaction of a keyspace, if any is due. `cursor` picks
-/// which table of a deeper level goes next (round robin). With `force`
-/// (a manual compaction), the shallowest non-empty level above the deepest
-/// one is compacted even when within budget, so repeated calls push all
-/// data down into one level.
+/// which table of a deeper level goes next (round robin). With
+/// [`Urge::Force`] (a manual compaction), the shallowest non-empty level
+/// above the deepest one is compacted even when within budget, so repeated
+/// calls push all data down into one level; with [`Urge::Reclaim`], the
+/// shallowest level's whatever is due.
 pub fn pick(
     cfg: &CompactionConfig,
     keyspace: u32,
     levels: &Levels,
     cursor: usize,
-    force: bool,
+    urge: Urge,
 ) -> Option<Job> {
+    let force = urge != Urge::Due;
     let non_empty: Vec<usize> = (0..MAX_LEVELS)
         .filter(|&l| !levels.level(l).is_empty())
         .collect();
     let shallowest = *non_empty.first()?;
-    let level = if levels.level(0).len() >= cfg.l0_trigger {
+    let level = if urge == Urge::Reclaim {
+        // Deletes are newest in the shallowest level: merged down first,
+        // they take what they cover off the device.
+        if non_empty.len() < 2 && levels.level(0).is_empty() {
+            return None;
+        }
+        shallowest
+    } else if levels.level(0).len() >= cfg.l0_trigger {
         0
     } else if let Some(l) =
         (1..MAX_LEVELS - 1).find(|&l| levels.level_bytes(l) > level_budget(cfg, l))

@@ -50,6 +50,13 @@ pub enum StoreError {
         free_blocks: u64,
     },
 
+    /// Writes refused until the store can put its memtable on the device
+    /// again: its free space fell below the room kept for flushes and
+    /// compactions, or a flush failed (retried each second). Reads go on;
+    /// deletes are taken while there is room for them.
+    #[error("{0}")]
+    WritesRefused(WritesRefused),
+
     /// An extent that cannot be reserved or released as asked.
     #[error("extent {start_block}+{block_count} {problem}")]
     BadExtent {
@@ -152,5 +159,50 @@ impl DamagedBlock {
             s.push(format!("{} more", blocks.len() - SHOWN));
         }
         s.join(", ")
+    }
+}
+
+/// Why writes are refused ([`StoreError::WritesRefused`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WritesRefused {
+    /// Free space below the reserve: only deletes are taken.
+    SpaceLow {
+        /// Free bytes on the device set.
+        free_bytes: u64,
+        /// Bytes kept for flushes and compactions.
+        reserve_bytes: u64,
+        /// Bytes of the device set.
+        device_bytes: u64,
+    },
+    /// The last flush failed and the memtable is full.
+    FlushFailing {
+        /// Why the flush failed.
+        why: String,
+    },
+}
+
+impl std::fmt::Display for WritesRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MIB: f64 = (1 << 20) as f64;
+        match self {
+            WritesRefused::SpaceLow {
+                free_bytes,
+                reserve_bytes,
+                device_bytes,
+            } => write!(
+                f,
+                "device nearly full: {:.1} MiB free of {:.1} MiB, below the {:.1} MiB kept for flushes and \
+                 compactions; only deletes are taken until compaction frees space (delete keys, or move \
+                 the store to a larger device)",
+                *free_bytes as f64 / MIB,
+                *device_bytes as f64 / MIB,
+                *reserve_bytes as f64 / MIB
+            ),
+            WritesRefused::FlushFailing { why } => write!(
+                f,
+                "writes refused: the memtable is full and writing it to the device failed ({why}); \
+                 the flush is retried each second and writes resume once it succeeds"
+            ),
+        }
     }
 }

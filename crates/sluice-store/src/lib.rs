@@ -39,7 +39,7 @@ pub mod version;
 pub mod wal;
 
 pub use batch::WriteBatch;
-pub use error::{DamagedBlock, Result, StoreError};
+pub use error::{DamagedBlock, Result, StoreError, WritesRefused};
 pub use found::{Found, Kept};
 pub use iter::StoreIter;
 pub use manifest::{KeyspaceDef, ValueFormat};

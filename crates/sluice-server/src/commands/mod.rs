@@ -578,10 +578,18 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &[u8], args: &Args) -> Reply {
     }
 }
 
-/// A store error as an error reply: one line, `ERR` first.
+/// A store error as an error reply: one line, `ERR` first — or, when the
+/// store cannot put writes on its device (nearly full, a flush failing),
+/// `MISCONF` first, as Redis answers writes while it cannot persist
+/// (`-MISCONF Errors writing to the AOF file: ...`).
 fn store_error_text(e: &StoreError) -> String {
     let text = e.to_string().replace(['\r', '\n'], " ");
-    format!("ERR {text}")
+    match e {
+        StoreError::WritesRefused(_) | StoreError::DeviceFull { .. } => {
+            format!("MISCONF Errors writing to the device: {text}")
+        }
+        _ => format!("ERR {text}"),
+    }
 }
 
 fn ok() -> Reply {

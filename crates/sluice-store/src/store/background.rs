@@ -3,13 +3,14 @@
 
 use super::flush::Placed;
 use super::*;
+use crate::compaction::Urge;
 
 impl Store {
     /// Flushes the memtable and compacts until every keyspace's data sits
     /// in one level.
     pub fn compact(&self) -> Result<()> {
         self.flush()?;
-        while self.inner.compact_once(true)? {}
+        while self.inner.compact_once(Urge::Force)? {}
         // Log the frees of tables nobody reads any more.
         let frees = self.inner.take_released();
         if !frees.is_empty() {
@@ -20,19 +21,19 @@ impl Store {
 }
 
 impl Inner {
-    /// Runs one due compaction, if any (or, with `force`, one that pushes
-    /// data down). Returns whether it did anything.
-    pub(super) fn compact_once(&self, force: bool) -> Result<bool> {
-        with_io_priority(Priority::Low, || self.compact_one(force))
+    /// Runs one compaction of those `urge` looks for, if any. Returns
+    /// whether it did anything.
+    pub(super) fn compact_once(&self, urge: Urge) -> Result<bool> {
+        with_io_priority(Priority::Low, || self.compact_one(urge))
     }
 
-    fn compact_one(&self, force: bool) -> Result<bool> {
+    fn compact_one(&self, urge: Urge) -> Result<bool> {
         let inner = self;
         let _one = lock(&inner.compaction_lock);
         let version = read(&inner.version).clone();
         let cursor = inner.compaction_cursor.fetch_add(1, Ordering::Relaxed) as usize;
         let Some(job) = version.keyspaces.iter().find_map(|(ks, levels)| {
-            compaction::pick(&inner.config.compaction, *ks, levels, cursor, force)
+            compaction::pick(&inner.config.compaction, *ks, levels, cursor, urge)
         }) else {
             return Ok(false);
         };
@@ -119,6 +120,64 @@ impl Inner {
         Ok(())
     }
 
+    /// Whether writes are refused for room: the background thread then
+    /// looks each second at what would bring it back.
+    fn short_of_room(&self) -> bool {
+        self.space_low.load(Ordering::Acquire) || self.flush_failing.load(Ordering::Acquire)
+    }
+
+    /// Brings room back where it can: logs the frees of tables no reader
+    /// holds any more, retries a failed flush, and, while free space is
+    /// below the reserve and something changed since the last try (deletes
+    /// came in, a table was let go), flushes the deletes and compacts, so
+    /// that what they cover leaves the device.
+    fn win_back_room(&self, reclaimed_at: &mut Option<u64>) {
+        self.log_frees();
+        if self.flush_failing.load(Ordering::Acquire) && self.flush().is_err() {
+            // Said once by the flush; tried again in a second.
+            return;
+        }
+        if !self.space_low.load(Ordering::Acquire) {
+            return;
+        }
+        let generation = self.view_generation.load(Ordering::Acquire);
+        let unflushed = self.active_bytes.load(Ordering::Relaxed) > 0;
+        if *reclaimed_at == Some(generation) && !unflushed {
+            return;
+        }
+        if unflushed && self.flush().is_err() {
+            return;
+        }
+        loop {
+            match self.compact_once(Urge::Reclaim) {
+                Ok(true) if !self.shutdown.load(Ordering::Acquire) => {
+                    self.log_frees();
+                    if !self.space_low.load(Ordering::Acquire) {
+                        break;
+                    }
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    log::warn!("compacting to win back room failed: {e}");
+                    break;
+                }
+            }
+        }
+        self.log_frees();
+        *reclaimed_at = Some(self.view_generation.load(Ordering::Acquire));
+    }
+
+    /// Logs the frees of tables no reader holds any more: their room is
+    /// free once logged.
+    fn log_frees(&self) {
+        let frees = self.take_released();
+        if !frees.is_empty() {
+            if let Err(e) = self.log_group(&frees) {
+                log::error!("logging the frees of released tables failed: {e}");
+            }
+        }
+    }
+
     pub(super) fn wake_background(&self) {
         *lock(&self.wake_lock) = true;
         self.wake.notify_all();
@@ -137,6 +196,9 @@ pub(super) fn background_loop(inner: &Arc<Inner>) {
             cpu.name()
         );
     }
+    // The view generation of the last attempt to win back room: another
+    // is made only once something changed.
+    let mut reclaimed_at = None;
     loop {
         {
             let mut woken = lock(&inner.wake_lock);
@@ -150,6 +212,9 @@ pub(super) fn background_loop(inner: &Arc<Inner>) {
                     // A second with nothing to do: the memory kept for
                     // the next table goes back.
                     inner.table_buffers.release();
+                    if inner.short_of_room() {
+                        break;
+                    }
                 }
             }
             *woken = false;
@@ -157,14 +222,22 @@ pub(super) fn background_loop(inner: &Arc<Inner>) {
         if inner.shutdown.load(Ordering::Acquire) {
             break;
         }
+        if inner.short_of_room() {
+            inner.win_back_room(&mut reclaimed_at);
+        }
         inner.free_retired_memtables();
         if inner.flush_requested.swap(false, Ordering::AcqRel) {
+            // A failure of the flush itself is logged once where it is noted.
             if let Err(e) = inner.flush() {
-                log::error!("background flush failed: {e}");
+                if !inner.flush_failing.load(Ordering::Acquire) {
+                    log::error!("background flush failed: {e}");
+                }
             }
         }
-        loop {
-            match inner.compact_once(false) {
+        // Short of room, compactions are the reclaiming ones above: a due
+        // one would fail for room again, after writing its tables.
+        while !inner.short_of_room() {
+            match inner.compact_once(Urge::Due) {
                 Ok(true) if !inner.shutdown.load(Ordering::Acquire) => continue,
                 Ok(_) => break,
                 Err(e) => {

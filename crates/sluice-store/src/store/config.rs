@@ -45,6 +45,14 @@ pub struct StoreConfig {
     /// kernel drops its io_uring's hold on the device, and with it the
     /// lock, asynchronously.
     pub lock_wait_ms: u64,
+    /// Room kept free for flushes and compactions: below it, writes that
+    /// add data are refused ([`crate::WritesRefused::SpaceLow`]) and
+    /// deletes are taken, so that the store never fills to where it can
+    /// neither put its memtable on the device nor compact. Default (None):
+    /// the WAL ring (the most a memtable can hold: every record not in a
+    /// table is in the ring) and two of compaction's tables, at most a
+    /// quarter of the room for tables.
+    pub space_reserve_bytes: Option<u64>,
 }
 
 /// Blocks the first device keeps for tables at the least when a store is
@@ -52,6 +60,20 @@ pub struct StoreConfig {
 const MIN_TABLE_BLOCKS: u64 = 256;
 
 impl StoreConfig {
+    /// The reserve ([`StoreConfig::space_reserve_bytes`]) of a store
+    /// whose tables have `table_room_blocks` store blocks and whose log
+    /// ring `ring_blocks`, in blocks.
+    pub(super) fn reserve_blocks(&self, table_room_blocks: u64, ring_blocks: u64) -> u64 {
+        let block = STORE_BLOCK_BYTES as u64;
+        match self.space_reserve_bytes {
+            Some(bytes) => bytes.div_ceil(block),
+            None => {
+                let tables = (2 * self.compaction.target_file_bytes as u64).div_ceil(block);
+                (ring_blocks + tables).min(table_room_blocks / 4)
+            }
+        }
+    }
+
     /// A WAL ring for a first device of `device_blocks` store blocks: an
     /// eighth of it, between 64 blocks and the default 16384 (64 MiB).
     pub fn wal_blocks_for(device_blocks: u64) -> u32 {
@@ -112,6 +134,7 @@ impl Default for StoreConfig {
             wal_recovery: WalRecovery::Strict,
             wal_sqpoll_idle_ms: None,
             lock_wait_ms: 10_000,
+            space_reserve_bytes: None,
         }
     }
 }

@@ -42,32 +42,89 @@ impl Inner {
     }
 
     fn flush_memtable(&self) -> Result<()> {
-        let inner = self;
-        let _one = lock(&inner.flush_lock);
-        // Freeze: new writes go to a fresh memtable; the WAL closes its open
-        // block so the frozen records end at a block boundary.
-        let (frozen, tail_seq, last_seq) = {
-            let mut writer = lock(&inner.writer);
-            let mut mem = write(&inner.memtables);
-            let keys = {
-                let active = read(&mem.active);
-                if active.is_empty() {
-                    return Ok(());
+        let _one = lock(&self.flush_lock);
+        // A memtable whose flush failed goes first, and no other is frozen
+        // before it is in tables: the log keeps its records until then,
+        // and reads find it where they look for a frozen memtable.
+        let left = lock(&self.unflushed).take();
+        if let Some(frozen) = left {
+            self.flush_noting(frozen)?;
+        }
+        match self.freeze()? {
+            Some(frozen) => self.flush_noting(frozen),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes `frozen` to tables; a failure keeps it for the next flush
+    /// and refuses writes past the memtable's room until one succeeds.
+    fn flush_noting(&self, frozen: Frozen) -> Result<()> {
+        match self.flush_frozen(&frozen) {
+            Ok(()) => {
+                if self.flush_failing.swap(false, Ordering::AcqRel) {
+                    log::info!("the memtable is on the device again: writes resume");
                 }
-                active.key_count()
-            };
-            let tail = with_io_priority(Priority::High, || inner.wal.close_block())?;
-            // Room for as many keys as the last one took, and an eighth.
-            let next_memtable = Memtable::with_key_room(keys + keys / 8, keys + keys / 8);
-            let frozen = std::mem::replace(&mut mem.active, Arc::new(RwLock::new(next_memtable)));
-            writer.active = mem.active.clone();
-            mem.frozen = Some(frozen.clone());
-            // Under the writer lock, as every apply is.
-            inner.active_bytes.store(0, Ordering::Relaxed);
-            inner.flushing.store(true, Ordering::Relaxed);
-            inner.view_generation.fetch_add(1, Ordering::Release);
-            (frozen, tail, writer.next_seq - 1)
+                *lock(&self.flush_failure) = None;
+                lock(&self.retired_memtables).push(frozen.mem);
+                self.free_retired_memtables();
+                self.wake_background();
+                Ok(())
+            }
+            Err(e) => {
+                let why = e.to_string();
+                let mut failure = lock(&self.flush_failure);
+                if failure.as_deref() != Some(why.as_str()) {
+                    log::error!("flushing the memtable failed (retried each second): {why}");
+                }
+                *failure = Some(why);
+                self.flush_failing.store(true, Ordering::Release);
+                *lock(&self.unflushed) = Some(frozen);
+                Err(e)
+            }
+        }
+    }
+
+    /// Freezes the active memtable, if it holds anything: new writes go
+    /// to a fresh one; the WAL closes its open block so the frozen records
+    /// end at a block boundary.
+    fn freeze(&self) -> Result<Option<Frozen>> {
+        let inner = self;
+        let mut writer = lock(&inner.writer);
+        let mut mem = write(&inner.memtables);
+        let keys = {
+            let active = read(&mem.active);
+            if active.is_empty() {
+                return Ok(None);
+            }
+            active.key_count()
         };
+        let tail = with_io_priority(Priority::High, || inner.wal.close_block())?;
+        // Room for as many keys as the last one took, and an eighth.
+        let next_memtable = Memtable::with_key_room(keys + keys / 8, keys + keys / 8);
+        let frozen = std::mem::replace(&mut mem.active, Arc::new(RwLock::new(next_memtable)));
+        writer.active = mem.active.clone();
+        assert!(
+            mem.frozen.is_none(),
+            "a second memtable frozen before the first is flushed"
+        );
+        mem.frozen = Some(frozen.clone());
+        // Under the writer lock, as every apply is.
+        inner.active_bytes.store(0, Ordering::Relaxed);
+        inner.flushing.store(true, Ordering::Relaxed);
+        inner.view_generation.fetch_add(1, Ordering::Release);
+        Ok(Some(Frozen {
+            mem: frozen,
+            tail_seq: tail,
+            last_seq: writer.next_seq - 1,
+        }))
+    }
+
+    /// Writes a frozen memtable to level-0 tables, logs them with the log's
+    /// new tail, and releases the log's blocks before it.
+    fn flush_frozen(&self, frozen: &Frozen) -> Result<()> {
+        let inner = self;
+        let (tail_seq, last_seq) = (frozen.tail_seq, frozen.last_seq);
+        let frozen = &frozen.mem;
         // Every frozen write must be visible (committed) before it is flushed.
         inner
             .visible_seq
@@ -75,7 +132,7 @@ impl Inner {
         // Read after every frozen write is visible: a snapshot registered
         // later sees the newest version of every frozen key.
         let snapshots: Vec<u64> = lock(&inner.snapshots.live).keys().copied().collect();
-        let frozen_guard = read(&frozen);
+        let frozen_guard = read(frozen);
         let names: BTreeMap<u32, String> = read(&inner.keyspaces)
             .values()
             .map(|k| (k.id, k.name.clone()))
@@ -155,9 +212,6 @@ impl Inner {
             inner.view_generation.fetch_add(1, Ordering::Release);
         }
         inner.flushes.fetch_add(1, Ordering::Relaxed);
-        lock(&inner.retired_memtables).push(frozen);
-        self.free_retired_memtables();
-        self.wake_background();
         Ok(())
     }
 
@@ -179,6 +233,7 @@ impl Inner {
     pub(super) fn log_group(&self, edits: &[Edit]) -> Result<()> {
         let mut manifest = lock(&self.manifest);
         let Err(e) = manifest.log(edits) else {
+            self.note_free_space(&manifest);
             return Ok(());
         };
         for edit in edits {
@@ -191,6 +246,29 @@ impl Inner {
             }
         }
         Err(e)
+    }
+
+    /// Keeps the free-space figures writes look at as the manifest has
+    /// them now.
+    pub(super) fn note_free_space(&self, manifest: &Manifest) {
+        let free = manifest.state().allocator.free_blocks();
+        self.free_blocks_hint.store(free, Ordering::Relaxed);
+        let low = free < self.reserve_blocks;
+        if self.space_low.swap(low, Ordering::AcqRel) != low {
+            let mib = |blocks: u64| blocks as f64 * STORE_BLOCK_BYTES as f64 / (1 << 20) as f64;
+            if low {
+                log::warn!(
+                    "device nearly full: {:.1} MiB free, below the {:.1} MiB kept for flushes and compactions: writes that add data are refused, deletes taken",
+                    mib(free),
+                    mib(self.reserve_blocks)
+                );
+            } else {
+                log::info!(
+                    "free space is back above the reserve ({:.1} MiB free): writes resume",
+                    mib(free)
+                );
+            }
+        }
     }
 
     /// Free edits for tables whose last reader has let go.

@@ -30,7 +30,7 @@ pub use read::{half_open, prefix_end, ReadCache, Snapshot};
 pub use stats::{StoreStats, TablePlacement};
 pub use write::{LogMarks, Logged};
 
-use crate::batch::WriteBatch;
+use crate::batch::{OpKind, WriteBatch};
 use read::SnapshotRegistry;
 
 use crate::blocks::{with_io_priority, BlockDevice, Extent, STORE_BLOCK_BYTES};
@@ -39,7 +39,7 @@ use crate::cache::{BlockCache, IndexCache};
 
 use crate::compaction::{self, CompactionConfig};
 
-use crate::error::{Result, StoreError};
+use crate::error::{Result, StoreError, WritesRefused};
 use crate::found::Found;
 
 use crate::iter::StoreIter;
@@ -125,6 +125,15 @@ struct Memtables {
     frozen: Option<Arc<RwLock<Memtable>>>,
 }
 
+/// A frozen memtable and the log marks its flush releases the log at.
+struct Frozen {
+    mem: Arc<RwLock<Memtable>>,
+    /// The log sequence its records end before.
+    tail_seq: u64,
+    /// The sequence of its last write.
+    last_seq: u64,
+}
+
 struct Inner {
     dev: BlockDevice,
     cache: Arc<BlockCache>,
@@ -161,6 +170,21 @@ struct Inner {
     snapshots: Arc<SnapshotRegistry>,
     /// Extents of replaced tables whose last reader is gone.
     released: Arc<Mutex<Vec<Extent>>>,
+    /// Store blocks kept free for flushes and compactions
+    /// ([`StoreConfig::space_reserve_bytes`]).
+    reserve_blocks: u64,
+    /// Whether free space is below `reserve_blocks`, as the last manifest
+    /// group left it: writes that add data are refused while it holds.
+    space_low: AtomicBool,
+    /// Free store blocks as the last manifest group left them.
+    free_blocks_hint: AtomicU64,
+    /// Why the last flush failed, until one succeeds (the background
+    /// thread retries each second); `flush_failing` says so without it.
+    flush_failure: Mutex<Option<String>>,
+    flush_failing: AtomicBool,
+    /// A frozen memtable whose flush failed, with its log marks: the next
+    /// flush writes it first, and the log keeps its records until then.
+    unflushed: Mutex<Option<Frozen>>,
     /// One flush at a time; one compaction at a time.
     flush_lock: Mutex<()>,
     compaction_lock: Mutex<()>,

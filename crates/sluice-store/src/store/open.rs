@@ -107,6 +107,14 @@ impl Store {
         manifest.begin_writing()?;
         recovered.seal(&dev, &layout)?;
         reclaim_unreferenced(&mut manifest)?;
+        let fixed =
+            crate::superblock::SUPERBLOCK_BLOCKS + crate::manifest::MANIFEST_EXTENT_BLOCKS as u64;
+        let table_room_blocks = manifest
+            .superblock()
+            .device_blocks
+            .saturating_sub(fixed + layout.ring_blocks());
+        let reserve_blocks = config.reserve_blocks(table_room_blocks, layout.ring_blocks());
+        let free_blocks = manifest.state().allocator.free_blocks();
         let released = Arc::new(Mutex::new(Vec::new()));
         let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
         let pin_budget = Arc::new(PinBudget::new(config.pinned_index_bytes));
@@ -184,6 +192,12 @@ impl Store {
             write_failed: AtomicBool::new(false),
             snapshots: Arc::new(SnapshotRegistry::default()),
             released,
+            reserve_blocks,
+            space_low: AtomicBool::new(free_blocks < reserve_blocks),
+            free_blocks_hint: AtomicU64::new(free_blocks),
+            flush_failure: Mutex::new(None),
+            flush_failing: AtomicBool::new(false),
+            unflushed: Mutex::new(None),
             flush_lock: Mutex::new(()),
             compaction_lock: Mutex::new(()),
             compaction_cursor: AtomicU64::new(0),

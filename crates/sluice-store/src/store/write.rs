@@ -60,8 +60,15 @@ impl Store {
     /// memtables hold twice the write buffer, or level 0 has three times
     /// its compaction trigger. A server defers writes while it holds (and
     /// goes on serving reads).
+    ///
+    /// While writes are refused for room ([`Store::writes_refused`]) it
+    /// says no: held back, they would wait for space that may never come;
+    /// let through, each is refused or taken at once.
     pub fn write_pressure(&self) -> bool {
         let inner = &self.inner;
+        if inner.space_low.load(Ordering::Relaxed) || inner.flush_failing.load(Ordering::Relaxed) {
+            return false;
+        }
         let ring = inner.wal.layout().ring_blocks();
         let (buffered, frozen) = self.memtable_fill();
         let ring_full = inner.wal.used_blocks_hint() * 4 >= ring * 3;
@@ -153,6 +160,9 @@ impl Store {
         self.check_failed()?;
         let inner = &self.inner;
         let (buffered, frozen) = self.memtable_fill();
+        if inner.space_low.load(Ordering::Relaxed) || inner.flush_failing.load(Ordering::Relaxed) {
+            self.check_room(batch)?;
+        }
         let budget = inner.config.write_buffer_bytes;
         let background = inner.config.background_compaction;
         if background && self.flush_due(buffered, frozen) && buffered < budget {
@@ -180,7 +190,7 @@ impl Store {
             // by the writer itself, bounding read cost and space.
             while inner.l0_tables() >= 3 * inner.config.compaction.l0_trigger {
                 stalled = true;
-                if !inner.compact_once(false)? {
+                if !inner.compact_once(crate::compaction::Urge::Due)? {
                     break;
                 }
             }
@@ -334,6 +344,39 @@ impl Store {
     }
 
     /// The store takes no more writes; every waiting writer is told.
+    /// Why a write now would be refused for room, if it would: while
+    /// free space is below the reserve, a write that adds data; while a
+    /// flush fails, a write past twice the write buffer (a delete, past
+    /// three times: it is what frees space).
+    pub fn writes_refused(&self, deletes_only: bool) -> Option<WritesRefused> {
+        let inner = &self.inner;
+        if !deletes_only && inner.space_low.load(Ordering::Acquire) {
+            let block = STORE_BLOCK_BYTES as u64;
+            return Some(WritesRefused::SpaceLow {
+                free_bytes: inner.free_blocks_hint.load(Ordering::Relaxed) * block,
+                reserve_bytes: inner.reserve_blocks * block,
+                device_bytes: inner.dev.block_count() * block,
+            });
+        }
+        if inner.flush_failing.load(Ordering::Acquire) {
+            let (buffered, _) = self.memtable_fill();
+            let room = if deletes_only { 3 } else { 2 } * inner.config.write_buffer_bytes;
+            if buffered >= room {
+                let why = lock(&inner.flush_failure).clone().unwrap_or_default();
+                return Some(WritesRefused::FlushFailing { why });
+            }
+        }
+        None
+    }
+
+    fn check_room(&self, batch: &WriteBatch) -> Result<()> {
+        let deletes_only = batch.ops().all(|op| op.kind != OpKind::Put);
+        match self.writes_refused(deletes_only) {
+            Some(why) => Err(StoreError::WritesRefused(why)),
+            None => Ok(()),
+        }
+    }
+
     fn fail(&self, why: String) {
         lock(&self.inner.visible).failed.get_or_insert(why);
         self.inner.write_failed.store(true, Ordering::Release);
