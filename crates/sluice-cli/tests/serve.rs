@@ -442,6 +442,95 @@ fn kill_9_with_everysec_loses_no_acknowledged_write() {
     kill_9_under_load("everysec", Duration::ZERO);
 }
 
+/// A device filled by SETs: they are answered `-MISCONF` (never left
+/// waiting), reads and deletes go on, FLUSHALL brings the room back and
+/// writes resume, SIGTERM stops the server, and after a restart exactly
+/// what was acknowledged is there.
+#[test]
+fn a_full_device_answers_misconf_takes_deletes_and_resumes_once_room_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--create-mib",
+        "64",
+        "--write-buffer-mib",
+        "4",
+        "--table-mib",
+        "4",
+    ];
+    let s = serve(dir.path(), &args);
+    let mut c = patient_client(s.port);
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let value = vec![b'v'; 16 << 10];
+    let started = Instant::now();
+    let mut acknowledged = 0u32;
+    let refusal = loop {
+        // 32 SETs a round trip.
+        let mut out = Vec::new();
+        for i in acknowledged..acknowledged + 32 {
+            out.extend(request(&[b"SET", format!("k{i:06}").as_bytes(), &value]));
+        }
+        c.write_all(&out).unwrap();
+        let mut refused = None;
+        for _ in 0..32 {
+            let reply = read_simple(&mut c).expect("a reply within 30 s, not a write left waiting");
+            match (&refused, reply.as_slice()) {
+                (None, b"+OK\r\n") => acknowledged += 1,
+                (None, _) => refused = Some(String::from_utf8_lossy(&reply).into_owned()),
+                (Some(_), _) => {}
+            }
+        }
+        if let Some(r) = refused {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no refusal after {acknowledged} SETs of 16 KiB on a 64 MiB device"
+        );
+    };
+    assert!(
+        refusal.starts_with("-MISCONF Errors writing to the device: device nearly full"),
+        "{refusal}"
+    );
+    assert!(acknowledged > 500, "{acknowledged} SETs before the refusal");
+    // Reads and deletes go on.
+    c.write_all(&request(&[b"GET", b"k000000"])).unwrap();
+    assert_eq!(read_reply(&mut c).len(), (16 << 10) + 10);
+    c.write_all(&request(&[b"DEL", b"k000000"])).unwrap();
+    assert_eq!(read_reply(&mut c), b":1\r\n");
+    c.write_all(&request(&[b"FLUSHALL"])).unwrap();
+    assert_eq!(read_reply(&mut c), b"+OK\r\n");
+    let flushed = Instant::now();
+    let resumed = loop {
+        c.write_all(&request(&[b"SET", b"after", b"room"])).unwrap();
+        let reply = read_reply(&mut c);
+        if reply == b"+OK\r\n" {
+            break flushed.elapsed();
+        }
+        assert!(
+            reply.starts_with(b"-MISCONF"),
+            "{:?}",
+            String::from_utf8_lossy(&reply)
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "writes did not resume after FLUSHALL"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("{acknowledged} SETs, then MISCONF; writes resumed {resumed:?} after FLUSHALL");
+    for i in 0..100 {
+        c.write_all(&request(&[b"SET", format!("post{i}").as_bytes(), &value]))
+            .unwrap();
+        assert_eq!(read_reply(&mut c), b"+OK\r\n");
+    }
+    drop(c);
+    stop_with_sigterm(s);
+    let s = serve(dir.path(), &args);
+    assert_eq!(redis_cli(s.port, &["DBSIZE"]), "101\n");
+    assert_eq!(redis_cli(s.port, &["GET", "after"]), "room\n");
+    assert_eq!(redis_cli(s.port, &["STRLEN", "post99"]), "16384\n");
+}
+
 #[test]
 fn sigterm_stops_gracefully_and_keeps_everything() {
     let dir = tempfile::tempdir().unwrap();

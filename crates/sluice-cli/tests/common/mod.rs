@@ -33,9 +33,16 @@ pub fn free_port() -> u16 {
 pub fn serve(dir: &Path, host: &str, extra: &[&str]) -> Serve {
     let port = free_port();
     let device = dir.join("serve.dev");
+    // 256 MiB unless the test gives its own size.
+    let size: &[&str] = if extra.contains(&"--create-mib") {
+        &[]
+    } else {
+        &["--create-mib", "256"]
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("serve")
-        .args(["--device", device.to_str().unwrap(), "--create-mib", "256"])
+        .args(["--device", device.to_str().unwrap()])
+        .args(size)
         .args(["--resp", &format!("{host}:{port}"), "--threads", "2"])
         .args(extra)
         .stdout(Stdio::piped())
