@@ -174,3 +174,60 @@ def test_graph_requests_are_held_to_the_servers_memory_budget(tmp_path, sluice_b
         assert r.status == 400 and "[memory_mib] must be a number from 1 to 64" in body["error"]["reason"], body
     c.close()
     s.stop()
+
+
+def test_a_full_device_blocks_writes_as_elasticsearchs_flood_stage_and_deleting_an_index_frees_it(tmp_path, sluice_bin):
+    server = SluiceServe(sluice_bin, tmp_path / "serve.dev", create_mib=64,
+                         extra=("--write-buffer-mib", "4", "--table-mib", "4"))
+    try:
+        client = opensearchpy.OpenSearch(server.url, timeout=60)
+        client.indices.create(index="filler")
+        client.indices.create(index="kept")
+        client.index(index="kept", id="1", body={"n": 1}, refresh=True)
+        text = "x" * 16000
+        indexed, refused = 0, None
+        for round_no in range(200):
+            body = []
+            for i in range(64):
+                body.append({"index": {"_index": "filler", "_id": f"{round_no}-{i}"}})
+                body.append({"text": text})
+            answer = client.bulk(body=body)
+            for item in answer["items"]:
+                result = item["index"]
+                if result["status"] in (200, 201):
+                    indexed += 1
+                elif refused is None:
+                    refused = result
+            if refused:
+                break
+        assert refused, f"{indexed} documents of 16 KB on a 64 MiB device and no refusal"
+        assert refused["status"] == 429, refused
+        assert refused["error"]["type"] == "cluster_block_exception", refused
+        assert "read-only-allow-delete" in refused["error"]["reason"], refused
+        assert "device nearly full" in refused["error"]["reason"], refused
+        # Reads go on.
+        assert client.get(index="kept", id="1")["_source"] == {"n": 1}
+        # A single document write is refused the same way.
+        try:
+            client.index(index="kept", id="2", body={"n": 2})
+            raise AssertionError("a write past the flood stage was taken")
+        except opensearchpy.TransportError as e:
+            assert e.status_code == 429, e
+        # Deleting the index that filled the device brings the room back.
+        client.indices.delete(index="filler")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.index(index="kept", id="2", body={"n": 2}, refresh=True)
+                break
+            except opensearchpy.TransportError as e:
+                assert e.status_code == 429 and time.monotonic() < deadline, e
+                time.sleep(0.2)
+        server.stop(keep_device=True)
+        server = SluiceServe(sluice_bin, tmp_path / "serve.dev", create_mib=64)
+        client = opensearchpy.OpenSearch(server.url, timeout=60)
+        assert client.count(index="kept")["count"] == 2
+        assert not client.indices.exists(index="filler")
+    finally:
+        if server.proc.poll() is None:
+            server.stop()

@@ -492,6 +492,11 @@ fn a_full_device_answers_misconf_takes_deletes_and_resumes_once_room_is_back() {
         "{refusal}"
     );
     assert!(acknowledged > 500, "{acknowledged} SETs before the refusal");
+    let persistence = redis_cli(s.port, &["INFO", "persistence"]);
+    assert!(
+        persistence.contains("aof_last_write_status:err\r\n"),
+        "{persistence}"
+    );
     // Reads and deletes go on.
     c.write_all(&request(&[b"GET", b"k000000"])).unwrap();
     assert_eq!(read_reply(&mut c).len(), (16 << 10) + 10);
@@ -518,6 +523,11 @@ fn a_full_device_answers_misconf_takes_deletes_and_resumes_once_room_is_back() {
         std::thread::sleep(Duration::from_millis(200));
     };
     eprintln!("{acknowledged} SETs, then MISCONF; writes resumed {resumed:?} after FLUSHALL");
+    let persistence = redis_cli(s.port, &["INFO", "persistence"]);
+    assert!(
+        persistence.contains("aof_last_write_status:ok\r\n"),
+        "{persistence}"
+    );
     for i in 0..100 {
         c.write_all(&request(&[b"SET", format!("post{i}").as_bytes(), &value]))
             .unwrap();

@@ -345,7 +345,7 @@ impl Docs {
             // is never served after it.
             index.bump_generation();
             if let Err(e) = written {
-                let failed = ApiError::store(e);
+                let failed = ApiError::write_refused(&index.name, &e);
                 // The deletes not written are not remembered either.
                 return results
                     .into_iter()

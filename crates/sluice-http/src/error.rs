@@ -112,6 +112,31 @@ impl ApiError {
         ApiError::new(500, "sluice_store_exception", e.to_string())
     }
 
+    /// A write to `index` the store did not take. Refused for room, it is
+    /// what Elasticsearch answers past its flood-stage disk watermark
+    /// (429 `cluster_block_exception`, read-only-allow-delete: clients
+    /// and bulk helpers back off and retry, deletes still go through);
+    /// a flush failing, 503; anything else, 500.
+    pub fn write_refused(index: &str, e: &sluice_store::StoreError) -> ApiError {
+        use sluice_store::{StoreError, WritesRefused};
+        match e {
+            StoreError::WritesRefused(WritesRefused::SpaceLow { .. }) | StoreError::DeviceFull { .. } => {
+                ApiError::new(
+                    429,
+                    "cluster_block_exception",
+                    format!(
+                        "index [{index}] blocked by: [TOO_MANY_REQUESTS/12/disk usage exceeded flood-stage \
+                         watermark, index has read-only-allow-delete block]; {e}"
+                    ),
+                )
+            }
+            StoreError::WritesRefused(WritesRefused::FlushFailing { .. }) => {
+                ApiError::new(503, "sluice_store_exception", e.to_string())
+            }
+            _ => ApiError::store(e),
+        }
+    }
+
     /// Adds a member to the error object.
     pub fn with(mut self, name: &'static str, value: Value) -> ApiError {
         self.extra.push((name, value));

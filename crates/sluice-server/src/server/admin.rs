@@ -839,6 +839,20 @@ fn info_persistence(shared: &Shared, out: &mut String) {
     line(out, "loading", 0);
     line(out, "aof_enabled", 1);
     line(out, "appendfsync", shared.config.durability.name());
+    // As Redis says its AOF cannot be written (monitoring reads it):
+    // `err` while the store refuses writes for room or a failing flush.
+    let store = shared.db.store();
+    let refused = store.writes_refused(false);
+    line(
+        out,
+        "aof_last_write_status",
+        if refused.is_some() { "err" } else { "ok" },
+    );
+    let s = store.stats();
+    let block = sluice_store::blocks::STORE_BLOCK_BYTES as u64;
+    line(out, "sluice_device_bytes", s.device_blocks * block);
+    line(out, "sluice_device_free_bytes", s.free_blocks * block);
+    line(out, "sluice_writes_refused", u8::from(refused.is_some()));
     let marks = shared.db.store().log_marks();
     line(out, "sluice_wal_last_written", marks.written);
     line(out, "sluice_wal_last_durable", marks.durable);
