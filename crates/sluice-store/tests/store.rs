@@ -2245,3 +2245,40 @@ fn tables_bounded_by_the_longest_keys_are_logged_and_reopen() {
         Some(&b"mid"[..])
     );
 }
+
+/// A device that fails reads: the read answers the device's error (no
+/// panic, nothing changed), writes go on, and once the device reads
+/// again so does the store.
+#[test]
+fn read_errors_of_the_device_are_answered_as_errors_and_pass() {
+    let (mems, store) = memory_set(2, 8192);
+    let ks = store.keyspace("default").unwrap();
+    for i in 0..2000u32 {
+        store
+            .put(ks, format!("k{i:05}").as_bytes(), &[7u8; 200])
+            .unwrap();
+    }
+    store.flush().unwrap();
+    drop(store);
+    let store = reopen_set(&mems);
+    for lba in 0..mems[1].geometry().block_count {
+        mems[1].inject_read_error(lba);
+    }
+    let err = store.get(ks, b"k00042").unwrap_err();
+    assert!(err.to_string().contains("injected read error"), "{err}");
+    let snapshot = store.snapshot();
+    let err = store
+        .scan(
+            ks,
+            (Bound::Unbounded, Bound::Unbounded),
+            &snapshot,
+            false,
+            10,
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("injected read error"), "{err}");
+    store.put(ks, b"new", b"write").unwrap();
+    mems[1].clear_faults();
+    assert_eq!(store.get(ks, b"k00042").unwrap().unwrap(), vec![7u8; 200]);
+    assert_eq!(store.get(ks, b"new").unwrap().unwrap(), b"write");
+}
