@@ -1068,3 +1068,129 @@ fn zero_bytes(ns: &Namespace, offset: u64, len: u64) -> Result<(), u32> {
     }
     Ok(())
 }
+
+/// The NBD server's decoders without a socket, for the fuzz targets in
+/// fuzz/ (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    use super::*;
+
+    /// The client's bytes read from `input`, the server's kept.
+    struct Duplex<'a> {
+        input: &'a [u8],
+        output: Vec<u8>,
+    }
+
+    impl Read for Duplex<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Duplex<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.output.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The greeting and option haggling with `input` as all the client
+    /// sends (TLS offered when `tls_offered`): the namespace an export
+    /// chose, if one did; the bytes the server wrote; the input left.
+    pub fn handshake<'a>(
+        subsystem: &Subsystem,
+        input: &'a [u8],
+        tls_offered: bool,
+    ) -> (Option<u32>, Vec<u8>, &'a [u8]) {
+        let mut io = Duplex {
+            input,
+            output: Vec::new(),
+        };
+        let tls = TlsState {
+            offered: tls_offered,
+            active: false,
+            required: false,
+        };
+        let chosen = greet(&mut io)
+            .and_then(|no_zeroes| super::handshake(&mut io, subsystem, tls, no_zeroes))
+            .ok()
+            .and_then(|h| match h {
+                Haggled::Export(nsid, _) => Some(nsid),
+                _ => None,
+            });
+        (chosen, io.output, io.input)
+    }
+
+    /// A request as the transmission phase runs it on its own thread.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Ran {
+        /// Its command (NBD_CMD_*).
+        pub kind: u16,
+        /// Its byte offset.
+        pub offset: u64,
+        /// Its length in bytes.
+        pub len: u32,
+        /// The NBD error it is answered with (0: done).
+        pub error: u32,
+        /// What a read returned.
+        pub read: Vec<u8>,
+    }
+
+    /// The request whose header (and, for a write, data) starts `input`,
+    /// run against namespace `nsid`; and the input after it. None when the
+    /// header is cut short or has no request magic, or no such namespace.
+    pub fn request<'a>(
+        subsystem: &Subsystem,
+        nsid: u32,
+        input: &'a [u8],
+    ) -> Option<(Ran, &'a [u8])> {
+        let ns = subsystem.namespace(nsid)?;
+        let header = input.get(..REQUEST_HEADER_BYTES)?;
+        let request = NbdRequest::parse(header).ok()?;
+        let rest = &input[REQUEST_HEADER_BYTES..];
+        let data_len = request.data_bytes().min(rest.len());
+        let (data, rest) = rest.split_at(data_len);
+        if data.len() != request.data_bytes() {
+            return None;
+        }
+        let mut buf = Vec::new();
+        let error = run_request(ns, &request, data, &mut buf);
+        let read = if request.kind == cmd::READ && error == 0 {
+            buf
+        } else {
+            Vec::new()
+        };
+        Some((
+            Ran {
+                kind: request.kind,
+                offset: request.offset,
+                len: request.len,
+                error,
+                read,
+            },
+            rest,
+        ))
+    }
+
+    /// The size of namespace `nsid` in bytes.
+    pub fn size(subsystem: &Subsystem, nsid: u32) -> Option<u64> {
+        subsystem.namespace(nsid).map(size_of)
+    }
+
+    /// NBD's request magic.
+    pub const REQUEST_MAGIC_BYTES: [u8; 4] = REQUEST_MAGIC.to_be_bytes();
+
+    /// NBD_CMD_READ.
+    pub const READ: u16 = cmd::READ;
+    /// NBD_CMD_WRITE.
+    pub const WRITE: u16 = cmd::WRITE;
+    /// NBD_CMD_FLUSH.
+    pub const FLUSH: u16 = cmd::FLUSH;
+    /// NBD_CMD_TRIM (trimmed bytes read as zeros here).
+    pub const TRIM: u16 = cmd::TRIM;
+    /// NBD_CMD_WRITE_ZEROES.
+    pub const WRITE_ZEROES: u16 = cmd::WRITE_ZEROES;
+}

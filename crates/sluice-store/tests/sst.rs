@@ -363,3 +363,61 @@ fn a_kept_buffer_builds_the_same_table_as_a_fresh_one() {
     assert!(buffers.take(64 << 20).capacity() >= 64 << 20);
     buffers.release();
 }
+
+/// A footer that passes its checksum yet describes regions that are not
+/// there (a bug, a forged device) is refused as corruption before any
+/// arithmetic or allocation: once, a region length near `u32::MAX`
+/// overflowed or asked for terabytes.
+#[test]
+fn a_footer_whose_regions_do_not_fit_is_refused_not_followed() {
+    let dev = device();
+    let entries: Vec<Entry> = (0..100u32)
+        .map(|i| {
+            Entry::new(
+                format!("k{i:04}").into_bytes(),
+                1,
+                EntryKind::Put,
+                b"v".to_vec(),
+            )
+        })
+        .collect();
+    let mut b = TableBuilder::new();
+    for e in &entries {
+        b.add(e);
+    }
+    let t = b.finish();
+    let extent = Extent {
+        start_block: 10,
+        block_count: (t.bytes.len() / STORE_BLOCK_BYTES) as u32,
+    };
+    let footer_at = t.bytes.len() - STORE_BLOCK_BYTES;
+    // (field, value): index length, filter offset, range length, index
+    // offset — each forged, the footer sealed again.
+    for (field, value) in [
+        (1usize, u32::MAX),
+        (2, 0),
+        (5, u32::MAX - 2),
+        (0, 0),
+        (3, 0),
+    ] {
+        let mut bytes = t.bytes.clone();
+        let footer = &mut bytes[footer_at..];
+        footer[field * 4..field * 4 + 4].copy_from_slice(&value.to_le_bytes());
+        let crc = crc32c::crc32c(&footer[..STORE_BLOCK_BYTES - 4]);
+        footer[STORE_BLOCK_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+        let mut aligned = sluice_io::mem::AlignedMem::new(bytes.len());
+        aligned.as_mut_slice().copy_from_slice(&bytes);
+        dev.write(extent.start_block, aligned.as_slice()).unwrap();
+        let place = TablePlace {
+            keyspace: "k",
+            file_no: 1,
+        };
+        let err = TableReader::open(&dev, extent, place)
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt { .. }) && err.to_string().contains("footer"),
+            "field {field} = {value}: {err}"
+        );
+    }
+}

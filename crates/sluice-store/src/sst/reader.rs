@@ -167,6 +167,43 @@ pub(super) enum RunAhead {
     Reading(PendingBlocks),
 }
 
+/// The footer's regions (index, filter, range tombstones: offset and
+/// length in blocks each) checked against each other and the table's
+/// extents: contiguous, in that order, each at least one block, ending at
+/// the footer. Returns the first region's offset and their length.
+fn footer_regions(
+    f: &[u8],
+    extent: Extent,
+    meta: Option<Extent>,
+) -> std::result::Result<(u32, u32), String> {
+    let at = |i: usize| u64::from(u32_at(f, i * 4).expect("a whole block"));
+    let (index_off, index_len) = (at(0), at(1));
+    let (filter_off, filter_len) = (at(2), at(3));
+    let (range_off, range_len) = (at(4), at(5));
+    if index_len == 0 || filter_len == 0 || range_len == 0 {
+        return Err("a region of no blocks".into());
+    }
+    if filter_off != index_off + index_len || range_off != filter_off + filter_len {
+        return Err("index, filter and tombstones are not contiguous".into());
+    }
+    let meta_len = index_len + filter_len + range_len;
+    // The data blocks (before the index) lie in the table's extent; the
+    // regions and the footer after them fill the rest of it, or its
+    // second extent whole.
+    let fits = match meta {
+        None => index_off + meta_len + 1 == u64::from(extent.block_count),
+        Some(m) => {
+            index_off <= u64::from(extent.block_count) && meta_len + 1 == u64::from(m.block_count)
+        }
+    };
+    if !fits {
+        return Err(format!(
+            "regions of {meta_len} blocks after {index_off} data blocks do not fit the table's extents"
+        ));
+    }
+    Ok((index_off as u32, meta_len as u32))
+}
+
 impl TableReader {
     /// Opens a table written whole into one extent.
     pub fn open(dev: &BlockDevice, extent: Extent, place: TablePlace<'_>) -> Result<Self> {
@@ -206,8 +243,10 @@ impl TableReader {
         }
         let at = |i: usize| u32_at(f, i * 4).expect("a whole block");
         let entries = u64_at(f, 24).expect("a whole block");
-        // Index, filter and range tombstones are contiguous: one read.
-        let (meta_off, meta_len) = (at(0), at(1) + at(3) + at(5));
+        // Checked before any arithmetic or allocation: a footer that
+        // passes its checksum can still be wrong (a bug, a forged device).
+        let (meta_off, meta_len) = footer_regions(f, extent, meta)
+            .map_err(|why| corrupt(footer_block, format!("footer: {why}")))?;
         let meta_start = meta.map_or(extent.start_block + meta_off as u64, |m| m.start_block);
         if let Some(m) = meta.filter(|m| m.block_count != meta_len + 1) {
             return Err(corrupt(
