@@ -231,3 +231,40 @@ def test_a_full_device_blocks_writes_as_elasticsearchs_flood_stage_and_deleting_
     finally:
         if server.proc.poll() is None:
             server.stop()
+
+
+def test_a_native_query_answer_is_held_to_a_quarter_of_the_memory_budget(tmp_path, sluice_bin):
+    """`/_sluice/query` built its whole answer in memory, up to 100,000 rows
+    as JSON and 10,000,000 as Arrow, whatever their size."""
+    server = SluiceServe(sluice_bin, tmp_path / "q.dev", extra=("--http-native-memory-mib", "8"))
+    try:
+        client = opensearchpy.OpenSearch(server.url, timeout=60)
+        body = []
+        for i in range(300):
+            body.append({"index": {"_index": "big", "_id": str(i)}})
+            body.append({"n": i, "text": "y" * 20000})
+        assert not client.bulk(body=body, refresh=True)["errors"]
+        c = http.client.HTTPConnection("127.0.0.1", port_of(server), timeout=60)
+
+        def query(q, accept=None):
+            headers = {"Content-Type": "application/json"}
+            if accept:
+                headers["Accept"] = accept
+            c.request("POST", "/_sluice/query", body=json.dumps(q), headers=headers)
+            r = c.getresponse()
+            return r.status, r.read()
+
+        for accept in (None, "application/vnd.apache.arrow.stream"):
+            status, raw = query({"index": "big"}, accept)
+            answer = json.loads(raw)
+            assert status == 429, (accept, status, raw[:200])
+            assert answer["error"]["type"] == "circuit_breaking_exception", answer
+            assert "the answer passed [2097152] bytes" in answer["error"]["reason"], answer
+        status, raw = query({"index": "big", "limit": 20})
+        assert status == 200 and len(json.loads(raw)["rows"]) == 20
+        status, raw = query({"index": "big", "limit": 20}, "application/vnd.apache.arrow.stream")
+        assert status == 200
+        c.close()
+    finally:
+        if server.proc.poll() is None:
+            server.stop()

@@ -172,7 +172,36 @@ impl NativeBudget {
     }
 }
 
+/// Why a scan feeding an answer stopped: the answer passed its cap.
+const ANSWER_TOO_LARGE: &str = "the answer passed its cap";
+
+/// A `/_sluice/query` answer past `cap` bytes: refused as Elasticsearch's
+/// circuit breakers refuse what would not fit, with what to ask instead.
+fn answer_too_large(cap: usize) -> ApiError {
+    ApiError::new(
+        429,
+        "circuit_breaking_exception",
+        format!(
+            "[sluice_native] Data too large: the answer passed [{cap}] bytes (a quarter of \
+             --http-native-memory-mib); ask for fewer rows with [limit], fewer columns with \
+             [select], or a narrower [where], and page through with more requests"
+        ),
+    )
+    .with("bytes_limit", json!(cap))
+    .with("durability", json!("PERMANENT"))
+}
+
 impl Api {
+    /// The most one `/_sluice/query` answer may hold in memory: a quarter
+    /// of the native budget (several answers may be built at once).
+    fn answer_cap_bytes(&self) -> usize {
+        let limit = self
+            .native_budget()
+            .limit_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
+        (limit / 4).max(1 << 20) as usize
+    }
+
     /// The keyspace a native request names: `keyspace` directly, or the
     /// documents of `index`.
     fn keyspace_name(&self, body: &Value) -> ApiResult<String> {
@@ -269,9 +298,16 @@ impl Api {
             let stream = sluice_arrow::query::query_stream(store, &keyspace, &options)
                 .map_err(|e| ApiError::illegal(e.to_string()))?;
             let schema = arrow_array::RecordBatchReader::schema(&stream);
-            let batches = stream
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ApiError::store(e.to_string()))?;
+            let cap = self.answer_cap_bytes();
+            let (mut batches, mut held) = (Vec::new(), 0usize);
+            for batch in stream {
+                let batch = batch.map_err(|e| ApiError::store(e.to_string()))?;
+                held += batch.get_array_memory_size();
+                if held > cap {
+                    return Err(answer_too_large(cap));
+                }
+                batches.push(batch);
+            }
             return arrow_response(batches, schema);
         }
         let query = Query::parse(&QueryText {
@@ -291,7 +327,11 @@ impl Api {
         let mut out = b"{\"rows\":[".to_vec();
         let mut first = true;
         let mut value_text = Vec::new();
+        let cap = self.answer_cap_bytes();
         let stats = scan::scan(&store, &spec, &mut |batch| {
+            if out.len() > cap {
+                return Err(scan::ScanError::Sink(ANSWER_TOO_LARGE.into()));
+            }
             for (k, v) in batch.rows() {
                 if !first {
                     out.push(b',');
@@ -320,7 +360,13 @@ impl Api {
             }
             Ok(())
         })
-        .map_err(|e| ApiError::store(e.to_string()))?;
+        .map_err(|e| match e {
+            scan::ScanError::Sink(why) if why == ANSWER_TOO_LARGE => answer_too_large(cap),
+            e => ApiError::store(e.to_string()),
+        })?;
+        if out.len() > cap {
+            return Err(answer_too_large(cap));
+        }
         out.extend_from_slice(
             format!(
                 "],\"took\":{},\"stats\":{{\"rows_examined\":{},\"bytes_examined\":{},\"rows_returned\":{},\"bytes_handed_over\":{}}}}}",
