@@ -268,3 +268,57 @@ def test_a_native_query_answer_is_held_to_a_quarter_of_the_memory_budget(tmp_pat
     finally:
         if server.proc.poll() is None:
             server.stop()
+
+
+def pki(d):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate
+    signed by it, and a client certificate of another CA (openssl)."""
+    import subprocess
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    for ca, name in [("ca", "Sluice test CA"), ("other-ca", "Another CA")]:
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-subj", f"/CN={name}")
+    (d / "server.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    (d / "client.cnf").write_text("basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n")
+    for name, ca, ext in [("server", "ca", "server.cnf"), ("client", "ca", "client.cnf"),
+                          ("stranger", "other-ca", "client.cnf")]:
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",
+                "-out", f"{name}.csr", "-subj", f"/CN={name}")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", ext)
+
+
+def test_elasticsearch_py_with_a_client_certificate_and_without(tmp_path, sluice_bin):
+    """`--tls-ca-cert` on the HTTP API: elasticsearch-py, unmodified, is
+    served with a certificate the CA signed, and refused without one or
+    with another CA's."""
+    import elasticsearch
+
+    pki(tmp_path)
+    f = lambda name: str(tmp_path / name)
+    server = SluiceServe(sluice_bin, tmp_path / "tls.dev",
+                         extra=("--http-tls", "--tls-cert", f("server.pem"), "--tls-key", f("server.key"),
+                                "--tls-ca-cert", f("ca.pem")))
+    try:
+        assert server.url.startswith("https://"), server.url
+
+        def client(cert):
+            extra = {"client_cert": f(f"{cert}.pem"), "client_key": f(f"{cert}.key")} if cert else {}
+            return elasticsearch.Elasticsearch(server.url, ca_certs=f("ca.pem"), verify_certs=True,
+                                               request_timeout=30, max_retries=0, **extra)
+
+        es = client("client")
+        es.index(index="tls", id="1", document={"n": 1}, refresh=True)
+        assert es.get(index="tls", id="1")["_source"] == {"n": 1}
+        for cert in (None, "stranger"):
+            try:
+                client(cert).info()
+                raise AssertionError(f"served a client with {cert or 'no'} certificate")
+            except elasticsearch.ConnectionError:
+                pass
+    finally:
+        if server.proc.poll() is None:
+            server.stop()
