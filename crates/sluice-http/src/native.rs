@@ -172,9 +172,6 @@ impl NativeBudget {
     }
 }
 
-/// Why a scan feeding an answer stopped: the answer passed its cap.
-const ANSWER_TOO_LARGE: &str = "the answer passed its cap";
-
 /// A `/_sluice/query` answer past `cap` bytes: refused as Elasticsearch's
 /// circuit breakers refuse what would not fit, with what to ask instead.
 fn answer_too_large(cap: usize) -> ApiError {
@@ -328,9 +325,11 @@ impl Api {
         let mut first = true;
         let mut value_text = Vec::new();
         let cap = self.answer_cap_bytes();
-        let stats = scan::scan(&store, &spec, &mut |batch| {
+        let mut too_large = false;
+        let scanned = scan::scan(&store, &spec, &mut |batch| {
             if out.len() > cap {
-                return Err(scan::ScanError::Sink(ANSWER_TOO_LARGE.into()));
+                too_large = true;
+                return Err(scan::ScanError::Sink("the answer passed its cap".into()));
             }
             for (k, v) in batch.rows() {
                 if !first {
@@ -359,10 +358,13 @@ impl Api {
                 out.push(b'}');
             }
             Ok(())
-        })
-        .map_err(|e| match e {
-            scan::ScanError::Sink(why) if why == ANSWER_TOO_LARGE => answer_too_large(cap),
-            e => ApiError::store(e.to_string()),
+        });
+        let stats = scanned.map_err(|e| {
+            if too_large {
+                answer_too_large(cap)
+            } else {
+                ApiError::store(e.to_string())
+            }
         })?;
         if out.len() > cap {
             return Err(answer_too_large(cap));

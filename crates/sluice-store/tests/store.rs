@@ -754,21 +754,8 @@ fn bad_input_gets_clear_errors_and_loses_nothing() {
     // Distinct keys until the device is nearly full: a clear error before
     // the store is too full to flush or compact, and every acknowledged
     // write is still there after reopening.
-    let mut acknowledged = 0u32;
-    let err = loop {
-        match store.put(ks, format!("fill{acknowledged:05}").as_bytes(), &big) {
-            Ok(_) => acknowledged += 1,
-            Err(e) => break e,
-        }
-    };
-    assert!(
-        matches!(
-            err,
-            StoreError::WritesRefused(WritesRefused::SpaceLow { .. })
-        ),
-        "{err}"
-    );
-    assert!(err.to_string().contains("only deletes are taken"), "{err}");
+    let (acknowledged, err) = put_until_refused(&store, ks, "fill", &big);
+    assert_space_low(&err);
     assert!(acknowledged > 10, "{acknowledged}");
     drop(store);
     let store = reopen(&mem);
@@ -2104,6 +2091,30 @@ fn misses_of_one_extent_share_one_read_and_each_gets_its_token_back() {
     assert_eq!(tokens, (100..=100 + joiners + 1).collect::<Vec<_>>());
 }
 
+/// Puts `{prefix}{n:05}` = `value` for n = 0, 1, ... until a put is
+/// refused: how many were acknowledged, and the refusal.
+fn put_until_refused(store: &Store, ks: u32, prefix: &str, value: &[u8]) -> (u32, StoreError) {
+    let mut acknowledged = 0u32;
+    loop {
+        match store.put(ks, format!("{prefix}{acknowledged:05}").as_bytes(), value) {
+            Ok(_) => acknowledged += 1,
+            Err(e) => return (acknowledged, e),
+        }
+        assert!(acknowledged < 100_000, "writes never refused");
+    }
+}
+
+fn assert_space_low(err: &StoreError) {
+    assert!(
+        matches!(
+            err,
+            StoreError::WritesRefused(WritesRefused::SpaceLow { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("only deletes are taken"), "{err}");
+}
+
 /// Polls `ok` every 50 ms for up to 30 s.
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     let started = std::time::Instant::now();
@@ -2121,20 +2132,8 @@ fn a_full_device_takes_deletes_and_writes_resume_once_compaction_frees_room() {
     let (mem, store) = memory_store(12288);
     let ks = store.keyspace("default").unwrap();
     let value = vec![3u8; 256 << 10];
-    let mut acknowledged = 0u32;
-    let err = loop {
-        match store.put(ks, format!("k{acknowledged:05}").as_bytes(), &value) {
-            Ok(_) => acknowledged += 1,
-            Err(e) => break e,
-        }
-    };
-    assert!(
-        matches!(
-            err,
-            StoreError::WritesRefused(WritesRefused::SpaceLow { .. })
-        ),
-        "{err}"
-    );
+    let (acknowledged, err) = put_until_refused(&store, ks, "k", &value);
+    assert_space_low(&err);
     assert!(
         store.writes_refused(false).is_some() && store.writes_refused(true).is_none(),
         "deletes are taken while writes that add data are not"
@@ -2172,14 +2171,7 @@ fn a_failed_flush_keeps_its_memtable_readable_and_is_retried_until_it_lands() {
         mems[1].inject_write_error(lba);
     }
     let value = vec![5u8; 4 << 10];
-    let mut acknowledged = 0u32;
-    let err = loop {
-        match store.put(ks, format!("k{acknowledged:05}").as_bytes(), &value) {
-            Ok(_) => acknowledged += 1,
-            Err(e) => break e,
-        }
-        assert!(acknowledged < 100_000, "writes never refused");
-    };
+    let (acknowledged, err) = put_until_refused(&store, ks, "k", &value);
     // The device's own error, as the write's flush met it or as the
     // refusal that follows repeats it.
     assert!(err.to_string().contains("injected write error"), "{err}");

@@ -197,8 +197,10 @@ fn footer_regions(
         }
     };
     if !fits {
+        let room = meta.unwrap_or(extent).block_count;
         return Err(format!(
-            "regions of {meta_len} blocks after {index_off} data blocks do not fit the table's extents"
+            "index, filter and tombstones of {meta_len} blocks and the footer after {index_off} data \
+             blocks do not fit the table's extents (the last has {room} blocks)"
         ));
     }
     Ok((index_off as u32, meta_len as u32))
@@ -248,16 +250,6 @@ impl TableReader {
         let (meta_off, meta_len) = footer_regions(f, extent, meta)
             .map_err(|why| corrupt(footer_block, format!("footer: {why}")))?;
         let meta_start = meta.map_or(extent.start_block + meta_off as u64, |m| m.start_block);
-        if let Some(m) = meta.filter(|m| m.block_count != meta_len + 1) {
-            return Err(corrupt(
-                m.start_block,
-                format!(
-                    "footer describes {} blocks of index, filter and tombstones but their extent has {}",
-                    meta_len + 1,
-                    m.block_count
-                ),
-            ));
-        }
         let meta_block = |off: u32| meta_start + (off - meta_off) as u64;
         let mut buf = AlignedMem::new(meta_len as usize * STORE_BLOCK_BYTES);
         dev.read(meta_start, buf.as_mut_slice())?;

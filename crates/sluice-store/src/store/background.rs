@@ -120,9 +120,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Whether writes are refused for room: the background thread then
-    /// looks each second at what would bring it back.
-    fn short_of_room(&self) -> bool {
+    /// Whether writes may be refused for room (free space below the
+    /// reserve, or a flush failing): writers then check their batch, and
+    /// the background thread looks each second at what would bring room
+    /// back.
+    pub(super) fn short_of_room(&self) -> bool {
         self.space_low.load(Ordering::Acquire) || self.flush_failing.load(Ordering::Acquire)
     }
 

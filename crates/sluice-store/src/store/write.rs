@@ -66,7 +66,7 @@ impl Store {
     /// let through, each is refused or taken at once.
     pub fn write_pressure(&self) -> bool {
         let inner = &self.inner;
-        if inner.space_low.load(Ordering::Relaxed) || inner.flush_failing.load(Ordering::Relaxed) {
+        if inner.short_of_room() {
             return false;
         }
         let ring = inner.wal.layout().ring_blocks();
@@ -160,7 +160,7 @@ impl Store {
         self.check_failed()?;
         let inner = &self.inner;
         let (buffered, frozen) = self.memtable_fill();
-        if inner.space_low.load(Ordering::Relaxed) || inner.flush_failing.load(Ordering::Relaxed) {
+        if inner.short_of_room() {
             self.check_room(batch)?;
         }
         let budget = inner.config.write_buffer_bytes;
@@ -343,7 +343,6 @@ impl Store {
             .advance(seq, wake_next_leader.then(|| inner.wal.staged_below()));
     }
 
-    /// The store takes no more writes; every waiting writer is told.
     /// Why a write now would be refused for room, if it would: while
     /// free space is below the reserve, a write that adds data; while a
     /// flush fails, a write past twice the write buffer (a delete, past
@@ -377,6 +376,7 @@ impl Store {
         }
     }
 
+    /// The store takes no more writes; every waiting writer is told.
     fn fail(&self, why: String) {
         lock(&self.inner.visible).failed.get_or_insert(why);
         self.inner.write_failed.store(true, Ordering::Release);
