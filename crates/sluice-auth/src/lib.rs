@@ -134,6 +134,39 @@ impl PasswordHash {
     }
 }
 
+/// A password's SHA-256 as 64 lower-case hex digits: how Redis's ACL
+/// keeps passwords (ACL LIST's `#hash`), and so how Sluice's does.
+pub fn password_sha256_hex(password: &[u8]) -> String {
+    PasswordHash::of(password)
+        .0
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether `offered` equals any of `known`: every one compared, each in
+/// time that depends on lengths only.
+pub fn any_equal_constant_time<'a>(
+    known: impl IntoIterator<Item = &'a [u8]>,
+    offered: &[u8],
+) -> bool {
+    let mut found = subtle::Choice::from(0);
+    for k in known {
+        found |= k.ct_eq(offered);
+    }
+    found.into()
+}
+
+/// `chars` random hex digits from the system's secure source (ACL
+/// GENPASS); None if that source fails.
+pub fn random_hex(chars: usize) -> Option<String> {
+    use ring::rand::SecureRandom;
+    let mut random = vec![0u8; chars.div_ceil(2)];
+    ring::rand::SystemRandom::new().fill(&mut random).ok()?;
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    Some(hex[..chars].to_string())
+}
+
 /// Named secrets: users and their passwords, or API key ids and keys.
 #[derive(Clone, Debug, Default)]
 pub struct Credentials {

@@ -77,7 +77,10 @@ pub struct ServeArgs {
     /// next flush or at shutdown).
     #[arg(long, default_value = "always")]
     durability: Durability,
-    /// A file of users allowed in, a NAME:PASSWORD line each (`default:PASS`
+    /// Redis's ACL file: users allowed in and what each may do, as Redis's
+    /// `user NAME on >PASSWORD ~keys:* +@read` lines (ACL LIST prints
+    /// them; ACL SAVE writes this file, ACL LOAD rereads it), or
+    /// NAME:PASSWORD lines for users who may run everything (`default:PASS`
     /// makes the default user need a password, as Redis's requirepass).
     /// Secrets come from files or the environment, never the command line,
     /// where `ps` shows them to every user of the machine.
@@ -212,19 +215,34 @@ fn refuse_secrets_on_argv(args: &ServeArgs) -> Result<()> {
     )
 }
 
+/// The Redis protocol's users: the ACL file (`--users-file`: Redis's
+/// `user NAME rules...` lines or `NAME:PASSWORD` lines), and the default
+/// user's password (`--requirepass-file` or SLUICE_REQUIREPASS).
 fn users(args: &ServeArgs) -> Result<Users> {
-    let mut credentials = match &args.users_file {
-        Some(path) => sluice_auth::Credentials::from_file(path, "--users-file")?,
-        None => sluice_auth::Credentials::new(),
+    let mut loaded = match &args.users_file {
+        Some(path) => sluice_server::acl::load_file(path)
+            .map_err(|e| anyhow::anyhow!("--users-file {}: {e}", path.display()))?,
+        None => Vec::new(),
     };
     let requirepass = match &args.requirepass_file {
         Some(path) => Some(sluice_auth::Secret::from_file(path, "--requirepass-file")?),
         None => sluice_auth::Secret::from_env("SLUICE_REQUIREPASS"),
     };
     if let Some(password) = requirepass {
-        credentials.insert("default", password.expose());
+        let mut password_rule = b">".to_vec();
+        password_rule.extend_from_slice(password.expose());
+        let at = match loaded.iter().position(|u| u.name() == b"default") {
+            Some(at) => at,
+            None => {
+                loaded.push(sluice_server::acl::User::default_user());
+                loaded.len() - 1
+            }
+        };
+        loaded[at]
+            .apply(&[b"resetpass".to_vec(), password_rule])
+            .map_err(|e| anyhow::anyhow!("--requirepass-file: {e}"))?;
     }
-    Ok(Users::from_credentials(credentials))
+    Ok(Users::new(loaded, args.users_file.clone()))
 }
 
 /// Credentials from `path`, or none.

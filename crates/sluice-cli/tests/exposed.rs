@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{free_port, serve};
+use common::{free_port, serve, stop_with_sigterm};
 
 /// A TCP connection to 127.0.0.1:`port` from source address `source`.
 fn connect_from(source: &str, port: u16) -> TcpStream {
@@ -194,7 +194,7 @@ fn secrets_are_refused_on_the_command_line_and_taken_from_files_or_the_environme
     std::fs::write(&users, "ann one\n").unwrap();
     let err = serve_fails(dir.path(), &["--users-file", users.to_str().unwrap()], &[]);
     assert!(
-        err.contains("line 1") && err.contains("NAME:SECRET"),
+        err.contains(":1:") && err.contains("NAME:PASSWORD"),
         "{err}"
     );
     // SLUICE_REQUIREPASS: the environment, which `ps` does not show.
@@ -420,4 +420,114 @@ print("ok")
     assert_eq!(cli(Some("client")), "PONG\n");
     assert_ne!(cli(Some("stranger")), "PONG\n");
     drop(ours);
+}
+
+/// Redis-py's ACL calls, unmodified, against users from `--users-file`.
+const ACL_PY: &str = r#"
+import sys, redis
+port = int(sys.argv[1])
+phase = sys.argv[2]
+admin = redis.Redis(port=port, username="admin", password="adminpw", decode_responses=True)
+anon = redis.Redis(port=port, decode_responses=True)
+try:
+    anon.ping()
+    raise SystemExit("the disabled default user ran PING")
+except redis.AuthenticationError:
+    pass
+if phase == "first":
+    assert admin.acl_whoami() == "admin"
+    assert admin.acl_users() == ["admin", "default", "reader", "writer"], admin.acl_users()
+    assert admin.acl_setuser("app", enabled=True, passwords=["+apppw"], keys=["app:*"],
+                             commands=["+get", "+set"], reset=True)
+    got = admin.acl_getuser("app")
+    assert got["enabled"] and got["keys"] == ["~app:*"] and "+get" in got["commands"], got
+    assert len(admin.acl_genpass()) == 64
+    assert "get" in admin.acl_cat("read")
+    assert admin.acl_dryrun("app", "get", "other") == "This user has no permissions to access the 'other' key"
+    app = redis.Redis(port=port, username="app", password="apppw", decode_responses=True)
+    assert app.set("app:1", "x") and app.get("app:1") == "x"
+    for denied in (lambda: app.get("other"), lambda: app.delete("app:1")):
+        try:
+            denied()
+            raise SystemExit("a denied command ran")
+        except redis.exceptions.NoPermissionError:
+            pass
+    log = admin.acl_log()
+    assert [e["reason"] for e in log[:2]] == ["command", "key"], log
+    assert log[0]["username"] == "app" and log[0]["object"] == "del", log
+    reader = redis.Redis(port=port, username="reader", password="r", decode_responses=True)
+    assert reader.get("pub:x") is None
+    try:
+        reader.set("pub:x", "1")
+        raise SystemExit("the reader wrote")
+    except redis.exceptions.NoPermissionError:
+        pass
+    writer = redis.Redis(port=port, username="writer", password="wpw", decode_responses=True)
+    assert writer.set("w", "1") and writer.flushall()
+    assert admin.acl_save()
+    assert admin.acl_deluser("reader") == 1
+    try:
+        reader.ping()
+        raise SystemExit("the removed user's connection ran PING")
+    except redis.ConnectionError:
+        pass
+    # Back as the file has it: ACL LOAD undoes the change since the save.
+    assert admin.acl_load()
+    assert "reader" in admin.acl_users()
+    assert admin.acl_deluser("reader") == 1 and admin.acl_save()
+else:
+    assert admin.acl_users() == ["admin", "app", "default", "writer"], admin.acl_users()
+    app = redis.Redis(port=port, username="app", password="apppw", decode_responses=True)
+    assert app.set("app:2", "y") and app.get("app:2") == "y"
+    try:
+        app.get("other")
+        raise SystemExit("a denied command ran after the restart")
+    except redis.exceptions.NoPermissionError:
+        pass
+print("acl ok")
+"#;
+
+#[test]
+fn acl_users_from_the_users_file_are_enforced_for_redis_py_and_acl_save_outlives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users.acl");
+    std::fs::write(
+        &users,
+        "# Redis ACL lines and NAME:PASSWORD lines\nuser admin on >adminpw ~* &* +@all\nuser default off\nuser reader on >r ~pub:* -@all +@read\nwriter:wpw\n",
+    )
+    .unwrap();
+    let flags = ["--users-file", users.to_str().unwrap()];
+    let run = |port: u16, phase: &str| {
+        let out = Command::new("python3")
+            .args(["-c", ACL_PY, &port.to_string(), phase])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "redis-py ACL script ({phase}) failed (scripts/setup installs redis-py):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let first = serve(dir.path(), "127.0.0.1", &flags);
+    run(first.port, "first");
+    let saved = std::fs::read_to_string(&users).unwrap();
+    assert!(
+        saved.contains("user app on sanitize-payload #")
+            && saved.contains(" ~app:* resetchannels -@all +get +set\n"),
+        "{saved}"
+    );
+    assert!(
+        !saved.contains("apppw") && !saved.contains("user reader"),
+        "{saved}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&users).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    stop_with_sigterm(first);
+    let second = serve(dir.path(), "127.0.0.1", &flags);
+    run(second.port, "second");
+    stop_with_sigterm(second);
 }

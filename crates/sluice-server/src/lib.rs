@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod acl;
 pub mod commands;
 pub mod db;
 pub mod resp;

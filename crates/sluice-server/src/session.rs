@@ -4,7 +4,9 @@
 //! command, arity, authentication), the same texts, the same HELLO map.
 //! Checked against a real `redis-server` in tests/session_redis.rs.
 
+use crate::acl::User;
 use crate::resp::{Args, Protocol, Reply};
+use std::sync::Arc;
 
 /// What HELLO reports as the server and its version. Clients pick features
 /// by them, and Sluice answers as the Redis version whose behaviour it
@@ -13,48 +15,8 @@ pub const SERVER_NAME: &str = "redis";
 /// See [`SERVER_NAME`].
 pub const SERVER_VERSION: &str = "7.0.15";
 
-/// Who may connect: user names and passwords (`--user name:password`).
-/// Without a `default` entry the default user needs no password, as in
-/// Redis without `requirepass`.
-#[derive(Debug, Clone, Default)]
-pub struct Users {
-    credentials: sluice_auth::Credentials,
-}
-
-impl Users {
-    /// Users from `name:password` pairs.
-    pub fn new(pairs: &[(String, String)]) -> Self {
-        let mut credentials = sluice_auth::Credentials::new();
-        for (user, password) in pairs {
-            credentials.insert(user, password.as_bytes());
-        }
-        Users { credentials }
-    }
-
-    /// Users with these credentials (kept as password hashes).
-    pub fn from_credentials(credentials: sluice_auth::Credentials) -> Self {
-        Users { credentials }
-    }
-
-    /// Whether the default user needs a password (Redis's `requirepass`).
-    pub fn default_needs_password(&self) -> bool {
-        !self.default_nopass()
-    }
-
-    /// Whether the default user has no password (Redis's `nopass`).
-    fn default_nopass(&self) -> bool {
-        !self.credentials.has("default")
-    }
-
-    /// Whether `user` may log in with `password`, compared in constant
-    /// time.
-    fn check(&self, user: &[u8], password: &[u8]) -> bool {
-        if user == b"default" && self.default_nopass() {
-            return true;
-        }
-        std::str::from_utf8(user).is_ok_and(|user| self.credentials.check(user, password))
-    }
-}
+/// Who may connect and what each may do: Redis's ACL users.
+pub use crate::acl::Users;
 
 /// The connection commands a session answers, with Redis's arities.
 pub const COMMANDS: &[(&str, i32)] = &[
@@ -87,6 +49,25 @@ pub struct Session {
     protocol: Protocol,
     authenticated: bool,
     name: Option<Vec<u8>>,
+    /// The user it runs as (the default user until AUTH), as of
+    /// `generation` of the users.
+    user: Arc<User>,
+    generation: u64,
+    /// The user may run everything on every key: no check per command.
+    unrestricted: bool,
+    /// The user name of the last refused login, for ACL LOG (the caller
+    /// knows the client to log it with).
+    refused_login: Option<Vec<u8>>,
+}
+
+/// What [`Session::refresh`] found of the session's user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refreshed {
+    /// As it was, or changed: the session follows it.
+    Current,
+    /// Removed (ACL DELUSER, ACL LOAD): the connection is to close, as
+    /// Redis closes the clients of a removed user.
+    Removed,
 }
 
 const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
@@ -147,11 +128,71 @@ impl Session {
     /// A new connection with this id (RESP2, not authenticated unless the
     /// default user needs no password).
     pub fn new(id: u64, users: &Users) -> Self {
+        let generation = users.generation();
+        let user = users.default_user();
         Session {
             id,
             protocol: Protocol::Resp2,
-            authenticated: users.default_nopass(),
+            authenticated: user.nopass() && user.enabled(),
             name: None,
+            unrestricted: user.unrestricted(),
+            user,
+            generation,
+            refused_login: None,
+        }
+    }
+
+    /// The user the connection runs as.
+    pub fn user(&self) -> &Arc<User> {
+        &self.user
+    }
+
+    /// Whether the connection may run any command on any key without a
+    /// check: authenticated as a user who may, and no user changed since.
+    pub fn unrestricted(&self, users: &Users) -> bool {
+        self.unrestricted && self.authenticated && self.generation == users.generation()
+    }
+
+    /// Whether no user changed since the session last looked.
+    pub fn current(&self, users: &Users) -> bool {
+        self.generation == users.generation()
+    }
+
+    /// Follows changes of the users since the session last looked.
+    pub fn refresh(&mut self, users: &Users) -> Refreshed {
+        let generation = users.generation();
+        if generation == self.generation {
+            return Refreshed::Current;
+        }
+        match users.get(self.user.name()) {
+            Some(user) if user.name() == b"default" || self.authenticated => {
+                self.generation = generation;
+                self.unrestricted = user.unrestricted();
+                self.user = user;
+                Refreshed::Current
+            }
+            _ => Refreshed::Removed,
+        }
+    }
+
+    /// The user name of a login refused since the last call.
+    pub fn take_refused_login(&mut self) -> Option<Vec<u8>> {
+        self.refused_login.take()
+    }
+
+    fn login(&mut self, users: &Users, user: &[u8], password: &[u8]) -> bool {
+        match users.authenticate(user, password) {
+            Some(found) => {
+                self.authenticated = true;
+                self.generation = users.generation();
+                self.unrestricted = found.unrestricted();
+                self.user = found;
+                true
+            }
+            None => {
+                self.refused_login = Some(user.to_vec());
+                false
+            }
         }
     }
 
@@ -216,7 +257,7 @@ impl Session {
     fn auth(&mut self, args: &Args, users: &Users) -> Reply {
         let (user, password): (&[u8], &[u8]) = match &args[1..] {
             [password] => {
-                if users.default_nopass() {
+                if users.default_user().nopass() {
                     return error(
                         "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
                     );
@@ -226,8 +267,7 @@ impl Session {
             [user, password] => (user, password),
             _ => return error("ERR syntax error"),
         };
-        if users.check(user, password) {
-            self.authenticated = true;
+        if self.login(users, user, password) {
             ok()
         } else {
             error(WRONGPASS)
@@ -266,10 +306,9 @@ impl Session {
             }
         }
         if let Some((user, password)) = credentials {
-            if !users.check(user, password) {
+            if !self.login(users, user, password) {
                 return error(WRONGPASS);
             }
-            self.authenticated = true;
         }
         if !self.authenticated {
             return error(

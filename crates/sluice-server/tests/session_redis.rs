@@ -62,7 +62,7 @@ fn start(password: Option<&str>) -> Redis {
     Redis {
         child,
         port,
-        users: Users::new(&users),
+        users: Users::from_pairs(&users),
         lock: Mutex::new(()),
     }
 }

@@ -143,7 +143,7 @@ fn commands_batches_and_big_values_work_over_shm() {
 fn auth_is_asked_for_as_on_tcp_and_the_socket_mode_is_set() {
     let _shared = MEMORY.read();
     let (_server, path) = start("auth", |c| {
-        c.users = Users::new(&[("default".to_string(), "secret".to_string())]);
+        c.users = Users::from_pairs(&[("default".to_string(), "secret".to_string())]);
     });
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());

@@ -6,9 +6,10 @@
 
 use super::conn::Conn;
 use super::Shared;
+use crate::acl::{self, Denied, LogContext, LogEntry, LogReason};
 use crate::commands::{self, Ctx};
 use crate::resp::{Args, Reply};
-use crate::session::{unknown_command, Handled, SERVER_VERSION};
+use crate::session::{unknown_command, Handled, Refreshed, SERVER_VERSION};
 use sluice_store::wal::LogPosition;
 use sluice_store::ReadCache;
 use std::fmt::Write as _;
@@ -20,6 +21,7 @@ const ADMIN: &[(&str, i32)] = &[
     ("config", -2),
     ("command", -1),
     ("shutdown", -1),
+    ("acl", -2),
 ];
 
 fn admin_arity(name: &[u8]) -> Option<i32> {
@@ -106,6 +108,15 @@ pub(super) fn execute(
 ) -> Option<LogPosition> {
     let mut lower = [0u8; NAME_MAX_BYTES];
     let name = lowercase_name(&args[0], &mut lower);
+    if let Some(gated) = acl_gate(shared, conn, name, args) {
+        if let Some(tx) = &mut conn.tx {
+            tx.dirty = true;
+        }
+        if let Some(reply) = gated {
+            conn.push_reply(&reply);
+        }
+        return None;
+    }
     let (reply, wrote) = if conn.tx.is_some() && !TX_CONTROL.contains(&name) {
         (Some(queue(conn, name, args)), None)
     } else if TX_COMMANDS.iter().any(|(n, _)| n.as_bytes() == name) {
@@ -132,6 +143,125 @@ pub(super) fn execute(
     wrote
 }
 
+/// Redis's ACL check of a request, after its own checks (unknown command,
+/// arity, authentication: those errors come first, from the dispatch):
+/// None to run it; else the NOPERM reply (logged in ACL LOG), or no reply
+/// at all when the connection's user was removed (it closes, as Redis
+/// closes the clients of a removed user).
+fn acl_gate(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<Option<Reply>> {
+    let users = &shared.config.users;
+    if conn.session.unrestricted(users) {
+        return None;
+    }
+    if conn.session.refresh(users) == Refreshed::Removed {
+        conn.quit = true;
+        conn.closing = true;
+        return Some(None);
+    }
+    if conn.session.unauthenticated() || !arity_fits(name, args.len()) {
+        return None;
+    }
+    let id = acl::resolve(args)?;
+    let denied = conn.session.user().check(id, args).err()?;
+    let context = if conn.tx.is_some() {
+        LogContext::Multi
+    } else {
+        LogContext::TopLevel
+    };
+    log_denied(shared, conn, id, args, denied, context);
+    Some(Some(match denied {
+        Denied::Command => error(&format!(
+            "NOPERM this user has no permissions to run the '{}' command",
+            acl::name_of(id)
+        )),
+        Denied::Key(_) => {
+            error("NOPERM this user has no permissions to access one of the keys used as arguments")
+        }
+    }))
+}
+
+/// Whether a command's top-level arity admits `argc` (unknown commands
+/// and arity errors are answered by the dispatch, before any ACL check).
+fn arity_fits(name: &[u8], argc: usize) -> bool {
+    let arity = admin_arity(name)
+        .or_else(|| {
+            TX_COMMANDS
+                .iter()
+                .find(|(n, _)| n.as_bytes() == name)
+                .map(|&(_, a)| a)
+        })
+        .or_else(|| session_arity(name));
+    match arity {
+        Some(arity) => arity_ok(arity, argc),
+        None => commands::known(name) && commands::check_arity(name, argc).is_none(),
+    }
+}
+
+/// Adds a refusal to ACL LOG.
+fn log_denied(
+    shared: &Shared,
+    conn: &Conn,
+    id: acl::CommandId,
+    args: &Args,
+    denied: Denied,
+    context: LogContext,
+) {
+    let (reason, object) = match denied {
+        Denied::Command => (LogReason::Command, acl::name_of(id).as_bytes().to_vec()),
+        Denied::Key(at) => (LogReason::Key, args[at].clone()),
+    };
+    log_entry(
+        shared,
+        conn,
+        reason,
+        context,
+        object,
+        conn.session.user().name().to_vec(),
+    );
+}
+
+pub(super) fn log_entry(
+    shared: &Shared,
+    conn: &Conn,
+    reason: LogReason,
+    context: LogContext,
+    object: Vec<u8>,
+    username: Vec<u8>,
+) {
+    let me = conn.session.id();
+    let client_info = shared
+        .registry
+        .get(me)
+        .map(|e| client_line(me, &e, conn).trim_end().to_string())
+        .unwrap_or_default();
+    shared.config.users.log(LogEntry {
+        count: 1,
+        reason,
+        context,
+        object,
+        username,
+        at_ms: super::now_ms(),
+        client_info,
+    });
+}
+
+/// Whether `conn` may run `args` on a path that answers it alone (a
+/// grouped SET, a GET framed in place, a read brought in ahead):
+/// authenticated, and its user allows it — no check at all for a user who
+/// may run everything. Anything else takes the general path, which
+/// answers a refusal and logs it.
+pub(super) fn acl_allows(shared: &Shared, conn: &Conn, args: &Args) -> bool {
+    let session = &conn.session;
+    let users = &shared.config.users;
+    if session.unrestricted(users) {
+        return true;
+    }
+    if session.unauthenticated() || !session.current(users) {
+        return false;
+    }
+    acl::resolve(args).is_some_and(|id| session.user().check(id, args).is_ok())
+}
+
 /// GET outside a transaction from an authenticated client: the value is
 /// copied once, from where the store holds it into the reply (for a
 /// shared-memory client, straight into its response ring), with none of
@@ -150,7 +280,7 @@ pub(super) fn try_get(
     if args.len() != 2
         || !args[0].eq_ignore_ascii_case(b"get")
         || conn.tx.is_some()
-        || conn.session.unauthenticated()
+        || !acl_allows(shared, conn, args)
     {
         return false;
     }
@@ -249,9 +379,28 @@ fn run(
     } else {
         Handled::Other
     };
-    if name == b"client" || name == b"hello" {
+    if name == b"client" || name == b"hello" || name == b"auth" || name == b"reset" {
         let now = conn.session.name().unwrap_or_default().to_vec();
-        shared.registry.update(conn.session.id(), |e| e.name = now);
+        let user = conn.session.user().name().to_vec();
+        shared.registry.update(conn.session.id(), |e| {
+            e.name = now;
+            e.user = user;
+        });
+    }
+    if let Some(tried) = conn.session.take_refused_login() {
+        let context = if conn.tx.is_some() {
+            LogContext::Multi
+        } else {
+            LogContext::TopLevel
+        };
+        log_entry(
+            shared,
+            conn,
+            LogReason::Auth,
+            context,
+            args[0].clone(),
+            tried,
+        );
     }
     match handled {
         Handled::Reply(reply) => return Some(reply),
@@ -408,6 +557,10 @@ fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>
     let mut replies = Vec::with_capacity(tx.queued.len());
     for args in &tx.queued {
         let name = args[0].to_ascii_lowercase();
+        if let Some(refused) = exec_acl_check(shared, conn, args) {
+            replies.push(refused);
+            continue;
+        }
         replies.push(run(shared, conn, &name, args, &mut ctx).unwrap_or(Reply::Null));
     }
     match ctx.finish() {
@@ -422,6 +575,28 @@ fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>
     }
 }
 
+/// EXEC checks each queued command again, in case the rules changed since
+/// it was queued; the refusal, in Redis's words, if they did.
+fn exec_acl_check(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
+    let users = &shared.config.users;
+    if conn.session.unrestricted(users) {
+        return None;
+    }
+    if conn.session.refresh(users) == Refreshed::Removed {
+        return Some(error("NOPERM the user of this connection was removed"));
+    }
+    let id = acl::resolve(args)?;
+    let denied = conn.session.user().check(id, args).err()?;
+    log_denied(shared, conn, id, args, denied, LogContext::Multi);
+    let reason = match denied {
+        Denied::Command => "no permission to execute the command or subcommand",
+        Denied::Key(_) => "no permission to touch the specified keys",
+    };
+    Some(error(&format!(
+        "NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: {reason}"
+    )))
+}
+
 /// A server command; None: no reply (SHUTDOWN closes the connection).
 fn admin(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<Reply> {
     Some(match name {
@@ -431,6 +606,7 @@ fn admin(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<R
         },
         b"config" => config(shared, args),
         b"command" => command(args),
+        b"acl" => super::acl_command::acl(shared, conn, args),
         _ => return shutdown(shared, conn, args),
     })
 }
@@ -488,18 +664,19 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
 }
 
 /// One client's line, as Redis prints it (the fields Sluice tracks).
-fn client_line(id: u64, e: &super::ClientEntry, me: &Conn) -> String {
+pub(super) fn client_line(id: u64, e: &super::ClientEntry, me: &Conn) -> String {
     let resp = if id == me.session.id() && me.session.protocol() == crate::resp::Protocol::Resp3 {
         3
     } else {
         2
     };
     format!(
-        "id={id} addr={} laddr={} name={} age={} flags=N db=0 multi=-1 user=default resp={resp} lib-name={} lib-ver={}\n",
+        "id={id} addr={} laddr={} name={} age={} flags=N db=0 multi=-1 user={} resp={resp} lib-name={} lib-ver={}\n",
         e.addr,
         e.laddr,
         String::from_utf8_lossy(&e.name),
         e.created.elapsed().as_secs(),
+        String::from_utf8_lossy(&e.user),
         String::from_utf8_lossy(&e.lib_name),
         String::from_utf8_lossy(&e.lib_ver),
     )
@@ -596,7 +773,10 @@ fn client_kill(shared: &Shared, me: u64, args: &Args) -> Reply {
             },
             b"addr" => addr = Some(text),
             b"laddr" => laddr = Some(text),
-            b"user" => user = Some(text),
+            b"user" if shared.config.users.get(value).is_none() => {
+                return error(&format!("ERR No such user '{text}'"))
+            }
+            b"user" => user = Some(value.clone()),
             b"skipme" => match &value.to_ascii_lowercase()[..] {
                 b"yes" => skipme = true,
                 b"no" => skipme = false,
@@ -610,7 +790,7 @@ fn client_kill(shared: &Shared, me: u64, args: &Args) -> Reply {
         id.is_none_or(|want| want == cid)
             && addr.as_ref().is_none_or(|a| *a == e.addr)
             && laddr.as_ref().is_none_or(|a| *a == e.laddr)
-            && user.as_ref().is_none_or(|u| u == "default")
+            && user.as_ref().is_none_or(|u| *u == e.user)
             && !(skipme && cid == me)
     });
     Reply::Integer(killed as i64)

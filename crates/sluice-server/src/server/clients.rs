@@ -17,6 +17,8 @@ pub struct ClientEntry {
     pub laddr: String,
     /// CLIENT SETNAME's name.
     pub name: Vec<u8>,
+    /// The ACL user it runs as.
+    pub user: Vec<u8>,
     /// CLIENT SETINFO's library name and version.
     pub lib_name: Vec<u8>,
     /// See `lib_name`.

@@ -15,6 +15,7 @@
 //! and wakes them. `everysec` makes it durable once a second, `none` at
 //! flushes and shutdown.
 
+mod acl_command;
 mod admin;
 mod clients;
 mod conn;

@@ -594,6 +594,7 @@ impl Worker {
                 addr: conn.addr.clone(),
                 laddr,
                 name: Vec::new(),
+                user: conn.session.user().name().to_vec(),
                 lib_name: Vec::new(),
                 lib_ver: Vec::new(),
                 created: Instant::now(),
@@ -1105,8 +1106,8 @@ struct Grouped {
 /// Whether `c`'s next request may take a plain path (a SET or GET framed
 /// in place): none is deferred, no transaction is open, and the client
 /// has authenticated.
-fn plain_path_open(c: &Conn) -> bool {
-    c.deferred.is_none() && c.tx.is_none() && !c.session.unauthenticated()
+fn plain_path_open(c: &Conn, users: &crate::session::Users) -> bool {
+    c.deferred.is_none() && c.tx.is_none() && c.session.unrestricted(users)
 }
 
 /// Connection `id` unless it is gone or dying.
@@ -1167,7 +1168,7 @@ impl Pass<'_> {
     /// whether it did. Anything else is left to the general path, which
     /// would group the same SET.
     fn take_plain_set(&self, c: &mut Conn, id: u32, group: &mut Grouped) -> bool {
-        if !plain_path_open(c) {
+        if !plain_path_open(c, &self.shared.config.users) {
             return false;
         }
         let Some((key, value, len)) = c.reader.peek_plain_set() else {
@@ -1195,7 +1196,7 @@ impl Pass<'_> {
         now_ms: &mut Option<u64>,
         fill_room: usize,
     ) -> PlainGet {
-        if !plain_path_open(c) || group.holds(id) {
+        if !plain_path_open(c, &self.shared.config.users) || group.holds(id) {
             return PlainGet::Other;
         }
         let Some((key, len)) = c.reader.peek_plain_get() else {
@@ -1234,7 +1235,7 @@ impl Pass<'_> {
         reads: &mut ReadCache,
         fill_room: usize,
     ) -> Vec<sluice_store::CacheMiss> {
-        if c.fills >= MAX_FILL_ROUNDS || c.session.unauthenticated() {
+        if c.fills >= MAX_FILL_ROUNDS || !admin::acl_allows(self.shared, c, args) {
             return Vec::new();
         }
         let most = fill_room.max(1);
@@ -1314,8 +1315,8 @@ impl Pass<'_> {
                 }
             };
             let groupable = c.tx.is_none()
-                && !c.session.unauthenticated()
-                && SetGroup::takes(&self.shared.db, &args);
+                && SetGroup::takes(&self.shared.db, &args)
+                && admin::acl_allows(self.shared, c, &args);
             if !groupable && group.holds(id) {
                 // Its SETs first: this command sees them, and its reply
                 // follows theirs.

@@ -1,0 +1,416 @@
+//! Redis's access control lists (ACL): users, the commands each may run
+//! and the keys each may touch, as Redis 7.0 keeps and checks them — the
+//! same rules (`ACL SETUSER alice on >pw ~cache:* -@all +get`), the same
+//! checks in the same order, the same `NOPERM` replies, `ACL LIST` lines a
+//! real `redis-server` loads, and `ACL LOG`. Checked against a real
+//! `redis-server` in tests/acl_redis.rs.
+//!
+//! What a rule means rests on each command's categories and key
+//! positions: [`table`] holds them as Redis 7.0.15's `COMMAND INFO` gives
+//! them (written by `scripts/gen-acl-table`).
+//!
+//! Users live in [`Users`], shared by every connection; a change bumps a
+//! generation that connections compare on their next command, so a
+//! connection whose rights did not change pays one atomic load.
+
+mod log;
+mod rules;
+mod table;
+
+pub use log::{LogContext, LogEntry, LogReason};
+pub use rules::{category_bit, load_file, parse_file, Denied, SetError, User};
+pub use table::{cat, CATEGORY_NAMES};
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// One command's ACL facts, as Redis's `COMMAND INFO` gives them.
+#[derive(Debug)]
+pub struct Command {
+    /// Its full name, lower case (`get`, `client|kill`).
+    pub name: &'static str,
+    /// Redis's arity: `n` arguments with the name, or at least `-n`.
+    pub arity: i32,
+    /// Its ACL categories ([`cat`] bits).
+    pub categories: u32,
+    /// Runs before authentication (AUTH, HELLO, QUIT, RESET): no user's
+    /// command rules apply to it.
+    pub no_auth: bool,
+    /// Where its keys are among its arguments.
+    pub keys: &'static [KeySpec],
+    /// Whether its keys' access depends on its arguments (SET: read too
+    /// only with GET).
+    pub variable_flags: bool,
+}
+
+/// Where a command's keys are: from argument `index`, to `last` (0: that
+/// one; -1: to the end; with `limit` > 1, a `limit`-th of the rest), every
+/// `step`; and whether the command reads them, writes them, or both.
+#[derive(Debug)]
+pub struct KeySpec {
+    /// The first key's argument position (the command name is 0).
+    pub index: usize,
+    /// See the type.
+    pub last: i32,
+    /// See the type.
+    pub step: usize,
+    /// See the type.
+    pub limit: usize,
+    /// Whether the command reads the keys' values (`%R~` covers it).
+    pub read: bool,
+    /// Whether it inserts, updates or deletes them (`%W~` covers it).
+    pub write: bool,
+}
+
+/// A command's place in [`table::COMMANDS`]: the bit a selector keeps for it.
+pub type CommandId = usize;
+
+fn commands() -> &'static [Command] {
+    table::COMMANDS
+}
+
+/// The command whose full name (`get`, `client|kill`) is `name`, any case.
+pub fn lookup(name: &[u8]) -> Option<CommandId> {
+    static BY_NAME: std::sync::OnceLock<HashMap<&'static [u8], CommandId>> =
+        std::sync::OnceLock::new();
+    let by_name = BY_NAME.get_or_init(|| {
+        commands()
+            .iter()
+            .enumerate()
+            .map(|(id, c)| (c.name.as_bytes(), id))
+            .collect()
+    });
+    by_name.get(&name.to_ascii_lowercase()[..]).copied()
+}
+
+/// The command a request runs: a container's subcommand (`client|kill`)
+/// when it names one; the container itself otherwise (its handler then
+/// answers unknown subcommand; the rules of the container apply).
+pub fn resolve(args: &[Vec<u8>]) -> Option<CommandId> {
+    let id = lookup(&args[0])?;
+    if args.len() >= 2 && is_container(id) {
+        let mut full = args[0].to_ascii_lowercase();
+        full.push(b'|');
+        full.extend_from_slice(&args[1]);
+        if let Some(sub) = lookup(&full) {
+            return Some(sub);
+        }
+    }
+    Some(id)
+}
+
+/// Whether `argc` arguments (the name included) fit command `id`'s arity.
+pub fn arity_fits(id: CommandId, argc: usize) -> bool {
+    let arity = commands()[id].arity;
+    if arity >= 0 {
+        argc == arity as usize
+    } else {
+        argc >= arity.unsigned_abs() as usize
+    }
+}
+
+/// The full names of the commands in category `bit`, in table order.
+pub fn in_category(bit: u32) -> impl Iterator<Item = &'static str> {
+    commands()
+        .iter()
+        .filter(move |c| c.categories & bit != 0)
+        .map(|c| c.name)
+}
+
+/// Every command's full name (ACL's table), in table order.
+pub fn all_names() -> impl Iterator<Item = &'static str> {
+    commands().iter().map(|c| c.name)
+}
+
+/// The command's full name.
+pub fn name_of(id: CommandId) -> &'static str {
+    commands()[id].name
+}
+
+fn is_container(id: CommandId) -> bool {
+    subcommands(id).next().is_some()
+}
+
+/// The subcommands of container `id` (they follow it in the table).
+fn subcommands(id: CommandId) -> impl Iterator<Item = CommandId> {
+    let prefix = commands()[id].name;
+    (id + 1..commands().len()).take_while(move |&sub| {
+        commands()[sub]
+            .name
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('|'))
+    })
+}
+
+fn is_subcommand(id: CommandId) -> bool {
+    commands()[id].name.contains('|')
+}
+
+/// The argument positions of the keys `args` names for command `id`, with
+/// whether each is read and written (Redis's key specs, and SET's rule).
+pub fn keys_of(id: CommandId, args: &[Vec<u8>]) -> Vec<(usize, bool, bool)> {
+    let command = &commands()[id];
+    let argc = args.len();
+    let mut out = Vec::new();
+    for spec in command.keys {
+        let first = spec.index;
+        if first >= argc {
+            continue;
+        }
+        let last = if spec.last >= 0 {
+            first + spec.last as usize
+        } else if spec.limit <= 1 {
+            match argc.checked_sub(spec.last.unsigned_abs() as usize) {
+                Some(last) => last,
+                None => continue,
+            }
+        } else {
+            let per = (argc - first) / spec.limit;
+            match (first + per).checked_sub(spec.last.unsigned_abs() as usize) {
+                Some(last) => last,
+                None => continue,
+            }
+        };
+        let mut read = spec.read;
+        if command.variable_flags {
+            // SET reads its key only when asked to return the old value.
+            read = args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get"));
+        }
+        let mut i = first;
+        while i <= last && i < argc {
+            out.push((i, read, spec.write));
+            i += spec.step.max(1);
+        }
+    }
+    out
+}
+
+/// Most entries ACL LOG keeps (Redis's `acllog-max-len` default).
+pub const LOG_MAX_ENTRIES: usize = 128;
+
+/// Most users (each connection checks against its own; the limit bounds
+/// what ACL LIST and SAVE write).
+pub const MAX_USERS: usize = 10_000;
+
+/// Every user, shared by every connection of a server.
+#[derive(Debug, Clone)]
+pub struct Users {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    users: RwLock<BTreeMap<Vec<u8>, Arc<User>>>,
+    /// Bumped by every change of any user.
+    generation: AtomicU64,
+    /// The ACL file ACL SAVE writes and ACL LOAD reads (`--users-file`).
+    file: Option<PathBuf>,
+    log: Mutex<log::Log>,
+}
+
+impl Default for Users {
+    fn default() -> Self {
+        Users::new(Vec::new(), None)
+    }
+}
+
+impl Users {
+    /// These users, and the default user (all commands, all keys, no
+    /// password) unless one of them is `default`. `file` is the ACL file.
+    pub fn new(users: Vec<User>, file: Option<PathBuf>) -> Self {
+        let mut map: BTreeMap<Vec<u8>, Arc<User>> = users
+            .into_iter()
+            .map(|u| (u.name().to_vec(), Arc::new(u)))
+            .collect();
+        map.entry(b"default".to_vec())
+            .or_insert_with(|| Arc::new(User::default_user()));
+        Users {
+            inner: Arc::new(Shared {
+                users: RwLock::new(map),
+                generation: AtomicU64::new(1),
+                file,
+                log: Mutex::new(log::Log::default()),
+            }),
+        }
+    }
+
+    /// Users from `name:password` pairs (each may run everything).
+    pub fn from_pairs(pairs: &[(String, String)]) -> Self {
+        let users = pairs
+            .iter()
+            .map(|(name, password)| User::with_password(name.as_bytes(), password.as_bytes()))
+            .collect();
+        Users::new(users, None)
+    }
+
+    /// The generation: it changes whenever any user does.
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<Vec<u8>, Arc<User>>> {
+        self.inner.users.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<Vec<u8>, Arc<User>>> {
+        self.inner.users.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn changed(&self) {
+        self.inner.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// User `name`, as it is now.
+    pub fn get(&self, name: &[u8]) -> Option<Arc<User>> {
+        self.read().get(name).cloned()
+    }
+
+    /// The default user.
+    pub fn default_user(&self) -> Arc<User> {
+        self.get(b"default")
+            .expect("the default user cannot be removed")
+    }
+
+    /// Whether the default user needs a password (Redis's `requirepass`):
+    /// protected mode turns others than loopback clients away when not.
+    pub fn default_needs_password(&self) -> bool {
+        !self.default_user().nopass()
+    }
+
+    /// The user `name` logs in as with `password`, if it exists, is on,
+    /// and the password is one of its own (compared in constant time).
+    pub fn authenticate(&self, name: &[u8], password: &[u8]) -> Option<Arc<User>> {
+        let user = self.get(name)?;
+        user.admits(password).then_some(user)
+    }
+
+    /// Every user's name, in order.
+    pub fn names(&self) -> Vec<Vec<u8>> {
+        self.read().keys().cloned().collect()
+    }
+
+    /// Every user as an ACL file line, in name order.
+    pub fn list(&self) -> Vec<String> {
+        self.read()
+            .values()
+            .map(|u| {
+                format!(
+                    "user {} {}",
+                    String::from_utf8_lossy(u.name()),
+                    u.describe()
+                )
+            })
+            .collect()
+    }
+
+    /// ACL SETUSER: applies `ops` to user `name` (created if new), all of
+    /// them or none.
+    pub fn set_user(&self, name: &[u8], ops: &[Vec<u8>]) -> Result<(), String> {
+        if rules::has_spaces(name) {
+            return Err("Usernames can't contain spaces or null characters".into());
+        }
+        let mut users = self.write();
+        let mut user = match users.get(name) {
+            Some(u) => (**u).clone(),
+            None if users.len() >= MAX_USERS => {
+                return Err(format!(
+                    "Sluice keeps at most {MAX_USERS} users; delete some first"
+                ))
+            }
+            None => User::new(name),
+        };
+        user.apply(ops)?;
+        users.insert(name.to_vec(), Arc::new(user));
+        drop(users);
+        self.changed();
+        Ok(())
+    }
+
+    /// ACL DELUSER: removes these users; how many existed. `default`
+    /// cannot go.
+    pub fn delete(&self, names: &[Vec<u8>]) -> Result<usize, &'static str> {
+        if names.iter().any(|n| n == b"default") {
+            return Err("The 'default' user cannot be removed");
+        }
+        let mut users = self.write();
+        let removed = names
+            .iter()
+            .filter(|n| users.remove(&n[..]).is_some())
+            .count();
+        drop(users);
+        self.changed();
+        Ok(removed)
+    }
+
+    /// The ACL file, if the server has one.
+    pub fn file(&self) -> Option<&std::path::Path> {
+        self.inner.file.as_deref()
+    }
+
+    /// ACL LOAD: replaces every user with those of the ACL file, or, on
+    /// any error, changes nothing and says what was wrong.
+    pub fn load(&self) -> Result<(), String> {
+        let Some(path) = self.file() else {
+            return Err(NO_FILE.into());
+        };
+        let users = rules::load_file(path)?;
+        let mut map: BTreeMap<Vec<u8>, Arc<User>> = users
+            .into_iter()
+            .map(|u| (u.name().to_vec(), Arc::new(u)))
+            .collect();
+        map.entry(b"default".to_vec())
+            .or_insert_with(|| Arc::new(User::default_user()));
+        *self.write() = map;
+        self.changed();
+        Ok(())
+    }
+
+    /// ACL SAVE: writes every user to the ACL file (a new file renamed
+    /// over the old, readable by its owner only).
+    pub fn save(&self) -> Result<(), String> {
+        let Some(path) = self.file() else {
+            return Err(NO_FILE.into());
+        };
+        let mut text = String::new();
+        for line in self.list() {
+            text.push_str(&line);
+            text.push('\n');
+        }
+        rules::save_file(path, &text)
+    }
+
+    /// Records a refusal in ACL LOG.
+    pub fn log(&self, entry: LogEntry) {
+        self.inner
+            .log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(entry);
+    }
+
+    /// ACL LOG: the newest `count` entries.
+    pub fn log_entries(&self, count: usize) -> Vec<LogEntry> {
+        self.inner
+            .log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .newest(count)
+    }
+
+    /// ACL LOG RESET.
+    pub fn log_reset(&self) {
+        self.inner
+            .log
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+/// ACL SAVE and LOAD on a server started without an ACL file.
+pub const NO_FILE: &str = "This Sluice server was started without --users-file, so it has no ACL file to save to or load from: restart it with --users-file FILE (ACL SETUSER changes last until then)";
+
+#[cfg(test)]
+mod tests;
