@@ -6,6 +6,8 @@
 //! - [`resp`]: client requests as Redis 7 frames them (multibulk and
 //!   inline, its limits and exact protocol error texts) and replies of
 //!   every RESP3 type, encoded in RESP3 or down-converted to RESP2;
+//! - [`acl`]: Redis's ACL users — command, category and key rules,
+//!   selectors, the check before each command, ACL LOG, the ACL file;
 //! - [`session`]: a connection's own commands (PING, ECHO, HELLO, AUTH,
 //!   SELECT, QUIT, RESET, CLIENT ID/SETNAME/GETNAME);
 //! - [`db`]: Redis's keyspace on two store keyspaces (docs/FORMAT.md,
