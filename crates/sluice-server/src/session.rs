@@ -60,6 +60,11 @@ pub struct Session {
     refused_login: Option<Vec<u8>>,
 }
 
+static PLAIN_GET: std::sync::LazyLock<crate::acl::CommandId> =
+    std::sync::LazyLock::new(|| crate::acl::lookup(b"get").expect("GET has ACL facts"));
+static PLAIN_SET: std::sync::LazyLock<crate::acl::CommandId> =
+    std::sync::LazyLock::new(|| crate::acl::lookup(b"set").expect("SET has ACL facts"));
+
 /// What [`Session::refresh`] found of the session's user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refreshed {
@@ -151,6 +156,20 @@ impl Session {
     /// check: authenticated as a user who may, and no user changed since.
     pub fn unrestricted(&self, users: &Users) -> bool {
         self.unrestricted && self.authenticated && self.generation == users.generation()
+    }
+
+    /// Whether the connection may run GET (`write` false) or a plain SET
+    /// (`write` true) of `key` on a path that frames it in place: a quick
+    /// check for a restricted user; false sends it to the general path.
+    pub fn allows_plain(&self, users: &Users, write: bool, key: &[u8]) -> bool {
+        if self.unrestricted(users) {
+            return true;
+        }
+        if !self.authenticated || !self.current(users) {
+            return false;
+        }
+        let id = if write { *PLAIN_SET } else { *PLAIN_GET };
+        self.user.allows_one_key(id, key, !write, write)
     }
 
     /// Whether no user changed since the session last looked.

@@ -285,6 +285,12 @@ impl Selector {
             })
     }
 
+    /// Whether this selector allows command `id` on `key` alone, by the
+    /// command's bit (not by a first argument).
+    fn allows_one_key(&self, id: CommandId, key: &[u8], read: bool, write: bool) -> bool {
+        self.allowed[id] && self.allows_key(key, read, write)
+    }
+
     /// Whether this selector allows every command on every key.
     fn unrestricted(&self) -> bool {
         self.all_keys && self.allowed.iter().all(|&b| b)
@@ -665,6 +671,15 @@ impl User {
             ),
         ));
         Reply::Map(fields)
+    }
+
+    /// A quick [`User::check`] of command `id` naming `key` only, read
+    /// and/or written: true if a selector allows it by the command's own
+    /// bit; false sends the command to the full check.
+    pub fn allows_one_key(&self, id: CommandId, key: &[u8], read: bool, write: bool) -> bool {
+        self.selectors
+            .iter()
+            .any(|s| s.allows_one_key(id, key, read, write))
     }
 
     /// Whether the user may run `args` (command `id`): allowed if any

@@ -1105,9 +1105,10 @@ struct Grouped {
 
 /// Whether `c`'s next request may take a plain path (a SET or GET framed
 /// in place): none is deferred, no transaction is open, and the client
-/// has authenticated.
-fn plain_path_open(c: &Conn, users: &crate::session::Users) -> bool {
-    c.deferred.is_none() && c.tx.is_none() && c.session.unrestricted(users)
+/// has authenticated (each path then asks whether its user may run it on
+/// the key it names).
+fn plain_path_open(c: &Conn) -> bool {
+    c.deferred.is_none() && c.tx.is_none() && !c.session.unauthenticated()
 }
 
 /// Connection `id` unless it is gone or dying.
@@ -1168,12 +1169,15 @@ impl Pass<'_> {
     /// whether it did. Anything else is left to the general path, which
     /// would group the same SET.
     fn take_plain_set(&self, c: &mut Conn, id: u32, group: &mut Grouped) -> bool {
-        if !plain_path_open(c, &self.shared.config.users) {
+        if !plain_path_open(c) {
             return false;
         }
         let Some((key, value, len)) = c.reader.peek_plain_set() else {
             return false;
         };
+        if !c.session.allows_plain(&self.shared.config.users, true, key) {
+            return false;
+        }
         if !self.shared.db.entry_fits(key, value) || self.store.write_pressure() {
             return false;
         }
@@ -1196,12 +1200,15 @@ impl Pass<'_> {
         now_ms: &mut Option<u64>,
         fill_room: usize,
     ) -> PlainGet {
-        if !plain_path_open(c, &self.shared.config.users) || group.holds(id) {
+        if !plain_path_open(c) || group.holds(id) {
             return PlainGet::Other;
         }
         let Some((key, len)) = c.reader.peek_plain_get() else {
             return PlainGet::Other;
         };
+        if !c.session.allows_plain(&self.shared.config.users, false, key) {
+            return PlainGet::Other;
+        }
         // Copied out of the reader: the reply goes into the same connection.
         let mut key_bytes = [0u8; PLAIN_GET_KEY_MAX_BYTES];
         let Some(copy) = key_bytes.get_mut(..key.len()) else {
