@@ -358,6 +358,16 @@ fn bad_rules_and_bad_acl_calls_get_redis_errors_and_change_nothing() {
         (0, &["ACL", "SETUSER", "bob", "+get|"]),
         (0, &["ACL", "SETUSER", "bob", "+client|nosuch"]),
         (0, &["ACL", "SETUSER", "bob", "%X~k"]),
+        (0, &["ACL", "SETUSER", "bob", "%~k"]),
+        (0, &["ACL", "SETUSER", "bob", "%"]),
+        (0, &["ACL", "SETUSER", "bob", "%RR~k"]),
+        (
+            0,
+            &[
+                "ACL", "SETUSER", "zed", "%RW", "%R~", "%w~a", "%W~a", "%R~a",
+            ],
+        ),
+        (0, &["ACL", "GETUSER", "zed"]),
         (0, &["ACL", "SETUSER", "bob", "(~x", "+get"]),
         (0, &["ACL", "SETUSER", "bob", "(~x", "+nosuch)"]),
         (0, &["ACL", "SETUSER", "b b"]),

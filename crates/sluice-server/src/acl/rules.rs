@@ -199,6 +199,10 @@ impl Selector {
                 }
                 offset += 1;
             }
+            if !read && !write {
+                // `%~x`, `%`: a pattern that allows nothing (Redis refuses it).
+                return Err(SetError::Syntax);
+            }
         } else {
             (read, write) = (true, true);
         }

@@ -222,3 +222,16 @@ proptest! {
         round_trips(&user(&refs));
     }
 }
+
+#[test]
+fn a_key_pattern_that_allows_nothing_is_refused() {
+    // Found by fuzz/fuzz_targets/acl_rules.rs: `%` alone read back as `%W~`.
+    for rule in ["%", "%~k"] {
+        let mut u = User::new(b"u");
+        assert!(
+            u.apply(&ops(&[rule])).unwrap_err().contains("Syntax error"),
+            "{rule}"
+        );
+    }
+    round_trips(&user(&["%RW", "%R~", "%w~a"]));
+}

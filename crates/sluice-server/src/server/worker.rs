@@ -1206,7 +1206,10 @@ impl Pass<'_> {
         let Some((key, len)) = c.reader.peek_plain_get() else {
             return PlainGet::Other;
         };
-        if !c.session.allows_plain(&self.shared.config.users, false, key) {
+        if !c
+            .session
+            .allows_plain(&self.shared.config.users, false, key)
+        {
             return PlainGet::Other;
         }
         // Copied out of the reader: the reply goes into the same connection.
