@@ -121,8 +121,8 @@ pub fn serve(
         ));
     }
     let max = config.max_connections;
-    crate::target::accept_loop(listener, max, stop, "nbd-conn", move |stream, _counted| {
-        serve_client(stream, subsystem.clone(), &config)
+    crate::target::accept_loop(listener, max, stop, "nbd-conn", move |stream, counted| {
+        serve_client(stream, counted, subsystem.clone(), &config)
     })
 }
 
@@ -209,6 +209,7 @@ fn overdue(
 
 fn serve_client(
     stream: TcpStream,
+    mut counted: crate::target::Counted,
     subsystem: Arc<Subsystem>,
     config: &NbdConfig,
 ) -> std::io::Result<()> {
@@ -256,12 +257,14 @@ fn serve_client(
                 return Ok(());
             };
             drop(watchdog);
+            counted.admitted();
             tls_stream.sock.set_read_timeout(Some(REQUEST_POLL))?;
             return Transmission::new(subsystem, nsid, structured, config.request_timeout)
                 .run(RustlsLink { tls: tls_stream }, Vec::new());
         }
     };
     drop(watchdog);
+    counted.admitted();
     stream.set_read_timeout(Some(REQUEST_POLL))?;
     // Requests the client sent right after its last option.
     let early = plain.r.buffer().to_vec();

@@ -108,7 +108,7 @@ pub fn serve(
 /// has a key), else plain (unless TLS is required).
 fn serve_connection(
     stream: TcpStream,
-    counted: Counted,
+    mut counted: Counted,
     subsystem: &Arc<Subsystem>,
     config: &TargetConfig,
     workers: &Workers,
@@ -121,9 +121,9 @@ fn serve_connection(
     // connection's writes in flight (and with them a Compare-and-Write of
     // another host) for ever.
     stream.set_write_timeout(Some(SEND_TIMEOUT)).map_err(io)?;
-    let plain = |stream| workers.hand(Handoff { stream, counted }).map_err(io);
+    let plain = |stream, counted| workers.hand(Handoff { stream, counted }).map_err(io);
     let Some(tls) = &config.tls else {
-        return plain(stream);
+        return plain(stream, counted);
     };
     match first_byte(&stream, stop)? {
         None => Ok(()),
@@ -136,13 +136,14 @@ fn serve_connection(
                 .set_read_timeout(Some(POLL_INTERVAL))
                 .map_err(io)?;
             log::debug!("TLS: host {host} authenticated with its PSK");
+            counted.admitted();
             let queue = Queue::authenticated(subsystem.clone(), host);
             Connection::new(queue).run(&mut OpensslLink { tls: session }, stop)
         }
         Some(_) if config.tls_required => {
             Err("a host began without TLS; the node requires it (--nvme-tls require)".into())
         }
-        Some(_) => plain(stream),
+        Some(_) => plain(stream, counted),
     }
 }
 
@@ -174,18 +175,149 @@ fn first_byte(stream: &TcpStream, stop: &AtomicBool) -> Result<Option<u8>, Strin
 }
 
 /// A connection counted against the accept loop's limit until this
-/// drops (with the connection, wherever it is served).
-pub struct Counted(Arc<AtomicUsize>);
+/// drops (with the connection, wherever it is served); while it is still
+/// setting up (no NVMe Connect, no NBD handshake done), it holds one of the
+/// [`SetupSlots`] too, and may be closed to make room.
+pub struct Counted {
+    open: Arc<AtomicUsize>,
+    setup: Option<(Arc<SetupSlots>, u64)>,
+    /// Set by whichever lets the count go first: this, dropped, or the
+    /// setup slots, closing the connection to make room.
+    uncounted: Arc<AtomicBool>,
+}
+
+impl Counted {
+    /// Whether the connection is still setting up.
+    pub fn in_setup(&self) -> bool {
+        self.setup.is_some()
+    }
+
+    /// The connection is past its setup (a host connected, a handshake
+    /// done): it no longer holds a setup slot, and is never closed to make
+    /// room.
+    pub fn admitted(&mut self) {
+        if let Some((slots, id)) = self.setup.take() {
+            slots.release(id);
+        }
+    }
+}
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.admitted();
+        if !self.uncounted.swap(true, Ordering::AcqRel) {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+        }
     }
+}
+
+/// The connections still setting up, oldest first, each with a handle
+/// that can close it. A connection that does not set up quickly is what
+/// an attacker who holds idle connections looks like: the node keeps at
+/// most `max` of them, and when it needs room (that many, or every
+/// connection taken) it closes the oldest — so idle connections cannot
+/// lock hosts out, and a host, past its setup within a round trip or
+/// two, is never the one closed.
+pub struct SetupSlots {
+    max: usize,
+    /// The accept loop's count of open connections: a connection closed
+    /// to make room leaves it at once (its thread or worker lets it go a
+    /// moment later).
+    open: Arc<AtomicUsize>,
+    waiting: std::sync::Mutex<std::collections::VecDeque<Waiting>>,
+    next_id: std::sync::atomic::AtomicU64,
+    closed: AtomicUsize,
+}
+
+/// A connection setting up: its id, a handle that closes it, and its
+/// counted flag.
+type Waiting = (u64, TcpStream, Arc<AtomicBool>);
+
+impl SetupSlots {
+    /// At most `max` (at least 1) connections setting up at once, of the
+    /// `open` ones.
+    fn new(max: usize, open: Arc<AtomicUsize>) -> Self {
+        SetupSlots {
+            max: max.max(1),
+            open,
+            waiting: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            next_id: std::sync::atomic::AtomicU64::new(0),
+            closed: AtomicUsize::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<Waiting>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How many connections are setting up.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many connections were closed to make room so far.
+    pub fn closed(&self) -> usize {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Counts a new connection, setting up, with `handle` to close it.
+    fn enter(self: &Arc<Self>, handle: TcpStream) -> Counted {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let uncounted = Arc::new(AtomicBool::new(false));
+        self.open.fetch_add(1, Ordering::Relaxed);
+        self.lock().push_back((id, handle, uncounted.clone()));
+        Counted {
+            open: self.open.clone(),
+            setup: Some((self.clone(), id)),
+            uncounted,
+        }
+    }
+
+    fn release(&self, id: u64) {
+        self.lock().retain(|(i, _, _)| *i != id);
+    }
+
+    /// Closes the oldest connection still setting up; whether there was one.
+    fn close_oldest(&self) -> bool {
+        let Some((_, stream, uncounted)) = self.lock().pop_front() else {
+            return false;
+        };
+        if !uncounted.swap(true, Ordering::AcqRel) {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+        }
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+        let n = self.closed.fetch_add(1, Ordering::Relaxed) + 1;
+        // One line per doubling: an attack does not flood the log.
+        if n.is_power_of_two() {
+            log::warn!(
+                "closed the connection from {peer}, still setting up, to make room ({n} so far): at most {} connections may be setting up at once",
+                self.max
+            );
+        }
+        true
+    }
+}
+
+/// The share of the connection limit that connections still setting up
+/// may take (a quarter, at least one).
+pub fn setup_slots_for(max_connections: usize) -> usize {
+    (max_connections / 4).max(1)
 }
 
 /// The accept loop of every front end of the node: until `stop` is set,
 /// each connection on a thread of its own running `handle`, at most
-/// `max_connections` at once (more are closed at once, with a log line).
+/// `max_connections` at once, of which at most a quarter still setting up
+/// (see [`SetupSlots`]: the oldest of those is closed to make room; with
+/// every connection set up, a newcomer is closed at once, with a log line).
 pub fn accept_loop<H>(
     listener: TcpListener,
     max_connections: usize,
@@ -198,6 +330,10 @@ where
 {
     listener.set_nonblocking(true)?;
     let open = Arc::new(AtomicUsize::new(0));
+    let setups = Arc::new(SetupSlots::new(
+        setup_slots_for(max_connections),
+        open.clone(),
+    ));
     let handle = Arc::new(handle);
     while !stop.load(Ordering::Relaxed) {
         let stream = match listener.accept() {
@@ -208,7 +344,12 @@ where
             }
             Err(e) => return Err(e),
         };
-        if open.load(Ordering::Relaxed) >= max_connections {
+        // Room for the newcomer: the oldest connection still setting up
+        // goes when setups are at their limit, or when every connection is
+        // taken; with every connection past its setup, the newcomer goes.
+        if (setups.len() >= setups.max || open.load(Ordering::Relaxed) >= max_connections)
+            && !setups.close_oldest()
+        {
             log::warn!("refusing a connection: {max_connections} open, the limit");
             drop(stream);
             continue;
@@ -216,8 +357,10 @@ where
         // Accepted sockets do not inherit the listener's O_NONBLOCK on Linux;
         // said anyway, and a failure here is the connection's alone.
         let _ = stream.set_nonblocking(false);
-        open.fetch_add(1, Ordering::Relaxed);
-        let counted = Counted(open.clone());
+        let Ok(handle_to_close) = stream.try_clone() else {
+            continue;
+        };
+        let counted = setups.enter(handle_to_close);
         let handle = handle.clone();
         std::thread::Builder::new()
             .name(thread_name.into())
@@ -737,6 +880,12 @@ impl Connection {
     /// Why a worker's connection must end now, if it must: no ICReq and
     /// Connect in time, a silent host past its keep-alive, or a host that
     /// has not taken its answers for [`SEND_TIMEOUT`].
+    /// Whether a host's Connect made this connection's queue part of a
+    /// controller.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.queue.is_connected()
+    }
+
     pub(crate) fn expired(&self, rx: &Receiving) -> Option<String> {
         if !self.queue.is_connected() && rx.opened.elapsed() > SETUP_TIMEOUT {
             return Some(format!(

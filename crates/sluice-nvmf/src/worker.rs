@@ -131,7 +131,7 @@ struct Served {
     rx: Receiving,
     /// Watching for room to write too (answers wait for the host).
     watching_writes: bool,
-    _counted: Counted,
+    counted: Counted,
 }
 
 struct Worker {
@@ -140,6 +140,8 @@ struct Worker {
     wakeup: Arc<Wakeup>,
     poller: Poller,
     served: HashMap<u64, Served>,
+    /// How many of `served` are still setting up (no Connect yet).
+    setting_up: usize,
     next_token: u64,
     /// Connections epoll said were ready.
     ready: Vec<u64>,
@@ -172,6 +174,7 @@ impl Worker {
             wakeup,
             poller,
             served: HashMap::new(),
+            setting_up: 0,
             next_token: 0,
             ready: Vec::new(),
             helper: None,
@@ -360,6 +363,9 @@ impl Worker {
                 log::warn!("a connection could not join its worker: {e}");
                 continue;
             }
+            if h.counted.in_setup() {
+                self.setting_up += 1;
+            }
             self.served.insert(
                 token,
                 Served {
@@ -370,7 +376,7 @@ impl Worker {
                     stream: h.stream,
                     rx: Receiving::new(),
                     watching_writes: false,
-                    _counted: h.counted,
+                    counted: h.counted,
                 },
             );
             // Its ICReq may already be there.
@@ -416,7 +422,23 @@ impl Worker {
         for token in ended {
             self.end(token);
         }
-        progressed | self.run_deferred()
+        let progressed = progressed | self.run_deferred();
+        self.admit_connected();
+        progressed
+    }
+
+    /// Connections whose host has connected are past their setup: they no
+    /// longer hold a setup slot (and are never closed to make room).
+    fn admit_connected(&mut self) {
+        if self.setting_up == 0 {
+            return;
+        }
+        for s in self.served.values_mut() {
+            if s.counted.in_setup() && s.conn.is_connected() {
+                s.counted.admitted();
+                self.setting_up -= 1;
+            }
+        }
     }
 
     /// Runs the commands that wait for the worker (those that run the slow
@@ -468,6 +490,9 @@ impl Worker {
 
     fn end(&mut self, token: u64) {
         if let Some(s) = self.served.remove(&token) {
+            if s.counted.in_setup() {
+                self.setting_up -= 1;
+            }
             let _ = self.poller.remove(&s.stream);
             s.conn.close();
         }

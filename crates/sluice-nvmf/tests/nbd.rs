@@ -488,3 +488,45 @@ fn slow_senders_are_cut_at_the_deadline_of_their_handshake_or_request() {
         "a trickled handshake held {held:?}"
     );
 }
+
+/// `n` connections that connect and then say nothing, held open.
+fn idle_connections(address: &str, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|_| TcpStream::connect(address).unwrap())
+        .collect()
+}
+
+/// A write then a read of the same 4 KiB on a set-up connection.
+fn write_then_read(s: &mut TcpStream, byte: u8) {
+    let mut out = Vec::new();
+    request(&mut out, 0, WRITE, 1, 8192, 4096);
+    out.extend_from_slice(&[byte; 4096]);
+    s.write_all(&out).unwrap();
+    let lens = HashMap::from([(2u64, 4096usize)]);
+    assert_eq!(reply(s, false, &lens), (1, 0, Vec::new()));
+    out.clear();
+    request(&mut out, 0, READ, 2, 8192, 4096);
+    s.write_all(&out).unwrap();
+    let (cookie, error, data) = reply(s, false, &lens);
+    assert_eq!((cookie, error), (2, 0));
+    assert!(data == [byte; 4096], "the read did not return the write");
+}
+
+#[test]
+fn idle_connections_cannot_lock_clients_out() {
+    // Five times the connection limit of connections that never start a
+    // handshake: the oldest of them make room for a client, and a client
+    // past its handshake is never the one closed.
+    let (address, _stop, _dir, _) = start_configured(sluice_nvmf::nbd::NbdConfig {
+        max_connections: 8,
+        ..Default::default()
+    });
+    let attack = idle_connections(&address, 40);
+    let mut client = connect(&address, false);
+    write_then_read(&mut client, 7);
+    let more = idle_connections(&address, 40);
+    write_then_read(&mut client, 8);
+    let mut second = connect(&address, false);
+    write_then_read(&mut second, 9);
+    drop((attack, more));
+}

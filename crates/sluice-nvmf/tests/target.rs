@@ -1207,3 +1207,36 @@ fn writes_cut_anywhere_on_the_wire_land_byte_exact() {
         );
     }
 }
+
+#[test]
+fn idle_connections_cannot_lock_hosts_out() {
+    // Five times the connection limit of connections that never send an
+    // ICReq: the oldest of them make room for a host's queues, and a queue
+    // past its Connect is never the one closed.
+    let t = start_configured(
+        Vec::new(),
+        |s, _| s,
+        sluice_nvmf::target::TargetConfig {
+            workers: 1,
+            max_connections: 8,
+            ..Default::default()
+        },
+    );
+    let idle = |n: usize| -> Vec<std::net::TcpStream> {
+        (0..n)
+            .map(|_| std::net::TcpStream::connect(&t.address).unwrap())
+            .collect()
+    };
+    let attack = idle(40);
+    let (mut admin, mut io) = connect(&t, Digests::default());
+    io.write(1, 3, &block_of(5), BLOCK).unwrap();
+    let more = idle(40);
+    assert_eq!(io.read(1, 3, 1, BLOCK).unwrap(), block_of(5));
+    assert!(
+        admin.identify(1, 0).is_ok(),
+        "the admin queue is still served"
+    );
+    let (_admin2, mut io2) = connect(&t, Digests::default());
+    assert_eq!(io2.read(1, 3, 1, BLOCK).unwrap(), block_of(5));
+    drop((attack, more));
+}
