@@ -595,6 +595,12 @@ impl User {
                 .split(|c| c.is_ascii_whitespace())
                 .filter(|r| !r.is_empty())
             {
+                // A parenthesis inside a selector (`(~a) +get)`) would read
+                // back as another selector: ACL SAVE would write a file ACL
+                // LOAD refuses. Redis takes it; Sluice refuses it.
+                if rule.contains(&b'(') || rule.contains(&b')') {
+                    return Err(SetError::Syntax);
+                }
                 selector.apply(rule)?;
             }
             self.selectors.push(selector);

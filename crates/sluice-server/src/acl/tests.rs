@@ -235,3 +235,15 @@ fn a_key_pattern_that_allows_nothing_is_refused() {
     }
     round_trips(&user(&["%RW", "%R~", "%w~a"]));
 }
+
+#[test]
+fn a_parenthesis_inside_a_selector_is_refused() {
+    // Found by fuzz/fuzz_targets/acl_rules.rs: `(~xet))` read back as
+    // `(~xet) resetchannels -@all)`, which no longer parses (Redis takes
+    // the rule and then writes an ACL file it cannot load).
+    let mut u = User::new(b"u");
+    let err = u.apply(&ops(&["(~xet))"])).unwrap_err();
+    assert!(err.contains("Syntax error"), "{err}");
+    assert!(u.apply(&ops(&["(~a(b +get)"])).is_err());
+    round_trips(&user(&["(~a* +get)", "%R~x(y"]));
+}
