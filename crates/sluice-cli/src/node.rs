@@ -86,6 +86,51 @@ pub struct NodeArgs {
     /// lets them choose. Discovery always takes both.
     #[arg(long, value_enum, default_value_t = TlsMode::Require, requires = "nvme_tls_key")]
     nvme_tls: TlsMode,
+    /// Hosts that must authenticate in band (DH-HMAC-CHAP) on every queue:
+    /// a file (chmod 600) of `HOSTNQN SECRET [CONTROLLER_SECRET]` lines,
+    /// secrets as `sluice nvmf gen-dhchap-key` or `nvme gen-dhchap-key`
+    /// print them (DHHC-1:00:…:). The host connects with `nvme connect
+    /// --dhchap-secret=SECRET` (and `--dhchap-ctrl-secret=CONTROLLER_SECRET`
+    /// to make the node prove itself). The hosts named are admitted, and
+    /// unless --allow-any-host, only they and the --allow-host ones.
+    #[arg(long, value_name = "FILE")]
+    dhchap_secrets_file: Option<PathBuf>,
+}
+
+/// The hosts of `--dhchap-secrets-file`, with their secrets.
+fn dhchap_secrets(
+    path: &std::path::Path,
+) -> Result<std::collections::HashMap<String, sluice_nvmf::auth::HostSecrets>> {
+    use sluice_nvmf::auth::{HostSecrets, Secret};
+    let text = sluice_auth::read_secret_file(path, "--dhchap-secrets-file")?;
+    let mut hosts = std::collections::HashMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = format!("--dhchap-secrets-file {} line {}", path.display(), n + 1);
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (host, secret, controller) = match words[..] {
+            [host, secret] => (host, secret, None),
+            [host, secret, controller] => (host, secret, Some(controller)),
+            _ => bail!("{at}: write HOSTNQN SECRET [CONTROLLER_SECRET], separated by spaces"),
+        };
+        let secrets = HostSecrets {
+            host: Secret::parse(secret).map_err(|e| anyhow::anyhow!("{at}: {e}"))?,
+            controller: controller
+                .map(Secret::parse)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("{at}: the controller secret: {e}"))?,
+        };
+        if hosts.insert(host.to_string(), secrets).is_some() {
+            bail!("{at}: host {host} is named twice");
+        }
+    }
+    if hosts.is_empty() {
+        bail!("--dhchap-secrets-file {} names no host", path.display());
+    }
+    Ok(hosts)
 }
 
 /// Whether clients must use TLS.
@@ -144,6 +189,11 @@ pub fn run(args: &NodeArgs) -> Result<()> {
                 .with_context(|| format!("listening for NBD on {at} (is another server there?)"))
         })
         .transpose()?;
+    // Secrets are checked before any device is made.
+    let dhchap = match &args.dhchap_secrets_file {
+        Some(path) => dhchap_secrets(path)?,
+        None => Default::default(),
+    };
     let mut namespaces = Vec::new();
     for path in &args.devices {
         let device = open_device(path, args.create_mib)?;
@@ -153,7 +203,24 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     }
     let address = listener.local_addr()?;
     let tls_required = nvme_tls.is_some() && args.nvme_tls == TlsMode::Require;
-    let mut subsystem = Subsystem::new(args.nqn.clone(), namespaces, args.allowed_hosts.clone())
+    // Hosts with secrets are named hosts: the others stay out unless
+    // named too, or every host is let in.
+    let mut allowed = args.allowed_hosts.clone();
+    if !args.allow_any_host {
+        allowed.extend(
+            dhchap
+                .keys()
+                .filter(|h| !args.allowed_hosts.contains(h))
+                .cloned(),
+        );
+    }
+    let dhchap_note = match dhchap.len() {
+        0 => String::new(),
+        n => format!(
+            ", {n} host(s) authenticate with DH-HMAC-CHAP: add --dhchap-secret=<its secret>"
+        ),
+    };
+    let mut subsystem = Subsystem::new(args.nqn.clone(), namespaces, allowed)
         .with_address(address)
         .with_in_capsule_bytes(args.in_capsule_kib as usize * 1024)
         .map_err(anyhow::Error::msg)?
@@ -163,6 +230,7 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     if nvme_tls.is_some() {
         subsystem = subsystem.with_tls(tls_required);
     }
+    subsystem = subsystem.with_dhchap(dhchap);
     let subsystem = Arc::new(subsystem);
     let tls_note = match (&nvme_tls, tls_required) {
         (None, _) => "",
@@ -170,7 +238,7 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         (Some(_), false) => ", TLS on offer: --tls --tls-key=<the key>",
     };
     println!(
-        "sluice node: {} namespace(s) of subsystem {} on nvme-tcp {} (nvme connect -t tcp -a {} -s {} -n {}{tls_note})",
+        "sluice node: {} namespace(s) of subsystem {} on nvme-tcp {} (nvme connect -t tcp -a {} -s {} -n {}{tls_note}{dhchap_note})",
         args.devices.len(),
         args.nqn,
         address,
@@ -258,7 +326,8 @@ fn check_exposure(args: &NodeArgs) -> Result<()> {
     let nvme = std::iter::once(("--listen", args.listen))
         .chain(args.discovery.map(|a| ("--discovery", a)))
         .find(|(_, a)| beyond(a));
-    if let (Some((flag, addr)), true) = (nvme, args.allowed_hosts.is_empty()) {
+    let named = !args.allowed_hosts.is_empty() || args.dhchap_secrets_file.is_some();
+    if let (Some((flag, addr)), false) = (nvme, named) {
         bail!(
             "{flag} {addr} can be reached from other machines, and no host is named: give --allow-host NQN for each host allowed (a Linux host's NQN is in /etc/nvme/hostnqn), or --allow-any-host to admit every host that can connect"
         );

@@ -32,6 +32,13 @@ pub struct NvmfArgs {
     /// interchange format, NVMeTLSkey-1:01:…:, the node's --nvme-tls-key).
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// Authenticate in band (DH-HMAC-CHAP) with the secret on this file's
+    /// first line (DHHC-1:…:, the node's --dhchap-secrets-file names it).
+    #[arg(long, value_name = "FILE")]
+    dhchap_secret_file: Option<PathBuf>,
+    /// Make the node prove itself with this controller secret too.
+    #[arg(long, value_name = "FILE", requires = "dhchap_secret_file")]
+    dhchap_ctrl_secret_file: Option<PathBuf>,
     #[command(subcommand)]
     command: NvmfCommand,
 }
@@ -44,6 +51,14 @@ enum NvmfCommand {
     /// (for the node's --nvme-tls-key and hosts' --tls-key); reaches no
     /// target.
     GenTlsKey,
+    /// Print a new random DH-HMAC-CHAP secret (DHHC-1:00:…:, for the node's
+    /// --dhchap-secrets-file and hosts' `nvme connect --dhchap-secret`);
+    /// reaches no target.
+    GenDhchapKey {
+        /// The key's length: 32, 48 or 64 bytes.
+        #[arg(long, default_value_t = 32)]
+        bytes: usize,
+    },
     /// Read blocks of a namespace to a file (or standard output).
     Read {
         /// The namespace.
@@ -194,13 +209,53 @@ fn open(args: &NvmfArgs) -> Result<Session> {
                 e
             }
         })?;
-    admin.enable()?;
+    let secrets = dhchap_secrets(args)?;
+    let authenticate = |q: &mut QueueConnection| -> Result<()> {
+        if let Some((host, ctrl)) = &secrets {
+            q.authenticate(&args.nqn, &args.host_nqn, host, ctrl.as_ref())
+                .context("authenticating with DH-HMAC-CHAP")?;
+        }
+        Ok(())
+    };
+    authenticate(&mut admin)?;
+    admin.enable().map_err(|e| {
+        let needs_auth = sluice_nvmf::initiator::is_status(&e, sluice_nvmf::auth::AUTH_REQUIRED);
+        let e = anyhow::Error::from(e);
+        if needs_auth {
+            e.context("the node requires this host to authenticate (DH-HMAC-CHAP): give --dhchap-secret-file FILE with the secret its --dhchap-secrets-file names for this host")
+        } else {
+            e
+        }
+    })?;
     admin.set_queue_count(1)?;
     let mut io =
         QueueConnection::open_with(&args.target, digests, tls.as_ref()).with_context(reach)?;
     io.connect(&args.nqn, &args.host_nqn, 1, cntlid, 0)?;
+    authenticate(&mut io)?;
     io.in_capsule_bytes = admin.in_capsule_limit()?;
     Ok(Session { admin, io, tls })
+}
+
+type DhchapSecrets = (sluice_nvmf::auth::Secret, Option<sluice_nvmf::auth::Secret>);
+
+/// The host's DH-HMAC-CHAP secret and the controller's, from their files.
+fn dhchap_secrets(args: &NvmfArgs) -> Result<Option<DhchapSecrets>> {
+    let read = |path: &PathBuf, flag: &str| -> Result<sluice_nvmf::auth::Secret> {
+        let secret = sluice_auth::Secret::from_file(path, flag)?;
+        let text = String::from_utf8_lossy(secret.expose()).into_owned();
+        sluice_nvmf::auth::Secret::parse(&text)
+            .map_err(|e| anyhow::anyhow!("{flag} {}: {e}", path.display()))
+    };
+    let Some(path) = &args.dhchap_secret_file else {
+        return Ok(None);
+    };
+    let host = read(path, "--dhchap-secret-file")?;
+    let ctrl = args
+        .dhchap_ctrl_secret_file
+        .as_ref()
+        .map(|p| read(p, "--dhchap-ctrl-secret-file"))
+        .transpose()?;
+    Ok(Some((host, ctrl)))
 }
 
 /// A namespace's block size and block count, from Identify Namespace.
@@ -224,9 +279,18 @@ pub fn run(args: &NvmfArgs) -> Result<()> {
         println!("{}", key.interchange());
         return Ok(());
     }
+    if let NvmfCommand::GenDhchapKey { bytes } = args.command {
+        println!(
+            "{}",
+            sluice_nvmf::auth::Secret::generate(bytes).map_err(anyhow::Error::msg)?
+        );
+        return Ok(());
+    }
     let mut s = open(args)?;
     match &args.command {
-        NvmfCommand::GenTlsKey => unreachable!("answered above"),
+        NvmfCommand::GenTlsKey | NvmfCommand::GenDhchapKey { .. } => {
+            unreachable!("answered above")
+        }
         NvmfCommand::Identify => {
             let id = s.admin.identify(1, 0)?;
             let count = u32_at(&id, 516).context("a short Identify Controller")?;

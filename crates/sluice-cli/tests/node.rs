@@ -66,7 +66,7 @@ fn the_linux_kernel_host_writes_reads_and_mounts_a_filesystem_over_nvme_tcp() {
 }
 
 #[test]
-fn the_linux_kernel_host_connects_over_tls_with_a_pre_shared_key() {
+fn the_linux_kernel_host_connects_over_tls_with_a_pre_shared_key_and_authenticates_in_band() {
     // Debian 13's kernel, nvme-cli and tlshd in QEMU against `sluice node
     // --nvme-tls-key` (scripts/nvmf-linux-host-tls says what it checks).
     let stdout = linux_host("nvmf-linux-host-tls", "nvmf-host-tls-test");
@@ -81,6 +81,14 @@ fn the_linux_kernel_host_connects_over_tls_with_a_pre_shared_key() {
         !key.is_empty() && key != "none" && !key.trim_start_matches('0').is_empty(),
         "{stdout}"
     );
+    // In-band authentication (DH-HMAC-CHAP), both ways, on a second node.
+    for want in [
+        "RESULT dhchap connect ok",
+        "RESULT dhchap wrong secret refused",
+        "RESULT dhchap no secret refused",
+    ] {
+        assert!(stdout.contains(want), "{want} missing from {stdout}");
+    }
 }
 
 #[test]
@@ -136,6 +144,35 @@ fn bad_options_are_refused_before_anything_is_served() {
         ],
         &dir.path().join("c.dev"),
         "CRC-32 does not match",
+    );
+    // A DH-HMAC-CHAP secret with one character changed, on line 2: the
+    // error names the line and the fault, never the secret.
+    let secret = run(Command::new(env!("CARGO_BIN_EXE_sluice")).args(["nvmf", "gen-dhchap-key"]));
+    let mut bad = secret.trim().to_string().into_bytes();
+    bad[14] = if bad[14] == b'A' { b'B' } else { b'A' };
+    let bad = String::from_utf8(bad).unwrap();
+    let secrets = dir.path().join("dhchap");
+    std::fs::write(
+        &secrets,
+        format!("# hosts\nnqn.2014-08.org.nvmexpress:uuid:x {bad}\n"),
+    )
+    .unwrap();
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--dhchap-secrets-file",
+        secrets.to_str().unwrap(),
+    ];
+    refused_before_serving(
+        &args,
+        &dir.path().join("e.dev"),
+        "line 2: a DH-HMAC-CHAP secret",
+    );
+    std::fs::write(&secrets, "nqn.2014-08.org.nvmexpress:uuid:x\n").unwrap();
+    refused_before_serving(
+        &args,
+        &dir.path().join("e.dev"),
+        "HOSTNQN SECRET [CONTROLLER_SECRET]",
     );
 }
 
@@ -797,4 +834,53 @@ fn nbd_clients_reach_the_node_over_tls_and_plain_clients_are_refused() {
         &dir.path().join("never.dev"),
         "bad.pem",
     );
+}
+
+#[test]
+fn sluice_nvmf_authenticates_in_band_to_a_node_that_names_its_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let sluice = |args: &[&str]| run(Command::new(env!("CARGO_BIN_EXE_sluice")).args(args));
+    let host_secret = sluice(&["nvmf", "gen-dhchap-key"]);
+    let ctrl_secret = sluice(&["nvmf", "gen-dhchap-key", "--bytes", "64"]);
+    assert!(host_secret.starts_with("DHHC-1:00:"), "{host_secret}");
+    let host_nqn = "nqn.2014-08.org.nvmexpress:uuid:sluice-nvmf-cli";
+    let secrets = dir.path().join("secrets");
+    std::fs::write(
+        &secrets,
+        format!("{host_nqn} {} {}\n", host_secret.trim(), ctrl_secret.trim()),
+    )
+    .unwrap();
+    let (host_file, ctrl_file) = (dir.path().join("host"), dir.path().join("ctrl"));
+    std::fs::write(&host_file, &host_secret).unwrap();
+    std::fs::write(&ctrl_file, &ctrl_secret).unwrap();
+    let node = node_with_nbd_and(&["--dhchap-secrets-file".as_ref(), secrets.as_os_str()]);
+    let identify = |extra: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["nvmf", "--target", &node.nvme])
+            .args(extra)
+            .arg("identify")
+            .output()
+            .unwrap()
+    };
+    let out = identify(&[
+        "--dhchap-secret-file".as_ref(),
+        host_file.as_os_str(),
+        "--dhchap-ctrl-secret-file".as_ref(),
+        ctrl_file.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 namespace(s)"));
+    // Without the secret: refused, and told what to give.
+    let out = identify(&[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--dhchap-secret-file"), "{err}");
+    // The node's secret given as the host's: refused by the node.
+    let out = identify(&["--dhchap-secret-file".as_ref(), ctrl_file.as_os_str()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("AUTH_Failure1"));
 }

@@ -278,6 +278,8 @@ pub struct Subsystem {
     /// How long the admin queue of a controller whose host asked for no
     /// keep-alive (KATO 0) may stay silent before the controller ends.
     unkept_silence: std::time::Duration,
+    /// Hosts that must authenticate (DH-HMAC-CHAP), with their secrets.
+    dhchap: HashMap<String, crate::auth::HostSecrets>,
 }
 
 /// The default silence a controller without keep-alive (KATO 0) is
@@ -359,7 +361,23 @@ impl Subsystem {
             in_capsule_bytes: DEFAULT_IN_CAPSULE_BYTES,
             write_data: WriteDataCounters::default(),
             unkept_silence: DEFAULT_UNKEPT_SILENCE,
+            dhchap: HashMap::new(),
         }
+    }
+
+    /// Hosts that must authenticate with DH-HMAC-CHAP on every queue, with
+    /// their secrets. When hosts are named ([`Subsystem::new`]'s
+    /// `allowed_hosts`), these are admitted too.
+    pub fn with_dhchap(mut self, secrets: HashMap<String, crate::auth::HostSecrets>) -> Subsystem {
+        if !self.allowed_hosts.is_empty() {
+            for host in secrets.keys() {
+                if !self.allowed_hosts.contains(host) {
+                    self.allowed_hosts.push(host.clone());
+                }
+            }
+        }
+        self.dhchap = secrets;
+        self
     }
 
     /// Sets how long a controller whose host asked for no keep-alive
@@ -496,6 +514,8 @@ pub struct Queue {
     /// no SQHD, so a read's data PDU may carry its success (C2HData's
     /// SUCCESS flag) instead of a response capsule following it.
     sq_flow_disabled: bool,
+    /// The DH-HMAC-CHAP exchange of a host that must authenticate.
+    auth: Option<crate::auth::Exchange>,
 }
 
 impl Queue {
@@ -509,7 +529,13 @@ impl Queue {
             fused: nvm::Fused::default(),
             tls_host: None,
             sq_flow_disabled: false,
+            auth: None,
         }
+    }
+
+    /// Whether the queue may serve: its host authenticated, or needs not.
+    fn host_authenticated(&self) -> bool {
+        self.auth.as_ref().is_none_or(|a| a.authenticated())
     }
 
     /// Whether a successful read may be answered by its C2HData alone,
@@ -539,6 +565,7 @@ impl Queue {
     pub fn independent(&self, sqe: &Sqe) -> Option<&Arc<Subsystem>> {
         let independent = self.qid != 0
             && self.controller.is_some()
+            && self.host_authenticated()
             && sqe.opcode() != FABRICS_OPCODE
             && sqe.fuse() == Fuse::None
             && !self.fused.is_holding();
@@ -550,9 +577,10 @@ impl Queue {
         self.qid == 0
     }
 
-    /// Whether a Connect made this queue part of a controller.
+    /// Whether a Connect made this queue part of a controller, and its
+    /// host authenticated if it must: the queue is past its setup.
     pub fn is_connected(&self) -> bool {
-        self.controller.is_some()
+        self.controller.is_some() && self.host_authenticated()
     }
 
     /// Why this queue must end now that it has heard nothing for
@@ -588,7 +616,8 @@ impl Queue {
     pub fn data_need(&self, sqe: &Sqe) -> Result<DataNeed, Status> {
         let sgl = sqe.sgl();
         let to_node = nvm::takes_data(sqe.opcode()) && self.qid != 0
-            || (sqe.opcode() == FABRICS_OPCODE && sqe.fctype() == fctype::CONNECT);
+            || (sqe.opcode() == FABRICS_OPCODE
+                && matches!(sqe.fctype(), fctype::CONNECT | crate::auth::FCTYPE_SEND));
         if !to_node || sgl.kind != SglKind::Transport {
             return Ok(DataNeed::None);
         }
@@ -607,6 +636,9 @@ impl Queue {
         let Some(controller) = self.controller else {
             return fail(sqe, status::SEQUENCE_ERROR);
         };
+        if !self.host_authenticated() {
+            return fail(sqe, crate::auth::AUTH_REQUIRED);
+        }
         if self.qid == 0 {
             if sqe.fuse() != Fuse::None {
                 return fail(sqe, status::INVALID_FIELD);
@@ -646,6 +678,10 @@ impl Queue {
     fn fabrics(&mut self, sqe: &Sqe, data: &[u8]) -> Outcome {
         match sqe.fctype() {
             fctype::CONNECT => self.connect(sqe, data),
+            crate::auth::FCTYPE_SEND | crate::auth::FCTYPE_RECEIVE => self.authenticate(sqe, data),
+            fctype::PROPERTY_GET | fctype::PROPERTY_SET if !self.host_authenticated() => {
+                fail(sqe, crate::auth::AUTH_REQUIRED)
+            }
             fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid == 0 => {
                 let Some(id) = self.controller else {
                     return fail(sqe, status::SEQUENCE_ERROR);
@@ -657,6 +693,30 @@ impl Queue {
                 fail(sqe, Status::SUCCESS)
             }
             _ => fail(sqe, status::INVALID_OPCODE),
+        }
+    }
+
+    /// Authentication Send and Receive: a step of the host's DH-HMAC-CHAP
+    /// exchange ([`crate::auth`]).
+    fn authenticate(&mut self, sqe: &Sqe, data: &[u8]) -> Outcome {
+        let length = match crate::auth::command_length(sqe) {
+            Ok(length) => length,
+            Err(status) => return fail(sqe, status),
+        };
+        let Some(exchange) = self.auth.as_mut().filter(|_| self.controller.is_some()) else {
+            return fail(sqe, status::SEQUENCE_ERROR);
+        };
+        if sqe.fctype() == crate::auth::FCTYPE_SEND {
+            if data.len() < length {
+                return fail(sqe, status::SGL_LENGTH_INVALID);
+            }
+            exchange.send(&data[..length]);
+            return fail(sqe, Status::SUCCESS);
+        }
+        let message = exchange.receive(length);
+        Outcome::Done {
+            data: message,
+            completion: Completion::new(sqe.cid(), Status::SUCCESS),
         }
     }
 
@@ -713,7 +773,7 @@ impl Queue {
             controllers.live.insert(
                 id,
                 ControllerState {
-                    host_nqn: hostnqn,
+                    host_nqn: hostnqn.clone(),
                     discovery,
                     cc: 0,
                     csts: 0,
@@ -743,6 +803,14 @@ impl Queue {
         self.sq_flow_disabled = sq_flow_disabled;
         let mut c = Completion::new(sqe.cid(), Status::SUCCESS);
         c.result = id as u32;
+        if let Some(secrets) = self.subsystem.dhchap.get(&hostnqn).filter(|_| !discovery) {
+            self.auth = Some(crate::auth::Exchange::new(
+                secrets.clone(),
+                hostnqn.clone(),
+                self.subsystem.nqn.clone(),
+            ));
+            c.result |= crate::auth::CONNECT_ATR;
+        }
         c.sqid = qid;
         if sq_flow_disabled {
             log::debug!("queue {qid} of controller {id}: SQ flow control disabled");

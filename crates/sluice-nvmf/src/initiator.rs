@@ -472,6 +472,157 @@ impl QueueConnection {
         Ok(answer.completion.result as u16)
     }
 
+    /// Fabrics Connect as [`QueueConnection::connect`], then, when the
+    /// node asks (ATR), DH-HMAC-CHAP with `secret` — and the node's proof
+    /// of `controller` when given. Returns the controller's id.
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect_authenticated(
+        &mut self,
+        subnqn: &str,
+        hostnqn: &str,
+        qid: u16,
+        cntlid: u16,
+        kato_ms: u32,
+        secret: &crate::auth::Secret,
+        controller: Option<&crate::auth::Secret>,
+    ) -> Result<u16> {
+        let result = self.connect_result(subnqn, hostnqn, qid, cntlid, kato_ms)?;
+        if result & crate::auth::CONNECT_ATR == 0 {
+            return Err(InitiatorError::Protocol(
+                "the node did not ask this host to authenticate".into(),
+            ));
+        }
+        self.authenticate(subnqn, hostnqn, secret, controller)?;
+        Ok(result as u16)
+    }
+
+    fn connect_result(
+        &mut self,
+        subnqn: &str,
+        hostnqn: &str,
+        qid: u16,
+        cntlid: u16,
+        kato_ms: u32,
+    ) -> Result<u32> {
+        let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
+        sqe.0[4] = fctype::CONNECT;
+        sqe.0[42..44].copy_from_slice(&qid.to_le_bytes());
+        sqe.0[44..46].copy_from_slice(&31u16.to_le_bytes());
+        sqe.0[48..52].copy_from_slice(&kato_ms.to_le_bytes());
+        if qid != 0 && !self.sq_flow_control {
+            sqe.0[46] |= CATTR_DISABLE_SQ_FLOW;
+        }
+        let mut data = vec![0u8; CONNECT_DATA_BYTES];
+        data[16..18].copy_from_slice(&cntlid.to_le_bytes());
+        data[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
+        data[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
+        Ok(self.command(sqe, &data)?.completion.result)
+    }
+
+    fn auth_send(&mut self, message: &[u8]) -> Result<()> {
+        let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
+        sqe.0[4] = crate::auth::FCTYPE_SEND;
+        sqe.0[41] = 1;
+        sqe.0[42] = 1;
+        sqe.0[43] = crate::auth::SECP;
+        sqe.0[44..48].copy_from_slice(&(message.len() as u32).to_le_bytes());
+        self.command(sqe, message).map(|_| ())
+    }
+
+    fn auth_receive(&mut self) -> Result<Vec<u8>> {
+        const AL: u32 = 4096;
+        let mut sqe = Sqe::new(FABRICS_OPCODE, 0).with_sgl(Sgl {
+            address: 0,
+            length: AL,
+            kind: SglKind::Transport,
+        });
+        sqe.0[4] = crate::auth::FCTYPE_RECEIVE;
+        sqe.0[41] = 1;
+        sqe.0[42] = 1;
+        sqe.0[43] = crate::auth::SECP;
+        sqe.0[44..48].copy_from_slice(&AL.to_le_bytes());
+        let message = self.command(sqe, &[])?.data;
+        if message.len() >= 8 && message[..2] == [0x00, 0xf1] {
+            return Err(InitiatorError::Protocol(format!(
+                "the node refused this host's authentication (AUTH_Failure1, reason {:#04x})",
+                message[7]
+            )));
+        }
+        Ok(message)
+    }
+
+    /// DH-HMAC-CHAP on this queue after its Connect ([`crate::auth`]):
+    /// negotiates SHA-256/384/512 with the NULL DH group, answers the
+    /// node's challenge, and with `controller` checks the node's answer to
+    /// its own.
+    pub fn authenticate(
+        &mut self,
+        subnqn: &str,
+        hostnqn: &str,
+        secret: &crate::auth::Secret,
+        controller: Option<&crate::auth::Secret>,
+    ) -> Result<()> {
+        let bad = |what: &str| InitiatorError::Protocol(format!("DH-HMAC-CHAP: {what}"));
+        let tid: u16 = 1;
+        let mut negotiate = vec![0u8; 8 + 64];
+        negotiate[1] = 0x00; // AUTH_Negotiate
+        negotiate[4..6].copy_from_slice(&tid.to_le_bytes());
+        negotiate[7] = 1; // one protocol descriptor
+        negotiate[8] = 0x01; // DH-HMAC-CHAP
+        negotiate[10] = 3; // hash functions
+        negotiate[11] = 1; // DH groups
+        negotiate[12..15].copy_from_slice(&[1, 2, 3]);
+        negotiate[8 + 34] = 0x00; // the NULL group
+        self.auth_send(&negotiate)?;
+        let challenge = self.auth_receive()?;
+        if challenge.len() < 16 || challenge[..2] != [0x01, 0x01] {
+            return Err(bad(
+                "the node's answer to AUTH_Negotiate is not a challenge",
+            ));
+        }
+        let hash = crate::auth::Hash::from_id(challenge[8])
+            .ok_or_else(|| bad("the challenge names an unknown hash"))?;
+        let hl = hash.output_bytes();
+        let s1 = u32::from_le_bytes(challenge[12..16].try_into().expect("4 bytes"));
+        if challenge[6] as usize != hl || challenge[9] != 0 || challenge.len() < 16 + hl {
+            return Err(bad("the challenge's fields do not fit"));
+        }
+        let c1 = &challenge[16..16 + hl];
+        let r1 = crate::auth::host_response(secret, hash, c1, s1, tid, hostnqn, subnqn);
+        let mut c2 = vec![0u8; hl];
+        let s2: u32 = 0x5eed_0001;
+        let mut reply = vec![0u8; 16];
+        reply[0] = 0x01;
+        reply[1] = 0x02;
+        reply[4..6].copy_from_slice(&tid.to_le_bytes());
+        reply[6] = hl as u8;
+        reply.extend_from_slice(&r1);
+        if controller.is_some() {
+            openssl::rand::rand_bytes(&mut c2).map_err(|e| bad(&e.to_string()))?;
+            reply[8] = 1;
+            reply[12..16].copy_from_slice(&s2.to_le_bytes());
+        }
+        reply.extend_from_slice(&c2);
+        self.auth_send(&reply)?;
+        let success = self.auth_receive()?;
+        if success.len() < 16 || success[..2] != [0x01, 0x03] {
+            return Err(bad("the node's answer to the reply is not Success1"));
+        }
+        if let Some(secret) = controller {
+            let expected =
+                crate::auth::controller_response(secret, hash, &c2, s2, tid, hostnqn, subnqn);
+            if success[8] != 1 || success.len() < 16 + hl || success[16..16 + hl] != expected[..] {
+                return Err(bad("the node did not prove it holds the controller secret"));
+            }
+            let mut success2 = vec![0u8; 16];
+            success2[0] = 0x01;
+            success2[1] = 0x04;
+            success2[4..6].copy_from_slice(&tid.to_le_bytes());
+            self.auth_send(&success2)?;
+        }
+        Ok(())
+    }
+
     /// The in-capsule data the controller's I/O queues take (IOCCSZ × 16 −
     /// 64, from Identify Controller), for [`QueueConnection::in_capsule_bytes`]
     /// of its I/O queues; on the admin queue, after `enable`.

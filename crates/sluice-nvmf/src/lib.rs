@@ -26,6 +26,8 @@
 //!   with [`poll`]'s adaptive polling; plain Reads and Writes kept in flight at the
 //!   device on the connection's own engines, their data in pinned pool
 //!   buffers from the socket to the device and back (`datapath`).
+//! - [`auth`]: in-band authentication (DH-HMAC-CHAP): hosts named with a
+//!   secret prove it on every queue before anything else is served.
 //! - [`tls`]: NVMe/TCP over TLS 1.3 with pre-shared keys: the PSK
 //!   interchange format, the retained and TLS PSKs derived as the Linux
 //!   host's libnvme derives them, and OpenSSL sessions for both sides.
@@ -39,6 +41,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod command;
 pub mod controller;
 mod datapath;

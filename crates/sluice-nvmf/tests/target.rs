@@ -1240,3 +1240,86 @@ fn idle_connections_cannot_lock_hosts_out() {
     assert_eq!(io2.read(1, 3, 1, BLOCK).unwrap(), block_of(5));
     drop((attack, more));
 }
+
+/// A target where `HOST` must authenticate with `host` (and, when the host
+/// asks, the node with `controller`).
+fn start_with_dhchap(host: &str, controller: Option<&str>) -> Target {
+    use sluice_nvmf::auth::{HostSecrets, Secret};
+    let secrets = HostSecrets {
+        host: Secret::parse(host).unwrap(),
+        controller: controller.map(|c| Secret::parse(c).unwrap()),
+    };
+    start_with(Vec::new(), move |s, _| {
+        s.with_dhchap(std::collections::HashMap::from([(
+            HOST.to_string(),
+            secrets,
+        )]))
+    })
+}
+
+#[test]
+fn a_host_with_a_secret_authenticates_every_queue_before_it_is_served() {
+    use sluice_nvmf::auth::{Secret, AUTH_REQUIRED};
+    let host_text = Secret::generate(32).unwrap();
+    let ctrl_text = Secret::generate(48).unwrap();
+    let t = start_with_dhchap(&host_text, Some(&ctrl_text));
+    let (host, ctrl) = (
+        Secret::parse(&host_text).unwrap(),
+        Secret::parse(&ctrl_text).unwrap(),
+    );
+    // Connected, not authenticated: nothing but the exchange is served.
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+    let err = admin.property_get(property::CAP, true).unwrap_err();
+    assert!(is_status(&err, AUTH_REQUIRED), "{err}");
+    // Authenticated (the node proving itself too): served.
+    admin.authenticate(NQN, HOST, &host, Some(&ctrl)).unwrap();
+    admin.enable().unwrap();
+    assert_eq!(admin.set_queue_count(2).unwrap(), 2);
+    let mut io = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    io.connect(NQN, HOST, 1, cntlid, 0).unwrap();
+    let err = io.read(1, 0, 1, BLOCK).unwrap_err();
+    assert!(
+        is_status(&err, AUTH_REQUIRED),
+        "an I/O queue authenticates too: {err}"
+    );
+    io.authenticate(NQN, HOST, &host, None).unwrap();
+    io.write(1, 9, &block_of(3), BLOCK).unwrap();
+    assert_eq!(io.read(1, 9, 1, BLOCK).unwrap(), block_of(3));
+    // One call, the way the initiator connects.
+    let mut again = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    again
+        .connect_authenticated(NQN, HOST, 0, 0xffff, 5000, &host, None)
+        .unwrap();
+}
+
+#[test]
+fn a_wrong_secret_or_a_node_that_cannot_prove_itself_is_refused() {
+    use sluice_nvmf::auth::{Secret, AUTH_REQUIRED};
+    let host_text = Secret::generate(32).unwrap();
+    let t = start_with_dhchap(&host_text, None);
+    let wrong = Secret::parse(&Secret::generate(32).unwrap()).unwrap();
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+    let err = admin.authenticate(NQN, HOST, &wrong, None).unwrap_err();
+    assert!(err.to_string().contains("AUTH_Failure1"), "{err}");
+    let err = admin.property_get(property::CAP, true).unwrap_err();
+    assert!(is_status(&err, AUTH_REQUIRED), "{err}");
+    // The host asks the node to prove itself; the node has no secret for that.
+    let host = Secret::parse(&host_text).unwrap();
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+    let err = admin
+        .authenticate(NQN, HOST, &host, Some(&wrong))
+        .unwrap_err();
+    assert!(err.to_string().contains("AUTH_Failure1"), "{err}");
+    // A node that answers with another secret than the host expects.
+    let other = Secret::generate(32).unwrap();
+    let t = start_with_dhchap(&host_text, Some(&other));
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+    let err = admin
+        .authenticate(NQN, HOST, &host, Some(&wrong))
+        .unwrap_err();
+    assert!(err.to_string().contains("did not prove"), "{err}");
+}
