@@ -243,10 +243,13 @@ impl Selector {
         if is_container(id) {
             let sub = lookup(spec).ok_or(SetError::Unknown)?;
             self.change(sub, true);
-        } else if !self.first_args[id]
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(arg))
+        } else if !self.allowed[id]
+            && !self.first_args[id]
+                .iter()
+                .any(|a| a.eq_ignore_ascii_case(arg))
         {
+            // (A first argument of a command allowed whole changes nothing:
+            // it is not kept, as ACL LIST would not show it.)
             log::warn!(
                 "ACL: allowing a first argument of an otherwise blocked command is a misuse of ACL (+{})",
                 String::from_utf8_lossy(spec)

@@ -247,3 +247,11 @@ fn a_parenthesis_inside_a_selector_is_refused() {
     assert!(u.apply(&ops(&["(~a(b +get)"])).is_err());
     round_trips(&user(&["(~a* +get)", "%R~x(y"]));
 }
+
+#[test]
+fn a_first_argument_of_a_command_allowed_whole_is_not_kept() {
+    // Found by fuzz/fuzz_targets/acl_rules.rs: `+get +get|go` read back as
+    // `+get`, which rebuilt a user without the (meaningless) first argument.
+    round_trips(&user(&["+get", "+get|go"]));
+    round_trips(&user(&["+select|0", "+select", "-select"]));
+}
