@@ -552,16 +552,17 @@ impl QueueConnection {
     }
 
     /// DH-HMAC-CHAP on this queue after its Connect ([`crate::auth`]):
-    /// negotiates SHA-256/384/512 with the NULL DH group, answers the
-    /// node's challenge, and with `controller` checks the node's answer to
-    /// its own.
+    /// offers SHA-256/384/512 and the NULL, ffdhe2048, ffdhe3072 and
+    /// ffdhe4096 groups, answers the node's challenge, and with
+    /// `controller` checks the node's answer to its own. Returns the DH
+    /// group the node took (0: NULL).
     pub fn authenticate(
         &mut self,
         subnqn: &str,
         hostnqn: &str,
         secret: &crate::auth::Secret,
         controller: Option<&crate::auth::Secret>,
-    ) -> Result<()> {
+    ) -> Result<u8> {
         let bad = |what: &str| InitiatorError::Protocol(format!("DH-HMAC-CHAP: {what}"));
         let tid: u16 = 1;
         let mut negotiate = vec![0u8; 8 + 64];
@@ -570,9 +571,10 @@ impl QueueConnection {
         negotiate[7] = 1; // one protocol descriptor
         negotiate[8] = 0x01; // DH-HMAC-CHAP
         negotiate[10] = 3; // hash functions
-        negotiate[11] = 1; // DH groups
+        negotiate[11] = 4; // DH groups
         negotiate[12..15].copy_from_slice(&[1, 2, 3]);
-        negotiate[8 + 34] = 0x00; // the NULL group
+        // NULL, ffdhe2048, ffdhe3072, ffdhe4096.
+        negotiate[8 + 34..8 + 38].copy_from_slice(&[0, 1, 2, 3]);
         self.auth_send(&negotiate)?;
         let challenge = self.auth_receive()?;
         if challenge.len() < 16 || challenge[..2] != [0x01, 0x01] {
@@ -584,11 +586,29 @@ impl QueueConnection {
             .ok_or_else(|| bad("the challenge names an unknown hash"))?;
         let hl = hash.output_bytes();
         let s1 = u32::from_le_bytes(challenge[12..16].try_into().expect("4 bytes"));
-        if challenge[6] as usize != hl || challenge[9] != 0 || challenge.len() < 16 + hl {
+        let dhvlen = u16::from_le_bytes([challenge[10], challenge[11]]) as usize;
+        if challenge[6] as usize != hl || challenge.len() < 16 + hl + dhvlen {
             return Err(bad("the challenge's fields do not fit"));
         }
         let c1 = &challenge[16..16 + hl];
-        let r1 = crate::auth::host_response(secret, hash, c1, s1, tid, hostnqn, subnqn);
+        // Under a DH group: this host's public value, and Z to augment the
+        // challenges with.
+        let (mine, z) = match challenge[9] {
+            0 => (Vec::new(), None),
+            id => {
+                let group = crate::auth::ffdhe::Group::from_id(id)
+                    .ok_or_else(|| bad("the challenge names a DH group this host does not run"))?;
+                let (x, mine) = group.key_pair().map_err(|e| bad(&e))?;
+                let peer = &challenge[16 + hl..16 + hl + dhvlen];
+                let z = group.shared(&x, peer).map_err(|e| bad(&e))?;
+                (mine, Some(z))
+            }
+        };
+        let augmented = |c: &[u8]| match &z {
+            Some(z) => crate::auth::ffdhe::augment(hash, z, c),
+            None => c.to_vec(),
+        };
+        let r1 = crate::auth::host_response(secret, hash, &augmented(c1), s1, tid, hostnqn, subnqn);
         let mut c2 = vec![0u8; hl];
         let s2: u32 = 0x5eed_0001;
         let mut reply = vec![0u8; 16];
@@ -602,15 +622,24 @@ impl QueueConnection {
             reply[8] = 1;
             reply[12..16].copy_from_slice(&s2.to_le_bytes());
         }
+        reply[10..12].copy_from_slice(&(mine.len() as u16).to_le_bytes());
         reply.extend_from_slice(&c2);
+        reply.extend_from_slice(&mine);
         self.auth_send(&reply)?;
         let success = self.auth_receive()?;
         if success.len() < 16 || success[..2] != [0x01, 0x03] {
             return Err(bad("the node's answer to the reply is not Success1"));
         }
         if let Some(secret) = controller {
-            let expected =
-                crate::auth::controller_response(secret, hash, &c2, s2, tid, hostnqn, subnqn);
+            let expected = crate::auth::controller_response(
+                secret,
+                hash,
+                &augmented(&c2),
+                s2,
+                tid,
+                hostnqn,
+                subnqn,
+            );
             if success[8] != 1 || success.len() < 16 + hl || success[16..16 + hl] != expected[..] {
                 return Err(bad("the node did not prove it holds the controller secret"));
             }
@@ -620,7 +649,7 @@ impl QueueConnection {
             success2[4..6].copy_from_slice(&tid.to_le_bytes());
             self.auth_send(&success2)?;
         }
-        Ok(())
+        Ok(challenge[9])
     }
 
     /// The in-capsule data the controller's I/O queues take (IOCCSZ × 16 −

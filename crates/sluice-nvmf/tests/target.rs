@@ -1273,7 +1273,8 @@ fn a_host_with_a_secret_authenticates_every_queue_before_it_is_served() {
     let err = admin.property_get(property::CAP, true).unwrap_err();
     assert!(is_status(&err, AUTH_REQUIRED), "{err}");
     // Authenticated (the node proving itself too): served.
-    admin.authenticate(NQN, HOST, &host, Some(&ctrl)).unwrap();
+    let group = admin.authenticate(NQN, HOST, &host, Some(&ctrl)).unwrap();
+    assert_eq!(group, 0x02, "the node takes ffdhe3072 when offered");
     admin.enable().unwrap();
     assert_eq!(admin.set_queue_count(2).unwrap(), 2);
     let mut io = QueueConnection::open(&t.address, Digests::default()).unwrap();

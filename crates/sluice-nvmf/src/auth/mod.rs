@@ -9,14 +9,16 @@
 //! Required. The exchange, one message per command:
 //!
 //! 1. Send AUTH_Negotiate: the host's hash functions and DH groups; the node
-//!    takes the strongest hash and the NULL group (this node does no
-//!    Diffie-Hellman yet: the exchange proves the secret, it does not make
-//!    a session key).
-//! 2. Receive DH-HMAC-CHAP_Challenge: a transaction's sequence number S1
-//!    and a random challenge C1 of the hash's length.
-//! 3. Send DH-HMAC-CHAP_Reply: R1 = HMAC(Kh, C1 ‖ S1 ‖ T_ID ‖ 0 ‖
-//!    "HostHost" ‖ host NQN ‖ 0 ‖ subsystem NQN), and, if the host wants the
-//!    node to prove itself too, its own challenge C2 and S2.
+//!    takes the strongest hash, and a finite-field DH group ([`ffdhe`]:
+//!    ffdhe3072 first) or, if the host offers none, the NULL group.
+//! 2. Receive DH-HMAC-CHAP_Challenge: a transaction's sequence number S1,
+//!    a random challenge C1 of the hash's length, and the node's DH public
+//!    value.
+//! 3. Send DH-HMAC-CHAP_Reply: R1 = HMAC(Kh, C1' ‖ S1 ‖ T_ID ‖ 0 ‖
+//!    "HostHost" ‖ host NQN ‖ 0 ‖ subsystem NQN) — C1' being C1 augmented
+//!    with the DH value Z both sides compute (HMAC(H(Z), C1); C1 itself
+//!    with the NULL group) — the host's DH public value, and, if the host
+//!    wants the node to prove itself too, its own challenge C2 and S2.
 //! 4. Receive DH-HMAC-CHAP_Success1 (with R2 = HMAC(Kc, C2 ‖ S2 ‖ T_ID ‖ 0
 //!    ‖ "Controller" ‖ subsystem NQN ‖ 0 ‖ host NQN) when asked), or
 //!    AUTH_Failure1 with the reason.
@@ -26,6 +28,8 @@
 //! base64(key ‖ CRC-32(key)):` (hh: 00 the key as is; 01/02/03 the key
 //! transformed by HMAC-SHA-256/384/512 over the NQN and
 //! "NVMe-over-Fabrics"). Layouts byte by byte: docs/NVMF.md.
+
+pub mod ffdhe;
 
 use crate::command::{sct, Status};
 use openssl::hash::MessageDigest;
@@ -43,7 +47,8 @@ pub const FCTYPE_RECEIVE: u8 = 0x06;
 pub const CONNECT_ATR: u32 = 1 << 17;
 /// A command before the queue authenticated.
 pub const AUTH_REQUIRED: Status = Status::new(sct::COMMAND_SPECIFIC, 0x91, true);
-/// Longest message a host may ask to receive, or send.
+/// Longest message a host may ask to receive, or send (a reply with a
+/// 4096-bit DH value is 656 bytes).
 pub const MAX_MESSAGE_BYTES: usize = 8192;
 
 /// Message types and ids.
@@ -328,6 +333,15 @@ enum Step {
     Failed,
 }
 
+/// A private DH exponent: never printed.
+struct Private(openssl::bn::BigNum);
+
+impl std::fmt::Debug for Private {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Private(..)")
+    }
+}
+
 /// One queue's DH-HMAC-CHAP exchange.
 #[derive(Debug)]
 pub struct Exchange {
@@ -341,6 +355,10 @@ pub struct Exchange {
     s1: u32,
     /// The host's challenge to the node, when it asked (C2, S2).
     c2: Option<(Vec<u8>, u32)>,
+    /// The DH group taken (None: NULL), the node's private exponent, and Z.
+    group: Option<ffdhe::Group>,
+    private: Option<Private>,
+    z: Vec<u8>,
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -365,6 +383,18 @@ impl Exchange {
             c1: Vec::new(),
             s1: 0,
             c2: None,
+            group: None,
+            private: None,
+            z: Vec::new(),
+        }
+    }
+
+    /// A challenge as the responses use it: augmented with Z under a DH
+    /// group, as it is under NULL.
+    fn augmented(&self, challenge: &[u8]) -> Vec<u8> {
+        match self.group {
+            Some(_) => ffdhe::augment(self.hash, &self.z, challenge),
+            None => challenge.to_vec(),
         }
     }
 
@@ -381,9 +411,10 @@ impl Exchange {
 
     fn finish(&mut self) {
         log::debug!(
-            "DH-HMAC-CHAP: host {} authenticated ({:?}{})",
+            "DH-HMAC-CHAP: host {} authenticated ({:?}, {}{})",
             self.hostnqn,
             self.hash,
+            self.group.map_or("NULL", |g| g.name()),
             if self.c2.is_some() {
                 ", and the node to it"
             } else {
@@ -458,7 +489,10 @@ impl Exchange {
         else {
             return self.fail(Reason::HashUnusable);
         };
-        if !groups.contains(&id::DHGROUP_NULL) {
+        self.group = ffdhe::PREFERRED
+            .into_iter()
+            .find(|g| groups.contains(&g.id));
+        if self.group.is_none() && !groups.contains(&id::DHGROUP_NULL) {
             return self.fail(Reason::DhGroupUnusable);
         }
         self.hash = hash;
@@ -471,13 +505,28 @@ impl Exchange {
             return self.fail(Reason::IncorrectPayload);
         }
         let (cvalid, dhvlen, s2) = (msg[8], u16_at(msg, 10) as usize, u32_at(msg, 12));
-        if cvalid > 1 || dhvlen != 0 || msg.len() < 16 + 2 * hl || cvalid == 1 && s2 == 0 {
+        let want_dhvlen = self.group.map_or(0, |g| g.value_bytes());
+        if cvalid > 1
+            || dhvlen != want_dhvlen
+            || msg.len() < 16 + 2 * hl + dhvlen
+            || cvalid == 1 && s2 == 0
+        {
             return self.fail(Reason::IncorrectPayload);
+        }
+        if let (Some(group), Some(private)) = (self.group, &self.private) {
+            let peer = &msg[16 + 2 * hl..16 + 2 * hl + dhvlen];
+            match group.shared(&private.0, peer) {
+                Ok(z) => self.z = z,
+                Err(e) => {
+                    log::warn!("DH-HMAC-CHAP: host {}: {e}", self.hostnqn);
+                    return self.fail(Reason::IncorrectPayload);
+                }
+            }
         }
         let expected = host_response(
             &self.secrets.host,
             self.hash,
-            &self.c1,
+            &self.augmented(&self.c1),
             self.s1,
             self.tid,
             &self.hostnqn,
@@ -525,16 +574,30 @@ impl Exchange {
             return self.failure1(Reason::Failed);
         }
         self.s1 = u32::from_le_bytes(seq).max(1);
+        let mut public = Vec::new();
+        if let Some(group) = self.group {
+            match group.key_pair() {
+                Ok((x, value)) => {
+                    self.private = Some(Private(x));
+                    public = value;
+                }
+                Err(e) => {
+                    log::warn!("DH-HMAC-CHAP: {e}");
+                    return self.failure1(Reason::Failed);
+                }
+            }
+        }
         let mut m = vec![0u8; 16];
         m[0] = id::DHCHAP;
         m[1] = id::CHALLENGE;
         m[4..6].copy_from_slice(&self.tid.to_le_bytes());
         m[6] = hl as u8;
         m[8] = self.hash.id();
-        m[9] = id::DHGROUP_NULL;
-        // DHVLEN (10..12) stays 0: no DH value.
+        m[9] = self.group.map_or(id::DHGROUP_NULL, |g| g.id);
+        m[10..12].copy_from_slice(&(public.len() as u16).to_le_bytes());
         m[12..16].copy_from_slice(&self.s1.to_le_bytes());
         m.extend_from_slice(&self.c1);
+        m.extend_from_slice(&public);
         self.step = Step::Reply;
         m
     }
@@ -553,7 +616,7 @@ impl Exchange {
                 m.extend_from_slice(&controller_response(
                     secret,
                     self.hash,
-                    c2,
+                    &self.augmented(c2),
                     *s2,
                     self.tid,
                     &self.hostnqn,
@@ -635,6 +698,48 @@ mod tests {
             hex(&host_response(&transformed, Hash::Sha384, &c1, 0x0102_0304, 7, host, sub)),
             "071db543389b129b753ce43c4c05d234b86344d2c126caa1859eccbe3abc68e2a2f86baf61eeb01d06ad370aa192d399"
         );
+    }
+
+    /// A host that offers only the NULL group gets it, and its proof is
+    /// checked against C1 itself.
+    #[test]
+    fn the_null_group_is_taken_when_it_is_all_a_host_offers() {
+        let text = Secret::generate(32).unwrap();
+        let secret = Secret::parse(&text).unwrap();
+        let (host, sub) = ("nqn.h", "nqn.s");
+        let secrets = HostSecrets {
+            host: secret.clone(),
+            controller: None,
+        };
+        let mut exchange = Exchange::new(secrets, host.into(), sub.into());
+        let mut negotiate = vec![0u8; 8 + 64];
+        negotiate[4] = 9;
+        negotiate[7] = 1;
+        negotiate[8] = 0x01;
+        negotiate[10] = 1;
+        negotiate[11] = 1;
+        negotiate[12] = 1; // SHA-256
+        exchange.send(&negotiate);
+        let challenge = exchange.receive(4096);
+        assert_eq!(&challenge[..2], &[0x01, 0x01]);
+        assert_eq!(
+            (challenge[8], challenge[9], challenge[10]),
+            (1, 0, 0),
+            "SHA-256, NULL, no DH value"
+        );
+        let s1 = u32::from_le_bytes(challenge[12..16].try_into().unwrap());
+        let r1 = host_response(&secret, Hash::Sha256, &challenge[16..48], s1, 9, host, sub);
+        let mut reply = vec![0u8; 16];
+        reply[0] = 0x01;
+        reply[1] = 0x02;
+        reply[4] = 9;
+        reply[6] = 32;
+        reply.extend_from_slice(&r1);
+        reply.extend_from_slice(&[0u8; 32]);
+        exchange.send(&reply);
+        let success = exchange.receive(4096);
+        assert_eq!(&success[..2], &[0x01, 0x03]);
+        assert!(exchange.authenticated());
     }
 
     #[test]
