@@ -481,3 +481,32 @@ fn every_command_sluice_answers_has_its_acl_facts() {
         );
     }
 }
+
+#[test]
+fn config_set_requirepass_sets_the_default_users_password_as_in_redis() {
+    let p = pair();
+    let _one_at_a_time = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let addrs = [
+        std::net::SocketAddr::from(([127, 0, 0, 1], p.redis.port)),
+        p.sluice.addr,
+    ];
+    let mut got: Vec<Vec<Reply>> = Vec::new();
+    for addr in addrs {
+        let mut admin = Client::connect(addr);
+        let mut replies = vec![admin.call_reply(&[b"CONFIG", b"SET", b"requirepass", b"s3cret"])];
+        // A connection made before stays in; a new one must authenticate.
+        replies.push(admin.call_reply(&[b"PING"]));
+        let mut fresh = Client::connect(addr);
+        replies.push(fresh.call_reply(&[b"PING"]));
+        replies.push(fresh.call_reply(&[b"AUTH", b"wrong"]));
+        replies.push(fresh.call_reply(&[b"AUTH", b"s3cret"]));
+        replies.push(fresh.call_reply(&[b"ACL", b"WHOAMI"]));
+        replies.push(admin.call_reply(&[b"ACL", b"GETUSER", b"default"]));
+        replies.push(admin.call_reply(&[b"CONFIG", b"SET", b"requirepass", b""]));
+        let mut open = Client::connect(addr);
+        replies.push(open.call_reply(&[b"PING"]));
+        replies.push(admin.call_reply(&[b"ACL", b"LOG", b"RESET"]));
+        got.push(replies);
+    }
+    assert_eq!(got[0], got[1], "redis (left) and sluice (right) differ");
+}

@@ -827,13 +827,17 @@ fn config(shared: &Shared, args: &Args) -> Reply {
 }
 
 /// CONFIG SET for the settings that can change while serving: `timeout`,
-/// `maxclients` and `protected-mode`. All pairs are checked before any is applied.
+/// `maxclients`, `protected-mode` and `requirepass` (the default user's
+/// password, as in Redis: empty for none). All pairs are checked before
+/// any is applied.
 fn config_set(shared: &Shared, args: &Args) -> Reply {
     let mut changes = Vec::new();
+    let mut requirepass = None;
     for pair in args[2..].chunks(2) {
         let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
         let value = crate::resp::string_to_i64(&pair[1]);
         match (name.as_str(), value) {
+            ("requirepass", _) => requirepass = Some(pair[1].clone()),
             ("timeout" | "maxclients", Some(v)) if v >= 0 => changes.push((name, v as u64)),
             ("protected-mode", _) => match pair[1].to_ascii_lowercase().as_slice() {
                 b"yes" => changes.push((name, 1)),
@@ -859,6 +863,20 @@ fn config_set(shared: &Shared, args: &Args) -> Reply {
                     "ERR Unknown option or number of arguments for CONFIG SET - '{other}'"
                 ))
             }
+        }
+    }
+    if let Some(password) = requirepass {
+        let rules = if password.is_empty() {
+            vec![b"nopass".to_vec()]
+        } else {
+            let mut rule = b">".to_vec();
+            rule.extend_from_slice(&password);
+            vec![b"resetpass".to_vec(), rule]
+        };
+        if let Err(e) = shared.config.users.set_user(b"default", &rules) {
+            return error(&format!(
+                "ERR CONFIG SET failed (possibly related to argument 'requirepass') - {e}"
+            ));
         }
     }
     for (name, value) in changes {
