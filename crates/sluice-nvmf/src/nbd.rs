@@ -233,6 +233,7 @@ fn serve_client(
     };
     let watchdog = Watchdog::arm(&stream, config.handshake_timeout, "the handshake")?;
     let no_zeroes = greet(&mut plain)?;
+    counted.talking();
     let haggled = handshake(&mut plain, &subsystem, tls, no_zeroes)?;
     plain.w.flush()?;
     let (nsid, structured) = match haggled {

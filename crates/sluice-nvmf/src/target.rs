@@ -184,12 +184,22 @@ pub struct Counted {
     /// Set by whichever lets the count go first: this, dropped, or the
     /// setup slots, closing the connection to make room.
     uncounted: Arc<AtomicBool>,
+    /// The peer has shown it speaks the protocol (a whole ICReq, a TLS
+    /// handshake record, NBD's client flags): closed for room only after
+    /// every silent one.
+    talking: Arc<AtomicBool>,
 }
 
 impl Counted {
     /// Whether the connection is still setting up.
     pub fn in_setup(&self) -> bool {
         self.setup.is_some()
+    }
+
+    /// The peer has shown it speaks the protocol: among the connections
+    /// setting up, the silent ones are closed for room first.
+    pub fn talking(&self) {
+        self.talking.store(true, Ordering::Relaxed);
     }
 
     /// The connection is past its setup (a host connected, a handshake
@@ -229,9 +239,9 @@ pub struct SetupSlots {
     closed: AtomicUsize,
 }
 
-/// A connection setting up: its id, a handle that closes it, and its
-/// counted flag.
-type Waiting = (u64, TcpStream, Arc<AtomicBool>);
+/// A connection setting up: its id, a handle that closes it, its counted
+/// flag and its talking flag.
+type Waiting = (u64, TcpStream, Arc<AtomicBool>, Arc<AtomicBool>);
 
 impl SetupSlots {
     /// At most `max` (at least 1) connections setting up at once, of the
@@ -266,25 +276,37 @@ impl SetupSlots {
     }
 
     /// Counts a new connection, setting up, with `handle` to close it.
-    fn enter(self: &Arc<Self>, handle: TcpStream) -> Counted {
+    fn enter(self: &Arc<Self>, handle: TcpStream, talking: bool) -> Counted {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let uncounted = Arc::new(AtomicBool::new(false));
+        let talking = Arc::new(AtomicBool::new(talking));
         self.open.fetch_add(1, Ordering::Relaxed);
-        self.lock().push_back((id, handle, uncounted.clone()));
+        self.lock()
+            .push_back((id, handle, uncounted.clone(), talking.clone()));
         Counted {
             open: self.open.clone(),
             setup: Some((self.clone(), id)),
             uncounted,
+            talking,
         }
     }
 
     fn release(&self, id: u64) {
-        self.lock().retain(|(i, _, _)| *i != id);
+        self.lock().retain(|(i, ..)| *i != id);
     }
 
-    /// Closes the oldest connection still setting up; whether there was one.
+    /// Closes the oldest silent connection still setting up, or with none
+    /// silent the oldest; whether there was one.
     fn close_oldest(&self) -> bool {
-        let Some((_, stream, uncounted)) = self.lock().pop_front() else {
+        let picked = {
+            let mut waiting = self.lock();
+            let at = waiting
+                .iter()
+                .position(|(.., talking)| !talking.load(Ordering::Relaxed))
+                .unwrap_or(0);
+            waiting.remove(at)
+        };
+        let Some((_, stream, uncounted, _)) = picked else {
             return false;
         };
         if !uncounted.swap(true, Ordering::AcqRel) {
@@ -306,6 +328,10 @@ impl SetupSlots {
         true
     }
 }
+
+/// Bytes waiting at accept that show a peer talking: NVMe/TCP's common
+/// header (a TLS record header and more are as long).
+const TALKING_BYTES: usize = 8;
 
 /// The share of the connection limit that connections still setting up
 /// may take (a quarter, at least one).
@@ -354,13 +380,19 @@ where
             drop(stream);
             continue;
         }
+        // A host that sent a whole header (ICReq, a TLS record) before it
+        // was accepted is talking already.
+        let talking = stream.set_nonblocking(true).is_ok()
+            && stream
+                .peek(&mut [0u8; TALKING_BYTES])
+                .is_ok_and(|n| n >= TALKING_BYTES);
         // Accepted sockets do not inherit the listener's O_NONBLOCK on Linux;
         // said anyway, and a failure here is the connection's alone.
         let _ = stream.set_nonblocking(false);
         let Ok(handle_to_close) = stream.try_clone() else {
             continue;
         };
-        let counted = setups.enter(handle_to_close);
+        let counted = setups.enter(handle_to_close, talking);
         let handle = handle.clone();
         std::thread::Builder::new()
             .name(thread_name.into())
@@ -880,6 +912,11 @@ impl Connection {
     /// Why a worker's connection must end now, if it must: no ICReq and
     /// Connect in time, a silent host past its keep-alive, or a host that
     /// has not taken its answers for [`SEND_TIMEOUT`].
+    /// Whether the host's ICReq came.
+    pub(crate) fn initialized(&self) -> bool {
+        self.initialized
+    }
+
     /// Whether a host's Connect made this connection's queue part of a
     /// controller.
     pub(crate) fn is_connected(&self) -> bool {

@@ -434,9 +434,14 @@ impl Worker {
             return;
         }
         for s in self.served.values_mut() {
-            if s.counted.in_setup() && s.conn.is_connected() {
+            if !s.counted.in_setup() {
+                continue;
+            }
+            if s.conn.is_connected() {
                 s.counted.admitted();
                 self.setting_up -= 1;
+            } else if s.conn.initialized() {
+                s.counted.talking();
             }
         }
     }

@@ -1324,3 +1324,30 @@ fn a_wrong_secret_or_a_node_that_cannot_prove_itself_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("did not prove"), "{err}");
 }
+
+#[test]
+fn a_host_past_its_icreq_outlasts_silent_connections_when_room_is_made() {
+    // Setup slots are a quarter of 8: 2. The host's queue has sent its
+    // ICReq (and had its ICResp), not yet its Connect; then 20 silent
+    // connections come: each newcomer closes a silent one, never the
+    // talking host's, though it is the oldest.
+    let t = start_configured(
+        Vec::new(),
+        |s, _| s,
+        sluice_nvmf::target::TargetConfig {
+            workers: 1,
+            max_connections: 8,
+            ..Default::default()
+        },
+    );
+    let mut admin = QueueConnection::open(&t.address, Digests::default()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let silent: Vec<std::net::TcpStream> = (0..20)
+        .map(|_| std::net::TcpStream::connect(&t.address).unwrap())
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 5000).unwrap();
+    assert!(cntlid >= 1);
+    admin.enable().unwrap();
+    drop(silent);
+}
