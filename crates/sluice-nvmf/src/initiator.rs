@@ -456,20 +456,8 @@ impl QueueConnection {
         cntlid: u16,
         kato_ms: u32,
     ) -> Result<u16> {
-        let mut sqe = Sqe::new(FABRICS_OPCODE, 0);
-        sqe.0[4] = fctype::CONNECT;
-        sqe.0[42..44].copy_from_slice(&qid.to_le_bytes());
-        sqe.0[44..46].copy_from_slice(&31u16.to_le_bytes());
-        sqe.0[48..52].copy_from_slice(&kato_ms.to_le_bytes());
-        if qid != 0 && !self.sq_flow_control {
-            sqe.0[46] |= CATTR_DISABLE_SQ_FLOW;
-        }
-        let mut data = vec![0u8; CONNECT_DATA_BYTES];
-        data[16..18].copy_from_slice(&cntlid.to_le_bytes());
-        data[256..256 + subnqn.len()].copy_from_slice(subnqn.as_bytes());
-        data[512..512 + hostnqn.len()].copy_from_slice(hostnqn.as_bytes());
-        let answer = self.command(sqe, &data)?;
-        Ok(answer.completion.result as u16)
+        let result = self.connect_result(subnqn, hostnqn, qid, cntlid, kato_ms)?;
+        Ok(result as u16)
     }
 
     /// Fabrics Connect as [`QueueConnection::connect`], then, when the

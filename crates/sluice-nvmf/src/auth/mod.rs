@@ -560,7 +560,6 @@ impl Exchange {
         };
         let mut out = vec![0u8; al.max(msg.len())];
         out[..msg.len()].copy_from_slice(&msg);
-        out.truncate(al.max(msg.len()));
         out
     }
 

@@ -220,15 +220,9 @@ impl Users {
     /// These users, and the default user (all commands, all keys, no
     /// password) unless one of them is `default`. `file` is the ACL file.
     pub fn new(users: Vec<User>, file: Option<PathBuf>) -> Self {
-        let mut map: BTreeMap<Vec<u8>, Arc<User>> = users
-            .into_iter()
-            .map(|u| (u.name().to_vec(), Arc::new(u)))
-            .collect();
-        map.entry(b"default".to_vec())
-            .or_insert_with(|| Arc::new(User::default_user()));
         Users {
             inner: Arc::new(Shared {
-                users: RwLock::new(map),
+                users: RwLock::new(by_name(users)),
                 generation: AtomicU64::new(1),
                 file,
                 log: Mutex::new(log::Log::default()),
@@ -356,13 +350,7 @@ impl Users {
             return Err(NO_FILE.into());
         };
         let users = rules::load_file(path)?;
-        let mut map: BTreeMap<Vec<u8>, Arc<User>> = users
-            .into_iter()
-            .map(|u| (u.name().to_vec(), Arc::new(u)))
-            .collect();
-        map.entry(b"default".to_vec())
-            .or_insert_with(|| Arc::new(User::default_user()));
-        *self.write() = map;
+        *self.write() = by_name(users);
         self.changed();
         Ok(())
     }
@@ -407,6 +395,18 @@ impl Users {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
     }
+}
+
+/// `users` by name, with the default user (all commands, all keys, no
+/// password) unless one of them is `default`.
+fn by_name(users: Vec<User>) -> BTreeMap<Vec<u8>, Arc<User>> {
+    let mut map: BTreeMap<Vec<u8>, Arc<User>> = users
+        .into_iter()
+        .map(|u| (u.name().to_vec(), Arc::new(u)))
+        .collect();
+    map.entry(b"default".to_vec())
+        .or_insert_with(|| Arc::new(User::default_user()));
+    map
 }
 
 /// ACL SAVE and LOAD on a server started without an ACL file.

@@ -196,15 +196,7 @@ fn unknown_to_acl(name: &[u8]) -> Reply {
 /// Whether a command's top-level arity admits `argc` (unknown commands
 /// and arity errors are answered by the dispatch, before any ACL check).
 fn arity_fits(name: &[u8], argc: usize) -> bool {
-    let arity = admin_arity(name)
-        .or_else(|| {
-            TX_COMMANDS
-                .iter()
-                .find(|(n, _)| n.as_bytes() == name)
-                .map(|&(_, a)| a)
-        })
-        .or_else(|| session_arity(name));
-    match arity {
+    match dispatch_arity(name) {
         Some(arity) => arity_ok(arity, argc),
         None => commands::known(name) && commands::check_arity(name, argc).is_none(),
     }
@@ -435,15 +427,7 @@ fn run(
 
 /// Redis's checks before a command runs: unknown, arity, authentication.
 fn check(conn: &Conn, name: &[u8], args: &Args) -> Option<Reply> {
-    let arity = admin_arity(name)
-        .or_else(|| {
-            TX_COMMANDS
-                .iter()
-                .find(|(n, _)| n.as_bytes() == name)
-                .map(|&(_, a)| a)
-        })
-        .or_else(|| session_arity(name));
-    if let Some(arity) = arity {
+    if let Some(arity) = dispatch_arity(name) {
         if !arity_ok(arity, args.len()) {
             return Some(commands::wrong_arity(&String::from_utf8_lossy(name)));
         }
@@ -453,6 +437,19 @@ fn check(conn: &Conn, name: &[u8], args: &Args) -> Option<Reply> {
         return Some(error);
     }
     conn.session.check_auth()
+}
+
+/// The arity of a server, transaction or connection command (the data
+/// commands have theirs in `commands`).
+fn dispatch_arity(name: &[u8]) -> Option<i32> {
+    admin_arity(name)
+        .or_else(|| {
+            TX_COMMANDS
+                .iter()
+                .find(|(n, _)| n.as_bytes() == name)
+                .map(|&(_, a)| a)
+        })
+        .or_else(|| session_arity(name))
 }
 
 fn session_arity(name: &[u8]) -> Option<i32> {
