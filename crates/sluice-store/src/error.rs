@@ -165,12 +165,16 @@ impl DamagedBlock {
 /// Why writes are refused ([`StoreError::WritesRefused`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WritesRefused {
-    /// Free space below the reserve: only deletes are taken.
+    /// Free space went below the reserve and is not yet back above half as
+    /// much again: only deletes are taken.
     SpaceLow {
         /// Free bytes on the device set.
         free_bytes: u64,
         /// Bytes kept for flushes and compactions.
         reserve_bytes: u64,
+        /// Free bytes at which writes resume (the reserve and half of it
+        /// again).
+        resume_bytes: u64,
         /// Bytes of the device set.
         device_bytes: u64,
     },
@@ -188,15 +192,17 @@ impl std::fmt::Display for WritesRefused {
             WritesRefused::SpaceLow {
                 free_bytes,
                 reserve_bytes,
+                resume_bytes,
                 device_bytes,
             } => write!(
                 f,
-                "device nearly full: {:.1} MiB free of {:.1} MiB, below the {:.1} MiB kept for flushes and \
-                 compactions; only deletes are taken until compaction frees space (delete keys, or move \
-                 the store to a larger device)",
+                "device nearly full: {:.1} MiB free of {:.1} MiB, short of the {:.1} MiB kept for flushes \
+                 and compactions (writes resume above {:.1} MiB free); only deletes are taken until \
+                 compaction frees space (delete keys, or move the store to a larger device)",
                 *free_bytes as f64 / MIB,
                 *device_bytes as f64 / MIB,
-                *reserve_bytes as f64 / MIB
+                *reserve_bytes as f64 / MIB,
+                *resume_bytes as f64 / MIB
             ),
             WritesRefused::FlushFailing { why } => write!(
                 f,

@@ -2162,6 +2162,50 @@ fn a_full_device_takes_deletes_and_writes_resume_once_compaction_frees_room() {
 }
 
 #[test]
+fn writes_refused_for_room_resume_only_past_half_the_reserve_again() {
+    // A compaction writes its outputs before it frees its inputs: without
+    // a margin, free space hovering at the reserve would refuse and take
+    // writes by turns (a bulk refused, the next write taken).
+    let (_mem, store) = memory_store(12288);
+    let ks = store.keyspace("default").unwrap();
+    let value = vec![9u8; 256 << 10];
+    let (acknowledged, err) = put_until_refused(&store, ks, "k", &value);
+    assert_space_low(&err);
+    let (mut deleted, mut refused_above_reserve) = (0, 0);
+    loop {
+        store
+            .delete(ks, format!("k{deleted:05}").as_bytes())
+            .unwrap();
+        deleted += 1;
+        store.compact().unwrap();
+        let free_bytes = store.stats().free_blocks * 4096;
+        match store.writes_refused(false) {
+            Some(WritesRefused::SpaceLow {
+                reserve_bytes,
+                resume_bytes,
+                ..
+            }) => {
+                assert_eq!(resume_bytes, reserve_bytes + reserve_bytes / 2);
+                assert!(free_bytes < resume_bytes, "{free_bytes} free, refused");
+                if free_bytes >= reserve_bytes {
+                    refused_above_reserve += 1;
+                    let err = store.put(ks, b"between", b"x").unwrap_err();
+                    assert!(err.to_string().contains("writes resume above"), "{err}");
+                }
+            }
+            Some(other) => panic!("{other}"),
+            None => break,
+        }
+        assert!(deleted < acknowledged, "writes never resumed");
+    }
+    assert!(
+        refused_above_reserve > 0,
+        "no delete left free space between the reserve and the resume level"
+    );
+    store.put(ks, b"after", b"room").unwrap();
+}
+
+#[test]
 fn a_failed_flush_keeps_its_memtable_readable_and_is_retried_until_it_lands() {
     // Tables' data on the second device, whose writes all fail: the log
     // (first device) takes writes, the flushes fail.

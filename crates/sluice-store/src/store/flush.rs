@@ -250,10 +250,22 @@ impl Inner {
 
     /// Keeps the free-space figures writes look at as the manifest has
     /// them now.
+    ///
+    /// Writes are refused below the reserve and resume only once free
+    /// space is back above [`resume_blocks`] (as Elasticsearch's flood
+    /// stage holds until usage is below its high watermark): a compaction
+    /// installs its outputs before its inputs are freed, and without the
+    /// margin that dip and its recovery would refuse and take writes by
+    /// turns while the device stays as full.
     pub(super) fn note_free_space(&self, manifest: &Manifest) {
         let free = manifest.state().allocator.free_blocks();
         self.free_blocks_hint.store(free, Ordering::Relaxed);
-        let low = free < self.reserve_blocks;
+        let was_low = self.space_low.load(Ordering::Acquire);
+        let low = if was_low {
+            free < resume_blocks(self.reserve_blocks)
+        } else {
+            free < self.reserve_blocks
+        };
         if self.space_low.swap(low, Ordering::AcqRel) != low {
             let mib = |blocks: u64| blocks as f64 * STORE_BLOCK_BYTES as f64 / (1 << 20) as f64;
             if low {
@@ -264,7 +276,7 @@ impl Inner {
                 );
             } else {
                 log::info!(
-                    "free space is back above the reserve ({:.1} MiB free): writes resume",
+                    "free space is back above the reserve and half of it again ({:.1} MiB free): writes resume",
                     mib(free)
                 );
             }
@@ -451,4 +463,10 @@ impl Inner {
     fn wal_ring(&self) -> Vec<Extent> {
         self.wal.layout().ring.clone()
     }
+}
+
+/// Free blocks at which writes refused for room resume: the reserve and
+/// half of it again.
+pub(super) fn resume_blocks(reserve_blocks: u64) -> u64 {
+    reserve_blocks.saturating_add(reserve_blocks / 2)
 }

@@ -173,8 +173,10 @@ struct Inner {
     /// Store blocks kept free for flushes and compactions
     /// ([`StoreConfig::space_reserve_bytes`]).
     reserve_blocks: u64,
-    /// Whether free space is below `reserve_blocks`, as the last manifest
-    /// group left it: writes that add data are refused while it holds.
+    /// Whether free space went below `reserve_blocks` and has not yet come
+    /// back above half as much again (`flush::resume_blocks`), as the last
+    /// manifest group left it: writes that add data are refused while it
+    /// holds.
     space_low: AtomicBool,
     /// Free store blocks as the last manifest group left them.
     free_blocks_hint: AtomicU64,

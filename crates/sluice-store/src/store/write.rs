@@ -354,6 +354,7 @@ impl Store {
             return Some(WritesRefused::SpaceLow {
                 free_bytes: inner.free_blocks_hint.load(Ordering::Relaxed) * block,
                 reserve_bytes: inner.reserve_blocks * block,
+                resume_bytes: super::flush::resume_blocks(inner.reserve_blocks) * block,
                 device_bytes: inner.dev.block_count() * block,
             });
         }
