@@ -162,6 +162,18 @@ impl ExtentAllocator {
         self.free.values().copied().max().unwrap_or(0)
     }
 
+    /// Blocks of the largest free run inside `[lo, hi)` (one device of a
+    /// set): the largest extent [`ExtentAllocator::allocate_within`] can
+    /// hand out there now.
+    pub fn largest_free_within(&self, lo: u64, hi: u64) -> u64 {
+        self.free
+            .range(..hi)
+            .map(|(&s, &l)| (s + l).min(hi).saturating_sub(s.max(lo)))
+            .max()
+            .unwrap_or(0)
+            .min(MAX_EXTENT_BLOCKS)
+    }
+
     /// The free map as extents, for a manifest checkpoint.
     pub fn free_list(&self) -> Vec<Extent> {
         self.free

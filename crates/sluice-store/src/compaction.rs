@@ -199,12 +199,15 @@ pub(crate) fn stripe(snapshots: &[u64], seq: u64) -> usize {
 /// and each output is handed to `emit` as soon as it reaches
 /// `target_file_bytes`, so memory stays near one output table whatever the
 /// size of the merge. `snapshots`: sequence numbers of live snapshots,
-/// ascending.
+/// ascending. `room_bytes`, asked before each output, caps it below the
+/// target when the device has no run that long free (a fragmented device
+/// gets smaller tables, not a failed compaction).
 pub fn run(
     dev: &BlockDevice,
     job: &Job,
     snapshots: &[u64],
     target_file_bytes: usize,
+    room_bytes: &dyn Fn() -> usize,
     buffers: &TableBuffers,
     emit: &mut dyn FnMut(BuiltTable) -> Result<()>,
 ) -> Result<()> {
@@ -262,6 +265,7 @@ pub fn run(
     // gets its index and filter (about a tenth of it for small values).
     let new_builder = || TableBuilder::with_buffer(buffers.take(target_file_bytes / 8 * 9));
     let mut builder = new_builder();
+    let mut cut_bytes = target_file_bytes.min(room_bytes());
     // The last version seen (key, stripe) and the last key kept.
     let (mut seen_key, mut seen_stripe, mut any_seen) = (Vec::new(), 0usize, false);
     let (mut kept_key, mut any_kept) = (Vec::new(), false);
@@ -283,11 +287,12 @@ pub fn run(
         }
         // Never cut between two versions of one key.
         let new_key = !any_kept || kept_key != e.key;
-        if new_key && builder.entries() > 0 && builder.estimated_bytes() >= target_file_bytes {
+        if new_key && builder.entries() > 0 && builder.estimated_bytes() >= cut_bytes {
             // The full builder's buffer comes back (once its table is
             // written) before the next one takes it.
             emit(finish(std::mem::take(&mut builder)))?;
             builder = new_builder();
+            cut_bytes = target_file_bytes.min(room_bytes());
             outputs += 1;
         }
         builder.add(e);

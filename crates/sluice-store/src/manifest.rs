@@ -649,6 +649,12 @@ impl Manifest {
             .sum()
     }
 
+    /// Blocks of the largest extent device `k` of the set can give now.
+    pub fn largest_free_on(&self, k: usize) -> u64 {
+        let (_, first, end) = self.dev.member(k);
+        self.state.allocator.largest_free_within(first, end)
+    }
+
     /// Returns an extent taken with [`Manifest::allocate`] whose `Alloc`
     /// edit was never logged (its table was abandoned).
     pub fn release_unlogged(&mut self, extent: Extent) -> Result<()> {

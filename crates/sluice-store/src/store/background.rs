@@ -49,6 +49,7 @@ impl Inner {
             &job,
             &snapshots,
             inner.config.compaction.target_file_bytes,
+            &|| self.table_room_bytes(),
             &inner.table_buffers,
             &mut |t| {
                 placed.push(self.place(job.keyspace, t, false)?);

@@ -143,48 +143,9 @@ impl Inner {
                 // Dropped since these writes were made.
                 continue;
             }
-            // The memtable's size is above its tables' (it counts each
-            // key's bookkeeping too): room enough, and only touched pages
-            // are ever faulted in.
-            let mut b = TableBuilder::with_buffer(
-                inner.table_buffers.take(frozen_guard.approximate_bytes()),
-            );
-            // Only the newest version of a key in each snapshot stripe goes
-            // to the table, as compaction keeps them: an overwritten hot
-            // key costs the flush one entry, not one per write.
-            let (mut last_key, mut last_stripe, mut any) = (Vec::new(), 0usize, false);
-            frozen_guard.chunk(
-                ks,
-                &[],
-                None,
-                false,
-                None,
-                usize::MAX,
-                &mut |key, seq, kind, value| {
-                    let stripe = compaction::stripe(&snapshots, seq);
-                    if any && last_key == key && last_stripe == stripe {
-                        return;
-                    }
-                    last_key.clear();
-                    last_key.extend_from_slice(key);
-                    (last_stripe, any) = (stripe, true);
-                    b.add_version(key, seq, kind, value);
-                },
-            );
-            for t in frozen_guard.range_tombstones(ks) {
-                b.add_range_tombstone(t);
-            }
-            let built = b.finish();
-            // Warmed only while one table takes at most a quarter of the
-            // cache, so a flush never empties it.
-            let data_bytes = built.index_offset_blocks as usize * STORE_BLOCK_BYTES;
-            let warm = data_bytes <= inner.cache.capacity_bytes() / 4;
-            match self.place(ks, built, warm) {
-                Ok(p) => placed.push(p),
-                Err(e) => {
-                    self.unplace(&placed.iter().flat_map(Placed::extents).collect::<Vec<_>>());
-                    return Err(e);
-                }
+            if let Err(e) = self.flush_keyspace(&frozen_guard, ks, &snapshots, &mut placed) {
+                self.unplace(&placed.iter().flat_map(Placed::extents).collect::<Vec<_>>());
+                return Err(e);
             }
         }
         drop(frozen_guard);
@@ -213,6 +174,77 @@ impl Inner {
         }
         inner.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Writes one keyspace of a frozen memtable to level-0 tables, pushed
+    /// to `placed`: one table, or several with adjacent key ranges when
+    /// the device has no free run long enough for one
+    /// ([`Inner::table_room_bytes`]).
+    fn flush_keyspace(
+        &self,
+        frozen: &Memtable,
+        ks: u32,
+        snapshots: &[u64],
+        placed: &mut Vec<Placed>,
+    ) -> Result<()> {
+        // The memtable's size is above its tables' (it counts each key's
+        // bookkeeping too): room enough, and only touched pages are ever
+        // faulted in.
+        let buffer_bytes = frozen.approximate_bytes();
+        let new_builder = || TableBuilder::with_buffer(self.table_buffers.take(buffer_bytes));
+        // Range tombstones go to every table of the flush, as compaction
+        // puts them in every output.
+        let tombstones = frozen.range_tombstones(ks);
+        let mut place = |mut b: TableBuilder| -> Result<()> {
+            for t in &tombstones {
+                b.add_range_tombstone(t.clone());
+            }
+            let built = b.finish();
+            // Warmed only while one table takes at most a quarter of the
+            // cache, so a flush never empties it.
+            let data_bytes = built.index_offset_blocks as usize * STORE_BLOCK_BYTES;
+            let warm = data_bytes <= self.cache.capacity_bytes() / 4;
+            placed.push(self.place(ks, built, warm)?);
+            Ok(())
+        };
+        let mut b = new_builder();
+        let mut cut_bytes = self.table_room_bytes();
+        let mut failed = None;
+        // Only the newest version of a key in each snapshot stripe goes to
+        // the table, as compaction keeps them: an overwritten hot key
+        // costs the flush one entry, not one per write.
+        let (mut last_key, mut last_stripe, mut any) = (Vec::new(), 0usize, false);
+        frozen.chunk(
+            ks,
+            &[],
+            None,
+            false,
+            None,
+            usize::MAX,
+            &mut |key, seq, kind, value| {
+                let stripe = compaction::stripe(snapshots, seq);
+                let new_key = !any || last_key != key;
+                if failed.is_some() || (!new_key && last_stripe == stripe) {
+                    return;
+                }
+                // Never cut between two versions of one key.
+                if new_key && b.entries() > 0 && b.estimated_bytes() >= cut_bytes {
+                    if let Err(e) = place(std::mem::replace(&mut b, new_builder())) {
+                        failed = Some(e);
+                        return;
+                    }
+                    cut_bytes = self.table_room_bytes();
+                }
+                last_key.clear();
+                last_key.extend_from_slice(key);
+                (last_stripe, any) = (stripe, true);
+                b.add_version(key, seq, kind, value);
+            },
+        );
+        match failed {
+            Some(e) => Err(e),
+            None => place(b),
+        }
     }
 
     /// Drops the retired memtables no reader holds any more (each one's
@@ -331,6 +363,27 @@ impl Inner {
     /// has one device (or the table no data blocks); else the data blocks
     /// on the next data device in turn (the others if it is full) and the
     /// rest on the first device.
+    /// Bytes a table may reach and still find one extent now: three
+    /// quarters of the largest free run where tables' data goes (its
+    /// index, filter and footer, and the versions of its last key past the
+    /// cut, take the rest). On a fragmented device, flushes and
+    /// compactions cut their tables to it rather than fail for want of
+    /// one long run while the free space is there.
+    pub(super) fn table_room_bytes(&self) -> usize {
+        let manifest = lock(&self.manifest);
+        let data_devices = self.dev.device_count() - 1;
+        let blocks = if data_devices == 0 {
+            manifest.largest_free_on(0)
+        } else {
+            (1..=data_devices)
+                .map(|k| manifest.largest_free_on(k))
+                .max()
+                .unwrap_or(0)
+        };
+        let bytes = usize::try_from(blocks).unwrap_or(usize::MAX / 2);
+        (bytes.saturating_mul(STORE_BLOCK_BYTES) / 4 * 3).max(STORE_BLOCK_BYTES)
+    }
+
     fn allocate_table(&self, t: &BuiltTable) -> Result<(Extent, Option<Extent>)> {
         let blocks = (t.bytes.len() / STORE_BLOCK_BYTES) as u64;
         let data_blocks = t.index_offset_blocks as u64;

@@ -18,6 +18,8 @@ mod background;
 pub mod config;
 mod fill;
 mod flush;
+#[cfg(test)]
+mod fragmented_tests;
 mod keyspaces;
 mod open;
 pub mod read;
