@@ -193,7 +193,13 @@ fn accept_loop(
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5))
+                // Woken the moment a connection arrives; `shutdown` is
+                // looked at each interval.
+                use std::os::fd::AsFd;
+                if let Err(e) = sluice_io::shm::wait_readable(listener.as_fd(), POLL_INTERVAL) {
+                    log::warn!("http accept: waiting for a connection: {e}");
+                    std::thread::sleep(POLL_INTERVAL);
+                }
             }
             Err(e) => {
                 log::warn!("http accept: {e}");

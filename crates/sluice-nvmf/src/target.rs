@@ -333,6 +333,10 @@ impl SetupSlots {
 /// header (a TLS record header and more are as long).
 const TALKING_BYTES: usize = 8;
 
+/// How long the accept loop waits for a connection before it looks at
+/// its stop flag again.
+const ACCEPT_WAIT: Duration = Duration::from_millis(100);
+
 /// The share of the connection limit that connections still setting up
 /// may take (a quarter, at least one).
 pub fn setup_slots_for(max_connections: usize) -> usize {
@@ -365,7 +369,11 @@ where
         let stream = match listener.accept() {
             Ok((s, _)) => s,
             Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(20));
+                // Woken the moment a connection arrives (a sleep here put
+                // up to its length on every session's setup); `stop` is
+                // looked at each interval.
+                use std::os::fd::AsFd;
+                sluice_io::shm::wait_readable(listener.as_fd(), ACCEPT_WAIT)?;
                 continue;
             }
             Err(e) => return Err(e),
