@@ -637,8 +637,11 @@ impl fmt::Display for CmpOp {
     }
 }
 
-/// Prints a predicate in the language [`parse`] reads, every compound
-/// part in parentheses.
+/// Prints a predicate in the language [`parse`] reads, with parentheses
+/// only where the predicate needs them (an OR inside an AND, an AND or OR
+/// inside a NOT, a part of the same kind as the whole): each stands for
+/// one the parsed text had, so the printed text nests no deeper than the
+/// text it came from and parses back within [`MAX_DEPTH`].
 impl fmt::Display for Predicate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let join = |f: &mut fmt::Formatter<'_>, parts: &[Predicate], word: &str| {
@@ -646,7 +649,18 @@ impl fmt::Display for Predicate {
                 if i > 0 {
                     write!(f, " {word} ")?;
                 }
-                write!(f, "({p})")?;
+                // AND binds tighter than OR; a part of the whole's own kind
+                // was parenthesized (else it would have been flattened).
+                let grouped = match (self, p) {
+                    (Predicate::And(_), Predicate::And(_) | Predicate::Or(_)) => true,
+                    (Predicate::Or(_), Predicate::Or(_)) => true,
+                    _ => false,
+                };
+                if grouped {
+                    write!(f, "({p})")?;
+                } else {
+                    write!(f, "{p}")?;
+                }
             }
             Ok(())
         };
@@ -674,7 +688,10 @@ impl fmt::Display for Predicate {
             Predicate::Exists(path) => write!(f, "EXISTS {path}"),
             Predicate::And(parts) => join(f, parts, "AND"),
             Predicate::Or(parts) => join(f, parts, "OR"),
-            Predicate::Not(p) => write!(f, "NOT ({p})"),
+            Predicate::Not(p) => match **p {
+                Predicate::And(_) | Predicate::Or(_) => write!(f, "NOT ({p})"),
+                _ => write!(f, "NOT {p}"),
+            },
         }
     }
 }

@@ -152,6 +152,38 @@ fn errors_name_the_column_and_what_was_expected() {
         .contains("more than 256 tests"));
 }
 
+/// Found by the predicate fuzz target: 32 NOTs in a row parsed (each NOT
+/// one level), then printed as `NOT (NOT (...))` (two levels each) and no
+/// longer parsed back. Printing puts parentheses only where the predicate
+/// needs them, so text at the depth limit prints back within it.
+#[test]
+fn a_predicate_at_the_depth_limit_prints_back_within_it() {
+    let nots = format!("{}a = 1", "NOT ".repeat(63));
+    let mixed = {
+        // Each level: an OR whose last part is an AND holding the next
+        // level in parentheses (one parenthesis a level in the text, an
+        // OR and an AND in the predicate).
+        let mut text = "a = 1".to_string();
+        for i in 0..31 {
+            text = format!("b = {i} OR c = {i} AND NOT ({text})");
+        }
+        text
+    };
+    for text in [nots, mixed] {
+        let p = parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        let printed = p.to_string();
+        assert!(printed.len() <= text.len(), "{printed}");
+        let again = parse(&printed).unwrap_or_else(|e| panic!("{printed:?}: {e}"));
+        assert_eq!(again, p);
+    }
+    assert_eq!(
+        parse("NOT NOT (a = 1 OR b = 2) AND (c = 3 AND d = 4) AND (e = 5 OR f = 6)")
+            .unwrap()
+            .to_string(),
+        "NOT NOT (a = 1 OR b = 2) AND (c = 3 AND d = 4) AND (e = 5 OR f = 6)"
+    );
+}
+
 // Generated documents and predicates over a few fields with small value
 // pools, so that equalities and ranges hit often.
 
