@@ -651,11 +651,11 @@ impl fmt::Display for Predicate {
                 }
                 // AND binds tighter than OR; a part of the whole's own kind
                 // was parenthesized (else it would have been flattened).
-                let grouped = match (self, p) {
-                    (Predicate::And(_), Predicate::And(_) | Predicate::Or(_)) => true,
-                    (Predicate::Or(_), Predicate::Or(_)) => true,
-                    _ => false,
-                };
+                let grouped = matches!(
+                    (self, p),
+                    (Predicate::And(_), Predicate::And(_) | Predicate::Or(_))
+                        | (Predicate::Or(_), Predicate::Or(_))
+                );
                 if grouped {
                     write!(f, "({p})")?;
                 } else {
