@@ -384,11 +384,25 @@ impl Inner {
         (bytes.saturating_mul(STORE_BLOCK_BYTES) / 4 * 3).max(STORE_BLOCK_BYTES)
     }
 
+    /// Allocates a table's extents, and updates the free-space figures
+    /// writes look at at once: a compaction places its outputs long before
+    /// it logs them, and writes must be refused for room while it is
+    /// taking the room, not after (a flush would find none left).
     fn allocate_table(&self, t: &BuiltTable) -> Result<(Extent, Option<Extent>)> {
+        let mut manifest = lock(&self.manifest);
+        let allocated = self.allocate_table_in(&mut manifest, t);
+        self.note_free_space(&manifest);
+        allocated
+    }
+
+    fn allocate_table_in(
+        &self,
+        manifest: &mut Manifest,
+        t: &BuiltTable,
+    ) -> Result<(Extent, Option<Extent>)> {
         let blocks = (t.bytes.len() / STORE_BLOCK_BYTES) as u64;
         let data_blocks = t.index_offset_blocks as u64;
         let data_devices = self.dev.device_count() - 1;
-        let mut manifest = lock(&self.manifest);
         if data_devices == 0 || data_blocks == 0 {
             return Ok((manifest.allocate(blocks)?, None));
         }
@@ -417,6 +431,7 @@ impl Inner {
             // unless the allocator is broken, and then reopening reclaims.
             let _ = manifest.release_unlogged(*e);
         }
+        self.note_free_space(&manifest);
     }
 
     /// Logs placed tables at `level` (with `removed` and `extra` edits) as
