@@ -359,10 +359,6 @@ impl Inner {
         })
     }
 
-    /// Extents for a built table: one on the first device when the store
-    /// has one device (or the table no data blocks); else the data blocks
-    /// on the next data device in turn (the others if it is full) and the
-    /// rest on the first device.
     /// Bytes a table may reach and still find one extent now: three
     /// quarters of the largest free run where tables' data goes (its
     /// index, filter and footer, and the versions of its last key past the
@@ -384,10 +380,11 @@ impl Inner {
         (bytes.saturating_mul(STORE_BLOCK_BYTES) / 4 * 3).max(STORE_BLOCK_BYTES)
     }
 
-    /// Allocates a table's extents, and updates the free-space figures
-    /// writes look at at once: a compaction places its outputs long before
-    /// it logs them, and writes must be refused for room while it is
-    /// taking the room, not after (a flush would find none left).
+    /// Allocates a table's extents ([`Inner::allocate_table_in`]) and
+    /// updates the free-space figures writes look at at once: a compaction
+    /// places its outputs long before it logs them, and writes must be
+    /// refused for room while it is taking the room, not after (a flush
+    /// would find none left).
     fn allocate_table(&self, t: &BuiltTable) -> Result<(Extent, Option<Extent>)> {
         let mut manifest = lock(&self.manifest);
         let allocated = self.allocate_table_in(&mut manifest, t);
@@ -395,6 +392,10 @@ impl Inner {
         allocated
     }
 
+    /// Extents for a built table: one on the first device when the store
+    /// has one device (or the table no data blocks); else the data blocks
+    /// on the next data device in turn (the others if it is full) and the
+    /// rest on the first device.
     fn allocate_table_in(
         &self,
         manifest: &mut Manifest,

@@ -177,10 +177,11 @@ struct Inner {
     reserve_blocks: u64,
     /// Whether free space went below `reserve_blocks` and has not yet come
     /// back above half as much again (`flush::resume_blocks`), as the last
-    /// manifest group left it: writes that add data are refused while it
-    /// holds.
+    /// table allocation or manifest group left it: writes that add data are
+    /// refused while it holds.
     space_low: AtomicBool,
-    /// Free store blocks as the last manifest group left them.
+    /// Free store blocks as the last table allocation or manifest group
+    /// left them.
     free_blocks_hint: AtomicU64,
     /// Why the last flush failed, until one succeeds (the background
     /// thread retries each second); `flush_failing` says so without it.
