@@ -2,7 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use sluice_io::{Device, FileDevice, FileOptions};
-use sluice_server::db::Db;
+use sluice_redis::db::Db;
 use sluice_server::resp::Limits;
 use sluice_server::server::{Durability, Server, ServerConfig};
 use sluice_server::session::Users;

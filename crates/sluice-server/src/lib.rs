@@ -10,11 +10,9 @@
 //!   selectors, the check before each command, ACL LOG, the ACL file;
 //! - [`session`]: a connection's own commands (PING, ECHO, HELLO, AUTH,
 //!   SELECT, QUIT, RESET, CLIENT ID/SETNAME/GETNAME);
-//! - [`db`]: Redis's keyspace on two store keyspaces (docs/FORMAT.md,
-//!   "Serving keyspace"), stripe locks, WATCH counters, SCAN cursors and
-//!   the expiry sweep;
-//! - [`commands`]: strings, keys and expiry, hashes, with Redis 7's
-//!   checks and texts, and the transaction overlay EXEC runs in;
+//! - [`commands`]: strings, keys and expiry, hashes, lists, sets, with
+//!   Redis 7's checks and texts, over the data model of `sluice-redis`
+//!   (records, members, expiry, the transaction overlay EXEC runs in);
 //! - [`server`]: the thread-per-core server on `sluice_io::net` rings,
 //!   durability modes, limits, MULTI/EXEC, INFO, shutdown.
 //!
@@ -25,7 +23,6 @@
 
 pub mod acl;
 pub mod commands;
-pub mod db;
 pub mod resp;
 pub mod server;
 pub mod session;

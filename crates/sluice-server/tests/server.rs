@@ -638,7 +638,7 @@ fn expired_keys_nobody_reads_are_swept_from_the_store() {
     assert_eq!(c.call(&[b"PEXPIRE", b"extended", b"600000"]), b":1\r\n");
     let long_key = vec![b'L'; 8190];
     assert_eq!(c.call(&[b"SET", &long_key, b"v", b"PX", b"50"]), b"+OK\r\n");
-    let db = sluice_server::db::Db::open(server.store.clone()).unwrap();
+    let db = sluice_redis::db::Db::open(server.store.clone()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let stored = db.keys_from(b"", 1000).unwrap();
@@ -860,7 +860,7 @@ fn info_fields(c: &mut Client, section: &[u8]) -> std::collections::HashMap<Stri
 
 /// Runs one data command on `db` as a connection would (name in lower
 /// case, arity checked by the caller's choice of commands).
-fn run_on(db: &sluice_server::db::Db, args: &[&str]) -> Reply {
+fn run_on(db: &sluice_redis::db::Db, args: &[&str]) -> Reply {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -871,15 +871,15 @@ fn run_on(db: &sluice_server::db::Db, args: &[&str]) -> Reply {
     sluice_server::commands::execute(&mut ctx, &name, &args)
 }
 
-/// SET skips reading a key's old entry when the filter of hash keys says
-/// it holds no hash; hashes stored before the keyspace was opened are put
-/// in that filter by the scan at open, so a SET over one still removes
-/// its fields (a new hash at the key must not find them again).
+/// SET skips reading a key's old record when the filter of collection
+/// keys says it holds none; hashes stored before the keyspace was opened
+/// are put in that filter by the scan at open, so a SET over one still
+/// removes its fields.
 #[test]
 fn set_over_a_hash_stored_before_open_removes_its_fields() {
     let store = common::small_store();
     {
-        let db = sluice_server::db::Db::open(store.clone()).unwrap();
+        let db = sluice_redis::db::Db::open(store.clone()).unwrap();
         for i in 0..40 {
             let key = format!("hash{i}");
             assert_eq!(
@@ -892,16 +892,16 @@ fn set_over_a_hash_stored_before_open_removes_its_fields() {
             Reply::Simple("OK".into())
         );
     }
-    let db = sluice_server::db::Db::open(store.clone()).unwrap();
+    let db = sluice_redis::db::Db::open(store.clone()).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !db.hash_filter_complete() {
+    while !db.collection_filter_complete() {
         assert!(Instant::now() < deadline, "the scan of stored hashes ended");
         std::thread::sleep(Duration::from_millis(5));
     }
     for i in 0..40 {
-        assert!(db.may_hold_hash(format!("hash{i}").as_bytes()));
+        assert!(db.may_hold_collection(format!("hash{i}").as_bytes()));
     }
-    assert!(!db.may_hold_hash(b"plain"), "a string is not in the filter");
+    assert!(!db.may_hold_collection(b"plain"), "a string is not in the filter");
     for i in 0..40 {
         let key = format!("hash{i}");
         assert_eq!(
@@ -922,11 +922,17 @@ fn set_over_a_hash_stored_before_open_removes_its_fields() {
     }
     // A hash made after open marks itself.
     assert_eq!(run_on(&db, &["HSET", "late", "f", "v"]), Reply::Integer(1));
-    assert!(db.may_hold_hash(b"late"));
+    assert!(db.may_hold_collection(b"late"));
     assert_eq!(
         run_on(&db, &["SET", "late", "s"]),
         Reply::Simple("OK".into())
     );
     assert_eq!(run_on(&db, &["DEL", "late"]), Reply::Integer(1));
     assert_eq!(run_on(&db, &["HLEN", "late"]), Reply::Integer(0));
+    // Only the 40 new hashes' one field each is left: every field a SET
+    // replaced went with it (a new object id alone would hide them).
+    let members = store.keyspace(sluice_redis::db::MEMBERS_KEYSPACE).unwrap();
+    let all = (std::ops::Bound::Unbounded::<&[u8]>, std::ops::Bound::Unbounded);
+    let left = store.iter(members, all, &store.snapshot(), false).count();
+    assert_eq!(left, 40, "member entries left");
 }

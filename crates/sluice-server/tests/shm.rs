@@ -194,7 +194,7 @@ fn a_second_server_on_a_live_socket_is_refused_and_a_stale_one_replaced() {
         shm: Some(ShmSettings::at(&path)),
         ..ServerConfig::default()
     };
-    let db = std::sync::Arc::new(sluice_server::db::Db::open(small_store()).unwrap());
+    let db = std::sync::Arc::new(sluice_redis::db::Db::open(small_store()).unwrap());
     let err = sluice_server::server::Server::start(
         db,
         ServerConfig {

@@ -12,7 +12,7 @@ pub(super) fn del(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         if let Some(e) = ctx.get_raw(key)? {
             if seen.insert(key) {
                 ctx.remove(&mut batch, key, &e.value)?;
-                removed += i64::from(!e.expired(ctx.now_ms));
+                removed += i64::from(!e.expired(ctx.now_ms()));
             }
         }
     }
@@ -33,21 +33,22 @@ pub(super) fn type_of(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     Ok(Reply::Simple(name.into()))
 }
 
-/// Copies `from`'s value (and a hash's fields) to `to` in `batch`.
+/// Copies `from`'s value to `to` in `batch`: a collection's members under
+/// a new object id.
 fn copy_value(
     ctx: &Ctx<'_>,
     batch: &mut DbBatch<'_>,
-    from: &[u8],
     entry: &Entry,
     to: &[u8],
 ) -> Result<(), StoreError> {
-    batch.put(to, entry)?;
-    if let Value::Hash { .. } = entry.value {
-        for (field, value) in ctx.fields(from)? {
-            batch.put_field(to, &field, &value)?;
-        }
+    let Some(c) = entry.value.collection() else {
+        return batch.put(to, entry);
+    };
+    let id = ctx.db().new_id()?;
+    for (sub, member) in ctx.all_members(c.id)? {
+        batch.put_member(to, id, &sub, &member)?;
     }
-    Ok(())
+    batch.put_new(to, &entry.with_id(id))
 }
 
 /// Removes whatever `key` holds (live or expired) in `batch`.
@@ -70,10 +71,11 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     if nx && ctx.get(to)?.is_some() {
         return Ok(int(0));
     }
+    // The record moves; a collection's members stay under its object id.
     let mut batch = ctx.batch();
     clear(ctx, &mut batch, to)?;
-    copy_value(ctx, &mut batch, from, &entry, to)?;
-    ctx.remove(&mut batch, from, &entry.value)?;
+    batch.remove_record(from, &entry.value)?;
+    batch.put_new(to, &entry)?;
     ctx.commit(batch)?;
     Ok(if nx { int(1) } else { ok() })
 }
@@ -119,7 +121,7 @@ pub(super) fn copy(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     }
     let mut batch = ctx.batch();
     clear(ctx, &mut batch, to)?;
-    copy_value(ctx, &mut batch, from, &entry, to)?;
+    copy_value(ctx, &mut batch, &entry, to)?;
     ctx.commit(batch)?;
     Ok(int(1))
 }
@@ -132,7 +134,7 @@ type KeysPage = (Vec<(Vec<u8>, Entry)>, Option<Vec<u8>>);
 fn live_keys(ctx: &Ctx<'_>, start: &[u8], limit: usize) -> Result<KeysPage, StoreError> {
     let mut found = ctx.keys_from(start, limit + 1)?;
     let next = (found.len() > limit).then(|| found.pop().map(|(k, _)| k));
-    found.retain(|(_, e)| !e.expired(ctx.now_ms));
+    found.retain(|(_, e)| !e.expired(ctx.now_ms()));
     Ok((found, next.flatten()))
 }
 
@@ -209,7 +211,7 @@ pub(super) fn scan(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let o = parse_scan_options(args, 2, true)?;
     let start = match cursor {
         0 => Vec::new(),
-        c => ctx.db.cursor(c).ok_or_else(|| fail("ERR invalid cursor"))?,
+        c => ctx.db().cursor(c).ok_or_else(|| fail("ERR invalid cursor"))?,
     };
     let (found, next) = live_keys(ctx, &start, o.count)?;
     let keys = found
@@ -222,7 +224,7 @@ pub(super) fn scan(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         })
         .map(|(k, _)| Reply::Bulk(k))
         .collect();
-    let next_cursor = next.map_or(0, |n| ctx.db.save_cursor(n));
+    let next_cursor = next.map_or(0, |n| ctx.db().save_cursor(n));
     Ok(Reply::Array(vec![
         Reply::Bulk(next_cursor.to_string().into_bytes()),
         Reply::Array(keys),
@@ -326,7 +328,7 @@ fn expire_generic(
         ctx.commit(batch)?;
         return Ok(int(0));
     }
-    if when <= ctx.now_ms as i64 {
+    if when <= ctx.now_ms() as i64 {
         ctx.remove(&mut batch, key, &entry.value)?;
     } else {
         batch.put(
@@ -342,12 +344,12 @@ fn expire_generic(
 }
 
 pub(super) fn expire(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let now = ctx.now_ms as i64;
+    let now = ctx.now_ms() as i64;
     expire_generic(ctx, args, now, true, "expire")
 }
 
 pub(super) fn pexpire(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let now = ctx.now_ms as i64;
+    let now = ctx.now_ms() as i64;
     expire_generic(ctx, args, now, false, "pexpire")
 }
 
@@ -371,7 +373,7 @@ fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], millis: bool, absolute: bool) -> O
     let ttl = if absolute {
         at
     } else {
-        (at - ctx.now_ms as i64).max(0)
+        (at - ctx.now_ms() as i64).max(0)
     };
     Ok(int(if millis { ttl } else { (ttl + 500) / 1000 }))
 }

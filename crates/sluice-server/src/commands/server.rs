@@ -16,5 +16,5 @@ pub(super) fn time(_ctx: &mut Ctx<'_>, _args: &Args) -> Outcome {
 /// sent (or within the durability mode's window), so the last "save" is
 /// now, to the second.
 pub(super) fn lastsave(ctx: &mut Ctx<'_>, _args: &Args) -> Outcome {
-    Ok(int((ctx.now_ms / 1000) as i64))
+    Ok(int((ctx.now_ms() / 1000) as i64))
 }

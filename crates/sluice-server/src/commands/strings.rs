@@ -132,12 +132,8 @@ fn store_string(
         Expiry::Keep => old.map_or(0, |e| e.expire_at_ms),
         Expiry::At(ms) => ms,
     };
-    if let Some(Entry {
-        value: old_value @ Value::Hash { .. },
-        ..
-    }) = old
-    {
-        ctx.remove(&mut batch, key, old_value)?;
+    if let Some(old) = old.filter(|e| e.value.collection().is_some()) {
+        ctx.remove(&mut batch, key, &old.value)?;
     }
     batch.put(
         key,
@@ -209,7 +205,7 @@ pub(super) fn get(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 
 pub(super) fn set(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let o = parse_options(args, true)?;
-    let expiry = set_expiry(&o, ctx.now_ms, "set")?;
+    let expiry = set_expiry(&o, ctx.now_ms(), "set")?;
     set_generic(ctx, &args[1], &args[2], &o, expiry, None)
 }
 
@@ -267,7 +263,7 @@ pub(super) fn setnx(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 }
 
 fn set_with_expiry(ctx: &mut Ctx<'_>, args: &Args, unit: Unit, command: &str) -> Outcome {
-    let at = expire_at(&args[2], unit, false, ctx.now_ms, command)?;
+    let at = expire_at(&args[2], unit, false, ctx.now_ms(), command)?;
     let o = Options::default();
     set_generic(ctx, &args[1], &args[3], &o, Expiry::At(at), None)
 }
@@ -327,7 +323,7 @@ pub(super) fn getex(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         Some(_) => return Err(fail(WRONGTYPE)),
     };
     let expiry = match o.expire {
-        Some((v, unit, absolute)) => Some(expire_at(v, unit, absolute, ctx.now_ms, "getex")?),
+        Some((v, unit, absolute)) => Some(expire_at(v, unit, absolute, ctx.now_ms(), "getex")?),
         None => None,
     };
     let new_expiry = match (expiry, o.persist) {

@@ -360,7 +360,7 @@ pub(super) fn misses(
         push(db.miss_of_key(reads, key));
     }
     for field in fields {
-        push(db.miss_of_field(reads, &args[1], field));
+        push(db.miss_of_member(reads, &args[1], field));
     }
     out
 }

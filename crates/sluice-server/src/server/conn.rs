@@ -1,6 +1,6 @@
 //! One client connection's state on its worker.
 
-use crate::db::Watched;
+use sluice_redis::db::Watched;
 use crate::resp::reply::{blob_header, BLOB_HEADER_MAX_BYTES};
 use crate::resp::{Limits, Reply, RequestReader};
 use crate::session::Session;

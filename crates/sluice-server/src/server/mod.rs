@@ -29,7 +29,7 @@ pub use clients::{ClientEntry, Clients};
 pub use durability::Durability;
 pub use shm::ShmSettings;
 
-use crate::db::Db;
+use sluice_redis::db::Db;
 use crate::resp::Limits;
 use crate::session::Users;
 use std::net::SocketAddr;

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test file uses part of it
 
 use sluice_io::{Device, MemoryDevice};
-use sluice_server::db::Db;
+use sluice_redis::db::Db;
 use sluice_server::resp::Reply;
 use sluice_server::server::{Durability, Server, ServerConfig};
 use sluice_store::{Store, StoreConfig};

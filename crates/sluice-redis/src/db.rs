@@ -2,168 +2,94 @@
 //! how a command reads and changes it. The layout is written down in
 //! docs/FORMAT.md ("Serving keyspace").
 //!
-//! - keyspace `redis.keys`: user key → `[type u8][expire_at_ms u64 LE]
-//!   [payload]`; a string's payload is its bytes, a hash's its field count
-//!   (u64 LE);
-//! - keyspace `redis.fields`: `[key length u32 BE][key][field]` → value,
-//!   one entry per hash field; a hash's fields go with one range delete.
-//! - keyspace `redis.expires`: `[expire_at_ms u64 BE][key]` → empty, one
-//!   entry per expiry ever set, in time order, so the background sweep
-//!   reads only keys whose time has come (an entry whose key has since
-//!   changed is dropped when the sweep reaches it).
+//! - `redis.keys`: Redis key → record ([`Entry`]): type, expiry, a
+//!   string's bytes or a collection's object id and size;
+//! - `redis.members`: `[object id u64 BE][sub-key]` → a member, for every
+//!   collection (hash fields, list items, set and sorted-set members);
+//! - `redis.expires`: `[expire_at_ms u64 BE][key]` → empty, one entry per
+//!   expiry ever set, in time order, so the background sweep reads only
+//!   keys whose time has come (an entry whose key has since changed is
+//!   dropped when the sweep reaches it);
+//! - `redis.collections`: `[database u8][key]` → empty for each key that
+//!   holds a collection; `redis.meta`: the object id ceiling.
 //!
-//! A filter of the keys that may hold a hash ([`Db::may_hold_hash`]) lets
-//! SET overwrite a key without reading its old entry: only a hash's
-//! fields need removing with it, and a key the filter has never seen as a
-//! hash holds none. It lives in memory; at open a background scan of the
-//! hash fields fills it, and until then every SET reads.
+//! A filter of the keys that may hold a collection
+//! ([`Db::may_hold_collection`]) lets SET overwrite a key without reading
+//! its old record: only a collection's members need removing with it, and
+//! a key the filter has never seen as a collection holds none. It lives
+//! in memory; at open a background scan of `redis.collections` fills it,
+//! and until then every SET reads.
 //!
 //! Reads take no lock. Commands that read and then write (INCR, SET NX,
 //! HSET, ...) hold the key's stripe lock from the read to the write, so
 //! two threads cannot interleave on one key; a command on several keys
 //! takes their stripes in order.
 
+use crate::record::{Entry, Read, Value};
 use sluice_store::{
-    Found, Logged, ReadCache, Snapshot, Store, StoreError, ValueFormat, WriteBatch,
+    Found, Logged, ReadCache, Snapshot, Store, StoreError, StoreIter, ValueFormat, WriteBatch,
 };
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Name of the keyspace holding every key's type, expiry and string value.
+/// Name of the keyspace holding every key's record.
 pub const KEYS_KEYSPACE: &str = "redis.keys";
-/// Name of the keyspace holding hash fields.
-pub const FIELDS_KEYSPACE: &str = "redis.fields";
+/// Name of the keyspace holding every collection's members.
+pub const MEMBERS_KEYSPACE: &str = "redis.members";
 /// Name of the keyspace indexing keys by expiry time.
 pub const EXPIRES_KEYSPACE: &str = "redis.expires";
+/// Name of the keyspace listing the keys that hold a collection.
+pub const COLLECTIONS_KEYSPACE: &str = "redis.collections";
+/// Name of the keyspace of the keyspace's own records (the id ceiling).
+pub const META_KEYSPACE: &str = "redis.meta";
+/// Name of the keyspace hash fields were kept in before object ids
+/// (docs/FORMAT.md, "Upgrade from the layout with `redis.fields`").
+pub const LEGACY_FIELDS_KEYSPACE: &str = "redis.fields";
 /// Stripe locks for read-modify-write commands.
 const STRIPES: usize = 1024;
-const HEADER_BYTES: usize = 9;
+/// `redis.meta`'s key of the object id ceiling.
+const ID_CEILING_KEY: &[u8] = b"id_ceiling";
+/// How far each write of the ceiling raises it.
+const ID_CEILING_STEP: u64 = 65536;
+/// The database byte of `redis.collections` keys (one database so far).
+const DATABASE_ZERO: u8 = 0;
 
-/// What a key holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
-    /// A string.
-    String(Vec<u8>),
-    /// A hash with this many fields (the fields live in `redis.fields`).
-    Hash {
-        /// Number of fields.
-        len: u64,
-    },
-}
-
-impl Value {
-    /// The type name TYPE prints.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Value::String(_) => "string",
-            Value::Hash { .. } => "hash",
-        }
-    }
-}
-
-/// A key's value and expiry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// The value.
-    pub value: Value,
-    /// Unix time in ms at which it expires; 0: never.
-    pub expire_at_ms: u64,
-}
-
-impl Entry {
-    /// A string that never expires.
-    pub fn string(bytes: Vec<u8>) -> Entry {
-        Entry {
-            value: Value::String(bytes),
-            expire_at_ms: 0,
-        }
-    }
-
-    /// Hands `f` the record as pieces laid one after the other (its header,
-    /// then the payload), so that a batch copies it once.
-    fn with_pieces<R>(&self, f: impl FnOnce(&[&[u8]]) -> R) -> R {
-        let mut header = [0u8; HEADER_BYTES];
-        header[1..].copy_from_slice(&self.expire_at_ms.to_le_bytes());
-        match &self.value {
-            Value::String(s) => f(&[&header, s]),
-            Value::Hash { len } => {
-                header[0] = 1;
-                f(&[&header, &len.to_le_bytes()])
-            }
-        }
-    }
-
-    /// [`Entry::with_pieces`] of a string `value` with no expiry.
-    fn with_string_pieces<R>(value: &[u8], f: impl FnOnce(&[&[u8]]) -> R) -> R {
-        f(&[&[0u8; HEADER_BYTES], value])
-    }
-
-    fn decode(bytes: &[u8]) -> Result<Entry, StoreError> {
-        Entry::decode_as(bytes, Read::Whole)
-    }
-
-    fn decode_as(bytes: &[u8], read: Read) -> Result<Entry, StoreError> {
-        if let Some((s, expire_at_ms)) = Entry::string_view(bytes)? {
-            let s = match read {
-                Read::Whole => s.to_vec(),
-                Read::Shape => Vec::new(),
-            };
-            return Ok(Entry {
-                value: Value::String(s),
-                expire_at_ms,
-            });
-        }
-        // string_view checked the header and the kind: a hash.
-        let len = sluice_io::codec::u64_at(bytes, HEADER_BYTES)
-            .filter(|_| bytes.len() == HEADER_BYTES + 8)
-            .ok_or_else(|| StoreError::BadInput("a serving key's record is malformed".into()))?;
-        Ok(Entry {
-            value: Value::Hash { len },
-            expire_at_ms: sluice_io::codec::u64_at(bytes, 1).expect("checked"),
-        })
-    }
-
-    /// A record's string value and expiry, borrowed from `bytes`; None if
-    /// it holds another type.
-    pub fn string_view(bytes: &[u8]) -> Result<Option<(&[u8], u64)>, StoreError> {
-        let bad = || StoreError::BadInput("a serving key's record is malformed".into());
-        let expire_at_ms = sluice_io::codec::u64_at(bytes, 1).ok_or_else(bad)?;
-        match bytes[0] {
-            0 => Ok(Some((&bytes[HEADER_BYTES..], expire_at_ms))),
-            1 => Ok(None),
-            _ => Err(bad()),
-        }
-    }
-
-    /// Whether it has expired at `now_ms`.
-    pub fn expired(&self, now_ms: u64) -> bool {
-        self.expire_at_ms != 0 && self.expire_at_ms <= now_ms
-    }
-}
-
-/// How much of an entry a read decodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Read {
-    /// All of it.
-    Whole,
-    /// Its type, expiry and a hash's length; a string comes back empty
-    /// (no copy of a value the caller is about to overwrite).
-    Shape,
-}
-
-/// A hash field and its value.
+/// A hash field (or other member) and its value.
 pub type FieldValue = (Vec<u8>, Vec<u8>);
 
-/// Bits of the filter of keys that may hold a hash (512 KiB): with 100,000
-/// hashes about one SET in 40 reads an old entry it did not need to.
-const HASH_KEY_BITS: usize = 1 << 22;
+/// Bits of the filter of keys that may hold a collection (512 KiB): with
+/// 100,000 collections about one SET in 40 reads an old record it did not
+/// need to.
+const COLLECTION_KEY_BITS: usize = 1 << 22;
 
-/// Which keys may hold a hash: one bit per key hash, set before a hash is
-/// written at the key and never cleared (a key that stopped being a hash
-/// only costs its SETs a read). `complete` once the scan at open has
-/// marked every hash stored before it.
-struct HashKeys {
+/// The members' key prefix of collection `id`.
+pub fn member_prefix(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+/// The store key of member `sub` of collection `id`.
+pub fn member_key(id: u64, sub: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + sub.len());
+    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(sub);
+    k
+}
+
+/// `redis.collections`' key of `key`.
+fn collection_index_key(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + key.len());
+    k.push(DATABASE_ZERO);
+    k.extend_from_slice(key);
+    k
+}
+
+/// Which keys may hold a collection: one bit per key hash, set before a
+/// collection is written at the key and never cleared (a key that stopped
+/// being one only costs its SETs a read). `complete` once the scan at open
+/// has marked every collection stored before it.
+struct CollectionKeys {
     bits: Box<[AtomicU64]>,
     /// Whether any bit was ever set: while none is, a SET reads no bit
     /// (each a likely cache miss in half a MiB).
@@ -173,10 +99,10 @@ struct HashKeys {
     stop: AtomicBool,
 }
 
-impl HashKeys {
-    fn new() -> HashKeys {
-        HashKeys {
-            bits: (0..HASH_KEY_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
+impl CollectionKeys {
+    fn new() -> CollectionKeys {
+        CollectionKeys {
+            bits: (0..COLLECTION_KEY_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
             any: AtomicBool::new(false),
             complete: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -184,12 +110,12 @@ impl HashKeys {
     }
 
     fn slot(key: &[u8]) -> (usize, u64) {
-        let bit = (Db::hash(key) as usize) % HASH_KEY_BITS;
+        let bit = (Db::hash(key) as usize) % COLLECTION_KEY_BITS;
         (bit / 64, 1u64 << (bit % 64))
     }
 
     fn mark(&self, key: &[u8]) {
-        let (word, mask) = HashKeys::slot(key);
+        let (word, mask) = CollectionKeys::slot(key);
         self.any.store(true, Ordering::Release);
         self.bits[word].fetch_or(mask, Ordering::AcqRel);
     }
@@ -201,43 +127,32 @@ impl HashKeys {
         if !self.any.load(Ordering::Acquire) {
             return false;
         }
-        let (word, mask) = HashKeys::slot(key);
+        let (word, mask) = CollectionKeys::slot(key);
         self.bits[word].load(Ordering::Acquire) & mask != 0
     }
 
-    /// Marks the key of every hash with fields in `fields` as of a
-    /// snapshot taken now (hashes written later mark themselves), then
-    /// says the filter is complete. Stops early, incomplete, when asked to.
-    fn fill(&self, store: &Store, fields: u32) -> Result<(), StoreError> {
-        let all = (
-            std::ops::Bound::Unbounded::<&[u8]>,
-            std::ops::Bound::Unbounded,
-        );
-        let mut last: Vec<u8> = Vec::new();
-        for item in store.iter(fields, all, &store.snapshot(), false) {
+    /// Marks every key `redis.collections` lists as of a snapshot taken
+    /// now (collections written later mark themselves), then says the
+    /// filter is complete. Stops early, incomplete, when asked to.
+    fn fill(&self, store: &Store, collections: u32) -> Result<(), StoreError> {
+        let all = (Bound::Unbounded::<&[u8]>, Bound::Unbounded);
+        for item in store.iter(collections, all, &store.snapshot(), false) {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            let (field_key, _) = item?;
-            let Some(key) = hash_key_of(&field_key) else {
-                return Err(StoreError::BadInput(
-                    "a hash field's key is malformed".into(),
-                ));
-            };
-            if key != last.as_slice() {
-                self.mark(key);
-                last = key.to_vec();
+            let (index_key, _) = item?;
+            match index_key.split_first() {
+                Some((&DATABASE_ZERO, key)) => self.mark(key),
+                _ => {
+                    return Err(StoreError::BadInput(
+                        "an entry of redis.collections is malformed".into(),
+                    ))
+                }
             }
         }
         self.complete.store(true, Ordering::Release);
         Ok(())
     }
-}
-
-/// The hash key a field key (`[key length u32 BE][key][field]`) belongs to.
-fn hash_key_of(field_key: &[u8]) -> Option<&[u8]> {
-    let len = u32::from_be_bytes(field_key.get(..4)?.try_into().ok()?) as usize;
-    field_key.get(4..4 + len)
 }
 
 /// The keys one connection WATCHes: each one's counter slot and its count
@@ -274,22 +189,32 @@ impl Drop for Watched {
 pub struct Db {
     store: Arc<Store>,
     keys: u32,
-    fields: u32,
+    members: u32,
     expires: u32,
+    collections: u32,
+    meta: u32,
     stripes: Box<[Mutex<()>]>,
     /// Modification counters for WATCH, by key hash.
     versions: Box<[AtomicU64]>,
     /// Connections with a WATCH in force (see [`Watched`]).
     watchers: Arc<AtomicUsize>,
     cursors: Mutex<Cursors>,
-    hash_keys: Arc<HashKeys>,
-    /// The scan that fills `hash_keys` at open.
+    collection_keys: Arc<CollectionKeys>,
+    /// The scan that fills `collection_keys` at open.
     filling: Mutex<Option<std::thread::JoinHandle<()>>>,
+    ids: Mutex<Ids>,
+}
+
+/// The object id counter: ids below `ceiling` may be given without a
+/// write; `ceiling` is what `redis.meta` holds.
+struct Ids {
+    next: u64,
+    ceiling: u64,
 }
 
 impl Drop for Db {
     fn drop(&mut self) {
-        self.hash_keys.stop.store(true, Ordering::Relaxed);
+        self.collection_keys.stop.store(true, Ordering::Relaxed);
         let filling = self.filling.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(handle) = filling.take() {
             let _ = handle.join();
@@ -297,9 +222,9 @@ impl Drop for Db {
     }
 }
 
-/// Hashes of at most this many fields are removed field by field, larger
-/// ones with one range delete.
-pub const SMALL_HASH_FIELDS: u64 = 64;
+/// Collections of at most this many member entries are removed entry by
+/// entry, larger ones with one range delete.
+pub const SMALL_COLLECTION_ENTRIES: u64 = 64;
 
 /// WATCH's modification counters (a key shares one with the keys of the
 /// same hash: a false "modified" is one in this many).
@@ -322,8 +247,8 @@ pub const MAX_CURSORS: usize = 65536;
 ///
 /// Eight bytes at a time, each word mixed in with a multiply and a shift:
 /// FNV's byte at a time took 2% of a worker's time at batch-1 SETs. Only
-/// for locks and counters in memory; `Db::hash`, which hash field keys
-/// hold, stays as it is.
+/// for locks and counters in memory; `Db::hash`, which long keys' expiry
+/// index entries hold, stays as it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyHash(u64);
 
@@ -369,13 +294,6 @@ enum Guards<'a> {
     Many(#[allow(dead_code)] Vec<MutexGuard<'a, ()>>),
 }
 
-/// The field key of `field` in hash `key`.
-fn field_key(key: &[u8], field: &[u8]) -> Vec<u8> {
-    let mut k = hash_prefix(key);
-    k.extend_from_slice(field);
-    k
-}
-
 /// The expiry index's key for `key` expiring at `at_ms`, and its value:
 /// `[at_ms u64 BE][key]` → empty; a key too long for that keeps its first
 /// bytes and a hash of the whole key in the index key and the whole key
@@ -405,16 +323,9 @@ fn expiry_of(index_key: &[u8], value: &[u8]) -> Option<(Vec<u8>, u64)> {
     Some((key, at_ms))
 }
 
-/// Every field key of hash `key` starts with this.
-fn hash_prefix(key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(4 + key.len());
-    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    k.extend_from_slice(key);
-    k
-}
-
 impl Db {
-    /// The keyspace on `store`, creating its three store keyspaces if new.
+    /// The keyspace on `store`, creating its store keyspaces if new, and
+    /// upgrading hashes kept in the layout before object ids.
     pub fn open(store: Arc<Store>) -> Result<Db, StoreError> {
         let keyspace = |name: &str| match store.keyspace(name) {
             Ok(id) => Ok(id),
@@ -424,48 +335,85 @@ impl Db {
             Err(e) => Err(e),
         };
         let keys = keyspace(KEYS_KEYSPACE)?;
-        let fields = keyspace(FIELDS_KEYSPACE)?;
+        let members = keyspace(MEMBERS_KEYSPACE)?;
         let expires = keyspace(EXPIRES_KEYSPACE)?;
+        let collections = keyspace(COLLECTIONS_KEYSPACE)?;
+        let meta = keyspace(META_KEYSPACE)?;
+        let ceiling = match store.get(meta, ID_CEILING_KEY)? {
+            None => 1,
+            Some(b) => sluice_io::codec::u64_at(&b, 0)
+                .filter(|_| b.len() == 8)
+                .ok_or_else(|| StoreError::BadInput("redis.meta's id ceiling is malformed".into()))?,
+        };
         let db = Db {
             store,
             keys,
-            fields,
+            members,
             expires,
+            collections,
+            meta,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..VERSION_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             watchers: Arc::new(AtomicUsize::new(0)),
             cursors: Mutex::new(Cursors::default()),
-            hash_keys: Arc::new(HashKeys::new()),
+            collection_keys: Arc::new(CollectionKeys::new()),
             filling: Mutex::new(None),
+            ids: Mutex::new(Ids {
+                next: ceiling,
+                ceiling,
+            }),
         };
-        let (hash_keys, store) = (db.hash_keys.clone(), db.store.clone());
+        crate::upgrade::legacy_hashes(&db)?;
+        let (collection_keys, store) = (db.collection_keys.clone(), db.store.clone());
         let filling = std::thread::Builder::new()
-            .name("sluice-hashkeys".into())
+            .name("sluice-collections".into())
             .spawn(move || {
-                if let Err(e) = hash_keys.fill(&store, fields) {
+                if let Err(e) = collection_keys.fill(&store, collections) {
                     log::error!(
-                        "listing the stored hashes failed ({e}): every SET reads the old entry"
+                        "listing the stored collections failed ({e}): every SET reads the old record"
                     );
                 }
             })
             .map_err(|e| {
-                StoreError::BadInput(format!("starting the scan of stored hashes: {e}"))
+                StoreError::BadInput(format!("starting the scan of stored collections: {e}"))
             })?;
         *db.filling.lock().unwrap_or_else(|p| p.into_inner()) = Some(filling);
         Ok(db)
     }
 
-    /// Whether `key` may hold a hash (false: it certainly holds none, so a
-    /// SET replaces its entry without reading it). Ask while holding the
-    /// key's stripe lock: a hash written under that lock before marked it.
-    pub fn may_hold_hash(&self, key: &[u8]) -> bool {
-        self.hash_keys.may_hold(key)
+    /// Whether `key` may hold a collection (false: it certainly holds
+    /// none, so a SET replaces its record without reading it). Ask while
+    /// holding the key's stripe lock: a collection written under that lock
+    /// before marked it.
+    pub fn may_hold_collection(&self, key: &[u8]) -> bool {
+        self.collection_keys.may_hold(key)
     }
 
-    /// Whether the filter behind [`Db::may_hold_hash`] knows every stored
-    /// hash yet (the scan at open finished).
-    pub fn hash_filter_complete(&self) -> bool {
-        self.hash_keys.complete.load(Ordering::Acquire)
+    /// Whether the filter behind [`Db::may_hold_collection`] knows every
+    /// stored collection yet (the scan at open finished).
+    pub fn collection_filter_complete(&self) -> bool {
+        self.collection_keys.complete.load(Ordering::Acquire)
+    }
+
+    /// A new object id, never given before (docs/FORMAT.md, "Object
+    /// ids"). Raising the ceiling is a write of its own, logged before any
+    /// batch that holds an id above the old ceiling.
+    pub fn new_id(&self) -> Result<u64, StoreError> {
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.next >= ids.ceiling {
+            let ceiling = ids.next + ID_CEILING_STEP;
+            self.store
+                .put(self.meta, ID_CEILING_KEY, &ceiling.to_le_bytes())?;
+            ids.ceiling = ceiling;
+        }
+        let id = ids.next;
+        ids.next += 1;
+        Ok(id)
+    }
+
+    /// The store keyspace ids: records, members, expiry index.
+    pub(crate) fn keyspaces(&self) -> (u32, u32, u32) {
+        (self.keys, self.members, self.expires)
     }
 
     /// The key SCAN cursor `id` resumes at.
@@ -528,7 +476,7 @@ impl Db {
     /// Whether a string entry of `key` and `value` fits the store's limits.
     pub fn entry_fits(&self, key: &[u8], value: &[u8]) -> bool {
         key.len() <= sluice_store::batch::MAX_KEY_BYTES
-            && value.len() + HEADER_BYTES <= sluice_store::batch::MAX_VALUE_BYTES
+            && value.len() + crate::record::HEADER_BYTES <= sluice_store::batch::MAX_VALUE_BYTES
     }
 
     /// Connections with a WATCH in force.
@@ -675,14 +623,28 @@ impl Db {
         self.miss_in(cache, self.keys, key)
     }
 
-    /// [`Db::miss_of_key`] for one field of hash `key`.
-    pub fn miss_of_field(
+    /// [`Db::miss_of_key`] for member `sub` of the collection at `key`:
+    /// the miss of its record first, then, once that is cached, of the
+    /// member's entry.
+    pub fn miss_of_member(
         &self,
         cache: &mut ReadCache,
         key: &[u8],
-        field: &[u8],
+        sub: &[u8],
     ) -> Option<sluice_store::CacheMiss> {
-        self.miss_in(cache, self.fields, &field_key(key, field))
+        let record = self
+            .store
+            .get_latest_or_miss(cache, self.keys, key, false, |found| {
+                found.and_then(|f| Entry::decode_as(f.bytes(), Read::Shape).ok())
+            });
+        match record {
+            Ok(Err(miss)) => Some(miss),
+            Ok(Ok(Some(entry))) => {
+                let c = entry.value.collection()?;
+                self.miss_in(cache, self.members, &member_key(c.id, sub))
+            }
+            Ok(Ok(None)) | Err(_) => None,
+        }
     }
 
     fn miss_in(
@@ -723,25 +685,28 @@ impl Db {
             .transpose()
     }
 
-    /// One hash field's value as of `at`.
-    pub fn field_at(
-        &self,
-        key: &[u8],
-        field: &[u8],
-        at: &Snapshot,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.store.get_at(self.fields, &field_key(key, field), at)
+    /// Member `sub` of collection `id` as of `at`.
+    pub fn member_at(&self, id: u64, sub: &[u8], at: &Snapshot) -> Result<Option<Vec<u8>>, StoreError> {
+        self.store.get_at(self.members, &member_key(id, sub), at)
     }
 
-    /// Every field of hash `key` as of `at`, in field order.
-    pub fn fields_at(&self, key: &[u8], at: &Snapshot) -> Result<Vec<FieldValue>, StoreError> {
-        let prefix = hash_prefix(key);
-        let mut out = Vec::new();
-        for item in self.store.iter_prefix(self.fields, &prefix, at, false) {
-            let (k, v) = item?;
-            out.push((k[prefix.len()..].to_vec(), v));
-        }
-        Ok(out)
+    /// The members of collection `id` whose sub-keys are in `range`, as of
+    /// `at`, in sub-key order or (`reverse`) descending; keys come back
+    /// whole (`[id][sub]`).
+    pub fn members_at(
+        &self,
+        id: u64,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        at: &Snapshot,
+        reverse: bool,
+    ) -> StoreIter {
+        let (lower, upper) = member_range(id, range);
+        self.store.iter(
+            self.members,
+            (as_bound(&lower), as_bound(&upper)),
+            at,
+            reverse,
+        )
     }
 
     /// Every stored key (expired ones too), in key order, from `start`.
@@ -762,8 +727,8 @@ impl Db {
     ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
         let mut out = Vec::new();
         let range = (
-            std::ops::Bound::Included(start),
-            std::ops::Bound::Unbounded::<&[u8]>,
+            Bound::Included(start),
+            Bound::Unbounded::<&[u8]>,
         );
         for item in self.store.iter(self.keys, range, at, false) {
             let (k, v) = item?;
@@ -786,8 +751,8 @@ impl Db {
     ) -> Result<(usize, Option<sluice_store::wal::LogPosition>), StoreError> {
         let due_below = now_ms.saturating_add(1).to_be_bytes();
         let range = (
-            std::ops::Bound::Unbounded::<&[u8]>,
-            std::ops::Bound::Excluded(&due_below[..]),
+            Bound::Unbounded::<&[u8]>,
+            Bound::Excluded(&due_below[..]),
         );
         let snapshot = self.store.snapshot();
         let mut due = Vec::new();
@@ -808,24 +773,29 @@ impl Db {
             b.batch.delete(self.expires, index_key)?;
             let current = self.get_raw(&key)?;
             if let Some(e) = current.filter(|e| e.expire_at_ms == at_ms && e.expired(now_ms)) {
-                match e.value {
-                    Value::Hash { len } if len <= SMALL_HASH_FIELDS => {
-                        b.remove_small_hash(&key, &self.fields_at(&key, &self.store.snapshot())?)?
-                    }
-                    ref value => b.remove(&key, value)?,
-                }
+                let at = self.store.snapshot();
+                remove_entry(&mut b, &key, &e.value, || self.member_subs_at(&e.value, &at))?;
             }
             position = position.max(Some(b.commit()?.position));
         }
         Ok((due.len(), position))
     }
 
+    /// Every member sub-key of a collection as of `at` (for removing a
+    /// small one entry by entry).
+    fn member_subs_at(&self, value: &Value, at: &Snapshot) -> Result<Vec<Vec<u8>>, StoreError> {
+        let Some(c) = value.collection() else {
+            return Ok(Vec::new());
+        };
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        self.members_at(c.id, all, at, false)
+            .map(|item| item.map(|(k, _)| k[8..].to_vec()))
+            .collect()
+    }
+
     /// Whether the expiry index holds anything.
     pub fn expiry_index_is_empty(&self) -> Result<bool, StoreError> {
-        let all = (
-            std::ops::Bound::Unbounded::<&[u8]>,
-            std::ops::Bound::Unbounded,
-        );
+        let all = (Bound::Unbounded::<&[u8]>, Bound::Unbounded);
         Ok(self
             .store
             .iter(self.expires, all, &self.store.snapshot(), false)
@@ -852,38 +822,71 @@ impl Db {
         DbBatch {
             db: self,
             batch,
-            ops: None,
             touched,
             touched_all: false,
         }
     }
 
-    /// A batch that also keeps its changes as [`DbOp`]s, for a
-    /// transaction that reads its own writes.
+    /// A batch whose changes a transaction applies to its own batch and
+    /// reads back ([`DbBatch::ops`]).
     pub fn recording_batch(&self) -> DbBatch<'_> {
-        DbBatch {
-            ops: Some(Vec::new()),
-            ..self.batch()
-        }
+        self.batch()
     }
 }
 
-/// One change a batch makes, kept so that a transaction reads its own
-/// writes before they are committed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DbOp {
-    /// `key` now holds this entry.
-    Put(Vec<u8>, Entry),
-    /// `key` is gone (a hash's fields go with a [`DbOp::RemoveFields`]).
-    Remove(Vec<u8>),
-    /// Every field of hash `key` is gone.
-    RemoveFields(Vec<u8>),
-    /// Hash `key`'s field now holds this value.
-    PutField(Vec<u8>, Vec<u8>, Vec<u8>),
-    /// Hash `key`'s field is gone.
-    RemoveField(Vec<u8>, Vec<u8>),
-    /// Every key and field is gone (FLUSHDB).
-    RemoveEverything,
+/// `[id][lower]` .. `[id][upper]` as owned bounds (an unbounded end: the
+/// start of `id` or of `id + 1`).
+fn member_range(id: u64, range: (Bound<&[u8]>, Bound<&[u8]>)) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let lower = match range.0 {
+        Bound::Included(sub) => Bound::Included(member_key(id, sub)),
+        Bound::Excluded(sub) => Bound::Excluded(member_key(id, sub)),
+        Bound::Unbounded => Bound::Included(member_key(id, &[])),
+    };
+    let upper = match range.1 {
+        Bound::Included(sub) => Bound::Included(member_key(id, sub)),
+        Bound::Excluded(sub) => Bound::Excluded(member_key(id, sub)),
+        Bound::Unbounded => match id.checked_add(1) {
+            Some(next) => Bound::Excluded(member_key(next, &[])),
+            None => Bound::Unbounded,
+        },
+    };
+    (lower, upper)
+}
+
+fn as_bound(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// Removes `key`, holding `value`, in `batch`: its record, and a
+/// collection's members — one delete per entry for a small one (`subs`
+/// lists its sub-keys; a list's are computed), else one range delete.
+pub(crate) fn remove_entry(
+    batch: &mut DbBatch<'_>,
+    key: &[u8],
+    value: &Value,
+    subs: impl FnOnce() -> Result<Vec<Vec<u8>>, StoreError>,
+) -> Result<(), StoreError> {
+    batch.remove_record(key, value)?;
+    let Some(c) = value.collection() else {
+        return Ok(());
+    };
+    if value.member_entries() > SMALL_COLLECTION_ENTRIES {
+        return batch.delete_members(key, c.id);
+    }
+    if let Value::List { head, .. } = value {
+        for i in 0..c.len {
+            batch.delete_member(key, c.id, &head.wrapping_add(i).to_be_bytes())?;
+        }
+        return Ok(());
+    }
+    for sub in subs()? {
+        batch.delete_member(key, c.id, &sub)?;
+    }
+    Ok(())
 }
 
 /// The buffers of a spent [`DbBatch`], for the next one to build in (as
@@ -899,27 +902,38 @@ pub struct BatchRoom {
 pub struct DbBatch<'a> {
     db: &'a Db,
     batch: WriteBatch,
-    /// The changes as DbOps, when asked for ([`Db::recording_batch`]).
-    ops: Option<Vec<DbOp>>,
     /// WATCH counter slots of the keys changed.
     touched: Vec<usize>,
     touched_all: bool,
 }
 
 impl DbBatch<'_> {
-    /// Stores `entry` at `key` (a hash's fields are written separately).
+    /// Stores `entry` at `key`, over a record of the same collection (or
+    /// any string); see [`DbBatch::put_new`] for a collection's first.
     pub fn put(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
-        if let Value::Hash { .. } = entry.value {
-            // Before the hash can be seen: a SET that skips reading the
-            // key's entry must know.
-            self.db.hash_keys.mark(key);
+        if entry.value.collection().is_some() {
+            // Before the collection can be seen: a SET that skips reading
+            // the key's record must know.
+            self.db.collection_keys.mark(key);
         }
         entry.with_pieces(|pieces| self.batch.put_parts(self.db.keys, key, pieces))?;
         if entry.expire_at_ms != 0 {
             let (k, v) = expiry_entry(key, entry.expire_at_ms);
             self.batch.put(self.db.expires, &k, &v)?;
         }
-        self.record(key, || DbOp::Put(key.to_vec(), entry.clone()));
+        self.touch(key);
+        Ok(())
+    }
+
+    /// [`DbBatch::put`] of a collection's first record at `key` (a new
+    /// object id, or one moved from another key): lists it in
+    /// `redis.collections` too.
+    pub fn put_new(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
+        self.put(key, entry)?;
+        if entry.value.collection().is_some() {
+            self.batch
+                .put(self.db.collections, &collection_index_key(key), &[])?;
+        }
         Ok(())
     }
 
@@ -936,119 +950,93 @@ impl DbBatch<'_> {
             self.batch.put_parts(self.db.keys, key, pieces)
         })?;
         self.touched.push(hash.version_slot());
-        if let Some(ops) = &mut self.ops {
-            let entry = Entry {
-                value: Value::String(value.to_vec()),
-                expire_at_ms: 0,
-            };
-            ops.push(DbOp::Put(key.to_vec(), entry));
-        }
         Ok(())
     }
 
-    /// Removes `key` and, for a hash, its fields (with one range delete:
-    /// see [`DbBatch::remove_small_hash`] for hashes of few fields).
-    pub fn remove(&mut self, key: &[u8], value: &Value) -> Result<(), StoreError> {
-        self.remove_entry(key)?;
-        if let Value::Hash { .. } = value {
-            self.remove_fields(key)?;
-        }
-        Ok(())
-    }
-
-    /// Removes hash `key` whose fields are `fields`, one delete each: a
-    /// range delete stays in the store until compaction and every read
-    /// passes it, so small hashes do without.
-    pub fn remove_small_hash(
-        &mut self,
-        key: &[u8],
-        fields: &[FieldValue],
-    ) -> Result<(), StoreError> {
-        self.remove_entry(key)?;
-        for (field, _) in fields {
-            self.remove_field(key, field)?;
-        }
-        Ok(())
-    }
-
-    /// Removes `key`'s entry only.
-    fn remove_entry(&mut self, key: &[u8]) -> Result<(), StoreError> {
+    /// Removes `key`'s record (and its `redis.collections` entry); a
+    /// collection's members are the caller's ([`remove_entry`]).
+    pub fn remove_record(&mut self, key: &[u8], value: &Value) -> Result<(), StoreError> {
         self.batch.delete(self.db.keys, key)?;
-        self.record(key, || DbOp::Remove(key.to_vec()));
+        if value.collection().is_some() {
+            self.batch
+                .delete(self.db.collections, &collection_index_key(key))?;
+        }
+        self.touch(key);
         Ok(())
     }
 
-    /// Removes every key and field (FLUSHDB).
+    /// Removes every key and member (FLUSHDB).
     pub fn remove_everything(&mut self) -> Result<(), StoreError> {
         // Keys are at most MAX_KEY_BYTES long: the only key at or past
         // this end is the end itself.
         let end = vec![0xffu8; sluice_store::batch::MAX_KEY_BYTES];
-        for keyspace in [self.db.keys, self.db.fields, self.db.expires] {
+        let db = self.db;
+        for keyspace in [db.keys, db.members, db.expires, db.collections] {
             self.batch.delete_range(keyspace, &[], &end)?;
             self.batch.delete(keyspace, &end)?;
         }
         self.touched_all = true;
-        if let Some(ops) = &mut self.ops {
-            ops.push(DbOp::RemoveEverything);
-        }
         Ok(())
     }
 
-    /// Removes every field of hash `key`.
-    pub fn remove_fields(&mut self, key: &[u8]) -> Result<(), StoreError> {
-        let start = hash_prefix(key);
-        match sluice_store::store::prefix_end(&start) {
-            Some(end) => self.batch.delete_range(self.db.fields, &start, &end)?,
-            None => unreachable!("a hash prefix starts with a length, not all 0xff"),
-        };
-        self.record(key, || DbOp::RemoveFields(key.to_vec()));
-        Ok(())
-    }
-
-    /// Sets one field of hash `key`.
-    pub fn put_field(&mut self, key: &[u8], field: &[u8], value: &[u8]) -> Result<(), StoreError> {
+    /// Sets member `sub` of collection `id` (at `key`) to `value`.
+    pub fn put_member(
+        &mut self,
+        key: &[u8],
+        id: u64,
+        sub: &[u8],
+        value: &[u8],
+    ) -> Result<(), StoreError> {
         self.batch
-            .put(self.db.fields, &field_key(key, field), value)?;
-        self.record(key, || {
-            DbOp::PutField(key.to_vec(), field.to_vec(), value.to_vec())
-        });
+            .put(self.db.members, &member_key(id, sub), value)?;
+        self.touch(key);
         Ok(())
     }
 
-    /// Removes one field of hash `key`.
-    pub fn remove_field(&mut self, key: &[u8], field: &[u8]) -> Result<(), StoreError> {
-        self.batch.delete(self.db.fields, &field_key(key, field))?;
-        self.record(key, || DbOp::RemoveField(key.to_vec(), field.to_vec()));
+    /// Removes member `sub` of collection `id` (at `key`).
+    pub fn delete_member(&mut self, key: &[u8], id: u64, sub: &[u8]) -> Result<(), StoreError> {
+        self.batch.delete(self.db.members, &member_key(id, sub))?;
+        self.touch(key);
         Ok(())
     }
 
-    /// Adds `op` (a change another batch recorded).
-    pub fn apply(&mut self, op: &DbOp) -> Result<(), StoreError> {
-        match op {
-            DbOp::Put(k, e) => self.put(k, e),
-            DbOp::Remove(k) => {
-                self.batch.delete(self.db.keys, k)?;
-                self.record(k, || op.clone());
-                Ok(())
+    /// Removes every member of collection `id` (at `key`) with one range
+    /// delete.
+    pub fn delete_members(&mut self, key: &[u8], id: u64) -> Result<(), StoreError> {
+        let start = member_prefix(id);
+        match id.checked_add(1) {
+            Some(next) => self
+                .batch
+                .delete_range(self.db.members, &start, &member_prefix(next))?,
+            None => {
+                let end = vec![0xffu8; sluice_store::batch::MAX_KEY_BYTES];
+                self.batch.delete_range(self.db.members, &start, &end)?;
+                self.batch.delete(self.db.members, &end)?
             }
-            DbOp::RemoveFields(k) => self.remove_fields(k),
-            DbOp::PutField(k, f, v) => self.put_field(k, f, v),
-            DbOp::RemoveField(k, f) => self.remove_field(k, f),
-            DbOp::RemoveEverything => self.remove_everything(),
-        }
+        };
+        self.touch(key);
+        Ok(())
     }
 
-    /// Notes a change of `key` (and keeps it as a DbOp when recording).
-    fn record(&mut self, key: &[u8], op: impl FnOnce() -> DbOp) {
+    /// Notes a change of `key` for WATCH.
+    fn touch(&mut self, key: &[u8]) {
         self.touched.push(Db::version_slot(key));
-        if let Some(ops) = &mut self.ops {
-            ops.push(op());
-        }
     }
 
-    /// The changes so far, in order (empty unless recording).
-    pub fn ops(&self) -> &[DbOp] {
-        self.ops.as_deref().unwrap_or_default()
+    /// Adds the changes `other` holds (a transaction takes in each of its
+    /// commands' batches); returns them for the transaction's overlay.
+    pub(crate) fn absorb(&mut self, other: DbBatch<'_>) -> Result<WriteBatch, StoreError> {
+        use sluice_store::batch::OpKind;
+        for op in other.batch.ops() {
+            match op.kind {
+                OpKind::Put => self.batch.put(op.keyspace, op.key, op.value)?,
+                OpKind::Delete => self.batch.delete(op.keyspace, op.key)?,
+                OpKind::RangeDelete => self.batch.delete_range(op.keyspace, op.key, op.value)?,
+            };
+        }
+        self.touched.extend_from_slice(&other.touched);
+        self.touched_all |= other.touched_all;
+        Ok(other.batch)
     }
 
     /// Whether nothing was added.
@@ -1129,19 +1117,5 @@ mod tests {
             slots.len(),
             keys.len()
         );
-    }
-
-    #[test]
-    fn a_grouped_sets_record_is_the_record_of_its_entry() {
-        for value in [&b""[..], b"v", &[7u8; 300]] {
-            let entry = Entry {
-                value: Value::String(value.to_vec()),
-                expire_at_ms: 0,
-            };
-            let record = entry.with_pieces(|pieces| pieces.concat());
-            let grouped = Entry::with_string_pieces(value, |pieces| pieces.concat());
-            assert_eq!(grouped, record);
-            assert_eq!(Entry::decode(&grouped).unwrap(), entry);
-        }
     }
 }

@@ -1,0 +1,338 @@
+//! One command's run (or one transaction's) over the keyspace: the time
+//! it runs at, the snapshot its reads share, the log position its writes
+//! need durable, and, in a transaction, the writes so far that its later
+//! commands read back.
+
+use crate::db::{remove_entry, Db, DbBatch, Locked};
+use crate::error::{fail, Failure, WRONGTYPE};
+use crate::overlay::{Item, Overlay};
+use crate::record::{Entry, Read, Value};
+use sluice_store::wal::LogPosition;
+use sluice_store::{ReadCache, Snapshot, StoreError};
+use std::ops::Bound;
+
+/// A command's run over the keyspace.
+pub struct Ctx<'a> {
+    db: &'a Db,
+    now_ms: u64,
+    wrote: Option<LogPosition>,
+    /// Inside EXEC: the transaction's writes so far, read back by its
+    /// later commands and committed as one batch at the end.
+    tx: Option<Tx<'a>>,
+    /// Every read of the run sees the store as of one moment (MGET and
+    /// its kind never see half of another connection's batch).
+    snapshot: std::cell::OnceCell<Snapshot>,
+    /// The serving thread's cache of the store's view, for reads of keys
+    /// the run holds locked ([`Ctx::begin`]); None: a fresh one each read.
+    reads: Option<&'a mut ReadCache>,
+}
+
+/// A transaction's batch and its writes indexed for reading.
+struct Tx<'a> {
+    batch: DbBatch<'a>,
+    overlay: Overlay,
+}
+
+/// A sub-key and its member, or the store's error reading them.
+pub type MemberItem = Result<(Vec<u8>, Vec<u8>), StoreError>;
+
+impl<'a> Ctx<'a> {
+    /// A run at `now_ms` (Unix ms).
+    pub fn new(db: &'a Db, now_ms: u64) -> Self {
+        Ctx {
+            db,
+            now_ms,
+            wrote: None,
+            tx: None,
+            snapshot: std::cell::OnceCell::new(),
+            reads: None,
+        }
+    }
+
+    /// The run reads keys it holds locked through `reads`, the serving
+    /// thread's cache of the store's view (kept from run to run).
+    pub fn with_reads(mut self, reads: &'a mut ReadCache) -> Self {
+        self.reads = Some(reads);
+        self
+    }
+
+    /// A transaction's run: writes are held until [`Ctx::finish`]. The
+    /// caller holds every stripe lock (`Db::lock_all`) meanwhile.
+    pub fn transaction(db: &'a Db, now_ms: u64) -> Self {
+        Ctx {
+            tx: Some(Tx {
+                batch: db.recording_batch(),
+                overlay: Overlay::default(),
+            }),
+            ..Ctx::new(db, now_ms)
+        }
+    }
+
+    /// The keyspace.
+    pub fn db(&self) -> &'a Db {
+        self.db
+    }
+
+    /// The Unix time in ms the run happens at.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Whether the run is a transaction's.
+    pub fn in_transaction(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Commits a transaction's writes as one batch (all or none).
+    pub fn finish(&mut self) -> Result<(), StoreError> {
+        if let Some(tx) = self.tx.take() {
+            if !tx.batch.is_empty() {
+                let logged = tx.batch.commit()?;
+                self.wrote = self.wrote.max(Some(logged.position));
+            }
+        }
+        Ok(())
+    }
+
+    /// A batch for this run's changes.
+    pub fn batch(&self) -> DbBatch<'a> {
+        self.db.batch()
+    }
+
+    /// Where the log must be durable before the replies of this run go out.
+    pub fn wrote(&self) -> Option<LogPosition> {
+        self.wrote
+    }
+
+    /// Applies `batch`: at once, or in a transaction, into its batch (read
+    /// back by its later commands).
+    pub fn commit(&mut self, batch: DbBatch<'_>) -> Result<(), StoreError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Some(tx) = &mut self.tx {
+            let ops = tx.batch.absorb(batch)?;
+            tx.overlay.apply(&ops);
+            return Ok(());
+        }
+        let logged = batch.commit()?;
+        self.wrote = self.wrote.max(Some(logged.position));
+        Ok(())
+    }
+
+    fn at(&self) -> &Snapshot {
+        self.snapshot.get_or_init(|| self.db.snapshot())
+    }
+
+    /// Locks every stripe — unless a transaction holds them all.
+    pub fn lock_all(&self) -> Option<Locked<'a>> {
+        self.tx.is_none().then(|| self.db.lock_all())
+    }
+
+    /// Locks `keys`' stripes — unless a transaction holds them all.
+    pub fn lock(&self, keys: &[&[u8]]) -> Option<Locked<'a>> {
+        self.tx.is_none().then(|| self.db.lock(keys))
+    }
+
+    /// The stored record of `key`, expired or not.
+    pub fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        if let Some(tx) = &self.tx {
+            let (keys, _, _) = self.db.keyspaces();
+            if let Some(found) = tx.overlay.get(keys, key) {
+                return found.map(|b| Entry::decode(&b)).transpose();
+            }
+        }
+        self.db.get_raw_at(key, self.at())
+    }
+
+    /// The live record of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        Ok(self.get_raw(key)?.filter(|e| !e.expired(self.now_ms)))
+    }
+
+    /// Member `sub` of collection `id`.
+    pub fn member(&self, id: u64, sub: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if let Some(tx) = &self.tx {
+            let (_, members, _) = self.db.keyspaces();
+            if let Some(found) = tx.overlay.get(members, &crate::db::member_key(id, sub)) {
+                return Ok(found);
+            }
+        }
+        self.db.member_at(id, sub, self.at())
+    }
+
+    /// The members of collection `id` whose sub-keys are in `range`, in
+    /// sub-key order or (`reverse`) descending, as (sub-key, value).
+    pub fn members(
+        &self,
+        id: u64,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+    ) -> Box<dyn Iterator<Item = MemberItem> + '_> {
+        let stored = self.db.members_at(id, range, self.at(), reverse);
+        let strip = |item: Item| item.map(|(k, v)| (k[8..].to_vec(), v));
+        match &self.tx {
+            None => Box::new(stored.map(strip)),
+            Some(tx) => {
+                let (_, members, _) = self.db.keyspaces();
+                let key = |b: Bound<&[u8]>| b.map(|sub| crate::db::member_key(id, sub));
+                let (lower, upper) = (key(range.0), key(range.1));
+                let lower = match lower {
+                    Bound::Unbounded => Bound::Included(crate::db::member_key(id, &[])),
+                    b => b,
+                };
+                let upper = match upper {
+                    Bound::Unbounded => match id.checked_add(1) {
+                        Some(n) => Bound::Excluded(crate::db::member_key(n, &[])),
+                        None => Bound::Unbounded,
+                    },
+                    b => b,
+                };
+                let merged: Vec<Item> = tx
+                    .overlay
+                    .merge(
+                        members,
+                        (bound_ref(&lower), bound_ref(&upper)),
+                        reverse,
+                        stored,
+                    )
+                    .collect();
+                Box::new(merged.into_iter().map(strip))
+            }
+        }
+    }
+
+    /// Every member of collection `id`, in sub-key order.
+    pub fn all_members(&self, id: u64) -> Result<Vec<crate::db::FieldValue>, StoreError> {
+        self.members(id, (Bound::Unbounded, Bound::Unbounded), false)
+            .collect()
+    }
+
+    /// Stored keys (expired too) from `start`, in order, at most `limit`.
+    pub fn keys_from(
+        &self,
+        start: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
+        let Some(tx) = &self.tx else {
+            return self.db.keys_from_at(start, limit, self.at());
+        };
+        let (keys, _, _) = self.db.keyspaces();
+        let range = (Bound::Included(start), Bound::Unbounded);
+        let stored = self.db.store().iter(keys, range, self.at(), false);
+        let mut out = Vec::new();
+        for item in tx.overlay.merge(keys, range, false, stored) {
+            let (k, v) = item?;
+            out.push((k, Entry::decode(&v)?));
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes `key` holding `value` in `batch`: its record, and a
+    /// collection's members (a small one's one by one, as this run sees
+    /// them).
+    pub fn remove(
+        &self,
+        batch: &mut DbBatch<'_>,
+        key: &[u8],
+        value: &Value,
+    ) -> Result<(), StoreError> {
+        remove_entry(batch, key, value, || {
+            let c = value.collection().expect("asked for collections only");
+            Ok(self
+                .all_members(c.id)?
+                .into_iter()
+                .map(|(sub, _)| sub)
+                .collect())
+        })
+    }
+
+    /// [`Ctx::get_string`] for a command whose only read this is (GET):
+    /// outside a transaction and before any other read it needs no
+    /// snapshot.
+    pub fn get_string_once(&self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>, Failure> {
+        if self.tx.is_some() || self.snapshot.get().is_some() {
+            return self.get_string(key);
+        }
+        let entry = self.db.get_raw_latest(key)?;
+        Self::string_of(entry.filter(|e| !e.expired(self.now_ms)))
+    }
+
+    /// The live string at `key`; WRONGTYPE if it holds something else.
+    pub fn get_string(&self, key: &[u8]) -> Result<Option<(Vec<u8>, u64)>, Failure> {
+        Self::string_of(self.get(key)?)
+    }
+
+    /// A string entry's value and expiry; WRONGTYPE for another type.
+    fn string_of(entry: Option<Entry>) -> Result<Option<(Vec<u8>, u64)>, Failure> {
+        match entry {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::String(s),
+                expire_at_ms,
+            }) => Ok(Some((s, expire_at_ms))),
+            Some(_) => Err(fail(WRONGTYPE)),
+        }
+    }
+
+    /// A batch to change `key`, and its live record. An expired record is
+    /// removed first in the same batch, so nothing of it (a collection's
+    /// members) outlives it.
+    ///
+    /// The caller holds `key`'s stripe lock (or, in a transaction, every
+    /// stripe): outside a transaction the record is read as it is now,
+    /// with no snapshot, since no other write of it can land meanwhile.
+    pub fn begin(&mut self, key: &[u8]) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
+        self.begin_reading(key, Read::Whole)
+    }
+
+    /// Whether a command that replaces `key`'s record whatever it holds
+    /// may do so without reading it: when the key holds no collection,
+    /// outside a transaction. The caller holds `key`'s stripe lock.
+    pub fn may_skip_read(&self, key: &[u8]) -> bool {
+        self.tx.is_none() && !self.db.may_hold_collection(key)
+    }
+
+    /// [`Ctx::begin`] for a command that replaces the key's value without
+    /// looking at it (SET): a string record comes back without its bytes.
+    pub fn begin_overwrite(
+        &mut self,
+        key: &[u8],
+    ) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
+        self.begin_reading(key, Read::Shape)
+    }
+
+    fn begin_reading(
+        &mut self,
+        key: &[u8],
+        read: Read,
+    ) -> Result<(Option<Entry>, DbBatch<'a>), StoreError> {
+        let mut batch = self.batch();
+        let stored = if self.tx.is_some() {
+            self.get_raw(key)?
+        } else {
+            match self.reads.as_deref_mut() {
+                Some(cache) => self.db.get_locked(cache, key, read)?,
+                None => self.db.get_locked(&mut ReadCache::default(), key, read)?,
+            }
+        };
+        match stored {
+            Some(e) if e.expired(self.now_ms) => {
+                self.remove(&mut batch, key, &e.value)?;
+                Ok((None, batch))
+            }
+            live => Ok((live, batch)),
+        }
+    }
+}
+
+fn bound_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}

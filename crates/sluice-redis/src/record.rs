@@ -1,0 +1,303 @@
+//! A key's record in `redis.keys`: its type, expiry and, for a
+//! collection, its object id, size and type-specific fields
+//! (docs/FORMAT.md, "Serving keyspace", "Records").
+
+use sluice_store::StoreError;
+
+/// Bytes of every record's fixed start: type and expiry.
+pub(crate) const HEADER_BYTES: usize = 9;
+/// Bytes of a collection record's fixed part: header, object id, size.
+const COLLECTION_BYTES: usize = HEADER_BYTES + 16;
+
+const STRING: u8 = 0;
+const HASH: u8 = 1;
+const LIST: u8 = 2;
+const SET: u8 = 3;
+const ZSET: u8 = 4;
+
+/// A collection's object id (its members' key prefix) and member count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Collection {
+    /// Object id: the members' keys start with it (big-endian).
+    pub id: u64,
+    /// Members (fields, items), at least 1 while stored.
+    pub len: u64,
+}
+
+/// What a key holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A string.
+    String(Vec<u8>),
+    /// A hash; its fields are members `[id][field]`.
+    Hash(Collection),
+    /// A list; its items are members `[id][index u64 BE]`, at indexes
+    /// `head .. head + len`.
+    List {
+        /// Id and length.
+        c: Collection,
+        /// Index of the first item.
+        head: u64,
+    },
+    /// A set; its members are `[id][member]`.
+    Set(Collection),
+    /// A sorted set; each member has two entries (by member, by score).
+    ZSet(Collection),
+}
+
+impl Value {
+    /// The type name TYPE prints.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::String(_) => "string",
+            Value::Hash(_) => "hash",
+            Value::List { .. } => "list",
+            Value::Set(_) => "set",
+            Value::ZSet(_) => "zset",
+        }
+    }
+
+    /// The collection's id and size; None for a string.
+    pub fn collection(&self) -> Option<Collection> {
+        match self {
+            Value::String(_) => None,
+            Value::Hash(c) | Value::Set(c) | Value::ZSet(c) => Some(*c),
+            Value::List { c, .. } => Some(*c),
+        }
+    }
+
+    /// How many member entries the collection has in `redis.members`
+    /// (a sorted set: two per member).
+    pub fn member_entries(&self) -> u64 {
+        match self {
+            Value::String(_) => 0,
+            Value::ZSet(c) => c.len.saturating_mul(2),
+            other => other.collection().map_or(0, |c| c.len),
+        }
+    }
+
+    fn type_byte(&self) -> u8 {
+        match self {
+            Value::String(_) => STRING,
+            Value::Hash(_) => HASH,
+            Value::List { .. } => LIST,
+            Value::Set(_) => SET,
+            Value::ZSet(_) => ZSET,
+        }
+    }
+}
+
+/// A key's value and expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The value.
+    pub value: Value,
+    /// Unix time in ms at which it expires; 0: never.
+    pub expire_at_ms: u64,
+}
+
+/// How much of an entry a read decodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// All of it.
+    Whole,
+    /// Its type, expiry and a collection's fields; a string comes back
+    /// empty (no copy of a value the caller is about to overwrite).
+    Shape,
+}
+
+fn malformed() -> StoreError {
+    StoreError::BadInput("a serving key's record is malformed".into())
+}
+
+impl Entry {
+    /// A string that never expires.
+    pub fn string(bytes: Vec<u8>) -> Entry {
+        Entry {
+            value: Value::String(bytes),
+            expire_at_ms: 0,
+        }
+    }
+
+    /// A collection `value` that never expires.
+    pub fn new(value: Value) -> Entry {
+        Entry {
+            value,
+            expire_at_ms: 0,
+        }
+    }
+
+    /// Hands `f` the record as pieces laid one after the other (its header,
+    /// then the payload), so that a batch copies it once.
+    pub(crate) fn with_pieces<R>(&self, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        let mut header = [0u8; HEADER_BYTES];
+        header[0] = self.value.type_byte();
+        header[1..].copy_from_slice(&self.expire_at_ms.to_le_bytes());
+        if let Value::String(s) = &self.value {
+            return f(&[&header, s]);
+        }
+        let c = self.value.collection().expect("not a string");
+        let mut fixed = [0u8; 24];
+        fixed[..8].copy_from_slice(&c.id.to_le_bytes());
+        fixed[8..16].copy_from_slice(&c.len.to_le_bytes());
+        match &self.value {
+            Value::List { head, .. } => {
+                fixed[16..].copy_from_slice(&head.to_le_bytes());
+                f(&[&header, &fixed])
+            }
+            _ => f(&[&header, &fixed[..16]]),
+        }
+    }
+
+    /// [`Entry::with_pieces`] of a string `value` with no expiry.
+    pub(crate) fn with_string_pieces<R>(value: &[u8], f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        f(&[&[0u8; HEADER_BYTES], value])
+    }
+
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        self.with_pieces(|pieces| pieces.concat())
+    }
+
+    /// Decodes a whole record.
+    pub fn decode(bytes: &[u8]) -> Result<Entry, StoreError> {
+        Entry::decode_as(bytes, Read::Whole)
+    }
+
+    /// Decodes a record as far as `read` says.
+    pub fn decode_as(bytes: &[u8], read: Read) -> Result<Entry, StoreError> {
+        if let Some((s, expire_at_ms)) = Entry::string_view(bytes)? {
+            let s = match read {
+                Read::Whole => s.to_vec(),
+                Read::Shape => Vec::new(),
+            };
+            return Ok(Entry {
+                value: Value::String(s),
+                expire_at_ms,
+            });
+        }
+        let expire_at_ms = sluice_io::codec::u64_at(bytes, 1).ok_or_else(malformed)?;
+        let id = sluice_io::codec::u64_at(bytes, HEADER_BYTES).ok_or_else(malformed)?;
+        let len = sluice_io::codec::u64_at(bytes, HEADER_BYTES + 8).ok_or_else(malformed)?;
+        if id == 0 || len == 0 {
+            return Err(malformed());
+        }
+        let c = Collection { id, len };
+        let exact = |n: usize, v: Value| {
+            if bytes.len() == COLLECTION_BYTES + n {
+                Ok(v)
+            } else {
+                Err(malformed())
+            }
+        };
+        let value = match bytes[0] {
+            HASH => exact(0, Value::Hash(c))?,
+            SET => exact(0, Value::Set(c))?,
+            ZSET => exact(0, Value::ZSet(c))?,
+            LIST => {
+                let head = sluice_io::codec::u64_at(bytes, COLLECTION_BYTES).ok_or_else(malformed)?;
+                exact(8, Value::List { c, head })?
+            }
+            _ => return Err(malformed()),
+        };
+        Ok(Entry {
+            value,
+            expire_at_ms,
+        })
+    }
+
+    /// A record's string value and expiry, borrowed from `bytes`; None if
+    /// it holds another type.
+    pub fn string_view(bytes: &[u8]) -> Result<Option<(&[u8], u64)>, StoreError> {
+        let expire_at_ms = sluice_io::codec::u64_at(bytes, 1).ok_or_else(malformed)?;
+        match bytes[0] {
+            STRING => Ok(Some((&bytes[HEADER_BYTES..], expire_at_ms))),
+            HASH | LIST | SET | ZSET => Ok(None),
+            _ => Err(malformed()),
+        }
+    }
+
+    /// Whether a record is a hash in the layout before object ids (type
+    /// 1, an 8-byte field count), which the upgrade at open rewrites.
+    pub(crate) fn is_legacy_hash(bytes: &[u8]) -> bool {
+        bytes.len() == HEADER_BYTES + 8 && bytes[0] == HASH
+    }
+
+    /// The same entry with a collection's object id replaced by `id` (a
+    /// copy's record).
+    pub fn with_id(&self, id: u64) -> Entry {
+        let mut e = self.clone();
+        match &mut e.value {
+            Value::String(_) => {}
+            Value::Hash(c) | Value::Set(c) | Value::ZSet(c) | Value::List { c, .. } => c.id = id,
+        }
+        e
+    }
+
+    /// Whether it has expired at `now_ms`.
+    pub fn expired(&self, now_ms: u64) -> bool {
+        self.expire_at_ms != 0 && self.expire_at_ms <= now_ms
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_record_decodes_to_what_was_encoded() {
+        let c = Collection { id: 7, len: 3 };
+        for value in [
+            Value::String(b"".to_vec()),
+            Value::String(vec![9u8; 300]),
+            Value::Hash(c),
+            Value::Set(c),
+            Value::ZSet(c),
+            Value::List { c, head: 1 << 63 },
+        ] {
+            let entry = Entry {
+                value,
+                expire_at_ms: 1234,
+            };
+            assert_eq!(Entry::decode(&entry.encode()).unwrap(), entry);
+        }
+    }
+
+    #[test]
+    fn a_grouped_sets_record_is_the_record_of_its_entry() {
+        for value in [&b""[..], b"v", &[7u8; 300]] {
+            let entry = Entry::string(value.to_vec());
+            let grouped = Entry::with_string_pieces(value, |pieces| pieces.concat());
+            assert_eq!(grouped, entry.encode());
+            assert_eq!(Entry::decode(&grouped).unwrap(), entry);
+        }
+    }
+
+    #[test]
+    fn malformed_records_are_refused() {
+        let list = Entry::new(Value::List {
+            c: Collection { id: 1, len: 1 },
+            head: 5,
+        })
+        .encode();
+        let set = Entry::new(Value::Set(Collection { id: 1, len: 1 })).encode();
+        let mut zero_id = set.clone();
+        zero_id[HEADER_BYTES..HEADER_BYTES + 8].fill(0);
+        let mut unknown = set.clone();
+        unknown[0] = 9;
+        for bad in [
+            &b""[..],
+            &[0u8; 5],
+            &list[..list.len() - 1],
+            &set[..set.len() - 1],
+            &zero_id,
+            &unknown,
+        ] {
+            assert!(Entry::decode(bad).is_err(), "{bad:?}");
+        }
+        let mut legacy = vec![HASH];
+        legacy.extend_from_slice(&[0u8; 16]);
+        assert!(Entry::is_legacy_hash(&legacy));
+        assert!(Entry::decode(&legacy).is_err());
+    }
+}

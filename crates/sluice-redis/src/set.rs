@@ -1,0 +1,363 @@
+//! Sets: a record of type set and one member `[id][member]` → empty per
+//! member (docs/FORMAT.md, "Members"). Members come back in byte order.
+//! Following Redis 7.0's t_set.c for what each operation answers.
+
+use crate::ctx::Ctx;
+use crate::db::DbBatch;
+use crate::error::{fail, Failure, WRONGTYPE};
+use crate::hash::{check_member, MAX_FIELD_BYTES};
+use crate::record::{Collection, Entry, Value};
+use rand::Rng;
+use sluice_store::StoreError;
+use std::collections::BTreeSet;
+
+/// Sets at most this long are read whole to pick random members from
+/// (uniformly); a longer one is sampled by position.
+const READ_WHOLE_MOST: u64 = 1 << 16;
+
+/// A set being changed by one command: its record as it will be written.
+struct Changing {
+    key: Vec<u8>,
+    c: Collection,
+    expire_at_ms: u64,
+    new: bool,
+    changed: bool,
+}
+
+impl Changing {
+    fn of(key: &[u8], entry: Option<Entry>) -> Result<Option<Changing>, Failure> {
+        match entry {
+            None => Ok(None),
+            Some(Entry {
+                value: Value::Set(c),
+                expire_at_ms,
+            }) => Ok(Some(Changing {
+                key: key.to_vec(),
+                c,
+                expire_at_ms,
+                new: false,
+                changed: false,
+            })),
+            Some(_) => Err(fail(WRONGTYPE)),
+        }
+    }
+
+    fn create(ctx: &Ctx<'_>, key: &[u8]) -> Result<Changing, Failure> {
+        Ok(Changing {
+            key: key.to_vec(),
+            c: Collection {
+                id: ctx.db().new_id()?,
+                len: 0,
+            },
+            expire_at_ms: 0,
+            new: true,
+            changed: false,
+        })
+    }
+
+    fn add(&mut self, batch: &mut DbBatch<'_>, member: &[u8]) -> Result<(), StoreError> {
+        batch.put_member(&self.key, self.c.id, member, &[])?;
+        self.c.len += 1;
+        self.changed = true;
+        Ok(())
+    }
+
+    fn remove(&mut self, batch: &mut DbBatch<'_>, member: &[u8]) -> Result<(), StoreError> {
+        batch.delete_member(&self.key, self.c.id, member)?;
+        self.c.len -= 1;
+        self.changed = true;
+        Ok(())
+    }
+
+    fn finish(self, batch: &mut DbBatch<'_>) -> Result<(), StoreError> {
+        if !self.changed {
+            return Ok(());
+        }
+        let value = Value::Set(self.c);
+        if self.c.len == 0 {
+            if !self.new {
+                batch.remove_record(&self.key, &value)?;
+            }
+            return Ok(());
+        }
+        let entry = Entry {
+            value,
+            expire_at_ms: self.expire_at_ms,
+        };
+        if self.new {
+            batch.put_new(&self.key, &entry)
+        } else {
+            batch.put(&self.key, &entry)
+        }
+    }
+}
+
+/// The live set at `key`: id and size; None if there is no key, WRONGTYPE
+/// if it holds something else.
+pub fn get(ctx: &Ctx<'_>, key: &[u8]) -> Result<Option<Collection>, Failure> {
+    match ctx.get(key)? {
+        None => Ok(None),
+        Some(Entry {
+            value: Value::Set(c),
+            ..
+        }) => Ok(Some(c)),
+        Some(_) => Err(fail(WRONGTYPE)),
+    }
+}
+
+/// Every member, in byte order (empty: no such set).
+pub fn members(ctx: &Ctx<'_>, key: &[u8]) -> Result<Vec<Vec<u8>>, Failure> {
+    match get(ctx, key)? {
+        None => Ok(Vec::new()),
+        Some(c) => Ok(ctx.all_members(c.id)?.into_iter().map(|(m, _)| m).collect()),
+    }
+}
+
+/// Whether `member` is in the set at `key`.
+pub fn contains(ctx: &Ctx<'_>, key: &[u8], member: &[u8]) -> Result<bool, Failure> {
+    match get(ctx, key)? {
+        None => Ok(false),
+        Some(c) => Ok(ctx.member(c.id, member)?.is_some()),
+    }
+}
+
+/// SADD: how many members were new. The caller holds `key`'s lock.
+pub fn add(ctx: &mut Ctx<'_>, key: &[u8], members: &[&[u8]]) -> Result<i64, Failure> {
+    for m in members {
+        check_member(m, MAX_FIELD_BYTES)?;
+    }
+    let (entry, mut batch) = ctx.begin(key)?;
+    let mut set = match Changing::of(key, entry)? {
+        Some(s) => s,
+        None => Changing::create(ctx, key)?,
+    };
+    let mut added = 0;
+    let mut seen = std::collections::HashSet::new();
+    for m in members {
+        if seen.insert(*m) && (set.new || ctx.member(set.c.id, m)?.is_none()) {
+            set.add(&mut batch, m)?;
+            added += 1;
+        }
+    }
+    set.finish(&mut batch)?;
+    ctx.commit(batch)?;
+    Ok(added)
+}
+
+/// SREM: how many members were there. The caller holds `key`'s lock.
+pub fn remove(ctx: &mut Ctx<'_>, key: &[u8], members: &[&[u8]]) -> Result<i64, Failure> {
+    let (entry, mut batch) = ctx.begin(key)?;
+    let Some(mut set) = Changing::of(key, entry)? else {
+        ctx.commit(batch)?;
+        return Ok(0);
+    };
+    let mut removed = 0;
+    let mut seen = std::collections::HashSet::new();
+    for m in members {
+        if seen.insert(*m) && ctx.member(set.c.id, m)?.is_some() {
+            set.remove(&mut batch, m)?;
+            removed += 1;
+        }
+    }
+    set.finish(&mut batch)?;
+    ctx.commit(batch)?;
+    Ok(removed)
+}
+
+/// SMOVE: whether `member` moved from `src` to `dst`. The caller holds
+/// both keys' locks.
+pub fn smove(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], member: &[u8]) -> Result<bool, Failure> {
+    let (entry, mut batch) = ctx.begin(src)?;
+    let source = Changing::of(src, entry)?;
+    let target = match ctx.get_raw(dst)? {
+        Some(e) if e.expired(ctx.now_ms()) => {
+            ctx.remove(&mut batch, dst, &e.value)?;
+            None
+        }
+        other => Changing::of(dst, other)?,
+    };
+    let Some(mut source) = source else {
+        ctx.commit(batch)?;
+        return Ok(false);
+    };
+    if src == dst {
+        return Ok(ctx.member(source.c.id, member)?.is_some());
+    }
+    if ctx.member(source.c.id, member)?.is_none() {
+        ctx.commit(batch)?;
+        return Ok(false);
+    }
+    source.remove(&mut batch, member)?;
+    let mut target = match target {
+        Some(t) => t,
+        None => Changing::create(ctx, dst)?,
+    };
+    if target.new || ctx.member(target.c.id, member)?.is_none() {
+        target.add(&mut batch, member)?;
+    }
+    source.finish(&mut batch)?;
+    target.finish(&mut batch)?;
+    ctx.commit(batch)?;
+    Ok(true)
+}
+
+/// `count` members picked at random: distinct ones (at most the set's
+/// size), or with `repeat`, `count` picks that may repeat. From a set of
+/// at most [`READ_WHOLE_MOST`] members the picks are uniform.
+pub fn random(
+    ctx: &Ctx<'_>,
+    c: Collection,
+    count: u64,
+    repeat: bool,
+) -> Result<Vec<Vec<u8>>, Failure> {
+    let mut rng = rand::thread_rng();
+    if c.len <= READ_WHOLE_MOST {
+        let all: Vec<Vec<u8>> = ctx.all_members(c.id)?.into_iter().map(|(m, _)| m).collect();
+        if all.is_empty() {
+            return Ok(Vec::new());
+        }
+        if repeat {
+            return Ok((0..count)
+                .map(|_| all[rng.gen_range(0..all.len())].clone())
+                .collect());
+        }
+        let picked = rand::seq::index::sample(&mut rng, all.len(), (count as usize).min(all.len()));
+        return Ok(picked.into_iter().map(|i| all[i].clone()).collect());
+    }
+    // A long set: positions drawn at random, each read by walking to it
+    // in one pass over the members in order.
+    let want = if repeat { count } else { count.min(c.len) };
+    let mut positions: Vec<u64> = if repeat {
+        (0..want).map(|_| rng.gen_range(0..c.len)).collect()
+    } else {
+        let mut chosen = BTreeSet::new();
+        while (chosen.len() as u64) < want {
+            chosen.insert(rng.gen_range(0..c.len));
+        }
+        chosen.into_iter().collect()
+    };
+    positions.sort_unstable();
+    let mut out = Vec::with_capacity(positions.len());
+    let mut next = positions.iter().peekable();
+    let all = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
+    for (pos, item) in ctx.members(c.id, all, false).enumerate() {
+        let (member, _) = item?;
+        while next.peek().is_some_and(|p| **p == pos as u64) {
+            out.push(member.clone());
+            next.next();
+        }
+        if next.peek().is_none() {
+            break;
+        }
+    }
+    if repeat {
+        use rand::seq::SliceRandom;
+        out.shuffle(&mut rng);
+    }
+    Ok(out)
+}
+
+/// SPOP of `count` members (distinct, at random); None: no such set.
+/// The caller holds `key`'s lock.
+pub fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: u64) -> Result<Option<Vec<Vec<u8>>>, Failure> {
+    let (entry, mut batch) = ctx.begin(key)?;
+    let Some(mut set) = Changing::of(key, entry)? else {
+        ctx.commit(batch)?;
+        return Ok(None);
+    };
+    let picked = if count >= set.c.len {
+        ctx.all_members(set.c.id)?.into_iter().map(|(m, _)| m).collect()
+    } else {
+        random(ctx, set.c, count, false)?
+    };
+    for m in &picked {
+        set.remove(&mut batch, m)?;
+    }
+    set.finish(&mut batch)?;
+    ctx.commit(batch)?;
+    Ok(Some(picked))
+}
+
+/// Replaces whatever `dst` holds with a set of `members` (the *STORE
+/// commands); returns its size. An empty result removes `dst`. The caller
+/// holds `dst`'s lock.
+pub fn store(ctx: &mut Ctx<'_>, dst: &[u8], members: &BTreeSet<Vec<u8>>) -> Result<i64, Failure> {
+    let mut batch = ctx.batch();
+    if let Some(old) = ctx.get_raw(dst)? {
+        ctx.remove(&mut batch, dst, &old.value)?;
+    }
+    if !members.is_empty() {
+        let mut set = Changing::create(ctx, dst)?;
+        for m in members {
+            set.add(&mut batch, m)?;
+        }
+        set.finish(&mut batch)?;
+    }
+    ctx.commit(batch)?;
+    Ok(members.len() as i64)
+}
+
+/// The members of each of `keys` (a missing key: an empty set), checking
+/// every key's type first as Redis does.
+pub fn each(ctx: &Ctx<'_>, keys: &[&[u8]]) -> Result<Vec<Option<Collection>>, Failure> {
+    keys.iter().map(|k| get(ctx, k)).collect()
+}
+
+/// SINTER of the sets `found` lists (`each`'s result); at most `limit`
+/// members (0: all).
+pub fn inter(
+    ctx: &Ctx<'_>,
+    found: &[Option<Collection>],
+    limit: u64,
+) -> Result<BTreeSet<Vec<u8>>, Failure> {
+    let mut out = BTreeSet::new();
+    if found.iter().any(Option::is_none) || found.is_empty() {
+        return Ok(out);
+    }
+    let mut sets: Vec<Collection> = found.iter().flatten().copied().collect();
+    sets.sort_by_key(|c| c.len);
+    let all = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
+    'members: for item in ctx.members(sets[0].id, all, false) {
+        let (m, _) = item?;
+        for other in &sets[1..] {
+            if ctx.member(other.id, &m)?.is_none() {
+                continue 'members;
+            }
+        }
+        out.insert(m);
+        if limit != 0 && out.len() as u64 >= limit {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// SUNION of the sets `found` lists.
+pub fn union(ctx: &Ctx<'_>, found: &[Option<Collection>]) -> Result<BTreeSet<Vec<u8>>, Failure> {
+    let mut out = BTreeSet::new();
+    for c in found.iter().flatten() {
+        for (m, _) in ctx.all_members(c.id)? {
+            out.insert(m);
+        }
+    }
+    Ok(out)
+}
+
+/// SDIFF: the first set's members in none of the others.
+pub fn diff(ctx: &Ctx<'_>, found: &[Option<Collection>]) -> Result<BTreeSet<Vec<u8>>, Failure> {
+    let mut out = BTreeSet::new();
+    let Some(Some(first)) = found.first() else {
+        return Ok(out);
+    };
+    let all = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
+    'members: for item in ctx.members(first.id, all, false) {
+        let (m, _) = item?;
+        for other in found[1..].iter().flatten() {
+            if ctx.member(other.id, &m)?.is_some() {
+                continue 'members;
+            }
+        }
+        out.insert(m);
+    }
+    Ok(out)
+}
