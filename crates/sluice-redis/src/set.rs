@@ -168,17 +168,18 @@ pub fn remove(ctx: &mut Ctx<'_>, key: &[u8], members: &[&[u8]]) -> Result<i64, F
 /// both keys' locks.
 pub fn smove(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], member: &[u8]) -> Result<bool, Failure> {
     let (entry, mut batch) = ctx.begin(src)?;
-    let source = Changing::of(src, entry)?;
+    // Redis answers 0 for a missing source before it looks at the
+    // destination's type.
+    let Some(mut source) = Changing::of(src, entry)? else {
+        ctx.commit(batch)?;
+        return Ok(false);
+    };
     let target = match ctx.get_raw(dst)? {
         Some(e) if e.expired(ctx.now_ms()) => {
             ctx.remove(&mut batch, dst, &e.value)?;
             None
         }
         other => Changing::of(dst, other)?,
-    };
-    let Some(mut source) = source else {
-        ctx.commit(batch)?;
-        return Ok(false);
     };
     if src == dst {
         return Ok(ctx.member(source.c.id, member)?.is_some());

@@ -58,6 +58,10 @@ pub struct KeySpec {
     pub step: usize,
     /// See the type.
     pub limit: usize,
+    /// Non-zero: the argument holding how many keys there are (LMPOP's,
+    /// SINTERCARD's `numkeys`); the keys are that many from `index`,
+    /// every `step`, and `last` and `limit` do not apply.
+    pub numkeys_at: usize,
     /// Whether the command reads the keys' values (`%R~` covers it).
     pub read: bool,
     /// Whether it inserts, updates or deletes them (`%W~` covers it).
@@ -159,7 +163,15 @@ pub fn keys_of(id: CommandId, args: &[Vec<u8>]) -> Vec<(usize, bool, bool)> {
         if first >= argc {
             continue;
         }
-        let last = if spec.last >= 0 {
+        let last = if spec.numkeys_at != 0 {
+            let numkeys = args
+                .get(spec.numkeys_at)
+                .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok());
+            match numkeys.filter(|n| *n > 0) {
+                Some(n) => first + (n - 1) * spec.step.max(1),
+                None => continue,
+            }
+        } else if spec.last >= 0 {
             first + spec.last as usize
         } else if spec.limit <= 1 {
             match argc.checked_sub(spec.last.unsigned_abs() as usize) {

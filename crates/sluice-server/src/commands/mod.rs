@@ -11,9 +11,11 @@
 mod glob;
 mod hashes;
 mod keys;
+mod lists;
 pub mod long_double;
 mod server;
 pub mod set_group;
+mod sets;
 mod strings;
 pub use strings::{get_borrowed, get_borrowed_or_miss};
 
@@ -136,6 +138,40 @@ const COMMANDS: &[Spec] = &[
     spec("hincrby", 4, hashes::hincrby).reading(Reads::KeyAndField),
     spec("hincrbyfloat", 4, hashes::hincrbyfloat).reading(Reads::KeyAndField),
     spec("hscan", -3, hashes::hscan),
+    spec("lpush", -3, lists::lpush),
+    spec("rpush", -3, lists::rpush),
+    spec("lpushx", -3, lists::lpushx),
+    spec("rpushx", -3, lists::rpushx),
+    spec("lpop", -2, lists::lpop),
+    spec("rpop", -2, lists::rpop),
+    spec("llen", 2, lists::llen).reading(Reads::FirstKey),
+    spec("lrange", 4, lists::lrange).reading(Reads::FirstKey),
+    spec("lindex", 3, lists::lindex).reading(Reads::FirstKey),
+    spec("lset", 4, lists::lset),
+    spec("ltrim", 4, lists::ltrim),
+    spec("lrem", 4, lists::lrem),
+    spec("linsert", 5, lists::linsert),
+    spec("lpos", -3, lists::lpos),
+    spec("lmove", 5, lists::lmove),
+    spec("rpoplpush", 3, lists::rpoplpush),
+    spec("lmpop", -4, lists::lmpop),
+    spec("sadd", -3, sets::sadd),
+    spec("srem", -3, sets::srem),
+    spec("smove", 4, sets::smove),
+    spec("sismember", 3, sets::sismember).reading(Reads::KeyAndField),
+    spec("smismember", -3, sets::smismember).reading(Reads::KeyAndFields),
+    spec("scard", 2, sets::scard).reading(Reads::FirstKey),
+    spec("smembers", 2, sets::smembers),
+    spec("spop", -2, sets::spop),
+    spec("srandmember", -2, sets::srandmember),
+    spec("sinter", -2, sets::sinter),
+    spec("sintercard", -3, sets::sintercard),
+    spec("sinterstore", -3, sets::sinterstore),
+    spec("sunion", -2, sets::sunion),
+    spec("sunionstore", -3, sets::sunionstore),
+    spec("sdiff", -2, sets::sdiff),
+    spec("sdiffstore", -3, sets::sdiffstore),
+    spec("sscan", -3, sets::sscan),
     spec("time", 1, server::time),
     spec("lastsave", 1, server::lastsave),
 ];
