@@ -303,19 +303,23 @@ impl Session {
                 None => return error("ERR Protocol version is not an integer or out of range"),
             }
         }
-        let (mut credentials, mut name) = (None, None);
+        // Each option takes effect as it is read, as in Redis: an error in
+        // a later one leaves the name set or the user logged in.
         let mut j = 2;
         while j < args.len() {
             let more = args.len() - 1 - j;
             let option = args[j].to_ascii_lowercase();
             if option == b"auth" && more >= 2 {
-                credentials = Some((&args[j + 1], &args[j + 2]));
+                if !self.login(users, &args[j + 1], &args[j + 2]) {
+                    return error(WRONGPASS);
+                }
                 j += 3;
             } else if option == b"setname" && more >= 1 {
                 if !valid_name(&args[j + 1]) {
                     return error(BAD_NAME);
                 }
-                name = Some(args[j + 1].clone());
+                let n = &args[j + 1];
+                self.name = (!n.is_empty()).then(|| n.clone());
                 j += 2;
             } else {
                 return error(format!(
@@ -324,18 +328,10 @@ impl Session {
                 ));
             }
         }
-        if let Some((user, password)) = credentials {
-            if !self.login(users, user, password) {
-                return error(WRONGPASS);
-            }
-        }
         if !self.authenticated {
             return error(
                 "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
             );
-        }
-        if let Some(n) = name {
-            self.name = (!n.is_empty()).then_some(n);
         }
         if let Some(v) = version {
             self.protocol = v;
