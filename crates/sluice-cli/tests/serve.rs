@@ -447,8 +447,19 @@ fn collection_writer(port: u16, t: usize, stop: Arc<AtomicBool>, acks: Arc<Mutex
         }
         let (q, set) = (format!("q{t}"), format!("s{t}"));
         let items: Vec<String> = ["a", "b", "c"].iter().map(|x| format!("{i}-{x}")).collect();
-        let push = request(&[b"RPUSH", q.as_bytes(), items[0].as_bytes(), items[1].as_bytes(), items[2].as_bytes()]);
-        let add = request(&[b"SADD", set.as_bytes(), items[0].as_bytes(), items[1].as_bytes()]);
+        let push = request(&[
+            b"RPUSH",
+            q.as_bytes(),
+            items[0].as_bytes(),
+            items[1].as_bytes(),
+            items[2].as_bytes(),
+        ]);
+        let add = request(&[
+            b"SADD",
+            set.as_bytes(),
+            items[0].as_bytes(),
+            items[1].as_bytes(),
+        ]);
         for (step, req) in [push, add].iter().enumerate() {
             if s.write_all(req).is_err() {
                 return;
@@ -477,7 +488,10 @@ fn collection_writer(port: u16, t: usize, stop: Arc<AtomicBool>, acks: Arc<Mutex
 }
 
 fn lines(out: &str) -> Vec<String> {
-    out.lines().filter(|l| !l.is_empty()).map(str::to_string).collect()
+    out.lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// kill -9 with `--durability always` in the middle of list and set
@@ -489,7 +503,9 @@ fn kill_9_in_list_and_set_writes_keeps_every_acknowledged_change_whole() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = serve(dir.path(), &["--durability", "always"]);
     let stop = Arc::new(AtomicBool::new(false));
-    let acks: Vec<_> = (0..2).map(|_| Arc::new(Mutex::new(CollectionAcks::default()))).collect();
+    let acks: Vec<_> = (0..2)
+        .map(|_| Arc::new(Mutex::new(CollectionAcks::default())))
+        .collect();
     for (t, a) in acks.iter().enumerate() {
         let (port, stop, a) = (s.port, stop.clone(), a.clone());
         std::thread::spawn(move || collection_writer(port, t, stop, a));
@@ -502,21 +518,39 @@ fn kill_9_in_list_and_set_writes_keeps_every_acknowledged_change_whole() {
     let s = serve(dir.path(), &[]);
     for (t, a) in acks.iter().enumerate() {
         let a = a.lock().unwrap();
-        assert!(a.pushed.len() > 50, "writer {t}: only {} pushes acknowledged", a.pushed.len());
+        assert!(
+            a.pushed.len() > 50,
+            "writer {t}: only {} pushes acknowledged",
+            a.pushed.len()
+        );
         let q = lines(&redis_cli(s.port, &["LRANGE", &format!("q{t}"), "0", "-1"]));
         let m = lines(&redis_cli(s.port, &["LRANGE", &format!("m{t}"), "0", "-1"]));
         let members = lines(&redis_cli(s.port, &["SMEMBERS", &format!("s{t}")]));
-        let len = |cmd: &str, key: String| redis_cli(s.port, &[cmd, &key]).trim().parse::<usize>().unwrap();
+        let len = |cmd: &str, key: String| {
+            redis_cli(s.port, &[cmd, &key])
+                .trim()
+                .parse::<usize>()
+                .unwrap()
+        };
         assert_eq!(len("LLEN", format!("q{t}")), q.len(), "q{t}'s length");
         assert_eq!(len("LLEN", format!("m{t}")), m.len(), "m{t}'s length");
         assert_eq!(len("SCARD", format!("s{t}")), members.len(), "s{t}'s size");
-        assert!(m.len() as u64 >= a.moved, "writer {t}: {} moves acknowledged, {} moved", a.moved, m.len());
+        assert!(
+            m.len() as u64 >= a.moved,
+            "writer {t}: {} moves acknowledged, {} moved",
+            a.moved,
+            m.len()
+        );
         // The moved items then the list are the pushes in order, each
         // push's three items together.
         let all: Vec<String> = m.iter().chain(q.iter()).cloned().collect();
         assert_eq!(all.len() % 3, 0, "writer {t}: a push survived in part");
         let pushes = all.len() / 3;
-        assert!(pushes >= a.pushed.len(), "writer {t}: {} pushes acknowledged, {pushes} found", a.pushed.len());
+        assert!(
+            pushes >= a.pushed.len(),
+            "writer {t}: {} pushes acknowledged, {pushes} found",
+            a.pushed.len()
+        );
         for (i, item) in all.iter().enumerate() {
             let want = format!("{}-{}", i / 3, ["a", "b", "c"][i % 3]);
             assert_eq!(item, &want, "writer {t}: item {i}");
@@ -527,7 +561,10 @@ fn kill_9_in_list_and_set_writes_keeps_every_acknowledged_change_whole() {
         sorted.sort();
         for i in &a.pushed {
             for x in ["a", "b"] {
-                assert!(sorted.binary_search(&format!("{i}-{x}")).is_ok(), "writer {t}: {i}-{x} lost");
+                assert!(
+                    sorted.binary_search(&format!("{i}-{x}")).is_ok(),
+                    "writer {t}: {i}-{x} lost"
+                );
             }
         }
         assert_eq!(members.len() % 2, 0, "writer {t}: a SADD survived in part");

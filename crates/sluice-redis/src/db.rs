@@ -102,7 +102,9 @@ struct CollectionKeys {
 impl CollectionKeys {
     fn new() -> CollectionKeys {
         CollectionKeys {
-            bits: (0..COLLECTION_KEY_BITS / 64).map(|_| AtomicU64::new(0)).collect(),
+            bits: (0..COLLECTION_KEY_BITS / 64)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             any: AtomicBool::new(false),
             complete: AtomicBool::new(false),
             stop: AtomicBool::new(false),
@@ -343,7 +345,9 @@ impl Db {
             None => 1,
             Some(b) => sluice_io::codec::u64_at(&b, 0)
                 .filter(|_| b.len() == 8)
-                .ok_or_else(|| StoreError::BadInput("redis.meta's id ceiling is malformed".into()))?,
+                .ok_or_else(|| {
+                    StoreError::BadInput("redis.meta's id ceiling is malformed".into())
+                })?,
         };
         let db = Db {
             store,
@@ -686,7 +690,12 @@ impl Db {
     }
 
     /// Member `sub` of collection `id` as of `at`.
-    pub fn member_at(&self, id: u64, sub: &[u8], at: &Snapshot) -> Result<Option<Vec<u8>>, StoreError> {
+    pub fn member_at(
+        &self,
+        id: u64,
+        sub: &[u8],
+        at: &Snapshot,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
         self.store.get_at(self.members, &member_key(id, sub), at)
     }
 
@@ -726,10 +735,7 @@ impl Db {
         at: &Snapshot,
     ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
         let mut out = Vec::new();
-        let range = (
-            Bound::Included(start),
-            Bound::Unbounded::<&[u8]>,
-        );
+        let range = (Bound::Included(start), Bound::Unbounded::<&[u8]>);
         for item in self.store.iter(self.keys, range, at, false) {
             let (k, v) = item?;
             out.push((k, Entry::decode(&v)?));
@@ -750,10 +756,7 @@ impl Db {
         limit: usize,
     ) -> Result<(usize, Option<sluice_store::wal::LogPosition>), StoreError> {
         let due_below = now_ms.saturating_add(1).to_be_bytes();
-        let range = (
-            Bound::Unbounded::<&[u8]>,
-            Bound::Excluded(&due_below[..]),
-        );
+        let range = (Bound::Unbounded::<&[u8]>, Bound::Excluded(&due_below[..]));
         let snapshot = self.store.snapshot();
         let mut due = Vec::new();
         for item in self.store.iter(self.expires, range, &snapshot, false) {
@@ -774,7 +777,9 @@ impl Db {
             let current = self.get_raw(&key)?;
             if let Some(e) = current.filter(|e| e.expire_at_ms == at_ms && e.expired(now_ms)) {
                 let at = self.store.snapshot();
-                remove_entry(&mut b, &key, &e.value, || self.member_subs_at(&e.value, &at))?;
+                remove_entry(&mut b, &key, &e.value, || {
+                    self.member_subs_at(&e.value, &at)
+                })?;
             }
             position = position.max(Some(b.commit()?.position));
         }

@@ -14,7 +14,8 @@
 //! - [`ctx`]: one command's run — its snapshot, its reads (through a
 //!   transaction's [`overlay`]), its batch;
 //! - one module per type over them, in Kvrocks's manner: [`hash`],
-//!   [`list`], [`set`];
+//!   [`list`], [`set`], [`zset`] (with [`number`]: doubles as Redis
+//!   reads and prints them);
 //! - [`upgrade`]: hashes of the layout before object ids, rewritten at open.
 //!
 //! Every operation of a type checks the key's type first
@@ -27,10 +28,12 @@ pub mod db;
 pub mod error;
 pub mod hash;
 pub mod list;
+pub mod number;
 pub mod overlay;
 pub mod record;
 pub mod set;
 pub mod upgrade;
+pub mod zset;
 
 pub use ctx::Ctx;
 pub use db::Db;

@@ -165,7 +165,11 @@ impl List {
         let last = last.min(self.c.len - 1);
         let (lo, hi) = (sub(self.at(first)), sub(self.at(last)));
         let mut out = Vec::with_capacity((last - first + 1).min(1 << 16) as usize);
-        for item in ctx.members(self.c.id, (Bound::Included(&lo), Bound::Included(&hi)), false) {
+        for item in ctx.members(
+            self.c.id,
+            (Bound::Included(&lo), Bound::Included(&hi)),
+            false,
+        ) {
             out.push(item?.1);
         }
         Ok(out)
@@ -187,7 +191,9 @@ impl List {
         .map(move |item| {
             let (k, v) = item?;
             let index = u64::from_be_bytes(k[..8].try_into().map_err(|_| {
-                Failure::Store(StoreError::BadInput("a list item's key is malformed".into()))
+                Failure::Store(StoreError::BadInput(
+                    "a list item's key is malformed".into(),
+                ))
             })?);
             Ok((index.wrapping_sub(head), v))
         })
@@ -244,7 +250,11 @@ impl List {
 /// last positions, or None when the range is empty.
 pub fn resolve_range(start: i64, stop: i64, len: u64) -> Option<(u64, u64)> {
     let len = len as i64;
-    let start = if start < 0 { (len + start).max(0) } else { start };
+    let start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
     let stop = if stop < 0 { len + stop } else { stop };
     if start > stop || start >= len || stop < 0 {
         return None;
@@ -381,7 +391,11 @@ pub fn remove(ctx: &mut Ctx<'_>, key: &[u8], count: i64, element: &[u8]) -> Resu
         return Ok(0);
     };
     let end = if count < 0 { End::Right } else { End::Left };
-    let most = if count == 0 { u64::MAX } else { count.unsigned_abs() };
+    let most = if count == 0 {
+        u64::MAX
+    } else {
+        count.unsigned_abs()
+    };
     let mut doomed = Vec::new();
     for item in list.walk(ctx, end) {
         let (pos, value) = item?;
@@ -511,7 +525,9 @@ pub fn lmove(
         return Ok(None);
     };
     if src == dst {
-        let item = source.pop(ctx, &mut batch, from)?.expect("a stored list has items");
+        let item = source
+            .pop(ctx, &mut batch, from)?
+            .expect("a stored list has items");
         source.push(&mut batch, to, &item)?;
         source.finish(&mut batch)?;
         ctx.commit(batch)?;
@@ -524,7 +540,9 @@ pub fn lmove(
         }
         other => List::of(dst, other)?,
     };
-    let item = source.pop(ctx, &mut batch, from)?.expect("a stored list has items");
+    let item = source
+        .pop(ctx, &mut batch, from)?
+        .expect("a stored list has items");
     let mut target = match target {
         Some(t) => t,
         None => List::create(ctx, dst)?,

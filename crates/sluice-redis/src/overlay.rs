@@ -62,9 +62,9 @@ impl Overlay {
 
     /// Whether a range delete hides the store's `key`.
     fn hides(&self, keyspace: u32, key: &[u8]) -> bool {
-        self.ranges
-            .iter()
-            .any(|(ks, start, end)| *ks == keyspace && start.as_slice() <= key && key < end.as_slice())
+        self.ranges.iter().any(|(ks, start, end)| {
+            *ks == keyspace && start.as_slice() <= key && key < end.as_slice()
+        })
     }
 
     /// `stored` (the store's pairs of `keyspace` in `range`, in the
@@ -181,7 +181,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn stored(pairs: &[(&[u8], &[u8])]) -> Vec<Item> {
-        pairs.iter().map(|(k, v)| Ok((k.to_vec(), v.to_vec()))).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| Ok((k.to_vec(), v.to_vec())))
+            .collect()
     }
 
     #[test]
@@ -195,7 +198,13 @@ mod tests {
         batch.put(2, b"a", b"other keyspace").unwrap();
         let mut o = Overlay::default();
         o.apply(&batch);
-        let store = [(&b"a"[..], &b"A"[..]), (b"b", b"B"), (b"c", b"C"), (b"f", b"F"), (b"h", b"H")];
+        let store = [
+            (&b"a"[..], &b"A"[..]),
+            (b"b", b"B"),
+            (b"c", b"C"),
+            (b"f", b"F"),
+            (b"h", b"H"),
+        ];
         let all = (Bound::Unbounded, Bound::Unbounded);
         let got: Vec<_> = o
             .merge(1, all, false, stored(&store).into_iter())

@@ -195,7 +195,8 @@ impl Entry {
             SET => exact(0, Value::Set(c))?,
             ZSET => exact(0, Value::ZSet(c))?,
             LIST => {
-                let head = sluice_io::codec::u64_at(bytes, COLLECTION_BYTES).ok_or_else(malformed)?;
+                let head =
+                    sluice_io::codec::u64_at(bytes, COLLECTION_BYTES).ok_or_else(malformed)?;
                 exact(8, Value::List { c, head })?
             }
             _ => return Err(malformed()),

@@ -267,7 +267,10 @@ pub fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: u64) -> Result<Option<Vec<Vec<u
         return Ok(None);
     };
     let picked = if count >= set.c.len {
-        ctx.all_members(set.c.id)?.into_iter().map(|(m, _)| m).collect()
+        ctx.all_members(set.c.id)?
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect()
     } else {
         random(ctx, set.c, count, false)?
     };

@@ -42,8 +42,12 @@ fn hashes_of_the_old_layout_are_rewritten_at_open() {
     b.put(keys, b"big", &legacy_record(3000, 0)).unwrap();
     for i in 0..3000u32 {
         let value = vec![b'v'; 2000];
-        b.put(fields, &legacy_field_key(b"big", format!("f{i:05}").as_bytes()), &value)
-            .unwrap();
+        b.put(
+            fields,
+            &legacy_field_key(b"big", format!("f{i:05}").as_bytes()),
+            &value,
+        )
+        .unwrap();
     }
     let mut s = vec![0u8];
     s.extend_from_slice(&0u64.to_le_bytes());
@@ -56,7 +60,10 @@ fn hashes_of_the_old_layout_are_rewritten_at_open() {
     let pairs = |key: &[u8]| hash::all(&ctx, key).unwrap();
     assert_eq!(
         pairs(b"h"),
-        vec![(b"a".to_vec(), b"1".to_vec()), (b"b".to_vec(), b"2".to_vec())]
+        vec![
+            (b"a".to_vec(), b"1".to_vec()),
+            (b"b".to_vec(), b"2".to_vec())
+        ]
     );
     assert_eq!(pairs(b"h2"), vec![(b"c".to_vec(), b"3".to_vec())]);
     assert_eq!(ctx.get(b"h2").unwrap().unwrap().expire_at_ms, far);

@@ -901,7 +901,10 @@ fn set_over_a_hash_stored_before_open_removes_its_fields() {
     for i in 0..40 {
         assert!(db.may_hold_collection(format!("hash{i}").as_bytes()));
     }
-    assert!(!db.may_hold_collection(b"plain"), "a string is not in the filter");
+    assert!(
+        !db.may_hold_collection(b"plain"),
+        "a string is not in the filter"
+    );
     for i in 0..40 {
         let key = format!("hash{i}");
         assert_eq!(
@@ -932,7 +935,10 @@ fn set_over_a_hash_stored_before_open_removes_its_fields() {
     // Only the 40 new hashes' one field each is left: every field a SET
     // replaced went with it (a new object id alone would hide them).
     let members = store.keyspace(sluice_redis::db::MEMBERS_KEYSPACE).unwrap();
-    let all = (std::ops::Bound::Unbounded::<&[u8]>, std::ops::Bound::Unbounded);
+    let all = (
+        std::ops::Bound::Unbounded::<&[u8]>,
+        std::ops::Bound::Unbounded,
+    );
     let left = store.iter(members, all, &store.snapshot(), false).count();
     assert_eq!(left, 40, "member entries left");
 }

@@ -211,7 +211,10 @@ pub(super) fn scan(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let o = parse_scan_options(args, 2, true)?;
     let start = match cursor {
         0 => Vec::new(),
-        c => ctx.db().cursor(c).ok_or_else(|| fail("ERR invalid cursor"))?,
+        c => ctx
+            .db()
+            .cursor(c)
+            .ok_or_else(|| fail("ERR invalid cursor"))?,
     };
     let (found, next) = live_keys(ctx, &start, o.count)?;
     let keys = found

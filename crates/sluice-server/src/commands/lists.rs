@@ -175,7 +175,9 @@ pub(super) fn lpos(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     }
     let found = list::position(ctx, &args[1], &args[2], o)?;
     if with_count {
-        return Ok(Reply::Array(found.into_iter().map(|p| int(p as i64)).collect()));
+        return Ok(Reply::Array(
+            found.into_iter().map(|p| int(p as i64)).collect(),
+        ));
     }
     Ok(found.first().map_or(Reply::Null, |p| int(*p as i64)))
 }
@@ -244,7 +246,10 @@ pub(crate) fn multi_pop(ctx: &mut Ctx<'_>, m: &MultiPop<'_>) -> Result<Option<Re
             continue;
         }
         let items = list::pop(ctx, key, m.end, m.count)?.unwrap_or_default();
-        return Ok(Some(Reply::Array(vec![Reply::Bulk(key.to_vec()), bulks(items)])));
+        return Ok(Some(Reply::Array(vec![
+            Reply::Bulk(key.to_vec()),
+            bulks(items),
+        ])));
     }
     Ok(None)
 }

@@ -17,16 +17,17 @@ mod server;
 pub mod set_group;
 mod sets;
 mod strings;
+mod zsets;
 pub use strings::{get_borrowed, get_borrowed_or_miss};
 
 pub use glob::glob_match;
 
 use crate::resp::{string_to_i64, Args, Reply};
+use sluice_redis::db::{Db, DbBatch};
 pub use sluice_redis::error::{
     fail, Failure, NOT_FLOAT, NOT_INTEGER, OVERFLOW, STRING_MAX_BYTES, SYNTAX, WRONGTYPE,
 };
 pub use sluice_redis::Ctx;
-use sluice_redis::db::{Db, DbBatch};
 use sluice_redis::{Entry, Value};
 use sluice_store::StoreError;
 use std::collections::HashMap;
@@ -172,6 +173,38 @@ const COMMANDS: &[Spec] = &[
     spec("sdiff", -2, sets::sdiff),
     spec("sdiffstore", -3, sets::sdiffstore),
     spec("sscan", -3, sets::sscan),
+    spec("zadd", -4, zsets::zadd),
+    spec("zincrby", 4, zsets::zincrby),
+    spec("zrem", -3, zsets::zrem),
+    spec("zcard", 2, zsets::zcard).reading(Reads::FirstKey),
+    spec("zscore", 3, zsets::zscore),
+    spec("zmscore", -3, zsets::zmscore),
+    spec("zrank", 3, zsets::zrank),
+    spec("zrevrank", 3, zsets::zrevrank),
+    spec("zcount", 4, zsets::zcount),
+    spec("zlexcount", 4, zsets::zlexcount),
+    spec("zrange", -4, zsets::zrange),
+    spec("zrevrange", -4, zsets::zrevrange),
+    spec("zrangebyscore", -4, zsets::zrangebyscore),
+    spec("zrevrangebyscore", -4, zsets::zrevrangebyscore),
+    spec("zrangebylex", -4, zsets::zrangebylex),
+    spec("zrevrangebylex", -4, zsets::zrevrangebylex),
+    spec("zrangestore", -5, zsets::zrangestore),
+    spec("zremrangebyrank", 4, zsets::zremrangebyrank),
+    spec("zremrangebyscore", 4, zsets::zremrangebyscore),
+    spec("zremrangebylex", 4, zsets::zremrangebylex),
+    spec("zpopmin", -2, zsets::zpopmin),
+    spec("zpopmax", -2, zsets::zpopmax),
+    spec("zmpop", -4, zsets::zmpop),
+    spec("zunion", -3, zsets::zunion),
+    spec("zinter", -3, zsets::zinter),
+    spec("zdiff", -3, zsets::zdiff),
+    spec("zunionstore", -4, zsets::zunionstore),
+    spec("zinterstore", -4, zsets::zinterstore),
+    spec("zdiffstore", -4, zsets::zdiffstore),
+    spec("zintercard", -3, zsets::zintercard),
+    spec("zrandmember", -2, zsets::zrandmember),
+    spec("zscan", -3, zsets::zscan),
     spec("time", 1, server::time),
     spec("lastsave", 1, server::lastsave),
 ];

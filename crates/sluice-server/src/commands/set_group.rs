@@ -11,8 +11,8 @@
 //! its arrival and its reply.
 
 use super::store_error_text;
-use sluice_redis::db::{BatchRoom, Db, KeyHash};
 use crate::resp::{Args, Reply};
+use sluice_redis::db::{BatchRoom, Db, KeyHash};
 use sluice_store::Logged;
 
 /// SETs one group holds at most.
@@ -106,7 +106,11 @@ impl SetGroup {
     /// their room for the next, up to [`KEPT_ROOM_BYTES`]).
     pub fn commit(&mut self, db: &Db) -> GroupOutcome {
         let locked = db.lock_hashes(self.sets.iter().map(|s| s.hash));
-        let outcome = if self.sets.iter().any(|s| db.may_hold_collection(self.key(s))) {
+        let outcome = if self
+            .sets
+            .iter()
+            .any(|s| db.may_hold_collection(self.key(s)))
+        {
             drop(locked);
             let args = self
                 .sets

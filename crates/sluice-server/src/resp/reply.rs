@@ -45,6 +45,10 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// `~2\r\n...` (RESP2: an array).
     Set(Vec<Reply>),
+    /// Pairs as Redis sends WITHSCORES results: in RESP3 an array of
+    /// two-element arrays, in RESP2 one flat array. Never decoded (the
+    /// decoder gives the arrays).
+    Pairs(Vec<(Reply, Reply)>),
     /// `%1\r\n...` (RESP2: a flat array of keys and values).
     Map(Vec<(Reply, Reply)>),
     /// `>2\r\n...`: out-of-band data (RESP2: an array).
@@ -106,6 +110,21 @@ impl Reply {
             Reply::Array(items) => aggregate(out, b'*', items, protocol),
             Reply::Set(items) => aggregate(out, if resp3 { b'~' } else { b'*' }, items, protocol),
             Reply::Push(items) => aggregate(out, if resp3 { b'>' } else { b'*' }, items, protocol),
+            Reply::Pairs(pairs) if resp3 => {
+                line(out, b'*', pairs.len().to_string().as_bytes());
+                for (k, v) in pairs {
+                    out.extend_from_slice(b"*2\r\n");
+                    k.encode_into(protocol, out);
+                    v.encode_into(protocol, out);
+                }
+            }
+            Reply::Pairs(pairs) => {
+                line(out, b'*', (pairs.len() * 2).to_string().as_bytes());
+                for (k, v) in pairs {
+                    k.encode_into(protocol, out);
+                    v.encode_into(protocol, out);
+                }
+            }
             Reply::Map(pairs) if resp3 => pairs_into(out, b'%', pairs, protocol),
             Reply::Map(pairs) => {
                 line(out, b'*', (pairs.len() * 2).to_string().as_bytes());

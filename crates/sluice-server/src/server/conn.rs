@@ -1,9 +1,9 @@
 //! One client connection's state on its worker.
 
-use sluice_redis::db::Watched;
 use crate::resp::reply::{blob_header, BLOB_HEADER_MAX_BYTES};
 use crate::resp::{Limits, Reply, RequestReader};
 use crate::session::Session;
+use sluice_redis::db::Watched;
 use sluice_store::wal::LogPosition;
 use sluice_store::{Found, Kept};
 use std::collections::VecDeque;

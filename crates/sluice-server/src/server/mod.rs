@@ -29,9 +29,9 @@ pub use clients::{ClientEntry, Clients};
 pub use durability::Durability;
 pub use shm::ShmSettings;
 
-use sluice_redis::db::Db;
 use crate::resp::Limits;
 use crate::session::Users;
+use sluice_redis::db::Db;
 use std::net::SocketAddr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
