@@ -8,16 +8,17 @@
 //! back where their log record ends; the connection sends the reply once
 //! the log is durable that far, as the server's durability mode asks.
 
+pub mod blocking;
 mod glob;
 mod hashes;
 mod keys;
-mod lists;
+pub(crate) mod lists;
 pub mod long_double;
 mod server;
 pub mod set_group;
 mod sets;
 mod strings;
-mod zsets;
+pub(crate) mod zsets;
 pub use strings::{get_borrowed, get_borrowed_or_miss};
 
 pub use glob::glob_match;
@@ -205,6 +206,14 @@ const COMMANDS: &[Spec] = &[
     spec("zintercard", -3, zsets::zintercard),
     spec("zrandmember", -2, zsets::zrandmember),
     spec("zscan", -3, zsets::zscan),
+    spec("blpop", -3, blocking::once),
+    spec("brpop", -3, blocking::once),
+    spec("brpoplpush", 4, blocking::once),
+    spec("blmove", 6, blocking::once),
+    spec("blmpop", -5, blocking::once),
+    spec("bzpopmin", -3, blocking::once),
+    spec("bzpopmax", -3, blocking::once),
+    spec("bzmpop", -5, blocking::once),
     spec("time", 1, server::time),
     spec("lastsave", 1, server::lastsave),
 ];
@@ -275,6 +284,14 @@ pub fn check_arity(name: &[u8], argc: usize) -> Option<Reply> {
         argc >= spec.arity.unsigned_abs() as usize
     };
     (!ok).then(|| wrong_arity(spec.name))
+}
+
+/// A failed command's error reply.
+pub fn failure_reply(f: Failure) -> Reply {
+    match f {
+        Failure::Reply(text) => Reply::Error(text),
+        Failure::Store(e) => Reply::Error(store_error_text(&e)),
+    }
 }
 
 /// Runs data command `args` (name lower-cased in `name`, arity checked).

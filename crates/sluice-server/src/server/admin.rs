@@ -128,6 +128,9 @@ pub(super) fn execute(
         }
         let mut ctx = Ctx::new(&shared.db, super::now_ms()).with_reads(reads);
         let reply = run(shared, conn, name, args, &mut ctx);
+        if ctx.wrote().is_some() {
+            signal_writes(shared, std::iter::once(args));
+        }
         (reply, ctx.wrote())
     };
     if let Some(at) = wrote {
@@ -422,7 +425,89 @@ fn run(
     if admin_arity(name).is_some() {
         return admin(shared, conn, name, args);
     }
+    if !ctx.in_transaction() && commands::blocking::is_blocking(name) {
+        return serve_or_block(shared, conn, name, args, ctx);
+    }
     Some(commands::execute(ctx, name, args))
+}
+
+/// A blocking command outside MULTI: served if its keys hold something,
+/// else the connection blocks (no reply now) until a write wakes it or
+/// its time is up (`server::blocking`). Run again after a wake, it keeps
+/// its place in the registry when it still finds nothing, and waits on
+/// when its key now holds another type (as Redis's blocked clients do).
+fn serve_or_block(
+    shared: &Shared,
+    conn: &mut Conn,
+    name: &[u8],
+    args: &Args,
+    ctx: &mut Ctx<'_>,
+) -> Option<Reply> {
+    let retry = conn.retry.take();
+    let request = match commands::blocking::parse(name, args) {
+        Ok(r) => r,
+        Err(f) => return Some(commands::failure_reply(f)),
+    };
+    let refs: Vec<&[u8]> = request.keys.iter().map(|k| &k[..]).collect();
+    let locked = shared.db.lock(&refs);
+    let tried = commands::blocking::try_serve(ctx, &request);
+    let waiting = match (&tried, retry) {
+        (Ok(Some(_)), Some(r)) | (Err(_), Some(r)) if !wrong_type(&tried) => {
+            shared.blocking.leave(&r.keys, r.ticket);
+            None
+        }
+        (Ok(Some(_)), None) | (Err(_), None) => None,
+        (_, Some(r)) => Some(r),
+        (Ok(None), None) => {
+            let keys = request.waits_on().to_vec();
+            let wakes = conn.wakes.clone().expect("a worker's connection");
+            let ticket = shared.blocking.register(&keys, conn.slot, &wakes);
+            let deadline = (request.timeout_ms > 0).then(|| {
+                std::time::Instant::now() + std::time::Duration::from_millis(request.timeout_ms)
+            });
+            Some(super::blocking::Blocked {
+                args: args.clone(),
+                keys,
+                deadline,
+                ticket,
+            })
+        }
+    };
+    drop(locked);
+    if let Some(b) = waiting {
+        conn.blocked = Some(b);
+        return None;
+    }
+    Some(match tried {
+        Ok(reply) => reply.expect("served"),
+        Err(f) => commands::failure_reply(f),
+    })
+}
+
+/// Whether a try failed for a key of another type (a woken client then
+/// waits on, as Redis serves blocked clients only from keys of their
+/// type).
+fn wrong_type(tried: &Result<Option<Reply>, commands::Failure>) -> bool {
+    matches!(tried, Err(commands::Failure::Reply(t)) if t.starts_with("WRONGTYPE"))
+}
+
+/// Wakes clients blocked on the keys `commands` write (after they
+/// committed).
+fn signal_writes<'a>(shared: &Shared, commands: impl Iterator<Item = &'a Args>) {
+    if !shared.blocking.any() {
+        return;
+    }
+    let mut keys: Vec<&[u8]> = Vec::new();
+    for args in commands {
+        if let Some(id) = acl::resolve(args) {
+            for (at, _, write) in acl::keys_of(id, args) {
+                if write {
+                    keys.push(&args[at]);
+                }
+            }
+        }
+    }
+    shared.blocking.signal(keys.into_iter());
 }
 
 /// Redis's checks before a command runs: unknown, arity, authentication.
@@ -574,7 +659,12 @@ fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>
         replies.push(run(shared, conn, &name, args, &mut ctx).unwrap_or(Reply::Null));
     }
     match ctx.finish() {
-        Ok(()) => (Some(Reply::Array(replies)), ctx.wrote()),
+        Ok(()) => {
+            if ctx.wrote().is_some() {
+                signal_writes(shared, tx.queued.iter());
+            }
+            (Some(Reply::Array(replies)), ctx.wrote())
+        }
         Err(e) => (
             Some(error(&format!(
                 "ERR the transaction was not applied: {}",
@@ -1035,6 +1125,7 @@ fn info_clients(shared: &Shared, out: &mut String) {
         "maxclients",
         shared.max_clients.load(Ordering::Relaxed),
     );
+    line(out, "blocked_clients", shared.blocking.blocked_clients());
     line(out, "watching_clients", shared.db.watching_clients());
 }
 

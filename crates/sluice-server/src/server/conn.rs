@@ -129,6 +129,15 @@ pub(super) struct Conn {
     /// TLS only: protected mode turns this client away once its handshake
     /// is done; nothing it sends runs.
     pub(super) denied: bool,
+    /// Its slot on its worker, and the worker's wake queue (what a
+    /// blocking command registers with).
+    pub(super) slot: sluice_io::net::ConnId,
+    pub(super) wakes: Option<std::sync::Arc<super::blocking::WakeQueue>>,
+    /// Blocked on keys (BLPOP ...): nothing else of it runs meanwhile.
+    pub(super) blocked: Option<super::blocking::Blocked>,
+    /// Woken: its blocking command runs again (`deferred`) with this
+    /// place in the registry, kept if it finds nothing.
+    pub(super) retry: Option<super::blocking::Blocked>,
 }
 
 impl Conn {
@@ -160,6 +169,10 @@ impl Conn {
             tls: None,
             tls_closed: false,
             denied: false,
+            slot: 0,
+            wakes: None,
+            blocked: None,
+            retry: None,
         }
     }
 

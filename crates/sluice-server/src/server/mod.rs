@@ -17,6 +17,7 @@
 
 mod acl_command;
 mod admin;
+mod blocking;
 mod clients;
 mod conn;
 mod durability;
@@ -25,6 +26,7 @@ pub mod shm;
 pub mod tls;
 mod worker;
 
+pub use blocking::Blocking;
 pub use clients::{ClientEntry, Clients};
 pub use durability::Durability;
 pub use shm::ShmSettings;
@@ -227,6 +229,8 @@ pub struct Shared {
     pub clients: AtomicUsize,
     /// Every connected client (CLIENT LIST, KILL).
     pub registry: Clients,
+    /// Clients blocked on keys (BLPOP ...).
+    pub blocking: Blocking,
     /// `maxclients` now (CONFIG SET changes it).
     pub max_clients: AtomicUsize,
     /// `timeout` now, in seconds (CONFIG SET changes it).
@@ -319,6 +323,7 @@ impl Server {
             db,
             clients: AtomicUsize::new(0),
             registry: Clients::default(),
+            blocking: Blocking::default(),
             max_clients: AtomicUsize::new(config.max_clients),
             idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
             protected_mode: AtomicBool::new(config.protected_mode),

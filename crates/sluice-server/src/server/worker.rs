@@ -87,6 +87,7 @@ pub(super) fn run(
         }
     };
     let waker = ring.waker();
+    let waker_for_wakes = waker.clone();
     let (index, kills) = shared.registry.add_worker(waker.clone());
     shared
         .wakers
@@ -126,6 +127,8 @@ pub(super) fn run(
         fills: shared_fill_queue,
         filled: Vec::new(),
         group: Grouped::default(),
+        wakes: super::blocking::WakeQueue::new(waker_for_wakes),
+        blocked: Vec::new(),
     };
     worker.run()
 }
@@ -187,6 +190,12 @@ struct Worker {
     filled: Vec<(u64, sluice_store::Result<()>)>,
     /// A turn's SET group, kept between turns for its buffers' room.
     group: Grouped,
+    /// Where writes to keys this worker's blocked clients wait on wake
+    /// them (`server::blocking`).
+    wakes: Arc<super::blocking::WakeQueue>,
+    /// Connections blocked on keys (or woken and trying again), watched
+    /// for their deadlines.
+    blocked: Vec<ConnId>,
 }
 
 impl Worker {
@@ -239,7 +248,11 @@ impl Worker {
                 }
             } else if self.shm_may_sleep() {
                 self.reads.clear();
-                let timeout = if self.deferring { DEFERRED_RETRY } else { TICK };
+                let timeout = if self.deferring {
+                    DEFERRED_RETRY
+                } else {
+                    self.until_next_deadline(TICK)
+                };
                 self.ring.wait(Some(timeout))?;
                 self.shm_awake();
                 self.now = Instant::now();
@@ -262,6 +275,8 @@ impl Worker {
                 }
             }
         }
+        self.take_wakes();
+        self.expire_blocked();
         // Only connections something happened to, or that wait on
         // something, are looked at: ten thousand idle ones cost nothing.
         self.work.clear();
@@ -290,6 +305,70 @@ impl Worker {
             }
         }
         Ok(reaped > 0 || served || polled || wrote)
+    }
+
+    /// Blocked connections a write woke: their blocking command runs again
+    /// this turn, keeping its place in the registry should it find
+    /// nothing.
+    fn take_wakes(&mut self) {
+        for (slot, ticket) in self.wakes.take() {
+            let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if c.blocked.as_ref().is_some_and(|b| b.ticket == ticket) {
+                let b = c.blocked.take().expect("checked");
+                c.deferred = Some(b.args.clone());
+                c.retry = Some(b);
+                c.more_input = true;
+                self.pending.push(slot);
+            }
+        }
+    }
+
+    /// Answers blocked connections whose time is up as Redis does (a null
+    /// reply) and takes them out of the registry.
+    fn expire_blocked(&mut self) {
+        if self.blocked.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let (conns, pending) = (&mut self.conns, &mut self.pending);
+        let blocking = &self.shared.blocking;
+        self.blocked.retain(|&slot| {
+            let Some(c) = conns.get_mut(slot as usize).and_then(Option::as_mut) else {
+                return false;
+            };
+            let Some(b) = &c.blocked else {
+                return c.retry.is_some();
+            };
+            if b.deadline.is_none_or(|d| d > now) {
+                return true;
+            }
+            let b = c.blocked.take().expect("checked");
+            blocking.leave(&b.keys, b.ticket);
+            c.push_reply(&crate::commands::blocking::timeout_reply());
+            c.more_input = true;
+            pending.push(slot);
+            false
+        });
+    }
+
+    /// How long the worker may sleep: `most`, or less when a blocked
+    /// connection's deadline comes sooner.
+    fn until_next_deadline(&self, most: Duration) -> Duration {
+        let now = Instant::now();
+        self.blocked
+            .iter()
+            .filter_map(|&slot| {
+                self.conns
+                    .get(slot as usize)?
+                    .as_ref()?
+                    .blocked
+                    .as_ref()?
+                    .deadline
+            })
+            .map(|d| d.saturating_duration_since(now))
+            .fold(most, Duration::min)
     }
 
     /// Takes in the GETs' device reads that are done, and gives their
@@ -602,6 +681,8 @@ impl Worker {
                 slot,
             },
         );
+        conn.slot = slot;
+        conn.wakes = Some(self.wakes.clone());
         self.conns[slot as usize] = Some(conn);
         self.events.touched.push(slot);
         Ok(())
@@ -830,6 +911,12 @@ impl Worker {
                 }
             }
             served |= n > 0;
+            let blocked = self.conns[id as usize]
+                .as_ref()
+                .is_some_and(|c| c.blocked.is_some());
+            if blocked && !self.blocked.contains(&id) {
+                self.blocked.push(id);
+            }
         }
         group.commit(shared, &mut self.conns, &mut self.reads);
         self.group = group;
@@ -950,6 +1037,9 @@ impl Worker {
                 continue;
             }
             self.shared.registry.remove(c.session.id());
+            if let Some(b) = c.blocked.take().or_else(|| c.retry.take()) {
+                self.shared.blocking.leave(&b.keys, b.ticket);
+            }
             if let Transport::Shm(link) = &c.stream {
                 // Wakes a client parked on its futex: it reads what is
                 // left in its ring, then sees the channel closed.
@@ -982,7 +1072,8 @@ impl Worker {
         let limit = Duration::from_secs(timeout_secs);
         for (id, slot) in self.conns.iter_mut().enumerate() {
             let Some(c) = slot.as_mut() else { continue };
-            if c.hold_until.is_none() && c.last_active.elapsed() > limit {
+            // Redis's `timeout` spares blocked clients.
+            if c.hold_until.is_none() && c.blocked.is_none() && c.last_active.elapsed() > limit {
                 c.dead = true;
                 self.pending.push(id as ConnId);
             }
@@ -1282,7 +1373,7 @@ impl Pass<'_> {
         deferring: &mut bool,
         fill_room: usize,
     ) -> Stop {
-        if !c.more_input || c.dead || c.parked_reads > 0 {
+        if !c.more_input || c.dead || c.parked_reads > 0 || c.blocked.is_some() {
             return Stop::Done;
         }
         let mut held_back = false;
@@ -1374,6 +1465,12 @@ impl Pass<'_> {
                 }
             } else {
                 admin::execute(self.shared, c, &args, reads);
+                if c.blocked.is_some() {
+                    // Nothing more of it runs until it is served or its
+                    // time is up (which sets `more_input` again).
+                    c.more_input = false;
+                    return Stop::Done;
+                }
             }
         }
         c.more_input = *n == self.max_pipeline || c.deferred.is_some() || held_back;

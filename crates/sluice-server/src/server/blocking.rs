@@ -1,0 +1,179 @@
+//! Clients blocked on keys (BLPOP and its kind), without a thread per
+//! waiter: a blocked connection is a state its worker keeps; the
+//! registry here lists, per key, the connections waiting on it in the
+//! order they blocked.
+//!
+//! A command that writes a key someone waits on signals it after it
+//! commits; the signal wakes the first waiter only (through its worker's
+//! wake queue). That waiter runs its command again: served, it leaves
+//! the registry and signals its keys for the next waiter; not served
+//! (someone else took the item), it keeps its place. A waiter that times
+//! out or disconnects leaves and signals its keys too, so a wake it did
+//! not use passes on. Redis serves waiters in the order they blocked; so
+//! does this.
+//!
+//! No wake-up is lost: a client registers while it holds its keys'
+//! stripe locks, after finding them empty, and a writer signals after
+//! its commit, which needed those locks.
+
+use sluice_io::net::{ConnId, Waker};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Where a worker takes the wake-ups of its blocked connections.
+pub(super) struct WakeQueue {
+    /// (slot, ticket): the ticket tells a blocking from a later one.
+    slots: Mutex<Vec<(ConnId, u64)>>,
+    waker: Arc<Waker>,
+}
+
+impl WakeQueue {
+    pub(super) fn new(waker: Arc<Waker>) -> Arc<WakeQueue> {
+        Arc::new(WakeQueue {
+            slots: Mutex::new(Vec::new()),
+            waker,
+        })
+    }
+
+    /// The wake-ups queued since the last take.
+    pub(super) fn take(&self) -> Vec<(ConnId, u64)> {
+        std::mem::take(&mut *self.slots.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn push(&self, slot: ConnId, ticket: u64) {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((slot, ticket));
+        self.waker.wake();
+    }
+}
+
+/// One connection waiting on a key.
+#[derive(Clone)]
+struct Waiter {
+    ticket: u64,
+    slot: ConnId,
+    queue: Arc<WakeQueue>,
+}
+
+/// Every key someone waits on, with its waiters in blocking order.
+#[derive(Default)]
+pub struct Blocking {
+    by_key: Mutex<HashMap<Vec<u8>, VecDeque<Waiter>>>,
+    /// Connections blocked now (a command that writes checks this first).
+    blocked: AtomicUsize,
+    next_ticket: AtomicU64,
+}
+
+/// What a blocked connection waits with.
+#[derive(Debug, Clone)]
+pub(super) struct Blocked {
+    /// The command, run again when woken.
+    pub(super) args: crate::resp::Args,
+    /// The keys it waits on.
+    pub(super) keys: Vec<Vec<u8>>,
+    /// When it gives up (None: never).
+    pub(super) deadline: Option<Instant>,
+    /// Its place in the registry.
+    pub(super) ticket: u64,
+}
+
+impl Blocking {
+    /// Whether anyone is blocked (one load).
+    pub(super) fn any(&self) -> bool {
+        self.blocked.load(Ordering::Acquire) > 0
+    }
+
+    /// Connections blocked now.
+    pub fn blocked_clients(&self) -> usize {
+        self.blocked.load(Ordering::Relaxed)
+    }
+
+    /// Registers connection `slot` of the worker whose queue is `queue` as
+    /// waiting on `keys`; returns its ticket. The caller holds the keys'
+    /// stripe locks and found them empty.
+    pub(super) fn register(&self, keys: &[Vec<u8>], slot: ConnId, queue: &Arc<WakeQueue>) -> u64 {
+        let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed) + 1;
+        let waiter = Waiter {
+            ticket,
+            slot,
+            queue: queue.clone(),
+        };
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        for key in keys {
+            let waiters = by_key.entry(key.clone()).or_default();
+            if !waiters.iter().any(|w| w.ticket == ticket) {
+                waiters.push_back(waiter.clone());
+            }
+        }
+        self.blocked.fetch_add(1, Ordering::AcqRel);
+        ticket
+    }
+
+    /// Removes the waiter `ticket` from `keys` and wakes whoever is first
+    /// on them now (the item it was woken for, or left, goes on).
+    pub(super) fn leave(&self, keys: &[Vec<u8>], ticket: u64) {
+        let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        let mut was_there = false;
+        for key in keys {
+            if let Some(waiters) = by_key.get_mut(key) {
+                let before = waiters.len();
+                waiters.retain(|w| w.ticket != ticket);
+                was_there |= waiters.len() != before;
+                match waiters.front() {
+                    Some(first) => first.queue.push(first.slot, first.ticket),
+                    None => {
+                        by_key.remove(key);
+                    }
+                }
+            }
+        }
+        if was_there {
+            self.blocked.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Wakes the first waiter of each of `keys` (after a write to them).
+    pub(super) fn signal<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) {
+        let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        for key in keys {
+            if let Some(first) = by_key.get(key).and_then(VecDeque::front) {
+                first.queue.push(first.slot, first.ticket);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> Arc<WakeQueue> {
+        let ring = sluice_io::net::NetRing::new(sluice_io::net::NetRingConfig::default()).unwrap();
+        WakeQueue::new(ring.waker())
+    }
+
+    #[test]
+    fn a_signal_wakes_the_first_waiter_and_leaving_passes_it_on() {
+        let b = Blocking::default();
+        let q = queue();
+        let k = vec![b"k".to_vec()];
+        let first = b.register(&k, 1, &q);
+        let second = b.register(&k, 2, &q);
+        assert!(b.any());
+        b.signal([&b"k"[..]].into_iter());
+        assert_eq!(q.take(), vec![(1, first)]);
+        b.leave(&k, first);
+        assert_eq!(q.take(), vec![(2, second)]);
+        b.leave(&k, second);
+        assert!(q.take().is_empty());
+        assert!(!b.any());
+        assert!(b.by_key.lock().unwrap().is_empty());
+        // A key nobody waits on: no wake.
+        b.signal([&b"other"[..]].into_iter());
+        assert!(q.take().is_empty());
+    }
+}

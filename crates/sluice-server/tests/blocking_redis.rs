@@ -1,0 +1,284 @@
+//! The blocking pops against a real `redis-server` 7: the same scenario —
+//! clients that block, writes from others that wake them, timeouts,
+//! transactions, type changes, disconnections — runs on both, and every
+//! reply each client reads must be the same bytes, in the same order.
+#![allow(clippy::unwrap_used)] // a test's panic is its failure report
+
+mod common;
+
+use common::{request, small_store, start_redis, start_sluice_on, Client};
+use sluice_server::server::{Durability, ServerConfig};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// One step of a scenario, by client number.
+enum Step {
+    /// Send and read the reply.
+    Call(usize, &'static str),
+    /// Send without reading (a command that blocks).
+    Send(usize, &'static str),
+    /// Read the reply the client's earlier `Send` gets.
+    Read(usize),
+    /// Let the servers work (a timeout to pass, a wake to land).
+    Sleep(u64),
+    /// Close the client's connection and open a new one.
+    Reconnect(usize),
+}
+
+use Step::*;
+
+fn args(line: &str) -> Vec<Vec<u8>> {
+    sluice_server::resp::split_args(line.as_bytes()).unwrap()
+}
+
+/// Runs `steps` with `clients` connections to `addr`; the replies read,
+/// labelled with their step.
+fn run(addr: SocketAddr, clients: usize, steps: &[Step]) -> Vec<String> {
+    let mut c: Vec<Client> = (0..clients).map(|_| Client::connect(addr)).collect();
+    c[0].call(&[b"FLUSHALL"]);
+    let mut out = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        if std::env::var_os("BLOCKING_TRACE").is_some() {
+            eprintln!("{addr} step {i}");
+        }
+        match step {
+            Call(n, line) => {
+                c[*n].stream.write_all(&request(&args(line))).unwrap();
+                let reply = c[*n].read_reply().unwrap();
+                out.push(format!("{i} {line}: {}", String::from_utf8_lossy(&reply)));
+            }
+            Send(n, line) => c[*n].stream.write_all(&request(&args(line))).unwrap(),
+            Read(n) => {
+                let reply = c[*n].read_reply().unwrap();
+                out.push(format!(
+                    "{i} client {n} read: {}",
+                    String::from_utf8_lossy(&reply)
+                ));
+            }
+            Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+            Reconnect(n) => c[*n] = Client::connect(addr),
+        }
+    }
+    out
+}
+
+fn compare(clients: usize, steps: &[Step]) {
+    let redis = start_redis(&[]);
+    let sluice = start_sluice_on(
+        small_store(),
+        ServerConfig {
+            threads: 2,
+            durability: Durability::Always,
+            ..ServerConfig::default()
+        },
+    );
+    let want = run(
+        SocketAddr::from(([127, 0, 0, 1], redis.port)),
+        clients,
+        steps,
+    );
+    let got = run(sluice.addr, clients, steps);
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(g, w, "\nredis:  {want:#?}\nsluice: {got:#?}");
+    }
+    assert_eq!(got.len(), want.len());
+}
+
+#[test]
+fn blocked_clients_are_woken_in_the_order_they_blocked() {
+    compare(
+        4,
+        &[
+            Send(1, "BLPOP q 0"),
+            Sleep(50),
+            Send(2, "BRPOP other q 0"),
+            Sleep(50),
+            Send(3, "BLPOP q 0"),
+            Sleep(50),
+            Call(0, "RPUSH q a b"),
+            Read(1),
+            Read(2),
+            Call(0, "LLEN q"),
+            Call(0, "LPUSH q c"),
+            Read(3),
+            Call(0, "EXISTS q"),
+        ],
+    );
+}
+
+#[test]
+fn a_blocking_pop_serves_at_once_times_out_or_answers_errors_as_redis() {
+    compare(
+        2,
+        &[
+            Call(0, "RPUSH l x y"),
+            Call(0, "BLPOP l 0"),
+            Call(0, "BRPOP nothere l 1"),
+            Call(0, "BLPOP nothere 0.1"),
+            Call(0, "BLPOP nothere -1"),
+            Call(0, "BLPOP nothere abc"),
+            Call(0, "SET s v"),
+            Call(0, "BLPOP s 0"),
+            Call(0, "BLMOVE nothere d LEFT MIDDLE 0"),
+            Call(0, "BLMOVE nothere d LEFT RIGHT 0.05"),
+            Call(0, "BRPOPLPUSH nothere d 0.05"),
+            Call(0, "BLMPOP 0.05 2 a b LEFT"),
+            Call(0, "BLMPOP 0 0 a LEFT"),
+            Call(0, "BZPOPMIN nothere 0.05"),
+            Call(0, "BZMPOP 0.05 1 nothere MIN"),
+            Call(0, "BZMPOP 0 1 nothere FOO"),
+            Call(0, "ZADD z 1 a 2 b"),
+            Call(0, "BZPOPMAX z 0"),
+            Call(0, "BZMPOP 0 1 z MIN COUNT 5"),
+            Call(0, "MULTI"),
+            Call(0, "BLPOP nothere 0"),
+            Call(0, "BRPOPLPUSH nothere d 0"),
+            Call(0, "EXEC"),
+            // A pipelined command after a blocked one waits for it.
+            Send(1, "BLPOP p 0.2"),
+            Send(1, "PING"),
+            Read(1),
+            Read(1),
+        ],
+    );
+}
+
+#[test]
+fn writes_of_every_kind_wake_the_right_waiters() {
+    compare(
+        3,
+        &[
+            // BLMOVE: the pushed destination wakes its own waiter.
+            Send(1, "BLMOVE src dst RIGHT LEFT 0"),
+            Send(2, "BLPOP dst 0"),
+            Sleep(50),
+            Call(0, "RPUSH src 1"),
+            Read(1),
+            Read(2),
+            // A transaction's writes wake once it commits; a key that is
+            // pushed and deleted in it wakes nobody.
+            Send(1, "BLPOP t 0"),
+            Sleep(50),
+            Call(0, "MULTI"),
+            Call(0, "LPUSH t gone"),
+            Call(0, "DEL t"),
+            Call(0, "EXEC"),
+            Sleep(50),
+            Call(0, "RPUSH t kept"),
+            Read(1),
+            // A key made another type leaves its waiter waiting.
+            Send(1, "BLPOP w 0"),
+            Sleep(50),
+            Call(0, "SET w string"),
+            Sleep(50),
+            Call(0, "DEL w"),
+            Call(0, "RPUSH w now"),
+            Read(1),
+            // A list renamed into place wakes.
+            Send(1, "BRPOP r 0"),
+            Sleep(50),
+            Call(0, "RPUSH tmp v"),
+            Call(0, "RENAME tmp r"),
+            Read(1),
+            // Sorted sets.
+            Send(1, "BZPOPMIN zz 0"),
+            Send(2, "BZMPOP 0 1 zz MAX COUNT 2"),
+            Sleep(50),
+            Call(0, "ZADD zz 1 a 2 b 3 c"),
+            Read(1),
+            Read(2),
+            // BLMPOP with a count.
+            Send(1, "BLMPOP 0 2 m1 m2 RIGHT COUNT 3"),
+            Sleep(50),
+            Call(0, "RPUSH m2 a b"),
+            Read(1),
+        ],
+    );
+}
+
+#[test]
+fn a_client_that_leaves_or_times_out_passes_the_item_on() {
+    compare(
+        3,
+        &[
+            Send(1, "BLPOP k 0"),
+            Sleep(50),
+            Send(2, "BLPOP k 0"),
+            Sleep(50),
+            Reconnect(1),
+            Sleep(50),
+            Call(0, "RPUSH k one"),
+            Read(2),
+            Send(1, "BLPOP k 0.1"),
+            Send(2, "BLPOP k 0"),
+            Sleep(300),
+            Read(1),
+            Call(0, "RPUSH k two"),
+            Read(2),
+        ],
+    );
+}
+
+/// Thousands of blocked clients cost no thread each, and a timeout
+/// arrives near its time.
+#[test]
+fn many_blocked_clients_and_timeouts_near_their_time() {
+    let sluice = start_sluice_on(
+        small_store(),
+        ServerConfig {
+            threads: 2,
+            ..ServerConfig::default()
+        },
+    );
+    let threads_before = std::fs::read_dir("/proc/self/task").unwrap().count();
+    let mut waiting: Vec<Client> = (0..2000).map(|_| Client::connect(sluice.addr)).collect();
+    for (i, c) in waiting.iter_mut().enumerate() {
+        c.stream
+            .write_all(&request(&args(&format!("BLPOP q{} 0", i % 10))))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Other tests of this binary start servers meanwhile: a thread per
+    // waiter would be 2000 more.
+    let threads_after = std::fs::read_dir("/proc/self/task").unwrap().count();
+    assert!(
+        threads_after < threads_before + 100,
+        "blocked clients took threads: {threads_before} before, {threads_after} after"
+    );
+    let mut c = Client::connect(sluice.addr);
+    let info = String::from_utf8(c.call(&[b"INFO", b"clients"])).unwrap();
+    assert!(info.contains("blocked_clients:2000\r\n"), "{info}");
+    for q in 0..10 {
+        let items: String = (0..200).map(|i| format!(" {q}-{i}")).collect();
+        c.call_reply(
+            &args(&format!("RPUSH q{q}{items}"))
+                .iter()
+                .map(|a| &a[..])
+                .collect::<Vec<_>>(),
+        );
+    }
+    // Each item goes to exactly one of its list's waiters (in which order
+    // the 2000 connections blocked is the two workers' to say).
+    let mut got = std::collections::BTreeSet::new();
+    for (i, w) in waiting.iter_mut().enumerate() {
+        let reply = String::from_utf8(w.read_reply().unwrap()).unwrap();
+        let item = reply.rsplit("\r\n").nth(1).unwrap().to_string();
+        assert!(
+            item.starts_with(&format!("{}-", i % 10)),
+            "client {i}: {reply:?}"
+        );
+        assert!(got.insert(item), "client {i}: {reply:?} twice");
+    }
+    assert_eq!(got.len(), 2000);
+    let info = String::from_utf8(c.call(&[b"INFO", b"clients"])).unwrap();
+    assert!(info.contains("blocked_clients:0\r\n"), "{info}");
+    let started = Instant::now();
+    let reply = c.call(&[b"BLPOP", b"empty", b"0.25"]);
+    let took = started.elapsed();
+    assert_eq!(reply, b"*-1\r\n");
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(400),
+        "a 250 ms timeout took {took:?}"
+    );
+}
