@@ -32,10 +32,11 @@ pub mod number;
 pub mod overlay;
 pub mod record;
 pub mod set;
+pub mod stream;
 pub mod upgrade;
 pub mod zset;
 
 pub use ctx::Ctx;
 pub use db::Db;
 pub use error::Failure;
-pub use record::{Collection, Entry, Read, Value};
+pub use record::{Collection, Entry, Read, StreamId, StreamMeta, Value};

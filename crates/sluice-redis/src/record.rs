@@ -14,6 +14,35 @@ const HASH: u8 = 1;
 const LIST: u8 = 2;
 const SET: u8 = 3;
 const ZSET: u8 = 4;
+const STREAM: u8 = 5;
+
+/// A stream entry's id: Unix ms and a sequence within it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct StreamId {
+    /// Milliseconds.
+    pub ms: u64,
+    /// Sequence within the millisecond.
+    pub seq: u64,
+}
+
+impl std::fmt::Display for StreamId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.ms, self.seq)
+    }
+}
+
+/// A stream's record fields beyond id and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StreamMeta {
+    /// The greatest id ever given (new ids are above it).
+    pub last: StreamId,
+    /// The first entry's id (0-0 when empty).
+    pub first: StreamId,
+    /// The greatest id ever deleted.
+    pub max_deleted: StreamId,
+    /// Entries ever added.
+    pub added: u64,
+}
 
 /// A collection's object id (its members' key prefix) and member count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +72,14 @@ pub enum Value {
     Set(Collection),
     /// A sorted set; each member has two entries (by member, by score).
     ZSet(Collection),
+    /// A stream; its entries are members `[0x00][ms BE][seq BE]`. Unlike
+    /// other collections it may be empty.
+    Stream {
+        /// Id and entry count.
+        c: Collection,
+        /// Ids.
+        meta: StreamMeta,
+    },
 }
 
 impl Value {
@@ -54,6 +91,7 @@ impl Value {
             Value::List { .. } => "list",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
+            Value::Stream { .. } => "stream",
         }
     }
 
@@ -62,7 +100,7 @@ impl Value {
         match self {
             Value::String(_) => None,
             Value::Hash(c) | Value::Set(c) | Value::ZSet(c) => Some(*c),
-            Value::List { c, .. } => Some(*c),
+            Value::List { c, .. } | Value::Stream { c, .. } => Some(*c),
         }
     }
 
@@ -83,6 +121,7 @@ impl Value {
             Value::List { .. } => LIST,
             Value::Set(_) => SET,
             Value::ZSet(_) => ZSET,
+            Value::Stream { .. } => STREAM,
         }
     }
 }
@@ -145,6 +184,22 @@ impl Entry {
                 fixed[16..].copy_from_slice(&head.to_le_bytes());
                 f(&[&header, &fixed])
             }
+            Value::Stream { meta, .. } => {
+                let mut ids = [0u8; 56];
+                let words = [
+                    meta.last.ms,
+                    meta.last.seq,
+                    meta.first.ms,
+                    meta.first.seq,
+                    meta.max_deleted.ms,
+                    meta.max_deleted.seq,
+                    meta.added,
+                ];
+                for (i, w) in words.iter().enumerate() {
+                    ids[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                f(&[&header, &fixed[..16], &ids])
+            }
             _ => f(&[&header, &fixed[..16]]),
         }
     }
@@ -179,7 +234,7 @@ impl Entry {
         let expire_at_ms = sluice_io::codec::u64_at(bytes, 1).ok_or_else(malformed)?;
         let id = sluice_io::codec::u64_at(bytes, HEADER_BYTES).ok_or_else(malformed)?;
         let len = sluice_io::codec::u64_at(bytes, HEADER_BYTES + 8).ok_or_else(malformed)?;
-        if id == 0 || len == 0 {
+        if id == 0 || (len == 0 && bytes[0] != STREAM) {
             return Err(malformed());
         }
         let c = Collection { id, len };
@@ -199,6 +254,27 @@ impl Entry {
                     sluice_io::codec::u64_at(bytes, COLLECTION_BYTES).ok_or_else(malformed)?;
                 exact(8, Value::List { c, head })?
             }
+            STREAM => {
+                let w = |i: usize| sluice_io::codec::u64_at(bytes, COLLECTION_BYTES + i * 8);
+                let words: Option<Vec<u64>> = (0..7).map(w).collect();
+                let w = words.ok_or_else(malformed)?;
+                let meta = StreamMeta {
+                    last: StreamId {
+                        ms: w[0],
+                        seq: w[1],
+                    },
+                    first: StreamId {
+                        ms: w[2],
+                        seq: w[3],
+                    },
+                    max_deleted: StreamId {
+                        ms: w[4],
+                        seq: w[5],
+                    },
+                    added: w[6],
+                };
+                exact(56, Value::Stream { c, meta })?
+            }
             _ => return Err(malformed()),
         };
         Ok(Entry {
@@ -213,7 +289,7 @@ impl Entry {
         let expire_at_ms = sluice_io::codec::u64_at(bytes, 1).ok_or_else(malformed)?;
         match bytes[0] {
             STRING => Ok(Some((&bytes[HEADER_BYTES..], expire_at_ms))),
-            HASH | LIST | SET | ZSET => Ok(None),
+            HASH | LIST | SET | ZSET | STREAM => Ok(None),
             _ => Err(malformed()),
         }
     }
@@ -230,7 +306,8 @@ impl Entry {
         let mut e = self.clone();
         match &mut e.value {
             Value::String(_) => {}
-            Value::Hash(c) | Value::Set(c) | Value::ZSet(c) | Value::List { c, .. } => c.id = id,
+            Value::Hash(c) | Value::Set(c) | Value::ZSet(c) => c.id = id,
+            Value::List { c, .. } | Value::Stream { c, .. } => c.id = id,
         }
         e
     }
@@ -255,6 +332,15 @@ mod tests {
             Value::Set(c),
             Value::ZSet(c),
             Value::List { c, head: 1 << 63 },
+            Value::Stream {
+                c: Collection { id: 9, len: 0 },
+                meta: StreamMeta {
+                    last: StreamId { ms: 5, seq: 6 },
+                    first: StreamId { ms: 1, seq: 2 },
+                    max_deleted: StreamId { ms: 3, seq: 4 },
+                    added: 7,
+                },
+            },
         ] {
             let entry = Entry {
                 value,

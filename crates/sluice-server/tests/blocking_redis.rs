@@ -198,6 +198,33 @@ fn writes_of_every_kind_wake_the_right_waiters() {
 }
 
 #[test]
+fn xread_block_waits_for_entries_after_its_ids() {
+    compare(
+        3,
+        &[
+            Call(0, "XADD s 1-0 a 1"),
+            Call(0, "XREAD BLOCK 0 STREAMS s 0"),
+            Send(1, "XREAD BLOCK 0 STREAMS s $"),
+            Send(2, "XREAD COUNT 1 BLOCK 0 STREAMS other s 0 1-0"),
+            Sleep(50),
+            Call(0, "XADD s 2-0 b 2"),
+            Read(1),
+            Read(2),
+            Call(0, "XREAD BLOCK 50 STREAMS s 2-0"),
+            Call(0, "XREAD BLOCK -1 STREAMS s 2-0"),
+            Call(0, "XREAD BLOCK x STREAMS s 2-0"),
+            Call(0, "MULTI"),
+            Call(0, "XREAD BLOCK 0 STREAMS s $"),
+            Call(0, "EXEC"),
+            Send(1, "XREAD BLOCK 0 STREAMS new $"),
+            Sleep(50),
+            Call(0, "XADD new 5-0 c 3"),
+            Read(1),
+        ],
+    );
+}
+
+#[test]
 fn a_client_that_leaves_or_times_out_passes_the_item_on() {
     compare(
         3,

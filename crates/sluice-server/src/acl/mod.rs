@@ -62,6 +62,10 @@ pub struct KeySpec {
     /// SINTERCARD's `numkeys`); the keys are that many from `index`,
     /// every `step`, and `last` and `limit` do not apply.
     pub numkeys_at: usize,
+    /// Non-empty: the keys follow this word (lower case; XREAD's
+    /// `streams`), searched for from argument `index` on; the key range
+    /// then starts after it.
+    pub keyword: &'static str,
     /// Whether the command reads the keys' values (`%R~` covers it).
     pub read: bool,
     /// Whether it inserts, updates or deletes them (`%W~` covers it).
@@ -159,7 +163,18 @@ pub fn keys_of(id: CommandId, args: &[Vec<u8>]) -> Vec<(usize, bool, bool)> {
     let argc = args.len();
     let mut out = Vec::new();
     for spec in command.keys {
-        let first = spec.index;
+        let first = if spec.keyword.is_empty() {
+            spec.index
+        } else {
+            match args
+                .iter()
+                .skip(spec.index)
+                .position(|a| a.eq_ignore_ascii_case(spec.keyword.as_bytes()))
+            {
+                Some(at) => spec.index + at + 1,
+                None => continue,
+            }
+        };
         if first >= argc {
             continue;
         }

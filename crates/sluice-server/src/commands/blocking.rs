@@ -24,6 +24,8 @@ pub enum Want {
     ZPop(bool),
     /// BZMPOP (max, count).
     ZSetMulti(bool, u64),
+    /// XREAD with BLOCK.
+    Read(super::streams::Read),
 }
 
 /// A parsed blocking command.
@@ -47,19 +49,34 @@ impl Request {
     }
 }
 
-/// Whether `name` is a blocking command.
-pub fn is_blocking(name: &[u8]) -> bool {
-    matches!(
-        name,
-        b"blpop"
-            | b"brpop"
-            | b"blmove"
-            | b"brpoplpush"
-            | b"blmpop"
-            | b"bzpopmin"
-            | b"bzpopmax"
-            | b"bzmpop"
-    )
+/// Whether `args` (named `name`, lower case) is a blocking command: a
+/// blocking pop, or XREAD with BLOCK.
+pub fn is_blocking(name: &[u8], args: &Args) -> bool {
+    match name {
+        b"blpop" | b"brpop" | b"blmove" | b"brpoplpush" | b"blmpop" | b"bzpopmin" | b"bzpopmax"
+        | b"bzmpop" => true,
+        b"xread" => super::streams::parse_read(args).is_ok_and(|r| r.block_ms.is_some()),
+        _ => false,
+    }
+}
+
+/// The command a client blocks with, as it runs again when woken: an
+/// XREAD's `$` ids become the streams' last ids now (it waits for what
+/// comes after them). The caller holds the keys' locks.
+pub fn pinned(ctx: &Ctx<'_>, name: &[u8], args: &Args) -> Result<Args, Failure> {
+    if name != b"xread" {
+        return Ok(args.clone());
+    }
+    let mut r = super::streams::parse_read(args)?;
+    super::streams::pin_ids(ctx, &mut r)?;
+    let n = r.streams.len();
+    let mut out = args.clone();
+    let first_id = out.len() - n;
+    for (k, (_, id)) in r.streams.iter().enumerate() {
+        let id = id.expect("pinned");
+        out[first_id + k] = id.to_string().into_bytes();
+    }
+    Ok(out)
 }
 
 /// Redis's `getTimeoutFromObjectOrReply` in seconds: a float, rounded up
@@ -124,6 +141,12 @@ pub fn parse(name: &[u8], args: &Args) -> Result<Request, Failure> {
             let timeout = parse_timeout(&args[1])?;
             let keys = m.keys.iter().map(|k| k.to_vec()).collect();
             request(Want::ListMulti(m.end, m.count), keys, timeout)
+        }
+        b"xread" => {
+            let r = super::streams::parse_read(args)?;
+            let keys = r.streams.iter().map(|(k, _)| k.clone()).collect();
+            let timeout = r.block_ms.unwrap_or(0);
+            request(Want::Read(r), keys, timeout)
         }
         _ => {
             let m = zsets::parse_multi_pop(args, 2)?;
@@ -207,6 +230,11 @@ pub fn try_serve(ctx: &mut Ctx<'_>, r: &Request) -> Result<Option<Reply>, Failur
                 ])));
             }
             Ok(None)
+        }
+        Want::Read(ref r) => {
+            let mut r = r.clone();
+            super::streams::pin_ids(ctx, &mut r)?;
+            super::streams::read_once(ctx, &r)
         }
         Want::ZSetMulti(max, count) => {
             let m = zsets::MultiPop {

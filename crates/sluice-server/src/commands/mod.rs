@@ -17,6 +17,7 @@ pub mod long_double;
 mod server;
 pub mod set_group;
 mod sets;
+pub mod streams;
 mod strings;
 pub(crate) mod zsets;
 pub use strings::{get_borrowed, get_borrowed_or_miss};
@@ -214,6 +215,13 @@ const COMMANDS: &[Spec] = &[
     spec("bzpopmin", -3, blocking::once),
     spec("bzpopmax", -3, blocking::once),
     spec("bzmpop", -5, blocking::once),
+    spec("xadd", -5, streams::xadd),
+    spec("xlen", 2, streams::xlen),
+    spec("xrange", -4, streams::xrange),
+    spec("xrevrange", -4, streams::xrevrange),
+    spec("xdel", -3, streams::xdel),
+    spec("xtrim", -4, streams::xtrim),
+    spec("xread", -4, streams::xread),
     spec("time", 1, server::time),
     spec("lastsave", 1, server::lastsave),
 ];

@@ -49,6 +49,9 @@ pub enum Reply {
     /// two-element arrays, in RESP2 one flat array. Never decoded (the
     /// decoder gives the arrays).
     Pairs(Vec<(Reply, Reply)>),
+    /// A map in RESP3; in RESP2 an array of two-element arrays (XREAD's
+    /// streams). Never decoded.
+    KeyedArrays(Vec<(Reply, Reply)>),
     /// `%1\r\n...` (RESP2: a flat array of keys and values).
     Map(Vec<(Reply, Reply)>),
     /// `>2\r\n...`: out-of-band data (RESP2: an array).
@@ -110,6 +113,15 @@ impl Reply {
             Reply::Array(items) => aggregate(out, b'*', items, protocol),
             Reply::Set(items) => aggregate(out, if resp3 { b'~' } else { b'*' }, items, protocol),
             Reply::Push(items) => aggregate(out, if resp3 { b'>' } else { b'*' }, items, protocol),
+            Reply::KeyedArrays(pairs) if resp3 => pairs_into(out, b'%', pairs, protocol),
+            Reply::KeyedArrays(pairs) => {
+                line(out, b'*', pairs.len().to_string().as_bytes());
+                for (k, v) in pairs {
+                    out.extend_from_slice(b"*2\r\n");
+                    k.encode_into(protocol, out);
+                    v.encode_into(protocol, out);
+                }
+            }
             Reply::Pairs(pairs) if resp3 => {
                 line(out, b'*', pairs.len().to_string().as_bytes());
                 for (k, v) in pairs {

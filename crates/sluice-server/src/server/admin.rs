@@ -425,7 +425,7 @@ fn run(
     if admin_arity(name).is_some() {
         return admin(shared, conn, name, args);
     }
-    if !ctx.in_transaction() && commands::blocking::is_blocking(name) {
+    if !ctx.in_transaction() && commands::blocking::is_blocking(name, args) {
         return serve_or_block(shared, conn, name, args, ctx);
     }
     Some(commands::execute(ctx, name, args))
@@ -459,6 +459,10 @@ fn serve_or_block(
         (Ok(Some(_)), None) | (Err(_), None) => None,
         (_, Some(r)) => Some(r),
         (Ok(None), None) => {
+            let args = match commands::blocking::pinned(ctx, name, args) {
+                Ok(pinned) => pinned,
+                Err(f) => return Some(commands::failure_reply(f)),
+            };
             let keys = request.waits_on().to_vec();
             let wakes = conn.wakes.clone().expect("a worker's connection");
             let ticket = shared.blocking.register(&keys, conn.slot, &wakes);
@@ -466,7 +470,7 @@ fn serve_or_block(
                 std::time::Instant::now() + std::time::Duration::from_millis(request.timeout_ms)
             });
             Some(super::blocking::Blocked {
-                args: args.clone(),
+                args,
                 keys,
                 deadline,
                 ticket,
