@@ -6,84 +6,11 @@
 
 mod common;
 
-use common::{request, small_store, start_redis, start_sluice_on, Client};
-use sluice_server::server::{Durability, ServerConfig};
+use common::scenario::{args, compare, Step::*};
+use common::{request, small_store, start_sluice_on, Client};
+use sluice_server::server::ServerConfig;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-
-/// One step of a scenario, by client number.
-enum Step {
-    /// Send and read the reply.
-    Call(usize, &'static str),
-    /// Send without reading (a command that blocks).
-    Send(usize, &'static str),
-    /// Read the reply the client's earlier `Send` gets.
-    Read(usize),
-    /// Let the servers work (a timeout to pass, a wake to land).
-    Sleep(u64),
-    /// Close the client's connection and open a new one.
-    Reconnect(usize),
-}
-
-use Step::*;
-
-fn args(line: &str) -> Vec<Vec<u8>> {
-    sluice_server::resp::split_args(line.as_bytes()).unwrap()
-}
-
-/// Runs `steps` with `clients` connections to `addr`; the replies read,
-/// labelled with their step.
-fn run(addr: SocketAddr, clients: usize, steps: &[Step]) -> Vec<String> {
-    let mut c: Vec<Client> = (0..clients).map(|_| Client::connect(addr)).collect();
-    c[0].call(&[b"FLUSHALL"]);
-    let mut out = Vec::new();
-    for (i, step) in steps.iter().enumerate() {
-        if std::env::var_os("BLOCKING_TRACE").is_some() {
-            eprintln!("{addr} step {i}");
-        }
-        match step {
-            Call(n, line) => {
-                c[*n].stream.write_all(&request(&args(line))).unwrap();
-                let reply = c[*n].read_reply().unwrap();
-                out.push(format!("{i} {line}: {}", String::from_utf8_lossy(&reply)));
-            }
-            Send(n, line) => c[*n].stream.write_all(&request(&args(line))).unwrap(),
-            Read(n) => {
-                let reply = c[*n].read_reply().unwrap();
-                out.push(format!(
-                    "{i} client {n} read: {}",
-                    String::from_utf8_lossy(&reply)
-                ));
-            }
-            Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
-            Reconnect(n) => c[*n] = Client::connect(addr),
-        }
-    }
-    out
-}
-
-fn compare(clients: usize, steps: &[Step]) {
-    let redis = start_redis(&[]);
-    let sluice = start_sluice_on(
-        small_store(),
-        ServerConfig {
-            threads: 2,
-            durability: Durability::Always,
-            ..ServerConfig::default()
-        },
-    );
-    let want = run(
-        SocketAddr::from(([127, 0, 0, 1], redis.port)),
-        clients,
-        steps,
-    );
-    let got = run(sluice.addr, clients, steps);
-    for (w, g) in want.iter().zip(&got) {
-        assert_eq!(g, w, "\nredis:  {want:#?}\nsluice: {got:#?}");
-    }
-    assert_eq!(got.len(), want.len());
-}
 
 #[test]
 fn blocked_clients_are_woken_in_the_order_they_blocked() {

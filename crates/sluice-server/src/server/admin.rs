@@ -125,6 +125,7 @@ pub(super) fn execute(
         if name == b"reset" {
             conn.tx = None;
             conn.watched.clear();
+            shared.pubsub.leave_all(conn);
         }
         let mut ctx = Ctx::new(&shared.db, super::now_ms()).with_reads(reads);
         let reply = run(shared, conn, name, args, &mut ctx);
@@ -288,6 +289,7 @@ pub(super) fn try_get(
     if args.len() != 2
         || !args[0].eq_ignore_ascii_case(b"get")
         || conn.tx.is_some()
+        || conn.subscriptions.any()
         || !acl_allows(shared, conn, args)
     {
         return false;
@@ -377,6 +379,11 @@ fn run(
     args: &Args,
     ctx: &mut Ctx<'_>,
 ) -> Option<Reply> {
+    if conn.subscriptions.any() && conn.session.protocol() == crate::resp::Protocol::Resp2 {
+        if let Some(refused) = subscriber_context(conn, name, args) {
+            return Some(refused);
+        }
+    }
     if name == b"client" {
         if let Some(reply) = client(shared, conn, args) {
             return Some(reply);
@@ -424,6 +431,9 @@ fn run(
     }
     if admin_arity(name).is_some() {
         return admin(shared, conn, name, args);
+    }
+    if let Some(reply) = super::pubsub::run(&shared.pubsub, conn, name, args) {
+        return Some(reply);
     }
     if !ctx.in_transaction() && commands::blocking::is_blocking(name, args) {
         return serve_or_block(shared, conn, name, args, ctx);
@@ -514,6 +524,32 @@ fn signal_writes<'a>(shared: &Shared, commands: impl Iterator<Item = &'a Args>) 
     shared.blocking.signal(keys.into_iter());
 }
 
+/// RESP2's subscriber context (Redis's `processCommand`): after the
+/// usual checks, PING answers `pong` as a message does and only the
+/// pub/sub commands, QUIT and RESET run; None to go on.
+fn subscriber_context(conn: &Conn, name: &[u8], args: &Args) -> Option<Reply> {
+    if let Some(error) = check(conn, name, args) {
+        return Some(error);
+    }
+    if name == b"ping" {
+        let said = args.get(1).cloned().unwrap_or_default();
+        return Some(Reply::Array(vec![
+            Reply::Bulk(b"pong".to_vec()),
+            Reply::Bulk(said),
+        ]));
+    }
+    if super::pubsub::allowed_while_subscribed(name) {
+        return None;
+    }
+    let full = match (acl::resolve(args), args.len()) {
+        (Some(id), _) => acl::name_of(id).to_string(),
+        _ => String::from_utf8_lossy(name).into_owned(),
+    };
+    Some(error(&format!(
+        "ERR Can't execute '{full}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+    )))
+}
+
 /// Redis's checks before a command runs: unknown, arity, authentication.
 fn check(conn: &Conn, name: &[u8], args: &Args) -> Option<Reply> {
     if let Some(arity) = dispatch_arity(name) {
@@ -539,6 +575,12 @@ fn dispatch_arity(name: &[u8]) -> Option<i32> {
                 .map(|&(_, a)| a)
         })
         .or_else(|| session_arity(name))
+        .or_else(|| {
+            super::pubsub::COMMANDS
+                .iter()
+                .find(|(n, _)| n.as_bytes() == name)
+                .map(|&(_, a)| a)
+        })
 }
 
 fn session_arity(name: &[u8]) -> Option<i32> {
@@ -1171,6 +1213,8 @@ fn info_stats(shared: &Shared, out: &mut String) {
         "total_connections_received",
         get(&s.connections_received),
     );
+    line(out, "pubsub_channels", shared.pubsub.channel_count());
+    line(out, "pubsub_patterns", shared.pubsub.pattern_count());
     let sum = |counter: fn(&super::WorkerStats) -> &std::sync::atomic::AtomicU64| s.sum(counter);
     line(
         out,

@@ -138,6 +138,10 @@ pub(super) struct Conn {
     /// Woken: its blocking command runs again (`deferred`) with this
     /// place in the registry, kept if it finds nothing.
     pub(super) retry: Option<super::blocking::Blocked>,
+    /// The worker's queue of pub/sub messages, and this connection's
+    /// subscriptions.
+    pub(super) pushes: Option<std::sync::Arc<super::pubsub::PushQueue>>,
+    pub(super) subscriptions: super::pubsub::Subscriptions,
 }
 
 impl Conn {
@@ -173,6 +177,8 @@ impl Conn {
             wakes: None,
             blocked: None,
             retry: None,
+            pushes: None,
+            subscriptions: super::pubsub::Subscriptions::default(),
         }
     }
 

@@ -22,6 +22,7 @@ mod clients;
 mod conn;
 mod durability;
 mod expiry;
+mod pubsub;
 pub mod shm;
 pub mod tls;
 mod worker;
@@ -29,6 +30,7 @@ mod worker;
 pub use blocking::Blocking;
 pub use clients::{ClientEntry, Clients};
 pub use durability::Durability;
+pub use pubsub::PubSub;
 pub use shm::ShmSettings;
 
 use crate::resp::Limits;
@@ -231,6 +233,8 @@ pub struct Shared {
     pub registry: Clients,
     /// Clients blocked on keys (BLPOP ...).
     pub blocking: Blocking,
+    /// Pub/sub subscriptions.
+    pub pubsub: PubSub,
     /// `maxclients` now (CONFIG SET changes it).
     pub max_clients: AtomicUsize,
     /// `timeout` now, in seconds (CONFIG SET changes it).
@@ -324,6 +328,7 @@ impl Server {
             clients: AtomicUsize::new(0),
             registry: Clients::default(),
             blocking: Blocking::default(),
+            pubsub: PubSub::default(),
             max_clients: AtomicUsize::new(config.max_clients),
             idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
             protected_mode: AtomicBool::new(config.protected_mode),

@@ -127,7 +127,8 @@ pub(super) fn run(
         fills: shared_fill_queue,
         filled: Vec::new(),
         group: Grouped::default(),
-        wakes: super::blocking::WakeQueue::new(waker_for_wakes),
+        wakes: super::blocking::WakeQueue::new(waker_for_wakes.clone()),
+        pushes: super::pubsub::PushQueue::new(waker_for_wakes),
         blocked: Vec::new(),
     };
     worker.run()
@@ -193,6 +194,8 @@ struct Worker {
     /// Where writes to keys this worker's blocked clients wait on wake
     /// them (`server::blocking`).
     wakes: Arc<super::blocking::WakeQueue>,
+    /// Where publishers leave messages for this worker's subscribers.
+    pushes: Arc<super::pubsub::PushQueue>,
     /// Connections blocked on keys (or woken and trying again), watched
     /// for their deadlines.
     blocked: Vec<ConnId>,
@@ -277,6 +280,7 @@ impl Worker {
         }
         self.take_wakes();
         self.expire_blocked();
+        self.take_pushes();
         // Only connections something happened to, or that wait on
         // something, are looked at: ten thousand idle ones cost nothing.
         self.work.clear();
@@ -320,6 +324,19 @@ impl Worker {
                 c.deferred = Some(b.args.clone());
                 c.retry = Some(b);
                 c.more_input = true;
+                self.pending.push(slot);
+            }
+        }
+    }
+
+    /// Queues the messages publishers left for this worker's subscribers.
+    fn take_pushes(&mut self) {
+        for (slot, client, message) in self.pushes.take() {
+            let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            if c.session.id() == client && !c.dead {
+                c.push_reply(&message);
                 self.pending.push(slot);
             }
         }
@@ -683,6 +700,7 @@ impl Worker {
         );
         conn.slot = slot;
         conn.wakes = Some(self.wakes.clone());
+        conn.pushes = Some(self.pushes.clone());
         self.conns[slot as usize] = Some(conn);
         self.events.touched.push(slot);
         Ok(())
@@ -1040,6 +1058,7 @@ impl Worker {
             if let Some(b) = c.blocked.take().or_else(|| c.retry.take()) {
                 self.shared.blocking.leave(&b.keys, b.ticket);
             }
+            self.shared.pubsub.leave_all(c);
             if let Transport::Shm(link) = &c.stream {
                 // Wakes a client parked on its futex: it reads what is
                 // left in its ring, then sees the channel closed.
@@ -1199,7 +1218,9 @@ struct Grouped {
 /// has authenticated (each path then asks whether its user may run it on
 /// the key it names).
 fn plain_path_open(c: &Conn) -> bool {
-    c.deferred.is_none() && c.tx.is_none() && !c.session.unauthenticated()
+    // A subscribed connection's commands go through the subscriber
+    // context's check.
+    c.deferred.is_none() && c.tx.is_none() && !c.session.unauthenticated() && !c.subscriptions.any()
 }
 
 /// Connection `id` unless it is gone or dying.
@@ -1416,6 +1437,7 @@ impl Pass<'_> {
                 }
             };
             let groupable = c.tx.is_none()
+                && !c.subscriptions.any()
                 && SetGroup::takes(&self.shared.db, &args)
                 && admin::acl_allows(self.shared, c, &args);
             if !groupable && group.holds(id) {

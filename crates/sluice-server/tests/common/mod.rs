@@ -3,6 +3,8 @@
 //! requests and reads whole replies.
 #![allow(dead_code)] // each test file uses part of it
 
+pub mod scenario;
+
 use sluice_io::{Device, MemoryDevice};
 use sluice_redis::db::Db;
 use sluice_server::resp::Reply;
