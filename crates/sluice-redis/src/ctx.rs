@@ -99,6 +99,12 @@ impl<'a> Ctx<'a> {
         self.db.batch()
     }
 
+    /// Notes that a write of another run (a script's) must be durable
+    /// to `at` before this run's reply goes out.
+    pub fn note_wrote(&mut self, at: LogPosition) {
+        self.wrote = self.wrote.max(Some(at));
+    }
+
     /// Where the log must be durable before the replies of this run go out.
     pub fn wrote(&self) -> Option<LogPosition> {
         self.wrote

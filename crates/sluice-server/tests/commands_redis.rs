@@ -1012,6 +1012,57 @@ fn streams_match_redis() {
 }
 
 #[test]
+fn scripts_match_redis() {
+    compare(&script(&[
+        "EVAL \"return 1\" 0",
+        "EVAL \"return {1, 2, 'x', false, 3}\" 0",
+        "EVAL \"return {1, 2, nil, 4}\" 0",
+        "EVAL \"return 3.99\" 0",
+        "EVAL \"return -2.5\" 0",
+        "EVAL \"return true\" 0",
+        "EVAL \"return false\" 0",
+        "EVAL \"return nil\" 0",
+        "EVAL \"return 'text'\" 0",
+        "EVAL \"return redis.call('SET', KEYS[1], ARGV[1])\" 1 k v",
+        "EVAL \"return redis.call('GET', KEYS[1])\" 1 k",
+        "EVAL \"return redis.call('GET', 'nothere')\" 0",
+        "EVAL \"redis.call('RPUSH', 'l', 'a', 'b'); return redis.call('LRANGE', 'l', 0, -1)\" 0",
+        "EVAL \"return redis.call('INCRBY', 'n', 5)\" 0",
+        "EVAL \"return redis.call('HGETALL', 'nothere')\" 0",
+        "EVAL \"return redis.pcall('INCR', KEYS[1])\" 1 k",
+        "EVAL \"return redis.call('INCR', KEYS[1])\" 1 k",
+        "EVAL \"return redis.call('nosuch')\" 0",
+        "EVAL \"return redis.call('SET', 'a')\" 0",
+        "EVAL \"return 1 +\" 0",
+        "EVAL \"error('boom')\" 0",
+        "EVAL \"error({err='MY custom'})\" 0",
+        "EVAL \"return redis.error_reply('MY err')\" 0",
+        "EVAL \"return redis.status_reply('FINE')\" 0",
+        "EVAL \"return redis.sha1hex('abc')\" 0",
+        "EVAL \"return {KEYS[1], KEYS[2], ARGV[1], #ARGV}\" 2 a b c",
+        "EVAL \"return 1\" -1",
+        "EVAL \"return 1\" 3 a b",
+        "EVAL \"return 1\" x",
+        "SCRIPT LOAD \"return 'loaded'\"",
+        "EVALSHA 6f4ac0d5c0d8b0f4c9f6b3e7b0c6c7c1f0b4c4a1 0",
+        "EVALSHA fd3d91d1a0c6a0e3c2e5e30fb7e0dbf4a3a9eb01 0",
+        "SCRIPT EXISTS fd3d91d1a0c6a0e3c2e5e30fb7e0dbf4a3a9eb01 nosuch",
+        "EVAL_RO \"return redis.call('GET', 'k')\" 0",
+        "EVAL_RO \"return redis.call('SET', 'k', 'v')\" 0",
+        "SCRIPT FLUSH",
+        "SCRIPT FLUSH FOO",
+        "SCRIPT FOO",
+        "SCRIPT KILL",
+        "MULTI",
+        "EVAL \"return redis.call('SET', 'm', 'in-multi')\" 0",
+        "GET m",
+        "EXEC",
+        "GET m",
+    ]))
+    .unwrap();
+}
+
+#[test]
 fn big_lists_and_sets_go_whole() {
     // Over 64 members a collection's members go with one range delete.
     for members in [3usize, 70, 200] {

@@ -132,6 +132,11 @@ pub fn all_names() -> impl Iterator<Item = &'static str> {
     commands().iter().map(|c| c.name)
 }
 
+/// Whether command `id` writes (Redis's `@write` category).
+pub fn is_write(id: CommandId) -> bool {
+    commands()[id].categories & table::cat::WRITE != 0
+}
+
 /// The command's full name.
 pub fn name_of(id: CommandId) -> &'static str {
     commands()[id].name

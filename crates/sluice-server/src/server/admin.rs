@@ -435,6 +435,9 @@ fn run(
     if let Some(reply) = super::pubsub::run(&shared.pubsub, conn, name, args) {
         return Some(reply);
     }
+    if let Some(reply) = super::scripting::run(shared, conn, name, args, ctx) {
+        return Some(reply);
+    }
     if !ctx.in_transaction() && commands::blocking::is_blocking(name, args) {
         return serve_or_block(shared, conn, name, args, ctx);
     }
@@ -578,6 +581,7 @@ fn dispatch_arity(name: &[u8]) -> Option<i32> {
         .or_else(|| {
             super::pubsub::COMMANDS
                 .iter()
+                .chain(super::scripting::COMMANDS)
                 .find(|(n, _)| n.as_bytes() == name)
                 .map(|&(_, a)| a)
         })

@@ -23,6 +23,7 @@ mod conn;
 mod durability;
 mod expiry;
 mod pubsub;
+mod scripting;
 pub mod shm;
 pub mod tls;
 mod worker;
@@ -31,6 +32,7 @@ pub use blocking::Blocking;
 pub use clients::{ClientEntry, Clients};
 pub use durability::Durability;
 pub use pubsub::PubSub;
+pub use scripting::Scripts;
 pub use shm::ShmSettings;
 
 use crate::resp::Limits;
@@ -235,6 +237,8 @@ pub struct Shared {
     pub blocking: Blocking,
     /// Pub/sub subscriptions.
     pub pubsub: PubSub,
+    /// Scripts EVAL and SCRIPT LOAD saw, by SHA1.
+    pub scripts: Scripts,
     /// `maxclients` now (CONFIG SET changes it).
     pub max_clients: AtomicUsize,
     /// `timeout` now, in seconds (CONFIG SET changes it).
@@ -329,6 +333,7 @@ impl Server {
             registry: Clients::default(),
             blocking: Blocking::default(),
             pubsub: PubSub::default(),
+            scripts: Scripts::default(),
             max_clients: AtomicUsize::new(config.max_clients),
             idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
             protected_mode: AtomicBool::new(config.protected_mode),
