@@ -3186,4 +3186,28 @@ pub const COMMANDS: &[Command] = &[
         keys: &[],
         variable_flags: false,
     },
+    Command {
+        name: "function",
+        arity: -2,
+        categories: cat::SLOW,
+        no_auth: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|flush",
+        arity: -2,
+        categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|list",
+        arity: -2,
+        categories: cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        keys: &[],
+        variable_flags: false,
+    },
 ];
