@@ -61,6 +61,33 @@ pub(crate) struct RustlsLink {
     pub(crate) tls: rustls::StreamOwned<rustls::ServerConnection, TcpStream>,
 }
 
+impl Drop for RustlsLink {
+    /// A TLS session ends with close_notify both ways before the socket
+    /// closes: libnbd, having sent NBD_CMD_DISC, waits for the server's
+    /// close_notify, and a socket closed without one (or with the
+    /// client's own still unread, which makes the close a reset) fails
+    /// its shutdown with "server closed socket unexpectedly".
+    fn drop(&mut self) {
+        self.tls.conn.send_close_notify();
+        let _ = self.tls.flush();
+        let _ = self.tls.sock.shutdown(std::net::Shutdown::Write);
+        let _ = self
+            .tls
+            .sock
+            .set_read_timeout(Some(std::time::Duration::from_millis(200)));
+        // What the client still sends (its close_notify), up to its close
+        // or a second: never a wait on a client that does not close.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let mut sink = [0u8; 4096];
+        while std::time::Instant::now() < deadline {
+            match self.tls.sock.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
 /// A socket's reads without waiting.
 struct NoWait<'a>(&'a TcpStream);
 
