@@ -5,7 +5,7 @@
 //! (`server::blocking`); inside MULTI, where Redis never blocks, a try
 //! that finds nothing answers as a timeout does.
 
-use super::lists::{self, parse_multi_pop as parse_lmpop};
+use super::lists::{self, end_of, parse_multi_pop as parse_lmpop};
 use super::zsets;
 use super::*;
 use sluice_redis::list::{self as list_model, End};
@@ -155,16 +155,6 @@ pub fn parse(name: &[u8], args: &Args) -> Result<Request, Failure> {
             request(Want::ZSetMulti(m.max, m.count), keys, timeout)
         }
     })
-}
-
-fn end_of(arg: &[u8]) -> Result<End, Failure> {
-    if arg.eq_ignore_ascii_case(b"left") {
-        Ok(End::Left)
-    } else if arg.eq_ignore_ascii_case(b"right") {
-        Ok(End::Right)
-    } else {
-        Err(fail(SYNTAX))
-    }
 }
 
 /// What a blocking command answers when its time is up: Redis answers

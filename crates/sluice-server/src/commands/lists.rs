@@ -16,7 +16,7 @@ fn positive(arg: &[u8], message: Option<&str>) -> Result<u64, Failure> {
 }
 
 /// LEFT or RIGHT, as Redis spells them in LMOVE and LMPOP.
-fn end_of(arg: &[u8]) -> Result<End, Failure> {
+pub(crate) fn end_of(arg: &[u8]) -> Result<End, Failure> {
     if arg.eq_ignore_ascii_case(b"left") {
         Ok(End::Left)
     } else if arg.eq_ignore_ascii_case(b"right") {

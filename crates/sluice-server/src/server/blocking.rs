@@ -18,7 +18,7 @@
 
 use sluice_io::net::{ConnId, Waker};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -26,6 +26,9 @@ use std::time::Instant;
 pub(super) struct WakeQueue {
     /// (slot, ticket): the ticket tells a blocking from a later one.
     slots: Mutex<Vec<(ConnId, u64)>>,
+    /// Whether `slots` may hold anything: a worker looks every turn, and
+    /// a load costs less than the lock.
+    pending: AtomicBool,
     waker: Arc<Waker>,
 }
 
@@ -33,12 +36,16 @@ impl WakeQueue {
     pub(super) fn new(waker: Arc<Waker>) -> Arc<WakeQueue> {
         Arc::new(WakeQueue {
             slots: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
             waker,
         })
     }
 
     /// The wake-ups queued since the last take.
     pub(super) fn take(&self) -> Vec<(ConnId, u64)> {
+        if !self.pending.load(Ordering::Acquire) || !self.pending.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
         std::mem::take(&mut *self.slots.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -47,6 +54,7 @@ impl WakeQueue {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((slot, ticket));
+        self.pending.store(true, Ordering::Release);
         self.waker.wake();
     }
 }

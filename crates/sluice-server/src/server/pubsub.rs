@@ -15,12 +15,15 @@ use crate::commands::glob_match;
 use crate::resp::{Args, Reply};
 use sluice_io::net::{ConnId, Waker};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Where a worker takes the messages for its subscribers.
 pub(super) struct PushQueue {
     items: Mutex<Vec<(ConnId, u64, Reply)>>,
+    /// Whether `items` may hold anything: a worker looks every turn, and
+    /// a load costs less than the lock.
+    pending: AtomicBool,
     waker: Arc<Waker>,
 }
 
@@ -28,12 +31,16 @@ impl PushQueue {
     pub(super) fn new(waker: Arc<Waker>) -> Arc<PushQueue> {
         Arc::new(PushQueue {
             items: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
             waker,
         })
     }
 
     /// The messages queued since the last take: (slot, client id, message).
     pub(super) fn take(&self) -> Vec<(ConnId, u64, Reply)> {
+        if !self.pending.load(Ordering::Acquire) || !self.pending.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
         std::mem::take(&mut *self.items.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -42,6 +49,7 @@ impl PushQueue {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((slot, client, message));
+        self.pending.store(true, Ordering::Release);
         self.waker.wake();
     }
 }
