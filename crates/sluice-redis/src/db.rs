@@ -205,6 +205,27 @@ pub struct Db {
     /// The scan that fills `collection_keys` at open.
     filling: Mutex<Option<std::thread::JoinHandle<()>>>,
     ids: Mutex<Ids>,
+    /// The data model's settings a server may change while serving.
+    pub settings: Settings,
+}
+
+/// What a server may tune in the data model while it serves (Redis's
+/// `CONFIG SET` names). Redis's memory-encoding thresholds are not here:
+/// every type keeps one layout on the device whatever its size.
+#[derive(Debug)]
+pub struct Settings {
+    /// `stream-node-max-entries`: how many entries make one node, the unit
+    /// `XADD`/`XTRIM ... ~` trims by (0: nodes bounded by bytes only, so
+    /// approximate trimming removes nothing).
+    pub stream_node_entries: AtomicU64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            stream_node_entries: AtomicU64::new(crate::stream::NODE_ENTRIES),
+        }
+    }
 }
 
 /// The object id counter: ids below `ceiling` may be given without a
@@ -366,6 +387,7 @@ impl Db {
                 next: ceiling,
                 ceiling,
             }),
+            settings: Settings::default(),
         };
         crate::upgrade::legacy_hashes(&db)?;
         let (collection_keys, store) = (db.collection_keys.clone(), db.store.clone());

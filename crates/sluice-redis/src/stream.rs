@@ -138,8 +138,11 @@ pub enum Trim {
 pub struct TrimSpec {
     /// What to keep.
     pub trim: Trim,
-    /// `~`: only whole nodes of [`NODE_ENTRIES`] go (as Redis trims).
+    /// `~`: only whole nodes of `node_entries` go (as Redis trims).
     pub approx: bool,
+    /// Entries per node (`stream-node-max-entries`; 0: no whole node is
+    /// known, so `~` removes nothing).
+    pub node_entries: u64,
     /// LIMIT: most entries one call removes (0: no limit).
     pub limit: u64,
 }
@@ -288,6 +291,14 @@ fn first_after(
         .unwrap_or(newest))
 }
 
+/// The most of `n` entries that fill whole nodes of `node_entries`.
+fn whole_nodes(n: u64, node_entries: u64) -> u64 {
+    match node_entries {
+        0 => 0,
+        size => n - n % size,
+    }
+}
+
 /// The oldest entries `t` removes from stream `c` (`extra`: an entry just
 /// added in the caller's batch, counted but never removed by MAXLEN).
 fn doomed(
@@ -304,7 +315,7 @@ fn doomed(
     let mut want = want.min(stored);
     if t.approx {
         if let Trim::MaxLen(_) = t.trim {
-            want -= want % NODE_ENTRIES;
+            want = whole_nodes(want, t.node_entries);
         }
     }
     if t.limit > 0 {
@@ -328,8 +339,8 @@ fn doomed(
     if let Trim::MinId(min) = t.trim {
         ids.retain(|id| *id < min);
         if t.approx {
-            let keep = ids.len() as u64 % NODE_ENTRIES;
-            ids.truncate(ids.len() - keep as usize);
+            let whole = whole_nodes(ids.len() as u64, t.node_entries);
+            ids.truncate(whole as usize);
         }
     }
     Ok(ids)

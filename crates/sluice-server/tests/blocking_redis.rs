@@ -102,6 +102,14 @@ fn writes_of_every_kind_wake_the_right_waiters() {
             Call(0, "DEL w"),
             Call(0, "RPUSH w now"),
             Read(1),
+            // A woken BRPOPLPUSH whose destination is another type answers
+            // WRONGTYPE and leaves the source as it was.
+            Call(0, "SET target nolist"),
+            Send(1, "BRPOPLPUSH bl target 0"),
+            Sleep(50),
+            Call(0, "RPUSH bl foo"),
+            Read(1),
+            Call(0, "LRANGE bl 0 -1"),
             // A list renamed into place wakes.
             Send(1, "BRPOP r 0"),
             Sleep(50),

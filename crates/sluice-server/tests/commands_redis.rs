@@ -1011,6 +1011,55 @@ fn streams_match_redis() {
     .unwrap();
 }
 
+/// Redis's tuning parameters: checked with Redis's bounds and texts, kept,
+/// reported under both names; `stream-node-max-entries` sets the node
+/// `~` trims by. Every value is set back at the end (the servers are
+/// shared by the tests).
+#[test]
+fn tuning_parameters_match_redis() {
+    compare(&script(&[
+        "CONFIG SET hash-max-ziplist-entries 16",
+        "CONFIG GET hash-max-ziplist-entries",
+        "CONFIG GET hash-max-listpack-entries",
+        "CONFIG GET HASH-MAX-LISTPACK-ENTRIES",
+        "CONFIG GET hash-max-*-entries",
+        "CONFIG SET zset-max-ziplist-value 1kb list-max-ziplist-size -3",
+        "CONFIG GET zset-max-listpack-value",
+        "CONFIG GET list-max-listpack-size",
+        "CONFIG SET zset-max-listpack-value 2M",
+        "CONFIG GET zset-max-ziplist-value",
+        "CONFIG SET hash-max-listpack-entries -1",
+        "CONFIG SET list-max-ziplist-size x",
+        "CONFIG SET zset-max-listpack-value -5",
+        "CONFIG SET active-expire-effort 11",
+        "CONFIG SET loglevel loud",
+        "CONFIG SET loglevel WARNING",
+        "CONFIG GET loglevel",
+        "CONFIG SET activedefrag maybe",
+        "CONFIG SET save \"900 1 60 10\"",
+        "CONFIG GET save",
+        "CONFIG SET save \"900\"",
+        "CONFIG SET save \"\"",
+        "CONFIG GET save",
+        "CONFIG SET hz 5 hz 6",
+        "CONFIG SET hz 5 lua-time-limit 100",
+        "CONFIG GET hz",
+        "CONFIG GET busy-reply-threshold",
+        "CONFIG SET notify-keyspace-events \"\"",
+        "CONFIG GET notify-keyspace-events",
+        "CONFIG SET stream-node-max-entries 10",
+        "EVAL \"for i = 1, 25 do redis.call('XADD', 's', i .. '-0', 'f', i) end\" 0",
+        "XTRIM s MAXLEN ~ 12",
+        "XLEN s",
+        "XTRIM s MINID ~ 23",
+        "XLEN s",
+        "CONFIG SET stream-node-max-entries 100 hash-max-listpack-entries 512",
+        "CONFIG SET zset-max-listpack-value 64 list-max-listpack-size -2 loglevel notice",
+        "CONFIG SET hz 10 busy-reply-threshold 5000",
+    ]))
+    .unwrap();
+}
+
 #[test]
 fn scripts_match_redis() {
     compare(&script(&[

@@ -172,6 +172,17 @@ pub fn nothing_reply(name: &[u8]) -> Reply {
     }
 }
 
+/// Whether the WRONGTYPE [`try_serve`] answered is about a key `r` waits
+/// on (a woken client then waits on, as Redis serves a blocked client only
+/// from keys of its type) rather than BLMOVE's destination (answered:
+/// Redis's "BRPOPLPUSH with wrong destination type").
+pub fn wrong_type_is_waited_on(ctx: &mut Ctx<'_>, r: &Request) -> bool {
+    match r.want {
+        Want::Move(..) => list_model::List::read(ctx, &r.keys[0]).is_err(),
+        _ => true,
+    }
+}
+
 /// One try: the reply when something was there, None when it must wait.
 /// The caller holds the stripe locks of every key of `r`.
 pub fn try_serve(ctx: &mut Ctx<'_>, r: &Request) -> Result<Option<Reply>, Failure> {

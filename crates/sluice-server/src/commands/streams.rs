@@ -6,6 +6,7 @@
 use super::*;
 use sluice_redis::stream::{self, IdSpec, StreamEntry, Trim, TrimSpec};
 use sluice_redis::StreamId;
+use std::sync::atomic::Ordering;
 
 const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
 const MAX_ID: StreamId = StreamId {
@@ -67,7 +68,7 @@ struct AddTrim {
     id_at: usize,
 }
 
-fn parse_add_trim(args: &Args, xadd: bool) -> Result<AddTrim, Failure> {
+fn parse_add_trim(ctx: &Ctx<'_>, args: &Args, xadd: bool) -> Result<AddTrim, Failure> {
     let mut trim: Option<(Trim, bool)> = None;
     let (mut limit, mut limit_given, mut nomkstream) = (0u64, false, false);
     let mut i = 2;
@@ -132,11 +133,22 @@ fn parse_add_trim(args: &Args, xadd: bool) -> Result<AddTrim, Failure> {
             ));
         }
     }
+    let node_entries = ctx
+        .db()
+        .settings
+        .stream_node_entries
+        .load(Ordering::Relaxed);
+    // Redis's default LIMIT for `~`: 100 nodes, within 10,000..=1,000,000.
+    let default_limit = match node_entries.saturating_mul(100) {
+        0 => 10_000,
+        n => n.min(1_000_000),
+    };
     let trim = trim.map(|(trim, approx)| TrimSpec {
         trim,
         approx,
+        node_entries,
         limit: if approx && !limit_given {
-            100 * stream::NODE_ENTRIES
+            default_limit
         } else {
             limit
         },
@@ -149,7 +161,7 @@ fn parse_add_trim(args: &Args, xadd: bool) -> Result<AddTrim, Failure> {
 }
 
 pub(super) fn xadd(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let o = parse_add_trim(args, true)?;
+    let o = parse_add_trim(ctx, args, true)?;
     let id_arg = args
         .get(o.id_at)
         .ok_or_else(|| wrong_arity_failure("xadd"))?;
@@ -269,7 +281,7 @@ pub(super) fn xdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 }
 
 pub(super) fn xtrim(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let o = parse_add_trim(args, false)?;
+    let o = parse_add_trim(ctx, args, false)?;
     if o.id_at < args.len() {
         return Err(fail(SYNTAX));
     }

@@ -464,8 +464,9 @@ fn serve_or_block(
     let refs: Vec<&[u8]> = request.keys.iter().map(|k| &k[..]).collect();
     let locked = shared.db.lock(&refs);
     let tried = commands::blocking::try_serve(ctx, &request);
+    let waits_on = wrong_type(&tried) && commands::blocking::wrong_type_is_waited_on(ctx, &request);
     let waiting = match (&tried, retry) {
-        (Ok(Some(_)), Some(r)) | (Err(_), Some(r)) if !wrong_type(&tried) => {
+        (Ok(Some(_)), Some(r)) | (Err(_), Some(r)) if !waits_on => {
             shared.blocking.leave(&r.keys, r.ticket);
             None
         }
@@ -502,8 +503,8 @@ fn serve_or_block(
 }
 
 /// Whether a try failed for a key of another type (a woken client then
-/// waits on, as Redis serves blocked clients only from keys of their
-/// type).
+/// waits on if it is a key it waits on, as Redis serves blocked clients
+/// only from keys of their type; BLMOVE's destination is answered).
 fn wrong_type(tried: &Result<Option<Reply>, commands::Failure>) -> bool {
     matches!(tried, Err(commands::Failure::Reply(t)) if t.starts_with("WRONGTYPE"))
 }
@@ -951,22 +952,7 @@ fn client_kill(shared: &Shared, me: u64, args: &Args) -> Reply {
 fn config(shared: &Shared, args: &Args) -> Reply {
     let sub = args[1].to_ascii_lowercase();
     match &sub[..] {
-        b"get" if args.len() >= 3 => {
-            let settings = settings(shared);
-            let mut out = Vec::new();
-            for (name, value) in &settings {
-                if args[2..]
-                    .iter()
-                    .any(|p| commands::glob_match(&p.to_ascii_lowercase(), name.as_bytes()))
-                {
-                    out.push((
-                        Reply::Bulk(name.as_bytes().to_vec()),
-                        Reply::Bulk(value.as_bytes().to_vec()),
-                    ));
-                }
-            }
-            Reply::Map(out)
-        }
+        b"get" if args.len() >= 3 => config_get(shared, args),
         b"get" => commands::wrong_arity("config|get"),
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => config_set(shared, args),
         b"set" => commands::wrong_arity("config|set"),
@@ -978,16 +964,70 @@ fn config(shared: &Shared, args: &Args) -> Reply {
     }
 }
 
+/// CONFIG GET: a name without `*`, `?` or `[` is looked up (in any case)
+/// and answered under the name as given; a pattern is matched against
+/// every name and alias, as Redis 7.0 does.
+fn config_get(shared: &Shared, args: &Args) -> Reply {
+    let mut all = settings(shared);
+    all.extend(shared.tunables.all());
+    let mut out: Vec<(Vec<u8>, String)> = Vec::new();
+    for pattern in &args[2..] {
+        if !pattern.iter().any(|b| b"*?[".contains(b)) {
+            let found = all
+                .iter()
+                .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(pattern));
+            if let Some((_, value)) = found {
+                if !out.iter().any(|(n, _)| n == pattern) {
+                    out.push((pattern.to_vec(), value.clone()));
+                }
+            }
+            continue;
+        }
+        let pattern = pattern.to_ascii_lowercase();
+        for (name, value) in &all {
+            let seen = out.iter().any(|(n, _)| n == name.as_bytes());
+            if !seen && commands::glob_match(&pattern, name.as_bytes()) {
+                out.push((name.as_bytes().to_vec(), value.clone()));
+            }
+        }
+    }
+    Reply::Map(
+        out.into_iter()
+            .map(|(n, v)| (Reply::Bulk(n), Reply::Bulk(v.into_bytes())))
+            .collect(),
+    )
+}
+
 /// CONFIG SET for the settings that can change while serving: `timeout`,
 /// `maxclients`, `protected-mode` and `requirepass` (the default user's
-/// password, as in Redis: empty for none). All pairs are checked before
-/// any is applied.
+/// password, as in Redis: empty for none), and Redis's tuning parameters
+/// ([`super::tunables`]). All pairs are checked before any is applied.
 fn config_set(shared: &Shared, args: &Args) -> Reply {
     let mut changes = Vec::new();
+    let mut tuned = Vec::new();
     let mut requirepass = None;
+    let mut names: Vec<&'static str> = Vec::new();
     for pair in args[2..].chunks(2) {
         let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
         let value = crate::resp::string_to_i64(&pair[1]);
+        if let Some(t) = super::tunables::Tunables::find(&name) {
+            if names.contains(&t.name()) {
+                return error(&format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - duplicate parameter"
+                ));
+            }
+            names.push(t.name());
+            match super::tunables::check(t, &pair[1]) {
+                Ok(v) => tuned.push((t, v)),
+                Err(why) => {
+                    return error(&format!(
+                        "ERR CONFIG SET failed (possibly related to argument '{}') - {why}",
+                        t.called(&name)
+                    ))
+                }
+            }
+            continue;
+        }
         match (name.as_str(), value) {
             ("requirepass", _) => requirepass = Some(pair[1].clone()),
             ("timeout" | "maxclients", Some(v)) if v >= 0 => changes.push((name, v as u64)),
@@ -1031,6 +1071,9 @@ fn config_set(shared: &Shared, args: &Args) -> Reply {
             ));
         }
     }
+    for (t, value) in tuned {
+        shared.tunables.set(&shared.db, t, value);
+    }
     for (name, value) in changes {
         match name.as_str() {
             "timeout" => shared.idle_timeout_secs.store(value, Ordering::Relaxed),
@@ -1050,7 +1093,6 @@ fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
         super::Durability::None => "no",
     };
     vec![
-        ("appendonly", "yes".into()),
         ("appendfsync", appendfsync.into()),
         ("bind", shared.resp_addr.ip().to_string()),
         ("client-query-buffer-limit", c.max_query_bytes.to_string()),
@@ -1071,7 +1113,6 @@ fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
             .into(),
         ),
         ("proto-max-bulk-len", c.limits.bulk_max_bytes.to_string()),
-        ("save", String::new()),
         (
             "timeout",
             shared.idle_timeout_secs.load(Ordering::Relaxed).to_string(),

@@ -26,6 +26,7 @@ mod pubsub;
 mod scripting;
 pub mod shm;
 pub mod tls;
+mod tunables;
 mod worker;
 
 pub use blocking::Blocking;
@@ -239,6 +240,8 @@ pub struct Shared {
     pub pubsub: PubSub,
     /// Scripts EVAL and SCRIPT LOAD saw, by SHA1.
     pub scripts: Scripts,
+    /// Redis's tuning parameters CONFIG SET keeps.
+    pub tunables: tunables::Tunables,
     /// `maxclients` now (CONFIG SET changes it).
     pub max_clients: AtomicUsize,
     /// `timeout` now, in seconds (CONFIG SET changes it).
@@ -334,6 +337,7 @@ impl Server {
             blocking: Blocking::default(),
             pubsub: PubSub::default(),
             scripts: Scripts::default(),
+            tunables: tunables::Tunables::default(),
             max_clients: AtomicUsize::new(config.max_clients),
             idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
             protected_mode: AtomicBool::new(config.protected_mode),

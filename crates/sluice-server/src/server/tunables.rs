@@ -1,0 +1,425 @@
+//! Redis's tuning parameters: what `CONFIG SET` takes and `CONFIG GET`
+//! reports beyond the settings `sluice serve` has flags for.
+//!
+//! Redis's clients and tools (its own test suite first) set memory-encoding
+//! thresholds, background-job rates and monitoring limits as they start. A
+//! server that refuses them breaks the client before its first command, so
+//! each is checked as Redis checks it (same bounds, same error texts),
+//! kept and reported back. Most change nothing in Sluice: its types keep
+//! one layout on the device whatever their size, and its background work
+//! is the store's. The ones that do are marked [`Effect`]; `docs` (README,
+//! "Redis tuning parameters") lists them.
+
+use sluice_redis::Db;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+/// How a parameter's value is written and checked.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// A signed integer within bounds.
+    Int { min: i64, max: i64 },
+    /// A byte count: digits with an optional unit (b, k, kb, m, mb, g, gb),
+    /// reported in bytes.
+    Bytes { min: i64, max: i64 },
+    /// `yes` or `no`.
+    Bool,
+    /// One of a few words.
+    Word(&'static [&'static str]),
+    /// `save`: empty, or pairs of seconds and changes.
+    SavePoints,
+    /// A value only one setting of is served (what Sluice does always).
+    Only {
+        value: &'static str,
+        why: &'static str,
+    },
+}
+
+/// What a parameter changes in Sluice, beyond being reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    /// Nothing: kept and reported, as Redis's clients expect.
+    Kept,
+    /// The stream node size `XADD`/`XTRIM ... ~` trims by.
+    StreamNodeEntries,
+}
+
+/// One of Redis's parameters.
+#[derive(Debug)]
+pub struct Tunable {
+    name: &'static str,
+    alias: Option<&'static str>,
+    kind: Kind,
+    default: &'static str,
+    effect: Effect,
+}
+
+const INT_MAX: i64 = i32::MAX as i64;
+const LONG_MAX: i64 = i64::MAX;
+
+const fn int(min: i64, max: i64) -> Kind {
+    Kind::Int { min, max }
+}
+
+const fn bytes(min: i64, max: i64) -> Kind {
+    Kind::Bytes { min, max }
+}
+
+const fn kept(name: &'static str, kind: Kind, default: &'static str) -> Tunable {
+    Tunable {
+        name,
+        alias: None,
+        kind,
+        default,
+        effect: Effect::Kept,
+    }
+}
+
+const fn aliased(
+    name: &'static str,
+    alias: &'static str,
+    kind: Kind,
+    default: &'static str,
+) -> Tunable {
+    Tunable {
+        name,
+        alias: Some(alias),
+        kind,
+        default,
+        effect: Effect::Kept,
+    }
+}
+
+/// Redis 7.0's parameters Sluice takes, with Redis's bounds and defaults.
+static TUNABLES: &[Tunable] = &[
+    // Memory encodings: every type has one layout on Sluice's device.
+    aliased(
+        "hash-max-listpack-entries",
+        "hash-max-ziplist-entries",
+        int(0, LONG_MAX),
+        "512",
+    ),
+    aliased(
+        "hash-max-listpack-value",
+        "hash-max-ziplist-value",
+        bytes(0, LONG_MAX),
+        "64",
+    ),
+    aliased(
+        "list-max-listpack-size",
+        "list-max-ziplist-size",
+        int(i32::MIN as i64, INT_MAX),
+        "-2",
+    ),
+    kept("list-compress-depth", int(0, INT_MAX), "0"),
+    kept("set-max-intset-entries", int(0, LONG_MAX), "512"),
+    aliased(
+        "zset-max-listpack-entries",
+        "zset-max-ziplist-entries",
+        int(0, LONG_MAX),
+        "128",
+    ),
+    aliased(
+        "zset-max-listpack-value",
+        "zset-max-ziplist-value",
+        bytes(0, LONG_MAX),
+        "64",
+    ),
+    kept("stream-node-max-bytes", bytes(0, LONG_MAX), "4096"),
+    Tunable {
+        name: "stream-node-max-entries",
+        alias: None,
+        kind: int(0, LONG_MAX),
+        default: "100",
+        effect: Effect::StreamNodeEntries,
+    },
+    kept("hll-sparse-max-bytes", bytes(0, LONG_MAX), "3000"),
+    // Redis's memory and background jobs: the store runs its own.
+    kept("activerehashing", Kind::Bool, "yes"),
+    kept("activedefrag", Kind::Bool, "no"),
+    kept("active-defrag-cycle-min", int(1, 99), "1"),
+    kept("active-defrag-cycle-max", int(1, 99), "25"),
+    kept("active-defrag-threshold-lower", int(0, 1000), "10"),
+    kept("active-defrag-threshold-upper", int(0, 1000), "100"),
+    kept(
+        "active-defrag-ignore-bytes",
+        bytes(1, LONG_MAX),
+        "104857600",
+    ),
+    kept("active-defrag-max-scan-fields", int(1, LONG_MAX), "1000"),
+    kept("active-expire-effort", int(1, 10), "1"),
+    kept("hz", int(0, INT_MAX), "10"),
+    kept("dynamic-hz", Kind::Bool, "yes"),
+    kept("lazyfree-lazy-eviction", Kind::Bool, "no"),
+    kept("lazyfree-lazy-expire", Kind::Bool, "no"),
+    kept("lazyfree-lazy-server-del", Kind::Bool, "no"),
+    kept("lazyfree-lazy-user-del", Kind::Bool, "no"),
+    kept("lazyfree-lazy-user-flush", Kind::Bool, "no"),
+    kept("lfu-log-factor", int(0, INT_MAX), "10"),
+    kept("lfu-decay-time", int(0, INT_MAX), "1"),
+    kept("maxmemory-samples", int(1, INT_MAX), "5"),
+    kept("maxmemory-eviction-tenacity", int(0, 100), "10"),
+    kept("jemalloc-bg-thread", Kind::Bool, "yes"),
+    kept("tracking-table-max-keys", int(0, LONG_MAX), "1000000"),
+    // Snapshots: Sluice's log makes every write durable as --durability says.
+    kept("rdbcompression", Kind::Bool, "yes"),
+    kept("stop-writes-on-bgsave-error", Kind::Bool, "yes"),
+    kept("save", Kind::SavePoints, ""),
+    kept(
+        "appendonly",
+        Kind::Only {
+            value: "yes",
+            why: "Sluice logs every write; `sluice serve --durability` says when the log is synced",
+        },
+        "yes",
+    ),
+    // Monitoring and scripts.
+    kept("slowlog-log-slower-than", int(-1, LONG_MAX), "10000"),
+    kept("slowlog-max-len", int(0, LONG_MAX), "128"),
+    kept("latency-monitor-threshold", int(0, LONG_MAX), "0"),
+    kept("latency-tracking", Kind::Bool, "yes"),
+    kept("acllog-max-len", int(0, LONG_MAX), "128"),
+    aliased(
+        "busy-reply-threshold",
+        "lua-time-limit",
+        int(0, LONG_MAX),
+        "5000",
+    ),
+    kept(
+        "notify-keyspace-events",
+        Kind::Only {
+            value: "",
+            why: "keyspace notifications are not served by Sluice yet",
+        },
+        "",
+    ),
+    // The process.
+    kept(
+        "loglevel",
+        Kind::Word(&["debug", "verbose", "notice", "warning"]),
+        "notice",
+    ),
+    kept("tcp-keepalive", int(0, INT_MAX), "300"),
+    kept("shutdown-timeout", int(0, INT_MAX), "10"),
+    kept(
+        "oom-score-adj",
+        Kind::Word(&["no", "yes", "relative", "absolute"]),
+        "no",
+    ),
+    kept(
+        "acl-pubsub-default",
+        Kind::Word(&["allchannels", "resetchannels"]),
+        "resetchannels",
+    ),
+    kept("crash-log-enabled", Kind::Bool, "yes"),
+    kept("crash-memcheck-enabled", Kind::Bool, "yes"),
+];
+
+/// The parameters' values now, by name.
+#[derive(Debug)]
+pub struct Tunables {
+    values: Mutex<HashMap<&'static str, String>>,
+}
+
+impl Default for Tunables {
+    fn default() -> Tunables {
+        Tunables {
+            values: Mutex::new(
+                TUNABLES
+                    .iter()
+                    .map(|t| (t.name, t.default.to_string()))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl Tunables {
+    /// The parameter `name` names (its name or Redis's older alias, in any
+    /// case).
+    pub fn find(name: &str) -> Option<&'static Tunable> {
+        TUNABLES.iter().find(|t| {
+            t.name.eq_ignore_ascii_case(name)
+                || t.alias.is_some_and(|a| a.eq_ignore_ascii_case(name))
+        })
+    }
+
+    /// Every name CONFIG GET's patterns match against, aliases included
+    /// (as Redis 7.0 lists them), with the value each reports.
+    pub fn all(&self) -> Vec<(&'static str, String)> {
+        let values = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for t in TUNABLES {
+            let value = values[t.name].clone();
+            if let Some(alias) = t.alias {
+                out.push((alias, value.clone()));
+            }
+            out.push((t.name, value));
+        }
+        out
+    }
+
+    /// The value `t` reports now.
+    pub fn get(&self, t: &Tunable) -> String {
+        let values = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        values[t.name].clone()
+    }
+
+    /// Sets `t` to a value [`check`] returned, and applies its effect.
+    pub fn set(&self, db: &Db, t: &'static Tunable, value: String) {
+        if t.effect == Effect::StreamNodeEntries {
+            let entries = value.parse::<u64>().expect("checked as an integer");
+            db.settings
+                .stream_node_entries
+                .store(entries, Ordering::Relaxed);
+        }
+        let mut values = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        values.insert(t.name, value);
+    }
+}
+
+impl Tunable {
+    /// The parameter's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The name `given` calls it by: Redis's older alias if that is what
+    /// it is (Redis's errors name the parameter so).
+    pub fn called(&self, given: &str) -> &'static str {
+        match self.alias {
+            Some(alias) if alias.eq_ignore_ascii_case(given) => alias,
+            _ => self.name,
+        }
+    }
+}
+
+/// `value` as `t` keeps and reports it, or Redis's reason it is refused
+/// (the text after "CONFIG SET failed (possibly related to argument ...) - ").
+pub fn check(t: &Tunable, value: &[u8]) -> Result<String, String> {
+    let text = std::str::from_utf8(value).map_err(|_| "argument must be text".to_string());
+    match t.kind {
+        Kind::Int { min, max } => {
+            let n = crate::resp::string_to_i64(value)
+                .ok_or("argument couldn't be parsed into an integer")?;
+            within(n, min, max)
+        }
+        Kind::Bytes { min, max } => {
+            let n = parse_bytes(value).ok_or("argument must be a memory value")?;
+            within(n, min, max)
+        }
+        Kind::Bool => match value.to_ascii_lowercase().as_slice() {
+            b"yes" => Ok("yes".into()),
+            b"no" => Ok("no".into()),
+            _ => Err("argument must be 'yes' or 'no'".into()),
+        },
+        Kind::Word(words) => {
+            let text = text?.to_ascii_lowercase();
+            match words.iter().find(|w| **w == text) {
+                Some(w) => Ok(w.to_string()),
+                None => Err(format!(
+                    "argument(s) must be one of the following: {}",
+                    words.join(", ")
+                )),
+            }
+        }
+        Kind::SavePoints => save_points(text?),
+        Kind::Only { value: only, why } => match text? {
+            v if v.eq_ignore_ascii_case(only) => Ok(only.to_string()),
+            _ => Err(why.to_string()),
+        },
+    }
+}
+
+/// `n` if it is within `min..=max`, else Redis's text for it.
+fn within(n: i64, min: i64, max: i64) -> Result<String, String> {
+    if (min..=max).contains(&n) {
+        Ok(n.to_string())
+    } else {
+        Err(format!(
+            "argument must be between {min} and {max} inclusive"
+        ))
+    }
+}
+
+/// A byte count as Redis writes one: digits and an optional unit (k and
+/// m and g are powers of 1000, kb and mb and gb of 1024), no sign.
+fn parse_bytes(value: &[u8]) -> Option<i64> {
+    let digits = value.iter().take_while(|b| b.is_ascii_digit()).count();
+    let unit: u64 = match value[digits..].to_ascii_lowercase().as_slice() {
+        b"" | b"b" => 1,
+        b"k" => 1000,
+        b"kb" => 1024,
+        b"m" => 1000 * 1000,
+        b"mb" => 1024 * 1024,
+        b"g" => 1000 * 1000 * 1000,
+        b"gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    let n: u64 = std::str::from_utf8(&value[..digits]).ok()?.parse().ok()?;
+    i64::try_from(n.checked_mul(unit)?).ok()
+}
+
+/// `save`'s value: empty (no snapshots) or pairs of seconds and changes,
+/// each a non-negative integer.
+fn save_points(text: &str) -> Result<String, String> {
+    let words: Vec<&str> = text.split_ascii_whitespace().collect();
+    let numbers_ok = words.iter().all(|w| w.parse::<i64>().is_ok_and(|n| n >= 0));
+    if !words.len().is_multiple_of(2) || !numbers_ok {
+        return Err("Invalid save parameters".into());
+    }
+    Ok(words.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_checked_with_redis_bounds_and_texts() {
+        let t = Tunables::find("HASH-MAX-ZIPLIST-ENTRIES").unwrap();
+        assert_eq!(t.name(), "hash-max-listpack-entries");
+        assert_eq!(check(t, b"16").unwrap(), "16");
+        assert_eq!(
+            check(t, b"-1").unwrap_err(),
+            "argument must be between 0 and 9223372036854775807 inclusive"
+        );
+        assert_eq!(
+            check(t, b"x").unwrap_err(),
+            "argument couldn't be parsed into an integer"
+        );
+        let v = Tunables::find("zset-max-ziplist-value").unwrap();
+        assert_eq!(check(v, b"1kb").unwrap(), "1024");
+        assert_eq!(check(v, b"2M").unwrap(), "2000000");
+        assert_eq!(
+            check(v, b"-5").unwrap_err(),
+            "argument must be a memory value"
+        );
+        let w = Tunables::find("loglevel").unwrap();
+        assert_eq!(check(w, b"WARNING").unwrap(), "warning");
+        assert_eq!(
+            check(w, b"loud").unwrap_err(),
+            "argument(s) must be one of the following: debug, verbose, notice, warning"
+        );
+        let s = Tunables::find("save").unwrap();
+        assert_eq!(check(s, b"").unwrap(), "");
+        assert_eq!(check(s, b" 900  1 60 10").unwrap(), "900 1 60 10");
+        assert_eq!(check(s, b"900").unwrap_err(), "Invalid save parameters");
+        let a = Tunables::find("appendonly").unwrap();
+        assert!(check(a, b"no").unwrap_err().contains("--durability"));
+        assert!(Tunables::find("no-such-parameter").is_none());
+    }
+
+    #[test]
+    fn every_default_passes_its_own_check() {
+        for t in TUNABLES {
+            assert_eq!(
+                check(t, t.default.as_bytes()).as_deref(),
+                Ok(t.default),
+                "{}",
+                t.name
+            );
+        }
+    }
+}
