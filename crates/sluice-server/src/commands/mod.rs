@@ -8,6 +8,7 @@
 //! back where their log record ends; the connection sends the reply once
 //! the log is durable that far, as the server's durability mode asks.
 
+mod bits;
 pub mod blocking;
 mod glob;
 mod hashes;
@@ -104,6 +105,13 @@ const COMMANDS: &[Spec] = &[
     spec("incrby", 3, strings::incrby).reading(Reads::FirstKey),
     spec("decrby", 3, strings::decrby).reading(Reads::FirstKey),
     spec("incrbyfloat", 3, strings::incrbyfloat).reading(Reads::FirstKey),
+    spec("setbit", 4, bits::setbit).reading(Reads::FirstKey),
+    spec("getbit", 3, bits::getbit).reading(Reads::FirstKey),
+    spec("bitcount", -2, bits::bitcount).reading(Reads::FirstKey),
+    spec("bitpos", -3, bits::bitpos).reading(Reads::FirstKey),
+    spec("bitop", -4, bits::bitop),
+    spec("bitfield", -2, bits::bitfield).reading(Reads::FirstKey),
+    spec("bitfield_ro", -2, bits::bitfield_ro).reading(Reads::FirstKey),
     spec("del", -2, keys::del),
     spec("unlink", -2, keys::del),
     spec("exists", -2, keys::exists).reading(Reads::EveryKey),

@@ -413,7 +413,7 @@ fn check_length(size: u64, append: u64) -> Result<(), Failure> {
 /// Changes the string at `key` in place (APPEND, SETRANGE, INCR...):
 /// `change` gets the current bytes (None: no key) and returns the new
 /// bytes and the reply, or no write. The key keeps its expiry.
-fn update_string(
+pub(super) fn update_string(
     ctx: &mut Ctx<'_>,
     key: &[u8],
     change: impl FnOnce(Option<&[u8]>) -> Result<(Option<Vec<u8>>, Reply), Failure>,
