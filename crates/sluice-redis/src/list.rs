@@ -295,6 +295,25 @@ pub fn push(
     Ok(len as i64)
 }
 
+/// Replaces whatever `dst` holds with a list of `items` in order (SORT
+/// ... STORE); returns its length. An empty list removes `dst`. The
+/// caller holds `dst`'s lock.
+pub fn store(ctx: &mut Ctx<'_>, dst: &[u8], items: &[Vec<u8>]) -> Result<i64, Failure> {
+    let mut batch = ctx.batch();
+    if let Some(old) = ctx.get_raw(dst)? {
+        ctx.remove(&mut batch, dst, &old.value)?;
+    }
+    if !items.is_empty() {
+        let mut list = List::create(ctx, dst)?;
+        for item in items {
+            list.push(&mut batch, End::Right, item)?;
+        }
+        list.finish(&mut batch)?;
+    }
+    ctx.commit(batch)?;
+    Ok(items.len() as i64)
+}
+
 /// LPOP/RPOP of up to `count` items; None when there is no list. The
 /// caller holds `key`'s lock.
 pub fn pop(

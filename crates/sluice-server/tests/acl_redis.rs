@@ -204,6 +204,14 @@ fn read_and_write_key_patterns_and_selectors_are_checked_as_redis_checks_them() 
         (1, &["HSET", "w:h", "f", "v"]),
         (1, &["HGET", "w:h", "f"]),
         (1, &["EXISTS", "w:1", "w:h", "both:2", "r:1"]),
+        // SORT's BY and GET name keys by the data: refused to a user who
+        // may not read every key; a constant BY is no pattern.
+        (0, &["RPUSH", "r:l", "1", "2"]),
+        (1, &["SORT", "r:l"]),
+        (1, &["SORT", "r:l", "BY", "x:*"]),
+        (1, &["SORT", "r:l", "LIMIT", "0", "1", "GET", "#"]),
+        (1, &["SORT_RO", "r:l", "BY", "nosort", "GET", "x:*"]),
+        (1, &["SORT", "r:l", "BY", "nosort", "DESC"]),
         (
             0,
             &[

@@ -686,6 +686,13 @@ impl User {
         Reply::Map(fields)
     }
 
+    /// Whether a selector lets the user run command `id` on every key (SORT
+    /// reads keys its BY and GET patterns name only then, as Redis's
+    /// ACLUserCheckCmdWithUnrestrictedKeyAccess asks).
+    pub fn allows_every_key(&self, id: CommandId) -> bool {
+        self.selectors.iter().any(|s| s.allowed[id] && s.all_keys)
+    }
+
     /// A quick [`User::check`] of command `id` naming `key` only, read
     /// and/or written: true if a selector allows it by the command's own
     /// bit; false sends the command to the full check.

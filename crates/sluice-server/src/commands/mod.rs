@@ -18,12 +18,14 @@ pub mod long_double;
 mod server;
 pub mod set_group;
 mod sets;
+mod sort;
 pub mod streams;
 mod strings;
 pub(crate) mod zsets;
 pub use strings::{get_borrowed, get_borrowed_or_miss};
 
 pub use glob::glob_match;
+pub use sort::pattern_option as sort_pattern_option;
 
 use crate::resp::{string_to_i64, Args, Reply};
 use sluice_redis::db::{Db, DbBatch};
@@ -110,6 +112,8 @@ const COMMANDS: &[Spec] = &[
     spec("bitcount", -2, bits::bitcount).reading(Reads::FirstKey),
     spec("bitpos", -3, bits::bitpos).reading(Reads::FirstKey),
     spec("bitop", -4, bits::bitop),
+    spec("sort", -2, sort::sort),
+    spec("sort_ro", -2, sort::sort_ro),
     spec("bitfield", -2, bits::bitfield).reading(Reads::FirstKey),
     spec("bitfield_ro", -2, bits::bitfield_ro).reading(Reads::FirstKey),
     spec("del", -2, keys::del),

@@ -170,7 +170,10 @@ fn acl_gate(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Optio
         // keeps this from happening): refused, never let through.
         return Some(Some(unknown_to_acl(name)));
     };
-    let denied = conn.session.user().check(id, args).err()?;
+    let denied = match conn.session.user().check(id, args) {
+        Ok(()) => return sort_patterns_gate(conn, id, args),
+        Err(denied) => denied,
+    };
     let context = if conn.tx.is_some() {
         LogContext::Multi
     } else {
@@ -186,6 +189,18 @@ fn acl_gate(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Optio
             error("NOPERM this user has no permissions to access one of the keys used as arguments")
         }
     }))
+}
+
+/// SORT's BY and GET patterns name keys by the data: a user who may not
+/// read every key gets Redis's refusal of the option.
+fn sort_patterns_gate(conn: &Conn, id: acl::CommandId, args: &Args) -> Option<Option<Reply>> {
+    let option = commands::sort_pattern_option(args)?;
+    if conn.session.user().allows_every_key(id) {
+        return None;
+    }
+    Some(Some(error(&format!(
+        "ERR {option} option of SORT denied due to insufficient ACL permissions."
+    ))))
 }
 
 /// The refusal of a command missing from ACL's table, for a user whose
