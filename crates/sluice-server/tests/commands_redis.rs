@@ -1175,6 +1175,75 @@ fn sort_matches_redis() {
     .unwrap();
 }
 
+#[test]
+fn object_touch_and_memory_errors_match_redis() {
+    compare(&script(&[
+        "SET small 12345",
+        "SET lead 0123",
+        "SET short hello",
+        "SET long 123456789012345678901234567890123456789012345",
+        "OBJECT ENCODING small",
+        "OBJECT ENCODING lead",
+        "OBJECT ENCODING short",
+        "OBJECT ENCODING long",
+        "OBJECT ENCODING nothere",
+        "OBJECT REFCOUNT short",
+        "OBJECT REFCOUNT nothere",
+        "OBJECT FREQ short",
+        "OBJECT ENCODING",
+        "OBJECT ENCODING a b",
+        "OBJECT NOPE short",
+        "OBJECT HELP",
+        "OBJECT HELP more",
+        "RPUSH l a",
+        "OBJECT ENCODING l",
+        "XADD st 1-1 a 1",
+        "OBJECT ENCODING st",
+        "TOUCH small l nothere small",
+        "MEMORY USAGE nothere",
+        "MEMORY USAGE small SAMPLES",
+        "MEMORY USAGE small SAMPLES -1",
+        "MEMORY USAGE small SAMPLES x",
+        "MEMORY USAGE small FOO 1",
+        "MEMORY USAGE",
+        "MEMORY HELP",
+        "MEMORY NOPE",
+    ]))
+    .unwrap();
+}
+
+/// MEMORY USAGE counts a key's entries in the store: more members, more
+/// bytes; a sample of every member counts each.
+#[test]
+fn memory_usage_grows_with_what_a_key_holds() {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Client::connect(p.sluice.addr);
+    c.call(&[b"FLUSHALL"]);
+    let usage = |c: &mut Client, args: &[&[u8]]| -> i64 {
+        let reply = String::from_utf8(c.call(args)).unwrap();
+        reply.trim_start_matches(':').trim_end().parse().unwrap()
+    };
+    c.call(&[b"SET", b"s", &[b'x'; 1000]]);
+    let string = usage(&mut c, &[b"MEMORY", b"USAGE", b"s"]);
+    assert!((1000..1100).contains(&string), "{string}");
+    for i in 0..200u32 {
+        c.call(&[
+            b"HSET",
+            b"h",
+            format!("field{i:04}").as_bytes(),
+            &[b'v'; 50],
+        ]);
+    }
+    let sampled = usage(&mut c, &[b"MEMORY", b"USAGE", b"h"]);
+    let every = usage(&mut c, &[b"MEMORY", b"USAGE", b"h", b"SAMPLES", b"0"]);
+    // 200 entries of 8 + 9 + 50 bytes each, and the record.
+    assert!((200 * 67..200 * 67 + 200).contains(&every), "{every}");
+    assert_eq!(sampled, every, "fields of one size: the sample is exact");
+    c.call(&[b"HSET", b"h", b"big", &[b'v'; 5000]]);
+    assert!(usage(&mut c, &[b"MEMORY", b"USAGE", b"h", b"SAMPLES", b"0"]) > every + 5000);
+}
+
 /// Redis's tuning parameters: checked with Redis's bounds and texts, kept,
 /// reported under both names; `stream-node-max-entries` sets the node
 /// `~` trims by. Every value is set back at the end (the servers are

@@ -15,6 +15,7 @@ mod hashes;
 mod keys;
 pub(crate) mod lists;
 pub mod long_double;
+mod object;
 mod server;
 pub mod set_group;
 mod sets;
@@ -113,6 +114,9 @@ const COMMANDS: &[Spec] = &[
     spec("bitpos", -3, bits::bitpos).reading(Reads::FirstKey),
     spec("bitop", -4, bits::bitop),
     spec("sort", -2, sort::sort),
+    spec("object", -2, object::object),
+    spec("memory", -2, object::memory),
+    spec("touch", -2, object::touch),
     spec("sort_ro", -2, sort::sort_ro),
     spec("bitfield", -2, bits::bitfield).reading(Reads::FirstKey),
     spec("bitfield_ro", -2, bits::bitfield_ro).reading(Reads::FirstKey),
