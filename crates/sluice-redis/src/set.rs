@@ -211,9 +211,21 @@ pub fn random(
     count: u64,
     repeat: bool,
 ) -> Result<Vec<Vec<u8>>, Failure> {
+    let picked = random_entries(ctx, c, count, repeat)?;
+    Ok(picked.into_iter().map(|(member, _)| member).collect())
+}
+
+/// [`random`] over a collection whose members are one entry each (a set's
+/// members, a hash's fields), with each entry's value.
+pub fn random_entries(
+    ctx: &Ctx<'_>,
+    c: Collection,
+    count: u64,
+    repeat: bool,
+) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Failure> {
     let mut rng = rand::thread_rng();
     if c.len <= READ_WHOLE_MOST {
-        let all: Vec<Vec<u8>> = ctx.all_members(c.id)?.into_iter().map(|(m, _)| m).collect();
+        let all = ctx.all_members(c.id)?;
         if all.is_empty() {
             return Ok(Vec::new());
         }
@@ -242,9 +254,9 @@ pub fn random(
     let mut next = positions.iter().peekable();
     let all = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
     for (pos, item) in ctx.members(c.id, all, false).enumerate() {
-        let (member, _) = item?;
+        let entry = item?;
         while next.peek().is_some_and(|p| **p == pos as u64) {
-            out.push(member.clone());
+            out.push(entry.clone());
             next.next();
         }
         if next.peek().is_none() {

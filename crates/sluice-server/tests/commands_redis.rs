@@ -1108,6 +1108,45 @@ fn bitmaps_match_redis() {
 }
 
 #[test]
+fn lcs_and_hrandfield_match_redis() {
+    compare(&script(&[
+        "SET a ohmytext",
+        "SET b mynewtext",
+        "LCS a b",
+        "LCS a b LEN",
+        "LCS a b IDX",
+        "LCS a b IDX WITHMATCHLEN",
+        "LCS a b IDX MINMATCHLEN 4 WITHMATCHLEN",
+        "LCS a b IDX MINMATCHLEN -3",
+        "LCS a b LEN IDX",
+        "LCS a b MINMATCHLEN",
+        "LCS a b MINMATCHLEN x",
+        "LCS a b FOO",
+        "LCS a nothere",
+        "LCS nothere1 nothere2 IDX",
+        "RPUSH l x",
+        "LCS a l",
+        "SET v1 GCTAGCTAGCTAGCAT",
+        "SET v2 TAGCATAGCATCGATCG",
+        "LCS v1 v2 IDX WITHMATCHLEN",
+        "HSET h f1 v1",
+        "HRANDFIELD h",
+        "HRANDFIELD h 5",
+        "HRANDFIELD h -3 WITHVALUES",
+        "HRANDFIELD h 1 WITHVALUES",
+        "HRANDFIELD h 0",
+        "HRANDFIELD h x",
+        "HRANDFIELD h 1 FOO",
+        "HRANDFIELD h -9223372036854775808",
+        "HRANDFIELD h -9223372036854775807 WITHVALUES",
+        "HRANDFIELD nothere",
+        "HRANDFIELD nothere 3",
+        "HRANDFIELD l",
+    ]))
+    .unwrap();
+}
+
+#[test]
 fn sort_matches_redis() {
     compare(&script(&[
         "RPUSH l 3 1 2 10 -1.5 1e2",

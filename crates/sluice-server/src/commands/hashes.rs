@@ -170,3 +170,51 @@ pub(super) fn hscan(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         Reply::Array(out),
     ]))
 }
+
+/// HRANDFIELD key [count [WITHVALUES]]: as SRANDMEMBER picks (a negative
+/// count may repeat), with Redis 7.0's range checks.
+pub(super) fn hrandfield(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let Some(count) = args.get(2) else {
+        let Some(c) = sluice_redis::hash::get(ctx, &args[1])? else {
+            return Ok(Reply::Null);
+        };
+        let picked = sluice_redis::set::random_entries(ctx, c, 1, false)?;
+        return Ok(picked
+            .into_iter()
+            .next()
+            .map_or(Reply::Null, |(f, _)| Reply::Bulk(f)));
+    };
+    let l = match string_to_i64(count) {
+        Some(i64::MIN) => {
+            return Err(fail(
+                "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+            ))
+        }
+        Some(n) => n,
+        None => return Err(fail(NOT_INTEGER)),
+    };
+    let withvalues = match args.get(3) {
+        None => false,
+        Some(w) if args.len() == 4 && w.eq_ignore_ascii_case(b"withvalues") => {
+            if !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&l) {
+                return Err(fail("ERR value is out of range"));
+            }
+            true
+        }
+        Some(_) => return Err(fail(SYNTAX)),
+    };
+    let Some(c) = sluice_redis::hash::get(ctx, &args[1])? else {
+        return Ok(Reply::Array(Vec::new()));
+    };
+    let picked = sluice_redis::set::random_entries(ctx, c, l.unsigned_abs(), l < 0)?;
+    Ok(if withvalues {
+        Reply::Pairs(
+            picked
+                .into_iter()
+                .map(|(f, v)| (Reply::Bulk(f), Reply::Bulk(v)))
+                .collect(),
+        )
+    } else {
+        Reply::Array(picked.into_iter().map(|(f, _)| Reply::Bulk(f)).collect())
+    })
+}

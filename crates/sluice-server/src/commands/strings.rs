@@ -545,3 +545,111 @@ pub(super) fn incrbyfloat(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         Ok((Some(text.clone()), Reply::Bulk(text)))
     })
 }
+
+/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]: the longest
+/// common subsequence of two strings by Redis 7.0's dynamic programming,
+/// with its ranges walked back exactly as Redis walks them.
+pub(super) fn lcs(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let as_string = |found: Result<Option<(Vec<u8>, u64)>, Failure>| match found {
+        Err(Failure::Reply(t)) if t.starts_with("WRONGTYPE") => {
+            Err(fail("ERR The specified keys must contain string values"))
+        }
+        other => other.map(|s| s.map(|(bytes, _)| bytes).unwrap_or_default()),
+    };
+    let a = as_string(ctx.get_string(&args[1]))?;
+    let b = as_string(ctx.get_string(&args[2]))?;
+    let (mut get_len, mut get_idx, mut with_match_len, mut min_match_len) =
+        (false, false, false, 0i64);
+    let mut j = 3;
+    while j < args.len() {
+        match args[j].to_ascii_lowercase().as_slice() {
+            b"idx" => get_idx = true,
+            b"len" => get_len = true,
+            b"withmatchlen" => with_match_len = true,
+            b"minmatchlen" if j + 1 < args.len() => {
+                min_match_len = parse_i64(&args[j + 1])?.max(0);
+                j += 1;
+            }
+            _ => return Err(fail(SYNTAX)),
+        }
+        j += 1;
+    }
+    if get_len && get_idx {
+        return Err(fail(
+            "ERR If you want both the length and indexes, please just use IDX.",
+        ));
+    }
+    let (alen, blen) = (a.len(), b.len());
+    let cells = (alen as u64 + 1) * (blen as u64 + 1);
+    if cells.saturating_mul(4) > STRING_MAX_BYTES {
+        return Err(fail(
+            "ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
+        ));
+    }
+    let width = blen + 1;
+    let mut table = vec![0u32; cells as usize];
+    for i in 1..=alen {
+        for k in 1..=blen {
+            table[k + i * width] = if a[i - 1] == b[k - 1] {
+                table[(k - 1) + (i - 1) * width] + 1
+            } else {
+                table[k + (i - 1) * width].max(table[(k - 1) + i * width])
+            };
+        }
+    }
+    let total = table[blen + alen * width];
+    if get_len {
+        return Ok(int(i64::from(total)));
+    }
+    let mut result = vec![0u8; total as usize];
+    let mut matches = Vec::new();
+    let (mut idx, mut i, mut k) = (total as usize, alen, blen);
+    // `a_start == alen`: no range open.
+    let (mut a_start, mut a_end, mut b_start, mut b_end) = (alen, 0, 0, 0);
+    while i > 0 && k > 0 {
+        let mut emit = false;
+        if a[i - 1] == b[k - 1] {
+            result[idx - 1] = a[i - 1];
+            if a_start == alen {
+                (a_start, a_end, b_start, b_end) = (i - 1, i - 1, k - 1, k - 1);
+            } else if a_start == i && b_start == k {
+                a_start -= 1;
+                b_start -= 1;
+            } else {
+                emit = true;
+            }
+            if a_start == 0 || b_start == 0 {
+                emit = true;
+            }
+            (idx, i, k) = (idx - 1, i - 1, k - 1);
+        } else {
+            if table[k + (i - 1) * width] > table[(k - 1) + i * width] {
+                i -= 1;
+            } else {
+                k -= 1;
+            }
+            emit = a_start != alen;
+        }
+        let match_len = a_end.wrapping_sub(a_start).wrapping_add(1);
+        if emit {
+            if min_match_len == 0 || match_len as i64 >= min_match_len {
+                let mut range = vec![
+                    Reply::Array(vec![int(a_start as i64), int(a_end as i64)]),
+                    Reply::Array(vec![int(b_start as i64), int(b_end as i64)]),
+                ];
+                if with_match_len {
+                    range.push(int(match_len as i64));
+                }
+                matches.push(Reply::Array(range));
+            }
+            a_start = alen;
+        }
+    }
+    if get_idx {
+        return Ok(Reply::Map(vec![
+            (Reply::Bulk(b"matches".to_vec()), Reply::Array(matches)),
+            (Reply::Bulk(b"len".to_vec()), int(i64::from(total))),
+        ]));
+    }
+    Ok(Reply::Bulk(result))
+}
