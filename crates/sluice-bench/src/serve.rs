@@ -2,11 +2,12 @@
 //! `redis-server` and `sluice serve` in matching durability modes (Redis's
 //! `appendonly no` / `appendfsync everysec` / `appendfsync always` against
 //! `--durability none|everysec|always`), with one worker thread against
-//! Redis and two against Redis with `io-threads 2`. SET and GET run as two
-//! redis-benchmark processes, one after the other against the same server,
-//! so that each row also shows the CPU each side used: redis-benchmark runs
-//! one thread, and a row where it used a whole core measured the load
-//! generator, not the server.
+//! Redis and two against Redis with `io-threads 2`. Each test (`--tests`:
+//! SET and GET unless told; `--tests default` is redis-benchmark's own set
+//! and XADD) runs as its own redis-benchmark process, one after the other
+//! against the same server, so that each row also shows the CPU each side
+//! used: redis-benchmark runs one thread, and a row where it used a whole
+//! core measured the load generator, not the server.
 
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader};
@@ -24,6 +25,10 @@ pub struct ServeBenchArgs {
     /// with io-threads 2).
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
+    /// redis-benchmark tests (-t), in order; `default` is redis-benchmark's
+    /// own set and XADD.
+    #[arg(long, value_delimiter = ',', default_value = "set,get")]
+    tests: Vec<String>,
     /// Pipeline depths (redis-benchmark -P).
     #[arg(long, value_delimiter = ',', default_value = "1,10,50")]
     pipelines: Vec<usize>,
@@ -200,7 +205,52 @@ pub(crate) fn start_sluice_with(
     Ok((p, port))
 }
 
-/// Runs redis-benchmark once per test, SET then GET, against the server
+/// redis-benchmark's default tests (7.0) and XADD, in its order.
+const DEFAULT_TESTS: &[&str] = &[
+    "ping_mbulk",
+    "set",
+    "get",
+    "incr",
+    "lpush",
+    "rpush",
+    "lpop",
+    "rpop",
+    "sadd",
+    "hset",
+    "spop",
+    "zadd",
+    "zpopmin",
+    "lrange_100",
+    "lrange_300",
+    "lrange_500",
+    "lrange_600",
+    "mset",
+    "xadd",
+];
+
+/// A test redis-benchmark 7.0 has no `-t` for, as the command it runs
+/// (`__rand_int__` drawn from -r).
+fn custom_command(test: &str) -> Option<&'static [&'static str]> {
+    match test {
+        "xadd" => Some(&["XADD", "benchstream", "*", "field", "__rand_int__"]),
+        _ => None,
+    }
+}
+
+/// The tests `--tests` names, `default` spelled out.
+fn tests_of(args: &ServeBenchArgs) -> Vec<String> {
+    let mut tests = Vec::new();
+    for t in &args.tests {
+        if t == "default" {
+            tests.extend(DEFAULT_TESTS.iter().map(|d| d.to_string()));
+        } else {
+            tests.push(t.to_lowercase());
+        }
+    }
+    tests
+}
+
+/// Runs redis-benchmark once per test, in order, against the server
 /// `server` listening on `port`; each test's result with the CPU both
 /// sides used while it ran.
 fn redis_benchmark(
@@ -209,15 +259,23 @@ fn redis_benchmark(
     args: &ServeBenchArgs,
     clients: usize,
     pipeline: usize,
-) -> Result<[Measured; 2]> {
+) -> Result<Vec<Measured>> {
     let tick = ticks_per_sec()?;
-    let mut results = [Measured::default(); 2];
-    for (result, test) in results.iter_mut().zip(["SET", "GET"]) {
+    let tests = tests_of(args);
+    let mut results = vec![Measured::default(); tests.len()];
+    for (result, test) in results.iter_mut().zip(&tests) {
         let client_before = waited_children_ticks()?;
         let server_before = cpu_ticks(server.0.id())?;
         let started = Instant::now();
-        let out = Command::new("redis-benchmark")
-            .args(["-p", &port.to_string(), "-t", &test.to_lowercase()])
+        let mut cmd = Command::new("redis-benchmark");
+        cmd.args(["-p", &port.to_string()]);
+        // A command of its own goes last: redis-benchmark takes every
+        // argument after it as the command's.
+        let command: Vec<&str> = match custom_command(test) {
+            Some(command) => command.to_vec(),
+            None => vec!["-t", test],
+        };
+        let out = cmd
             .args([
                 "-n",
                 &args.requests.to_string(),
@@ -226,6 +284,7 @@ fn redis_benchmark(
             ])
             .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
             .args(["-d", &args.value_bytes.to_string()])
+            .args(command)
             .output()
             .context("running redis-benchmark (scripts/setup installs redis-tools)")?;
         let wall_secs = started.elapsed().as_secs_f64();
@@ -237,19 +296,23 @@ fn redis_benchmark(
         }
         let cores = |ticks: u64| ticks as f64 / tick / wall_secs;
         let text = String::from_utf8_lossy(&out.stdout).replace('\r', "\n");
+        let section = custom_command(test).map_or_else(|| test.to_uppercase(), |c| c.join(" "));
         *result = Measured {
             client_cores: cores(waited_children_ticks()? - client_before),
             server_cores: cores(cpu_ticks(server.0.id())? - server_before),
-            ..parse(&text, test)?
+            ..parse(&text, &section)?
         };
     }
     Ok(results)
 }
 
-/// One test's section of redis-benchmark's full report.
+/// One test's section of redis-benchmark's full report: the section
+/// headed by the test's name (`LRANGE_100 (first 100 elements)` for
+/// `lrange_100`; not the LPUSH it runs first to fill the list).
 fn parse(text: &str, test: &str) -> Result<Measured> {
-    let start = text
-        .find(&format!("====== {test} ======"))
+    let start = [format!("====== {test} ======"), format!("====== {test} (")]
+        .iter()
+        .find_map(|header| text.find(header.as_str()))
         .with_context(|| format!("redis-benchmark printed no {test} section"))?;
     let section = &text[start..];
     let section = &section[..section.find("\n====== ").unwrap_or(section.len())];
@@ -291,16 +354,18 @@ fn median(mut runs: Vec<Measured>) -> Measured {
     runs[runs.len() / 2]
 }
 
-/// One row: both servers, fresh, the same redis-benchmark run on each.
+/// One row: both servers, fresh, the same redis-benchmark run on each;
+/// per test, Redis's median and Sluice's.
 fn row(
     args: &ServeBenchArgs,
     mode: &str,
     threads: usize,
     clients: usize,
     pipeline: usize,
-) -> Result<[(Measured, Measured); 2]> {
-    let mut redis_runs = [Vec::new(), Vec::new()];
-    let mut sluice_runs = [Vec::new(), Vec::new()];
+) -> Result<Vec<(Measured, Measured)>> {
+    let tests = tests_of(args).len();
+    let mut redis_runs = vec![Vec::new(); tests];
+    let mut sluice_runs = vec![Vec::new(); tests];
     for _ in 0..args.repeat {
         for sluice in [false, true] {
             let _ = std::fs::remove_dir_all(&args.dir);
@@ -323,9 +388,11 @@ fn row(
             }
         }
     }
-    let [rs, rg] = redis_runs;
-    let [ss, sg] = sluice_runs;
-    Ok([(median(rs), median(ss)), (median(rg), median(sg))])
+    Ok(redis_runs
+        .into_iter()
+        .zip(sluice_runs)
+        .map(|(r, s)| (median(r), median(s)))
+        .collect())
 }
 
 /// CPU time (user + system) of process `pid` so far, in clock ticks.
@@ -421,13 +488,18 @@ fn idle_rows(args: &ServeBenchArgs) -> Result<()> {
 
 /// Runs the comparison and prints one line per row and test.
 pub fn run(args: &ServeBenchArgs) -> Result<()> {
+    let tests = tests_of(args);
     println!(
-        "redis-benchmark -t set, then -t get, -n {} -r {} -d {} (median of {}; ops/s, latency ms p50/p99/p99.9)",
-        args.requests, args.keys, args.value_bytes, args.repeat
+        "redis-benchmark -t {}, one after the other, -n {} -r {} -d {} (median of {}; ops/s, latency ms p50/p99/p99.9)",
+        tests.join(" then -t "),
+        args.requests,
+        args.keys,
+        args.value_bytes,
+        args.repeat
     );
     println!("(client, server: cores each side used while the test ran, against redis / against sluice; a client near 1.00 set the pace; sluice's workers spin while busy)");
     println!(
-        "{:<9} {:>3} {:>3} {:>3} {:<4} {:>10} {:>22} {:>10} {:>22} {:>6} {:>11} {:>11}",
+        "{:<9} {:>3} {:>3} {:>3} {:<10} {:>10} {:>22} {:>10} {:>22} {:>6} {:>11} {:>11}",
         "mode",
         "thr",
         "c",
@@ -450,11 +522,11 @@ pub fn run(args: &ServeBenchArgs) -> Result<()> {
             }
             for (clients, pipeline) in shapes {
                 let results = row(args, mode, threads, clients, pipeline)?;
-                for (test, (r, s)) in ["SET", "GET"].iter().zip(results) {
+                for (test, (r, s)) in tests.iter().zip(results) {
                     let lat =
                         |m: &Measured| format!("{:.3}/{:.3}/{:.3}", m.p50_ms, m.p99_ms, m.p999_ms);
                     println!(
-                        "{mode:<9} {threads:>3} {clients:>3} {pipeline:>3} {test:<4} {:>10.0} {:>22} {:>10.0} {:>22} {:>6.2} {:>11} {:>11}",
+                        "{mode:<9} {threads:>3} {clients:>3} {pipeline:>3} {test:<10} {:>10.0} {:>22} {:>10.0} {:>22} {:>6.2} {:>11} {:>11}",
                         r.ops_per_sec,
                         lat(&r),
                         s.ops_per_sec,

@@ -207,6 +207,34 @@ pub struct Db {
     ids: Mutex<Ids>,
     /// The data model's settings a server may change while serving.
     pub settings: Settings,
+    /// Where pops from the ends of collections may start their scans.
+    end_hints: EndHintTable,
+}
+
+/// Most collections [`EndHints`] are kept for (the table is cleared when
+/// it would grow past this: a hint is only a shortcut).
+const END_HINTS_MOST: usize = 4096;
+
+/// Where a scan for the first or last live member of a collection may
+/// start: every live member's sub-key is `>= floor` and `<= ceiling`.
+/// Pops from an end delete the members they take, and the store skips
+/// each deleted entry until compaction drops it, so a queue popped from
+/// its head would scan ever more of them; a pop starts at the hint its
+/// last one left instead. Any member written to the collection forgets
+/// its hints (the write may be outside them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndHints {
+    /// No live member's sub-key is below this.
+    pub floor: Option<Vec<u8>>,
+    /// No live member's sub-key is above this.
+    pub ceiling: Option<Vec<u8>>,
+}
+
+#[derive(Debug, Default)]
+struct EndHintTable {
+    /// Whether `by_id` may hold anything (a member write looks first).
+    any: AtomicBool,
+    by_id: Mutex<HashMap<u64, EndHints>>,
 }
 
 /// What a server may tune in the data model while it serves (Redis's
@@ -347,6 +375,53 @@ fn expiry_of(index_key: &[u8], value: &[u8]) -> Option<(Vec<u8>, u64)> {
 }
 
 impl Db {
+    /// The [`EndHints`] of collection `id` (none known: both open).
+    pub fn end_hints(&self, id: u64) -> EndHints {
+        if !self.end_hints.any.load(Ordering::Acquire) {
+            return EndHints::default();
+        }
+        let by_id = self
+            .end_hints
+            .by_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        by_id.get(&id).cloned().unwrap_or_default()
+    }
+
+    /// Records that no live member of collection `id` is below (`floor`)
+    /// or above sub-key `at`. The caller holds the collection's key
+    /// locked and has committed the removals that make it true (never
+    /// inside a transaction, whose batch could still fail as a whole).
+    pub fn set_end_hint(&self, id: u64, floor: bool, at: Vec<u8>) {
+        let mut by_id = self
+            .end_hints
+            .by_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if by_id.len() >= END_HINTS_MOST && !by_id.contains_key(&id) {
+            by_id.clear();
+        }
+        let hints = by_id.entry(id).or_default();
+        if floor {
+            hints.floor = Some(at);
+        } else {
+            hints.ceiling = Some(at);
+        }
+        self.end_hints.any.store(true, Ordering::Release);
+    }
+
+    /// Drops collection `id`'s hints (a member is being written).
+    fn forget_end_hints(&self, id: u64) {
+        if self.end_hints.any.load(Ordering::Acquire) {
+            let mut by_id = self
+                .end_hints
+                .by_id
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            by_id.remove(&id);
+        }
+    }
+
     /// The keyspace on `store`, creating its store keyspaces if new, and
     /// upgrading hashes kept in the layout before object ids.
     pub fn open(store: Arc<Store>) -> Result<Db, StoreError> {
@@ -388,6 +463,7 @@ impl Db {
                 ceiling,
             }),
             settings: Settings::default(),
+            end_hints: EndHintTable::default(),
         };
         crate::upgrade::legacy_hashes(&db)?;
         let (collection_keys, store) = (db.collection_keys.clone(), db.store.clone());
@@ -1014,6 +1090,7 @@ impl DbBatch<'_> {
         sub: &[u8],
         value: &[u8],
     ) -> Result<(), StoreError> {
+        self.db.forget_end_hints(id);
         self.batch
             .put(self.db.members, &member_key(id, sub), value)?;
         self.touch(key);

@@ -10,6 +10,7 @@ use crate::record::{Collection, Entry, Value};
 use rand::Rng;
 use sluice_store::StoreError;
 use std::collections::BTreeSet;
+use std::ops::Bound;
 
 /// Sets at most this long are read whole to pick random members from
 /// (uniformly); a longer one is sampled by position.
@@ -222,7 +223,7 @@ pub fn random_entries(
     c: Collection,
     count: u64,
     repeat: bool,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, Failure> {
+) -> Result<Vec<crate::db::FieldValue>, Failure> {
     let mut rng = rand::thread_rng();
     if c.len <= READ_WHOLE_MOST {
         let all = ctx.all_members(c.id)?;
@@ -270,6 +271,64 @@ pub fn random_entries(
     Ok(out)
 }
 
+/// Sets larger than this pop by seeking (see [`seek_random`]) rather than
+/// by reading every member each time.
+const SEEK_PICKS_FROM: u64 = 128;
+
+/// A point near the members between `first` and `last` drawn at random:
+/// their common prefix, then eight bytes each drawn between the two
+/// members' bytes at that place. Drawing byte by byte keeps the points
+/// among the bytes members use (digits stay digits), so that picks spread
+/// over the members instead of piling up after the gaps between them.
+fn point_between(first: &[u8], last: &[u8], rng: &mut impl rand::Rng) -> Vec<u8> {
+    let common = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+    let mut point = first[..common].to_vec();
+    for i in common..common + 8 {
+        let (a, b) = (first.get(i).copied(), last.get(i).copied());
+        let (lo, hi) = match (a, b) {
+            (Some(a), Some(b)) => (a.min(b), a.max(b)),
+            (Some(x), None) | (None, Some(x)) => (x, x),
+            (None, None) => break,
+        };
+        point.push(rng.gen_range(lo..=hi));
+    }
+    point
+}
+
+/// `count` distinct members (fewer than the set has) picked by seeking
+/// random points between the first and last member and taking the next
+/// member not yet picked, wrapping to the start: a few reads per pick
+/// whatever the set's size. Random as RANDOMKEY is, not uniform (a member
+/// after a wide gap in byte order is likelier); SPOP promises random
+/// members, SRANDMEMBER's picks stay uniform ([`random`]).
+fn seek_random(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>, Failure> {
+    let all = (Bound::Unbounded, Bound::Unbounded);
+    let end = |reverse: bool| -> Result<Option<Vec<u8>>, Failure> {
+        Ok(ctx
+            .members(c.id, all, reverse)
+            .next()
+            .transpose()?
+            .map(|(m, _)| m))
+    };
+    let (Some(first), Some(last)) = (end(false)?, end(true)?) else {
+        return Ok(Vec::new());
+    };
+    let mut rng = rand::thread_rng();
+    let mut picked: BTreeSet<Vec<u8>> = BTreeSet::new();
+    while (picked.len() as u64) < count {
+        let point = point_between(&first, &last, &mut rng);
+        let after = ctx.members(c.id, (Bound::Included(&point[..]), Bound::Unbounded), false);
+        let wrapped = ctx.members(c.id, all, false);
+        for item in after.chain(wrapped) {
+            let (member, _) = item?;
+            if picked.insert(member) {
+                break;
+            }
+        }
+    }
+    Ok(picked.into_iter().collect())
+}
+
 /// SPOP of `count` members (distinct, at random); None: no such set.
 /// The caller holds `key`'s lock.
 pub fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: u64) -> Result<Option<Vec<Vec<u8>>>, Failure> {
@@ -283,6 +342,8 @@ pub fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: u64) -> Result<Option<Vec<Vec<u
             .into_iter()
             .map(|(m, _)| m)
             .collect()
+    } else if set.c.len > SEEK_PICKS_FROM && count <= set.c.len / 4 {
+        seek_random(ctx, set.c, count)?
     } else {
         random(ctx, set.c, count, false)?
     };

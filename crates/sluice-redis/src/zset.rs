@@ -506,10 +506,30 @@ pub fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: u64, max: bool) -> Result<Vec<S
     let Some(c) = get(ctx, key)? else {
         return Ok(Vec::new());
     };
-    let picked: Vec<Scored> = ordered(ctx, c, max)
+    // Start past the entries earlier pops deleted (see `EndHints`).
+    let hints = ctx.db().end_hints(c.id);
+    let (mut lo, mut hi) = (vec![BY_SCORE], vec![BY_SCORE + 1]);
+    let (mut lo_bound, mut hi_bound) = (Bound::Included(&lo[..]), Bound::Excluded(&hi[..]));
+    if let (false, Some(floor)) = (max, hints.floor) {
+        lo = floor;
+        lo_bound = Bound::Included(&lo[..]);
+    }
+    if let (true, Some(ceiling)) = (max, hints.ceiling) {
+        hi = ceiling;
+        hi_bound = Bound::Included(&hi[..]);
+    }
+    let picked: Vec<Scored> = ctx
+        .members(c.id, (lo_bound, hi_bound), max)
+        .map(|item| scored(item, 9))
         .take(count.min(c.len) as usize)
         .collect::<Result<_, _>>()?;
     remove_scored(ctx, key, &picked)?;
+    if let Some((member, score)) = picked.last() {
+        if !ctx.in_transaction() && (picked.len() as u64) < c.len {
+            ctx.db()
+                .set_end_hint(c.id, !max, score_sub(score_key(*score), member));
+        }
+    }
     Ok(picked)
 }
 

@@ -1294,7 +1294,7 @@ fn tuning_parameters_match_redis() {
         "CONFIG GET hash-max-ziplist-entries",
         "CONFIG GET hash-max-listpack-entries",
         "CONFIG GET HASH-MAX-LISTPACK-ENTRIES",
-        "CONFIG GET hash-max-*-entries",
+        "CONFIG GET hash-max-listpack-ent*",
         "CONFIG SET zset-max-ziplist-value 1kb list-max-ziplist-size -3",
         "CONFIG GET zset-max-listpack-value",
         "CONFIG GET list-max-listpack-size",
