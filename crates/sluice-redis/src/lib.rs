@@ -33,6 +33,7 @@ pub mod overlay;
 pub mod record;
 pub mod set;
 pub mod stream;
+pub mod stream_group;
 pub mod upgrade;
 pub mod zset;
 

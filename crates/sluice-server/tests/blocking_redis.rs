@@ -133,6 +133,30 @@ fn writes_of_every_kind_wake_the_right_waiters() {
 }
 
 #[test]
+fn xreadgroup_block_waits_for_new_entries_of_its_group() {
+    compare(
+        3,
+        &[
+            Call(0, "XGROUP CREATE q g $ MKSTREAM"),
+            Send(1, "XREADGROUP GROUP g w1 BLOCK 0 STREAMS q >"),
+            Send(2, "XREADGROUP GROUP g w2 COUNT 1 BLOCK 0 STREAMS q >"),
+            Sleep(50),
+            Call(0, "XINFO CONSUMERS q g"),
+            Call(0, "XADD q 1-1 job 1"),
+            Read(1),
+            Call(0, "XADD q 2-1 job 2"),
+            Read(2),
+            Call(0, "XPENDING q g"),
+            Call(0, "XREADGROUP GROUP g w1 BLOCK 50 STREAMS q >"),
+            Call(0, "XREADGROUP GROUP g w1 BLOCK 0 STREAMS q 0"),
+            Call(0, "MULTI"),
+            Call(0, "XREADGROUP GROUP g w1 BLOCK 0 STREAMS q >"),
+            Call(0, "EXEC"),
+        ],
+    );
+}
+
+#[test]
 fn xread_block_waits_for_entries_after_its_ids() {
     compare(
         3,

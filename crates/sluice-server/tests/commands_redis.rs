@@ -1147,6 +1147,149 @@ fn lcs_and_hrandfield_match_redis() {
 }
 
 #[test]
+fn stream_consumer_groups_match_redis() {
+    compare(&script(&[
+        "XGROUP CREATE s g $",
+        "XGROUP CREATE s g $ MKSTREAM",
+        "XGROUP CREATE s g $ MKSTREAM",
+        "XGROUP CREATE s g2 0 ENTRIESREAD 0",
+        "XGROUP CREATE s g3 0 ENTRIESREAD -2",
+        "XGROUP CREATE s g3 x",
+        "XGROUP CREATE s g3 0 FOO",
+        "XGROUP CREATE s",
+        "XGROUP NOPE s g",
+        "XGROUP HELP",
+        "XADD s 1-1 a 1",
+        "XADD s 2-1 b 2",
+        "XADD s 3-1 c 3",
+        "XINFO GROUPS s",
+        "XREADGROUP GROUP g alice STREAMS s >",
+        "XREADGROUP GROUP g2 bob COUNT 2 STREAMS s >",
+        "XINFO GROUPS s",
+        "XREADGROUP GROUP g2 bob COUNT 2 STREAMS s >",
+        "XREADGROUP GROUP g2 bob STREAMS s >",
+        "XREADGROUP GROUP g2 carol NOACK STREAMS s >",
+        "XADD s 4-1 d 4",
+        "XREADGROUP GROUP g2 carol NOACK STREAMS s >",
+        "XREADGROUP GROUP g2 bob STREAMS s 0",
+        "XREADGROUP GROUP g2 bob COUNT 1 STREAMS s 1-1",
+        "XREADGROUP GROUP g2 carol STREAMS s 0",
+        "XREADGROUP GROUP g2 nobody STREAMS s 0",
+        "XREADGROUP GROUP nogroup bob STREAMS s >",
+        "XREADGROUP GROUP g2 bob STREAMS nothere >",
+        "XREADGROUP GROUP g2 bob STREAMS s $",
+        "XREADGROUP STREAMS s >",
+        "XREADGROUP GROUP g2 bob STREAMS s",
+        "XREAD GROUP g2 bob STREAMS s 0",
+        "XREAD STREAMS s >",
+        "XPENDING s g2",
+        "XPENDING s g",
+        "XPENDING s g3",
+        "XPENDING nothere g",
+        "XPENDING s g2 - + 0",
+        "XPENDING s g2 - + 10 nobody",
+        "XPENDING s g2 x + 10",
+        "XPENDING s g2 - +",
+        "XPENDING s g2 IDLE 0 - +",
+        "XACK s g2 1-1 1-1 9-9",
+        "XACK s g2 x",
+        "XACK s nogroup 1-1",
+        "XACK nothere g 1-1",
+        "XPENDING s g2",
+        "XDEL s 2-1",
+        "XREADGROUP GROUP g2 bob STREAMS s 0",
+        "XINFO GROUPS s",
+        "XGROUP CREATECONSUMER s g2 dave",
+        "XGROUP CREATECONSUMER s g2 dave",
+        "XGROUP CREATECONSUMER s nogroup dave",
+        "XGROUP DELCONSUMER s g2 bob",
+        "XGROUP DELCONSUMER s g2 nobody",
+        "XPENDING s g2",
+        "XGROUP SETID s g2 0 ENTRIESREAD 1",
+        "XGROUP SETID s g2 $",
+        "XGROUP SETID s g2 - ",
+        "XGROUP SETID s nogroup 0",
+        "XINFO GROUPS s",
+        "XGROUP DESTROY s g2",
+        "XGROUP DESTROY s g2",
+        "XINFO GROUPS s",
+        "XINFO CONSUMERS s nogroup",
+        "XINFO GROUPS nothere",
+        "XINFO NOPE s",
+        "XINFO HELP",
+        "SET str x",
+        "XGROUP CREATE str g $",
+        "XREADGROUP GROUP g a STREAMS str >",
+        "XINFO GROUPS str",
+        "DEL s",
+        "XGROUP CREATE s g $",
+        "EXISTS s",
+    ]))
+    .unwrap();
+}
+
+/// XPENDING's ranges and XINFO CONSUMERS carry idle times, which differ
+/// between two servers by the time between two calls: checked here on
+/// Sluice alone.
+#[test]
+fn pending_entries_count_deliveries_and_idle_time() {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Client::connect(p.sluice.addr);
+    c.call(&[b"FLUSHALL"]);
+    c.call(&[b"XGROUP", b"CREATE", b"s", b"g", b"$", b"MKSTREAM"]);
+    c.call(&[b"XADD", b"s", b"1-1", b"f", b"v"]);
+    c.call(&[b"XREADGROUP", b"GROUP", b"g", b"w", b"STREAMS", b"s", b">"]);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    c.call(&[b"XREADGROUP", b"GROUP", b"g", b"w", b"STREAMS", b"s", b"0"]);
+    let row = |c: &mut Client| match decode(&c.call(&[b"XPENDING", b"s", b"g", b"-", b"+", b"10"]))
+    {
+        Reply::Array(rows) => match &rows[..] {
+            [Reply::Array(fields)] => fields.clone(),
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    };
+    let fields = row(&mut c);
+    assert_eq!(fields[0], Reply::Bulk(b"1-1".to_vec()));
+    assert_eq!(fields[1], Reply::Bulk(b"w".to_vec()));
+    assert!(matches!(fields[2], Reply::Integer(idle) if (0..1000).contains(&idle)));
+    assert_eq!(fields[3], Reply::Integer(2), "read twice: delivered twice");
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    let idle_filtered =
+        decode(&c.call(&[b"XPENDING", b"s", b"g", b"IDLE", b"50", b"-", b"+", b"10"]));
+    assert!(
+        matches!(&idle_filtered, Reply::Array(rows) if rows.len() == 1),
+        "{idle_filtered:?}"
+    );
+    let none_idle_enough = decode(&c.call(&[
+        b"XPENDING",
+        b"s",
+        b"g",
+        b"IDLE",
+        b"100000",
+        b"-",
+        b"+",
+        b"10",
+    ]));
+    assert_eq!(none_idle_enough, Reply::Array(Vec::new()));
+    match decode(&c.call(&[b"XINFO", b"CONSUMERS", b"s", b"g"])) {
+        Reply::Array(consumers) => match &consumers[..] {
+            [Reply::Array(kv)] => {
+                assert_eq!(kv[0], Reply::Bulk(b"name".to_vec()));
+                assert_eq!(kv[3], Reply::Integer(1), "one pending");
+                assert!(
+                    matches!(kv[5], Reply::Integer(idle) if (50..5000).contains(&idle)),
+                    "{kv:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn sort_matches_redis() {
     compare(&script(&[
         "RPUSH l 3 1 2 10 -1.5 1e2",

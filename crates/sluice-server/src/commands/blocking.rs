@@ -55,7 +55,9 @@ pub fn is_blocking(name: &[u8], args: &Args) -> bool {
     match name {
         b"blpop" | b"brpop" | b"blmove" | b"brpoplpush" | b"blmpop" | b"bzpopmin" | b"bzpopmax"
         | b"bzmpop" => true,
-        b"xread" => super::streams::parse_read(args).is_ok_and(|r| r.block_ms.is_some()),
+        b"xread" | b"xreadgroup" => {
+            super::streams::parse_read(args).is_ok_and(|r| r.block_ms.is_some())
+        }
         _ => false,
     }
 }
@@ -142,7 +144,7 @@ pub fn parse(name: &[u8], args: &Args) -> Result<Request, Failure> {
             let keys = m.keys.iter().map(|k| k.to_vec()).collect();
             request(Want::ListMulti(m.end, m.count), keys, timeout)
         }
-        b"xread" => {
+        b"xread" | b"xreadgroup" => {
             let r = super::streams::parse_read(args)?;
             let keys = r.streams.iter().map(|(k, _)| k.clone()).collect();
             let timeout = r.block_ms.unwrap_or(0);

@@ -20,6 +20,7 @@ mod server;
 pub mod set_group;
 mod sets;
 mod sort;
+pub mod stream_groups;
 pub mod streams;
 mod strings;
 pub(crate) mod zsets;
@@ -240,6 +241,11 @@ const COMMANDS: &[Spec] = &[
     spec("xdel", -3, streams::xdel),
     spec("xtrim", -4, streams::xtrim),
     spec("xread", -4, streams::xread),
+    spec("xreadgroup", -7, stream_groups::xreadgroup),
+    spec("xgroup", -2, stream_groups::xgroup),
+    spec("xack", -4, stream_groups::xack),
+    spec("xpending", -3, stream_groups::xpending),
+    spec("xinfo", -2, stream_groups::xinfo),
     spec("time", 1, server::time),
     spec("lastsave", 1, server::lastsave),
 ];

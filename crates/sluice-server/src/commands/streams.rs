@@ -8,8 +8,8 @@ use sluice_redis::stream::{self, IdSpec, StreamEntry, Trim, TrimSpec};
 use sluice_redis::StreamId;
 use std::sync::atomic::Ordering;
 
-const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
-const MAX_ID: StreamId = StreamId {
+pub(super) const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+pub(super) const MAX_ID: StreamId = StreamId {
     ms: u64::MAX,
     seq: u64::MAX,
 };
@@ -25,7 +25,7 @@ fn parse_u64(s: &[u8]) -> Option<u64> {
 /// `streamGenericParseIDOrReply`: `-`, `+` (unless `strict`), `ms`
 /// (sequence `missing_seq`), `ms-seq`, and with `star` `ms-*` (Err(None)
 /// marks a parse error).
-fn parse_id(arg: &[u8], missing_seq: u64, strict: bool) -> Result<StreamId, Failure> {
+pub(super) fn parse_id(arg: &[u8], missing_seq: u64, strict: bool) -> Result<StreamId, Failure> {
     if arg.len() > 127 {
         return Err(fail(INVALID_ID));
     }
@@ -46,16 +46,19 @@ fn parse_id(arg: &[u8], missing_seq: u64, strict: bool) -> Result<StreamId, Fail
     Ok(StreamId { ms, seq })
 }
 
-fn entries_reply(entries: Vec<StreamEntry>) -> Reply {
+/// One entry as Redis replies it: its id and its fields and values.
+pub(super) fn entry_reply(id: StreamId, fields: Vec<Vec<u8>>) -> Reply {
+    Reply::Array(vec![
+        Reply::Bulk(id.to_string().into_bytes()),
+        Reply::Array(fields.into_iter().map(Reply::Bulk).collect()),
+    ])
+}
+
+pub(super) fn entries_reply(entries: Vec<StreamEntry>) -> Reply {
     Reply::Array(
         entries
             .into_iter()
-            .map(|(id, fields)| {
-                Reply::Array(vec![
-                    Reply::Bulk(id.to_string().into_bytes()),
-                    Reply::Array(fields.into_iter().map(Reply::Bulk).collect()),
-                ])
-            })
+            .map(|(id, fields)| entry_reply(id, fields))
             .collect(),
     )
 }
@@ -202,21 +205,21 @@ pub(super) fn xlen(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 }
 
 /// An interval end of XRANGE: `(` excludes (then the id moves by one).
-fn interval_id(arg: &[u8], missing_seq: u64) -> Result<(StreamId, bool), Failure> {
+pub(super) fn interval_id(arg: &[u8], missing_seq: u64) -> Result<(StreamId, bool), Failure> {
     if arg.len() > 1 && arg[0] == b'(' {
         return Ok((parse_id(&arg[1..], missing_seq, true)?, true));
     }
     Ok((parse_id(arg, missing_seq, false)?, false))
 }
 
-fn incr(id: StreamId) -> Option<StreamId> {
+pub(super) fn incr(id: StreamId) -> Option<StreamId> {
     match id.seq.checked_add(1) {
         Some(seq) => Some(StreamId { seq, ..id }),
         None => id.ms.checked_add(1).map(|ms| StreamId { ms, seq: 0 }),
     }
 }
 
-fn decr(id: StreamId) -> Option<StreamId> {
+pub(super) fn decr(id: StreamId) -> Option<StreamId> {
     match id.seq.checked_sub(1) {
         Some(seq) => Some(StreamId { seq, ..id }),
         None => id
@@ -294,24 +297,41 @@ pub(super) fn xtrim(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     )?))
 }
 
-/// XREAD's arguments.
+/// XREAD's and XREADGROUP's arguments.
 #[derive(Clone)]
 pub struct Read {
     /// COUNT (0: all).
     pub count: u64,
     /// BLOCK in ms (None: no BLOCK).
     pub block_ms: Option<u64>,
-    /// The streams and the ids to read after (`$`: None, the last id).
+    /// The streams and the ids to read after (`$`: None, the last id;
+    /// XREADGROUP's `>`: the greatest id, as Redis marks it).
     pub streams: Vec<(Vec<u8>, Option<StreamId>)>,
+    /// XREADGROUP's GROUP and NOACK.
+    pub group: Option<GroupRead>,
 }
 
-/// Parses XREAD.
+/// Who an XREADGROUP reads as.
+#[derive(Clone)]
+pub struct GroupRead {
+    /// The group.
+    pub group: Vec<u8>,
+    /// The consumer.
+    pub consumer: Vec<u8>,
+    /// NOACK: delivered entries are not made pending.
+    pub noack: bool,
+}
+
+/// Parses XREAD or XREADGROUP (by `args[0]`).
 pub fn parse_read(args: &Args) -> Result<Read, Failure> {
+    let xreadgroup = args[0].eq_ignore_ascii_case(b"xreadgroup");
     let mut r = Read {
         count: 0,
         block_ms: None,
         streams: Vec::new(),
+        group: None,
     };
+    let mut noack = false;
     let mut i = 1;
     let mut streams_at = None;
     while i < args.len() {
@@ -336,13 +356,25 @@ pub fn parse_read(args: &Args) -> Result<Read, Failure> {
             streams_at = Some(i + 1);
             break;
         } else if o == b"group" && more >= 2 {
-            return Err(fail(
-                "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
-            ));
+            if !xreadgroup {
+                return Err(fail(
+                    "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
+                ));
+            }
+            r.group = Some(GroupRead {
+                group: args[i + 1].clone(),
+                consumer: args[i + 2].clone(),
+                noack: false,
+            });
+            i += 3;
         } else if o == b"noack" {
-            return Err(fail(
-                "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.",
-            ));
+            if !xreadgroup {
+                return Err(fail(
+                    "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead.",
+                ));
+            }
+            noack = true;
+            i += 1;
         } else {
             return Err(fail(SYNTAX));
         }
@@ -350,11 +382,21 @@ pub fn parse_read(args: &Args) -> Result<Read, Failure> {
     let Some(at) = streams_at else {
         return Err(fail(SYNTAX));
     };
+    if xreadgroup {
+        match &mut r.group {
+            Some(g) => g.noack = noack,
+            None => return Err(fail("ERR Missing GROUP option for XREADGROUP")),
+        }
+    }
     let n = (args.len() - at) / 2;
     for k in 0..n {
         let id_arg = &args[at + n + k];
-        let id = if id_arg == b"$" {
+        let id = if id_arg == b"$" && xreadgroup {
+            return Err(fail("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set."));
+        } else if id_arg == b"$" {
             None
+        } else if id_arg == b">" && xreadgroup {
+            Some(MAX_ID)
         } else if id_arg == b">" {
             return Err(fail("ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option."));
         } else {
@@ -366,8 +408,12 @@ pub fn parse_read(args: &Args) -> Result<Read, Failure> {
 }
 
 /// `$` ids made the streams' last ids now (what a blocked XREAD waits
-/// after); also checks every key is a stream, as Redis does first.
+/// after); also checks every key is a stream (and for XREADGROUP holds
+/// the group), as Redis does first.
 pub fn pin_ids(ctx: &Ctx<'_>, r: &mut Read) -> Result<(), Failure> {
+    if r.group.is_some() {
+        return super::stream_groups::check_group_streams(ctx, r);
+    }
     for (key, id) in &mut r.streams {
         let found = stream::get(ctx, key)?;
         if id.is_none() {
@@ -377,8 +423,12 @@ pub fn pin_ids(ctx: &Ctx<'_>, r: &mut Read) -> Result<(), Failure> {
     Ok(())
 }
 
-/// What XREAD finds after the pinned ids: the reply, None when nothing.
-pub fn read_once(ctx: &Ctx<'_>, r: &Read) -> Result<Option<Reply>, Failure> {
+/// What XREAD finds after the pinned ids (XREADGROUP: what its group
+/// delivers, recorded): the reply, None when nothing.
+pub fn read_once(ctx: &mut Ctx<'_>, r: &Read) -> Result<Option<Reply>, Failure> {
+    if r.group.is_some() {
+        return super::stream_groups::read_group_once(ctx, r);
+    }
     let mut out = Vec::new();
     for (key, after) in &r.streams {
         let Some((c, meta)) = stream::get(ctx, key)? else {
