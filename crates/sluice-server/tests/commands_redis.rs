@@ -1228,6 +1228,72 @@ fn stream_consumer_groups_match_redis() {
     .unwrap();
 }
 
+#[test]
+fn stream_claims_match_redis() {
+    compare(&script(&[
+        "XGROUP CREATE s g $ MKSTREAM",
+        "XADD s 1-1 a 1",
+        "XADD s 2-1 b 2",
+        "XADD s 3-1 c 3",
+        "XADD s 4-1 d 4",
+        "XREADGROUP GROUP g alice STREAMS s >",
+        "XCLAIM s g bob 0 1-1 2-1",
+        "XPENDING s g",
+        "XCLAIM s g bob 0 1-1 JUSTID",
+        "XCLAIM s g carol 3600000 3-1",
+        "XCLAIM s g carol 0 3-1 RETRYCOUNT 7 IDLE 10 JUSTID",
+        "XCLAIM s g carol 0 9-9 5-1",
+        "XCLAIM s g carol 0 9-9 FORCE",
+        "XADD s 5-1 e 5",
+        "XCLAIM s g carol 0 5-1",
+        "XCLAIM s g carol 0 5-1 FORCE",
+        "XCLAIM s g carol 0 5-1 LASTID 9-0 JUSTID",
+        "XINFO GROUPS s",
+        "XCLAIM s g carol x 1-1",
+        "XCLAIM s g carol 0 1-1 IDLE x",
+        "XCLAIM s g carol 0 1-1 TIME x",
+        "XCLAIM s g carol 0 1-1 RETRYCOUNT x",
+        "XCLAIM s g carol 0 1-1 NOPE",
+        "XCLAIM s nogroup carol 0 1-1",
+        "XCLAIM nothere g carol 0 1-1",
+        "XDEL s 2-1",
+        "XCLAIM s g dave 0 2-1 4-1",
+        "XPENDING s g",
+        "XAUTOCLAIM s g erin 0 0-0 COUNT 2",
+        "XAUTOCLAIM s g erin 0 0-0 COUNT 2 JUSTID",
+        "XAUTOCLAIM s g erin 0 (3-1",
+        "XAUTOCLAIM s g erin 3600000 0-0",
+        "XAUTOCLAIM s g erin 0 0-0 COUNT 0",
+        "XAUTOCLAIM s g erin 0 0-0 COUNT x",
+        "XAUTOCLAIM s g erin 0 0-0 FOO",
+        "XAUTOCLAIM s g erin x 0-0",
+        "XAUTOCLAIM s g erin 0 x",
+        "XAUTOCLAIM s nogroup erin 0 0-0",
+        "XADD s 6-1 f 6",
+        "XREADGROUP GROUP g alice STREAMS s >",
+        "XDEL s 6-1",
+        "XAUTOCLAIM s g frank 0 0-0 COUNT 10",
+        "XPENDING s g",
+        "XINFO CONSUMERS s nogroup",
+        "XSETID s 5-0",
+        "XSETID s 7-0 ENTRIESADDED 1",
+        "XSETID s 7-0 ENTRIESADDED -1",
+        "XSETID s 7-0 MAXDELETEDID 8-0",
+        "XSETID s 9-0 ENTRIESADDED 20 MAXDELETEDID 8-0",
+        "XINFO GROUPS s",
+        "XADD s 9-0 z 1",
+        "XADD s 9-5 z 1",
+        "XSETID s x",
+        "XSETID s 9-0 FOO 1",
+        "XSETID nothere 1-1",
+        "SET str x",
+        "XSETID str 1-1",
+        "XCLAIM str g a 0 1-1",
+        "XAUTOCLAIM str g a 0 0-0",
+    ]))
+    .unwrap();
+}
+
 /// XPENDING's ranges and XINFO CONSUMERS carry idle times, which differ
 /// between two servers by the time between two calls: checked here on
 /// Sluice alone.

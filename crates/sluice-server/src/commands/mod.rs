@@ -246,6 +246,9 @@ const COMMANDS: &[Spec] = &[
     spec("xack", -4, stream_groups::xack),
     spec("xpending", -3, stream_groups::xpending),
     spec("xinfo", -2, stream_groups::xinfo),
+    spec("xclaim", -6, stream_groups::xclaim),
+    spec("xautoclaim", -6, stream_groups::xautoclaim),
+    spec("xsetid", -3, stream_groups::xsetid),
     spec("time", 1, server::time),
     spec("lastsave", 1, server::lastsave),
 ];

@@ -2,7 +2,8 @@
 //! (CREATE, SETID, DESTROY, CREATECONSUMER, DELCONSUMER, HELP), XREADGROUP
 //! (new entries with `>`, a consumer's history with an id; BLOCK through
 //! the server's registry as XREAD), XACK, XPENDING (summary and ranges,
-//! IDLE, a consumer), XINFO GROUPS and CONSUMERS. Each command's changes
+//! IDLE, a consumer), XCLAIM, XAUTOCLAIM, XINFO GROUPS and CONSUMERS, and
+//! XSETID. Each command's changes
 //! to groups, consumers and pending entries are one store batch. The
 //! layout is `sluice_redis::stream_group`'s.
 
@@ -600,4 +601,335 @@ pub(super) fn xreadgroup(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let _locked = ctx.lock(&keys);
     check_group_streams(ctx, &r)?;
     Ok(read_group_once(ctx, &r)?.unwrap_or(Reply::NullArray))
+}
+
+/// What a claim does to the pending entries it takes: the consumer, the
+/// delivery time, and how the delivery count changes.
+struct Claim<'a> {
+    key: &'a [u8],
+    c: Collection,
+    group: &'a [u8],
+    consumer: &'a [u8],
+    delivered_ms: u64,
+    /// RETRYCOUNT: the count to set.
+    retry_count: Option<u64>,
+    justid: bool,
+}
+
+impl Claim<'_> {
+    /// Gives pending entry `id` (`nack`) to the claiming consumer; its
+    /// reply (the id, or the entry).
+    fn take(
+        &self,
+        batch: &mut sluice_redis::db::DbBatch<'_>,
+        id: StreamId,
+        mut nack: Nack,
+        fields: Vec<Vec<u8>>,
+    ) -> Result<Reply, Failure> {
+        nack.delivered_ms = self.delivered_ms;
+        match self.retry_count {
+            Some(n) => nack.deliveries = n,
+            None if !self.justid => nack.deliveries += 1,
+            None => {}
+        }
+        nack.consumer = self.consumer.to_vec();
+        groups::put_nack(batch, self.key, self.c, self.group, id, &nack)?;
+        Ok(if self.justid {
+            id_reply(id)
+        } else {
+            entry_reply(id, fields)
+        })
+    }
+
+    /// Makes (or sees) the claiming consumer once something is claimed.
+    fn consumer_seen(
+        &self,
+        batch: &mut sluice_redis::db::DbBatch<'_>,
+        now: u64,
+    ) -> Result<(), Failure> {
+        let seen = Consumer { seen_ms: now };
+        Ok(groups::put_consumer(
+            batch,
+            self.key,
+            self.c,
+            self.group,
+            self.consumer,
+            seen,
+        )?)
+    }
+}
+
+/// The entry `id` of stream `c`, if it is still there.
+fn entry_of(ctx: &Ctx<'_>, c: Collection, id: StreamId) -> Result<Option<Vec<Vec<u8>>>, Failure> {
+    Ok(stream::range(ctx, c, id, id, 1, false)?
+        .pop()
+        .map(|(_, f)| f))
+}
+
+pub(super) fn xclaim(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let (key, name, consumer) = (&args[1][..], &args[2][..], &args[3][..]);
+    let _locked = ctx.lock(&[key]);
+    let nogroup = || {
+        fail(&format!(
+            "NOGROUP No such key '{}' or consumer group '{}'",
+            text(key),
+            text(name)
+        ))
+    };
+    let (c, _, mut g) = stream_and_group(ctx, key, name, nogroup)?;
+    let min_idle = string_to_i64(&args[4])
+        .ok_or_else(|| fail("ERR Invalid min-idle-time argument for XCLAIM"))?
+        .max(0);
+    let mut ids = Vec::new();
+    let mut j = 5;
+    while j < args.len() {
+        match parse_id(&args[j], 0, true) {
+            Ok(id) => ids.push(id),
+            Err(_) => break,
+        }
+        j += 1;
+    }
+    let now = ctx.now_ms() as i64;
+    let (mut force, mut justid, mut retry_count) = (false, false, None);
+    let (mut delivery, mut last_id) = (None, StreamId::default());
+    while j < args.len() {
+        let more = j + 1 < args.len();
+        let number = |what: &str| {
+            string_to_i64(&args[j + 1])
+                .ok_or_else(|| fail(&format!("ERR Invalid {what} option argument for XCLAIM")))
+        };
+        match args[j].to_ascii_lowercase().as_slice() {
+            b"force" => force = true,
+            b"justid" => justid = true,
+            b"idle" if more => {
+                delivery = Some(now - number("IDLE")?);
+                j += 1;
+            }
+            b"time" if more => {
+                delivery = Some(number("TIME")?);
+                j += 1;
+            }
+            b"retrycount" if more => {
+                retry_count = Some(number("RETRYCOUNT")?);
+                j += 1;
+            }
+            b"lastid" if more => {
+                last_id = parse_id(&args[j + 1], 0, true)?;
+                j += 1;
+            }
+            _ => {
+                return Err(fail(&format!(
+                    "ERR Unrecognized XCLAIM option '{}'",
+                    text(&args[j])
+                )))
+            }
+        }
+        j += 1;
+    }
+    let mut batch = ctx.batch();
+    if last_id > g.last {
+        g.last = last_id;
+        groups::put_group(&mut batch, key, c, name, &g)?;
+    }
+    let delivered_ms = match delivery {
+        Some(t) if (0..=now).contains(&t) => t as u64,
+        _ => now as u64,
+    };
+    let claim = Claim {
+        key,
+        c,
+        group: name,
+        consumer,
+        delivered_ms,
+        // A negative RETRYCOUNT leaves the count as Redis does.
+        retry_count: retry_count.and_then(|n| u64::try_from(n).ok()),
+        justid,
+    };
+    let mut out = Vec::new();
+    let mut claimed: Vec<StreamId> = Vec::new();
+    for id in ids {
+        if claimed.contains(&id) {
+            continue;
+        }
+        let nack = groups::nack(ctx, c, name, id)?;
+        let Some(fields) = entry_of(ctx, c, id)? else {
+            if nack.is_some() {
+                groups::delete_nack(&mut batch, key, c, name, id)?;
+            }
+            continue;
+        };
+        let nack = match nack {
+            Some(n) => {
+                if min_idle != 0 && now - (n.delivered_ms as i64) < min_idle {
+                    continue;
+                }
+                n
+            }
+            None if force => Nack {
+                delivered_ms: now as u64,
+                deliveries: 1,
+                consumer: Vec::new(),
+            },
+            None => continue,
+        };
+        if claimed.is_empty() {
+            claim.consumer_seen(&mut batch, now as u64)?;
+        }
+        out.push(claim.take(&mut batch, id, nack, fields)?);
+        claimed.push(id);
+    }
+    ctx.commit(batch)?;
+    Ok(Reply::Array(out))
+}
+
+pub(super) fn xautoclaim(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let (key, name, consumer) = (&args[1][..], &args[2][..], &args[3][..]);
+    let min_idle = string_to_i64(&args[4])
+        .ok_or_else(|| fail("ERR Invalid min-idle-time argument for XAUTOCLAIM"))?
+        .max(0);
+    let (mut start, start_ex) = interval_id(&args[5], 0)?;
+    if start_ex {
+        start = incr(start).ok_or_else(|| fail("ERR invalid start ID for the interval"))?;
+    }
+    let (mut count, mut justid) = (100i64, false);
+    let mut j = 6;
+    while j < args.len() {
+        match args[j].to_ascii_lowercase().as_slice() {
+            b"count" if j + 1 < args.len() => {
+                let most = i64::MAX / 16;
+                count = string_to_i64(&args[j + 1])
+                    .filter(|n| (1..=most).contains(n))
+                    .ok_or_else(|| fail("ERR COUNT must be > 0"))?;
+                j += 1;
+            }
+            b"justid" => justid = true,
+            _ => return Err(fail(SYNTAX)),
+        }
+        j += 1;
+    }
+    let _locked = ctx.lock(&[key]);
+    let nogroup = || {
+        fail(&format!(
+            "NOGROUP No such key '{}' or consumer group '{}'",
+            text(key),
+            text(name)
+        ))
+    };
+    let (c, _, _) = stream_and_group(ctx, key, name, nogroup)?;
+    let now = ctx.now_ms();
+    let claim = Claim {
+        key,
+        c,
+        group: name,
+        consumer,
+        delivered_ms: now,
+        retry_count: None,
+        justid,
+    };
+    let mut batch = ctx.batch();
+    let (mut attempts, mut out, mut deleted) = (count * 10, Vec::new(), Vec::new());
+    let mut pel = groups::pending(ctx, c, name, start, MAX_ID, false);
+    let mut next = StreamId::default();
+    while attempts > 0 && count > 0 {
+        attempts -= 1;
+        let Some(item) = pel.next() else {
+            break;
+        };
+        let (id, nack) = item?;
+        let Some(fields) = entry_of(ctx, c, id)? else {
+            groups::delete_nack(&mut batch, key, c, name, id)?;
+            deleted.push(id_reply(id));
+            count -= 1;
+            continue;
+        };
+        if min_idle != 0 && (now as i64) - (nack.delivered_ms as i64) < min_idle {
+            continue;
+        }
+        if out.is_empty() {
+            claim.consumer_seen(&mut batch, now)?;
+        }
+        out.push(claim.take(&mut batch, id, nack, fields)?);
+        count -= 1;
+    }
+    // Where the next call starts: the pending entry after the last one
+    // looked at, or 0-0 when none is left.
+    if let Some(item) = pel.next() {
+        next = item?.0;
+    }
+    drop(pel);
+    ctx.commit(batch)?;
+    Ok(Reply::Array(vec![
+        id_reply(next),
+        Reply::Array(out),
+        Reply::Array(deleted),
+    ]))
+}
+
+pub(super) fn xsetid(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let key = &args[1][..];
+    let id = parse_id(&args[2], 0, true)?;
+    let (mut added, mut max_deleted) = (None, StreamId::default());
+    let mut j = 3;
+    while j < args.len() {
+        let more = j + 1 < args.len();
+        match args[j].to_ascii_lowercase().as_slice() {
+            b"entriesadded" if more => {
+                let n = parse_i64(&args[j + 1])?;
+                if n < 0 {
+                    return Err(fail("ERR entries_added must be positive"));
+                }
+                added = Some(n as u64);
+            }
+            b"maxdeletedid" if more => {
+                max_deleted = parse_id(&args[j + 1], 0, true)?;
+                if id < max_deleted {
+                    return Err(fail(
+                        "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id",
+                    ));
+                }
+            }
+            _ => return Err(fail(SYNTAX)),
+        }
+        j += 2;
+    }
+    let _locked = ctx.lock(&[key]);
+    let (entry, mut batch) = ctx.begin(key)?;
+    let (c, mut meta, expire_at_ms) = match entry {
+        None => return Err(fail("ERR no such key")),
+        Some(Entry {
+            value: sluice_redis::Value::Stream { c, meta },
+            expire_at_ms,
+        }) => (c, meta, expire_at_ms),
+        Some(_) => return Err(fail(WRONGTYPE)),
+    };
+    if c.len > 0 {
+        let top = stream::range(ctx, c, StreamId::default(), MAX_ID, 1, true)?;
+        if top.first().is_some_and(|(top, _)| id < *top) {
+            return Err(fail(
+                "ERR The ID specified in XSETID is smaller than the target stream top item",
+            ));
+        }
+        if added.is_some_and(|n| c.len > n) {
+            return Err(fail(
+                "ERR The entries_added specified in XSETID is smaller than the target stream length",
+            ));
+        }
+    }
+    meta.last = id;
+    if let Some(n) = added {
+        meta.added = n;
+    }
+    if max_deleted != StreamId::default() {
+        meta.max_deleted = max_deleted;
+    }
+    let value = sluice_redis::Value::Stream { c, meta };
+    batch.put(
+        key,
+        &Entry {
+            value,
+            expire_at_ms,
+        },
+    )?;
+    ctx.commit(batch)?;
+    Ok(ok())
 }
