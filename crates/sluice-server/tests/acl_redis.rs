@@ -212,6 +212,11 @@ fn read_and_write_key_patterns_and_selectors_are_checked_as_redis_checks_them() 
         (1, &["SORT", "r:l", "LIMIT", "0", "1", "GET", "#"]),
         (1, &["SORT_RO", "r:l", "BY", "nosort", "GET", "x:*"]),
         (1, &["SORT", "r:l", "BY", "nosort", "DESC"]),
+        // SORT's STORE destination is a key written: carol may not write
+        // r:*, may write w:*.
+        (1, &["SORT", "r:l", "STORE", "r:dst"]),
+        (1, &["SORT", "r:l", "LIMIT", "0", "1", "STORE", "w:dst"]),
+        (1, &["SORT", "r:l", "STORE", "w:x", "STORE", "r:dst"]),
         (
             0,
             &[

@@ -110,6 +110,12 @@ fn writes_of_every_kind_wake_the_right_waiters() {
             Call(0, "RPUSH bl foo"),
             Read(1),
             Call(0, "LRANGE bl 0 -1"),
+            // A list SORT ... STORE makes wakes.
+            Send(1, "BLPOP sorted 0"),
+            Sleep(50),
+            Call(0, "RPUSH unsorted hello hola aguacate"),
+            Call(0, "SORT unsorted ALPHA STORE sorted"),
+            Read(1),
             // A list renamed into place wakes.
             Send(1, "BRPOP r 0"),
             Sleep(50),

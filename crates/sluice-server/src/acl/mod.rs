@@ -216,7 +216,31 @@ pub fn keys_of(id: CommandId, args: &[Vec<u8>]) -> Vec<(usize, bool, bool)> {
             i += spec.step.max(1);
         }
     }
+    if command.name == "sort" {
+        // SORT's STORE may come anywhere (its key spec is "unknown"):
+        // found as Redis's sortGetKeys finds it, the last one winning.
+        if let Some(at) = sort_store_at(args) {
+            out.push((at, false, true));
+        }
+    }
     out
+}
+
+/// Where SORT's destination is: after its last STORE, skipping LIMIT's
+/// two arguments and GET's and BY's one.
+fn sort_store_at(args: &[Vec<u8>]) -> Option<usize> {
+    let mut found = None;
+    let mut i = 2;
+    while i < args.len() {
+        match args[i].to_ascii_lowercase().as_slice() {
+            b"limit" => i += 2,
+            b"get" | b"by" => i += 1,
+            b"store" if i + 1 < args.len() => found = Some(i + 1),
+            _ => {}
+        }
+        i += 1;
+    }
+    found
 }
 
 /// Most entries ACL LOG keeps (Redis's `acllog-max-len` default).
