@@ -2,8 +2,8 @@
 //! (CREATE, SETID, DESTROY, CREATECONSUMER, DELCONSUMER, HELP), XREADGROUP
 //! (new entries with `>`, a consumer's history with an id; BLOCK through
 //! the server's registry as XREAD), XACK, XPENDING (summary and ranges,
-//! IDLE, a consumer), XCLAIM, XAUTOCLAIM, XINFO GROUPS and CONSUMERS, and
-//! XSETID. Each command's changes
+//! IDLE, a consumer), XCLAIM, XAUTOCLAIM, XINFO STREAM, GROUPS and CONSUMERS,
+//! and XSETID. Each command's changes
 //! to groups, consumers and pending entries are one store batch. The
 //! layout is `sluice_redis::stream_group`'s.
 
@@ -467,10 +467,114 @@ pub(super) fn xinfo(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
             }
             Ok(Reply::Array(out))
         }
-        _ => Err(fail(
-            "ERR XINFO STREAM is not served by Sluice yet: XINFO GROUPS and XINFO CONSUMERS are",
-        )),
+        _ => stream_info(ctx, c, meta, args),
     }
+}
+
+/// XINFO STREAM key [FULL [COUNT n]]. `radix-tree-keys` and
+/// `radix-tree-nodes` count Redis's memory layout, which Sluice does not
+/// have: both are the nodes of `stream-node-max-entries` entries the
+/// stream's entries would fill there.
+fn stream_info(ctx: &Ctx<'_>, c: Collection, meta: StreamMeta, args: &Args) -> Outcome {
+    let options = &args[3..];
+    let full = !options.is_empty();
+    let mut count = 10u64;
+    if full {
+        let full_word = options[0].eq_ignore_ascii_case(b"full");
+        let count_ok = options.len() == 1 || options[1].eq_ignore_ascii_case(b"count");
+        if !(options.len() == 1 || options.len() == 3) || !full_word || !count_ok {
+            return Err(sub_syntax("XINFO", &args[1]));
+        }
+        if options.len() == 3 {
+            count = match parse_i64(&options[2])? {
+                n if n < 0 => 10,
+                n => n as u64,
+            };
+        }
+    }
+    let name = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+    let node_entries = ctx
+        .db()
+        .settings
+        .stream_node_entries
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .max(1);
+    let nodes = int(c.len.div_ceil(node_entries) as i64);
+    let mut map = vec![
+        (name("length"), int(c.len as i64)),
+        (name("radix-tree-keys"), nodes.clone()),
+        (name("radix-tree-nodes"), nodes),
+        (name("last-generated-id"), id_reply(meta.last)),
+        (name("max-deleted-entry-id"), id_reply(meta.max_deleted)),
+        (name("entries-added"), int(meta.added as i64)),
+        (name("recorded-first-entry-id"), id_reply(meta.first)),
+    ];
+    let all = |rev: bool, n: u64| stream::range(ctx, c, StreamId::default(), MAX_ID, n, rev);
+    if !full {
+        let edge = |rev: bool| -> Result<Reply, Failure> {
+            Ok(all(rev, 1)?
+                .pop()
+                .map_or(Reply::Null, |(id, fields)| entry_reply(id, fields)))
+        };
+        map.push((name("groups"), int(groups::groups(ctx, c)?.len() as i64)));
+        map.push((name("first-entry"), edge(false)?));
+        map.push((name("last-entry"), edge(true)?));
+        return Ok(Reply::Map(map));
+    }
+    map.push((name("entries"), entries_reply(all(false, count)?)));
+    let limit = if count == 0 { u64::MAX } else { count };
+    let mut group_replies = Vec::new();
+    for (group, g) in groups::groups(ctx, c)? {
+        let pel: Vec<(StreamId, Nack)> =
+            groups::pending(ctx, c, &group, StreamId::default(), MAX_ID, false)
+                .collect::<Result<_, _>>()?;
+        let optional = |v: Option<u64>| v.map_or(Reply::Null, |n| int(n as i64));
+        let pending = pel
+            .iter()
+            .take(limit as usize)
+            .map(|(id, n)| {
+                Reply::Array(vec![
+                    id_reply(*id),
+                    Reply::Bulk(n.consumer.clone()),
+                    int(n.delivered_ms as i64),
+                    int(n.deliveries as i64),
+                ])
+            })
+            .collect();
+        let mut consumers = Vec::new();
+        for (consumer, seen) in groups::consumers(ctx, c, &group)? {
+            let own: Vec<&(StreamId, Nack)> =
+                pel.iter().filter(|(_, n)| n.consumer == consumer).collect();
+            let own_pending = own
+                .iter()
+                .take(limit as usize)
+                .map(|(id, n)| {
+                    Reply::Array(vec![
+                        id_reply(*id),
+                        int(n.delivered_ms as i64),
+                        int(n.deliveries as i64),
+                    ])
+                })
+                .collect();
+            consumers.push(Reply::Map(vec![
+                (name("name"), Reply::Bulk(consumer)),
+                (name("seen-time"), int(seen.seen_ms as i64)),
+                (name("pel-count"), int(own.len() as i64)),
+                (name("pending"), Reply::Array(own_pending)),
+            ]));
+        }
+        group_replies.push(Reply::Map(vec![
+            (name("name"), Reply::Bulk(group)),
+            (name("last-delivered-id"), id_reply(g.last)),
+            (name("entries-read"), optional(g.entries_read)),
+            (name("lag"), optional(groups::lag(&meta, c.len, &g))),
+            (name("pel-count"), int(pel.len() as i64)),
+            (name("pending"), Reply::Array(pending)),
+            (name("consumers"), Reply::Array(consumers)),
+        ]));
+    }
+    map.push((name("groups"), Reply::Array(group_replies)));
+    Ok(Reply::Map(map))
 }
 
 /// XREADGROUP's reading of one stream: new entries after the group's last
