@@ -163,6 +163,34 @@ fn xreadgroup_block_waits_for_new_entries_of_its_group() {
 }
 
 #[test]
+fn client_unblock_answers_a_blocked_client_as_a_timeout_or_an_error() {
+    compare(
+        3,
+        &[
+            Send(1, "BLPOP q 0"),
+            Send(2, "XREAD BLOCK 0 STREAMS s $"),
+            Sleep(50),
+            Unblock(0, 1, "TIMEOUT"),
+            Read(1),
+            Unblock(0, 2, "ERROR"),
+            Read(2),
+            Unblock(0, 1, "TIMEOUT"),
+            Unblock(0, 1, "NOPE"),
+            Call(0, "CLIENT UNBLOCK x"),
+            Call(0, "CLIENT UNBLOCK 1 TIMEOUT extra"),
+            Call(0, "CLIENT UNBLOCK 999999"),
+            // The unblocked client still works, and its old wait is gone.
+            Call(0, "RPUSH q a"),
+            Call(1, "LLEN q"),
+            Send(1, "BRPOP q2 0"),
+            Sleep(50),
+            Unblock(0, 1, ""),
+            Read(1),
+        ],
+    );
+}
+
+#[test]
 fn xread_block_waits_for_entries_after_its_ids() {
     compare(
         3,

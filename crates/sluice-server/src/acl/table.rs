@@ -1291,6 +1291,14 @@ pub const COMMANDS: &[Command] = &[
         variable_flags: false,
     },
     Command {
+        name: "client|unblock",
+        arity: -3,
+        categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS | cat::CONNECTION,
+        no_auth: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
         name: "acl",
         arity: -2,
         categories: cat::SLOW,

@@ -494,7 +494,9 @@ fn serve_or_block(
             };
             let keys = request.waits_on().to_vec();
             let wakes = conn.wakes.clone().expect("a worker's connection");
-            let ticket = shared.blocking.register(&keys, conn.slot, &wakes);
+            let ticket = shared
+                .blocking
+                .register(&keys, conn.session.id(), conn.slot, &wakes);
             let deadline = (request.timeout_ms > 0).then(|| {
                 std::time::Instant::now() + std::time::Duration::from_millis(request.timeout_ms)
             });
@@ -805,6 +807,7 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
         b"info" => 2,
         b"kill" => -3,
         b"setinfo" => 4,
+        b"unblock" => -3,
         _ => return None,
     };
     if !arity_ok(arity, args.len()) {
@@ -827,6 +830,7 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
             None => Reply::Null,
         },
         b"setinfo" => client_setinfo(shared, me, &args[2], &args[3]),
+        b"unblock" => client_unblock(shared, args),
         _ => client_kill(shared, me, args),
     })
 }
@@ -919,6 +923,28 @@ fn client_setinfo(shared: &Shared, me: u64, attr: &[u8], value: &[u8]) -> Reply 
 /// CLIENT KILL addr:port (old form: OK or an error) and CLIENT KILL
 /// <ID id | ADDR addr | LADDR addr | USER name | SKIPME yes/no>... (the
 /// number closed).
+/// CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 when client `id` was blocked
+/// (its worker answers it as a timeout, or with Redis's UNBLOCKED error).
+fn client_unblock(shared: &Shared, args: &Args) -> Reply {
+    if args.len() > 4 {
+        return error(&format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        ));
+    }
+    let Some(id) = crate::resp::string_to_i64(&args[2]) else {
+        return error("ERR value is not an integer or out of range");
+    };
+    let error_reply = match args.get(3).map(|a| a.to_ascii_lowercase()) {
+        None => false,
+        Some(m) if m == b"timeout" => false,
+        Some(m) if m == b"error" => true,
+        Some(_) => return error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR"),
+    };
+    let unblocked = u64::try_from(id).is_ok_and(|id| shared.blocking.unblock(id, error_reply));
+    Reply::Integer(i64::from(unblocked))
+}
+
 fn client_kill(shared: &Shared, me: u64, args: &Args) -> Reply {
     if args.len() == 3 {
         let addr = String::from_utf8_lossy(&args[2]).into_owned();

@@ -22,10 +22,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// What a wake-up asks of a blocked connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wake {
+    /// Run the command again: its keys were written.
+    Retry,
+    /// CLIENT UNBLOCK: answer as a timeout, or (`error`) with Redis's
+    /// UNBLOCKED error.
+    Unblock { error: bool },
+}
+
 /// Where a worker takes the wake-ups of its blocked connections.
 pub(super) struct WakeQueue {
-    /// (slot, ticket): the ticket tells a blocking from a later one.
-    slots: Mutex<Vec<(ConnId, u64)>>,
+    /// (slot, ticket, what): the ticket tells a blocking from a later one.
+    slots: Mutex<Vec<(ConnId, u64, Wake)>>,
     /// Whether `slots` may hold anything: a worker looks every turn, and
     /// a load costs less than the lock.
     pending: AtomicBool,
@@ -42,7 +52,7 @@ impl WakeQueue {
     }
 
     /// The wake-ups queued since the last take.
-    pub(super) fn take(&self) -> Vec<(ConnId, u64)> {
+    pub(super) fn take(&self) -> Vec<(ConnId, u64, Wake)> {
         if !self.pending.load(Ordering::Acquire) || !self.pending.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
@@ -50,10 +60,14 @@ impl WakeQueue {
     }
 
     fn push(&self, slot: ConnId, ticket: u64) {
+        self.push_wake(slot, ticket, Wake::Retry);
+    }
+
+    fn push_wake(&self, slot: ConnId, ticket: u64, wake: Wake) {
         self.slots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((slot, ticket));
+            .push((slot, ticket, wake));
         self.pending.store(true, Ordering::Release);
         self.waker.wake();
     }
@@ -71,9 +85,18 @@ struct Waiter {
 #[derive(Default)]
 pub struct Blocking {
     by_key: Mutex<HashMap<Vec<u8>, VecDeque<Waiter>>>,
+    /// The blocked clients by client id, and their ids by ticket (CLIENT
+    /// UNBLOCK finds a client by id).
+    by_client: Mutex<Clients>,
     /// Connections blocked now (a command that writes checks this first).
     blocked: AtomicUsize,
     next_ticket: AtomicU64,
+}
+
+#[derive(Default)]
+struct Clients {
+    waiters: HashMap<u64, Waiter>,
+    by_ticket: HashMap<u64, u64>,
 }
 
 /// What a blocked connection waits with.
@@ -103,13 +126,24 @@ impl Blocking {
     /// Registers connection `slot` of the worker whose queue is `queue` as
     /// waiting on `keys`; returns its ticket. The caller holds the keys'
     /// stripe locks and found them empty.
-    pub(super) fn register(&self, keys: &[Vec<u8>], slot: ConnId, queue: &Arc<WakeQueue>) -> u64 {
+    pub(super) fn register(
+        &self,
+        keys: &[Vec<u8>],
+        client: u64,
+        slot: ConnId,
+        queue: &Arc<WakeQueue>,
+    ) -> u64 {
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed) + 1;
         let waiter = Waiter {
             ticket,
             slot,
             queue: queue.clone(),
         };
+        {
+            let mut clients = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
+            clients.waiters.insert(client, waiter.clone());
+            clients.by_ticket.insert(ticket, client);
+        }
         let mut by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
         for key in keys {
             let waiters = by_key.entry(key.clone()).or_default();
@@ -139,8 +173,33 @@ impl Blocking {
                 }
             }
         }
+        drop(by_key);
+        let mut clients = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = clients.by_ticket.remove(&ticket) {
+            if clients
+                .waiters
+                .get(&client)
+                .is_some_and(|w| w.ticket == ticket)
+            {
+                clients.waiters.remove(&client);
+            }
+        }
+        drop(clients);
         if was_there {
             self.blocked.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// CLIENT UNBLOCK: asks client `client`'s worker to answer its blocked
+    /// command now; false when the client is not blocked.
+    pub(super) fn unblock(&self, client: u64, error: bool) -> bool {
+        let clients = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
+        match clients.waiters.get(&client) {
+            Some(w) => {
+                w.queue.push_wake(w.slot, w.ticket, Wake::Unblock { error });
+                true
+            }
+            None => false,
         }
     }
 
@@ -169,14 +228,18 @@ mod tests {
         let b = Blocking::default();
         let q = queue();
         let k = vec![b"k".to_vec()];
-        let first = b.register(&k, 1, &q);
-        let second = b.register(&k, 2, &q);
+        let first = b.register(&k, 11, 1, &q);
+        let second = b.register(&k, 12, 2, &q);
         assert!(b.any());
         b.signal([&b"k"[..]].into_iter());
-        assert_eq!(q.take(), vec![(1, first)]);
+        assert_eq!(q.take(), vec![(1, first, Wake::Retry)]);
         b.leave(&k, first);
-        assert_eq!(q.take(), vec![(2, second)]);
+        assert_eq!(q.take(), vec![(2, second, Wake::Retry)]);
+        assert!(!b.unblock(11, false), "client 11 left");
+        assert!(b.unblock(12, true));
+        assert_eq!(q.take(), vec![(2, second, Wake::Unblock { error: true })]);
         b.leave(&k, second);
+        assert!(!b.unblock(12, true));
         assert!(q.take().is_empty());
         assert!(!b.any());
         assert!(b.by_key.lock().unwrap().is_empty());

@@ -315,17 +315,32 @@ impl Worker {
     /// this turn, keeping its place in the registry should it find
     /// nothing.
     fn take_wakes(&mut self) {
-        for (slot, ticket) in self.wakes.take() {
+        for (slot, ticket, wake) in self.wakes.take() {
             let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else {
                 continue;
             };
-            if c.blocked.as_ref().is_some_and(|b| b.ticket == ticket) {
-                let b = c.blocked.take().expect("checked");
-                c.deferred = Some(b.args.clone());
-                c.retry = Some(b);
-                c.more_input = true;
-                self.pending.push(slot);
+            if c.blocked.as_ref().is_none_or(|b| b.ticket != ticket) {
+                continue;
             }
+            let b = c.blocked.take().expect("checked");
+            match wake {
+                super::blocking::Wake::Retry => {
+                    c.deferred = Some(b.args.clone());
+                    c.retry = Some(b);
+                }
+                super::blocking::Wake::Unblock { error } => {
+                    self.shared.blocking.leave(&b.keys, b.ticket);
+                    c.push_reply(&if error {
+                        crate::resp::Reply::Error(
+                            "UNBLOCKED client unblocked via CLIENT UNBLOCK".into(),
+                        )
+                    } else {
+                        crate::commands::blocking::timeout_reply()
+                    });
+                }
+            }
+            c.more_input = true;
+            self.pending.push(slot);
         }
     }
 

@@ -25,6 +25,9 @@ pub enum Step {
     Sleep(u64),
     /// Close the client's connection and open a new one.
     Reconnect(usize),
+    /// Client .0 sends `CLIENT UNBLOCK <client .1's id> .2` (ids are each
+    /// server's own) and reads the reply.
+    Unblock(usize, usize, &'static str),
 }
 
 pub fn args(line: &str) -> Vec<Vec<u8>> {
@@ -35,6 +38,11 @@ pub fn args(line: &str) -> Vec<Vec<u8>> {
 /// labelled with their step.
 fn run(addr: SocketAddr, clients: usize, steps: &[Step]) -> Vec<String> {
     let mut c: Vec<Client> = (0..clients).map(|_| Client::connect(addr)).collect();
+    let id_of = |c: &mut Client| -> String {
+        let reply = String::from_utf8(c.call(&[b"CLIENT", b"ID"])).unwrap();
+        reply.trim_start_matches(':').trim_end().to_string()
+    };
+    let mut ids: Vec<String> = c.iter_mut().map(id_of).collect();
     c[0].call(&[b"FLUSHALL"]);
     let mut out = Vec::new();
     for (i, step) in steps.iter().enumerate() {
@@ -60,7 +68,19 @@ fn run(addr: SocketAddr, clients: usize, steps: &[Step]) -> Vec<String> {
                 ));
             }
             Sleep(ms) => std::thread::sleep(Duration::from_millis(*ms)),
-            Reconnect(n) => c[*n] = Client::connect(addr),
+            Reconnect(n) => {
+                c[*n] = Client::connect(addr);
+                ids[*n] = id_of(&mut c[*n]);
+            }
+            Unblock(n, target, mode) => {
+                let line = format!("CLIENT UNBLOCK {} {mode}", ids[*target]);
+                c[*n].stream.write_all(&request(&args(&line))).unwrap();
+                let reply = c[*n].read_reply().unwrap();
+                out.push(format!(
+                    "{i} CLIENT UNBLOCK client {target} {mode}: {}",
+                    String::from_utf8_lossy(&reply)
+                ));
+            }
         }
     }
     out
