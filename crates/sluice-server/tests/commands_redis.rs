@@ -1431,6 +1431,27 @@ fn pending_entries_count_deliveries_and_idle_time() {
 }
 
 #[test]
+fn command_getkeys_matches_redis() {
+    compare(&script(&[
+        "COMMAND GETKEYS GET k",
+        "COMMAND GETKEYS MSET a 1 b 2",
+        "COMMAND GETKEYS SORT abc STORE def",
+        "COMMAND GETKEYS SORT abc LIMIT 0 1 GET # STORE x STORE y",
+        "COMMAND GETKEYS ZUNIONSTORE dst 2 a b",
+        "COMMAND GETKEYS LMPOP 2 a b LEFT",
+        "COMMAND GETKEYS XREADGROUP GROUP g c STREAMS s1 s2 > >",
+        "COMMAND GETKEYS XGROUP CREATE s g $",
+        "COMMAND GETKEYS EVAL \"return 1\" 2 a b",
+        "COMMAND GETKEYS PING",
+        "COMMAND GETKEYS PING x",
+        "COMMAND GETKEYS NOSUCH a",
+        "COMMAND GETKEYS GET",
+        "COMMAND GETKEYS",
+    ]))
+    .unwrap();
+}
+
+#[test]
 fn sort_matches_redis() {
     compare(&script(&[
         "RPUSH l 3 1 2 10 -1.5 1e2",

@@ -109,6 +109,11 @@ pub fn resolve(args: &[Vec<u8>]) -> Option<CommandId> {
     Some(id)
 }
 
+/// Whether command `id` names keys at all (COMMAND GETKEYS).
+pub fn has_key_specs(id: CommandId) -> bool {
+    !commands()[id].keys.is_empty() || commands()[id].name == "sort"
+}
+
 /// Whether `argc` arguments (the name included) fit command `id`'s arity.
 pub fn arity_fits(id: CommandId, argc: usize) -> bool {
     let arity = commands()[id].arity;

@@ -1114,6 +1114,14 @@ pub const COMMANDS: &[Command] = &[
         variable_flags: false,
     },
     Command {
+        name: "command|getkeys",
+        arity: -4,
+        categories: cat::SLOW | cat::CONNECTION,
+        no_auth: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
         name: "shutdown",
         arity: -1,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
