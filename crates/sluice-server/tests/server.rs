@@ -942,3 +942,99 @@ fn set_over_a_hash_stored_before_open_removes_its_fields() {
     let left = store.iter(members, all, &store.snapshot(), false).count();
     assert_eq!(left, 40, "member entries left");
 }
+
+/// A script that never ends: past `lua-time-limit` the clients of the
+/// other worker get BUSY (PING too) but for SCRIPT KILL, which stops it
+/// with Redis's error; its writes are dropped whole; everyone is served
+/// again. A script that wrote is UNKILLABLE, as in Redis, and a shutdown
+/// still stops the server (the script is stopped, its writes dropped).
+#[test]
+fn a_runaway_script_answers_busy_and_is_stopped_by_script_kill_or_a_shutdown() {
+    let s = start_sluice_on(
+        common::small_store(),
+        ServerConfig {
+            threads: 2,
+            ..config(Durability::None)
+        },
+    );
+    let mut admin = Client::connect(s.addr);
+    admin.call(&[b"CONFIG", b"SET", b"lua-time-limit", b"10"]);
+    let mut runner = Client::connect(s.addr);
+    let script = b"redis.call('SET', 'half', 'done') ; while true do end";
+    let read_only = b"while true do end";
+    for (body, killable) in [(&read_only[..], true), (&script[..], false)] {
+        runner
+            .stream
+            .write_all(&request(&[b"EVAL".to_vec(), body.to_vec(), b"0".to_vec()]))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        // New clients until one lands on the other worker, which answers
+        // BUSY at once; those of the script's worker wait.
+        let mut waiting = Vec::new();
+        let mut killer = None;
+        for _ in 0..64 {
+            let mut c = Client::connect(s.addr);
+            c.stream
+                .set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            c.stream.write_all(&request(&[b"PING".to_vec()])).unwrap();
+            match c.read_reply() {
+                Some(reply) => {
+                    let text = String::from_utf8_lossy(&reply).into_owned();
+                    assert!(
+                        text.starts_with("-BUSY Redis is busy running a script"),
+                        "{text}"
+                    );
+                    killer = Some(c);
+                    break;
+                }
+                None => waiting.push(c),
+            }
+        }
+        let mut killer = killer.expect("a client of the other worker answers");
+        killer.stream.set_read_timeout(None).unwrap();
+        let kill = killer.call(&[b"SCRIPT", b"KILL"]);
+        if killable {
+            assert_eq!(kill, b"+OK\r\n");
+            let ended = String::from_utf8_lossy(&runner.read_reply().unwrap()).into_owned();
+            assert!(
+                ended.contains("Script killed by user with SCRIPT KILL"),
+                "{ended}"
+            );
+            assert_eq!(killer.call(&[b"PING"]), b"+PONG\r\n");
+            assert_eq!(
+                killer.call(&[b"SCRIPT", b"KILL"]),
+                b"-NOTBUSY No scripts in execution right now.\r\n"
+            );
+            // The clients of the script's worker are served now.
+            for c in &mut waiting {
+                c.stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .unwrap();
+                assert_eq!(c.read_reply().as_deref(), Some(&b"+PONG\r\n"[..]));
+            }
+        } else {
+            assert!(
+                kill.starts_with(b"-UNKILLABLE Sorry the script already executed write commands")
+            );
+            // SHUTDOWN stops it (allowed while busy): the server ends, the
+            // script's SET never lands.
+            killer
+                .stream
+                .write_all(&request(&[b"SHUTDOWN".to_vec(), b"NOSAVE".to_vec()]))
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while std::net::TcpStream::connect(s.addr).is_ok() {
+                assert!(Instant::now() < deadline, "the server did not stop");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let db = sluice_redis::Db::open(s.store.clone()).unwrap();
+            let ctx = sluice_redis::Ctx::new(&db, 0);
+            assert_eq!(
+                ctx.get_string(b"half").unwrap(),
+                None,
+                "a stopped script's write landed"
+            );
+        }
+    }
+}

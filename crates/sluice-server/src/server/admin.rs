@@ -191,6 +191,36 @@ fn acl_gate(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Optio
     }))
 }
 
+/// BUSY while another client's script has run past
+/// `busy-reply-threshold`, but for the commands Redis lets through then
+/// (SCRIPT KILL, SHUTDOWN, AUTH, HELLO, MULTI, WATCH...). Inside MULTI
+/// the refusal marks the transaction, as any refused command does.
+pub(super) fn busy_reply(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
+    let threshold_ms = shared.tunables.busy_reply_ms.load(Ordering::Relaxed);
+    if !shared.scripts.busy_for(conn.session.id(), threshold_ms) {
+        return None;
+    }
+    let name = args.first()?.to_ascii_lowercase();
+    let sub = args
+        .get(1)
+        .map(|a| a.to_ascii_lowercase())
+        .unwrap_or_default();
+    let allowed = match &name[..] {
+        b"auth" | b"hello" | b"quit" | b"reset" | b"shutdown" | b"discard" | b"multi"
+        | b"unwatch" | b"watch" => true,
+        b"script" => sub == b"kill",
+        b"function" => sub == b"kill" || sub == b"stats",
+        _ => false,
+    };
+    if allowed {
+        return None;
+    }
+    if let Some(tx) = conn.tx.as_mut() {
+        tx.dirty = true;
+    }
+    Some(error(super::scripting::BUSY))
+}
+
 /// SORT's BY and GET patterns name keys by the data: a user who may not
 /// read every key gets Redis's refusal of the option.
 fn sort_patterns_gate(conn: &Conn, id: acl::CommandId, args: &Args) -> Option<Option<Reply>> {

@@ -270,6 +270,9 @@ impl Shared {
     /// Asks every worker to stop (SHUTDOWN, SIGTERM).
     pub fn request_shutdown(&self) {
         self.shutdown.store(true, Ordering::Release);
+        // A script never ending would keep its worker, and so the server,
+        // from stopping: it is stopped, its writes dropped whole.
+        self.scripts.kill_for_shutdown();
         for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             w.wake();
         }

@@ -21,19 +21,98 @@ use crate::commands::{self, Ctx};
 use crate::resp::{Args, Reply};
 use mlua::{Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Scripts by their SHA1 (EVAL and SCRIPT LOAD add them).
 #[derive(Default)]
 pub struct Scripts {
     by_sha: Mutex<HashMap<String, Vec<u8>>>,
+    /// The script running now, if any (one at a time: a script holds
+    /// every stripe lock).
+    running: Running,
 }
+
+/// The script running now: when it started, who runs it, whether it has
+/// written, and whether SCRIPT KILL (or a shutdown) asked it to stop.
+#[derive(Default)]
+struct Running {
+    /// Microseconds since `epoch` when it started, plus one; 0: none.
+    started_us: AtomicU64,
+    client: AtomicU64,
+    wrote: AtomicBool,
+    kill: Arc<AtomicBool>,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+/// Redis's reply to a command while a script has run past
+/// `busy-reply-threshold`.
+pub(super) const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+
+/// The error a killed script ends with (its line and sha are added as
+/// for any script error).
+const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+
+/// How often (in Lua VM instructions) a running script looks whether it
+/// was asked to stop.
+const KILL_CHECK_INSTRUCTIONS: u32 = 10_000;
 
 /// Most scripts kept (each EVAL of a new body adds one; SCRIPT FLUSH
 /// empties the cache).
 const MAX_SCRIPTS: usize = 100_000;
 
 impl Scripts {
+    fn now_us(&self) -> u64 {
+        let epoch = self.running.epoch.get_or_init(Instant::now);
+        epoch.elapsed().as_micros() as u64 + 1
+    }
+
+    /// Marks a script of `client` as running; the flag its hook watches.
+    fn begin(&self, client: u64) -> Arc<AtomicBool> {
+        let r = &self.running;
+        r.kill.store(false, Ordering::Release);
+        r.wrote.store(false, Ordering::Release);
+        r.client.store(client, Ordering::Release);
+        r.started_us.store(self.now_us(), Ordering::Release);
+        r.kill.clone()
+    }
+
+    fn end(&self) {
+        self.running.started_us.store(0, Ordering::Release);
+        self.running.kill.store(false, Ordering::Release);
+    }
+
+    /// Whether a script run by another client than `client` has run for
+    /// more than `threshold_ms` (others then get [`BUSY`]).
+    pub(super) fn busy_for(&self, client: u64, threshold_ms: u64) -> bool {
+        let started = self.running.started_us.load(Ordering::Acquire);
+        started != 0
+            && self.running.client.load(Ordering::Acquire) != client
+            && self.now_us().saturating_sub(started) > threshold_ms.saturating_mul(1000)
+    }
+
+    /// Stops the running script whatever it wrote (a shutdown: its writes
+    /// are discarded whole, none was acknowledged).
+    pub(super) fn kill_for_shutdown(&self) {
+        if self.running.started_us.load(Ordering::Acquire) != 0 {
+            self.running.kill.store(true, Ordering::Release);
+        }
+    }
+
+    /// SCRIPT KILL, as Redis answers it.
+    fn kill(&self) -> Reply {
+        if self.running.started_us.load(Ordering::Acquire) == 0 {
+            return error("NOTBUSY No scripts in execution right now.");
+        }
+        if self.running.wrote.load(Ordering::Acquire) {
+            return error("UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.");
+        }
+        self.running.kill.store(true, Ordering::Release);
+        Reply::Simple("OK".into())
+    }
+
     fn add(&self, body: &[u8]) -> String {
         let sha = sha1_hex(body);
         let mut by_sha = self.by_sha.lock().unwrap_or_else(|p| p.into_inner());
@@ -122,7 +201,7 @@ fn script(shared: &Shared, args: &Args) -> Reply {
                 .clear();
             Reply::Simple("OK".into())
         }
-        (b"kill", 2) => error("NOTBUSY No scripts in execution right now."),
+        (b"kill", 2) => shared.scripts.kill(),
         (b"load" | b"kill", _) => Reply::Error(format!(
             "ERR wrong number of arguments for 'script|{}' command",
             String::from_utf8_lossy(&sub)
@@ -186,12 +265,23 @@ fn eval(
     };
     if outer.in_transaction() {
         // Inside EXEC: the transaction's locks and overlay already.
-        return run_lua(shared, conn, body, sha, keys, argv, read_only, outer);
+        let kill = shared.scripts.begin(conn.session.id());
+        let reply = run_lua(shared, &kill, body, sha, keys, argv, read_only, outer);
+        shared.scripts.end();
+        return reply;
     }
     let db = &shared.db;
     let _all = db.lock_all();
     let mut ctx = Ctx::transaction(db, outer.now_ms());
-    let reply = run_lua(shared, conn, body, sha, keys, argv, read_only, &mut ctx);
+    let kill = shared.scripts.begin(conn.session.id());
+    let reply = run_lua(shared, &kill, body, sha, keys, argv, read_only, &mut ctx);
+    let killed = kill.load(Ordering::Acquire);
+    shared.scripts.end();
+    if killed {
+        // Stopped by SCRIPT KILL or a shutdown: its writes are dropped
+        // whole (the overlay is never committed).
+        return reply;
+    }
     if let Err(e) = ctx.finish() {
         return Reply::Error(format!(
             "ERR the script's writes were not applied: {}",
@@ -233,7 +323,7 @@ impl std::error::Error for CallError {}
 #[allow(clippy::too_many_arguments)]
 fn run_lua(
     shared: &Shared,
-    _conn: &mut Conn,
+    kill: &Arc<AtomicBool>,
     body: &[u8],
     sha: &str,
     keys: Vec<Vec<u8>>,
@@ -248,6 +338,19 @@ fn run_lua(
         Ok(lua) => lua,
         Err(e) => return Reply::Error(format!("ERR starting Lua: {e}")),
     };
+    // Stopped between instructions when asked; once asked, every check
+    // raises again, so a `pcall` in a loop cannot keep the script alive.
+    let stop = kill.clone();
+    lua.set_hook(
+        mlua::HookTriggers::new().every_nth_instruction(KILL_CHECK_INSTRUCTIONS),
+        move |_, _| {
+            if stop.load(Ordering::Acquire) {
+                return Err(mlua::Error::external(CallError(KILLED.into(), 0)));
+            }
+            Ok(mlua::VmState::Continue)
+        },
+    )
+    .ok();
     let ctx = std::cell::RefCell::new(ctx);
     let outcome = lua.scope(|scope| {
         let globals = lua.globals();
@@ -274,6 +377,10 @@ fn run_lua(
                 let line = caller_line(lua);
                 let args = command_args(vals, line)?;
                 let reply = call_command(shared, &mut ctx.borrow_mut(), &args, read_only);
+                let write = crate::acl::resolve(&args).is_some_and(crate::acl::is_write);
+                if write && !matches!(reply, Reply::Error(_)) {
+                    shared.scripts.running.wrote.store(true, Ordering::Release);
+                }
                 if raise {
                     if let Reply::Error(text) = &reply {
                         return Err(mlua::Error::external(CallError(text.clone(), line)));

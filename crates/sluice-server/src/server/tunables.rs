@@ -43,6 +43,8 @@ enum Effect {
     Kept,
     /// The stream node size `XADD`/`XTRIM ... ~` trims by.
     StreamNodeEntries,
+    /// How long a script runs before other clients get BUSY.
+    BusyReply,
 }
 
 /// One of Redis's parameters.
@@ -180,12 +182,13 @@ static TUNABLES: &[Tunable] = &[
     kept("latency-monitor-threshold", int(0, LONG_MAX), "0"),
     kept("latency-tracking", Kind::Bool, "yes"),
     kept("acllog-max-len", int(0, LONG_MAX), "128"),
-    aliased(
-        "busy-reply-threshold",
-        "lua-time-limit",
-        int(0, LONG_MAX),
-        "5000",
-    ),
+    Tunable {
+        name: "busy-reply-threshold",
+        alias: Some("lua-time-limit"),
+        kind: int(0, LONG_MAX),
+        default: "5000",
+        effect: Effect::BusyReply,
+    },
     kept(
         "notify-keyspace-events",
         Kind::Only {
@@ -220,6 +223,8 @@ static TUNABLES: &[Tunable] = &[
 #[derive(Debug)]
 pub struct Tunables {
     values: Mutex<HashMap<&'static str, String>>,
+    /// `busy-reply-threshold` in ms, read before every command.
+    pub busy_reply_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Tunables {
@@ -231,6 +236,7 @@ impl Default for Tunables {
                     .map(|t| (t.name, t.default.to_string()))
                     .collect(),
             ),
+            busy_reply_ms: std::sync::atomic::AtomicU64::new(5000),
         }
     }
 }
@@ -268,11 +274,20 @@ impl Tunables {
 
     /// Sets `t` to a value [`check`] returned, and applies its effect.
     pub fn set(&self, db: &Db, t: &'static Tunable, value: String) {
-        if t.effect == Effect::StreamNodeEntries {
-            let entries = value.parse::<u64>().expect("checked as an integer");
-            db.settings
-                .stream_node_entries
-                .store(entries, Ordering::Relaxed);
+        match t.effect {
+            Effect::StreamNodeEntries => {
+                let entries = value.parse::<u64>().expect("checked as an integer");
+                db.settings
+                    .stream_node_entries
+                    .store(entries, Ordering::Relaxed);
+            }
+            Effect::BusyReply => {
+                let ms = value
+                    .parse::<u64>()
+                    .expect("checked as a non-negative integer");
+                self.busy_reply_ms.store(ms, Ordering::Relaxed);
+            }
+            Effect::Kept => {}
         }
         let mut values = self.values.lock().unwrap_or_else(|e| e.into_inner());
         values.insert(t.name, value);

@@ -1451,6 +1451,16 @@ impl Pass<'_> {
                     continue;
                 }
             };
+            if let Some(busy) = admin::busy_reply(self.shared, c, &args) {
+                if group.holds(id) {
+                    // Its SETs first, so that its replies keep their order.
+                    c.deferred = Some(args);
+                    return Stop::GroupFirst(None);
+                }
+                c.push_reply(&busy);
+                *n += 1;
+                continue;
+            }
             let groupable = c.tx.is_none()
                 && !c.subscriptions.any()
                 && SetGroup::takes(&self.shared.db, &args)
