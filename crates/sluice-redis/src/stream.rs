@@ -238,7 +238,7 @@ pub fn add(
     };
     // The trim sees the new entry, which the store does not show yet.
     let removed = match trim {
-        Some(t) => doomed(ctx, c, t, Some(id))?,
+        Some(t) => doomed(ctx, c, &meta, t, Some(id))?,
         None => Vec::new(),
     };
     for gone in &removed {
@@ -291,12 +291,25 @@ fn first_after(
         .unwrap_or(newest))
 }
 
-/// The most of `n` entries that fill whole nodes of `node_entries`.
-fn whole_nodes(n: u64, node_entries: u64) -> u64 {
-    match node_entries {
-        0 => 0,
-        size => n - n % size,
+/// The most of the `n` oldest entries that fill whole nodes of
+/// `node_entries`. Redis closes a node every `node_entries` entries added,
+/// so where its nodes begin follows from the oldest entry's place in the
+/// order of adding (`first_ordinal`): its node may be partly trimmed
+/// already. Unknown (XDEL left holes), nodes are counted from the oldest.
+fn whole_nodes(n: u64, first_ordinal: Option<u64>, node_entries: u64) -> u64 {
+    let size = node_entries;
+    if size == 0 {
+        return 0;
     }
+    let first_node = match first_ordinal {
+        Some(ord) => size - ord % size,
+        None => size,
+    };
+    if n < first_node {
+        return 0;
+    }
+    let rest = n - first_node;
+    first_node + rest - rest % size
 }
 
 /// The oldest entries `t` removes from stream `c` (`extra`: an entry just
@@ -304,6 +317,7 @@ fn whole_nodes(n: u64, node_entries: u64) -> u64 {
 fn doomed(
     ctx: &Ctx<'_>,
     c: Collection,
+    meta: &StreamMeta,
     t: TrimSpec,
     extra: Option<StreamId>,
 ) -> Result<Vec<StreamId>, Failure> {
@@ -313,13 +327,18 @@ fn doomed(
         Trim::MinId(_) => stored,
     };
     let mut want = want.min(stored);
-    if t.approx {
-        if let Trim::MaxLen(_) = t.trim {
-            want = whole_nodes(want, t.node_entries);
-        }
-    }
     if t.limit > 0 {
         want = want.min(t.limit);
+    }
+    // The oldest entry's place in the order of adding, when no XDEL made
+    // holes after it (`meta.added` and `c.len` count an entry just added).
+    let none = StreamId::default();
+    let contiguous = meta.max_deleted == none || meta.max_deleted < meta.first;
+    let first_ordinal = contiguous.then(|| meta.added.saturating_sub(c.len));
+    if t.approx {
+        if let Trim::MaxLen(_) = t.trim {
+            want = whole_nodes(want, first_ordinal, t.node_entries);
+        }
     }
     if want == 0 {
         return Ok(Vec::new());
@@ -339,7 +358,7 @@ fn doomed(
     if let Trim::MinId(min) = t.trim {
         ids.retain(|id| *id < min);
         if t.approx {
-            let whole = whole_nodes(ids.len() as u64, t.node_entries);
+            let whole = whole_nodes(ids.len() as u64, first_ordinal, t.node_entries);
             ids.truncate(whole as usize);
         }
     }
@@ -360,7 +379,7 @@ pub fn trim(ctx: &mut Ctx<'_>, key: &[u8], t: TrimSpec) -> Result<i64, Failure> 
         }) => (c, meta, expire_at_ms),
         Some(_) => return Err(fail(WRONGTYPE)),
     };
-    let removed = doomed(ctx, c, t, None)?;
+    let removed = doomed(ctx, c, &meta, t, None)?;
     if removed.is_empty() {
         ctx.commit(batch)?;
         return Ok(0);

@@ -1451,6 +1451,36 @@ fn command_getkeys_matches_redis() {
     .unwrap();
 }
 
+/// `~` trims whole nodes where Redis's nodes begin: every
+/// `stream-node-max-entries` entries added, so an exact trim that cut a
+/// node leaves its rest to go whole.
+#[test]
+fn approximate_trims_remove_the_nodes_redis_removes() {
+    compare(&script(&[
+        "EVAL \"for i = 1, 1000 do redis.call('XADD', 's', i .. '-0', 'f', i) end\" 0",
+        "XTRIM s MAXLEN 666",
+        "XLEN s",
+        "XTRIM s MAXLEN = 555",
+        "XLEN s",
+        "XTRIM s MAXLEN ~ 444",
+        "XLEN s",
+        "XTRIM s MAXLEN ~ 400",
+        "XLEN s",
+        "XTRIM s MAXLEN ~ 0 LIMIT 1",
+        "XTRIM s MAXLEN ~ 0 LIMIT 150",
+        "XLEN s",
+        "XTRIM s MINID ~ 950",
+        "XLEN s",
+        "XADD s MAXLEN ~ 10 2000-0 f x",
+        "XLEN s",
+        "EVAL \"for i = 1, 250 do redis.call('XADD', 't', i .. '-0', 'f', i) end\" 0",
+        "XDEL t 150-0",
+        "XTRIM t MAXLEN ~ 60",
+        "XLEN t",
+    ]))
+    .unwrap();
+}
+
 #[test]
 fn sort_matches_redis() {
     compare(&script(&[
