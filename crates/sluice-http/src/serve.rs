@@ -375,6 +375,13 @@ enum Incoming {
     Refused(wire::Request, Response, bool),
 }
 
+/// How long a refused connection reads what its client still sends before
+/// it closes ([`Connection::linger`]).
+const LINGER: Duration = Duration::from_secs(2);
+
+/// The most a refused connection reads before it closes.
+const LINGER_MOST_BYTES: usize = 64 << 20;
+
 impl Connection<'_> {
     fn serve<S: Read + Write>(&self, stream: S) -> std::io::Result<()> {
         let config = self.config;
@@ -436,6 +443,8 @@ impl Connection<'_> {
                         false,
                         false,
                     )?;
+                    drop(writer);
+                    self.linger(&mut reader);
                     return Ok(());
                 }
             };
@@ -450,6 +459,25 @@ impl Connection<'_> {
                 return Ok(());
             }
         }
+    }
+
+    /// Before a connection refused mid-request closes: reads and drops what
+    /// the client still sends, for at most `LINGER` and `LINGER_MOST_BYTES`.
+    /// Closing with unread bytes makes the kernel reset the connection,
+    /// and a reset discards the error reply the client has not read yet
+    /// (a client sending a body over the limit would see "connection reset"
+    /// instead of 413).
+    fn linger<S: Read>(&self, reader: &mut BufReader<S>) {
+        self.deadline.set(Some(Instant::now() + LINGER));
+        let mut drained = 0usize;
+        let mut chunk = [0u8; 16 << 10];
+        while drained < LINGER_MOST_BYTES {
+            match reader.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+        self.deadline.set(None);
     }
 
     /// Reads a request's head, decides whether it may run, and only then

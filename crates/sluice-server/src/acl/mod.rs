@@ -210,14 +210,18 @@ pub fn keys_of(id: CommandId, args: &[Vec<u8>]) -> Vec<(usize, bool, bool)> {
                 None => continue,
             }
         };
-        let mut read = spec.read;
-        if command.variable_flags {
+        let (mut read, mut write) = (spec.read, spec.write);
+        if command.variable_flags && command.name == "bitfield" {
+            // BITFIELD writes only with a SET or INCRBY (Redis's
+            // bitfieldGetKeys).
+            write = !bitfield_reads_only(args);
+        } else if command.variable_flags {
             // SET reads its key only when asked to return the old value.
             read = args.iter().skip(3).any(|a| a.eq_ignore_ascii_case(b"get"));
         }
         let mut i = first;
         while i <= last && i < argc {
-            out.push((i, read, spec.write));
+            out.push((i, read, write));
             i += spec.step.max(1);
         }
     }
@@ -229,6 +233,20 @@ pub fn keys_of(id: CommandId, args: &[Vec<u8>]) -> Vec<(usize, bool, bool)> {
         }
     }
     out
+}
+
+/// Whether a BITFIELD only reads: GETs and OVERFLOWs, well formed.
+fn bitfield_reads_only(args: &[Vec<u8>]) -> bool {
+    let mut i = 2;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        match args[i].to_ascii_lowercase().as_slice() {
+            b"get" if more >= 2 => i += 3,
+            b"overflow" if more >= 1 => i += 2,
+            _ => return false,
+        }
+    }
+    true
 }
 
 /// Where SORT's destination is: after its last STORE, skipping LIMIT's

@@ -197,8 +197,8 @@ fn every_subcommand_follows_its_container_in_the_table() {
             .filter(|c| c.variable_flags)
             .map(|c| c.name)
             .collect::<Vec<_>>(),
-        ["set"],
-        "keys_of knows SET's variable flags only"
+        ["set", "bitfield"],
+        "keys_of knows SET's and BITFIELD's variable flags only"
     );
 }
 
