@@ -287,21 +287,23 @@ def test_a_client_still_sending_a_refused_body_reads_the_413(tmp_path, sluice_bi
     closes: closing with unread bytes resets the connection, and a reset
     throws away the 413 the client has not read yet."""
     s = SluiceServe(sluice_bin, tmp_path / "r.dev", extra=["--http-max-content-mib", "1"])
-    host, port = s.url[len("http://"):].split(":")
-    body = b"y" * (4 << 20)
-    with socket.create_connection((host, int(port)), timeout=10) as c:
-        head = (f"PUT /big/_doc/1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
-        c.sendall(head)
-        time.sleep(0.3)  # the server has answered and would have closed
-        c.sendall(body)
-        reply = b""
-        while b"\r\n\r\n" not in reply:
-            chunk = c.recv(65536)
-            assert chunk, f"closed before the reply: {reply!r}"
-            reply += chunk
-    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
-    s.stop()
+    try:
+        host, port = s.url[len("http://"):].split(":")
+        body = b"y" * (4 << 20)
+        with socket.create_connection((host, int(port)), timeout=10) as c:
+            head = (f"PUT /big/_doc/1 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n").encode()
+            c.sendall(head)
+            time.sleep(0.3)  # the server has answered and would have closed
+            c.sendall(body)
+            reply = b""
+            while b"\r\n\r\n" not in reply:
+                chunk = c.recv(65536)
+                assert chunk, f"closed before the reply: {reply!r}"
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    finally:
+        s.stop()
 
 
 def test_hundreds_of_idle_connections_do_not_stop_service(sluice_http):
