@@ -245,7 +245,9 @@ pub fn add(
         batch.delete_member(key, c.id, &entry_sub(*gone))?;
     }
     c.len -= removed.len() as u64;
-    if !removed.is_empty() {
+    if c.len == 0 {
+        meta.first = StreamId::default();
+    } else if !removed.is_empty() {
         meta.first = first_after(ctx, c, &removed, id)?;
     }
     let entry = Entry {
@@ -326,7 +328,13 @@ fn doomed(
         Trim::MaxLen(max) => c.len.saturating_sub(max),
         Trim::MinId(_) => stored,
     };
-    let mut want = want.min(stored);
+    // MAXLEN may take the entry just added too (MAXLEN 0 leaves the
+    // stream empty, as Redis does); MINID never does (its id is the
+    // newest).
+    let mut want = match t.trim {
+        Trim::MaxLen(_) => want.min(c.len),
+        Trim::MinId(_) => want.min(stored),
+    };
     if t.limit > 0 {
         want = want.min(t.limit);
     }
@@ -355,6 +363,11 @@ fn doomed(
         false,
     )?;
     let mut ids: Vec<StreamId> = all.into_iter().map(|(id, _)| id).collect();
+    if let (Some(new), Trim::MaxLen(_)) = (extra, t.trim) {
+        if want > stored {
+            ids.push(new);
+        }
+    }
     if let Trim::MinId(min) = t.trim {
         ids.retain(|id| *id < min);
         if t.approx {

@@ -1346,6 +1346,7 @@ fn xinfo_stream_matches_redis_but_for_radix_counts_and_clocks() {
         "XGROUP CREATECONSUMER s g carol",
         "XADD empty 1-1 x 1",
         "XDEL empty 1-1",
+        "XADD trimmed MAXLEN 0 5-1 a b",
     ]);
     for args in &setup {
         let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
@@ -1358,6 +1359,7 @@ fn xinfo_stream_matches_redis_but_for_radix_counts_and_clocks() {
         "XINFO STREAM s FULL COUNT 1",
         "XINFO STREAM s FULL COUNT 0",
         "XINFO STREAM empty",
+        "XINFO STREAM trimmed",
         "XINFO STREAM s FULL COUNT",
         "XINFO STREAM s FOO",
         "XINFO STREAM nothere",
@@ -1477,6 +1479,16 @@ fn approximate_trims_remove_the_nodes_redis_removes() {
         "XDEL t 150-0",
         "XTRIM t MAXLEN ~ 60",
         "XLEN t",
+        "XADD e MAXLEN 0 5-1 a b",
+        "XLEN e",
+        "XRANGE e - +",
+        "XADD e MAXLEN 0 6-1 a b",
+        "XADD e 7-1 c d",
+        "XRANGE e - +",
+        "XADD e MAXLEN 1 8-1 c d",
+        "XRANGE e - +",
+        "XADD e MINID 9 9-1 c d",
+        "XRANGE e - +",
     ]))
     .unwrap();
 }
