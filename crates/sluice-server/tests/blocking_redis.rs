@@ -144,7 +144,9 @@ fn xreadgroup_block_waits_for_new_entries_of_its_group() {
         3,
         &[
             Call(0, "XGROUP CREATE q g $ MKSTREAM"),
+            // Apart, so that they block in this order on both servers.
             Send(1, "XREADGROUP GROUP g w1 BLOCK 0 STREAMS q >"),
+            Sleep(50),
             Send(2, "XREADGROUP GROUP g w2 COUNT 1 BLOCK 0 STREAMS q >"),
             Sleep(50),
             Call(0, "XINFO CONSUMERS q g"),

@@ -184,25 +184,7 @@ pub(super) fn hrandfield(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
             .next()
             .map_or(Reply::Null, |(f, _)| Reply::Bulk(f)));
     };
-    let l = match string_to_i64(count) {
-        Some(i64::MIN) => {
-            return Err(fail(
-                "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-            ))
-        }
-        Some(n) => n,
-        None => return Err(fail(NOT_INTEGER)),
-    };
-    let withvalues = match args.get(3) {
-        None => false,
-        Some(w) if args.len() == 4 && w.eq_ignore_ascii_case(b"withvalues") => {
-            if !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&l) {
-                return Err(fail("ERR value is out of range"));
-            }
-            true
-        }
-        Some(_) => return Err(fail(SYNTAX)),
-    };
+    let (l, withvalues) = super::zsets::parse_random_count(count, args, b"withvalues")?;
     let Some(c) = sluice_redis::hash::get(ctx, &args[1])? else {
         return Ok(Reply::Array(Vec::new()));
     };

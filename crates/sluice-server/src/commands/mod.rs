@@ -355,6 +355,37 @@ fn store_error_text(e: &StoreError) -> String {
     }
 }
 
+/// A container command's subcommand (`XGROUP CREATE`, `OBJECT ENCODING`)
+/// checked as Redis 7.0's dispatch checks it against `arities` (name,
+/// Redis's arity): the lower-cased subcommand, or Redis's error for an
+/// unknown one or one with the wrong count.
+fn subcommand(command: &str, args: &Args, arities: &[(&str, i32)]) -> Result<Vec<u8>, Failure> {
+    let sub = args[1].to_ascii_lowercase();
+    let given = String::from_utf8_lossy(&args[1]);
+    let Some((name, arity)) = arities.iter().find(|(n, _)| n.as_bytes() == sub) else {
+        return Err(fail(&format!(
+            "ERR unknown subcommand '{given}'. Try {command} HELP."
+        )));
+    };
+    let fits = if *arity >= 0 {
+        args.len() == *arity as usize
+    } else {
+        args.len() >= arity.unsigned_abs() as usize
+    };
+    if !fits {
+        return Err(fail(&format!(
+            "ERR wrong number of arguments for '{}|{name}' command",
+            command.to_ascii_lowercase()
+        )));
+    }
+    Ok(sub)
+}
+
+/// A HELP reply: its lines as simple strings.
+fn help_reply(lines: &[&str]) -> Reply {
+    Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
+}
+
 fn ok() -> Reply {
     Reply::Simple("OK".into())
 }

@@ -54,27 +54,6 @@ const MEMORY_HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
-fn help(lines: &[&str]) -> Reply {
-    Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
-}
-
-/// Redis 7.0's errors of a container command's subcommand: a known one
-/// with the wrong count, or an unknown one.
-fn subcommand_error(command: &str, sub: &[u8], known: bool) -> Failure {
-    let sub = String::from_utf8_lossy(sub);
-    if known {
-        fail(&format!(
-            "ERR wrong number of arguments for '{}|{}' command",
-            command.to_ascii_lowercase(),
-            sub.to_ascii_lowercase()
-        ))
-    } else {
-        fail(&format!(
-            "ERR unknown subcommand '{sub}'. Try {command} HELP."
-        ))
-    }
-}
-
 /// The encoding Redis would give string `s`: `int` for a 64-bit integer
 /// of at most 20 characters without leading zeros or sign quirks, `embstr`
 /// up to 44 bytes, `raw` beyond.
@@ -101,14 +80,16 @@ fn encoding(value: &Value) -> &'static str {
 }
 
 pub(super) fn object(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let sub = args[1].to_ascii_lowercase();
-    match (&sub[..], args.len()) {
-        (b"help", 2) => return Ok(help(OBJECT_HELP)),
-        (b"encoding" | b"refcount" | b"idletime" | b"freq", 3) => {}
-        (b"encoding" | b"refcount" | b"idletime" | b"freq" | b"help", _) => {
-            return Err(subcommand_error("OBJECT", &args[1], true))
-        }
-        _ => return Err(subcommand_error("OBJECT", &args[1], false)),
+    let arities = [
+        ("encoding", 3),
+        ("refcount", 3),
+        ("idletime", 3),
+        ("freq", 3),
+        ("help", 2),
+    ];
+    let sub = subcommand("OBJECT", args, &arities)?;
+    if sub == b"help" {
+        return Ok(help_reply(OBJECT_HELP));
     }
     let Some(entry) = ctx.get(&args[2])? else {
         return Ok(Reply::Null);
@@ -151,12 +132,8 @@ fn usage_bytes(ctx: &Ctx<'_>, key: &[u8], entry: &Entry, samples: u64) -> Result
 }
 
 pub(super) fn memory(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let sub = args[1].to_ascii_lowercase();
-    match (&sub[..], args.len()) {
-        (b"help", 2) => return Ok(help(MEMORY_HELP)),
-        (b"usage", n) if n >= 3 => {}
-        (b"usage" | b"help", _) => return Err(subcommand_error("MEMORY", &args[1], true)),
-        _ => return Err(subcommand_error("MEMORY", &args[1], false)),
+    if subcommand("MEMORY", args, &[("usage", -3), ("help", 2)])? == b"help" {
+        return Ok(help_reply(MEMORY_HELP));
     }
     let mut samples = 5u64;
     let mut j = 3;

@@ -45,31 +45,12 @@ const XINFO_HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
-fn help(lines: &[&str]) -> Reply {
-    Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
-}
-
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Redis 7.0's errors of a container's subcommand: known with the wrong
-/// count (its dispatch), unknown, or refused by the command itself.
-fn wrong_sub(command: &str, sub: &[u8]) -> Failure {
-    fail(&format!(
-        "ERR wrong number of arguments for '{}|{}' command",
-        command.to_ascii_lowercase(),
-        text(sub).to_ascii_lowercase()
-    ))
-}
-
-fn unknown_sub(command: &str, sub: &[u8]) -> Failure {
-    fail(&format!(
-        "ERR unknown subcommand '{}'. Try {command} HELP.",
-        text(sub)
-    ))
-}
-
+/// Redis's error of a subcommand its command itself refuses (options
+/// that do not fit).
 fn sub_syntax(command: &str, sub: &[u8]) -> Failure {
     fail(&format!(
         "ERR unknown subcommand or wrong number of arguments for '{}'. Try {command} HELP.",
@@ -89,29 +70,18 @@ fn no_such_group(group: &[u8], key: &[u8]) -> Failure {
     ))
 }
 
-/// Whether `argc` fits the arity Redis 7.0 gives subcommand `sub`.
-fn arity_fits(arity: i32, argc: usize) -> bool {
-    if arity >= 0 {
-        argc == arity as usize
-    } else {
-        argc >= arity.unsigned_abs() as usize
-    }
-}
-
 pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let sub = args[1].to_ascii_lowercase();
-    let arity = match &sub[..] {
-        b"create" | b"setid" => -5,
-        b"destroy" => 4,
-        b"createconsumer" | b"delconsumer" => 5,
-        b"help" => 2,
-        _ => return Err(unknown_sub("XGROUP", &args[1])),
-    };
-    if !arity_fits(arity, args.len()) {
-        return Err(wrong_sub("XGROUP", &args[1]));
-    }
+    let arities = [
+        ("create", -5),
+        ("setid", -5),
+        ("destroy", 4),
+        ("createconsumer", 5),
+        ("delconsumer", 5),
+        ("help", 2),
+    ];
+    let sub = subcommand("XGROUP", args, &arities)?;
     if sub == b"help" {
-        return Ok(help(XGROUP_HELP));
+        return Ok(help_reply(XGROUP_HELP));
     }
     let (mut mkstream, mut entries_read) = (false, None);
     let mut i = 5;
@@ -406,19 +376,10 @@ fn pending_summary(ctx: &Ctx<'_>, c: Collection, name: &[u8]) -> Outcome {
 }
 
 pub(super) fn xinfo(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let sub = args[1].to_ascii_lowercase();
-    let arity = match &sub[..] {
-        b"consumers" => 4,
-        b"groups" => 3,
-        b"stream" => -3,
-        b"help" => 2,
-        _ => return Err(unknown_sub("XINFO", &args[1])),
-    };
-    if !arity_fits(arity, args.len()) {
-        return Err(wrong_sub("XINFO", &args[1]));
-    }
+    let arities = [("consumers", 4), ("groups", 3), ("stream", -3), ("help", 2)];
+    let sub = subcommand("XINFO", args, &arities)?;
     if sub == b"help" {
-        return Ok(help(XINFO_HELP));
+        return Ok(help_reply(XINFO_HELP));
     }
     let key = &args[2][..];
     let Some((c, meta)) = stream::get(ctx, key)? else {

@@ -790,15 +790,14 @@ pub(super) fn zintercard(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     Ok(int(if c.limit == 0 { all } else { all.min(c.limit) } as i64))
 }
 
-pub(super) fn zrandmember(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
-    let Some(count) = args.get(2) else {
-        let Some(c) = zset::get(ctx, &args[1])? else {
-            return Ok(Reply::Null);
-        };
-        return Ok(zset::random(ctx, c, 1, false)?
-            .pop()
-            .map_or(Reply::Null, |(m, _)| Reply::Bulk(m)));
-    };
+/// ZRANDMEMBER's and HRANDFIELD's count (negative: picks may repeat) and
+/// whether `word` (WITHSCORES, WITHVALUES) follows it, with Redis 7.0's
+/// range checks.
+pub(super) fn parse_random_count(
+    count: &[u8],
+    args: &Args,
+    word: &[u8],
+) -> Result<(i64, bool), Failure> {
     let l = match string_to_i64(count) {
         Some(i64::MIN) => {
             return Err(fail(
@@ -808,9 +807,9 @@ pub(super) fn zrandmember(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         Some(n) => n,
         None => return Err(fail(NOT_INTEGER)),
     };
-    let withscores = match args.get(3) {
+    let with = match args.get(3) {
         None => false,
-        Some(w) if args.len() == 4 && w.eq_ignore_ascii_case(b"withscores") => {
+        Some(w) if args.len() == 4 && w.eq_ignore_ascii_case(word) => {
             if !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&l) {
                 return Err(fail("ERR value is out of range"));
             }
@@ -818,6 +817,19 @@ pub(super) fn zrandmember(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         }
         Some(_) => return Err(fail(SYNTAX)),
     };
+    Ok((l, with))
+}
+
+pub(super) fn zrandmember(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let Some(count) = args.get(2) else {
+        let Some(c) = zset::get(ctx, &args[1])? else {
+            return Ok(Reply::Null);
+        };
+        return Ok(zset::random(ctx, c, 1, false)?
+            .pop()
+            .map_or(Reply::Null, |(m, _)| Reply::Bulk(m)));
+    };
+    let (l, withscores) = parse_random_count(count, args, b"withscores")?;
     let Some(c) = zset::get(ctx, &args[1])? else {
         return Ok(Reply::Array(Vec::new()));
     };
