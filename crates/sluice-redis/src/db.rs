@@ -53,6 +53,12 @@ const STRIPES: usize = 1024;
 const ID_CEILING_KEY: &[u8] = b"id_ceiling";
 /// How far each write of the ceiling raises it.
 const ID_CEILING_STEP: u64 = 65536;
+
+/// `redis.meta`'s keys of function libraries: this, then the library's
+/// name (docs/FORMAT.md, "Function libraries").
+const LIBRARY_PREFIX: &[u8] = b"library:";
+/// The byte after `LIBRARY_PREFIX`'s last: the end of its range.
+const LIBRARY_END: &[u8] = b"library;";
 /// The database byte of `redis.collections` keys (one database so far).
 const DATABASE_ZERO: u8 = 0;
 
@@ -271,6 +277,13 @@ impl Drop for Db {
             let _ = handle.join();
         }
     }
+}
+
+/// A function library as `redis.meta` keeps it: (name, code).
+pub type StoredLibrary = (Vec<u8>, Vec<u8>);
+
+fn library_key(name: &[u8]) -> Vec<u8> {
+    [LIBRARY_PREFIX, name].concat()
 }
 
 /// Collections of at most this many member entries are removed entry by
@@ -816,6 +829,23 @@ impl Db {
         )
     }
 
+    /// Every stored function library, by name.
+    pub fn libraries(&self) -> Result<Vec<StoredLibrary>, StoreError> {
+        let range = (
+            Bound::Included(LIBRARY_PREFIX),
+            Bound::Excluded(LIBRARY_END),
+        );
+        let mut out = Vec::new();
+        for item in self
+            .store
+            .iter(self.meta, range, &self.store.snapshot(), false)
+        {
+            let (k, v) = item?;
+            out.push((k[LIBRARY_PREFIX.len()..].to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+
     /// Every stored key (expired ones too), in key order, from `start`.
     pub fn keys_from(
         &self,
@@ -1141,6 +1171,25 @@ impl DbBatch<'_> {
         self.touched.extend_from_slice(&other.touched);
         self.touched_all |= other.touched_all;
         Ok(other.batch)
+    }
+
+    /// Stores function library `name`'s `code` (FUNCTION LOAD).
+    pub fn put_library(&mut self, name: &[u8], code: &[u8]) -> Result<(), StoreError> {
+        self.batch.put(self.db.meta, &library_key(name), code)?;
+        Ok(())
+    }
+
+    /// Removes function library `name` (FUNCTION DELETE).
+    pub fn delete_library(&mut self, name: &[u8]) -> Result<(), StoreError> {
+        self.batch.delete(self.db.meta, &library_key(name))?;
+        Ok(())
+    }
+
+    /// Removes every function library (FUNCTION FLUSH).
+    pub fn delete_libraries(&mut self) -> Result<(), StoreError> {
+        self.batch
+            .delete_range(self.db.meta, LIBRARY_PREFIX, LIBRARY_END)?;
+        Ok(())
     }
 
     /// Whether nothing was added.

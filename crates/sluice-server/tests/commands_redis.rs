@@ -1735,6 +1735,107 @@ fn scripts_match_redis() {
 }
 
 #[test]
+fn functions_match_redis() {
+    let lib = "\"#!lua name=mylib\nredis.register_function('get_it', function(keys, args) return redis.call('GET', keys[1]) end)\nredis.register_function{function_name='ro', callback=function(keys, args) return args[1] end, flags={'no-writes'}, description='reads'}\"";
+    compare(&script(&[
+        "FUNCTION FLUSH",
+        &format!("FUNCTION LOAD {lib}"),
+        &format!("FUNCTION LOAD {lib}"),
+        &format!("FUNCTION LOAD REPLACE {lib}"),
+        &format!("FUNCTION LOAD FOO {lib}"),
+        "SET k v",
+        "FCALL get_it 1 k",
+        "FCALL get_it 1",
+        "FCALL get_it x",
+        "FCALL get_it -1",
+        "FCALL nosuch 0",
+        "FCALL_RO get_it 1 k",
+        "FCALL_RO ro 0 arg",
+        "FUNCTION DELETE mylib",
+        "FUNCTION LOAD \"#!lua name=one\nredis.register_function{function_name='ro', callback=function(keys, args) return args[1] end, flags={'no-writes', 'allow-oom'}, description='reads'}\"",
+        "FUNCTION LIST",
+        "FUNCTION LIST WITHCODE LIBRARYNAME o*",
+        "FUNCTION LIST LIBRARYNAME nomatch*",
+        "FUNCTION LIST LIBRARYNAME",
+        "FUNCTION LIST BAD",
+        "FUNCTION STATS",
+        "FUNCTION KILL",
+        "FUNCTION LOAD \"no shebang\"",
+        "FUNCTION LOAD \"#!lua\nreturn 1\"",
+        "FUNCTION LOAD \"#!lua name=a name=b\nreturn 1\"",
+        "FUNCTION LOAD \"#!lua name=a foo=b\nreturn 1\"",
+        "FUNCTION LOAD \"#!lua name=bad-name\nreturn 1\"",
+        "FUNCTION LOAD \"#!nosuch name=a\nreturn 1\"",
+        "FUNCTION LOAD \"#!lua name=a\nreturn 1\"",
+        "FUNCTION LOAD \"#!lua name=a\nredis.register_function('get_it', function() return 1 end)\"",
+        "FUNCTION LOAD \"#!lua name=a\nredis.register_function('f')\"",
+        "FUNCTION LOAD \"#!lua name=a\nredis.register_function('f', 1)\"",
+        "FUNCTION LOAD \"#!lua name=a\nredis.register_function{function_name='f', callback=function() end, flags={'bad'}}\"",
+        "FUNCTION LOAD \"#!lua name=a\nredis.register_function{function_name='f'}\"",
+        "FUNCTION LOAD \"#!lua name=a\nredis.register_function('f', function() return 1 end)\nredis.register_function('f', function() return 1 end)\"",
+        "FUNCTION LOAD \"#!lua name=a\nredis.call('ping')\"",
+        "FUNCTION LOAD \"#!lua name=a\nx = 1\"",
+        "FUNCTION LOAD \"#!lua name=a\nlocal n = string.len('x')\"",
+        "FUNCTION LOAD \"#!lua name=a\nreturn +\"",
+        "FUNCTION DELETE nosuch",
+        "FUNCTION DELETE one",
+        "FCALL ro 0",
+        "FUNCTION LIST",
+    ]))
+    .unwrap();
+}
+
+#[test]
+fn script_libraries_and_protection_match_redis() {
+    compare(&script(&[
+        "EVAL \"return cjson.encode({1, 2, {a = 1.5, b = 'x/y\\n'}})\" 0",
+        "EVAL \"return cjson.encode({})\" 0",
+        "EVAL \"return cjson.encode({[1] = 1, [20] = 2})\" 0",
+        "EVAL \"return cjson.encode(0.1)\" 0",
+        "EVAL \"return cjson.encode(1e20)\" 0",
+        "EVAL \"return table.concat(cjson.decode('[0.0, -5e3, -1, 0.3e-3, 1023.2, 0e10]'), ' ')\" 0",
+        "EVAL \"local t = cjson.decode('{\\\"a\\\": [1, \\\"\\\\u00e9\\\"], \\\"b\\\": null}') return {t.a[1], t.a[2], type(t.b)}\" 0",
+        "EVAL \"return {pcall(cjson.decode, '{\\\"a\\\":')}\" 0",
+        "EVAL \"return cjson.decode('[1,')\" 0",
+        "EVAL \"local s = cmsgpack.pack({1, 2, 3}, 'x', 300, -33, 1.5, 0.1, true, {a = 1}) local h = '' for i = 1, #s do h = h .. string.format('%02x', string.byte(s, i)) end return h\" 0",
+        "EVAL \"local t = cmsgpack.unpack(cmsgpack.pack({10, {y = 'z'}})) return {t[1], t[2].y}\" 0",
+        "EVAL \"return {cmsgpack.unpack_one(cmsgpack.pack(1, 2), 0)}\" 0",
+        "EVAL \"return cmsgpack.unpack('\\\\xc1')\" 0",
+        "EVAL \"return {bit.band(7, 3), bit.bor(1, 2, 4), bit.bxor(5, 1), bit.lshift(1, 4), bit.rshift(-1, 28), bit.arshift(-16, 2), bit.tohex(255), bit.tohex(-1, -4), bit.tobit(4294967297)}\" 0",
+        "EVAL \"return a\" 0",
+        "EVAL \"a = 1\" 0",
+        "EVAL \"redis.call = nil\" 0",
+        "EVAL \"cjson.encode = nil\" 0",
+        "EVAL \"setmetatable(_G, {})\" 0",
+        "EVAL \"print(1)\" 0",
+        "EVAL \"return loadstring(string.dump(function() return 1 end))()\" 0",
+        "EVAL \"return redis.call('blpop', 'x', 0)\" 0",
+        "EVAL \"return redis.pcall('xread', 'BLOCK', 0, 'STREAMS', 's', '$')\" 0",
+        "EVAL \"return redis.sha1hex()\" 0",
+        "EVAL \"return redis.error_reply('MY_CODE text')\" 0",
+        "EVAL \"return redis.error_reply('plain')\" 0",
+        "EVAL \"return redis.setresp(4)\" 0",
+        "HSET h f v",
+        "EVAL \"redis.setresp(3) return redis.call('HGETALL', 'h')\" 0",
+        "EVAL \"redis.setresp(3) return {redis.call('GET', 'nothere') == nil, redis.call('EXISTS', 'h')}\" 0",
+        "EVAL \"return {double = 3.5}\" 0",
+        "EVAL \"return {map = {a = 1}}\" 0",
+        "EVAL \"#!lua flags=no-writes\nreturn redis.call('SET', 'a', 1)\" 0",
+        "EVAL \"#!lua flags=bogus\nreturn 1\" 0",
+        "EVAL \"#!lua foo=bar\nreturn 1\" 0",
+        "EVAL \"#!other\nreturn 1\" 0",
+        "EVAL_RO \"#!lua\nreturn 1\" 0",
+        "EVAL_RO \"#!lua flags=no-writes\nreturn 1\" 0",
+        "EVAL \"return redis.call('ping')\" 0",
+        "EVAL \"local ok, e = pcall(redis.call, 'nosuch') return e\" 0",
+        "EVAL \"return {pcall(error, {err = 'MINE x'})}\" 0",
+        "EVAL \"return {pcall(function() return a end)}\" 0",
+        "EVAL \"local a = {} local b = {a} a[1] = b return 1\" 0",
+    ]))
+    .unwrap();
+}
+
+#[test]
 fn big_lists_and_sets_go_whole() {
     // Over 64 members a collection's members go with one range delete.
     for members in [3usize, 70, 200] {

@@ -38,6 +38,9 @@ pub struct Command {
     /// Runs before authentication (AUTH, HELLO, QUIT, RESET): no user's
     /// command rules apply to it.
     pub no_auth: bool,
+    /// Refused from scripts (Redis's `noscript`: blocking commands,
+    /// transactions, scripts themselves, SUBSCRIBE and the like).
+    pub no_script: bool,
     /// Where its keys are among its arguments.
     pub keys: &'static [KeySpec],
     /// Whether its keys' access depends on its arguments (SET: read too
@@ -140,6 +143,11 @@ pub fn all_names() -> impl Iterator<Item = &'static str> {
 /// Whether command `id` writes (Redis's `@write` category).
 pub fn is_write(id: CommandId) -> bool {
     commands()[id].categories & table::cat::WRITE != 0
+}
+
+/// Whether command `id` is refused from scripts.
+pub fn no_script(id: CommandId) -> bool {
+    commands()[id].no_script
 }
 
 /// The command's full name.

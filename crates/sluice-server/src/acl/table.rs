@@ -62,6 +62,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -79,6 +80,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -96,6 +98,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -113,6 +116,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -130,6 +134,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -147,6 +152,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -164,6 +170,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -181,6 +188,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -198,6 +206,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -215,6 +224,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -232,6 +242,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -249,6 +260,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -266,6 +278,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -283,6 +296,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::READ | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -300,6 +314,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::READ | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -317,6 +332,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -334,6 +350,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -351,6 +368,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -368,6 +386,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -385,6 +404,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -402,6 +422,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -419,6 +440,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -436,6 +458,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -453,6 +476,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -470,6 +494,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -487,6 +512,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -516,6 +542,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -545,6 +572,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -574,6 +602,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::KEYSPACE | cat::READ | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -582,6 +611,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -590,6 +620,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -598,6 +629,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -615,6 +647,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -632,6 +665,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -649,6 +683,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -666,6 +701,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -683,6 +719,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -700,6 +737,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -717,6 +755,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -734,6 +773,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -751,6 +791,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -759,6 +800,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -767,6 +809,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -775,6 +818,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -792,6 +836,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -809,6 +854,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -826,6 +872,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -843,6 +890,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -860,6 +908,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -877,6 +926,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -894,6 +944,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -911,6 +962,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -928,6 +980,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -945,6 +998,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -962,6 +1016,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -979,6 +1034,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -996,6 +1052,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1013,6 +1070,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1030,6 +1088,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1038,6 +1097,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::ADMIN | cat::FAST | cat::DANGEROUS,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1046,6 +1106,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1054,6 +1115,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1062,6 +1124,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1070,6 +1133,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1078,6 +1142,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1086,6 +1151,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1094,6 +1160,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1102,6 +1169,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1110,6 +1178,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1118,6 +1187,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1126,6 +1196,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1134,6 +1205,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::FAST | cat::TRANSACTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1142,6 +1214,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::SLOW | cat::TRANSACTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1150,6 +1223,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::FAST | cat::TRANSACTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1158,6 +1232,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::FAST | cat::TRANSACTION,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -1175,6 +1250,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::FAST | cat::TRANSACTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1183,6 +1259,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::FAST | cat::CONNECTION,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1191,6 +1268,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::FAST | cat::CONNECTION,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1199,6 +1277,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::FAST | cat::CONNECTION,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1207,6 +1286,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::FAST | cat::CONNECTION,
         no_auth: true,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1215,6 +1295,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 1,
         categories: cat::FAST | cat::CONNECTION,
         no_auth: true,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1223,6 +1304,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::FAST | cat::CONNECTION,
         no_auth: true,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1231,6 +1313,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::FAST | cat::CONNECTION,
         no_auth: true,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1239,6 +1322,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1247,6 +1331,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1255,6 +1340,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1263,6 +1349,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1271,6 +1358,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS | cat::CONNECTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1279,6 +1367,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1287,6 +1376,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS | cat::CONNECTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1295,6 +1385,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1303,6 +1394,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS | cat::CONNECTION,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1311,6 +1403,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1319,6 +1412,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1327,6 +1421,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1335,6 +1430,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1343,6 +1439,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1351,6 +1448,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1359,6 +1457,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1367,6 +1466,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1375,6 +1475,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1383,6 +1484,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1391,6 +1493,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1399,6 +1502,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1407,6 +1511,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1415,6 +1520,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1423,6 +1529,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1440,6 +1547,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1457,6 +1565,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1474,6 +1583,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1491,6 +1601,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1508,6 +1619,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1525,6 +1637,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::LIST | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1542,6 +1655,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::READ | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1559,6 +1673,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1576,6 +1691,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1593,6 +1709,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1610,6 +1727,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1627,6 +1745,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 5,
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1644,6 +1763,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1661,6 +1781,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 5,
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -1690,6 +1811,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -1719,6 +1841,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -1736,6 +1859,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::SET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1753,6 +1877,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::SET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1770,6 +1895,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::SET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -1799,6 +1925,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::SET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1816,6 +1943,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1833,6 +1961,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::SET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1850,6 +1979,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1867,6 +1997,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::SET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1884,6 +2015,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1901,6 +2033,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -1918,6 +2051,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -1935,6 +2069,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -1964,6 +2099,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -1981,6 +2117,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2010,6 +2147,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -2027,6 +2165,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2056,6 +2195,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2073,6 +2213,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2090,6 +2231,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2107,6 +2249,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2124,6 +2267,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2141,6 +2285,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2158,6 +2303,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2175,6 +2321,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2192,6 +2339,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2209,6 +2357,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2226,6 +2375,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2243,6 +2393,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2260,6 +2411,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2277,6 +2429,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2294,6 +2447,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2311,6 +2465,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2328,6 +2483,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2345,6 +2501,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -5,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2374,6 +2531,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2391,6 +2549,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2408,6 +2567,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2425,6 +2585,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2442,6 +2603,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2459,6 +2621,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2476,6 +2639,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2493,6 +2657,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2510,6 +2675,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2527,6 +2693,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2556,6 +2723,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2585,6 +2753,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2614,6 +2783,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2631,6 +2801,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2648,6 +2819,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2665,6 +2837,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2682,6 +2855,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::STRING | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 1,
@@ -2699,6 +2873,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::BITMAP | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2716,6 +2891,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::BITMAP | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2733,6 +2909,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::BITMAP | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2750,6 +2927,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::BITMAP | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2767,6 +2945,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::BITMAP | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[
             KeySpec {
                 index: 2,
@@ -2796,6 +2975,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::BITMAP | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2813,6 +2993,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::BITMAP | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2830,6 +3011,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::SET | cat::SORTEDSET | cat::LIST | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2847,6 +3029,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::READ | cat::SET | cat::SORTEDSET | cat::LIST | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2864,6 +3047,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -2872,6 +3056,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2889,6 +3074,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2906,6 +3092,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2923,6 +3110,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2940,6 +3128,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::KEYSPACE | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -2948,6 +3137,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -2956,6 +3146,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2973,6 +3164,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -2981,6 +3173,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -2998,6 +3191,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 1,
             last: -2,
@@ -3015,6 +3209,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 1,
             last: -2,
@@ -3032,6 +3227,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
+        no_script: true,
         keys: &[
             KeySpec {
                 index: 1,
@@ -3061,6 +3257,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 6,
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
+        no_script: true,
         keys: &[
             KeySpec {
                 index: 1,
@@ -3090,6 +3287,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -5,
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3107,6 +3305,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST | cat::BLOCKING,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 1,
             last: -2,
@@ -3124,6 +3323,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST | cat::BLOCKING,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 1,
             last: -2,
@@ -3141,6 +3341,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -5,
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW | cat::BLOCKING,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3158,6 +3359,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -5,
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3175,6 +3377,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::READ | cat::STREAM | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3192,6 +3395,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3209,6 +3413,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3226,6 +3431,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3243,6 +3449,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3260,6 +3467,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::READ | cat::STREAM | cat::SLOW | cat::BLOCKING,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -3277,6 +3485,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -7,
         categories: cat::WRITE | cat::STREAM | cat::SLOW | cat::BLOCKING,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 4,
             last: -1,
@@ -3294,6 +3503,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3302,6 +3512,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -5,
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3319,6 +3530,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -5,
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3336,6 +3548,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3353,6 +3566,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 5,
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3370,6 +3584,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 5,
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3387,6 +3602,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3395,6 +3611,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -4,
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3412,6 +3629,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3429,6 +3647,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3437,6 +3656,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 4,
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3454,6 +3674,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3471,6 +3692,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3488,6 +3710,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::STREAM | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3496,6 +3719,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -6,
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3513,6 +3737,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -6,
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3530,6 +3755,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3547,6 +3773,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3555,6 +3782,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3563,6 +3791,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3571,6 +3800,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3579,6 +3809,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -3596,6 +3827,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -1,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -3613,6 +3845,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::PUBSUB | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3621,6 +3854,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::PUBSUB | cat::FAST,
         no_auth: false,
+        no_script: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3638,6 +3872,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3646,6 +3881,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3654,6 +3890,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3662,6 +3899,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3670,6 +3908,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3678,6 +3917,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3686,6 +3926,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3694,6 +3935,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3711,6 +3953,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3728,6 +3971,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3745,6 +3989,43 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
+        keys: &[KeySpec {
+            index: 3,
+            last: 0,
+            step: 1,
+            limit: 0,
+            numkeys_at: 2,
+            keyword: "",
+            read: true,
+            write: false,
+        }],
+        variable_flags: false,
+    },
+    Command {
+        name: "fcall",
+        arity: -3,
+        categories: cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: true,
+        keys: &[KeySpec {
+            index: 3,
+            last: 0,
+            step: 1,
+            limit: 0,
+            numkeys_at: 2,
+            keyword: "",
+            read: true,
+            write: true,
+        }],
+        variable_flags: false,
+    },
+    Command {
+        name: "fcall_ro",
+        arity: -3,
+        categories: cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: true,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3762,6 +4043,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3770,6 +4052,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 3,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3778,6 +4061,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -3,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3786,6 +4070,7 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3794,6 +4079,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3802,6 +4088,7 @@ pub const COMMANDS: &[Command] = &[
         arity: 2,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3810,6 +4097,25 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW,
         no_auth: false,
+        no_script: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|delete",
+        arity: 3,
+        categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: true,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|dump",
+        arity: 2,
+        categories: cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3818,6 +4124,25 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|help",
+        arity: 2,
+        categories: cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|kill",
+        arity: 2,
+        categories: cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },
@@ -3826,6 +4151,34 @@ pub const COMMANDS: &[Command] = &[
         arity: -2,
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
+        no_script: true,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|load",
+        arity: -3,
+        categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: true,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|restore",
+        arity: -3,
+        categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: true,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "function|stats",
+        arity: 2,
+        categories: cat::SLOW | cat::SCRIPTING,
+        no_auth: false,
+        no_script: true,
         keys: &[],
         variable_flags: false,
     },

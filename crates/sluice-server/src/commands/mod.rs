@@ -359,7 +359,11 @@ fn store_error_text(e: &StoreError) -> String {
 /// checked as Redis 7.0's dispatch checks it against `arities` (name,
 /// Redis's arity): the lower-cased subcommand, or Redis's error for an
 /// unknown one or one with the wrong count.
-fn subcommand(command: &str, args: &Args, arities: &[(&str, i32)]) -> Result<Vec<u8>, Failure> {
+pub(crate) fn subcommand(
+    command: &str,
+    args: &Args,
+    arities: &[(&str, i32)],
+) -> Result<Vec<u8>, Failure> {
     let sub = args[1].to_ascii_lowercase();
     let given = String::from_utf8_lossy(&args[1]);
     let Some((name, arity)) = arities.iter().find(|(n, _)| n.as_bytes() == sub) else {
@@ -382,7 +386,7 @@ fn subcommand(command: &str, args: &Args, arities: &[(&str, i32)]) -> Result<Vec
 }
 
 /// A HELP reply: its lines as simple strings.
-fn help_reply(lines: &[&str]) -> Reply {
+pub(crate) fn help_reply(lines: &[&str]) -> Reply {
     Reply::Array(lines.iter().map(|l| Reply::Simple((*l).into())).collect())
 }
 

@@ -191,15 +191,17 @@ fn acl_gate(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Optio
     }))
 }
 
+/// Redis's refusal of a write while `min-replicas-to-write` asks for more
+/// replicas than there are.
+pub(super) const NO_REPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
+
 /// BUSY while another client's script has run past
 /// `busy-reply-threshold`, but for the commands Redis lets through then
 /// (SCRIPT KILL, SHUTDOWN, AUTH, HELLO, MULTI, WATCH...). Inside MULTI
 /// the refusal marks the transaction, as any refused command does.
 pub(super) fn busy_reply(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
     let threshold_ms = shared.tunables.busy_reply_ms.load(Ordering::Relaxed);
-    if !shared.scripts.busy_for(conn.session.id(), threshold_ms) {
-        return None;
-    }
+    let busy = shared.scripts.busy_for(conn.session.id(), threshold_ms)?;
     let name = args.first()?.to_ascii_lowercase();
     let sub = args
         .get(1)
@@ -218,7 +220,7 @@ pub(super) fn busy_reply(shared: &Shared, conn: &mut Conn, args: &Args) -> Optio
     if let Some(tx) = conn.tx.as_mut() {
         tx.dirty = true;
     }
-    Some(error(super::scripting::BUSY))
+    Some(error(busy))
 }
 
 /// SORT's BY and GET patterns name keys by the data: a user who may not
@@ -474,14 +476,17 @@ fn run(
     if let Some(error) = check(conn, name, args) {
         return Some(error);
     }
+    if shared.tunables.writes_need_replicas() && acl::resolve(args).is_some_and(acl::is_write) {
+        return Some(error(NO_REPLICAS));
+    }
     if admin_arity(name).is_some() {
         return admin(shared, conn, name, args);
     }
     if let Some(reply) = super::pubsub::run(&shared.pubsub, conn, name, args) {
         return Some(reply);
     }
-    if let Some(reply) = super::scripting::run(shared, conn, name, args, ctx) {
-        return Some(reply);
+    if let Some(outcome) = super::scripting::run(shared, conn, name, args, ctx) {
+        return outcome;
     }
     if !ctx.in_transaction() && commands::blocking::is_blocking(name, args) {
         return serve_or_block(shared, conn, name, args, ctx);
@@ -558,7 +563,7 @@ fn wrong_type(tried: &Result<Option<Reply>, commands::Failure>) -> bool {
 
 /// Wakes clients blocked on the keys `commands` write (after they
 /// committed).
-fn signal_writes<'a>(shared: &Shared, commands: impl Iterator<Item = &'a Args>) {
+pub(super) fn signal_writes<'a>(shared: &Shared, commands: impl Iterator<Item = &'a Args>) {
     if !shared.blocking.any() {
         return;
     }
@@ -1321,6 +1326,8 @@ fn info_memory(shared: &Shared, out: &mut String) {
     line(out, "sluice_memtable_bytes", s.memtable_bytes);
     line(out, "sluice_block_cache_bytes", s.block_cache_used_bytes);
     line(out, "sluice_pinned_index_bytes", s.pinned_index_bytes);
+    line(out, "used_memory_lua", shared.scripts.lua_memory());
+    line(out, "number_of_cached_scripts", shared.scripts.cached());
 }
 
 fn info_persistence(shared: &Shared, out: &mut String) {

@@ -16,9 +16,9 @@
 //! stripe locks, after finding them empty, and a writer signals after
 //! its commit, which needed those locks.
 
-use sluice_io::net::{ConnId, Waker};
+use sluice_io::net::ConnId;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,46 +32,9 @@ pub(super) enum Wake {
     Unblock { error: bool },
 }
 
-/// Where a worker takes the wake-ups of its blocked connections.
-pub(super) struct WakeQueue {
-    /// (slot, ticket, what): the ticket tells a blocking from a later one.
-    slots: Mutex<Vec<(ConnId, u64, Wake)>>,
-    /// Whether `slots` may hold anything: a worker looks every turn, and
-    /// a load costs less than the lock.
-    pending: AtomicBool,
-    waker: Arc<Waker>,
-}
-
-impl WakeQueue {
-    pub(super) fn new(waker: Arc<Waker>) -> Arc<WakeQueue> {
-        Arc::new(WakeQueue {
-            slots: Mutex::new(Vec::new()),
-            pending: AtomicBool::new(false),
-            waker,
-        })
-    }
-
-    /// The wake-ups queued since the last take.
-    pub(super) fn take(&self) -> Vec<(ConnId, u64, Wake)> {
-        if !self.pending.load(Ordering::Acquire) || !self.pending.swap(false, Ordering::AcqRel) {
-            return Vec::new();
-        }
-        std::mem::take(&mut *self.slots.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    fn push(&self, slot: ConnId, ticket: u64) {
-        self.push_wake(slot, ticket, Wake::Retry);
-    }
-
-    fn push_wake(&self, slot: ConnId, ticket: u64, wake: Wake) {
-        self.slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((slot, ticket, wake));
-        self.pending.store(true, Ordering::Release);
-        self.waker.wake();
-    }
-}
+/// Where a worker takes the wake-ups of its blocked connections:
+/// (slot, ticket, what); the ticket tells a blocking from a later one.
+pub(super) type WakeQueue = super::mailbox::Mailbox<(ConnId, u64, Wake)>;
 
 /// One connection waiting on a key.
 #[derive(Clone)]
@@ -166,7 +129,7 @@ impl Blocking {
                 waiters.retain(|w| w.ticket != ticket);
                 was_there |= waiters.len() != before;
                 match waiters.front() {
-                    Some(first) => first.queue.push(first.slot, first.ticket),
+                    Some(first) => first.queue.post((first.slot, first.ticket, Wake::Retry)),
                     None => {
                         by_key.remove(key);
                     }
@@ -196,7 +159,7 @@ impl Blocking {
         let clients = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
         match clients.waiters.get(&client) {
             Some(w) => {
-                w.queue.push_wake(w.slot, w.ticket, Wake::Unblock { error });
+                w.queue.post((w.slot, w.ticket, Wake::Unblock { error }));
                 true
             }
             None => false,
@@ -208,7 +171,7 @@ impl Blocking {
         let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
         for key in keys {
             if let Some(first) = by_key.get(key).and_then(VecDeque::front) {
-                first.queue.push(first.slot, first.ticket);
+                first.queue.post((first.slot, first.ticket, Wake::Retry));
             }
         }
     }

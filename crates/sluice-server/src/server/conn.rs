@@ -142,6 +142,10 @@ pub(super) struct Conn {
     /// subscriptions.
     pub(super) pushes: Option<std::sync::Arc<super::pubsub::PushQueue>>,
     pub(super) subscriptions: super::pubsub::Subscriptions,
+    /// Its script runs on the script thread: nothing more of it runs until
+    /// the reply comes back through `scripts_done`, the worker's mailbox.
+    pub(super) script_pending: bool,
+    pub(super) scripts_done: Option<std::sync::Arc<super::scripting::DoneQueue>>,
 }
 
 impl Conn {
@@ -179,6 +183,8 @@ impl Conn {
             retry: None,
             pushes: None,
             subscriptions: super::pubsub::Subscriptions::default(),
+            script_pending: false,
+            scripts_done: None,
         }
     }
 

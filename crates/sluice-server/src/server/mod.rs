@@ -22,6 +22,10 @@ mod clients;
 mod conn;
 mod durability;
 mod expiry;
+mod functions;
+mod lua;
+mod lua_libs;
+mod mailbox;
 mod pubsub;
 mod scripting;
 pub mod shm;
@@ -238,8 +242,11 @@ pub struct Shared {
     pub blocking: Blocking,
     /// Pub/sub subscriptions.
     pub pubsub: PubSub,
-    /// Scripts EVAL and SCRIPT LOAD saw, by SHA1.
+    /// Scripts EVAL and SCRIPT LOAD saw, by SHA1, and the script thread's
+    /// queue.
     pub scripts: Scripts,
+    /// The function libraries FUNCTION LOAD loaded.
+    pub functions: functions::Functions,
     /// Redis's tuning parameters CONFIG SET keeps.
     pub tunables: tunables::Tunables,
     /// `maxclients` now (CONFIG SET changes it).
@@ -333,6 +340,7 @@ impl Server {
             Some(settings) => Some(shm::bind(settings)?),
             None => None,
         };
+        let functions = functions::Functions::open(&db).map_err(std::io::Error::other)?;
         let shared = Arc::new(Shared {
             db,
             clients: AtomicUsize::new(0),
@@ -340,6 +348,7 @@ impl Server {
             blocking: Blocking::default(),
             pubsub: PubSub::default(),
             scripts: Scripts::default(),
+            functions,
             tunables: tunables::Tunables::default(),
             max_clients: AtomicUsize::new(config.max_clients),
             idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
@@ -406,6 +415,7 @@ impl Server {
         let mut background = vec![
             durability::start(shared.clone())?,
             expiry::start(shared.clone())?,
+            scripting::start(shared.clone())?,
         ];
         if let Some(listener) = shm_listener {
             background.push(shm::start(shared.clone(), listener)?);
@@ -447,6 +457,8 @@ impl Server {
             }
         }
         self.shared.request_shutdown();
+        // The workers are gone: no script comes any more.
+        self.shared.scripts.close();
         for b in self.background.drain(..) {
             let _ = b.join();
         }

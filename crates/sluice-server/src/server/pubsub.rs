@@ -13,46 +13,14 @@
 use super::conn::Conn;
 use crate::commands::glob_match;
 use crate::resp::{Args, Reply};
-use sluice_io::net::{ConnId, Waker};
+use sluice_io::net::ConnId;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Where a worker takes the messages for its subscribers.
-pub(super) struct PushQueue {
-    items: Mutex<Vec<(ConnId, u64, Reply)>>,
-    /// Whether `items` may hold anything: a worker looks every turn, and
-    /// a load costs less than the lock.
-    pending: AtomicBool,
-    waker: Arc<Waker>,
-}
-
-impl PushQueue {
-    pub(super) fn new(waker: Arc<Waker>) -> Arc<PushQueue> {
-        Arc::new(PushQueue {
-            items: Mutex::new(Vec::new()),
-            pending: AtomicBool::new(false),
-            waker,
-        })
-    }
-
-    /// The messages queued since the last take: (slot, client id, message).
-    pub(super) fn take(&self) -> Vec<(ConnId, u64, Reply)> {
-        if !self.pending.load(Ordering::Acquire) || !self.pending.swap(false, Ordering::AcqRel) {
-            return Vec::new();
-        }
-        std::mem::take(&mut *self.items.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-
-    fn push(&self, slot: ConnId, client: u64, message: Reply) {
-        self.items
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((slot, client, message));
-        self.pending.store(true, Ordering::Release);
-        self.waker.wake();
-    }
-}
+/// Where a worker takes the messages for its subscribers: (slot, client
+/// id, message).
+pub(super) type PushQueue = super::mailbox::Mailbox<(ConnId, u64, Reply)>;
 
 /// A subscribed connection.
 #[derive(Clone)]
@@ -246,7 +214,7 @@ impl PubSub {
         if let Some(subs) = registry.by_kind[index(kind)].get(channel) {
             for s in subs {
                 let m = Reply::Push(vec![bulk(word), bulk(channel), bulk(message)]);
-                s.queue.push(s.slot, s.client, m);
+                s.queue.post((s.slot, s.client, m));
                 receivers += 1;
             }
         }
@@ -262,7 +230,7 @@ impl PubSub {
                         bulk(channel),
                         bulk(message),
                     ]);
-                    s.queue.push(s.slot, s.client, m);
+                    s.queue.post((s.slot, s.client, m));
                     receivers += 1;
                 }
             }

@@ -45,6 +45,10 @@ enum Effect {
     StreamNodeEntries,
     /// How long a script runs before other clients get BUSY.
     BusyReply,
+    /// `min-replicas-to-write` or `min-replicas-max-lag`: with both above
+    /// 0, writes need that many replicas (Sluice has none yet, so every
+    /// write is refused, as Redis refuses them with too few).
+    MinReplicas,
 }
 
 /// One of Redis's parameters.
@@ -160,6 +164,25 @@ static TUNABLES: &[Tunable] = &[
     kept("lazyfree-lazy-user-flush", Kind::Bool, "no"),
     kept("lfu-log-factor", int(0, INT_MAX), "10"),
     kept("lfu-decay-time", int(0, INT_MAX), "1"),
+    // Memory: Sluice keeps its data on the device and bounds its own
+    // memory (memtables, block cache) by its settings, so it neither
+    // evicts keys nor refuses writes at `maxmemory`; both are kept and
+    // reported for the clients that set them.
+    kept("maxmemory", bytes(0, LONG_MAX), "0"),
+    kept(
+        "maxmemory-policy",
+        Kind::Word(&[
+            "volatile-lru",
+            "volatile-lfu",
+            "volatile-random",
+            "volatile-ttl",
+            "allkeys-lru",
+            "allkeys-lfu",
+            "allkeys-random",
+            "noeviction",
+        ]),
+        "noeviction",
+    ),
     kept("maxmemory-samples", int(1, INT_MAX), "5"),
     kept("maxmemory-eviction-tenacity", int(0, 100), "10"),
     kept("jemalloc-bg-thread", Kind::Bool, "yes"),
@@ -188,6 +211,20 @@ static TUNABLES: &[Tunable] = &[
         kind: int(0, LONG_MAX),
         default: "5000",
         effect: Effect::BusyReply,
+    },
+    Tunable {
+        name: "min-replicas-to-write",
+        alias: Some("min-slaves-to-write"),
+        kind: int(0, INT_MAX),
+        default: "0",
+        effect: Effect::MinReplicas,
+    },
+    Tunable {
+        name: "min-replicas-max-lag",
+        alias: Some("min-slaves-max-lag"),
+        kind: int(0, INT_MAX),
+        default: "10",
+        effect: Effect::MinReplicas,
     },
     kept(
         "notify-keyspace-events",
@@ -225,6 +262,8 @@ pub struct Tunables {
     values: Mutex<HashMap<&'static str, String>>,
     /// `busy-reply-threshold` in ms, read before every command.
     pub busy_reply_ms: std::sync::atomic::AtomicU64,
+    /// See [`Effect::MinReplicas`]; read before every write.
+    writes_need_replicas: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Tunables {
@@ -237,6 +276,7 @@ impl Default for Tunables {
                     .collect(),
             ),
             busy_reply_ms: std::sync::atomic::AtomicU64::new(5000),
+            writes_need_replicas: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -287,10 +327,22 @@ impl Tunables {
                     .expect("checked as a non-negative integer");
                 self.busy_reply_ms.store(ms, Ordering::Relaxed);
             }
-            Effect::Kept => {}
+            Effect::Kept | Effect::MinReplicas => {}
         }
         let mut values = self.values.lock().unwrap_or_else(|e| e.into_inner());
         values.insert(t.name, value);
+        if t.effect == Effect::MinReplicas {
+            let positive = |name: &str| values[name].parse::<u64>().is_ok_and(|n| n > 0);
+            let need = positive("min-replicas-to-write") && positive("min-replicas-max-lag");
+            self.writes_need_replicas.store(need, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether writes are refused for want of replicas (Redis's
+    /// NOREPLICAS): `min-replicas-to-write` and `min-replicas-max-lag`
+    /// both above 0, and Sluice serves no replicas yet.
+    pub fn writes_need_replicas(&self) -> bool {
+        self.writes_need_replicas.load(Ordering::Relaxed)
     }
 }
 

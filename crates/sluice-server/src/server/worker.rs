@@ -128,7 +128,8 @@ pub(super) fn run(
         filled: Vec::new(),
         group: Grouped::default(),
         wakes: super::blocking::WakeQueue::new(waker_for_wakes.clone()),
-        pushes: super::pubsub::PushQueue::new(waker_for_wakes),
+        pushes: super::pubsub::PushQueue::new(waker_for_wakes.clone()),
+        scripts_done: super::scripting::DoneQueue::new(waker_for_wakes),
         blocked: Vec::new(),
     };
     worker.run()
@@ -196,6 +197,8 @@ struct Worker {
     wakes: Arc<super::blocking::WakeQueue>,
     /// Where publishers leave messages for this worker's subscribers.
     pushes: Arc<super::pubsub::PushQueue>,
+    /// Where the script thread leaves this worker's script replies.
+    scripts_done: Arc<super::scripting::DoneQueue>,
     /// Connections blocked on keys (or woken and trying again), watched
     /// for their deadlines.
     blocked: Vec<ConnId>,
@@ -281,6 +284,7 @@ impl Worker {
         self.take_wakes();
         self.expire_blocked();
         self.take_pushes();
+        self.take_script_replies();
         // Only connections something happened to, or that wait on
         // something, are looked at: ten thousand idle ones cost nothing.
         self.work.clear();
@@ -354,6 +358,34 @@ impl Worker {
                 c.push_reply(&message);
                 self.pending.push(slot);
             }
+        }
+    }
+
+    /// Queues the replies of scripts the script thread ran; the
+    /// connections go on with what they sent after.
+    fn take_script_replies(&mut self) {
+        for done in self.scripts_done.take() {
+            let Some(c) = self
+                .conns
+                .get_mut(done.slot as usize)
+                .and_then(Option::as_mut)
+            else {
+                continue;
+            };
+            if c.session.id() != done.client || !c.script_pending {
+                continue;
+            }
+            c.script_pending = false;
+            if let Some(at) = done.wrote {
+                self.shared.committer.wrote(at);
+                if self.shared.config.durability.holds_replies() {
+                    // Before the reply is queued: it is the first to wait.
+                    c.hold_until(at);
+                }
+            }
+            c.push_reply(&done.reply);
+            c.more_input = true;
+            self.pending.push(done.slot);
         }
     }
 
@@ -716,6 +748,7 @@ impl Worker {
         conn.slot = slot;
         conn.wakes = Some(self.wakes.clone());
         conn.pushes = Some(self.pushes.clone());
+        conn.scripts_done = Some(self.scripts_done.clone());
         self.conns[slot as usize] = Some(conn);
         self.events.touched.push(slot);
         Ok(())
@@ -1059,7 +1092,8 @@ impl Worker {
             let Some(c) = self.conns[id].as_mut() else {
                 continue;
             };
-            let drained = !c.has_backlog() && c.held.is_empty() && !c.more_input;
+            let drained =
+                !c.has_backlog() && c.held.is_empty() && !c.more_input && !c.script_pending;
             if !(c.dead || (c.closing && drained)) || sending {
                 continue;
             }
@@ -1107,7 +1141,8 @@ impl Worker {
         for (id, slot) in self.conns.iter_mut().enumerate() {
             let Some(c) = slot.as_mut() else { continue };
             // Redis's `timeout` spares blocked clients.
-            if c.hold_until.is_none() && c.blocked.is_none() && c.last_active.elapsed() > limit {
+            let waiting = c.hold_until.is_some() || c.blocked.is_some() || c.script_pending;
+            if !waiting && c.last_active.elapsed() > limit {
                 c.dead = true;
                 self.pending.push(id as ConnId);
             }
@@ -1305,7 +1340,10 @@ impl Pass<'_> {
         if !c.session.allows_plain(&self.shared.config.users, true, key) {
             return false;
         }
-        if !self.shared.db.entry_fits(key, value) || self.store.write_pressure() {
+        if !self.shared.db.entry_fits(key, value)
+            || self.store.write_pressure()
+            || self.shared.tunables.writes_need_replicas()
+        {
             return false;
         }
         group.sets.push_set(key, value);
@@ -1409,7 +1447,8 @@ impl Pass<'_> {
         deferring: &mut bool,
         fill_room: usize,
     ) -> Stop {
-        if !c.more_input || c.dead || c.parked_reads > 0 || c.blocked.is_some() {
+        if !c.more_input || c.dead || c.parked_reads > 0 || c.blocked.is_some() || c.script_pending
+        {
             return Stop::Done;
         }
         let mut held_back = false;
@@ -1463,6 +1502,7 @@ impl Pass<'_> {
             }
             let groupable = c.tx.is_none()
                 && !c.subscriptions.any()
+                && !self.shared.tunables.writes_need_replicas()
                 && SetGroup::takes(&self.shared.db, &args)
                 && admin::acl_allows(self.shared, c, &args);
             if !groupable && group.holds(id) {
@@ -1512,9 +1552,10 @@ impl Pass<'_> {
                 }
             } else {
                 admin::execute(self.shared, c, &args, reads);
-                if c.blocked.is_some() {
-                    // Nothing more of it runs until it is served or its
-                    // time is up (which sets `more_input` again).
+                if c.blocked.is_some() || c.script_pending {
+                    // Nothing more of it runs until it is served, its time
+                    // is up, or its script's reply is back (each sets
+                    // `more_input` again).
                     c.more_input = false;
                     return Stop::Done;
                 }
