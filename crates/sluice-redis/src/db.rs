@@ -172,7 +172,12 @@ impl CollectionKeys {
 #[derive(Debug, Default)]
 pub struct Watched {
     /// Counter slot → its count when first watched.
-    keys: HashMap<usize, u64>,
+    keys: HashMap<usize, WatchedSlot>,
+    /// Keys that existed with a time to live when watched: one that
+    /// expires before EXEC aborts it, even before the sweep removes it
+    /// (Redis 7's rule). At most [`VERSION_SLOTS`] of them; a WATCH of
+    /// more such keys checks the first ones.
+    expiring: Vec<Vec<u8>>,
     /// The watcher count this WATCH is counted in, while it holds keys.
     counted: Option<Arc<AtomicUsize>>,
 }
@@ -181,6 +186,7 @@ impl Watched {
     /// Forgets every key (UNWATCH, EXEC, DISCARD, RESET).
     pub fn clear(&mut self) {
         self.keys.clear();
+        self.expiring.clear();
         if let Some(watchers) = self.counted.take() {
             watchers.fetch_sub(1, Ordering::SeqCst);
         }
@@ -191,6 +197,18 @@ impl Drop for Watched {
     fn drop(&mut self) {
         self.clear();
     }
+}
+
+/// What a WATCH noted of one counter slot.
+#[derive(Debug, Clone, Copy)]
+struct WatchedSlot {
+    /// The slot's count when first watched.
+    count: u64,
+    /// [`Db`]'s flush count then.
+    flushes: u64,
+    /// Whether a key watched in the slot existed then: a FLUSHALL or
+    /// FLUSHDB aborts the EXEC only for keys it removed, as in Redis.
+    existed: bool,
 }
 
 /// The keyspace of one server.
@@ -206,6 +224,8 @@ pub struct Db {
     versions: Box<[AtomicU64]>,
     /// Connections with a WATCH in force (see [`Watched`]).
     watchers: Arc<AtomicUsize>,
+    /// FLUSHALL and FLUSHDB so far (a WATCH of a key that existed sees them).
+    flushes: AtomicU64,
     cursors: Mutex<Cursors>,
     collection_keys: Arc<CollectionKeys>,
     /// The scan that fills `collection_keys` at open.
@@ -468,6 +488,7 @@ impl Db {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..VERSION_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             watchers: Arc::new(AtomicUsize::new(0)),
+            flushes: AtomicU64::new(0),
             cursors: Mutex::new(Cursors::default()),
             collection_keys: Arc::new(CollectionKeys::new()),
             filling: Mutex::new(None),
@@ -574,18 +595,30 @@ impl Db {
     /// Adds `key` to a connection's WATCH: its counter slot and the count
     /// now, read after the connection is counted among the watchers (a
     /// commit that saw no watcher was applied before this).
-    pub fn watch(&self, watched: &mut Watched, key: &[u8]) {
+    pub fn watch(&self, watched: &mut Watched, key: &[u8], now_ms: u64) -> Result<(), StoreError> {
         if watched.counted.is_none() {
             self.watchers.fetch_add(1, Ordering::SeqCst);
             watched.counted = Some(self.watchers.clone());
         }
         let slot = Db::version_slot(key);
+        // Counted as watched before the key is read: a write between the
+        // two is seen as a change.
+        let count = self.versions[slot].load(Ordering::SeqCst);
+        let flushes = self.flushes.load(Ordering::SeqCst);
+        let live = self.get_raw(key)?.filter(|e| !e.expired(now_ms));
+        let existed = live.is_some();
+        if live.is_some_and(|e| e.expire_at_ms != 0) && watched.expiring.len() < VERSION_SLOTS {
+            watched.expiring.push(key.to_vec());
+        }
         // A slot watched before keeps its first count, as Redis keeps the
         // first WATCH of a key: a change since then aborts the EXEC.
-        watched
-            .keys
-            .entry(slot)
-            .or_insert_with(|| self.versions[slot].load(Ordering::SeqCst));
+        let entry = watched.keys.entry(slot).or_insert(WatchedSlot {
+            count,
+            flushes,
+            existed,
+        });
+        entry.existed |= existed;
+        Ok(())
     }
 
     /// Whether a string entry of `key` and `value` fits the store's limits.
@@ -599,12 +632,23 @@ impl Db {
         self.watchers.load(Ordering::Relaxed)
     }
 
-    /// Whether any key of a WATCH may have changed since it was watched.
-    pub fn changed_since(&self, watched: &Watched) -> bool {
-        watched
-            .keys
-            .iter()
-            .any(|(&slot, &count)| self.versions[slot].load(Ordering::Acquire) != count)
+    /// Whether any key of a WATCH may have changed since it was watched:
+    /// written, removed by a flush, or expired (at `now_ms`).
+    pub fn changed_since(&self, watched: &Watched, now_ms: u64) -> Result<bool, StoreError> {
+        let flushes = self.flushes.load(Ordering::Acquire);
+        let changed = watched.keys.iter().any(|(&slot, w)| {
+            self.versions[slot].load(Ordering::Acquire) != w.count
+                || (w.existed && w.flushes != flushes)
+        });
+        if changed {
+            return Ok(true);
+        }
+        for key in &watched.expiring {
+            if self.get_raw(key)?.is_none_or(|e| e.expired(now_ms)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Counts a commit's changes for WATCH, when anyone watches: the
@@ -622,16 +666,10 @@ impl Db {
             return;
         }
         if touched_all {
-            self.touch_all();
+            self.flushes.fetch_add(1, Ordering::AcqRel);
         }
         for &slot in touched {
             self.versions[slot].fetch_add(1, Ordering::AcqRel);
-        }
-    }
-
-    fn touch_all(&self) {
-        for v in self.versions.iter() {
-            v.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -1231,7 +1269,8 @@ mod tests {
         let db = Db::open(store).unwrap();
         let mut watched = Watched::default();
         for i in 0..300_000u32 {
-            db.watch(&mut watched, format!("key:{i}").as_bytes());
+            db.watch(&mut watched, format!("key:{i}").as_bytes(), 0)
+                .unwrap();
         }
         assert!(
             watched.keys.len() <= VERSION_SLOTS,
@@ -1239,7 +1278,7 @@ mod tests {
             watched.keys.len()
         );
         assert_eq!(db.watching_clients(), 1);
-        assert!(!db.changed_since(&watched));
+        assert!(!db.changed_since(&watched, 0).unwrap());
         watched.clear();
         assert_eq!(db.watching_clients(), 0);
     }

@@ -1121,3 +1121,23 @@ fn function_libraries_outlive_a_restart() {
     let mut c = Client::connect(s.addr);
     assert_eq!(c.call(&[b"FUNCTION", b"LIST"]), b"*0\r\n");
 }
+
+/// A WATCHed key that expires before EXEC aborts it, even before the
+/// sweep removes it (Redis 7's rule); one already gone when watched does
+/// not.
+#[test]
+fn a_watched_key_that_expires_aborts_the_transaction() {
+    let s = start_sluice(Durability::None);
+    let mut c = Client::connect(s.addr);
+    assert_eq!(c.call(&[b"SET", b"x", b"foo", b"PX", b"100"]), b"+OK\r\n");
+    assert_eq!(c.call(&[b"WATCH", b"x"]), b"+OK\r\n");
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(c.call(&[b"MULTI"]), b"+OK\r\n");
+    assert_eq!(c.call(&[b"PING"]), b"+QUEUED\r\n");
+    assert_eq!(c.call(&[b"EXEC"]), b"*-1\r\n");
+    // Watched once expired, it aborts nothing.
+    assert_eq!(c.call(&[b"WATCH", b"x"]), b"+OK\r\n");
+    assert_eq!(c.call(&[b"MULTI"]), b"+OK\r\n");
+    assert_eq!(c.call(&[b"PING"]), b"+QUEUED\r\n");
+    assert_eq!(c.call(&[b"EXEC"]), b"*1\r\n+PONG\r\n");
+}

@@ -41,6 +41,8 @@ pub struct Command {
     /// Refused from scripts (Redis's `noscript`: blocking commands,
     /// transactions, scripts themselves, SUBSCRIBE and the like).
     pub no_script: bool,
+    /// Refused inside MULTI (Redis's `no_multi`: SAVE, SHUTDOWN...).
+    pub no_multi: bool,
     /// Where its keys are among its arguments.
     pub keys: &'static [KeySpec],
     /// Whether its keys' access depends on its arguments (SET: read too
@@ -148,6 +150,11 @@ pub fn is_write(id: CommandId) -> bool {
 /// Whether command `id` is refused from scripts.
 pub fn no_script(id: CommandId) -> bool {
     commands()[id].no_script
+}
+
+/// Whether command `id` is refused inside MULTI.
+pub fn no_multi(id: CommandId) -> bool {
+    commands()[id].no_multi
 }
 
 /// The command's full name.

@@ -63,6 +63,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -81,6 +82,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -99,6 +101,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -117,6 +120,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -135,6 +139,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -153,6 +158,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -171,6 +177,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -189,6 +196,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -207,6 +215,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -225,6 +234,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -243,6 +253,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -261,6 +272,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -279,6 +291,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -297,6 +310,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -315,6 +329,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -333,6 +348,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -351,6 +367,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -369,6 +386,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -387,6 +405,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -405,6 +424,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -423,6 +443,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STRING | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -441,6 +462,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -459,6 +481,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -477,6 +500,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -495,6 +519,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -513,6 +538,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -543,6 +569,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -573,6 +600,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -603,6 +631,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -612,6 +641,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -621,6 +651,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -630,6 +661,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -648,6 +680,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -666,6 +699,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -684,6 +718,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -702,6 +737,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -720,6 +756,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -738,6 +775,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -756,6 +794,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -774,6 +813,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -792,6 +832,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -801,6 +842,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -810,6 +852,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::WRITE | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -819,6 +862,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -837,6 +881,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -855,6 +900,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -873,6 +919,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -891,6 +938,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -909,6 +957,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -927,6 +976,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -945,6 +995,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -963,6 +1014,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -981,6 +1033,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -999,6 +1052,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1017,6 +1071,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1035,6 +1090,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1053,6 +1109,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::HASH | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1071,6 +1128,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1089,6 +1147,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1098,6 +1157,27 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::FAST | cat::DANGEROUS,
         no_auth: false,
         no_script: false,
+        no_multi: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "save",
+        arity: 1,
+        categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
+        no_auth: false,
+        no_script: true,
+        no_multi: true,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
+        name: "bgsave",
+        arity: -1,
+        categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
+        no_auth: false,
+        no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1107,6 +1187,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1116,6 +1197,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1125,6 +1207,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1134,6 +1217,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1143,6 +1227,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1152,6 +1237,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1161,6 +1247,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1170,6 +1257,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1179,6 +1267,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1188,6 +1277,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1197,6 +1287,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: true,
         keys: &[],
         variable_flags: false,
     },
@@ -1206,6 +1297,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::TRANSACTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1215,6 +1307,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::TRANSACTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1224,6 +1317,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::TRANSACTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1233,6 +1327,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::TRANSACTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -1251,6 +1346,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::TRANSACTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1260,6 +1356,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::CONNECTION,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1269,6 +1366,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::CONNECTION,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1278,6 +1376,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::CONNECTION,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1287,6 +1386,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::CONNECTION,
         no_auth: true,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1296,6 +1396,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::CONNECTION,
         no_auth: true,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1305,6 +1406,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::CONNECTION,
         no_auth: true,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1314,6 +1416,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::FAST | cat::CONNECTION,
         no_auth: true,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1323,6 +1426,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1332,6 +1436,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1341,6 +1446,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1350,6 +1456,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1359,6 +1466,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS | cat::CONNECTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1368,6 +1476,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1377,6 +1486,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS | cat::CONNECTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1386,6 +1496,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::CONNECTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1395,6 +1506,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS | cat::CONNECTION,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1404,6 +1516,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1413,6 +1526,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1422,6 +1536,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1431,6 +1546,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1440,6 +1556,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1449,6 +1566,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1458,6 +1576,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1467,6 +1586,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1476,6 +1596,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1485,6 +1606,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1494,6 +1616,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1503,6 +1626,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1512,6 +1636,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1521,6 +1646,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -1530,6 +1656,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1548,6 +1675,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1566,6 +1694,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1584,6 +1713,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1602,6 +1732,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1620,6 +1751,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1638,6 +1770,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::LIST | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1656,6 +1789,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1674,6 +1808,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1692,6 +1827,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1710,6 +1846,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1728,6 +1865,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1746,6 +1884,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1764,6 +1903,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1782,6 +1922,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -1812,6 +1953,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -1842,6 +1984,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -1860,6 +2003,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1878,6 +2022,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1896,6 +2041,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -1926,6 +2072,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1944,6 +2091,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1962,6 +2110,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1980,6 +2129,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -1998,6 +2148,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2016,6 +2167,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2034,6 +2186,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -2052,6 +2205,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2070,6 +2224,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2100,6 +2255,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -2118,6 +2274,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2148,6 +2305,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -2166,6 +2324,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2196,6 +2355,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2214,6 +2374,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2232,6 +2393,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2250,6 +2412,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2268,6 +2431,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2286,6 +2450,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2304,6 +2469,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2322,6 +2488,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2340,6 +2507,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2358,6 +2526,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2376,6 +2545,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2394,6 +2564,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2412,6 +2583,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2430,6 +2602,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2448,6 +2621,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2466,6 +2640,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2484,6 +2659,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2502,6 +2678,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2532,6 +2709,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2550,6 +2728,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2568,6 +2747,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2586,6 +2766,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2604,6 +2785,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2622,6 +2804,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2640,6 +2823,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2658,6 +2842,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2676,6 +2861,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2694,6 +2880,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2724,6 +2911,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2754,6 +2942,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -2784,6 +2973,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -2802,6 +2992,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2820,6 +3011,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SORTEDSET | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2838,6 +3030,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::HASH | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2856,6 +3049,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STRING | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 1,
@@ -2874,6 +3068,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::BITMAP | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2892,6 +3087,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::BITMAP | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2910,6 +3106,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::BITMAP | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2928,6 +3125,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::BITMAP | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2946,6 +3144,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::BITMAP | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 2,
@@ -2976,6 +3175,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::BITMAP | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -2994,6 +3194,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::BITMAP | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3012,6 +3213,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SET | cat::SORTEDSET | cat::LIST | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3030,6 +3232,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SET | cat::SORTEDSET | cat::LIST | cat::SLOW | cat::DANGEROUS,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3048,6 +3251,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3057,6 +3261,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3075,6 +3280,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3093,6 +3299,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3111,6 +3318,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3129,6 +3337,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3138,6 +3347,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3147,6 +3357,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3165,6 +3376,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3174,6 +3386,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::KEYSPACE | cat::READ | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -3192,6 +3405,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -2,
@@ -3210,6 +3424,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -2,
@@ -3228,6 +3443,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -3258,6 +3474,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[
             KeySpec {
                 index: 1,
@@ -3288,6 +3505,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::LIST | cat::SLOW | cat::BLOCKING,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3306,6 +3524,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST | cat::BLOCKING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -2,
@@ -3324,6 +3543,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::FAST | cat::BLOCKING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -2,
@@ -3342,6 +3562,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SORTEDSET | cat::SLOW | cat::BLOCKING,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3360,6 +3581,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3378,6 +3600,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STREAM | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3396,6 +3619,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3414,6 +3638,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3432,6 +3657,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3450,6 +3676,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3468,6 +3695,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STREAM | cat::SLOW | cat::BLOCKING,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -3486,6 +3714,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::SLOW | cat::BLOCKING,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 4,
             last: -1,
@@ -3504,6 +3733,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3513,6 +3743,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3531,6 +3762,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3549,6 +3781,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3567,6 +3800,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3585,6 +3819,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3603,6 +3838,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3612,6 +3848,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3630,6 +3867,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3648,6 +3886,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3657,6 +3896,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3675,6 +3915,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3693,6 +3934,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::READ | cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 2,
             last: 0,
@@ -3711,6 +3953,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::STREAM | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3720,6 +3963,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3738,6 +3982,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3756,6 +4001,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::STREAM | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3774,6 +4020,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3783,6 +4030,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3792,6 +4040,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3801,6 +4050,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3810,6 +4060,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -3828,6 +4079,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: -1,
@@ -3846,6 +4098,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3855,6 +4108,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::FAST,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[KeySpec {
             index: 1,
             last: 0,
@@ -3873,6 +4127,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3882,6 +4137,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3891,6 +4147,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3900,6 +4157,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3909,6 +4167,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3918,6 +4177,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::PUBSUB | cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3927,6 +4187,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -3936,6 +4197,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3954,6 +4216,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3972,6 +4235,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -3990,6 +4254,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -4008,6 +4273,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -4026,6 +4292,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[KeySpec {
             index: 3,
             last: 0,
@@ -4044,6 +4311,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4053,6 +4321,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4062,6 +4331,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4071,6 +4341,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4080,6 +4351,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4089,6 +4361,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4098,6 +4371,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4107,6 +4381,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4116,6 +4391,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4125,6 +4401,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4134,6 +4411,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: false,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4143,6 +4421,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4152,6 +4431,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4161,6 +4441,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4170,6 +4451,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::WRITE | cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },
@@ -4179,6 +4461,7 @@ pub const COMMANDS: &[Command] = &[
         categories: cat::SLOW | cat::SCRIPTING,
         no_auth: false,
         no_script: true,
+        no_multi: false,
         keys: &[],
         variable_flags: false,
     },

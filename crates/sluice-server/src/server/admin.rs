@@ -22,6 +22,8 @@ const ADMIN: &[(&str, i32)] = &[
     ("command", -1),
     ("shutdown", -1),
     ("acl", -2),
+    ("save", 1),
+    ("bgsave", -1),
 ];
 
 fn admin_arity(name: &[u8]) -> Option<i32> {
@@ -216,6 +218,14 @@ pub(super) fn busy_reply(shared: &Shared, conn: &mut Conn, args: &Args) -> Optio
     };
     if allowed {
         return None;
+    }
+    if name == b"exec" && conn.tx.is_some() {
+        // EXEC refused ends the transaction, as Redis's execCommandAbort.
+        conn.tx = None;
+        conn.watched.clear();
+        return Some(error(&format!(
+            "EXECABORT Transaction discarded because of: {busy}"
+        )));
     }
     if let Some(tx) = conn.tx.as_mut() {
         tx.dirty = true;
@@ -665,7 +675,11 @@ const TX_CONTROL: &[&[u8]] = &[b"multi", b"exec", b"discard", b"watch", b"quit",
 /// Inside MULTI: checks the command as Redis does before queueing it; a
 /// failed check marks the transaction to be refused at EXEC.
 fn queue(conn: &mut Conn, name: &[u8], args: &Args) -> Reply {
-    let mut checked = check(conn, name, args);
+    let mut checked = check(conn, name, args).or_else(|| {
+        acl::resolve(args)
+            .filter(|&id| acl::no_multi(id))
+            .map(|_| error("ERR Command not allowed inside a transaction"))
+    });
     let tx = conn.tx.get_or_insert_with(Default::default);
     if checked.is_none() && tx.queued.len() >= MAX_QUEUED {
         checked = Some(Reply::Error(format!(
@@ -718,8 +732,11 @@ fn transaction_command(
             (Some(error("ERR WATCH inside MULTI is not allowed")), None)
         }
         b"watch" => {
+            let now_ms = super::now_ms();
             for key in &args[1..] {
-                shared.db.watch(&mut conn.watched, key);
+                if let Err(e) = shared.db.watch(&mut conn.watched, key, now_ms) {
+                    return (Some(commands::failure_reply(e.into())), None);
+                }
             }
             (ok(), None)
         }
@@ -748,10 +765,13 @@ fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>
     }
     let db = &shared.db;
     let _all = db.lock_all();
-    if db.changed_since(&watched) {
-        return (Some(Reply::NullArray), None);
+    let now_ms = super::now_ms();
+    match db.changed_since(&watched, now_ms) {
+        Ok(false) => {}
+        Ok(true) => return (Some(Reply::NullArray), None),
+        Err(e) => return (Some(commands::failure_reply(e.into())), None),
     }
-    let mut ctx = Ctx::transaction(db, super::now_ms());
+    let mut ctx = Ctx::transaction(db, now_ms);
     let mut replies = Vec::with_capacity(tx.queued.len());
     for args in &tx.queued {
         let name = args[0].to_ascii_lowercase();
@@ -812,8 +832,31 @@ fn admin(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<R
         b"config" => config(shared, args),
         b"command" => command(args),
         b"acl" => super::acl_command::acl(shared, conn, args),
+        b"save" | b"bgsave" => save(shared, name, args),
         _ => return shutdown(shared, conn, args),
     })
+}
+
+/// SAVE and BGSAVE [SCHEDULE]: Sluice has no snapshot to write; every
+/// write is in its log, so saving makes the log durable up to now (with
+/// `--durability always` it already is).
+fn save(shared: &Shared, name: &[u8], args: &Args) -> Reply {
+    let scheduled = match &args[1..] {
+        [] => false,
+        [s] if name == b"bgsave" && s.eq_ignore_ascii_case(b"schedule") => true,
+        _ => return error("ERR syntax error"),
+    };
+    if let Err(e) = super::durability::make_all_durable(shared) {
+        return Reply::Error(format!(
+            "ERR the log could not be made durable: {}",
+            e.to_string().replace(['\r', '\n'], " ")
+        ));
+    }
+    match (name, scheduled) {
+        (b"save", _) => Reply::Simple("OK".into()),
+        (_, true) => Reply::Simple("Background saving scheduled".into()),
+        _ => Reply::Simple("Background saving started".into()),
+    }
 }
 
 fn shutdown(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
