@@ -1831,6 +1831,11 @@ fn script_libraries_and_protection_match_redis() {
         "EVAL \"return {pcall(error, {err = 'MINE x'})}\" 0",
         "EVAL \"return {pcall(function() return a end)}\" 0",
         "EVAL \"local a = {} local b = {a} a[1] = b return 1\" 0",
+        "EVAL \"return redis.call('cluster', 'reset', 'hard')\" 0",
+        "CLUSTER INFO",
+        "CLUSTER INFO x",
+        "CLUSTER FOO",
+        "CLUSTER KEYSLOT a",
     ]))
     .unwrap();
 }

@@ -1141,3 +1141,46 @@ fn a_watched_key_that_expires_aborts_the_transaction() {
     assert_eq!(c.call(&[b"PING"]), b"+QUEUED\r\n");
     assert_eq!(c.call(&[b"EXEC"]), b"*1\r\n+PONG\r\n");
 }
+
+/// Every error reply is counted by its code, as Redis's INFO errorstats
+/// and `total_error_replies` count them (those inside EXEC's reply too);
+/// CONFIG RESETSTAT starts the counts again.
+#[test]
+fn error_replies_are_counted_by_code() {
+    let s = start_sluice(Durability::None);
+    let mut c = Client::connect(s.addr);
+    c.call(&[b"SET", b"s", b"text"]);
+    assert!(c.call(&[b"INCR", b"s"]).starts_with(b"-ERR"));
+    assert!(c.call(&[b"LPUSH", b"s", b"x"]).starts_with(b"-WRONGTYPE"));
+    assert!(c
+        .call(&[b"EVAL", b"return redis.error_reply('MY_CODE custom')", b"0"])
+        .starts_with(b"-MY_CODE"));
+    c.call(&[b"MULTI"]);
+    c.call(&[b"INCR", b"s"]);
+    c.call(&[b"EXEC"]);
+    let errors = info_fields(&mut c, b"errorstats");
+    assert_eq!(
+        errors.get("errorstat_ERR").map(String::as_str),
+        Some("count=2")
+    );
+    assert_eq!(
+        errors.get("errorstat_WRONGTYPE").map(String::as_str),
+        Some("count=1")
+    );
+    assert_eq!(
+        errors.get("errorstat_MY_CODE").map(String::as_str),
+        Some("count=1")
+    );
+    let stats = info_fields(&mut c, b"stats");
+    assert_eq!(
+        stats.get("total_error_replies").map(String::as_str),
+        Some("4")
+    );
+    assert_eq!(c.call(&[b"CONFIG", b"RESETSTAT"]), b"+OK\r\n");
+    assert!(info_fields(&mut c, b"errorstats").is_empty());
+    let stats = info_fields(&mut c, b"stats");
+    assert_eq!(
+        stats.get("total_error_replies").map(String::as_str),
+        Some("0")
+    );
+}

@@ -24,6 +24,7 @@ const ADMIN: &[(&str, i32)] = &[
     ("acl", -2),
     ("save", 1),
     ("bgsave", -1),
+    ("cluster", -2),
 ];
 
 fn admin_arity(name: &[u8]) -> Option<i32> {
@@ -833,8 +834,28 @@ fn admin(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<R
         b"command" => command(args),
         b"acl" => super::acl_command::acl(shared, conn, args),
         b"save" | b"bgsave" => save(shared, name, args),
+        b"cluster" => cluster(args),
         _ => return shutdown(shared, conn, args),
     })
+}
+
+/// CLUSTER: Sluice is not a cluster node, and answers as a Redis without
+/// cluster support (after Redis's subcommand and arity checks). Known, so
+/// that scripts and ACL rules treat its subcommands as Redis does.
+fn cluster(args: &Args) -> Reply {
+    let Some(id) = acl::resolve(args).filter(|&id| acl::name_of(id) != "cluster") else {
+        return Reply::Error(format!(
+            "ERR unknown subcommand '{}'. Try CLUSTER HELP.",
+            String::from_utf8_lossy(&args[1])
+        ));
+    };
+    if !acl::arity_fits(id, args.len()) {
+        return Reply::Error(format!(
+            "ERR wrong number of arguments for '{}' command",
+            acl::name_of(id)
+        ));
+    }
+    error("ERR This instance has cluster support disabled")
 }
 
 /// SAVE and BGSAVE [SCHEDULE]: Sluice has no snapshot to write; every
@@ -1075,7 +1096,10 @@ fn config(shared: &Shared, args: &Args) -> Reply {
         b"get" => commands::wrong_arity("config|get"),
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => config_set(shared, args),
         b"set" => commands::wrong_arity("config|set"),
-        b"resetstat" => Reply::Simple("OK".into()),
+        b"resetstat" => {
+            shared.stats.errors.reset();
+            Reply::Simple("OK".into())
+        }
         _ => Reply::Error(format!(
             "ERR unknown subcommand '{}'. Try CONFIG HELP.",
             String::from_utf8_lossy(&args[1])
@@ -1310,12 +1334,13 @@ fn info(shared: &Shared, args: &Args) -> String {
             .iter()
             .any(|w| w == "all" || w == "everything" || w == "default");
     let mut out = String::new();
-    let sections: [(&str, Section); 7] = [
+    let sections: [(&str, Section); 8] = [
         ("server", info_server),
         ("clients", info_clients),
         ("memory", info_memory),
         ("persistence", info_persistence),
         ("stats", info_stats),
+        ("errorstats", info_errorstats),
         ("keyspace", info_keyspace),
         ("sluice", info_sluice),
     ];
@@ -1415,6 +1440,13 @@ fn info_stats(shared: &Shared, out: &mut String) {
     line(out, "total_net_input_bytes", sum(|w| &w.net_input_bytes));
     line(out, "total_net_output_bytes", sum(|w| &w.net_output_bytes));
     line(out, "rejected_connections", get(&s.rejected_connections));
+    line(out, "total_error_replies", s.errors.total());
+}
+
+fn info_errorstats(shared: &Shared, out: &mut String) {
+    for (code, count) in shared.stats.errors.by_code() {
+        let _ = write!(out, "errorstat_{code}:count={count}\r\n");
+    }
 }
 
 fn info_keyspace(_shared: &Shared, _out: &mut String) {

@@ -146,6 +146,8 @@ pub(super) struct Conn {
     /// the reply comes back through `scripts_done`, the worker's mailbox.
     pub(super) script_pending: bool,
     pub(super) scripts_done: Option<std::sync::Arc<super::scripting::DoneQueue>>,
+    /// The server's error counts (every error reply is counted).
+    pub(super) errors: Option<std::sync::Arc<super::ErrorStats>>,
 }
 
 impl Conn {
@@ -185,11 +187,15 @@ impl Conn {
             subscriptions: super::pubsub::Subscriptions::default(),
             script_pending: false,
             scripts_done: None,
+            errors: None,
         }
     }
 
     /// Queues `reply`; it waits for durability if an earlier one does.
     pub(super) fn push_reply(&mut self, reply: &Reply) {
+        if let Some(errors) = &self.errors {
+            count_errors(errors, reply);
+        }
         let protocol = self.session.protocol();
         let target = if self.hold_until.is_some() {
             &mut self.held
@@ -326,5 +332,21 @@ impl Conn {
     /// Bytes of replies not yet handed to a send.
     pub(super) fn waiting_bytes(&self) -> usize {
         self.backlog_bytes() + self.held.len()
+    }
+}
+
+/// Counts the error replies in `reply`: itself, or the items of an array
+/// (EXEC's replies, a script's), as Redis counts each error it sends.
+fn count_errors(errors: &super::ErrorStats, reply: &Reply) {
+    match reply {
+        Reply::Error(text) => errors.note(text),
+        Reply::Array(items) => {
+            for item in items {
+                if let Reply::Error(text) = item {
+                    errors.note(text);
+                }
+            }
+        }
+        _ => {}
     }
 }

@@ -188,6 +188,54 @@ pub struct Stats {
     /// Device reads commands left to a worker's fill queue instead of
     /// waiting for them.
     pub reads_queued: AtomicU64,
+    /// Error replies by code (INFO's errorstats).
+    pub errors: Arc<ErrorStats>,
+}
+
+/// Error replies sent, by their code (the first word: `ERR`, `WRONGTYPE`),
+/// as Redis counts them for INFO's `errorstats` and `total_error_replies`.
+#[derive(Debug, Default)]
+pub struct ErrorStats {
+    total: AtomicU64,
+    by_code: Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+/// Most error codes counted apart (Redis's `ERROR_STATS_NUMBER`): past it,
+/// a new code counts in the total only.
+const MAX_ERROR_CODES: usize = 128;
+
+impl ErrorStats {
+    /// Counts an error reply of `text`.
+    pub fn note(&self, text: &str) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let code = text.split(' ').next().unwrap_or_default();
+        let mut by_code = self.by_code.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = by_code.get_mut(code) {
+            *n += 1;
+        } else if by_code.len() < MAX_ERROR_CODES {
+            by_code.insert(code.to_string(), 1);
+        }
+    }
+
+    /// Error replies counted since start or CONFIG RESETSTAT.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Each code and its count, by code.
+    pub fn by_code(&self) -> Vec<(String, u64)> {
+        let by_code = self.by_code.lock().unwrap_or_else(|p| p.into_inner());
+        by_code.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// Forgets every count (CONFIG RESETSTAT).
+    pub fn reset(&self) {
+        self.total.store(0, Ordering::Relaxed);
+        self.by_code
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
 }
 
 /// One worker's request counters, on their own cache line.

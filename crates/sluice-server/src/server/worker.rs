@@ -749,6 +749,7 @@ impl Worker {
         conn.wakes = Some(self.wakes.clone());
         conn.pushes = Some(self.pushes.clone());
         conn.scripts_done = Some(self.scripts_done.clone());
+        conn.errors = Some(self.shared.stats.errors.clone());
         self.conns[slot as usize] = Some(conn);
         self.events.touched.push(slot);
         Ok(())
