@@ -2315,3 +2315,65 @@ proptest! {
         compare(&script)?;
     }
 }
+
+/// Everything a client reads over one connection, to the reply of a
+/// closing `ECHO end`, after sending `commands` as one pipeline.
+fn read_to_end_marker(mut c: Client, commands: &[Vec<Vec<u8>>]) -> Vec<Vec<u8>> {
+    let mut all = commands.to_vec();
+    all.push(vec![b"ECHO".to_vec(), b"end".to_vec()]);
+    let bytes: Vec<u8> = all.iter().flat_map(|a| common::request(a)).collect();
+    c.stream.write_all(&bytes).unwrap();
+    let mut replies = Vec::new();
+    loop {
+        let reply = c.read_reply().expect("the server closed the connection");
+        let done = reply == b"$3\r\nend\r\n";
+        replies.push(reply);
+        if done {
+            return replies;
+        }
+    }
+}
+
+/// CLIENT REPLY OFF silences replies but not pub/sub confirmations and
+/// messages, SKIP silences the next reply only, ON answers OK: the same
+/// bytes as Redis.
+#[test]
+fn client_reply_modes_match_redis() {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let commands = script(&[
+        "CLIENT REPLY OFF",
+        "SET a 1",
+        "GET a",
+        "INCR a",
+        "CLIENT REPLY SKIP",
+        "GET a",
+        "CLIENT REPLY ON",
+        "GET a",
+        "CLIENT REPLY SKIP",
+        "GET a",
+        "INCR a",
+        "CLIENT REPLY SKIP",
+        "SET b 2",
+        "MGET a b",
+        "CLIENT REPLY FOO",
+        "CLIENT REPLY",
+        "CLIENT REPLY OFF",
+        "SUBSCRIBE ch",
+        "PING",
+        "UNSUBSCRIBE ch",
+        "CLIENT REPLY ON",
+    ]);
+    let mut redis = Client::connect_port(p.redis.port);
+    redis.call(&[b"FLUSHALL"]);
+    let mut sluice = Client::connect(p.sluice.addr);
+    sluice.call(&[b"FLUSHALL"]);
+    let want = read_to_end_marker(redis, &commands);
+    let got = read_to_end_marker(sluice, &commands);
+    let show = |r: &[Vec<u8>]| {
+        r.iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(show(&got), show(&want));
+}

@@ -1791,6 +1791,16 @@ pub const COMMANDS: &[Command] = &[
         variable_flags: false,
     },
     Command {
+        name: "client|reply",
+        arity: 3,
+        categories: cat::SLOW | cat::CONNECTION,
+        no_auth: false,
+        no_script: true,
+        no_multi: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
         name: "acl",
         arity: -2,
         categories: cat::SLOW,

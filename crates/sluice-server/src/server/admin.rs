@@ -111,6 +111,23 @@ pub(super) fn execute(
 ) -> Option<LogPosition> {
     let mut lower = [0u8; NAME_MAX_BYTES];
     let name = lowercase_name(&args[0], &mut lower);
+    if conn.replies == super::conn::Replies::SkipNext {
+        conn.replies = super::conn::Replies::Skipping;
+    }
+    let wrote = execute_command(shared, conn, name, args, reads);
+    if conn.replies == super::conn::Replies::Skipping {
+        conn.replies = super::conn::Replies::On;
+    }
+    wrote
+}
+
+fn execute_command(
+    shared: &Shared,
+    conn: &mut Conn,
+    name: &[u8],
+    args: &Args,
+    reads: &mut ReadCache,
+) -> Option<LogPosition> {
     if let Some(gated) = acl_gate(shared, conn, name, args) {
         if let Some(tx) = &mut conn.tx {
             tx.dirty = true;
@@ -443,8 +460,8 @@ fn run(
         }
     }
     if name == b"client" {
-        if let Some(reply) = client(shared, conn, args) {
-            return Some(reply);
+        if let Some(outcome) = client(shared, conn, args) {
+            return outcome;
         }
     }
     let handled = if session_arity(name).is_some() {
@@ -493,8 +510,8 @@ fn run(
     if admin_arity(name).is_some() {
         return admin(shared, conn, name, args);
     }
-    if let Some(reply) = super::pubsub::run(&shared.pubsub, conn, name, args) {
-        return Some(reply);
+    if let Some(outcome) = super::pubsub::run(&shared.pubsub, conn, name, args) {
+        return outcome;
     }
     if let Some(outcome) = super::scripting::run(shared, conn, name, args, ctx) {
         return outcome;
@@ -897,9 +914,10 @@ fn shutdown(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
     None
 }
 
-/// CLIENT LIST, INFO, KILL and SETINFO (the session answers ID, GETNAME
-/// and SETNAME); None: a subcommand for the session.
-fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
+/// CLIENT LIST, INFO, KILL, SETINFO, UNBLOCK and REPLY (the session
+/// answers ID, GETNAME and SETNAME); None: a subcommand for the session;
+/// Some(None): no reply (CLIENT REPLY OFF and SKIP).
+fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>> {
     let sub = args.get(1)?.to_ascii_lowercase();
     let arity: i32 = match &sub[..] {
         b"list" => -2,
@@ -907,19 +925,20 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
         b"kill" => -3,
         b"setinfo" => 4,
         b"unblock" => -3,
+        b"reply" => 3,
         _ => return None,
     };
     if !arity_ok(arity, args.len()) {
-        return Some(commands::wrong_arity(&format!(
+        return Some(Some(commands::wrong_arity(&format!(
             "client|{}",
             String::from_utf8_lossy(&sub)
-        )));
+        ))));
     }
     if let Some(noauth) = conn.session.check_auth() {
-        return Some(noauth);
+        return Some(Some(noauth));
     }
     let me = conn.session.id();
-    Some(match &sub[..] {
+    Some(Some(match &sub[..] {
         b"list" => client_list(shared, conn, args),
         b"info" => match shared.registry.get(me) {
             Some(e) => Reply::Verbatim {
@@ -930,8 +949,9 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply> {
         },
         b"setinfo" => client_setinfo(shared, me, &args[2], &args[3]),
         b"unblock" => client_unblock(shared, args),
+        b"reply" => return Some(client_reply(conn, &args[2])),
         _ => client_kill(shared, me, args),
-    })
+    }))
 }
 
 /// One client's line, as Redis prints it (the fields Sluice tracks).
@@ -994,6 +1014,29 @@ fn client_list(shared: &Shared, conn: &Conn, args: &Args) -> Reply {
     Reply::Verbatim {
         format: *b"txt",
         text: text.into_bytes(),
+    }
+}
+
+/// CLIENT REPLY ON|OFF|SKIP: ON answers OK; OFF and SKIP answer nothing
+/// (SKIP silences the next command's reply only).
+fn client_reply(conn: &mut Conn, mode: &[u8]) -> Option<Reply> {
+    use super::conn::Replies;
+    let mode = mode.to_ascii_lowercase();
+    match &mode[..] {
+        b"on" => {
+            conn.replies = Replies::On;
+            Some(Reply::Simple("OK".into()))
+        }
+        b"off" => {
+            conn.replies = Replies::Off;
+            None
+        }
+        b"skip" if conn.replies != Replies::Off => {
+            conn.replies = Replies::SkipNext;
+            None
+        }
+        b"skip" => None,
+        _ => Some(error("ERR syntax error")),
     }
 }
 

@@ -148,6 +148,21 @@ pub(super) struct Conn {
     pub(super) scripts_done: Option<std::sync::Arc<super::scripting::DoneQueue>>,
     /// The server's error counts (every error reply is counted).
     pub(super) errors: Option<std::sync::Arc<super::ErrorStats>>,
+    /// CLIENT REPLY: whether replies are sent.
+    pub(super) replies: Replies,
+}
+
+/// CLIENT REPLY's modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Replies {
+    /// Every reply is sent (the default, CLIENT REPLY ON).
+    On,
+    /// No reply is sent (CLIENT REPLY OFF); pub/sub messages still are.
+    Off,
+    /// The next command's reply is not sent (CLIENT REPLY SKIP).
+    SkipNext,
+    /// This command's reply is not sent; the next ones are.
+    Skipping,
 }
 
 impl Conn {
@@ -188,6 +203,7 @@ impl Conn {
             script_pending: false,
             scripts_done: None,
             errors: None,
+            replies: Replies::On,
         }
     }
 
@@ -196,6 +212,15 @@ impl Conn {
         if let Some(errors) = &self.errors {
             count_errors(errors, reply);
         }
+        if matches!(self.replies, Replies::Off | Replies::Skipping) {
+            return;
+        }
+        self.push_message(reply);
+    }
+
+    /// Queues `reply` whatever CLIENT REPLY says: pub/sub messages and
+    /// (un)subscribe confirmations, which Redis sends as pushes.
+    pub(super) fn push_message(&mut self, reply: &Reply) {
         let protocol = self.session.protocol();
         let target = if self.hold_until.is_some() {
             &mut self.held

@@ -341,9 +341,10 @@ pub(super) fn allowed_while_subscribed(name: &[u8]) -> bool {
     )
 }
 
-/// Runs pub/sub command `name`; None if it is not one. Every reply but
-/// the last is queued on the connection here.
-pub(super) fn run(ps: &PubSub, conn: &mut Conn, name: &[u8], args: &Args) -> Option<Reply> {
+/// Runs pub/sub command `name`; None if it is not one. The
+/// (un)subscribe confirmations are queued here as pushes (CLIENT REPLY OFF
+/// does not silence them, as in Redis): Some(None).
+pub(super) fn run(ps: &PubSub, conn: &mut Conn, name: &[u8], args: &Args) -> Option<Option<Reply>> {
     let names = || args[1..].to_vec();
     let mut replies = match name {
         b"subscribe" => ps.subscribe(conn, Kind::Channel, &names()),
@@ -357,9 +358,11 @@ pub(super) fn run(ps: &PubSub, conn: &mut Conn, name: &[u8], args: &Args) -> Opt
         b"pubsub" => vec![ps.pubsub(args)],
         _ => return None,
     };
-    let last = replies.pop();
-    for r in &replies {
-        conn.push_reply(r);
+    if name.ends_with(b"subscribe") {
+        for r in &replies {
+            conn.push_message(r);
+        }
+        return Some(None);
     }
-    last
+    Some(replies.pop())
 }

@@ -355,7 +355,7 @@ impl Worker {
                 continue;
             };
             if c.session.id() == client && !c.dead {
-                c.push_reply(&message);
+                c.push_message(&message);
                 self.pending.push(slot);
             }
         }
@@ -1269,9 +1269,15 @@ struct Grouped {
 /// has authenticated (each path then asks whether its user may run it on
 /// the key it names).
 fn plain_path_open(c: &Conn) -> bool {
-    // A subscribed connection's commands go through the subscriber
-    // context's check.
-    c.deferred.is_none() && c.tx.is_none() && !c.session.unauthenticated() && !c.subscriptions.any()
+    c.deferred.is_none() && !c.session.unauthenticated() && plain_path_open_for(c)
+}
+
+/// Whether `c`'s command may take a fast path at all: not inside MULTI,
+/// not subscribed (its commands go through the subscriber context's
+/// check), and every reply sent (CLIENT REPLY OFF or SKIP: the general
+/// path knows to drop them).
+fn plain_path_open_for(c: &Conn) -> bool {
+    c.tx.is_none() && !c.subscriptions.any() && c.replies == super::conn::Replies::On
 }
 
 /// Connection `id` unless it is gone or dying.
@@ -1501,8 +1507,7 @@ impl Pass<'_> {
                 *n += 1;
                 continue;
             }
-            let groupable = c.tx.is_none()
-                && !c.subscriptions.any()
+            let groupable = plain_path_open_for(c)
                 && !self.shared.tunables.writes_need_replicas()
                 && SetGroup::takes(&self.shared.db, &args)
                 && admin::acl_allows(self.shared, c, &args);
@@ -1526,7 +1531,10 @@ impl Pass<'_> {
                 }
                 c.fills = 0;
             }
-            if !groupable && admin::try_get(self.shared, c, &args, reads, now_ms) {
+            if !groupable
+                && plain_path_open_for(c)
+                && admin::try_get(self.shared, c, &args, reads, now_ms)
+            {
                 WorkerStats::add(&self.stats.commands_processed, 1);
                 *n += 1;
                 continue;
