@@ -1836,6 +1836,10 @@ fn script_libraries_and_protection_match_redis() {
         "CLUSTER INFO x",
         "CLUSTER FOO",
         "CLUSTER KEYSLOT a",
+        "CLIENT NO-EVICT on",
+        "CLIENT NO-EVICT OFF",
+        "CLIENT NO-EVICT maybe",
+        "CLIENT NO-EVICT",
     ]))
     .unwrap();
 }

@@ -1184,3 +1184,32 @@ fn error_replies_are_counted_by_code() {
         Some("0")
     );
 }
+
+/// INFO's cpu section (the process's CPU seconds, growing as it works)
+/// and memory fields, in the sections Redis puts them.
+#[test]
+fn info_reports_cpu_and_memory_in_their_sections() {
+    let s = start_sluice(Durability::None);
+    let mut c = Client::connect(s.addr);
+    let cpu = info_fields(&mut c, b"cpu");
+    let user: f64 = cpu["used_cpu_user"].parse().unwrap();
+    let system: f64 = cpu["used_cpu_sys"].parse().unwrap();
+    assert!(user >= 0.0 && system >= 0.0);
+    assert!(!cpu.contains_key("used_memory"));
+    for i in 0..20_000u32 {
+        c.call(&[b"SET", format!("k{i}").as_bytes(), b"v"]);
+    }
+    let later = info_fields(&mut c, b"cpu");
+    let busy: f64 = later["used_cpu_user"].parse::<f64>().unwrap()
+        + later["used_cpu_sys"].parse::<f64>().unwrap();
+    assert!(
+        busy > user + system,
+        "{busy} after 20,000 SETs, {} before",
+        user + system
+    );
+    let memory = info_fields(&mut c, b"memory");
+    assert!(memory["used_memory"].parse::<u64>().unwrap() > 0);
+    assert!(memory["used_memory_rss"].parse::<u64>().unwrap() > 0);
+    let all = info_fields(&mut c, b"default");
+    assert!(all.contains_key("used_cpu_user") && all.contains_key("used_memory"));
+}

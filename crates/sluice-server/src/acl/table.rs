@@ -1801,6 +1801,16 @@ pub const COMMANDS: &[Command] = &[
         variable_flags: false,
     },
     Command {
+        name: "client|no-evict",
+        arity: 3,
+        categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS | cat::CONNECTION,
+        no_auth: false,
+        no_script: true,
+        no_multi: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
         name: "acl",
         arity: -2,
         categories: cat::SLOW,

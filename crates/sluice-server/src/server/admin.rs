@@ -926,6 +926,7 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>
         b"setinfo" => 4,
         b"unblock" => -3,
         b"reply" => 3,
+        b"no-evict" => 3,
         _ => return None,
     };
     if !arity_ok(arity, args.len()) {
@@ -950,6 +951,13 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>
         b"setinfo" => client_setinfo(shared, me, &args[2], &args[3]),
         b"unblock" => client_unblock(shared, args),
         b"reply" => return Some(client_reply(conn, &args[2])),
+        // Sluice evicts no keys: every client is already never evicted.
+        b"no-evict"
+            if args[2].eq_ignore_ascii_case(b"on") || args[2].eq_ignore_ascii_case(b"off") =>
+        {
+            Reply::Simple("OK".into())
+        }
+        b"no-evict" => error("ERR syntax error"),
         _ => client_kill(shared, me, args),
     }))
 }
@@ -1377,12 +1385,13 @@ fn info(shared: &Shared, args: &Args) -> String {
             .iter()
             .any(|w| w == "all" || w == "everything" || w == "default");
     let mut out = String::new();
-    let sections: [(&str, Section); 8] = [
+    let sections: [(&str, Section); 9] = [
         ("server", info_server),
         ("clients", info_clients),
         ("memory", info_memory),
         ("persistence", info_persistence),
         ("stats", info_stats),
+        ("cpu", info_cpu),
         ("errorstats", info_errorstats),
         ("keyspace", info_keyspace),
         ("sluice", info_sluice),
@@ -1434,11 +1443,57 @@ fn info_clients(shared: &Shared, out: &mut String) {
 
 fn info_memory(shared: &Shared, out: &mut String) {
     let s = shared.db.store().stats();
+    // Redis's `used_memory` is what its allocator holds for the data; the
+    // nearest of Sluice's is what it holds in memory for the store (the
+    // data itself is on the device) and for scripts.
+    let used = (s.memtable_bytes + s.block_cache_used_bytes + s.pinned_index_bytes) as u64
+        + shared.scripts.lua_memory();
+    line(out, "used_memory", used);
+    if let Some(rss) = resident_bytes() {
+        line(out, "used_memory_rss", rss);
+    }
     line(out, "sluice_memtable_bytes", s.memtable_bytes);
     line(out, "sluice_block_cache_bytes", s.block_cache_used_bytes);
     line(out, "sluice_pinned_index_bytes", s.pinned_index_bytes);
     line(out, "used_memory_lua", shared.scripts.lua_memory());
     line(out, "number_of_cached_scripts", shared.scripts.cached());
+}
+
+/// The process's resident memory (`/proc/self/status`'s VmRSS).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Seconds of CPU the process (and its waited-for children) used, from
+/// `/proc/self/stat`, whose times are in the kernel's USER_HZ (100 a
+/// second on Linux): (user, system, children's user, children's system).
+fn cpu_seconds() -> Option<[f64; 4]> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is field 3, utime 14 ... cstime 17.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| -> Option<f64> { Some(fields.get(i)?.parse::<f64>().ok()? / 100.0) };
+    Some([tick(11)?, tick(12)?, tick(13)?, tick(14)?])
+}
+
+fn info_cpu(_shared: &Shared, out: &mut String) {
+    let Some([user, system, child_user, child_system]) = cpu_seconds() else {
+        return;
+    };
+    line(out, "used_cpu_sys", format!("{system:.6}"));
+    line(out, "used_cpu_user", format!("{user:.6}"));
+    line(out, "used_cpu_sys_children", format!("{child_system:.6}"));
+    line(out, "used_cpu_user_children", format!("{child_user:.6}"));
 }
 
 fn info_persistence(shared: &Shared, out: &mut String) {
