@@ -26,7 +26,8 @@ pub struct ServeBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
     /// redis-benchmark tests (-t), in order; `default` is redis-benchmark's
-    /// own set and XADD.
+    /// own set and XADD; `xadd` and `eval` (a script that INCRs a random
+    /// key) run as commands of their own.
     #[arg(long, value_delimiter = ',', default_value = "set,get")]
     tests: Vec<String>,
     /// Pipeline depths (redis-benchmark -P).
@@ -233,6 +234,13 @@ const DEFAULT_TESTS: &[&str] = &[
 fn custom_command(test: &str) -> Option<&'static [&'static str]> {
     match test {
         "xadd" => Some(&["XADD", "benchstream", "*", "field", "__rand_int__"]),
+        // A script that writes, as rate limiters and job queues run them.
+        "eval" => Some(&[
+            "EVAL",
+            "return redis.call('INCR', KEYS[1])",
+            "1",
+            "counter:__rand_int__",
+        ]),
         _ => None,
     }
 }

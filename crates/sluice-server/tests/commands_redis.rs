@@ -2381,3 +2381,71 @@ fn client_reply_modes_match_redis() {
     };
     assert_eq!(show(&got), show(&want));
 }
+
+/// What a MONITOR connection shows while `commands` run on another
+/// connection, up to `ECHO end`: each line without its time, the client's
+/// address as `client`.
+fn monitored(monitor_port: Client, mut runner: Client, commands: &[Vec<Vec<u8>>]) -> Vec<String> {
+    let mut monitor = monitor_port;
+    assert_eq!(monitor.call(&[b"MONITOR"]), b"+OK\r\n");
+    for args in commands {
+        let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+        runner.call(&refs);
+    }
+    runner.call(&[b"ECHO", b"end"]);
+    let mut lines = Vec::new();
+    loop {
+        let reply = monitor
+            .read_reply()
+            .expect("the monitor's connection stays");
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        let (_, rest) = text.split_once(" [0 ").expect("a monitor line");
+        let (source, args) = rest.split_once("] ").expect("a monitor line");
+        let source = if source == "lua" { "lua" } else { "client" };
+        let line = format!("[{source}] {}", args.trim_end());
+        let done = line == "[client] \"ECHO\" \"end\"";
+        lines.push(line);
+        if done {
+            return lines;
+        }
+    }
+}
+
+/// MONITOR shows what Redis shows: commands as sent (quoted and escaped),
+/// a script's commands as `lua` after the script, MULTI and EXEC around
+/// a transaction's commands, passwords redacted, administrative commands
+/// left out.
+#[test]
+fn monitor_matches_redis() {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let commands = script(&[
+        "SET foo \"a b\\\"c\\n\"",
+        "GET foo",
+        "EVAL \"redis.call('set', KEYS[1], ARGV[1])\" 1 foo bar",
+        "MULTI",
+        "SET x 1",
+        "INCR x",
+        "EXEC",
+        "multi",
+        "NOSUCH",
+        "exec",
+        "AUTH nobody wrong",
+        "HELLO 2 AUTH nobody wrong",
+        "CONFIG GET maxmemory",
+        "FUNCTION LOAD REPLACE \"#!lua name=m\nredis.register_function('m', function() return redis.call('get', 'x') end)\"",
+        "FCALL m 0",
+        "FUNCTION DELETE m",
+    ]);
+    let want = monitored(
+        Client::connect_port(p.redis.port),
+        Client::connect_port(p.redis.port),
+        &commands,
+    );
+    let got = monitored(
+        Client::connect(p.sluice.addr),
+        Client::connect(p.sluice.addr),
+        &commands,
+    );
+    assert_eq!(got, want);
+}

@@ -1562,6 +1562,16 @@ pub const COMMANDS: &[Command] = &[
         variable_flags: false,
     },
     Command {
+        name: "monitor",
+        arity: 1,
+        categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,
+        no_auth: false,
+        no_script: true,
+        no_multi: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
         name: "shutdown",
         arity: -1,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,

@@ -25,6 +25,7 @@ const ADMIN: &[(&str, i32)] = &[
     ("save", 1),
     ("bgsave", -1),
     ("cluster", -2),
+    ("monitor", 1),
 ];
 
 fn admin_arity(name: &[u8]) -> Option<i32> {
@@ -114,6 +115,11 @@ pub(super) fn execute(
     if conn.replies == super::conn::Replies::SkipNext {
         conn.replies = super::conn::Replies::Skipping;
     }
+    if shared.monitors.any() && conn.tx.is_none() && name != b"exec" && name != b"multi" {
+        // Shown before it runs, so a script's own commands follow it
+        // (EXEC shows its commands itself, MULTI with them).
+        shared.monitors.feed(conn.session.id(), &conn.addr, args);
+    }
     let wrote = execute_command(shared, conn, name, args, reads);
     if conn.replies == super::conn::Replies::Skipping {
         conn.replies = super::conn::Replies::On;
@@ -146,6 +152,7 @@ fn execute_command(
             conn.tx = None;
             conn.watched.clear();
             shared.pubsub.leave_all(conn);
+            shared.monitors.remove(conn.session.id());
         }
         let mut ctx = Ctx::new(&shared.db, super::now_ms()).with_reads(reads);
         let reply = run(shared, conn, name, args, &mut ctx);
@@ -737,7 +744,10 @@ fn transaction_command(
     match name {
         b"multi" if conn.tx.is_some() => (Some(error("ERR MULTI calls can not be nested")), None),
         b"multi" => {
-            conn.tx = Some(Default::default());
+            conn.tx = Some(super::conn::Queued {
+                multi: args[0].clone(),
+                ..Default::default()
+            });
             (ok(), None)
         }
         b"discard" if conn.tx.is_none() => (Some(error("ERR DISCARD without MULTI")), None),
@@ -762,17 +772,39 @@ fn transaction_command(
             conn.watched.clear();
             (ok(), None)
         }
-        _ => exec(shared, conn),
+        _ => exec(shared, conn, &args[0]),
     }
 }
 
 /// EXEC: the queued commands run under every stripe lock and commit as
 /// one batch — all of them or none, visible at once.
-fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>) {
+fn exec(shared: &Shared, conn: &mut Conn, word: &[u8]) -> (Option<Reply>, Option<LogPosition>) {
     let Some(tx) = conn.tx.take() else {
         return (Some(error("ERR EXEC without MULTI")), None);
     };
     let watched = std::mem::take(&mut conn.watched);
+    let monitored = shared.monitors.any();
+    let me = conn.session.id();
+    let addr = conn.addr.clone();
+    let show = |word: &[u8]| {
+        if monitored {
+            shared.monitors.feed(me, &addr, &[word.to_vec()]);
+        }
+    };
+    // Monitors see MULTI, what runs, then EXEC (also when it aborts).
+    show(&tx.multi.clone());
+    let (reply, wrote) = exec_queued(shared, conn, tx, &watched);
+    show(word);
+    (reply, wrote)
+}
+
+/// EXEC's work once its MULTI is shown to monitors.
+fn exec_queued(
+    shared: &Shared,
+    conn: &mut Conn,
+    tx: super::conn::Queued,
+    watched: &sluice_redis::db::Watched,
+) -> (Option<Reply>, Option<LogPosition>) {
     if tx.dirty {
         return (
             Some(error(
@@ -784,7 +816,7 @@ fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>
     let db = &shared.db;
     let _all = db.lock_all();
     let now_ms = super::now_ms();
-    match db.changed_since(&watched, now_ms) {
+    match db.changed_since(watched, now_ms) {
         Ok(false) => {}
         Ok(true) => return (Some(Reply::NullArray), None),
         Err(e) => return (Some(commands::failure_reply(e.into())), None),
@@ -796,6 +828,9 @@ fn exec(shared: &Shared, conn: &mut Conn) -> (Option<Reply>, Option<LogPosition>
         if let Some(refused) = exec_acl_check(shared, conn, args) {
             replies.push(refused);
             continue;
+        }
+        if shared.monitors.any() {
+            shared.monitors.feed(conn.session.id(), &conn.addr, args);
         }
         replies.push(run(shared, conn, &name, args, &mut ctx).unwrap_or(Reply::Null));
     }
@@ -852,6 +887,11 @@ fn admin(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<R
         b"acl" => super::acl_command::acl(shared, conn, args),
         b"save" | b"bgsave" => save(shared, name, args),
         b"cluster" => cluster(args),
+        b"monitor" => {
+            let queue = conn.pushes.clone().expect("a worker's connection");
+            shared.monitors.add(conn.session.id(), conn.slot, queue);
+            Reply::Simple("OK".into())
+        }
         _ => return shutdown(shared, conn, args),
     })
 }

@@ -59,6 +59,8 @@ pub(super) struct Queued {
     pub(super) queued: Vec<crate::resp::Args>,
     /// A command failed its checks while queueing: EXEC refuses.
     pub(super) dirty: bool,
+    /// MULTI as the client spelled it (monitors see it at EXEC).
+    pub(super) multi: Vec<u8>,
 }
 
 /// Values at least this big are streamed into a shared-memory client's

@@ -856,6 +856,9 @@ fn call_command(
         // before the command runs, whatever it answers).
         shared.scripts.note_write();
     }
+    if shared.monitors.any() {
+        shared.monitors.feed(0, "lua", args);
+    }
     let name = args[0].to_ascii_lowercase();
     if name == b"publish" || name == b"spublish" {
         return Reply::Integer(

@@ -26,6 +26,7 @@ mod functions;
 mod lua;
 mod lua_libs;
 mod mailbox;
+mod monitor;
 mod pubsub;
 mod scripting;
 pub mod shm;
@@ -290,6 +291,8 @@ pub struct Shared {
     pub blocking: Blocking,
     /// Pub/sub subscriptions.
     pub pubsub: PubSub,
+    /// MONITOR's connections.
+    pub monitors: monitor::Monitors,
     /// Scripts EVAL and SCRIPT LOAD saw, by SHA1, and the script thread's
     /// queue.
     pub scripts: Scripts,
@@ -395,6 +398,7 @@ impl Server {
             registry: Clients::default(),
             blocking: Blocking::default(),
             pubsub: PubSub::default(),
+            monitors: monitor::Monitors::default(),
             scripts: Scripts::default(),
             functions,
             tunables: tunables::Tunables::default(),

@@ -1109,6 +1109,7 @@ impl Worker {
                 self.shared.blocking.leave(&b.keys, b.ticket);
             }
             self.shared.pubsub.leave_all(c);
+            self.shared.monitors.remove(c.session.id());
             if let Transport::Shm(link) = &c.stream {
                 // Wakes a client parked on its futex: it reads what is
                 // left in its ring, then sees the channel closed.
@@ -1338,7 +1339,7 @@ impl Pass<'_> {
     /// whether it did. Anything else is left to the general path, which
     /// would group the same SET.
     fn take_plain_set(&self, c: &mut Conn, id: u32, group: &mut Grouped) -> bool {
-        if !plain_path_open(c) {
+        if !plain_path_open(c) || self.shared.monitors.any() {
             return false;
         }
         let Some((key, value, len)) = c.reader.peek_plain_set() else {
@@ -1372,7 +1373,7 @@ impl Pass<'_> {
         now_ms: &mut Option<u64>,
         fill_room: usize,
     ) -> PlainGet {
-        if !plain_path_open(c) || group.holds(id) {
+        if !plain_path_open(c) || group.holds(id) || self.shared.monitors.any() {
             return PlainGet::Other;
         }
         let Some((key, len)) = c.reader.peek_plain_get() else {
@@ -1508,6 +1509,7 @@ impl Pass<'_> {
                 continue;
             }
             let groupable = plain_path_open_for(c)
+                && !self.shared.monitors.any()
                 && !self.shared.tunables.writes_need_replicas()
                 && SetGroup::takes(&self.shared.db, &args)
                 && admin::acl_allows(self.shared, c, &args);
@@ -1533,6 +1535,7 @@ impl Pass<'_> {
             }
             if !groupable
                 && plain_path_open_for(c)
+                && !self.shared.monitors.any()
                 && admin::try_get(self.shared, c, &args, reads, now_ms)
             {
                 WorkerStats::add(&self.stats.commands_processed, 1);
