@@ -117,6 +117,8 @@ pub(super) fn run(
         events: Events::default(),
         pending: Vec::new(),
         work: Vec::new(),
+        marks: Vec::new(),
+        turn_mark: 0,
         room_waiters: Vec::new(),
         index,
         kills,
@@ -168,8 +170,11 @@ struct Worker {
     /// Connections that need a look next turn without a completion
     /// (requests left by the pipeline limit, replies held, closing).
     pending: Vec<ConnId>,
-    /// This turn's connections to look at.
+    /// This turn's connections to look at, each once.
     work: Vec<ConnId>,
+    /// Per slot, the last turn it was put in `work` (a turn's mark).
+    marks: Vec<u32>,
+    turn_mark: u32,
     /// Connections whose next command needs device reads while the fill
     /// queue is full: looked at again once reads complete.
     room_waiters: Vec<ConnId>,
@@ -287,11 +292,22 @@ impl Worker {
         self.take_script_replies();
         // Only connections something happened to, or that wait on
         // something, are looked at: ten thousand idle ones cost nothing.
+        // In the order their requests came: those left from earlier turns
+        // first, then as the completions arrived (as Redis's one event loop
+        // takes them: a client blocked before another is served first).
         self.work.clear();
-        self.work.append(&mut self.events.touched);
-        self.work.append(&mut self.pending);
-        self.work.sort_unstable();
-        self.work.dedup();
+        self.turn_mark = self.turn_mark.wrapping_add(1).max(1);
+        let mark = self.turn_mark;
+        for id in self.pending.drain(..).chain(self.events.touched.drain(..)) {
+            let slot = id as usize;
+            if self.marks.len() <= slot {
+                self.marks.resize(slot + 1, 0);
+            }
+            if self.marks[slot] != mark {
+                self.marks[slot] = mark;
+                self.work.push(id);
+            }
+        }
         // An idle turn ends here: the sooner the next look at the rings,
         // the sooner a request that lands meanwhile is seen.
         let (mut served, mut wrote) = (false, false);
