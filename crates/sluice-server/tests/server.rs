@@ -1213,3 +1213,46 @@ fn info_reports_cpu_and_memory_in_their_sections() {
     let all = info_fields(&mut c, b"default");
     assert!(all.contains_key("used_cpu_user") && all.contains_key("used_memory"));
 }
+
+/// A worker runs its clients' requests in the order they came, not by
+/// the slots the clients hold: two BRPOPLPUSH then an LPUSH, sent back to
+/// back, serve the first waiter first (WRONGTYPE: its target is a string)
+/// and the element goes to the second, as Redis's one event loop does.
+/// The clients take slots in the reverse of their sending order.
+#[test]
+fn requests_of_different_clients_run_in_the_order_they_came() {
+    let s = start_sluice_on(
+        common::small_store(),
+        ServerConfig {
+            threads: 1,
+            ..config(Durability::None)
+        },
+    );
+    for _ in 0..20 {
+        let mut writer = Client::connect(s.addr);
+        let mut second = Client::connect(s.addr);
+        let mut first = Client::connect(s.addr);
+        writer.call(&[b"DEL", b"blist", b"target1", b"target2"]);
+        writer.call(&[b"SET", b"target1", b"nolist"]);
+        let send = |c: &mut Client, args: &[&[u8]]| {
+            let args: Vec<Vec<u8>> = args.iter().map(|a| a.to_vec()).collect();
+            c.stream.write_all(&request(&args)).unwrap();
+        };
+        send(&mut first, &[b"BRPOPLPUSH", b"blist", b"target1", b"0"]);
+        send(&mut second, &[b"BRPOPLPUSH", b"blist", b"target2", b"0"]);
+        send(&mut writer, &[b"LPUSH", b"blist", b"foo"]);
+        for c in [&mut first, &mut second, &mut writer] {
+            c.stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+        }
+        assert_eq!(writer.read_reply().as_deref(), Some(&b":1\r\n"[..]));
+        let wrong = first.read_reply().expect("the first waiter is answered");
+        assert!(
+            wrong.starts_with(b"-WRONGTYPE"),
+            "{}",
+            String::from_utf8_lossy(&wrong)
+        );
+        assert_eq!(second.read_reply().as_deref(), Some(&b"$3\r\nfoo\r\n"[..]));
+    }
+}
