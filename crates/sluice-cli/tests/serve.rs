@@ -571,6 +571,96 @@ fn kill_9_in_list_and_set_writes_keeps_every_acknowledged_change_whole() {
     }
 }
 
+/// One writer of scripts: each EVAL adds member `i` to a sorted set,
+/// entry `i` to a stream and one to a counter; the acknowledged `i`s.
+fn script_writer(port: u16, t: usize, stop: Arc<AtomicBool>, acks: Arc<Mutex<Vec<u64>>>) {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return;
+    };
+    let script = b"redis.call('ZADD', KEYS[1], ARGV[1], 'm' .. ARGV[1]) \
+        redis.call('XADD', KEYS[2], ARGV[1] .. '-1', 'i', ARGV[1]) \
+        return redis.call('INCR', KEYS[3])";
+    let keys = [format!("z{t}"), format!("x{t}"), format!("n{t}")];
+    for i in 1u64.. {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let i_text = i.to_string();
+        let req = request(&[
+            b"EVAL",
+            script,
+            b"3",
+            keys[0].as_bytes(),
+            keys[1].as_bytes(),
+            keys[2].as_bytes(),
+            i_text.as_bytes(),
+        ]);
+        if s.write_all(&req).is_err() {
+            return;
+        }
+        match read_simple(&mut s) {
+            Some(r) if r.starts_with(b":") => acks.lock().unwrap().push(i),
+            _ => return,
+        }
+    }
+}
+
+/// kill -9 with `--durability always` in the middle of scripts that write
+/// a sorted set, a stream and a counter: after the restart each
+/// acknowledged script's three writes are there, and no script's writes
+/// are there in part (the three agree on how many ran).
+#[test]
+fn kill_9_in_script_writes_keeps_every_acknowledged_script_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = serve(dir.path(), &["--durability", "always"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acks: Vec<_> = (0..2).map(|_| Arc::new(Mutex::new(Vec::new()))).collect();
+    for (t, a) in acks.iter().enumerate() {
+        let (port, stop, a) = (s.port, stop.clone(), a.clone());
+        std::thread::spawn(move || script_writer(port, t, stop, a));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(100));
+    let s = serve(dir.path(), &[]);
+    for (t, a) in acks.iter().enumerate() {
+        let acked = a.lock().unwrap().clone();
+        assert!(
+            acked.len() > 20,
+            "writer {t}: only {} scripts acknowledged",
+            acked.len()
+        );
+        let count = |args: &[&str]| redis_cli(s.port, args).trim().parse::<u64>().unwrap();
+        let members = count(&["ZCARD", &format!("z{t}")]);
+        let entries = count(&["XLEN", &format!("x{t}")]);
+        let counter = count(&["GET", &format!("n{t}")]);
+        assert_eq!(members, entries, "writer {t}: a script survived in part");
+        assert_eq!(members, counter, "writer {t}: a script survived in part");
+        assert!(
+            members >= acked.len() as u64,
+            "writer {t}: {} scripts acknowledged, {members} found",
+            acked.len()
+        );
+        // Scripts ran in order: the first `members` of them, each whole.
+        let last = format!("m{members}");
+        assert_eq!(
+            redis_cli(s.port, &["ZSCORE", &format!("z{t}"), &last]).trim(),
+            members.to_string(),
+            "writer {t}: the last script's member"
+        );
+        let tail = lines(&redis_cli(
+            s.port,
+            &["XREVRANGE", &format!("x{t}"), "+", "-", "COUNT", "1"],
+        ));
+        assert_eq!(
+            tail.first().map(String::as_str),
+            Some(&format!("{members}-1")[..])
+        );
+    }
+}
+
 #[test]
 fn kill_9_with_always_loses_no_acknowledged_write() {
     kill_9_under_load("always", Duration::ZERO);
