@@ -81,6 +81,10 @@ pub(super) const BUSY: &str =
 pub(super) const BUSY_FUNCTION: &str =
     "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
 
+/// Most scripts run under one taking of the stripe locks (others' commands
+/// wait meanwhile, as they wait for one script).
+const MAX_BATCH: usize = 64;
+
 /// Most scripts kept (each EVAL of a new body adds one; SCRIPT FLUSH
 /// empties the cache).
 const MAX_SCRIPTS: usize = 100_000;
@@ -278,12 +282,14 @@ impl Scripts {
         self.ready.notify_one();
     }
 
-    /// The next script to run; None once closed and nothing is left.
-    fn next_job(&self) -> Option<Job> {
+    /// The next scripts to run, at most [`MAX_BATCH`], in order; None once
+    /// closed and nothing is left.
+    fn next_jobs(&self) -> Option<Vec<Job>> {
         let mut jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            if let Some(job) = jobs.pop_front() {
-                return Some(job);
+            if !jobs.is_empty() {
+                let n = jobs.len().min(MAX_BATCH);
+                return Some(jobs.drain(..n).collect());
             }
             if self.closed.load(Ordering::Acquire) {
                 return None;
@@ -318,23 +324,28 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
     std::thread::Builder::new()
         .name("sluice-scripts".into())
         .spawn(move || {
-            while let Some(job) = shared.scripts.next_job() {
-                let (reply, wrote) = run_job(&shared, &job);
-                job.done.post(Done {
-                    slot: job.slot,
-                    client: job.client,
-                    reply,
-                    wrote,
-                });
+            while let Some(jobs) = shared.scripts.next_jobs() {
+                // Every stripe lock once for the scripts waiting: taking
+                // the 1,024 of them cost more than a short script. Each
+                // script still commits and answers on its own.
+                let _all = shared.db.lock_all();
+                for job in jobs {
+                    let (reply, wrote) = run_job(&shared, &job);
+                    job.done.post(Done {
+                        slot: job.slot,
+                        client: job.client,
+                        reply,
+                        wrote,
+                    });
+                }
             }
         })
 }
 
-/// Runs `job` under every stripe lock; its reply and where its writes
-/// are in the log.
+/// Runs `job`, every stripe lock held by the caller; its reply and where
+/// its writes are in the log.
 fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
     let db = &shared.db;
-    let _all = db.lock_all();
     let mut ctx = Ctx::transaction(db, super::now_ms());
     let (reply, killed) = run_in(shared, job, &mut ctx);
     if killed {
