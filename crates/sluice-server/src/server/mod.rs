@@ -6,7 +6,11 @@
 //! send in flight per connection carrying every reply produced meanwhile,
 //! one `io_uring_enter` per loop turn. A command runs on the thread that
 //! received it, against the shared store (reads take no lock; writes meet
-//! in the store's group commit).
+//! in the store's group commit); a worker takes its connections in the
+//! order their requests came. Scripts (EVAL, FCALL) are the exception:
+//! they run one at a time on the script thread (`scripting`), the
+//! connection parked until the reply comes back through its worker's
+//! mailbox, so a runaway script never holds a worker.
 //!
 //! Durability (`--durability`, Redis's appendfsync): with `always` a
 //! connection's replies wait, in order, until the log is durable past its
@@ -328,8 +332,8 @@ impl Shared {
     /// Asks every worker to stop (SHUTDOWN, SIGTERM).
     pub fn request_shutdown(&self) {
         self.shutdown.store(true, Ordering::Release);
-        // A script never ending would keep its worker, and so the server,
-        // from stopping: it is stopped, its writes dropped whole.
+        // A script never ending would keep its connection, and so the
+        // server, from stopping: it is stopped, its writes dropped whole.
         self.scripts.kill_for_shutdown();
         for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             w.wake();
