@@ -1256,3 +1256,69 @@ fn requests_of_different_clients_run_in_the_order_they_came() {
         assert_eq!(second.read_reply().as_deref(), Some(&b"$3\r\nfoo\r\n"[..]));
     }
 }
+
+/// SLOWLOG keeps the commands slower than `slowlog-log-slower-than`
+/// (a script timed where it runs), newest first, cut as Redis cuts them;
+/// LATENCY keeps the `command` event past `latency-monitor-threshold`.
+#[test]
+fn slowlog_and_latency_keep_the_slow_commands() {
+    let s = start_sluice(Durability::None);
+    let mut c = Client::connect(s.addr);
+    let reply = |c: &mut Client, args: &[&[u8]]| match c.call_reply(args) {
+        Reply::Array(items) => items,
+        other => panic!("{other:?}"),
+    };
+    c.call(&[b"CONFIG", b"SET", b"slowlog-log-slower-than", b"-1"]);
+    c.call(&[b"SLOWLOG", b"RESET"]);
+    c.call(&[b"SET", b"a", b"b"]);
+    assert!(reply(&mut c, &[b"SLOWLOG", b"GET"]).is_empty());
+    c.call(&[b"CONFIG", b"SET", b"slowlog-log-slower-than", b"0"]);
+    let long = vec![b'x'; 300];
+    c.call(&[b"SET", b"a", &long]);
+    let newest = reply(&mut c, &[b"SLOWLOG", b"GET", b"1"]);
+    let Reply::Array(entry) = &newest[0] else {
+        panic!("{newest:?}")
+    };
+    assert_eq!(entry.len(), 6);
+    let Reply::Array(args) = &entry[3] else {
+        panic!("{entry:?}")
+    };
+    assert_eq!(args[0], Reply::Bulk(b"SET".to_vec()));
+    let Reply::Bulk(cut) = &args[2] else {
+        panic!("{args:?}")
+    };
+    assert!(
+        cut.ends_with(b"... (172 more bytes)"),
+        "{}",
+        String::from_utf8_lossy(cut)
+    );
+    // A script's time is its run on the script thread.
+    c.call(&[b"CONFIG", b"SET", b"slowlog-log-slower-than", b"50000"]);
+    c.call(&[b"CONFIG", b"SET", b"latency-monitor-threshold", b"50"]);
+    let spin = b"local t = redis.call('TIME') local start = t[1] * 1000000 + t[2] \
+        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 80000 return 1";
+    assert_eq!(c.call(&[b"EVAL", spin, b"0"]), b":1\r\n");
+    let newest = reply(&mut c, &[b"SLOWLOG", b"GET", b"1"]);
+    let Reply::Array(entry) = &newest[0] else {
+        panic!("{newest:?}")
+    };
+    let Reply::Integer(us) = entry[2] else {
+        panic!("{entry:?}")
+    };
+    assert!(us >= 80_000, "the script took {us} µs");
+    let latest = reply(&mut c, &[b"LATENCY", b"LATEST"]);
+    let Reply::Array(event) = &latest[0] else {
+        panic!("{latest:?}")
+    };
+    assert_eq!(event[0], Reply::Bulk(b"command".to_vec()));
+    let Reply::Integer(ms) = event[2] else {
+        panic!("{event:?}")
+    };
+    assert!(ms >= 80, "{ms} ms");
+    assert_eq!(
+        reply(&mut c, &[b"LATENCY", b"HISTORY", b"command"]).len(),
+        1
+    );
+    assert_eq!(c.call(&[b"LATENCY", b"RESET"]), b":1\r\n");
+    assert!(reply(&mut c, &[b"LATENCY", b"LATEST"]).is_empty());
+}

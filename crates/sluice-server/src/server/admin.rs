@@ -26,6 +26,8 @@ const ADMIN: &[(&str, i32)] = &[
     ("bgsave", -1),
     ("cluster", -2),
     ("monitor", 1),
+    ("slowlog", -2),
+    ("latency", -2),
 ];
 
 fn admin_arity(name: &[u8]) -> Option<i32> {
@@ -120,7 +122,18 @@ pub(super) fn execute(
         // (EXEC shows its commands itself, MULTI with them).
         shared.monitors.feed(conn.session.id(), &conn.addr, args);
     }
+    let timing = shared.tunables.slow.timing().then(std::time::Instant::now);
     let wrote = execute_command(shared, conn, name, args, reads);
+    if let Some(started) = timing {
+        // A script is timed where it runs; a blocked command has not run.
+        if !conn.script_pending && conn.blocked.is_none() {
+            let us = started.elapsed().as_micros() as u64;
+            let name = conn.session.name().unwrap_or_default();
+            shared
+                .slowlog
+                .note(&shared.tunables.slow, args, us, &conn.addr, name);
+        }
+    }
     if conn.replies == super::conn::Replies::Skipping {
         conn.replies = super::conn::Replies::On;
     }
@@ -887,6 +900,8 @@ fn admin(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<R
         b"acl" => super::acl_command::acl(shared, conn, args),
         b"save" | b"bgsave" => save(shared, name, args),
         b"cluster" => cluster(args),
+        b"slowlog" => shared.slowlog.slowlog(&args[1].to_ascii_lowercase(), args),
+        b"latency" => shared.slowlog.latency(&args[1].to_ascii_lowercase(), args),
         b"monitor" => {
             let queue = conn.pushes.clone().expect("a worker's connection");
             shared.monitors.add(conn.session.id(), conn.slot, queue);

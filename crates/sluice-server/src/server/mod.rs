@@ -34,6 +34,7 @@ mod monitor;
 mod pubsub;
 mod scripting;
 pub mod shm;
+mod slowlog;
 pub mod tls;
 mod tunables;
 mod worker;
@@ -297,6 +298,8 @@ pub struct Shared {
     pub pubsub: PubSub,
     /// MONITOR's connections.
     pub monitors: monitor::Monitors,
+    /// SLOWLOG's entries and LATENCY's samples.
+    pub slowlog: slowlog::SlowLog,
     /// Scripts EVAL and SCRIPT LOAD saw, by SHA1, and the script thread's
     /// queue.
     pub scripts: Scripts,
@@ -338,6 +341,13 @@ impl Shared {
         for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             w.wake();
         }
+    }
+
+    /// Whether the fast GET and SET paths (which feed no monitor and time
+    /// nothing) step aside: while anyone monitors, or SLOWLOG logs every
+    /// command (`slowlog-log-slower-than 0`).
+    fn fast_paths_closed(&self) -> bool {
+        self.monitors.any() || self.tunables.slow.logs_everything()
     }
 
     fn stopping(&self) -> bool {
@@ -403,6 +413,7 @@ impl Server {
             blocking: Blocking::default(),
             pubsub: PubSub::default(),
             monitors: monitor::Monitors::default(),
+            slowlog: slowlog::SlowLog::default(),
             scripts: Scripts::default(),
             functions,
             tunables: tunables::Tunables::default(),

@@ -99,6 +99,9 @@ pub(super) struct Job {
     /// The user it runs as; None: one who may run everything (no check
     /// per command).
     user: Option<Arc<crate::acl::User>>,
+    /// Its client's address and name (SLOWLOG's entry).
+    addr: String,
+    name: Vec<u8>,
     client: u64,
     slot: ConnId,
     done: Arc<DoneQueue>,
@@ -330,7 +333,13 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
                 // script still commits and answers on its own.
                 let _all = shared.db.lock_all();
                 for job in jobs {
+                    let started = std::time::Instant::now();
                     let (reply, wrote) = run_job(&shared, &job);
+                    let us = started.elapsed().as_micros() as u64;
+                    let slow = &shared.tunables.slow;
+                    shared
+                        .slowlog
+                        .note(slow, &job.args, us, &job.addr, &job.name);
                     job.done.post(Done {
                         slot: job.slot,
                         client: job.client,
@@ -451,6 +460,8 @@ pub(super) fn run(
         read_only,
         user: (!conn.session.unrestricted(&shared.config.users))
             .then(|| conn.session.user().clone()),
+        addr: conn.addr.clone(),
+        name: conn.session.name().unwrap_or_default().to_vec(),
         client: conn.session.id(),
         slot: conn.slot,
         done,

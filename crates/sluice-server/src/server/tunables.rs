@@ -49,6 +49,10 @@ enum Effect {
     /// 0, writes need that many replicas (Sluice has none yet, so every
     /// write is refused, as Redis refuses them with too few).
     MinReplicas,
+    /// SLOWLOG's threshold (µs), its length, LATENCY's threshold (ms).
+    SlowlogSlowerThan,
+    SlowlogMaxLen,
+    LatencyThreshold,
 }
 
 /// One of Redis's parameters.
@@ -200,9 +204,27 @@ static TUNABLES: &[Tunable] = &[
         "yes",
     ),
     // Monitoring and scripts.
-    kept("slowlog-log-slower-than", int(-1, LONG_MAX), "10000"),
-    kept("slowlog-max-len", int(0, LONG_MAX), "128"),
-    kept("latency-monitor-threshold", int(0, LONG_MAX), "0"),
+    Tunable {
+        name: "slowlog-log-slower-than",
+        alias: None,
+        kind: int(-1, LONG_MAX),
+        default: "10000",
+        effect: Effect::SlowlogSlowerThan,
+    },
+    Tunable {
+        name: "slowlog-max-len",
+        alias: None,
+        kind: int(0, LONG_MAX),
+        default: "128",
+        effect: Effect::SlowlogMaxLen,
+    },
+    Tunable {
+        name: "latency-monitor-threshold",
+        alias: None,
+        kind: int(0, LONG_MAX),
+        default: "0",
+        effect: Effect::LatencyThreshold,
+    },
     kept("latency-tracking", Kind::Bool, "yes"),
     kept("acllog-max-len", int(0, LONG_MAX), "128"),
     Tunable {
@@ -264,6 +286,8 @@ pub struct Tunables {
     pub busy_reply_ms: std::sync::atomic::AtomicU64,
     /// See [`Effect::MinReplicas`]; read before every write.
     writes_need_replicas: std::sync::atomic::AtomicBool,
+    /// What SLOWLOG and LATENCY keep.
+    pub slow: super::slowlog::Thresholds,
 }
 
 impl Default for Tunables {
@@ -277,6 +301,7 @@ impl Default for Tunables {
             ),
             busy_reply_ms: std::sync::atomic::AtomicU64::new(5000),
             writes_need_replicas: std::sync::atomic::AtomicBool::new(false),
+            slow: super::slowlog::Thresholds::default(),
         }
     }
 }
@@ -326,6 +351,22 @@ impl Tunables {
                     .parse::<u64>()
                     .expect("checked as a non-negative integer");
                 self.busy_reply_ms.store(ms, Ordering::Relaxed);
+            }
+            Effect::SlowlogSlowerThan => {
+                let us = value.parse::<i64>().expect("checked as an integer");
+                self.slow.slower_than_us.store(us, Ordering::Relaxed);
+            }
+            Effect::SlowlogMaxLen => {
+                let n = value
+                    .parse::<u64>()
+                    .expect("checked as a non-negative integer");
+                self.slow.max_len.store(n, Ordering::Relaxed);
+            }
+            Effect::LatencyThreshold => {
+                let ms = value
+                    .parse::<u64>()
+                    .expect("checked as a non-negative integer");
+                self.slow.latency_ms.store(ms, Ordering::Relaxed);
             }
             Effect::Kept | Effect::MinReplicas => {}
         }

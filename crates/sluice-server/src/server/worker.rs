@@ -1355,7 +1355,7 @@ impl Pass<'_> {
     /// whether it did. Anything else is left to the general path, which
     /// would group the same SET.
     fn take_plain_set(&self, c: &mut Conn, id: u32, group: &mut Grouped) -> bool {
-        if !plain_path_open(c) || self.shared.monitors.any() {
+        if !plain_path_open(c) || self.shared.fast_paths_closed() {
             return false;
         }
         let Some((key, value, len)) = c.reader.peek_plain_set() else {
@@ -1389,7 +1389,7 @@ impl Pass<'_> {
         now_ms: &mut Option<u64>,
         fill_room: usize,
     ) -> PlainGet {
-        if !plain_path_open(c) || group.holds(id) || self.shared.monitors.any() {
+        if !plain_path_open(c) || group.holds(id) || self.shared.fast_paths_closed() {
             return PlainGet::Other;
         }
         let Some((key, len)) = c.reader.peek_plain_get() else {
@@ -1525,7 +1525,7 @@ impl Pass<'_> {
                 continue;
             }
             let groupable = plain_path_open_for(c)
-                && !self.shared.monitors.any()
+                && !self.shared.fast_paths_closed()
                 && !self.shared.tunables.writes_need_replicas()
                 && SetGroup::takes(&self.shared.db, &args)
                 && admin::acl_allows(self.shared, c, &args);
@@ -1551,7 +1551,7 @@ impl Pass<'_> {
             }
             if !groupable
                 && plain_path_open_for(c)
-                && !self.shared.monitors.any()
+                && !self.shared.fast_paths_closed()
                 && admin::try_get(self.shared, c, &args, reads, now_ms)
             {
                 WorkerStats::add(&self.stats.commands_processed, 1);
