@@ -1702,6 +1702,16 @@ pub const COMMANDS: &[Command] = &[
         variable_flags: false,
     },
     Command {
+        name: "wait",
+        arity: 3,
+        categories: cat::SLOW | cat::CONNECTION,
+        no_auth: false,
+        no_script: true,
+        no_multi: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
         name: "shutdown",
         arity: -1,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,

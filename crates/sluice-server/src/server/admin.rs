@@ -28,6 +28,7 @@ const ADMIN: &[(&str, i32)] = &[
     ("monitor", 1),
     ("slowlog", -2),
     ("latency", -2),
+    ("wait", 3),
 ];
 
 fn admin_arity(name: &[u8]) -> Option<i32> {
@@ -528,6 +529,9 @@ fn run(
         return Some(error(NO_REPLICAS));
     }
     if admin_arity(name).is_some() {
+        if name == b"wait" {
+            return wait(conn, args, ctx.in_transaction());
+        }
         return admin(shared, conn, name, args);
     }
     if let Some(outcome) = super::pubsub::run(&shared.pubsub, conn, name, args) {
@@ -928,6 +932,33 @@ fn cluster(args: &Args) -> Reply {
         ));
     }
     error("ERR This instance has cluster support disabled")
+}
+
+/// WAIT numreplicas timeout: Sluice has no replicas yet, so none
+/// acknowledges: 0 at once when none is asked for (or inside a
+/// transaction, as Redis), else 0 once `timeout` ms have passed (0: never,
+/// as Redis waits), the connection blocked meanwhile without a thread.
+fn wait(conn: &mut Conn, args: &Args, in_transaction: bool) -> Option<Reply> {
+    let Some(replicas) = crate::resp::string_to_i64(&args[1]) else {
+        return Some(error("ERR value is not an integer or out of range"));
+    };
+    let timeout_ms = match crate::resp::string_to_i64(&args[2]) {
+        None => return Some(error("ERR timeout is not an integer or out of range")),
+        Some(t) if t < 0 => return Some(error("ERR timeout is negative")),
+        Some(t) => t as u64,
+    };
+    if replicas <= 0 || in_transaction {
+        return Some(Reply::Integer(0));
+    }
+    let deadline = (timeout_ms > 0)
+        .then(|| std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms));
+    conn.blocked = Some(super::blocking::Blocked {
+        args: args.clone(),
+        keys: Vec::new(),
+        deadline,
+        ticket: super::blocking::NO_TICKET,
+    });
+    None
 }
 
 /// SAVE and BGSAVE [SCHEDULE]: Sluice has no snapshot to write; every

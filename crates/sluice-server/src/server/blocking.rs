@@ -62,6 +62,10 @@ struct Clients {
     by_ticket: HashMap<u64, u64>,
 }
 
+/// The ticket of a connection blocked on no key (WAIT): never given to a
+/// registered waiter.
+pub(super) const NO_TICKET: u64 = u64::MAX;
+
 /// What a blocked connection waits with.
 #[derive(Debug, Clone)]
 pub(super) struct Blocked {

@@ -426,7 +426,7 @@ impl Worker {
             }
             let b = c.blocked.take().expect("checked");
             blocking.leave(&b.keys, b.ticket);
-            c.push_reply(&crate::commands::blocking::timeout_reply());
+            c.push_reply(&timeout_reply_of(&b.args));
             c.more_input = true;
             pending.push(slot);
             false
@@ -1601,4 +1601,14 @@ impl Pass<'_> {
         }
         Stop::Done
     }
+}
+
+/// What a blocked command answers when its time is up: WAIT the replicas
+/// that acknowledged (none: Sluice has no replicas yet), the others
+/// Redis's null.
+fn timeout_reply_of(args: &crate::resp::Args) -> crate::resp::Reply {
+    if args[0].eq_ignore_ascii_case(b"wait") {
+        return crate::resp::Reply::Integer(0);
+    }
+    crate::commands::blocking::timeout_reply()
 }
