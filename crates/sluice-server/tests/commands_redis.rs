@@ -1846,6 +1846,8 @@ fn script_libraries_and_protection_match_redis() {
         "CLUSTER INFO x",
         "CLUSTER FOO",
         "CLUSTER KEYSLOT a",
+        "ROLE",
+        "ROLE x",
         "WAIT 0 0",
         "WAIT x 0",
         "WAIT 1 -1",

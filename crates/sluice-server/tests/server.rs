@@ -1212,6 +1212,15 @@ fn info_reports_cpu_and_memory_in_their_sections() {
     assert!(memory["used_memory_rss"].parse::<u64>().unwrap() > 0);
     let all = info_fields(&mut c, b"default");
     assert!(all.contains_key("used_cpu_user") && all.contains_key("used_memory"));
+    // A master without replicas, its replication id made at start.
+    let replication = info_fields(&mut c, b"replication");
+    assert_eq!(replication["role"], "master");
+    assert_eq!(replication["connected_slaves"], "0");
+    let id = &replication["master_replid"];
+    assert!(
+        id.len() == 40 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
 }
 
 /// A worker runs its clients' requests in the order they came, not by

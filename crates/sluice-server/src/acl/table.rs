@@ -1712,6 +1712,16 @@ pub const COMMANDS: &[Command] = &[
         variable_flags: false,
     },
     Command {
+        name: "role",
+        arity: 1,
+        categories: cat::ADMIN | cat::FAST | cat::DANGEROUS,
+        no_auth: false,
+        no_script: true,
+        no_multi: false,
+        keys: &[],
+        variable_flags: false,
+    },
+    Command {
         name: "shutdown",
         arity: -1,
         categories: cat::ADMIN | cat::SLOW | cat::DANGEROUS,

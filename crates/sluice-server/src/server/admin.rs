@@ -29,6 +29,7 @@ const ADMIN: &[(&str, i32)] = &[
     ("slowlog", -2),
     ("latency", -2),
     ("wait", 3),
+    ("role", 1),
 ];
 
 fn admin_arity(name: &[u8]) -> Option<i32> {
@@ -905,6 +906,12 @@ fn admin(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<R
         b"save" | b"bgsave" => save(shared, name, args),
         b"cluster" => cluster(args),
         b"slowlog" => shared.slowlog.slowlog(&args[1].to_ascii_lowercase(), args),
+        // A master without replicas.
+        b"role" => Reply::Array(vec![
+            Reply::Bulk(b"master".to_vec()),
+            Reply::Integer(0),
+            Reply::Array(Vec::new()),
+        ]),
         b"latency" => shared.slowlog.latency(&args[1].to_ascii_lowercase(), args),
         b"monitor" => {
             let queue = conn.pushes.clone().expect("a worker's connection");
@@ -1471,12 +1478,13 @@ fn info(shared: &Shared, args: &Args) -> String {
             .iter()
             .any(|w| w == "all" || w == "everything" || w == "default");
     let mut out = String::new();
-    let sections: [(&str, Section); 9] = [
+    let sections: [(&str, Section); 10] = [
         ("server", info_server),
         ("clients", info_clients),
         ("memory", info_memory),
         ("persistence", info_persistence),
         ("stats", info_stats),
+        ("replication", info_replication),
         ("cpu", info_cpu),
         ("errorstats", info_errorstats),
         ("keyspace", info_keyspace),
@@ -1625,6 +1633,20 @@ fn info_stats(shared: &Shared, out: &mut String) {
     line(out, "total_net_output_bytes", sum(|w| &w.net_output_bytes));
     line(out, "rejected_connections", get(&s.rejected_connections));
     line(out, "total_error_replies", s.errors.total());
+}
+
+/// A master without replicas (Sluice serves none yet): Redis's fields for
+/// one, the replication id made at start.
+fn info_replication(shared: &Shared, out: &mut String) {
+    line(out, "role", "master");
+    line(out, "connected_slaves", 0);
+    line(out, "master_failover_state", "no-failover");
+    line(out, "master_replid", &shared.replication_id);
+    line(out, "master_replid2", "0".repeat(40));
+    line(out, "master_repl_offset", 0);
+    line(out, "second_repl_offset", -1);
+    line(out, "repl_backlog_active", 0);
+    line(out, "repl_backlog_histlen", 0);
 }
 
 fn info_errorstats(shared: &Shared, out: &mut String) {

@@ -300,6 +300,8 @@ pub struct Shared {
     pub monitors: monitor::Monitors,
     /// SLOWLOG's entries and LATENCY's samples.
     pub slowlog: slowlog::SlowLog,
+    /// INFO's `master_replid`: 40 hex digits made at start.
+    pub replication_id: String,
     /// Scripts EVAL and SCRIPT LOAD saw, by SHA1, and the script thread's
     /// queue.
     pub scripts: Scripts,
@@ -414,6 +416,7 @@ impl Server {
             pubsub: PubSub::default(),
             monitors: monitor::Monitors::default(),
             slowlog: slowlog::SlowLog::default(),
+            replication_id: replication_id(),
             scripts: Scripts::default(),
             functions,
             tunables: tunables::Tunables::default(),
@@ -544,6 +547,15 @@ impl Server {
         self.shared.request_shutdown();
         self.wait()
     }
+}
+
+/// A replication id as Redis makes one: 40 hex digits, new at each start.
+fn replication_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let seed = format!("{}:{}:{}", now.as_nanos(), std::process::id(), now_ms());
+    sha1_smol::Sha1::from(seed.as_bytes()).digest().to_string()
 }
 
 /// The current Unix time in ms.
