@@ -62,9 +62,15 @@ pub fn free_port() -> u16 {
 /// Starts `redis-server` with one database and no persistence, plus `extra` flags.
 pub fn start_redis(extra: &[&str]) -> Redis {
     let port = free_port();
+    // Its own directory: a test's SAVE writes dump.rdb there, not into the
+    // source tree (the tests run in the crate's directory).
+    let dir = std::env::temp_dir().join(format!("sluice-test-redis-{port}"));
+    std::fs::create_dir_all(&dir).unwrap();
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--databases", "1"])
+        .arg("--dir")
+        .arg(&dir)
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
