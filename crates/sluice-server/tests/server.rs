@@ -1331,3 +1331,35 @@ fn slowlog_and_latency_keep_the_slow_commands() {
     assert_eq!(c.call(&[b"LATENCY", b"RESET"]), b":1\r\n");
     assert!(reply(&mut c, &[b"LATENCY", b"LATEST"]).is_empty());
 }
+
+/// CLIENT KILL TYPE pubsub closes the subscribed clients only; TYPE normal
+/// the others (the caller spared, as SKIPME yes is the default).
+#[test]
+fn client_kill_by_type_tells_subscribers_from_the_others() {
+    let s = start_sluice(Durability::None);
+    let mut admin = Client::connect(s.addr);
+    let mut subscriber = Client::connect(s.addr);
+    let mut plain = Client::connect(s.addr);
+    subscriber.call(&[b"SUBSCRIBE", b"news"]);
+    assert_eq!(plain.call(&[b"PING"]), b"+PONG\r\n");
+    assert_eq!(
+        admin.call(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"]),
+        b":1\r\n"
+    );
+    subscriber
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(subscriber.read_reply(), None, "the subscriber was closed");
+    assert_eq!(plain.call(&[b"PING"]), b"+PONG\r\n");
+    assert_eq!(
+        admin.call(&[b"CLIENT", b"KILL", b"TYPE", b"normal"]),
+        b":1\r\n"
+    );
+    plain
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(plain.read_reply(), None, "the other client was closed");
+    assert_eq!(admin.call(&[b"PING"]), b"+PONG\r\n");
+}

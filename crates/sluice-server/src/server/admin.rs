@@ -1197,6 +1197,9 @@ fn client_kill(shared: &Shared, me: u64, args: &Args) -> Reply {
         };
     }
     let (mut id, mut addr, mut laddr, mut user, mut skipme) = (None, None, None, None, true);
+    // TYPE: None (any), or whether the clients killed are subscribers;
+    // Sluice has no master or replica connections, so those kill none.
+    let mut kind: Option<Option<bool>> = None;
     let mut j = 2;
     while j < args.len() {
         let Some(value) = args.get(j + 1) else {
@@ -1210,6 +1213,14 @@ fn client_kill(shared: &Shared, me: u64, args: &Args) -> Reply {
             },
             b"addr" => addr = Some(text),
             b"laddr" => laddr = Some(text),
+            b"type" => {
+                kind = Some(match &value.to_ascii_lowercase()[..] {
+                    b"normal" => Some(false),
+                    b"pubsub" => Some(true),
+                    b"master" | b"replica" | b"slave" => None,
+                    _ => return error(&format!("ERR Unknown client type '{text}'")),
+                })
+            }
             b"user" if shared.config.users.get(value).is_none() => {
                 return error(&format!("ERR No such user '{text}'"))
             }
@@ -1223,8 +1234,16 @@ fn client_kill(shared: &Shared, me: u64, args: &Args) -> Reply {
         }
         j += 2;
     }
+    if kind == Some(None) {
+        return Reply::Integer(0);
+    }
+    let subscribed = match kind {
+        Some(Some(_)) => shared.pubsub.subscribed_clients(),
+        _ => Default::default(),
+    };
     let killed = shared.registry.kill(|cid, e| {
         id.is_none_or(|want| want == cid)
+            && kind.is_none_or(|k| k == Some(subscribed.contains(&cid)))
             && addr.as_ref().is_none_or(|a| *a == e.addr)
             && laddr.as_ref().is_none_or(|a| *a == e.laddr)
             && user.as_ref().is_none_or(|u| *u == e.user)

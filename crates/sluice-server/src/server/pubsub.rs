@@ -285,6 +285,22 @@ impl PubSub {
     }
 
     /// Channels with subscribers, per kind (INFO).
+    /// The ids of the clients subscribed to anything (CLIENT KILL TYPE
+    /// pubsub).
+    pub(super) fn subscribed_clients(&self) -> std::collections::HashSet<u64> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return Default::default();
+        }
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        registry
+            .by_kind
+            .iter()
+            .flat_map(|names| names.values())
+            .flatten()
+            .map(|s| s.client)
+            .collect()
+    }
+
     pub(super) fn channel_count(&self) -> usize {
         self.lock().by_kind[0].len()
     }
