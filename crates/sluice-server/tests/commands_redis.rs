@@ -1801,6 +1801,8 @@ fn script_libraries_and_protection_match_redis() {
         "EVAL \"local t = cmsgpack.unpack(cmsgpack.pack({10, {y = 'z'}})) return {t[1], t[2].y}\" 0",
         "EVAL \"return {cmsgpack.unpack_one(cmsgpack.pack(1, 2), 0)}\" 0",
         "EVAL \"return cmsgpack.unpack('\\\\xc1')\" 0",
+        "EVAL \"return {pcall(cmsgpack.unpack, string.rep(string.char(0x91), 100000))}\" 0",
+        "EVAL \"return {pcall(cjson.decode, string.rep('[', 100000))}\" 0",
         "EVAL \"return {bit.band(7, 3), bit.bor(1, 2, 4), bit.bxor(5, 1), bit.lshift(1, 4), bit.rshift(-1, 28), bit.arshift(-16, 2), bit.tohex(255), bit.tohex(-1, -4), bit.tobit(4294967297)}\" 0",
         "EVAL \"return a\" 0",
         "EVAL \"a = 1\" 0",

@@ -123,6 +123,11 @@ return env, readonly
 
 // ---------------------------------------------------------------- cjson
 
+/// Deepest nesting JSON or MessagePack is read or written to (cjson's
+/// default depth; a script may lower cjson's, not raise it): the readers
+/// recurse, and the script thread's stack is not to run out.
+const MAX_NESTING: u32 = 1000;
+
 /// cjson's settings, per Lua state (its functions change them).
 struct JsonConfig {
     encode_max_depth: Cell<u32>,
@@ -183,7 +188,7 @@ fn cjson(lua: &Lua) -> mlua::Result<Table> {
         "encode_max_depth",
         lib_fn(lua, move |_, d: Option<u32>| {
             if let Some(d) = d {
-                c.encode_max_depth.set(d.max(1));
+                c.encode_max_depth.set(d.clamp(1, MAX_NESTING));
             }
             Ok(c.encode_max_depth.get())
         })?,
@@ -193,7 +198,7 @@ fn cjson(lua: &Lua) -> mlua::Result<Table> {
         "decode_max_depth",
         lib_fn(lua, move |_, d: Option<u32>| {
             if let Some(d) = d {
-                c.decode_max_depth.set(d.max(1));
+                c.decode_max_depth.set(d.clamp(1, MAX_NESTING));
             }
             Ok(c.decode_max_depth.get())
         })?,
@@ -892,6 +897,9 @@ fn pack_header(len: u64, fix: u8, sixteen: u8, thirty_two: u8, out: &mut Vec<u8>
 enum Unpacked {
     Missing,
     Bad,
+    /// Nested past [`MAX_NESTING`], in Redis's words: where its Lua stack
+    /// ran out (the decoder of arrays or of maps).
+    TooDeep(&'static str),
 }
 
 fn unpack_full(lua: &Lua, s: &[u8], limit: i64, offset: i64) -> mlua::Result<MultiValue> {
@@ -912,10 +920,15 @@ fn unpack_full(lua: &Lua, s: &[u8], limit: i64, offset: i64) -> mlua::Result<Mul
     let mut at = offset as usize;
     let mut values = Vec::new();
     while at < s.len() && (values.len() as i64) < limit {
-        match unpack_one(lua, s, &mut at) {
+        match unpack_one(lua, s, &mut at, 0) {
             Ok(v) => values.push(v),
             Err(Unpacked::Missing) => return Err(mlua::Error::runtime("Missing bytes in input.")),
             Err(Unpacked::Bad) => return Err(mlua::Error::runtime("Bad data format in input.")),
+            Err(Unpacked::TooDeep(function)) => {
+                return Err(mlua::Error::runtime(format!(
+                    "stack overflow (in function {function})"
+                )))
+            }
         }
     }
     if !all {
@@ -935,7 +948,7 @@ fn be(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b))
 }
 
-fn unpack_one(lua: &Lua, s: &[u8], at: &mut usize) -> Result<Value, Unpacked> {
+fn unpack_one(lua: &Lua, s: &[u8], at: &mut usize, depth: u32) -> Result<Value, Unpacked> {
     let lua_err = |_| Unpacked::Bad;
     let b = take(s, at, 1)?[0];
     let number = |n: f64| Ok(Value::Number(n));
@@ -971,9 +984,12 @@ fn unpack_one(lua: &Lua, s: &[u8], at: &mut usize) -> Result<Value, Unpacked> {
                 0xdc => be(take(s, at, 2)?),
                 _ => be(take(s, at, 4)?),
             };
+            if depth >= MAX_NESTING {
+                return Err(Unpacked::TooDeep("mp_decode_to_lua_array"));
+            }
             let t = lua.create_table().map_err(lua_err)?;
             for i in 1..=len {
-                let v = unpack_one(lua, s, at)?;
+                let v = unpack_one(lua, s, at, depth + 1)?;
                 t.raw_set(i, v).map_err(lua_err)?;
             }
             Ok(Value::Table(t))
@@ -984,10 +1000,13 @@ fn unpack_one(lua: &Lua, s: &[u8], at: &mut usize) -> Result<Value, Unpacked> {
                 0xde => be(take(s, at, 2)?),
                 _ => be(take(s, at, 4)?),
             };
+            if depth >= MAX_NESTING {
+                return Err(Unpacked::TooDeep("mp_decode_to_lua_hash"));
+            }
             let t = lua.create_table().map_err(lua_err)?;
             for _ in 0..len {
-                let k = unpack_one(lua, s, at)?;
-                let v = unpack_one(lua, s, at)?;
+                let k = unpack_one(lua, s, at, depth + 1)?;
+                let v = unpack_one(lua, s, at, depth + 1)?;
                 if !matches!(k, Value::Nil) {
                     t.raw_set(k, v).map_err(lua_err)?;
                 }

@@ -326,6 +326,9 @@ fn error(text: &str) -> Reply {
 pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("sluice-scripts".into())
+        // Room for the Lua libraries' recursion (MAX_NESTING deep) and
+        // Lua's C calls beyond the 2 MiB default.
+        .stack_size(16 << 20)
         .spawn(move || {
             while let Some(jobs) = shared.scripts.next_jobs() {
                 // Every stripe lock once for the scripts waiting: taking
