@@ -501,21 +501,7 @@ fn lines(out: &str) -> Vec<String> {
 #[test]
 fn kill_9_in_list_and_set_writes_keeps_every_acknowledged_change_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = serve(dir.path(), &["--durability", "always"]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let acks: Vec<_> = (0..2)
-        .map(|_| Arc::new(Mutex::new(CollectionAcks::default())))
-        .collect();
-    for (t, a) in acks.iter().enumerate() {
-        let (port, stop, a) = (s.port, stop.clone(), a.clone());
-        std::thread::spawn(move || collection_writer(port, t, stop, a));
-    }
-    std::thread::sleep(Duration::from_millis(2500));
-    s.child.kill().unwrap();
-    s.child.wait().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    std::thread::sleep(Duration::from_millis(100));
-    let s = serve(dir.path(), &[]);
+    let (s, acks) = kill_9_under_writers::<CollectionAcks>(dir.path(), collection_writer);
     for (t, a) in acks.iter().enumerate() {
         let a = a.lock().unwrap();
         assert!(
@@ -571,6 +557,31 @@ fn kill_9_in_list_and_set_writes_keeps_every_acknowledged_change_whole() {
     }
 }
 
+/// A writer thread's acknowledgements.
+type Acks<A> = Arc<Mutex<A>>;
+
+/// Two `writer` threads against `sluice serve --durability always` in
+/// `dir`, the server killed with SIGKILL after 2.5 s, then started again:
+/// the restarted server and what each writer saw acknowledged.
+fn kill_9_under_writers<A: Default + Send + 'static>(
+    dir: &Path,
+    writer: fn(u16, usize, Arc<AtomicBool>, Acks<A>),
+) -> (Serve, Vec<Acks<A>>) {
+    let mut s = serve(dir, &["--durability", "always"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let acks: Vec<Acks<A>> = (0..2).map(|_| Arc::default()).collect();
+    for (t, a) in acks.iter().enumerate() {
+        let (port, stop, a) = (s.port, stop.clone(), a.clone());
+        std::thread::spawn(move || writer(port, t, stop, a));
+    }
+    std::thread::sleep(Duration::from_millis(2500));
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(100));
+    (serve(dir, &[]), acks)
+}
+
 /// One writer of scripts: each EVAL adds member `i` to a sorted set,
 /// entry `i` to a stream and one to a counter; the acknowledged `i`s.
 fn script_writer(port: u16, t: usize, stop: Arc<AtomicBool>, acks: Arc<Mutex<Vec<u64>>>) {
@@ -612,19 +623,7 @@ fn script_writer(port: u16, t: usize, stop: Arc<AtomicBool>, acks: Arc<Mutex<Vec
 #[test]
 fn kill_9_in_script_writes_keeps_every_acknowledged_script_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = serve(dir.path(), &["--durability", "always"]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let acks: Vec<_> = (0..2).map(|_| Arc::new(Mutex::new(Vec::new()))).collect();
-    for (t, a) in acks.iter().enumerate() {
-        let (port, stop, a) = (s.port, stop.clone(), a.clone());
-        std::thread::spawn(move || script_writer(port, t, stop, a));
-    }
-    std::thread::sleep(Duration::from_millis(2500));
-    s.child.kill().unwrap();
-    s.child.wait().unwrap();
-    stop.store(true, Ordering::Relaxed);
-    std::thread::sleep(Duration::from_millis(100));
-    let s = serve(dir.path(), &[]);
+    let (s, acks) = kill_9_under_writers::<Vec<u64>>(dir.path(), script_writer);
     for (t, a) in acks.iter().enumerate() {
         let acked = a.lock().unwrap().clone();
         assert!(

@@ -857,7 +857,9 @@ fn exec_queued(
             if ctx.wrote().is_some() {
                 signal_writes(shared, tx.queued.iter());
             }
-            (Some(Reply::Array(replies)), ctx.wrote())
+            let reply = Reply::Array(replies);
+            shared.stats.errors.note_nested(&reply);
+            (Some(reply), ctx.wrote())
         }
         Err(e) => (
             Some(error(&format!(

@@ -211,8 +211,8 @@ impl Conn {
 
     /// Queues `reply`; it waits for durability if an earlier one does.
     pub(super) fn push_reply(&mut self, reply: &Reply) {
-        if let Some(errors) = &self.errors {
-            count_errors(errors, reply);
+        if let (Some(errors), Reply::Error(text)) = (&self.errors, reply) {
+            errors.note(text);
         }
         if matches!(self.replies, Replies::Off | Replies::Skipping) {
             return;
@@ -359,21 +359,5 @@ impl Conn {
     /// Bytes of replies not yet handed to a send.
     pub(super) fn waiting_bytes(&self) -> usize {
         self.backlog_bytes() + self.held.len()
-    }
-}
-
-/// Counts the error replies in `reply`: itself, or the items of an array
-/// (EXEC's replies, a script's), as Redis counts each error it sends.
-fn count_errors(errors: &super::ErrorStats, reply: &Reply) {
-    match reply {
-        Reply::Error(text) => errors.note(text),
-        Reply::Array(items) => {
-            for item in items {
-                if let Reply::Error(text) = item {
-                    errors.note(text);
-                }
-            }
-        }
-        _ => {}
     }
 }

@@ -192,13 +192,7 @@ fn metadata(code: &[u8]) -> Result<Metadata, String> {
     if !code.starts_with(b"#!") {
         return Err("Missing library metadata".into());
     }
-    let end = code
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or("Invalid library metadata")?;
-    let mut parts = code[..end]
-        .split(u8::is_ascii_whitespace)
-        .filter(|p| !p.is_empty());
+    let (end, mut parts) = lua::shebang_words(code).ok_or("Invalid library metadata")?;
     let engine = parts.next().ok_or("Invalid library metadata")?;
     let mut name = None;
     for part in parts {

@@ -146,13 +146,18 @@ pub(super) fn error_value(lua: &Lua, v: Value) -> mlua::Result<Value> {
     Ok(Value::String(lua.create_string(text)?))
 }
 
-fn find_lib_error(e: &mlua::Error) -> Option<&LibError> {
+/// The error of type `T` a Rust function raised, under mlua's wrapping.
+fn find_external<T: std::error::Error + 'static>(e: &mlua::Error) -> Option<&T> {
     match e {
-        mlua::Error::ExternalError(inner) => inner.downcast_ref::<LibError>(),
-        mlua::Error::CallbackError { cause, .. } => find_lib_error(cause),
-        mlua::Error::WithContext { cause, .. } => find_lib_error(cause),
+        mlua::Error::ExternalError(inner) => inner.downcast_ref::<T>(),
+        mlua::Error::CallbackError { cause, .. } => find_external(cause),
+        mlua::Error::WithContext { cause, .. } => find_external(cause),
         _ => None,
     }
+}
+
+fn find_lib_error(e: &mlua::Error) -> Option<&LibError> {
+    find_external(e)
 }
 
 /// A Lua state with the libraries Redis gives scripts.
@@ -580,6 +585,17 @@ fn checked_function(
     })
 }
 
+/// The words of a script's or library's `#!` line, and where the line
+/// ends (its newline, kept with the code so line numbers stay right);
+/// None if there is no newline.
+pub(super) fn shebang_words(code: &[u8]) -> Option<(usize, impl Iterator<Item = &[u8]>)> {
+    let end = code.iter().position(|&b| b == b'\n')?;
+    let words = code[..end]
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty());
+    Some((end, words))
+}
+
 /// Redis's names of libraries and functions: letters, digits, `_`.
 pub(super) fn valid_name(name: &[u8]) -> bool {
     !name.is_empty() && name.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'_')
@@ -774,12 +790,7 @@ fn script_line(message: &str, source: &str) -> i32 {
 }
 
 fn find_call_error(e: &mlua::Error) -> Option<&CallError> {
-    match e {
-        mlua::Error::ExternalError(inner) => inner.downcast_ref::<CallError>(),
-        mlua::Error::CallbackError { cause, .. } => find_call_error(cause),
-        mlua::Error::WithContext { cause, .. } => find_call_error(cause),
-        _ => None,
-    }
+    find_external(e)
 }
 
 /// A command's arguments from Lua: strings as they are, numbers as Lua

@@ -183,26 +183,19 @@ fn cjson(lua: &Lua) -> mlua::Result<Table> {
             p.document()
         })?,
     )?;
-    let c = config.clone();
-    t.set(
-        "encode_max_depth",
+    // encode_max_depth / decode_max_depth: set (within MAX_NESTING) and
+    // answer the depth.
+    let depth = |cell: fn(&JsonConfig) -> &Cell<u32>| {
+        let c = config.clone();
         lib_fn(lua, move |_, d: Option<u32>| {
             if let Some(d) = d {
-                c.encode_max_depth.set(d.clamp(1, MAX_NESTING));
+                cell(&c).set(d.clamp(1, MAX_NESTING));
             }
-            Ok(c.encode_max_depth.get())
-        })?,
-    )?;
-    let c = config.clone();
-    t.set(
-        "decode_max_depth",
-        lib_fn(lua, move |_, d: Option<u32>| {
-            if let Some(d) = d {
-                c.decode_max_depth.set(d.clamp(1, MAX_NESTING));
-            }
-            Ok(c.decode_max_depth.get())
-        })?,
-    )?;
+            Ok(cell(&c).get())
+        })
+    };
+    t.set("encode_max_depth", depth(|c| &c.encode_max_depth)?)?;
+    t.set("decode_max_depth", depth(|c| &c.decode_max_depth)?)?;
     let c = config.clone();
     t.set(
         "encode_invalid_numbers",

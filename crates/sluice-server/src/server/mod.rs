@@ -223,6 +223,20 @@ impl ErrorStats {
         }
     }
 
+    /// Counts the errors among the items of `reply` (EXEC's replies, a
+    /// script's array), as Redis counts each error it sends; the reply
+    /// itself is counted when queued. Only where such arrays are made:
+    /// every other array reply (LRANGE's) is not walked for errors.
+    pub fn note_nested(&self, reply: &crate::resp::Reply) {
+        if let crate::resp::Reply::Array(items) = reply {
+            for item in items {
+                if let crate::resp::Reply::Error(text) = item {
+                    self.note(text);
+                }
+            }
+        }
+    }
+
     /// Error replies counted since start or CONFIG RESETSTAT.
     pub fn total(&self) -> u64 {
         self.total.load(Ordering::Relaxed)

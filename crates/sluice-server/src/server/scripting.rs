@@ -343,6 +343,7 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
                     shared
                         .slowlog
                         .note(slow, &job.args, us, &job.addr, &job.name);
+                    shared.stats.errors.note_nested(&reply);
                     job.done.post(Done {
                         slot: job.slot,
                         client: job.client,
@@ -546,13 +547,7 @@ fn shebang(body: &[u8]) -> Result<(Option<u8>, usize), String> {
     if !body.starts_with(b"#!") {
         return Ok((None, 0));
     }
-    let end = body
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or("Invalid script shebang")?;
-    let mut parts = body[..end]
-        .split(u8::is_ascii_whitespace)
-        .filter(|p| !p.is_empty());
+    let (end, mut parts) = lua::shebang_words(body).ok_or("Invalid script shebang")?;
     let engine = parts.next().ok_or("Invalid engine in script shebang")?;
     if engine != b"#!lua" {
         return Err(format!(
