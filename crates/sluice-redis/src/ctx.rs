@@ -3,17 +3,23 @@
 //! need durable, and, in a transaction, the writes so far that its later
 //! commands read back.
 
+use crate::databases::Space;
 use crate::db::{remove_entry, Db, DbBatch, Locked};
 use crate::error::{fail, Failure, WRONGTYPE};
 use crate::overlay::{Item, Overlay};
 use crate::record::{Entry, Read, Value};
 use sluice_store::wal::LogPosition;
 use sluice_store::{ReadCache, Snapshot, StoreError};
+use std::cell::Cell;
 use std::ops::Bound;
 
 /// A command's run over the keyspace.
 pub struct Ctx<'a> {
     db: &'a Db,
+    /// The logical database the run is in (SELECT changes it in a
+    /// transaction or a script) and the physical one it names.
+    logical: Cell<u8>,
+    space: Cell<Space>,
     now_ms: u64,
     wrote: Option<LogPosition>,
     /// Inside EXEC: the transaction's writes so far, read back by its
@@ -37,10 +43,12 @@ struct Tx<'a> {
 pub type MemberItem = Result<(Vec<u8>, Vec<u8>), StoreError>;
 
 impl<'a> Ctx<'a> {
-    /// A run at `now_ms` (Unix ms).
+    /// A run at `now_ms` (Unix ms), in database 0.
     pub fn new(db: &'a Db, now_ms: u64) -> Self {
         Ctx {
             db,
+            logical: Cell::new(0),
+            space: Cell::new(db.space_used(0)),
             now_ms,
             wrote: None,
             tx: None,
@@ -66,6 +74,37 @@ impl<'a> Ctx<'a> {
             }),
             ..Ctx::new(db, now_ms)
         }
+    }
+
+    /// The run in logical database `logical` (0 to 15): SELECT's number.
+    pub fn in_database(self, logical: u8) -> Result<Self, StoreError> {
+        self.select(logical)?;
+        Ok(self)
+    }
+
+    /// Goes on in logical database `logical` (SELECT in a transaction or a
+    /// script).
+    pub fn select(&self, logical: u8) -> Result<(), StoreError> {
+        self.space.set(self.db.space(logical)?);
+        self.logical.set(logical);
+        Ok(())
+    }
+
+    /// The logical database the run is in.
+    pub fn database(&self) -> u8 {
+        self.logical.get()
+    }
+
+    /// The physical database the run reads and writes.
+    pub fn space(&self) -> Space {
+        self.space.get()
+    }
+
+    /// Reads the database map again once the run holds stripe locks: a
+    /// SWAPDB holds them all while it swaps, so the database found now
+    /// stays the run's until it unlocks.
+    fn resolve_locked(&self) {
+        self.space.set(self.db.space_used(self.logical.get()));
     }
 
     /// The keyspace.
@@ -96,7 +135,7 @@ impl<'a> Ctx<'a> {
 
     /// A batch for this run's changes.
     pub fn batch(&self) -> DbBatch<'a> {
-        self.db.batch()
+        self.db.batch(self.space.get())
     }
 
     /// Notes that a write of another run (a script's) must be durable
@@ -132,23 +171,38 @@ impl<'a> Ctx<'a> {
 
     /// Locks every stripe — unless a transaction holds them all.
     pub fn lock_all(&self) -> Option<Locked<'a>> {
-        self.tx.is_none().then(|| self.db.lock_all())
+        let locked = self.tx.is_none().then(|| self.db.lock_all());
+        self.resolve_locked();
+        locked
     }
 
     /// Locks `keys`' stripes — unless a transaction holds them all.
     pub fn lock(&self, keys: &[&[u8]]) -> Option<Locked<'a>> {
-        self.tx.is_none().then(|| self.db.lock(keys))
+        let locked = self.tx.is_none().then(|| self.db.lock(keys));
+        self.resolve_locked();
+        locked
     }
 
     /// The stored record of `key`, expired or not.
     pub fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        self.get_raw_in(self.space.get(), key)
+    }
+
+    /// [`Ctx::get_raw`] in database `space` (MOVE's and COPY's target).
+    pub fn get_raw_in(&self, space: Space, key: &[u8]) -> Result<Option<Entry>, StoreError> {
         if let Some(tx) = &self.tx {
-            let (keys, _, _) = self.db.keyspaces();
-            if let Some(found) = tx.overlay.get(keys, key) {
+            if let Some(found) = tx.overlay.get(space.keys, key) {
                 return found.map(|b| Entry::decode(&b)).transpose();
             }
         }
-        self.db.get_raw_at(key, self.at())
+        self.db.get_raw_at(space, key, self.at())
+    }
+
+    /// The live record of `key` in database `space`.
+    pub fn get_in(&self, space: Space, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        Ok(self
+            .get_raw_in(space, key)?
+            .filter(|e| !e.expired(self.now_ms)))
     }
 
     /// The live record of `key`.
@@ -159,7 +213,7 @@ impl<'a> Ctx<'a> {
     /// Member `sub` of collection `id`.
     pub fn member(&self, id: u64, sub: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         if let Some(tx) = &self.tx {
-            let (_, members, _) = self.db.keyspaces();
+            let members = self.db.members_keyspace();
             if let Some(found) = tx.overlay.get(members, &crate::db::member_key(id, sub)) {
                 return Ok(found);
             }
@@ -180,7 +234,7 @@ impl<'a> Ctx<'a> {
         match &self.tx {
             None => Box::new(stored.map(strip)),
             Some(tx) => {
-                let (_, members, _) = self.db.keyspaces();
+                let members = self.db.members_keyspace();
                 let key = |b: Bound<&[u8]>| b.map(|sub| crate::db::member_key(id, sub));
                 let (lower, upper) = (key(range.0), key(range.1));
                 let lower = match lower {
@@ -220,10 +274,20 @@ impl<'a> Ctx<'a> {
         start: &[u8],
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
+        self.keys_from_in(self.space.get(), start, limit)
+    }
+
+    /// [`Ctx::keys_from`] of database `space`.
+    pub fn keys_from_in(
+        &self,
+        space: Space,
+        start: &[u8],
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
         let Some(tx) = &self.tx else {
-            return self.db.keys_from_at(start, limit, self.at());
+            return self.db.keys_from_at(space, start, limit, self.at());
         };
-        let (keys, _, _) = self.db.keyspaces();
+        let keys = space.keys;
         let range = (Bound::Included(start), Bound::Unbounded);
         let stored = self.db.store().iter(keys, range, self.at(), false);
         let mut out = Vec::new();
@@ -235,6 +299,27 @@ impl<'a> Ctx<'a> {
             }
         }
         Ok(out)
+    }
+
+    /// The object ids of every collection of database `space` (FLUSHDB
+    /// removes their members once their records are gone).
+    pub fn collection_ids(&self, space: Space) -> Result<Vec<u64>, StoreError> {
+        let (collections, (from, to)) = self.db.collections_of(space.index());
+        let range = (Bound::Included(&from[..]), Bound::Excluded(&to[..]));
+        let stored = self.db.store().iter(collections, range, self.at(), false);
+        let listed: Box<dyn Iterator<Item = Item> + '_> = match &self.tx {
+            None => Box::new(stored),
+            Some(tx) => Box::new(tx.overlay.merge(collections, range, false, stored)),
+        };
+        let mut ids = Vec::new();
+        for item in listed {
+            let (index_key, _) = item?;
+            let record = self.get_raw_in(space, &index_key[1..])?;
+            if let Some(c) = record.as_ref().and_then(|e| e.value.collection()) {
+                ids.push(c.id);
+            }
+        }
+        Ok(ids)
     }
 
     /// Removes `key` holding `value` in `batch`: its record, and a
@@ -263,7 +348,7 @@ impl<'a> Ctx<'a> {
         if self.tx.is_some() || self.snapshot.get().is_some() {
             return self.get_string(key);
         }
-        let entry = self.db.get_raw_latest(key)?;
+        let entry = self.db.get_raw_latest(self.space.get(), key)?;
         Self::string_of(entry.filter(|e| !e.expired(self.now_ms)))
     }
 
@@ -320,9 +405,12 @@ impl<'a> Ctx<'a> {
         let stored = if self.tx.is_some() {
             self.get_raw(key)?
         } else {
+            let space = self.space.get();
             match self.reads.as_deref_mut() {
-                Some(cache) => self.db.get_locked(cache, key, read)?,
-                None => self.db.get_locked(&mut ReadCache::default(), key, read)?,
+                Some(cache) => self.db.get_locked(cache, space, key, read)?,
+                None => self
+                    .db
+                    .get_locked(&mut ReadCache::default(), space, key, read)?,
             }
         };
         match stored {

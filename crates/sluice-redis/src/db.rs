@@ -2,16 +2,18 @@
 //! how a command reads and changes it. The layout is written down in
 //! docs/FORMAT.md ("Serving keyspace").
 //!
-//! - `redis.keys`: Redis key → record ([`Entry`]): type, expiry, a
-//!   string's bytes or a collection's object id and size;
+//! - `redis.keys` (database 0; `redis.keys.<n>` database n): Redis key →
+//!   record ([`Entry`]): type, expiry, a string's bytes or a collection's
+//!   object id and size (see [`crate::databases`] for the 16 databases);
 //! - `redis.members`: `[object id u64 BE][sub-key]` → a member, for every
 //!   collection (hash fields, list items, set and sorted-set members);
-//! - `redis.expires`: `[expire_at_ms u64 BE][key]` → empty, one entry per
+//! - `redis.expires` (`.<n>`): `[expire_at_ms u64 BE][key]` → empty, one entry per
 //!   expiry ever set, in time order, so the background sweep reads only
 //!   keys whose time has come (an entry whose key has since changed is
 //!   dropped when the sweep reaches it);
 //! - `redis.collections`: `[database u8][key]` → empty for each key that
-//!   holds a collection; `redis.meta`: the object id ceiling.
+//!   holds a collection; `redis.meta`: the object id ceiling, the
+//!   database map and function libraries.
 //!
 //! A filter of the keys that may hold a collection
 //! ([`Db::may_hold_collection`]) lets SET overwrite a key without reading
@@ -25,6 +27,7 @@
 //! two threads cannot interleave on one key; a command on several keys
 //! takes their stripes in order.
 
+use crate::databases::{Databases, Space, DATABASES};
 use crate::record::{Entry, Read, Value};
 use sluice_store::{
     Found, Logged, ReadCache, Snapshot, Store, StoreError, StoreIter, ValueFormat, WriteBatch,
@@ -59,9 +62,6 @@ const ID_CEILING_STEP: u64 = 65536;
 const LIBRARY_PREFIX: &[u8] = b"library:";
 /// The byte after `LIBRARY_PREFIX`'s last: the end of its range.
 const LIBRARY_END: &[u8] = b"library;";
-/// The database byte of `redis.collections` keys (one database so far).
-const DATABASE_ZERO: u8 = 0;
-
 /// A hash field (or other member) and its value.
 pub type FieldValue = (Vec<u8>, Vec<u8>);
 
@@ -83,12 +83,18 @@ pub fn member_key(id: u64, sub: &[u8]) -> Vec<u8> {
     k
 }
 
-/// `redis.collections`' key of `key`.
-fn collection_index_key(key: &[u8]) -> Vec<u8> {
+/// `redis.collections`' key of `key` in physical database `database`.
+fn collection_index_key(database: u8, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + key.len());
-    k.push(DATABASE_ZERO);
+    k.push(database);
     k.extend_from_slice(key);
     k
+}
+
+/// `redis.collections`' range of physical database `database`: its
+/// entries' keys are at least the first and below the second.
+fn collection_index_range(database: u8) -> (Vec<u8>, Vec<u8>) {
+    (vec![database], vec![database + 1])
 }
 
 /// Which keys may hold a collection: one bit per key hash, set before a
@@ -150,7 +156,7 @@ impl CollectionKeys {
             }
             let (index_key, _) = item?;
             match index_key.split_first() {
-                Some((&DATABASE_ZERO, key)) => self.mark(key),
+                Some((&database, key)) if usize::from(database) < DATABASES => self.mark(key),
                 _ => {
                     return Err(StoreError::BadInput(
                         "an entry of redis.collections is malformed".into(),
@@ -173,11 +179,18 @@ impl CollectionKeys {
 pub struct Watched {
     /// Counter slot → its count when first watched.
     keys: HashMap<usize, WatchedSlot>,
-    /// Keys that existed with a time to live when watched: one that
-    /// expires before EXEC aborts it, even before the sweep removes it
-    /// (Redis 7's rule). At most [`VERSION_SLOTS`] of them; a WATCH of
-    /// more such keys checks the first ones.
-    expiring: Vec<Vec<u8>>,
+    /// Keys that existed with a time to live when watched, with their
+    /// logical database: one that expires before EXEC aborts it, even
+    /// before the sweep removes it (Redis 7's rule). At most
+    /// [`VERSION_SLOTS`] of them; a WATCH of more such keys checks the
+    /// first ones.
+    expiring: Vec<(u8, Vec<u8>)>,
+    /// Keys that did not exist when watched, with their logical database:
+    /// after a SWAPDB of that database, one that exists now was brought in
+    /// by it (Redis touches it). At most [`VERSION_SLOTS`] of them.
+    absent: Vec<(u8, Vec<u8>)>,
+    /// Each logical database watched in and its SWAPDB count then.
+    databases: Vec<(u8, u64)>,
     /// The watcher count this WATCH is counted in, while it holds keys.
     counted: Option<Arc<AtomicUsize>>,
 }
@@ -187,6 +200,8 @@ impl Watched {
     pub fn clear(&mut self) {
         self.keys.clear();
         self.expiring.clear();
+        self.absent.clear();
+        self.databases.clear();
         if let Some(watchers) = self.counted.take() {
             watchers.fetch_sub(1, Ordering::SeqCst);
         }
@@ -204,7 +219,11 @@ impl Drop for Watched {
 struct WatchedSlot {
     /// The slot's count when first watched.
     count: u64,
-    /// [`Db`]'s flush count then.
+    /// The logical and the physical database of the key watched in it
+    /// first.
+    logical: u8,
+    physical: u8,
+    /// The physical database's flush count then.
     flushes: u64,
     /// Whether a key watched in the slot existed then: a FLUSHALL or
     /// FLUSHDB aborts the EXEC only for keys it removed, as in Redis.
@@ -214,9 +233,8 @@ struct WatchedSlot {
 /// The keyspace of one server.
 pub struct Db {
     store: Arc<Store>,
-    keys: u32,
+    databases: Databases,
     members: u32,
-    expires: u32,
     collections: u32,
     meta: u32,
     stripes: Box<[Mutex<()>]>,
@@ -224,8 +242,6 @@ pub struct Db {
     versions: Box<[AtomicU64]>,
     /// Connections with a WATCH in force (see [`Watched`]).
     watchers: Arc<AtomicUsize>,
-    /// FLUSHALL and FLUSHDB so far (a WATCH of a key that existed sees them).
-    flushes: AtomicU64,
     cursors: Mutex<Cursors>,
     collection_keys: Arc<CollectionKeys>,
     /// The scan that fills `collection_keys` at open.
@@ -362,8 +378,11 @@ impl KeyHash {
         (self.0 % STRIPES as u64) as usize
     }
 
-    fn version_slot(self) -> usize {
-        (self.0 % VERSION_SLOTS as u64) as usize
+    /// The WATCH counter slot of the key in physical database
+    /// `database` (the same key in two databases is two keys).
+    fn version_slot(self, database: u8) -> usize {
+        let h = self.0 ^ u64::from(database).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h % VERSION_SLOTS as u64) as usize
     }
 }
 
@@ -465,9 +484,7 @@ impl Db {
             }
             Err(e) => Err(e),
         };
-        let keys = keyspace(KEYS_KEYSPACE)?;
         let members = keyspace(MEMBERS_KEYSPACE)?;
-        let expires = keyspace(EXPIRES_KEYSPACE)?;
         let collections = keyspace(COLLECTIONS_KEYSPACE)?;
         let meta = keyspace(META_KEYSPACE)?;
         let ceiling = match store.get(meta, ID_CEILING_KEY)? {
@@ -478,17 +495,16 @@ impl Db {
                     StoreError::BadInput("redis.meta's id ceiling is malformed".into())
                 })?,
         };
+        let databases = Databases::open(&store, meta)?;
         let db = Db {
             store,
-            keys,
+            databases,
             members,
-            expires,
             collections,
             meta,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             versions: (0..VERSION_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             watchers: Arc::new(AtomicUsize::new(0)),
-            flushes: AtomicU64::new(0),
             cursors: Mutex::new(Cursors::default()),
             collection_keys: Arc::new(CollectionKeys::new()),
             filling: Mutex::new(None),
@@ -547,9 +563,57 @@ impl Db {
         Ok(id)
     }
 
-    /// The store keyspace ids: records, members, expiry index.
-    pub(crate) fn keyspaces(&self) -> (u32, u32, u32) {
-        (self.keys, self.members, self.expires)
+    /// The store keyspace of every collection's members.
+    pub(crate) fn members_keyspace(&self) -> u32 {
+        self.members
+    }
+
+    /// The physical database logical database `logical` (0 to 15) names
+    /// now, its keyspaces created if it is used for the first time.
+    pub fn space(&self, logical: u8) -> Result<Space, StoreError> {
+        let physical = self.databases.physical_of(logical);
+        self.databases.physical(&self.store, physical)
+    }
+
+    /// [`Db::space`] of a logical database used before: never creates
+    /// anything. A SWAPDB creates both databases before it swaps them, so
+    /// a logical database that named a created one always does.
+    pub fn space_used(&self, logical: u8) -> Space {
+        let physical = self.databases.physical_of(logical);
+        self.databases
+            .created(physical)
+            .expect("a logical database used before names a created physical one")
+    }
+
+    /// Physical database `index` if it was ever used.
+    pub fn physical_space(&self, index: u8) -> Option<Space> {
+        self.databases.created(index)
+    }
+
+    /// Every physical database ever used, in index order.
+    pub fn spaces(&self) -> Vec<Space> {
+        self.databases.all_created().collect()
+    }
+
+    /// Swaps logical databases `a` and `b` (SWAPDB): one write of the
+    /// database map. The caller holds every stripe lock
+    /// ([`Db::lock_all`]), so no command sees half of it.
+    pub fn swap_databases(&self, a: u8, b: u8) -> Result<Logged, StoreError> {
+        self.space(a)?;
+        self.space(b)?;
+        let mut map = self.databases.map();
+        map.swap(usize::from(a), usize::from(b));
+        let mut batch = WriteBatch::new();
+        batch.put(self.meta, crate::databases::MAP_KEY, &map)?;
+        let logged = self.store.write_logged(&batch)?;
+        self.databases.set_map(&map);
+        self.databases.note_swap(a, b);
+        Ok(logged)
+    }
+
+    /// Whether physical database `space` holds no record, expired or not.
+    pub fn space_is_empty(&self, space: Space) -> Result<bool, StoreError> {
+        Ok(self.keys_from(space, &[], 1)?.is_empty())
     }
 
     /// The key SCAN cursor `id` resumes at.
@@ -588,32 +652,51 @@ impl Db {
         h
     }
 
-    fn version_slot(key: &[u8]) -> usize {
-        KeyHash::of(key).version_slot()
+    fn version_slot(database: u8, key: &[u8]) -> usize {
+        KeyHash::of(key).version_slot(database)
     }
 
     /// Adds `key` to a connection's WATCH: its counter slot and the count
     /// now, read after the connection is counted among the watchers (a
     /// commit that saw no watcher was applied before this).
-    pub fn watch(&self, watched: &mut Watched, key: &[u8], now_ms: u64) -> Result<(), StoreError> {
+    /// `logical` is the connection's database; the caller holds no lock
+    /// (a SWAPDB meanwhile is seen as one after the WATCH).
+    pub fn watch(
+        &self,
+        watched: &mut Watched,
+        logical: u8,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
         if watched.counted.is_none() {
             self.watchers.fetch_add(1, Ordering::SeqCst);
             watched.counted = Some(self.watchers.clone());
         }
-        let slot = Db::version_slot(key);
+        if !watched.databases.iter().any(|&(l, _)| l == logical) {
+            let swaps = self.databases.swaps(logical);
+            watched.databases.push((logical, swaps));
+        }
+        let space = self.space(logical)?;
+        let slot = Db::version_slot(space.index, key);
         // Counted as watched before the key is read: a write between the
         // two is seen as a change.
         let count = self.versions[slot].load(Ordering::SeqCst);
-        let flushes = self.flushes.load(Ordering::SeqCst);
-        let live = self.get_raw(key)?.filter(|e| !e.expired(now_ms));
+        let flushes = self.databases.flushes(space.index);
+        let live = self.get_raw(space, key)?.filter(|e| !e.expired(now_ms));
         let existed = live.is_some();
-        if live.is_some_and(|e| e.expire_at_ms != 0) && watched.expiring.len() < VERSION_SLOTS {
-            watched.expiring.push(key.to_vec());
+        let room = |list: &Vec<(u8, Vec<u8>)>| list.len() < VERSION_SLOTS;
+        if live.is_some_and(|e| e.expire_at_ms != 0) && room(&watched.expiring) {
+            watched.expiring.push((logical, key.to_vec()));
+        }
+        if !existed && room(&watched.absent) {
+            watched.absent.push((logical, key.to_vec()));
         }
         // A slot watched before keeps its first count, as Redis keeps the
         // first WATCH of a key: a change since then aborts the EXEC.
         let entry = watched.keys.entry(slot).or_insert(WatchedSlot {
             count,
+            logical,
+            physical: space.index,
             flushes,
             existed,
         });
@@ -634,17 +717,37 @@ impl Db {
 
     /// Whether any key of a WATCH may have changed since it was watched:
     /// written, removed by a flush, or expired (at `now_ms`).
+    ///
+    /// A SWAPDB of a watched database touches the keys that existed in
+    /// either of its two databases, as Redis's does: here, a key that
+    /// existed when watched, or one absent then that exists now.
     pub fn changed_since(&self, watched: &Watched, now_ms: u64) -> Result<bool, StoreError> {
-        let flushes = self.flushes.load(Ordering::Acquire);
+        let swapped: Vec<u8> = watched
+            .databases
+            .iter()
+            .filter(|&&(logical, swaps)| self.databases.swaps(logical) != swaps)
+            .map(|&(logical, _)| logical)
+            .collect();
         let changed = watched.keys.iter().any(|(&slot, w)| {
             self.versions[slot].load(Ordering::Acquire) != w.count
-                || (w.existed && w.flushes != flushes)
+                || (w.existed && w.flushes != self.databases.flushes(w.physical))
+                || (w.existed && swapped.contains(&w.logical))
         });
         if changed {
             return Ok(true);
         }
-        for key in &watched.expiring {
-            if self.get_raw(key)?.is_none_or(|e| e.expired(now_ms)) {
+        for (logical, key) in &watched.expiring {
+            let space = self.space_used(*logical);
+            if self.get_raw(space, key)?.is_none_or(|e| e.expired(now_ms)) {
+                return Ok(true);
+            }
+        }
+        for (logical, key) in watched.absent.iter().filter(|(l, _)| swapped.contains(l)) {
+            let space = self.space_used(*logical);
+            if self
+                .get_raw(space, key)?
+                .is_some_and(|e| !e.expired(now_ms))
+            {
                 return Ok(true);
             }
         }
@@ -655,8 +758,8 @@ impl Db {
     /// counters are spread over half a MiB, so bumping one is a likely
     /// cache miss and a locked add on every write of a server where nobody
     /// uses WATCH.
-    fn count_changes(&self, touched: &[usize], touched_all: bool) {
-        if touched.is_empty() && !touched_all {
+    fn count_changes(&self, touched: &[usize], flushed: &[u8]) {
+        if touched.is_empty() && flushed.is_empty() {
             return;
         }
         // Pairs with the SeqCst add in `watch`: either the watcher is
@@ -665,8 +768,8 @@ impl Db {
         if self.watchers.load(Ordering::Relaxed) == 0 {
             return;
         }
-        if touched_all {
-            self.flushes.fetch_add(1, Ordering::AcqRel);
+        for &database in flushed {
+            self.databases.note_flush(database);
         }
         for &slot in touched {
             self.versions[slot].fetch_add(1, Ordering::AcqRel);
@@ -726,16 +829,16 @@ impl Db {
         self.store.snapshot()
     }
 
-    /// The stored entry of `key`, expired or not.
-    pub fn get_raw(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
-        self.get_raw_at(key, &self.store.snapshot())
+    /// The stored entry of `key` in `space`, expired or not.
+    pub fn get_raw(&self, space: Space, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+        self.get_raw_at(space, key, &self.store.snapshot())
     }
 
     /// [`Db::get_raw`] with no snapshot: for a command that reads one key
     /// once (`Store::get_latest`).
-    pub fn get_raw_latest(&self, key: &[u8]) -> Result<Option<Entry>, StoreError> {
+    pub fn get_raw_latest(&self, space: Space, key: &[u8]) -> Result<Option<Entry>, StoreError> {
         self.store
-            .get_latest(self.keys, key)?
+            .get_latest(space.keys, key)?
             .map(|b| Entry::decode(&b))
             .transpose()
     }
@@ -746,10 +849,11 @@ impl Db {
     pub fn get_raw_latest_with<R>(
         &self,
         cache: &mut ReadCache,
+        space: Space,
         key: &[u8],
         f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<R, StoreError> {
-        self.store.get_latest_cached(cache, self.keys, key, f)
+        self.store.get_latest_cached(cache, space.keys, key, f)
     }
 
     /// [`Db::get_raw_latest_with`], or with `wait` false, what it would
@@ -757,12 +861,13 @@ impl Db {
     pub fn get_raw_latest_or_miss<R>(
         &self,
         cache: &mut ReadCache,
+        space: Space,
         key: &[u8],
         wait: bool,
         f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<Result<R, sluice_store::CacheMiss>, StoreError> {
         self.store
-            .get_latest_or_miss(cache, self.keys, key, wait, f)
+            .get_latest_or_miss(cache, space.keys, key, wait, f)
     }
 
     /// The index or block reading `key`'s entry would wait for the device
@@ -771,9 +876,10 @@ impl Db {
     pub fn miss_of_key(
         &self,
         cache: &mut ReadCache,
+        space: Space,
         key: &[u8],
     ) -> Option<sluice_store::CacheMiss> {
-        self.miss_in(cache, self.keys, key)
+        self.miss_in(cache, space.keys, key)
     }
 
     /// [`Db::miss_of_key`] for member `sub` of the collection at `key`:
@@ -782,12 +888,13 @@ impl Db {
     pub fn miss_of_member(
         &self,
         cache: &mut ReadCache,
+        space: Space,
         key: &[u8],
         sub: &[u8],
     ) -> Option<sluice_store::CacheMiss> {
         let record = self
             .store
-            .get_latest_or_miss(cache, self.keys, key, false, |found| {
+            .get_latest_or_miss(cache, space.keys, key, false, |found| {
                 found.and_then(|f| Entry::decode_as(f.bytes(), Read::Shape).ok())
             });
         match record {
@@ -822,18 +929,24 @@ impl Db {
     pub fn get_locked(
         &self,
         cache: &mut ReadCache,
+        space: Space,
         key: &[u8],
         read: Read,
     ) -> Result<Option<Entry>, StoreError> {
-        self.get_raw_latest_with(cache, key, |found| {
+        self.get_raw_latest_with(cache, space, key, |found| {
             found.map(|f| Entry::decode_as(f.bytes(), read)).transpose()
         })?
     }
 
     /// [`Db::get_raw`] as of `at`.
-    pub fn get_raw_at(&self, key: &[u8], at: &Snapshot) -> Result<Option<Entry>, StoreError> {
+    pub fn get_raw_at(
+        &self,
+        space: Space,
+        key: &[u8],
+        at: &Snapshot,
+    ) -> Result<Option<Entry>, StoreError> {
         self.store
-            .get_at(self.keys, key, at)?
+            .get_at(space.keys, key, at)?
             .map(|b| Entry::decode(&b))
             .transpose()
     }
@@ -867,6 +980,12 @@ impl Db {
         )
     }
 
+    /// The store keyspace listing every key that holds a collection, and
+    /// physical database `database`'s range of it.
+    pub(crate) fn collections_of(&self, database: u8) -> (u32, (Vec<u8>, Vec<u8>)) {
+        (self.collections, collection_index_range(database))
+    }
+
     /// Every stored function library, by name.
     pub fn libraries(&self) -> Result<Vec<StoredLibrary>, StoreError> {
         let range = (
@@ -884,25 +1003,28 @@ impl Db {
         Ok(out)
     }
 
-    /// Every stored key (expired ones too), in key order, from `start`.
+    /// Every stored key of `space` (expired ones too), in key order, from
+    /// `start`.
     pub fn keys_from(
         &self,
+        space: Space,
         start: &[u8],
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
-        self.keys_from_at(start, limit, &self.store.snapshot())
+        self.keys_from_at(space, start, limit, &self.store.snapshot())
     }
 
     /// [`Db::keys_from`] as of `at`.
     pub fn keys_from_at(
         &self,
+        space: Space,
         start: &[u8],
         limit: usize,
         at: &Snapshot,
     ) -> Result<Vec<(Vec<u8>, Entry)>, StoreError> {
         let mut out = Vec::new();
         let range = (Bound::Included(start), Bound::Unbounded::<&[u8]>);
-        for item in self.store.iter(self.keys, range, at, false) {
+        for item in self.store.iter(space.keys, range, at, false) {
             let (k, v) = item?;
             out.push((k, Entry::decode(&v)?));
             if out.len() >= limit {
@@ -916,8 +1038,28 @@ impl Db {
     /// expiry order, and drops index entries whose key has changed since;
     /// returns how many index entries it went through (fewer than `limit`:
     /// nothing more is due) and the log position of the removals.
+    ///
+    /// Every database's index is swept, database 0 first, `limit` shared.
     pub fn sweep_expired(
         &self,
+        now_ms: u64,
+        limit: usize,
+    ) -> Result<(usize, Option<sluice_store::wal::LogPosition>), StoreError> {
+        let (mut seen, mut position) = (0, None);
+        for space in self.spaces() {
+            if seen >= limit {
+                break;
+            }
+            let (n, at) = self.sweep_space(space, now_ms, limit - seen)?;
+            seen += n;
+            position = position.max(at);
+        }
+        Ok((seen, position))
+    }
+
+    fn sweep_space(
+        &self,
+        space: Space,
         now_ms: u64,
         limit: usize,
     ) -> Result<(usize, Option<sluice_store::wal::LogPosition>), StoreError> {
@@ -925,7 +1067,7 @@ impl Db {
         let range = (Bound::Unbounded::<&[u8]>, Bound::Excluded(&due_below[..]));
         let snapshot = self.store.snapshot();
         let mut due = Vec::new();
-        for item in self.store.iter(self.expires, range, &snapshot, false) {
+        for item in self.store.iter(space.expires, range, &snapshot, false) {
             let (index_key, value) = item?;
             due.push((index_key, value));
             if due.len() >= limit {
@@ -938,9 +1080,9 @@ impl Db {
                 continue;
             };
             let _locked = self.lock(&[&key]);
-            let mut b = self.batch();
-            b.batch.delete(self.expires, index_key)?;
-            let current = self.get_raw(&key)?;
+            let mut b = self.batch(space);
+            b.batch.delete(space.expires, index_key)?;
+            let current = self.get_raw(space, &key)?;
             if let Some(e) = current.filter(|e| e.expire_at_ms == at_ms && e.expired(now_ms)) {
                 let at = self.store.snapshot();
                 remove_entry(&mut b, &key, &e.value, || {
@@ -964,26 +1106,29 @@ impl Db {
             .collect()
     }
 
-    /// Whether the expiry index holds anything.
+    /// Whether every database's expiry index is empty.
     pub fn expiry_index_is_empty(&self) -> Result<bool, StoreError> {
         let all = (Bound::Unbounded::<&[u8]>, Bound::Unbounded);
-        Ok(self
-            .store
-            .iter(self.expires, all, &self.store.snapshot(), false)
-            .next()
-            .transpose()?
-            .is_none())
+        let snapshot = self.store.snapshot();
+        for space in self.spaces() {
+            let mut entries = self.store.iter(space.expires, all, &snapshot, false);
+            if entries.next().transpose()?.is_some() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
-    /// A batch for this keyspace.
-    pub fn batch(&self) -> DbBatch<'_> {
-        self.batch_in(BatchRoom::default())
+    /// A batch of changes to `space` (and the members of its
+    /// collections).
+    pub fn batch(&self, space: Space) -> DbBatch<'_> {
+        self.batch_in(space, BatchRoom::default())
     }
 
     /// [`Db::batch`] built in the room an earlier one left
     /// ([`DbBatch::commit_keeping_room`]): a batch a request allocates
     /// nothing for.
-    pub fn batch_in(&self, room: BatchRoom) -> DbBatch<'_> {
+    pub fn batch_in(&self, space: Space, room: BatchRoom) -> DbBatch<'_> {
         let BatchRoom {
             mut batch,
             mut touched,
@@ -992,16 +1137,17 @@ impl Db {
         touched.clear();
         DbBatch {
             db: self,
+            space,
             batch,
             touched,
-            touched_all: false,
+            flushed: Vec::new(),
         }
     }
 
-    /// A batch whose changes a transaction applies to its own batch and
-    /// reads back ([`DbBatch::ops`]).
+    /// A transaction's batch, which takes in its commands' batches
+    /// (whatever database each changes).
     pub fn recording_batch(&self) -> DbBatch<'_> {
-        self.batch()
+        self.batch(self.space_used(0))
     }
 }
 
@@ -1072,13 +1218,27 @@ pub struct BatchRoom {
 /// Changes to the keyspace applied together ([`DbBatch::commit`]).
 pub struct DbBatch<'a> {
     db: &'a Db,
+    /// The database whose records it changes.
+    space: Space,
     batch: WriteBatch,
     /// WATCH counter slots of the keys changed.
     touched: Vec<usize>,
-    touched_all: bool,
+    /// Physical databases emptied.
+    flushed: Vec<u8>,
 }
 
 impl DbBatch<'_> {
+    /// The database whose records the batch changes.
+    pub fn space(&self) -> Space {
+        self.space
+    }
+
+    /// Changes the records of `space` from now on (MOVE, COPY ... DB: one
+    /// batch removes a key from one database and writes it to another).
+    pub fn switch_to(&mut self, space: Space) {
+        self.space = space;
+    }
+
     /// Stores `entry` at `key`, over a record of the same collection (or
     /// any string); see [`DbBatch::put_new`] for a collection's first.
     pub fn put(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
@@ -1087,10 +1247,11 @@ impl DbBatch<'_> {
             // the key's record must know.
             self.db.collection_keys.mark(key);
         }
-        entry.with_pieces(|pieces| self.batch.put_parts(self.db.keys, key, pieces))?;
+        let space = self.space;
+        entry.with_pieces(|pieces| self.batch.put_parts(space.keys, key, pieces))?;
         if entry.expire_at_ms != 0 {
             let (k, v) = expiry_entry(key, entry.expire_at_ms);
-            self.batch.put(self.db.expires, &k, &v)?;
+            self.batch.put(space.expires, &k, &v)?;
         }
         self.touch(key);
         Ok(())
@@ -1102,8 +1263,8 @@ impl DbBatch<'_> {
     pub fn put_new(&mut self, key: &[u8], entry: &Entry) -> Result<(), StoreError> {
         self.put(key, entry)?;
         if entry.value.collection().is_some() {
-            self.batch
-                .put(self.db.collections, &collection_index_key(key), &[])?;
+            let index_key = collection_index_key(self.space.index, key);
+            self.batch.put(self.db.collections, &index_key, &[])?;
         }
         Ok(())
     }
@@ -1117,36 +1278,75 @@ impl DbBatch<'_> {
         hash: KeyHash,
         value: &[u8],
     ) -> Result<(), StoreError> {
+        let space = self.space;
         Entry::with_string_pieces(value, |pieces| {
-            self.batch.put_parts(self.db.keys, key, pieces)
+            self.batch.put_parts(space.keys, key, pieces)
         })?;
-        self.touched.push(hash.version_slot());
+        self.touched.push(hash.version_slot(space.index));
         Ok(())
     }
 
     /// Removes `key`'s record (and its `redis.collections` entry); a
     /// collection's members are the caller's ([`remove_entry`]).
     pub fn remove_record(&mut self, key: &[u8], value: &Value) -> Result<(), StoreError> {
-        self.batch.delete(self.db.keys, key)?;
+        self.batch.delete(self.space.keys, key)?;
         if value.collection().is_some() {
-            self.batch
-                .delete(self.db.collections, &collection_index_key(key))?;
+            let index_key = collection_index_key(self.space.index, key);
+            self.batch.delete(self.db.collections, &index_key)?;
         }
         self.touch(key);
         Ok(())
     }
 
-    /// Removes every key and member (FLUSHDB).
-    pub fn remove_everything(&mut self) -> Result<(), StoreError> {
+    /// Removes every key of every database and every member (FLUSHALL;
+    /// FLUSHDB when no other database holds a record).
+    pub fn remove_all_databases(&mut self) -> Result<(), StoreError> {
+        let db = self.db;
+        for space in db.spaces() {
+            self.remove_keyspace(space.keys)?;
+            self.remove_keyspace(space.expires)?;
+            self.flushed.push(space.index);
+        }
+        self.remove_keyspace(db.members)?;
+        self.remove_keyspace(db.collections)
+    }
+
+    /// Removes every record and expiry of the batch's database and its
+    /// range of `redis.collections` (FLUSHDB while another database holds
+    /// records): the members of its collections are the caller's, with
+    /// [`DbBatch::remove_members_of`].
+    pub fn remove_database_records(&mut self) -> Result<(), StoreError> {
+        let space = self.space;
+        self.remove_keyspace(space.keys)?;
+        self.remove_keyspace(space.expires)?;
+        let (from, to) = collection_index_range(space.index);
+        self.batch.delete_range(self.db.collections, &from, &to)?;
+        self.flushed.push(space.index);
+        Ok(())
+    }
+
+    /// Removes the members of collection `id` once no record names it.
+    pub fn remove_members_of(&mut self, id: u64) -> Result<(), StoreError> {
+        let start = member_prefix(id);
+        match id.checked_add(1) {
+            Some(next) => self
+                .batch
+                .delete_range(self.db.members, &start, &member_prefix(next))?,
+            None => {
+                let end = vec![0xffu8; sluice_store::batch::MAX_KEY_BYTES];
+                self.batch.delete_range(self.db.members, &start, &end)?;
+                self.batch.delete(self.db.members, &end)?
+            }
+        };
+        Ok(())
+    }
+
+    fn remove_keyspace(&mut self, keyspace: u32) -> Result<(), StoreError> {
         // Keys are at most MAX_KEY_BYTES long: the only key at or past
         // this end is the end itself.
         let end = vec![0xffu8; sluice_store::batch::MAX_KEY_BYTES];
-        let db = self.db;
-        for keyspace in [db.keys, db.members, db.expires, db.collections] {
-            self.batch.delete_range(keyspace, &[], &end)?;
-            self.batch.delete(keyspace, &end)?;
-        }
-        self.touched_all = true;
+        self.batch.delete_range(keyspace, &[], &end)?;
+        self.batch.delete(keyspace, &end)?;
         Ok(())
     }
 
@@ -1175,24 +1375,14 @@ impl DbBatch<'_> {
     /// Removes every member of collection `id` (at `key`) with one range
     /// delete.
     pub fn delete_members(&mut self, key: &[u8], id: u64) -> Result<(), StoreError> {
-        let start = member_prefix(id);
-        match id.checked_add(1) {
-            Some(next) => self
-                .batch
-                .delete_range(self.db.members, &start, &member_prefix(next))?,
-            None => {
-                let end = vec![0xffu8; sluice_store::batch::MAX_KEY_BYTES];
-                self.batch.delete_range(self.db.members, &start, &end)?;
-                self.batch.delete(self.db.members, &end)?
-            }
-        };
+        self.remove_members_of(id)?;
         self.touch(key);
         Ok(())
     }
 
     /// Notes a change of `key` for WATCH.
     fn touch(&mut self, key: &[u8]) {
-        self.touched.push(Db::version_slot(key));
+        self.touched.push(Db::version_slot(self.space.index, key));
     }
 
     /// Adds the changes `other` holds (a transaction takes in each of its
@@ -1207,7 +1397,7 @@ impl DbBatch<'_> {
             };
         }
         self.touched.extend_from_slice(&other.touched);
-        self.touched_all |= other.touched_all;
+        self.flushed.extend_from_slice(&other.flushed);
         Ok(other.batch)
     }
 
@@ -1246,7 +1436,7 @@ impl DbBatch<'_> {
     pub fn commit_keeping_room(self) -> (Result<Logged, StoreError>, BatchRoom) {
         let logged = self.db.store.write_logged(&self.batch);
         if logged.is_ok() {
-            self.db.count_changes(&self.touched, self.touched_all);
+            self.db.count_changes(&self.touched, &self.flushed);
         }
         let room = BatchRoom {
             batch: self.batch,
@@ -1269,7 +1459,7 @@ mod tests {
         let db = Db::open(store).unwrap();
         let mut watched = Watched::default();
         for i in 0..300_000u32 {
-            db.watch(&mut watched, format!("key:{i}").as_bytes(), 0)
+            db.watch(&mut watched, 0, format!("key:{i}").as_bytes(), 0)
                 .unwrap();
         }
         assert!(
@@ -1296,7 +1486,7 @@ mod tests {
         for key in &keys {
             let hash = KeyHash::of(key);
             stripes[hash.stripe()] += 1;
-            slots.insert(hash.version_slot());
+            slots.insert(hash.version_slot(0));
         }
         let (fewest, most) = (stripes.iter().min().unwrap(), stripes.iter().max().unwrap());
         assert!(

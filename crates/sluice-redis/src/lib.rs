@@ -9,6 +9,8 @@
 //!
 //! - [`record`]: a key's record — type, expiry, a string's bytes or a
 //!   collection's object id, size and type fields;
+//! - [`databases`]: the 16 databases SELECT picks, their keyspaces and
+//!   the map SWAPDB changes;
 //! - [`db`]: the keyspace on the store — its store keyspaces, object ids,
 //!   stripe locks, WATCH, SCAN cursors, the expiry sweep, write batches;
 //! - [`ctx`]: one command's run — its snapshot, its reads (through a
@@ -24,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ctx;
+pub mod databases;
 pub mod db;
 pub mod error;
 pub mod hash;
@@ -38,6 +41,7 @@ pub mod upgrade;
 pub mod zset;
 
 pub use ctx::Ctx;
+pub use databases::{Space, DATABASES};
 pub use db::Db;
 pub use error::Failure;
 pub use record::{Collection, Entry, Read, StreamId, StreamMeta, Value};

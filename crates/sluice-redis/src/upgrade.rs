@@ -21,7 +21,9 @@ pub fn legacy_hashes(db: &Db) -> Result<(), StoreError> {
         Err(StoreError::UnknownKeyspace { .. }) => return Ok(()),
         Err(e) => return Err(e),
     };
-    let (keys, _, _) = db.keyspaces();
+    // The old layout had one database.
+    let space = db.space_used(0);
+    let keys = space.keys;
     let snapshot = store.snapshot();
     let all = (Bound::Unbounded::<&[u8]>, Bound::Unbounded);
     let mut upgraded = 0u64;
@@ -37,7 +39,7 @@ pub fn legacy_hashes(db: &Db) -> Result<(), StoreError> {
         // The record is rewritten by the batch of the last fields: until
         // then the hash reads as before, and a crash leaves it to the next
         // open (the fields copied so far sit unreferenced under `id`).
-        let mut batch = db.batch();
+        let mut batch = db.batch(space);
         let (mut len, mut bytes) = (0u64, 0usize);
         for field in store.iter_prefix(fields, &prefix, &snapshot, false) {
             let (field_key, value) = field?;
@@ -47,7 +49,7 @@ pub fn legacy_hashes(db: &Db) -> Result<(), StoreError> {
             bytes += field_key.len() + value.len();
             if bytes >= BATCH_BYTES {
                 batch.commit()?;
-                batch = db.batch();
+                batch = db.batch(space);
                 bytes = 0;
             }
         }

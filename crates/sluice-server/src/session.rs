@@ -58,6 +58,8 @@ pub struct Session {
     /// The user name of the last refused login, for ACL LOG (the caller
     /// knows the client to log it with).
     refused_login: Option<Vec<u8>>,
+    /// The logical database SELECT chose (0 to 15).
+    db: u8,
 }
 
 static PLAIN_GET: std::sync::LazyLock<crate::acl::CommandId> =
@@ -144,7 +146,19 @@ impl Session {
             user,
             generation,
             refused_login: None,
+            db: 0,
         }
+    }
+
+    /// The logical database the connection has selected.
+    pub fn db(&self) -> u8 {
+        self.db
+    }
+
+    /// Selects logical database `db` (the caller checked it, 0 to 15).
+    pub fn set_db(&mut self, db: u8) {
+        debug_assert!(usize::from(db) < sluice_redis::DATABASES);
+        self.db = db;
     }
 
     /// The user the connection runs as.
@@ -257,7 +271,13 @@ impl Session {
                 .check_auth()
                 .unwrap_or_else(|| Reply::Bulk(args[1].clone())),
             b"select" if argc != 2 => wrong_arity("select"),
-            b"select" => self.check_auth().unwrap_or_else(|| select(&args[1])),
+            b"select" => self.check_auth().unwrap_or_else(|| match select(&args[1]) {
+                Ok(db) => {
+                    self.db = db;
+                    ok()
+                }
+                Err(refused) => refused,
+            }),
             b"quit" => return Handled::Close(ok()),
             b"reset" if argc != 1 => wrong_arity("reset"),
             b"reset" => {
@@ -396,14 +416,17 @@ impl Session {
 }
 
 /// SELECT: Sluice has one database, 0.
-fn select(index: &[u8]) -> Reply {
+/// SELECT's database: 0 to 15, else Redis's refusal.
+pub fn select(index: &[u8]) -> Result<u8, Reply> {
     match crate::resp::string_to_i64(index) {
         // Redis's own wording.
-        Some(n) if i32::try_from(n).is_err() => {
-            error("ERR value is out of range, value must between -2147483648 and 2147483647")
-        }
-        Some(0) => ok(),
-        Some(_) => error("ERR DB index is out of range"),
-        None => error("ERR value is not an integer or out of range"),
+        Some(n) if i32::try_from(n).is_err() => Err(error(
+            "ERR value is out of range, value must between -2147483648 and 2147483647",
+        )),
+        Some(n) => u8::try_from(n)
+            .ok()
+            .filter(|&db| usize::from(db) < sluice_redis::DATABASES)
+            .ok_or_else(|| error("ERR DB index is out of range")),
+        None => Err(error("ERR value is not an integer or out of range")),
     }
 }

@@ -42,7 +42,7 @@ fn start(password: Option<&str>) -> Redis {
         .port();
     let mut cmd = Command::new("redis-server");
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--databases", "1"])
+        .args(["--save", "", "--appendonly", "no"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut users = Vec::new();

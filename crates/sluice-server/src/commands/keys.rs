@@ -51,12 +51,77 @@ fn copy_value(
     batch.put_new(to, &entry.with_id(id))
 }
 
-/// Removes whatever `key` holds (live or expired) in `batch`.
+/// Removes whatever `key` holds (live or expired) in `batch`'s database.
 fn clear(ctx: &Ctx<'_>, batch: &mut DbBatch<'_>, key: &[u8]) -> Result<(), StoreError> {
-    if let Some(e) = ctx.get_raw(key)? {
+    if let Some(e) = ctx.get_raw_in(batch.space(), key)? {
         ctx.remove(batch, key, &e.value)?;
     }
     Ok(())
+}
+
+/// A database number as Redis's `getIntFromObjectOrReply` reads it (an
+/// int; `refusal` replaces both of its errors when given), then checked
+/// against the 16 databases.
+fn database_index(arg: &[u8], refusal: Option<&str>) -> Result<u8, Failure> {
+    let refused = |default: &str| fail(&format!("ERR {}", refusal.unwrap_or(default)));
+    let n = crate::resp::string_to_i64(arg)
+        .ok_or_else(|| refused("value is not an integer or out of range"))?;
+    if i32::try_from(n).is_err() {
+        return Err(refused(
+            "value is out of range, value must between -2147483648 and 2147483647",
+        ));
+    }
+    u8::try_from(n)
+        .ok()
+        .filter(|&db| usize::from(db) < sluice_redis::DATABASES)
+        .ok_or_else(|| fail("ERR DB index is out of range"))
+}
+
+/// MOVE key db: the record goes to the other database; a collection's
+/// members stay under its object id.
+pub(super) fn move_key(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let target = database_index(&args[2], None)?;
+    if target == ctx.database() {
+        return Err(fail(SAME_OBJECT));
+    }
+    let key = &args[1][..];
+    let _locked = ctx.lock(&[key]);
+    let to = ctx.db().space(target)?;
+    let Some(entry) = ctx.get(key)? else {
+        return Ok(int(0));
+    };
+    if ctx.get_in(to, key)?.is_some() {
+        return Ok(int(0));
+    }
+    let mut batch = ctx.batch();
+    batch.remove_record(key, &entry.value)?;
+    batch.switch_to(to);
+    clear(ctx, &mut batch, key)?;
+    batch.put_new(key, &entry)?;
+    ctx.commit(batch)?;
+    Ok(int(1))
+}
+
+/// SWAPDB a b: one write of the database map, every stripe locked.
+pub(super) fn swapdb(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let parse = |arg: &[u8], refusal: &str| match database_index(arg, Some(refusal)) {
+        Err(Failure::Reply(t)) if t == "ERR DB index is out of range" => Ok(None),
+        other => other.map(Some),
+    };
+    let a = parse(&args[1], "invalid first DB index")?;
+    let b = parse(&args[2], "invalid second DB index")?;
+    let (Some(a), Some(b)) = (a, b) else {
+        return Err(fail("ERR DB index is out of range"));
+    };
+    if a == b {
+        return Ok(ok());
+    }
+    let _all = ctx.lock_all();
+    let logged = ctx.db().swap_databases(a, b)?;
+    ctx.note_wrote(logged.position);
+    // The run's own database may be one of the two.
+    ctx.select(ctx.database())?;
+    Ok(ok())
 }
 
 fn rename_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
@@ -90,18 +155,13 @@ pub(super) fn renamenx(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 
 pub(super) fn copy(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let mut replace = false;
+    let mut target = ctx.database();
     let mut j = 3;
     while j < args.len() {
         if args[j].eq_ignore_ascii_case(b"replace") {
             replace = true;
         } else if args[j].eq_ignore_ascii_case(b"db") && j + 1 < args.len() {
-            let index = parse_i64(&args[j + 1])?;
-            if i32::try_from(index).is_err() {
-                return Err(fail(NOT_INTEGER));
-            }
-            if index != 0 {
-                return Err(fail("ERR DB index is out of range"));
-            }
+            target = database_index(&args[j + 1], None)?;
             j += 1;
         } else {
             return Err(fail(SYNTAX));
@@ -109,17 +169,19 @@ pub(super) fn copy(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         j += 1;
     }
     let (from, to) = (&args[1][..], &args[2][..]);
-    if from == to {
-        return Err(fail("ERR source and destination objects are the same"));
+    if from == to && target == ctx.database() {
+        return Err(fail(SAME_OBJECT));
     }
     let _locked = ctx.lock(&[from, to]);
+    let to_space = ctx.db().space(target)?;
     let Some(entry) = ctx.get(from)? else {
         return Ok(int(0));
     };
-    if ctx.get(to)?.is_some() && !replace {
+    if ctx.get_in(to_space, to)?.is_some() && !replace {
         return Ok(int(0));
     }
     let mut batch = ctx.batch();
+    batch.switch_to(to_space);
     clear(ctx, &mut batch, to)?;
     copy_value(ctx, &mut batch, &entry, to)?;
     ctx.commit(batch)?;
@@ -234,13 +296,31 @@ pub(super) fn scan(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     ]))
 }
 
+/// RANDOMKEY looks at this many keys from a random place, and picks one
+/// of them.
+const RANDOM_WINDOW_KEYS: usize = 64;
+
 pub(super) fn randomkey(ctx: &mut Ctx<'_>, _args: &Args) -> Outcome {
+    use rand::Rng;
     let start: [u8; 8] = rand::random();
-    for from in [&start[..], &[][..]] {
-        let (found, _) = live_keys(ctx, from, 64)?;
-        if let Some((k, _)) = found.into_iter().next() {
-            return Ok(Reply::Bulk(k));
+    // The keys from a random place on, wrapping round to the first: a
+    // database of few keys gives each the same chance, whatever the gaps
+    // between their names.
+    let (mut window, next) = live_keys(ctx, &start, RANDOM_WINDOW_KEYS)?;
+    if next.is_none() {
+        let (first, _) = live_keys(ctx, &[], RANDOM_WINDOW_KEYS)?;
+        for (key, entry) in first {
+            if window.len() >= RANDOM_WINDOW_KEYS {
+                break;
+            }
+            if !window.iter().any(|(k, _)| *k == key) {
+                window.push((key, entry));
+            }
         }
+    }
+    if !window.is_empty() {
+        let at = rand::thread_rng().gen_range(0..window.len());
+        return Ok(Reply::Bulk(window.swap_remove(at).0));
     }
     // Past the random start only expired keys, or none: look at all.
     let mut start = Vec::new();
@@ -441,8 +521,42 @@ pub(super) fn flush(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         return Err(fail(SYNTAX));
     }
     let _all = ctx.lock_all();
+    let space = ctx.space();
+    let mut everything = args[0].eq_ignore_ascii_case(b"flushall");
+    if !everything {
+        // Alone in holding records, the database goes as FLUSHALL's do:
+        // one range delete per keyspace.
+        everything = true;
+        for other in ctx.db().spaces().into_iter().filter(|s| *s != space) {
+            if !ctx.keys_from_in(other, &[], 1)?.is_empty() {
+                everything = false;
+                break;
+            }
+        }
+    }
     let mut batch = ctx.batch();
-    batch.remove_everything()?;
+    if everything {
+        batch.remove_all_databases()?;
+        ctx.commit(batch)?;
+        return Ok(ok());
+    }
+    // The records first, in one batch: the database reads empty at once.
+    let ids = ctx.collection_ids(space)?;
+    batch.remove_database_records()?;
     ctx.commit(batch)?;
+    for chunk in ids.chunks(FLUSHED_COLLECTIONS_PER_BATCH) {
+        let mut batch = ctx.batch();
+        for &id in chunk {
+            batch.remove_members_of(id)?;
+        }
+        ctx.commit(batch)?;
+    }
     Ok(ok())
 }
+
+/// How many emptied collections' members one batch of FLUSHDB removes
+/// (one range delete each), once their records are gone.
+const FLUSHED_COLLECTIONS_PER_BATCH: usize = 1024;
+
+/// Redis's reply to a copy or move onto itself.
+const SAME_OBJECT: &str = "ERR source and destination objects are the same";

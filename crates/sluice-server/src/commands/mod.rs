@@ -129,6 +129,8 @@ const COMMANDS: &[Spec] = &[
     spec("rename", 3, keys::rename),
     spec("renamenx", 3, keys::renamenx),
     spec("copy", -3, keys::copy),
+    spec("move", 3, keys::move_key),
+    spec("swapdb", 3, keys::swapdb),
     spec("keys", 2, keys::keys),
     spec("scan", -2, keys::scan),
     spec("randomkey", 1, keys::randomkey),

@@ -43,6 +43,8 @@ struct Set {
     key_len: usize,
     value_len: usize,
     hash: KeyHash,
+    /// The logical database of the connection that sent it.
+    database: u8,
 }
 
 /// How a group's commit went.
@@ -64,14 +66,16 @@ impl SetGroup {
         args.len() == 3 && args[0].eq_ignore_ascii_case(b"set") && db.entry_fits(&args[1], &args[2])
     }
 
-    /// Adds a SET [`SetGroup::takes`] accepted.
-    pub fn push(&mut self, args: Args) {
+    /// Adds a SET [`SetGroup::takes`] accepted, of a connection in
+    /// logical database `database`.
+    pub fn push(&mut self, database: u8, args: Args) {
         debug_assert_eq!(args.len(), 3);
-        self.push_set(&args[1], &args[2]);
+        self.push_set(database, &args[1], &args[2]);
     }
 
-    /// Adds `SET key value` (which [`Db::entry_fits`]).
-    pub fn push_set(&mut self, key: &[u8], value: &[u8]) {
+    /// Adds `SET key value` (which [`Db::entry_fits`]) in logical
+    /// database `database`.
+    pub fn push_set(&mut self, database: u8, key: &[u8], value: &[u8]) {
         let start = self.bytes.len();
         self.bytes.extend_from_slice(key);
         self.bytes.extend_from_slice(value);
@@ -80,6 +84,7 @@ impl SetGroup {
             key_len: key.len(),
             value_len: value.len(),
             hash: KeyHash::of(key),
+            database,
         });
     }
 
@@ -140,8 +145,11 @@ impl SetGroup {
 
     /// The batch of every SET held, committed (their stripes locked).
     fn commit_locked(&mut self, db: &Db) -> GroupOutcome {
-        let mut batch = db.batch_in(std::mem::take(&mut self.room));
+        // Each database is resolved under the stripe locks: a SWAPDB holds
+        // them all while it swaps.
+        let mut batch = db.batch_in(db.space_used(0), std::mem::take(&mut self.room));
         for set in &self.sets {
+            batch.switch_to(db.space_used(set.database));
             if let Err(e) = batch.put_string(self.key(set), set.hash, self.value(set)) {
                 return GroupOutcome::Failed(Reply::Error(store_error_text(&e)));
             }

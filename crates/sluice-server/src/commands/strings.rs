@@ -153,11 +153,12 @@ fn store_string(
 pub fn get_borrowed<R>(
     db: &Db,
     cache: &mut sluice_store::ReadCache,
+    space: sluice_redis::Space,
     key: &[u8],
     now_ms: impl FnOnce() -> u64,
     emit: impl FnOnce(Result<Option<sluice_store::Found<'_>>, Reply>) -> R,
 ) -> R {
-    get_borrowed_or_miss(db, cache, key, true, now_ms, emit)
+    get_borrowed_or_miss(db, cache, space, key, true, now_ms, emit)
         .unwrap_or_else(|_| unreachable!("a read that may wait never misses"))
 }
 
@@ -167,13 +168,14 @@ pub fn get_borrowed<R>(
 pub fn get_borrowed_or_miss<R>(
     db: &Db,
     cache: &mut sluice_store::ReadCache,
+    space: sluice_redis::Space,
     key: &[u8],
     wait: bool,
     now_ms: impl FnOnce() -> u64,
     emit: impl FnOnce(Result<Option<sluice_store::Found<'_>>, Reply>) -> R,
 ) -> Result<R, sluice_store::CacheMiss> {
     let mut emit = Some(emit);
-    let read = db.get_raw_latest_or_miss(cache, key, wait, |raw| {
+    let read = db.get_raw_latest_or_miss(cache, space, key, wait, |raw| {
         let found = match raw.map(|r| Entry::string_view(r.bytes())).transpose() {
             Ok(None) => Ok(None),
             Ok(Some(None)) => Err(Reply::Error(WRONGTYPE.into())),

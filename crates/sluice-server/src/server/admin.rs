@@ -170,9 +170,12 @@ fn execute_command(
             shared.monitors.remove(conn.session.id());
         }
         let mut ctx = Ctx::new(&shared.db, super::now_ms()).with_reads(reads);
+        // The connection's database was created when it was selected.
+        ctx.select(conn.session.db())
+            .expect("a selected database exists");
         let reply = run(shared, conn, name, args, &mut ctx);
         if ctx.wrote().is_some() {
-            signal_writes(shared, std::iter::once(args));
+            signal_writes(shared, std::iter::once((ctx.database(), args)));
         }
         (reply, ctx.wrote())
     };
@@ -419,11 +422,20 @@ pub(super) fn get_key_or_miss(
     now_ms: &mut Option<u64>,
 ) -> Result<(), sluice_store::CacheMiss> {
     let now_ms = || *now_ms.get_or_insert_with(super::now_ms);
-    commands::get_borrowed_or_miss(&shared.db, reads, key, wait, now_ms, |found| match found {
-        Ok(Some(value)) => conn.push_bulk(value),
-        Ok(None) => conn.push_reply(&Reply::Null),
-        Err(error) => conn.push_reply(&error),
-    })
+    let space = shared.db.space_used(conn.session.db());
+    commands::get_borrowed_or_miss(
+        &shared.db,
+        reads,
+        space,
+        key,
+        wait,
+        now_ms,
+        |found| match found {
+            Ok(Some(value)) => conn.push_bulk(value),
+            Ok(None) => conn.push_reply(&Reply::Null),
+            Err(error) => conn.push_reply(&error),
+        },
+    )
 }
 
 /// The device reads running `args` would wait for, up to `most`: for the
@@ -434,6 +446,7 @@ pub(super) fn get_key_or_miss(
 /// of it is in memory or cached.
 pub(super) fn misses(
     shared: &Shared,
+    space: sluice_redis::Space,
     args: &Args,
     reads: &mut ReadCache,
     most: usize,
@@ -459,10 +472,10 @@ pub(super) fn misses(
         commands::Reads::KeyAndFields => (&args[1..2], &args[2..]),
     };
     for key in keys {
-        push(db.miss_of_key(reads, key));
+        push(db.miss_of_key(reads, space, key));
     }
     for field in fields {
-        push(db.miss_of_member(reads, &args[1], field));
+        push(db.miss_of_member(reads, space, &args[1], field));
     }
     out
 }
@@ -491,12 +504,19 @@ fn run(
     } else {
         Handled::Other
     };
-    if name == b"client" || name == b"hello" || name == b"auth" || name == b"reset" {
+    if name == b"client"
+        || name == b"hello"
+        || name == b"auth"
+        || name == b"reset"
+        || name == b"select"
+    {
         let now = conn.session.name().unwrap_or_default().to_vec();
         let user = conn.session.user().name().to_vec();
+        let db = conn.session.db();
         shared.registry.update(conn.session.id(), |e| {
             e.name = now;
             e.user = user;
+            e.db = db;
         });
     }
     if let Some(tried) = conn.session.take_refused_login() {
@@ -515,6 +535,15 @@ fn run(
         );
     }
     match handled {
+        Handled::Reply(reply) if name == b"select" && conn.session.db() != ctx.database() => {
+            // The database's keyspaces are created the first time it is
+            // selected; the commands after it (in EXEC too) run there.
+            if let Err(e) = ctx.select(conn.session.db()) {
+                conn.session.set_db(ctx.database());
+                return Some(commands::failure_reply(e.into()));
+            }
+            return Some(reply);
+        }
         Handled::Reply(reply) => return Some(reply),
         Handled::Close(reply) => {
             conn.quit = true;
@@ -580,7 +609,12 @@ fn serve_or_block(
                 Ok(pinned) => pinned,
                 Err(f) => return Some(commands::failure_reply(f)),
             };
-            let keys = request.waits_on().to_vec();
+            let db = ctx.database();
+            let keys: Vec<Vec<u8>> = request
+                .waits_on()
+                .iter()
+                .map(|k| super::blocking::waited_key(db, k))
+                .collect();
             let wakes = conn.wakes.clone().expect("a worker's connection");
             let ticket = shared
                 .blocking
@@ -615,22 +649,38 @@ fn wrong_type(tried: &Result<Option<Reply>, commands::Failure>) -> bool {
 }
 
 /// Wakes clients blocked on the keys `commands` write (after they
-/// committed).
-pub(super) fn signal_writes<'a>(shared: &Shared, commands: impl Iterator<Item = &'a Args>) {
+/// committed), each with the logical database it ran in.
+pub(super) fn signal_writes<'a>(shared: &Shared, commands: impl Iterator<Item = (u8, &'a Args)>) {
     if !shared.blocking.any() {
         return;
     }
-    let mut keys: Vec<&[u8]> = Vec::new();
-    for args in commands {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for (db, args) in commands {
+        // Keys another database gets: MOVE's target, a SWAPDB's two.
+        let other_db = |at: usize| args.get(at).and_then(|a| crate::session::select(a).ok());
+        if args[0].eq_ignore_ascii_case(b"swapdb") {
+            if let (Some(a), Some(b)) = (other_db(1), other_db(2)) {
+                shared.blocking.signal_databases(&[a, b]);
+            }
+        } else if args[0].eq_ignore_ascii_case(b"move") {
+            if let Some(to) = other_db(2) {
+                keys.push(super::blocking::waited_key(to, &args[1]));
+            }
+        } else if args[0].eq_ignore_ascii_case(b"copy") {
+            let option = (3..args.len()).find(|&j| args[j].eq_ignore_ascii_case(b"db"));
+            if let Some(to) = option.and_then(|j| other_db(j + 1)) {
+                keys.push(super::blocking::waited_key(to, &args[2]));
+            }
+        }
         if let Some(id) = acl::resolve(args) {
             for (at, _, write) in acl::keys_of(id, args) {
                 if write {
-                    keys.push(&args[at]);
+                    keys.push(super::blocking::waited_key(db, &args[at]));
                 }
             }
         }
     }
-    shared.blocking.signal(keys.into_iter());
+    shared.blocking.signal(keys.iter().map(|k| &k[..]));
 }
 
 /// RESP2's subscriber context (Redis's `processCommand`): after the
@@ -780,7 +830,8 @@ fn transaction_command(
         b"watch" => {
             let now_ms = super::now_ms();
             for key in &args[1..] {
-                if let Err(e) = shared.db.watch(&mut conn.watched, key, now_ms) {
+                let db = conn.session.db();
+                if let Err(e) = shared.db.watch(&mut conn.watched, db, key, now_ms) {
                     return (Some(commands::failure_reply(e.into())), None);
                 }
             }
@@ -840,9 +891,15 @@ fn exec_queued(
         Err(e) => return (Some(commands::failure_reply(e.into())), None),
     }
     let mut ctx = Ctx::transaction(db, now_ms);
+    ctx.select(conn.session.db())
+        .expect("a selected database exists");
     let mut replies = Vec::with_capacity(tx.queued.len());
+    // The database each queued command ran in (a SELECT among them
+    // changes it for the ones after).
+    let mut ran_in = Vec::with_capacity(tx.queued.len());
     for args in &tx.queued {
         let name = args[0].to_ascii_lowercase();
+        ran_in.push(ctx.database());
         if let Some(refused) = exec_acl_check(shared, conn, args) {
             replies.push(refused);
             continue;
@@ -855,7 +912,7 @@ fn exec_queued(
     match ctx.finish() {
         Ok(()) => {
             if ctx.wrote().is_some() {
-                signal_writes(shared, tx.queued.iter());
+                signal_writes(shared, ran_in.into_iter().zip(tx.queued.iter()));
             }
             let reply = Reply::Array(replies);
             shared.stats.errors.note_nested(&reply);
@@ -1065,11 +1122,12 @@ pub(super) fn client_line(id: u64, e: &super::ClientEntry, me: &Conn) -> String 
         2
     };
     format!(
-        "id={id} addr={} laddr={} name={} age={} flags=N db=0 multi=-1 user={} resp={resp} lib-name={} lib-ver={}\n",
+        "id={id} addr={} laddr={} name={} age={} flags=N db={} multi=-1 user={} resp={resp} lib-name={} lib-ver={}\n",
         e.addr,
         e.laddr,
         String::from_utf8_lossy(&e.name),
         e.created.elapsed().as_secs(),
+        e.db,
         String::from_utf8_lossy(&e.user),
         String::from_utf8_lossy(&e.lib_name),
         String::from_utf8_lossy(&e.lib_ver),

@@ -22,6 +22,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// The registry's key of `key` in logical database `db`: a write wakes
+/// only the clients waiting on its key in its database.
+pub(super) fn waited_key(db: u8, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + key.len());
+    k.push(db);
+    k.extend_from_slice(key);
+    k
+}
+
 /// What a wake-up asks of a blocked connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Wake {
@@ -175,6 +184,18 @@ impl Blocking {
         let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
         for key in keys {
             if let Some(first) = by_key.get(key).and_then(VecDeque::front) {
+                first.queue.post((first.slot, first.ticket, Wake::Retry));
+            }
+        }
+    }
+
+    /// Wakes the first waiter of every key of logical databases `dbs`
+    /// (SWAPDB: what each key holds may have changed).
+    pub(super) fn signal_databases(&self, dbs: &[u8]) {
+        let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, waiters) in by_key.iter() {
+            let in_one = key.first().is_some_and(|db| dbs.contains(db));
+            if let Some(first) = waiters.front().filter(|_| in_one) {
                 first.queue.post((first.slot, first.ticket, Wake::Retry));
             }
         }

@@ -29,6 +29,8 @@ pub struct ClientEntry {
     pub worker: usize,
     /// Its slot on the worker.
     pub slot: ConnId,
+    /// The logical database it selected.
+    pub db: u8,
 }
 
 /// A worker's queue of clients to close. On lines of its own: the worker

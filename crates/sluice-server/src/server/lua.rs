@@ -886,6 +886,16 @@ fn call_command(
         ));
     }
     match &name[..] {
+        b"select" => {
+            // The script's own database: its caller's stays as it was.
+            return match crate::session::select(&args[1]) {
+                Ok(db) => match ctx.select(db) {
+                    Ok(()) => Reply::Simple("OK".into()),
+                    Err(e) => commands::failure_reply(e.into()),
+                },
+                Err(refused) => refused,
+            };
+        }
         b"ping" if args.len() == 1 => return Reply::Simple("PONG".into()),
         b"ping" | b"echo" => return Reply::Bulk(args[1].clone()),
         b"time" => {

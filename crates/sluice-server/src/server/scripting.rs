@@ -103,6 +103,9 @@ pub(super) struct Job {
     addr: String,
     name: Vec<u8>,
     client: u64,
+    /// The logical database its client had selected: the script starts
+    /// there (a SELECT inside it changes only the script's).
+    db: u8,
     slot: ConnId,
     done: Arc<DoneQueue>,
 }
@@ -360,6 +363,7 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
 fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
     let db = &shared.db;
     let mut ctx = Ctx::transaction(db, super::now_ms());
+    ctx.select(job.db).expect("a selected database exists");
     let (reply, killed) = run_in(shared, job, &mut ctx);
     if killed {
         // Stopped by a KILL or a shutdown: its writes are dropped whole
@@ -375,7 +379,9 @@ fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
     }
     let wrote = ctx.wrote();
     if wrote.is_some() {
-        super::admin::signal_writes(shared, std::iter::once(&job.args));
+        let dbs = [job.db, ctx.database()];
+        let writes = dbs.into_iter().map(|db| (db, &job.args));
+        super::admin::signal_writes(shared, writes.take(1 + usize::from(dbs[0] != dbs[1])));
     }
     (reply, wrote)
 }
@@ -414,6 +420,9 @@ fn run_in(shared: &Shared, job: &Job, ctx: &mut Ctx<'_>) -> (Reply, bool) {
         user: job.user.as_deref(),
     };
     let reply = lua::run(shared, &run, ctx);
+    // Back in the caller's database (a transaction's next command runs
+    // where the EXEC's client is).
+    ctx.select(job.db).expect("a selected database exists");
     let killed = kill.load(Ordering::Acquire);
     shared.scripts.end();
     (reply, killed)
@@ -467,6 +476,7 @@ pub(super) fn run(
         addr: conn.addr.clone(),
         name: conn.session.name().unwrap_or_default().to_vec(),
         client: conn.session.id(),
+        db: ctx.database(),
         slot: conn.slot,
         done,
     };

@@ -759,6 +759,7 @@ impl Worker {
                 created: Instant::now(),
                 worker: self.index,
                 slot,
+                db: 0,
             },
         );
         conn.slot = slot;
@@ -1370,7 +1371,7 @@ impl Pass<'_> {
         {
             return false;
         }
-        group.sets.push_set(key, value);
+        group.sets.push_set(c.session.db(), key, value);
         c.reader.consume(len);
         group.askers.push(id);
         true
@@ -1438,8 +1439,9 @@ impl Pass<'_> {
             return Vec::new();
         }
         let most = fill_room.max(1);
+        let space = self.shared.db.space_used(c.session.db());
         match &c.tx {
-            None => admin::misses(self.shared, args, reads, most),
+            None => admin::misses(self.shared, space, args, reads, most),
             // EXEC runs its queue holding every stripe lock: what the
             // queued commands read comes in before it takes them.
             Some(tx) if !tx.dirty && args.len() == 1 && args[0].eq_ignore_ascii_case(b"exec") => {
@@ -1448,7 +1450,13 @@ impl Pass<'_> {
                     if out.len() >= most {
                         break;
                     }
-                    out.extend(admin::misses(self.shared, queued, reads, most - out.len()));
+                    out.extend(admin::misses(
+                        self.shared,
+                        space,
+                        queued,
+                        reads,
+                        most - out.len(),
+                    ));
                 }
                 out
             }
@@ -1573,7 +1581,7 @@ impl Pass<'_> {
             WorkerStats::add(&self.stats.commands_processed, 1);
             *n += 1;
             if groupable {
-                group.sets.push(args);
+                group.sets.push(c.session.db(), args);
                 group.askers.push(id);
                 if group.sets.is_full() {
                     return Stop::GroupFirst(None);

@@ -59,7 +59,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Starts `redis-server` with one database and no persistence, plus `extra` flags.
+/// Starts `redis-server` with no persistence, plus `extra` flags.
 pub fn start_redis(extra: &[&str]) -> Redis {
     let port = free_port();
     // Its own directory: a test's SAVE writes dump.rdb there, not into the
@@ -68,7 +68,7 @@ pub fn start_redis(extra: &[&str]) -> Redis {
     std::fs::create_dir_all(&dir).unwrap();
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no", "--databases", "1"])
+        .args(["--save", "", "--appendonly", "no"])
         .arg("--dir")
         .arg(&dir)
         .args(extra)
@@ -213,5 +213,30 @@ impl Client {
     /// [`Client::call`], decoded.
     pub fn call_reply(&mut self, args: &[&[u8]]) -> Reply {
         Reply::decode(&self.call(args)).unwrap().unwrap().0
+    }
+
+    /// Sends a command written as redis-cli takes it (`SET k "a b"`).
+    #[allow(dead_code)] // not every test binary uses it
+    pub fn send_line(&mut self, line: &str) {
+        let args = sluice_server::resp::split_args(line.as_bytes()).unwrap();
+        self.stream.write_all(&request(&args)).unwrap();
+    }
+
+    /// [`Client::send_line`], and its reply's bytes.
+    #[allow(dead_code)]
+    pub fn call_line(&mut self, line: &str) -> Vec<u8> {
+        self.send_line(line);
+        self.read_reply().expect("the server closed the connection")
+    }
+
+    /// A reply that arrives within `wait`, or None.
+    #[allow(dead_code)]
+    pub fn try_read(&mut self, wait: Duration) -> Option<Vec<u8>> {
+        self.stream.set_read_timeout(Some(wait)).unwrap();
+        let reply = self.read_reply();
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        reply
     }
 }
