@@ -203,6 +203,48 @@ fn always_keeps_every_acknowledged_write_through_a_power_cut() {
     assert_all_present(&mem, &acked);
 }
 
+/// An acknowledged SWAPDB and MOVE are durable: the process dies the
+/// moment their replies arrive (flushes are slow), and after the power
+/// cut the databases hold what they held when it died.
+#[test]
+fn an_acknowledged_swapdb_and_move_outlive_a_power_cut() {
+    let mem = Arc::new(MemoryDevice::new(4096, 64 << 10));
+    let view = ProcessView::new(&mem);
+    let slow = Arc::new(SlowFlush {
+        inner: view.clone() as Arc<dyn Device>,
+        delay: Duration::from_millis(20),
+    });
+    let store = Arc::new(Store::create(slow as Arc<dyn Device>, &StoreConfig::default()).unwrap());
+    let server = start_sluice_on(store, config(Durability::Always));
+    let mut c = Client::connect(server.addr);
+    for (line, want) in [
+        ("SELECT 1", "+OK\r\n"),
+        ("RPUSH q a b", ":2\r\n"),
+        ("SET s one", "+OK\r\n"),
+        ("SWAPDB 0 1", "+OK\r\n"),
+        ("DBSIZE", ":0\r\n"),
+        ("SELECT 0", "+OK\r\n"),
+        ("MOVE s 6", ":1\r\n"),
+    ] {
+        assert_eq!(String::from_utf8_lossy(&c.call_line(line)), want, "{line}");
+    }
+    view.kill();
+    mem.power_cut(PowerCutMode::DropUnflushed);
+    drop(server);
+    let server = start_sluice_on(reopen(&mem), config(Durability::Always));
+    let mut c = Client::connect(server.addr);
+    for (line, want) in [
+        ("LRANGE q 0 -1", "*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+        ("EXISTS s", ":0\r\n"),
+        ("SELECT 1", "+OK\r\n"),
+        ("DBSIZE", ":0\r\n"),
+        ("SELECT 6", "+OK\r\n"),
+        ("GET s", "$3\r\none\r\n"),
+    ] {
+        assert_eq!(String::from_utf8_lossy(&c.call_line(line)), want, "{line}");
+    }
+}
+
 #[test]
 fn everysec_keeps_writes_older_than_a_second() {
     let (mem, acked) = load_then_power_cut(Durability::Everysec, Duration::from_millis(1500));
