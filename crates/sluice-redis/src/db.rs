@@ -288,12 +288,16 @@ pub struct Settings {
     /// `XADD`/`XTRIM ... ~` trims by (0: nodes bounded by bytes only, so
     /// approximate trimming removes nothing).
     pub stream_node_entries: AtomicU64,
+    /// `hll-sparse-max-bytes`: a sparse HyperLogLog that would grow past
+    /// this many bytes becomes dense.
+    pub hll_sparse_max_bytes: AtomicU64,
 }
 
 impl Default for Settings {
     fn default() -> Settings {
         Settings {
             stream_node_entries: AtomicU64::new(crate::stream::NODE_ENTRIES),
+            hll_sparse_max_bytes: AtomicU64::new(crate::hyperloglog::SPARSE_MAX_BYTES as u64),
         }
     }
 }

@@ -17,7 +17,8 @@
 //!   transaction's [`overlay`]), its batch;
 //! - one module per type over them, in Kvrocks's manner: [`hash`],
 //!   [`list`], [`set`], [`zset`] (with [`number`]: doubles as Redis
-//!   reads and prints them);
+//!   reads and prints them), and [`hyperloglog`]'s representation of the
+//!   strings PFADD writes;
 //! - [`upgrade`]: hashes of the layout before object ids, rewritten at open.
 //!
 //! Every operation of a type checks the key's type first
@@ -30,6 +31,7 @@ pub mod databases;
 pub mod db;
 pub mod error;
 pub mod hash;
+pub mod hyperloglog;
 pub mod list;
 pub mod number;
 pub mod overlay;

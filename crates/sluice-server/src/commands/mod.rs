@@ -12,6 +12,7 @@ mod bits;
 pub mod blocking;
 mod glob;
 mod hashes;
+mod hyperloglog;
 mod keys;
 pub(crate) mod lists;
 pub mod long_double;
@@ -110,6 +111,11 @@ const COMMANDS: &[Spec] = &[
     spec("decrby", 3, strings::decrby).reading(Reads::FirstKey),
     spec("incrbyfloat", 3, strings::incrbyfloat).reading(Reads::FirstKey),
     spec("lcs", -3, strings::lcs),
+    spec("pfadd", -2, hyperloglog::pfadd).reading(Reads::FirstKey),
+    spec("pfcount", -2, hyperloglog::pfcount).reading(Reads::EveryKey),
+    spec("pfmerge", -2, hyperloglog::pfmerge).reading(Reads::EveryKey),
+    spec("pfdebug", 3, hyperloglog::pfdebug),
+    spec("pfselftest", 1, hyperloglog::pfselftest),
     spec("setbit", 4, bits::setbit).reading(Reads::FirstKey),
     spec("getbit", 3, bits::getbit).reading(Reads::FirstKey),
     spec("bitcount", -2, bits::bitcount).reading(Reads::FirstKey),

@@ -4,7 +4,7 @@ use super::*;
 
 /// When a write leaves a key's expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expiry {
+pub(super) enum Expiry {
     /// No expiry (SET's default, GETSET).
     Clear,
     /// The key's current expiry (KEEPTTL; INCR, APPEND, SETRANGE).
@@ -119,7 +119,7 @@ fn bulk_or_null(value: Option<Vec<u8>>) -> Reply {
 
 /// Writes string `value` at `key` (whatever was there goes), with `expiry`
 /// and `old` the key's live entry.
-fn store_string(
+pub(super) fn store_string(
     ctx: &mut Ctx<'_>,
     key: &[u8],
     value: Vec<u8>,

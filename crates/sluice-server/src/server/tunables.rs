@@ -43,6 +43,8 @@ enum Effect {
     Kept,
     /// The stream node size `XADD`/`XTRIM ... ~` trims by.
     StreamNodeEntries,
+    /// `hll-sparse-max-bytes`: the data model's setting of it.
+    HllSparseMaxBytes,
     /// How long a script runs before other clients get BUSY.
     BusyReply,
     /// `min-replicas-to-write` or `min-replicas-max-lag`: with both above
@@ -144,7 +146,13 @@ static TUNABLES: &[Tunable] = &[
         default: "100",
         effect: Effect::StreamNodeEntries,
     },
-    kept("hll-sparse-max-bytes", bytes(0, LONG_MAX), "3000"),
+    Tunable {
+        name: "hll-sparse-max-bytes",
+        alias: None,
+        kind: bytes(0, LONG_MAX),
+        default: "3000",
+        effect: Effect::HllSparseMaxBytes,
+    },
     // Redis's memory and background jobs: the store runs its own.
     kept("activerehashing", Kind::Bool, "yes"),
     kept("activedefrag", Kind::Bool, "no"),
@@ -340,6 +348,12 @@ impl Tunables {
     /// Sets `t` to a value [`check`] returned, and applies its effect.
     pub fn set(&self, db: &Db, t: &'static Tunable, value: String) {
         match t.effect {
+            Effect::HllSparseMaxBytes => {
+                let most = value.parse::<u64>().expect("checked as a byte count");
+                db.settings
+                    .hll_sparse_max_bytes
+                    .store(most, Ordering::Relaxed);
+            }
             Effect::StreamNodeEntries => {
                 let entries = value.parse::<u64>().expect("checked as an integer");
                 db.settings
