@@ -174,8 +174,15 @@ fn create_index(client: &Client, options: &LoadOptions) -> Result<()> {
         r#"{{"settings":{{"index":{{"number_of_shards":{},"number_of_replicas":0,"refresh_interval":"-1"}}}},"mappings":{MAPPING}}}"#,
         options.shards
     );
+    // Created without waiting for its shards (the source would wait 30 s
+    // for them by default): `wait_for_primaries` waits as long as asked
+    // and says why a shard did not start.
     check(
-        client.send("PUT", &format!("/{index}"), Some(body.as_bytes()))?,
+        client.send(
+            "PUT",
+            &format!("/{index}?wait_for_active_shards=0"),
+            Some(body.as_bytes()),
+        )?,
         "creating the index",
         client,
         index,
