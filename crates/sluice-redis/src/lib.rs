@@ -19,6 +19,7 @@
 //!   [`list`], [`set`], [`zset`] (with [`number`]: doubles as Redis
 //!   reads and prints them), and [`hyperloglog`]'s representation of the
 //!   strings PFADD writes;
+//! - [`dump`]: DUMP and RESTORE payloads in Redis's RDB serialization;
 //! - [`upgrade`]: hashes of the layout before object ids, rewritten at open.
 //!
 //! Every operation of a type checks the key's type first
@@ -29,6 +30,7 @@
 pub mod ctx;
 pub mod databases;
 pub mod db;
+pub mod dump;
 pub mod error;
 pub mod hash;
 pub mod hyperloglog;

@@ -29,14 +29,14 @@ pub fn score_key(score: f64) -> u64 {
     }
 }
 
-fn member_sub(member: &[u8]) -> Vec<u8> {
+pub(crate) fn member_sub(member: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(1 + member.len());
     k.push(BY_MEMBER);
     k.extend_from_slice(member);
     k
 }
 
-fn score_sub(score_key: u64, member: &[u8]) -> Vec<u8> {
+pub(crate) fn score_sub(score_key: u64, member: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(9 + member.len());
     k.push(BY_SCORE);
     k.extend_from_slice(&score_key.to_be_bytes());
@@ -44,7 +44,7 @@ fn score_sub(score_key: u64, member: &[u8]) -> Vec<u8> {
     k
 }
 
-fn score_of(value: &[u8]) -> Result<f64, StoreError> {
+pub(crate) fn score_of(value: &[u8]) -> Result<f64, StoreError> {
     let bytes: [u8; 8] = value
         .try_into()
         .map_err(|_| StoreError::BadInput("a sorted set's score is malformed".into()))?;

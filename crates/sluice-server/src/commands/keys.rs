@@ -560,3 +560,72 @@ const FLUSHED_COLLECTIONS_PER_BATCH: usize = 1024;
 
 /// Redis's reply to a copy or move onto itself.
 const SAME_OBJECT: &str = "ERR source and destination objects are the same";
+
+/// DUMP key: the value in Redis's RDB serialization, with its version and
+/// CRC-64 (`sluice_redis::dump`); nil for no key.
+pub(super) fn dump(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    Ok(match sluice_redis::dump::read(ctx, &args[1])? {
+        Some(value) => Reply::Bulk(sluice_redis::dump::dump(&value)),
+        None => Reply::Null,
+    })
+}
+
+/// RESTORE key ttl payload [REPLACE] [ABSTTL] [IDLETIME s] [FREQ n], with
+/// Redis's checks in Redis's order. IDLETIME and FREQ are checked and
+/// otherwise ignored: Sluice evicts nothing, so keeps no access clock.
+pub(super) fn restore(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
+    let (mut replace, mut absttl) = (false, false);
+    let (mut idle, mut freq) = (false, false);
+    let mut j = 4;
+    while j < args.len() {
+        let more = args.len() - j - 1;
+        let word = args[j].to_ascii_lowercase();
+        if word == b"replace" {
+            replace = true;
+        } else if word == b"absttl" {
+            absttl = true;
+        } else if word == b"idletime" && more >= 1 && !freq {
+            if parse_i64(&args[j + 1])? < 0 {
+                return Err(fail("ERR Invalid IDLETIME value, must be >= 0"));
+            }
+            idle = true;
+            j += 1;
+        } else if word == b"freq" && more >= 1 && !idle {
+            if !(0..=255).contains(&parse_i64(&args[j + 1])?) {
+                return Err(fail("ERR Invalid FREQ value, must be >= 0 and <= 255"));
+            }
+            freq = true;
+            j += 1;
+        } else {
+            return Err(fail(SYNTAX));
+        }
+        j += 1;
+    }
+    let key = &args[1][..];
+    let _locked = ctx.lock(&[key]);
+    let (old, mut batch) = ctx.begin(key)?;
+    if !replace && old.is_some() {
+        ctx.commit(batch)?;
+        return Err(fail("BUSYKEY Target key name already exists."));
+    }
+    let ttl = parse_i64(&args[2])?;
+    if ttl < 0 {
+        return Err(fail("ERR Invalid TTL value, must be >= 0"));
+    }
+    let value =
+        sluice_redis::dump::restore(&args[3]).map_err(|e| Failure::Reply(e.reply_text()))?;
+    if let Some(old) = &old {
+        ctx.remove(&mut batch, key, &old.value)?;
+    }
+    let expire_at_ms = match ttl {
+        0 => 0,
+        ttl if absttl => ttl as u64,
+        ttl => (ctx.now_ms() as i64).saturating_add(ttl) as u64,
+    };
+    // Already past: the old value goes and nothing takes its place.
+    if expire_at_ms == 0 || expire_at_ms > ctx.now_ms() {
+        sluice_redis::dump::write(ctx, &mut batch, key, value, expire_at_ms)?;
+    }
+    ctx.commit(batch)?;
+    Ok(ok())
+}

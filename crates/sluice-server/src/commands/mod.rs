@@ -136,6 +136,8 @@ const COMMANDS: &[Spec] = &[
     spec("renamenx", 3, keys::renamenx),
     spec("copy", -3, keys::copy),
     spec("move", 3, keys::move_key),
+    spec("dump", 2, keys::dump).reading(Reads::FirstKey),
+    spec("restore", -4, keys::restore),
     spec("swapdb", 3, keys::swapdb),
     spec("keys", 2, keys::keys),
     spec("scan", -2, keys::scan),

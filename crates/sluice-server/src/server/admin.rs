@@ -1712,6 +1712,8 @@ fn info_stats(shared: &Shared, out: &mut String) {
     line(out, "total_net_output_bytes", sum(|w| &w.net_output_bytes));
     line(out, "rejected_connections", get(&s.rejected_connections));
     line(out, "total_error_replies", s.errors.total());
+    // Sluice has no MIGRATE, so never holds a connection for one.
+    line(out, "migrate_cached_sockets", 0);
 }
 
 /// A master without replicas (Sluice serves none yet): Redis's fields for
