@@ -1225,6 +1225,68 @@ fn databases_outlive_a_restart() {
     }
 }
 
+/// INFO commandstats counts each command's calls, microseconds, refusals
+/// and errors — the fast paths' GET and SET, subcommands, what EXEC runs
+/// (counted when it runs, not when queued) — and only `all` and
+/// `everything` show it, as Redis does; CONFIG RESETSTAT clears it.
+#[test]
+fn info_commandstats_counts_calls_refusals_and_errors() {
+    let s = start_sluice(Durability::None);
+    let mut c = Client::connect(s.addr);
+    for line in [
+        "SET k v",
+        "GET k",
+        "GET",
+        "INCR n",
+        "INCR k",
+        "MULTI",
+        "INCR n",
+        "EXEC",
+        "CLIENT ID",
+    ] {
+        c.call_line(line);
+    }
+    let info = |c: &mut Client, section: &str| -> String {
+        match c.call_reply(&[b"INFO", section.as_bytes()]) {
+            Reply::Bulk(b) => String::from_utf8(b).unwrap(),
+            other => panic!("INFO {section}: {other:?}"),
+        }
+    };
+    let stats = info(&mut c, "commandstats");
+    let line = |name: &str| -> String {
+        stats
+            .lines()
+            .find(|l| l.starts_with(&format!("cmdstat_{name}:")))
+            .unwrap_or_else(|| panic!("no cmdstat_{name} in {stats}"))
+            .to_string()
+    };
+    let fields = |name: &str| -> (u64, u64, u64) {
+        let l = line(name);
+        let get = |f: &str| -> u64 {
+            l.split([':', ','])
+                .find_map(|kv| kv.strip_prefix(&format!("{f}=")))
+                .unwrap_or_else(|| panic!("{f} missing in {l}"))
+                .parse()
+                .unwrap()
+        };
+        (get("calls"), get("rejected_calls"), get("failed_calls"))
+    };
+    assert_eq!(fields("set"), (1, 0, 0), "{stats}");
+    assert_eq!(fields("get"), (1, 1, 0), "{stats}");
+    assert_eq!(fields("incr"), (3, 0, 1), "{stats}");
+    assert_eq!(fields("multi"), (1, 0, 0), "{stats}");
+    assert_eq!(fields("exec"), (1, 0, 0), "{stats}");
+    assert_eq!(fields("client|id"), (1, 0, 0), "{stats}");
+    assert!(line("incr").contains("usec_per_call="), "{stats}");
+    assert!(!info(&mut c, "default").contains("rejected_calls"));
+    assert!(!info(&mut c, "").contains("cmdstat_"));
+    assert!(info(&mut c, "all").contains("cmdstat_incr:"));
+    assert!(info(&mut c, "everything").contains("cmdstat_incr:"));
+    assert_eq!(c.call_line("CONFIG RESETSTAT"), b"+OK\r\n");
+    let after = info(&mut c, "commandstats");
+    assert!(!after.contains("cmdstat_incr"), "{after}");
+}
+
 /// RANDOMKEY gives every key a chance however their names fall: with
 /// "bar" and "foo" alone, a random place in the key space lands between
 /// them one time in 64, yet 200 calls must see both (Redis's keyspace

@@ -84,6 +84,12 @@ fn commands() -> &'static [Command] {
     table::COMMANDS
 }
 
+/// How many commands and subcommands the table holds: every
+/// [`CommandId`] is below this.
+pub fn command_count() -> usize {
+    commands().len()
+}
+
 /// The command whose full name (`get`, `client|kill`) is `name`, any case.
 pub fn lookup(name: &[u8]) -> Option<CommandId> {
     static BY_NAME: std::sync::OnceLock<HashMap<&'static [u8], CommandId>> =

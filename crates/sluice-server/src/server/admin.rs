@@ -124,9 +124,18 @@ pub(super) fn execute(
         // (EXEC shows its commands itself, MULTI with them).
         shared.monitors.feed(conn.session.id(), &conn.addr, args);
     }
-    let timing = shared.tunables.slow.timing().then(std::time::Instant::now);
+    let started = std::time::Instant::now();
+    // Queued in MULTI, a command is counted when EXEC runs it.
+    let queued = conn.tx.is_some() && !TX_CONTROL.contains(&name);
+    conn.last_error = None;
     let wrote = execute_command(shared, conn, name, args, reads);
-    if let Some(started) = timing {
+    if !queued && !conn.script_pending {
+        let us = started.elapsed().as_micros() as u64;
+        if let Some(id) = acl::resolve(args) {
+            count_call(shared, conn.worker, id, us, conn.last_error);
+        }
+    }
+    if shared.tunables.slow.timing() {
         // A script is timed where it runs; a blocked command has not run.
         if !conn.script_pending && conn.blocked.is_none() {
             let us = started.elapsed().as_micros() as u64;
@@ -190,6 +199,35 @@ fn execute_command(
         conn.push_reply(&reply);
     }
     wrote
+}
+
+/// Counts one run of command `id` on worker `worker` for INFO
+/// commandstats: `us` microseconds, and `error` as the command answered
+/// (Some(true): refused before it ran; Some(false): its own error).
+pub(super) fn count_call(
+    shared: &Shared,
+    worker: usize,
+    id: acl::CommandId,
+    us: u64,
+    error: Option<bool>,
+) {
+    let Some(c) = shared
+        .stats
+        .by_worker
+        .get(worker)
+        .and_then(|w| w.commands.get(id))
+    else {
+        return;
+    };
+    if error == Some(true) {
+        super::WorkerStats::add(&c.rejected, 1);
+        return;
+    }
+    super::WorkerStats::add(&c.calls, 1);
+    super::WorkerStats::add(&c.usec, us);
+    if error == Some(false) {
+        super::WorkerStats::add(&c.failed, 1);
+    }
 }
 
 /// Redis's ACL check of a request, after its own checks (unknown command,
@@ -907,7 +945,17 @@ fn exec_queued(
         if shared.monitors.any() {
             shared.monitors.feed(conn.session.id(), &conn.addr, args);
         }
-        replies.push(run(shared, conn, &name, args, &mut ctx).unwrap_or(Reply::Null));
+        let started = std::time::Instant::now();
+        let reply = run(shared, conn, &name, args, &mut ctx).unwrap_or(Reply::Null);
+        if let Some(id) = acl::resolve(args) {
+            let error = match &reply {
+                Reply::Error(_) => Some(false),
+                _ => None,
+            };
+            let us = started.elapsed().as_micros() as u64;
+            count_call(shared, conn.worker, id, us, error);
+        }
+        replies.push(reply);
     }
     match ctx.finish() {
         Ok(()) => {
@@ -1321,6 +1369,18 @@ fn config(shared: &Shared, args: &Args) -> Reply {
         b"set" => commands::wrong_arity("config|set"),
         b"resetstat" => {
             shared.stats.errors.reset();
+            // A worker counting meanwhile may write back its count from
+            // before: a reset is as good as Redis's, not atomic.
+            for c in shared
+                .stats
+                .by_worker
+                .iter()
+                .flat_map(|w| w.commands.iter())
+            {
+                for counter in [&c.calls, &c.usec, &c.rejected, &c.failed] {
+                    counter.store(0, Ordering::Relaxed);
+                }
+            }
             Reply::Simple("OK".into())
         }
         _ => Reply::Error(format!(
@@ -1556,8 +1616,11 @@ fn info(shared: &Shared, args: &Args) -> String {
         || wanted
             .iter()
             .any(|w| w == "all" || w == "everything" || w == "default");
+    // `all` and `everything` add the per-command section to the default
+    // ones, as Redis's do.
+    let every = wanted.iter().any(|w| w == "all" || w == "everything");
     let mut out = String::new();
-    let sections: [(&str, Section); 10] = [
+    let sections: [(&str, Section); 11] = [
         ("server", info_server),
         ("clients", info_clients),
         ("memory", info_memory),
@@ -1565,12 +1628,14 @@ fn info(shared: &Shared, args: &Args) -> String {
         ("stats", info_stats),
         ("replication", info_replication),
         ("cpu", info_cpu),
+        ("commandstats", info_commandstats),
         ("errorstats", info_errorstats),
         ("keyspace", info_keyspace),
         ("sluice", info_sluice),
     ];
     for (name, write) in sections {
-        if all || wanted.iter().any(|w| w == name) {
+        let in_all = name != "commandstats" || every;
+        if (all && in_all) || wanted.iter().any(|w| w == name) {
             if !out.is_empty() {
                 out.push_str("\r\n");
             }
@@ -1586,6 +1651,38 @@ type Section = fn(&Shared, &mut String);
 
 fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
     let _ = write!(out, "{key}:{value}\r\n");
+}
+
+/// `cmdstat_<name>:calls=..,usec=..,usec_per_call=..,rejected_calls=..,
+/// failed_calls=..` for every command run or refused since start (or
+/// CONFIG RESETSTAT), summed over the workers. Commands a script runs are
+/// not counted (Redis counts them).
+fn info_commandstats(shared: &Shared, out: &mut String) {
+    let workers = &shared.stats.by_worker;
+    for id in 0..crate::acl::command_count() {
+        let sum = |f: fn(&super::CommandCounters) -> &std::sync::atomic::AtomicU64| -> u64 {
+            workers
+                .iter()
+                .filter_map(|w| w.commands.get(id))
+                .map(|c| f(c).load(Ordering::Relaxed))
+                .sum()
+        };
+        let (calls, usec) = (sum(|c| &c.calls), sum(|c| &c.usec));
+        let (rejected, failed) = (sum(|c| &c.rejected), sum(|c| &c.failed));
+        if calls == 0 && rejected == 0 && failed == 0 {
+            continue;
+        }
+        let per_call = if calls == 0 {
+            0.0
+        } else {
+            usec as f64 / calls as f64
+        };
+        let _ = write!(
+            out,
+            "cmdstat_{}:calls={calls},usec={usec},usec_per_call={per_call:.2},rejected_calls={rejected},failed_calls={failed}\r\n",
+            acl::name_of(id)
+        );
+    }
 }
 
 fn info_server(shared: &Shared, out: &mut String) {

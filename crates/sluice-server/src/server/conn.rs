@@ -134,6 +134,12 @@ pub(super) struct Conn {
     /// Its slot on its worker, and the worker's wake queue (what a
     /// blocking command registers with).
     pub(super) slot: sluice_io::net::ConnId,
+    /// The worker serving it (its counters are that worker's).
+    pub(super) worker: usize,
+    /// What the last error reply queued was, since the caller cleared it:
+    /// Some(true) a refusal before the command ran, Some(false) an error
+    /// of the command itself (INFO commandstats).
+    pub(super) last_error: Option<bool>,
     pub(super) wakes: Option<std::sync::Arc<super::blocking::WakeQueue>>,
     /// Blocked on keys (BLPOP ...): nothing else of it runs meanwhile.
     pub(super) blocked: Option<super::blocking::Blocked>,
@@ -197,6 +203,8 @@ impl Conn {
             tls_closed: false,
             denied: false,
             slot: 0,
+            worker: 0,
+            last_error: None,
             wakes: None,
             blocked: None,
             retry: None,
@@ -213,6 +221,9 @@ impl Conn {
     pub(super) fn push_reply(&mut self, reply: &Reply) {
         if let (Some(errors), Reply::Error(text)) = (&self.errors, reply) {
             errors.note(text);
+        }
+        if let Reply::Error(text) = reply {
+            self.last_error = Some(is_refusal(text));
         }
         if matches!(self.replies, Replies::Off | Replies::Skipping) {
             return;
@@ -360,4 +371,21 @@ impl Conn {
     pub(super) fn waiting_bytes(&self) -> usize {
         self.backlog_bytes() + self.held.len()
     }
+}
+
+/// Whether an error reply refuses a command before it runs (Redis counts
+/// those as `rejected_calls`, the others as `failed_calls`).
+fn is_refusal(text: &str) -> bool {
+    const REFUSALS: &[&str] = &[
+        "ERR wrong number of arguments",
+        "NOAUTH",
+        "NOPERM",
+        "BUSY",
+        "NOREPLICAS",
+        "OOM",
+        "EXECABORT",
+        "ERR Can't execute",
+        "ERR only (P|S)SUBSCRIBE",
+    ];
+    REFUSALS.iter().any(|r| text.starts_with(r))
 }

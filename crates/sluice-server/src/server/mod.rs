@@ -258,6 +258,21 @@ impl ErrorStats {
     }
 }
 
+/// One command's counters on one worker (INFO commandstats), written by
+/// that worker only.
+#[derive(Debug, Default)]
+pub struct CommandCounters {
+    /// Times it ran.
+    pub calls: AtomicU64,
+    /// Microseconds it ran for, in all.
+    pub usec: AtomicU64,
+    /// Times it was refused before it ran (arity, authentication, ACL,
+    /// BUSY...).
+    pub rejected: AtomicU64,
+    /// Times it ran and answered an error.
+    pub failed: AtomicU64,
+}
+
 /// One worker's request counters, on their own cache line.
 #[derive(Debug, Default)]
 #[repr(align(64))]
@@ -268,6 +283,8 @@ pub struct WorkerStats {
     pub net_input_bytes: AtomicU64,
     /// Bytes sent to clients.
     pub net_output_bytes: AtomicU64,
+    /// Per command and subcommand, by `acl::CommandId`.
+    pub commands: Box<[CommandCounters]>,
 }
 
 impl WorkerStats {
@@ -282,7 +299,14 @@ impl Stats {
     /// Counters for `workers` workers.
     pub fn new(workers: usize) -> Stats {
         Stats {
-            by_worker: (0..workers).map(|_| WorkerStats::default()).collect(),
+            by_worker: (0..workers)
+                .map(|_| WorkerStats {
+                    commands: (0..crate::acl::command_count())
+                        .map(|_| CommandCounters::default())
+                        .collect(),
+                    ..WorkerStats::default()
+                })
+                .collect(),
             ..Stats::default()
         }
     }

@@ -763,6 +763,7 @@ impl Worker {
             },
         );
         conn.slot = slot;
+        conn.worker = self.index;
         conn.wakes = Some(self.wakes.clone());
         conn.pushes = Some(self.pushes.clone());
         conn.scripts_done = Some(self.scripts_done.clone());
@@ -1298,6 +1299,12 @@ fn plain_path_open_for(c: &Conn) -> bool {
     c.tx.is_none() && !c.subscriptions.any() && c.replies == super::conn::Replies::On
 }
 
+/// GET's and SET's ids in the command table, for the fast paths' counts.
+static PLAIN_GET_ID: std::sync::LazyLock<crate::acl::CommandId> =
+    std::sync::LazyLock::new(|| crate::acl::lookup(b"get").expect("GET is in the table"));
+static PLAIN_SET_ID: std::sync::LazyLock<crate::acl::CommandId> =
+    std::sync::LazyLock::new(|| crate::acl::lookup(b"set").expect("SET is in the table"));
+
 /// Connection `id` unless it is gone or dying.
 fn live(conns: &mut [Option<Conn>], id: u32) -> Option<&mut Conn> {
     conns[id as usize].as_mut().filter(|c| !c.dead)
@@ -1319,7 +1326,11 @@ impl Grouped {
         // Drained, not taken: the list keeps its room for the next group.
         let Grouped { sets, askers } = self;
         let askers = askers.drain(..);
-        match sets.commit(&shared.db) {
+        let started = Instant::now();
+        let outcome = sets.commit(&shared.db);
+        // Each SET is counted with its share of the group's commit.
+        let each_us = started.elapsed().as_micros() as u64 / askers.len().max(1) as u64;
+        match outcome {
             GroupOutcome::Committed(logged) => {
                 shared.committer.wrote(logged.position);
                 let holds = shared.config.durability.holds_replies();
@@ -1329,6 +1340,7 @@ impl Grouped {
                             c.hold_until(logged.position);
                         }
                         c.push_bytes(OK_REPLY);
+                        admin::count_call(shared, c.worker, *PLAIN_SET_ID, each_us, None);
                     }
                 }
             }
@@ -1413,10 +1425,13 @@ impl Pass<'_> {
         // the queue full, once there is room); one that missed too often
         // reads here.
         let wait = c.fills >= MAX_FILL_ROUNDS;
+        let started = Instant::now();
         match admin::get_key_or_miss(self.shared, c, copy, wait, reads, now_ms) {
             Ok(()) => {
                 c.reader.consume(len);
                 c.fills = 0;
+                let us = started.elapsed().as_micros() as u64;
+                admin::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
                 PlainGet::Answered
             }
             Err(_) if fill_room == 0 => PlainGet::NoRoom,
@@ -1557,11 +1572,14 @@ impl Pass<'_> {
                 }
                 c.fills = 0;
             }
+            let started = Instant::now();
             if !groupable
                 && plain_path_open_for(c)
                 && !self.shared.fast_paths_closed()
                 && admin::try_get(self.shared, c, &args, reads, now_ms)
             {
+                let us = started.elapsed().as_micros() as u64;
+                admin::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
                 WorkerStats::add(&self.stats.commands_processed, 1);
                 *n += 1;
                 continue;
