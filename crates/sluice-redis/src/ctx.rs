@@ -25,6 +25,12 @@ pub struct Ctx<'a> {
     /// Inside EXEC: the transaction's writes so far, read back by its
     /// later commands and committed as one batch at the end.
     tx: Option<Tx<'a>>,
+    /// The keys the run's batches changed, while keyspace notifications
+    /// are on (`Settings::record_changes`).
+    changes: Vec<crate::db::Change>,
+    /// Keys found holding nothing when the run began changing them
+    /// (physical database, key), while changes are recorded.
+    absent: std::cell::RefCell<Vec<(u8, Vec<u8>)>>,
     /// Every read of the run sees the store as of one moment (MGET and
     /// its kind never see half of another connection's batch).
     snapshot: std::cell::OnceCell<Snapshot>,
@@ -52,6 +58,8 @@ impl<'a> Ctx<'a> {
             now_ms,
             wrote: None,
             tx: None,
+            changes: Vec::new(),
+            absent: std::cell::RefCell::new(Vec::new()),
             snapshot: std::cell::OnceCell::new(),
             reads: None,
         }
@@ -144,6 +152,24 @@ impl<'a> Ctx<'a> {
         self.wrote = self.wrote.max(Some(at));
     }
 
+    /// The keys changed since the last call (nothing unless keyspace
+    /// notifications are on), in the order first changed.
+    pub fn take_changes(&mut self) -> Vec<crate::db::Change> {
+        let mut changes = std::mem::take(&mut self.changes);
+        let absent = std::mem::take(self.absent.get_mut());
+        for c in &mut changes {
+            c.created = !c.removed && absent.iter().any(|(d, k)| *d == c.database && *k == c.key);
+        }
+        changes
+    }
+
+    fn recording(&self) -> bool {
+        self.db
+            .settings
+            .record_changes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Where the log must be durable before the replies of this run go out.
     pub fn wrote(&self) -> Option<LogPosition> {
         self.wrote
@@ -151,17 +177,20 @@ impl<'a> Ctx<'a> {
 
     /// Applies `batch`: at once, or in a transaction, into its batch (read
     /// back by its later commands).
-    pub fn commit(&mut self, batch: DbBatch<'_>) -> Result<(), StoreError> {
+    pub fn commit(&mut self, mut batch: DbBatch<'_>) -> Result<(), StoreError> {
         if batch.is_empty() {
             return Ok(());
         }
+        let changes = batch.take_changes();
         if let Some(tx) = &mut self.tx {
             let ops = tx.batch.absorb(batch)?;
             tx.overlay.apply(&ops);
+            self.changes.extend(changes);
             return Ok(());
         }
         let logged = batch.commit()?;
         self.wrote = self.wrote.max(Some(logged.position));
+        self.changes.extend(changes);
         Ok(())
     }
 
@@ -190,12 +219,18 @@ impl<'a> Ctx<'a> {
 
     /// [`Ctx::get_raw`] in database `space` (MOVE's and COPY's target).
     pub fn get_raw_in(&self, space: Space, key: &[u8]) -> Result<Option<Entry>, StoreError> {
-        if let Some(tx) = &self.tx {
-            if let Some(found) = tx.overlay.get(space.keys, key) {
-                return found.map(|b| Entry::decode(&b)).transpose();
-            }
+        let found = match self
+            .tx
+            .as_ref()
+            .and_then(|tx| tx.overlay.get(space.keys, key))
+        {
+            Some(found) => found.map(|b| Entry::decode(&b)).transpose()?,
+            None => self.db.get_raw_at(space, key, self.at())?,
+        };
+        if self.recording() && found.as_ref().is_none_or(|e| e.expired(self.now_ms)) {
+            self.absent.borrow_mut().push((space.index(), key.to_vec()));
         }
-        self.db.get_raw_at(space, key, self.at())
+        Ok(found)
     }
 
     /// The live record of `key` in database `space`.
@@ -384,7 +419,8 @@ impl<'a> Ctx<'a> {
     /// may do so without reading it: when the key holds no collection,
     /// outside a transaction. The caller holds `key`'s stripe lock.
     pub fn may_skip_read(&self, key: &[u8]) -> bool {
-        self.tx.is_none() && !self.db.may_hold_collection(key)
+        // Keyspace notifications tell a new key from an old one.
+        self.tx.is_none() && !self.db.may_hold_collection(key) && !self.recording()
     }
 
     /// [`Ctx::begin`] for a command that replaces the key's value without
@@ -413,6 +449,10 @@ impl<'a> Ctx<'a> {
                     .get_locked(&mut ReadCache::default(), space, key, read)?,
             }
         };
+        if self.recording() && stored.as_ref().is_none_or(|e| e.expired(self.now_ms)) {
+            let at = self.space.get().index();
+            self.absent.get_mut().push((at, key.to_vec()));
+        }
         match stored {
             Some(e) if e.expired(self.now_ms) => {
                 self.remove(&mut batch, key, &e.value)?;

@@ -291,6 +291,9 @@ pub struct Settings {
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog that would grow past
     /// this many bytes becomes dense.
     pub hll_sparse_max_bytes: AtomicU64,
+    /// Whether batches list the keys they change (keyspace
+    /// notifications are on): [`DbBatch::changes`].
+    pub record_changes: AtomicBool,
 }
 
 impl Default for Settings {
@@ -298,6 +301,7 @@ impl Default for Settings {
         Settings {
             stream_node_entries: AtomicU64::new(crate::stream::NODE_ENTRIES),
             hll_sparse_max_bytes: AtomicU64::new(crate::hyperloglog::SPARSE_MAX_BYTES as u64),
+            record_changes: AtomicBool::new(false),
         }
     }
 }
@@ -587,6 +591,12 @@ impl Db {
         self.databases
             .created(physical)
             .expect("a logical database used before names a created physical one")
+    }
+
+    /// The logical database that names physical database `index` now.
+    pub fn logical_of(&self, index: u8) -> u8 {
+        let map = self.databases.map();
+        map.iter().position(|&p| p == index).unwrap_or(0) as u8
     }
 
     /// Physical database `index` if it was ever used.
@@ -1044,21 +1054,17 @@ impl Db {
     /// nothing more is due) and the log position of the removals.
     ///
     /// Every database's index is swept, database 0 first, `limit` shared.
-    pub fn sweep_expired(
-        &self,
-        now_ms: u64,
-        limit: usize,
-    ) -> Result<(usize, Option<sluice_store::wal::LogPosition>), StoreError> {
-        let (mut seen, mut position) = (0, None);
+    /// The keys it removed come back while `Settings::record_changes` is
+    /// on (keyspace notifications' `expired` events).
+    pub fn sweep_expired(&self, now_ms: u64, limit: usize) -> Result<Swept, StoreError> {
+        let mut swept = Swept::default();
         for space in self.spaces() {
-            if seen >= limit {
+            if swept.seen >= limit {
                 break;
             }
-            let (n, at) = self.sweep_space(space, now_ms, limit - seen)?;
-            seen += n;
-            position = position.max(at);
+            self.sweep_space(space, now_ms, limit - swept.seen, &mut swept)?;
         }
-        Ok((seen, position))
+        Ok(swept)
     }
 
     fn sweep_space(
@@ -1066,7 +1072,8 @@ impl Db {
         space: Space,
         now_ms: u64,
         limit: usize,
-    ) -> Result<(usize, Option<sluice_store::wal::LogPosition>), StoreError> {
+        swept: &mut Swept,
+    ) -> Result<(), StoreError> {
         let due_below = now_ms.saturating_add(1).to_be_bytes();
         let range = (Bound::Unbounded::<&[u8]>, Bound::Excluded(&due_below[..]));
         let snapshot = self.store.snapshot();
@@ -1078,7 +1085,7 @@ impl Db {
                 break;
             }
         }
-        let mut position = None;
+        swept.seen += due.len();
         for (index_key, value) in &due {
             let Some((key, at_ms)) = expiry_of(index_key, value) else {
                 continue;
@@ -1093,9 +1100,11 @@ impl Db {
                     self.member_subs_at(&e.value, &at)
                 })?;
             }
-            position = position.max(Some(b.commit()?.position));
+            let removed = b.take_changes();
+            swept.position = swept.position.max(Some(b.commit()?.position));
+            swept.expired.extend(removed);
         }
-        Ok((due.len(), position))
+        Ok(())
     }
 
     /// Every member sub-key of a collection as of `at` (for removing a
@@ -1145,6 +1154,11 @@ impl Db {
             batch,
             touched,
             flushed: Vec::new(),
+            changes: self
+                .settings
+                .record_changes
+                .load(Ordering::Relaxed)
+                .then(Vec::new),
         }
     }
 
@@ -1229,6 +1243,35 @@ pub struct DbBatch<'a> {
     touched: Vec<usize>,
     /// Physical databases emptied.
     flushed: Vec<u8>,
+    /// While keyspace notifications are on: each key changed, in the
+    /// order first changed, and whether its record is gone at the end.
+    changes: Option<Vec<Change>>,
+}
+
+/// What one pass of the expiry sweep did.
+#[derive(Debug, Default)]
+pub struct Swept {
+    /// Expiry index entries gone through (fewer than asked: nothing more
+    /// is due).
+    pub seen: usize,
+    /// The log position of its removals.
+    pub position: Option<sluice_store::wal::LogPosition>,
+    /// The keys it removed, while changes are recorded.
+    pub expired: Vec<Change>,
+}
+
+/// A key a batch changed (keyspace notifications).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Its physical database.
+    pub database: u8,
+    /// The Redis key.
+    pub key: Vec<u8>,
+    /// Whether the batch removed its record (and wrote none after).
+    pub removed: bool,
+    /// Whether the key held nothing before the command that changed it
+    /// (set by [`crate::Ctx::take_changes`]).
+    pub created: bool,
 }
 
 impl DbBatch<'_> {
@@ -1258,6 +1301,7 @@ impl DbBatch<'_> {
             self.batch.put(space.expires, &k, &v)?;
         }
         self.touch(key);
+        self.note_change(key, Some(false));
         Ok(())
     }
 
@@ -1287,6 +1331,7 @@ impl DbBatch<'_> {
             self.batch.put_parts(space.keys, key, pieces)
         })?;
         self.touched.push(hash.version_slot(space.index));
+        self.note_change(key, Some(false));
         Ok(())
     }
 
@@ -1299,6 +1344,7 @@ impl DbBatch<'_> {
             self.batch.delete(self.db.collections, &index_key)?;
         }
         self.touch(key);
+        self.note_change(key, Some(true));
         Ok(())
     }
 
@@ -1384,9 +1430,42 @@ impl DbBatch<'_> {
         Ok(())
     }
 
-    /// Notes a change of `key` for WATCH.
+    /// Notes a change of `key` for WATCH (and notifications).
     fn touch(&mut self, key: &[u8]) {
         self.touched.push(Db::version_slot(self.space.index, key));
+        self.note_change(key, None);
+    }
+
+    /// Lists `key` among the changes, when they are recorded. `record`:
+    /// Some(true) its record is removed, Some(false) written, None only
+    /// its members change.
+    fn note_change(&mut self, key: &[u8], record: Option<bool>) {
+        let database = self.space.index;
+        let Some(changes) = &mut self.changes else {
+            return;
+        };
+        match changes
+            .iter_mut()
+            .find(|c| c.database == database && c.key == key)
+        {
+            // What the record's last write or removal left.
+            Some(c) => c.removed = record.unwrap_or(c.removed),
+            None => changes.push(Change {
+                database,
+                key: key.to_vec(),
+                removed: record == Some(true),
+                created: false,
+            }),
+        }
+    }
+
+    /// The keys changed so far (empty unless
+    /// `Settings::record_changes` was on when the batch began).
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Adds the changes `other` holds (a transaction takes in each of its
@@ -1402,6 +1481,9 @@ impl DbBatch<'_> {
         }
         self.touched.extend_from_slice(&other.touched);
         self.flushed.extend_from_slice(&other.flushed);
+        if let (Some(mine), Some(theirs)) = (&mut self.changes, other.changes) {
+            mine.extend(theirs);
+        }
         Ok(other.batch)
     }
 

@@ -185,6 +185,7 @@ fn execute_command(
         let reply = run(shared, conn, name, args, &mut ctx);
         if ctx.wrote().is_some() {
             signal_writes(shared, std::iter::once((ctx.database(), args)));
+            super::notify::command(shared, args, &ctx.take_changes());
         }
         (reply, ctx.wrote())
     };
@@ -947,6 +948,7 @@ fn exec_queued(
         }
         let started = std::time::Instant::now();
         let reply = run(shared, conn, &name, args, &mut ctx).unwrap_or(Reply::Null);
+        super::notify::hold(args, ctx.take_changes());
         if let Some(id) = acl::resolve(args) {
             let error = match &reply {
                 Reply::Error(_) => Some(false),
@@ -957,7 +959,12 @@ fn exec_queued(
         }
         replies.push(reply);
     }
-    match ctx.finish() {
+    let finished = ctx.finish();
+    match &finished {
+        Ok(()) => super::notify::release(shared),
+        Err(_) => super::notify::forget(),
+    }
+    match finished {
         Ok(()) => {
             if ctx.wrote().is_some() {
                 signal_writes(shared, ran_in.into_iter().zip(tx.queued.iter()));

@@ -33,11 +33,12 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
                         shared.db.sweep_expired(super::now_ms(), KEYS_PER_TICK)
                     });
                 behind = match swept {
-                    Ok((seen, position)) => {
-                        if let Some(position) = position {
+                    Ok(swept) => {
+                        if let Some(position) = swept.position {
                             shared.committer.wrote(position);
                         }
-                        seen >= KEYS_PER_TICK
+                        super::notify::expired(&shared, &swept.expired);
+                        swept.seen >= KEYS_PER_TICK
                     }
                     Err(e) => {
                         log::warn!("the expiry sweep failed: {e}");

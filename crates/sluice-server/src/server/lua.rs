@@ -915,7 +915,10 @@ fn call_command(
             String::from_utf8_lossy(&name)
         ));
     }
-    commands::execute(ctx, &name, args)
+    let reply = commands::execute(ctx, &name, args);
+    // Published once the script's (or its transaction's) writes are.
+    super::notify::hold(args, ctx.take_changes());
+    reply
 }
 
 /// A table with one field `name` holding `value` (RESP3's typed replies

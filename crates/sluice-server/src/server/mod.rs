@@ -31,6 +31,7 @@ mod lua;
 mod lua_libs;
 mod mailbox;
 mod monitor;
+mod notify;
 mod pubsub;
 mod scripting;
 pub mod shm;
@@ -387,7 +388,8 @@ impl Shared {
     /// nothing) step aside: while anyone monitors, or SLOWLOG logs every
     /// command (`slowlog-log-slower-than 0`).
     fn fast_paths_closed(&self) -> bool {
-        self.monitors.any() || self.tunables.slow.logs_everything()
+        // Keyspace events are named per command: SETs go one by one.
+        self.monitors.any() || self.tunables.slow.logs_everything() || self.tunables.notify.on()
     }
 
     fn stopping(&self) -> bool {

@@ -366,17 +366,20 @@ fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
     ctx.select(job.db).expect("a selected database exists");
     let (reply, killed) = run_in(shared, job, &mut ctx);
     if killed {
+        super::notify::forget();
         // Stopped by a KILL or a shutdown: its writes are dropped whole
         // (the overlay is never committed).
         return (reply, None);
     }
     if let Err(e) = ctx.finish() {
+        super::notify::forget();
         let reply = Reply::Error(format!(
             "ERR the script's writes were not applied: {}",
             e.to_string().replace(['\r', '\n'], " ")
         ));
         return (reply, None);
     }
+    super::notify::release(shared);
     let wrote = ctx.wrote();
     if wrote.is_some() {
         let dbs = [job.db, ctx.database()];

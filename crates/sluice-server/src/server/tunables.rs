@@ -29,6 +29,9 @@ enum Kind {
     Word(&'static [&'static str]),
     /// `save`: empty, or pairs of seconds and changes.
     SavePoints,
+    /// `notify-keyspace-events`: classes of events, as Redis spells
+    /// them, reported in Redis's order.
+    Events,
     /// A value only one setting of is served (what Sluice does always).
     Only {
         value: &'static str,
@@ -45,6 +48,8 @@ enum Effect {
     StreamNodeEntries,
     /// `hll-sparse-max-bytes`: the data model's setting of it.
     HllSparseMaxBytes,
+    /// `notify-keyspace-events`: which events go out.
+    Notify,
     /// How long a script runs before other clients get BUSY.
     BusyReply,
     /// `min-replicas-to-write` or `min-replicas-max-lag`: with both above
@@ -256,14 +261,13 @@ static TUNABLES: &[Tunable] = &[
         default: "10",
         effect: Effect::MinReplicas,
     },
-    kept(
-        "notify-keyspace-events",
-        Kind::Only {
-            value: "",
-            why: "keyspace notifications are not served by Sluice yet",
-        },
-        "",
-    ),
+    Tunable {
+        name: "notify-keyspace-events",
+        alias: None,
+        kind: Kind::Events,
+        default: "",
+        effect: Effect::Notify,
+    },
     // The process.
     kept(
         "loglevel",
@@ -292,6 +296,8 @@ pub struct Tunables {
     values: Mutex<HashMap<&'static str, String>>,
     /// `busy-reply-threshold` in ms, read before every command.
     pub busy_reply_ms: std::sync::atomic::AtomicU64,
+    /// `notify-keyspace-events` in force.
+    pub notify: super::notify::Notify,
     /// See [`Effect::MinReplicas`]; read before every write.
     writes_need_replicas: std::sync::atomic::AtomicBool,
     /// What SLOWLOG and LATENCY keep.
@@ -308,6 +314,7 @@ impl Default for Tunables {
                     .collect(),
             ),
             busy_reply_ms: std::sync::atomic::AtomicU64::new(5000),
+            notify: super::notify::Notify::default(),
             writes_need_replicas: std::sync::atomic::AtomicBool::new(false),
             slow: super::slowlog::Thresholds::default(),
         }
@@ -382,6 +389,14 @@ impl Tunables {
                     .expect("checked as a non-negative integer");
                 self.slow.latency_ms.store(ms, Ordering::Relaxed);
             }
+            Effect::Notify => {
+                let flags = super::notify::parse(value.as_bytes()).expect("checked");
+                self.notify.set(flags);
+                // Batches list the keys they change only while events go out.
+                db.settings
+                    .record_changes
+                    .store(self.notify.on(), Ordering::Relaxed);
+            }
             Effect::Kept | Effect::MinReplicas => {}
         }
         let mut values = self.values.lock().unwrap_or_else(|e| e.into_inner());
@@ -447,6 +462,7 @@ pub fn check(t: &Tunable, value: &[u8]) -> Result<String, String> {
             }
         }
         Kind::SavePoints => save_points(text?),
+        Kind::Events => super::notify::parse(value).map(super::notify::format),
         Kind::Only { value: only, why } => match text? {
             v if v.eq_ignore_ascii_case(only) => Ok(only.to_string()),
             _ => Err(why.to_string()),
