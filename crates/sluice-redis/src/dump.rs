@@ -508,15 +508,8 @@ fn strings(r: &mut Reader<'_>, n: usize) -> Read<Vec<Vec<u8>>> {
 /// The value in a RESTORE payload, its version and checksum checked
 /// first.
 pub fn restore(payload: &[u8]) -> Result<Dumped, RestoreError> {
-    if payload.len() < 10 {
-        return Err(RestoreError::VersionOrChecksum);
-    }
-    let (body, footer) = payload.split_at(payload.len() - 10);
-    let version = u16::from_le_bytes([footer[0], footer[1]]);
-    let crc = u64::from_le_bytes(footer[2..].try_into().expect("8 bytes"));
-    if version > RDB_VERSION || crc64(0, &payload[..payload.len() - 8]) != crc {
-        return Err(RestoreError::VersionOrChecksum);
-    }
+    footer_checked(payload)?;
+    let body = &payload[..payload.len() - 10];
     let mut r = Reader { bytes: body, at: 0 };
     let value = read_value(&mut r)?;
     let empty = match &value {
@@ -598,6 +591,64 @@ fn read_value(r: &mut Reader<'_>) -> Read<Dumped> {
         6 | 7 => return Err(RestoreError::Unsupported("module value")),
         _ => return bad(),
     })
+}
+
+// ---- function libraries ------------------------------------------------
+
+/// The RDB opcode of one function library (Redis 7.0's, with its code).
+const OPCODE_FUNCTION2: u8 = 245;
+/// The opcode of Redis 7.0's release candidates, whose form is not read.
+const OPCODE_FUNCTION_PRE_GA: u8 = 246;
+
+/// FUNCTION DUMP's payload of libraries whose codes these are (each as
+/// FUNCTION LOAD took it, `#!` line included).
+pub fn dump_functions<'a>(codes: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for code in codes {
+        out.push(OPCODE_FUNCTION2);
+        put_string(&mut out, code);
+    }
+    out.extend_from_slice(&RDB_VERSION.to_le_bytes());
+    let crc = crc64(0, &out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The library codes in a FUNCTION RESTORE payload, or Redis's error
+/// text for it (after `ERR `).
+pub fn restore_functions(payload: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    if let Err(RestoreError::VersionOrChecksum) = footer_checked(payload) {
+        return Err("DUMP payload version or checksum are wrong".into());
+    }
+    let body = &payload[..payload.len() - 10];
+    let mut r = Reader { bytes: body, at: 0 };
+    let mut codes = Vec::new();
+    while r.at < body.len() {
+        match r.byte().map_err(|_| "can not read data type".to_string())? {
+            OPCODE_FUNCTION2 => codes.push(
+                r.string()
+                    .map_err(|_| "failed loading the given functions payload".to_string())?,
+            ),
+            OPCODE_FUNCTION_PRE_GA => return Err("Pre-GA function format not supported".into()),
+            _ => return Err("given type is not a function".into()),
+        }
+    }
+    Ok(codes)
+}
+
+/// Checks a payload's footer: long enough, a version this reads, the
+/// CRC-64 of the rest.
+fn footer_checked(payload: &[u8]) -> Result<(), RestoreError> {
+    if payload.len() < 10 {
+        return Err(RestoreError::VersionOrChecksum);
+    }
+    let footer = &payload[payload.len() - 10..];
+    let version = u16::from_le_bytes([footer[0], footer[1]]);
+    let crc = u64::from_le_bytes(footer[2..].try_into().expect("8 bytes"));
+    if version > RDB_VERSION || crc64(0, &payload[..payload.len() - 8]) != crc {
+        return Err(RestoreError::VersionOrChecksum);
+    }
+    Ok(())
 }
 
 // ---- the keyspace ----------------------------------------------------

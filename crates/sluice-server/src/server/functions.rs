@@ -48,13 +48,14 @@ pub struct Functions {
     state: Mutex<Libraries>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Libraries {
     by_name: BTreeMap<String, Library>,
     /// Each function's library.
     owner: HashMap<String, String>,
 }
 
+#[derive(Clone)]
 struct Library {
     /// The code as FUNCTION LOAD was given it.
     code: Vec<u8>,
@@ -63,6 +64,7 @@ struct Library {
     functions: BTreeMap<String, Function>,
 }
 
+#[derive(Clone)]
 struct Function {
     description: Option<Vec<u8>>,
     /// Bit i: `lua::FLAG_NAMES[i]`.
@@ -149,6 +151,14 @@ impl Libraries {
         self.by_name.insert(meta.name, library);
     }
 
+    /// Adds `library` (loaded elsewhere) under `name`.
+    fn insert(&mut self, name: String, library: Library) {
+        for f in library.functions.keys() {
+            self.owner.insert(f.clone(), name.clone());
+        }
+        self.by_name.insert(name, library);
+    }
+
     fn unlink(&mut self, name: &str) -> Option<Library> {
         let library = self.by_name.remove(name)?;
         for f in library.functions.keys() {
@@ -180,9 +190,12 @@ pub(super) fn command(shared: &Shared, args: &Args, ctx: &mut Ctx<'_>) -> Reply 
         b"list" => list(functions, args),
         b"stats" => stats(shared),
         b"kill" => shared.scripts.kill(false),
-        b"dump" | b"restore" => error(
-            "ERR FUNCTION DUMP and RESTORE are not supported by Sluice yet: load each library's code with FUNCTION LOAD (FUNCTION LIST WITHCODE lists it)",
-        ),
+        b"dump" => {
+            let state = functions.lock();
+            let codes = state.by_name.values().map(|l| &l.code[..]);
+            Reply::Bulk(sluice_redis::dump::dump_functions(codes))
+        }
+        b"restore" => restore(functions, args, ctx),
         _ => commands::help_reply(HELP),
     }
 }
@@ -298,6 +311,91 @@ fn load(functions: &Functions, args: &Args, ctx: &mut Ctx<'_>) -> Reply {
     state.unlink(&name);
     state.link(meta, code.clone(), registered);
     Reply::Bulk(name.into_bytes())
+}
+
+/// What FUNCTION RESTORE does with the libraries already loaded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Policy {
+    /// Drops them all first.
+    Flush,
+    /// Keeps them; a library of the same name is an error.
+    Append,
+    /// Keeps them; one of the same name is replaced.
+    Replace,
+}
+
+/// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE], with Redis's checks
+/// in Redis's order; all the payload's libraries load, or none.
+fn restore(functions: &Functions, args: &Args, ctx: &mut Ctx<'_>) -> Reply {
+    if args.len() > 4 {
+        // Redis names the subcommand as it was typed.
+        return Reply::Error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.",
+            String::from_utf8_lossy(&args[1])
+        ));
+    }
+    let policy =
+        match args.get(3).map(|a| a.to_ascii_lowercase()) {
+            None => Policy::Append,
+            Some(p) if p == b"append" => Policy::Append,
+            Some(p) if p == b"replace" => Policy::Replace,
+            Some(p) if p == b"flush" => Policy::Flush,
+            Some(_) => return error(
+                "ERR Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+            ),
+        };
+    let codes = match sluice_redis::dump::restore_functions(&args[2]) {
+        Ok(codes) => codes,
+        Err(text) => return Reply::Error(format!("ERR {text}")),
+    };
+    // The payload's libraries load on their own first, as Redis loads
+    // them into a context of their own.
+    let mut incoming = Libraries::default();
+    for code in codes {
+        match loaded(&code, &incoming, false) {
+            Ok((meta, registered)) => incoming.link(meta, code, registered),
+            Err(text) => return Reply::Error(format!("ERR {text}")),
+        }
+    }
+    let mut state = functions.lock();
+    let mut joined = if policy == Policy::Flush {
+        Libraries::default()
+    } else {
+        state.clone()
+    };
+    for (name, lib) in &incoming.by_name {
+        if joined.by_name.contains_key(name) {
+            if policy == Policy::Append {
+                return Reply::Error(format!("ERR Library {name} already exists"));
+            }
+            joined.unlink(name);
+        }
+        if let Some(f) = lib.functions.keys().find(|f| joined.owner.contains_key(*f)) {
+            return Reply::Error(format!("ERR Function {f} already exists"));
+        }
+        joined.insert(name.clone(), lib.clone());
+    }
+    if joined.by_name.len() > MAX_LIBRARIES {
+        return Reply::Error(format!(
+            "ERR {MAX_LIBRARIES} libraries are loaded, Sluice's limit: delete some first"
+        ));
+    }
+    let mut batch = ctx.batch();
+    let stored = (|| {
+        if policy == Policy::Flush {
+            batch.delete_libraries()?;
+        }
+        for (name, lib) in &incoming.by_name {
+            batch.put_library(name.as_bytes(), &lib.code)?;
+        }
+        Ok(())
+    })()
+    .and_then(|()| ctx.commit(batch));
+    if let Err(e) = stored {
+        return commands::failure_reply(e.into());
+    }
+    *state = joined;
+    ok()
 }
 
 /// FUNCTION DELETE name.
