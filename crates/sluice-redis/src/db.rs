@@ -1272,6 +1272,9 @@ pub struct Change {
     /// Whether the key held nothing before the command that changed it
     /// (set by [`crate::Ctx::take_changes`]).
     pub created: bool,
+    /// Events the data model names itself, told before the command's own
+    /// (a stream consumer a read or a claim makes).
+    pub events: Vec<&'static str>,
 }
 
 impl DbBatch<'_> {
@@ -1455,7 +1458,30 @@ impl DbBatch<'_> {
                 key: key.to_vec(),
                 removed: record == Some(true),
                 created: false,
+                events: Vec::new(),
             }),
+        }
+    }
+
+    /// Whether the batch lists the keys it changes (keyspace
+    /// notifications are on).
+    pub fn records_changes(&self) -> bool {
+        self.changes.is_some()
+    }
+
+    /// Tells `event` of `key` (a change of it), when changes are recorded.
+    pub fn note_event(&mut self, key: &[u8], event: &'static str) {
+        self.note_change(key, None);
+        let database = self.space.index;
+        if let Some(c) = self.changes.as_mut().and_then(|changes| {
+            changes
+                .iter_mut()
+                .find(|c| c.database == database && c.key == key)
+        }) {
+            // Once a command: a claim sees its consumer again per entry.
+            if !c.events.contains(&event) {
+                c.events.push(event);
+            }
         }
     }
 

@@ -288,3 +288,62 @@ fn keyspace_notifications_match_redis() {
         ],
     );
 }
+
+/// Keyspace notifications of streams and their consumer groups against
+/// a real `redis-server`: a consumer XREADGROUP or a claim makes is told
+/// (`xgroup-createconsumer`), one that exists or a delete of one that
+/// does not is not.
+#[test]
+fn stream_keyspace_notifications_match_redis() {
+    compare(
+        2,
+        &[
+            Call(0, "CONFIG SET notify-keyspace-events KEAn"),
+            Send(1, "PSUBSCRIBE *"),
+            Read(1),
+            Call(0, "XGROUP CREATE mystream mygroup $ MKSTREAM"),
+            Read(1),
+            Read(1),
+            Read(1),
+            Read(1),
+            Call(0, "XGROUP CREATECONSUMER mystream mygroup Bob"),
+            Read(1),
+            Read(1),
+            Call(0, "XGROUP CREATECONSUMER mystream mygroup Bob"),
+            Call(0, "XADD mystream 1-1 field1 A"),
+            Read(1),
+            Read(1),
+            Call(0, "XADD mystream 2-1 field1 B"),
+            Read(1),
+            Read(1),
+            Call(0, "XREADGROUP GROUP mygroup Alice STREAMS mystream >"),
+            Read(1),
+            Read(1),
+            Call(0, "XREADGROUP GROUP mygroup Alice STREAMS mystream 0"),
+            Call(0, "XCLAIM mystream mygroup Mike 0 1-1 2-1 FORCE"),
+            Read(1),
+            Read(1),
+            Call(0, "XGROUP DELCONSUMER mystream mygroup Lee"),
+            Call(0, "XAUTOCLAIM mystream mygroup Bob 0 1-1"),
+            Call(0, "XAUTOCLAIM mystream mygroup Zed 0 0"),
+            Read(1),
+            Read(1),
+            Call(0, "XGROUP DELCONSUMER mystream mygroup Bob"),
+            Read(1),
+            Read(1),
+            Call(0, "XGROUP SETID mystream mygroup 0"),
+            Read(1),
+            Read(1),
+            Call(0, "XGROUP DESTROY mystream mygroup"),
+            Read(1),
+            Read(1),
+            Call(0, "XDEL mystream 1-1"),
+            Read(1),
+            Read(1),
+            Call(0, "XSETID mystream 5-0"),
+            Read(1),
+            Read(1),
+            Call(0, "CONFIG SET notify-keyspace-events \"\""),
+        ],
+    );
+}

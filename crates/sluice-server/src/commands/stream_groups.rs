@@ -567,6 +567,7 @@ fn read_group_stream(
     let seen = Consumer { seen_ms: now };
     let take = if count == 0 { u64::MAX } else { count };
     if after != MAX_ID {
+        note_new_consumer(ctx, batch, key, c, name, consumer)?;
         groups::put_consumer(batch, key, c, name, consumer, seen)?;
         let mut out = Vec::new();
         let start = incr(after).unwrap_or(MAX_ID);
@@ -597,6 +598,7 @@ fn read_group_stream(
     if entries.is_empty() {
         return Ok(None);
     }
+    note_new_consumer(ctx, batch, key, c, name, consumer)?;
     groups::put_consumer(batch, key, c, name, consumer, seen)?;
     for (id, _) in &entries {
         groups::advance(&mut g, &meta, c.len, *id);
@@ -709,10 +711,12 @@ impl Claim<'_> {
     /// Makes (or sees) the claiming consumer once something is claimed.
     fn consumer_seen(
         &self,
+        ctx: &Ctx<'_>,
         batch: &mut sluice_redis::db::DbBatch<'_>,
         now: u64,
     ) -> Result<(), Failure> {
         let seen = Consumer { seen_ms: now };
+        note_new_consumer(ctx, batch, self.key, self.c, self.group, self.consumer)?;
         Ok(groups::put_consumer(
             batch,
             self.key,
@@ -722,6 +726,22 @@ impl Claim<'_> {
             seen,
         )?)
     }
+}
+
+/// Tells keyspace notifications of a consumer a read or a claim makes
+/// (XGROUP CREATECONSUMER's is the command's own event).
+fn note_new_consumer(
+    ctx: &Ctx<'_>,
+    batch: &mut sluice_redis::db::DbBatch<'_>,
+    key: &[u8],
+    c: Collection,
+    group: &[u8],
+    consumer: &[u8],
+) -> Result<(), Failure> {
+    if batch.records_changes() && groups::consumer(ctx, c, group, consumer)?.is_none() {
+        batch.note_event(key, "xgroup-createconsumer");
+    }
+    Ok(())
 }
 
 /// The entry `id` of stream `c`, if it is still there.
@@ -838,7 +858,7 @@ pub(super) fn xclaim(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
             None => continue,
         };
         if claimed.is_empty() {
-            claim.consumer_seen(&mut batch, now as u64)?;
+            claim.consumer_seen(ctx, &mut batch, now as u64)?;
         }
         out.push(claim.take(&mut batch, id, nack, fields)?);
         claimed.push(id);
@@ -911,7 +931,7 @@ pub(super) fn xautoclaim(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
             continue;
         }
         if out.is_empty() {
-            claim.consumer_seen(&mut batch, now)?;
+            claim.consumer_seen(ctx, &mut batch, now)?;
         }
         out.push(claim.take(&mut batch, id, nack, fields)?);
         count -= 1;

@@ -245,6 +245,19 @@ pub(super) fn command(shared: &Shared, args: &Args, changes: &[Change]) {
     let about = |at: Option<usize>, change: &Change| {
         at.is_none_or(|i| args.get(i).map(|a| &a[..]) == Some(&change.key[..]))
     };
+    // What the data model told of itself comes first (a consumer a read
+    // or a claim made, before what it read).
+    for change in changes {
+        for event in &change.events {
+            publish(
+                shared,
+                STREAM,
+                event,
+                shared.db.logical_of(change.database),
+                &change.key,
+            );
+        }
+    }
     let mut deleted = vec![false; changes.len()];
     // A key that held nothing is `new` just before its first own event
     // (Redis tells it as it adds the key).
