@@ -12,7 +12,15 @@ use std::process::Command;
 
 /// Units that run in seconds; the slow ones (sets, sorted sets, lists,
 /// scan, sort) are left to `scripts/redis-suite` run by hand.
-const UNITS: &[&str] = &["keyspace", "type/incr", "multi", "quit", "expire", "scripting"];
+const UNITS: &[&str] = &[
+    "keyspace",
+    "type/incr",
+    "multi",
+    "quit",
+    "expire",
+    "scripting",
+    "info-command",
+];
 
 #[test]
 fn redis_s_own_fastest_units_pass_against_sluice_serve() {
