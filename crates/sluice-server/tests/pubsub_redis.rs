@@ -31,6 +31,10 @@ fn messages_reach_every_subscriber_as_redis_sends_them() {
             Read(1),
             Read(2),
             Call(0, "PUBLISH nothing x"),
+            // Client 2's pattern n* takes it: read here, or its PUNSUBSCRIBE
+            // below would read this message as its reply and go on before
+            // the server ran it (a race with the PUBLISH after it).
+            Read(2),
             Call(0, "PUBSUB CHANNELS w*"),
             Call(0, "PUBSUB CHANNELS n*"),
             Call(0, "PUBSUB NUMSUB news sport nothing"),
