@@ -101,7 +101,17 @@ pub fn lookup(name: &[u8]) -> Option<CommandId> {
             .map(|(id, c)| (c.name.as_bytes(), id))
             .collect()
     });
-    by_name.get(&name.to_ascii_lowercase()[..]).copied()
+    // In lower case on the stack: every request's name is looked up
+    // (INFO commandstats counts it), and names are short.
+    let mut lower = [0u8; 48];
+    match lower.get_mut(..name.len()) {
+        Some(buf) => {
+            buf.copy_from_slice(name);
+            buf.make_ascii_lowercase();
+            by_name.get(&*buf).copied()
+        }
+        None => by_name.get(&name.to_ascii_lowercase()[..]).copied(),
+    }
 }
 
 /// The command a request runs: a container's subcommand (`client|kill`)
