@@ -195,6 +195,22 @@ fn push_zeros(out: &mut Vec<u8>, len: usize) {
     }
 }
 
+/// Goes through a sparse HyperLogLog's opcodes, each with the register it
+/// starts at, until `each` says stop (false: that opcode is not counted);
+/// how many registers the opcodes gone through cover.
+fn walk_sparse(bytes: &[u8], mut each: impl FnMut(usize, Op) -> bool) -> usize {
+    let (mut at, mut index) = (HEADER_BYTES, 0usize);
+    while at < bytes.len() {
+        let op = Op::at(bytes, at);
+        if !each(index, op) {
+            break;
+        }
+        index += op.span();
+        at += op.bytes();
+    }
+    index
+}
+
 /// An empty HyperLogLog, sparse, as PFADD creates one.
 pub fn new_sparse() -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_BYTES + 2 * REGISTERS.div_ceil(XZERO_MAX_LEN));
@@ -249,21 +265,18 @@ pub fn to_dense(bytes: &mut Vec<u8>) -> Result<bool, HllError> {
     let mut dense = vec![0u8; DENSE_BYTES];
     dense[..HEADER_BYTES].copy_from_slice(&bytes[..HEADER_BYTES]);
     dense[4] = DENSE;
-    let (mut at, mut index) = (HEADER_BYTES, 0usize);
-    while at < bytes.len() {
-        let op = Op::at(bytes, at);
-        if let Op::Val(value, len) = op {
-            if index + len > REGISTERS {
-                break;
-            }
+    let covered = walk_sparse(bytes, |index, op| match op {
+        Op::Val(value, len) if index + len <= REGISTERS => {
             for i in index..index + len {
                 dense_put(&mut dense[HEADER_BYTES..], i, value);
             }
+            true
         }
-        index += op.span();
-        at += op.bytes();
-    }
-    if index != REGISTERS {
+        // A run past the last register: Redis stops reading there.
+        Op::Val(..) => false,
+        _ => true,
+    });
+    if covered != REGISTERS {
         return Err(HllError::Corrupt);
     }
     *bytes = dense;
@@ -401,18 +414,15 @@ fn histogram(bytes: &[u8]) -> Result<[u32; 64], HllError> {
         }
         return Ok(histo);
     }
-    let (mut at, mut index) = (HEADER_BYTES, 0usize);
-    while at < bytes.len() {
-        let op = Op::at(bytes, at);
+    let covered = walk_sparse(bytes, |_, op| {
         let value = match op {
             Op::Val(value, _) => usize::from(value),
             _ => 0,
         };
         histo[value] += op.span() as u32;
-        index += op.span();
-        at += op.bytes();
-    }
-    if index != REGISTERS {
+        true
+    });
+    if covered != REGISTERS {
         return Err(HllError::Corrupt);
     }
     Ok(histo)
@@ -477,21 +487,18 @@ pub fn merge_into(max: &mut [u8; REGISTERS], bytes: &[u8]) -> Result<(), HllErro
         }
         return Ok(());
     }
-    let (mut at, mut index) = (HEADER_BYTES, 0usize);
-    while at < bytes.len() {
-        let op = Op::at(bytes, at);
-        if let Op::Val(value, len) = op {
-            if index + len > REGISTERS {
-                break;
-            }
+    let covered = walk_sparse(bytes, |index, op| match op {
+        Op::Val(value, len) if index + len <= REGISTERS => {
             for m in &mut max[index..index + len] {
                 *m = (*m).max(value);
             }
+            true
         }
-        index += op.span();
-        at += op.bytes();
-    }
-    if index != REGISTERS {
+        // A run past the last register: Redis stops reading there.
+        Op::Val(..) => false,
+        _ => true,
+    });
+    if covered != REGISTERS {
         return Err(HllError::Corrupt);
     }
     Ok(())
