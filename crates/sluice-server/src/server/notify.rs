@@ -249,13 +249,7 @@ pub(super) fn command(shared: &Shared, args: &Args, changes: &[Change]) {
     // or a claim made, before what it read).
     for change in changes {
         for event in &change.events {
-            publish(
-                shared,
-                STREAM,
-                event,
-                shared.db.logical_of(change.database),
-                &change.key,
-            );
+            tell(shared, STREAM, event, change);
         }
     }
     let mut deleted = vec![false; changes.len()];
@@ -266,13 +260,7 @@ pub(super) fn command(shared: &Shared, args: &Args, changes: &[Change]) {
     if matches!(&name[..], b"rename" | b"renamenx" | b"move") {
         for (c, change) in changes.iter().enumerate().filter(|(_, c)| c.created) {
             told_new[c] = true;
-            publish(
-                shared,
-                NEW,
-                "new",
-                shared.db.logical_of(change.database),
-                &change.key,
-            );
+            tell(shared, NEW, "new", change);
         }
     }
     for (i, &(class, event, at)) in events.iter().enumerate() {
@@ -288,13 +276,12 @@ pub(super) fn command(shared: &Shared, args: &Args, changes: &[Change]) {
                 "expire" => !change.removed,
                 _ => true,
             };
-            let db = shared.db.logical_of(change.database);
             if fits {
                 if change.created && !told_new[c] {
                     told_new[c] = true;
-                    publish(shared, NEW, "new", db, &change.key);
+                    tell(shared, NEW, "new", change);
                 }
-                publish(shared, class, event, db, &change.key);
+                tell(shared, class, event, change);
             }
             // A key whose record went: `del` after its last own event
             // (SMOVE's source: srem, del, then the target's sadd).
@@ -303,28 +290,16 @@ pub(super) fn command(shared: &Shared, args: &Args, changes: &[Change]) {
                 .any(|&(_, _, later)| about(later, change));
             if last && change.removed && !said && !deleted[c] {
                 deleted[c] = true;
-                publish(shared, GENERIC, "del", db, &change.key);
+                tell(shared, GENERIC, "del", change);
             }
         }
     }
     for (c, change) in changes.iter().enumerate() {
         if change.created && !told_new[c] {
-            publish(
-                shared,
-                NEW,
-                "new",
-                shared.db.logical_of(change.database),
-                &change.key,
-            );
+            tell(shared, NEW, "new", change);
         }
         if change.removed && !said && !deleted[c] {
-            publish(
-                shared,
-                GENERIC,
-                "del",
-                shared.db.logical_of(change.database),
-                &change.key,
-            );
+            tell(shared, GENERIC, "del", change);
         }
     }
 }
@@ -363,9 +338,15 @@ pub(super) fn expired(shared: &Shared, removed: &[Change]) {
         return;
     }
     for change in removed {
-        let db = shared.db.logical_of(change.database);
-        publish(shared, EXPIRED, "expired", db, &change.key);
+        tell(shared, EXPIRED, "expired", change);
     }
+}
+
+/// [`publish`] of `event` about the key of `change`, in the logical
+/// database that names its physical one now.
+fn tell(shared: &Shared, class: u32, event: &str, change: &Change) {
+    let db = shared.db.logical_of(change.database);
+    publish(shared, class, event, db, &change.key);
 }
 
 fn publish(shared: &Shared, class: u32, event: &str, db: u8, key: &[u8]) {
