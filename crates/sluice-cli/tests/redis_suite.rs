@@ -20,6 +20,10 @@ const UNITS: &[&str] = &[
     "expire",
     "scripting",
     "info-command",
+    "other",
+    "introspection",
+    "bitops",
+    "tracking",
 ];
 
 #[test]

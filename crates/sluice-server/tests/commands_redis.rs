@@ -1679,6 +1679,42 @@ fn tuning_parameters_match_redis() {
     .unwrap();
 }
 
+/// The settings `sluice serve` has flags for, through CONFIG SET: the ones
+/// that change while serving (appendfsync, client-query-buffer-limit),
+/// the immutable ones, and parameters kept for Redis's clients. Set back
+/// at the end (the servers are shared by the tests).
+#[test]
+fn served_settings_match_redis() {
+    compare(&script(&[
+        "CONFIG SET appendfsync no",
+        "CONFIG GET appendfsync",
+        "CONFIG SET appendfsync sometimes",
+        "CONFIG SET appendfsync EVERYSEC",
+        "CONFIG GET appendfsync",
+        "CONFIG SET daemonize yes",
+        "CONFIG GET daemonize",
+        "CONFIG GET databases",
+        "CONFIG SET databases 4",
+        "CONFIG SET io-threads 4",
+        "CONFIG SET client-query-buffer-limit 10mb",
+        "CONFIG GET client-query-buffer-limit",
+        "CONFIG SET client-query-buffer-limit 1k",
+        "CONFIG SET client-query-buffer-limit lots",
+        "CONFIG SET maxmemory-clients 200%",
+        "CONFIG SET maxmemory-clients 10%",
+        "CONFIG GET maxmemory-clients",
+        "CONFIG SET maxmemory-clients 0",
+        "CONFIG SET repl-backlog-size 2mb",
+        "CONFIG GET repl-backlog-size",
+        "CONFIG SET repl-backlog-size 1mb",
+        "CONFIG GET key-load-delay",
+        "CONFIG GET replicaof",
+        "CONFIG SET replicaof x",
+        "CONFIG SET client-query-buffer-limit 1gb appendfsync always",
+    ]))
+    .unwrap();
+}
+
 /// HyperLogLogs byte for byte: the sparse and dense forms GET shows,
 /// counts, merges, PFDEBUG's views, the promotion to dense, and the
 /// errors for strings that are not one and for broken ones.

@@ -778,8 +778,19 @@ fn config_set_changes_the_client_limit_and_timeout() {
         ]
     );
     assert_eq!(
-        admin.call(&[b"CONFIG", b"SET", b"appendfsync", b"no"]),
-        b"-ERR CONFIG SET failed (possibly related to argument 'appendfsync') - Sluice sets it only at start: restart `sluice serve` with its flag\r\n"
+        admin.call(&[b"CONFIG", b"SET", b"proto-max-bulk-len", b"1000000"]),
+        b"-ERR CONFIG SET failed (possibly related to argument 'proto-max-bulk-len') - Sluice sets it only at start: restart `sluice serve` with its flag\r\n"
+    );
+    let bind = admin.call(&[b"CONFIG", b"GET", b"proto-max-bulk-len"]);
+    let now = String::from_utf8_lossy(&bind)
+        .lines()
+        .nth(4)
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        admin.call(&[b"CONFIG", b"SET", b"proto-max-bulk-len", now.as_bytes()]),
+        b"+OK\r\n",
+        "set to what it is, a start-only setting is taken"
     );
     assert_eq!(
         admin.call(&[b"CONFIG", b"SET", b"nosuch", b"1"]),
@@ -1577,4 +1588,133 @@ fn client_kill_by_type_tells_subscribers_from_the_others() {
         .unwrap();
     assert_eq!(plain.read_reply(), None, "the other client was closed");
     assert_eq!(admin.call(&[b"PING"]), b"+PONG\r\n");
+}
+
+/// CONFIG SET appendfsync changes when writes are acknowledged from the
+/// next one on: with `no` no reply waits for the log, with `always` each
+/// write's does (INFO sluice's `durable_reply_waits`).
+#[test]
+fn config_set_appendfsync_changes_when_replies_wait() {
+    let server = start_sluice(Durability::Always);
+    let mut c = Client::connect(server.addr);
+    let waits = |c: &mut Client| -> u64 {
+        info_fields(c, b"sluice")["durable_reply_waits"]
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(c.call(&[b"SET", b"a", b"1"]), b"+OK\r\n");
+    let before = waits(&mut c);
+    assert!(before >= 1, "with always a write's reply waits");
+    assert_eq!(
+        c.call(&[b"CONFIG", b"SET", b"appendfsync", b"no"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(info_fields(&mut c, b"persistence")["appendfsync"], "none");
+    for i in 0..20 {
+        assert_eq!(
+            c.call(&[b"SET", b"a", i.to_string().as_bytes()]),
+            b"+OK\r\n"
+        );
+    }
+    assert_eq!(waits(&mut c), before, "with no, replies do not wait");
+    assert_eq!(
+        c.call(&[b"CONFIG", b"SET", b"appendfsync", b"sometimes"]),
+        b"-ERR CONFIG SET failed (possibly related to argument 'appendfsync') - argument(s) must be one of the following: everysec, always, no\r\n"
+    );
+    assert_eq!(
+        c.call(&[b"CONFIG", b"SET", b"appendfsync", b"always"]),
+        b"+OK\r\n"
+    );
+    assert_eq!(c.call(&[b"SET", b"a", b"last"]), b"+OK\r\n");
+    assert!(
+        waits(&mut c) > before,
+        "back to always, the reply waits again"
+    );
+    assert_eq!(c.call(&[b"GET", b"a"]), b"$4\r\nlast\r\n");
+}
+
+/// CLIENT LIST and CLIENT INFO carry every field of Redis 7.0's line, in
+/// its order; `cmd`, `sub`, `multi` and `flags` follow what each client
+/// does (a subscriber on another connection, a transaction here).
+#[test]
+fn client_list_shows_what_each_client_does() {
+    let server = start_sluice(Durability::Always);
+    let mut me = Client::connect(server.addr);
+    let mut sub = Client::connect(server.addr);
+    assert!(sub.call(&[b"SUBSCRIBE", b"news"]).starts_with(b"*3"));
+    let line = String::from_utf8(me.call(&[b"CLIENT", b"INFO"])).unwrap();
+    let fields: Vec<&str> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.split('=').next().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "id",
+            "addr",
+            "laddr",
+            "fd",
+            "name",
+            "age",
+            "idle",
+            "flags",
+            "db",
+            "sub",
+            "psub",
+            "ssub",
+            "multi",
+            "qbuf",
+            "qbuf-free",
+            "argv-mem",
+            "multi-mem",
+            "rbs",
+            "rbp",
+            "obl",
+            "oll",
+            "omem",
+            "tot-mem",
+            "events",
+            "cmd",
+            "user",
+            "redir",
+            "resp",
+            "lib-name",
+            "lib-ver"
+        ]
+    );
+    // Its own request is in its query buffer as Redis counts it.
+    assert!(line.contains(" qbuf=26 "), "{line}");
+    assert!(line.contains(" cmd=client|info "), "{line}");
+    assert!(line.contains(" flags=N "), "{line}");
+    assert_eq!(me.call(&[b"MULTI"]), b"+OK\r\n");
+    assert_eq!(me.call(&[b"GET", b"x"]), b"+QUEUED\r\n");
+    assert_eq!(me.call(&[b"DISCARD"]), b"+OK\r\n");
+    let list = String::from_utf8(me.call(&[b"CLIENT", b"LIST"])).unwrap();
+    let sub_line = list
+        .lines()
+        .find(|l| l.contains(" cmd=subscribe "))
+        .unwrap();
+    assert!(
+        sub_line.contains(" flags=P ") && sub_line.contains(" sub=1 "),
+        "{sub_line}"
+    );
+    assert_eq!(me.call(&[b"CLIENT", b"TRACKING", b"on"]), b"+OK\r\n");
+    assert_eq!(me.call(&[b"MULTI"]), b"+OK\r\n");
+    assert_eq!(me.call(&[b"GET", b"x"]), b"+QUEUED\r\n");
+    let listed = me.call(&[b"CLIENT", b"LIST", b"ID", b"1", b"2", b"3"]);
+    assert_eq!(listed, b"+QUEUED\r\n", "CLIENT LIST inside MULTI is queued");
+    let Reply::Array(replies) = me.call_reply(&[b"EXEC"]) else {
+        panic!("EXEC is an array")
+    };
+    let Reply::Bulk(text) = &replies[1] else {
+        panic!("CLIENT LIST is a bulk string in RESP2")
+    };
+    let text = String::from_utf8_lossy(text);
+    // As Redis shows a client inside EXEC: its command is EXEC, still in
+    // MULTI with two queued, tracking without a redirect.
+    let mine = text.lines().find(|l| l.contains(" cmd=exec ")).unwrap();
+    for field in [" flags=xt ", " multi=2 ", " redir=0 "] {
+        assert!(mine.contains(field), "{field} in {mine}");
+    }
 }

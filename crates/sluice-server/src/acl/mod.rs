@@ -163,6 +163,12 @@ pub fn is_write(id: CommandId) -> bool {
     commands()[id].categories & table::cat::WRITE != 0
 }
 
+/// Whether command `id` only reads (Redis's `@read` category, which its
+/// read-only commands have).
+pub fn is_read(id: CommandId) -> bool {
+    commands()[id].categories & table::cat::READ != 0
+}
+
 /// Whether command `id` is refused from scripts.
 pub fn no_script(id: CommandId) -> bool {
     commands()[id].no_script

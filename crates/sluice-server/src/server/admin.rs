@@ -128,13 +128,31 @@ pub(super) fn execute(
     // Queued in MULTI, a command is counted when EXEC runs it.
     let queued = conn.tx.is_some() && !TX_CONTROL.contains(&name);
     conn.last_error = None;
+    let id = acl::resolve(args);
+    if let Some(id) = id {
+        conn.live
+            .last_command
+            .store(id as u32 + 1, Ordering::Relaxed);
+        if !queued {
+            remember_reads(shared, conn, id, args);
+        }
+    }
     let wrote = execute_command(shared, conn, name, args, reads);
+    if wrote.is_some() {
+        let stats = &shared.stats.by_worker[conn.worker];
+        super::WorkerStats::add(&stats.changes, 1);
+    }
     if !queued && !conn.script_pending {
         let us = started.elapsed().as_micros() as u64;
-        if let Some(id) = acl::resolve(args) {
+        if let Some(id) = id {
             count_call(shared, conn.worker, id, us, conn.last_error);
         }
     }
+    // CLIENT CACHING's choice holds for the next command, or transaction.
+    if conn.tx.is_none() && name != b"client" {
+        conn.tracking_caching = false;
+    }
+    publish_live(shared, conn);
     if shared.tunables.slow.timing() {
         // A script is timed where it runs; a blocked command has not run.
         if !conn.script_pending && conn.blocked.is_none() {
@@ -177,6 +195,7 @@ fn execute_command(
             conn.watched.clear();
             shared.pubsub.leave_all(conn);
             shared.monitors.remove(conn.session.id());
+            set_tracking(shared, conn, None);
         }
         let mut ctx = Ctx::new(&shared.db, super::now_ms()).with_reads(reads);
         // The connection's database was created when it was selected.
@@ -185,13 +204,17 @@ fn execute_command(
         let reply = run(shared, conn, name, args, &mut ctx);
         if ctx.wrote().is_some() {
             signal_writes(shared, std::iter::once((ctx.database(), args)));
-            super::notify::command(shared, args, &ctx.take_changes());
+            let writer = Some(conn.session.id());
+            super::notify::command(shared, writer, args, &ctx.take_changes());
+        }
+        if matches!(name, b"flushdb" | b"flushall") && reply_is_ok(&reply) {
+            shared.tracking.flush(shared);
         }
         (reply, ctx.wrote())
     };
     if let Some(at) = wrote {
         shared.committer.wrote(at);
-        if shared.config.durability.holds_replies() {
+        if shared.durability().holds_replies() {
             // Before the reply is queued: it is the first to wait.
             conn.hold_until(at);
         }
@@ -200,6 +223,56 @@ fn execute_command(
         conn.push_reply(&reply);
     }
     wrote
+}
+
+/// With tracking on, remembers the keys a read-only command reads (Redis
+/// does so after it runs; here before, so that a write on another worker
+/// between the read and the remembering cannot go untold).
+fn remember_reads(shared: &Shared, conn: &Conn, id: acl::CommandId, args: &Args) {
+    if !conn.tracking || !acl::is_read(id) {
+        return;
+    }
+    let keys = acl::keys_of(id, args);
+    if keys.is_empty() {
+        return;
+    }
+    let me = conn.session.id();
+    let keys = keys.into_iter().map(|(at, _, _)| &args[at][..]);
+    shared
+        .tracking
+        .remember(shared, me, conn.tracking_caching, keys);
+}
+
+/// Brings what CLIENT LIST shows of `conn` up to date after a command.
+fn publish_live(shared: &Shared, conn: &Conn) {
+    use super::clients::*;
+    let live = &conn.live;
+    live.last_interaction_ms
+        .store(super::now_ms(), Ordering::Relaxed);
+    let [channels, patterns, shards] = conn.subscriptions.counts();
+    live.channels.store(channels as u32, Ordering::Relaxed);
+    live.patterns.store(patterns as u32, Ordering::Relaxed);
+    live.shard_channels.store(shards as u32, Ordering::Relaxed);
+    let multi = conn.tx.as_ref().map_or(-1, |tx| tx.queued.len() as i32);
+    live.multi.store(multi, Ordering::Relaxed);
+    let mut flags = 0;
+    for (set, bit) in [
+        (shared.monitors.has(conn.session.id()), FLAG_MONITOR),
+        (conn.subscriptions.any(), FLAG_PUBSUB),
+        (conn.tx.is_some(), FLAG_MULTI),
+        (conn.blocked.is_some(), FLAG_BLOCKED),
+        (conn.tracking, FLAG_TRACKING),
+        (conn.closing, FLAG_CLOSE_AFTER_REPLY),
+    ] {
+        if set {
+            flags |= bit;
+        }
+    }
+    live.flags.store(flags, Ordering::Relaxed);
+}
+
+fn reply_is_ok(reply: &Option<Reply>) -> bool {
+    matches!(reply, Some(Reply::Simple(s)) if s == "OK")
 }
 
 /// Counts one run of command `id` on worker `worker` for INFO
@@ -380,7 +453,11 @@ pub(super) fn log_entry(
     let client_info = shared
         .registry
         .get(me)
-        .map(|e| client_line(me, &e, conn).trim_end().to_string())
+        .map(|e| {
+            client_line(shared, me, &e, conn, &[])
+                .trim_end()
+                .to_string()
+        })
         .unwrap_or_default();
     shared.config.users.log(LogEntry {
         count: 1,
@@ -587,6 +664,9 @@ fn run(
         Handled::Close(reply) => {
             conn.quit = true;
             conn.closing = true;
+            // Gone for everyone else at once, as Redis frees a client once
+            // QUIT's reply is written: not listed, not a redirect target.
+            shared.registry.remove(conn.session.id());
             return Some(reply);
         }
         Handled::Other => {}
@@ -936,6 +1016,7 @@ fn exec_queued(
     // The database each queued command ran in (a SELECT among them
     // changes it for the ones after).
     let mut ran_in = Vec::with_capacity(tx.queued.len());
+    let mut flushed = false;
     for args in &tx.queued {
         let name = args[0].to_ascii_lowercase();
         ran_in.push(ctx.database());
@@ -947,9 +1028,15 @@ fn exec_queued(
             shared.monitors.feed(conn.session.id(), &conn.addr, args);
         }
         let started = std::time::Instant::now();
+        let id = acl::resolve(args);
+        if let Some(id) = id {
+            remember_reads(shared, conn, id, args);
+        }
         let reply = run(shared, conn, &name, args, &mut ctx).unwrap_or(Reply::Null);
         super::notify::hold(args, ctx.take_changes());
-        if let Some(id) = acl::resolve(args) {
+        flushed |= matches!(&name[..], b"flushdb" | b"flushall")
+            && matches!(&reply, Reply::Simple(s) if s == "OK");
+        if let Some(id) = id {
             let error = match &reply {
                 Reply::Error(_) => Some(false),
                 _ => None,
@@ -961,7 +1048,12 @@ fn exec_queued(
     }
     let finished = ctx.finish();
     match &finished {
-        Ok(()) => super::notify::release(shared),
+        Ok(()) => {
+            super::notify::release(shared, Some(conn.session.id()));
+            if flushed {
+                shared.tracking.flush(shared);
+            }
+        }
         Err(_) => super::notify::forget(),
     }
     match finished {
@@ -1097,6 +1189,11 @@ fn save(shared: &Shared, name: &[u8], args: &Args) -> Reply {
             e.to_string().replace(['\r', '\n'], " ")
         ));
     }
+    let changes = shared.stats.sum(|w| &w.changes);
+    shared
+        .stats
+        .changes_at_save
+        .store(changes, Ordering::Relaxed);
     match (name, scheduled) {
         (b"save", _) => Reply::Simple("OK".into()),
         (_, true) => Reply::Simple("Background saving scheduled".into()),
@@ -1134,6 +1231,10 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>
         b"unblock" => -3,
         b"reply" => 3,
         b"no-evict" => 3,
+        b"tracking" => -3,
+        b"caching" => 3,
+        b"getredir" => 2,
+        b"trackinginfo" => 2,
         _ => return None,
     };
     if !arity_ok(arity, args.len()) {
@@ -1151,7 +1252,7 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>
         b"info" => match shared.registry.get(me) {
             Some(e) => Reply::Verbatim {
                 format: *b"txt",
-                text: client_line(me, &e, conn).into_bytes(),
+                text: client_line(shared, me, &e, conn, args).into_bytes(),
             },
             None => Reply::Null,
         },
@@ -1165,28 +1266,190 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>
             Reply::Simple("OK".into())
         }
         b"no-evict" => error("ERR syntax error"),
+        b"tracking" => client_tracking(shared, conn, args),
+        b"caching" => client_caching(shared, conn, &args[2]),
+        b"getredir" => match shared.tracking.mode(me) {
+            Some(mode) => Reply::Integer(mode.redirect as i64),
+            None => Reply::Integer(-1),
+        },
+        b"trackinginfo" => client_trackinginfo(shared, conn),
         _ => client_kill(shared, me, args),
     }))
 }
 
-/// One client's line, as Redis prints it (the fields Sluice tracks).
-pub(super) fn client_line(id: u64, e: &super::ClientEntry, me: &Conn) -> String {
-    let resp = if id == me.session.id() && me.session.protocol() == crate::resp::Protocol::Resp3 {
+/// CLIENT TRACKING on|off [REDIRECT id] [BCAST] [PREFIX p]... [OPTIN]
+/// [OPTOUT] [NOLOOP] (see [`super::tracking`]).
+fn client_tracking(shared: &Shared, conn: &mut Conn, args: &Args) -> Reply {
+    let me = conn.session.id();
+    let on = match args[2].to_ascii_lowercase().as_slice() {
+        b"on" => true,
+        b"off" => false,
+        _ => {
+            // Redis checks the options first: their errors come first.
+            return match super::tracking::parse_mode(shared, None, &args[3..], false) {
+                Err(e) => error(&e),
+                Ok(_) => error("ERR syntax error"),
+            };
+        }
+    };
+    let now = shared.tracking.mode(me);
+    let mode = match super::tracking::parse_mode(shared, now.as_ref(), &args[3..], on) {
+        Ok(mode) => mode,
+        Err(e) => return error(&e),
+    };
+    set_tracking(shared, conn, on.then_some(mode));
+    Reply::Simple("OK".into())
+}
+
+/// Turns `conn`'s tracking to `mode` (None: off).
+fn set_tracking(shared: &Shared, conn: &mut Conn, mode: Option<super::tracking::Mode>) {
+    let me = conn.session.id();
+    match mode {
+        Some(mode) => {
+            shared.tracking.enable(me, mode);
+            conn.tracking = true;
+        }
+        None if conn.tracking => {
+            shared.tracking.disable(me);
+            conn.tracking = false;
+            conn.tracking_caching = false;
+        }
+        None => {}
+    }
+    shared.refresh_change_recording();
+}
+
+/// CLIENT CACHING yes|no: whether the next command's keys are tracked
+/// (OPTIN: only with yes; OPTOUT: not with no).
+fn client_caching(shared: &Shared, conn: &mut Conn, option: &[u8]) -> Reply {
+    let Some(mode) = conn
+        .tracking
+        .then(|| shared.tracking.mode(conn.session.id()))
+        .flatten()
+    else {
+        return error("ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled");
+    };
+    match option.to_ascii_lowercase().as_slice() {
+        b"yes" if mode.optin => conn.tracking_caching = true,
+        b"yes" => {
+            return error(
+                "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+            )
+        }
+        b"no" if mode.optout => conn.tracking_caching = true,
+        b"no" => {
+            return error(
+                "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+            )
+        }
+        _ => return error("ERR syntax error"),
+    }
+    Reply::Simple("OK".into())
+}
+
+/// CLIENT TRACKINGINFO: flags, redirect and prefixes, as Redis answers.
+fn client_trackinginfo(shared: &Shared, conn: &Conn) -> Reply {
+    let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+    let mode = shared.tracking.mode(conn.session.id());
+    let mut flags = vec![bulk(if mode.is_some() { "on" } else { "off" })];
+    let mut redirect = -1;
+    let mut prefixes = Vec::new();
+    if let Some(m) = &mode {
+        let caching = conn.tracking_caching;
+        for (set, name) in [
+            (m.bcast, "bcast"),
+            (m.optin, "optin"),
+            (m.optin && caching, "caching-yes"),
+            (m.optout, "optout"),
+            (m.optout && caching, "caching-no"),
+            (m.noloop, "noloop"),
+            (m.broken, "broken_redirect"),
+        ] {
+            if set {
+                flags.push(bulk(name));
+            }
+        }
+        redirect = m.redirect as i64;
+        prefixes = m.prefixes.iter().map(|p| Reply::Bulk(p.clone())).collect();
+    }
+    Reply::Map(vec![
+        (bulk("flags"), Reply::Set(flags)),
+        (bulk("redirect"), Reply::Integer(redirect)),
+        (bulk("prefixes"), Reply::Array(prefixes)),
+    ])
+}
+
+/// One client's line, with Redis 7.0's fields in its order (and 7.2's
+/// lib-name and lib-ver after them). Buffers are Sluice's: the caller's
+/// `qbuf` is its request and what follows it, `argv-mem` its arguments'
+/// bytes, `obl` and `omem` the replies waiting; for other clients, whose
+/// buffers belong to other threads, those read 0 (a worker takes in and
+/// runs everything a turn received). `redir` is the tracking redirect.
+pub(super) fn client_line(
+    shared: &Shared,
+    id: u64,
+    e: &super::ClientEntry,
+    me: &Conn,
+    args: &[Vec<u8>],
+) -> String {
+    let mine = id == me.session.id();
+    let resp = if mine && me.session.protocol() == crate::resp::Protocol::Resp3 {
         3
     } else {
         2
     };
+    let live = &e.live;
+    let idle_s =
+        super::now_ms().saturating_sub(live.last_interaction_ms.load(Ordering::Relaxed)) / 1000;
+    let cmd = match live.last_command.load(Ordering::Relaxed) {
+        0 => "NULL",
+        n => acl::name_of(n as usize - 1),
+    };
+    let (qbuf, argv_mem, obl, multi_mem) = if mine {
+        let request: usize = args.iter().map(|a| a.len()).sum();
+        let framed: usize = 3
+            + digits(args.len())
+            + args
+                .iter()
+                .map(|a| 5 + digits(a.len()) + a.len())
+                .sum::<usize>();
+        let queued: usize = me
+            .tx
+            .as_ref()
+            .map_or(0, |tx| tx.queued.iter().flatten().map(Vec::len).sum());
+        (
+            framed + me.reader.pending_bytes(),
+            request,
+            me.out.len(),
+            queued,
+        )
+    } else {
+        (0, 0, 0, 0)
+    };
+    let redir = shared.tracking.mode(id).map_or(-1, |m| m.redirect as i64);
     format!(
-        "id={id} addr={} laddr={} name={} age={} flags=N db={} multi=-1 user={} resp={resp} lib-name={} lib-ver={}\n",
+        "id={id} addr={} laddr={} fd={} name={} age={} idle={idle_s} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={qbuf} qbuf-free=0 argv-mem={argv_mem} multi-mem={multi_mem} rbs=16384 rbp=0 obl={obl} oll=0 omem=0 tot-mem={} events=r cmd={cmd} user={} redir={redir} resp={resp} lib-name={} lib-ver={}\n",
         e.addr,
         e.laddr,
+        live.fd,
         String::from_utf8_lossy(&e.name),
         e.created.elapsed().as_secs(),
+        live.flag_letters(),
         e.db,
+        live.channels.load(Ordering::Relaxed),
+        live.patterns.load(Ordering::Relaxed),
+        live.shard_channels.load(Ordering::Relaxed),
+        live.multi.load(Ordering::Relaxed),
+        qbuf + argv_mem + obl + multi_mem + 16384,
         String::from_utf8_lossy(&e.user),
         String::from_utf8_lossy(&e.lib_name),
         String::from_utf8_lossy(&e.lib_ver),
     )
+}
+
+/// Decimal digits of `n`.
+fn digits(n: usize) -> usize {
+    n.to_string().len()
 }
 
 fn client_list(shared: &Shared, conn: &Conn, args: &Args) -> Reply {
@@ -1225,7 +1488,7 @@ fn client_list(shared: &Shared, conn: &Conn, args: &Args) -> Reply {
         .list()
         .into_iter()
         .filter(|(id, _)| ids.as_ref().is_none_or(|w| w.contains(id)))
-        .map(|(id, e)| client_line(id, &e, conn))
+        .map(|(id, e)| client_line(shared, id, &e, conn, args))
         .collect();
     Reply::Verbatim {
         format: *b"txt",
@@ -1419,7 +1682,8 @@ fn config_get(shared: &Shared, args: &Args) -> Reply {
         let pattern = pattern.to_ascii_lowercase();
         for (name, value) in &all {
             let seen = out.iter().any(|(n, _)| n == name.as_bytes());
-            if !seen && commands::glob_match(&pattern, name.as_bytes()) {
+            let hidden = super::tunables::HIDDEN.contains(name);
+            if !seen && !hidden && commands::glob_match(&pattern, name.as_bytes()) {
                 out.push((name.as_bytes().to_vec(), value.clone()));
             }
         }
@@ -1442,7 +1706,6 @@ fn config_set(shared: &Shared, args: &Args) -> Reply {
     let mut names: Vec<&'static str> = Vec::new();
     for pair in args[2..].chunks(2) {
         let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
-        let value = crate::resp::string_to_i64(&pair[1]);
         if let Some(t) = super::tunables::Tunables::find(&name) {
             if names.contains(&t.name()) {
                 return error(&format!(
@@ -1461,33 +1724,14 @@ fn config_set(shared: &Shared, args: &Args) -> Reply {
             }
             continue;
         }
-        match (name.as_str(), value) {
-            ("requirepass", _) => requirepass = Some(pair[1].clone()),
-            ("timeout" | "maxclients", Some(v)) if v >= 0 => changes.push((name, v as u64)),
-            ("protected-mode", _) => match pair[1].to_ascii_lowercase().as_slice() {
-                b"yes" => changes.push((name, 1)),
-                b"no" => changes.push((name, 0)),
-                _ => {
-                    return error(
-                        "ERR CONFIG SET failed (possibly related to argument 'protected-mode') - argument must be 'yes' or 'no'",
-                    )
-                }
-            },
-            ("timeout" | "maxclients", _) => {
-                return error(&format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
-                ))
-            }
-            (other, _) if settings(shared).iter().any(|(n, _)| *n == other) => {
-                return error(&format!(
-                    "ERR CONFIG SET failed (possibly related to argument '{other}') - Sluice sets it only at start: restart `sluice serve` with its flag"
-                ))
-            }
-            (other, _) => {
-                return error(&format!(
-                    "ERR Unknown option or number of arguments for CONFIG SET - '{other}'"
-                ))
-            }
+        if name == "requirepass" {
+            requirepass = Some(pair[1].clone());
+            continue;
+        }
+        match check_setting(shared, &name, &pair[1]) {
+            Ok(Some(change)) => changes.push((name, change)),
+            Ok(None) => {}
+            Err(e) => return error(&e),
         }
     }
     if let Some(password) = requirepass {
@@ -1507,20 +1751,93 @@ fn config_set(shared: &Shared, args: &Args) -> Reply {
     for (t, value) in tuned {
         shared.tunables.set(&shared.db, t, value);
     }
+    shared.refresh_change_recording();
+    shared.tracking.limit(shared);
     for (name, value) in changes {
         match name.as_str() {
             "timeout" => shared.idle_timeout_secs.store(value, Ordering::Relaxed),
             "protected-mode" => shared.protected_mode.store(value == 1, Ordering::Relaxed),
+            "appendfsync" => shared.set_durability(super::Durability::from_byte(value as u8)),
+            "client-query-buffer-limit" => shared
+                .max_query_bytes
+                .store(value as usize, Ordering::Relaxed),
             _ => shared.max_clients.store(value as usize, Ordering::Relaxed),
         }
     }
     Reply::Simple("OK".into())
 }
 
+/// Redis's parameters that are fixed once a server runs.
+const IMMUTABLE: &[&str] = &[
+    "daemonize",
+    "databases",
+    "io-threads",
+    "replicaof",
+    "slaveof",
+];
+
+/// Checks CONFIG SET `name value` for one of the settings `sluice serve`
+/// has flags for: the change to make (as a number), none when `value` is
+/// what is in force, or Redis's error for it.
+fn check_setting(shared: &Shared, name: &str, raw: &[u8]) -> Result<Option<u64>, String> {
+    let failed = |why: &str| {
+        format!("ERR CONFIG SET failed (possibly related to argument '{name}') - {why}")
+    };
+    if IMMUTABLE.contains(&name) {
+        return Err(failed("can't set immutable config"));
+    }
+    let value = crate::resp::string_to_i64(raw);
+    match (name, value) {
+        ("timeout" | "maxclients", Some(v)) if v >= 0 => Ok(Some(v as u64)),
+        ("timeout" | "maxclients", _) => Err(failed("argument couldn't be parsed into an integer")),
+        ("protected-mode", _) => match raw.to_ascii_lowercase().as_slice() {
+            b"yes" => Ok(Some(1)),
+            b"no" => Ok(Some(0)),
+            _ => Err(failed("argument must be 'yes' or 'no'")),
+        },
+        ("appendfsync", _) => match raw.to_ascii_lowercase().as_slice() {
+            b"always" => Ok(Some(super::Durability::Always.as_byte().into())),
+            b"everysec" => Ok(Some(super::Durability::Everysec.as_byte().into())),
+            b"no" => Ok(Some(super::Durability::None.as_byte().into())),
+            _ => Err(failed(
+                "argument(s) must be one of the following: everysec, always, no",
+            )),
+        },
+        ("client-query-buffer-limit", _) => super::tunables::memory(raw, 1 << 20, i64::MAX)
+            .map(|n| Some(n as u64))
+            .map_err(|why| failed(&why)),
+        (other, _) => {
+            let now = settings(shared).into_iter().find(|(n, _)| *n == other);
+            match now {
+                Some((_, now)) if now.as_bytes() == raw => Ok(None),
+                Some(_) if other == "port" => {
+                    // Redis moves its listener; Sluice's workers keep theirs.
+                    // A port in use is refused as Redis refuses it.
+                    let port = value
+                        .filter(|p| (0..=65535).contains(p))
+                        .ok_or_else(|| failed("argument must be between 0 and 65535 inclusive"))?;
+                    match std::net::TcpListener::bind((shared.resp_addr.ip(), port as u16)) {
+                        Err(e) => Err(failed(&format!("Unable to listen on this port: {e}"))),
+                        Ok(_) => Err(failed(
+                            "Sluice sets it only at start: restart `sluice serve` with --resp",
+                        )),
+                    }
+                }
+                Some(_) => Err(failed(
+                    "Sluice sets it only at start: restart `sluice serve` with its flag",
+                )),
+                None => Err(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{other}'"
+                )),
+            }
+        }
+    }
+}
+
 /// The settings CONFIG GET reports, by Redis's names.
 fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
     let c = &shared.config;
-    let appendfsync = match c.durability {
+    let appendfsync = match shared.durability() {
         super::Durability::Always => "always",
         super::Durability::Everysec => "everysec",
         super::Durability::None => "no",
@@ -1528,14 +1845,20 @@ fn settings(shared: &Shared) -> Vec<(&'static str, String)> {
     vec![
         ("appendfsync", appendfsync.into()),
         ("bind", shared.resp_addr.ip().to_string()),
-        ("client-query-buffer-limit", c.max_query_bytes.to_string()),
-        ("databases", "1".into()),
+        (
+            "client-query-buffer-limit",
+            shared.max_query_bytes.load(Ordering::Relaxed).to_string(),
+        ),
+        ("daemonize", "no".into()),
+        ("databases", sluice_redis::DATABASES.to_string()),
         ("io-threads", c.threads.to_string()),
         (
             "maxclients",
             shared.max_clients.load(Ordering::Relaxed).to_string(),
         ),
         ("port", shared.resp_addr.port().to_string()),
+        ("replicaof", String::new()),
+        ("slaveof", String::new()),
         (
             "protected-mode",
             if shared.protected_mode.load(Ordering::Relaxed) {
@@ -1715,6 +2038,7 @@ fn info_clients(shared: &Shared, out: &mut String) {
         shared.max_clients.load(Ordering::Relaxed),
     );
     line(out, "blocked_clients", shared.blocking.blocked_clients());
+    line(out, "tracking_clients", shared.tracking.client_count());
     line(out, "watching_clients", shared.db.watching_clients());
 }
 
@@ -1775,8 +2099,18 @@ fn info_cpu(_shared: &Shared, out: &mut String) {
 
 fn info_persistence(shared: &Shared, out: &mut String) {
     line(out, "loading", 0);
+    // Every write is in the log at once; SAVE makes the log durable, and
+    // this counts the write commands since (Redis's "dirty" counter).
+    let changes = shared.stats.sum(|w| &w.changes);
+    let saved = shared.stats.changes_at_save.load(Ordering::Relaxed);
+    line(
+        out,
+        "rdb_changes_since_last_save",
+        changes.saturating_sub(saved),
+    );
+    line(out, "rdb_bgsave_in_progress", 0);
     line(out, "aof_enabled", 1);
-    line(out, "appendfsync", shared.config.durability.name());
+    line(out, "appendfsync", shared.durability().name());
     // As Redis says its AOF cannot be written (monitoring reads it):
     // `err` while the store refuses writes for room or a failing flush.
     let store = shared.db.store();
@@ -1806,6 +2140,10 @@ fn info_stats(shared: &Shared, out: &mut String) {
     );
     line(out, "pubsub_channels", shared.pubsub.channel_count());
     line(out, "pubsub_patterns", shared.pubsub.pattern_count());
+    let (keys, items, prefixes) = shared.tracking.counts();
+    line(out, "tracking_total_keys", keys);
+    line(out, "tracking_total_items", items);
+    line(out, "tracking_total_prefixes", prefixes);
     let sum = |counter: fn(&super::WorkerStats) -> &std::sync::atomic::AtomicU64| s.sum(counter);
     line(
         out,

@@ -4,12 +4,12 @@
 
 use sluice_io::net::{ConnId, Waker};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// What CLIENT LIST shows of one client.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientEntry {
     /// The client's address.
     pub addr: String,
@@ -31,6 +31,85 @@ pub struct ClientEntry {
     pub slot: ConnId,
     /// The logical database it selected.
     pub db: u8,
+    /// Its worker's push queue (pub/sub messages, invalidations).
+    pub(super) pushes: Arc<super::pubsub::PushQueue>,
+    /// What CLIENT LIST shows of it that changes with every command.
+    pub(super) live: Arc<ClientLive>,
+}
+
+/// What CLIENT LIST shows of a client that changes as it runs. Only its
+/// worker writes it (relaxed stores after each command: no other thread
+/// waits on them); a listing reads it.
+#[derive(Debug)]
+pub(super) struct ClientLive {
+    /// The last command run, as its id in ACL's table + 1 (0: none yet).
+    pub(super) last_command: AtomicU32,
+    /// When it last sent or was sent anything, in ms since the server
+    /// started.
+    pub(super) last_interaction_ms: AtomicU64,
+    /// Channels, patterns and shard channels it is subscribed to.
+    pub(super) channels: AtomicU32,
+    pub(super) patterns: AtomicU32,
+    pub(super) shard_channels: AtomicU32,
+    /// Commands queued in MULTI (-1: not in MULTI).
+    pub(super) multi: AtomicI32,
+    /// CLIENT LIST's flags, as bits of [`FLAGS`].
+    pub(super) flags: AtomicU32,
+    /// The descriptor of its socket (-1: shared memory).
+    pub(super) fd: i32,
+}
+
+/// CLIENT LIST's flag letters, in the order Redis prints them, and the
+/// bits `ClientLive::flags` keeps them by.
+pub(super) const FLAGS: &[(u32, char)] = &[
+    (FLAG_MONITOR, 'O'),
+    (FLAG_PUBSUB, 'P'),
+    (FLAG_MULTI, 'x'),
+    (FLAG_BLOCKED, 'b'),
+    (FLAG_TRACKING, 't'),
+    (FLAG_BROKEN_REDIRECT, 'R'),
+    (FLAG_BCAST, 'B'),
+    (FLAG_DIRTY_CAS, 'd'),
+    (FLAG_CLOSE_AFTER_REPLY, 'c'),
+];
+pub(super) const FLAG_MONITOR: u32 = 1 << 0;
+pub(super) const FLAG_PUBSUB: u32 = 1 << 1;
+pub(super) const FLAG_MULTI: u32 = 1 << 2;
+pub(super) const FLAG_BLOCKED: u32 = 1 << 3;
+pub(super) const FLAG_TRACKING: u32 = 1 << 4;
+pub(super) const FLAG_BROKEN_REDIRECT: u32 = 1 << 5;
+pub(super) const FLAG_BCAST: u32 = 1 << 6;
+pub(super) const FLAG_DIRTY_CAS: u32 = 1 << 7;
+pub(super) const FLAG_CLOSE_AFTER_REPLY: u32 = 1 << 8;
+
+impl ClientLive {
+    pub(super) fn new(fd: i32, now_ms: u64) -> ClientLive {
+        ClientLive {
+            last_command: AtomicU32::new(0),
+            last_interaction_ms: AtomicU64::new(now_ms),
+            channels: AtomicU32::new(0),
+            patterns: AtomicU32::new(0),
+            shard_channels: AtomicU32::new(0),
+            multi: AtomicI32::new(-1),
+            flags: AtomicU32::new(0),
+            fd,
+        }
+    }
+
+    /// CLIENT LIST's `flags=` field: the letters of the flags set, or N.
+    pub(super) fn flag_letters(&self) -> String {
+        let bits = self.flags.load(Ordering::Relaxed);
+        let letters: String = FLAGS
+            .iter()
+            .filter(|(bit, _)| bits & bit != 0)
+            .map(|(_, c)| *c)
+            .collect();
+        if letters.is_empty() {
+            "N".into()
+        } else {
+            letters
+        }
+    }
 }
 
 /// A worker's queue of clients to close. On lines of its own: the worker
@@ -88,6 +167,19 @@ impl Clients {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, ClientEntry>> {
         self.by_id.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Leaves `push` for client `id` with its worker; false if no such
+    /// client is connected.
+    pub(super) fn post(&self, id: u64, push: super::tracking::Push) -> bool {
+        let target = self.lock().get(&id).map(|e| (e.slot, e.pushes.clone()));
+        match target {
+            Some((slot, queue)) => {
+                queue.post((slot, id, push));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Every client, by id.

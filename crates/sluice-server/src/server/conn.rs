@@ -158,6 +158,13 @@ pub(super) struct Conn {
     pub(super) errors: Option<std::sync::Arc<super::ErrorStats>>,
     /// CLIENT REPLY: whether replies are sent.
     pub(super) replies: Replies,
+    /// What CLIENT LIST shows of it that changes as it runs (shared with
+    /// the registry).
+    pub(super) live: std::sync::Arc<super::clients::ClientLive>,
+    /// CLIENT TRACKING is on (its mode is in `Shared::tracking`).
+    pub(super) tracking: bool,
+    /// CLIENT CACHING was given for the next command (or transaction).
+    pub(super) tracking_caching: bool,
 }
 
 /// CLIENT REPLY's modes.
@@ -176,6 +183,11 @@ pub(super) enum Replies {
 impl Conn {
     pub(super) fn new(stream: Transport, addr: String, session: Session, limits: Limits) -> Conn {
         let now = Instant::now();
+        let fd = match &stream {
+            Transport::Shm(_) => -1,
+            other => other.as_raw_fd(),
+        };
+        let live = super::clients::ClientLive::new(fd, super::now_ms());
         Conn {
             stream,
             session,
@@ -214,6 +226,44 @@ impl Conn {
             scripts_done: None,
             errors: None,
             replies: Replies::On,
+            live: std::sync::Arc::new(live),
+            tracking: false,
+            tracking_caching: false,
+        }
+    }
+
+    /// What a push left for this client becomes on its connection, if
+    /// anything: an invalidation is a RESP3 push, or a message on
+    /// `__redis__:invalidate` for a redirected RESP2 client in pub/sub
+    /// mode, or nothing (Redis's `sendTrackingMessage`).
+    pub(super) fn push_for(&self, push: super::tracking::Push) -> Option<Reply> {
+        use super::tracking::Push;
+        let resp3 = self.session.protocol() == crate::resp::Protocol::Resp3;
+        let bulk = |b: &[u8]| Reply::Bulk(b.to_vec());
+        match push {
+            Push::Message(message) => Some(message),
+            Push::Invalidate { keys, redirected } => {
+                let keys = match keys {
+                    Some(keys) => Reply::Array(keys.iter().map(|k| bulk(k)).collect()),
+                    None => Reply::Null,
+                };
+                if resp3 {
+                    Some(Reply::Push(vec![bulk(b"invalidate"), keys]))
+                } else if redirected && self.subscriptions.any() {
+                    Some(Reply::Push(vec![
+                        bulk(b"message"),
+                        bulk(super::tracking::CHANNEL),
+                        keys,
+                    ]))
+                } else {
+                    None
+                }
+            }
+            Push::RedirectBroken(id) if resp3 => Some(Reply::Push(vec![
+                bulk(b"tracking-redir-broken"),
+                Reply::Integer(id as i64),
+            ])),
+            Push::RedirectBroken(_) => None,
         }
     }
 

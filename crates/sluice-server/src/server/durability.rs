@@ -53,6 +53,22 @@ impl Durability {
         }
     }
 
+    pub(super) fn as_byte(self) -> u8 {
+        match self {
+            Durability::Always => 0,
+            Durability::Everysec => 1,
+            Durability::None => 2,
+        }
+    }
+
+    pub(super) fn from_byte(byte: u8) -> Durability {
+        match byte {
+            0 => Durability::Always,
+            1 => Durability::Everysec,
+            _ => Durability::None,
+        }
+    }
+
     /// Its name, as `--durability` and INFO spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -103,6 +119,11 @@ impl Committer {
         self.wake.notify_one();
     }
 
+    /// Wakes the committer to look at its mode again.
+    pub(super) fn nudge(&self) {
+        self.wake.notify_one();
+    }
+
     fn latest(&self) -> LogPosition {
         LogPosition {
             end_seq: self.latest.load(Ordering::Acquire),
@@ -120,11 +141,11 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
 fn run(shared: &Shared) {
     let mut last_everysec = Instant::now();
     while !shared.stopping() {
-        match shared.config.durability {
-            super::Durability::Always | super::Durability::Everysec => serve_requests(shared),
-            super::Durability::None => std::thread::sleep(super::TICK),
-        }
-        if shared.config.durability == super::Durability::Everysec
+        let durability = shared.durability();
+        // In `none` too: replies held before CONFIG SET appendfsync no
+        // still have their requests here (none arrive after).
+        serve_requests(shared);
+        if durability == super::Durability::Everysec
             && last_everysec.elapsed() >= Duration::from_secs(1)
         {
             last_everysec = Instant::now();
@@ -154,7 +175,7 @@ fn serve_requests(shared: &Shared) {
     };
     let Some(wanted) = wanted else { return };
     let store = shared.db.store();
-    let committed = match shared.config.durability {
+    let committed = match shared.durability() {
         super::Durability::Everysec => store.write_through(wanted),
         _ => store.make_durable(wanted),
     };

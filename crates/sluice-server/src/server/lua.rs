@@ -856,6 +856,9 @@ fn call_command(
         });
     }
     let write = crate::acl::is_write(id);
+    if crate::acl::is_read(id) {
+        shared.scripts.note_read();
+    }
     if read_only && write {
         return error("ERR Write commands are not allowed from read-only scripts.");
     }

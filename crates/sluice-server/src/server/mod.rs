@@ -37,6 +37,7 @@ mod scripting;
 pub mod shm;
 mod slowlog;
 pub mod tls;
+mod tracking;
 mod tunables;
 mod worker;
 
@@ -197,6 +198,8 @@ pub struct Stats {
     pub reads_queued: AtomicU64,
     /// Error replies by code (INFO's errorstats).
     pub errors: Arc<ErrorStats>,
+    /// The sum of the workers' `changes` at the last SAVE.
+    pub changes_at_save: AtomicU64,
 }
 
 /// Error replies sent, by their code (the first word: `ERR`, `WRONGTYPE`),
@@ -284,6 +287,9 @@ pub struct WorkerStats {
     pub net_input_bytes: AtomicU64,
     /// Bytes sent to clients.
     pub net_output_bytes: AtomicU64,
+    /// Write commands that changed the keyspace (a transaction or a
+    /// script counts once): INFO's `rdb_changes_since_last_save`.
+    pub changes: AtomicU64,
     /// Per command and subcommand, by `acl::CommandId`.
     pub commands: Box<[CommandCounters]>,
 }
@@ -337,6 +343,8 @@ pub struct Shared {
     pub pubsub: PubSub,
     /// MONITOR's connections.
     pub monitors: monitor::Monitors,
+    /// Client-side caching: who is told of which changed keys.
+    pub tracking: tracking::Tracking,
     /// SLOWLOG's entries and LATENCY's samples.
     pub slowlog: slowlog::SlowLog,
     /// INFO's `master_replid`: 40 hex digits made at start.
@@ -354,6 +362,10 @@ pub struct Shared {
     pub idle_timeout_secs: AtomicU64,
     /// `protected-mode` now (CONFIG SET changes it).
     pub protected_mode: AtomicBool,
+    /// `appendfsync` now ([`Durability`] as a byte; CONFIG SET changes it).
+    durability: std::sync::atomic::AtomicU8,
+    /// `client-query-buffer-limit` now (CONFIG SET changes it).
+    pub max_query_bytes: AtomicUsize,
     /// The next client id.
     pub next_client_id: AtomicU64,
     /// Set to stop: workers finish what they hold and return.
@@ -389,7 +401,34 @@ impl Shared {
     /// command (`slowlog-log-slower-than 0`).
     fn fast_paths_closed(&self) -> bool {
         // Keyspace events are named per command: SETs go one by one.
-        self.monitors.any() || self.tunables.slow.logs_everything() || self.tunables.notify.on()
+        // Tracking remembers what each read read and tells of each write.
+        self.monitors.any()
+            || self.tunables.slow.logs_everything()
+            || self.tunables.notify.on()
+            || self.tracking.any()
+    }
+
+    /// When a write is acknowledged now (`--durability`, then CONFIG SET
+    /// appendfsync).
+    pub fn durability(&self) -> Durability {
+        Durability::from_byte(self.durability.load(Ordering::Relaxed))
+    }
+
+    /// Changes when writes are acknowledged from now on. A reply held for
+    /// the old mode is released by the new one's test.
+    pub fn set_durability(&self, durability: Durability) {
+        self.durability
+            .store(durability.as_byte(), Ordering::Relaxed);
+        // The committer may sleep a tick in `none`; it serves held replies
+        // at once in the others.
+        self.committer.nudge();
+    }
+
+    /// Whether the data model lists the keys each batch changes: while
+    /// keyspace events go out or any client tracks.
+    fn refresh_change_recording(&self) {
+        let on = self.tunables.notify.on() || self.tracking.any();
+        self.db.settings.record_changes.store(on, Ordering::Relaxed);
     }
 
     fn stopping(&self) -> bool {
@@ -455,6 +494,7 @@ impl Server {
             blocking: Blocking::default(),
             pubsub: PubSub::default(),
             monitors: monitor::Monitors::default(),
+            tracking: tracking::Tracking::default(),
             slowlog: slowlog::SlowLog::default(),
             replication_id: replication_id(),
             scripts: Scripts::default(),
@@ -463,6 +503,8 @@ impl Server {
             max_clients: AtomicUsize::new(config.max_clients),
             idle_timeout_secs: AtomicU64::new(config.idle_timeout_secs),
             protected_mode: AtomicBool::new(config.protected_mode),
+            durability: std::sync::atomic::AtomicU8::new(config.durability.as_byte()),
+            max_query_bytes: AtomicUsize::new(config.max_query_bytes),
             next_client_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
             stats: Stats::new(config.threads),

@@ -47,6 +47,17 @@ impl Monitors {
         self.count.store(list.len(), Ordering::Relaxed);
     }
 
+    /// Whether connection `client` monitors.
+    pub(super) fn has(&self, client: u64) -> bool {
+        self.any()
+            && self
+                .list
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|m| m.client == client)
+    }
+
     /// Takes connection `client` out (RESET, its close).
     pub(super) fn remove(&self, client: u64) {
         if !self.any() {
@@ -66,7 +77,11 @@ impl Monitors {
         let line = Reply::Simple(line(addr, args));
         let list = self.list.lock().unwrap_or_else(|p| p.into_inner());
         for m in list.iter().filter(|m| m.client != from) {
-            m.queue.post((m.slot, m.client, line.clone()));
+            m.queue.post((
+                m.slot,
+                m.client,
+                super::tracking::Push::Message(line.clone()),
+            ));
         }
     }
 }

@@ -232,7 +232,17 @@ fn events_of(name: &[u8], args: &Args) -> Vec<Event> {
 /// the command's events for the keys it is about, in Redis's order, then
 /// `del` for each key whose record went, unless the command's own event
 /// says so (DEL, RENAME's source, MOVE's source).
-pub(super) fn command(shared: &Shared, args: &Args, changes: &[Change]) {
+///
+/// Clients that track the keys hear of them first ([`super::tracking`];
+/// `writer`: the client whose command it was).
+pub(super) fn command(shared: &Shared, writer: Option<u64>, args: &Args, changes: &[Change]) {
+    let keys = changes.iter().map(|c| &c.key[..]);
+    shared.tracking.invalidate(shared, writer, keys);
+    events(shared, args, changes);
+}
+
+/// The keyspace events of command `args`, which changed `changes`.
+fn events(shared: &Shared, args: &Args, changes: &[Change]) {
     if changes.is_empty() || !shared.tunables.notify.on() {
         return;
     }
@@ -319,11 +329,18 @@ pub(super) fn hold(args: &Args, changes: Vec<Change>) {
     }
 }
 
-/// Publishes the events held on this thread: the writes are applied.
-pub(super) fn release(shared: &Shared) {
+/// Publishes the events held on this thread: the writes (of client
+/// `writer`'s transaction or script) are applied.
+pub(super) fn release(shared: &Shared, writer: Option<u64>) {
     let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    // Tracking clients hear of the whole once (a BCAST client gets one
+    // message per prefix, as Redis sends after a transaction).
+    let keys = held
+        .iter()
+        .flat_map(|(_, changes)| changes.iter().map(|c| &c.key[..]));
+    shared.tracking.invalidate(shared, writer, keys);
     for (args, changes) in held {
-        command(shared, &args, &changes);
+        events(shared, &args, &changes);
     }
 }
 
@@ -334,6 +351,8 @@ pub(super) fn forget() {
 
 /// Publishes `expired` for each key the expiry sweep removed.
 pub(super) fn expired(shared: &Shared, removed: &[Change]) {
+    let keys = removed.iter().map(|c| &c.key[..]);
+    shared.tracking.invalidate(shared, None, keys);
     if !shared.tunables.notify.on() {
         return;
     }

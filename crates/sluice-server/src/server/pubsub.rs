@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 /// Where a worker takes the messages for its subscribers: (slot, client
 /// id, message).
-pub(super) type PushQueue = super::mailbox::Mailbox<(ConnId, u64, Reply)>;
+pub(super) type PushQueue = super::mailbox::Mailbox<(ConnId, u64, super::tracking::Push)>;
 
 /// A subscribed connection.
 #[derive(Clone)]
@@ -98,6 +98,11 @@ impl Subscriptions {
             Kind::Shard => self.shards.len() as i64,
             _ => (self.channels.len() + self.patterns.len()) as i64,
         }
+    }
+
+    /// Channels, patterns and shard channels subscribed to.
+    pub(super) fn counts(&self) -> [usize; 3] {
+        [self.channels.len(), self.patterns.len(), self.shards.len()]
     }
 
     /// Whether the connection is in subscriber mode.
@@ -214,7 +219,8 @@ impl PubSub {
         if let Some(subs) = registry.by_kind[index(kind)].get(channel) {
             for s in subs {
                 let m = Reply::Push(vec![bulk(word), bulk(channel), bulk(message)]);
-                s.queue.post((s.slot, s.client, m));
+                s.queue
+                    .post((s.slot, s.client, super::tracking::Push::Message(m)));
                 receivers += 1;
             }
         }
@@ -230,7 +236,8 @@ impl PubSub {
                         bulk(channel),
                         bulk(message),
                     ]);
-                    s.queue.post((s.slot, s.client, m));
+                    s.queue
+                        .post((s.slot, s.client, super::tracking::Push::Message(m)));
                     receivers += 1;
                 }
             }

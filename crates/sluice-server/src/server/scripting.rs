@@ -64,6 +64,9 @@ struct Running {
     started_us: AtomicU64,
     client: AtomicU64,
     wrote: AtomicBool,
+    /// It ran a read-only command (its caller's tracking remembers the
+    /// script's keys).
+    read: AtomicBool,
     /// An EVAL script (false: a function, which FUNCTION KILL stops).
     eval: AtomicBool,
     kill: Arc<AtomicBool>,
@@ -103,6 +106,8 @@ pub(super) struct Job {
     addr: String,
     name: Vec<u8>,
     client: u64,
+    /// Its client's CLIENT CACHING choice (tracking).
+    caching: bool,
     /// The logical database its client had selected: the script starts
     /// there (a SELECT inside it changes only the script's).
     db: u8,
@@ -143,6 +148,7 @@ impl Scripts {
         r.kill
             .store(self.stopping.load(Ordering::Acquire), Ordering::Release);
         r.wrote.store(false, Ordering::Release);
+        r.read.store(false, Ordering::Release);
         r.eval.store(eval, Ordering::Release);
         r.client.store(client, Ordering::Release);
         r.started_us.store(self.now_us(), Ordering::Release);
@@ -182,6 +188,11 @@ impl Scripts {
     /// INFO's `used_memory_lua`.
     pub(super) fn lua_memory(&self) -> u64 {
         self.lua_memory.load(Ordering::Relaxed)
+    }
+
+    /// The running script ran a read-only command.
+    pub(super) fn note_read(&self) {
+        self.running.read.store(true, Ordering::Release);
     }
 
     /// The running script wrote (SCRIPT KILL no longer stops it).
@@ -379,7 +390,15 @@ fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
         ));
         return (reply, None);
     }
-    super::notify::release(shared);
+    if shared.scripts.running.read.load(Ordering::Acquire) {
+        // As Redis: a script that read anything, read all its keys (for
+        // its caller's tracking); the stripe locks are still held.
+        let keys = job.args[3..3 + job.numkeys].iter().map(|k| &k[..]);
+        shared
+            .tracking
+            .remember(shared, job.client, job.caching, keys);
+    }
+    super::notify::release(shared, Some(job.client));
     let wrote = ctx.wrote();
     if wrote.is_some() {
         let dbs = [job.db, ctx.database()];
@@ -479,6 +498,7 @@ pub(super) fn run(
         addr: conn.addr.clone(),
         name: conn.session.name().unwrap_or_default().to_vec(),
         client: conn.session.id(),
+        caching: conn.tracking_caching,
         db: ctx.database(),
         slot: conn.slot,
         done,

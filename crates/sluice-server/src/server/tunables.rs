@@ -23,6 +23,9 @@ enum Kind {
     /// A byte count: digits with an optional unit (b, k, kb, m, mb, g, gb),
     /// reported in bytes.
     Bytes { min: i64, max: i64 },
+    /// A byte count as `Bytes`, or a percentage of `maxmemory` (`N%`,
+    /// at most 100).
+    BytesOrPercent { max: i64 },
     /// `yes` or `no`.
     Bool,
     /// One of a few words.
@@ -201,6 +204,16 @@ static TUNABLES: &[Tunable] = &[
         "noeviction",
     ),
     kept("maxmemory-samples", int(1, INT_MAX), "5"),
+    // Replication (Sluice has no replicas yet: kept for the clients that
+    // set them).
+    kept("repl-backlog-size", bytes(1, LONG_MAX), "1048576"),
+    kept("repl-backlog-ttl", int(0, INT_MAX), "3600"),
+    kept("repl-timeout", int(1, INT_MAX), "60"),
+    kept(
+        "maxmemory-clients",
+        Kind::BytesOrPercent { max: LONG_MAX },
+        "0",
+    ),
     kept("maxmemory-eviction-tenacity", int(0, 100), "10"),
     kept("jemalloc-bg-thread", Kind::Bool, "yes"),
     kept("tracking-table-max-keys", int(0, LONG_MAX), "1000000"),
@@ -287,8 +300,14 @@ static TUNABLES: &[Tunable] = &[
         "resetchannels",
     ),
     kept("crash-log-enabled", Kind::Bool, "yes"),
+    // Hidden (CONFIG GET names it only when asked by name): Redis's tests
+    // slow its loading with it.
+    kept("key-load-delay", int(i32::MIN as i64, INT_MAX), "0"),
     kept("crash-memcheck-enabled", Kind::Bool, "yes"),
 ];
+
+/// Parameters CONFIG GET's patterns pass over, as Redis's hidden ones.
+pub const HIDDEN: &[&str] = &["key-load-delay"];
 
 /// The parameters' values now, by name.
 #[derive(Debug)]
@@ -391,11 +410,9 @@ impl Tunables {
             }
             Effect::Notify => {
                 let flags = super::notify::parse(value.as_bytes()).expect("checked");
+                // The caller has batches list the keys they change while
+                // events go out (Shared::refresh_change_recording).
                 self.notify.set(flags);
-                // Batches list the keys they change only while events go out.
-                db.settings
-                    .record_changes
-                    .store(self.notify.on(), Ordering::Relaxed);
             }
             Effect::Kept | Effect::MinReplicas => {}
         }
@@ -406,6 +423,12 @@ impl Tunables {
             let need = positive("min-replicas-to-write") && positive("min-replicas-max-lag");
             self.writes_need_replicas.store(need, Ordering::Relaxed);
         }
+    }
+
+    /// `tracking-table-max-keys` (0: no bound).
+    pub fn tracking_table_max_keys(&self) -> usize {
+        let values = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        values["tracking-table-max-keys"].parse().unwrap_or(0)
     }
 
     /// Whether writes are refused for want of replicas (Redis's
@@ -446,6 +469,21 @@ pub fn check(t: &Tunable, value: &[u8]) -> Result<String, String> {
             let n = parse_bytes(value).ok_or("argument must be a memory value")?;
             within(n, min, max)
         }
+        Kind::BytesOrPercent { max } => match value.strip_suffix(b"%") {
+            Some(digits) => {
+                let n = crate::resp::string_to_i64(digits)
+                    .filter(|n| *n >= 0)
+                    .ok_or("argument must be a memory or percent value")?;
+                if n > 100 {
+                    return Err("percentage argument must be less or equal to 100".into());
+                }
+                Ok(format!("{n}%"))
+            }
+            None => {
+                let n = parse_bytes(value).ok_or("argument must be a memory or percent value")?;
+                within(n, 0, max)
+            }
+        },
         Kind::Bool => match value.to_ascii_lowercase().as_slice() {
             b"yes" => Ok("yes".into()),
             b"no" => Ok("no".into()),
@@ -479,6 +517,13 @@ fn within(n: i64, min: i64, max: i64) -> Result<String, String> {
             "argument must be between {min} and {max} inclusive"
         ))
     }
+}
+
+/// A byte count within `min..=max` as CONFIG SET takes one (for the
+/// settings `sluice serve` has flags for), or Redis's reason it is not.
+pub fn memory(value: &[u8], min: i64, max: i64) -> Result<i64, String> {
+    let n = parse_bytes(value).ok_or("argument must be a memory value")?;
+    within(n, min, max).map(|_| n)
 }
 
 /// A byte count as Redis writes one: digits and an optional unit (k and

@@ -366,11 +366,14 @@ impl Worker {
 
     /// Queues the messages publishers left for this worker's subscribers.
     fn take_pushes(&mut self) {
-        for (slot, client, message) in self.pushes.take() {
+        for (slot, client, push) in self.pushes.take() {
             let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else {
                 continue;
             };
-            if c.session.id() == client && !c.dead {
+            if c.session.id() != client || c.dead {
+                continue;
+            }
+            if let Some(message) = c.push_for(push) {
                 c.push_message(&message);
                 self.pending.push(slot);
             }
@@ -393,8 +396,9 @@ impl Worker {
             }
             c.script_pending = false;
             if let Some(at) = done.wrote {
+                WorkerStats::add(&self.shared.stats.by_worker[self.index].changes, 1);
                 self.shared.committer.wrote(at);
-                if self.shared.config.durability.holds_replies() {
+                if self.shared.durability().holds_replies() {
                     // Before the reply is queued: it is the first to wait.
                     c.hold_until(at);
                 }
@@ -509,7 +513,10 @@ impl Worker {
         let conns = &mut self.conns;
         let events = &mut self.events;
         let stats = &self.shared.stats.by_worker[self.index];
-        let max_query = self.shared.config.max_query_bytes;
+        let max_query = self
+            .shared
+            .max_query_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
         let now = self.now;
         self.ring.reap(|event| match event {
             NetEvent::Accepted { listener, socket } => events.accepted.push((socket, listener)),
@@ -760,6 +767,8 @@ impl Worker {
                 worker: self.index,
                 slot,
                 db: 0,
+                pushes: self.pushes.clone(),
+                live: conn.live.clone(),
             },
         );
         conn.slot = slot;
@@ -811,7 +820,10 @@ impl Worker {
     fn poll_shm(&mut self) -> bool {
         let mut any = false;
         let out_limit = self.shm_out_limit();
-        let max_query = self.shared.config.max_query_bytes;
+        let max_query = self
+            .shared
+            .max_query_bytes
+            .load(std::sync::atomic::Ordering::Relaxed);
         for &id in &self.shm_conns {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
@@ -1017,7 +1029,7 @@ impl Worker {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
             };
-            let durability = self.shared.config.durability;
+            let durability = self.shared.durability();
             if let Some(waited_us) = c.release_if(|at| durability.acknowledges(store, at)) {
                 let stats = &self.shared.stats;
                 stats.durable_waits.fetch_add(1, Ordering::Relaxed);
@@ -1128,6 +1140,10 @@ impl Worker {
             }
             self.shared.pubsub.leave_all(c);
             self.shared.monitors.remove(c.session.id());
+            if c.tracking {
+                self.shared.tracking.disable(c.session.id());
+                self.shared.refresh_change_recording();
+            }
             if let Transport::Shm(link) = &c.stream {
                 // Wakes a client parked on its futex: it reads what is
                 // left in its ring, then sees the channel closed.
@@ -1333,7 +1349,7 @@ impl Grouped {
         match outcome {
             GroupOutcome::Committed(logged) => {
                 shared.committer.wrote(logged.position);
-                let holds = shared.config.durability.holds_replies();
+                let holds = shared.durability().holds_replies();
                 for id in askers {
                     if let Some(c) = live(conns, id) {
                         if holds {
@@ -1341,6 +1357,7 @@ impl Grouped {
                         }
                         c.push_bytes(OK_REPLY);
                         admin::count_call(shared, c.worker, *PLAIN_SET_ID, each_us, None);
+                        WorkerStats::add(&shared.stats.by_worker[c.worker].changes, 1);
                     }
                 }
             }

@@ -28,6 +28,9 @@ pub enum Step {
     /// Client .0 sends `CLIENT UNBLOCK <client .1's id> .2` (ids are each
     /// server's own) and reads the reply.
     Unblock(usize, usize, &'static str),
+    /// Client .0 sends .2 with `{id}` replaced by client .1's id, and reads
+    /// the reply (CLIENT TRACKING ... REDIRECT {id}).
+    WithId(usize, usize, &'static str),
 }
 
 pub fn args(line: &str) -> Vec<Vec<u8>> {
@@ -71,6 +74,17 @@ fn run(addr: SocketAddr, clients: usize, steps: &[Step]) -> Vec<String> {
             Reconnect(n) => {
                 c[*n] = Client::connect(addr);
                 ids[*n] = id_of(&mut c[*n]);
+            }
+            WithId(n, target, template) => {
+                let line = template.replace("{id}", &ids[*target]);
+                c[*n].stream.write_all(&request(&args(&line))).unwrap();
+                let reply = c[*n].read_reply().unwrap();
+                out.push(format!(
+                    "{i} {template} (client {target}): {}",
+                    // The id as an integer reply (or inside one).
+                    String::from_utf8_lossy(&reply)
+                        .replace(&format!(":{}\r\n", ids[*target]), ":{id}\r\n")
+                ));
             }
             Unblock(n, target, mode) => {
                 let line = format!("CLIENT UNBLOCK {} {mode}", ids[*target]);
