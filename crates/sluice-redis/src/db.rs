@@ -1099,6 +1099,7 @@ impl Db {
                 remove_entry(&mut b, &key, &e.value, || {
                     self.member_subs_at(&e.value, &at)
                 })?;
+                swept.removed += 1;
             }
             let removed = b.take_changes();
             swept.position = swept.position.max(Some(b.commit()?.position));
@@ -1258,6 +1259,8 @@ pub struct Swept {
     pub position: Option<sluice_store::wal::LogPosition>,
     /// The keys it removed, while changes are recorded.
     pub expired: Vec<Change>,
+    /// How many keys it removed (INFO's `expired_keys`).
+    pub removed: usize,
 }
 
 /// A key a batch changed (keyspace notifications).

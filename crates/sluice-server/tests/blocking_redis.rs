@@ -304,3 +304,54 @@ fn many_blocked_clients_and_timeouts_near_their_time() {
         "a 250 ms timeout took {took:?}"
     );
 }
+
+/// CLIENT PAUSE against a real `redis-server`: WRITE holds writes, scripts
+/// not declared `no-writes`, PUBLISH and an EXEC that queued a write,
+/// while reads, errors Redis gives at once and read-only scripts go on;
+/// UNPAUSE releases them in order; ALL holds everything until its time
+/// is up; and CLIENT PAUSE's refusals.
+#[test]
+fn client_pause_holds_what_redis_holds() {
+    compare(
+        4,
+        &[
+            // Each held client writes its own key: the workers release
+            // them in no set order among themselves.
+            Call(0, "SET a 0"),
+            Call(3, "MULTI"),
+            Call(3, "INCR c"),
+            Call(0, "CLIENT PAUSE 100000 WRITE"),
+            Call(1, "GET a"),
+            Send(1, "SET a 1"),
+            Send(2, "EVAL \"return redis.call('incr', 'b')\" 0"),
+            Send(3, "EXEC"),
+            Sleep(100),
+            Call(0, "MGET a b c"),
+            Call(0, "SET b"),
+            Call(0, "NOSUCH"),
+            Call(
+                0,
+                "EVAL \"#!lua flags=no-writes\nreturn redis.call('get', 'a')\" 0",
+            ),
+            Call(0, "EVAL_RO \"return redis.call('get', 'a')\" 0"),
+            Call(0, "EVAL_RO \"return redis.call('publish', 'ch', 'm')\" 0"),
+            Call(0, "CLIENT PAUSE 10 MAYBE"),
+            Call(0, "CLIENT PAUSE soon"),
+            Call(0, "CLIENT PAUSE -1"),
+            Call(0, "CLIENT PAUSE 1 WRITE ALL"),
+            Call(0, "CLIENT UNPAUSE"),
+            Read(1),
+            Read(2),
+            Read(3),
+            Call(0, "MGET a b c"),
+            Call(0, "CLIENT PAUSE 300 ALL"),
+            Send(1, "GET a"),
+            Send(2, "PING"),
+            Sleep(50),
+            Call(3, "CLIENT PAUSE 10 WRITE"),
+            Read(1),
+            Read(2),
+            Call(0, "CLIENT UNPAUSE"),
+        ],
+    );
+}

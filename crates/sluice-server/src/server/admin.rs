@@ -1233,6 +1233,8 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>
         b"no-evict" => 3,
         b"tracking" => -3,
         b"caching" => 3,
+        b"pause" => -3,
+        b"unpause" => 2,
         b"getredir" => 2,
         b"trackinginfo" => 2,
         _ => return None,
@@ -1266,6 +1268,18 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>
             Reply::Simple("OK".into())
         }
         b"no-evict" => error("ERR syntax error"),
+        // Redis's CLIENT PAUSE takes 3 or 4 arguments; past that it is
+        // its "unknown subcommand" reply.
+        b"pause" if args.len() > 4 => Reply::Error(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            String::from_utf8_lossy(&args[1])
+        )),
+        b"pause" => super::pause::client_pause(shared, args),
+        b"unpause" => {
+            shared.pause.unpause();
+            shared.wake_workers();
+            Reply::Simple("OK".into())
+        }
         b"tracking" => client_tracking(shared, conn, args),
         b"caching" => client_caching(shared, conn, &args[2]),
         b"getredir" => match shared.tracking.mode(me) {
@@ -2037,7 +2051,13 @@ fn info_clients(shared: &Shared, out: &mut String) {
         "maxclients",
         shared.max_clients.load(Ordering::Relaxed),
     );
-    line(out, "blocked_clients", shared.blocking.blocked_clients());
+    // Clients whose command waits for CLIENT PAUSE count too, as in Redis.
+    let postponed = shared.pause.postponed.load(Ordering::Relaxed);
+    line(
+        out,
+        "blocked_clients",
+        shared.blocking.blocked_clients() + postponed,
+    );
     line(out, "tracking_clients", shared.tracking.client_count());
     line(out, "watching_clients", shared.db.watching_clients());
 }
@@ -2153,6 +2173,9 @@ fn info_stats(shared: &Shared, out: &mut String) {
     line(out, "total_net_input_bytes", sum(|w| &w.net_input_bytes));
     line(out, "total_net_output_bytes", sum(|w| &w.net_output_bytes));
     line(out, "rejected_connections", get(&s.rejected_connections));
+    // Removed by the sweep; a read of an expired key finds nothing but
+    // leaves its removal to the sweep.
+    line(out, "expired_keys", get(&s.expired_keys));
     line(out, "total_error_replies", s.errors.total());
     // Sluice has no MIGRATE, so never holds a connection for one.
     line(out, "migrate_cached_sockets", 0);

@@ -165,6 +165,9 @@ pub(super) struct Conn {
     pub(super) tracking: bool,
     /// CLIENT CACHING was given for the next command (or transaction).
     pub(super) tracking_caching: bool,
+    /// Its next command waits for CLIENT PAUSE to end (counted in
+    /// `Pause::postponed`).
+    pub(super) postponed: bool,
 }
 
 /// CLIENT REPLY's modes.
@@ -229,6 +232,7 @@ impl Conn {
             live: std::sync::Arc::new(live),
             tracking: false,
             tracking_caching: false,
+            postponed: false,
         }
     }
 

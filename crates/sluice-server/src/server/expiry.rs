@@ -5,6 +5,7 @@
 //! entry per tick: an idle server stays idle.
 
 use super::{Shared, TICK};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Index entries taken per tick.
@@ -28,6 +29,10 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
                 // Behind (a full slice was due): go on after a short pause
                 // that leaves the device to foreground work.
                 std::thread::sleep(if behind { BEHIND_PAUSE } else { TICK });
+                if shared.pause.active() {
+                    // CLIENT PAUSE: keys expire logically, none is removed.
+                    continue;
+                }
                 let swept =
                     sluice_store::blocks::with_io_priority(sluice_io::Priority::Low, || {
                         shared.db.sweep_expired(super::now_ms(), KEYS_PER_TICK)
@@ -38,6 +43,10 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
                             shared.committer.wrote(position);
                         }
                         super::notify::expired(&shared, &swept.expired);
+                        shared
+                            .stats
+                            .expired_keys
+                            .fetch_add(swept.removed as u64, Ordering::Relaxed);
                         swept.seen >= KEYS_PER_TICK
                     }
                     Err(e) => {

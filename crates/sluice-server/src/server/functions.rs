@@ -102,6 +102,21 @@ impl Functions {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The flags of function `name`, if there is one.
+    pub(super) fn flags_of(&self, name: &[u8]) -> Option<u8> {
+        let name = String::from_utf8_lossy(name);
+        let state = self.lock();
+        let library = state.owner.get(name.as_ref())?;
+        Some(
+            state
+                .by_name
+                .get(library)?
+                .functions
+                .get(name.as_ref())?
+                .flags,
+        )
+    }
+
     /// FCALL's (or FCALL_RO's, `ro`) function, key count and whether it
     /// may write; or Redis's error.
     pub(super) fn prepare(

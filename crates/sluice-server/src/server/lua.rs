@@ -859,7 +859,9 @@ fn call_command(
     if crate::acl::is_read(id) {
         shared.scripts.note_read();
     }
-    if read_only && write {
+    // Redis's CMD_MAY_REPLICATE: refused from a read-only script too.
+    let may_replicate = matches!(crate::acl::name_of(id), "publish" | "spublish" | "pfcount");
+    if read_only && (write || may_replicate) {
         return error("ERR Write commands are not allowed from read-only scripts.");
     }
     if write && shared.tunables.writes_need_replicas() && !shared.scripts.wrote() {

@@ -32,6 +32,7 @@ mod lua_libs;
 mod mailbox;
 mod monitor;
 mod notify;
+mod pause;
 mod pubsub;
 mod scripting;
 pub mod shm;
@@ -200,6 +201,8 @@ pub struct Stats {
     pub errors: Arc<ErrorStats>,
     /// The sum of the workers' `changes` at the last SAVE.
     pub changes_at_save: AtomicU64,
+    /// Keys the expiry sweep removed (INFO's `expired_keys`).
+    pub expired_keys: AtomicU64,
 }
 
 /// Error replies sent, by their code (the first word: `ERR`, `WRONGTYPE`),
@@ -345,6 +348,8 @@ pub struct Shared {
     pub monitors: monitor::Monitors,
     /// Client-side caching: who is told of which changed keys.
     pub tracking: tracking::Tracking,
+    /// CLIENT PAUSE in force.
+    pub pause: pause::Pause,
     /// SLOWLOG's entries and LATENCY's samples.
     pub slowlog: slowlog::SlowLog,
     /// INFO's `master_replid`: 40 hex digits made at start.
@@ -406,6 +411,7 @@ impl Shared {
             || self.tunables.slow.logs_everything()
             || self.tunables.notify.on()
             || self.tracking.any()
+            || self.pause.active()
     }
 
     /// When a write is acknowledged now (`--durability`, then CONFIG SET
@@ -422,6 +428,13 @@ impl Shared {
         // The committer may sleep a tick in `none`; it serves held replies
         // at once in the others.
         self.committer.nudge();
+    }
+
+    /// Wakes every worker (to look at held commands again).
+    fn wake_workers(&self) {
+        for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            w.wake();
+        }
     }
 
     /// Whether the data model lists the keys each batch changes: while
@@ -495,6 +508,7 @@ impl Server {
             pubsub: PubSub::default(),
             monitors: monitor::Monitors::default(),
             tracking: tracking::Tracking::default(),
+            pause: pause::Pause::default(),
             slowlog: slowlog::SlowLog::default(),
             replication_id: replication_id(),
             scripts: Scripts::default(),

@@ -512,6 +512,22 @@ pub(super) fn run(
     Some(None)
 }
 
+/// Whether EVAL's, EVALSHA's or FCALL's script declares `no-writes` (a
+/// `#!` line or a function's flags): then it neither writes nor
+/// replicates, and CLIENT PAUSE WRITE does not hold it.
+pub(super) fn declares_no_writes(shared: &Shared, args: &Args) -> bool {
+    let name = args[0].to_ascii_lowercase();
+    let flags = match &name[..] {
+        b"fcall" => shared.functions.flags_of(&args[1]),
+        b"evalsha" => shared
+            .scripts
+            .get(&args[1])
+            .and_then(|body| shebang(&body).ok().and_then(|(flags, _)| flags)),
+        _ => shebang(&args[1]).ok().and_then(|(flags, _)| flags),
+    };
+    flags.is_some_and(|f| f & lua::NO_WRITES != 0)
+}
+
 /// An EVAL's script, key count and whether it may write; or the error.
 fn prepare_eval(
     shared: &Shared,

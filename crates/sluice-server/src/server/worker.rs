@@ -1140,6 +1140,9 @@ impl Worker {
             }
             self.shared.pubsub.leave_all(c);
             self.shared.monitors.remove(c.session.id());
+            if c.postponed {
+                self.shared.pause.postponed.fetch_sub(1, Ordering::Relaxed);
+            }
             if c.tracking {
                 self.shared.tracking.disable(c.session.id());
                 self.shared.refresh_change_recording();
@@ -1563,6 +1566,24 @@ impl Pass<'_> {
                 c.push_reply(&busy);
                 *n += 1;
                 continue;
+            }
+            if super::pause::holds(self.shared, c, &args) {
+                // Its SETs first (they ran before the pause was seen).
+                let group_first = group.holds(id);
+                c.deferred = Some(args);
+                if group_first {
+                    return Stop::GroupFirst(None);
+                }
+                if !c.postponed {
+                    c.postponed = true;
+                    self.shared.pause.postponed.fetch_add(1, Ordering::Relaxed);
+                }
+                *deferring = true;
+                break;
+            }
+            if c.postponed {
+                c.postponed = false;
+                self.shared.pause.postponed.fetch_sub(1, Ordering::Relaxed);
             }
             let groupable = plain_path_open_for(c)
                 && !self.shared.fast_paths_closed()
