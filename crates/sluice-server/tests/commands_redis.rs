@@ -1710,6 +1710,8 @@ fn served_settings_match_redis() {
         "CONFIG GET key-load-delay",
         "CONFIG GET replicaof",
         "CONFIG SET replicaof x",
+        "CONFIG REWRITE",
+        "CONFIG REWRITE now",
         "CONFIG SET client-query-buffer-limit 1gb appendfsync always",
     ]))
     .unwrap();

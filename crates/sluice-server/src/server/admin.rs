@@ -1651,6 +1651,10 @@ fn config(shared: &Shared, args: &Args) -> Reply {
         b"get" => commands::wrong_arity("config|get"),
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => config_set(shared, args),
         b"set" => commands::wrong_arity("config|set"),
+        // `sluice serve` takes flags, not a configuration file: Redis's
+        // answer when it runs without one.
+        b"rewrite" if args.len() == 2 => error("ERR The server is running without a config file"),
+        b"rewrite" => commands::wrong_arity("config|rewrite"),
         b"resetstat" => {
             shared.stats.errors.reset();
             // A worker counting meanwhile may write back its count from
