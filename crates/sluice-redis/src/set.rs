@@ -302,6 +302,49 @@ fn point_between(first: &[u8], last: &[u8], rng: &mut impl rand::Rng) -> Vec<u8>
 /// after a wide gap in byte order is likelier); SPOP promises random
 /// members, SRANDMEMBER's picks stay uniform ([`random`]).
 fn seek_random(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>, Failure> {
+    let Some((first, last)) = ends(ctx, c)? else {
+        return Ok(Vec::new());
+    };
+    let mut rng = rand::thread_rng();
+    let mut picked: BTreeSet<Vec<u8>> = BTreeSet::new();
+    while (picked.len() as u64) < count {
+        let point = point_between(&first, &last, &mut rng);
+        let next_unpicked = |from: &[u8]| -> Result<Option<Vec<u8>>, Failure> {
+            for item in ctx.members(c.id, (Bound::Included(from), Bound::Unbounded), false) {
+                let (member, _) = item?;
+                if !picked.contains(&member) {
+                    return Ok(Some(member));
+                }
+            }
+            Ok(None)
+        };
+        // Past the last member: wrap to the first (only then is a second
+        // scan made).
+        let found = match next_unpicked(&point)? {
+            Some(member) => Some(member),
+            None => next_unpicked(&first)?,
+        };
+        match found {
+            Some(member) => picked.insert(member),
+            None => break,
+        };
+    }
+    Ok(picked.into_iter().collect())
+}
+
+/// A set's first and last members (or bounds on them).
+type Ends = (Vec<u8>, Vec<u8>);
+
+/// The first and last members of set `c`, or bounds on them that an
+/// earlier pop left (see [`crate::db::EndHints`]): they only shape where
+/// the random points fall, so a bound whose member was popped since serves
+/// as well, and each pop saves the two scans to the ends past the entries
+/// the earlier pops deleted. None: the set has no member.
+fn ends(ctx: &Ctx<'_>, c: Collection) -> Result<Option<Ends>, Failure> {
+    let hints = ctx.db().end_hints(c.id);
+    if let (Some(floor), Some(ceiling)) = (hints.floor, hints.ceiling) {
+        return Ok(Some((floor, ceiling)));
+    }
     let all = (Bound::Unbounded, Bound::Unbounded);
     let end = |reverse: bool| -> Result<Option<Vec<u8>>, Failure> {
         Ok(ctx
@@ -311,22 +354,15 @@ fn seek_random(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>,
             .map(|(m, _)| m))
     };
     let (Some(first), Some(last)) = (end(false)?, end(true)?) else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
-    let mut rng = rand::thread_rng();
-    let mut picked: BTreeSet<Vec<u8>> = BTreeSet::new();
-    while (picked.len() as u64) < count {
-        let point = point_between(&first, &last, &mut rng);
-        let after = ctx.members(c.id, (Bound::Included(&point[..]), Bound::Unbounded), false);
-        let wrapped = ctx.members(c.id, all, false);
-        for item in after.chain(wrapped) {
-            let (member, _) = item?;
-            if picked.insert(member) {
-                break;
-            }
-        }
+    // True now, and pops only make them truer; a transaction's view may
+    // hold writes its batch has yet to commit, so it leaves none.
+    if !ctx.in_transaction() {
+        ctx.db().set_end_hint(c.id, true, first.clone());
+        ctx.db().set_end_hint(c.id, false, last.clone());
     }
-    Ok(picked.into_iter().collect())
+    Ok(Some((first, last)))
 }
 
 /// SPOP of `count` members (distinct, at random); None: no such set.

@@ -1718,3 +1718,40 @@ fn client_list_shows_what_each_client_does() {
         assert!(mine.contains(field), "{field} in {mine}");
     }
 }
+
+/// SPOP of a set past the size it seeks in (128 members) takes each member
+/// once: with the first and last members remembered between pops, members
+/// added later below the first or above the last are still popped, and
+/// the set empties exactly.
+#[test]
+fn spop_takes_every_member_once_while_members_come_and_go() {
+    let server = start_sluice(Durability::Always);
+    let mut c = Client::connect(server.addr);
+    let mut added = std::collections::BTreeSet::new();
+    let mut sadd = |c: &mut Client, member: String| {
+        assert_eq!(c.call(&[b"SADD", b"s", member.as_bytes()]), b":1\r\n");
+        added.insert(member);
+    };
+    for i in 0..600 {
+        sadd(&mut c, format!("m{i:04}"));
+    }
+    let mut popped = std::collections::BTreeSet::new();
+    let mut pop = |c: &mut Client| {
+        let reply = c.call(&[b"SPOP", b"s"]);
+        let text = String::from_utf8(reply).unwrap();
+        let member = text.lines().nth(1).unwrap().to_string();
+        assert!(popped.insert(member.clone()), "{member} popped twice");
+    };
+    for _ in 0..300 {
+        pop(&mut c);
+    }
+    // Outside the remembered ends, and inside them.
+    sadd(&mut c, "a-before-all".into());
+    sadd(&mut c, "z-after-all".into());
+    sadd(&mut c, "m0300x".into());
+    while c.call(&[b"SCARD", b"s"]) != b":0\r\n" {
+        pop(&mut c);
+    }
+    assert_eq!(popped, added);
+    assert_eq!(c.call(&[b"SPOP", b"s"]), b"$-1\r\n");
+}
