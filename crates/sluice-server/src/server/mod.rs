@@ -396,9 +396,7 @@ impl Shared {
         // A script never ending would keep its connection, and so the
         // server, from stopping: it is stopped, its writes dropped whole.
         self.scripts.kill_for_shutdown();
-        for w in self.wakers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            w.wake();
-        }
+        self.wake_workers();
     }
 
     /// Whether the fast GET and SET paths (which feed no monitor and time

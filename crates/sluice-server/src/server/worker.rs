@@ -513,10 +513,7 @@ impl Worker {
         let conns = &mut self.conns;
         let events = &mut self.events;
         let stats = &self.shared.stats.by_worker[self.index];
-        let max_query = self
-            .shared
-            .max_query_bytes
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let max_query = self.shared.max_query_bytes.load(Ordering::Relaxed);
         let now = self.now;
         self.ring.reap(|event| match event {
             NetEvent::Accepted { listener, socket } => events.accepted.push((socket, listener)),
@@ -820,10 +817,7 @@ impl Worker {
     fn poll_shm(&mut self) -> bool {
         let mut any = false;
         let out_limit = self.shm_out_limit();
-        let max_query = self
-            .shared
-            .max_query_bytes
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let max_query = self.shared.max_query_bytes.load(Ordering::Relaxed);
         for &id in &self.shm_conns {
             let Some(c) = self.conns[id as usize].as_mut() else {
                 continue;
