@@ -2003,8 +2003,8 @@ fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
 
 /// `cmdstat_<name>:calls=..,usec=..,usec_per_call=..,rejected_calls=..,
 /// failed_calls=..` for every command run or refused since start (or
-/// CONFIG RESETSTAT), summed over the workers. Commands a script runs are
-/// not counted (Redis counts them).
+/// CONFIG RESETSTAT), summed over the workers and the scripts' counters
+/// (a script's commands count, as in Redis).
 fn info_commandstats(shared: &Shared, out: &mut String) {
     let workers = &shared.stats.by_worker;
     for id in 0..crate::acl::command_count() {

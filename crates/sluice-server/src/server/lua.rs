@@ -875,6 +875,18 @@ fn call_command(
     if shared.monitors.any() {
         shared.monitors.feed(0, "lua", args);
     }
+    // Counted in INFO commandstats as Redis counts a script's commands, in
+    // the scripts' own slot of the counters (scripts run one at a time).
+    let started = std::time::Instant::now();
+    let reply = run_checked(shared, ctx, args);
+    let failed = matches!(reply, Reply::Error(_)).then_some(false);
+    let us = started.elapsed().as_micros() as u64;
+    super::admin::count_call(shared, shared.stats.scripts_slot(), id, us, failed);
+    reply
+}
+
+/// Runs one command from a script once [`call_command`]'s checks passed.
+fn run_checked(shared: &Shared, ctx: &mut Ctx<'_>, args: &Args) -> Reply {
     let name = args[0].to_ascii_lowercase();
     if name == b"publish" || name == b"spublish" {
         return Reply::Integer(

@@ -187,6 +187,8 @@ pub struct Stats {
     /// The per-request counters, one set per worker: each is written by
     /// its worker alone, without a locked instruction (which would wait
     /// for the worker's stores into the shared-memory rings to drain).
+    /// The last set is the scripts' (the commands scripts call: scripts
+    /// run one at a time, under every stripe lock).
     pub by_worker: Box<[WorkerStats]>,
     /// Replies held for durability, and the µs they waited in total.
     pub durable_waits: AtomicU64,
@@ -319,6 +321,11 @@ impl Stats {
                 .collect(),
             ..Stats::default()
         }
+    }
+
+    /// The index of the scripts' counters in `by_worker`.
+    pub fn scripts_slot(&self) -> usize {
+        self.by_worker.len() - 1
     }
 
     /// The sum of one per-worker counter over the workers.
@@ -519,7 +526,7 @@ impl Server {
             max_query_bytes: AtomicUsize::new(config.max_query_bytes),
             next_client_id: AtomicU64::new(1),
             shutdown: AtomicBool::new(false),
-            stats: Stats::new(config.threads),
+            stats: Stats::new(config.threads + 1),
             started: Instant::now(),
             resp_addr,
             tls_addr,

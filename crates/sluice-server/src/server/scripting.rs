@@ -130,6 +130,8 @@ pub(super) struct Done {
     pub(super) reply: Reply,
     /// Where its writes are in the log (the reply waits for them).
     pub(super) wrote: Option<LogPosition>,
+    /// How long it ran (INFO commandstats counts it where it is answered).
+    pub(super) us: u64,
 }
 
 /// Where a worker takes its connections' script replies.
@@ -363,6 +365,7 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
                         client: job.client,
                         reply,
                         wrote,
+                        us,
                     });
                 }
             }

@@ -404,6 +404,12 @@ impl Worker {
                 }
             }
             c.push_reply(&done.reply);
+            // Counted now that it is answered: its command is the last
+            // this connection ran (nothing more of it ran meanwhile).
+            if let Some(id) = c.live.last_command.load(Ordering::Relaxed).checked_sub(1) {
+                let failed = matches!(done.reply, crate::resp::Reply::Error(_)).then_some(false);
+                admin::count_call(&self.shared, self.index, id as usize, done.us, failed);
+            }
             c.more_input = true;
             self.pending.push(done.slot);
         }
