@@ -28,6 +28,10 @@ const CLOCK_EVERY_TURNS: u32 = 32;
 const PLAIN_GET_KEY_MAX_BYTES: usize = 256;
 /// How soon a worker holding writes back under write pressure looks again.
 const DEFERRED_RETRY: Duration = Duration::from_millis(1);
+/// How long a stopping worker waits for its connections to finish what
+/// they hold (replies to send, held writes to commit) before it drops
+/// those left, saying which and in what state.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Rounds of device reads one request may wait for on the fill queue (a
 /// GET: an index and a block per table it looks in, one a round; MGET and
 /// the other commands that read keys: every key's next read at once, a
@@ -133,6 +137,7 @@ pub(super) fn run(
         pushes: super::pubsub::PushQueue::new(waker_for_wakes.clone()),
         scripts_done: super::scripting::DoneQueue::new(waker_for_wakes),
         blocked: Vec::new(),
+        stop_started: None,
     };
     worker.run()
 }
@@ -207,6 +212,8 @@ struct Worker {
     /// Connections blocked on keys (or woken and trying again), watched
     /// for their deadlines.
     blocked: Vec<ConnId>,
+    /// When this worker began to stop.
+    stop_started: Option<Instant>,
 }
 
 impl Worker {
@@ -227,6 +234,11 @@ impl Worker {
             if self.shared.stopping() {
                 self.begin_stop();
                 if self.conns.iter().all(Option::is_none) {
+                    return Ok(());
+                }
+                let started = *self.stop_started.get_or_insert_with(Instant::now);
+                if started.elapsed() > STOP_GRACE {
+                    self.drop_unfinished();
                     return Ok(());
                 }
             }
@@ -1190,6 +1202,27 @@ impl Worker {
 
     /// Shutdown: accept no more, read no more; what was received is run,
     /// its replies made durable and sent, then the connections close.
+    /// Past [`STOP_GRACE`]: logs each connection still open with what
+    /// kept it (a shutdown must end; what it shows is a bug to find), and
+    /// leaves them to be dropped with the worker.
+    fn drop_unfinished(&self) {
+        for c in self.conns.iter().flatten() {
+            log::warn!(
+                "stopping: client {} still open after {STOP_GRACE:?} (closing {}, dead {}, recv armed {}, more input {}, backlog {}, held {} bytes, deferred {}, blocked {}, script {}); dropped",
+                c.addr,
+                c.closing,
+                c.dead,
+                c.recv_armed,
+                c.more_input,
+                c.has_backlog(),
+                c.held.len(),
+                c.deferred.is_some(),
+                c.blocked.is_some(),
+                c.script_pending,
+            );
+        }
+    }
+
     fn begin_stop(&mut self) {
         if let Some(listeners) = self.listeners.take() {
             self.ring.stop_accepting();
