@@ -1270,10 +1270,7 @@ fn client(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Option<Reply>
         b"no-evict" => error("ERR syntax error"),
         // Redis's CLIENT PAUSE takes 3 or 4 arguments; past that it is
         // its "unknown subcommand" reply.
-        b"pause" if args.len() > 4 => Reply::Error(format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(&args[1])
-        )),
+        b"pause" if args.len() > 4 => client_sub_syntax(args),
         b"pause" => super::pause::client_pause(shared, args),
         b"unpause" => {
             shared.pause.unpause();
@@ -1558,14 +1555,20 @@ fn client_setinfo(shared: &Shared, me: u64, attr: &[u8], value: &[u8]) -> Reply 
 /// CLIENT KILL addr:port (old form: OK or an error) and CLIENT KILL
 /// <ID id | ADDR addr | LADDR addr | USER name | SKIPME yes/no>... (the
 /// number closed).
+/// Redis's reply to a CLIENT subcommand given more arguments than its
+/// own check takes (its `addReplySubcommandSyntaxError`).
+fn client_sub_syntax(args: &Args) -> Reply {
+    error(&format!(
+        "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+        String::from_utf8_lossy(&args[1])
+    ))
+}
+
 /// CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 when client `id` was blocked
 /// (its worker answers it as a timeout, or with Redis's UNBLOCKED error).
 fn client_unblock(shared: &Shared, args: &Args) -> Reply {
     if args.len() > 4 {
-        return error(&format!(
-            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
-            String::from_utf8_lossy(&args[1])
-        ));
+        return client_sub_syntax(args);
     }
     let Some(id) = crate::resp::string_to_i64(&args[2]) else {
         return error("ERR value is not an integer or out of range");

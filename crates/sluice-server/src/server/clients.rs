@@ -59,7 +59,7 @@ pub(super) struct ClientLive {
     pub(super) fd: i32,
 }
 
-/// CLIENT LIST's flag letters, in the order Redis prints them, and the
+/// CLIENT LIST's flag letters Sluice shows, in the order Redis prints them, and the
 /// bits `ClientLive::flags` keeps them by.
 pub(super) const FLAGS: &[(u32, char)] = &[
     (FLAG_MONITOR, 'O'),
@@ -67,9 +67,6 @@ pub(super) const FLAGS: &[(u32, char)] = &[
     (FLAG_MULTI, 'x'),
     (FLAG_BLOCKED, 'b'),
     (FLAG_TRACKING, 't'),
-    (FLAG_BROKEN_REDIRECT, 'R'),
-    (FLAG_BCAST, 'B'),
-    (FLAG_DIRTY_CAS, 'd'),
     (FLAG_CLOSE_AFTER_REPLY, 'c'),
 ];
 pub(super) const FLAG_MONITOR: u32 = 1 << 0;
@@ -77,10 +74,7 @@ pub(super) const FLAG_PUBSUB: u32 = 1 << 1;
 pub(super) const FLAG_MULTI: u32 = 1 << 2;
 pub(super) const FLAG_BLOCKED: u32 = 1 << 3;
 pub(super) const FLAG_TRACKING: u32 = 1 << 4;
-pub(super) const FLAG_BROKEN_REDIRECT: u32 = 1 << 5;
-pub(super) const FLAG_BCAST: u32 = 1 << 6;
-pub(super) const FLAG_DIRTY_CAS: u32 = 1 << 7;
-pub(super) const FLAG_CLOSE_AFTER_REPLY: u32 = 1 << 8;
+pub(super) const FLAG_CLOSE_AFTER_REPLY: u32 = 1 << 5;
 
 impl ClientLive {
     pub(super) fn new(fd: i32, now_ms: u64) -> ClientLive {
