@@ -209,6 +209,11 @@ impl Overlay {
     }
 }
 
+/// Bytes of log record a store batch of document writes reaches before
+/// the rest of a request goes to the next one (the store's record limit
+/// is 16 MiB; documents of 1 MiB and more take a reference's room).
+pub const SPLIT_BATCH_BYTES: usize = 4 << 20;
+
 /// Document operations on every index of a store.
 pub struct Docs {
     store: Arc<Store>,
@@ -307,8 +312,11 @@ impl Docs {
         }))
     }
 
-    /// Applies `ops` in order, atomically for those that pass their checks;
-    /// one result per operation.
+    /// Applies `ops` in order, one result per operation. Operations that
+    /// pass their checks are written in store batches of up to
+    /// [`SPLIT_BATCH_BYTES`] (a `_bulk` of large documents takes several,
+    /// as Elasticsearch's bulk items are independent); each batch is
+    /// atomic, and a batch the store refuses fails only its own items.
     pub fn apply(&self, index: &Index, ops: Vec<DocOp>) -> Vec<ApiResult<Outcome>> {
         let ops: Vec<DocOp> = ops.into_iter().map(with_generated_id).collect();
         let mut stripes: Vec<usize> = ops.iter().map(|op| Self::stripe(op_id(op))).collect();
@@ -321,45 +329,64 @@ impl Docs {
         let mut overlay = Overlay::default();
         let mut batch = WriteBatch::new();
         let mut results = Vec::with_capacity(ops.len());
+        let mut part_start = 0;
         for op in ops {
+            if batch.logged_bytes() >= SPLIT_BATCH_BYTES {
+                self.commit_part(index, &mut batch, &mut overlay, &mut results[part_start..]);
+                part_start = results.len();
+            }
             let r = self.check_one(index, op, &mut overlay, &mut batch);
             results.push(r);
         }
-        if !batch.is_empty() {
-            let written = self.store.write(&batch);
-            // Still under the ids' stripe locks: the columns see each id's
-            // writes in the order the store committed them.
-            match &written {
-                Ok(_) => {
-                    index
-                        .columns
-                        .record(overlay.docs.iter().filter_map(|(id, now)| match now {
-                            // Every write of a document keeps its source here.
-                            Some(c) => c.source.as_deref().map(|s| (id.as_bytes(), Some(s))),
-                            None => Some((id.as_bytes(), None)),
-                        }))
-                }
-                Err(_) => index.columns.forget(),
-            }
-            // After the write is visible: a cached answer read before it
-            // is never served after it.
-            index.bump_generation();
-            if let Err(e) = written {
+        self.commit_part(index, &mut batch, &mut overlay, &mut results[part_start..]);
+        results
+    }
+
+    /// Writes one store batch of [`Docs::apply`] (`results`: its
+    /// operations'), and lets the index know: its columns, the cache
+    /// generation, the deletes it remembers. A refused batch fails the
+    /// writes among `results`; the overlay starts empty for the next.
+    fn commit_part(
+        &self,
+        index: &Index,
+        batch: &mut WriteBatch,
+        overlay: &mut Overlay,
+        results: &mut [ApiResult<Outcome>],
+    ) {
+        let overlay = std::mem::take(overlay);
+        if batch.is_empty() {
+            index.tombstones.apply(overlay.tombs);
+            return;
+        }
+        let written = self.store.write(batch);
+        batch.clear();
+        // Still under the ids' stripe locks: the columns see each id's
+        // writes in the order the store committed them.
+        match &written {
+            Ok(_) => index
+                .columns
+                .record(overlay.docs.iter().filter_map(|(id, now)| match now {
+                    // Every write of a document keeps its source here.
+                    Some(c) => c.source.as_deref().map(|s| (id.as_bytes(), Some(s))),
+                    None => Some((id.as_bytes(), None)),
+                })),
+            Err(_) => index.columns.forget(),
+        }
+        // After the write is visible: a cached answer read before it
+        // is never served after it.
+        index.bump_generation();
+        match written {
+            Ok(_) => index.tombstones.apply(overlay.tombs),
+            Err(e) => {
                 let failed = ApiError::write_refused(&index.name, &e);
                 // The deletes not written are not remembered either.
-                return results
-                    .into_iter()
-                    .map(|r| match r {
-                        Ok(o) if matches!(o.result, "created" | "updated" | "deleted") => {
-                            Err(failed.clone())
-                        }
-                        other => other,
-                    })
-                    .collect();
+                for r in results.iter_mut() {
+                    if matches!(r, Ok(o) if matches!(o.result, "created" | "updated" | "deleted")) {
+                        *r = Err(failed.clone());
+                    }
+                }
             }
         }
-        index.tombstones.apply(overlay.tombs);
-        results
     }
 
     fn lookup(

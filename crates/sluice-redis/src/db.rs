@@ -1506,6 +1506,7 @@ impl DbBatch<'_> {
                 OpKind::Put => self.batch.put(op.keyspace, op.key, op.value)?,
                 OpKind::Delete => self.batch.delete(op.keyspace, op.key)?,
                 OpKind::RangeDelete => self.batch.delete_range(op.keyspace, op.key, op.value)?,
+                OpKind::PutBlob => unreachable!("only the store makes blob references"),
             };
         }
         self.touched.extend_from_slice(&other.touched);

@@ -47,6 +47,7 @@ impl Overlay {
                     }
                     self.ranges.push((op.keyspace, start, end));
                 }
+                OpKind::PutBlob => unreachable!("only the store makes blob references"),
             }
         }
     }

@@ -6,8 +6,11 @@ use crate::error::{Result, StoreError};
 
 /// Longest key the store takes.
 pub const MAX_KEY_BYTES: usize = 8 << 10;
-/// Longest value the store takes.
-pub const MAX_VALUE_BYTES: usize = 4 << 20;
+/// Longest value the store takes (values from the store's blob threshold
+/// on are kept in blob files: docs/FORMAT.md, "Blob files").
+pub const MAX_VALUE_BYTES: usize = (512 << 20) + (64 << 10);
+/// Most bytes of values one batch holds.
+pub const MAX_BATCH_VALUE_BYTES: usize = 1 << 30;
 
 /// What one operation of a batch does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -18,6 +21,9 @@ pub enum OpKind {
     Delete = 2,
     /// Deletes `[key, value)`: the value holds the exclusive end key.
     RangeDelete = 3,
+    /// Sets the key's value to the one a blob reference names (the store
+    /// writes these in place of large puts; the value is the reference).
+    PutBlob = 4,
 }
 
 /// One operation of a batch, borrowed from it.
@@ -42,6 +48,15 @@ pub struct BatchOp<'a> {
 pub struct WriteBatch {
     body: Vec<u8>,
     count: u32,
+    /// Bytes of its values.
+    value_bytes: usize,
+    /// Bytes its log record saves on values at least
+    /// `blob::MAX_THRESHOLD_BYTES` long, which always go to blob files
+    /// (the record holds a reference instead).
+    separated_bytes: usize,
+    /// Puts of values at least `blob::MIN_THRESHOLD_BYTES` long (the
+    /// store looks for values to separate only when there are some).
+    blob_candidates: u32,
 }
 
 impl WriteBatch {
@@ -98,11 +113,29 @@ impl WriteBatch {
             )));
         }
         let size = ENTRY_HEADER_BYTES + key.len() + value_len;
-        if HEADER_BYTES + self.body.len() + size > crate::wal::MAX_RECORD_BYTES {
+        let value_bytes = self.value_bytes + value_len;
+        if value_bytes > MAX_BATCH_VALUE_BYTES {
+            return Err(StoreError::BadInput(format!(
+                "write batch would hold more than {MAX_BATCH_VALUE_BYTES} bytes of values; split it"
+            )));
+        }
+        // What its log record will hold: large values as references.
+        let separated = if kind == OpKind::Put && value_len >= crate::blob::MAX_THRESHOLD_BYTES {
+            value_len - crate::blob::REF_BYTES
+        } else {
+            0
+        };
+        let logged = self.body.len() - self.separated_bytes + size - separated;
+        if HEADER_BYTES + logged > crate::wal::MAX_RECORD_BYTES {
             return Err(StoreError::BadInput(format!(
                 "write batch would exceed {} bytes; split it",
                 crate::wal::MAX_RECORD_BYTES
             )));
+        }
+        self.value_bytes = value_bytes;
+        self.separated_bytes += separated;
+        if kind == OpKind::Put && value_len >= crate::blob::MIN_THRESHOLD_BYTES {
+            self.blob_candidates += 1;
         }
         self.body.reserve(size);
         self.body.push(kind as u8);
@@ -123,6 +156,50 @@ impl WriteBatch {
     pub fn clear(&mut self) {
         self.body.clear();
         self.count = 0;
+        self.value_bytes = 0;
+        self.separated_bytes = 0;
+        self.blob_candidates = 0;
+    }
+
+    /// Bytes its log record's entries take at most (values of
+    /// [`crate::blob::MAX_THRESHOLD_BYTES`] and more as references, as the
+    /// store always logs them): a caller filling batches from a stream
+    /// starts a new one past a size of its choosing.
+    pub fn logged_bytes(&self) -> usize {
+        self.body.len() - self.separated_bytes
+    }
+
+    /// Whether it holds a put whose value may go to a blob file.
+    pub(crate) fn has_blob_candidates(&self) -> bool {
+        self.blob_candidates > 0
+    }
+
+    /// Adds a put of a value a blob reference names (`reference`: its
+    /// encoded bytes).
+    pub(crate) fn put_blob(&mut self, keyspace: u32, key: &[u8], reference: &[u8]) {
+        debug_assert_eq!(reference.len(), crate::blob::REF_BYTES);
+        self.body.push(OpKind::PutBlob as u8);
+        self.body.extend_from_slice(&keyspace.to_le_bytes());
+        self.body
+            .extend_from_slice(&(key.len() as u32).to_le_bytes());
+        self.body.extend_from_slice(key);
+        self.body
+            .extend_from_slice(&(reference.len() as u32).to_le_bytes());
+        self.body.extend_from_slice(reference);
+        self.count += 1;
+    }
+
+    /// Adds `op` as it is (a batch rebuilt with some puts separated).
+    pub(crate) fn push_op(&mut self, op: &BatchOp<'_>) -> Result<()> {
+        match op.kind {
+            OpKind::PutBlob => {
+                self.put_blob(op.keyspace, op.key, op.value);
+                Ok(())
+            }
+            kind => self
+                .push_parts(kind, op.keyspace, op.key, &[op.value])
+                .map(|_| ()),
+        }
     }
 
     /// Operations in the batch.
@@ -166,6 +243,9 @@ impl WriteBatch {
         let batch = WriteBatch {
             body: record[body_at..].to_vec(),
             count,
+            value_bytes: 0,
+            separated_bytes: 0,
+            blob_candidates: 0,
         };
         r.is_done().then_some((first_seq, batch))
     }
@@ -177,6 +257,7 @@ fn read_op<'a>(r: &mut crate::codec::Reader<'a>) -> Option<BatchOp<'a>> {
         1 => OpKind::Put,
         2 => OpKind::Delete,
         3 => OpKind::RangeDelete,
+        4 => OpKind::PutBlob,
         _ => return None,
     };
     let keyspace = r.u32()?;

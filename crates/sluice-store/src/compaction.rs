@@ -201,7 +201,10 @@ pub(crate) fn stripe(snapshots: &[u64], seq: u64) -> usize {
 /// size of the merge. `snapshots`: sequence numbers of live snapshots,
 /// ascending. `room_bytes`, asked before each output, caps it below the
 /// target when the device has no run that long free (a fragmented device
-/// gets smaller tables, not a failed compaction).
+/// gets smaller tables, not a failed compaction). `relocate` sees each
+/// blob reference kept (key, reference) and may return a new one: the
+/// value moved out of a blob file that is mostly garbage.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     dev: &BlockDevice,
     job: &Job,
@@ -210,6 +213,7 @@ pub fn run(
     room_bytes: &dyn Fn() -> usize,
     buffers: &TableBuffers,
     emit: &mut dyn FnMut(BuiltTable) -> Result<()>,
+    relocate: &mut dyn FnMut(&[u8], &[u8]) -> Result<Option<[u8; crate::blob::REF_BYTES]>>,
 ) -> Result<()> {
     let spec = CursorSpec {
         use_cache: false,
@@ -295,7 +299,14 @@ pub fn run(
             cut_bytes = target_file_bytes.min(room_bytes());
             outputs += 1;
         }
-        builder.add(e);
+        let moved = match e.kind {
+            EntryKind::Blob => relocate(&e.key, e.value())?,
+            _ => None,
+        };
+        match moved {
+            Some(reference) => builder.add_version(&e.key, e.seq, e.kind, &reference),
+            None => builder.add(e),
+        }
         kept_key.clone_from(&e.key);
         any_kept = true;
     }

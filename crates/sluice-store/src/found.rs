@@ -24,9 +24,24 @@ enum Owner<'a> {
     /// The memtable's chunk still being filled: a value kept is copied.
     MemtableOpen(&'a Vec<u8>),
     Block(&'a RawBlock),
+    Empty,
 }
 
 impl<'a> Found<'a> {
+    /// No bytes (a delete's value).
+    pub(crate) fn empty() -> Found<'static> {
+        Found {
+            owner: Owner::Empty,
+            start: 0,
+            len: 0,
+        }
+    }
+
+    /// A value read from a blob file, whole in `bytes`.
+    pub(crate) fn in_blob(bytes: &'a Bytes) -> Found<'a> {
+        Found::in_memtable(bytes, 0, bytes.len())
+    }
+
     /// `len` bytes at `start` of a memtable's filled chunk of values.
     pub(crate) fn in_memtable(chunk: &'a Bytes, start: usize, len: usize) -> Found<'a> {
         assert!(start + len <= chunk.len(), "a value inside its chunk");
@@ -67,6 +82,7 @@ impl<'a> Found<'a> {
             Owner::Memtable(v) => v,
             Owner::MemtableOpen(v) => v,
             Owner::Block(b) => b.bytes(),
+            Owner::Empty => &[],
         };
         &all[self.start..self.start + self.len]
     }
@@ -90,6 +106,7 @@ impl<'a> Found<'a> {
                 (KeptOwner::Memtable(Bytes::copy_from_slice(self.bytes())), 0)
             }
             Owner::Block(b) => (KeptOwner::Block(b.clone()), self.start),
+            Owner::Empty => (KeptOwner::Memtable(Bytes::new()), 0),
         };
         Kept {
             owner,

@@ -441,7 +441,9 @@ pub struct StoreIter {
     pending: Entry,
     has_pending: bool,
     group: Entry,
-    _version: Arc<Version>,
+    /// The value of the last pair when it lies in a blob file.
+    blob_value: bytes::Bytes,
+    version: Arc<Version>,
     failed: Option<crate::error::StoreError>,
     done: bool,
 }
@@ -480,7 +482,8 @@ impl StoreIter {
             pending: Entry::empty(),
             has_pending: false,
             group: Entry::empty(),
-            _version: version,
+            blob_value: bytes::Bytes::new(),
+            version,
             failed,
             done: empty,
         }
@@ -536,7 +539,7 @@ impl StoreIter {
 
 /// Whether a version is a put no range tombstone visible at `snapshot` hides.
 fn live(tombstones: &[RangeTombstone], snapshot: u64, e: &Entry) -> bool {
-    e.kind == EntryKind::Put && e.seq > tombstone_seq(tombstones, &e.key, snapshot)
+    e.kind.is_value() && e.seq > tombstone_seq(tombstones, &e.key, snapshot)
 }
 
 impl StoreIter {
@@ -575,6 +578,20 @@ impl StoreIter {
                 .current()
                 .expect("a live pair in the current head")
         };
+        if e.kind == EntryKind::Blob {
+            let read = self
+                .version
+                .blob(e.value())
+                .and_then(|(file, r)| file.read_value(&self.merge.dev, &r));
+            match read {
+                Ok(value) => self.blob_value = value,
+                Err(err) => {
+                    self.done = true;
+                    return Err(err);
+                }
+            }
+            return Ok(Some((&e.key, &self.blob_value)));
+        }
         Ok(Some((&e.key, e.value())))
     }
 }

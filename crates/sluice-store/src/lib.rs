@@ -6,7 +6,8 @@
 //!
 //! Parts, in the order data flows: store blocks and extents ([`blocks`]),
 //! the two-copy superblock ([`superblock`]), the extent allocator
-//! ([`alloc`]), the manifest of version edits and keyspace catalogue
+//! ([`alloc`]), blob files for large values apart from the tree
+//! ([`blob`]), the manifest of version edits and keyspace catalogue
 //! ([`manifest`]), the write-ahead log with group commit and torn-tail
 //! recovery ([`wal`]), one parity block per write group ([`parity`]), the memtable ([`memtable`]), sorted tables
 //! ([`sst`]) with a CLOCK block cache ([`cache`]), the live table set
@@ -19,6 +20,7 @@
 
 pub mod alloc;
 pub mod batch;
+pub mod blob;
 pub mod blocks;
 pub mod cache;
 mod codec;

@@ -51,6 +51,8 @@ const T_NEXT_KEYSPACE: u8 = 13;
 /// The first part of the next record's payload (an edit longer than a
 /// record holds).
 const T_CONTINUED: u8 = 14;
+const T_ADD_BLOB_FILE: u8 = 15;
+const T_REMOVE_BLOB_FILE: u8 = 16;
 
 /// How a keyspace's values are laid out (near-data operators read it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +124,9 @@ pub struct TableMeta {
     pub smallest: Vec<u8>,
     /// Its last key.
     pub largest: Vec<u8>,
+    /// The blob files its values lie in: (file number, store blocks of
+    /// the records it references), by file number.
+    pub blob_refs: Vec<(u64, u64)>,
 }
 
 /// Where the WAL ring lies and what of it is live.
@@ -165,6 +170,17 @@ pub enum Edit {
     /// The next keyspace id to give (ids of dropped keyspaces stay used:
     /// log records written to them before the drop must not reach another).
     NextKeyspace(u32),
+    /// A blob file opened for large values (its extent is allocated by an
+    /// `Alloc` of the same group).
+    AddBlobFile {
+        /// Its number.
+        file_no: u64,
+        /// Where it lies.
+        extent: Extent,
+    },
+    /// A blob file nothing references any more (its extent is freed by a
+    /// `Free` edit, once no reader holds it).
+    RemoveBlobFile(u64),
 }
 
 /// The state the manifest describes.
@@ -184,6 +200,8 @@ pub struct ManifestState {
     pub next_file: u64,
     /// Next keyspace id.
     pub next_keyspace: u32,
+    /// Live blob files by number.
+    pub blob_files: BTreeMap<u64, Extent>,
 }
 
 impl ManifestState {
@@ -197,6 +215,7 @@ impl ManifestState {
             last_sequence: 0,
             next_file: 1,
             next_keyspace: 0,
+            blob_files: BTreeMap::new(),
         }
     }
 
@@ -227,6 +246,16 @@ impl ManifestState {
             Edit::Wal(w) => self.wal = Some(w.clone()),
             Edit::LastSequence(s) => self.last_sequence = self.last_sequence.max(*s),
             Edit::NextFile(n) => self.next_file = self.next_file.max(*n),
+            Edit::AddBlobFile { file_no, extent } => {
+                self.blob_files.insert(*file_no, *extent);
+            }
+            Edit::RemoveBlobFile(file_no) => {
+                if self.blob_files.remove(file_no).is_none() {
+                    return Err(StoreError::BadInput(format!(
+                        "manifest removes blob file {file_no}, which it does not hold"
+                    )));
+                }
+            }
         }
         Ok(())
     }
@@ -243,6 +272,11 @@ impl ManifestState {
             .collect();
         edits.extend(self.keyspaces.values().cloned().map(Edit::AddKeyspace));
         edits.extend(self.tables.values().cloned().map(Edit::AddTable));
+        edits.extend(
+            self.blob_files
+                .iter()
+                .map(|(&file_no, &extent)| Edit::AddBlobFile { file_no, extent }),
+        );
         edits.extend(self.wal.clone().map(Edit::Wal));
         edits.push(Edit::LastSequence(self.last_sequence));
         edits.push(Edit::NextFile(self.next_file));
@@ -287,6 +321,15 @@ fn encode_edit(edit: &Edit) -> (u8, Vec<u8>) {
             p.extend_from_slice(&t.entries.to_le_bytes());
             put_bytes(&mut p, &t.smallest);
             put_bytes(&mut p, &t.largest);
+            // Tables that reference no blob file end here, as they did
+            // before blob files.
+            if !t.blob_refs.is_empty() {
+                p.extend_from_slice(&(t.blob_refs.len() as u32).to_le_bytes());
+                for (file_no, blocks) in &t.blob_refs {
+                    p.extend_from_slice(&file_no.to_le_bytes());
+                    p.extend_from_slice(&blocks.to_le_bytes());
+                }
+            }
             T_ADD_TABLE
         }
         Edit::RemoveTable { keyspace, file_no } => {
@@ -319,6 +362,15 @@ fn encode_edit(edit: &Edit) -> (u8, Vec<u8>) {
             p.extend_from_slice(&n.to_le_bytes());
             T_NEXT_KEYSPACE
         }
+        Edit::AddBlobFile { file_no, extent } => {
+            p.extend_from_slice(&file_no.to_le_bytes());
+            put_extent(&mut p, extent);
+            T_ADD_BLOB_FILE
+        }
+        Edit::RemoveBlobFile(file_no) => {
+            p.extend_from_slice(&file_no.to_le_bytes());
+            T_REMOVE_BLOB_FILE
+        }
     };
     (t, p)
 }
@@ -334,16 +386,26 @@ fn decode_edit(t: u8, payload: &[u8]) -> Option<Edit> {
             name: r.string()?,
             schema: r.string()?,
         }),
-        T_ADD_TABLE => Edit::AddTable(TableMeta {
-            keyspace: r.u32()?,
-            level: r.u8()?,
-            file_no: r.u64()?,
-            data: r.extent()?,
-            index: r.extent()?,
-            entries: r.u64()?,
-            smallest: r.bytes()?,
-            largest: r.bytes()?,
-        }),
+        T_ADD_TABLE => {
+            let mut t = TableMeta {
+                keyspace: r.u32()?,
+                level: r.u8()?,
+                file_no: r.u64()?,
+                data: r.extent()?,
+                index: r.extent()?,
+                entries: r.u64()?,
+                smallest: r.bytes()?,
+                largest: r.bytes()?,
+                blob_refs: Vec::new(),
+            };
+            if !r.is_done() {
+                let n = r.u32()? as usize;
+                t.blob_refs = (0..n)
+                    .map(|_| Some((r.u64()?, r.u64()?)))
+                    .collect::<Option<Vec<_>>>()?;
+            }
+            Edit::AddTable(t)
+        }
         T_REMOVE_TABLE => Edit::RemoveTable {
             keyspace: r.u32()?,
             file_no: r.u64()?,
@@ -363,6 +425,11 @@ fn decode_edit(t: u8, payload: &[u8]) -> Option<Edit> {
         T_NEXT_FILE => Edit::NextFile(r.u64()?),
         T_DROP_KEYSPACE => Edit::DropKeyspace(r.u32()?),
         T_NEXT_KEYSPACE => Edit::NextKeyspace(r.u32()?),
+        T_ADD_BLOB_FILE => Edit::AddBlobFile {
+            file_no: r.u64()?,
+            extent: r.extent()?,
+        },
+        T_REMOVE_BLOB_FILE => Edit::RemoveBlobFile(r.u64()?),
         _ => return None,
     };
     r.is_done().then_some(edit)

@@ -1,8 +1,9 @@
 //! The set of live tables per keyspace and level, and reads that merge the
 //! memtables with them: newest source first, range tombstones applied.
 
+use crate::blob::{BlobFile, BlobRef};
 use crate::blocks::{BlockDevice, Extent};
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::found::Found;
 use crate::manifest::TableMeta;
 use crate::memtable::Memtable;
@@ -173,11 +174,14 @@ impl Levels {
     }
 }
 
-/// The live tables of every keyspace.
+/// The live tables of every keyspace, and the blob files their values
+/// (and the memtables') may lie in.
 #[derive(Debug, Clone, Default)]
 pub struct Version {
     /// Tables of each keyspace.
     pub keyspaces: BTreeMap<u32, Levels>,
+    /// Live blob files by number.
+    pub blob_files: BTreeMap<u64, Arc<BlobFile>>,
 }
 
 impl Version {
@@ -185,6 +189,53 @@ impl Version {
     pub fn levels(&self, keyspace: u32) -> Option<&Levels> {
         self.keyspaces.get(&keyspace)
     }
+
+    /// The blob file a reference names, with the reference; an error if
+    /// the reference does not decode or names no live file.
+    pub fn blob(&self, reference: &[u8]) -> Result<(Arc<BlobFile>, BlobRef)> {
+        let r = BlobRef::decode(reference).ok_or_else(|| {
+            StoreError::BadInput(format!(
+                "a blob reference of {} bytes (expected {})",
+                reference.len(),
+                crate::blob::REF_BYTES
+            ))
+        })?;
+        let file = self.blob_files.get(&r.file_no).ok_or_else(|| {
+            StoreError::BadInput(format!(
+                "a value names blob file {}, which the store does not hold",
+                r.file_no
+            ))
+        })?;
+        Ok((file.clone(), r))
+    }
+
+    /// Blob blocks each blob file's records take that the tables
+    /// reference, by file number.
+    pub fn referenced_blob_blocks(&self) -> BTreeMap<u64, u64> {
+        let mut out = BTreeMap::new();
+        for t in self.keyspaces.values().flat_map(|l| l.all()) {
+            for &(file_no, blocks) in &t.meta.blob_refs {
+                *out.entry(file_no).or_insert(0) += blocks;
+            }
+        }
+        out
+    }
+}
+
+/// What a point read found that memory could not answer.
+pub enum Pending<F> {
+    /// A table's index or block no cache holds.
+    Miss(CacheMiss),
+    /// A value kept in a blob file: read it (with no lock held) and hand
+    /// it to `f`.
+    Blob {
+        /// The file.
+        file: Arc<BlobFile>,
+        /// Where the value lies.
+        reference: BlobRef,
+        /// The read's own `f`, not yet called.
+        f: F,
+    },
 }
 
 pub(crate) fn tombstone_seq(ts: &[RangeTombstone], key: &[u8], snapshot: u64) -> u64 {
@@ -224,9 +275,11 @@ impl CacheMiss {
 /// [`get`] with the value borrowed: `f` sees it (None: no live value) and
 /// its result is returned; nothing is copied on the way. With `wait`
 /// false, a read that needs an index or block no cache holds returns it
-/// instead of reading it (`f` is not called then).
+/// instead of reading it (`f` is not called then). A value in a blob file
+/// is returned as [`Pending::Blob`] with `f` uncalled: the caller reads
+/// it once it has let go of the memtables' locks.
 #[allow(clippy::too_many_arguments)]
-pub fn get_or_miss<R>(
+pub fn get_or_miss<R, F: FnOnce(Option<Found<'_>>) -> R>(
     dev: &BlockDevice,
     memtables: &[&Memtable],
     version: &Version,
@@ -234,13 +287,18 @@ pub fn get_or_miss<R>(
     key: &[u8],
     snapshot: u64,
     wait: bool,
-    f: impl FnOnce(Option<Found<'_>>) -> R,
-) -> Result<std::result::Result<R, CacheMiss>> {
+    f: F,
+) -> Result<std::result::Result<R, Pending<F>>> {
     let mut deleted_at = 0u64;
     for m in memtables {
         deleted_at = deleted_at.max(m.range_deleted_at(keyspace, key, snapshot));
-        if let Some((seq, v)) = m.newest_version(keyspace, key, snapshot) {
-            return Ok(Ok(f(v.filter(|_| seq > deleted_at))));
+        if let Some((seq, kind, v)) = m.newest_version(keyspace, key, snapshot) {
+            let live = seq > deleted_at && kind.is_value();
+            if live && kind == EntryKind::Blob {
+                let (file, reference) = version.blob(v.bytes())?;
+                return Ok(Err(Pending::Blob { file, reference, f }));
+            }
+            return Ok(Ok(f(live.then_some(v))));
         }
     }
     let Some(levels) = version.levels(keyspace) else {
@@ -253,18 +311,26 @@ pub fn get_or_miss<R>(
     for t in levels.candidates(key) {
         let answered = t.reader.get_or_miss(dev, key, snapshot, wait, |hit| {
             let (hit, value) = hit?;
-            let live = hit.seq > deleted_at && hit.kind == EntryKind::Put;
+            let live = hit.seq > deleted_at && hit.kind.is_value();
+            if live && hit.kind == EntryKind::Blob {
+                return Some(Err(version.blob(value.bytes())));
+            }
             let f = f.take().expect("called once");
-            Some(f(live.then_some(value)))
+            Some(Ok(f(live.then_some(value))))
         })?;
         match answered {
-            Ok(Some(r)) => return Ok(Ok(r)),
+            Ok(Some(Ok(r))) => return Ok(Ok(r)),
+            Ok(Some(Err(blob))) => {
+                let (file, reference) = blob?;
+                let f = f.take().expect("not called yet");
+                return Ok(Err(Pending::Blob { file, reference, f }));
+            }
             Ok(None) => {}
             Err(at) => {
-                return Ok(Err(CacheMiss {
+                return Ok(Err(Pending::Miss(CacheMiss {
                     table: t.reader.clone(),
                     at,
-                }))
+                })))
             }
         }
     }
@@ -293,5 +359,11 @@ pub fn get(
         true,
         |v| v.map(|v| v.bytes().to_vec()),
     )?;
-    Ok(answered.unwrap_or_else(|_| unreachable!("a read that may wait never misses")))
+    match answered {
+        Ok(value) => Ok(value),
+        Err(Pending::Blob {
+            file, reference, ..
+        }) => Ok(Some(file.read_value(dev, &reference)?.to_vec())),
+        Err(Pending::Miss(_)) => unreachable!("a read that may wait never misses"),
+    }
 }

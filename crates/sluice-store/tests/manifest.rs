@@ -31,6 +31,13 @@ fn table(m: &mut Manifest, file_no: u64, key_len: usize) -> Vec<Edit> {
             entries: file_no * 10,
             smallest: vec![b'a'; key_len],
             largest: vec![b'z'; key_len],
+            // Odd tables reference a blob file (the record's tail), even
+            // ones end where tables before blob files did.
+            blob_refs: if file_no % 2 == 1 {
+                vec![(file_no + 1000, 7), (file_no + 1001, 1 << 40)]
+            } else {
+                Vec::new()
+            },
         }),
         Edit::NextFile(file_no + 1),
         Edit::LastSequence(file_no * 100),
@@ -58,6 +65,27 @@ fn edits_survive_reopen_and_roll_over() {
         }),
     ])
     .unwrap();
+    // Blob files: one stays (checkpoints carry it), one goes.
+    let (kept, gone) = (m.allocate(16).unwrap(), m.allocate(8).unwrap());
+    m.log(&[
+        Edit::Alloc(kept),
+        Edit::AddBlobFile {
+            file_no: 5000,
+            extent: kept,
+        },
+        Edit::Alloc(gone),
+        Edit::AddBlobFile {
+            file_no: 5001,
+            extent: gone,
+        },
+    ])
+    .unwrap();
+    m.log(&[Edit::RemoveBlobFile(5001), Edit::Free(gone)])
+        .unwrap();
+    assert!(
+        m.log(&[Edit::RemoveBlobFile(5001)]).is_err(),
+        "a file removed twice"
+    );
     let first_extent = m.superblock().manifest;
     // Enough groups with large keys to fill several manifest extents.
     for f in 1..700u64 {
@@ -87,6 +115,15 @@ fn edits_survive_reopen_and_roll_over() {
     let reopened = Manifest::open(dev.clone()).unwrap();
     assert_eq!(reopened.state(), &before);
     assert_eq!(reopened.state().keyspaces[&1].name, "papers");
+    assert_eq!(
+        reopened
+            .state()
+            .blob_files
+            .iter()
+            .map(|(&f, &e)| (f, e))
+            .collect::<Vec<_>>(),
+        vec![(5000, kept)]
+    );
     assert_eq!(reopened.state().wal.as_ref().unwrap().ring, vec![wal]);
     assert!(!reopened.state().allocator.is_free(wal.start_block));
     // The first manifest extent went back to the allocator: free now, or

@@ -24,6 +24,9 @@ fn small_config() -> StoreConfig {
         // index cache that evicts too.
         pinned_index_bytes: 4 << 10,
         index_cache_bytes: 8 << 10,
+        // Values up to 1 MiB stay in tables (these tests are about
+        // tables; tests/blobs.rs covers blob files).
+        blob_threshold_bytes: sluice_store::blob::MAX_THRESHOLD_BYTES,
         ..StoreConfig::default()
     };
     cfg.compaction.l0_trigger = 3;
@@ -738,10 +741,12 @@ fn bad_input_gets_clear_errors_and_loses_nothing() {
         .create_keyspace("default", ValueFormat::Raw, "")
         .unwrap_err();
     assert!(err.to_string().contains("exists already"), "{err}");
-    // A batch larger than the whole WAL ring: a clear error, earlier writes intact.
+    // A batch larger than the whole WAL ring: a clear error, earlier writes
+    // intact. (Values of 1 MiB and more are logged as blob references:
+    // these stay in the record.)
     let mut huge = WriteBatch::new();
-    for i in 0..3u8 {
-        huge.put(ks, &[b'h', i], &vec![i; 4 << 20]).unwrap();
+    for i in 0..12u8 {
+        huge.put(ks, &[b'h', i], &vec![i; 1023 << 10]).unwrap();
     }
     let err = store.write(&huge).unwrap_err();
     assert!(matches!(err, StoreError::WalFull { .. }), "{err}");

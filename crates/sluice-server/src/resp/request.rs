@@ -76,6 +76,10 @@ pub type Args = Vec<Vec<u8>>;
 /// front of its buffer.
 const COMPACT_AFTER_BYTES: usize = 16 << 10;
 
+/// Room an empty reader keeps for the next requests; a buffer grown past
+/// it by a large request is let go once that request is framed.
+const KEEP_CAPACITY_BYTES: usize = 1 << 20;
+
 /// Frames requests out of the bytes a client sends, in order.
 #[derive(Debug, Default)]
 pub struct RequestReader {
@@ -120,6 +124,11 @@ impl RequestReader {
         if self.pos > 0 && self.pos == self.buf.len() {
             self.buf.clear();
             self.pos = 0;
+            if self.buf.capacity() > KEEP_CAPACITY_BYTES {
+                // A request of hundreds of MiB is done: its room goes back
+                // (Redis shrinks an idle query buffer too).
+                self.buf = Vec::new();
+            }
         } else if self.pos >= COMPACT_AFTER_BYTES && self.pos * 2 >= self.buf.len() {
             // A pipelining client nearly always leaves part of a request
             // behind: drop the framed bytes before they pile up.

@@ -94,7 +94,9 @@ pub struct ServerConfig {
     pub max_query_bytes: usize,
     /// Most reply bytes waiting for one client; past it the client is
     /// closed (Redis's `client-output-buffer-limit` for normal clients
-    /// is unlimited; Sluice keeps a bound).
+    /// is unlimited; Sluice keeps a bound). The default, 576 MiB, holds a
+    /// reply of the longest string (`proto-max-bulk-len`, 512 MiB) and
+    /// 64 MiB more.
     pub max_output_bytes: usize,
     /// Most requests of one connection run in one loop turn before the
     /// thread turns to the others (pipelining fairness).
@@ -124,7 +126,7 @@ impl Default for ServerConfig {
             idle_timeout_secs: 0,
             limits: Limits::default(),
             max_query_bytes: 1 << 30,
-            max_output_bytes: 256 << 20,
+            max_output_bytes: (512 << 20) + (64 << 20),
             max_pipeline: 1024,
             spin_us: 50,
             background_cpu: sluice_io::cpu::BackgroundCpu::Idle,

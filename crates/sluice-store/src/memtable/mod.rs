@@ -124,6 +124,8 @@ impl Values {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Version {
     Value(ValueAt),
+    /// A value kept in a blob file: the stashed bytes are its reference.
+    Blob(ValueAt),
     Tombstone,
 }
 
@@ -259,6 +261,9 @@ pub struct Memtable {
     versions: usize,
     ranges: Vec<RangeTombstone>,
     approximate_bytes: usize,
+    /// Bytes of the values its blob references name (kept in blob files,
+    /// not here).
+    blob_value_bytes: u64,
     values: Values,
 }
 
@@ -323,6 +328,12 @@ impl Memtable {
             self.approximate_bytes += op.key.len() + op.value.len() + 32;
             let version = match op.kind {
                 OpKind::Put => Version::Value(self.values.stash(op.value)),
+                OpKind::PutBlob => {
+                    if let Some(r) = crate::blob::BlobRef::decode(op.value) {
+                        self.blob_value_bytes += r.len;
+                    }
+                    Version::Blob(self.values.stash(op.value))
+                }
                 OpKind::Delete => Version::Tombstone,
                 OpKind::RangeDelete => {
                     self.ranges.push(RangeTombstone {
@@ -385,6 +396,11 @@ impl Memtable {
         self.approximate_bytes
     }
 
+    /// Bytes of the values its blob references name.
+    pub fn blob_value_bytes(&self) -> u64 {
+        self.blob_value_bytes
+    }
+
     /// Newest range tombstone over `key` at or below `snapshot` (0: none).
     pub fn range_deleted_at(&self, keyspace: u32, key: &[u8], snapshot: u64) -> u64 {
         self.ranges
@@ -401,17 +417,19 @@ impl Memtable {
     }
 
     /// The newest point version of `key` at or below `snapshot`, range
-    /// tombstones not applied: (sequence, value or None for a delete).
+    /// tombstones not applied: (sequence, kind, value — empty for a
+    /// delete, a blob reference for a blob).
     pub fn newest_version(
         &self,
         keyspace: u32,
         key: &[u8],
         snapshot: u64,
-    ) -> Option<(u64, Option<Found<'_>>)> {
+    ) -> Option<(u64, EntryKind, Found<'_>)> {
         let at = self.find_chain(point_hash(keyspace, key), keyspace, key)?;
         self.chains[at].at(snapshot).map(|(seq, v)| match v {
-            Version::Value(v) => (seq, Some(self.values.found(*v))),
-            Version::Tombstone => (seq, None),
+            Version::Value(v) => (seq, EntryKind::Put, self.values.found(*v)),
+            Version::Blob(v) => (seq, EntryKind::Blob, self.values.found(*v)),
+            Version::Tombstone => (seq, EntryKind::Delete, Found::empty()),
         })
     }
 
@@ -436,6 +454,12 @@ impl Memtable {
                         k.to_vec(),
                         seq,
                         EntryKind::Put,
+                        self.values.get(*v).to_vec(),
+                    ),
+                    Version::Blob(v) => Entry::new(
+                        k.to_vec(),
+                        seq,
+                        EntryKind::Blob,
                         self.values.get(*v).to_vec(),
                     ),
                     Version::Tombstone => {
@@ -501,6 +525,7 @@ impl Memtable {
                     n += 1;
                     match v {
                         Version::Value(v) => visit(k, seq, EntryKind::Put, self.values.get(*v)),
+                        Version::Blob(v) => visit(k, seq, EntryKind::Blob, self.values.get(*v)),
                         Version::Tombstone => visit(k, seq, EntryKind::Delete, &[]),
                     }
                 }
@@ -687,7 +712,7 @@ mod tests {
                         });
                         let got = m
                             .newest_version(ks, &key, snapshot)
-                            .map(|(s, v)| (s, v.map(|v| v.bytes().to_vec())));
+                            .map(|(s, kind, v)| (s, kind.is_value().then(|| v.bytes().to_vec())));
                         prop_assert_eq!(got, want, "keyspace {} key {:?} at {}", ks, key, snapshot);
                     }
                 }
@@ -731,7 +756,7 @@ mod tests {
                 for snapshot in [last / 2, last] {
                     let read = |m: &Memtable| {
                         m.newest_version(ks, &key, snapshot)
-                            .map(|(s, v)| (s, v.map(|v| v.bytes().to_vec())))
+                            .map(|(s, kind, v)| (s, kind.is_value().then(|| v.bytes().to_vec())))
                     };
                     prop_assert_eq!(read(&batched), read(&single));
                 }

@@ -284,6 +284,7 @@ impl RawBlock {
         let kind = match trailer & 0xFF {
             1 => EntryKind::Put,
             2 => EntryKind::Delete,
+            3 => EntryKind::Blob,
             _ => return None,
         };
         Some(EntryAt {

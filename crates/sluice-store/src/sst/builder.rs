@@ -22,6 +22,9 @@ pub struct BuiltTable {
     pub smallest: Vec<u8>,
     /// Its last key.
     pub largest: Vec<u8>,
+    /// The blob files its values lie in: (file number, store blocks of
+    /// the records it references).
+    pub blob_refs: Vec<(u64, u64)>,
 }
 
 /// Builds a table in memory from entries in internal order.
@@ -35,6 +38,8 @@ pub struct TableBuilder {
     smallest: Option<Vec<u8>>,
     entries: u64,
     range_tombstones: Vec<RangeTombstone>,
+    /// Store blocks of blob records referenced, by blob file.
+    blob_refs: std::collections::BTreeMap<u64, u64>,
 }
 
 impl Default for TableBuilder {
@@ -63,6 +68,7 @@ impl TableBuilder {
             smallest: None,
             entries: 0,
             range_tombstones: Vec::new(),
+            blob_refs: std::collections::BTreeMap::new(),
         }
     }
 
@@ -97,6 +103,13 @@ impl TableBuilder {
                 > TARGET_BLOCK_BYTES
         {
             self.cut_block();
+        }
+        if kind == EntryKind::Blob {
+            // A reference that does not decode is kept as it is (reads
+            // report it); it names no file to keep.
+            if let Some(r) = crate::blob::BlobRef::decode(value) {
+                *self.blob_refs.entry(r.file_no).or_insert(0) += r.record_blocks();
+            }
         }
         self.block.add(&mut self.data, key, seq, kind, value);
         match &mut self.last {
@@ -219,6 +232,7 @@ impl TableBuilder {
             entries: self.entries,
             smallest,
             largest,
+            blob_refs: self.blob_refs.into_iter().collect(),
         }
     }
 }

@@ -43,6 +43,16 @@ pub enum EntryKind {
     Put = 1,
     /// A delete.
     Delete = 2,
+    /// A value kept in a blob file; the entry's value is its reference
+    /// (docs/FORMAT.md, "Blob files").
+    Blob = 3,
+}
+
+impl EntryKind {
+    /// Whether it gives the key a value (a put or a blob).
+    pub fn is_value(self) -> bool {
+        self != EntryKind::Delete
+    }
 }
 
 /// One version of one key.

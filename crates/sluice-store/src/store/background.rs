@@ -44,6 +44,10 @@ impl Inner {
         }
         let snapshots: Vec<u64> = lock(&inner.snapshots.live).keys().copied().collect();
         let mut placed = Vec::new();
+        // Values moved out of mostly-empty blob files: their new places
+        // stay counted in flight until the outputs are installed.
+        let sparse = self.sparse_blob_files(&version);
+        let mut moved = Vec::new();
         let ran = compaction::run(
             &inner.dev,
             &job,
@@ -54,6 +58,9 @@ impl Inner {
             &mut |t| {
                 placed.push(self.place(job.keyspace, t, false)?);
                 Ok(())
+            },
+            &mut |key, reference| {
+                self.relocate_blob(&sparse, job.keyspace, key, reference, &mut moved)
             },
         );
         if let Err(e) = ran {
@@ -88,9 +95,11 @@ impl Inner {
         for t in job.inputs.iter().chain(&job.next_inputs) {
             t.mark_obsolete();
         }
+        drop(moved);
         drop(job);
         drop(version);
         inner.compactions.fetch_add(1, Ordering::Relaxed);
+        self.drop_unreferenced_blob_files_logged();
         Ok(true)
     }
 

@@ -53,6 +53,13 @@ pub struct StoreConfig {
     /// table is in the ring) and two of compaction's tables, at most a
     /// quarter of the room for tables.
     pub space_reserve_bytes: Option<u64>,
+    /// Values at least this long are kept in blob files, apart from the
+    /// tree (docs/FORMAT.md, "Blob files"): from
+    /// [`crate::blob::MIN_THRESHOLD_BYTES`] to
+    /// [`crate::blob::MAX_THRESHOLD_BYTES`]; default 16 KiB.
+    pub blob_threshold_bytes: usize,
+    /// Size of a blob file (a larger value gets a file of its own).
+    pub blob_file_bytes: u64,
 }
 
 /// Blocks the first device keeps for tables at the least when a store is
@@ -135,6 +142,8 @@ impl Default for StoreConfig {
             wal_sqpoll_idle_ms: None,
             lock_wait_ms: 10_000,
             space_reserve_bytes: None,
+            blob_threshold_bytes: 16 << 10,
+            blob_file_bytes: 64 << 20,
         }
     }
 }

@@ -14,6 +14,7 @@ pub(super) struct Placed {
     entries: u64,
     smallest: Vec<u8>,
     largest: Vec<u8>,
+    blob_refs: Vec<(u64, u64)>,
     /// The data blocks as written, to put in the block cache once the
     /// table is installed (a memtable flush's: the newest data is read
     /// most, and otherwise every read of it misses until it is read back).
@@ -172,7 +173,11 @@ impl Inner {
             inner.flushing.store(false, Ordering::Relaxed);
             inner.view_generation.fetch_add(1, Ordering::Release);
         }
+        inner
+            .tables_hold_upto
+            .fetch_max(last_seq, Ordering::Release);
         inner.flushes.fetch_add(1, Ordering::Relaxed);
+        self.drop_unreferenced_blob_files_logged();
         Ok(())
     }
 
@@ -348,6 +353,7 @@ impl Inner {
             entries: t.entries,
             smallest: t.smallest,
             largest: t.largest,
+            blob_refs: t.blob_refs,
             warm: if warm {
                 let mut data = t.bytes;
                 data.truncate(t.index_offset_blocks as usize * STORE_BLOCK_BYTES);
@@ -463,6 +469,7 @@ impl Inner {
                 entries: p.entries,
                 smallest: p.smallest,
                 largest: p.largest,
+                blob_refs: p.blob_refs,
             };
             edits.extend(std::iter::once(p.extent).chain(p.meta).map(Edit::Alloc));
             edits.push(Edit::AddTable(meta.clone()));

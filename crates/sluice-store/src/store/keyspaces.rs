@@ -105,6 +105,7 @@ impl Store {
         for t in &tables {
             t.mark_obsolete();
         }
+        inner.drop_unreferenced_blob_files_logged();
         Ok(())
     }
 

@@ -15,6 +15,7 @@
 //! - [`stats`]: what the store reports about itself.
 
 mod background;
+mod blobs;
 pub mod config;
 mod fill;
 mod flush;
@@ -33,6 +34,7 @@ pub use stats::{StoreStats, TablePlacement};
 pub use write::{LogMarks, Logged};
 
 use crate::batch::{OpKind, WriteBatch};
+use crate::blob::{self, BlobFile};
 use read::SnapshotRegistry;
 
 use crate::blocks::{with_io_priority, BlockDevice, Extent, STORE_BLOCK_BYTES};
@@ -213,6 +215,13 @@ struct Inner {
     retired_memtables: Mutex<Vec<Arc<RwLock<Memtable>>>>,
     /// The last table's buffer, for the next flush or compaction output.
     table_buffers: TableBuffers,
+    /// The blob file large values are appended to.
+    blob_appender: Mutex<blob::Appender>,
+    /// Every write up to this sequence is in the version's tables (raised
+    /// by a flush once its tables are in the version).
+    tables_hold_upto: AtomicU64,
+    /// Values compactions moved out of mostly-empty blob files.
+    blob_relocations: AtomicU64,
     wake: Condvar,
     wake_lock: Mutex<bool>,
 }

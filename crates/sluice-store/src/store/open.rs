@@ -145,6 +145,12 @@ impl Store {
                 .or_default()
                 .insert(Arc::new(Table::new(meta.clone(), reader, released.clone())));
         }
+        // Closed for appends; the memtable replayed from the log may
+        // reference any of them until its first flush.
+        for (&file_no, &extent) in &state.blob_files {
+            let file = BlobFile::new(file_no, extent, true, last_seq, released.clone());
+            version.blob_files.insert(file_no, Arc::new(file));
+        }
         let keyspaces = state
             .keyspaces
             .values()
@@ -157,7 +163,10 @@ impl Store {
             recovered.next_seq,
             config.wal_sqpoll_idle_ms,
         )?;
-        let active_bytes = memtable.approximate_bytes();
+        let active_bytes = memtable.approximate_bytes()
+            + memtable
+                .blob_value_bytes()
+                .min(config.write_buffer_bytes as u64) as usize;
         let active = Arc::new(RwLock::new(memtable));
         let writer = Writer {
             next_seq: last_seq + 1,
@@ -211,6 +220,9 @@ impl Store {
             flush_requested: AtomicBool::new(false),
             retired_memtables: Mutex::new(Vec::new()),
             table_buffers: TableBuffers::default(),
+            blob_appender: Mutex::new(blob::Appender::default()),
+            tables_hold_upto: AtomicU64::new(state.last_sequence),
+            blob_relocations: AtomicU64::new(0),
             wake: Condvar::new(),
             wake_lock: Mutex::new(false),
         });
@@ -333,6 +345,7 @@ fn reclaim_unreferenced(manifest: &mut Manifest) -> Result<()> {
         refer(t.data);
         refer(t.index);
     }
+    state.blob_files.values().copied().for_each(&mut refer);
     // The labels at the start of every device after the first.
     for &first in &member_starts {
         refer(Extent {

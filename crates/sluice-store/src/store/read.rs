@@ -161,9 +161,9 @@ impl Store {
                     continue;
                 }
             };
-            let active = read(&view.active);
+            let active_guard = read(&view.active);
             let frozen = view.frozen.as_ref().map(|f| read(f));
-            let active: &Memtable = &active;
+            let active: &Memtable = &active_guard;
             let both;
             let one = [active];
             let mems: &[&Memtable] = match &frozen {
@@ -173,7 +173,7 @@ impl Store {
                 }
                 None => &one,
             };
-            return version::get_or_miss(
+            let answered = version::get_or_miss(
                 &self.inner.dev,
                 mems,
                 &view.version,
@@ -182,7 +182,19 @@ impl Store {
                 seq,
                 wait,
                 f,
-            );
+            )?;
+            drop(frozen);
+            drop(active_guard);
+            return match answered {
+                Ok(r) => Ok(Ok(r)),
+                Err(version::Pending::Miss(miss)) => Ok(Err(miss)),
+                // Read with no lock held, waiting even for a caller that
+                // may not wait: a blob is a value of its own, read whole.
+                Err(version::Pending::Blob { file, reference, f }) => {
+                    let value = file.read_value(&self.inner.dev, &reference)?;
+                    Ok(Ok(f(Some(Found::in_blob(&value)))))
+                }
+            };
         }
     }
 
@@ -196,14 +208,28 @@ impl Store {
         let (mems, version) = self.read_view();
         let guards: Vec<_> = mems.iter().map(|m| read(m)).collect();
         let refs: Vec<&Memtable> = guards.iter().map(|g| &**g).collect();
-        version::get(
+        let answered = version::get_or_miss(
             &self.inner.dev,
             &refs,
             &version,
             keyspace,
             key,
             snapshot.seq,
-        )
+            true,
+            |v| v.map(|v| v.bytes().to_vec()),
+        )?;
+        drop(refs);
+        drop(guards);
+        match answered {
+            Ok(value) => Ok(value),
+            Err(version::Pending::Blob {
+                file, reference, ..
+            }) => {
+                let value = file.read_value(&self.inner.dev, &reference)?;
+                Ok(Some(Vec::from(value)))
+            }
+            Err(version::Pending::Miss(_)) => unreachable!("a read that may wait never misses"),
+        }
     }
 
     /// A streaming iterator over the live pairs of a keyspace in a key

@@ -35,6 +35,12 @@ pub struct StoreStats {
     pub table_data_bytes: u64,
     /// Versions in live tables.
     pub table_entries: u64,
+    /// Live blob files (large values kept apart from the tree).
+    pub blob_files: usize,
+    /// Bytes those files take on the device.
+    pub blob_bytes: u64,
+    /// Values compactions moved out of mostly-empty blob files since open.
+    pub blob_relocations: u64,
     /// Index + filter memory pinned by open tables, and its bound.
     pub pinned_index_bytes: usize,
     /// The bound on pinned index and filter memory.
@@ -145,6 +151,13 @@ impl Store {
             tables_per_level: per_level,
             table_data_bytes: data_bytes,
             table_entries,
+            blob_files: version.blob_files.len(),
+            blob_bytes: version
+                .blob_files
+                .values()
+                .map(|f| f.extent.block_count as u64 * STORE_BLOCK_BYTES as u64)
+                .sum(),
+            blob_relocations: inner.blob_relocations.load(Ordering::Relaxed),
             pinned_index_bytes: pinned,
             pinned_index_limit_bytes: inner.pin_budget.limit_bytes(),
             unpinned_tables: unpinned,

@@ -72,9 +72,15 @@ impl Store {
         let ring = inner.wal.layout().ring_blocks();
         let (buffered, frozen) = self.memtable_fill();
         let ring_full = inner.wal.used_blocks_hint() * 4 >= ring * 3;
-        if ring_full && !frozen && inner.config.background_compaction {
-            // Only a flush frees the ring, and the writes that would ask
-            // for one are the ones held back: ask here.
+        let memtable_full = buffered >= inner.config.write_buffer_bytes;
+        if (ring_full || memtable_full) && !frozen && inner.config.background_compaction {
+            // Only a flush frees the ring and the memtable, and the writes
+            // that would ask for one are the ones held back: ask here. (A
+            // write asks with the fill it found before it was applied: the
+            // last one before a hold, or one large value that took the
+            // memtable past twice the buffer at once, asked for nothing,
+            // and a flush that ended with the memtable already full
+            // leaves no writer to ask.)
             inner.flush_requested.store(true, Ordering::Release);
             inner.wake_background();
         }
@@ -144,7 +150,28 @@ impl Store {
 
     /// `stall`: the writer may flush and compact itself when the
     /// background thread is behind (off for [`Store::write_logged`]).
+    /// Large values go to blob files first, and the batch of their
+    /// references is logged.
     fn write_inner(
+        &self,
+        batch: &WriteBatch,
+        options: WriteOptions,
+        retried: bool,
+        stall: bool,
+    ) -> Result<Logged> {
+        let Some((separated, places)) = self.separate(batch)? else {
+            return self.write_logged_batch(batch, options, retried, stall);
+        };
+        let logged = self.write_logged_batch(&separated, options, retried, stall)?;
+        // The write is in the memtable: its files now count it there.
+        for place in places {
+            place.landed(logged.seq);
+        }
+        Ok(logged)
+    }
+
+    /// [`Store::write_inner`] of a batch whose large values are references.
+    fn write_logged_batch(
         &self,
         batch: &WriteBatch,
         options: WriteOptions,
@@ -216,7 +243,7 @@ impl Store {
                     inner.write_stalls.fetch_add(1, Ordering::Relaxed);
                     let us = started.elapsed().as_micros() as u64;
                     inner.write_stall_us.fetch_add(us, Ordering::Relaxed);
-                    return self.write_inner(batch, options, true, stall);
+                    return self.write_logged_batch(batch, options, true, stall);
                 }
                 other => other?,
             };
@@ -226,7 +253,7 @@ impl Store {
                 active.apply(first, batch);
                 inner
                     .active_bytes
-                    .store(active.approximate_bytes(), Ordering::Relaxed);
+                    .store(inner.memtable_weight(&active), Ordering::Relaxed);
             }
             // An unsynced write whose predecessors are all visible is made
             // visible here, without the pending map's lock: under the
@@ -369,8 +396,10 @@ impl Store {
         None
     }
 
-    fn check_room(&self, batch: &WriteBatch) -> Result<()> {
-        let deletes_only = batch.ops().all(|op| op.kind != OpKind::Put);
+    pub(super) fn check_room(&self, batch: &WriteBatch) -> Result<()> {
+        let deletes_only = batch
+            .ops()
+            .all(|op| !matches!(op.kind, OpKind::Put | OpKind::PutBlob));
         match self.writes_refused(deletes_only) {
             Some(why) => Err(StoreError::WritesRefused(why)),
             None => Ok(()),
