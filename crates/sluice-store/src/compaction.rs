@@ -194,6 +194,11 @@ pub(crate) fn stripe(snapshots: &[u64], seq: u64) -> usize {
     snapshots.partition_point(|&s| s < seq)
 }
 
+/// What a compaction asks of a blob reference it keeps (key, reference):
+/// a new reference when the value was moved.
+pub type Relocate<'a> =
+    dyn FnMut(&[u8], &[u8]) -> Result<Option<[u8; crate::blob::REF_BYTES]>> + 'a;
+
 /// Merges the job's tables into new tables for the next level, streaming:
 /// inputs are read block run by block run (not through the block cache)
 /// and each output is handed to `emit` as soon as it reaches
@@ -213,7 +218,7 @@ pub fn run(
     room_bytes: &dyn Fn() -> usize,
     buffers: &TableBuffers,
     emit: &mut dyn FnMut(BuiltTable) -> Result<()>,
-    relocate: &mut dyn FnMut(&[u8], &[u8]) -> Result<Option<[u8; crate::blob::REF_BYTES]>>,
+    relocate: &mut Relocate<'_>,
 ) -> Result<()> {
     let spec = CursorSpec {
         use_cache: false,
