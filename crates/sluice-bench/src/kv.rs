@@ -44,6 +44,11 @@ pub struct KvBenchArgs {
     /// Make every write durable before it returns (db_bench --sync).
     #[arg(long)]
     sync: bool,
+    /// Keep values of at least this many bytes apart from the tree on
+    /// both sides: db_bench's integrated BlobDB (`--enable_blob_files`,
+    /// with its garbage collection) and our blob files (4 KiB to 1 MiB).
+    #[arg(long = "min_blob_size")]
+    min_blob_size: Option<usize>,
     /// Run our log's engines on SQPOLL rings with this idle time (ms):
     /// commits then make no system call while the kernel threads are awake
     #[arg(long, value_name = "IDLE_MS")]
@@ -116,6 +121,13 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
             .context("db_bench not found: install Debian's rocksdb-tools (scripts/setup does), or pass --no-rocksdb")?;
     }
     let reads = args.reads.unwrap_or(args.num);
+    if let Some(n) = args.min_blob_size {
+        let ours = n.clamp(
+            sluice_store::blob::MIN_THRESHOLD_BYTES,
+            sluice_store::blob::MAX_THRESHOLD_BYTES,
+        );
+        println!("values of at least {n} bytes in blob files (ours from {ours} bytes: its bounds)");
+    }
     println!(
         "num {} keys of {} bytes, values {} bytes, {} reads, {} thread(s), sync {}, cache {} bytes; {} run(s) per side",
         args.num, args.key_size, args.value_size, reads, args.threads, args.sync, args.cache_size, args.repeat
@@ -186,10 +198,12 @@ fn fresh_store(args: &KvBenchArgs) -> Result<Store> {
     }
     let _ = std::fs::remove_file(&args.device);
     let dev = FileDevice::create(&args.device, device_bytes(args), &FileOptions::default())?;
+    let defaults = StoreConfig::default();
     let config = StoreConfig {
         block_cache_bytes: args.cache_size as usize,
         wal_sqpoll_idle_ms: args.wal_sqpoll,
-        ..StoreConfig::default()
+        blob_threshold_bytes: args.min_blob_size.unwrap_or(defaults.blob_threshold_bytes),
+        ..defaults
     };
     Ok(Store::create(Arc::new(dev) as Arc<dyn Device>, &config)?)
 }
@@ -365,6 +379,13 @@ fn run_db_bench(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Ve
         .arg(format!("--threads={}", args.threads))
         .arg(format!("--seek_nexts={}", args.seek_nexts))
         .arg(format!("--sync={}", args.sync))
+        .args(args.min_blob_size.map_or_else(Vec::new, |n| {
+            vec![
+                "--enable_blob_files=true".to_string(),
+                format!("--min_blob_size={n}"),
+                "--enable_blob_garbage_collection=true".to_string(),
+            ]
+        }))
         .args([
             "--use_direct_reads=true",
             "--use_direct_io_for_flush_and_compaction=true",

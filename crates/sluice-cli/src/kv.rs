@@ -244,6 +244,11 @@ pub fn run(args: &KvArgs) -> Result<()> {
             )?;
             writeln!(out, "keyspaces         {}", s.keyspaces.join(", "))?;
             writeln!(out, "tables per level  {:?}", s.tables_per_level)?;
+            writeln!(
+                out,
+                "blob files        {} ({} bytes), {} values moved out of mostly-empty ones",
+                s.blob_files, s.blob_bytes, s.blob_relocations
+            )?;
             if s.device_free_blocks.len() > 1 {
                 writeln!(out, "free per device   {:?}", s.device_free_blocks)?;
             }
