@@ -29,6 +29,14 @@ pub const MAX_THRESHOLD_BYTES: usize = 1 << 20;
 /// second copy of itself.
 const IO_CHUNK_BYTES: usize = 4 << 20;
 
+/// Records of at most this many bytes are gathered in memory and written
+/// together ([`BlobFile`]'s staging): a put of a 16 KiB value then costs
+/// a copy, not a device write of its own.
+pub const MAX_STAGED_RECORD_BYTES: usize = 256 << 10;
+/// Gathered records are written once they reach this many bytes (or
+/// before any log block that may reference them is written).
+const STAGING_BYTES: usize = 1 << 20;
+
 const RECORD_MAGIC: &[u8; 4] = b"SLBL";
 
 /// Where a value lies in a blob file: the tree's value for an entry of
@@ -104,6 +112,15 @@ pub struct BlobFile {
     in_flight: AtomicU32,
     obsolete: AtomicBool,
     released: Arc<Mutex<Vec<Extent>>>,
+    /// Whole records appended to the file and not yet written, from the
+    /// file's store block `first_block` on (reads look here first).
+    staging: Mutex<Staging>,
+}
+
+#[derive(Debug, Default)]
+struct Staging {
+    first_block: u64,
+    bytes: Vec<u8>,
 }
 
 impl BlobFile {
@@ -124,7 +141,36 @@ impl BlobFile {
             in_flight: AtomicU32::new(0),
             obsolete: AtomicBool::new(false),
             released,
+            staging: Mutex::new(Staging::default()),
         }
+    }
+
+    fn staging(&self) -> std::sync::MutexGuard<'_, Staging> {
+        self.staging.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes the records gathered in memory, if any.
+    pub fn write_staging(&self, dev: &BlockDevice) -> Result<()> {
+        let mut st = self.staging();
+        if st.bytes.is_empty() {
+            return Ok(());
+        }
+        dev.write(self.extent.start_block + st.first_block, &st.bytes)?;
+        st.first_block += (st.bytes.len() / STORE_BLOCK_BYTES) as u64;
+        st.bytes.clear();
+        Ok(())
+    }
+
+    /// The value `r` names if its record is still gathered in memory.
+    fn staged_value(&self, r: &BlobRef) -> Option<Bytes> {
+        let st = self.staging();
+        let record = r.record_block as u64;
+        if st.bytes.is_empty() || record < st.first_block {
+            return None;
+        }
+        let at = ((record - st.first_block) as usize) * STORE_BLOCK_BYTES + r.value_offset as usize;
+        let end = at.checked_add(usize::try_from(r.len).ok()?)?;
+        st.bytes.get(at..end).map(Bytes::copy_from_slice)
     }
 
     /// Whether a memtable may hold a reference into it: it is still
@@ -144,6 +190,9 @@ impl BlobFile {
     /// Reads the value `r` names, checking it against the file and its
     /// checksum.
     pub fn read_value(&self, dev: &BlockDevice, r: &BlobRef) -> Result<Bytes> {
+        if let Some(value) = self.staged_value(r) {
+            return self.checked(dev, r, value);
+        }
         let file_bytes = self.extent.block_count as u64 * STORE_BLOCK_BYTES as u64;
         let start = r.record_block as u64 * STORE_BLOCK_BYTES as u64 + r.value_offset as u64;
         let block = STORE_BLOCK_BYTES as u64;
@@ -168,11 +217,16 @@ impl BlobFile {
         }
         let skip = (start - first_block * block) as usize;
         let value = Bytes::from(buf).slice(skip..skip + r.len as usize);
+        self.checked(dev, r, value)
+    }
+
+    /// `value` if it has the checksum `r` says, a corruption error if not.
+    fn checked(&self, dev: &BlockDevice, r: &BlobRef, value: Bytes) -> Result<Bytes> {
         let crc = crc32c::crc32c(&value);
         if crc != r.crc {
             return Err(self.corrupt(
                 dev,
-                first_block,
+                r.record_block as u64,
                 format!(
                     "the value of {} bytes has CRC32C {crc:#010x}, its reference says {:#010x}",
                     r.len, r.crc
@@ -222,15 +276,7 @@ impl Reserved {
         key: &[u8],
         value: &[u8],
     ) -> Result<BlobRef> {
-        let crc = crc32c::crc32c(value);
-        let mut header = [0u8; RECORD_HEADER_BYTES];
-        header[0..4].copy_from_slice(RECORD_MAGIC);
-        header[4..8].copy_from_slice(&keyspace.to_le_bytes());
-        header[8..12].copy_from_slice(&(key.len() as u32).to_le_bytes());
-        header[12..16].copy_from_slice(&crc.to_le_bytes());
-        header[16..24].copy_from_slice(&(value.len() as u64).to_le_bytes());
-        let header_crc = crc32c::crc32c_append(crc32c::crc32c(&header[..28]), key);
-        header[28..32].copy_from_slice(&header_crc.to_le_bytes());
+        let (header, reference) = self.record(keyspace, key, value);
         let parts: [&[u8]; 3] = [&header, key, value];
         let total_blocks = record_blocks(key.len(), value.len());
         let mut staging =
@@ -260,13 +306,72 @@ impl Reserved {
         if !staging.is_empty() {
             flush(&mut staging, true)?;
         }
-        Ok(BlobRef {
+        Ok(reference)
+    }
+
+    /// Gathers the record in the file's memory instead of writing it (a
+    /// record of at most [`MAX_STAGED_RECORD_BYTES`]); called under the
+    /// appender's lock, which orders the records of a file. What was
+    /// gathered is written once it reaches [`STAGING_BYTES`], when the
+    /// file is closed, and before any log block is written
+    /// ([`Appender::write_staging`]).
+    pub fn stage(
+        &self,
+        dev: &BlockDevice,
+        keyspace: u32,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<BlobRef> {
+        let (header, reference) = self.record(keyspace, key, value);
+        let size =
+            (RECORD_HEADER_BYTES + key.len() + value.len()).next_multiple_of(STORE_BLOCK_BYTES);
+        let record = self.record_block as u64;
+        let (follows, full) = {
+            let st = self.file.staging();
+            (
+                st.first_block + (st.bytes.len() / STORE_BLOCK_BYTES) as u64 == record,
+                st.bytes.len() + size > STAGING_BYTES,
+            )
+        };
+        if !follows || full {
+            self.file.write_staging(dev)?;
+        }
+        let mut st = self.file.staging();
+        if st.bytes.is_empty() {
+            st.first_block = record;
+        }
+        st.bytes.extend_from_slice(&header);
+        st.bytes.extend_from_slice(key);
+        st.bytes.extend_from_slice(value);
+        let padded = st.bytes.len().next_multiple_of(STORE_BLOCK_BYTES);
+        st.bytes.resize(padded, 0);
+        Ok(reference)
+    }
+
+    /// The record's header and its reference.
+    fn record(
+        &self,
+        keyspace: u32,
+        key: &[u8],
+        value: &[u8],
+    ) -> ([u8; RECORD_HEADER_BYTES], BlobRef) {
+        let crc = crc32c::crc32c(value);
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        header[0..4].copy_from_slice(RECORD_MAGIC);
+        header[4..8].copy_from_slice(&keyspace.to_le_bytes());
+        header[8..12].copy_from_slice(&(key.len() as u32).to_le_bytes());
+        header[12..16].copy_from_slice(&crc.to_le_bytes());
+        header[16..24].copy_from_slice(&(value.len() as u64).to_le_bytes());
+        let header_crc = crc32c::crc32c_append(crc32c::crc32c(&header[..28]), key);
+        header[28..32].copy_from_slice(&header_crc.to_le_bytes());
+        let reference = BlobRef {
             file_no: self.file.file_no,
             record_block: self.record_block,
             value_offset: (RECORD_HEADER_BYTES + key.len()) as u32,
             len: value.len() as u64,
             crc,
-        })
+        };
+        (header, reference)
     }
 
     /// The write that references the record is in the memtable with
@@ -294,25 +399,26 @@ pub struct Appender {
 impl Appender {
     /// A place for a record of `blocks` in the current file, if it has
     /// room; otherwise None, and the caller opens a new file with
-    /// [`Appender::start`] (the old one is sealed here).
-    pub fn reserve(&mut self, blocks: u64) -> Option<Reserved> {
-        let file = self.file.as_ref()?;
+    /// [`Appender::start`] (the old one is written out and closed here).
+    pub fn reserve(&mut self, dev: &BlockDevice, blocks: u64) -> Result<Option<Reserved>> {
+        let Some(file) = self.file.as_ref() else {
+            return Ok(None);
+        };
         if self.next_block + blocks > file.extent.block_count as u64 {
-            file.sealed.store(true, Ordering::Release);
-            self.file = None;
-            return None;
+            self.seal(dev)?;
+            return Ok(None);
         }
         let record_block = self.next_block as u32;
         self.next_block += blocks;
         file.in_flight.fetch_add(1, Ordering::AcqRel);
-        Some(Reserved {
+        Ok(Some(Reserved {
             file: file.clone(),
             record_block,
-        })
+        }))
     }
 
     /// The place of the one record of a file of its own (a value larger
-    /// than a blob file): closed for appends at once.
+    /// than a quarter of a file): closed for appends at once.
     pub fn dedicated(file: Arc<BlobFile>) -> Reserved {
         // Counted in flight before it is sealed: never unreferenced between.
         file.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -324,19 +430,39 @@ impl Appender {
     }
 
     /// Appends from now on to `file` (just added to the version).
-    pub fn start(&mut self, file: Arc<BlobFile>) {
-        if let Some(old) = self.file.replace(file) {
-            old.sealed.store(true, Ordering::Release);
-        }
+    pub fn start(&mut self, dev: &BlockDevice, file: Arc<BlobFile>) -> Result<()> {
+        self.seal(dev)?;
+        self.file = Some(file);
         self.next_block = 0;
+        Ok(())
     }
 
-    /// Closes the current file for appends (a clean close, or a store
-    /// that stops).
-    pub fn seal(&mut self) {
-        if let Some(old) = self.file.take() {
+    /// Writes out what the current file gathered and closes it for
+    /// appends. The file stays current if the write fails (the caller's
+    /// write fails; a later one tries again).
+    pub fn seal(&mut self, dev: &BlockDevice) -> Result<()> {
+        if let Some(old) = &self.file {
+            old.write_staging(dev)?;
             old.sealed.store(true, Ordering::Release);
         }
+        self.file = None;
+        Ok(())
+    }
+
+    /// Writes what the current file gathered: called before any log
+    /// block goes to the device, so that no reference the log holds names
+    /// a record the device does not. The file's device is flushed too when
+    /// it is not `log_device` (the log's own flush covers blobs beside it).
+    pub fn write_staging(&self, dev: &BlockDevice, log_device: usize) -> Result<()> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let had = !file.staging().bytes.is_empty();
+        file.write_staging(dev)?;
+        if had && dev.member_of(file.extent.start_block) != log_device {
+            dev.flush_holding(file.extent.start_block)?;
+        }
+        Ok(())
     }
 }
 

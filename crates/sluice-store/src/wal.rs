@@ -199,7 +199,13 @@ pub struct Wal {
     flushes: AtomicU64,
     /// `State::tail_seq`, readable without the lock.
     tail_hint: AtomicU64,
+    /// Called before any log block goes to the device (the store writes
+    /// the blob records gathered in memory that the block may reference).
+    before_write: std::sync::OnceLock<BeforeWrite>,
 }
+
+/// What the log calls before it writes blocks.
+pub type BeforeWrite = Box<dyn Fn() -> Result<()> + Send + Sync>;
 
 impl std::fmt::Debug for Wal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -258,7 +264,21 @@ impl Wal {
             through_below: AtomicU64::new(next_seq),
             flushes: AtomicU64::new(0),
             tail_hint: AtomicU64::new(tail_seq),
+            before_write: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Has `f` called before any log block is written from now on (once
+    /// per log; a second call is ignored).
+    pub fn set_before_write(&self, f: BeforeWrite) {
+        let _ = self.before_write.set(f);
+    }
+
+    fn before_write(&self) -> Result<()> {
+        match self.before_write.get() {
+            Some(f) => f(),
+            None => Ok(()),
+        }
     }
 
     /// About how many ring blocks hold records not yet in tables (within
@@ -359,10 +379,10 @@ impl Wal {
     /// failure fails the log.
     fn write_staged(&self, staged: &[(u64, Vec<u8>)], durable: bool) -> Result<()> {
         let runs: Vec<(u64, &[u8])> = staged.iter().map(|(at, b)| (*at, &b[..])).collect();
-        let written = {
+        let written = self.before_write().and_then(|()| {
             let mut engine = self.commit_engine.lock().unwrap_or_else(|p| p.into_inner());
             self.dev.write_runs_on(engine.as_mut(), &runs, durable)
-        };
+        });
         if let Err(e) = &written {
             self.lock().failed = Some(e.to_string());
         }
@@ -562,6 +582,11 @@ impl Wal {
             return Ok(());
         };
         let block = batch.first_block;
+        if let Err(e) = self.before_write() {
+            // The batch's blocks are gone with it: the log takes no more.
+            st.failed = Some(e.to_string());
+            return Err(e);
+        }
         batch.buf.set_len(batch.blocks * STORE_BLOCK_BYTES);
         let lba = self.dev.lba_of(block);
         st.early
@@ -598,6 +623,10 @@ impl Wal {
         self.drain_early(st)?;
         let (first_seq, count) = self.stage_group(st);
         let runs = self.staged_runs(st, first_seq, count);
+        if let Err(e) = self.before_write() {
+            st.failed = Some(e.to_string());
+            return Err(e);
+        }
         for (at, bytes) in runs {
             if let Err(e) = self.dev.write(at, bytes) {
                 st.failed = Some(e.to_string());

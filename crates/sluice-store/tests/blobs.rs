@@ -333,3 +333,50 @@ fn compaction_moves_the_last_values_out_of_a_mostly_empty_file() {
         Some(value(99, 1, 100_000))
     );
 }
+
+/// Small blob records are gathered in memory and written before any log
+/// block that may reference them: whatever the log kept after a crash
+/// and a power cut reads back whole.
+#[test]
+fn gathered_records_land_before_the_log_blocks_that_reference_them() {
+    let cfg = config();
+    for (round, cut) in [(0u32, false), (1, true), (2, true)] {
+        let mem = Arc::new(MemoryDevice::new(4096, 16384));
+        Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+        let view = ProcessView::new(&mem);
+        let store = Store::open(view.clone() as Arc<dyn Device>, &cfg).unwrap();
+        let total = 300u32;
+        for i in 0..total {
+            let mut b = WriteBatch::new();
+            b.put(0, &key(i), &value(i, round, 20_000)).unwrap();
+            let logged = store.write_logged(&b).unwrap();
+            // Groups of a few, as a server's committer takes them; one
+            // durable point in the middle.
+            if i % 5 == 4 {
+                store.write_through(logged.position).unwrap();
+            }
+            if i == 150 {
+                store.make_durable(logged.position).unwrap();
+            }
+        }
+        view.kill();
+        std::mem::forget(store);
+        if cut {
+            mem.power_cut(PowerCutMode::DropUnflushed);
+        }
+        let store = Store::open(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+        let mut survivors = 0u32;
+        for i in 0..total {
+            if let Some(v) = store.get(0, &key(i)).unwrap() {
+                assert_eq!(v, value(i, round, 20_000), "round {round}: key {i} whole");
+                assert_eq!(survivors, i, "round {round}: survivors form a prefix");
+                survivors += 1;
+            }
+        }
+        let floor = if cut { 151 } else { 300 };
+        assert!(
+            survivors >= floor,
+            "round {round}: {survivors} of {total} survived, at least {floor} promised"
+        );
+    }
+}

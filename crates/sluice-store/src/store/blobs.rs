@@ -29,30 +29,30 @@ impl Store {
         }
         let mut out = WriteBatch::new();
         let mut reserved = Vec::new();
+        let mut direct_devices = BTreeSet::new();
         for op in batch.ops() {
             if !large(&op) {
                 out.push_op(&op)?;
                 continue;
             }
-            let place = self.inner.reserve_blob(op.key.len(), op.value.len())?;
-            let reference = place.write(&self.inner.dev, op.keyspace, op.key, op.value)?;
+            let (place, reference, staged) =
+                self.inner.place_blob(op.keyspace, op.key, op.value, true)?;
             out.put_blob(op.keyspace, op.key, &reference.encode());
+            if !staged {
+                direct_devices.insert(place.file.extent.start_block);
+            }
             reserved.push(place);
         }
-        // A blob on another device than the log's: the log's flush does
-        // not cover it, so it is made durable before its reference is
-        // logged.
-        let log_device = self
-            .inner
-            .dev
-            .member_of(self.inner.wal.layout().ring[0].start_block);
+        // A blob written on another device than the log's: the log's flush
+        // does not cover it, so it is made durable before its reference is
+        // logged. (Gathered records are written, and their device flushed,
+        // before any log block: `Inner::write_blob_staging`.)
+        let log_device = self.inner.log_device();
         let mut flushed = BTreeSet::new();
-        for place in &reserved {
-            let k = self.inner.dev.member_of(place.file.extent.start_block);
+        for block in direct_devices {
+            let k = self.inner.dev.member_of(block);
             if k != log_device && flushed.insert(k) {
-                self.inner
-                    .dev
-                    .flush_holding(place.file.extent.start_block)?;
+                self.inner.dev.flush_holding(block)?;
             }
         }
         Ok(Some((out, reserved)))
@@ -83,11 +83,30 @@ impl Inner {
             .saturating_add(usize::try_from(share).unwrap_or(usize::MAX))
     }
 
-    /// A place for a record of a `key_len`-byte key and `value_len`-byte
-    /// value: in the file being appended to, in a new one when it is full,
-    /// or in a file of its own for a value larger than a quarter of one.
-    fn reserve_blob(&self, key_len: usize, value_len: usize) -> Result<Reserved> {
-        let blocks = blob::record_blocks(key_len, value_len);
+    /// The device of the log.
+    pub(super) fn log_device(&self) -> usize {
+        self.dev.member_of(self.wal.layout().ring[0].start_block)
+    }
+
+    /// Writes the records gathered in memory (the log calls it before it
+    /// writes any block).
+    pub(super) fn write_blob_staging(&self) -> Result<()> {
+        lock(&self.blob_appender).write_staging(&self.dev, self.log_device())
+    }
+
+    /// Puts the record of (`keyspace`, `key`, `value`) in a blob file:
+    /// the file being appended to (gathered in memory with `stage` when it
+    /// is small, written at once otherwise), a new one when it is full, or
+    /// a file of its own for a value larger than a quarter of one. Returns
+    /// its place, its reference and whether it was gathered.
+    pub(super) fn place_blob(
+        &self,
+        keyspace: u32,
+        key: &[u8],
+        value: &[u8],
+        stage: bool,
+    ) -> Result<(Reserved, blob::BlobRef, bool)> {
+        let blocks = blob::record_blocks(key.len(), value.len());
         // A small device gets small files: a 32nd of it at most.
         let file_blocks = self
             .config
@@ -101,17 +120,29 @@ impl Inner {
         if blocks > file_blocks / 4 {
             let file = self.open_blob_file(blocks)?;
             let place = blob::Appender::dedicated(file);
-            return Ok(place);
+            let reference = place.write(&self.dev, keyspace, key, value)?;
+            return Ok((place, reference, false));
         }
         let mut appender = lock(&self.blob_appender);
-        if let Some(place) = appender.reserve(blocks) {
-            return Ok(place);
+        let place = match appender.reserve(&self.dev, blocks)? {
+            Some(place) => place,
+            None => {
+                let file = self.open_blob_file(file_blocks)?;
+                appender.start(&self.dev, file)?;
+                appender
+                    .reserve(&self.dev, blocks)?
+                    .expect("a new blob file has room for a record")
+            }
+        };
+        let record_bytes = blocks as usize * STORE_BLOCK_BYTES;
+        if stage && record_bytes <= blob::MAX_STAGED_RECORD_BYTES {
+            // Under the appender's lock: it orders a file's records.
+            let reference = place.stage(&self.dev, keyspace, key, value)?;
+            return Ok((place, reference, true));
         }
-        let file = self.open_blob_file(file_blocks)?;
-        appender.start(file);
-        Ok(appender
-            .reserve(blocks)
-            .expect("a new blob file has room for a record"))
+        drop(appender);
+        let reference = place.write(&self.dev, keyspace, key, value)?;
+        Ok((place, reference, false))
     }
 
     /// Allocates, logs and adds to the version a blob file of `blocks`,
@@ -230,14 +261,15 @@ impl Inner {
             return Ok(None);
         };
         let value = file.read_value(&self.dev, &r)?;
-        let place = match self.reserve_blob(key.len(), value.len()) {
-            Ok(place) => place,
+        // Written at once, not gathered: the compaction's tables are
+        // logged without the log's writes, which write what is gathered.
+        let (place, new) = match self.place_blob(keyspace, key, &value, false) {
+            Ok((place, new, _)) => (place, new),
             // Short of room: the value stays where it is; the compaction
             // goes on (it may be what frees room).
             Err(StoreError::WritesRefused(_) | StoreError::DeviceFull { .. }) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let new = place.write(&self.dev, keyspace, key, &value)?;
         moved.push(place);
         self.blob_relocations.fetch_add(1, Ordering::Relaxed);
         Ok(Some(new.encode()))

@@ -226,6 +226,15 @@ impl Store {
             wake: Condvar::new(),
             wake_lock: Mutex::new(false),
         });
+        // Blob records gathered in memory go to the device before any log
+        // block that may reference them.
+        let weak = Arc::downgrade(&inner);
+        inner
+            .wal
+            .set_before_write(Box::new(move || match weak.upgrade() {
+                Some(inner) => inner.write_blob_staging(),
+                None => Ok(()),
+            }));
         let background = config
             .background_compaction
             .then(|| {
