@@ -125,6 +125,10 @@ pub(super) fn execute(
         shared.monitors.feed(conn.session.id(), &conn.addr, args);
     }
     let started = std::time::Instant::now();
+    // One reading of the wall clock per command: its run's time and the
+    // client's last interaction (a clock read is a tenth of a pipelined
+    // LPUSH's time when taken five times).
+    let now_ms = super::now_ms();
     // Queued in MULTI, a command is counted when EXEC runs it.
     let queued = conn.tx.is_some() && !TX_CONTROL.contains(&name);
     conn.last_error = None;
@@ -137,13 +141,13 @@ pub(super) fn execute(
             remember_reads(shared, conn, id, args);
         }
     }
-    let wrote = execute_command(shared, conn, name, args, reads);
+    let wrote = execute_command(shared, conn, name, args, reads, now_ms);
     if wrote.is_some() {
         let stats = &shared.stats.by_worker[conn.worker];
         super::WorkerStats::add(&stats.changes, 1);
     }
+    let us = started.elapsed().as_micros() as u64;
     if !queued && !conn.script_pending {
-        let us = started.elapsed().as_micros() as u64;
         if let Some(id) = id {
             count_call(shared, conn.worker, id, us, conn.last_error);
         }
@@ -152,11 +156,10 @@ pub(super) fn execute(
     if conn.tx.is_none() && name != b"client" {
         conn.tracking_caching = false;
     }
-    publish_live(shared, conn);
+    publish_live(shared, conn, now_ms);
     if shared.tunables.slow.timing() {
         // A script is timed where it runs; a blocked command has not run.
         if !conn.script_pending && conn.blocked.is_none() {
-            let us = started.elapsed().as_micros() as u64;
             let name = conn.session.name().unwrap_or_default();
             shared
                 .slowlog
@@ -175,6 +178,7 @@ fn execute_command(
     name: &[u8],
     args: &Args,
     reads: &mut ReadCache,
+    now_ms: u64,
 ) -> Option<LogPosition> {
     if let Some(gated) = acl_gate(shared, conn, name, args) {
         if let Some(tx) = &mut conn.tx {
@@ -197,7 +201,7 @@ fn execute_command(
             shared.monitors.remove(conn.session.id());
             set_tracking(shared, conn, None);
         }
-        let mut ctx = Ctx::new(&shared.db, super::now_ms()).with_reads(reads);
+        let mut ctx = Ctx::new(&shared.db, now_ms).with_reads(reads);
         // The connection's database was created when it was selected.
         ctx.select(conn.session.db())
             .expect("a selected database exists");
@@ -244,11 +248,10 @@ fn remember_reads(shared: &Shared, conn: &Conn, id: acl::CommandId, args: &Args)
 }
 
 /// Brings what CLIENT LIST shows of `conn` up to date after a command.
-fn publish_live(shared: &Shared, conn: &Conn) {
+fn publish_live(shared: &Shared, conn: &Conn, now_ms: u64) {
     use super::clients::*;
     let live = &conn.live;
-    live.last_interaction_ms
-        .store(super::now_ms(), Ordering::Relaxed);
+    live.last_interaction_ms.store(now_ms, Ordering::Relaxed);
     let [channels, patterns, shards] = conn.subscriptions.counts();
     live.channels.store(channels as u32, Ordering::Relaxed);
     live.patterns.store(patterns as u32, Ordering::Relaxed);
