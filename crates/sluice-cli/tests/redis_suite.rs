@@ -24,6 +24,7 @@ const UNITS: &[&str] = &[
     "introspection",
     "bitops",
     "tracking",
+    "pause",
 ];
 
 #[test]

@@ -37,7 +37,13 @@ pub struct Ctx<'a> {
     /// The serving thread's cache of the store's view, for reads of keys
     /// the run holds locked ([`Ctx::begin`]); None: a fresh one each read.
     reads: Option<&'a mut ReadCache>,
+    /// Keys its reads found expired (physical database, key).
+    expired_seen: std::cell::RefCell<Vec<(Space, Vec<u8>)>>,
 }
+
+/// Most expired keys one run notes for lazy removal (the sweep takes the
+/// rest).
+pub const MAX_EXPIRED_SEEN: usize = 16;
 
 /// A transaction's batch and its writes indexed for reading.
 struct Tx<'a> {
@@ -62,7 +68,22 @@ impl<'a> Ctx<'a> {
             absent: std::cell::RefCell::new(Vec::new()),
             snapshot: std::cell::OnceCell::new(),
             reads: None,
+            expired_seen: std::cell::RefCell::new(Vec::new()),
         }
+    }
+
+    fn note_expired(&self, space: Space, key: &[u8]) {
+        let mut seen = self.expired_seen.borrow_mut();
+        if seen.len() < MAX_EXPIRED_SEEN && !seen.iter().any(|(s, k)| *s == space && k == key) {
+            seen.push((space, key.to_vec()));
+        }
+    }
+
+    /// The keys its reads found expired (up to [`MAX_EXPIRED_SEEN`]), for
+    /// the caller to remove once the run is done ([`Db::remove_if_expired`]:
+    /// Redis's lazy expiry).
+    pub fn take_expired_seen(&mut self) -> Vec<(Space, Vec<u8>)> {
+        std::mem::take(self.expired_seen.get_mut())
     }
 
     /// The run reads keys it holds locked through `reads`, the serving
@@ -227,6 +248,9 @@ impl<'a> Ctx<'a> {
             Some(found) => found.map(|b| Entry::decode(&b)).transpose()?,
             None => self.db.get_raw_at(space, key, self.at())?,
         };
+        if found.as_ref().is_some_and(|e| e.expired(self.now_ms)) {
+            self.note_expired(space, key);
+        }
         if self.recording() && found.as_ref().is_none_or(|e| e.expired(self.now_ms)) {
             self.absent.borrow_mut().push((space.index(), key.to_vec()));
         }
@@ -384,6 +408,9 @@ impl<'a> Ctx<'a> {
             return self.get_string(key);
         }
         let entry = self.db.get_raw_latest(self.space.get(), key)?;
+        if entry.as_ref().is_some_and(|e| e.expired(self.now_ms)) {
+            self.note_expired(self.space.get(), key);
+        }
         Self::string_of(entry.filter(|e| !e.expired(self.now_ms)))
     }
 

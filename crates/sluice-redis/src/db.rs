@@ -1108,6 +1108,33 @@ impl Db {
         Ok(())
     }
 
+    /// Removes `key` from `space` if its record has expired at `now_ms`
+    /// (a read found it so: Redis's lazy expiry), with its expiry index
+    /// entry and its members, as the sweep removes it. Nothing happens if
+    /// the key changed since and no longer expires by then.
+    pub fn remove_if_expired(
+        &self,
+        space: Space,
+        key: &[u8],
+        now_ms: u64,
+    ) -> Result<Swept, StoreError> {
+        let mut swept = Swept::default();
+        let _locked = self.lock(&[key]);
+        let Some(e) = self.get_raw(space, key)?.filter(|e| e.expired(now_ms)) else {
+            return Ok(swept);
+        };
+        let mut b = self.batch(space);
+        let (index_key, _) = expiry_entry(key, e.expire_at_ms);
+        b.batch.delete(space.expires, &index_key)?;
+        let at = self.store.snapshot();
+        remove_entry(&mut b, key, &e.value, || self.member_subs_at(&e.value, &at))?;
+        swept.seen = 1;
+        swept.removed = 1;
+        swept.expired = b.take_changes();
+        swept.position = Some(b.commit()?.position);
+        Ok(swept)
+    }
+
     /// Every member sub-key of a collection as of `at` (for removing a
     /// small one entry by entry).
     fn member_subs_at(&self, value: &Value, at: &Snapshot) -> Result<Vec<Vec<u8>>, StoreError> {

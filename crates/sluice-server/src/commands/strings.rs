@@ -158,7 +158,7 @@ pub fn get_borrowed<R>(
     now_ms: impl FnOnce() -> u64,
     emit: impl FnOnce(Result<Option<sluice_store::Found<'_>>, Reply>) -> R,
 ) -> R {
-    get_borrowed_or_miss(db, cache, space, key, true, now_ms, emit)
+    get_borrowed_or_miss(db, cache, space, key, true, now_ms, emit, || {})
         .unwrap_or_else(|_| unreachable!("a read that may wait never misses"))
 }
 
@@ -173,14 +173,19 @@ pub fn get_borrowed_or_miss<R>(
     wait: bool,
     now_ms: impl FnOnce() -> u64,
     emit: impl FnOnce(Result<Option<sluice_store::Found<'_>>, Reply>) -> R,
+    expired: impl FnOnce(),
 ) -> Result<R, sluice_store::CacheMiss> {
     let mut emit = Some(emit);
+    let mut expired = Some(expired);
     let read = db.get_raw_latest_or_miss(cache, space, key, wait, |raw| {
         let found = match raw.map(|r| Entry::string_view(r.bytes())).transpose() {
             Ok(None) => Ok(None),
             Ok(Some(None)) => Err(Reply::Error(WRONGTYPE.into())),
             // The clock is read only for a key that can expire.
             Ok(Some(Some((_, expire_at_ms)))) if expire_at_ms != 0 && expire_at_ms <= now_ms() => {
+                if let Some(tell) = expired.take() {
+                    tell();
+                }
                 Ok(None)
             }
             // The string is the record's tail.

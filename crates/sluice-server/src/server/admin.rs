@@ -211,6 +211,10 @@ fn execute_command(
             let writer = Some(conn.session.id());
             super::notify::command(shared, writer, args, &ctx.take_changes());
         }
+        let expired = ctx.take_expired_seen();
+        if !expired.is_empty() && !conn.script_pending {
+            expire_lazily(shared, &expired, now_ms);
+        }
         if matches!(name, b"flushdb" | b"flushall") && reply_is_ok(&reply) {
             shared.tracking.flush(shared);
         }
@@ -540,21 +544,54 @@ pub(super) fn get_key_or_miss(
     reads: &mut ReadCache,
     now_ms: &mut Option<u64>,
 ) -> Result<(), sluice_store::CacheMiss> {
-    let now_ms = || *now_ms.get_or_insert_with(super::now_ms);
     let space = shared.db.space_used(conn.session.db());
-    commands::get_borrowed_or_miss(
+    let mut expired_at = None;
+    let answered = commands::get_borrowed_or_miss(
         &shared.db,
         reads,
         space,
         key,
         wait,
-        now_ms,
+        || *now_ms.get_or_insert_with(super::now_ms),
         |found| match found {
             Ok(Some(value)) => conn.push_bulk(value),
             Ok(None) => conn.push_reply(&Reply::Null),
             Err(error) => conn.push_reply(&error),
         },
-    )
+        || expired_at = Some(()),
+    );
+    if expired_at.is_some() {
+        let now = *now_ms.get_or_insert_with(super::now_ms);
+        expire_lazily(shared, &[(space, key.to_vec())], now);
+    }
+    answered
+}
+
+/// Removes keys reads found expired, as Redis's lazy expiry does (counted
+/// in `expired_keys`, told as `expired` keyspace events) — unless CLIENT
+/// PAUSE holds writes, when keys expire logically and stay until it ends.
+/// A key written again meanwhile stays.
+pub(super) fn expire_lazily(shared: &Shared, keys: &[(sluice_redis::Space, Vec<u8>)], now_ms: u64) {
+    if shared.pause.active() {
+        return;
+    }
+    for (space, key) in keys {
+        match shared.db.remove_if_expired(*space, key, now_ms) {
+            Ok(swept) => {
+                if let Some(position) = swept.position {
+                    shared.committer.wrote(position);
+                }
+                super::notify::expired(shared, &swept.expired);
+                shared
+                    .stats
+                    .expired_keys
+                    .fetch_add(swept.removed as u64, Ordering::Relaxed);
+            }
+            Err(e) => {
+                log::warn!("removing an expired key a read found failed (the sweep will): {e}")
+            }
+        }
+    }
 }
 
 /// The device reads running `args` would wait for, up to `most`: for the
