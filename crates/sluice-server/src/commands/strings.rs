@@ -164,7 +164,9 @@ pub fn get_borrowed<R>(
 
 /// [`get_borrowed`], or with `wait` false, what it would have to read from
 /// the device first: then nothing is emitted, and the caller reads it
-/// (`sluice_store::FillQueue`) and asks again.
+/// (`sluice_store::FillQueue`) and asks again. `expired` is told when the
+/// key's record had expired (the caller removes it: lazy expiry).
+#[allow(clippy::too_many_arguments)]
 pub fn get_borrowed_or_miss<R>(
     db: &Db,
     cache: &mut sluice_store::ReadCache,
