@@ -332,6 +332,18 @@ fn seek_random(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>,
     Ok(picked.into_iter().collect())
 }
 
+/// Every member of set `c`, read from its floor hint on (no live member
+/// lies below it; see [`crate::db::EndHints`]).
+fn every_member_from_floor(ctx: &Ctx<'_>, c: Collection) -> Result<Vec<Vec<u8>>, Failure> {
+    let floor = ctx.db().end_hints(c.id).floor.unwrap_or_default();
+    let range = (Bound::Included(&floor[..]), Bound::Unbounded);
+    let mut out = Vec::with_capacity(c.len.min(1 << 16) as usize);
+    for item in ctx.members(c.id, range, false) {
+        out.push(item?.0);
+    }
+    Ok(out)
+}
+
 /// A set's first and last members (or bounds on them).
 type Ends = (Vec<u8>, Vec<u8>);
 
@@ -373,12 +385,13 @@ pub fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: u64) -> Result<Option<Vec<Vec<u
         ctx.commit(batch)?;
         return Ok(None);
     };
+    // A set popped one member at a time is soon mostly deleted entries
+    // the store skips until compaction drops them: a single pop seeks
+    // (a few of them skipped, not all), and taking every member starts at
+    // the floor an earlier pop left.
     let picked = if count >= set.c.len {
-        ctx.all_members(set.c.id)?
-            .into_iter()
-            .map(|(m, _)| m)
-            .collect()
-    } else if set.c.len > SEEK_PICKS_FROM && count <= set.c.len / 4 {
+        every_member_from_floor(ctx, set.c)?
+    } else if count == 1 || (set.c.len > SEEK_PICKS_FROM && count <= set.c.len / 4) {
         seek_random(ctx, set.c, count)?
     } else {
         random(ctx, set.c, count, false)?
