@@ -319,10 +319,25 @@ fn seek_random(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>,
             Ok(None)
         };
         // Past the last member: wrap to the first (only then is a second
-        // scan made).
+        // scan made). Each scan that ends tells where the live members
+        // end: nothing unpicked above the point, nothing below the member
+        // the wrap found (what this pop picked goes with it). Kept as the
+        // set's end hints, later points fall among live members, and no
+        // later pop walks again the deleted entries of earlier ones
+        // outside them (as a set popped nearly empty would, every time).
+        let tighten = !ctx.in_transaction();
         let found = match next_unpicked(&point)? {
             Some(member) => Some(member),
-            None => next_unpicked(&first)?,
+            None => {
+                if tighten {
+                    ctx.db().set_end_hint(c.id, false, point.clone());
+                }
+                let wrapped = next_unpicked(&first)?;
+                if let (Some(member), true) = (&wrapped, tighten) {
+                    ctx.db().set_end_hint(c.id, true, member.clone());
+                }
+                wrapped
+            }
         };
         match found {
             Some(member) => picked.insert(member),
