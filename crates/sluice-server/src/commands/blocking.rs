@@ -142,7 +142,7 @@ pub fn parse(name: &[u8], args: &Args) -> Result<Request, Failure> {
             let m = parse_lmpop(args, 2)?;
             let timeout = parse_timeout(&args[1])?;
             let keys = m.keys.iter().map(|k| k.to_vec()).collect();
-            request(Want::ListMulti(m.end, m.count), keys, timeout)
+            request(Want::ListMulti(m.side, m.count), keys, timeout)
         }
         b"xread" | b"xreadgroup" => {
             let r = super::streams::parse_read(args)?;
@@ -154,7 +154,7 @@ pub fn parse(name: &[u8], args: &Args) -> Result<Request, Failure> {
             let m = zsets::parse_multi_pop(args, 2)?;
             let timeout = parse_timeout(&args[1])?;
             let keys = m.keys.iter().map(|k| k.to_vec()).collect();
-            request(Want::ZSetMulti(m.max, m.count), keys, timeout)
+            request(Want::ZSetMulti(m.side, m.count), keys, timeout)
         }
     })
 }
@@ -213,7 +213,7 @@ pub fn try_serve(ctx: &mut Ctx<'_>, r: &Request) -> Result<Option<Reply>, Failur
         Want::ListMulti(end, count) => {
             let m = lists::MultiPop {
                 keys: r.keys.iter().map(|k| &k[..]).collect(),
-                end,
+                side: end,
                 count,
             };
             lists::multi_pop(ctx, &m)
@@ -242,7 +242,7 @@ pub fn try_serve(ctx: &mut Ctx<'_>, r: &Request) -> Result<Option<Reply>, Failur
         Want::ZSetMulti(max, count) => {
             let m = zsets::MultiPop {
                 keys: r.keys.iter().map(|k| &k[..]).collect(),
-                max,
+                side: max,
                 count,
             };
             zsets::multi_pop(ctx, &m)

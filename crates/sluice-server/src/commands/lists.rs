@@ -196,46 +196,12 @@ pub(super) fn rpoplpush(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     lmove_generic(ctx, &args[1], &args[2], End::Right, End::Left)
 }
 
-/// LMPOP's arguments: its keys, the end, the count.
-pub(crate) struct MultiPop<'a> {
-    /// The keys in the order given.
-    pub keys: Vec<&'a [u8]>,
-    /// LEFT or RIGHT.
-    pub end: End,
-    /// COUNT (1 when not given).
-    pub count: u64,
-}
+/// LMPOP's arguments: its keys, the end (LEFT|RIGHT), the count.
+pub(crate) type MultiPop<'a> = super::multi_pop::MultiPop<'a, End>;
 
 /// Parses `numkeys key... LEFT|RIGHT [COUNT n]` from `args[at..]`.
 pub(crate) fn parse_multi_pop(args: &Args, at: usize) -> Result<MultiPop<'_>, Failure> {
-    // Redis answers a count that is no integer with the range's message.
-    let numkeys = match string_to_i64(&args[at]) {
-        Some(n) if n >= 1 => n as usize,
-        _ => return Err(fail("ERR numkeys should be greater than 0")),
-    };
-    let where_at = at.saturating_add(numkeys).saturating_add(1);
-    if where_at >= args.len() {
-        return Err(fail(SYNTAX));
-    }
-    let end = end_of(&args[where_at])?;
-    let mut count = None;
-    let mut j = where_at + 1;
-    while j < args.len() {
-        if count.is_none() && args[j].eq_ignore_ascii_case(b"count") && j + 1 < args.len() {
-            count = Some(match string_to_i64(&args[j + 1]) {
-                Some(n) if n >= 1 => n as u64,
-                _ => return Err(fail("ERR count should be greater than 0")),
-            });
-            j += 2;
-        } else {
-            return Err(fail(SYNTAX));
-        }
-    }
-    Ok(MultiPop {
-        keys: args[at + 1..where_at].iter().map(|k| &k[..]).collect(),
-        end,
-        count: count.unwrap_or(1),
-    })
+    super::multi_pop::parse(args, at, end_of)
 }
 
 /// Pops from the first of `m.keys` holding a list: `[key, [items]]`, or
@@ -245,7 +211,7 @@ pub(crate) fn multi_pop(ctx: &mut Ctx<'_>, m: &MultiPop<'_>) -> Result<Option<Re
         if list::List::read(ctx, key)?.is_none() {
             continue;
         }
-        let items = list::pop(ctx, key, m.end, m.count)?.unwrap_or_default();
+        let items = list::pop(ctx, key, m.side, m.count)?.unwrap_or_default();
         return Ok(Some(Reply::Array(vec![
             Reply::Bulk(key.to_vec()),
             bulks(items),

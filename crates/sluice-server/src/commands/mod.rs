@@ -16,6 +16,7 @@ mod hyperloglog;
 mod keys;
 pub(crate) mod lists;
 pub mod long_double;
+pub(crate) mod multi_pop;
 mod object;
 mod server;
 pub mod set_group;

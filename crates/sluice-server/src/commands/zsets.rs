@@ -478,50 +478,20 @@ pub(super) fn zpopmax(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     pop_generic(ctx, args, true)
 }
 
-/// ZMPOP's arguments after its numkeys position `at`.
-pub(crate) struct MultiPop<'a> {
-    /// The keys in the order given.
-    pub keys: Vec<&'a [u8]>,
-    /// MAX (else MIN).
-    pub max: bool,
-    /// COUNT (1 when not given).
-    pub count: u64,
-}
+/// ZMPOP's arguments: its keys, the end (MAX: true, MIN: false), the
+/// count.
+pub(crate) type MultiPop<'a> = super::multi_pop::MultiPop<'a, bool>;
 
 /// Parses `numkeys key... MIN|MAX [COUNT n]` from `args[at..]`.
 pub(crate) fn parse_multi_pop(args: &Args, at: usize) -> Result<MultiPop<'_>, Failure> {
-    let numkeys = match string_to_i64(&args[at]) {
-        Some(n) if n >= 1 => n as usize,
-        _ => return Err(fail("ERR numkeys should be greater than 0")),
-    };
-    let where_at = at.saturating_add(numkeys).saturating_add(1);
-    if where_at >= args.len() {
-        return Err(fail(SYNTAX));
-    }
-    let max = if args[where_at].eq_ignore_ascii_case(b"min") {
-        false
-    } else if args[where_at].eq_ignore_ascii_case(b"max") {
-        true
-    } else {
-        return Err(fail(SYNTAX));
-    };
-    let mut count = None;
-    let mut j = where_at + 1;
-    while j < args.len() {
-        if count.is_none() && args[j].eq_ignore_ascii_case(b"count") && j + 1 < args.len() {
-            count = Some(match string_to_i64(&args[j + 1]) {
-                Some(n) if n >= 1 => n as u64,
-                _ => return Err(fail("ERR count should be greater than 0")),
-            });
-            j += 2;
+    super::multi_pop::parse(args, at, |arg| {
+        if arg.eq_ignore_ascii_case(b"min") {
+            Ok(false)
+        } else if arg.eq_ignore_ascii_case(b"max") {
+            Ok(true)
         } else {
-            return Err(fail(SYNTAX));
+            Err(fail(SYNTAX))
         }
-    }
-    Ok(MultiPop {
-        keys: args[at + 1..where_at].iter().map(|k| &k[..]).collect(),
-        max,
-        count: count.unwrap_or(1),
     })
 }
 
@@ -532,7 +502,7 @@ pub(crate) fn multi_pop(ctx: &mut Ctx<'_>, m: &MultiPop<'_>) -> Result<Option<Re
         if zset::get(ctx, key)?.is_none() {
             continue;
         }
-        let picked = zset::pop(ctx, key, m.count, m.max)?;
+        let picked = zset::pop(ctx, key, m.count, m.side)?;
         let pairs = picked
             .into_iter()
             .map(|(member, s)| Reply::Array(vec![Reply::Bulk(member), double(s)]))
