@@ -415,18 +415,26 @@ impl Session {
     }
 }
 
-/// SELECT: Sluice has one database, 0.
 /// SELECT's database: 0 to 15, else Redis's refusal.
 pub fn select(index: &[u8]) -> Result<u8, Reply> {
-    match crate::resp::string_to_i64(index) {
+    database_number(index, None).map_err(error)
+}
+
+/// A database number, 0 to 15, else Redis's refusal (ERR and its words):
+/// `refusal` replaces the words for an argument that is no integer or
+/// outside 32 bits (SWAPDB's "invalid first DB index").
+pub fn database_number(arg: &[u8], refusal: Option<&str>) -> Result<u8, String> {
+    let refused = |default: &str| format!("ERR {}", refusal.unwrap_or(default));
+    let n = crate::resp::string_to_i64(arg)
+        .ok_or_else(|| refused("value is not an integer or out of range"))?;
+    if i32::try_from(n).is_err() {
         // Redis's own wording.
-        Some(n) if i32::try_from(n).is_err() => Err(error(
-            "ERR value is out of range, value must between -2147483648 and 2147483647",
-        )),
-        Some(n) => u8::try_from(n)
-            .ok()
-            .filter(|&db| usize::from(db) < sluice_redis::DATABASES)
-            .ok_or_else(|| error("ERR DB index is out of range")),
-        None => Err(error("ERR value is not an integer or out of range")),
+        return Err(refused(
+            "value is out of range, value must between -2147483648 and 2147483647",
+        ));
     }
+    u8::try_from(n)
+        .ok()
+        .filter(|&db| usize::from(db) < sluice_redis::DATABASES)
+        .ok_or_else(|| "ERR DB index is out of range".to_string())
 }

@@ -63,18 +63,7 @@ fn clear(ctx: &Ctx<'_>, batch: &mut DbBatch<'_>, key: &[u8]) -> Result<(), Store
 /// int; `refusal` replaces both of its errors when given), then checked
 /// against the 16 databases.
 fn database_index(arg: &[u8], refusal: Option<&str>) -> Result<u8, Failure> {
-    let refused = |default: &str| fail(&format!("ERR {}", refusal.unwrap_or(default)));
-    let n = crate::resp::string_to_i64(arg)
-        .ok_or_else(|| refused("value is not an integer or out of range"))?;
-    if i32::try_from(n).is_err() {
-        return Err(refused(
-            "value is out of range, value must between -2147483648 and 2147483647",
-        ));
-    }
-    u8::try_from(n)
-        .ok()
-        .filter(|&db| usize::from(db) < sluice_redis::DATABASES)
-        .ok_or_else(|| fail("ERR DB index is out of range"))
+    crate::session::database_number(arg, refusal).map_err(Failure::Reply)
 }
 
 /// MOVE key db: the record goes to the other database; a collection's
