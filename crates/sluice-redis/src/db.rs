@@ -1368,6 +1368,40 @@ impl DbBatch<'_> {
         Ok(())
     }
 
+    /// Writes a changed collection's record, or removes it once the
+    /// collection is empty (Redis removes an empty collection's key); a
+    /// `new` collection that ends empty never had a record to remove.
+    /// Not for a stream, which Redis keeps when it empties.
+    pub fn finish_collection(
+        &mut self,
+        key: &[u8],
+        value: Value,
+        expire_at_ms: u64,
+        new: bool,
+    ) -> Result<(), StoreError> {
+        debug_assert!(
+            !matches!(value, Value::Stream { .. }),
+            "a stream stays when empty"
+        );
+        let empty = value.collection().is_some_and(|c| c.len == 0);
+        if empty {
+            return if new {
+                Ok(())
+            } else {
+                self.remove_record(key, &value)
+            };
+        }
+        let entry = Entry {
+            value,
+            expire_at_ms,
+        };
+        if new {
+            self.put_new(key, &entry)
+        } else {
+            self.put(key, &entry)
+        }
+    }
+
     /// Removes `key`'s record (and its `redis.collections` entry); a
     /// collection's members are the caller's ([`remove_entry`]).
     pub fn remove_record(&mut self, key: &[u8], value: &Value) -> Result<(), StoreError> {

@@ -208,21 +208,7 @@ impl List {
             c: self.c,
             head: self.head,
         };
-        if self.c.len == 0 {
-            if !self.new {
-                batch.remove_record(&self.key, &value)?;
-            }
-            return Ok(());
-        }
-        let entry = Entry {
-            value,
-            expire_at_ms: self.expire_at_ms,
-        };
-        if self.new {
-            batch.put_new(&self.key, &entry)
-        } else {
-            batch.put(&self.key, &entry)
-        }
+        batch.finish_collection(&self.key, value, self.expire_at_ms, self.new)
     }
 
     /// Rewrites positions `from ..` as `items` (the list's new tail from

@@ -74,22 +74,7 @@ impl Changing {
         if !self.changed {
             return Ok(());
         }
-        let value = Value::Set(self.c);
-        if self.c.len == 0 {
-            if !self.new {
-                batch.remove_record(&self.key, &value)?;
-            }
-            return Ok(());
-        }
-        let entry = Entry {
-            value,
-            expire_at_ms: self.expire_at_ms,
-        };
-        if self.new {
-            batch.put_new(&self.key, &entry)
-        } else {
-            batch.put(&self.key, &entry)
-        }
+        batch.finish_collection(&self.key, Value::Set(self.c), self.expire_at_ms, self.new)
     }
 }
 
