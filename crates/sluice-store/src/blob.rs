@@ -312,7 +312,7 @@ impl Reserved {
     /// Gathers the record in the file's memory instead of writing it (a
     /// record of at most [`MAX_STAGED_RECORD_BYTES`]); called under the
     /// appender's lock, which orders the records of a file. What was
-    /// gathered is written once it reaches [`STAGING_BYTES`], when the
+    /// gathered is written once it reaches 1 MiB, when the
     /// file is closed, and before any log block is written
     /// ([`Appender::write_staging`]).
     pub fn stage(

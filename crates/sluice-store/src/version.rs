@@ -272,7 +272,8 @@ impl CacheMiss {
     }
 }
 
-/// [`get`] with the value borrowed: `f` sees it (None: no live value) and
+/// The value of `key` at `snapshot`, searching the memtables (newest
+/// first) and then the tables, borrowed: `f` sees it (None: no live value) and
 /// its result is returned; nothing is copied on the way. With `wait`
 /// false, a read that needs an index or block no cache holds returns it
 /// instead of reading it (`f` is not called then). A value in a blob file
@@ -335,35 +336,4 @@ pub fn get_or_miss<R, F: FnOnce(Option<Found<'_>>) -> R>(
         }
     }
     Ok(Ok((f.take().expect("not called yet"))(None)))
-}
-
-/// The value of `key` at `snapshot`, searching the memtables (newest first)
-/// and then the tables. Each source is newer than every later one, so the
-/// first version found is the answer unless a range tombstone seen so far
-/// is newer.
-pub fn get(
-    dev: &BlockDevice,
-    memtables: &[&Memtable],
-    version: &Version,
-    keyspace: u32,
-    key: &[u8],
-    snapshot: u64,
-) -> Result<Option<Vec<u8>>> {
-    let answered = get_or_miss(
-        dev,
-        memtables,
-        version,
-        keyspace,
-        key,
-        snapshot,
-        true,
-        |v| v.map(|v| v.bytes().to_vec()),
-    )?;
-    match answered {
-        Ok(value) => Ok(value),
-        Err(Pending::Blob {
-            file, reference, ..
-        }) => Ok(Some(file.read_value(dev, &reference)?.to_vec())),
-        Err(Pending::Miss(_)) => unreachable!("a read that may wait never misses"),
-    }
 }

@@ -545,7 +545,7 @@ pub(super) fn get_key_or_miss(
     now_ms: &mut Option<u64>,
 ) -> Result<(), sluice_store::CacheMiss> {
     let space = shared.db.space_used(conn.session.db());
-    let mut expired_at = None;
+    let mut expired = false;
     let answered = commands::get_borrowed_or_miss(
         &shared.db,
         reads,
@@ -558,9 +558,9 @@ pub(super) fn get_key_or_miss(
             Ok(None) => conn.push_reply(&Reply::Null),
             Err(error) => conn.push_reply(&error),
         },
-        || expired_at = Some(()),
+        || expired = true,
     );
-    if expired_at.is_some() {
+    if expired {
         let now = *now_ms.get_or_insert_with(super::now_ms);
         expire_lazily(shared, &[(space, key.to_vec())], now);
     }
