@@ -15,6 +15,7 @@ use std::process::Command;
 const UNITS: &[&str] = &[
     "keyspace",
     "type/incr",
+    "type/hash",
     "multi",
     "quit",
     "expire",

@@ -280,7 +280,8 @@ struct EndHintTable {
 }
 
 /// What a server may tune in the data model while it serves (Redis's
-/// `CONFIG SET` names). Redis's memory-encoding thresholds are not here:
+/// `CONFIG SET` names). Of Redis's memory-encoding thresholds only the
+/// hash's are here (they bound how long a hash keeps its field order):
 /// every type keeps one layout on the device whatever its size.
 #[derive(Debug)]
 pub struct Settings {
@@ -294,7 +295,18 @@ pub struct Settings {
     /// Whether batches list the keys they change (keyspace
     /// notifications are on): [`DbBatch::changes`].
     pub record_changes: AtomicBool,
+    /// `hash-max-listpack-entries`: a hash with more fields loses its
+    /// field order (docs/FORMAT.md, "Members").
+    pub hash_order_entries: AtomicU64,
+    /// `hash-max-listpack-value`: a field or value longer than this drops
+    /// its hash's field order.
+    pub hash_order_value_bytes: AtomicU64,
 }
+
+/// Redis's `hash-max-listpack-entries` default.
+pub const HASH_ORDER_ENTRIES: u64 = 512;
+/// Redis's `hash-max-listpack-value` default.
+pub const HASH_ORDER_VALUE_BYTES: u64 = 64;
 
 impl Default for Settings {
     fn default() -> Settings {
@@ -302,6 +314,8 @@ impl Default for Settings {
             stream_node_entries: AtomicU64::new(crate::stream::NODE_ENTRIES),
             hll_sparse_max_bytes: AtomicU64::new(crate::hyperloglog::SPARSE_MAX_BYTES as u64),
             record_changes: AtomicBool::new(false),
+            hash_order_entries: AtomicU64::new(HASH_ORDER_ENTRIES),
+            hash_order_value_bytes: AtomicU64::new(HASH_ORDER_VALUE_BYTES),
         }
     }
 }

@@ -662,7 +662,9 @@ pub fn read(ctx: &Ctx<'_>, key: &[u8]) -> Result<Option<Dumped>, Failure> {
     let members = |id: u64| ctx.all_members(id);
     Ok(Some(match entry.value {
         Value::String(s) => Dumped::String(s),
-        Value::Hash(c) => Dumped::Hash(members(c.id)?),
+        Value::Hash { c, order } => {
+            Dumped::Hash(crate::hash::in_order(members(c.id)?, order.as_ref()))
+        }
         Value::Set(c) => Dumped::Set(members(c.id)?.into_iter().map(|(m, _)| m).collect()),
         // Sub-keys are indexes, big-endian: their order is the list's.
         Value::List { c, .. } => Dumped::List(members(c.id)?.into_iter().map(|(_, v)| v).collect()),
@@ -705,11 +707,17 @@ pub fn write(
         Dumped::String(s) => batch.put(key, &entry(Value::String(s))),
         Dumped::Hash(pairs) => {
             let id = ctx.db().new_id()?;
+            let order = {
+                let borrowed: Vec<(&[u8], &[u8])> =
+                    pairs.iter().map(|(f, v)| (&f[..], &v[..])).collect();
+                crate::hash::order_of(ctx, &borrowed)
+            };
             let fields: BTreeMap<Vec<u8>, Vec<u8>> = pairs.into_iter().collect();
             for (field, v) in &fields {
                 batch.put_member(key, id, field, v)?;
             }
-            batch.put_new(key, &entry(Value::Hash(collection(id, fields.len()))))
+            let c = collection(id, fields.len());
+            batch.put_new(key, &entry(Value::Hash { c, order }))
         }
         Dumped::Set(members) => {
             let id = ctx.db().new_id()?;

@@ -53,13 +53,105 @@ pub struct Collection {
     pub len: u64,
 }
 
+/// Bytes a hash's field order may take in its record: the record is read
+/// by every command on the key, so a longer order is dropped.
+pub const MAX_ORDER_BYTES: usize = 8192;
+
+/// A small hash's fields in the order they were first set, as its record
+/// lists them: `[field length u16 LE][field]` per field (docs/FORMAT.md).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FieldOrder {
+    bytes: Vec<u8>,
+    len: u64,
+}
+
+impl FieldOrder {
+    /// The fields, first set first.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let mut rest = &self.bytes[..];
+        std::iter::from_fn(move || {
+            let (n, tail) = rest.split_first_chunk::<2>()?;
+            let (field, tail) = tail.split_at(usize::from(u16::from_le_bytes(*n)));
+            rest = tail;
+            Some(field)
+        })
+    }
+
+    /// How many fields it lists.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it lists none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Appends `field`; false (and nothing appended) if the order would
+    /// pass [`MAX_ORDER_BYTES`]: the caller drops it.
+    pub fn push(&mut self, field: &[u8]) -> bool {
+        let Ok(n) = u16::try_from(field.len()) else {
+            return false;
+        };
+        if self.bytes.len() + 2 + field.len() > MAX_ORDER_BYTES {
+            return false;
+        }
+        self.bytes.extend_from_slice(&n.to_le_bytes());
+        self.bytes.extend_from_slice(field);
+        self.len += 1;
+        true
+    }
+
+    /// Removes `field`; whether it was listed.
+    pub fn remove(&mut self, field: &[u8]) -> bool {
+        let mut at = 0;
+        let mut found = None;
+        for listed in self.iter() {
+            if listed == field {
+                found = Some(at);
+                break;
+            }
+            at += 2 + listed.len();
+        }
+        let Some(at) = found else {
+            return false;
+        };
+        self.bytes.drain(at..at + 2 + field.len());
+        self.len -= 1;
+        true
+    }
+
+    /// Reads an order as a record holds it; None if malformed.
+    fn decode(bytes: &[u8]) -> Option<FieldOrder> {
+        if bytes.len() > MAX_ORDER_BYTES {
+            return None;
+        }
+        let mut len = 0u64;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let (n, tail) = rest.split_first_chunk::<2>()?;
+            rest = tail.get(usize::from(u16::from_le_bytes(*n))..)?;
+            len += 1;
+        }
+        Some(FieldOrder {
+            bytes: bytes.to_vec(),
+            len,
+        })
+    }
+}
+
 /// What a key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {
     /// A string.
     String(Vec<u8>),
     /// A hash; its fields are members `[id][field]`.
-    Hash(Collection),
+    Hash {
+        /// Id and field count.
+        c: Collection,
+        /// A small hash's fields in the order first set (None: byte order).
+        order: Option<FieldOrder>,
+    },
     /// A list; its items are members `[id][index u64 BE]`, at indexes
     /// `head .. head + len`.
     List {
@@ -87,7 +179,7 @@ impl Value {
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::String(_) => "string",
-            Value::Hash(_) => "hash",
+            Value::Hash { .. } => "hash",
             Value::List { .. } => "list",
             Value::Set(_) => "set",
             Value::ZSet(_) => "zset",
@@ -99,8 +191,8 @@ impl Value {
     pub fn collection(&self) -> Option<Collection> {
         match self {
             Value::String(_) => None,
-            Value::Hash(c) | Value::Set(c) | Value::ZSet(c) => Some(*c),
-            Value::List { c, .. } | Value::Stream { c, .. } => Some(*c),
+            Value::Set(c) | Value::ZSet(c) => Some(*c),
+            Value::Hash { c, .. } | Value::List { c, .. } | Value::Stream { c, .. } => Some(*c),
         }
     }
 
@@ -117,7 +209,7 @@ impl Value {
     fn type_byte(&self) -> u8 {
         match self {
             Value::String(_) => STRING,
-            Value::Hash(_) => HASH,
+            Value::Hash { .. } => HASH,
             Value::List { .. } => LIST,
             Value::Set(_) => SET,
             Value::ZSet(_) => ZSET,
@@ -200,6 +292,9 @@ impl Entry {
                 }
                 f(&[&header, &fixed[..16], &ids])
             }
+            Value::Hash {
+                order: Some(order), ..
+            } => f(&[&header, &fixed[..16], &order.bytes]),
             _ => f(&[&header, &fixed[..16]]),
         }
     }
@@ -246,7 +341,17 @@ impl Entry {
             }
         };
         let value = match bytes[0] {
-            HASH => exact(0, Value::Hash(c))?,
+            HASH if bytes.len() == COLLECTION_BYTES => Value::Hash { c, order: None },
+            HASH => {
+                let order = FieldOrder::decode(&bytes[COLLECTION_BYTES..]).ok_or_else(malformed)?;
+                if order.len != c.len {
+                    return Err(malformed());
+                }
+                Value::Hash {
+                    c,
+                    order: Some(order),
+                }
+            }
             SET => exact(0, Value::Set(c))?,
             ZSET => exact(0, Value::ZSet(c))?,
             LIST => {
@@ -306,8 +411,8 @@ impl Entry {
         let mut e = self.clone();
         match &mut e.value {
             Value::String(_) => {}
-            Value::Hash(c) | Value::Set(c) | Value::ZSet(c) => c.id = id,
-            Value::List { c, .. } | Value::Stream { c, .. } => c.id = id,
+            Value::Set(c) | Value::ZSet(c) => c.id = id,
+            Value::Hash { c, .. } | Value::List { c, .. } | Value::Stream { c, .. } => c.id = id,
         }
         e
     }
@@ -328,7 +433,11 @@ mod tests {
         for value in [
             Value::String(b"".to_vec()),
             Value::String(vec![9u8; 300]),
-            Value::Hash(c),
+            Value::Hash { c, order: None },
+            Value::Hash {
+                c,
+                order: Some(ordered(&[b"b", b"", b"a"])),
+            },
             Value::Set(c),
             Value::ZSet(c),
             Value::List { c, head: 1 << 63 },
@@ -360,8 +469,53 @@ mod tests {
         }
     }
 
+    fn ordered(fields: &[&[u8]]) -> FieldOrder {
+        let mut order = FieldOrder::default();
+        for f in fields {
+            assert!(order.push(f));
+        }
+        order
+    }
+
+    #[test]
+    fn a_field_order_keeps_first_set_first_and_stays_within_its_bound() {
+        let mut order = ordered(&[b"zeta", b"", b"alpha", b"mid"]);
+        assert!(order.remove(b""));
+        assert!(!order.remove(b"absent"));
+        let listed: Vec<&[u8]> = order.iter().collect();
+        assert_eq!(listed, [&b"zeta"[..], b"alpha", b"mid"]);
+        assert_eq!(order.len(), 3);
+        let long = vec![b'x'; MAX_ORDER_BYTES];
+        assert!(!order.push(&long), "past the bound");
+        assert_eq!(order.len(), 3, "a refused field leaves the order as it was");
+        let mut full = FieldOrder::default();
+        while full.push(b"0123456789") {}
+        assert!(full.bytes.len() <= MAX_ORDER_BYTES);
+        assert_eq!(full.len(), (MAX_ORDER_BYTES / 12) as u64);
+    }
+
     #[test]
     fn malformed_records_are_refused() {
+        let c = Collection { id: 1, len: 2 };
+        let one_field = Entry::new(Value::Hash {
+            c,
+            order: Some(ordered(&[b"f"])),
+        })
+        .encode();
+        let good = Entry::new(Value::Hash {
+            c,
+            order: Some(ordered(&[b"f", b"g"])),
+        })
+        .encode();
+        assert!(Entry::decode(&good).is_ok());
+        assert!(
+            Entry::decode(&one_field).is_err(),
+            "order lists fewer than size"
+        );
+        assert!(
+            Entry::decode(&good[..good.len() - 1]).is_err(),
+            "a field cut short"
+        );
         let list = Entry::new(Value::List {
             c: Collection { id: 1, len: 1 },
             head: 5,

@@ -57,7 +57,10 @@ pub fn legacy_hashes(db: &Db) -> Result<(), StoreError> {
             batch.remove_record(&key, &Value::String(Vec::new()))?;
         } else {
             let entry = Entry {
-                value: Value::Hash(Collection { id, len }),
+                value: Value::Hash {
+                    c: Collection { id, len },
+                    order: None,
+                },
                 expire_at_ms,
             };
             batch.put_new(&key, &entry)?;

@@ -6,9 +6,11 @@
 //! shared-memory rings (`--shm`).
 //!
 //! Where the two may differ by design the comparison says so: replies
-//! listing a hash's fields or KEYS are compared as sets (Redis lists in
-//! hash-table order, Sluice in key order), and PTTL / EXPIRETIME /
-//! PEXPIRETIME within the time the two servers' clocks are read apart.
+//! listing KEYS, a set's members or a large hash's fields are compared as
+//! sets (Redis lists in hash-table order, Sluice in key order; a small
+//! hash, which Redis keeps as a listpack, must list its fields in the same
+//! order), and PTTL / EXPIRETIME / PEXPIRETIME within the time the two
+//! servers' clocks are read apart.
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 mod common;
@@ -89,6 +91,16 @@ fn sorted_pairs(items: &[Reply]) -> Vec<String> {
     v
 }
 
+/// Whether a hash whose fields (and values) a reply lists, `per_field`
+/// items each, is one Redis keeps as a hash table (more than 512 fields or
+/// an item longer than 64 bytes, its defaults), whose order is its own.
+fn hash_table_sized(items: &[Reply], per_field: usize) -> bool {
+    items.len() / per_field > 512
+        || items
+            .iter()
+            .any(|r| matches!(r, Reply::Bulk(b) if b.len() > 64))
+}
+
 /// Whether two replies to `args` agree, by the rules in the module docs;
 /// `queued`: the commands an EXEC runs.
 fn agree(args: &[Vec<u8>], redis: &[u8], sluice: &[u8], queued: &[Vec<Vec<u8>>]) -> bool {
@@ -106,7 +118,10 @@ fn agree_reply(args: &[Vec<u8>], r: &Reply, s: &Reply, queued: &[Vec<Vec<u8>>]) 
                 && a.len() == queued.len()
                 && (0..a.len()).all(|i| agree_reply(&queued[i], &a[i], &b[i], &[]))
         }
-        (b"keys" | b"hkeys" | b"hvals", Reply::Array(a), Reply::Array(b)) => sorted(a) == sorted(b),
+        (b"keys", Reply::Array(a), Reply::Array(b)) => sorted(a) == sorted(b),
+        (b"hkeys" | b"hvals", Reply::Array(a), Reply::Array(b)) => {
+            hash_table_sized(a, 1) && sorted(a) == sorted(b)
+        }
         // Sets: Redis lists members in hash order, Sluice in byte order.
         (
             b"smembers" | b"sinter" | b"sunion" | b"sdiff",
@@ -119,19 +134,22 @@ fn agree_reply(args: &[Vec<u8>], r: &Reply, s: &Reply, queued: &[Vec<Vec<u8>>]) 
                 _ => false,
             }
         }
-        (b"hgetall", Reply::Array(a), Reply::Array(b)) => sorted_pairs(a) == sorted_pairs(b),
+        (b"hgetall", Reply::Array(a), Reply::Array(b)) => {
+            hash_table_sized(a, 2) && sorted_pairs(a) == sorted_pairs(b)
+        }
         (b"hgetall", Reply::Map(a), Reply::Map(b)) => {
             let flat = |m: &Vec<(Reply, Reply)>| {
                 let mut v: Vec<String> = m.iter().map(|p| format!("{p:?}")).collect();
                 v.sort();
                 v
             };
-            flat(a) == flat(b)
+            let items: Vec<Reply> = a.iter().flat_map(|(f, v)| [f.clone(), v.clone()]).collect();
+            hash_table_sized(&items, 2) && flat(a) == flat(b)
         }
         (b"hscan", Reply::Array(a), Reply::Array(b)) if a.len() == 2 && b.len() == 2 => {
             match (&a[1], &b[1]) {
                 (Reply::Array(x), Reply::Array(y)) => {
-                    a[0] == b[0] && sorted_pairs(x) == sorted_pairs(y)
+                    a[0] == b[0] && hash_table_sized(x, 2) && sorted_pairs(x) == sorted_pairs(y)
                 }
                 _ => false,
             }
@@ -523,6 +541,94 @@ fn big_and_small_hashes_go_whole() {
             "HGETALL h",
         ]))
         .unwrap();
+    }
+}
+
+/// A small hash lists its fields in the order first set, as Redis lists a
+/// listpack: replies compared byte for byte (the comparison accepts
+/// another order only for a hash Redis keeps as a hash table). Overwrites
+/// keep a field's place, a field deleted and set again goes last, DUMP
+/// and RESTORE keep the order, and past either threshold the hash becomes
+/// a hash table for good. The thresholds are set back at the end.
+#[test]
+fn small_hashes_keep_the_order_fields_were_set_in() {
+    compare(&script(&[
+        "HSET h zebra 1 apple 2 mango 3",
+        "HGETALL h",
+        "OBJECT ENCODING h",
+        "HSET h apple 9 kiwi 4",
+        "HDEL h zebra",
+        "HSET h zebra 5",
+        "HINCRBY h counter 1",
+        "HSETNX h first 1",
+        "HKEYS h",
+        "HVALS h",
+        "HSCAN h 0",
+        "HSCAN h 0 MATCH *a*",
+        "EVAL \"return redis.call('HGETALL', KEYS[1])\" 1 h",
+        "COPY h copied",
+        "HGETALL copied",
+        "RENAME copied renamed",
+        "HKEYS renamed",
+        "CONFIG SET hash-max-listpack-entries 4",
+        "HSET small b 1 a 2 c 3",
+        "HGETALL small",
+        "HSET small d 4 e 5",
+        "OBJECT ENCODING small",
+        "HDEL small e d",
+        "OBJECT ENCODING small",
+        "CONFIG SET hash-max-listpack-entries 512",
+        "CONFIG SET hash-max-listpack-value 3",
+        "HSET short y 1 x 22 w 333",
+        "OBJECT ENCODING short",
+        "HSET short v 4444",
+        "OBJECT ENCODING short",
+        "CONFIG SET hash-max-listpack-value 64",
+        "HSET long y 1 x 2",
+        "HSET long w 0123456789012345678901234567890123456789012345678901234567890123456789",
+        "OBJECT ENCODING long",
+        "HSET restored y 1 x 2 w 3",
+        "FLUSHALL",
+    ]))
+    .unwrap();
+    // DUMP's payload is Redis's own encoding, so the two payloads differ;
+    // each server restores its own and must read it back in order.
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = Client::connect_port(p.redis.port);
+    let mut s = Client::connect(p.sluice.addr);
+    for c in [&mut r, &mut s] {
+        c.call(&[b"FLUSHALL"]);
+        c.call(&[b"HSET", b"h", b"y", b"1", b"x", b"2", b"w", b"3"]);
+    }
+    let payload = |c: &mut Client| -> Vec<u8> {
+        match decode(&c.call(&[b"DUMP", b"h"])) {
+            Reply::Bulk(b) => b,
+            other => panic!("DUMP: {other:?}"),
+        }
+    };
+    let (rp, sp) = (payload(&mut r), payload(&mut s));
+    // Each server restores the other's payload too: Sluice reads Redis's
+    // listpack in its order, Redis reads Sluice's in its.
+    for (c, own, other) in [(&mut r, &rp, &sp), (&mut s, &sp, &rp)] {
+        c.call(&[b"RESTORE", b"own", b"0", own]);
+        c.call(&[b"RESTORE", b"other", b"0", other]);
+    }
+    for key in [&b"h"[..], b"own", b"other"] {
+        let expected = r.call(&[b"HGETALL", key]);
+        assert_eq!(
+            s.call(&[b"HGETALL", key]),
+            expected,
+            "{}",
+            String::from_utf8_lossy(key)
+        );
+        assert_eq!(
+            expected,
+            b"*6\r\n$1\r\ny\r\n$1\r\n1\r\n$1\r\nx\r\n$1\r\n2\r\n$1\r\nw\r\n$1\r\n3\r\n"
+        );
+    }
+    for c in [&mut r, &mut s] {
+        c.call(&[b"FLUSHALL"]);
     }
 }
 
@@ -1623,11 +1729,15 @@ fn memory_usage_grows_with_what_a_key_holds() {
     }
     let sampled = usage(&mut c, &[b"MEMORY", b"USAGE", b"h"]);
     let every = usage(&mut c, &[b"MEMORY", b"USAGE", b"h", b"SAMPLES", b"0"]);
-    // 200 entries of 8 + 9 + 50 bytes each, and the record.
-    assert!((200 * 67..200 * 67 + 200).contains(&every), "{every}");
+    // 200 entries of 8 + 9 + 50 bytes each, and the record with its field
+    // order (2 + 9 bytes a field).
+    let entries = 200 * 67 + 200 * 11;
+    assert!((entries..entries + 200).contains(&every), "{every}");
     assert_eq!(sampled, every, "fields of one size: the sample is exact");
+    // A value past hash-max-listpack-value: one more entry, no field order.
     c.call(&[b"HSET", b"h", b"big", &[b'v'; 5000]]);
-    assert!(usage(&mut c, &[b"MEMORY", b"USAGE", b"h", b"SAMPLES", b"0"]) > every + 5000);
+    let grown = usage(&mut c, &[b"MEMORY", b"USAGE", b"h", b"SAMPLES", b"0"]);
+    assert_eq!(grown, every + 8 + 3 + 5000 - 200 * 11);
 }
 
 /// Redis's tuning parameters: checked with Redis's bounds and texts, kept,

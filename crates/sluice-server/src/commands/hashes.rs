@@ -1,7 +1,7 @@
-//! Hash commands, following Redis 7.0's t_hash.c. Fields are listed in
-//! field order (Redis lists a small hash in insertion order: clients that
-//! need an order sort, and the differential test compares these replies
-//! as sets).
+//! Hash commands, following Redis 7.0's t_hash.c. A small hash's fields
+//! are listed in the order first set, as Redis lists a hash it keeps as a
+//! listpack; a larger one's in byte order (Redis's hash table has an order
+//! of its own, so clients of a large hash do not rely on one).
 
 use super::keys::{parse_cursor, parse_scan_options};
 use super::*;

@@ -72,7 +72,8 @@ fn string_encoding(s: &[u8]) -> &'static str {
 fn encoding(value: &Value) -> &'static str {
     match value {
         Value::String(s) => string_encoding(s),
-        Value::Hash(_) | Value::Set(_) => "hashtable",
+        Value::Hash { order: Some(_), .. } => "listpack",
+        Value::Hash { .. } | Value::Set(_) => "hashtable",
         Value::List { .. } => "quicklist",
         Value::ZSet(_) => "skiplist",
         Value::Stream { .. } => "stream",

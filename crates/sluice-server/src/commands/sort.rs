@@ -107,7 +107,7 @@ fn by_pattern(ctx: &Ctx<'_>, pattern: &[u8], element: &[u8]) -> Result<Option<Ve
         ) => Some(s),
         (
             Some(Entry {
-                value: Value::Hash(_),
+                value: Value::Hash { .. },
                 ..
             }),
             Some(field),

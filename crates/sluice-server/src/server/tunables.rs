@@ -51,6 +51,10 @@ enum Effect {
     StreamNodeEntries,
     /// `hll-sparse-max-bytes`: the data model's setting of it.
     HllSparseMaxBytes,
+    /// How many fields a hash may have and keep its field order.
+    HashOrderEntries,
+    /// How long a hash's fields and values may be and keep its order.
+    HashOrderValueBytes,
     /// `notify-keyspace-events`: which events go out.
     Notify,
     /// How long a script runs before other clients get BUSY.
@@ -114,18 +118,21 @@ const fn aliased(
 /// Redis 7.0's parameters Sluice takes, with Redis's bounds and defaults.
 static TUNABLES: &[Tunable] = &[
     // Memory encodings: every type has one layout on Sluice's device.
-    aliased(
-        "hash-max-listpack-entries",
-        "hash-max-ziplist-entries",
-        int(0, LONG_MAX),
-        "512",
-    ),
-    aliased(
-        "hash-max-listpack-value",
-        "hash-max-ziplist-value",
-        bytes(0, LONG_MAX),
-        "64",
-    ),
+    // A hash within both keeps its fields in the order first set.
+    Tunable {
+        name: "hash-max-listpack-entries",
+        alias: Some("hash-max-ziplist-entries"),
+        kind: int(0, LONG_MAX),
+        default: "512",
+        effect: Effect::HashOrderEntries,
+    },
+    Tunable {
+        name: "hash-max-listpack-value",
+        alias: Some("hash-max-ziplist-value"),
+        kind: bytes(0, LONG_MAX),
+        default: "64",
+        effect: Effect::HashOrderValueBytes,
+    },
     aliased(
         "list-max-listpack-size",
         "list-max-ziplist-size",
@@ -378,6 +385,18 @@ impl Tunables {
                 let most = value.parse::<u64>().expect("checked as a byte count");
                 db.settings
                     .hll_sparse_max_bytes
+                    .store(most, Ordering::Relaxed);
+            }
+            Effect::HashOrderEntries => {
+                let most = value.parse::<u64>().expect("checked as an integer");
+                db.settings
+                    .hash_order_entries
+                    .store(most, Ordering::Relaxed);
+            }
+            Effect::HashOrderValueBytes => {
+                let most = value.parse::<u64>().expect("checked as a byte count");
+                db.settings
+                    .hash_order_value_bytes
                     .store(most, Ordering::Relaxed);
             }
             Effect::StreamNodeEntries => {
