@@ -270,6 +270,9 @@ pub struct EndHints {
     pub floor: Option<Vec<u8>>,
     /// No live member's sub-key is above this.
     pub ceiling: Option<Vec<u8>>,
+    /// Members popped at random since the hints were first set: deleted
+    /// entries the store may still hold among the live ones.
+    pub popped: u64,
 }
 
 #[derive(Debug, Default)]
@@ -277,6 +280,9 @@ struct EndHintTable {
     /// Whether `by_id` may hold anything (a member write looks first).
     any: AtomicBool,
     by_id: Mutex<HashMap<u64, EndHints>>,
+    /// Live members a set's pops near its floor draw from next (see
+    /// `set::pop_near_floor`), at most [`END_HINTS_MOST`] sets' worth.
+    candidates: Mutex<HashMap<u64, Vec<Vec<u8>>>>,
 }
 
 /// What a server may tune in the data model while it serves (Redis's
@@ -484,6 +490,59 @@ impl Db {
         self.end_hints.any.store(true, Ordering::Release);
     }
 
+    /// Counts `n` members of collection `id` popped at random (committed,
+    /// outside a transaction); nothing while it has no hints.
+    pub fn count_pops(&self, id: u64, n: u64) {
+        if !self.end_hints.any.load(Ordering::Acquire) {
+            return;
+        }
+        let mut by_id = self
+            .end_hints
+            .by_id
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(hints) = by_id.get_mut(&id) {
+            hints.popped = hints.popped.saturating_add(n);
+        }
+    }
+
+    /// Takes one of the members a pop of set `id` may draw next, at
+    /// random (see [`Db::set_pop_candidates`]); None when none are left.
+    pub fn take_pop_candidate(&self, id: u64, rng: &mut impl rand::Rng) -> Option<Vec<u8>> {
+        if !self.end_hints.any.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut all = self
+            .end_hints
+            .candidates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let list = all.get_mut(&id)?;
+        if list.is_empty() {
+            all.remove(&id);
+            return None;
+        }
+        let at = rng.gen_range(0..list.len());
+        Some(list.swap_remove(at))
+    }
+
+    /// Keeps `members` of set `id`, live when the caller (holding the
+    /// set's key locked) read them, for its next pops to draw from. A
+    /// later removal may leave one stale, so a pop checks what it draws;
+    /// any member written forgets them with the hints.
+    pub fn set_pop_candidates(&self, id: u64, members: Vec<Vec<u8>>) {
+        let mut all = self
+            .end_hints
+            .candidates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if all.len() >= END_HINTS_MOST && !all.contains_key(&id) {
+            all.clear();
+        }
+        all.insert(id, members);
+        self.end_hints.any.store(true, Ordering::Release);
+    }
+
     /// Drops collection `id`'s hints (a member is being written).
     fn forget_end_hints(&self, id: u64) {
         if self.end_hints.any.load(Ordering::Acquire) {
@@ -493,6 +552,12 @@ impl Db {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             by_id.remove(&id);
+            drop(by_id);
+            self.end_hints
+                .candidates
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
         }
     }
 

@@ -332,6 +332,66 @@ fn seek_random(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>,
     Ok(picked.into_iter().collect())
 }
 
+/// A set popped at random this many times over its live members since
+/// its hints were set is mostly deleted entries: a random point would
+/// walk past many of them to a live member, so its pops take from the
+/// floor instead ([`pop_near_floor`]).
+const SPARSE_POPS_PER_MEMBER: u64 = 2;
+
+/// Live members a pop near the floor reads at once, for its later pops
+/// to draw from.
+const FLOOR_CANDIDATES: usize = 64;
+
+/// Whether set `c` is popped sparse (see [`SPARSE_POPS_PER_MEMBER`]).
+/// Never in a transaction, whose view may hold its own uncommitted pops.
+fn popped_sparse(ctx: &Ctx<'_>, c: Collection) -> bool {
+    if ctx.in_transaction() {
+        return false;
+    }
+    let hints = ctx.db().end_hints(c.id);
+    hints.floor.is_some() && hints.popped >= SPARSE_POPS_PER_MEMBER.saturating_mul(c.len)
+}
+
+/// `count` distinct members of set `c` (fewer than it has), drawn at
+/// random from its lowest live members: [`FLOOR_CANDIDATES`] of them are
+/// read from the floor hint on at a time and kept (the floor raised to
+/// the first), and each pop draws from those left, checking the one it
+/// draws is still there. So the deleted entries below the floor are
+/// walked once, not once a pop. Random among the lowest members only:
+/// SPOP of a set mostly popped already trades the spread of its picks for
+/// not walking its deleted entries.
+fn pop_near_floor(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>, Failure> {
+    let db = ctx.db();
+    let mut rng = rand::thread_rng();
+    let mut out: BTreeSet<Vec<u8>> = BTreeSet::new();
+    while (out.len() as u64) < count {
+        if let Some(m) = db.take_pop_candidate(c.id, &mut rng) {
+            if !out.contains(&m) && ctx.member(c.id, &m)?.is_some() {
+                out.insert(m);
+            }
+            continue;
+        }
+        let floor = db.end_hints(c.id).floor.unwrap_or_default();
+        let want = FLOOR_CANDIDATES.max((count as usize).saturating_sub(out.len()));
+        let mut read = Vec::with_capacity(want.min(1 << 16));
+        for item in ctx.members(c.id, (Bound::Included(&floor[..]), Bound::Unbounded), false) {
+            let (m, _) = item?;
+            if !out.contains(&m) {
+                read.push(m);
+                if read.len() == want {
+                    break;
+                }
+            }
+        }
+        let Some(first) = read.first() else {
+            break;
+        };
+        db.set_end_hint(c.id, true, first.clone());
+        db.set_pop_candidates(c.id, read);
+    }
+    Ok(out.into_iter().collect())
+}
+
 /// Every member of set `c`, read from its floor hint on (no live member
 /// lies below it; see [`crate::db::EndHints`]).
 fn every_member_from_floor(ctx: &Ctx<'_>, c: Collection) -> Result<Vec<Vec<u8>>, Failure> {
@@ -389,9 +449,13 @@ pub fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: u64) -> Result<Option<Vec<Vec<u
     // the store skips until compaction drops them: a single pop seeks
     // (a few of them skipped, not all), and taking every member starts at
     // the floor an earlier pop left.
+    let id = set.c.id;
+    let seek = count == 1 || (set.c.len > SEEK_PICKS_FROM && count <= set.c.len / 4);
     let picked = if count >= set.c.len {
         every_member_from_floor(ctx, set.c)?
-    } else if count == 1 || (set.c.len > SEEK_PICKS_FROM && count <= set.c.len / 4) {
+    } else if seek && popped_sparse(ctx, set.c) {
+        pop_near_floor(ctx, set.c, count)?
+    } else if seek {
         seek_random(ctx, set.c, count)?
     } else {
         random(ctx, set.c, count, false)?
@@ -401,6 +465,9 @@ pub fn pop(ctx: &mut Ctx<'_>, key: &[u8], count: u64) -> Result<Option<Vec<Vec<u
     }
     set.finish(&mut batch)?;
     ctx.commit(batch)?;
+    if !ctx.in_transaction() {
+        ctx.db().count_pops(id, picked.len() as u64);
+    }
     Ok(Some(picked))
 }
 

@@ -99,3 +99,72 @@ fn set_pops_take_distinct_members_the_set_held_and_leave_the_rest() {
         "{popped_low} of ~1,500 from the lower half"
     );
 }
+
+/// A set popped one member at a time until empty: once its pops
+/// outnumber its live members it draws from members read near its floor
+/// (kept between pops), so members removed meanwhile by SREM and SMOVE,
+/// and members added back, must be seen: every pop takes a member the
+/// set holds, never one twice, and the set ends empty.
+#[test]
+fn set_pops_to_empty_see_removals_and_adds_between_them() {
+    let db = db();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+    let mut model: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let mut ctx = Ctx::new(&db, 1000);
+    let members: Vec<Vec<u8>> = (0..3000)
+        .map(|i| format!("element:{i:06}").into_bytes())
+        .collect();
+    let refs: Vec<&[u8]> = members.iter().map(|m| &m[..]).collect();
+    set::add(&mut ctx, b"s", &refs).unwrap();
+    model.extend(members.iter().cloned());
+    let mut step = 0u32;
+    while !model.is_empty() {
+        step += 1;
+        assert!(step < 10_000, "the set never empties");
+        let mut ctx = Ctx::new(&db, 1000);
+        match rng.gen_range(0..20) {
+            // Removals of members anywhere, the lowest (likeliest to be
+            // among those kept for the next pops) most often.
+            0..=2 => {
+                let victim = if rng.gen_bool(0.7) {
+                    model.iter().next().cloned()
+                } else {
+                    model.iter().nth(rng.gen_range(0..model.len())).cloned()
+                };
+                let victim = victim.unwrap();
+                if rng.gen_bool(0.5) {
+                    assert_eq!(set::remove(&mut ctx, b"s", &[&victim[..]]).unwrap(), 1);
+                } else {
+                    assert!(set::smove(&mut ctx, b"s", b"elsewhere", &victim).unwrap());
+                }
+                model.remove(&victim);
+            }
+            3 if step.is_multiple_of(7) => {
+                let back = members[rng.gen_range(0..members.len())].clone();
+                set::add(&mut ctx, b"s", &[&back[..]]).unwrap();
+                model.insert(back);
+            }
+            _ => {
+                let count = if rng.gen_bool(0.9) {
+                    1
+                } else {
+                    rng.gen_range(2..6u64)
+                };
+                let got = set::pop(&mut ctx, b"s", count).unwrap().unwrap_or_default();
+                assert_eq!(got.len(), (count as usize).min(model.len()), "step {step}");
+                let distinct: BTreeSet<&Vec<u8>> = got.iter().collect();
+                assert_eq!(distinct.len(), got.len(), "step {step}: a member twice");
+                for m in &got {
+                    assert!(model.remove(m), "step {step}: {m:?} was not in the set");
+                }
+            }
+        }
+        let ctx = Ctx::new(&db, 1000);
+        if step.is_multiple_of(500) || model.len() < 5 {
+            let left: BTreeSet<Vec<u8>> = set::members(&ctx, b"s").unwrap().into_iter().collect();
+            assert_eq!(left, model, "step {step}");
+        }
+    }
+    let ctx = Ctx::new(&db, 1000);
+    assert!(set::members(&ctx, b"s").unwrap().is_empty());
+}

@@ -437,7 +437,7 @@ impl Memtable {
     pub fn iter_from<'a>(
         &'a self,
         keyspace: u32,
-        start: &[u8],
+        start: &'a [u8],
     ) -> impl Iterator<Item = Entry> + 'a {
         let lower = Bound::Included(Probe::new(keyspace, start));
         self.order

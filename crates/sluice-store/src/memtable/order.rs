@@ -37,29 +37,37 @@ pub(super) trait SlotKeys {
     fn slot_key(&self, slot: u32) -> &[u8];
 }
 
-/// A key's place in the order: its keyspace and first 16 bytes inline,
+/// A key's place in the order: its keyspace and first [`HEAD_BYTES`] inline,
 /// and the slot of its chain, whose key settles ties past those bytes.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct OrderKey {
     pub(super) keyspace: u32,
     /// Where the key's chain is in the memtable.
     pub(super) slot: u32,
-    /// The key's first 16 bytes, zero-padded, as two big-endian numbers:
+    /// The key's first [`HEAD_BYTES`], zero-padded, as big-endian numbers:
     /// where two keys' heads differ they order as their bytes do (a zero
     /// pad only meets a byte of a longer key with the same beginning).
-    head: [u64; 2],
+    head: Head,
 }
 
-/// The first 16 bytes of `key`, as [`OrderKey::head`] keeps them.
-fn head_of(key: &[u8]) -> [u64; 2] {
-    let mut bytes = [0u8; 16];
-    let n = key.len().min(16);
+/// Key bytes an [`OrderKey`] holds inline. (24 measured no faster for a
+/// set's members, whose keys start with an 8-byte id, than 16: SADD, SPOP,
+/// LPUSH and SET under redis-benchmark, three runs each.)
+const HEAD_BYTES: usize = 16;
+
+/// A key's first [`HEAD_BYTES`] as numbers that order as the bytes do.
+type Head = [u64; HEAD_BYTES / 8];
+
+/// The first [`HEAD_BYTES`] of `key`, as [`OrderKey::head`] keeps them.
+fn head_of(key: &[u8]) -> Head {
+    let mut bytes = [0u8; HEAD_BYTES];
+    let n = key.len().min(HEAD_BYTES);
     bytes[..n].copy_from_slice(&key[..n]);
-    let (hi, lo) = bytes.split_at(8);
-    [
-        u64::from_be_bytes(hi.try_into().expect("8 bytes")),
-        u64::from_be_bytes(lo.try_into().expect("8 bytes")),
-    ]
+    let mut head = [0u64; HEAD_BYTES / 8];
+    for (word, chunk) in head.iter_mut().zip(bytes.chunks_exact(8)) {
+        *word = u64::from_be_bytes(chunk.try_into().expect("8 bytes"));
+    }
+    head
 }
 
 impl OrderKey {
@@ -76,7 +84,7 @@ impl OrderKey {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Probe<'k> {
     keyspace: u32,
-    head: [u64; 2],
+    head: Head,
     key: &'k [u8],
 }
 
@@ -158,39 +166,50 @@ impl KeyOrder {
     }
 
     /// The keys from `lower` to `upper`, ascending or, with `reverse`,
-    /// descending.
-    pub(super) fn walk<'a, K: SlotKeys + ?Sized>(
+    /// descending. Each run is searched for where the walk starts only:
+    /// where it stops is checked as keys are taken, so a walk that takes
+    /// a few keys (a seek) pays one search of each run, not two.
+    pub(super) fn walk<'a, 'p, K: SlotKeys + ?Sized>(
         &'a self,
         keys: &'a K,
-        lower: Bound<Probe<'_>>,
-        upper: Bound<Probe<'_>>,
+        lower: Bound<Probe<'p>>,
+        upper: Bound<Probe<'p>>,
         reverse: bool,
-    ) -> Walk<'a, K> {
+    ) -> Walk<'a, 'p, K> {
+        let (start, stop) = if reverse {
+            (upper, lower)
+        } else {
+            (lower, upper)
+        };
         let parts = self
             .runs
             .iter()
             .map(Vec::as_slice)
             .chain(std::iter::once(self.tail.as_slice()))
             .map(|run| {
-                let from = match &lower {
-                    Bound::Included(p) => {
+                // Forward: the first key at or past `start`; reversed: the
+                // last key at or before it.
+                let at = match (&start, reverse) {
+                    (Bound::Unbounded, false) => 0,
+                    (Bound::Unbounded, true) => run.len(),
+                    (Bound::Included(p), false) => {
                         run.partition_point(|o| cmp_probe(keys, o, p) == Ordering::Less)
                     }
-                    Bound::Excluded(p) => {
+                    (Bound::Excluded(p), false) => {
                         run.partition_point(|o| cmp_probe(keys, o, p) != Ordering::Greater)
                     }
-                    Bound::Unbounded => 0,
-                };
-                let to = match &upper {
-                    Bound::Included(p) => {
+                    (Bound::Included(p), true) => {
                         run.partition_point(|o| cmp_probe(keys, o, p) != Ordering::Greater)
                     }
-                    Bound::Excluded(p) => {
+                    (Bound::Excluded(p), true) => {
                         run.partition_point(|o| cmp_probe(keys, o, p) == Ordering::Less)
                     }
-                    Bound::Unbounded => run.len(),
                 };
-                &run[from..to.max(from)]
+                if reverse {
+                    &run[..at]
+                } else {
+                    &run[at..]
+                }
             })
             .filter(|part| !part.is_empty())
             .collect();
@@ -198,6 +217,7 @@ impl KeyOrder {
             keys,
             parts,
             reverse,
+            stop,
         }
     }
 }
@@ -221,15 +241,37 @@ fn merge<K: SlotKeys + ?Sized>(keys: &K, a: &[OrderKey], b: &[OrderKey]) -> Vec<
 }
 
 /// A walk over a [`KeyOrder`]: at each step the least (or, reversed, the
-/// greatest) of the runs' next keys.
-pub(super) struct Walk<'a, K: SlotKeys + ?Sized> {
+/// greatest) of the runs' next keys, until one is past `stop`.
+pub(super) struct Walk<'a, 'p, K: SlotKeys + ?Sized> {
     keys: &'a K,
     /// What is left of each run, none empty.
     parts: Vec<&'a [OrderKey]>,
     reverse: bool,
+    /// Where the walk ends: its upper bound, reversed its lower one.
+    stop: Bound<Probe<'p>>,
 }
 
-impl<'a, K: SlotKeys + ?Sized> Iterator for Walk<'a, K> {
+impl<K: SlotKeys + ?Sized> Walk<'_, '_, K> {
+    /// Whether `key` lies past where the walk stops.
+    fn past_stop(&self, key: &OrderKey) -> bool {
+        let (p, included) = match &self.stop {
+            Bound::Unbounded => return false,
+            Bound::Included(p) => (p, true),
+            Bound::Excluded(p) => (p, false),
+        };
+        let beyond = if self.reverse {
+            Ordering::Less
+        } else {
+            Ordering::Greater
+        };
+        match cmp_probe(self.keys, key, p) {
+            Ordering::Equal => !included,
+            order => order == beyond,
+        }
+    }
+}
+
+impl<'a, K: SlotKeys + ?Sized> Iterator for Walk<'a, '_, K> {
     type Item = &'a OrderKey;
 
     fn next(&mut self) -> Option<&'a OrderKey> {
@@ -252,15 +294,17 @@ impl<'a, K: SlotKeys + ?Sized> Iterator for Walk<'a, K> {
                 best = i;
             }
         }
-        let part = self.parts.get_mut(best)?;
-        let taken = if self.reverse {
-            let (last, rest) = part.split_last().expect("no empty part");
-            *part = rest;
-            last
+        let taken = end(self.parts.get(best)?);
+        if self.past_stop(taken) {
+            // Every key left is further still.
+            self.parts.clear();
+            return None;
+        }
+        let part = &mut self.parts[best];
+        *part = if self.reverse {
+            &part[..part.len() - 1]
         } else {
-            let (first, rest) = part.split_first().expect("no empty part");
-            *part = rest;
-            first
+            &part[1..]
         };
         if part.is_empty() {
             self.parts.swap_remove(best);
