@@ -4,16 +4,18 @@
 //!
 //! DUMP writes what every Redis since 2.x reads back: a string (small
 //! integers in their integer encodings), a list as a plain list, a set,
-//! a sorted set with binary scores, a hash — version 10, Redis 7.0's.
+//! a sorted set with binary scores, a hash — and a stream as Redis 7.0
+//! writes it (`crate::dump_stream`) — version 10, Redis 7.0's.
 //! RESTORE reads those and every compact form Redis 7.0 and earlier
-//! write: intsets, ziplists, listpacks and quicklists of both kinds, and
-//! LZF-compressed strings, so a payload from a real Redis restores here.
-//! Streams and module values are refused with their own error.
+//! write: intsets, ziplists, listpacks and quicklists of both kinds, both
+//! stream types, and LZF-compressed strings, so a payload from a real
+//! Redis restores here. Module values are refused with their own error.
 
 use crate::ctx::Ctx;
 use crate::db::DbBatch;
-use crate::error::{fail, Failure};
-use crate::record::{Collection, Entry, Value};
+pub use crate::dump_stream::{DumpedGroup, DumpedStream};
+use crate::error::Failure;
+use crate::record::{Collection, Entry, StreamId, StreamMeta, Value};
 use sluice_store::StoreError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
@@ -55,6 +57,8 @@ pub enum Dumped {
     ZSet(Vec<(Vec<u8>, f64)>),
     /// A hash's fields and values.
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A stream with its consumer groups.
+    Stream(Box<DumpedStream>),
 }
 
 /// Why a payload is refused.
@@ -111,7 +115,7 @@ pub fn crc64(mut crc: u64, bytes: &[u8]) -> u64 {
 
 // ---- writing ----------------------------------------------------------
 
-fn put_len(out: &mut Vec<u8>, n: u64) {
+pub(crate) fn put_len(out: &mut Vec<u8>, n: u64) {
     if n < 1 << 6 {
         out.push(n as u8);
     } else if n < 1 << 14 {
@@ -129,7 +133,7 @@ fn put_len(out: &mut Vec<u8>, n: u64) {
 /// A string as RDB writes it: a short integer in its integer encoding
 /// when the string is exactly that integer's decimal form, else its
 /// length and bytes (never compressed: every reader takes that).
-fn put_string(out: &mut Vec<u8>, s: &[u8]) {
+pub(crate) fn put_string(out: &mut Vec<u8>, s: &[u8]) {
     let integer = (s.len() <= 11)
         .then(|| std::str::from_utf8(s).ok()?.parse::<i64>().ok())
         .flatten()
@@ -186,6 +190,10 @@ pub fn dump(value: &Dumped) -> Vec<u8> {
                 put_string(&mut out, value);
             }
         }
+        Dumped::Stream(stream) => {
+            out.push(TYPE_STREAM_LISTPACKS_2);
+            crate::dump_stream::write(&mut out, stream);
+        }
     }
     out.extend_from_slice(&RDB_VERSION.to_le_bytes());
     let crc = crc64(0, &out);
@@ -195,14 +203,14 @@ pub fn dump(value: &Dumped) -> Vec<u8> {
 
 // ---- reading ----------------------------------------------------------
 
-type Read<T> = Result<T, RestoreError>;
+pub(crate) type Read<T> = Result<T, RestoreError>;
 
-fn bad<T>() -> Read<T> {
+pub(crate) fn bad<T>() -> Read<T> {
     Err(RestoreError::BadFormat)
 }
 
 /// A cursor over a payload's body.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
@@ -214,7 +222,7 @@ enum Len {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Read<&'a [u8]> {
+    pub(crate) fn take(&mut self, n: usize) -> Read<&'a [u8]> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
         let Some(end) = end else { return bad() };
         let out = &self.bytes[self.at..end];
@@ -242,14 +250,22 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn len(&mut self) -> Read<usize> {
+    /// A length as a u64 (ids and counters, which may pass usize).
+    pub(crate) fn len64(&mut self) -> Read<u64> {
+        match self.len_or_encoding()? {
+            Len::Plain(n) => Ok(n),
+            Len::Encoded(_) => bad(),
+        }
+    }
+
+    pub(crate) fn len(&mut self) -> Read<usize> {
         match self.len_or_encoding()? {
             Len::Plain(n) => usize::try_from(n).or_else(|_| bad()),
             Len::Encoded(_) => bad(),
         }
     }
 
-    fn string(&mut self) -> Read<Vec<u8>> {
+    pub(crate) fn string(&mut self) -> Read<Vec<u8>> {
         match self.len_or_encoding()? {
             Len::Plain(n) => {
                 let n = usize::try_from(n).or_else(|_| bad())?;
@@ -336,7 +352,7 @@ fn lzf_decompress(input: &[u8], plain: usize) -> Read<Vec<u8>> {
 }
 
 /// A listpack's entries, integers as their decimal strings.
-fn listpack(lp: &[u8]) -> Read<Vec<Vec<u8>>> {
+pub(crate) fn listpack(lp: &[u8]) -> Read<Vec<Vec<u8>>> {
     if lp.len() < 7 || u32::from_le_bytes(lp[..4].try_into().expect("4")) as usize != lp.len() {
         return bad();
     }
@@ -517,6 +533,8 @@ pub fn restore(payload: &[u8]) -> Result<Dumped, RestoreError> {
         Dumped::List(v) | Dumped::Set(v) => v.is_empty(),
         Dumped::ZSet(v) => v.is_empty(),
         Dumped::Hash(v) => v.is_empty(),
+        // Redis keeps a stream that XDEL or XTRIM emptied.
+        Dumped::Stream(_) => false,
     };
     let nan = matches!(&value, Dumped::ZSet(v) if v.iter().any(|(_, s)| s.is_nan()));
     // Redis refuses empty collections and trailing bytes.
@@ -585,9 +603,9 @@ fn read_value(r: &mut Reader<'_>) -> Read<Dumped> {
             }
             Dumped::List(items)
         }
-        TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 => {
-            return Err(RestoreError::Unsupported("stream"))
-        }
+        TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 => Dumped::Stream(Box::new(
+            crate::dump_stream::read(r, kind == TYPE_STREAM_LISTPACKS_2)?,
+        )),
         6 | 7 => return Err(RestoreError::Unsupported("module value")),
         _ => return bad(),
     })
@@ -679,10 +697,40 @@ pub fn read(ctx: &Ctx<'_>, key: &[u8]) -> Result<Option<Dumped>, Failure> {
             }
             Dumped::ZSet(scored)
         }
-        Value::Stream { .. } => {
-            return Err(fail("ERR DUMP of a stream is not served by Sluice yet"));
-        }
+        Value::Stream { c, meta } => Dumped::Stream(Box::new(read_stream(ctx, c, meta)?)),
     }))
+}
+
+/// Stream `c` with its groups, as DUMP serializes it.
+fn read_stream(ctx: &Ctx<'_>, c: Collection, meta: StreamMeta) -> Result<DumpedStream, Failure> {
+    let (first, last) = (
+        StreamId::default(),
+        StreamId {
+            ms: u64::MAX,
+            seq: u64::MAX,
+        },
+    );
+    let entries = crate::stream::range(ctx, c, first, last, 0, false)?;
+    let mut groups = Vec::new();
+    for (name, group) in crate::stream_group::groups(ctx, c)? {
+        let pending = crate::stream_group::pending(ctx, c, &name, first, last, false)
+            .collect::<Result<Vec<_>, Failure>>()?;
+        let consumers = crate::stream_group::consumers(ctx, c, &name)?
+            .into_iter()
+            .map(|(consumer, info)| (consumer, info.seen_ms))
+            .collect();
+        groups.push(DumpedGroup {
+            name,
+            group,
+            pending,
+            consumers,
+        });
+    }
+    Ok(DumpedStream {
+        entries,
+        meta,
+        groups,
+    })
 }
 
 /// Writes `value` at `key` with `expire_at_ms` (0: none) into `batch`, a
@@ -752,12 +800,92 @@ pub fn write(
             }
             batch.put_new(key, &entry(Value::ZSet(collection(id, scores.len()))))
         }
+        Dumped::Stream(stream) => {
+            let id = ctx.db().new_id()?;
+            let c = collection(id, stream.entries.len());
+            for (entry_id, flat) in &stream.entries {
+                let refs: Vec<&[u8]> = flat.iter().map(|v| &v[..]).collect();
+                let sub = crate::stream::entry_sub(*entry_id);
+                batch.put_member(key, id, &sub, &crate::stream::encode_fields(&refs))?;
+            }
+            for g in &stream.groups {
+                use crate::stream_group as sg;
+                sg::put_group(batch, key, c, &g.name, &g.group)?;
+                for (name, seen_ms) in &g.consumers {
+                    let consumer = sg::Consumer { seen_ms: *seen_ms };
+                    sg::put_consumer(batch, key, c, &g.name, name, consumer)?;
+                }
+                for (pending_id, nack) in &g.pending {
+                    sg::put_nack(batch, key, c, &g.name, *pending_id, nack)?;
+                }
+            }
+            let meta = stream.meta;
+            batch.put_new(key, &entry(Value::Stream { c, meta }))
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 250 entries (three nodes), fields changing from the master's, two
+    /// groups, one with pending entries of two consumers and one unknown
+    /// entries-read count.
+    fn a_stream() -> DumpedStream {
+        use crate::stream_group::{Group, Nack};
+        let id = |ms, seq| StreamId { ms, seq };
+        let entries: Vec<(StreamId, Vec<Vec<u8>>)> = (0..250u64)
+            .map(|i| {
+                let mut flat = vec![b"field".to_vec(), format!("v{i}").into_bytes()];
+                if i % 7 == 0 {
+                    flat.extend([b"extra".to_vec(), i.to_string().into_bytes()]);
+                }
+                (id(1000 + i / 3, i % 3), flat)
+            })
+            .collect();
+        let nack = |consumer: &[u8], n| Nack {
+            delivered_ms: 1_700_000_000_000 + n,
+            deliveries: n,
+            consumer: consumer.to_vec(),
+        };
+        DumpedStream {
+            meta: StreamMeta {
+                last: id(2000, 0),
+                first: entries[0].0,
+                max_deleted: id(1500, 1),
+                added: 300,
+            },
+            groups: vec![
+                DumpedGroup {
+                    name: b"a-group".to_vec(),
+                    group: Group {
+                        last: id(1010, 1),
+                        entries_read: Some(31),
+                    },
+                    pending: vec![
+                        (id(1000, 0), nack(b"alice", 1)),
+                        (id(1001, 2), nack(b"bob", 3)),
+                    ],
+                    consumers: vec![
+                        (b"alice".to_vec(), 5),
+                        (b"bob".to_vec(), 6),
+                        (b"idle".to_vec(), 7),
+                    ],
+                },
+                DumpedGroup {
+                    name: b"b-group".to_vec(),
+                    group: Group {
+                        last: id(0, 0),
+                        entries_read: None,
+                    },
+                    pending: Vec::new(),
+                    consumers: Vec::new(),
+                },
+            ],
+            entries,
+        }
+    }
 
     #[test]
     fn crc64_is_redis_s() {
@@ -777,6 +905,8 @@ mod tests {
             Dumped::Set(vec![b"x".to_vec()]),
             Dumped::ZSet(vec![(b"m".to_vec(), -1.5), (b"n".to_vec(), f64::INFINITY)]),
             Dumped::Hash(vec![(b"f".to_vec(), b"v".to_vec())]),
+            Dumped::Stream(Box::new(a_stream())),
+            Dumped::Stream(Box::default()),
         ];
         for v in values {
             assert_eq!(restore(&dump(&v)).unwrap(), v);

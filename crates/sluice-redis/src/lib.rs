@@ -31,6 +31,7 @@ pub mod ctx;
 pub mod databases;
 pub mod db;
 pub mod dump;
+pub mod dump_stream;
 pub mod error;
 pub mod hash;
 pub mod hyperloglog;

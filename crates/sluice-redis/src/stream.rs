@@ -20,7 +20,8 @@ pub const NODE_ENTRIES: u64 = 100;
 /// An entry: its id and its fields and values, flat.
 pub type StreamEntry = (StreamId, Vec<Vec<u8>>);
 
-fn entry_sub(id: StreamId) -> [u8; 17] {
+/// A stream entry's sub-key: `[0x00][ms u64 BE][seq u64 BE]`.
+pub(crate) fn entry_sub(id: StreamId) -> [u8; 17] {
     let mut k = [0u8; 17];
     k[0] = ENTRY;
     k[1..9].copy_from_slice(&id.ms.to_be_bytes());

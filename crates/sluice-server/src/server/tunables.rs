@@ -307,6 +307,13 @@ static TUNABLES: &[Tunable] = &[
         "resetchannels",
     ),
     kept("crash-log-enabled", Kind::Bool, "yes"),
+    // RESTORE checks every payload whole whatever this says: a value is
+    // decoded in full before anything is written.
+    kept(
+        "sanitize-dump-payload",
+        Kind::Word(&["no", "yes", "clients"]),
+        "no",
+    ),
     // Hidden (CONFIG GET names it only when asked by name): Redis's tests
     // slow its loading with it.
     kept("key-load-delay", int(i32::MIN as i64, INT_MAX), "0"),
