@@ -321,6 +321,39 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// Hands `visit` each member of collection `id` whose sub-key is in
+    /// `range` (sub-key, value), in order or (`reverse`) descending, until
+    /// it answers false; `expected`: about how many it will take (0:
+    /// unknown). Outside a transaction the pairs are lent from the store's
+    /// iterator: no copy of a key or value `visit` does not keep.
+    pub fn for_each_member(
+        &self,
+        id: u64,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        expected: usize,
+        mut visit: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        if self.tx.is_some() {
+            for item in self.members(id, range, reverse) {
+                let (sub, value) = item?;
+                if !visit(&sub, &value) {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let mut stored = self
+            .db
+            .members_expecting(id, range, self.at(), reverse, expected);
+        while let Some((key, value)) = stored.next_ref()? {
+            if !visit(&key[8..], value) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Every member of collection `id`, in sub-key order.
     pub fn all_members(&self, id: u64) -> Result<Vec<crate::db::FieldValue>, StoreError> {
         self.members(id, (Bound::Unbounded, Bound::Unbounded), false)

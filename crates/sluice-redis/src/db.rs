@@ -1064,12 +1064,26 @@ impl Db {
         at: &Snapshot,
         reverse: bool,
     ) -> StoreIter {
+        self.members_expecting(id, range, at, reverse, 0)
+    }
+
+    /// [`Db::members_at`] for a caller that expects to take about
+    /// `expected` members (0: unknown): the first reads are sized for them.
+    pub fn members_expecting(
+        &self,
+        id: u64,
+        range: (Bound<&[u8]>, Bound<&[u8]>),
+        at: &Snapshot,
+        reverse: bool,
+        expected: usize,
+    ) -> StoreIter {
         let (lower, upper) = member_range(id, range);
-        self.store.iter(
+        self.store.iter_expecting(
             self.members,
             (as_bound(&lower), as_bound(&upper)),
             at,
             reverse,
+            expected,
         )
     }
 

@@ -164,14 +164,13 @@ impl List {
         }
         let last = last.min(self.c.len - 1);
         let (lo, hi) = (sub(self.at(first)), sub(self.at(last)));
-        let mut out = Vec::with_capacity((last - first + 1).min(1 << 16) as usize);
-        for item in ctx.members(
-            self.c.id,
-            (Bound::Included(&lo), Bound::Included(&hi)),
-            false,
-        ) {
-            out.push(item?.1);
-        }
+        let count = (last - first + 1).min(1 << 16) as usize;
+        let mut out = Vec::with_capacity(count);
+        let range = (Bound::Included(&lo[..]), Bound::Included(&hi[..]));
+        ctx.for_each_member(self.c.id, range, false, count, |_, item| {
+            out.push(item.to_vec());
+            true
+        })?;
         Ok(out)
     }
 

@@ -19,7 +19,9 @@ use std::cmp::Ordering;
 use std::sync::{Arc, RwLock};
 
 /// Versions a memtable source copies out under one read lock: the first
-/// chunk is small (a short scan copies little), later ones double.
+/// chunk is small (a short scan copies little) unless the caller said how
+/// many pairs it expects to take, later ones double. Each chunk searches
+/// every sorted run of the memtable again for where it starts.
 const MEMTABLE_FIRST_CHUNK_ENTRIES: usize = 8;
 const MEMTABLE_MAX_CHUNK_ENTRIES: usize = 256;
 
@@ -48,7 +50,6 @@ impl MemSource {
         MemSource {
             mem,
             keyspace,
-            spec,
             slots: Vec::new(),
             filled: 0,
             given: 0,
@@ -56,7 +57,11 @@ impl MemSource {
             after_seq: 0,
             started: false,
             exhausted: false,
-            chunk_entries: MEMTABLE_FIRST_CHUNK_ENTRIES,
+            // One more than expected: the chunk that reaches the range's
+            // end then holds every pair the caller takes.
+            chunk_entries: (spec.expected_entries.saturating_add(1))
+                .clamp(MEMTABLE_FIRST_CHUNK_ENTRIES, MEMTABLE_MAX_CHUNK_ENTRIES),
+            spec,
         }
     }
 
