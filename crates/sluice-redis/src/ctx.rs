@@ -288,10 +288,15 @@ impl<'a> Ctx<'a> {
         range: (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
     ) -> Box<dyn Iterator<Item = MemberItem> + '_> {
-        let stored = self.db.members_at(id, range, self.at(), reverse);
+        let mut stored = self.db.members_at(id, range, self.at(), reverse);
         let strip = |item: Item| item.map(|(k, v)| (k[8..].to_vec(), v));
         match &self.tx {
-            None => Box::new(stored.map(strip)),
+            // Copied once each from the iterator's own buffers.
+            None => Box::new(std::iter::from_fn(move || match stored.next_ref() {
+                Ok(Some((k, v))) => Some(Ok((k[8..].to_vec(), v.to_vec()))),
+                Ok(None) => None,
+                Err(e) => Some(Err(e)),
+            })),
             Some(tx) => {
                 let members = self.db.members_keyspace();
                 let key = |b: Bound<&[u8]>| b.map(|sub| crate::db::member_key(id, sub));
