@@ -93,7 +93,8 @@ fn redis_cli_and_redis_benchmark_work_unmodified() {
     assert_eq!(redis_cli(p, &["HGET", "user:1", "born"]), "1815\n");
     assert_eq!(
         redis_cli(p, &["-3", "HGETALL", "user:1"]),
-        "born 1815\nname ada\n"
+        "name ada\nborn 1815\n",
+        "a small hash answers in the order its fields were set, as Redis's"
     );
     assert_eq!(
         redis_cli(p, &["NOSUCH"]),
