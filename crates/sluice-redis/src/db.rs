@@ -1701,10 +1701,42 @@ impl DbBatch<'_> {
         self.commit_keeping_room().0
     }
 
+    /// [`DbBatch::commit_keeping_room`] with, after the batch's changes, a
+    /// plain SET of `value` at `key` (hash `hash`) in the batch's current
+    /// database, its value written to the store's blob file from where it
+    /// lies: a value of hundreds of MiB is not copied into the batch.
+    pub fn commit_with_large_string(
+        mut self,
+        key: &[u8],
+        hash: KeyHash,
+        value: &[u8],
+    ) -> (Result<Logged, StoreError>, BatchRoom) {
+        let space = self.space;
+        self.touched.push(hash.version_slot(space.index));
+        self.note_change(key, Some(false));
+        let logged = Entry::with_string_pieces(value, |pieces| {
+            let large = sluice_store::LargePut {
+                keyspace: space.keys,
+                key,
+                value: pieces,
+            };
+            self.db.store.write_logged_large(&self.batch, &[large])
+        });
+        self.finish_commit(logged)
+    }
+
     /// [`DbBatch::commit`], handing back the batch's room for the next
     /// ([`Db::batch_in`]).
     pub fn commit_keeping_room(self) -> (Result<Logged, StoreError>, BatchRoom) {
         let logged = self.db.store.write_logged(&self.batch);
+        self.finish_commit(logged)
+    }
+
+    /// Counts a commit's changes once it is logged, and gives the room back.
+    fn finish_commit(
+        self,
+        logged: Result<Logged, StoreError>,
+    ) -> (Result<Logged, StoreError>, BatchRoom) {
         if logged.is_ok() {
             self.db.count_changes(&self.touched, &self.flushed);
         }

@@ -12,6 +12,44 @@ pub const MAX_VALUE_BYTES: usize = (512 << 20) + (64 << 10);
 /// Most bytes of values one batch holds.
 pub const MAX_BATCH_VALUE_BYTES: usize = 1 << 30;
 
+/// A put whose value goes to a blob file from where it lies, in pieces
+/// laid one after the other, never copied into a batch
+/// ([`crate::Store::write_logged_large`]): a value of hundreds of MiB is
+/// then held once, by its caller.
+#[derive(Debug, Clone, Copy)]
+pub struct LargePut<'a> {
+    /// The keyspace.
+    pub keyspace: u32,
+    /// The key (at most [`MAX_KEY_BYTES`]).
+    pub key: &'a [u8],
+    /// The value's pieces (at most [`MAX_VALUE_BYTES`] together).
+    pub value: &'a [&'a [u8]],
+}
+
+impl LargePut<'_> {
+    /// The value's length.
+    pub fn value_len(&self) -> usize {
+        self.value.iter().map(|p| p.len()).sum()
+    }
+
+    /// Refuses a key or value over the store's limits, as a batch does.
+    pub fn check(&self) -> Result<()> {
+        if self.key.len() > MAX_KEY_BYTES {
+            return Err(StoreError::BadInput(format!(
+                "key of {} bytes exceeds the limit of {MAX_KEY_BYTES} bytes",
+                self.key.len()
+            )));
+        }
+        let value_len = self.value_len();
+        if value_len > MAX_VALUE_BYTES {
+            return Err(StoreError::BadInput(format!(
+                "value of {value_len} bytes exceeds the limit of {MAX_VALUE_BYTES} bytes"
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What one operation of a batch does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum OpKind {

@@ -274,11 +274,12 @@ impl Reserved {
         dev: &BlockDevice,
         keyspace: u32,
         key: &[u8],
-        value: &[u8],
+        value: &[&[u8]],
     ) -> Result<BlobRef> {
         let (header, reference) = self.record(keyspace, key, value);
-        let parts: [&[u8]; 3] = [&header, key, value];
-        let total_blocks = record_blocks(key.len(), value.len());
+        let value_len = value.iter().map(|p| p.len()).sum();
+        let parts = [&header[..], key].into_iter().chain(value.iter().copied());
+        let total_blocks = record_blocks(key.len(), value_len);
         let mut staging =
             Vec::with_capacity(IO_CHUNK_BYTES.min(total_blocks as usize * STORE_BLOCK_BYTES));
         let mut next_block = self.file.extent.start_block + self.record_block as u64;
@@ -322,7 +323,7 @@ impl Reserved {
         key: &[u8],
         value: &[u8],
     ) -> Result<BlobRef> {
-        let (header, reference) = self.record(keyspace, key, value);
+        let (header, reference) = self.record(keyspace, key, &[value]);
         let size =
             (RECORD_HEADER_BYTES + key.len() + value.len()).next_multiple_of(STORE_BLOCK_BYTES);
         let record = self.record_block as u64;
@@ -353,22 +354,23 @@ impl Reserved {
         &self,
         keyspace: u32,
         key: &[u8],
-        value: &[u8],
+        value: &[&[u8]],
     ) -> ([u8; RECORD_HEADER_BYTES], BlobRef) {
-        let crc = crc32c::crc32c(value);
+        let crc = value.iter().fold(0, |crc, p| crc32c::crc32c_append(crc, p));
+        let value_len: usize = value.iter().map(|p| p.len()).sum();
         let mut header = [0u8; RECORD_HEADER_BYTES];
         header[0..4].copy_from_slice(RECORD_MAGIC);
         header[4..8].copy_from_slice(&keyspace.to_le_bytes());
         header[8..12].copy_from_slice(&(key.len() as u32).to_le_bytes());
         header[12..16].copy_from_slice(&crc.to_le_bytes());
-        header[16..24].copy_from_slice(&(value.len() as u64).to_le_bytes());
+        header[16..24].copy_from_slice(&(value_len as u64).to_le_bytes());
         let header_crc = crc32c::crc32c_append(crc32c::crc32c(&header[..28]), key);
         header[28..32].copy_from_slice(&header_crc.to_le_bytes());
         let reference = BlobRef {
             file_no: self.file.file_no,
             record_block: self.record_block,
             value_offset: (RECORD_HEADER_BYTES + key.len()) as u32,
-            len: value.len() as u64,
+            len: value_len as u64,
             crc,
         };
         (header, reference)

@@ -140,6 +140,25 @@ impl Kept {
         &all[self.start..self.start + self.len]
     }
 
+    /// The value as a buffer to hand on (a socket's send): the buffer and
+    /// where in it the value starts (it ends with the buffer). No copy
+    /// when the value has an allocation of its own no one else holds (a
+    /// value read from a blob file, once its read is done); else the value
+    /// is copied.
+    pub fn into_vec(self) -> (Vec<u8>, usize) {
+        match self.owner {
+            KeptOwner::Memtable(bytes) if bytes.is_unique() => {
+                let mut v = Vec::from(bytes);
+                v.truncate(self.start + self.len);
+                (v, self.start)
+            }
+            owner => {
+                let kept = Kept { owner, ..self };
+                (kept.bytes().to_vec(), 0)
+            }
+        }
+    }
+
     /// Its length in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -40,7 +40,7 @@ pub mod superblock;
 pub mod version;
 pub mod wal;
 
-pub use batch::WriteBatch;
+pub use batch::{LargePut, WriteBatch};
 pub use error::{DamagedBlock, Result, StoreError, WritesRefused};
 pub use found::{Found, Kept};
 pub use iter::StoreIter;

@@ -380,3 +380,63 @@ fn gathered_records_land_before_the_log_blocks_that_reference_them() {
         );
     }
 }
+
+/// A large put written from its caller's pieces (never copied into a
+/// batch) lands with the batch it goes with, atomically: read back whole
+/// from the memtable, after a flush and after a power cut once durable;
+/// one refused for its size leaves nothing of the batch.
+#[test]
+fn large_puts_from_pieces_land_with_their_batch() {
+    let cfg = config();
+    let mem = Arc::new(MemoryDevice::new(4096, 16384));
+    Store::create(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let store = Store::open(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    let whole = value(1, 1, (2 << 20) + 123);
+    let (head, tail) = whole.split_at(9);
+    let mut small = WriteBatch::new();
+    small.put(0, b"beside", b"small").unwrap();
+    let pieces: [&[u8]; 2] = [head, tail];
+    let large = [sluice_store::LargePut {
+        keyspace: 0,
+        key: b"big",
+        value: &pieces,
+    }];
+    let logged = store.write_logged_large(&small, &large).unwrap();
+    assert_eq!(store.get(0, b"big").unwrap().as_deref(), Some(&whole[..]));
+    assert_eq!(
+        store.get(0, b"beside").unwrap().as_deref(),
+        Some(&b"small"[..])
+    );
+    store.make_durable(logged.position).unwrap();
+    // A small piece only, and one past the store's value limit: refused,
+    // and the batch beside it with it.
+    let mut other = WriteBatch::new();
+    other.put(0, b"beside", b"changed").unwrap();
+    let huge = vec![0u8; sluice_store::batch::MAX_VALUE_BYTES + 1];
+    let too_big: [&[u8]; 1] = [&huge];
+    let refused = store.write_logged_large(
+        &other,
+        &[sluice_store::LargePut {
+            keyspace: 0,
+            key: b"huge",
+            value: &too_big,
+        }],
+    );
+    assert!(refused.is_err());
+    drop(huge);
+    assert_eq!(
+        store.get(0, b"beside").unwrap().as_deref(),
+        Some(&b"small"[..])
+    );
+    assert_eq!(store.get(0, b"huge").unwrap(), None);
+    store.flush().unwrap();
+    assert_eq!(store.get(0, b"big").unwrap().as_deref(), Some(&whole[..]));
+    drop(store);
+    mem.power_cut(PowerCutMode::DropUnflushed);
+    let store = Store::open(mem.clone() as Arc<dyn Device>, &cfg).unwrap();
+    assert_eq!(store.get(0, b"big").unwrap().as_deref(), Some(&whole[..]));
+    assert_eq!(
+        store.get(0, b"beside").unwrap().as_deref(),
+        Some(&b"small"[..])
+    );
+}

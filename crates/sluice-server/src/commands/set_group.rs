@@ -24,9 +24,25 @@ pub const MAX_BYTES: usize = 1 << 20;
 /// bigger SET lets its buffers go.
 const KEPT_ROOM_BYTES: usize = 2 * MAX_BYTES;
 
-/// Plain SETs waiting to be committed together, in arrival order.
+/// Values at least this long go into a group without a copy: the group
+/// takes the request buffer they arrived in ([`SetGroup::push_large`]).
+pub const LARGE_VALUE_BYTES: usize = 1 << 20;
+
+/// A SET of a large value, in the request buffer it arrived in.
+#[derive(Debug)]
+struct LargeSet {
+    buf: Vec<u8>,
+    key: std::ops::Range<usize>,
+    value: std::ops::Range<usize>,
+    hash: KeyHash,
+    database: u8,
+}
+
+/// Plain SETs waiting to be committed together, in arrival order (a
+/// large one last: a group that holds one is full).
 #[derive(Debug, Default)]
 pub struct SetGroup {
+    large: Option<LargeSet>,
     sets: Vec<Set>,
     /// Every SET's key then value, one after another: a SET framed in
     /// place ([`SetGroup::push_set`]) allocates nothing.
@@ -88,6 +104,33 @@ impl SetGroup {
         });
     }
 
+    /// Adds a SET [`SetGroup::takes`] of a large value that lies in
+    /// `buf` (the request buffer it arrived in, key at `key`, value at
+    /// `value`); the group is full after it.
+    pub fn push_large(
+        &mut self,
+        database: u8,
+        buf: Vec<u8>,
+        key: std::ops::Range<usize>,
+        value: std::ops::Range<usize>,
+    ) {
+        debug_assert!(self.large.is_none(), "a group holding a large SET is full");
+        let hash = KeyHash::of(&buf[key.clone()]);
+        self.large = Some(LargeSet {
+            buf,
+            key,
+            value,
+            hash,
+            database,
+        });
+    }
+
+    /// The keys of every SET held (the large one last).
+    fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        let large = self.large.as_ref().map(|l| &l.buf[l.key.clone()]);
+        self.sets.iter().map(|s| self.key(s)).chain(large)
+    }
+
     fn key(&self, set: &Set) -> &[u8] {
         &self.bytes[set.start..set.start + set.key_len]
     }
@@ -99,25 +142,29 @@ impl SetGroup {
 
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
-        self.sets.is_empty()
+        self.sets.is_empty() && self.large.is_none()
     }
 
     /// Whether it should be committed before it takes another.
     pub fn is_full(&self) -> bool {
-        self.sets.len() >= MAX_SETS || self.bytes.len() >= MAX_BYTES
+        self.sets.len() >= MAX_SETS || self.bytes.len() >= MAX_BYTES || self.large.is_some()
     }
 
     /// Commits every SET held (the group is empty after; its buffers keep
     /// their room for the next, up to [`KEPT_ROOM_BYTES`]).
     pub fn commit(&mut self, db: &Db) -> GroupOutcome {
-        let locked = db.lock_hashes(self.sets.iter().map(|s| s.hash));
-        let outcome = if self
-            .sets
-            .iter()
-            .any(|s| db.may_hold_collection(self.key(s)))
-        {
+        let large_hash = self.large.as_ref().map(|l| l.hash);
+        let locked = match large_hash {
+            None => db.lock_hashes(self.sets.iter().map(|s| s.hash)),
+            Some(large) => {
+                let mut hashes: Vec<KeyHash> = self.sets.iter().map(|s| s.hash).collect();
+                hashes.push(large);
+                db.lock_hashes(hashes.into_iter())
+            }
+        };
+        let outcome = if self.keys().any(|k| db.may_hold_collection(k)) {
             drop(locked);
-            let args = self
+            let mut args: Vec<Args> = self
                 .sets
                 .iter()
                 .map(|s| {
@@ -128,6 +175,15 @@ impl SetGroup {
                     ]
                 })
                 .collect();
+            if let Some(l) = self.large.take() {
+                // Run one by one as any SET (rare: the key may hold a
+                // collection, whose members go with it).
+                let key = l.buf[l.key.clone()].to_vec();
+                let mut buf = l.buf;
+                buf.truncate(l.value.end);
+                let value = buf.split_off(l.value.start);
+                args.push(vec![b"SET".to_vec(), key, value]);
+            }
             GroupOutcome::OneByOne(args)
         } else {
             let outcome = self.commit_locked(db);
@@ -135,6 +191,7 @@ impl SetGroup {
             outcome
         };
         self.sets.clear();
+        self.large = None;
         self.bytes.clear();
         if self.bytes.capacity() > KEPT_ROOM_BYTES {
             self.bytes = Vec::new();
@@ -154,7 +211,14 @@ impl SetGroup {
                 return GroupOutcome::Failed(Reply::Error(store_error_text(&e)));
             }
         }
-        let (logged, room) = batch.commit_keeping_room();
+        let (logged, room) = match &self.large {
+            Some(l) => {
+                batch.switch_to(db.space_used(l.database));
+                let (key, value) = (&l.buf[l.key.clone()], &l.buf[l.value.clone()]);
+                batch.commit_with_large_string(key, l.hash, value)
+            }
+            None => batch.commit_keeping_room(),
+        };
         self.room = room;
         match logged {
             Ok(logged) => GroupOutcome::Committed(logged),

@@ -76,6 +76,10 @@ pub type Args = Vec<Vec<u8>>;
 /// front of its buffer.
 const COMPACT_AFTER_BYTES: usize = 16 << 10;
 
+/// A bulk this long or longer gets a buffer sized for it as soon as its
+/// header is in (Redis's `PROTO_MBULK_BIG_ARG`).
+const BIG_BULK_BYTES: usize = 32 << 10;
+
 /// Room an empty reader keeps for the next requests; a buffer grown past
 /// it by a large request is let go once that request is framed.
 const KEEP_CAPACITY_BYTES: usize = 1 << 20;
@@ -187,6 +191,28 @@ impl RequestReader {
         let (key, at) = self.plain_bulk(rest, HEAD.len())?;
         let (value, end) = self.plain_bulk(rest, at)?;
         Some((key, value, end))
+    }
+
+    /// Takes the next request, a whole plain `SET key value`
+    /// ([`RequestReader::peek_plain_set`]), with the buffer it lies in:
+    /// the buffer (cut after the request), where the key and the value lie
+    /// in it. The bytes received after the request stay in the reader (in
+    /// a buffer of their own). For a large value: it is then held where it
+    /// arrived, never copied. None if the next request is no plain SET.
+    pub fn take_plain_set(
+        &mut self,
+    ) -> Option<(Vec<u8>, std::ops::Range<usize>, std::ops::Range<usize>)> {
+        let (key, value, len) = self.peek_plain_set()?;
+        let base = self.buf.as_ptr() as usize;
+        let key_at = key.as_ptr() as usize - base;
+        let value_at = value.as_ptr() as usize - base;
+        let (key, value) = (key_at..key_at + key.len(), value_at..value_at + value.len());
+        let end = self.pos + len;
+        let mut taken = std::mem::take(&mut self.buf);
+        self.buf = taken[end..].to_vec();
+        taken.truncate(end);
+        self.pos = 0;
+        Some((taken, key, value))
     }
 
     /// [`RequestReader::peek_plain_set`] for a whole `GET key`: the key and
@@ -308,6 +334,14 @@ impl RequestReader {
             // The bulk and the two bytes after it (Redis skips them
             // without looking).
             if self.buf.len() - next < len + 2 {
+                // A big bulk gets room for exactly itself: grown by
+                // doubling, a 512 MiB value would be copied on its way in
+                // and held in room for 1 GiB (Redis sizes its query buffer
+                // for a big argument too).
+                let end = next + len + 2;
+                if len >= BIG_BULK_BYTES && self.buf.capacity() < end {
+                    self.buf.reserve_exact(end - self.buf.len());
+                }
                 return Ok(Step::Incomplete);
             }
             args.push(self.buf[next..next + len].to_vec());
@@ -630,6 +664,20 @@ mod tests {
         r.feed(bytes);
         let args = r.next(false).ok().flatten();
         (args, r.pos)
+    }
+
+    #[test]
+    fn a_plain_set_taken_with_its_buffer_leaves_the_bytes_after_it() {
+        let mut r = RequestReader::new(Limits::default());
+        r.feed(b"*1\r\n$4\r\nPING\r\n*3\r\n$3\r\nSET\r\n$2\r\nkk\r\n$5\r\nvalue\r\n*2\r\n$3\r\nGE");
+        assert_eq!(r.take_plain_set(), None, "PING comes first");
+        assert_eq!(strs(&[r.next(false).unwrap().unwrap()]), [["PING"]]);
+        let (buf, key, value) = r.take_plain_set().expect("a plain SET");
+        assert_eq!((&buf[key], &buf[value]), (&b"kk"[..], &b"value"[..]));
+        assert!(buf.ends_with(b"value\r\n"), "cut after the request");
+        r.feed(b"T\r\n$2\r\nkk\r\n");
+        assert_eq!(strs(&[r.next(false).unwrap().unwrap()]), [["GET", "kk"]]);
+        assert_eq!(r.pending_bytes(), 0);
     }
 
     #[test]

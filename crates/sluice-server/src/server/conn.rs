@@ -67,7 +67,12 @@ pub(super) struct Queued {
 /// ring from where the store holds them, not copied into its output.
 const STREAM_MIN_BYTES: usize = 16 << 10;
 
-/// A value streaming into a shared-memory client's ring.
+/// Values at least this big go to a socket client (no TLS) as a send of
+/// their own, from where the store read them, not copied into its output.
+const SOCKET_STREAM_MIN_BYTES: usize = 1 << 20;
+
+/// A value streaming into a shared-memory client's ring, or waiting for
+/// its own send to a socket client.
 pub(super) struct Stream {
     /// Where in the output it goes: before the byte at this offset.
     pub(super) at: usize,
@@ -317,15 +322,12 @@ impl Conn {
                     return;
                 }
                 if bytes.len() >= STREAM_MIN_BYTES {
-                    self.out.extend_from_slice(header);
-                    self.streams.push_back(Stream {
-                        at: self.out.len(),
-                        value: value.keep(),
-                        sent: 0,
-                    });
-                    self.out.extend_from_slice(b"\r\n");
+                    self.push_stream(header, value);
                     return;
                 }
+            } else if self.tls.is_none() && bytes.len() >= SOCKET_STREAM_MIN_BYTES {
+                self.push_stream(header, value);
+                return;
             }
         }
         let target = if self.hold_until.is_some() {
@@ -336,6 +338,51 @@ impl Conn {
         target.extend_from_slice(header);
         target.extend_from_slice(bytes);
         target.extend_from_slice(b"\r\n");
+    }
+
+    /// Queues a bulk reply whose value stays where the store holds it, to
+    /// go out from there ([`Stream`]).
+    fn push_stream(&mut self, header: &[u8], value: Found<'_>) {
+        self.out.extend_from_slice(header);
+        self.streams.push_back(Stream {
+            at: self.out.len(),
+            value: value.keep(),
+            sent: 0,
+        });
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    /// A socket client (no TLS): the next buffer to send and where in it
+    /// its bytes start — the replies before the first waiting value, or
+    /// that value itself (no copy of it when it has an allocation of its
+    /// own); None when nothing waits.
+    pub(super) fn next_socket_send(&mut self) -> Option<(Vec<u8>, usize)> {
+        debug_assert!(self.tls.is_none() && !self.stream.is_shm());
+        match self.streams.front() {
+            None if self.out.is_empty() => None,
+            None => {
+                let mut buf = std::mem::take(&mut self.spare);
+                std::mem::swap(&mut buf, &mut self.out);
+                Some((buf, 0))
+            }
+            Some(first) if first.at > 0 => {
+                let at = first.at;
+                let rest = self.out.split_off(at);
+                let buf = std::mem::replace(&mut self.out, rest);
+                for s in &mut self.streams {
+                    s.at -= at;
+                }
+                Some((buf, 0))
+            }
+            Some(_) => {
+                let first = self.streams.pop_front().expect("a first stream");
+                let (buf, start) = first.value.into_vec();
+                // An empty value has nothing to send; its "\r\n" follows.
+                (start < buf.len())
+                    .then_some((buf, start))
+                    .or_else(|| self.next_socket_send())
+            }
+        }
     }
 
     /// Reply bytes waiting to go out (held ones not counted): for a

@@ -5,7 +5,7 @@
 use super::conn::{Conn, ShmLink, Transport};
 use super::shm::WorkerInbox;
 use super::{admin, Shared, WorkerStats, TICK};
-use crate::commands::set_group::{GroupOutcome, SetGroup};
+use crate::commands::set_group::{self, GroupOutcome, SetGroup};
 use crate::session::Session;
 use sluice_io::net::{ConnId, NetEvent, NetRing, NetRingConfig, Waker};
 use sluice_store::wal::LogPosition;
@@ -1095,13 +1095,11 @@ impl Worker {
             if c.dead || self.ring.sending(id as ConnId) {
                 continue;
             }
-            let buf = match &mut c.tls {
-                None if c.out.is_empty() => continue,
-                None => {
-                    let mut buf = std::mem::take(&mut c.spare);
-                    std::mem::swap(&mut buf, &mut c.out);
-                    buf
-                }
+            let (buf, offset) = match &mut c.tls {
+                None => match c.next_socket_send() {
+                    Some(next) => next,
+                    None => continue,
+                },
                 Some(tls) => {
                     let drained = c.out.is_empty() && c.held.is_empty() && !c.more_input;
                     if c.closing && drained && !c.tls_closed {
@@ -1119,10 +1117,10 @@ impl Worker {
                         c.spare = buf;
                         continue;
                     }
-                    buf
+                    (buf, 0)
                 }
             };
-            self.ring.send(id as ConnId, &c.stream, buf, 0)?;
+            self.ring.send(id as ConnId, &c.stream, buf, offset)?;
         }
         Ok(wrote)
     }
@@ -1436,8 +1434,14 @@ impl Pass<'_> {
         {
             return false;
         }
-        group.sets.push_set(c.session.db(), key, value);
-        c.reader.consume(len);
+        if value.len() >= set_group::LARGE_VALUE_BYTES {
+            // Held where it arrived: the group takes the request buffer.
+            let (buf, key, value) = c.reader.take_plain_set().expect("a plain SET peeked");
+            group.sets.push_large(c.session.db(), buf, key, value);
+        } else {
+            group.sets.push_set(c.session.db(), key, value);
+            c.reader.consume(len);
+        }
         group.askers.push(id);
         true
     }

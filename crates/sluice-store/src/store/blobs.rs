@@ -4,6 +4,7 @@
 //! (docs/FORMAT.md, "Blob files").
 
 use super::*;
+use crate::batch::LargePut;
 use crate::blob::Reserved;
 
 /// The smallest blob file (256 KiB).
@@ -17,15 +18,23 @@ impl Store {
     pub(super) fn separate(
         &self,
         batch: &WriteBatch,
+        large_puts: &[LargePut<'_>],
     ) -> Result<Option<(WriteBatch, Vec<Reserved>)>> {
         let threshold = self.inner.blob_threshold_bytes();
         let large =
             |op: &crate::batch::BatchOp<'_>| op.kind == OpKind::Put && op.value.len() >= threshold;
-        if !batch.has_blob_candidates() || !batch.ops().any(|op| large(&op)) {
+        if large_puts.is_empty()
+            && (!batch.has_blob_candidates() || !batch.ops().any(|op| large(&op)))
+        {
             return Ok(None);
         }
         if self.inner.short_of_room() {
             self.check_room(batch)?;
+            if !large_puts.is_empty() {
+                if let Some(why) = self.writes_refused(false) {
+                    return Err(StoreError::WritesRefused(why));
+                }
+            }
         }
         let mut out = WriteBatch::new();
         let mut reserved = Vec::new();
@@ -36,11 +45,21 @@ impl Store {
                 continue;
             }
             let (place, reference, staged) =
-                self.inner.place_blob(op.keyspace, op.key, op.value, true)?;
+                self.inner
+                    .place_blob(op.keyspace, op.key, &[op.value], true)?;
             out.put_blob(op.keyspace, op.key, &reference.encode());
             if !staged {
                 direct_devices.insert(place.file.extent.start_block);
             }
+            reserved.push(place);
+        }
+        // Written from where they lie, never gathered: they are large.
+        for put in large_puts {
+            let (place, reference, _) =
+                self.inner
+                    .place_blob(put.keyspace, put.key, put.value, false)?;
+            out.put_blob(put.keyspace, put.key, &reference.encode());
+            direct_devices.insert(place.file.extent.start_block);
             reserved.push(place);
         }
         // A blob written on another device than the log's: the log's flush
@@ -103,10 +122,11 @@ impl Inner {
         &self,
         keyspace: u32,
         key: &[u8],
-        value: &[u8],
+        value: &[&[u8]],
         stage: bool,
     ) -> Result<(Reserved, blob::BlobRef, bool)> {
-        let blocks = blob::record_blocks(key.len(), value.len());
+        let value_len = value.iter().map(|p| p.len()).sum();
+        let blocks = blob::record_blocks(key.len(), value_len);
         // A small device gets small files: a 32nd of it at most.
         let file_blocks = self
             .config
@@ -136,7 +156,16 @@ impl Inner {
         };
         let record_bytes = blocks as usize * STORE_BLOCK_BYTES;
         if stage && record_bytes <= blob::MAX_STAGED_RECORD_BYTES {
-            // Under the appender's lock: it orders a file's records.
+            // Under the appender's lock: it orders a file's records. (A
+            // value to stage is one piece: it came from a batch.)
+            let joined;
+            let value = match value {
+                [one] => *one,
+                pieces => {
+                    joined = pieces.concat();
+                    &joined
+                }
+            };
             let reference = place.stage(&self.dev, keyspace, key, value)?;
             return Ok((place, reference, true));
         }
@@ -263,7 +292,7 @@ impl Inner {
         let value = file.read_value(&self.dev, &r)?;
         // Written at once, not gathered: the compaction's tables are
         // logged without the log's writes, which write what is gathered.
-        let (place, new) = match self.place_blob(keyspace, key, &value, false) {
+        let (place, new) = match self.place_blob(keyspace, key, &[&value[..]], false) {
             Ok((place, new, _)) => (place, new),
             // Short of room: the value stays where it is; the compaction
             // goes on (it may be what frees room).

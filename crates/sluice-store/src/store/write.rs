@@ -3,6 +3,7 @@
 //! visibility in sequence order once the log position is durable.
 
 use super::*;
+use crate::batch::LargePut;
 
 /// A write applied and logged: its last sequence and where its log record
 /// ends.
@@ -159,7 +160,29 @@ impl Store {
         retried: bool,
         stall: bool,
     ) -> Result<Logged> {
-        let Some((separated, places)) = self.separate(batch)? else {
+        self.write_separating(batch, &[], options, retried, stall)
+    }
+
+    /// [`Store::write_logged`] of `batch` and, after its operations,
+    /// `large` puts whose values are written to blob files from where they
+    /// lie (no copy of them is made; see [`LargePut`]). One atomic write.
+    pub fn write_logged_large(&self, batch: &WriteBatch, large: &[LargePut<'_>]) -> Result<Logged> {
+        for put in large {
+            put.check()?;
+        }
+        let options = WriteOptions { sync: false };
+        self.write_separating(batch, large, options, false, false)
+    }
+
+    fn write_separating(
+        &self,
+        batch: &WriteBatch,
+        large: &[LargePut<'_>],
+        options: WriteOptions,
+        retried: bool,
+        stall: bool,
+    ) -> Result<Logged> {
+        let Some((separated, places)) = self.separate(batch, large)? else {
             return self.write_logged_batch(batch, options, retried, stall);
         };
         let logged = self.write_logged_batch(&separated, options, retried, stall)?;
