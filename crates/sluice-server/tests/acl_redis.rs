@@ -443,6 +443,7 @@ fn logins_transactions_and_removed_users_behave_as_in_redis() {
 #[test]
 fn acl_cat_lists_each_category_as_redis_does_for_the_commands_sluice_has() {
     let p = pair();
+    let _one_at_a_time = p.lock.lock().unwrap_or_else(|e| e.into_inner());
     let mut redis = Client::connect_port(p.redis.port);
     let mut sluice = Client::connect(p.sluice.addr);
     let ours: Vec<String> = sluice_server::acl::all_names().map(String::from).collect();
@@ -473,9 +474,13 @@ fn acl_cat_lists_each_category_as_redis_does_for_the_commands_sluice_has() {
 
 #[test]
 fn every_command_sluice_answers_has_its_acl_facts() {
-    let mut sluice = Client::connect(pair().sluice.addr);
-    let Reply::Array(commands) = sluice.call_reply(&[b"COMMAND"]) else {
-        panic!()
+    // Under the pair's lock: another test sets `requirepass` for a moment.
+    let p = pair();
+    let _one_at_a_time = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sluice = Client::connect(p.sluice.addr);
+    let reply = sluice.call_reply(&[b"COMMAND"]);
+    let Reply::Array(commands) = reply else {
+        panic!("COMMAND: {reply:?}")
     };
     assert!(
         commands.len() > 50,
