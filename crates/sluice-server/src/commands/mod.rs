@@ -301,10 +301,22 @@ type ByName = HashMap<&'static [u8], &'static Spec, std::hash::BuildHasherDefaul
 
 fn find(name: &[u8]) -> Option<&'static Spec> {
     static BY_NAME: std::sync::OnceLock<ByName> = std::sync::OnceLock::new();
-    BY_NAME
+    thread_local! {
+        // A command is looked up several times on its way (prefetch,
+        // checks, dispatch), and a pipeline repeats one: the last found.
+        static LAST: std::cell::Cell<Option<&'static Spec>> = const { std::cell::Cell::new(None) };
+    }
+    if let Some(spec) = LAST.get().filter(|s| s.name.as_bytes() == name) {
+        return Some(spec);
+    }
+    let found = BY_NAME
         .get_or_init(|| COMMANDS.iter().map(|s| (s.name.as_bytes(), s)).collect())
         .get(name)
-        .copied()
+        .copied();
+    if found.is_some() {
+        LAST.set(found);
+    }
+    found
 }
 
 /// Redis's arity error for `name`.
