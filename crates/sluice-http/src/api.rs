@@ -286,8 +286,9 @@ impl Api {
         })
     }
 
-    /// Answers one request.
-    pub fn handle(&self, req: &Request) -> Response {
+    /// Answers one request. A request that stores its body (a document
+    /// written) takes it out of `req`, so a large one is not copied.
+    pub fn handle(&self, req: &mut Request) -> Response {
         let started = Instant::now();
         self.requests.fetch_add(1, Ordering::Relaxed);
         let mut response = match self.route(req) {
@@ -309,9 +310,10 @@ impl Api {
         response
     }
 
-    fn route(&self, req: &Request) -> ApiResult<Response> {
-        let parts: Vec<&str> = req.path.split('/').filter(|p| !p.is_empty()).collect();
-        let m = req.method.as_str();
+    fn route(&self, req: &mut Request) -> ApiResult<Response> {
+        let (path, method) = (req.path.clone(), req.method.clone());
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        let m = method.as_str();
         match (m, parts.as_slice()) {
             ("GET" | "HEAD", []) => self.root(),
             (_, ["_sluice", rest @ ..]) => self.native(req, rest),
@@ -604,17 +606,19 @@ impl Api {
 
     fn index_doc(
         &self,
-        req: &Request,
+        req: &mut Request,
         idx: &str,
         id: Option<&str>,
         create: bool,
     ) -> ApiResult<Response> {
         let index = self.index_for_write(idx)?;
+        let expect = expect_of(req)?;
         let op = DocOp::Index {
             id: id.map(str::to_string),
-            source: req.body.clone(),
+            // Taken, not copied: a document may be 100 MB.
+            source: std::mem::take(&mut req.body),
             create,
-            expect: expect_of(req)?,
+            expect,
         };
         let o = self.one(&index, op)?;
         ok(o.status, &outcome_body(&index.name, &o))

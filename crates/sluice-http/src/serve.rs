@@ -422,8 +422,8 @@ impl Connection<'_> {
                 Ok(Incoming::Refused(request, response, body_read)) => {
                     (request, response, body_read)
                 }
-                Ok(Incoming::Request(request)) => {
-                    let (response, keep_alive) = self.run(&request);
+                Ok(Incoming::Request(mut request)) => {
+                    let (response, keep_alive) = self.run(&mut request);
                     (request, response, keep_alive)
                 }
                 Err(WireError::Io(e)) => return Err(e),
@@ -507,7 +507,7 @@ impl Connection<'_> {
     /// Runs an allowed request; whether the connection may go on. A panic
     /// in the API is a bug: it is answered 500 and the connection closed,
     /// instead of the connection ending without a word.
-    fn run(&self, request: &wire::Request) -> (Response, bool) {
+    fn run(&self, request: &mut wire::Request) -> (Response, bool) {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.api.handle(request))) {
             Ok(response) => (response, true),
             Err(_) => {

@@ -210,7 +210,18 @@ fn read_head(reader: &mut impl BufRead) -> Result<Option<Vec<u8>>, WireError> {
 /// more than it sent.
 fn read_exactly(reader: &mut impl BufRead, length: usize) -> Result<Vec<u8>, WireError> {
     let mut body = Vec::with_capacity(length.min(READ_AHEAD_BYTES));
-    reader.by_ref().take(length as u64).read_to_end(&mut body)?;
+    let mut rest = reader.by_ref().take(length as u64);
+    // The first part read, the rest gets room for exactly itself (a body
+    // grown by doubling would be copied on its way in and held in room
+    // for up to twice its size), and only once a client has sent that
+    // much of what it declared.
+    rest.by_ref()
+        .take(READ_AHEAD_BYTES as u64)
+        .read_to_end(&mut body)?;
+    if body.len() == READ_AHEAD_BYTES && length > READ_AHEAD_BYTES {
+        body.reserve_exact(length - body.len());
+        rest.read_to_end(&mut body)?;
+    }
     if body.len() < length {
         return Err(WireError::Malformed(format!(
             "the peer closed after {} of the {length} body bytes it declared",
@@ -504,6 +515,25 @@ mod tests {
 
     fn read(text: &[u8]) -> Result<Option<Request>, WireError> {
         read_request(&mut std::io::BufReader::new(text), 1 << 20)
+    }
+
+    #[test]
+    fn a_body_past_the_first_read_gets_room_for_exactly_itself() {
+        for length in [READ_AHEAD_BYTES - 1, READ_AHEAD_BYTES, (3 << 20) + 5] {
+            let body: Vec<u8> = (0..length).map(|i| (i % 251) as u8).collect();
+            let mut text = body.clone();
+            text.extend_from_slice(b"next request");
+            let mut reader = std::io::BufReader::new(&text[..]);
+            let read = read_exactly(&mut reader, length).unwrap();
+            assert!(read == body, "{length} bytes read back");
+            assert_eq!(read.capacity(), length, "no room beyond the body");
+            let mut after = Vec::new();
+            reader.read_to_end(&mut after).unwrap();
+            assert_eq!(after, b"next request", "nothing past the body taken");
+            let short = &body[..length - 1];
+            let mut reader = std::io::BufReader::new(short);
+            assert!(read_exactly(&mut reader, length).is_err(), "a short body");
+        }
     }
 
     #[test]
