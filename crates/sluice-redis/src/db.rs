@@ -285,6 +285,16 @@ struct EndHintTable {
     candidates: Mutex<HashMap<u64, Vec<Vec<u8>>>>,
 }
 
+impl EndHintTable {
+    fn by_id(&self) -> std::sync::MutexGuard<'_, HashMap<u64, EndHints>> {
+        self.by_id.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn candidates(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<Vec<u8>>>> {
+        self.candidates.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// What a server may tune in the data model while it serves (Redis's
 /// `CONFIG SET` names). Of Redis's memory-encoding thresholds only the
 /// hash's are here (they bound how long a hash keeps its field order):
@@ -460,12 +470,7 @@ impl Db {
         if !self.end_hints.any.load(Ordering::Acquire) {
             return EndHints::default();
         }
-        let by_id = self
-            .end_hints
-            .by_id
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        by_id.get(&id).cloned().unwrap_or_default()
+        self.end_hints.by_id().get(&id).cloned().unwrap_or_default()
     }
 
     /// Records that no live member of collection `id` is below (`floor`)
@@ -473,11 +478,7 @@ impl Db {
     /// locked and has committed the removals that make it true (never
     /// inside a transaction, whose batch could still fail as a whole).
     pub fn set_end_hint(&self, id: u64, floor: bool, at: Vec<u8>) {
-        let mut by_id = self
-            .end_hints
-            .by_id
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut by_id = self.end_hints.by_id();
         if by_id.len() >= END_HINTS_MOST && !by_id.contains_key(&id) {
             by_id.clear();
         }
@@ -496,11 +497,7 @@ impl Db {
         if !self.end_hints.any.load(Ordering::Acquire) {
             return;
         }
-        let mut by_id = self
-            .end_hints
-            .by_id
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut by_id = self.end_hints.by_id();
         if let Some(hints) = by_id.get_mut(&id) {
             hints.popped = hints.popped.saturating_add(n);
         }
@@ -512,11 +509,7 @@ impl Db {
         if !self.end_hints.any.load(Ordering::Acquire) {
             return None;
         }
-        let mut all = self
-            .end_hints
-            .candidates
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut all = self.end_hints.candidates();
         let list = all.get_mut(&id)?;
         if list.is_empty() {
             all.remove(&id);
@@ -531,11 +524,7 @@ impl Db {
     /// later removal may leave one stale, so a pop checks what it draws;
     /// any member written forgets them with the hints.
     pub fn set_pop_candidates(&self, id: u64, members: Vec<Vec<u8>>) {
-        let mut all = self
-            .end_hints
-            .candidates
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut all = self.end_hints.candidates();
         if all.len() >= END_HINTS_MOST && !all.contains_key(&id) {
             all.clear();
         }
@@ -546,18 +535,8 @@ impl Db {
     /// Drops collection `id`'s hints (a member is being written).
     fn forget_end_hints(&self, id: u64) {
         if self.end_hints.any.load(Ordering::Acquire) {
-            let mut by_id = self
-                .end_hints
-                .by_id
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            by_id.remove(&id);
-            drop(by_id);
-            self.end_hints
-                .candidates
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+            self.end_hints.by_id().remove(&id);
+            self.end_hints.candidates().remove(&id);
         }
     }
 

@@ -134,10 +134,7 @@ pub(crate) fn put_len(out: &mut Vec<u8>, n: u64) {
 /// when the string is exactly that integer's decimal form, else its
 /// length and bytes (never compressed: every reader takes that).
 pub(crate) fn put_string(out: &mut Vec<u8>, s: &[u8]) {
-    let integer = (s.len() <= 11)
-        .then(|| std::str::from_utf8(s).ok()?.parse::<i64>().ok())
-        .flatten()
-        .filter(|n| n.to_string().as_bytes() == s);
+    let integer = canonical_integer(s);
     match integer {
         Some(n) if i8::try_from(n).is_ok() => out.extend_from_slice(&[0xc0, n as i8 as u8]),
         Some(n) if i16::try_from(n).is_ok() => {
@@ -352,6 +349,28 @@ fn lzf_decompress(input: &[u8], plain: usize) -> Read<Vec<u8>> {
 }
 
 /// A listpack's entries, integers as their decimal strings.
+/// Bytes a listpack element's length backwards takes after an element
+/// of `size` bytes (its encoding and data): 7 bits a byte.
+pub(crate) fn backlen_bytes(size: u64) -> usize {
+    match size {
+        0..=127 => 1,
+        128..=16382 => 2,
+        16383..=2_097_150 => 3,
+        2_097_151..=268_435_454 => 4,
+        _ => 5,
+    }
+}
+
+/// `s` as an integer when it is exactly that integer's decimal form (no
+/// sign but a minus, no leading zero, at most 20 characters).
+pub(crate) fn canonical_integer(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let v: i64 = std::str::from_utf8(s).ok()?.parse().ok()?;
+    (v.to_string().as_bytes() == s).then_some(v)
+}
+
 pub(crate) fn listpack(lp: &[u8]) -> Read<Vec<Vec<u8>>> {
     if lp.len() < 7 || u32::from_le_bytes(lp[..4].try_into().expect("4")) as usize != lp.len() {
         return bad();
@@ -396,14 +415,7 @@ pub(crate) fn listpack(lp: &[u8]) -> Read<Vec<Vec<u8>>> {
             }
         };
         let size = header + data;
-        let backlen = match size {
-            0..=127 => 1,
-            128..=16382 => 2,
-            16383..=2097150 => 3,
-            2097151..=268435454 => 4,
-            _ => 5,
-        };
-        at += size + backlen;
+        at += size + backlen_bytes(size as u64);
         out.push(entry);
     }
     if at + 1 != lp.len() {

@@ -21,7 +21,10 @@
 //! Sluice writes nodes of [`crate::stream::NODE_ENTRIES`] entries, each
 //! master the node's first entry, with no deleted entries.
 
-use crate::dump::{bad, listpack, put_len, put_string, Read, Reader, RestoreError};
+use crate::dump::{
+    backlen_bytes, bad, canonical_integer, listpack, put_len, put_string, Read, Reader,
+    RestoreError,
+};
 use crate::record::{StreamId, StreamMeta};
 use crate::stream_group::{Group, Nack};
 use std::collections::{BTreeMap, BTreeSet};
@@ -128,13 +131,7 @@ impl Listpack {
     /// the top bit set.
     fn close(&mut self, start: usize) {
         let l = (self.bytes.len() - start) as u64;
-        let groups = match l {
-            0..=127 => 1,
-            128..=16382 => 2,
-            16383..=2_097_150 => 3,
-            2_097_151..=268_435_454 => 4,
-            _ => 5,
-        };
+        let groups = backlen_bytes(l);
         for i in (0..groups).rev() {
             let bits = ((l >> (7 * i)) & 127) as u8;
             self.bytes
@@ -151,15 +148,6 @@ impl Listpack {
         self.bytes[4..6].copy_from_slice(&count.to_le_bytes());
         self.bytes
     }
-}
-
-/// `s` as an integer when it is exactly that integer's decimal form.
-fn canonical_integer(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    let v: i64 = std::str::from_utf8(s).ok()?.parse().ok()?;
-    (v.to_string().as_bytes() == s).then_some(v)
 }
 
 fn id_bytes(id: StreamId) -> [u8; 16] {
