@@ -272,12 +272,21 @@ fn millis(r: &mut Reader<'_>) -> Read<u64> {
 /// appended to `out`.
 fn read_node(master: StreamId, lp: &[u8], out: &mut Vec<(StreamId, Vec<Vec<u8>>)>) -> Read<()> {
     let elements = listpack(lp)?;
+    // Every count read below is checked against the elements there are
+    // before any arithmetic with it.
+    let most = elements.len() as i64;
     let mut it = elements.into_iter();
     let mut next = || it.next().ok_or(RestoreError::BadFormat);
     let count = integer(&next()?)?;
     let deleted = integer(&next()?)?;
     let master_count = integer(&next()?)?;
-    if count < 0 || deleted < 0 || master_count < 0 || count + deleted == 0 {
+    let counts = 0..=most;
+    if !counts.contains(&count)
+        || !counts.contains(&deleted)
+        || !counts.contains(&master_count)
+        || count + deleted == 0
+        || count + deleted > most
+    {
         return bad();
     }
     let mut master_fields = Vec::new();
@@ -303,7 +312,7 @@ fn read_node(master: StreamId, lp: &[u8], out: &mut Vec<(StreamId, Vec<Vec<u8>>)
             master_fields.len() as i64 + 3
         } else {
             let fields = integer(&next()?)?;
-            if fields < 0 {
+            if !(0..=most).contains(&fields) {
                 return bad();
             }
             for _ in 0..fields * 2 {
@@ -502,6 +511,28 @@ mod tests {
         want.extend(strings.iter().map(|s| s.to_vec()));
         want.push(vec![b'z'; 20_000]);
         assert_eq!(read, want);
+    }
+
+    #[test]
+    fn counts_past_what_a_node_holds_are_refused_not_trusted() {
+        let id = StreamId { ms: 1, seq: 1 };
+        // Live and deleted counts that would overflow, a field count
+        // past the elements there are, an entry's lp-count that lies.
+        let nodes: [&[i64]; 4] = [
+            &[i64::MAX, 1, 0, 0],
+            &[1, 0, 0, 0, 0, 0, 0, i64::MAX, 3],
+            &[1, 0, 0, 0, 0, 0, 0, 1, 9],
+            &[-1, 0, 0, 0],
+        ];
+        for ints in nodes {
+            let mut lp = Listpack::new();
+            for &v in ints {
+                lp.int(v);
+            }
+            let mut out = Vec::new();
+            assert!(read_node(id, &lp.finish(), &mut out).is_err(), "{ints:?}");
+            assert!(out.is_empty());
+        }
     }
 
     #[test]
