@@ -34,20 +34,24 @@ impl LargePut<'_> {
 
     /// Refuses a key or value over the store's limits, as a batch does.
     pub fn check(&self) -> Result<()> {
-        if self.key.len() > MAX_KEY_BYTES {
-            return Err(StoreError::BadInput(format!(
-                "key of {} bytes exceeds the limit of {MAX_KEY_BYTES} bytes",
-                self.key.len()
-            )));
-        }
-        let value_len = self.value_len();
-        if value_len > MAX_VALUE_BYTES {
-            return Err(StoreError::BadInput(format!(
-                "value of {value_len} bytes exceeds the limit of {MAX_VALUE_BYTES} bytes"
-            )));
-        }
-        Ok(())
+        check_lengths(self.key.len(), self.value_len())
     }
+}
+
+/// Refuses a key (or a range delete's end) longer than [`MAX_KEY_BYTES`]
+/// or a value longer than [`MAX_VALUE_BYTES`], naming the length.
+fn check_lengths(key_len: usize, value_len: usize) -> Result<()> {
+    if key_len > MAX_KEY_BYTES {
+        return Err(StoreError::BadInput(format!(
+            "key of {key_len} bytes exceeds the limit of {MAX_KEY_BYTES} bytes"
+        )));
+    }
+    if value_len > MAX_VALUE_BYTES {
+        return Err(StoreError::BadInput(format!(
+            "value of {value_len} bytes exceeds the limit of {MAX_VALUE_BYTES} bytes"
+        )));
+    }
+    Ok(())
 }
 
 /// What one operation of a batch does.
@@ -139,17 +143,12 @@ impl WriteBatch {
         parts: &[&[u8]],
     ) -> Result<&mut Self> {
         let value_len: usize = parts.iter().map(|p| p.len()).sum();
-        if key.len() > MAX_KEY_BYTES || (kind == OpKind::RangeDelete && value_len > MAX_KEY_BYTES) {
-            return Err(StoreError::BadInput(format!(
-                "key of {} bytes exceeds the limit of {MAX_KEY_BYTES} bytes",
-                key.len().max(value_len)
-            )));
-        }
-        if value_len > MAX_VALUE_BYTES {
-            return Err(StoreError::BadInput(format!(
-                "value of {value_len} bytes exceeds the limit of {MAX_VALUE_BYTES} bytes"
-            )));
-        }
+        // A range delete's value is its end key.
+        let key_len = match kind {
+            OpKind::RangeDelete => key.len().max(value_len),
+            _ => key.len(),
+        };
+        check_lengths(key_len, value_len)?;
         let size = ENTRY_HEADER_BYTES + key.len() + value_len;
         let value_bytes = self.value_bytes + value_len;
         if value_bytes > MAX_BATCH_VALUE_BYTES {

@@ -376,11 +376,8 @@ impl Conn {
             }
             Some(_) => {
                 let first = self.streams.pop_front().expect("a first stream");
-                let (buf, start) = first.value.into_vec();
-                // An empty value has nothing to send; its "\r\n" follows.
-                (start < buf.len())
-                    .then_some((buf, start))
-                    .or_else(|| self.next_socket_send())
+                debug_assert!(first.value.len() >= SOCKET_STREAM_MIN_BYTES);
+                Some(first.value.into_vec())
             }
         }
     }

@@ -388,29 +388,21 @@ impl Tunables {
     /// Sets `t` to a value [`check`] returned, and applies its effect.
     pub fn set(&self, db: &Db, t: &'static Tunable, value: String) {
         match t.effect {
-            Effect::HllSparseMaxBytes => {
-                let most = value.parse::<u64>().expect("checked as a byte count");
-                db.settings
-                    .hll_sparse_max_bytes
-                    .store(most, Ordering::Relaxed);
-            }
-            Effect::HashOrderEntries => {
-                let most = value.parse::<u64>().expect("checked as an integer");
-                db.settings
-                    .hash_order_entries
-                    .store(most, Ordering::Relaxed);
-            }
-            Effect::HashOrderValueBytes => {
-                let most = value.parse::<u64>().expect("checked as a byte count");
-                db.settings
-                    .hash_order_value_bytes
-                    .store(most, Ordering::Relaxed);
-            }
-            Effect::StreamNodeEntries => {
-                let entries = value.parse::<u64>().expect("checked as an integer");
-                db.settings
-                    .stream_node_entries
-                    .store(entries, Ordering::Relaxed);
+            Effect::HllSparseMaxBytes
+            | Effect::StreamNodeEntries
+            | Effect::HashOrderEntries
+            | Effect::HashOrderValueBytes => {
+                let n = value
+                    .parse::<u64>()
+                    .expect("checked as a non-negative number");
+                let settings = &db.settings;
+                let setting = match t.effect {
+                    Effect::HllSparseMaxBytes => &settings.hll_sparse_max_bytes,
+                    Effect::StreamNodeEntries => &settings.stream_node_entries,
+                    Effect::HashOrderEntries => &settings.hash_order_entries,
+                    _ => &settings.hash_order_value_bytes,
+                };
+                setting.store(n, Ordering::Relaxed);
             }
             Effect::BusyReply => {
                 let ms = value
