@@ -39,6 +39,9 @@ pub struct Ctx<'a> {
     reads: Option<&'a mut ReadCache>,
     /// Keys its reads found expired (physical database, key).
     expired_seen: std::cell::RefCell<Vec<(Space, Vec<u8>)>>,
+    /// A group's run ([`Ctx::gathering`]): its commands' batches, taken
+    /// in and committed as one at [`Ctx::finish`].
+    gathered: Option<DbBatch<'a>>,
 }
 
 /// Most expired keys one run notes for lazy removal (the sweep takes the
@@ -69,6 +72,21 @@ impl<'a> Ctx<'a> {
             snapshot: std::cell::OnceCell::new(),
             reads: None,
             expired_seen: std::cell::RefCell::new(Vec::new()),
+            gathered: None,
+        }
+    }
+
+    /// A group's run: several commands, each on keys no other command of
+    /// the run touches, whose batches are taken in as they commit and
+    /// written as one at [`Ctx::finish`] (one log append and one
+    /// memtable visit for the lot). Nothing is read back from the held
+    /// batch, so a key must be changed by one call only; the caller holds
+    /// the stripe locks of every key meanwhile ([`Ctx::lock`] is then a
+    /// no-op).
+    pub fn gathering(db: &'a Db, now_ms: u64) -> Self {
+        Ctx {
+            gathered: Some(db.recording_batch()),
+            ..Ctx::new(db, now_ms)
         }
     }
 
@@ -151,13 +169,13 @@ impl<'a> Ctx<'a> {
         self.tx.is_some()
     }
 
-    /// Commits a transaction's writes as one batch (all or none).
+    /// Commits a transaction's writes, or a group's, as one batch (all or
+    /// none).
     pub fn finish(&mut self) -> Result<(), StoreError> {
-        if let Some(tx) = self.tx.take() {
-            if !tx.batch.is_empty() {
-                let logged = tx.batch.commit()?;
-                self.wrote = self.wrote.max(Some(logged.position));
-            }
+        let held = self.tx.take().map(|tx| tx.batch).or(self.gathered.take());
+        if let Some(batch) = held.filter(|b| !b.is_empty()) {
+            let logged = batch.commit()?;
+            self.wrote = self.wrote.max(Some(logged.position));
         }
         Ok(())
     }
@@ -209,6 +227,11 @@ impl<'a> Ctx<'a> {
             self.changes.extend(changes);
             return Ok(());
         }
+        if let Some(gathered) = &mut self.gathered {
+            gathered.absorb(batch)?;
+            self.changes.extend(changes);
+            return Ok(());
+        }
         let logged = batch.commit()?;
         self.wrote = self.wrote.max(Some(logged.position));
         self.changes.extend(changes);
@@ -219,16 +242,27 @@ impl<'a> Ctx<'a> {
         self.snapshot.get_or_init(|| self.db.snapshot())
     }
 
+    /// Whether the caller of the run holds the locks it needs: a
+    /// transaction holds every stripe, a group its keys' stripes.
+    fn locks_held(&self) -> bool {
+        self.tx.is_some() || self.gathered.is_some()
+    }
+
     /// Locks every stripe — unless a transaction holds them all.
     pub fn lock_all(&self) -> Option<Locked<'a>> {
+        assert!(
+            self.gathered.is_none(),
+            "a group's run locks no more stripes"
+        );
         let locked = self.tx.is_none().then(|| self.db.lock_all());
         self.resolve_locked();
         locked
     }
 
-    /// Locks `keys`' stripes — unless a transaction holds them all.
+    /// Locks `keys`' stripes — unless a transaction holds them all, or a
+    /// group's caller holds them.
     pub fn lock(&self, keys: &[&[u8]]) -> Option<Locked<'a>> {
-        let locked = self.tx.is_none().then(|| self.db.lock(keys));
+        let locked = (!self.locks_held()).then(|| self.db.lock(keys));
         self.resolve_locked();
         locked
     }

@@ -68,14 +68,17 @@ pub fn in_order(fields: Vec<FieldValue>, order: Option<&FieldOrder>) -> Vec<Fiel
 
 /// Whether a hash may keep its field order with fields and values of
 /// these lengths (Redis's `hash-max-listpack-value`).
-fn short_enough(ctx: &Ctx<'_>, pairs: &[(&[u8], &[u8])]) -> bool {
+fn short_enough<'p>(
+    ctx: &Ctx<'_>,
+    pairs: impl IntoIterator<Item = &'p (&'p [u8], &'p [u8])>,
+) -> bool {
     let most = ctx
         .db()
         .settings
         .hash_order_value_bytes
         .load(Ordering::Relaxed);
     pairs
-        .iter()
+        .into_iter()
         .all(|(f, v)| f.len() as u64 <= most && v.len() as u64 <= most)
 }
 
@@ -127,7 +130,19 @@ pub fn set(
     pairs: &[(&[u8], &[u8])],
     only_new: bool,
 ) -> Result<i64, Failure> {
-    for (field, _) in pairs {
+    Ok(set_runs(ctx, key, &[pairs], only_new)?[0])
+}
+
+/// [`set`] of `runs` (each one command's pairs) in order, in one batch:
+/// how many fields each made. The caller holds `key`'s lock.
+pub fn set_runs(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    runs: &[&[(&[u8], &[u8])]],
+    only_new: bool,
+) -> Result<Vec<i64>, Failure> {
+    let pairs = || runs.iter().flat_map(|r| r.iter());
+    for (field, _) in pairs() {
         check_member(field, MAX_FIELD_BYTES)?;
     }
     let (old, mut batch) = ctx.begin(key)?;
@@ -148,24 +163,30 @@ pub fn set(
         Some(_) => return Err(fail(WRONGTYPE)),
     };
     let had_order = order.is_some();
-    // As Redis converts a listpack before it looks at the fields.
-    if !short_enough(ctx, pairs) {
+    // As Redis converts a listpack before it looks at the fields (a later
+    // command's long field drops the order all the same once it runs).
+    if !short_enough(ctx, pairs()) {
         order = None;
     }
     let mut added = 0u64;
+    let mut each = Vec::with_capacity(runs.len());
     let mut seen = std::collections::HashSet::new();
-    for (field, value) in pairs {
-        let exists = !seen.insert(*field) || (!new && ctx.member(c.id, field)?.is_some());
-        if exists && only_new {
-            continue;
-        }
-        if !exists {
-            added += 1;
-            if order.as_mut().is_some_and(|o| !o.push(field)) {
-                order = None;
+    for run in runs {
+        let before = added;
+        for (field, value) in run.iter() {
+            let exists = !seen.insert(*field) || (!new && ctx.member(c.id, field)?.is_some());
+            if exists && only_new {
+                continue;
             }
+            if !exists {
+                added += 1;
+                if order.as_mut().is_some_and(|o| !o.push(field)) {
+                    order = None;
+                }
+            }
+            batch.put_member(key, c.id, field, value)?;
         }
-        batch.put_member(key, c.id, field, value)?;
+        each.push((added - before) as i64);
     }
     let len = c.len + added;
     if !few_enough(ctx, len) {
@@ -176,7 +197,7 @@ pub fn set(
         batch.finish_collection(key, Value::Hash { c, order }, expire_at_ms, new)?;
     }
     ctx.commit(batch)?;
-    Ok(added as i64)
+    Ok(each)
 }
 
 /// Removes `fields` from hash `key`; returns how many were there. The

@@ -109,7 +109,13 @@ pub fn contains(ctx: &Ctx<'_>, key: &[u8], member: &[u8]) -> Result<bool, Failur
 
 /// SADD: how many members were new. The caller holds `key`'s lock.
 pub fn add(ctx: &mut Ctx<'_>, key: &[u8], members: &[&[u8]]) -> Result<i64, Failure> {
-    for m in members {
+    Ok(add_runs(ctx, key, &[members])?[0])
+}
+
+/// SADDs of `runs` (each one command's members) in order, in one batch:
+/// how many members each added. The caller holds `key`'s lock.
+pub fn add_runs(ctx: &mut Ctx<'_>, key: &[u8], runs: &[&[&[u8]]]) -> Result<Vec<i64>, Failure> {
+    for m in runs.iter().flat_map(|r| r.iter()) {
         check_member(m, MAX_FIELD_BYTES)?;
     }
     let (entry, mut batch) = ctx.begin(key)?;
@@ -117,13 +123,17 @@ pub fn add(ctx: &mut Ctx<'_>, key: &[u8], members: &[&[u8]]) -> Result<i64, Fail
         Some(s) => s,
         None => Changing::create(ctx, key)?,
     };
-    let mut added = 0;
+    let mut added = Vec::with_capacity(runs.len());
     let mut seen = std::collections::HashSet::new();
-    for m in members {
-        if seen.insert(*m) && (set.new || ctx.member(set.c.id, m)?.is_none()) {
-            set.add(&mut batch, m)?;
-            added += 1;
+    for run in runs {
+        let mut n = 0;
+        for m in run.iter() {
+            if seen.insert(*m) && (set.new || ctx.member(set.c.id, m)?.is_none()) {
+                set.add(&mut batch, m)?;
+                n += 1;
+            }
         }
+        added.push(n);
     }
     set.finish(&mut batch)?;
     ctx.commit(batch)?;

@@ -386,63 +386,79 @@ pub fn add(
     items: &[(f64, &[u8])],
     flags: AddFlags,
 ) -> Result<Added, Failure> {
-    for (_, member) in items {
+    let mut each = add_runs(ctx, key, &[items], flags)?;
+    Ok(each.pop().unwrap_or_default())
+}
+
+/// ZADDs of `runs` (each one command's items, all under `flags`) in
+/// order, in one batch: what each did. The caller holds `key`'s lock.
+pub fn add_runs(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    runs: &[&[(f64, &[u8])]],
+    flags: AddFlags,
+) -> Result<Vec<Added>, Failure> {
+    for (_, member) in runs.iter().flat_map(|r| r.iter()) {
         check_member(member, MAX_MEMBER_BYTES)?;
     }
     let (zset, mut batch) = Changing::begin(ctx, key)?;
-    let mut out = Added::default();
     let mut z = match zset {
         Some(z) => z,
         None if flags.xx => {
             ctx.commit(batch)?;
-            return Ok(out);
+            return Ok(vec![Added::default(); runs.len()]);
         }
         None => Changing::create(ctx, key)?,
     };
-    // Scores set earlier in this command, which the store does not show
+    // Scores set earlier in this batch, which the store does not show
     // yet.
     let mut pending: std::collections::HashMap<&[u8], f64> = std::collections::HashMap::new();
-    for (score, member) in items {
-        let current = match pending.get(member) {
-            Some(s) => Some(*s),
-            None if z.new => None,
-            None => self::score(ctx, z.c, member)?,
-        };
-        let mut score = *score;
-        match current {
-            Some(cur) => {
-                if flags.nx {
-                    continue;
-                }
-                if flags.incr {
-                    score += cur;
-                    if score.is_nan() {
-                        return Err(fail(NAN_SCORE));
+    let mut each = Vec::with_capacity(runs.len());
+    for run in runs {
+        let mut out = Added::default();
+        for (score, member) in run.iter() {
+            let current = match pending.get(member) {
+                Some(s) => Some(*s),
+                None if z.new => None,
+                None => self::score(ctx, z.c, member)?,
+            };
+            let mut score = *score;
+            match current {
+                Some(cur) => {
+                    if flags.nx {
+                        continue;
+                    }
+                    if flags.incr {
+                        score += cur;
+                        if score.is_nan() {
+                            return Err(fail(NAN_SCORE));
+                        }
+                    }
+                    if (flags.lt && score >= cur) || (flags.gt && score <= cur) {
+                        continue;
+                    }
+                    out.score = Some(score);
+                    // -0 and 0 are equal: Redis keeps the old one then.
+                    if score != cur {
+                        z.set(&mut batch, member, Some(cur), score)?;
+                        pending.insert(member, score);
+                        out.updated += 1;
                     }
                 }
-                if (flags.lt && score >= cur) || (flags.gt && score <= cur) {
-                    continue;
-                }
-                out.score = Some(score);
-                // -0 and 0 are equal: Redis keeps the old one then.
-                if score != cur {
-                    z.set(&mut batch, member, Some(cur), score)?;
+                None if flags.xx => continue,
+                None => {
+                    z.set(&mut batch, member, None, score)?;
                     pending.insert(member, score);
-                    out.updated += 1;
+                    out.score = Some(score);
+                    out.added += 1;
                 }
-            }
-            None if flags.xx => continue,
-            None => {
-                z.set(&mut batch, member, None, score)?;
-                pending.insert(member, score);
-                out.score = Some(score);
-                out.added += 1;
             }
         }
+        each.push(out);
     }
     z.finish(&mut batch)?;
     ctx.commit(batch)?;
-    Ok(out)
+    Ok(each)
 }
 
 /// ZREM: how many of `members` were there. The caller holds `key`'s lock.

@@ -2958,6 +2958,234 @@ fn pipelined_set_over_a_hash_removes_its_fields() {
     .unwrap();
 }
 
+/// Pipelined LPUSH, RPUSH, LPOP, RPOP, INCR, DECR, SADD, HSET and ZADD,
+/// which a serving thread runs per key in groups of one kind: each reply
+/// is what the command answers run alone — lengths counted per command,
+/// pops past the end, type errors, an INCR that would overflow among
+/// others that do not, keys that expired, two databases — and what they
+/// leave is the same.
+#[test]
+fn pipelined_collection_writes_answer_as_one_by_one() {
+    compare_pipelined(&script(&[
+        "SET str hello",
+        "SET big 9223372036854775805",
+        "SET gone 5 PXAT 1",
+        "RPUSH old x",
+        "PEXPIREAT old 1",
+        "LPUSH L a b",
+        "RPUSH L c",
+        "LPUSH L2 d",
+        "LPUSH str x",
+        "LPUSH L e",
+        "LPUSH L2 f g",
+        "LPUSH old y",
+        "RPUSH L2 h i j",
+        "RPOP L",
+        "RPOP L",
+        "RPOP L",
+        "RPOP L",
+        "RPOP L",
+        "LPOP L2",
+        "LPOP nothing",
+        "LPOP str",
+        "LPOP L2",
+        "INCR big",
+        "INCR big",
+        "INCR big",
+        "INCR big",
+        "DECR big",
+        "INCR gone",
+        "INCR fresh",
+        "INCR fresh",
+        "INCR str",
+        "DECR fresh",
+        "DECR L2",
+        "SADD s a b",
+        "SADD s b c c",
+        "SADD s2 x",
+        "SADD str x",
+        "SADD s a",
+        "HSET h a 1 b 2",
+        "HSET h b 3 c 4",
+        "HSET h2 f v",
+        "HSET h a 5 a 6",
+        "HSET str f v",
+        "ZADD z 2 a 3 b",
+        "ZADD z 3 b 4 c",
+        "ZADD z2 1 x",
+        "ZADD z 5 a 5 a",
+        "ZADD str 1 x",
+        "ZADD z inf d -inf e",
+        "LPUSH L k",
+        "RPOP L",
+        "LPUSH L m",
+        "SELECT 1",
+        "LPUSH L other",
+        "INCR big",
+        "SADD s db1",
+        "SELECT 0",
+        "LPUSH L n",
+        "LRANGE L 0 -1",
+        "LRANGE L2 0 -1",
+        "LRANGE old 0 -1",
+        "MGET big fresh gone str",
+        "SCARD s",
+        "SMISMEMBER s a b c d",
+        "HGETALL h",
+        "ZRANGE z 0 -1 WITHSCORES",
+        "SELECT 1",
+        "LRANGE L 0 -1",
+        "GET big",
+        "SMISMEMBER s db1 a",
+        "FLUSHDB",
+        "SELECT 0",
+    ]))
+    .unwrap();
+}
+
+/// Several clients pipelining pushes and increments to the same keys at
+/// once (a serving thread groups commands of several connections): every
+/// push and increment is counted once, each client sees its own replies
+/// rise, and the list holds each client's items in the order it sent
+/// them.
+#[test]
+fn concurrent_pipelined_pushes_to_one_key_are_each_counted_once() {
+    const CLIENTS: usize = 6;
+    const EACH: usize = 300;
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    Client::connect(p.sluice.addr).call(&[b"FLUSHALL"]);
+    let replies: Vec<Vec<(i64, i64)>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..CLIENTS)
+            .map(|n| {
+                scope.spawn(move || {
+                    let mut c = Client::connect(p.sluice.addr);
+                    // Runs of one kind, as a serving thread groups them.
+                    let mut bytes = Vec::new();
+                    for i in 0..EACH {
+                        let item = format!("{n}:{i}").into_bytes();
+                        bytes.extend(common::request(&[b"RPUSH".to_vec(), b"q".to_vec(), item]));
+                    }
+                    for _ in 0..EACH {
+                        bytes.extend(common::request(&[b"INCR".to_vec(), b"n".to_vec()]));
+                    }
+                    c.stream.write_all(&bytes).unwrap();
+                    let mut int = || match decode(&c.read_reply().unwrap()) {
+                        Reply::Integer(i) => i,
+                        other => panic!("not an integer: {other:?}"),
+                    };
+                    let pushed: Vec<i64> = (0..EACH).map(|_| int()).collect();
+                    let counted: Vec<i64> = (0..EACH).map(|_| int()).collect();
+                    pushed.into_iter().zip(counted).collect()
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let total = (CLIENTS * EACH) as i64;
+    for column in [0, 1] {
+        let mut all: Vec<i64> = replies
+            .iter()
+            .flatten()
+            .map(|r| if column == 0 { r.0 } else { r.1 })
+            .collect();
+        for client in &replies {
+            let mine: Vec<i64> = client
+                .iter()
+                .map(|r| if column == 0 { r.0 } else { r.1 })
+                .collect();
+            assert!(
+                mine.windows(2).all(|w| w[0] < w[1]),
+                "a client's replies rise"
+            );
+        }
+        all.sort_unstable();
+        assert_eq!(all, (1..=total).collect::<Vec<_>>(), "each counted once");
+    }
+    let mut c = Client::connect(p.sluice.addr);
+    let Reply::Array(items) = c.call_reply(&[b"LRANGE", b"q", b"0", b"-1"]) else {
+        panic!("LRANGE answers an array");
+    };
+    assert_eq!(items.len(), CLIENTS * EACH);
+    let mut next = [0usize; CLIENTS];
+    for item in items {
+        let Reply::Bulk(b) = item else {
+            panic!("an item is a bulk")
+        };
+        let text = String::from_utf8(b).unwrap();
+        let (n, i) = text.split_once(':').unwrap();
+        let (n, i): (usize, usize) = (n.parse().unwrap(), i.parse().unwrap());
+        assert_eq!(i, next[n], "client {n}'s items in the order sent");
+        next[n] += 1;
+    }
+    c.call(&[b"FLUSHALL"]);
+}
+
+/// A command of the pipelined collection test: the writes a serving
+/// thread groups, on keys that hold one type or another, among reads and
+/// writes it does not group.
+fn pipelined_collection_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    let key = || word(&["a", "b", "c"]);
+    let item = || word(&["x", "y", "z", "1"]);
+    let score = || word(&["1", "2", "-0.5", "inf"]);
+    let items = || proptest::collection::vec(item(), 1..4);
+    let with = |name: &'static [u8], k: Vec<u8>, rest: Vec<Vec<u8>>| {
+        let mut args = vec![name.to_vec(), k];
+        args.extend(rest);
+        args
+    };
+    prop_oneof![
+        3 => (key(), items()).prop_map(move |(k, v)| with(b"LPUSH", k, v)),
+        3 => (key(), items()).prop_map(move |(k, v)| with(b"RPUSH", k, v)),
+        2 => key().prop_map(|k| vec![b"LPOP".to_vec(), k]),
+        2 => key().prop_map(|k| vec![b"RPOP".to_vec(), k]),
+        2 => key().prop_map(|k| vec![b"INCR".to_vec(), k]),
+        1 => key().prop_map(|k| vec![b"DECR".to_vec(), k]),
+        3 => (key(), items()).prop_map(move |(k, m)| with(b"SADD", k, m)),
+        3 => (key(), proptest::collection::vec((item(), item()), 1..3)).prop_map(
+            move |(k, pairs)| with(b"HSET", k, pairs.into_iter().flat_map(|(f, v)| [f, v]).collect())
+        ),
+        3 => (key(), proptest::collection::vec((score(), item()), 1..3)).prop_map(
+            move |(k, pairs)| with(b"ZADD", k, pairs.into_iter().flat_map(|(s, m)| [s, m]).collect())
+        ),
+        1 => key().prop_map(|k| vec![b"TYPE".to_vec(), k]),
+        1 => key().prop_map(|k| vec![b"DEL".to_vec(), k]),
+        1 => key().prop_map(|k| vec![b"LRANGE".to_vec(), k, b"0".to_vec(), b"-1".to_vec()]),
+        1 => key().prop_map(|k| vec![b"ZRANGE".to_vec(), k, b"0".to_vec(), b"-1".to_vec(), b"WITHSCORES".to_vec()]),
+        1 => key().prop_map(|k| vec![b"HGETALL".to_vec(), k]),
+        1 => key().prop_map(|k| vec![b"SCARD".to_vec(), k]),
+        1 => word(&["0", "1"]).prop_map(|d| vec![b"SELECT".to_vec(), d]),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 60, ..ProptestConfig::default() })]
+
+    /// Pipelines of the writes a serving thread groups get the replies
+    /// Redis gives, byte for byte, and leave what Redis leaves.
+    #[test]
+    fn pipelined_collection_writes_match_redis(
+        commands in proptest::collection::vec(pipelined_collection_command(), 1..100),
+    ) {
+        let mut commands = commands;
+        for db in ["0", "1"] {
+            commands.push(vec![b"SELECT".to_vec(), db.as_bytes().to_vec()]);
+            for k in ["a", "b", "c"] {
+                let k = k.as_bytes().to_vec();
+                commands.push(vec![b"TYPE".to_vec(), k.clone()]);
+                commands.push(vec![b"LRANGE".to_vec(), k.clone(), b"0".to_vec(), b"-1".to_vec()]);
+                commands.push(vec![b"HGETALL".to_vec(), k.clone()]);
+                commands.push(vec![b"SMISMEMBER".to_vec(), k.clone(), b"x".to_vec(), b"y".to_vec(), b"z".to_vec(), b"1".to_vec()]);
+                commands.push(vec![b"ZRANGE".to_vec(), k.clone(), b"0".to_vec(), b"-1".to_vec(), b"WITHSCORES".to_vec()]);
+                commands.push(vec![b"GET".to_vec(), k]);
+            }
+            commands.push(vec![b"FLUSHDB".to_vec()]);
+        }
+        commands.push(vec![b"SELECT".to_vec(), b"0".to_vec()]);
+        compare_pipelined(&commands)?;
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 60, ..ProptestConfig::default() })]
 

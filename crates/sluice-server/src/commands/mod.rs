@@ -13,6 +13,7 @@ pub mod blocking;
 mod glob;
 mod hashes;
 mod hyperloglog;
+pub mod key_group;
 mod keys;
 pub(crate) mod lists;
 pub mod long_double;

@@ -526,6 +526,36 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], by: i64) -> Outcome {
     })
 }
 
+/// `times` INCRBYs of `key` by `by` in one change (a group's): each one's
+/// reply; one that would overflow fails alone and changes nothing.
+pub(super) fn increments(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    by: i64,
+    times: usize,
+) -> Result<Vec<Reply>, Failure> {
+    let mut each = Vec::with_capacity(times);
+    update_string(ctx, key, |current| {
+        let mut value = match current {
+            None => 0,
+            Some(bytes) => parse_i64(bytes)?,
+        };
+        let mut changed = false;
+        for _ in 0..times {
+            match value.checked_add(by) {
+                Some(new) => {
+                    value = new;
+                    changed = true;
+                    each.push(int(new));
+                }
+                None => each.push(failure_reply(fail(OVERFLOW))),
+            }
+        }
+        Ok((changed.then(|| value.to_string().into_bytes()), Reply::Null))
+    })?;
+    Ok(each)
+}
+
 pub(super) fn incr(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     incr_by(ctx, &args[1], 1)
 }

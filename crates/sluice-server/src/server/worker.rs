@@ -5,6 +5,7 @@
 use super::conn::{Conn, ShmLink, Transport};
 use super::shm::WorkerInbox;
 use super::{admin, Shared, WorkerStats, TICK};
+use crate::commands::key_group::{self, KeyGroup};
 use crate::commands::set_group::{self, GroupOutcome, SetGroup};
 use crate::session::Session;
 use sluice_io::net::{ConnId, NetEvent, NetRing, NetRingConfig, Waker};
@@ -1325,11 +1326,13 @@ fn fill_token(id: ConnId, session_id: u64) -> u64 {
 /// A simple-string OK, the same in RESP2 and RESP3.
 const OK_REPLY: &[u8] = b"+OK\r\n";
 
-/// Plain SETs of a pass waiting for one commit, and the connection each
+/// Plain writes of a pass waiting for one commit — SETs, or writes of
+/// one other kind ([`KeyGroup`]), never both — and the connection each
 /// came from (in arrival order).
 #[derive(Default)]
 struct Grouped {
     sets: SetGroup,
+    keys: KeyGroup,
     askers: Vec<u32>,
 }
 
@@ -1361,20 +1364,37 @@ fn live(conns: &mut [Option<Conn>], id: u32) -> Option<&mut Conn> {
 }
 
 impl Grouped {
-    /// Whether connection `id` has SETs waiting here: a connection is
-    /// served in one stretch, so its SETs are the last ones.
+    /// Whether connection `id` has writes waiting here: a connection is
+    /// served in one stretch, so its writes are the last ones.
     fn holds(&self, id: u32) -> bool {
         self.askers.last() == Some(&id)
     }
 
-    /// Commits the SETs and queues each its reply (after the log position
-    /// to wait for, in `always`).
+    /// Whether it should be committed before it takes another.
+    fn is_full(&self) -> bool {
+        self.sets.is_full() || self.keys.is_full()
+    }
+
+    /// Whether it may take a SET (`kind` None) or a write of `kind` now,
+    /// without a commit first.
+    fn fits(&self, kind: Option<key_group::Kind>) -> bool {
+        match kind {
+            None => self.keys.is_empty(),
+            Some(kind) => self.sets.is_empty() && self.keys.takes(kind),
+        }
+    }
+
+    /// Commits what it holds and queues each command its reply (after the
+    /// log position to wait for, in `always`).
     fn commit(&mut self, shared: &Shared, conns: &mut [Option<Conn>], reads: &mut ReadCache) {
+        if !self.keys.is_empty() {
+            return self.commit_keys(shared, conns, reads);
+        }
         if self.sets.is_empty() {
             return;
         }
         // Drained, not taken: the list keeps its room for the next group.
-        let Grouped { sets, askers } = self;
+        let Grouped { sets, askers, .. } = self;
         let askers = askers.drain(..);
         let started = Instant::now();
         let outcome = sets.commit(&shared.db);
@@ -1413,13 +1433,51 @@ impl Grouped {
     }
 }
 
+impl Grouped {
+    /// [`Grouped::commit`] of a [`KeyGroup`].
+    fn commit_keys(&mut self, shared: &Shared, conns: &mut [Option<Conn>], reads: &mut ReadCache) {
+        let started = Instant::now();
+        let Some(done) = self.keys.commit(&shared.db, reads, super::now_ms()) else {
+            return;
+        };
+        let askers = self.askers.drain(..);
+        // Each command is counted with its share of the group's run.
+        let each_us = started.elapsed().as_micros() as u64 / askers.len().max(1) as u64;
+        if let Some(at) = done.position {
+            shared.committer.wrote(at);
+            // Clients blocked on these keys look again (BLPOP, BZPOPMIN).
+            admin::signal_writes(shared, done.commands.iter().map(|(db, a)| (*db, a)));
+        }
+        let hold = done
+            .position
+            .filter(|_| shared.durability().holds_replies());
+        let command = crate::acl::lookup(done.kind.name());
+        for (id, reply) in askers.zip(done.replies) {
+            let Some(c) = live(conns, id) else {
+                continue;
+            };
+            if let Some(at) = hold {
+                c.hold_until(at);
+            }
+            let failed = matches!(reply, crate::resp::Reply::Error(_));
+            if !failed && done.position.is_some() {
+                WorkerStats::add(&shared.stats.by_worker[c.worker].changes, 1);
+            }
+            c.push_reply(&reply);
+            if let Some(command) = command {
+                admin::count_call(shared, c.worker, command, each_us, failed.then_some(false));
+            }
+        }
+    }
+}
+
 impl Pass<'_> {
     /// Puts `c`'s next request into the group if it is a plain `SET key
     /// value` the group takes, framed where it lies (no argument list);
     /// whether it did. Anything else is left to the general path, which
     /// would group the same SET.
     fn take_plain_set(&self, c: &mut Conn, id: u32, group: &mut Grouped) -> bool {
-        if !plain_path_open(c) || self.shared.fast_paths_closed() {
+        if !plain_path_open(c) || !group.fits(None) || self.shared.fast_paths_closed() {
             return false;
         }
         let Some((key, value, len)) = c.reader.peek_plain_set() else {
@@ -1574,7 +1632,7 @@ impl Pass<'_> {
             if self.take_plain_set(c, id, group) {
                 WorkerStats::add(&self.stats.commands_processed, 1);
                 *n += 1;
-                if group.sets.is_full() {
+                if group.is_full() {
                     return Stop::GroupFirst(None);
                 }
                 continue;
@@ -1622,11 +1680,27 @@ impl Pass<'_> {
                 c.postponed = false;
                 self.shared.pause.postponed.fetch_sub(1, Ordering::Relaxed);
             }
-            let groupable = plain_path_open_for(c)
+            let open = plain_path_open_for(c)
                 && !self.shared.fast_paths_closed()
-                && !self.shared.tunables.writes_need_replicas()
-                && SetGroup::takes(&self.shared.db, &args)
-                && admin::acl_allows(self.shared, c, &args);
+                && !self.shared.tunables.writes_need_replicas();
+            let set = open && SetGroup::takes(&self.shared.db, &args);
+            // While a client is blocked, each write runs alone: Redis serves
+            // a blocked client between two pipelined pushes, not after both.
+            let kind = if open && !set && !self.shared.blocking.any() {
+                key_group::Kind::of(&args)
+            } else {
+                None
+            };
+            // A write of another kind reads its keys on the device through
+            // the fill queue first, alone.
+            let groupable = (set || kind.is_some())
+                && admin::acl_allows(self.shared, c, &args)
+                && (kind.is_none() || self.misses_of(c, &args, reads, fill_room).is_empty());
+            if groupable && !group.fits(kind) {
+                // One kind at a time: what the group holds goes first.
+                c.deferred = Some(args);
+                return Stop::GroupFirst(None);
+            }
             if !groupable && group.holds(id) {
                 // Its SETs first: this command sees them, and its reply
                 // follows theirs.
@@ -1674,9 +1748,12 @@ impl Pass<'_> {
             WorkerStats::add(&self.stats.commands_processed, 1);
             *n += 1;
             if groupable {
-                group.sets.push(c.session.db(), args);
+                match kind {
+                    Some(kind) => group.keys.push(kind, c.session.db(), args),
+                    None => group.sets.push(c.session.db(), args),
+                }
                 group.askers.push(id);
-                if group.sets.is_full() {
+                if group.is_full() {
                     return Stop::GroupFirst(None);
                 }
             } else {
