@@ -172,9 +172,17 @@ impl<'a> Ctx<'a> {
     /// Commits a transaction's writes, or a group's, as one batch (all or
     /// none).
     pub fn finish(&mut self) -> Result<(), StoreError> {
-        let held = self.tx.take().map(|tx| tx.batch).or(self.gathered.take());
-        if let Some(batch) = held.filter(|b| !b.is_empty()) {
-            let logged = batch.commit()?;
+        if let Some(tx) = self.tx.take().filter(|tx| !tx.batch.is_empty()) {
+            let logged = tx.batch.commit()?;
+            self.wrote = self.wrote.max(Some(logged.position));
+        }
+        if let Some(batch) = self.gathered.take().filter(|b| !b.is_empty()) {
+            // A group's pops left end hints as their batches were taken
+            // in (the keys stay locked until this commit): one that fails
+            // makes them all untrue.
+            let logged = batch
+                .commit()
+                .inspect_err(|_| self.db.forget_every_end_hint())?;
             self.wrote = self.wrote.max(Some(logged.position));
         }
         Ok(())

@@ -476,7 +476,9 @@ impl Db {
     /// Records that no live member of collection `id` is below (`floor`)
     /// or above sub-key `at`. The caller holds the collection's key
     /// locked and has committed the removals that make it true (never
-    /// inside a transaction, whose batch could still fail as a whole).
+    /// inside a transaction, whose batch could still fail as a whole; in
+    /// a group's run, taken in to be committed before the key is unlocked,
+    /// with every hint dropped if that commit fails).
     pub fn set_end_hint(&self, id: u64, floor: bool, at: Vec<u8>) {
         let mut by_id = self.end_hints.by_id();
         if by_id.len() >= END_HINTS_MOST && !by_id.contains_key(&id) {
@@ -530,6 +532,13 @@ impl Db {
         }
         all.insert(id, members);
         self.end_hints.any.store(true, Ordering::Release);
+    }
+
+    /// Drops every collection's hints (a group's batch that set some
+    /// failed to commit).
+    pub(crate) fn forget_every_end_hint(&self) {
+        self.end_hints.by_id().clear();
+        self.end_hints.candidates().clear();
     }
 
     /// Drops collection `id`'s hints (a member is being written).

@@ -3121,6 +3121,51 @@ fn concurrent_pipelined_pushes_to_one_key_are_each_counted_once() {
     c.call(&[b"FLUSHALL"]);
 }
 
+/// Pipelined SPOPs (a serving thread draws a group's members in one
+/// pop): each member comes out once, then nil, in RESP2 and RESP3; a key
+/// of another type answers WRONGTYPE to each.
+#[test]
+fn pipelined_spops_take_each_member_once() {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    for protocol in [b"2", b"3"] {
+        let mut c = Client::connect(p.sluice.addr);
+        c.call(&[b"FLUSHALL"]);
+        c.call(&[b"HELLO", protocol]);
+        let members: Vec<Vec<u8>> = (0..150).map(|i| format!("m{i}").into_bytes()).collect();
+        let mut sadd = vec![b"SADD".to_vec(), b"s".to_vec()];
+        sadd.extend(members.iter().cloned());
+        c.call(&[b"SET", b"str", b"x"]);
+        let refs: Vec<&[u8]> = sadd.iter().map(|a| &a[..]).collect();
+        c.call(&refs);
+        let mut bytes = Vec::new();
+        for _ in 0..170 {
+            bytes.extend(common::request(&[b"SPOP".to_vec(), b"s".to_vec()]));
+        }
+        bytes.extend(common::request(&[b"SPOP".to_vec(), b"str".to_vec()]));
+        c.stream.write_all(&bytes).unwrap();
+        let mut popped = Vec::new();
+        let mut nils = 0;
+        for _ in 0..170 {
+            match decode(&c.read_reply().unwrap()) {
+                Reply::Bulk(m) => popped.push(m),
+                Reply::Null => nils += 1,
+                other => panic!("SPOP answered {other:?}"),
+            }
+        }
+        assert_eq!(
+            c.read_reply().unwrap(),
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+        );
+        assert_eq!(nils, 20, "nil once the set is empty");
+        popped.sort();
+        let mut want = members.clone();
+        want.sort();
+        assert_eq!(popped, want, "each member once");
+        assert_eq!(c.call(&[b"EXISTS", b"s"]), b":0\r\n");
+    }
+}
+
 /// A command of the pipelined collection test: the writes a serving
 /// thread groups, on keys that hold one type or another, among reads and
 /// writes it does not group.
@@ -3148,6 +3193,8 @@ fn pipelined_collection_command() -> impl Strategy<Value = Vec<Vec<u8>>> {
         3 => (key(), proptest::collection::vec((score(), item()), 1..3)).prop_map(
             move |(k, pairs)| with(b"ZADD", k, pairs.into_iter().flat_map(|(s, m)| [s, m]).collect())
         ),
+        2 => key().prop_map(|k| vec![b"ZPOPMIN".to_vec(), k]),
+        1 => key().prop_map(|k| vec![b"ZPOPMAX".to_vec(), k]),
         1 => key().prop_map(|k| vec![b"TYPE".to_vec(), k]),
         1 => key().prop_map(|k| vec![b"DEL".to_vec(), k]),
         1 => key().prop_map(|k| vec![b"LRANGE".to_vec(), k, b"0".to_vec(), b"-1".to_vec()]),

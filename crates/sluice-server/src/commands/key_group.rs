@@ -5,7 +5,8 @@
 //! one, fifty reads of the list's record, fifty new versions of it, and
 //! fifty trips through the store's write path. A [`KeyGroup`] holds a
 //! serving pass's plain writes of one kind (LPUSH, RPUSH, LPOP, RPOP,
-//! INCR, DECR, SADD, HSET, ZADD without options), then runs them per key
+//! INCR, DECR, SADD, HSET, ZADD without options; SPOP, ZPOPMIN and ZPOPMAX
+//! without a count), then runs them per key
 //! in arrival order — one record read and one record write per key, each
 //! command's reply what it would have answered alone — and commits every
 //! key's changes as one batch, under the stripe locks of all its keys,
@@ -55,6 +56,12 @@ pub enum Kind {
     HSet,
     /// `ZADD key score member [score member ...]` (no option)
     ZAdd,
+    /// `SPOP key` (no count)
+    SPop,
+    /// `ZPOPMIN key` (no count)
+    ZPopMin,
+    /// `ZPOPMAX key` (no count)
+    ZPopMax,
 }
 
 impl Kind {
@@ -62,10 +69,10 @@ impl Kind {
     /// command's shape, arity and argument sizes; not its user's rights).
     pub fn of(args: &Args) -> Option<Kind> {
         let name = &args[0];
-        if name.len() > 5 || name.len() < 4 {
+        if name.len() > 7 || name.len() < 4 {
             return None;
         }
-        let mut lower = [0u8; 5];
+        let mut lower = [0u8; 7];
         lower[..name.len()].copy_from_slice(name);
         lower.make_ascii_lowercase();
         let kind = match &lower[..name.len()] {
@@ -78,12 +85,21 @@ impl Kind {
             b"sadd" => Kind::SAdd,
             b"hset" => Kind::HSet,
             b"zadd" => Kind::ZAdd,
+            b"spop" => Kind::SPop,
+            b"zpopmin" => Kind::ZPopMin,
+            b"zpopmax" => Kind::ZPopMax,
             _ => return None,
         };
         let fits = args[1..].iter().all(|a| a.len() <= ARG_MAX_BYTES)
             && args.len() - 2 <= COMMAND_MAX_ELEMENTS;
         let shaped = match kind {
-            Kind::LPop | Kind::RPop | Kind::Incr | Kind::Decr => args.len() == 2,
+            Kind::LPop
+            | Kind::RPop
+            | Kind::Incr
+            | Kind::Decr
+            | Kind::SPop
+            | Kind::ZPopMin
+            | Kind::ZPopMax => args.len() == 2,
             Kind::LPush | Kind::RPush | Kind::SAdd => args.len() >= 3,
             Kind::HSet => args.len() >= 4 && args.len().is_multiple_of(2),
             Kind::ZAdd => {
@@ -107,6 +123,9 @@ impl Kind {
             Kind::SAdd => b"sadd",
             Kind::HSet => b"hset",
             Kind::ZAdd => b"zadd",
+            Kind::SPop => b"spop",
+            Kind::ZPopMin => b"zpopmin",
+            Kind::ZPopMax => b"zpopmax",
         }
     }
 }
@@ -290,6 +309,31 @@ fn run_key(
             Ok(commands
                 .iter()
                 .map(|_| items.next().map_or(Reply::Null, Reply::Bulk))
+                .collect())
+        }
+        Kind::SPop => {
+            // Members drawn at random, each once: one pop's draw of n.
+            let mut picked = set::pop(ctx, key, commands.len() as u64)?
+                .unwrap_or_default()
+                .into_iter();
+            Ok(commands
+                .iter()
+                .map(|_| picked.next().map_or(Reply::Null, Reply::Bulk))
+                .collect())
+        }
+        Kind::ZPopMin | Kind::ZPopMax => {
+            let max = kind == Kind::ZPopMax;
+            let mut picked = zset::pop(ctx, key, commands.len() as u64, max)?.into_iter();
+            // A plain pop is one flat pair in either protocol; none left,
+            // an empty array.
+            Ok(commands
+                .iter()
+                .map(|_| match picked.next() {
+                    Some((member, score)) => {
+                        Reply::Array(vec![Reply::Bulk(member), super::zsets::double(score)])
+                    }
+                    None => Reply::Array(Vec::new()),
+                })
                 .collect())
         }
         Kind::Incr | Kind::Decr => {

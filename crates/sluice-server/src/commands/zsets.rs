@@ -10,7 +10,7 @@ use sluice_redis::zset::{self, AddFlags, LexRange, ScoreBound, ScoreRange, Score
 use sluice_redis::Collection;
 use std::ops::Bound;
 
-fn double(score: f64) -> Reply {
+pub(super) fn double(score: f64) -> Reply {
     Reply::Double(format_double(score))
 }
 
