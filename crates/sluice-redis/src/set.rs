@@ -290,28 +290,45 @@ fn point_between(first: &[u8], last: &[u8], rng: &mut impl rand::Rng) -> Vec<u8>
     point
 }
 
+/// The most members a pick of [`seek_random`] takes from one random
+/// point (one store walk each: a walk's start is what a pick costs).
+const SEEK_RUN_MOST: u64 = 8;
+
+/// Members a pick of `count` takes per random point: one for a few, up
+/// to [`SEEK_RUN_MOST`] adjacent ones when many are drawn at once.
+fn seek_run(count: u64) -> u64 {
+    (count / 32).clamp(1, SEEK_RUN_MOST)
+}
+
 /// `count` distinct members (fewer than the set has) picked by seeking
 /// random points between the first and last member and taking the next
-/// member not yet picked, wrapping to the start: a few reads per pick
-/// whatever the set's size. Random as RANDOMKEY is, not uniform (a member
-/// after a wide gap in byte order is likelier); SPOP promises random
-/// members, SRANDMEMBER's picks stay uniform ([`random`]).
+/// member not yet picked (the next [`seek_run`] of them when many are
+/// drawn), wrapping to the start: a few reads per pick whatever the set's
+/// size. Random as RANDOMKEY is, not uniform (a member after a wide gap
+/// in byte order is likelier); SPOP promises random members, SRANDMEMBER's
+/// picks stay uniform ([`random`]).
 fn seek_random(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>, Failure> {
     let Some((first, last)) = ends(ctx, c)? else {
         return Ok(Vec::new());
     };
     let mut rng = rand::thread_rng();
     let mut picked: BTreeSet<Vec<u8>> = BTreeSet::new();
+    let run = seek_run(count);
     while (picked.len() as u64) < count {
         let point = point_between(&first, &last, &mut rng);
-        let next_unpicked = |from: &[u8]| -> Result<Option<Vec<u8>>, Failure> {
+        let want = run.min(count - picked.len() as u64) as usize;
+        let next_unpicked = |from: &[u8]| -> Result<Option<Vec<Vec<u8>>>, Failure> {
+            let mut found = Vec::new();
             for item in ctx.members(c.id, (Bound::Included(from), Bound::Unbounded), false) {
                 let (member, _) = item?;
                 if !picked.contains(&member) {
-                    return Ok(Some(member));
+                    found.push(member);
+                    if found.len() == want {
+                        break;
+                    }
                 }
             }
-            Ok(None)
+            Ok((!found.is_empty()).then_some(found))
         };
         // Past the last member: wrap to the first (only then is a second
         // scan made). Each scan that ends tells where the live members
@@ -328,14 +345,14 @@ fn seek_random(ctx: &Ctx<'_>, c: Collection, count: u64) -> Result<Vec<Vec<u8>>,
                     ctx.db().set_end_hint(c.id, false, point.clone());
                 }
                 let wrapped = next_unpicked(&first)?;
-                if let (Some(member), true) = (&wrapped, tighten) {
-                    ctx.db().set_end_hint(c.id, true, member.clone());
+                if let (Some(members), true) = (&wrapped, tighten) {
+                    ctx.db().set_end_hint(c.id, true, members[0].clone());
                 }
                 wrapped
             }
         };
         match found {
-            Some(member) => picked.insert(member),
+            Some(members) => picked.extend(members),
             None => break,
         };
     }
