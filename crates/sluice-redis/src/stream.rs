@@ -264,6 +264,74 @@ pub fn add(
     Ok(Some(id))
 }
 
+/// `XADD key * field value ...` of each of `runs` (one command's field
+/// and value list each), in order, in one batch: each entry's id, or the
+/// error that command answers (the stream's ids exhausted). The caller
+/// holds `key`'s lock.
+#[allow(clippy::type_complexity)]
+pub fn add_auto_runs(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    runs: &[&[&[u8]]],
+) -> Result<Vec<Result<StreamId, Failure>>, Failure> {
+    let (entry, mut batch) = ctx.begin(key)?;
+    let (mut c, mut meta, expire_at_ms, new) = match entry {
+        None => (
+            Collection {
+                id: ctx.db().new_id()?,
+                len: 0,
+            },
+            StreamMeta::default(),
+            0,
+            true,
+        ),
+        Some(Entry {
+            value: Value::Stream { c, meta },
+            expire_at_ms,
+        }) => (c, meta, expire_at_ms, false),
+        Some(_) => return Err(fail(WRONGTYPE)),
+    };
+    let exhausted = StreamId {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
+    let mut each = Vec::with_capacity(runs.len());
+    for pairs in runs {
+        let id = if meta.last == exhausted {
+            Err(fail(
+                "ERR The stream has exhausted the last possible ID, unable to add more items",
+            ))
+        } else {
+            next_id(&meta, IdSpec::Auto, ctx.now_ms())
+        };
+        let Ok(id) = id else {
+            each.push(id);
+            continue;
+        };
+        batch.put_member(key, c.id, &entry_sub(id), &encode_fields(pairs))?;
+        meta.last = id;
+        if c.len == 0 {
+            meta.first = id;
+        }
+        meta.added += 1;
+        c.len += 1;
+        each.push(Ok(id));
+    }
+    if each.iter().any(Result::is_ok) {
+        let entry = Entry {
+            value: Value::Stream { c, meta },
+            expire_at_ms,
+        };
+        if new {
+            batch.put_new(key, &entry)?;
+        } else {
+            batch.put(key, &entry)?;
+        }
+    }
+    ctx.commit(batch)?;
+    Ok(each)
+}
+
 /// The first id left once `removed` (the oldest entries) go; `newest`
 /// is an entry the store may not show yet.
 fn first_after(

@@ -3166,6 +3166,87 @@ fn pipelined_spops_take_each_member_once() {
     }
 }
 
+/// Pipelined XADDs with automatic ids (run together per stream): the ids
+/// rise, each entry holds its own fields, XLEN counts them all, and a key
+/// of another type answers WRONGTYPE in its place among them.
+#[test]
+fn pipelined_xadds_get_rising_ids_and_their_own_fields() {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = Client::connect(p.sluice.addr);
+    c.call(&[b"FLUSHALL"]);
+    c.call(&[b"SET", b"str", b"x"]);
+    let mut bytes = Vec::new();
+    for i in 0..300 {
+        let n = i.to_string().into_bytes();
+        bytes.extend(common::request(&[
+            b"XADD".to_vec(),
+            b"x".to_vec(),
+            b"*".to_vec(),
+            b"n".to_vec(),
+            n.clone(),
+            b"half".to_vec(),
+            (i / 2).to_string().into_bytes(),
+        ]));
+        if i == 150 {
+            bytes.extend(common::request(&[
+                b"XADD".to_vec(),
+                b"str".to_vec(),
+                b"*".to_vec(),
+                b"f".to_vec(),
+                b"v".to_vec(),
+            ]));
+        }
+    }
+    c.stream.write_all(&bytes).unwrap();
+    let parse = |id: &[u8]| -> (u64, u64) {
+        let text = std::str::from_utf8(id).unwrap();
+        let (ms, seq) = text.split_once('-').unwrap();
+        (ms.parse().unwrap(), seq.parse().unwrap())
+    };
+    let mut ids = Vec::new();
+    for i in 0..301 {
+        let reply = c.read_reply().unwrap();
+        if i == 151 {
+            assert_eq!(
+                reply,
+                b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+            );
+            continue;
+        }
+        match decode(&reply) {
+            Reply::Bulk(id) => ids.push(id),
+            other => panic!("XADD answered {other:?}"),
+        }
+    }
+    assert!(
+        ids.windows(2).all(|w| parse(&w[0]) < parse(&w[1])),
+        "ids rise"
+    );
+    assert_eq!(c.call(&[b"XLEN", b"x"]), b":300\r\n");
+    let Reply::Array(entries) = c.call_reply(&[b"XRANGE", b"x", b"-", b"+"]) else {
+        panic!("XRANGE answers an array");
+    };
+    for (i, entry) in entries.iter().enumerate() {
+        let want = Reply::Array(vec![
+            Reply::Bulk(ids[i].clone()),
+            Reply::Array(
+                [
+                    b"n".to_vec(),
+                    i.to_string().into_bytes(),
+                    b"half".to_vec(),
+                    (i / 2).to_string().into_bytes(),
+                ]
+                .into_iter()
+                .map(Reply::Bulk)
+                .collect(),
+            ),
+        ]);
+        assert_eq!(entry, &want, "entry {i}");
+    }
+    c.call(&[b"FLUSHALL"]);
+}
+
 /// A command of the pipelined collection test: the writes a serving
 /// thread groups, on keys that hold one type or another, among reads and
 /// writes it does not group.

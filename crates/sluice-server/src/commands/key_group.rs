@@ -6,7 +6,8 @@
 //! fifty trips through the store's write path. A [`KeyGroup`] holds a
 //! serving pass's plain writes of one kind (LPUSH, RPUSH, LPOP, RPOP,
 //! INCR, DECR, SADD, HSET, ZADD without options; SPOP, ZPOPMIN and ZPOPMAX
-//! without a count), then runs them per key
+//! without a count; XADD with an automatic id and no option), then runs
+//! them per key
 //! in arrival order — one record read and one record write per key, each
 //! command's reply what it would have answered alone — and commits every
 //! key's changes as one batch, under the stripe locks of all its keys,
@@ -18,7 +19,7 @@ use super::{failure_reply, store_error_text, Failure};
 use crate::resp::{Args, Reply};
 use sluice_redis::db::{Db, KeyHash};
 use sluice_redis::list::{self, End};
-use sluice_redis::{hash, set, zset, Ctx};
+use sluice_redis::{hash, set, stream, zset, Ctx};
 use sluice_store::wal::LogPosition;
 use sluice_store::ReadCache;
 use std::collections::HashMap;
@@ -62,6 +63,8 @@ pub enum Kind {
     ZPopMin,
     /// `ZPOPMAX key` (no count)
     ZPopMax,
+    /// `XADD key * field value [field value ...]` (no option)
+    XAdd,
 }
 
 impl Kind {
@@ -88,6 +91,7 @@ impl Kind {
             b"spop" => Kind::SPop,
             b"zpopmin" => Kind::ZPopMin,
             b"zpopmax" => Kind::ZPopMax,
+            b"xadd" => Kind::XAdd,
             _ => return None,
         };
         let fits = args[1..].iter().all(|a| a.len() <= ARG_MAX_BYTES)
@@ -102,6 +106,7 @@ impl Kind {
             | Kind::ZPopMax => args.len() == 2,
             Kind::LPush | Kind::RPush | Kind::SAdd => args.len() >= 3,
             Kind::HSet => args.len() >= 4 && args.len().is_multiple_of(2),
+            Kind::XAdd => args.len() >= 5 && args.len().is_multiple_of(2) && args[2] == b"*",
             Kind::ZAdd => {
                 args.len() >= 4
                     && args.len().is_multiple_of(2)
@@ -126,6 +131,7 @@ impl Kind {
             Kind::SPop => b"spop",
             Kind::ZPopMin => b"zpopmin",
             Kind::ZPopMax => b"zpopmax",
+            Kind::XAdd => b"xadd",
         }
     }
 }
@@ -333,6 +339,21 @@ fn run_key(
                         Reply::Array(vec![Reply::Bulk(member), super::zsets::double(score)])
                     }
                     None => Reply::Array(Vec::new()),
+                })
+                .collect())
+        }
+        Kind::XAdd => {
+            let runs: Vec<Vec<&[u8]>> = commands
+                .iter()
+                .map(|c| c[3..].iter().map(|v| &v[..]).collect())
+                .collect();
+            let runs: Vec<&[&[u8]]> = runs.iter().map(Vec::as_slice).collect();
+            let each = stream::add_auto_runs(ctx, key, &runs)?;
+            Ok(each
+                .into_iter()
+                .map(|id| match id {
+                    Ok(id) => Reply::Bulk(id.to_string().into_bytes()),
+                    Err(failure) => failure_reply(failure),
                 })
                 .collect())
         }
