@@ -3247,6 +3247,32 @@ fn pipelined_xadds_get_rising_ids_and_their_own_fields() {
     c.call(&[b"FLUSHALL"]);
 }
 
+/// MSET over keys that hold a string with a TTL, a list, a hash and
+/// nothing: each becomes a plain string with no TTL, and what the others
+/// held is gone (Sluice replaces a key that holds no collection unread).
+#[test]
+fn mset_replaces_whatever_each_key_held() {
+    compare(&script(&[
+        "SET t old EX 100",
+        "RPUSH l a b c",
+        "HSET h f v",
+        "MSET t 1 l 2 h 3 n 4 t 5",
+        "MGET t l h n",
+        "TTL t",
+        "TYPE l",
+        "LRANGE l 0 -1",
+        "HGETALL h",
+        "RPUSH l x",
+        "HSET h g w",
+        "LRANGE l 0 -1",
+        "HGETALL h",
+        "MSETNX l 9 fresh 1",
+        "MSET l 8 h 7",
+        "MGET l h fresh",
+    ]))
+    .unwrap();
+}
+
 /// A command of the pipelined collection test: the writes a serving
 /// thread groups, on keys that hold one type or another, among reads and
 /// writes it does not group.

@@ -392,8 +392,11 @@ fn mset_generic(ctx: &mut Ctx<'_>, args: &Args, nx: bool) -> Outcome {
     }
     let mut batch = ctx.batch();
     for (key, value) in &pairs {
-        if let Some(old) = ctx.get_raw(key)? {
-            ctx.remove(&mut batch, key, &old.value)?;
+        // As SET: a key that holds no collection is replaced unread.
+        if !ctx.may_skip_read(key) {
+            if let Some(old) = ctx.get_raw(key)? {
+                ctx.remove(&mut batch, key, &old.value)?;
+            }
         }
         batch.put(key, &Entry::string(value.clone()))?;
     }
