@@ -106,7 +106,8 @@ impl Kind {
             | Kind::ZPopMax => args.len() == 2,
             Kind::LPush | Kind::RPush | Kind::SAdd => args.len() >= 3,
             Kind::HSet => args.len() >= 4 && args.len().is_multiple_of(2),
-            Kind::XAdd => args.len() >= 5 && args.len().is_multiple_of(2) && args[2] == b"*",
+            // The key, `*`, then field-value pairs.
+            Kind::XAdd => args.len() >= 5 && !args.len().is_multiple_of(2) && args[2] == b"*",
             Kind::ZAdd => {
                 args.len() >= 4
                     && args.len().is_multiple_of(2)
@@ -394,5 +395,62 @@ fn run_key(
                 .map(|a| Reply::Integer(a.added as i64))
                 .collect())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Args {
+        line.split(' ').map(|a| a.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn plain_writes_are_grouped_and_others_are_not() {
+        for (line, kind) in [
+            ("LPUSH q a", Kind::LPush),
+            ("rpush q a b c", Kind::RPush),
+            ("LPOP q", Kind::LPop),
+            ("RPOP q", Kind::RPop),
+            ("INCR n", Kind::Incr),
+            ("decr n", Kind::Decr),
+            ("SADD s a b", Kind::SAdd),
+            ("HSET h f v g w", Kind::HSet),
+            ("ZADD z 1 a -inf b", Kind::ZAdd),
+            ("SPOP s", Kind::SPop),
+            ("ZPOPMIN z", Kind::ZPopMin),
+            ("zpopmax z", Kind::ZPopMax),
+            ("XADD x * f v", Kind::XAdd),
+            ("XADD x * f v g w", Kind::XAdd),
+        ] {
+            assert_eq!(Kind::of(&args(line)), Some(kind), "{line}");
+        }
+        for line in [
+            "LPUSH q",
+            "LPOP q 2",
+            "INCR n 1",
+            "HSET h f",
+            "HSET h f v g",
+            "ZADD z NX 1 a",
+            "ZADD z 1",
+            "ZADD z nan a",
+            "SPOP s 3",
+            "ZPOPMIN z 2",
+            "XADD x MAXLEN 10 * f v",
+            "XADD x 1-1 f v",
+            "XADD x * f",
+            "XADD x * f v g",
+            "LPUSHX q a",
+            "SET k v",
+        ] {
+            assert_eq!(Kind::of(&args(line)), None, "{line}");
+        }
+        let long = format!("LPUSH q {}", "x".repeat(ARG_MAX_BYTES + 1));
+        assert_eq!(
+            Kind::of(&args(&long)),
+            None,
+            "a value past the bound runs alone"
+        );
     }
 }
