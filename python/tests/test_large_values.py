@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -183,6 +184,48 @@ def test_documents_of_megabytes_and_a_bulk_with_large_items(servers):
     assert count["count"] == 400
     _, doc = _http(f"{url}/bulk/_doc/207")
     assert doc["_source"] == {"n": 207, "text": chr(97 + 207 % 26) * MIB}
+
+
+def test_a_bulk_that_writes_a_large_document_then_changes_it(servers):
+    """A document of 1 MiB or more is written from where the request holds
+    it, after the other operations of its store batch: an operation later
+    in the same `_bulk` on its id must still see it, and win over it."""
+    sluice, _ = servers
+    url = sluice.url
+    big = "w" * (2 * MIB)
+    ops = [
+        ({"index": {"_index": "same", "_id": "x"}}, {"text": big, "n": 1}),
+        ({"update": {"_index": "same", "_id": "x"}}, {"doc": {"n": 2}}),
+        ({"index": {"_index": "same", "_id": "y"}}, {"text": big}),
+        ({"delete": {"_index": "same", "_id": "y"}}, None),
+        ({"index": {"_index": "same", "_id": "z"}}, {"text": big}),
+        ({"index": {"_index": "same", "_id": "z"}}, {"text": "small"}),
+        ({"create": {"_index": "same", "_id": "z"}}, {"text": big}),
+    ]
+    lines = []
+    for action, source in ops:
+        lines.append(json.dumps(action))
+        if source is not None:
+            lines.append(json.dumps(source))
+    body = ("\n".join(lines) + "\n").encode()
+    status, res = _http(f"{url}/_bulk?refresh=true", "POST", body, "application/x-ndjson")
+    assert status == 200
+    got = [(next(iter(i)), i[next(iter(i))]["status"]) for i in res["items"]]
+    assert got == [
+        ("index", 201), ("update", 200), ("index", 201), ("delete", 200),
+        ("index", 201), ("index", 200), ("create", 409),
+    ], got
+    _, doc = _http(f"{url}/same/_doc/x")
+    assert doc["_version"] == 2 and doc["_source"] == {"text": big, "n": 2}
+    try:
+        _http(f"{url}/same/_doc/y")
+        raise AssertionError("y was deleted in the same bulk")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
+    _, doc = _http(f"{url}/same/_doc/z")
+    assert doc["_version"] == 2 and doc["_source"] == {"text": "small"}
+    _, count = _http(f"{url}/same/_count")
+    assert count["count"] == 2
 
 
 def _short(v):

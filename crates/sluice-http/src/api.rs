@@ -688,20 +688,43 @@ impl Api {
             );
         };
         if source_only {
-            let bytes = filter
-                .apply(&doc.source)?
-                .map_or_else(|| b"{}".to_vec(), |c| c.into_owned());
+            // The whole source goes out as read (not copied: it may be
+            // 100 MB); a filtered one is a new, smaller document.
+            let filtered = filter.apply(&doc.source)?.map(|c| match c {
+                std::borrow::Cow::Borrowed(_) => None,
+                std::borrow::Cow::Owned(kept) => Some(kept),
+            });
+            let bytes = match filtered {
+                None => b"{}".to_vec(),
+                Some(None) => doc.source,
+                Some(Some(kept)) => kept,
+            };
             return Ok(Response::json(200, bytes));
         }
-        let mut out = format!(
+        let mut head = format!(
             "{{\"_index\":{},\"_id\":{},\"_version\":{},\"_seq_no\":{},\"_primary_term\":1,\"found\":true",
             json_escape(&index.name), json_escape(id), doc.version, doc.seq_no
         )
         .into_bytes();
-        if let Some(src) = filter.apply(&doc.source)? {
-            out.extend_from_slice(b",\"_source\":");
-            out.extend_from_slice(&src);
-        }
+        let filtered = filter.apply(&doc.source)?.map(|c| match c {
+            std::borrow::Cow::Borrowed(_) => None,
+            std::borrow::Cow::Owned(kept) => Some(kept),
+        });
+        let source = match filtered {
+            None => {
+                head.push(b'}');
+                return Ok(Response::json(200, head));
+            }
+            Some(None) => doc.source,
+            Some(Some(kept)) => kept,
+        };
+        // The answer is built around the source where it lies (it may be
+        // 100 MB): the head goes in front of it, not the source after a
+        // head.
+        head.extend_from_slice(b",\"_source\":");
+        let mut out = source;
+        out.reserve_exact(head.len() + 1);
+        out.splice(0..0, head);
         out.push(b'}');
         Ok(Response::json(200, out))
     }

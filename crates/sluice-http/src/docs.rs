@@ -10,7 +10,7 @@
 use crate::catalog::{Index, MAX_ID_BYTES};
 use crate::error::{ApiError, ApiResult};
 use serde_json::{json, Map, Value};
-use sluice_store::{Snapshot, Store, WriteBatch};
+use sluice_store::{LargePut, Snapshot, Store, WriteBatch};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -197,6 +197,9 @@ struct Overlay {
     docs: HashMap<String, Option<Current>>,
     /// Ids deleted at a version (`Some`), or written again (`None`).
     tombs: HashMap<String, Option<u64>>,
+    /// Ids whose source (in `docs`, the one copy held) goes to the store
+    /// as a large put after the batch's operations, at the commit.
+    large: Vec<String>,
 }
 
 impl Overlay {
@@ -208,6 +211,11 @@ impl Overlay {
         }
     }
 }
+
+/// A document source at least this long is written from where the
+/// request holds it (a large put at the commit), not copied into the
+/// store's write batch.
+pub const LARGE_DOC_BYTES: usize = 1 << 20;
 
 /// Bytes of log record a store batch of document writes reaches before
 /// the rest of a request goes to the next one (the store's record limit
@@ -331,7 +339,10 @@ impl Docs {
         let mut results = Vec::with_capacity(ops.len());
         let mut part_start = 0;
         for op in ops {
-            if batch.logged_bytes() >= SPLIT_BATCH_BYTES {
+            // A large put lands after the batch's operations: a later
+            // operation on its id goes into the next batch.
+            let after_large = overlay.large.iter().any(|id| id == op_id(&op));
+            if batch.logged_bytes() >= SPLIT_BATCH_BYTES || after_large {
                 self.commit_part(index, &mut batch, &mut overlay, &mut results[part_start..]);
                 part_start = results.len();
             }
@@ -354,11 +365,38 @@ impl Docs {
         results: &mut [ApiResult<Outcome>],
     ) {
         let overlay = std::mem::take(overlay);
-        if batch.is_empty() {
+        if batch.is_empty() && overlay.large.is_empty() {
             index.tombstones.apply(overlay.tombs);
             return;
         }
-        let written = self.store.write(batch);
+        let written = if overlay.large.is_empty() {
+            self.store.write(batch)
+        } else {
+            let sources: Vec<(&str, [&[u8]; 1])> = overlay
+                .large
+                .iter()
+                .filter_map(|id| match overlay.docs.get(id) {
+                    Some(Some(Current {
+                        source: Some(s), ..
+                    })) => Some((id.as_str(), [&s[..]])),
+                    _ => None,
+                })
+                .collect();
+            debug_assert_eq!(
+                sources.len(),
+                overlay.large.len(),
+                "each large put's source held"
+            );
+            let large: Vec<LargePut<'_>> = sources
+                .iter()
+                .map(|(id, value)| LargePut {
+                    keyspace: index.docs,
+                    key: id.as_bytes(),
+                    value,
+                })
+                .collect();
+            self.store.write_large(batch, &large)
+        };
         batch.clear();
         // Still under the ids' stripe locks: the columns see each id's
         // writes in the order the store committed them.
@@ -562,9 +600,21 @@ impl Docs {
         let mut record = [0u8; VERSION_RECORD_BYTES];
         record[..8].copy_from_slice(&version.to_le_bytes());
         record[8..].copy_from_slice(&seq_no.to_le_bytes());
-        batch
-            .put(index.docs, id.as_bytes(), &source)
-            .map_err(ApiError::store)?;
+        if source.len() >= LARGE_DOC_BYTES {
+            // Written from the overlay's copy at the commit.
+            if source.len() > sluice_store::batch::MAX_VALUE_BYTES {
+                return Err(ApiError::store(format!(
+                    "a document of {} bytes exceeds the store's limit of {} bytes",
+                    source.len(),
+                    sluice_store::batch::MAX_VALUE_BYTES
+                )));
+            }
+            overlay.large.push(id.to_string());
+        } else {
+            batch
+                .put(index.docs, id.as_bytes(), &source)
+                .map_err(ApiError::store)?;
+        }
         batch
             .put(index.versions, id.as_bytes(), &record)
             .map_err(ApiError::store)?;

@@ -174,6 +174,18 @@ impl Store {
         self.write_separating(batch, large, options, false, false)
     }
 
+    /// [`Store::write`] of `batch` and, after its operations, `large` puts
+    /// written to blob files from where they lie (see [`LargePut`]): one
+    /// atomic, synced write that holds no copy of the large values.
+    pub fn write_large(&self, batch: &WriteBatch, large: &[LargePut<'_>]) -> Result<u64> {
+        for put in large {
+            put.check()?;
+        }
+        Ok(self
+            .write_separating(batch, large, WriteOptions::default(), false, true)?
+            .seq)
+    }
+
     fn write_separating(
         &self,
         batch: &WriteBatch,
