@@ -222,7 +222,12 @@ def test_a_full_device_blocks_writes_as_elasticsearchs_flood_stage_and_deleting_
         assert refused["status"] == 429, refused
         assert refused["error"]["type"] == "cluster_block_exception", refused
         assert "read-only-allow-delete" in refused["error"]["reason"], refused
-        assert "device nearly full" in refused["error"]["reason"], refused
+        # Past the reserve's watermark ("device nearly full"), or, on a
+        # loaded machine where compactions leave the free room in pieces,
+        # a write that found no extent long enough ("device full: N blocks
+        # needed, largest free extent M"): both name the device.
+        reason = refused["error"]["reason"]
+        assert "device nearly full" in reason or "device full" in reason, refused
         # A single document write past the flood stage is refused the same way.
         assert single_refused is not None, "a write past the flood stage was taken"
         assert single_refused.status_code == 429, single_refused

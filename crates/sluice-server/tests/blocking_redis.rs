@@ -71,6 +71,47 @@ fn a_blocking_pop_serves_at_once_times_out_or_answers_errors_as_redis() {
     );
 }
 
+/// Pipelined writes while a client waits: Redis serves the waiter right
+/// after the write that woke it, before the writer's next pipelined
+/// command (the second LPUSH answers 1, not 2), after a MULTI/EXEC as a
+/// whole, and a server with two workers does the same whichever worker
+/// each client is on.
+#[test]
+fn pipelined_writes_serve_a_blocked_client_between_them() {
+    compare(
+        2,
+        &[
+            Send(0, "BLPOP q 5"),
+            Sleep(100),
+            Pipeline(1, &["LPUSH q a", "LPUSH q b", "RPUSH q c", "LLEN q"]),
+            Read(0),
+            Call(1, "LRANGE q 0 -1"),
+            Send(0, "BZPOPMIN zq 5"),
+            Sleep(100),
+            Pipeline(
+                1,
+                &["ZADD zq 1 a", "ZADD zq 2 b", "ZCARD zq", "ZRANGE zq 0 -1"],
+            ),
+            Read(0),
+            Send(0, "BRPOP q2 5"),
+            Sleep(100),
+            Pipeline(
+                1,
+                &[
+                    "MULTI",
+                    "RPUSH q2 x",
+                    "RPUSH q2 y",
+                    "EXEC",
+                    "RPUSH q2 z",
+                    "LRANGE q2 0 -1",
+                ],
+            ),
+            Read(0),
+            Pipeline(1, &["LPUSH q d", "LPUSH q e", "RPOP q", "RPOP q"]),
+        ],
+    );
+}
+
 #[test]
 fn writes_of_every_kind_wake_the_right_waiters() {
     compare(

@@ -207,7 +207,8 @@ fn execute_command(
             .expect("a selected database exists");
         let reply = run(shared, conn, name, args, &mut ctx);
         if ctx.wrote().is_some() {
-            signal_writes(shared, std::iter::once((ctx.database(), args)));
+            let woken = signal_writes(shared, std::iter::once((ctx.database(), args)));
+            wait_for_woken(conn, woken);
             let writer = Some(conn.session.id());
             super::notify::command(shared, writer, args, &ctx.take_changes());
         }
@@ -735,6 +736,19 @@ fn run(
     Some(commands::execute(ctx, name, args))
 }
 
+/// Marks a woken waiter's wake done when its run again ends, whichever
+/// way it ends.
+struct RetryDone<'a> {
+    shared: &'a Shared,
+    ticket: u64,
+}
+
+impl Drop for RetryDone<'_> {
+    fn drop(&mut self) {
+        self.shared.blocking.retried(self.ticket);
+    }
+}
+
 /// A blocking command outside MULTI: served if its keys hold something,
 /// else the connection blocks (no reply now) until a write wakes it or
 /// its time is up (`server::blocking`). Run again after a wake, it keeps
@@ -748,6 +762,11 @@ fn serve_or_block(
     ctx: &mut Ctx<'_>,
 ) -> Option<Reply> {
     let retry = conn.retry.take();
+    // Its wake is done once this run has served it or left it waiting.
+    let _retried = retry.as_ref().map(|r| RetryDone {
+        shared,
+        ticket: r.ticket,
+    });
     let request = match commands::blocking::parse(name, args) {
         Ok(r) => r,
         Err(f) => return Some(commands::failure_reply(f)),
@@ -808,10 +827,15 @@ fn wrong_type(tried: &Result<Option<Reply>, commands::Failure>) -> bool {
 }
 
 /// Wakes clients blocked on the keys `commands` write (after they
-/// committed), each with the logical database it ran in.
-pub(super) fn signal_writes<'a>(shared: &Shared, commands: impl Iterator<Item = (u8, &'a Args)>) {
+/// committed), each with the logical database it ran in; the tickets of
+/// the waiters woken.
+pub(super) fn signal_writes<'a>(
+    shared: &Shared,
+    commands: impl Iterator<Item = (u8, &'a Args)>,
+) -> Vec<u64> {
+    let mut woken = Vec::new();
     if !shared.blocking.any() {
-        return;
+        return woken;
     }
     let mut keys: Vec<Vec<u8>> = Vec::new();
     for (db, args) in commands {
@@ -839,7 +863,19 @@ pub(super) fn signal_writes<'a>(shared: &Shared, commands: impl Iterator<Item = 
             }
         }
     }
-    shared.blocking.signal(keys.iter().map(|k| &k[..]));
+    shared
+        .blocking
+        .signal(keys.iter().map(|k| &k[..]), &mut woken);
+    woken
+}
+
+/// Holds `conn`'s next command back until the waiters its write woke
+/// (`woken`) have run theirs, as Redis serves them before it reads on.
+fn wait_for_woken(conn: &mut Conn, woken: Vec<u64>) {
+    if !woken.is_empty() {
+        conn.woke = woken;
+        conn.woke_until = Some(std::time::Instant::now() + super::blocking::WAKE_WAIT);
+    }
 }
 
 /// RESP2's subscriber context (Redis's `processCommand`): after the
@@ -1099,7 +1135,8 @@ fn exec_queued(
     match finished {
         Ok(()) => {
             if ctx.wrote().is_some() {
-                signal_writes(shared, ran_in.into_iter().zip(tx.queued.iter()));
+                let woken = signal_writes(shared, ran_in.into_iter().zip(tx.queued.iter()));
+                wait_for_woken(conn, woken);
             }
             let reply = Reply::Array(replies);
             shared.stats.errors.note_nested(&reply);

@@ -15,6 +15,13 @@
 //! No wake-up is lost: a client registers while it holds its keys'
 //! stripe locks, after finding them empty, and a writer signals after
 //! its commit, which needed those locks.
+//!
+//! Redis serves a woken client right after the command that woke it,
+//! before the writer's next pipelined command (a second LPUSH answers 1,
+//! not 2, when the first one's item went to a waiter). Here each wake is
+//! remembered until its waiter has run its command again
+//! ([`Blocking::retried`]); the connection whose write woke it goes on
+//! only after that, or after [`WAKE_WAIT`] (`Blocking::any_in_flight`).
 
 use sluice_io::net::ConnId;
 use std::collections::{HashMap, VecDeque};
@@ -45,6 +52,11 @@ pub(super) enum Wake {
 /// (slot, ticket, what); the ticket tells a blocking from a later one.
 pub(super) type WakeQueue = super::mailbox::Mailbox<(ConnId, u64, Wake)>;
 
+/// The longest a connection whose write woke a waiter holds its next
+/// command back for the waiter to run first (a waiter on another worker
+/// is served within microseconds; this bounds a lost one).
+pub(super) const WAKE_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// One connection waiting on a key.
 #[derive(Clone)]
 struct Waiter {
@@ -63,6 +75,9 @@ pub struct Blocking {
     /// Connections blocked now (a command that writes checks this first).
     blocked: AtomicUsize,
     next_ticket: AtomicU64,
+    /// Tickets woken to run again that have not yet (at most one entry
+    /// per waiter: a waiter has one ticket).
+    in_flight: Mutex<Vec<u64>>,
 }
 
 #[derive(Default)]
@@ -88,7 +103,33 @@ pub(super) struct Blocked {
     pub(super) ticket: u64,
 }
 
+impl Waiter {
+    /// Asks the waiter's worker to run its command again, remembered in
+    /// `in_flight` until it has.
+    fn wake(&self, in_flight: &Mutex<Vec<u64>>) {
+        let mut woken = in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        if !woken.contains(&self.ticket) {
+            woken.push(self.ticket);
+        }
+        drop(woken);
+        self.queue.post((self.slot, self.ticket, Wake::Retry));
+    }
+}
+
 impl Blocking {
+    /// Marks waiter `ticket`'s wake done: it ran its command again, left,
+    /// or was gone when the wake came.
+    pub(super) fn retried(&self, ticket: u64) {
+        let mut woken = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        woken.retain(|&t| t != ticket);
+    }
+
+    /// Whether any of `tickets` is woken and has not run yet.
+    pub(super) fn any_in_flight(&self, tickets: &[u64]) -> bool {
+        let woken = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        tickets.iter().any(|t| woken.contains(t))
+    }
+
     /// Whether anyone is blocked (one load).
     pub(super) fn any(&self) -> bool {
         self.blocked.load(Ordering::Acquire) > 0
@@ -142,7 +183,7 @@ impl Blocking {
                 waiters.retain(|w| w.ticket != ticket);
                 was_there |= waiters.len() != before;
                 match waiters.front() {
-                    Some(first) => first.queue.post((first.slot, first.ticket, Wake::Retry)),
+                    Some(first) => first.wake(&self.in_flight),
                     None => {
                         by_key.remove(key);
                     }
@@ -150,6 +191,7 @@ impl Blocking {
             }
         }
         drop(by_key);
+        self.retried(ticket);
         let mut clients = self.by_client.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(client) = clients.by_ticket.remove(&ticket) {
             if clients
@@ -179,12 +221,17 @@ impl Blocking {
         }
     }
 
-    /// Wakes the first waiter of each of `keys` (after a write to them).
-    pub(super) fn signal<'a>(&self, keys: impl Iterator<Item = &'a [u8]>) {
+    /// Wakes the first waiter of each of `keys` (after a write to them);
+    /// the tickets woken go into `woken`.
+    pub(super) fn signal<'a>(&self, keys: impl Iterator<Item = &'a [u8]>, woken: &mut Vec<u64>) {
         let by_key = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
         for key in keys {
             if let Some(first) = by_key.get(key).and_then(VecDeque::front) {
-                first.queue.post((first.slot, first.ticket, Wake::Retry));
+                // Once per waiter, however many of its keys were written.
+                if !woken.contains(&first.ticket) {
+                    first.wake(&self.in_flight);
+                    woken.push(first.ticket);
+                }
             }
         }
     }
@@ -196,7 +243,7 @@ impl Blocking {
         for (key, waiters) in by_key.iter() {
             let in_one = key.first().is_some_and(|db| dbs.contains(db));
             if let Some(first) = waiters.front().filter(|_| in_one) {
-                first.queue.post((first.slot, first.ticket, Wake::Retry));
+                first.wake(&self.in_flight);
             }
         }
     }
@@ -219,9 +266,13 @@ mod tests {
         let first = b.register(&k, 11, 1, &q);
         let second = b.register(&k, 12, 2, &q);
         assert!(b.any());
-        b.signal([&b"k"[..]].into_iter());
+        let mut woken = Vec::new();
+        b.signal([&b"k"[..]].into_iter(), &mut woken);
+        assert_eq!(woken, vec![first]);
+        assert!(b.any_in_flight(&[first]), "woken, not yet run again");
         assert_eq!(q.take(), vec![(1, first, Wake::Retry)]);
         b.leave(&k, first);
+        assert!(!b.any_in_flight(&[first]), "left: its wake is done");
         assert_eq!(q.take(), vec![(2, second, Wake::Retry)]);
         assert!(!b.unblock(11, false), "client 11 left");
         assert!(b.unblock(12, true));
@@ -232,7 +283,8 @@ mod tests {
         assert!(!b.any());
         assert!(b.by_key.lock().unwrap().is_empty());
         // A key nobody waits on: no wake.
-        b.signal([&b"other"[..]].into_iter());
-        assert!(q.take().is_empty());
+        let mut woken = Vec::new();
+        b.signal([&b"other"[..]].into_iter(), &mut woken);
+        assert!(q.take().is_empty() && woken.is_empty());
     }
 }

@@ -151,6 +151,10 @@ pub(super) struct Conn {
     /// Woken: its blocking command runs again (`deferred`) with this
     /// place in the registry, kept if it finds nothing.
     pub(super) retry: Option<super::blocking::Blocked>,
+    /// The waiters its last write woke, and until when its next command
+    /// waits for them to run theirs (`blocking::WAKE_WAIT`).
+    pub(super) woke: Vec<u64>,
+    pub(super) woke_until: Option<std::time::Instant>,
     /// The worker's queue of pub/sub messages, and this connection's
     /// subscriptions.
     pub(super) pushes: Option<std::sync::Arc<super::pubsub::PushQueue>>,
@@ -228,6 +232,8 @@ impl Conn {
             wakes: None,
             blocked: None,
             retry: None,
+            woke: Vec::new(),
+            woke_until: None,
             pushes: None,
             subscriptions: super::pubsub::Subscriptions::default(),
             script_pending: false,

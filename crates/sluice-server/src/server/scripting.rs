@@ -406,7 +406,10 @@ fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
     if wrote.is_some() {
         let dbs = [job.db, ctx.database()];
         let writes = dbs.into_iter().map(|db| (db, &job.args));
-        super::admin::signal_writes(shared, writes.take(1 + usize::from(dbs[0] != dbs[1])));
+        // The script's own client is not held for its waiters: its reply
+        // comes back through the worker after they were woken.
+        let _woken =
+            super::admin::signal_writes(shared, writes.take(1 + usize::from(dbs[0] != dbs[1])));
     }
     (reply, wrote)
 }

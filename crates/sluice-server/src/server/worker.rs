@@ -349,12 +349,20 @@ impl Worker {
     /// nothing.
     fn take_wakes(&mut self) {
         for (slot, ticket, wake) in self.wakes.take() {
-            let Some(c) = self.conns.get_mut(slot as usize).and_then(Option::as_mut) else {
+            let c = self.conns.get_mut(slot as usize).and_then(Option::as_mut);
+            // A second wake of a waiter already woken is the same run.
+            let running = c
+                .as_ref()
+                .is_some_and(|c| c.retry.as_ref().is_some_and(|r| r.ticket == ticket));
+            let Some(c) = c.filter(|c| c.blocked.as_ref().is_some_and(|b| b.ticket == ticket))
+            else {
+                // Gone, or no longer waiting with that ticket: nothing
+                // runs again for this wake.
+                if wake == super::blocking::Wake::Retry && !running {
+                    self.shared.blocking.retried(ticket);
+                }
                 continue;
             };
-            if c.blocked.as_ref().is_none_or(|b| b.ticket != ticket) {
-                continue;
-            }
             let b = c.blocked.take().expect("checked");
             match wake {
                 super::blocking::Wake::Retry => {
@@ -1446,7 +1454,9 @@ impl Grouped {
         if let Some(at) = done.position {
             shared.committer.wrote(at);
             // Clients blocked on these keys look again (BLPOP, BZPOPMIN).
-            admin::signal_writes(shared, done.commands.iter().map(|(db, a)| (*db, a)));
+            // (Groups form only while no one is blocked: one who blocked
+            // since is served after the whole group, as if it came later.)
+            let _woken = admin::signal_writes(shared, done.commands.iter().map(|(db, a)| (*db, a)));
         }
         let hold = done
             .position
@@ -1595,6 +1605,20 @@ impl Pass<'_> {
         }
     }
 
+    /// Whether `c`'s next command waits for the waiters its last write
+    /// woke to run theirs (up to [`super::blocking::WAKE_WAIT`]).
+    fn waits_for_woken(&self, c: &mut Conn) -> bool {
+        let Some(until) = c.woke_until else {
+            return false;
+        };
+        if self.shared.blocking.any_in_flight(&c.woke) && Instant::now() < until {
+            return true;
+        }
+        c.woke_until = None;
+        c.woke.clear();
+        false
+    }
+
     /// Runs `c`'s requests until its input is done, the pipeline limit,
     /// back-pressure, or the group must be committed first.
     #[allow(clippy::too_many_arguments)]
@@ -1615,6 +1639,12 @@ impl Pass<'_> {
         }
         let mut held_back = false;
         while *n < self.max_pipeline && !c.quit {
+            if self.waits_for_woken(c) {
+                // Its write woke a waiter who runs first (as Redis serves
+                // a woken client before the writer's next command).
+                held_back = true;
+                break;
+            }
             if c.stream.is_shm() && c.backlog_bytes() >= self.shm_out_limit {
                 held_back = true;
                 break;

@@ -21,6 +21,8 @@ pub enum Step {
     Send(usize, &'static str),
     /// Read the reply the client's earlier `Send` gets.
     Read(usize),
+    /// Send the commands in one write (a pipeline) and read a reply each.
+    Pipeline(usize, &'static [&'static str]),
     /// Let the servers work (a timeout to pass, a wake to land).
     Sleep(u64),
     /// Close the client's connection and open a new one.
@@ -63,6 +65,14 @@ fn run(addr: SocketAddr, clients: usize, steps: &[Step]) -> Vec<String> {
                 c[*n].read_reply().unwrap();
             }
             Send(n, line) => c[*n].stream.write_all(&request(&args(line))).unwrap(),
+            Pipeline(n, lines) => {
+                let bytes: Vec<u8> = lines.iter().flat_map(|l| request(&args(l))).collect();
+                c[*n].stream.write_all(&bytes).unwrap();
+                for line in lines.iter() {
+                    let reply = c[*n].read_reply().unwrap();
+                    out.push(format!("{i} {line}: {}", String::from_utf8_lossy(&reply)));
+                }
+            }
             Read(n) => {
                 let reply = c[*n].read_reply().unwrap();
                 out.push(format!(
