@@ -6,6 +6,7 @@
 //! consumer groups are to come.
 
 use crate::ctx::Ctx;
+use crate::db::DbBatch;
 use crate::error::{fail, Failure, WRONGTYPE};
 use crate::record::{Collection, Entry, StreamId, StreamMeta, Value};
 use sluice_store::StoreError;
@@ -196,37 +197,12 @@ pub fn add(
     trim: Option<TrimSpec>,
 ) -> Result<Option<StreamId>, Failure> {
     let (entry, mut batch) = ctx.begin(key)?;
-    let (c, mut meta, expire_at_ms, new) = match entry {
-        None if nomkstream => {
-            ctx.commit(batch)?;
-            return Ok(None);
-        }
-        None => (
-            Collection {
-                id: ctx.db().new_id()?,
-                len: 0,
-            },
-            StreamMeta::default(),
-            0,
-            true,
-        ),
-        Some(Entry {
-            value: Value::Stream { c, meta },
-            expire_at_ms,
-        }) => (c, meta, expire_at_ms, false),
-        Some(_) => return Err(fail(WRONGTYPE)),
-    };
-    if meta.last
-        == (StreamId {
-            ms: u64::MAX,
-            seq: u64::MAX,
-        })
-    {
-        return Err(fail(
-            "ERR The stream has exhausted the last possible ID, unable to add more items",
-        ));
+    if entry.is_none() && nomkstream {
+        ctx.commit(batch)?;
+        return Ok(None);
     }
-    let id = next_id(&meta, spec, ctx.now_ms())?;
+    let (c, mut meta, expire_at_ms, new) = to_add_to(ctx, entry)?;
+    let id = next_add_id(&meta, spec, ctx.now_ms())?;
     batch.put_member(key, c.id, &entry_sub(id), &encode_fields(pairs))?;
     meta.last = id;
     if c.len == 0 {
@@ -251,17 +227,68 @@ pub fn add(
     } else if !removed.is_empty() {
         meta.first = first_after(ctx, c, &removed, id)?;
     }
+    put_added_to(&mut batch, key, c, meta, expire_at_ms, new)?;
+    ctx.commit(batch)?;
+    Ok(Some(id))
+}
+
+/// The stream `entry` holds, to add to — its collection, metadata,
+/// expiry and whether it is new (no entry: an empty one with a new id) —
+/// or WRONGTYPE.
+fn to_add_to(
+    ctx: &Ctx<'_>,
+    entry: Option<Entry>,
+) -> Result<(Collection, StreamMeta, u64, bool), Failure> {
+    match entry {
+        None => {
+            let c = Collection {
+                id: ctx.db().new_id()?,
+                len: 0,
+            };
+            Ok((c, StreamMeta::default(), 0, true))
+        }
+        Some(Entry {
+            value: Value::Stream { c, meta },
+            expire_at_ms,
+        }) => Ok((c, meta, expire_at_ms, false)),
+        Some(_) => Err(fail(WRONGTYPE)),
+    }
+}
+
+/// Writes the record of a stream XADD added to ([`to_add_to`]'s `new`:
+/// its first record).
+fn put_added_to(
+    batch: &mut DbBatch<'_>,
+    key: &[u8],
+    c: Collection,
+    meta: StreamMeta,
+    expire_at_ms: u64,
+    new: bool,
+) -> Result<(), StoreError> {
     let entry = Entry {
         value: Value::Stream { c, meta },
         expire_at_ms,
     };
     if new {
-        batch.put_new(key, &entry)?;
+        batch.put_new(key, &entry)
     } else {
-        batch.put(key, &entry)?;
+        batch.put(key, &entry)
     }
-    ctx.commit(batch)?;
-    Ok(Some(id))
+}
+
+/// The id XADD gives its entry under `spec`, or Redis's error when the
+/// stream's ids are exhausted or `spec` is not above the last.
+fn next_add_id(meta: &StreamMeta, spec: IdSpec, now_ms: u64) -> Result<StreamId, Failure> {
+    let exhausted = StreamId {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
+    if meta.last == exhausted {
+        return Err(fail(
+            "ERR The stream has exhausted the last possible ID, unable to add more items",
+        ));
+    }
+    next_id(meta, spec, now_ms)
 }
 
 /// `XADD key * field value ...` of each of `runs` (one command's field
@@ -275,35 +302,10 @@ pub fn add_auto_runs(
     runs: &[&[&[u8]]],
 ) -> Result<Vec<Result<StreamId, Failure>>, Failure> {
     let (entry, mut batch) = ctx.begin(key)?;
-    let (mut c, mut meta, expire_at_ms, new) = match entry {
-        None => (
-            Collection {
-                id: ctx.db().new_id()?,
-                len: 0,
-            },
-            StreamMeta::default(),
-            0,
-            true,
-        ),
-        Some(Entry {
-            value: Value::Stream { c, meta },
-            expire_at_ms,
-        }) => (c, meta, expire_at_ms, false),
-        Some(_) => return Err(fail(WRONGTYPE)),
-    };
-    let exhausted = StreamId {
-        ms: u64::MAX,
-        seq: u64::MAX,
-    };
+    let (mut c, mut meta, expire_at_ms, new) = to_add_to(ctx, entry)?;
     let mut each = Vec::with_capacity(runs.len());
     for pairs in runs {
-        let id = if meta.last == exhausted {
-            Err(fail(
-                "ERR The stream has exhausted the last possible ID, unable to add more items",
-            ))
-        } else {
-            next_id(&meta, IdSpec::Auto, ctx.now_ms())
-        };
+        let id = next_add_id(&meta, IdSpec::Auto, ctx.now_ms());
         let Ok(id) = id else {
             each.push(id);
             continue;
@@ -318,15 +320,7 @@ pub fn add_auto_runs(
         each.push(Ok(id));
     }
     if each.iter().any(Result::is_ok) {
-        let entry = Entry {
-            value: Value::Stream { c, meta },
-            expire_at_ms,
-        };
-        if new {
-            batch.put_new(key, &entry)?;
-        } else {
-            batch.put(key, &entry)?;
-        }
+        put_added_to(&mut batch, key, c, meta, expire_at_ms, new)?;
     }
     ctx.commit(batch)?;
     Ok(each)

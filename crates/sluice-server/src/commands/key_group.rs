@@ -272,6 +272,14 @@ fn keys_of(held: &[Held]) -> Vec<(u8, &[u8], Vec<usize>)> {
     out
 }
 
+/// Each command's arguments from position `at` on.
+fn arguments_from<'c>(commands: &[&'c Args], at: usize) -> Vec<Vec<&'c [u8]>> {
+    commands
+        .iter()
+        .map(|c| c[at..].iter().map(|v| &v[..]).collect())
+        .collect()
+}
+
 /// Runs `commands` (all of `kind`, all on `key`) in order in `ctx`: each
 /// one's reply, or one failure for them all (the key holds another type).
 fn run_key(
@@ -344,10 +352,7 @@ fn run_key(
                 .collect())
         }
         Kind::XAdd => {
-            let runs: Vec<Vec<&[u8]>> = commands
-                .iter()
-                .map(|c| c[3..].iter().map(|v| &v[..]).collect())
-                .collect();
+            let runs = arguments_from(commands, 3);
             let runs: Vec<&[&[u8]]> = runs.iter().map(Vec::as_slice).collect();
             let each = stream::add_auto_runs(ctx, key, &runs)?;
             Ok(each
@@ -363,10 +368,7 @@ fn run_key(
             super::strings::increments(ctx, key, delta, commands.len())
         }
         Kind::SAdd => {
-            let runs: Vec<Vec<&[u8]>> = commands
-                .iter()
-                .map(|c| c[2..].iter().map(|v| &v[..]).collect())
-                .collect();
+            let runs = arguments_from(commands, 2);
             let runs: Vec<&[&[u8]]> = runs.iter().map(Vec::as_slice).collect();
             Ok(ints(set::add_runs(ctx, key, &runs)?))
         }
