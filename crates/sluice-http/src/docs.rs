@@ -601,14 +601,14 @@ impl Docs {
         record[..8].copy_from_slice(&version.to_le_bytes());
         record[8..].copy_from_slice(&seq_no.to_le_bytes());
         if source.len() >= LARGE_DOC_BYTES {
-            // Written from the overlay's copy at the commit.
-            if source.len() > sluice_store::batch::MAX_VALUE_BYTES {
-                return Err(ApiError::store(format!(
-                    "a document of {} bytes exceeds the store's limit of {} bytes",
-                    source.len(),
-                    sluice_store::batch::MAX_VALUE_BYTES
-                )));
-            }
+            // Written from the overlay's copy at the commit; refused here,
+            // alone, if the store would refuse it there.
+            let put = LargePut {
+                keyspace: index.docs,
+                key: id.as_bytes(),
+                value: &[&source],
+            };
+            put.check().map_err(ApiError::store)?;
             overlay.large.push(id.to_string());
         } else {
             batch

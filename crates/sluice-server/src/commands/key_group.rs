@@ -175,11 +175,6 @@ pub struct Committed {
 }
 
 impl KeyGroup {
-    /// The kind it holds (None: it is empty).
-    pub fn kind(&self) -> Option<Kind> {
-        self.kind
-    }
-
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.held.is_empty()

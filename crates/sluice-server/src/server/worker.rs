@@ -1439,9 +1439,7 @@ impl Grouped {
             }
         }
     }
-}
 
-impl Grouped {
     /// [`Grouped::commit`] of a [`KeyGroup`].
     fn commit_keys(&mut self, shared: &Shared, conns: &mut [Option<Conn>], reads: &mut ReadCache) {
         let started = Instant::now();
