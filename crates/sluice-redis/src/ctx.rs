@@ -322,6 +322,33 @@ impl<'a> Ctx<'a> {
         self.db.member_at(id, sub, self.at())
     }
 
+    /// Whether each of `subs` is a member of collection `id` (as
+    /// [`Ctx::member`] would say, looked up as one run).
+    pub fn members_present(&self, id: u64, subs: &[&[u8]]) -> Result<Vec<bool>, StoreError> {
+        let mut present = vec![false; subs.len()];
+        // In a transaction, what it wrote answers first; the rest are
+        // looked up in the store together.
+        let mut asked: Vec<usize> = Vec::with_capacity(subs.len());
+        match &self.tx {
+            Some(tx) => {
+                let members = self.db.members_keyspace();
+                for (i, sub) in subs.iter().enumerate() {
+                    match tx.overlay.get(members, &crate::db::member_key(id, sub)) {
+                        Some(found) => present[i] = found.is_some(),
+                        None => asked.push(i),
+                    }
+                }
+            }
+            None => asked.extend(0..subs.len()),
+        }
+        let asked_subs: Vec<&[u8]> = asked.iter().map(|&i| subs[i]).collect();
+        self.db
+            .member_each_at(id, &asked_subs, self.at(), |j, value| {
+                present[asked[j]] = value.is_some();
+            })?;
+        Ok(present)
+    }
+
     /// The members of collection `id` whose sub-keys are in `range`, in
     /// sub-key order or (`reverse`) descending, as (sub-key, value).
     pub fn members(

@@ -1042,6 +1042,30 @@ impl Db {
         self.store.get_at(self.members, &member_key(id, sub), at)
     }
 
+    /// Each of `subs`' values in collection `id` as of `at`, shown to
+    /// `visit` with its place in `subs` ([`Store::get_each_at`]).
+    pub fn member_each_at(
+        &self,
+        id: u64,
+        subs: &[&[u8]],
+        at: &Snapshot,
+        visit: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<(), StoreError> {
+        let mut keys_bytes = Vec::with_capacity(subs.iter().map(|s| 8 + s.len()).sum());
+        for sub in subs {
+            keys_bytes.extend_from_slice(&id.to_be_bytes());
+            keys_bytes.extend_from_slice(sub);
+        }
+        let mut keys = Vec::with_capacity(subs.len());
+        let mut rest = &keys_bytes[..];
+        for sub in subs {
+            let (key, after) = rest.split_at(8 + sub.len());
+            keys.push(key);
+            rest = after;
+        }
+        self.store.get_each_at(self.members, &keys, at, visit)
+    }
+
     /// The members of collection `id` whose sub-keys are in `range`, as of
     /// `at`, in sub-key order or (`reverse`) descending; keys come back
     /// whole (`[id][sub]`).

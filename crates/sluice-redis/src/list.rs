@@ -199,19 +199,33 @@ impl List {
 
     /// Items at positions `first ..= last` (in range), in list order.
     pub fn items(&self, ctx: &Ctx<'_>, first: u64, last: u64) -> Result<Vec<Vec<u8>>, Failure> {
+        let count = last.saturating_sub(first).saturating_add(1).min(1 << 16) as usize;
+        let mut out = Vec::with_capacity(count);
+        self.visit_items(ctx, first, last, |item| out.push(item.to_vec()))?;
+        Ok(out)
+    }
+
+    /// Shows `visit` the items from position `first` through `last`
+    /// (clamped to the list), in order, where they lie in the store.
+    pub fn visit_items(
+        &self,
+        ctx: &Ctx<'_>,
+        first: u64,
+        last: u64,
+        mut visit: impl FnMut(&[u8]),
+    ) -> Result<(), Failure> {
         if first > last || first >= self.c.len {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let last = last.min(self.c.len - 1);
         let (lo, hi) = (sub(self.at(first)), sub(self.at(last)));
         let count = (last - first + 1).min(1 << 16) as usize;
-        let mut out = Vec::with_capacity(count);
         let range = (Bound::Included(&lo[..]), Bound::Included(&hi[..]));
         ctx.for_each_member(self.c.id, range, false, count, |_, item| {
-            out.push(item.to_vec());
+            visit(item);
             true
         })?;
-        Ok(out)
+        Ok(())
     }
 
     /// Every item with its position, from `end` inward.

@@ -15,6 +15,7 @@ use crate::sst::{
     internal_cmp, CursorSpec, Entry, EntryKind, RangeTombstone, TableCursor, TableReader,
 };
 use crate::version::{tombstone_seq, Levels, Version};
+use std::cell::RefCell;
 use std::cmp::Ordering;
 use std::sync::{Arc, RwLock};
 
@@ -24,6 +25,54 @@ use std::sync::{Arc, RwLock};
 /// every sorted run of the memtable again for where it starts.
 const MEMTABLE_FIRST_CHUNK_ENTRIES: usize = 8;
 const MEMTABLE_MAX_CHUNK_ENTRIES: usize = 256;
+
+/// Slot vectors a thread keeps from finished memtable sources, and the
+/// bytes their buffers may hold in all: a short scan (LRANGE 0 99, a
+/// hash's fields) then copies into buffers the last one grew instead of
+/// allocating one key and one value per entry.
+const SPARE_SLOT_VECS_MAX: usize = 2;
+const SPARE_SLOT_BYTES_MAX: usize = 512 * 1024;
+
+thread_local! {
+    static SPARE_SLOTS: RefCell<Vec<Vec<Entry>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Slots for a new memtable source: a finished source's, if this thread
+/// kept one.
+fn take_spare_slots() -> Vec<Entry> {
+    SPARE_SLOTS
+        .try_with(|spare| spare.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Keeps `slots` for this thread's next memtable source, as many of them
+/// as fit in [`SPARE_SLOT_BYTES_MAX`].
+fn keep_spare_slots(mut slots: Vec<Entry>) {
+    let mut held_bytes = 0usize;
+    let keep = slots
+        .iter()
+        .take_while(|e| {
+            held_bytes += e.held_bytes();
+            held_bytes <= SPARE_SLOT_BYTES_MAX
+        })
+        .count();
+    slots.truncate(keep);
+    if slots.is_empty() {
+        return;
+    }
+    for e in &mut slots {
+        e.release_block();
+    }
+    // At thread exit the pool is gone: the slots are dropped.
+    let _ = SPARE_SLOTS.try_with(|spare| {
+        let mut spare = spare.borrow_mut();
+        if spare.len() < SPARE_SLOT_VECS_MAX {
+            spare.push(slots);
+        }
+    });
+}
 
 /// A memtable walked in chunks, so writers are never blocked for the
 /// length of a scan. Versions written after the iterator was made have
@@ -50,7 +99,7 @@ impl MemSource {
         MemSource {
             mem,
             keyspace,
-            slots: Vec::new(),
+            slots: take_spare_slots(),
             filled: 0,
             given: 0,
             after_key: Vec::new(),
@@ -113,6 +162,12 @@ impl MemSource {
         std::mem::swap(out, &mut self.slots[self.given]);
         self.given += 1;
         true
+    }
+}
+
+impl Drop for MemSource {
+    fn drop(&mut self) {
+        keep_spare_slots(std::mem::take(&mut self.slots));
     }
 }
 

@@ -78,6 +78,19 @@ fn check_all(store: &Store, version: u32) {
         let at = store.get_at(0, &k, &snapshot).unwrap();
         assert_eq!(at.as_deref(), Some(&want[..]), "get_at of {len} bytes");
     }
+    // All of them as one run: blob values come after the others.
+    let keys: Vec<Vec<u8>> = (0..LENGTHS.len() as u32).map(key).collect();
+    let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    let mut each = vec![None; keys.len()];
+    store
+        .get_each_at(0, &key_refs, &snapshot, |i, v| {
+            each[i] = Some(v.map(<[u8]>::to_vec))
+        })
+        .unwrap();
+    for (i, &len) in LENGTHS.iter().enumerate() {
+        let want = value(i as u32, version, len);
+        assert_eq!(each[i], Some(Some(want)), "get_each_at of {len} bytes");
+    }
     for reverse in [false, true] {
         let got: Vec<(Vec<u8>, Vec<u8>)> = store
             .iter(0, (Bound::Unbounded, Bound::Unbounded), &snapshot, reverse)

@@ -172,6 +172,18 @@ proptest! {
         for k in 0..=255u8 {
             prop_assert_eq!(store.get(ks, &key(k)).unwrap(), model.get(&key(k)).cloned());
         }
+        // The same keys as one run (several holds of the memtables' locks),
+        // each shown once with its place.
+        let keys: Vec<Vec<u8>> = (0..=255u8).rev().map(key).collect();
+        let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let mut each: Vec<Option<Option<Vec<u8>>>> = vec![None; keys.len()];
+        store.get_each_at(ks, &key_refs, &snap, |i, v| {
+            assert!(each[i].is_none(), "key {i} shown twice");
+            each[i] = Some(v.map(<[u8]>::to_vec));
+        }).unwrap();
+        for (k, got) in keys.iter().zip(each) {
+            prop_assert_eq!(got, Some(model.get(k).cloned()));
+        }
         let all = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), &snap, false, usize::MAX).unwrap();
         let want: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         prop_assert_eq!(&all, &want);
@@ -209,6 +221,13 @@ proptest! {
             let got = store.scan(ks, (Bound::Unbounded, Bound::Unbounded), s, false, usize::MAX).unwrap();
             for k in (0..=255u8).step_by(17) {
                 prop_assert_eq!(store.get_at(ks, &key(k), s).unwrap(), m.get(&key(k)).cloned());
+            }
+            let keys: Vec<Vec<u8>> = (0..=255u8).step_by(3).map(key).collect();
+            let key_refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+            let mut each = vec![None; keys.len()];
+            store.get_each_at(ks, &key_refs, s, |i, v| each[i] = Some(v.map(<[u8]>::to_vec))).unwrap();
+            for (k, got) in keys.iter().zip(each) {
+                prop_assert_eq!(got, Some(m.get(k).cloned()));
             }
             let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
             prop_assert_eq!(got, want);

@@ -3,7 +3,11 @@
 //! `sluice_redis::list`'s.
 
 use super::*;
+use crate::resp::BulkArray;
 use sluice_redis::list::{self, End};
+
+/// Bytes an LRANGE item is guessed to take, to make room for the reply.
+const LRANGE_ITEM_BYTES_GUESS: usize = 32;
 
 /// Redis's `getPositiveLongFromObjectOrReply`: a non-negative integer, or
 /// `message` (Redis's default when None) for anything else.
@@ -93,7 +97,17 @@ pub(super) fn llen(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
 
 pub(super) fn lrange(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let (start, stop) = (parse_i64(&args[2])?, parse_i64(&args[3])?);
-    Ok(bulks(list::range(ctx, &args[1], start, stop)?))
+    let Some(list) = list::List::read(ctx, &args[1])? else {
+        return Ok(Reply::Bulks(BulkArray::default()));
+    };
+    let Some((first, last)) = list::resolve_range(start, stop, list.len()) else {
+        return Ok(Reply::Bulks(BulkArray::default()));
+    };
+    // The items go from the store's buffers into the framed reply.
+    let n = (last - first + 1) as usize;
+    let mut items = BulkArray::with_capacity(n, LRANGE_ITEM_BYTES_GUESS);
+    list.visit_items(ctx, first, last, |item| items.push(item))?;
+    Ok(Reply::Bulks(items))
 }
 
 pub(super) fn lindex(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {

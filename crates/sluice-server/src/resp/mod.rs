@@ -5,7 +5,7 @@
 pub mod reply;
 pub mod request;
 
-pub use reply::{DecodeError, Protocol, Reply};
+pub use reply::{BulkArray, DecodeError, Protocol, Reply};
 pub use request::{
     split_args, string_to_i64, Args, Limits, ProtocolError, RequestReader, DEFAULT_BULK_MAX_BYTES,
     INLINE_MAX_BYTES, MULTIBULK_MAX, UNAUTHENTICATED_BULK_MAX_BYTES, UNAUTHENTICATED_MULTIBULK_MAX,

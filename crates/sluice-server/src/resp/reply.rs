@@ -43,6 +43,11 @@ pub enum Reply {
     },
     /// `*2\r\n...`.
     Array(Vec<Reply>),
+    /// An array of bulk strings framed as they were read (LRANGE's
+    /// items): one buffer for all of them, not one reply each. Encoded as
+    /// the [`Reply::Array`] of [`Reply::Bulk`]s it stands for, in both
+    /// protocols.
+    Bulks(BulkArray),
     /// `~2\r\n...` (RESP2: an array).
     Set(Vec<Reply>),
     /// Pairs as Redis sends WITHSCORES results: in RESP3 an array of
@@ -111,6 +116,10 @@ impl Reply {
             }
             Reply::Verbatim { text, .. } => blob(out, b'$', text),
             Reply::Array(items) => aggregate(out, b'*', items, protocol),
+            Reply::Bulks(bulks) => {
+                line(out, b'*', bulks.len().to_string().as_bytes());
+                out.extend_from_slice(&bulks.framed);
+            }
             Reply::Set(items) => aggregate(out, if resp3 { b'~' } else { b'*' }, items, protocol),
             Reply::Push(items) => aggregate(out, if resp3 { b'>' } else { b'*' }, items, protocol),
             Reply::KeyedArrays(pairs) if resp3 => pairs_into(out, b'%', pairs, protocol),
@@ -164,6 +173,62 @@ impl Reply {
         }
     }
 }
+
+/// Bulk strings framed one after another (`$3\r\nabc\r\n`), and how
+/// many: the body of a [`Reply::Bulks`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BulkArray {
+    framed: Vec<u8>,
+    count: usize,
+}
+
+impl BulkArray {
+    /// An empty array with room for `items` items of `item_bytes` each.
+    pub fn with_capacity(items: usize, item_bytes: usize) -> BulkArray {
+        let room = items.saturating_mul(item_bytes.saturating_add(8));
+        BulkArray {
+            framed: Vec::with_capacity(room.min(BULKS_ROOM_MAX_BYTES)),
+            count: 0,
+        }
+    }
+
+    /// Appends `item`.
+    pub fn push(&mut self, item: &[u8]) {
+        blob(&mut self.framed, b'$', item);
+        self.count += 1;
+    }
+
+    /// Items held.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether it holds no item.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The items, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let rest = self.framed.get(at..).filter(|r| !r.is_empty())?;
+            // `$`, the length's digits, CR LF, the body, CR LF: as `push`
+            // wrote it.
+            let digits_end = rest.iter().position(|&b| b == b'\r')?;
+            let len: usize = std::str::from_utf8(&rest[1..digits_end])
+                .ok()?
+                .parse()
+                .ok()?;
+            let body = digits_end + 2;
+            at += body + len + 2;
+            rest.get(body..body + len)
+        })
+    }
+}
+
+/// Most room a [`BulkArray`] makes ahead (it grows past it as pushed).
+const BULKS_ROOM_MAX_BYTES: usize = 1 << 20;
 
 /// A one-line reply. A line break inside would end the line early and
 /// desynchronise the client, so, as Redis does for error texts, each CR
@@ -377,6 +442,32 @@ mod tests {
         assert_eq!(used, bytes.len());
         for cut in 0..bytes.len() {
             assert_eq!(Reply::decode(&bytes[..cut]), Ok(None), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn framed_bulks_encode_as_the_array_of_bulks_they_stand_for() {
+        let items: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"a".to_vec(),
+            b"with\r\nbreaks".to_vec(),
+            vec![7u8; 1234],
+        ];
+        for n in 0..=items.len() {
+            let mut bulks = BulkArray::with_capacity(n, 4);
+            for item in &items[..n] {
+                bulks.push(item);
+            }
+            assert_eq!(bulks.len(), n);
+            assert_eq!(bulks.is_empty(), n == 0);
+            let got: Vec<&[u8]> = bulks.iter().collect();
+            let want: Vec<&[u8]> = items[..n].iter().map(Vec::as_slice).collect();
+            assert_eq!(got, want);
+            let array = Reply::Array(items[..n].iter().cloned().map(Reply::Bulk).collect());
+            for protocol in [Protocol::Resp2, Protocol::Resp3] {
+                let framed = Reply::Bulks(bulks.clone());
+                assert_eq!(framed.encode(protocol), array.encode(protocol), "{n} items");
+            }
         }
     }
 

@@ -1000,6 +1000,7 @@ fn to_lua(lua: &Lua, reply: &Reply, resp3: bool) -> mlua::Result<Value> {
         Reply::Array(items) | Reply::Set(items) | Reply::Push(items) => {
             sequence(&mut items.iter().map(|item| to_lua(lua, item, resp3)))?
         }
+        Reply::Bulks(bulks) => sequence(&mut bulks.iter().map(string))?,
         Reply::Map(pairs) | Reply::KeyedArrays(pairs) if resp3 => map(pairs)?,
         Reply::Pairs(pairs) if resp3 => sequence(&mut pairs.iter().map(|(k, v)| pair(k, v)))?,
         Reply::Map(pairs) | Reply::Pairs(pairs) => sequence(

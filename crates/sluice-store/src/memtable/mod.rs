@@ -416,6 +416,13 @@ impl Memtable {
             .unwrap_or(0)
     }
 
+    /// Asks the memory for the index slot a lookup of `key` starts at:
+    /// called a few keys ahead of a run of lookups, the large memtable's
+    /// cache misses of neighbouring keys overlap.
+    pub fn prefetch_point(&self, keyspace: u32, key: &[u8]) {
+        self.index.prefetch(point_hash(keyspace, key));
+    }
+
     /// The newest point version of `key` at or below `snapshot`, range
     /// tombstones not applied: (sequence, kind, value — empty for a
     /// delete, a blob reference for a blob).

@@ -117,6 +117,16 @@ impl Entry {
         }
     }
 
+    /// Bytes its own buffers hold (not a block it points into).
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.key.capacity() + self.owned.capacity()
+    }
+
+    /// Lets go of the block it points into, keeping its own buffers.
+    pub(crate) fn release_block(&mut self) {
+        self.in_block = None;
+    }
+
     /// The value, owned (copied out of its block where it lies in one).
     pub fn into_value(self) -> Vec<u8> {
         match self.in_block {

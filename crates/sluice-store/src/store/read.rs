@@ -17,6 +17,13 @@ pub struct Snapshot {
     registry: Arc<SnapshotRegistry>,
 }
 
+/// Keys [`Store::get_each_at`] looks up under one hold of the memtables'
+/// read locks.
+const EACH_KEYS_PER_LOCK: usize = 64;
+
+/// How many keys ahead [`Store::get_each_at`] asks for a memtable slot.
+const EACH_PREFETCH_AHEAD: usize = 4;
+
 impl Snapshot {
     /// The sequence of the last write it sees.
     pub fn seq(&self) -> u64 {
@@ -230,6 +237,69 @@ impl Store {
             }
             Err(version::Pending::Miss(_)) => unreachable!("a read that may wait never misses"),
         }
+    }
+
+    /// Each of `keys`' values as of `snapshot`, shown to `visit` with the
+    /// key's place in `keys` (None: no live value), in order, without
+    /// copying them out (a value kept in a blob file after the others of
+    /// its run): one view of the memtables and tables for the run, and each key's memtable slot asked for a few keys ahead, so
+    /// that a set's members checked one after another (SADD's) do not
+    /// wait for the memory one by one. The memtables' read locks are let
+    /// go every [`EACH_KEYS_PER_LOCK`] keys, for writers.
+    pub fn get_each_at(
+        &self,
+        keyspace: u32,
+        keys: &[&[u8]],
+        snapshot: &Snapshot,
+        mut visit: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<()> {
+        let (mems, version) = self.read_view();
+        for (run_no, run) in keys.chunks(EACH_KEYS_PER_LOCK).enumerate() {
+            let guards: Vec<_> = mems.iter().map(|m| read(m)).collect();
+            let refs: Vec<&Memtable> = guards.iter().map(|g| &**g).collect();
+            let prefetch = |key: &[u8]| {
+                for m in &refs {
+                    m.prefetch_point(keyspace, key);
+                }
+            };
+            for key in run.iter().take(EACH_PREFETCH_AHEAD) {
+                prefetch(key);
+            }
+            // Blob values are read once the locks are let go.
+            let mut blobs = Vec::new();
+            for (i, key) in run.iter().enumerate() {
+                if let Some(ahead) = run.get(i + EACH_PREFETCH_AHEAD) {
+                    prefetch(ahead);
+                }
+                let at = run_no * EACH_KEYS_PER_LOCK + i;
+                let answered = version::get_or_miss(
+                    &self.inner.dev,
+                    &refs,
+                    &version,
+                    keyspace,
+                    key,
+                    snapshot.seq,
+                    true,
+                    |v| visit(at, v.as_ref().map(|v| v.bytes())),
+                )?;
+                match answered {
+                    Ok(()) => {}
+                    Err(version::Pending::Blob {
+                        file, reference, ..
+                    }) => blobs.push((at, file, reference)),
+                    Err(version::Pending::Miss(_)) => {
+                        unreachable!("a read that may wait never misses")
+                    }
+                }
+            }
+            drop(refs);
+            drop(guards);
+            for (at, file, reference) in blobs {
+                let value = file.read_value(&self.inner.dev, &reference)?;
+                visit(at, Some(&value));
+            }
+        }
+        Ok(())
     }
 
     /// A streaming iterator over the live pairs of a keyspace in a key
