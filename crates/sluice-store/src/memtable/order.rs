@@ -123,7 +123,7 @@ pub(super) struct KeyOrder {
     tail: Vec<OrderKey>,
     /// Sorted runs, each at least [`RUN_RATIO`] times the next or of
     /// [`MAX_RUN_KEYS`] (no merge makes a larger one).
-    runs: Vec<Vec<OrderKey>>,
+    runs: Vec<Run>,
     len: usize,
 }
 
@@ -144,13 +144,14 @@ impl KeyOrder {
         if self.tail.len() == TAIL_KEYS {
             let mut run = std::mem::replace(&mut self.tail, Vec::with_capacity(TAIL_KEYS));
             while let Some(last) = self.runs.last() {
-                if last.len() >= run.len() * RUN_RATIO || last.len() + run.len() > MAX_RUN_KEYS {
+                let last_len = last.keys.len();
+                if last_len >= run.len() * RUN_RATIO || last_len + run.len() > MAX_RUN_KEYS {
                     break;
                 }
                 let last = self.runs.pop().expect("a last run");
-                run = merge(keys, &last, &run);
+                run = merge(keys, &last.keys, &run);
             }
-            self.runs.push(run);
+            self.runs.push(Run::new(keys, run));
         }
     }
 
@@ -181,30 +182,42 @@ impl KeyOrder {
         } else {
             (lower, upper)
         };
+        // Forward: the first key at or past `start`; reversed: the last
+        // key at or before it. As a test of how a key orders against the
+        // start, true for the keys before the place.
+        let (p, before): (Option<&Probe<'_>>, fn(Ordering) -> bool) = match (&start, reverse) {
+            (Bound::Unbounded, false) => (None, |_| false),
+            (Bound::Unbounded, true) => (None, |_| true),
+            (Bound::Included(p), false) | (Bound::Excluded(p), true) => {
+                (Some(p), |o| o == Ordering::Less)
+            }
+            (Bound::Excluded(p), false) | (Bound::Included(p), true) => {
+                (Some(p), |o| o != Ordering::Greater)
+            }
+        };
+        let place = |run: &[OrderKey], fences: Option<&Fences>| -> usize {
+            let Some(p) = p else {
+                return if before(Ordering::Equal) {
+                    run.len()
+                } else {
+                    0
+                };
+            };
+            // The fences narrow the search to the keys between two of
+            // them, which alone are compared through their chains.
+            let (lo, hi) = match fences {
+                Some(f) => f.window(run.len(), |i| before(f.cmp_probe(i, p))),
+                None => (0, run.len()),
+            };
+            lo + run[lo..hi].partition_point(|o| before(cmp_probe(keys, o, p)))
+        };
         let parts = self
             .runs
             .iter()
-            .map(Vec::as_slice)
-            .chain(std::iter::once(self.tail.as_slice()))
-            .map(|run| {
-                // Forward: the first key at or past `start`; reversed: the
-                // last key at or before it.
-                let at = match (&start, reverse) {
-                    (Bound::Unbounded, false) => 0,
-                    (Bound::Unbounded, true) => run.len(),
-                    (Bound::Included(p), false) => {
-                        run.partition_point(|o| cmp_probe(keys, o, p) == Ordering::Less)
-                    }
-                    (Bound::Excluded(p), false) => {
-                        run.partition_point(|o| cmp_probe(keys, o, p) != Ordering::Greater)
-                    }
-                    (Bound::Included(p), true) => {
-                        run.partition_point(|o| cmp_probe(keys, o, p) != Ordering::Greater)
-                    }
-                    (Bound::Excluded(p), true) => {
-                        run.partition_point(|o| cmp_probe(keys, o, p) == Ordering::Less)
-                    }
-                };
+            .map(|r| (r.keys.as_slice(), Some(&r.fences)))
+            .chain(std::iter::once((self.tail.as_slice(), None)))
+            .map(|(run, fences)| {
+                let at = place(run, fences);
                 if reverse {
                     &run[..at]
                 } else {
@@ -219,6 +232,92 @@ impl KeyOrder {
             reverse,
             stop,
         }
+    }
+}
+
+/// Keys of a run between two fences: a search compares at most
+/// log2 of this many keys through their chains.
+#[cfg(not(test))]
+const FENCE_EVERY: usize = 32;
+#[cfg(test)]
+const FENCE_EVERY: usize = 3;
+
+/// A sorted run of keys, and its fences.
+#[derive(Debug)]
+struct Run {
+    keys: Vec<OrderKey>,
+    fences: Fences,
+}
+
+impl Run {
+    fn new<K: SlotKeys + ?Sized>(slot_keys: &K, keys: Vec<OrderKey>) -> Run {
+        let fences = Fences::of(slot_keys, &keys);
+        Run { keys, fences }
+    }
+}
+
+/// Every [`FENCE_EVERY`]-th key of a run, whole and side by side: a
+/// search of a run bisects them first, in memory that lies together,
+/// where bisecting the run itself would follow a chain to its key bytes
+/// at every step that the [`OrderKey`]s' heads do not settle (a set's
+/// members, sharing the set's id and often their first bytes, tie there).
+#[derive(Debug, Default)]
+struct Fences {
+    keyspaces: Vec<u32>,
+    /// Fence `i`'s key bytes: `bytes[ends[i - 1]..ends[i]]`.
+    ends: Vec<u32>,
+    bytes: Vec<u8>,
+}
+
+impl Fences {
+    fn of<K: SlotKeys + ?Sized>(slot_keys: &K, run: &[OrderKey]) -> Fences {
+        let mut f = Fences::default();
+        for o in run.iter().step_by(FENCE_EVERY) {
+            f.keyspaces.push(o.keyspace);
+            f.bytes.extend_from_slice(slot_keys.slot_key(o.slot));
+            let end = u32::try_from(f.bytes.len()).expect("a run's fences fit in 4 GiB");
+            f.ends.push(end);
+        }
+        f
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        &self.bytes[start..self.ends[i] as usize]
+    }
+
+    /// How fence `i` orders against `p`.
+    fn cmp_probe(&self, i: usize, p: &Probe<'_>) -> Ordering {
+        self.keyspaces[i]
+            .cmp(&p.keyspace)
+            .then_with(|| self.key(i).cmp(p.key))
+    }
+
+    /// Where, in a run of `len` keys, the first key for which `before`
+    /// fails lies: a window `lo..hi` of at most [`FENCE_EVERY`] keys
+    /// (`before` holds for the keys ahead of the place, then fails).
+    fn window(&self, len: usize, before: impl Fn(usize) -> bool) -> (usize, usize) {
+        debug_assert_eq!(self.len(), len.div_ceil(FENCE_EVERY));
+        // Fences 0..ahead are before the place; fence `ahead` is not.
+        let (mut ahead, mut not_ahead) = (0, self.len());
+        while ahead < not_ahead {
+            let mid = ahead + (not_ahead - ahead) / 2;
+            if before(mid) {
+                ahead = mid + 1;
+            } else {
+                not_ahead = mid;
+            }
+        }
+        let lo = if ahead == 0 {
+            0
+        } else {
+            (ahead - 1) * FENCE_EVERY + 1
+        };
+        (lo, (ahead * FENCE_EVERY).min(len))
     }
 }
 
@@ -364,7 +463,7 @@ mod tests {
                     <= 2 + entries.len() / MAX_RUN_KEYS
                         + 2 * (usize::BITS - entries.len().leading_zeros()) as usize
             );
-            prop_assert!(o.runs.iter().all(|r| r.len() <= MAX_RUN_KEYS));
+            prop_assert!(o.runs.iter().all(|r| r.keys.len() <= MAX_RUN_KEYS));
             let bound = |(ks, key, kind): &(u32, Vec<u8>, u8)| -> Bound<(u32, Vec<u8>)> {
                 match kind {
                     0 => Bound::Included((*ks, key.clone())),
