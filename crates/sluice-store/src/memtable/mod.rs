@@ -643,9 +643,9 @@ mod tests {
 
     /// Keys for the walks: short ones, the same with a zero byte added
     /// (equal to them in the ordered set's inline head), and ones past
-    /// the head's 16 bytes that share all of them.
+    /// the head's 32 bytes that share all of them.
     fn walk_key(k: u8) -> Vec<u8> {
-        let long = &b"0123456789abcdef"[..];
+        let long = &b"0123456789abcdef0123456789abcdef"[..];
         match k % 4 {
             0 => vec![b'k', k],
             1 => vec![b'k', k - 1, 0],
