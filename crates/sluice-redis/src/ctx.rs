@@ -326,6 +326,19 @@ impl<'a> Ctx<'a> {
     /// [`Ctx::member`] would say, looked up as one run).
     pub fn members_present(&self, id: u64, subs: &[&[u8]]) -> Result<Vec<bool>, StoreError> {
         let mut present = vec![false; subs.len()];
+        self.member_each(id, subs, |i, value| present[i] = value.is_some())?;
+        Ok(present)
+    }
+
+    /// Each of `subs`' values in collection `id` (as [`Ctx::member`]
+    /// would give it), shown to `visit` with its place in `subs`: looked
+    /// up as one run ([`Db::member_each_at`]), in no promised order.
+    pub fn member_each(
+        &self,
+        id: u64,
+        subs: &[&[u8]],
+        mut visit: impl FnMut(usize, Option<&[u8]>),
+    ) -> Result<(), StoreError> {
         // In a transaction, what it wrote answers first; the rest are
         // looked up in the store together.
         let mut asked: Vec<usize> = Vec::with_capacity(subs.len());
@@ -334,7 +347,7 @@ impl<'a> Ctx<'a> {
                 let members = self.db.members_keyspace();
                 for (i, sub) in subs.iter().enumerate() {
                     match tx.overlay.get(members, &crate::db::member_key(id, sub)) {
-                        Some(found) => present[i] = found.is_some(),
+                        Some(found) => visit(i, found.as_deref()),
                         None => asked.push(i),
                     }
                 }
@@ -344,9 +357,8 @@ impl<'a> Ctx<'a> {
         let asked_subs: Vec<&[u8]> = asked.iter().map(|&i| subs[i]).collect();
         self.db
             .member_each_at(id, &asked_subs, self.at(), |j, value| {
-                present[asked[j]] = value.is_some();
-            })?;
-        Ok(present)
+                visit(asked[j], value)
+            })
     }
 
     /// The members of collection `id` whose sub-keys are in `range`, in

@@ -410,6 +410,34 @@ pub fn add_runs(
         }
         None => Changing::create(ctx, key)?,
     };
+    // The stored scores of the members named, looked up as one run.
+    let mut stored: std::collections::HashMap<&[u8], Option<f64>> =
+        std::collections::HashMap::new();
+    if !z.new {
+        let mut named: Vec<&[u8]> = Vec::new();
+        for (_, member) in runs.iter().flat_map(|r| r.iter()) {
+            if let std::collections::hash_map::Entry::Vacant(e) = stored.entry(member) {
+                e.insert(None);
+                named.push(member);
+            }
+        }
+        let subs: Vec<Vec<u8>> = named.iter().map(|m| member_sub(m)).collect();
+        let sub_refs: Vec<&[u8]> = subs.iter().map(Vec::as_slice).collect();
+        let mut bad = None;
+        ctx.member_each(z.c.id, &sub_refs, |i, value| {
+            if let Some(v) = value {
+                match score_of(v) {
+                    Ok(s) => {
+                        stored.insert(named[i], Some(s));
+                    }
+                    Err(e) => bad = Some(e),
+                }
+            }
+        })?;
+        if let Some(e) = bad {
+            return Err(e.into());
+        }
+    }
     // Scores set earlier in this batch, which the store does not show
     // yet.
     let mut pending: std::collections::HashMap<&[u8], f64> = std::collections::HashMap::new();
@@ -419,8 +447,7 @@ pub fn add_runs(
         for (score, member) in run.iter() {
             let current = match pending.get(member) {
                 Some(s) => Some(*s),
-                None if z.new => None,
-                None => self::score(ctx, z.c, member)?,
+                None => stored.get(member).copied().flatten(),
             };
             let mut score = *score;
             match current {
