@@ -937,6 +937,12 @@ impl Db {
         self.store.get_latest_cached(cache, space.keys, key, f)
     }
 
+    /// Asks the memory for what reading `key`'s record will look at
+    /// first ([`Store::prefetch_latest`]): a hint for a read to come.
+    pub fn prefetch_record(&self, cache: &ReadCache, space: Space, key: &[u8]) {
+        self.store.prefetch_latest(cache, space.keys, key);
+    }
+
     /// [`Db::get_raw_latest_with`], or with `wait` false, what it would
     /// have to read from the device first (`Store::get_latest_or_miss`).
     pub fn get_raw_latest_or_miss<R>(

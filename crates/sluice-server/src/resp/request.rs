@@ -91,6 +91,11 @@ pub struct RequestReader {
     /// Start of the first byte not yet consumed.
     pos: usize,
     limits: Limits,
+    /// Where the plain GETs not yet shown by
+    /// [`RequestReader::plain_gets_ahead`] start, and how many it showed
+    /// that are not served yet (a hint: wrong, it only shows other keys).
+    ahead_from: usize,
+    ahead_gets: usize,
 }
 
 /// What one step of framing found.
@@ -108,6 +113,8 @@ impl RequestReader {
             buf: Vec::new(),
             pos: 0,
             limits,
+            ahead_from: 0,
+            ahead_gets: 0,
         }
     }
 
@@ -138,6 +145,10 @@ impl RequestReader {
             // behind: drop the framed bytes before they pile up.
             self.buf.drain(..self.pos);
             self.pos = 0;
+        }
+        if self.pos == 0 {
+            // The bytes moved: what was shown ahead is looked at again.
+            (self.ahead_from, self.ahead_gets) = (0, 0);
         }
     }
 
@@ -212,18 +223,43 @@ impl RequestReader {
         self.buf = taken[end..].to_vec();
         taken.truncate(end);
         self.pos = 0;
+        (self.ahead_from, self.ahead_gets) = (0, 0);
         Some((taken, key, value))
     }
 
     /// [`RequestReader::peek_plain_set`] for a whole `GET key`: the key and
     /// the request's length in bytes.
     pub fn peek_plain_get(&self) -> Option<(&[u8], usize)> {
+        self.plain_get_at(self.pos)
+    }
+
+    /// [`RequestReader::peek_plain_get`] of the request at `at`.
+    fn plain_get_at(&self, at: usize) -> Option<(&[u8], usize)> {
         const HEAD: &[u8] = b"*2\r\n$3\r\nGET\r\n";
-        let rest = &self.buf[self.pos..];
+        let rest = self.buf.get(at..)?;
         if !rest.get(..HEAD.len())?.eq_ignore_ascii_case(HEAD) {
             return None;
         }
         self.plain_bulk(rest, HEAD.len())
+    }
+
+    /// Shows `f` the keys of the plain GETs queued from the next request
+    /// on, each once, keeping up to `window` shown ahead of those served:
+    /// for a server to ask the memory for what they will read while it
+    /// serves the ones before them.
+    pub fn plain_gets_ahead(&mut self, window: usize, mut f: impl FnMut(&[u8])) {
+        if self.ahead_from < self.pos || self.ahead_from > self.buf.len() {
+            self.ahead_from = self.pos;
+            self.ahead_gets = 0;
+        }
+        while self.ahead_gets < window {
+            let Some((key, len)) = self.plain_get_at(self.ahead_from) else {
+                break;
+            };
+            f(key);
+            self.ahead_from += len;
+            self.ahead_gets += 1;
+        }
     }
 
     /// The bulk string `$N\r\n<N bytes>` and two more bytes at `at` of
@@ -262,6 +298,7 @@ impl RequestReader {
     pub fn consume(&mut self, len: usize) {
         assert!(len <= self.pending_bytes(), "consumed past the bytes held");
         self.pos += len;
+        self.ahead_gets = self.ahead_gets.saturating_sub(1);
     }
 
     fn inline(&mut self) -> Result<Step, ProtocolError> {
@@ -743,6 +780,37 @@ mod tests {
                 proptest::prop_assert!(name.eq_ignore_ascii_case("set"));
             }
         }
+    }
+
+    #[test]
+    fn plain_gets_ahead_shows_each_queued_get_once_within_its_window() {
+        let get = |k: &str| format!("*2\r\n$3\r\nGET\r\n${}\r\n{k}\r\n", k.len());
+        let mut r = RequestReader::new(Limits::default());
+        let mut bytes: String = ["a", "b", "c", "d"].map(get).concat();
+        bytes.push_str("*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$1\r\n1\r\n");
+        bytes.push_str(&get("e"));
+        r.feed(bytes.as_bytes());
+        let shown = |r: &mut RequestReader| {
+            let mut keys = Vec::new();
+            r.plain_gets_ahead(2, |k| keys.push(String::from_utf8(k.to_vec()).unwrap()));
+            keys
+        };
+        assert_eq!(shown(&mut r), ["a", "b"]);
+        assert!(shown(&mut r).is_empty(), "each once");
+        for next in ["c", "d"] {
+            let (_, len) = r.peek_plain_get().unwrap();
+            r.consume(len);
+            assert_eq!(shown(&mut r), [next]);
+        }
+        // The SET stops the look ahead; past it, it goes on.
+        let (_, len) = r.peek_plain_get().unwrap();
+        r.consume(len);
+        assert!(shown(&mut r).is_empty());
+        let (_, len) = r.peek_plain_get().unwrap();
+        r.consume(len);
+        assert!(shown(&mut r).is_empty(), "a SET is next");
+        assert_eq!(&r.next(false).unwrap().unwrap()[0][..], b"SET");
+        assert_eq!(shown(&mut r), ["e"]);
     }
 
     #[test]

@@ -1344,6 +1344,10 @@ struct Grouped {
     askers: Vec<u32>,
 }
 
+/// Plain GETs a connection's pipeline has their memory asked for ahead of
+/// the one served.
+const PLAIN_GETS_AHEAD: usize = 8;
+
 /// Whether `c`'s next request may take a plain path (a SET or GET framed
 /// in place): none is deferred, no transaction is open, and the client
 /// has authenticated (each path then asks whether its user may run it on
@@ -1543,6 +1547,12 @@ impl Pass<'_> {
             return PlainGet::Other;
         };
         copy.copy_from_slice(key);
+        // The GETs queued behind it have their first look into memory
+        // asked for now, to arrive while this one and the next are served.
+        let space = self.shared.db.space_used(c.session.db());
+        c.reader.plain_gets_ahead(PLAIN_GETS_AHEAD, |key| {
+            self.shared.db.prefetch_record(reads, space, key);
+        });
         // A GET that would read the device hands the read to the fill
         // queue and stays in the input, to run again once it is done (with
         // the queue full, once there is room); one that missed too often

@@ -127,6 +127,21 @@ impl Store {
         Ok(answered.unwrap_or_else(|_| unreachable!("a read that may wait never misses")))
     }
 
+    /// Asks the memory for what a read of `key` through `cache` will look
+    /// at first (its slot in each memtable's index), without waiting: a
+    /// server calls it for the reads queued a few requests ahead, so that
+    /// their cache misses overlap the work between. A hint only: nothing
+    /// is read, and with no view cached yet it does nothing.
+    pub fn prefetch_latest(&self, cache: &ReadCache, keyspace: u32, key: &[u8]) {
+        let Some(view) = &cache.view else {
+            return;
+        };
+        read(&view.active).prefetch_point(keyspace, key);
+        if let Some(frozen) = &view.frozen {
+            read(frozen).prefetch_point(keyspace, key);
+        }
+    }
+
     /// [`Store::get_latest_cached`] for a thread that must not wait for
     /// the device (a server worker with other clients to serve): with
     /// `wait` false, a read that needs an index or block no cache holds
