@@ -12,26 +12,31 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// A reader at the start of `bytes`.
+    #[inline]
     pub fn new(bytes: &'a [u8]) -> Self {
         Reader { bytes, at: 0 }
     }
 
     /// A reader at byte `at` of `bytes` (reads past the end give `None`).
+    #[inline]
     pub fn at(bytes: &'a [u8], at: usize) -> Self {
         Reader { bytes, at }
     }
 
     /// The offset of the next read.
+    #[inline]
     pub fn position(&self) -> usize {
         self.at
     }
 
     /// Whether every byte was consumed.
+    #[inline]
     pub fn is_done(&self) -> bool {
         self.at == self.bytes.len()
     }
 
     /// The next `n` bytes.
+    #[inline]
     pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         let s = self.bytes.get(self.at..self.at.checked_add(n)?)?;
         self.at += n;
@@ -39,26 +44,31 @@ impl<'a> Reader<'a> {
     }
 
     /// The next `N` bytes as an array.
+    #[inline]
     pub fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
         self.take(N)?.try_into().ok()
     }
 
     /// One byte.
+    #[inline]
     pub fn u8(&mut self) -> Option<u8> {
         self.array::<1>().map(|[b]| b)
     }
 
     /// A little-endian u16.
+    #[inline]
     pub fn u16(&mut self) -> Option<u16> {
         self.array().map(u16::from_le_bytes)
     }
 
     /// A little-endian u32.
+    #[inline]
     pub fn u32(&mut self) -> Option<u32> {
         self.array().map(u32::from_le_bytes)
     }
 
     /// A little-endian u64.
+    #[inline]
     pub fn u64(&mut self) -> Option<u64> {
         self.array().map(u64::from_le_bytes)
     }
@@ -76,16 +86,19 @@ impl<'a> Reader<'a> {
 }
 
 /// The little-endian u16 at `at`; None past the end.
+#[inline]
 pub fn u16_at(bytes: &[u8], at: usize) -> Option<u16> {
     Reader::at(bytes, at).u16()
 }
 
 /// The little-endian u32 at `at`; None past the end.
+#[inline]
 pub fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
     Reader::at(bytes, at).u32()
 }
 
 /// The little-endian u64 at `at`; None past the end.
+#[inline]
 pub fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
     Reader::at(bytes, at).u64()
 }
