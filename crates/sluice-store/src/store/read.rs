@@ -255,12 +255,15 @@ impl Store {
     }
 
     /// Each of `keys`' values as of `snapshot`, shown to `visit` with the
-    /// key's place in `keys` (None: no live value), in order, without
-    /// copying them out (a value kept in a blob file after the others of
-    /// its run): one view of the memtables and tables for the run, and each key's memtable slot asked for a few keys ahead, so
-    /// that a set's members checked one after another (SADD's) do not
-    /// wait for the memory one by one. The memtables' read locks are let
-    /// go every [`EACH_KEYS_PER_LOCK`] keys, for writers.
+    /// key's place in `keys` (None: no live value), without copying them
+    /// out: one view of the memtables and tables for the run, and each
+    /// key's memtable slot asked for a few keys ahead, so that a set's
+    /// members checked one after another (SADD's) do not wait for the
+    /// memory one by one. The memtables' read locks are let go every
+    /// [`EACH_KEYS_PER_LOCK`] keys, and never held across a device read:
+    /// a key whose index or block is in no cache, or whose value is in a
+    /// blob file, is read after the others of its run, as
+    /// [`Store::get_at`] reads it (so in no promised order).
     pub fn get_each_at(
         &self,
         keyspace: u32,
@@ -280,8 +283,10 @@ impl Store {
             for key in run.iter().take(EACH_PREFETCH_AHEAD) {
                 prefetch(key);
             }
-            // Blob values are read once the locks are let go.
+            // Blob values, and keys that need a device read, are read
+            // once the locks are let go.
             let mut blobs = Vec::new();
+            let mut missed = Vec::new();
             for (i, key) in run.iter().enumerate() {
                 if let Some(ahead) = run.get(i + EACH_PREFETCH_AHEAD) {
                     prefetch(ahead);
@@ -294,7 +299,7 @@ impl Store {
                     keyspace,
                     key,
                     snapshot.seq,
-                    true,
+                    false,
                     |v| visit(at, v.as_ref().map(|v| v.bytes())),
                 )?;
                 match answered {
@@ -302,9 +307,7 @@ impl Store {
                     Err(version::Pending::Blob {
                         file, reference, ..
                     }) => blobs.push((at, file, reference)),
-                    Err(version::Pending::Miss(_)) => {
-                        unreachable!("a read that may wait never misses")
-                    }
+                    Err(version::Pending::Miss(_)) => missed.push(at),
                 }
             }
             drop(refs);
@@ -312,6 +315,9 @@ impl Store {
             for (at, file, reference) in blobs {
                 let value = file.read_value(&self.inner.dev, &reference)?;
                 visit(at, Some(&value));
+            }
+            for at in missed {
+                visit(at, self.get_at(keyspace, keys[at], snapshot)?.as_deref());
             }
         }
         Ok(())
