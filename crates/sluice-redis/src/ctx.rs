@@ -322,12 +322,33 @@ impl<'a> Ctx<'a> {
         self.db.member_at(id, sub, self.at())
     }
 
-    /// Whether each of `subs` is a member of collection `id` (as
-    /// [`Ctx::member`] would say, looked up as one run).
-    pub fn members_present(&self, id: u64, subs: &[&[u8]]) -> Result<Vec<bool>, StoreError> {
-        let mut present = vec![false; subs.len()];
-        self.member_each(id, subs, |i, value| present[i] = value.is_some())?;
-        Ok(present)
+    /// For each of `mentions` in order (a command run's members or
+    /// fields, repeats and all): None for a repeat of an earlier one,
+    /// else whether it is stored in collection `id` (as [`Ctx::member`]
+    /// would say; `new`: the collection is being created, nothing is).
+    /// The first mentions are looked up as one run.
+    pub fn mentions_present(
+        &self,
+        id: u64,
+        new: bool,
+        mentions: &[&[u8]],
+    ) -> Result<Vec<Option<bool>>, StoreError> {
+        let mut seen = std::collections::HashSet::with_capacity(mentions.len());
+        let mut out: Vec<Option<bool>> = mentions
+            .iter()
+            .map(|m| seen.insert(*m).then_some(false))
+            .collect();
+        if new {
+            return Ok(out);
+        }
+        let (at, firsts): (Vec<usize>, Vec<&[u8]>) = mentions
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| out[*i].is_some())
+            .map(|(i, m)| (i, *m))
+            .unzip();
+        self.member_each(id, &firsts, |j, value| out[at[j]] = Some(value.is_some()))?;
+        Ok(out)
     }
 
     /// Each of `subs`' values in collection `id` (as [`Ctx::member`]

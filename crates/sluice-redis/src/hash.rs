@@ -168,28 +168,15 @@ pub fn set_runs(
     if !short_enough(ctx, pairs()) {
         order = None;
     }
-    // Each field's first mention is looked up, all of them as one run.
-    let mut seen = std::collections::HashSet::new();
-    let firsts: Vec<&[u8]> = pairs()
-        .map(|(f, _)| *f)
-        .filter(|f| seen.insert(*f))
-        .collect();
-    let present = if new {
-        vec![false; firsts.len()]
-    } else {
-        ctx.members_present(c.id, &firsts)?
-    };
+    let fields: Vec<&[u8]> = pairs().map(|(f, _)| *f).collect();
+    let mut present = ctx.mentions_present(c.id, new, &fields)?.into_iter();
     let mut added = 0u64;
     let mut each = Vec::with_capacity(runs.len());
-    let (mut next_first, mut seen) = (0, std::collections::HashSet::new());
     for run in runs {
         let before = added;
         for (field, value) in run.iter() {
-            let exists = !seen.insert(*field) || {
-                debug_assert_eq!(firsts[next_first], *field);
-                next_first += 1;
-                present[next_first - 1]
-            };
+            // A repeat exists by then: the run set it.
+            let exists = present.next().flatten().unwrap_or(true);
             if exists && only_new {
                 continue;
             }

@@ -123,32 +123,19 @@ pub fn add_runs(ctx: &mut Ctx<'_>, key: &[u8], runs: &[&[&[u8]]]) -> Result<Vec<
         Some(s) => s,
         None => Changing::create(ctx, key)?,
     };
-    // Each member's first mention is looked up, all of them as one run.
-    let mut seen = std::collections::HashSet::new();
-    let firsts: Vec<&[u8]> = runs
-        .iter()
-        .flat_map(|r| r.iter().copied())
-        .filter(|m| seen.insert(*m))
-        .collect();
-    let present = if set.new {
-        vec![false; firsts.len()]
-    } else {
-        ctx.members_present(set.c.id, &firsts)?
-    };
+    let mentions: Vec<&[u8]> = runs.iter().flat_map(|r| r.iter().copied()).collect();
+    let mut present = ctx
+        .mentions_present(set.c.id, set.new, &mentions)?
+        .into_iter();
     let mut added = Vec::with_capacity(runs.len());
-    let (mut next_first, mut seen) = (0, std::collections::HashSet::new());
     for run in runs {
         let mut n = 0;
         for m in run.iter() {
-            if !seen.insert(*m) {
-                continue;
-            }
-            debug_assert_eq!(firsts[next_first], *m);
-            if !present[next_first] {
+            // A repeat is skipped, as a stored member is.
+            if present.next().flatten() == Some(false) {
                 set.add(&mut batch, m)?;
                 n += 1;
             }
-            next_first += 1;
         }
         added.push(n);
     }
