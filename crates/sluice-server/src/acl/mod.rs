@@ -92,8 +92,17 @@ pub fn command_count() -> usize {
 
 /// The command whose full name (`get`, `client|kill`) is `name`, any case.
 pub fn lookup(name: &[u8]) -> Option<CommandId> {
-    static BY_NAME: std::sync::OnceLock<HashMap<&'static [u8], CommandId>> =
-        std::sync::OnceLock::new();
+    type ById = HashMap<&'static [u8], CommandId, crate::commands::ByNameHash>;
+    static BY_NAME: std::sync::OnceLock<ById> = std::sync::OnceLock::new();
+    thread_local! {
+        // Every request's name is looked up (INFO commandstats counts
+        // it), and a pipeline repeats one: the last name as given.
+        static LAST: std::cell::RefCell<(Vec<u8>, Option<CommandId>)> =
+            const { std::cell::RefCell::new((Vec::new(), None)) };
+    }
+    if let Some(found) = LAST.with_borrow(|(last, found)| (last[..] == *name).then_some(*found)) {
+        return found;
+    }
     let by_name = BY_NAME.get_or_init(|| {
         commands()
             .iter()
@@ -101,17 +110,24 @@ pub fn lookup(name: &[u8]) -> Option<CommandId> {
             .map(|(id, c)| (c.name.as_bytes(), id))
             .collect()
     });
-    // In lower case on the stack: every request's name is looked up
-    // (INFO commandstats counts it), and names are short.
+    // In lower case on the stack: names are short.
     let mut lower = [0u8; 48];
-    match lower.get_mut(..name.len()) {
+    let found = match lower.get_mut(..name.len()) {
         Some(buf) => {
             buf.copy_from_slice(name);
             buf.make_ascii_lowercase();
             by_name.get(&*buf).copied()
         }
         None => by_name.get(&name.to_ascii_lowercase()[..]).copied(),
+    };
+    if name.len() <= lower.len() {
+        LAST.with_borrow_mut(|(last, last_found)| {
+            last.clear();
+            last.extend_from_slice(name);
+            *last_found = found;
+        });
     }
+    found
 }
 
 /// The command a request runs: a container's subcommand (`client|kill`)

@@ -278,7 +278,7 @@ pub fn known(name: &[u8]) -> bool {
 /// FNV-1a over a command name: names are a few bytes, where SipHash's
 /// setup costs more than the lookup (this runs for every request).
 #[derive(Default)]
-struct NameHasher(u64);
+pub(crate) struct NameHasher(u64);
 
 impl std::hash::Hasher for NameHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -298,26 +298,63 @@ impl std::hash::Hasher for NameHasher {
     }
 }
 
-type ByName = HashMap<&'static [u8], &'static Spec, std::hash::BuildHasherDefault<NameHasher>>;
+/// [`NameHasher`]'s builder, for maps keyed by command names.
+pub(crate) type ByNameHash = std::hash::BuildHasherDefault<NameHasher>;
+
+type ByName = HashMap<&'static [u8], &'static Spec, ByNameHash>;
 
 fn find(name: &[u8]) -> Option<&'static Spec> {
     static BY_NAME: std::sync::OnceLock<ByName> = std::sync::OnceLock::new();
     thread_local! {
         // A command is looked up several times on its way (prefetch,
-        // checks, dispatch), and a pipeline repeats one: the last found.
-        static LAST: std::cell::Cell<Option<&'static Spec>> = const { std::cell::Cell::new(None) };
+        // checks, dispatch), and a pipeline repeats one: the last name
+        // asked for and what it found — nothing, for the commands that
+        // are not data commands (PING, CLIENT, ...).
+        static LAST: std::cell::Cell<LastFound> = const { std::cell::Cell::new(LastFound::NONE) };
     }
-    if let Some(spec) = LAST.get().filter(|s| s.name.as_bytes() == name) {
-        return Some(spec);
+    let last = LAST.get();
+    if last.is(name) {
+        return last.found;
     }
     let found = BY_NAME
         .get_or_init(|| COMMANDS.iter().map(|s| (s.name.as_bytes(), s)).collect())
         .get(name)
         .copied();
-    if found.is_some() {
-        LAST.set(found);
-    }
+    LAST.set(LastFound::of(name, found));
     found
+}
+
+/// A name looked up in [`find`] and what it found.
+#[derive(Clone, Copy)]
+struct LastFound {
+    name: [u8; LastFound::NAME_MAX_BYTES],
+    /// `name`'s length; more than `NAME_MAX_BYTES`: no name remembered.
+    len: usize,
+    found: Option<&'static Spec>,
+}
+
+impl LastFound {
+    /// Longer than every command's name.
+    const NAME_MAX_BYTES: usize = 24;
+    const NONE: Self = Self {
+        name: [0; Self::NAME_MAX_BYTES],
+        len: usize::MAX,
+        found: None,
+    };
+
+    fn of(name: &[u8], found: Option<&'static Spec>) -> Self {
+        let mut last = Self::NONE;
+        if let Some(room) = last.name.get_mut(..name.len()) {
+            room.copy_from_slice(name);
+            last.len = name.len();
+            last.found = found;
+        }
+        last
+    }
+
+    fn is(&self, name: &[u8]) -> bool {
+        self.name.get(..self.len) == Some(name)
+    }
 }
 
 /// Redis's arity error for `name`.

@@ -4,6 +4,7 @@
 //! Redis's order of checks: the connection's own commands first (the
 //! session), then unknown command, then arity, then authentication.
 
+use super::clock::CommandClock;
 use super::conn::Conn;
 use super::Shared;
 use crate::acl::{self, Denied, LogContext, LogEntry, LogReason};
@@ -107,12 +108,14 @@ fn lowercase_name<'a>(name: &'a [u8], buf: &'a mut [u8; NAME_MAX_BYTES]) -> &'a 
 /// is durable past its write with `--durability always`. Returns the log
 /// position of its write, if it wrote.
 ///
-/// `reads`: the worker's cache of the store's view.
+/// `reads`: the worker's cache of the store's view; `clock` times it (its
+/// start is the clock's last lap).
 pub(super) fn execute(
     shared: &Shared,
     conn: &mut Conn,
     args: &Args,
     reads: &mut ReadCache,
+    clock: &mut CommandClock,
 ) -> Option<LogPosition> {
     let mut lower = [0u8; NAME_MAX_BYTES];
     let name = lowercase_name(&args[0], &mut lower);
@@ -124,11 +127,9 @@ pub(super) fn execute(
         // (EXEC shows its commands itself, MULTI with them).
         shared.monitors.feed(conn.session.id(), &conn.addr, args);
     }
-    let started = std::time::Instant::now();
-    // One reading of the wall clock per command: its run's time and the
-    // client's last interaction (a clock read is a tenth of a pipelined
-    // LPUSH's time when taken five times).
-    let now_ms = super::now_ms();
+    // One wall-clock time per command: its run's time and the client's
+    // last interaction.
+    let now_ms = clock.wall_ms();
     // Queued in MULTI, a command is counted when EXEC runs it.
     let queued = conn.tx.is_some() && !TX_CONTROL.contains(&name);
     conn.last_error = None;
@@ -146,7 +147,7 @@ pub(super) fn execute(
         let stats = &shared.stats.by_worker[conn.worker];
         super::WorkerStats::add(&stats.changes, 1);
     }
-    let us = started.elapsed().as_micros() as u64;
+    let us = clock.lap_us();
     if !queued && !conn.script_pending {
         if let Some(id) = id {
             count_call(shared, conn.worker, id, us, conn.last_error);
@@ -500,15 +501,13 @@ pub(super) fn acl_allows(shared: &Shared, conn: &Conn, args: &Args) -> bool {
 /// shared-memory client, straight into its response ring), with none of
 /// the general dispatch. The same reply and checks as through
 /// [`execute`]; whether it ran (anything else goes there). `reads` is the
-/// worker's cache of the store's view; `now_ms` the worker's clock for
-/// this turn, read at its first use (after every request of the turn
-/// arrived).
+/// worker's cache of the store's view; `now_ms` the time it runs at.
 pub(super) fn try_get(
     shared: &Shared,
     conn: &mut Conn,
     args: &Args,
     reads: &mut ReadCache,
-    now_ms: &mut Option<u64>,
+    now_ms: u64,
 ) -> bool {
     if args.len() != 2
         || !args[0].eq_ignore_ascii_case(b"get")
@@ -528,7 +527,7 @@ pub(super) fn get_key(
     conn: &mut Conn,
     key: &[u8],
     reads: &mut ReadCache,
-    now_ms: &mut Option<u64>,
+    now_ms: u64,
 ) {
     if get_key_or_miss(shared, conn, key, true, reads, now_ms).is_err() {
         unreachable!("a read that may wait never misses");
@@ -543,7 +542,7 @@ pub(super) fn get_key_or_miss(
     key: &[u8],
     wait: bool,
     reads: &mut ReadCache,
-    now_ms: &mut Option<u64>,
+    now_ms: u64,
 ) -> Result<(), sluice_store::CacheMiss> {
     let space = shared.db.space_used(conn.session.db());
     let mut expired = false;
@@ -553,7 +552,7 @@ pub(super) fn get_key_or_miss(
         space,
         key,
         wait,
-        || *now_ms.get_or_insert_with(super::now_ms),
+        || now_ms,
         |found| match found {
             Ok(Some(value)) => conn.push_bulk(value),
             Ok(None) => conn.push_reply(&Reply::Null),
@@ -562,8 +561,7 @@ pub(super) fn get_key_or_miss(
         || expired = true,
     );
     if expired {
-        let now = *now_ms.get_or_insert_with(super::now_ms);
-        expire_lazily(shared, &[(space, key.to_vec())], now);
+        expire_lazily(shared, &[(space, key.to_vec())], now_ms);
     }
     answered
 }

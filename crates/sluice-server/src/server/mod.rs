@@ -23,6 +23,7 @@ mod acl_command;
 mod admin;
 mod blocking;
 mod clients;
+mod clock;
 mod conn;
 mod durability;
 mod expiry;

@@ -2,6 +2,7 @@
 //! release replies the log has made durable, send, and wait — polling
 //! while busy, blocking when idle.
 
+use super::clock::CommandClock;
 use super::conn::{Conn, ShmLink, Transport};
 use super::shm::WorkerInbox;
 use super::{admin, Shared, WorkerStats, TICK};
@@ -118,6 +119,7 @@ pub(super) fn run(
         requested: None,
         last_tick: Instant::now(),
         now: Instant::now(),
+        clock: CommandClock::start(),
         turns: 0,
         events: Events::default(),
         pending: Vec::new(),
@@ -170,6 +172,8 @@ struct Worker {
     /// The time as of the last clock read (every few turns): what
     /// activity is stamped with, for idle timeouts.
     now: Instant,
+    /// Times the commands run, one clock reading each.
+    clock: CommandClock,
     /// Turns so far.
     turns: u32,
     events: Events,
@@ -974,9 +978,6 @@ impl Worker {
             shm_out_limit,
             stats: &shared.stats.by_worker[self.index],
         };
-        // Read at the first GET that needs it: after every request of the
-        // turn arrived.
-        let mut now_ms = None;
         // Taken for the turn and put back: its buffers keep their room.
         let mut group = std::mem::take(&mut self.group);
         for &id in &self.work {
@@ -988,7 +989,7 @@ impl Worker {
                     &mut n,
                     &mut group,
                     &mut self.reads,
-                    &mut now_ms,
+                    &mut self.clock,
                     &mut self.deferring,
                     self.fills.room(),
                 );
@@ -1435,9 +1436,10 @@ impl Grouped {
                 }
             }
             GroupOutcome::OneByOne(sets) => {
+                let mut clock = CommandClock::start();
                 for (id, args) in askers.into_iter().zip(sets) {
                     if let Some(c) = live(conns, id) {
-                        admin::execute(shared, c, &args, reads);
+                        admin::execute(shared, c, &args, reads, &mut clock);
                     }
                 }
             }
@@ -1526,7 +1528,7 @@ impl Pass<'_> {
         id: u32,
         group: &Grouped,
         reads: &mut ReadCache,
-        now_ms: &mut Option<u64>,
+        clock: &mut CommandClock,
         fill_room: usize,
     ) -> PlainGet {
         if !plain_path_open(c) || group.holds(id) || self.shared.fast_paths_closed() {
@@ -1558,12 +1560,12 @@ impl Pass<'_> {
         // the queue full, once there is room); one that missed too often
         // reads here.
         let wait = c.fills >= MAX_FILL_ROUNDS;
-        let started = Instant::now();
+        let now_ms = clock.wall_ms();
         match admin::get_key_or_miss(self.shared, c, copy, wait, reads, now_ms) {
             Ok(()) => {
                 c.reader.consume(len);
                 c.fills = 0;
-                let us = started.elapsed().as_micros() as u64;
+                let us = clock.lap_us();
                 admin::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
                 PlainGet::Answered
             }
@@ -1637,7 +1639,7 @@ impl Pass<'_> {
         n: &mut usize,
         group: &mut Grouped,
         reads: &mut ReadCache,
-        now_ms: &mut Option<u64>,
+        clock: &mut CommandClock,
         deferring: &mut bool,
         fill_room: usize,
     ) -> Stop {
@@ -1646,6 +1648,7 @@ impl Pass<'_> {
             return Stop::Done;
         }
         let mut held_back = false;
+        clock.restart();
         while *n < self.max_pipeline && !c.quit {
             if self.waits_for_woken(c) {
                 // Its write woke a waiter who runs first (as Redis serves
@@ -1657,7 +1660,7 @@ impl Pass<'_> {
                 held_back = true;
                 break;
             }
-            match self.take_plain_get(c, id, group, reads, now_ms, fill_room) {
+            match self.take_plain_get(c, id, group, reads, clock, fill_room) {
                 PlainGet::Answered => {
                     WorkerStats::add(&self.stats.commands_processed, 1);
                     *n += 1;
@@ -1759,13 +1762,12 @@ impl Pass<'_> {
                 }
                 c.fills = 0;
             }
-            let started = Instant::now();
             if !groupable
                 && plain_path_open_for(c)
                 && !self.shared.fast_paths_closed()
-                && admin::try_get(self.shared, c, &args, reads, now_ms)
+                && admin::try_get(self.shared, c, &args, reads, clock.wall_ms())
             {
-                let us = started.elapsed().as_micros() as u64;
+                let us = clock.lap_us();
                 admin::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
                 WorkerStats::add(&self.stats.commands_processed, 1);
                 *n += 1;
@@ -1795,7 +1797,7 @@ impl Pass<'_> {
                     return Stop::GroupFirst(None);
                 }
             } else {
-                admin::execute(self.shared, c, &args, reads);
+                admin::execute(self.shared, c, &args, reads, clock);
                 if c.blocked.is_some() || c.script_pending {
                     // Nothing more of it runs until it is served, its time
                     // is up, or its script's reply is back (each sets
