@@ -229,12 +229,7 @@ impl KeyOrder {
             })
             .filter(|part| !part.is_empty())
             .collect();
-        Walk {
-            keys,
-            parts,
-            reverse,
-            stop,
-        }
+        Walk::new(keys, parts, reverse, stop)
     }
 }
 
@@ -344,16 +339,82 @@ fn merge<K: SlotKeys + ?Sized>(keys: &K, a: &[OrderKey], b: &[OrderKey]) -> Vec<
 
 /// A walk over a [`KeyOrder`]: at each step the least (or, reversed, the
 /// greatest) of the runs' next keys, until one is past `stop`.
+///
+/// The runs' next keys are kept in a binary heap: a step compares about
+/// 2·log2(runs) keys, and two while one run's keys come before every
+/// other's (a list pushed at one end: each run holds a stretch of it),
+/// where a look at every run's next key compared them all.
 pub(super) struct Walk<'a, 'p, K: SlotKeys + ?Sized> {
     keys: &'a K,
-    /// What is left of each run, none empty.
+    /// What is left of each run.
     parts: Vec<&'a [OrderKey]>,
+    /// The runs with keys left, as indexes into `parts`, in heap order:
+    /// each one's next key comes before its children's (at 2i+1, 2i+2).
+    heap: Vec<usize>,
     reverse: bool,
     /// Where the walk ends: its upper bound, reversed its lower one.
     stop: Bound<Probe<'p>>,
 }
 
-impl<K: SlotKeys + ?Sized> Walk<'_, '_, K> {
+impl<'a, 'p, K: SlotKeys + ?Sized> Walk<'a, 'p, K> {
+    /// A walk over `parts` (none empty).
+    fn new(keys: &'a K, parts: Vec<&'a [OrderKey]>, reverse: bool, stop: Bound<Probe<'p>>) -> Self {
+        debug_assert!(parts.iter().all(|part| !part.is_empty()));
+        let heap = (0..parts.len()).collect();
+        let mut walk = Walk {
+            keys,
+            parts,
+            heap,
+            reverse,
+            stop,
+        };
+        for at in (0..walk.heap.len() / 2).rev() {
+            walk.sift_down(at);
+        }
+        walk
+    }
+
+    /// The next key of part `part`.
+    fn next_of(&self, part: usize) -> &'a OrderKey {
+        let keys = self.parts[part];
+        let next = if self.reverse {
+            keys.last()
+        } else {
+            keys.first()
+        };
+        next.expect("a part in the heap has keys left")
+    }
+
+    /// Whether part `a`'s next key comes before part `b`'s in the walk.
+    fn comes_first(&self, a: usize, b: usize) -> bool {
+        let order = cmp_keys(self.keys, self.next_of(a), self.next_of(b));
+        debug_assert!(order != Ordering::Equal, "a key is in one run only");
+        (order == Ordering::Less) != self.reverse
+    }
+
+    /// Moves the part at heap place `at` down to where its next key
+    /// comes before its children's.
+    fn sift_down(&mut self, mut at: usize) {
+        loop {
+            let left = 2 * at + 1;
+            if left >= self.heap.len() {
+                return;
+            }
+            let right = left + 1;
+            let child =
+                if right < self.heap.len() && self.comes_first(self.heap[right], self.heap[left]) {
+                    right
+                } else {
+                    left
+                };
+            if !self.comes_first(self.heap[child], self.heap[at]) {
+                return;
+            }
+            self.heap.swap(at, child);
+            at = child;
+        }
+    }
+
     /// Whether `key` lies past where the walk stops.
     fn past_stop(&self, key: &OrderKey) -> bool {
         let (p, included) = match &self.stop {
@@ -377,40 +438,27 @@ impl<'a, K: SlotKeys + ?Sized> Iterator for Walk<'a, '_, K> {
     type Item = &'a OrderKey;
 
     fn next(&mut self) -> Option<&'a OrderKey> {
-        let end = |part: &&'a [OrderKey]| -> &'a OrderKey {
-            if self.reverse {
-                part.last().expect("no empty part")
-            } else {
-                part.first().expect("no empty part")
-            }
-        };
-        let mut best = 0;
-        for i in 1..self.parts.len() {
-            let order = cmp_keys(self.keys, end(&self.parts[i]), end(&self.parts[best]));
-            let better = if self.reverse {
-                order == Ordering::Greater
-            } else {
-                order == Ordering::Less
-            };
-            if better {
-                best = i;
-            }
-        }
-        let taken = end(self.parts.get(best)?);
+        let first = *self.heap.first()?;
+        let taken = self.next_of(first);
         if self.past_stop(taken) {
             // Every key left is further still.
-            self.parts.clear();
+            self.heap.clear();
             return None;
         }
-        let part = &mut self.parts[best];
+        let part = &mut self.parts[first];
         *part = if self.reverse {
             &part[..part.len() - 1]
         } else {
             &part[1..]
         };
         if part.is_empty() {
-            self.parts.swap_remove(best);
+            let last = self.heap.pop().expect("the heap holds the part");
+            if self.heap.is_empty() {
+                return Some(taken);
+            }
+            self.heap[0] = last;
         }
+        self.sift_down(0);
         Some(taken)
     }
 }
