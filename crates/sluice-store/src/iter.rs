@@ -298,12 +298,20 @@ impl Source {
 /// sequence descending) or, reversed, key descending and sequence
 /// ascending. Each source decodes into its own head entry, whose buffers
 /// are reused: walking allocates nothing once they have grown.
+///
+/// The sources with a head are kept in a binary heap by it: a step
+/// compares about 2·log2(sources) heads, and two while one source's
+/// entries come before every other's (a range written since the last
+/// flush, all in the newest memtable).
 pub struct MergeIter {
     dev: BlockDevice,
     sources: Vec<Source>,
     heads: Vec<Entry>,
-    live: Vec<bool>,
-    /// The source whose head was handed out last: advanced first.
+    /// The sources with a head, in heap order: each one's head comes
+    /// before its children's (at 2i+1, 2i+2); the first is the next.
+    heap: Vec<usize>,
+    /// The source whose head was handed out last (the heap's first):
+    /// advanced first.
     current: Option<usize>,
     reverse: bool,
     primed: bool,
@@ -315,7 +323,7 @@ impl MergeIter {
         MergeIter {
             dev: dev.clone(),
             heads: (0..sources.len()).map(|_| Entry::empty()).collect(),
-            live: vec![false; sources.len()],
+            heap: Vec::with_capacity(sources.len()),
             sources,
             current: None,
             reverse,
@@ -349,10 +357,49 @@ impl MergeIter {
             })?;
         }
         for (i, s) in self.sources.iter_mut().enumerate() {
-            self.live[i] = s.next_into(&mut self.heads[i])?;
+            if s.next_into(&mut self.heads[i])? {
+                self.heap.push(i);
+            }
+        }
+        for at in (0..self.heap.len() / 2).rev() {
+            self.sift_down(at);
         }
         self.primed = true;
         Ok(())
+    }
+
+    /// Whether source `a`'s head comes before source `b`'s: in merge
+    /// order, and where they tie, the newer source (the lower index).
+    fn comes_first(&self, a: usize, b: usize) -> bool {
+        let (x, y) = (&self.heads[a], &self.heads[b]);
+        match internal_cmp(&x.key, x.seq, &y.key, y.seq) {
+            Ordering::Equal => a < b,
+            Ordering::Less => !self.reverse,
+            Ordering::Greater => self.reverse,
+        }
+    }
+
+    /// Moves the source at heap place `at` down to where its head comes
+    /// before its children's.
+    fn sift_down(&mut self, mut at: usize) {
+        loop {
+            let left = 2 * at + 1;
+            if left >= self.heap.len() {
+                return;
+            }
+            let right = left + 1;
+            let child =
+                if right < self.heap.len() && self.comes_first(self.heap[right], self.heap[left]) {
+                    right
+                } else {
+                    left
+                };
+            if !self.comes_first(self.heap[child], self.heap[at]) {
+                return;
+            }
+            self.heap.swap(at, child);
+            at = child;
+        }
     }
 
     /// The version the last `next_entry` returned.
@@ -365,28 +412,18 @@ impl MergeIter {
         if !self.primed {
             self.prime()?;
         } else if let Some(i) = self.current.take() {
-            self.live[i] = self.sources[i].next_into(&mut self.heads[i])?;
-        }
-        let want = if self.reverse {
-            Ordering::Greater
-        } else {
-            Ordering::Less
-        };
-        let mut best: Option<usize> = None;
-        for (i, e) in self.heads.iter().enumerate() {
-            if !self.live[i] {
-                continue;
+            debug_assert_eq!(self.heap.first(), Some(&i));
+            if !self.sources[i].next_into(&mut self.heads[i])? {
+                // Its end: the heap's last takes its place.
+                let last = self.heap.pop().expect("the heap holds the source");
+                if let Some(first) = self.heap.first_mut() {
+                    *first = last;
+                }
             }
-            let better = best.is_none_or(|b| {
-                let h = &self.heads[b];
-                internal_cmp(&e.key, e.seq, &h.key, h.seq) == want
-            });
-            if better {
-                best = Some(i);
-            }
+            self.sift_down(0);
         }
-        self.current = best;
-        Ok(best.map(|i| &self.heads[i]))
+        self.current = self.heap.first().copied();
+        Ok(self.current.map(|i| &self.heads[i]))
     }
 }
 
@@ -552,7 +589,7 @@ impl StoreIter {
     /// Advances to the next live pair, left in the merge's current head.
     fn advance_forward(&mut self) -> Result<bool> {
         while let Some(e) = self.merge.next_entry()? {
-            if e.seq > self.snapshot || (self.has_decided && self.decided == e.key) {
+            if e.seq > self.snapshot || (self.has_decided && same_key(&self.decided, &e.key)) {
                 continue;
             }
             // Reuses the buffer: no allocation per key.
@@ -595,6 +632,14 @@ impl StoreIter {
             }
         }
     }
+}
+
+/// Whether two keys are equal, their last bytes looked at first: the keys
+/// of one collection's members mostly differ there (a list's item index),
+/// and most versions a walk meets are of another key than the last.
+#[inline]
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.last() == b.last() && a == b
 }
 
 /// Whether a version is a put no range tombstone visible at `snapshot` hides.
