@@ -450,15 +450,9 @@ impl<'a> Ctx<'a> {
             }
             return Ok(());
         }
-        let mut stored = self
-            .db
-            .members_expecting(id, range, self.at(), reverse, expected);
-        while let Some((key, value)) = stored.next_ref()? {
-            if !visit(&key[8..], value) {
-                break;
-            }
-        }
-        Ok(())
+        self.db
+            .members_expecting(id, range, self.at(), reverse, expected)
+            .for_each_ref(|key, value| visit(&key[8..], value))
     }
 
     /// Every member of collection `id`, in sub-key order.

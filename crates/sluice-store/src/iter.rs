@@ -10,7 +10,7 @@
 
 use crate::blocks::BlockDevice;
 use crate::error::Result;
-use crate::memtable::Memtable;
+use crate::memtable::{Memtable, RunStep, RunVisitor};
 use crate::sst::{
     internal_cmp, CursorSpec, Entry, EntryKind, RangeTombstone, TableCursor, TableReader,
 };
@@ -25,6 +25,13 @@ use std::sync::{Arc, RwLock};
 /// every sorted run of the memtable again for where it starts.
 const MEMTABLE_FIRST_CHUNK_ENTRIES: usize = 8;
 const MEMTABLE_MAX_CHUNK_ENTRIES: usize = 256;
+
+/// Keys a direct run (see [`StoreIter::for_each_ref`]) reads under one
+/// hold of a memtable's read lock: a writer waits for no more.
+#[cfg(not(test))]
+const DIRECT_RUN_KEYS_MAX: usize = 1024;
+#[cfg(test)]
+const DIRECT_RUN_KEYS_MAX: usize = 3;
 
 /// Slot vectors a thread keeps from finished memtable sources, and the
 /// bytes their buffers may hold in all: a short scan (LRANGE 0 99, a
@@ -162,6 +169,73 @@ impl MemSource {
         std::mem::swap(out, &mut self.slots[self.given]);
         self.given += 1;
         true
+    }
+}
+
+impl MemSource {
+    /// The key of the next version it gives, where a chunk holds it.
+    fn next_key(&self) -> Option<&[u8]> {
+        self.slots[..self.filled]
+            .get(self.given)
+            .map(|e| e.key.as_slice())
+    }
+
+    /// [`Memtable::visible_run`] over the keys after `after`, before `bound`
+    /// and the source's own end, under one hold of the read lock: how many
+    /// keys it looked at, and whether it went to the source's own end
+    /// (its end was the run's, nothing refused, nothing left for a next
+    /// hold).
+    fn visible_run(
+        &self,
+        after: &[u8],
+        bound: Option<&[u8]>,
+        snapshot: u64,
+        last_key: &mut Vec<u8>,
+        visit: &mut RunVisitor<'_>,
+    ) -> (usize, bool) {
+        let own_end = self.spec.end.as_deref();
+        let ends_own = match (own_end, bound) {
+            (_, None) => true,
+            (Some(own), Some(bound)) => own <= bound,
+            (None, Some(_)) => false,
+        };
+        let end = if ends_own { own_end } else { bound };
+        let mut refused = false;
+        let m = self.mem.read().unwrap_or_else(|p| p.into_inner());
+        let looked = m.visible_run(
+            self.keyspace,
+            after,
+            end,
+            snapshot,
+            DIRECT_RUN_KEYS_MAX,
+            last_key,
+            &mut |key, seq, kind, value| {
+                let step = visit(key, seq, kind, value);
+                refused |= step == RunStep::Refused;
+                step
+            },
+        );
+        (looked, ends_own && !refused && looked < DIRECT_RUN_KEYS_MAX)
+    }
+
+    /// Ends the source: a direct run read the rest of it.
+    fn finish(&mut self) {
+        (self.filled, self.given) = (0, 0);
+        self.exhausted = true;
+    }
+
+    /// Goes on past every version of `key` (read outside the source): its
+    /// next chunk starts there, one version long, as a direct run is
+    /// likely to read on from it.
+    fn resume_past(&mut self, key: &[u8]) {
+        self.after_key.clear();
+        self.after_key.extend_from_slice(key);
+        // Nothing of `key` comes after sequence 0 in internal order.
+        self.after_seq = 0;
+        self.started = true;
+        (self.filled, self.given) = (0, 0);
+        self.exhausted = false;
+        self.chunk_entries = 1;
     }
 }
 
@@ -411,19 +485,51 @@ impl MergeIter {
     pub fn next_entry(&mut self) -> Result<Option<&Entry>> {
         if !self.primed {
             self.prime()?;
-        } else if let Some(i) = self.current.take() {
-            debug_assert_eq!(self.heap.first(), Some(&i));
-            if !self.sources[i].next_into(&mut self.heads[i])? {
-                // Its end: the heap's last takes its place.
-                let last = self.heap.pop().expect("the heap holds the source");
-                if let Some(first) = self.heap.first_mut() {
-                    *first = last;
-                }
-            }
-            self.sift_down(0);
+        } else {
+            self.advance_current()?;
         }
         self.current = self.heap.first().copied();
         Ok(self.current.map(|i| &self.heads[i]))
+    }
+
+    /// Takes the next head of the source whose head was handed out last.
+    fn advance_current(&mut self) -> Result<()> {
+        let Some(i) = self.current.take() else {
+            return Ok(());
+        };
+        debug_assert_eq!(self.heap.first(), Some(&i));
+        if !self.sources[i].next_into(&mut self.heads[i])? {
+            // Its end: the heap's last takes its place.
+            let last = self.heap.pop().expect("the heap holds the source");
+            if let Some(first) = self.heap.first_mut() {
+                *first = last;
+            }
+        }
+        self.sift_down(0);
+        Ok(())
+    }
+
+    /// The source whose head comes next after the first's: the first's
+    /// child that comes first.
+    fn runner_up(&self) -> Option<usize> {
+        match (self.heap.get(1), self.heap.get(2)) {
+            (Some(&a), Some(&b)) if self.comes_first(b, a) => Some(b),
+            (Some(&a), _) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Has every memtable source read one version in its first chunk, not
+    /// as many as the caller expects: a direct run reads on in place.
+    fn first_chunks_of_one(&mut self) {
+        if self.primed {
+            return;
+        }
+        for source in &mut self.sources {
+            if let Source::Mem(m) = source {
+                m.chunk_entries = 1;
+            }
+        }
     }
 }
 
@@ -701,6 +807,99 @@ impl StoreIter {
     }
 }
 
+impl StoreIter {
+    /// Hands `visit` each live pair [`StoreIter::next_ref`] would give,
+    /// until it returns false or the range ends; the iterator ends there.
+    ///
+    /// Forward, where the range's next stretch lies in one memtable alone
+    /// (every other source's next key is further), its pairs are visited
+    /// where the memtable holds them, under its read lock, up to
+    /// [`DIRECT_RUN_KEYS_MAX`] keys at a time: no copy of each out of the
+    /// memtable and no merge step (a list's items pushed since the last
+    /// flush, read by LRANGE).
+    pub fn for_each_ref(&mut self, mut visit: impl FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        if !self.reverse {
+            self.merge.first_chunks_of_one();
+        }
+        loop {
+            let Some((key, value)) = self.next_ref()? else {
+                return Ok(());
+            };
+            if !visit(key, value) || (!self.reverse && !self.direct_runs(&mut visit)) {
+                self.done = true;
+                return Ok(());
+            }
+        }
+    }
+
+    /// Direct runs from the memtable whose version was handed out last,
+    /// while it holds the next keys alone; false if `visit` said to stop.
+    fn direct_runs(&mut self, visit: &mut impl FnMut(&[u8], &[u8]) -> bool) -> bool {
+        let StoreIter {
+            merge,
+            tombstones,
+            snapshot,
+            decided,
+            ..
+        } = self;
+        let Some(i) = merge.current else {
+            return true;
+        };
+        let rival = merge.runner_up();
+        let MergeIter { sources, heads, .. } = merge;
+        let Source::Mem(m) = &mut sources[i] else {
+            return true;
+        };
+        if m.given == m.filled && m.exhausted {
+            return true;
+        }
+        let rival_key = rival.map(|r| heads[r].key.as_slice());
+        if let (Some(next), Some(rival_key)) = (m.next_key(), rival_key) {
+            if next >= rival_key {
+                // The merge takes the rival's next: no run here.
+                return true;
+            }
+        }
+        // Every version of the key handed out last is done with: the
+        // newest visible one was given, the others are older.
+        debug_assert!(*decided == heads[i].key);
+        let mut stopped = false;
+        let (looked, to_its_end) = m.visible_run(
+            &heads[i].key,
+            rival_key,
+            *snapshot,
+            decided,
+            &mut |key, seq, kind, value| {
+                if kind == EntryKind::Blob {
+                    return RunStep::Refused;
+                }
+                if seq <= tombstone_seq(tombstones, key, *snapshot) {
+                    return RunStep::Passed;
+                }
+                if visit(key, value) {
+                    RunStep::Taken
+                } else {
+                    stopped = true;
+                    RunStep::TakenLast
+                }
+            },
+        );
+        if stopped {
+            return false;
+        }
+        if to_its_end {
+            // No refill to learn it has nothing more.
+            m.finish();
+        } else if looked > 0 {
+            // The memtable goes on past the last key the run looked at
+            // (left in `decided`); the merge's next step takes its next
+            // version there, as the source is still the one handed out.
+            m.resume_past(decided);
+        }
+        true
+    }
+}
+
 impl Iterator for StoreIter {
     type Item = Result<(Vec<u8>, Vec<u8>)>;
 
@@ -709,6 +908,64 @@ impl Iterator for StoreIter {
             Ok(Some((k, v))) => Some(Ok((k.to_vec(), v.to_vec()))),
             Ok(None) => None,
             Err(e) => Some(Err(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Store, StoreConfig};
+    use sluice_io::{Device, MemoryDevice};
+    use std::ops::Bound;
+    use std::sync::Arc;
+
+    fn key(i: u32) -> Vec<u8> {
+        format!("k{i:04}").into_bytes()
+    }
+
+    /// Direct runs of a few keys at a time (three under test), each
+    /// resumed after the last: every pair `for_each_ref` visits is the
+    /// scan's, at an old snapshot and the latest, stopped anywhere, over
+    /// a memtable interleaved with a table, overwrites and deletions.
+    #[test]
+    fn visits_in_short_direct_runs_match_the_scan() {
+        let mem = Arc::new(MemoryDevice::new(4096, 16384));
+        let config = StoreConfig {
+            wal_blocks: 2048,
+            ..StoreConfig::default()
+        };
+        let store = Store::create(mem as Arc<dyn Device>, &config).unwrap();
+        let ks = store.keyspace("default").unwrap();
+        for i in (0..120).step_by(3) {
+            store.put(ks, &key(i), b"table").unwrap();
+        }
+        store.flush().unwrap();
+        for i in 0..120 {
+            store.put(ks, &key(i), format!("v{i}").as_bytes()).unwrap();
+        }
+        let old = store.snapshot();
+        for i in (0..120).step_by(7) {
+            store.delete(ks, &key(i)).unwrap();
+        }
+        store.delete_range(ks, &key(50), &key(60)).unwrap();
+        for i in 200..260 {
+            store.put(ks, &key(i), b"late").unwrap();
+        }
+        for snapshot in [old, store.snapshot()] {
+            for (lo, hi) in [(0, 300), (1, 119), (40, 70), (100, 230)] {
+                let range = (Bound::Included(&key(lo)[..]), Bound::Excluded(&key(hi)[..]));
+                let want = store.scan(ks, range, &snapshot, false, usize::MAX).unwrap();
+                for stop in [1, 2, 5, 17, usize::MAX] {
+                    let mut got = Vec::new();
+                    let mut it = store.iter_expecting(ks, range, &snapshot, false, 0);
+                    it.for_each_ref(|k, v| {
+                        got.push((k.to_vec(), v.to_vec()));
+                        got.len() < stop
+                    })
+                    .unwrap();
+                    assert_eq!(got, want[..want.len().min(stop)], "{lo}..{hi} stop {stop}");
+                }
+            }
         }
     }
 }

@@ -8,7 +8,9 @@ use common::ProcessView;
 use proptest::prelude::*;
 use sluice_io::{Device, FileDevice, FileOptions, MemoryDevice, PowerCutMode};
 use sluice_store::batch::{MAX_KEY_BYTES, MAX_VALUE_BYTES};
-use sluice_store::{Store, StoreConfig, StoreError, ValueFormat, WriteBatch, WritesRefused};
+use sluice_store::{
+    Snapshot, Store, StoreConfig, StoreError, ValueFormat, WriteBatch, WritesRefused,
+};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -207,10 +209,11 @@ proptest! {
                 want.reverse();
             }
             want.truncate(limit);
-            let got = store
-                .scan(ks, (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice)), &snap, reverse, limit)
-                .unwrap();
-            prop_assert_eq!(got, want, "range {:?}..{:?} reverse {}", lo, hi, reverse);
+            let range = (lo.as_ref().map(Vec::as_slice), hi.as_ref().map(Vec::as_slice));
+            let got = store.scan(ks, range, &snap, reverse, limit).unwrap();
+            prop_assert_eq!(&got, &want, "range {:?}..{:?} reverse {}", lo, hi, reverse);
+            let visited = visit_pairs(&store, ks, range, &snap, reverse, limit);
+            prop_assert_eq!(&visited, &want, "visited {:?}..{:?} reverse {}", lo, hi, reverse);
         }
         // Old snapshots still read what they saw, in both directions.
         for (s, m) in &snapshots {
@@ -230,9 +233,38 @@ proptest! {
                 prop_assert_eq!(got, Some(m.get(k).cloned()));
             }
             let want: Vec<_> = m.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            prop_assert_eq!(got, want);
+            prop_assert_eq!(got, want.clone());
+            let visited = visit_pairs(&store, ks, (Bound::Unbounded, Bound::Unbounded), s, false, usize::MAX);
+            prop_assert_eq!(visited, want);
         }
     }
+}
+
+/// The pairs `StoreIter::for_each_ref` visits, up to `limit`; the iterator
+/// has ended after it (it is checked to give nothing more).
+fn visit_pairs(
+    store: &Store,
+    ks: u32,
+    range: (Bound<&[u8]>, Bound<&[u8]>),
+    snapshot: &Snapshot,
+    reverse: bool,
+    limit: usize,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    if limit == 0 {
+        return out;
+    }
+    let mut it = store.iter_expecting(ks, range, snapshot, reverse, limit);
+    it.for_each_ref(|k, v| {
+        out.push((k.to_vec(), v.to_vec()));
+        out.len() < limit
+    })
+    .unwrap();
+    assert!(
+        it.next_ref().unwrap().is_none(),
+        "the iterator ends with the visit"
+    );
+    out
 }
 
 /// An iterator keeps reading what its snapshot saw while another thread

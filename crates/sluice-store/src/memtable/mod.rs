@@ -218,6 +218,24 @@ const CHAINS_AHEAD: usize = 4;
 /// Keys a walk asks the memory for at once (see [`Memtable::prefetch_walk`]).
 const WALK_BATCH_KEYS: usize = 16;
 
+/// What a [`Memtable::visible_run`] visitor did with a key's version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunStep {
+    /// Taken (or passed over); the run goes on.
+    Taken,
+    /// Passed over by the run itself (no version visible, or a tombstone).
+    Passed,
+    /// Taken, and the run ends after it.
+    TakenLast,
+    /// Not taken: the run ends before it, for the caller to read it
+    /// another way (a value in a blob file).
+    Refused,
+}
+
+/// Receives a key's visible version in a [`Memtable::visible_run`]: key,
+/// sequence, kind, value; says what became of it.
+pub type RunVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) -> RunStep + 'a;
+
 /// Receives one version: key, sequence, kind, value.
 pub type VersionVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) + 'a;
 
@@ -539,6 +557,77 @@ impl Memtable {
             }
         }
         n
+    }
+
+    /// Hands `visit` the version (key, sequence, kind, value) of each key
+    /// of `keyspace` after key
+    /// `after` and before key `end` (None: the keyspace's end) that is
+    /// visible at `snapshot` — the newest at or below it — at most `max`
+    /// keys, in key order; a key with no version visible is passed over,
+    /// and so is one whose visible version is a tombstone. `visit` says
+    /// what became of each: taken or not, and whether to go on. Leaves the
+    /// last key looked at (taken or passed over) in `last_key` and returns
+    /// how many were looked at; a key `visit` did not take is not one.
+    ///
+    /// For a reader that knows no other source holds a key in the range:
+    /// it reads in place, with no copy of each version and no merge.
+    #[allow(clippy::too_many_arguments)]
+    pub fn visible_run(
+        &self,
+        keyspace: u32,
+        after: &[u8],
+        end: Option<&[u8]>,
+        snapshot: u64,
+        max: usize,
+        last_key: &mut Vec<u8>,
+        visit: &mut RunVisitor<'_>,
+    ) -> usize {
+        let probe = |k| Probe::new(keyspace, k);
+        let high = match end {
+            Some(end) => Bound::Excluded(probe(end)),
+            None => Self::keyspace_end(keyspace),
+        };
+        let chains = self.chains.as_slice();
+        let mut keys = self
+            .order
+            .walk(chains, Bound::Excluded(probe(after)), high, false)
+            .peekable();
+        let mut looked = 0;
+        let mut last: Option<&[u8]> = None;
+        let mut batch: Vec<&OrderKey> = Vec::with_capacity(WALK_BATCH_KEYS);
+        'walk: while keys.peek().is_some() && looked < max {
+            batch.clear();
+            batch.extend(keys.by_ref().take((max - looked).min(WALK_BATCH_KEYS)));
+            self.prefetch_walk(&batch);
+            for o in &batch {
+                let chain = self.chain(o);
+                let visible = chain
+                    .versions(false, None)
+                    .find(|(seq, _)| *seq <= snapshot);
+                let step = match visible {
+                    None | Some((_, Version::Tombstone)) => RunStep::Passed,
+                    Some((seq, Version::Value(v))) => {
+                        visit(&chain.key, seq, EntryKind::Put, self.values.get(*v))
+                    }
+                    Some((seq, Version::Blob(v))) => {
+                        visit(&chain.key, seq, EntryKind::Blob, self.values.get(*v))
+                    }
+                };
+                if step == RunStep::Refused {
+                    break 'walk;
+                }
+                looked += 1;
+                last = Some(&chain.key);
+                if step == RunStep::TakenLast {
+                    break 'walk;
+                }
+            }
+        }
+        if let Some(key) = last {
+            last_key.clear();
+            last_key.extend_from_slice(key);
+        }
+        looked
     }
 
     /// Asks for the chains, keys and newest values of `keys` before any is
