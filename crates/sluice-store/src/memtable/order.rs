@@ -206,6 +206,14 @@ impl KeyOrder {
                     0
                 };
             };
+            // A run wholly on one side of the place needs no search (a
+            // list pushed at one end: each run holds a stretch of it).
+            match (run.first(), run.last()) {
+                (None, _) => return 0,
+                (Some(first), _) if !before(cmp_probe(keys, first, p)) => return 0,
+                (_, Some(last)) if before(cmp_probe(keys, last, p)) => return run.len(),
+                _ => {}
+            }
             // The fences narrow the search to the keys between two of
             // them, which alone are compared through their chains.
             let (lo, hi) = match fences {
@@ -360,14 +368,19 @@ impl<'a, 'p, K: SlotKeys + ?Sized> Walk<'a, 'p, K> {
     /// A walk over `parts` (none empty).
     fn new(keys: &'a K, parts: Vec<&'a [OrderKey]>, reverse: bool, stop: Bound<Probe<'p>>) -> Self {
         debug_assert!(parts.iter().all(|part| !part.is_empty()));
-        let heap = (0..parts.len()).collect();
         let mut walk = Walk {
             keys,
             parts,
-            heap,
+            heap: Vec::new(),
             reverse,
             stop,
         };
+        // A part whose next key is past the stop gives nothing: left out,
+        // it costs the steps nothing (a short range of a list pushed at
+        // one end lies in one or two of the runs).
+        walk.heap = (0..walk.parts.len())
+            .filter(|&part| !walk.past_stop(walk.next_of(part)))
+            .collect();
         for at in (0..walk.heap.len() / 2).rev() {
             walk.sift_down(at);
         }
