@@ -432,7 +432,9 @@ impl<'a> Ctx<'a> {
     /// `range` (sub-key, value), in order or (`reverse`) descending, until
     /// it answers false; `expected`: about how many it will take (0:
     /// unknown). Outside a transaction the pairs are lent from the store's
-    /// iterator: no copy of a key or value `visit` does not keep.
+    /// iterator: no copy of a key or value `visit` does not keep; `visit`
+    /// must not read or write the store meanwhile (see
+    /// `StoreIter::for_each_ref`: it may run under a memtable's read lock).
     pub fn for_each_member(
         &self,
         id: u64,

@@ -816,7 +816,9 @@ impl StoreIter {
     /// where the memtable holds them, under its read lock, up to
     /// [`DIRECT_RUN_KEYS_MAX`] keys at a time: no copy of each out of the
     /// memtable and no merge step (a list's items pushed since the last
-    /// flush, read by LRANGE).
+    /// flush, read by LRANGE). `visit` may then run under that read lock:
+    /// it must not read or write the store (a second read lock of one
+    /// thread can wait behind a writer that waits for the first).
     pub fn for_each_ref(&mut self, mut visit: impl FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
         if !self.reverse {
             self.merge.first_chunks_of_one();
