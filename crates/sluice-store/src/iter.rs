@@ -814,7 +814,7 @@ impl StoreIter {
     /// Forward, where the range's next stretch lies in one memtable alone
     /// (every other source's next key is further), its pairs are visited
     /// where the memtable holds them, under its read lock, up to
-    /// [`DIRECT_RUN_KEYS_MAX`] keys at a time: no copy of each out of the
+    /// 1,024 keys at a time: no copy of each out of the
     /// memtable and no merge step (a list's items pushed since the last
     /// flush, read by LRANGE). `visit` may then run under that read lock:
     /// it must not read or write the store (a second read lock of one
