@@ -442,38 +442,21 @@ impl MergeIter {
         Ok(())
     }
 
-    /// Whether source `a`'s head comes before source `b`'s: in merge
-    /// order, and where they tie, the newer source (the lower index).
+    /// Whether source `a`'s head comes before source `b`'s.
     fn comes_first(&self, a: usize, b: usize) -> bool {
-        let (x, y) = (&self.heads[a], &self.heads[b]);
-        match internal_cmp(&x.key, x.seq, &y.key, y.seq) {
-            Ordering::Equal => a < b,
-            Ordering::Less => !self.reverse,
-            Ordering::Greater => self.reverse,
-        }
+        head_first(&self.heads, self.reverse, a, b)
     }
 
     /// Moves the source at heap place `at` down to where its head comes
     /// before its children's.
-    fn sift_down(&mut self, mut at: usize) {
-        loop {
-            let left = 2 * at + 1;
-            if left >= self.heap.len() {
-                return;
-            }
-            let right = left + 1;
-            let child =
-                if right < self.heap.len() && self.comes_first(self.heap[right], self.heap[left]) {
-                    right
-                } else {
-                    left
-                };
-            if !self.comes_first(self.heap[child], self.heap[at]) {
-                return;
-            }
-            self.heap.swap(at, child);
-            at = child;
-        }
+    fn sift_down(&mut self, at: usize) {
+        let MergeIter {
+            heap,
+            heads,
+            reverse,
+            ..
+        } = self;
+        crate::heap::sift_down(heap, at, |a, b| head_first(heads, *reverse, a, b));
     }
 
     /// The version the last `next_entry` returned.
@@ -530,6 +513,18 @@ impl MergeIter {
                 m.chunk_entries = 1;
             }
         }
+    }
+}
+
+/// Whether source `a`'s head comes before source `b`'s: in merge order,
+/// and where they tie, the newer source (the lower index).
+#[inline]
+fn head_first(heads: &[Entry], reverse: bool, a: usize, b: usize) -> bool {
+    let (x, y) = (&heads[a], &heads[b]);
+    match internal_cmp(&x.key, x.seq, &y.key, y.seq) {
+        Ordering::Equal => a < b,
+        Ordering::Less => !reverse,
+        Ordering::Greater => reverse,
     }
 }
 

@@ -29,6 +29,7 @@ pub mod error;
 mod found;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod heap;
 pub mod iter;
 pub mod manifest;
 pub mod memtable;

@@ -389,43 +389,20 @@ impl<'a, 'p, K: SlotKeys + ?Sized> Walk<'a, 'p, K> {
 
     /// The next key of part `part`.
     fn next_of(&self, part: usize) -> &'a OrderKey {
-        let keys = self.parts[part];
-        let next = if self.reverse {
-            keys.last()
-        } else {
-            keys.first()
-        };
-        next.expect("a part in the heap has keys left")
-    }
-
-    /// Whether part `a`'s next key comes before part `b`'s in the walk.
-    fn comes_first(&self, a: usize, b: usize) -> bool {
-        let order = cmp_keys(self.keys, self.next_of(a), self.next_of(b));
-        debug_assert!(order != Ordering::Equal, "a key is in one run only");
-        (order == Ordering::Less) != self.reverse
+        next_of(&self.parts, self.reverse, part)
     }
 
     /// Moves the part at heap place `at` down to where its next key
     /// comes before its children's.
-    fn sift_down(&mut self, mut at: usize) {
-        loop {
-            let left = 2 * at + 1;
-            if left >= self.heap.len() {
-                return;
-            }
-            let right = left + 1;
-            let child =
-                if right < self.heap.len() && self.comes_first(self.heap[right], self.heap[left]) {
-                    right
-                } else {
-                    left
-                };
-            if !self.comes_first(self.heap[child], self.heap[at]) {
-                return;
-            }
-            self.heap.swap(at, child);
-            at = child;
-        }
+    fn sift_down(&mut self, at: usize) {
+        let Walk {
+            keys,
+            parts,
+            heap,
+            reverse,
+            ..
+        } = self;
+        crate::heap::sift_down(heap, at, |a, b| part_first(*keys, parts, *reverse, a, b));
     }
 
     /// Whether `key` lies past where the walk stops.
@@ -445,6 +422,28 @@ impl<'a, 'p, K: SlotKeys + ?Sized> Walk<'a, 'p, K> {
             order => order == beyond,
         }
     }
+}
+
+/// The next key of part `part` of a walk.
+#[inline]
+fn next_of<'a>(parts: &[&'a [OrderKey]], reverse: bool, part: usize) -> &'a OrderKey {
+    let keys = parts[part];
+    let next = if reverse { keys.last() } else { keys.first() };
+    next.expect("a part in the heap has keys left")
+}
+
+/// Whether part `a`'s next key comes before part `b`'s in a walk.
+#[inline]
+fn part_first<K: SlotKeys + ?Sized>(
+    keys: &K,
+    parts: &[&[OrderKey]],
+    reverse: bool,
+    a: usize,
+    b: usize,
+) -> bool {
+    let order = cmp_keys(keys, next_of(parts, reverse, a), next_of(parts, reverse, b));
+    debug_assert!(order != Ordering::Equal, "a key is in one run only");
+    (order == Ordering::Less) != reverse
 }
 
 impl<'a, K: SlotKeys + ?Sized> Iterator for Walk<'a, '_, K> {
