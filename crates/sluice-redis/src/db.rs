@@ -959,7 +959,9 @@ impl Db {
 
     /// The index or block reading `key`'s entry would wait for the device
     /// for, or `None` when the read needs no device read (or fails: the
-    /// command that reads it then reports that).
+    /// command that reads it then reports that). An answer found in memory
+    /// is remembered in `cache` until the store's next write, so that the
+    /// command's own read of the entry, right after, costs a lookup.
     pub fn miss_of_key(
         &self,
         cache: &mut ReadCache,
@@ -981,7 +983,7 @@ impl Db {
     ) -> Option<sluice_store::CacheMiss> {
         let record = self
             .store
-            .get_latest_or_miss(cache, space.keys, key, false, |found| {
+            .get_latest_remembered(cache, space.keys, key, |found| {
                 found.and_then(|f| Entry::decode_as(f.bytes(), Read::Shape).ok())
             });
         match record {
@@ -1002,7 +1004,7 @@ impl Db {
     ) -> Option<sluice_store::CacheMiss> {
         match self
             .store
-            .get_latest_or_miss(cache, keyspace, key, false, |_| ())
+            .get_latest_remembered(cache, keyspace, key, |_| ())
         {
             Ok(Err(miss)) => Some(miss),
             Ok(Ok(())) | Err(_) => None,

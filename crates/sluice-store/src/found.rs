@@ -76,6 +76,19 @@ impl<'a> Found<'a> {
         }
     }
 
+    /// The value a [`Kept`] holds, borrowed from it.
+    pub(crate) fn of_kept(kept: &'a Kept) -> Found<'a> {
+        let owner = match &kept.owner {
+            KeptOwner::Memtable(v) => Owner::Memtable(v),
+            KeptOwner::Block(b) => Owner::Block(b),
+        };
+        Found {
+            owner,
+            start: kept.start,
+            len: kept.len,
+        }
+    }
+
     /// The value's bytes.
     pub fn bytes(&self) -> &'a [u8] {
         let all: &'a [u8] = match self.owner {
@@ -131,6 +144,17 @@ enum KeptOwner {
 }
 
 impl Kept {
+    /// All of `bytes`, held.
+    #[cfg(test)]
+    pub(crate) fn of_bytes(bytes: Bytes) -> Kept {
+        let len = bytes.len();
+        Kept {
+            owner: KeptOwner::Memtable(bytes),
+            start: 0,
+            len,
+        }
+    }
+
     /// The value's bytes.
     pub fn bytes(&self) -> &[u8] {
         let all: &[u8] = match &self.owner {

@@ -1523,14 +1523,24 @@ fn latest_reads_without_a_snapshot_stay_current_across_flushes() {
     while !writer.is_finished() {
         let floor = acked.load(std::sync::atomic::Ordering::Acquire);
         reads += 1;
-        let got = if reads.is_multiple_of(2) {
-            store.get_latest(ks, b"counter").unwrap()
-        } else {
-            store
+        let got = match reads % 3 {
+            0 => store.get_latest(ks, b"counter").unwrap(),
+            1 => store
                 .get_latest_cached(&mut cache, ks, b"counter", |v| {
                     v.map(|v| v.bytes().to_vec())
                 })
+                .unwrap(),
+            // Remembered in the cache: the next cached read may answer
+            // from it, which must be as current.
+            _ => match store
+                .get_latest_remembered(&mut cache, ks, b"counter", |v| {
+                    v.map(|v| v.bytes().to_vec())
+                })
                 .unwrap()
+            {
+                Ok(v) => v,
+                Err(_) => continue,
+            },
         };
         let got = got.expect("the counter is always there");
         let got = u64::from_le_bytes(got.try_into().unwrap());
@@ -1546,6 +1556,75 @@ fn latest_reads_without_a_snapshot_stay_current_across_flushes() {
     assert_eq!(
         store.get_latest(ks, b"counter").unwrap(),
         Some(4000u64.to_le_bytes().to_vec())
+    );
+}
+
+/// A read remembered in a thread's cache answers the next read of its key
+/// through that cache until anything is written or the view changes, and
+/// never after: a write of the key, of another key, a delete, a flush and
+/// a dropped keyspace each end it.
+#[test]
+fn a_remembered_read_answers_until_the_next_write() {
+    let (_mem, store) = memory_store(16384);
+    let ks = store.keyspace("default").unwrap();
+    let other = store
+        .create_keyspace("other", ValueFormat::Raw, "")
+        .unwrap();
+    store.put(ks, b"a", b"1").unwrap();
+    let mut cache = sluice_store::ReadCache::default();
+    let value = |v: Option<sluice_store::Found<'_>>| v.map(|v| v.bytes().to_vec());
+    let remember = |cache: &mut sluice_store::ReadCache, ks: u32, key: &[u8]| {
+        store
+            .get_latest_remembered(cache, ks, key, value)
+            .unwrap()
+            .expect("in memory")
+    };
+    let cached = |cache: &mut sluice_store::ReadCache, ks: u32, key: &[u8]| {
+        store.get_latest_cached(cache, ks, key, value).unwrap()
+    };
+    assert_eq!(remember(&mut cache, ks, b"a"), Some(b"1".to_vec()));
+    assert_eq!(remember(&mut cache, ks, b"b"), None, "never written");
+    assert_eq!(cached(&mut cache, ks, b"a"), Some(b"1".to_vec()));
+    assert_eq!(cached(&mut cache, ks, b"b"), None);
+    // Each change below follows a fresh remembered read of both keys.
+    let steps = [
+        "a put of the key",
+        "a put of a key never read",
+        "a delete",
+        "a put in another keyspace",
+        "a flush",
+    ];
+    for what in steps {
+        let before = (
+            remember(&mut cache, ks, b"a"),
+            remember(&mut cache, ks, b"b"),
+        );
+        match what {
+            "a put of the key" => _ = store.put(ks, b"a", b"2").unwrap(),
+            "a put of a key never read" => _ = store.put(ks, b"b", b"3").unwrap(),
+            "a delete" => _ = store.delete(ks, b"a").unwrap(),
+            "a put in another keyspace" => _ = store.put(other, b"a", b"x").unwrap(),
+            _ => store.flush().unwrap(),
+        }
+        let now = (
+            store.get_latest(ks, b"a").unwrap(),
+            store.get_latest(ks, b"b").unwrap(),
+        );
+        let through_cache = (cached(&mut cache, ks, b"a"), cached(&mut cache, ks, b"b"));
+        assert_eq!(through_cache, now, "after {what} (before it: {before:?})");
+    }
+    // A keyspace dropped: what a fresh read answers (the memtables may
+    // still hold its keys), not what was remembered before.
+    store.put(other, b"k", b"v").unwrap();
+    assert_eq!(remember(&mut cache, other, b"k"), Some(b"v".to_vec()));
+    store.drop_keyspace("other").unwrap();
+    let fresh = store
+        .get_latest_cached(&mut Default::default(), other, b"k", value)
+        .ok();
+    assert_eq!(
+        store.get_latest_cached(&mut cache, other, b"k", value).ok(),
+        fresh,
+        "a dropped keyspace's key answered from memory"
     );
 }
 

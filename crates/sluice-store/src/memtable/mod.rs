@@ -240,7 +240,7 @@ pub type RunVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) -> RunStep + '
 pub type VersionVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) + 'a;
 
 /// A 64-bit hash of (keyspace, key), eight bytes at a time.
-fn point_hash(keyspace: u32, key: &[u8]) -> u64 {
+pub(crate) fn point_hash(keyspace: u32, key: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mix = |h: u64, v: u64| {
         let h = (h ^ v).wrapping_mul(K);

@@ -24,6 +24,7 @@ mod fragmented_tests;
 mod keyspaces;
 mod open;
 pub mod read;
+mod recent;
 pub mod stats;
 pub mod write;
 

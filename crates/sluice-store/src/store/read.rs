@@ -1,6 +1,7 @@
 //! Reads: snapshots, point reads, iterators and scans over the memtables
 //! and the tables of one version.
 
+use super::recent;
 use super::*;
 
 #[derive(Debug, Default)]
@@ -156,6 +157,9 @@ impl Store {
         wait: bool,
         f: impl FnOnce(Option<Found<'_>>) -> R,
     ) -> Result<std::result::Result<R, CacheMiss>> {
+        if let Some(found) = cache.recent.get(self.stamp(), keyspace, key) {
+            return Ok(Ok(f(found)));
+        }
         loop {
             // The sequence between two reads of the view generation: if
             // both match the cached view's, no memtable was replaced and
@@ -217,6 +221,47 @@ impl Store {
                     Ok(Ok(f(Some(Found::in_blob(&value)))))
                 }
             };
+        }
+    }
+
+    /// [`Store::get_latest_or_miss`] without waiting, and when the answer
+    /// was in memory, remembered in `cache` until the store's next write:
+    /// a read of `key` through `cache` before then answers from there. For
+    /// a server that checks what a command will read before it queues the
+    /// command: the command's own read then costs a lookup.
+    pub fn get_latest_remembered<R>(
+        &self,
+        cache: &mut ReadCache,
+        keyspace: u32,
+        key: &[u8],
+        f: impl FnOnce(Option<Found<'_>>) -> R,
+    ) -> Result<std::result::Result<R, CacheMiss>> {
+        // Taken before the read: an answer is remembered under a stamp at
+        // or before the one it was read at, so a write (or a new view)
+        // between the two can only make it forgotten early.
+        let stamp = self.stamp();
+        let answered = self.get_latest_or_miss(cache, keyspace, key, false, |found| {
+            let kept = match found {
+                Some(v) if v.bytes().len() > recent::RECENT_VALUE_MAX_BYTES => None,
+                Some(v) => Some(Some(v.keep())),
+                None => Some(None),
+            };
+            (kept, f(found))
+        })?;
+        Ok(answered.map(|(kept, r)| {
+            if let Some(value) = kept {
+                cache.recent.remember(stamp, keyspace, key, value);
+            }
+            r
+        }))
+    }
+
+    /// The store's visible sequence and view generation now.
+    fn stamp(&self) -> recent::Stamp {
+        let generation = self.inner.view_generation.load(Ordering::Acquire);
+        recent::Stamp {
+            seq: self.inner.visible_seq.get(),
+            generation,
         }
     }
 
@@ -517,6 +562,8 @@ pub fn half_open(range: (Bound<&[u8]>, Bound<&[u8]>)) -> (Vec<u8>, Option<Vec<u8
 #[derive(Default)]
 pub struct ReadCache {
     view: Option<CachedView>,
+    /// Answers of [`Store::get_latest_remembered`] until the next write.
+    recent: recent::RecentReads,
 }
 
 struct CachedView {
@@ -530,5 +577,6 @@ impl ReadCache {
     /// Lets go of the view (the next read takes it again).
     pub fn clear(&mut self) {
         self.view = None;
+        self.recent.clear();
     }
 }
