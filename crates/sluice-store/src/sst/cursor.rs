@@ -73,6 +73,13 @@ pub(super) struct CursorState {
     /// Forward: a key at or past the start was seen, so every later one is
     /// too (keys only grow) and needs no comparison with the start.
     past_start: bool,
+    /// Forward: the index of the first block walked, how many were taken,
+    /// and whether the block walked now ends before the range's end (its
+    /// last key, in the index, is below it): then no entry of it needs a
+    /// comparison with the end.
+    first_block: usize,
+    blocks_taken: usize,
+    block_before_end: bool,
     /// Reverse: the current block's entries still to give, last first.
     decoded: Vec<Entry>,
     /// Runs taken so far, and the next run being read while the blocks
@@ -118,6 +125,9 @@ impl CursorState {
             pos: 0,
             last_key: Vec::new(),
             past_start: false,
+            first_block: lo,
+            blocks_taken: 0,
+            block_before_end: false,
             decoded: Vec::new(),
             runs_taken: 0,
             ahead: None,
@@ -249,11 +259,21 @@ impl CursorState {
                         }
                         self.past_start = true;
                     }
-                    past_end = self
-                        .spec
-                        .end
-                        .as_deref()
-                        .is_some_and(|end| self.last_key.as_slice() >= end);
+                    past_end = !self.block_before_end
+                        && self
+                            .spec
+                            .end
+                            .as_deref()
+                            .is_some_and(|end| self.last_key.as_slice() >= end);
+                    debug_assert!(
+                        !self.block_before_end
+                            || self
+                                .spec
+                                .end
+                                .as_deref()
+                                .is_none_or(|end| self.last_key.as_slice() < end),
+                        "a block before the end holds no key past it"
+                    );
                     if !past_end {
                         out.key.clone_from(&self.last_key);
                         out.set_value_in(block, e.value_at, e.value_len);
@@ -271,6 +291,15 @@ impl CursorState {
                 self.block = None;
                 return Ok(false);
             };
+            // Blocks are taken in order from the first: this one's last key
+            // tells whether any of its keys can reach the end.
+            let index = self.first_block + self.blocks_taken;
+            self.blocks_taken += 1;
+            self.block_before_end = self
+                .spec
+                .end
+                .as_deref()
+                .is_none_or(|end| self.ix.index.get(index).last_key < end);
             // Start at the last restart point before the start key.
             self.pos = if self.past_start {
                 0
