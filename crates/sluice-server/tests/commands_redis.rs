@@ -2937,6 +2937,94 @@ fn compare_pipelined(commands: &[Vec<Vec<u8>>]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Pipelined LRANGEs over lists written before (their writes durable, so
+/// each reply is framed straight onto the connection's queue): every
+/// reply the bytes Redis sends — whole lists, parts, negative and past-end
+/// indexes, an empty range, no such key, a wrong type, a bad index, items
+/// of each length width, inside MULTI and in RESP3 — over TCP and shared
+/// memory, with the commands between them answered in order.
+#[test]
+fn pipelined_lranges_answer_as_redis_does() {
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let setup = script(&[
+        "FLUSHALL",
+        "RPUSH L a bb ccc",
+        "SET str hello",
+        "RPUSH empty x",
+        "LPOP empty",
+    ]);
+    let mut items = vec![b"RPUSH".to_vec(), b"W".to_vec()];
+    for len in [0, 1, 9, 10, 99, 100, 999, 1000, 5000] {
+        items.push(vec![b'x'; len]);
+    }
+    let reads = script(&[
+        "LRANGE L 0 -1",
+        "LRANGE L 1 1",
+        "LRANGE L -2 100",
+        "LRANGE L 5 10",
+        "LRANGE L 2 1",
+        "LRANGE nothing 0 -1",
+        "LRANGE str 0 -1",
+        "LRANGE L x 1",
+        "LRANGE L 0 99999999999999999999",
+        "GET str",
+        "LRANGE W 0 -1",
+        "LRANGE W -3 -1",
+        "MULTI",
+        "LRANGE L 0 0",
+        "LRANGE W 1 2",
+        "EXEC",
+        "HELLO 3",
+        "LRANGE L 0 -1",
+        "LRANGE nothing 0 -1",
+        "HELLO 2",
+        "LRANGE L 0 -1",
+    ]);
+    let run = |c: Client| {
+        let mut c = c;
+        for args in &setup {
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            c.call(&args);
+        }
+        let args: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+        c.call(&args);
+        let stream = c.stream.try_clone().unwrap();
+        let mut send = |b: &[u8]| (&stream).write_all(b).unwrap();
+        let mut read = || c.read_reply().unwrap();
+        pipelined(&mut send, &mut read, &reads)
+    };
+    let want = run(Client::connect_port(p.redis.port));
+    let got = run(Client::connect(p.sluice.addr));
+    let over_shm = {
+        let url = format!("shm://{}", p.shm_path.display());
+        let shm = std::cell::RefCell::new(sluice_client::Client::connect(&url).unwrap());
+        for args in setup.iter().chain([&items]) {
+            let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            shm.borrow_mut().call_raw(&args).unwrap();
+        }
+        let mut send = |b: &[u8]| shm.borrow_mut().send_raw(b).unwrap();
+        let mut read = || shm.borrow_mut().read_reply_raw().unwrap();
+        pipelined(&mut send, &mut read, &reads)
+    };
+    for (via, got) in [("tcp", got), ("shm", over_shm)] {
+        assert_eq!(got.len(), want.len());
+        for (i, (r, s)) in want.iter().zip(&got).enumerate() {
+            if reads[i][0] == b"HELLO" {
+                // Its map names the client's id, which differs.
+                assert_eq!(r[..3], s[..3], "HELLO over {via}");
+                continue;
+            }
+            assert_eq!(
+                String::from_utf8_lossy(r),
+                String::from_utf8_lossy(s),
+                "command {i} `{}` over {via}",
+                show(&reads[i])
+            );
+        }
+    }
+}
+
 /// A SET over a hash, among other SETs of one pipeline, removes the hash's
 /// fields: a hash made again at that key has only its new ones.
 #[test]

@@ -110,6 +110,38 @@ pub(super) fn lrange(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     Ok(Reply::Bulks(items))
 }
 
+/// LRANGE framed straight onto `out`, a connection's queued replies, where
+/// [`lrange`] would frame its items apart and the reply be copied there
+/// (a tenth of a pipelined LRANGE_100's time with 100-byte items). Whether
+/// it did: with false, `out` is as it was and the command is left to the
+/// general way, which answers what this does not (no such key, an empty
+/// range, a wrong type, a bad index, a store error).
+pub(crate) fn lrange_into(ctx: &mut Ctx<'_>, args: &Args, out: &mut Vec<u8>) -> bool {
+    let (Ok(start), Ok(stop)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
+        return false;
+    };
+    let Ok(Some(list)) = list::List::read(ctx, &args[1]) else {
+        return false;
+    };
+    let Some((first, last)) = list::resolve_range(start, stop, list.len()) else {
+        return false;
+    };
+    let n = (last - first + 1) as usize;
+    let mark = out.len();
+    crate::resp::reply::push_array_header(out, n);
+    let mut pushed = 0;
+    let visited = list.visit_items(ctx, first, last, |item| {
+        crate::resp::reply::push_bulk(out, item);
+        pushed += 1;
+    });
+    if visited.is_err() || pushed != n {
+        // The header promised n items: none of it goes out.
+        out.truncate(mark);
+        return false;
+    }
+    true
+}
+
 pub(super) fn lindex(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     // Redis checks the key's type before the index.
     if list::List::read(ctx, &args[1])?.is_none() {

@@ -194,23 +194,7 @@ impl BulkArray {
 
     /// Appends `item`.
     pub fn push(&mut self, item: &[u8]) {
-        let out = &mut self.framed;
-        // One capacity check for the whole item, and the header of a short
-        // one (a queue's items, a set's members) written whole, without
-        // the digit loop: framing was a tenth of an LRANGE's time.
-        out.reserve(BLOB_HEADER_MAX_BYTES + item.len() + 2);
-        let len = item.len();
-        let digit = |d: usize| b'0' + d as u8;
-        if len < 10 {
-            out.extend_from_slice(&[b'$', digit(len), b'\r', b'\n']);
-        } else if len < 100 {
-            out.extend_from_slice(&[b'$', digit(len / 10), digit(len % 10), b'\r', b'\n']);
-        } else {
-            let mut header = [0u8; BLOB_HEADER_MAX_BYTES];
-            out.extend_from_slice(blob_header(b'$', len, &mut header));
-        }
-        out.extend_from_slice(item);
-        out.extend_from_slice(b"\r\n");
+        push_bulk(&mut self.framed, item);
         self.count += 1;
     }
 
@@ -241,6 +225,42 @@ impl BulkArray {
             rest.get(body..body + len)
         })
     }
+}
+
+/// Appends `item` to `out` framed as a bulk string (`$3\r\nabc\r\n`).
+pub fn push_bulk(out: &mut Vec<u8>, item: &[u8]) {
+    // One capacity check for the whole item, and the header of a short
+    // one (a queue's items, a set's members) written whole, without the
+    // digit loop: framing was a tenth of an LRANGE's time.
+    out.reserve(BLOB_HEADER_MAX_BYTES + item.len() + 2);
+    let len = item.len();
+    let digit = |d: usize| b'0' + d as u8;
+    if len < 10 {
+        out.extend_from_slice(&[b'$', digit(len), b'\r', b'\n']);
+    } else if len < 100 {
+        out.extend_from_slice(&[b'$', digit(len / 10), digit(len % 10), b'\r', b'\n']);
+    } else if len < 1000 {
+        let (hundreds, rest) = (len / 100, len % 100);
+        out.extend_from_slice(&[
+            b'$',
+            digit(hundreds),
+            digit(rest / 10),
+            digit(rest % 10),
+            b'\r',
+            b'\n',
+        ]);
+    } else {
+        let mut header = [0u8; BLOB_HEADER_MAX_BYTES];
+        out.extend_from_slice(blob_header(b'$', len, &mut header));
+    }
+    out.extend_from_slice(item);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends an array's header for `count` items (`*3\r\n`) to `out`.
+pub fn push_array_header(out: &mut Vec<u8>, count: usize) {
+    let mut header = [0u8; BLOB_HEADER_MAX_BYTES];
+    out.extend_from_slice(blob_header(b'*', count, &mut header));
 }
 
 /// Most room a [`BulkArray`] makes ahead (it grows past it as pushed).
@@ -471,6 +491,8 @@ mod tests {
             b"with\r\nbreaks".to_vec(),
             vec![b'y'; 99],
             vec![b'z'; 100],
+            vec![b'w'; 999],
+            vec![7u8; 1000],
             vec![7u8; 1234],
         ];
         for n in 0..=items.len() {

@@ -636,7 +636,7 @@ pub(super) fn misses(
 }
 
 /// Runs one command in `ctx` (a transaction's, inside EXEC); its reply,
-/// or None for none (SHUTDOWN).
+/// or None for none (SHUTDOWN; LRANGE when it queued its reply itself).
 fn run(
     shared: &Shared,
     conn: &mut Conn,
@@ -730,6 +730,15 @@ fn run(
     }
     if !ctx.in_transaction() && commands::blocking::is_blocking(name, args) {
         return serve_or_block(shared, conn, name, args, ctx);
+    }
+    if name == b"lrange"
+        && !ctx.in_transaction()
+        && conn.replies == super::conn::Replies::On
+        && conn.hold_until.is_none()
+        && commands::lists::lrange_into(ctx, args, &mut conn.out)
+    {
+        // Its reply is queued already (where `push_reply` would put it).
+        return None;
     }
     Some(commands::execute(ctx, name, args))
 }
