@@ -598,10 +598,11 @@ pub(super) fn expire_lazily(shared: &Shared, keys: &[(sluice_redis::Space, Vec<u
 /// HGET, HMGET, INCR, ...), the first index or block each key's entry
 /// and each hash field it reads would need. Empty for any other command,
 /// a command of the wrong arity (its error needs no read), and where all
-/// of it is in memory or cached.
+/// of it is in memory or cached. `database` is the client's logical one,
+/// looked up only for a command that reads.
 pub(super) fn misses(
     shared: &Shared,
-    space: sluice_redis::Space,
+    database: u8,
     args: &Args,
     reads: &mut ReadCache,
     most: usize,
@@ -613,6 +614,7 @@ pub(super) fn misses(
         return Vec::new();
     }
     let db = &shared.db;
+    let space = db.space_used(database);
     let mut out = Vec::new();
     let mut push = |miss: Option<sluice_store::CacheMiss>| {
         if let Some(miss) = miss.filter(|_| out.len() < most) {

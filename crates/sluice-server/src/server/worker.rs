@@ -1589,9 +1589,9 @@ impl Pass<'_> {
             return Vec::new();
         }
         let most = fill_room.max(1);
-        let space = self.shared.db.space_used(c.session.db());
+        let database = c.session.db();
         match &c.tx {
-            None => admin::misses(self.shared, space, args, reads, most),
+            None => admin::misses(self.shared, database, args, reads, most),
             // EXEC runs its queue holding every stripe lock: what the
             // queued commands read comes in before it takes them.
             Some(tx) if !tx.dirty && args.len() == 1 && args[0].eq_ignore_ascii_case(b"exec") => {
@@ -1602,7 +1602,7 @@ impl Pass<'_> {
                     }
                     out.extend(admin::misses(
                         self.shared,
-                        space,
+                        database,
                         queued,
                         reads,
                         most - out.len(),
