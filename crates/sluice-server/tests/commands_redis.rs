@@ -3025,6 +3025,46 @@ fn pipelined_lranges_answer_as_redis_does() {
     }
 }
 
+/// Pipelined PINGs, which a serving thread answers where they lie in its
+/// read buffer: the bytes Redis sends, in order with the writes before
+/// them (whose replies wait for the log here), inside MULTI, with a
+/// message, in any case — and each counted in INFO commandstats.
+#[test]
+fn pipelined_pings_answer_as_redis_does_and_are_counted() {
+    let commands = script(&[
+        "PING",
+        "ping",
+        "SET k1 v",
+        "PING",
+        "PING hello",
+        "GET k1",
+        "MULTI",
+        "PING",
+        "EXEC",
+        "PiNg",
+        "INCR n",
+        "PING",
+    ]);
+    {
+        let p = pair();
+        let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+        Client::connect(p.sluice.addr).call(&[b"CONFIG", b"RESETSTAT"]);
+    }
+    compare_pipelined(&commands).unwrap();
+    let p = pair();
+    let _one = p.lock.lock().unwrap_or_else(|e| e.into_inner());
+    let info = Client::connect(p.sluice.addr).call(&[b"INFO", b"commandstats"]);
+    let info = String::from_utf8_lossy(&info);
+    let calls = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_ping:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    // Seven PINGs each over TCP and shared memory (the one inside MULTI
+    // counted when EXEC runs it).
+    assert_eq!(calls, Some(14), "{info}");
+}
+
 /// A SET over a hash, among other SETs of one pipeline, removes the hash's
 /// fields: a hash made again at that key has only its new ones.
 #[test]

@@ -262,6 +262,15 @@ impl RequestReader {
         }
     }
 
+    /// If the next request is a whole `PING` with no message in plain RESP
+    /// (`*1`, `$4`, `PING` in any case), its length in bytes; consumed
+    /// only by [`RequestReader::consume`].
+    pub fn peek_plain_ping(&self) -> Option<usize> {
+        const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+        let rest = self.buf.get(self.pos..self.pos + PING.len())?;
+        rest.eq_ignore_ascii_case(PING).then_some(PING.len())
+    }
+
     /// The bulk string `$N\r\n<N bytes>` and two more bytes at `at` of
     /// `rest`, N in plain digits (no sign, no leading zero); where the
     /// next starts.
@@ -811,6 +820,31 @@ mod tests {
         assert!(shown(&mut r).is_empty(), "a SET is next");
         assert_eq!(&r.next(false).unwrap().unwrap()[0][..], b"SET");
         assert_eq!(shown(&mut r), ["e"]);
+    }
+
+    #[test]
+    fn a_plain_ping_is_seen_in_place_and_anything_else_is_left() {
+        for (bytes, want) in [
+            (&b"*1\r\n$4\r\nPING\r\n"[..], Some(14)),
+            (b"*1\r\n$4\r\nping\r\n*1\r\n$4\r\nPING\r\n", Some(14)),
+            (b"*2\r\n$4\r\nPING\r\n$2\r\nhi\r\n", None),
+            (b"*1\r\n$4\r\nPING\r", None),
+            (b"PING\r\n", None),
+            (b"*1\r\n$4\r\nPONG\r\n", None),
+        ] {
+            let mut r = RequestReader::new(Limits::default());
+            r.feed(bytes);
+            assert_eq!(
+                r.peek_plain_ping(),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(bytes)
+            );
+            if let Some(len) = want {
+                r.consume(len);
+                assert_eq!(r.pending_bytes(), bytes.len() - len);
+            }
+        }
     }
 
     #[test]
