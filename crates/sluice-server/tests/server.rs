@@ -1143,6 +1143,114 @@ fn a_runaway_script_answers_busy_and_is_stopped_by_script_kill_or_a_shutdown() {
     }
 }
 
+/// A write that arrives while a script runs waits for it without stopping
+/// its worker: the script holds every stripe lock, and a worker waiting
+/// for one would serve none of its clients — SCRIPT KILL included — until
+/// the script ended (a runaway one: never). With one worker: writes sent
+/// during a runaway script get BUSY once it passes busy-reply-threshold
+/// and SCRIPT KILL stops it; during a script that ends by itself, a write
+/// waits for it while another client's GET is answered meanwhile.
+#[test]
+fn a_write_during_a_script_waits_without_stopping_its_worker() {
+    let s = start_sluice_on(
+        common::small_store(),
+        ServerConfig {
+            threads: 1,
+            ..config(Durability::None)
+        },
+    );
+    let mut admin = Client::connect(s.addr);
+    admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"300"]);
+    admin.call(&[b"SET", b"a", b"1"]);
+    let connect = || {
+        let c = Client::connect(s.addr);
+        c.stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        c
+    };
+    let (mut runner, mut writer, mut killer) = (connect(), connect(), connect());
+    runner
+        .stream
+        .write_all(&request(&[
+            b"EVAL".to_vec(),
+            b"while true do end".to_vec(),
+            b"0".to_vec(),
+        ]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // Sent before the threshold: they wait, then get BUSY past it.
+    let writes: Vec<Vec<Vec<u8>>> = [
+        &["SET", "a", "2"][..],
+        &["INCR", "n"],
+        &["HSET", "h", "f", "v"],
+        &["GET", "a"],
+    ]
+    .iter()
+    .map(|args| args.iter().map(|a| a.as_bytes().to_vec()).collect())
+    .collect();
+    for args in &writes {
+        writer.stream.write_all(&request(args)).unwrap();
+    }
+    for args in &writes {
+        let reply = writer.read_reply().expect("a reply past the threshold");
+        assert!(
+            reply.starts_with(b"-BUSY Redis is busy running a script"),
+            "{:?}: {}",
+            args,
+            String::from_utf8_lossy(&reply)
+        );
+    }
+    assert_eq!(killer.call(&[b"SCRIPT", b"KILL"]), b"+OK\r\n");
+    let ended = String::from_utf8_lossy(&runner.read_reply().unwrap()).into_owned();
+    assert!(
+        ended.contains("Script killed by user with SCRIPT KILL"),
+        "{ended}"
+    );
+    assert_eq!(
+        writer.call(&[b"GET", b"a"]),
+        b"$1\r\n1\r\n",
+        "nothing was written"
+    );
+    // A script that ends by itself after 1.5 s, reading `a` at its end.
+    admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"60000"]);
+    let timed = "local t = redis.call('TIME') local start = t[1] * 1e6 + t[2] \
+                 repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - start > 1500000 \
+                 return redis.call('GET', 'a')";
+    let sent = Instant::now();
+    runner
+        .stream
+        .write_all(&request(&[
+            b"EVAL".to_vec(),
+            timed.as_bytes().to_vec(),
+            b"0".to_vec(),
+        ]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    writer
+        .stream
+        .write_all(&request(&[b"SET".to_vec(), b"a".to_vec(), b"3".to_vec()]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // The worker is not stuck behind the SET: another client is served.
+    let mut reader = connect();
+    let asked = Instant::now();
+    assert_eq!(reader.call(&[b"GET", b"a"]), b"$1\r\n1\r\n");
+    assert!(
+        asked.elapsed() < Duration::from_millis(1000),
+        "a GET waited {:?} behind a write waiting for the script",
+        asked.elapsed()
+    );
+    assert_eq!(writer.read_reply().unwrap(), b"+OK\r\n");
+    assert!(
+        sent.elapsed() >= Duration::from_millis(1400),
+        "the SET did not wait"
+    );
+    // The script read `a` as it was: the SET came after it.
+    assert_eq!(runner.read_reply().unwrap(), b"$1\r\n1\r\n");
+    assert_eq!(reader.call(&[b"GET", b"a"]), b"$1\r\n3\r\n");
+}
+
 /// A function that never ends, even one that catches the kill in a
 /// `pcall` loop: FUNCTION KILL stops it (SCRIPT KILL refuses, as Redis).
 #[test]

@@ -27,7 +27,7 @@ use crate::resp::{Args, Reply};
 use sluice_io::net::ConnId;
 use sluice_store::wal::LogPosition;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
@@ -54,6 +54,77 @@ pub struct Scripts {
     generation: AtomicU64,
     /// Bytes of Lua memory after the last script (INFO's `used_memory_lua`).
     lua_memory: AtomicU64,
+    /// Whether a worker's turn may take stripe locks now.
+    pub(super) gate: Arc<TurnGate>,
+}
+
+/// Whether workers may take stripe locks. The script thread runs a batch
+/// of scripts holding all of them: a worker that waited for one would
+/// serve none of its clients — SCRIPT KILL and SHUTDOWN included — until
+/// the script ended, and a script that never ends never would. So a
+/// worker counts itself in for a turn that may take them and out after
+/// it; the script thread says it wants them, waits for the turns under
+/// way to end, then takes them. A turn that begins meanwhile takes none:
+/// its clients' commands wait unread, and past busy-reply-threshold get
+/// Redis's BUSY (but for the few Redis lets through). The two sides write
+/// their own word and then read the other's, in one total order: either
+/// the worker sees the script thread's wish, or the script thread sees
+/// the worker's turn and waits for it.
+#[derive(Debug, Default)]
+pub struct TurnGate {
+    wants_locks: AtomicBool,
+    locking_turns: AtomicUsize,
+}
+
+impl TurnGate {
+    /// A worker's turn begins; whether it may take stripe locks is the
+    /// turn's `may_lock`, counted until it drops.
+    pub(super) fn begin(&self) -> GatedTurn<'_> {
+        self.locking_turns.fetch_add(1, Ordering::SeqCst);
+        let may_lock = !self.wants_locks.load(Ordering::SeqCst);
+        if !may_lock {
+            self.locking_turns.fetch_sub(1, Ordering::SeqCst);
+        }
+        GatedTurn {
+            gate: self,
+            may_lock,
+        }
+    }
+
+    /// The script thread's claim: once it returns, no worker's turn holds
+    /// or will take a stripe lock until the claim drops.
+    fn claim(&self) -> LocksClaimed<'_> {
+        self.wants_locks.store(true, Ordering::SeqCst);
+        // A turn is short: it serves what its clients sent, then ends.
+        while self.locking_turns.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        LocksClaimed(self)
+    }
+}
+
+/// A worker's turn under a [`TurnGate`].
+pub(super) struct GatedTurn<'a> {
+    gate: &'a TurnGate,
+    /// Whether the turn may take stripe locks.
+    pub(super) may_lock: bool,
+}
+
+impl Drop for GatedTurn<'_> {
+    fn drop(&mut self) {
+        if self.may_lock {
+            self.gate.locking_turns.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The script thread's claim on the stripe locks ([`TurnGate::claim`]).
+struct LocksClaimed<'a>(&'a TurnGate);
+
+impl Drop for LocksClaimed<'_> {
+    fn drop(&mut self) {
+        self.0.wants_locks.store(false, Ordering::SeqCst);
+    }
 }
 
 /// The script running now: when it started, who runs it, whether it has
@@ -350,6 +421,9 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
                 // Every stripe lock once for the scripts waiting: taking
                 // the 1,024 of them cost more than a short script. Each
                 // script still commits and answers on its own.
+                // No worker waits for a lock while the batch holds them
+                // all (dropped after `_all`: the locks go first).
+                let _claimed = shared.scripts.gate.claim();
                 let _all = shared.db.lock_all();
                 for job in jobs {
                     let started = std::time::Instant::now();

@@ -235,6 +235,8 @@ impl Worker {
         // once every CLOCK_EVERY_TURNS of them, not every turn.
         let mut idle_turns = 0u32;
         let mut idle_since = Instant::now();
+        // Held for the thread's life: a turn borrows it, not the worker.
+        let gate = self.shared.scripts.gate.clone();
         loop {
             if self.shared.stopping() {
                 self.begin_stop();
@@ -247,7 +249,7 @@ impl Worker {
                     return Ok(());
                 }
             }
-            let worked = self.turn()?;
+            let worked = self.turn(&gate)?;
             if worked {
                 idle_turns = 0;
             } else {
@@ -289,8 +291,9 @@ impl Worker {
         }
     }
 
-    /// One loop turn; whether anything happened.
-    fn turn(&mut self) -> std::io::Result<bool> {
+    /// One loop turn; whether anything happened. `gate` says whether its
+    /// commands may take stripe locks (no script holds or waits for them).
+    fn turn(&mut self, gate: &super::scripting::TurnGate) -> std::io::Result<bool> {
         let reaped = self.reap()? + self.reap_fills();
         self.apply_events()?;
         self.take_arrivals()?;
@@ -329,7 +332,9 @@ impl Worker {
         // the sooner a request that lands meanwhile is seen.
         let (mut served, mut wrote) = (false, false);
         if !self.work.is_empty() {
-            served = self.serve_all();
+            let gated = gate.begin();
+            served = self.serve_all(gated.may_lock);
+            drop(gated);
             self.release_durable();
             wrote = self.send_all()?;
             self.close_finished();
@@ -964,7 +969,7 @@ impl Worker {
     /// connection; whether any ran. Plain SETs go into one group committed
     /// before a connection that sent some runs anything else, and at the
     /// end: all before any reply goes out.
-    fn serve_all(&mut self) -> bool {
+    fn serve_all(&mut self, may_lock: bool) -> bool {
         let mut served = false;
         self.deferring = false;
         let shm_out_limit = self.shm_out_limit();
@@ -977,6 +982,7 @@ impl Worker {
             max_pipeline: shared.config.max_pipeline,
             shm_out_limit,
             stats: &shared.stats.by_worker[self.index],
+            may_lock,
         };
         // Taken for the turn and put back: its buffers keep their room.
         let mut group = std::mem::take(&mut self.group);
@@ -1275,6 +1281,8 @@ struct Pass<'a> {
     max_pipeline: usize,
     shm_out_limit: usize,
     stats: &'a WorkerStats,
+    /// Whether its commands may take stripe locks ([`super::scripting::TurnGate`]).
+    may_lock: bool,
 }
 
 /// Why a connection's pass stopped.
@@ -1521,6 +1529,16 @@ impl Pass<'_> {
         true
     }
 
+    /// Whether a script of another client has run past
+    /// busy-reply-threshold (`c`'s commands get BUSY).
+    fn busy_for(&self, c: &Conn) -> bool {
+        let busy_ms = self.shared.tunables.busy_reply_ms.load(Ordering::Relaxed);
+        self.shared
+            .scripts
+            .busy_for(c.session.id(), busy_ms)
+            .is_some()
+    }
+
     /// Answers `c`'s next request if it is a plain `PING` (no message) of
     /// a user allowed every command, framed where it lies; whether it did.
     /// The general path answers the same `+PONG` after a dozen lookups
@@ -1541,14 +1559,7 @@ impl Pass<'_> {
         let Some(len) = c.reader.peek_plain_ping() else {
             return false;
         };
-        let busy_ms = self.shared.tunables.busy_reply_ms.load(Ordering::Relaxed);
-        if !c.session.unrestricted(&self.shared.config.users)
-            || self
-                .shared
-                .scripts
-                .busy_for(c.session.id(), busy_ms)
-                .is_some()
-        {
+        if !c.session.unrestricted(&self.shared.config.users) || self.busy_for(c) {
             return false;
         }
         c.reader.consume(len);
@@ -1571,7 +1582,12 @@ impl Pass<'_> {
         clock: &mut CommandClock,
         fill_room: usize,
     ) -> PlainGet {
-        if !plain_path_open(c) || group.holds(id) || self.shared.fast_paths_closed() {
+        if !plain_path_open(c)
+            || group.holds(id)
+            || self.shared.fast_paths_closed()
+            || self.busy_for(c)
+        {
+            // Past busy-reply-threshold, BUSY from the general path.
             return PlainGet::Other;
         }
         let Some((key, len)) = c.reader.peek_plain_get() else {
@@ -1715,7 +1731,15 @@ impl Pass<'_> {
                 *n += 1;
                 continue;
             }
-            if self.take_plain_set(c, id, group) {
+            if !self.may_lock && !self.busy_for(c) {
+                // A script holds every stripe lock: the command waits
+                // unread (as Redis reads nothing while a script runs) —
+                // past busy-reply-threshold it goes on to get BUSY.
+                held_back = true;
+                *deferring = true;
+                break;
+            }
+            if self.may_lock && self.take_plain_set(c, id, group) {
                 WorkerStats::add(&self.stats.commands_processed, 1);
                 *n += 1;
                 if group.is_full() {
