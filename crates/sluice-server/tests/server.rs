@@ -1160,7 +1160,7 @@ fn a_write_during_a_script_waits_without_stopping_its_worker() {
         },
     );
     let mut admin = Client::connect(s.addr);
-    admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"300"]);
+    admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"1000"]);
     admin.call(&[b"SET", b"a", b"1"]);
     let connect = || {
         let c = Client::connect(s.addr);
@@ -1178,7 +1178,9 @@ fn a_write_during_a_script_waits_without_stopping_its_worker() {
             b"0".to_vec(),
         ]))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    // Time for the script to start (the writes below must find it
+    // running), well inside the threshold.
+    std::thread::sleep(Duration::from_millis(300));
     // Sent before the threshold: they wait, then get BUSY past it.
     let writes: Vec<Vec<Vec<u8>>> = [
         &["SET", "a", "2"][..],
