@@ -117,7 +117,7 @@ impl Reply {
             Reply::Verbatim { text, .. } => blob(out, b'$', text),
             Reply::Array(items) => aggregate(out, b'*', items, protocol),
             Reply::Bulks(bulks) => {
-                line(out, b'*', bulks.len().to_string().as_bytes());
+                push_array_header(out, bulks.len());
                 out.extend_from_slice(&bulks.framed);
             }
             Reply::Set(items) => aggregate(out, if resp3 { b'~' } else { b'*' }, items, protocol),

@@ -1585,9 +1585,10 @@ impl Pass<'_> {
         if !plain_path_open(c)
             || group.holds(id)
             || self.shared.fast_paths_closed()
-            || self.busy_for(c)
+            || !self.may_lock
         {
-            // Past busy-reply-threshold, BUSY from the general path.
+            // While a script runs it waits (an expired key's removal takes
+            // its stripe lock); past busy-reply-threshold, BUSY.
             return PlainGet::Other;
         }
         let Some((key, len)) = c.reader.peek_plain_get() else {

@@ -14,7 +14,7 @@
 use crate::found::{Found, Kept};
 
 /// Reads remembered at most: a server's group of commands reads fewer.
-pub(crate) const RECENT_READS_MAX: usize = 512;
+const RECENT_READS_MAX: usize = 512;
 
 /// Key bytes remembered at most, all reads together.
 const RECENT_KEY_BYTES_MAX: usize = 64 << 10;
