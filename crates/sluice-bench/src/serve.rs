@@ -82,13 +82,28 @@ struct Measured {
     server_cores: f64,
 }
 
-/// A server the benchmark started; killed on drop.
+/// A server the benchmark started; stopped on drop with SIGTERM (Sluice
+/// then deletes its log mirror in /dev/shm), killed if still there 10 s on.
 pub(crate) struct Process(pub(crate) Child);
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let child = &mut self.0;
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if !matches!(child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 

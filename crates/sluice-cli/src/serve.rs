@@ -127,6 +127,18 @@ pub struct ServeArgs {
     /// (costs a core each while busy; off by default, see BENCHMARKS).
     #[arg(long, value_name = "MS")]
     wal_sqpoll: Option<u32>,
+    /// A memory-backed directory (tmpfs) for the log's mirror: a file per
+    /// device in which every log record outlives the process, so that an
+    /// everysec write is answered without waiting for a device write and
+    /// still survives kill -9 (read back at the next start; see
+    /// docs/RELIABILITY.md). Lost with the machine, as Redis's page cache is.
+    #[arg(long, default_value = DEFAULT_LOG_MIRROR_DIR, value_name = "DIR")]
+    log_mirror_dir: PathBuf,
+    /// Size of the log's mirror in MiB; 0: none (everysec replies then
+    /// wait for their group's device write; a mirror left by a crash is
+    /// still read back).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(0..=1024))]
+    log_mirror_mib: u64,
     /// CPU priority of the background threads (flushes, compactions, the
     /// expiry sweep): idle runs them only on cores no worker or other
     /// process wants, so requests never wait out their time slices;
@@ -253,6 +265,56 @@ fn credentials(path: &Option<PathBuf>, flag: &str) -> Result<sluice_auth::Creden
     })
 }
 
+const DEFAULT_LOG_MIRROR_DIR: &str = "/dev/shm";
+
+/// The log mirror of the first device (the one with the log): a file in
+/// --log-mirror-dir named by the device's file name and a hash of its
+/// canonical path, so that a copy of the device elsewhere never takes its
+/// records. None where the default directory is missing (said in the log).
+fn log_mirror(args: &ServeArgs) -> Result<Option<sluice_store::LogMirrorConfig>> {
+    let dir = &args.log_mirror_dir;
+    if !dir.is_dir() {
+        if dir.as_os_str() != DEFAULT_LOG_MIRROR_DIR {
+            bail!(
+                "--log-mirror-dir {}: not a directory; give a memory-backed one (tmpfs, such as /dev/shm) or --log-mirror-mib 0",
+                dir.display()
+            );
+        }
+        log::warn!(
+            "no {DEFAULT_LOG_MIRROR_DIR}: no log mirror; everysec writes wait for the device"
+        );
+        return Ok(None);
+    }
+    let device = &args.devices[0];
+    // The device may not exist yet: its directory's canonical path then.
+    let canonical = match device.canonicalize() {
+        Ok(p) => p,
+        Err(_) => {
+            let parent = device.parent().filter(|p| !p.as_os_str().is_empty());
+            let parent = parent.unwrap_or(std::path::Path::new("."));
+            let name = device.file_name().unwrap_or_default();
+            parent
+                .canonicalize()
+                .with_context(|| format!("--device {}", device.display()))?
+                .join(name)
+        }
+    };
+    let hash = canonical
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    let name = canonical
+        .file_name()
+        .map_or("device".into(), |n| n.to_string_lossy().into_owned());
+    Ok(Some(sluice_store::LogMirrorConfig {
+        path: dir.join(format!("sluice-{name}-{hash:016x}.log-mirror")),
+        size_bytes: (args.log_mirror_mib as usize) << 20,
+    }))
+}
+
 /// Opens the device set, creating and formatting it (`create_mib` each)
 /// if no file exists yet.
 pub fn open_store(paths: &[PathBuf], create_mib: u64, config: &StoreConfig) -> Result<Store> {
@@ -364,6 +426,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             target_file_bytes: args.table_mib << 20,
             ..Default::default()
         },
+        log_mirror: log_mirror(args)?,
         ..StoreConfig::default()
     });
     let store = Arc::new(open_store(&args.devices, args.create_mib, &store_config)?);

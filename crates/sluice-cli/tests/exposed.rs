@@ -53,8 +53,7 @@ struct Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        common::stop(&mut self.child);
     }
 }
 

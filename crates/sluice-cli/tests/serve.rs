@@ -408,6 +408,16 @@ fn kill_9_under_load(durability: &str, keep_older_than: Duration) {
         acked.len()
     );
     let s = serve(dir.path(), &[]);
+    let persistence = redis_cli(s.port, &["INFO", "persistence"]);
+    if durability == "everysec" {
+        // Answered before their log block reached the device: the last
+        // writes come back from the log mirror in /dev/shm.
+        let replayed = info_field(&persistence, "sluice_log_mirror_replayed_writes");
+        assert!(
+            replayed > 0,
+            "nothing replayed from the log mirror: {persistence}"
+        );
+    }
     let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
     let mut checked = 0;
     for (key, at) in &acked {
@@ -427,6 +437,16 @@ fn kill_9_under_load(durability: &str, keep_older_than: Duration) {
         checked > 50,
         "only {checked} writes were old enough to check"
     );
+}
+
+/// The number an INFO field gives.
+fn info_field(info: &str, name: &str) -> u64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {name} in {info}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// What the collection writers of [`kill_9_in_list_and_set_writes`] had

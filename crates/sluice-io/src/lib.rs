@@ -14,6 +14,8 @@
 //!   recv into provided buffers, owned sends, a waker), Linux 6.0.
 //! - [`shm`]: shared-memory rings for local clients of the server (sealed
 //!   memfds, futex and eventfd wake-ups, descriptor passing).
+//! - [`kept`]: memory that outlives the process (a tmpfs file mapped
+//!   shared), where the store keeps its log's unwritten tail.
 //! - [`cpu`]: background threads at idle CPU priority.
 //! - [`spin`]: the process's slots for threads that poll instead of
 //!   sleeping (at most half the cores).
@@ -35,6 +37,7 @@ pub mod cpu;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod kept;
 pub mod mem;
 pub mod net;
 pub mod pool;

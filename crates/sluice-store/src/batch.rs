@@ -99,6 +99,9 @@ pub struct WriteBatch {
     /// Puts of values at least `blob::MIN_THRESHOLD_BYTES` long (the
     /// store looks for values to separate only when there are some).
     blob_candidates: u32,
+    /// Puts of blob references (a log mirror keeps no such record: the
+    /// blob's bytes may be in memory only until the log block is written).
+    blob_refs: u32,
 }
 
 impl WriteBatch {
@@ -224,6 +227,12 @@ impl WriteBatch {
             .extend_from_slice(&(reference.len() as u32).to_le_bytes());
         self.body.extend_from_slice(reference);
         self.count += 1;
+        self.blob_refs += 1;
+    }
+
+    /// Whether it holds a put of a blob reference.
+    pub(crate) fn has_blob_refs(&self) -> bool {
+        self.blob_refs > 0
     }
 
     /// Adds `op` as it is (a batch rebuilt with some puts separated).
@@ -274,8 +283,9 @@ impl WriteBatch {
         let first_seq = r.u64()?;
         let count = r.u32()?;
         let body_at = r.position();
+        let mut blob_refs = 0;
         for _ in 0..count {
-            read_op(&mut r)?;
+            blob_refs += (read_op(&mut r)?.kind == OpKind::PutBlob) as u32;
         }
         let batch = WriteBatch {
             body: record[body_at..].to_vec(),
@@ -283,6 +293,7 @@ impl WriteBatch {
             value_bytes: 0,
             separated_bytes: 0,
             blob_candidates: 0,
+            blob_refs,
         };
         r.is_done().then_some((first_seq, batch))
     }

@@ -9,7 +9,8 @@
 //! ([`alloc`]), blob files for large values apart from the tree
 //! ([`blob`]), the manifest of version edits and keyspace catalogue
 //! ([`manifest`]), the write-ahead log with group commit and torn-tail
-//! recovery ([`wal`]), one parity block per write group ([`parity`]), the memtable ([`memtable`]), sorted tables
+//! recovery ([`wal`]) and its mirror in memory that outlives the process
+//! ([`wal_mirror`]), one parity block per write group ([`parity`]), the memtable ([`memtable`]), sorted tables
 //! ([`sst`]) with a CLOCK block cache ([`cache`]), the live table set
 //! ([`version`]), streaming merged iteration ([`iter`]), leveled compaction
 //! ([`compaction`]), and the [`Store`] API over them: keyspaces, atomic
@@ -40,6 +41,7 @@ pub mod store;
 pub mod superblock;
 pub mod version;
 pub mod wal;
+pub mod wal_mirror;
 
 pub use batch::{LargePut, WriteBatch};
 pub use error::{DamagedBlock, Result, StoreError, WritesRefused};
@@ -51,3 +53,4 @@ pub use store::{
     TablePlacement, WriteOptions, DEFAULT_KEYSPACE,
 };
 pub use version::CacheMiss;
+pub use wal_mirror::LogMirrorConfig;

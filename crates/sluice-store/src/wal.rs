@@ -9,6 +9,7 @@ use crate::codec::{u64_at, Reader};
 use crate::error::{DamagedBlock, Result, StoreError};
 use crate::parity::{self, LogFormat, Parity, Scan, Slot, DERIVED_BYTES};
 use crate::seqgate::SeqGate;
+use crate::wal_mirror::LogMirror;
 use sluice_io::mem::AlignedMem;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -141,6 +142,11 @@ struct State {
     /// Commits made when the last early write was queued.
     commits_at_early: u64,
     failed: Option<String>,
+    /// Every record appended is copied here too, when there is one.
+    mirror: Option<LogMirror>,
+    /// The log block of the last record the mirror did not keep, until a
+    /// write through the device covers it.
+    unkept_last: Option<u64>,
 }
 
 /// Consecutive log blocks on their way to the device as one write.
@@ -202,6 +208,12 @@ pub struct Wal {
     /// Called before any log block goes to the device (the store writes
     /// the blob records gathered in memory that the block may reference).
     before_write: std::sync::OnceLock<BeforeWrite>,
+    /// A record ending before this block is kept (in the mirror or on the
+    /// device); 0 without a mirror, `u64::MAX` while the mirror has kept
+    /// every record not yet written through.
+    unkept_from: AtomicU64,
+    /// Records the mirror an earlier process left gave back at open.
+    replayed_from_mirror: AtomicU64,
 }
 
 /// What the log calls before it writes blocks.
@@ -253,6 +265,8 @@ impl Wal {
                 early_batch: None,
                 commits_at_early: 0,
                 failed: None,
+                mirror: None,
+                unkept_last: None,
             }),
             appended: AtomicU64::new(0),
             leaders: AtomicUsize::new(0),
@@ -265,6 +279,8 @@ impl Wal {
             flushes: AtomicU64::new(0),
             tail_hint: AtomicU64::new(tail_seq),
             before_write: std::sync::OnceLock::new(),
+            unkept_from: AtomicU64::new(0),
+            replayed_from_mirror: AtomicU64::new(0),
         })
     }
 
@@ -363,6 +379,7 @@ impl Wal {
         }
         self.written_below.fetch_max(target, Ordering::AcqRel);
         self.through_below.fetch_max(target, Ordering::AcqRel);
+        self.mirror_caught_up(target);
         Ok(())
     }
 
@@ -419,12 +436,14 @@ impl Wal {
     /// Appends one record. Blocks that fill are written at once; the record
     /// is durable only after [`Wal::commit`] of its position returns.
     pub fn append(&self, record: &[u8]) -> Result<LogPosition> {
-        self.append_pieces(record, &[])
+        self.append_pieces(record, &[], true)
     }
 
     /// [`Wal::append`] of the record `head` and `body` make one after the
-    /// other (a batch's header and its entries), copied once, into the log.
-    pub fn append_pieces(&self, head: &[u8], body: &[u8]) -> Result<LogPosition> {
+    /// other (a batch's header and its entries), copied once into the log
+    /// and, with `keep` and a mirror that has room, once into the mirror
+    /// ([`Wal::is_kept`]).
+    pub fn append_pieces(&self, head: &[u8], body: &[u8], keep: bool) -> Result<LogPosition> {
         let record = Pieces(head, body);
         if record.len() > MAX_RECORD_BYTES {
             return Err(StoreError::RecordTooLarge {
@@ -476,6 +495,11 @@ impl Wal {
         let pos = LogPosition {
             end_seq: st.open_seq,
         };
+        if let Some(mirror) = st.mirror.as_mut() {
+            if !(keep && mirror.append(pos.end_seq, head, body)) {
+                self.mark_unkept(&mut st, pos.end_seq);
+            }
+        }
         // Only appends change it, under the state lock: no locked add.
         let appended = self.appended.load(Ordering::Relaxed) + 1;
         self.appended.store(appended, Ordering::Release);
@@ -483,6 +507,100 @@ impl Wal {
             self.write_open(&mut st)?;
         }
         Ok(pos)
+    }
+
+    /// A record ending in block `end_seq` is not in the mirror: neither it
+    /// nor any after it counts as kept until a write through covers it
+    /// (the mirror's records are replayed only without a gap).
+    fn mark_unkept(&self, st: &mut State, end_seq: u64) {
+        st.unkept_last = Some(end_seq);
+        if self.unkept_from.load(Ordering::Relaxed) == u64::MAX {
+            self.unkept_from.store(end_seq, Ordering::Release);
+        }
+    }
+
+    /// Every block below `through_seq` is on the device: the mirror lets
+    /// their records go, and records not kept below it count as kept.
+    fn mirror_caught_up(&self, through_seq: u64) {
+        let mut st = self.lock();
+        let State {
+            mirror,
+            unkept_last,
+            ..
+        } = &mut *st;
+        let Some(mirror) = mirror.as_mut() else {
+            return;
+        };
+        mirror.let_go_below(through_seq);
+        match *unkept_last {
+            Some(last) if last < through_seq => {
+                *unkept_last = None;
+                self.unkept_from.store(u64::MAX, Ordering::Release);
+            }
+            Some(_) => {
+                let from = self.unkept_from.load(Ordering::Relaxed).max(through_seq);
+                self.unkept_from.store(from, Ordering::Release);
+            }
+            None => {}
+        }
+    }
+
+    /// Copies every record appended from now on into `mirror` too (see
+    /// [`Wal::is_kept`]). Records appended before and not yet written
+    /// through the device count as not kept until a write covers them.
+    pub(crate) fn attach_mirror(&self, mirror: LogMirror) {
+        let mut st = self.lock();
+        st.mirror = Some(mirror);
+        let through = self.through_below.load(Ordering::Acquire);
+        if st.open_used > 0 || self.last_written() > through {
+            let open_seq = st.open_seq;
+            st.unkept_last = Some(open_seq);
+            self.unkept_from
+                .store(through.min(open_seq), Ordering::Release);
+        } else {
+            st.unkept_last = None;
+            self.unkept_from.store(u64::MAX, Ordering::Release);
+        }
+    }
+
+    /// Whether the record ending at `pos` survives the process's death:
+    /// in the mirror (one atomic load) or written through the device.
+    pub fn is_kept(&self, pos: LogPosition) -> bool {
+        pos.end_seq < self.unkept_from.load(Ordering::Acquire) || self.is_written_through(pos)
+    }
+
+    /// Records the mirror an earlier process left gave back at open.
+    pub fn replayed_from_mirror(&self) -> u64 {
+        self.replayed_from_mirror.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_replayed_from_mirror(&self, records: u64) {
+        self.replayed_from_mirror.store(records, Ordering::Relaxed);
+    }
+
+    /// Whether records are copied into a mirror.
+    pub fn has_mirror(&self) -> bool {
+        self.unkept_from.load(Ordering::Acquire) != 0
+    }
+
+    /// Bytes the mirror's kept records take (0 without one).
+    pub fn mirror_used_bytes(&self) -> usize {
+        self.lock().mirror.as_ref().map_or(0, LogMirror::used_bytes)
+    }
+
+    /// Stops copying records and deletes the mirror's file: for a clean
+    /// close, once the whole log is durable.
+    pub(crate) fn discard_mirror(&self) {
+        let mirror = {
+            let mut st = self.lock();
+            self.unkept_from.store(0, Ordering::Release);
+            st.mirror.take()
+        };
+        if let Some(m) = mirror {
+            if let Err(e) = m.remove() {
+                log::warn!("closing the store: the log mirror's file was not deleted: {e}");
+            }
+        }
     }
 
     fn check_failed(&self, st: &State) -> Result<()> {
@@ -791,6 +909,7 @@ impl Wal {
         }
         self.written_below.fetch_max(target, Ordering::AcqRel);
         self.through_below.fetch_max(target, Ordering::AcqRel);
+        self.mirror_caught_up(target);
         // The mark moves over this group once every group before it is
         // durable too.
         let mut completed = self.completed.lock().unwrap_or_else(|p| p.into_inner());

@@ -224,7 +224,7 @@ fn execute_command(
     };
     if let Some(at) = wrote {
         shared.committer.wrote(at);
-        if shared.durability().holds_replies() {
+        if shared.durability().holds(shared.db.store(), at) {
             // Before the reply is queued: it is the first to wait.
             conn.hold_until(at);
         }
@@ -2241,6 +2241,17 @@ fn info_persistence(shared: &Shared, out: &mut String) {
     let marks = shared.db.store().log_marks();
     line(out, "sluice_wal_last_written", marks.written);
     line(out, "sluice_wal_last_durable", marks.durable);
+    line(out, "sluice_log_mirror", u8::from(store.has_log_mirror()));
+    line(
+        out,
+        "sluice_log_mirror_used_bytes",
+        store.log_mirror_used_bytes(),
+    );
+    line(
+        out,
+        "sluice_log_mirror_replayed_writes",
+        store.log_mirror_replayed(),
+    );
 }
 
 fn info_stats(shared: &Shared, out: &mut String) {

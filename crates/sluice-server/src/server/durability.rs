@@ -44,13 +44,21 @@ impl Durability {
         self != Durability::None
     }
 
-    /// Whether a write that reached `at` may be acknowledged.
+    /// Whether a write that reached `at` may be acknowledged: with
+    /// `everysec`, once it survives the process (in the log mirror, or
+    /// written through the device).
     pub fn acknowledges(self, store: &sluice_store::Store, at: LogPosition) -> bool {
         match self {
             Durability::Always => store.is_durable(at),
-            Durability::Everysec => store.is_written_through(at),
+            Durability::Everysec => store.is_kept(at),
             Durability::None => true,
         }
+    }
+
+    /// Whether the reply to a write that reached `at` waits (for the
+    /// committer) before it goes out.
+    pub fn holds(self, store: &sluice_store::Store, at: LogPosition) -> bool {
+        self.holds_replies() && !self.acknowledges(store, at)
     }
 
     pub(super) fn as_byte(self) -> u8 {
@@ -138,13 +146,37 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
         .spawn(move || run(&shared))
 }
 
+/// How often, with `everysec` and a log mirror, the log is written
+/// through the device so that the mirror lets its records go (no reply
+/// waits for it: the mirror's copy answered them).
+pub(super) const MIRROR_WRITE_THROUGH: Duration = Duration::from_millis(10);
+
 fn run(shared: &Shared) {
     let mut last_everysec = Instant::now();
+    let mut last_through = Instant::now();
     while !shared.stopping() {
         let durability = shared.durability();
+        let mirrored =
+            durability == super::Durability::Everysec && shared.db.store().has_log_mirror();
+        let tick = if mirrored {
+            MIRROR_WRITE_THROUGH
+        } else {
+            super::TICK
+        };
         // In `none` too: replies held before CONFIG SET appendfsync no
         // still have their requests here (none arrive after).
-        serve_requests(shared);
+        serve_requests(shared, tick);
+        if mirrored && last_through.elapsed() >= MIRROR_WRITE_THROUGH {
+            last_through = Instant::now();
+            let latest = shared.committer.latest();
+            let store = shared.db.store();
+            if latest.end_seq > 0 && !store.is_written_through(latest) {
+                if let Err(e) = store.write_through(latest) {
+                    log::error!("writing the log through failed: {e}; the server stops");
+                    shared.request_shutdown();
+                }
+            }
+        }
         if durability == super::Durability::Everysec
             && last_everysec.elapsed() >= Duration::from_secs(1)
         {
@@ -157,17 +189,17 @@ fn run(shared: &Shared) {
     }
 }
 
-/// Waits for requests (up to a tick), commits the furthest one (durable
+/// Waits for requests (up to `tick`), commits the furthest one (durable
 /// with `always`, written through to the device with `everysec`), wakes
 /// every thread that asked.
-fn serve_requests(shared: &Shared) {
+fn serve_requests(shared: &Shared, tick: Duration) {
     let c = &shared.committer;
     let (wanted, waiters) = {
         let mut r = c.state.lock().unwrap_or_else(|p| p.into_inner());
         if r.wanted.is_none() {
             r = c
                 .wake
-                .wait_timeout(r, super::TICK)
+                .wait_timeout(r, tick)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }

@@ -428,7 +428,7 @@ impl Worker {
             if let Some(at) = done.wrote {
                 WorkerStats::add(&self.shared.stats.by_worker[self.index].changes, 1);
                 self.shared.committer.wrote(at);
-                if self.shared.durability().holds_replies() {
+                if self.shared.durability().holds(self.shared.db.store(), at) {
                     // Before the reply is queued: it is the first to wait.
                     c.hold_until(at);
                 }
@@ -1427,7 +1427,9 @@ impl Grouped {
         match outcome {
             GroupOutcome::Committed(logged) => {
                 shared.committer.wrote(logged.position);
-                let holds = shared.durability().holds_replies();
+                let holds = shared
+                    .durability()
+                    .holds(shared.db.store(), logged.position);
                 for id in askers {
                     if let Some(c) = live(conns, id) {
                         if holds {
@@ -1475,7 +1477,7 @@ impl Grouped {
         }
         let hold = done
             .position
-            .filter(|_| shared.durability().holds_replies());
+            .filter(|&at| shared.durability().holds(shared.db.store(), at));
         let command = crate::acl::lookup(done.kind.name());
         for (id, reply) in askers.zip(done.replies) {
             let Some(c) = live(conns, id) else {

@@ -60,6 +60,13 @@ pub struct StoreConfig {
     pub blob_threshold_bytes: usize,
     /// Size of a blob file (a larger value gets a file of its own).
     pub blob_file_bytes: u64,
+    /// A mirror of the log's records in memory that outlives the process
+    /// (docs/FORMAT.md, "Log mirror"): a record it holds survives the
+    /// process's death before its log block reaches the device
+    /// ([`Store::is_kept`]). Open reads back what an earlier process left
+    /// there whatever `size_bytes` says. Off by default; `sluice serve`
+    /// keeps one.
+    pub log_mirror: Option<crate::wal_mirror::LogMirrorConfig>,
 }
 
 /// Blocks the first device keeps for tables at the least when a store is
@@ -144,6 +151,7 @@ impl Default for StoreConfig {
             space_reserve_bytes: None,
             blob_threshold_bytes: 16 << 10,
             blob_file_bytes: 64 << 20,
+            log_mirror: None,
         }
     }
 }

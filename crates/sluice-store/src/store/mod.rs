@@ -276,8 +276,10 @@ impl Drop for Store {
             .wal
             .close_block()
             .and_then(|_| self.inner.dev.flush());
-        if let Err(e) = closed {
-            log::error!("closing the store: unsynced writes may be lost: {e}");
+        match closed {
+            // Every record is durable: the mirror holds nothing needed.
+            Ok(()) => self.inner.wal.discard_mirror(),
+            Err(e) => log::error!("closing the store: unsynced writes may be lost: {e}"),
         }
     }
 }

@@ -104,6 +104,16 @@ impl Store {
             }
             last_seq = last_seq.max(first + batch.len() as u64 - 1);
         }
+        let owner = crate::wal_mirror::Owner {
+            store_id: manifest.superblock().store_id,
+            epoch: layout.epoch,
+        };
+        let (mirror_mem, from_mirror) = read_mirror(
+            config.log_mirror.as_ref(),
+            owner,
+            &mut memtable,
+            &mut last_seq,
+        );
         manifest.begin_writing()?;
         recovered.seal(&dev, &layout)?;
         reclaim_unreferenced(&mut manifest)?;
@@ -163,6 +173,27 @@ impl Store {
             recovered.next_seq,
             config.wal_sqpoll_idle_ms,
         )?;
+        log_again(&wal, &from_mirror)?;
+        wal.note_replayed_from_mirror(from_mirror.len() as u64);
+        match (mirror_mem, &config.log_mirror) {
+            (Some(mem), Some(mirror)) if mirror.size_bytes == 0 => {
+                // Read back; none kept from now on.
+                if let Err(e) = mem.remove() {
+                    log::warn!("the log mirror's file was not deleted: {e}");
+                }
+            }
+            (Some(mem), Some(mirror)) => {
+                let size = mirror.size_bytes.max(crate::wal_mirror::MIN_MIRROR_BYTES);
+                match crate::wal_mirror::LogMirror::fresh(mem, size, owner) {
+                    Ok(m) => wal.attach_mirror(m),
+                    Err(e) => log::warn!(
+                        "the log mirror {} cannot be made ({e}): writes wait for the device instead",
+                        mirror.path.display()
+                    ),
+                }
+            }
+            _ => {}
+        }
         let active_bytes = memtable.approximate_bytes()
             + memtable
                 .blob_value_bytes()
@@ -248,6 +279,95 @@ impl Store {
                 StoreError::BadDevice(format!("cannot start the compaction thread: {e}"))
             })?;
         Ok(Store { inner, background })
+    }
+}
+
+/// Opens the log mirror `config` names and applies to `memtable` the
+/// records it kept beyond the device's log (which ends at `last_seq`,
+/// moved past them). Returns the mirror's memory (None where it cannot be
+/// had: said in the log) and those records, to be logged again.
+fn read_mirror(
+    config: Option<&crate::wal_mirror::LogMirrorConfig>,
+    owner: crate::wal_mirror::Owner,
+    memtable: &mut Memtable,
+    last_seq: &mut u64,
+) -> (Option<sluice_io::kept::KeptMem>, Vec<Vec<u8>>) {
+    let Some(config) = config else {
+        return (None, Vec::new());
+    };
+    if config.size_bytes == 0 && !config.path.exists() {
+        return (None, Vec::new());
+    }
+    let size = config.size_bytes.max(crate::wal_mirror::MIN_MIRROR_BYTES);
+    let path = config.path.display();
+    let mem = match sluice_io::kept::KeptMem::open(&config.path, size) {
+        Ok(mem) => mem,
+        Err(e) => {
+            log::warn!("no log mirror: {e}; writes wait for the device instead");
+            return (None, Vec::new());
+        }
+    };
+    let kept = match crate::wal_mirror::read_kept(&mem, owner) {
+        Ok(kept) => kept,
+        Err(why) => {
+            if mem.as_slice().iter().any(|&b| b != 0) {
+                log::warn!("the log mirror {path} is not read ({why}); it is made anew");
+            }
+            return (Some(mem), Vec::new());
+        }
+    };
+    let device_end = *last_seq;
+    let mut replay = Vec::new();
+    let mut stopped = None;
+    for k in kept.iter() {
+        let Some((first, batch)) = WriteBatch::decode(&k.record) else {
+            stopped = Some("a record that does not decode as a write batch".to_string());
+            break;
+        };
+        let last = first + batch.len() as u64 - 1;
+        if last <= *last_seq {
+            continue;
+        }
+        if first != *last_seq + 1 {
+            stopped = Some(format!("a gap before sequence {first}"));
+            break;
+        }
+        memtable.apply(first, &batch);
+        *last_seq = last;
+        replay.push(k.record.clone());
+    }
+    if let Some(why) = stopped {
+        // A record not kept (a blob reference, a full mirror) that never
+        // reached the device: it and every record after it were never
+        // acknowledged. (Or the device lost written blocks: a power cut,
+        // which the mirror does not outlive either.)
+        log::warn!(
+            "the log mirror {path}: replay stops at {why}, after sequence {}; \
+             the writes from there on were never acknowledged",
+            *last_seq
+        );
+    }
+    if !replay.is_empty() {
+        log::info!(
+            "replayed {} write(s) the log mirror {path} kept beyond the device's log (sequences {}..={})",
+            replay.len(),
+            device_end + 1,
+            *last_seq
+        );
+    }
+    (Some(mem), replay)
+}
+
+/// Logs `records` (kept by the mirror, applied to the memtable) again and
+/// makes them durable before the store takes any write.
+fn log_again(wal: &Wal, records: &[Vec<u8>]) -> Result<()> {
+    let mut end = None;
+    for record in records {
+        end = Some(wal.append_pieces(record, &[], false)?);
+    }
+    match end {
+        Some(position) => wal.commit(position),
+        None => Ok(()),
     }
 }
 

@@ -112,6 +112,31 @@ impl Store {
         self.inner.wal.is_written_through(position)
     }
 
+    /// Whether the write whose record ends at `position` survives the
+    /// process's death: its record is in the log mirror
+    /// ([`StoreConfig::log_mirror`]) or written through the device. One
+    /// atomic load where the mirror keeps it.
+    pub fn is_kept(&self, position: wal::LogPosition) -> bool {
+        self.inner.wal.is_kept(position)
+    }
+
+    /// Whether the store copies its log records into a mirror.
+    pub fn has_log_mirror(&self) -> bool {
+        self.inner.wal.has_mirror()
+    }
+
+    /// Bytes the log mirror's records take (0 without one): they wait for
+    /// a write through the device ([`Store::write_through`]).
+    pub fn log_mirror_used_bytes(&self) -> usize {
+        self.inner.wal.mirror_used_bytes()
+    }
+
+    /// Writes the log mirror an earlier process left gave back at open
+    /// (they were in no log block on the device).
+    pub fn log_mirror_replayed(&self) -> u64 {
+        self.inner.wal.replayed_from_mirror()
+    }
+
     /// Puts the log on the device up to `position` without a flush: it
     /// survives the process's death, and a power cut once a later
     /// [`Store::make_durable`] covers it (Redis's `appendfsync everysec`).
@@ -270,7 +295,11 @@ impl Store {
                 return Err(self.unknown_keyspace(id));
             }
             let first = writer.next_seq;
-            let pos = match inner.wal.append_pieces(&batch.header(first), batch.body()) {
+            let keep = !batch.has_blob_refs();
+            let pos = match inner
+                .wal
+                .append_pieces(&batch.header(first), batch.body(), keep)
+            {
                 Err(StoreError::WalFull { .. }) if !retried => {
                     drop(writer);
                     let started = std::time::Instant::now();
