@@ -412,7 +412,7 @@ fn kill_9_under_load(durability: &str, keep_older_than: Duration) {
     if durability == "everysec" {
         // Answered before their log block reached the device: the last
         // writes come back from the log mirror in /dev/shm.
-        let replayed = info_field(&persistence, "sluice_log_mirror_replayed_writes");
+        let replayed = info_field(&persistence, "sluice_log_mirror_replayed_records");
         assert!(
             replayed > 0,
             "nothing replayed from the log mirror: {persistence}"

@@ -2249,7 +2249,7 @@ fn info_persistence(shared: &Shared, out: &mut String) {
     );
     line(
         out,
-        "sluice_log_mirror_replayed_writes",
+        "sluice_log_mirror_replayed_records",
         store.log_mirror_replayed(),
     );
 }

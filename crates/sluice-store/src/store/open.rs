@@ -349,7 +349,7 @@ fn read_mirror(
     }
     if !replay.is_empty() {
         log::info!(
-            "replayed {} write(s) the log mirror {path} kept beyond the device's log (sequences {}..={})",
+            "replayed {} log record(s) (write batches) the log mirror {path} kept beyond the device's log (sequences {}..={})",
             replay.len(),
             device_end + 1,
             *last_seq

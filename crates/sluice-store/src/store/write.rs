@@ -131,8 +131,8 @@ impl Store {
         self.inner.wal.mirror_used_bytes()
     }
 
-    /// Writes the log mirror an earlier process left gave back at open
-    /// (they were in no log block on the device).
+    /// Log records (write batches) the log mirror an earlier process left
+    /// gave back at open (they were in no log block on the device).
     pub fn log_mirror_replayed(&self) -> u64 {
         self.inner.wal.replayed_from_mirror()
     }
