@@ -16,7 +16,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -89,7 +89,8 @@ impl KeptMem {
         } else {
             present.min(MAX_KEPT_BYTES)
         };
-        let ptr = map(&file, len_bytes).map_err(|e| named(path, "cannot be mapped", e))?;
+        let ptr = crate::mem::map_shared(file.as_fd(), len_bytes)
+            .map_err(|e| named(path, "cannot be mapped", e))?;
         Ok(KeptMem {
             ptr,
             len_bytes,
@@ -113,8 +114,8 @@ impl KeptMem {
         self.len_bytes = 0;
         self.file.set_len(0)?;
         reserve(&self.file, &self.path, len_bytes)?;
-        self.ptr =
-            map(&self.file, len_bytes).map_err(|e| named(&self.path, "cannot be mapped", e))?;
+        self.ptr = crate::mem::map_shared(self.file.as_fd(), len_bytes)
+            .map_err(|e| named(&self.path, "cannot be mapped", e))?;
         self.len_bytes = len_bytes;
         Ok(())
     }
@@ -203,25 +204,6 @@ fn reserve(file: &File, path: &Path, len_bytes: usize) -> io::Result<()> {
         return Err(named(path, &format!("cannot reserve {len_bytes} bytes"), e));
     }
     Ok(())
-}
-
-fn map(file: &File, len_bytes: usize) -> io::Result<NonNull<u8>> {
-    // SAFETY: a fresh shared mapping of a descriptor we own, no larger than
-    // the file; the result is checked.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len_bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
 }
 
 #[cfg(test)]

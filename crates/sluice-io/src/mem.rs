@@ -285,6 +285,32 @@ pub fn prefetch<T: ?Sized>(value: &T) {
     let _ = value;
 }
 
+/// Maps `len` bytes of `fd` from its start, shared and populated (the
+/// shared-memory rings and kept memory): the caller unmaps it with
+/// `munmap` once, and keeps `len` within the file.
+pub(crate) fn map_shared(
+    fd: std::os::fd::BorrowedFd<'_>,
+    len: usize,
+) -> std::io::Result<NonNull<u8>> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh shared mapping of a descriptor the caller holds open;
+    // the result is checked.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    NonNull::new(ptr.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

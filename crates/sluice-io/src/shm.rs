@@ -229,7 +229,7 @@ impl ShmRegion {
                 return Err(io::Error::last_os_error());
             }
         }
-        let base = map(&fd, len)?;
+        let base = crate::mem::map_shared(fd.as_fd(), len)?;
         let region = ShmRegion {
             fd,
             base,
@@ -268,7 +268,7 @@ impl ShmRegion {
         if len < CONTROL_BYTES + 2 * MIN_RING_BYTES {
             return Err(bad(format!("the shared-memory region is only {len} bytes")));
         }
-        let base = map(&fd, len)?;
+        let base = crate::mem::map_shared(fd.as_fd(), len)?;
         let mut region = ShmRegion {
             fd,
             base,
@@ -331,24 +331,6 @@ impl Drop for ShmRegion {
         // SAFETY: the mapping made in `map`, unmapped once.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
     }
-}
-
-fn map(fd: &OwnedFd, len: usize) -> io::Result<NonNull<u8>> {
-    // SAFETY: a fresh shared mapping of our descriptor; the result is checked.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
 }
 
 /// Which end of a region this process holds.
