@@ -213,8 +213,11 @@ impl KeyGroup {
         let by_key = keys_of(&held);
         let locked = db.lock_hashes(by_key.iter().map(|(_, key, _)| KeyHash::of(key)));
         let mut ctx = Ctx::gathering(db, now_ms).with_reads(reads);
+        // One list for every key's commands: most keys have one.
+        let mut commands: Vec<&Args> = Vec::with_capacity(held.len());
         for (database, key, at) in &by_key {
-            let commands: Vec<&Args> = at.iter().map(|&i| &held[i].args).collect();
+            commands.clear();
+            commands.extend(at.iter().map(|&i| &held[i].args));
             let run = ctx
                 .select(*database)
                 .map_err(Failure::from)
@@ -252,8 +255,8 @@ impl KeyGroup {
 /// Each distinct (database, key) of `held`, in the order first named, with
 /// the indexes of its commands in arrival order.
 fn keys_of(held: &[Held]) -> Vec<(u8, &[u8], Vec<usize>)> {
-    let mut out: Vec<(u8, &[u8], Vec<usize>)> = Vec::new();
-    let mut index: HashMap<(u8, &[u8]), usize> = HashMap::new();
+    let mut out: Vec<(u8, &[u8], Vec<usize>)> = Vec::with_capacity(held.len());
+    let mut index: HashMap<(u8, &[u8]), usize> = HashMap::with_capacity(held.len());
     for (i, h) in held.iter().enumerate() {
         let name = (h.database, &h.args[1][..]);
         match index.get(&name) {
