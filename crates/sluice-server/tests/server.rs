@@ -17,6 +17,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A server with one worker (every client on the same thread), `none`.
+fn one_worker() -> common::Sluice {
+    start_sluice_on(
+        common::small_store(),
+        ServerConfig {
+            threads: 1,
+            ..config(Durability::None)
+        },
+    )
+}
+
 fn config(durability: Durability) -> ServerConfig {
     ServerConfig {
         threads: 2,
@@ -1063,13 +1074,7 @@ fn set_over_a_hash_stored_before_open_removes_its_fields() {
 /// script is stopped, its writes dropped).
 #[test]
 fn a_runaway_script_answers_busy_and_is_stopped_by_script_kill_or_a_shutdown() {
-    let s = start_sluice_on(
-        common::small_store(),
-        ServerConfig {
-            threads: 1,
-            ..config(Durability::None)
-        },
-    );
+    let s = one_worker();
     let mut admin = Client::connect(s.addr);
     admin.call(&[b"CONFIG", b"SET", b"lua-time-limit", b"10"]);
     let mut runner = Client::connect(s.addr);
@@ -1152,13 +1157,7 @@ fn a_runaway_script_answers_busy_and_is_stopped_by_script_kill_or_a_shutdown() {
 /// waits for it while another client's PING is answered meanwhile.
 #[test]
 fn a_write_during_a_script_waits_without_stopping_its_worker() {
-    let s = start_sluice_on(
-        common::small_store(),
-        ServerConfig {
-            threads: 1,
-            ..config(Durability::None)
-        },
-    );
+    let s = one_worker();
     let mut admin = Client::connect(s.addr);
     admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"1000"]);
     admin.call(&[b"SET", b"a", b"1"]);
@@ -1271,13 +1270,7 @@ fn a_write_during_a_script_waits_without_stopping_its_worker() {
 /// `pcall` loop: FUNCTION KILL stops it (SCRIPT KILL refuses, as Redis).
 #[test]
 fn function_kill_stops_a_runaway_function_even_inside_pcall() {
-    let s = start_sluice_on(
-        common::small_store(),
-        ServerConfig {
-            threads: 1,
-            ..config(Durability::None)
-        },
-    );
+    let s = one_worker();
     let mut admin = Client::connect(s.addr);
     admin.call(&[b"CONFIG", b"SET", b"busy-reply-threshold", b"10"]);
     let library = b"#!lua name=spin\nredis.register_function('spin', function() \
@@ -1642,13 +1635,7 @@ fn info_reports_cpu_and_memory_in_their_sections() {
 /// The clients take slots in the reverse of their sending order.
 #[test]
 fn requests_of_different_clients_run_in_the_order_they_came() {
-    let s = start_sluice_on(
-        common::small_store(),
-        ServerConfig {
-            threads: 1,
-            ..config(Durability::None)
-        },
-    );
+    let s = one_worker();
     for _ in 0..20 {
         let mut writer = Client::connect(s.addr);
         let mut second = Client::connect(s.addr);

@@ -24,7 +24,9 @@ pub struct LogMirrorConfig {
     /// Its size when made: records in it wait for their log blocks to
     /// reach the device (a write through every few milliseconds lets them
     /// go); past it, a record is not kept and its writer waits for the
-    /// device as without a mirror. 1 MiB to 1 GiB.
+    /// device as without a mirror. Up to 1 GiB; under 1 MiB is taken as
+    /// 1 MiB; 0 keeps none from now on (a mirror left there is still read
+    /// back, then deleted).
     pub size_bytes: usize,
 }
 
@@ -185,10 +187,7 @@ impl LogMirror {
             self.tail_ordinal += 1;
             moved = true;
         }
-        if self.used_bytes == 0 {
-            // Empty: start again at the ring's start, where no wrap is near.
-            debug_assert_eq!(self.tail, self.head);
-        }
+        debug_assert!(self.used_bytes > 0 || self.tail == self.head);
         if moved {
             self.write_tail_slot();
         }

@@ -319,7 +319,7 @@ fn read_mirror(
     let device_end = *last_seq;
     let mut replay = Vec::new();
     let mut stopped = None;
-    for k in kept.iter() {
+    for k in kept {
         let Some((first, batch)) = WriteBatch::decode(&k.record) else {
             stopped = Some("a record that does not decode as a write batch".to_string());
             break;
@@ -334,7 +334,7 @@ fn read_mirror(
         }
         memtable.apply(first, &batch);
         *last_seq = last;
-        replay.push(k.record.clone());
+        replay.push(k.record);
     }
     if let Some(why) = stopped {
         // A record not kept (a blob reference, a full mirror) that never
