@@ -53,9 +53,9 @@ pub fn store(e: StoreError) -> PyErr {
     let msg = e.to_string();
     match e {
         StoreError::Corrupt { .. } | StoreError::WalDamaged { .. } => CorruptError::new_err(msg),
-        StoreError::NotAStore { .. } | StoreError::UnknownKeyspace { .. } => {
-            NotFoundError::new_err(msg)
-        }
+        StoreError::NoStore { .. }
+        | StoreError::NotAStore { .. }
+        | StoreError::UnknownKeyspace { .. } => NotFoundError::new_err(msg),
         StoreError::DeviceFull { .. } | StoreError::WalFull { .. } => DeviceFullError::new_err(msg),
         StoreError::BadInput(_) | StoreError::RecordTooLarge { .. } => QueryError::new_err(msg),
         _ => Error::new_err(msg),

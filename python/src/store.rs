@@ -10,7 +10,6 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
 use sluice_arrow::{ColumnType, QueryOptions};
-use sluice_io::{Device, FileDevice, FileOptions};
 use sluice_ndp::graph::{matching_ids, Csr};
 use sluice_ndp::{parse, FieldPredicate, Layout};
 use sluice_store::{StoreConfig, StoreIter, ValueFormat, WriteBatch};
@@ -76,12 +75,6 @@ fn value_for(
         ))
     })?;
     sluice_ndp::encode_value(def, text).map_err(|e| QueryError::new_err(e.to_string()))
-}
-
-fn open_device(path: &std::path::Path) -> PyResult<Arc<dyn Device>> {
-    let dev =
-        FileDevice::open(path, &FileOptions::default()).map_err(|e| errors::device(path, e))?;
-    Ok(Arc::new(dev))
 }
 
 /// Column types given from Python as `{"name": "int64", ...}`.
@@ -255,43 +248,13 @@ impl Store {
             block_cache_bytes: block_cache_mib.map_or(defaults.block_cache_bytes, |m| m << 20),
             ..defaults
         };
-        let fresh = create_mib.is_some() && paths.iter().all(|p| !p.exists());
-        let inner = py.detach(|| -> PyResult<Inner> {
-            if fresh {
-                let mib = create_mib.unwrap_or_default();
-                for p in &paths {
-                    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-                        std::fs::create_dir_all(dir).map_err(|e| errors::device(p, e))?;
-                    }
-                    FileDevice::create(p, mib << 20, &FileOptions::default())
-                        .map_err(|e| errors::device(p, e))?;
-                }
-                let devices: Vec<Arc<dyn Device>> = paths
-                    .iter()
-                    .map(|p| open_device(p))
-                    .collect::<PyResult<_>>()?;
-                let blocks = sluice_store::blocks::device_store_blocks(&devices[0])
-                    .map_err(errors::store)?;
-                let config = StoreConfig {
-                    wal_blocks: StoreConfig::wal_blocks_for(blocks),
-                    ..config
-                };
-                return Inner::create_on(devices, &config).map_err(errors::store);
-            }
-            for p in &paths {
-                if !p.exists() {
-                    return Err(errors::NotFoundError::new_err(format!(
-                        "no store at {}: give create_mib=N to create one there",
-                        p.display()
-                    )));
-                }
-            }
-            let devices: Vec<Arc<dyn Device>> = paths
-                .iter()
-                .map(|p| open_device(p))
-                .collect::<PyResult<_>>()?;
-            Inner::open_on(devices, &config).map_err(errors::store)
-        })?;
+        let mut files = sluice_store::StoreFiles::new(&paths)
+            .config(config)
+            .when_missing("give create_mib=N to create one there");
+        if let Some(mib) = create_mib {
+            files = files.create_bytes(mib << 20);
+        }
+        let inner = py.detach(|| files.open()).map_err(errors::store)?;
         Ok(Store {
             inner: Mutex::new(Some(Arc::new(inner))),
             paths,

@@ -5,12 +5,10 @@ use super::median;
 use anyhow::{bail, Context, Result};
 use hdrhistogram::Histogram;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use sluice_io::{Device, FileDevice, FileOptions};
-use sluice_store::{Store, StoreConfig, WriteBatch, WriteOptions};
+use sluice_store::{Store, StoreConfig, StoreFiles, WriteBatch, WriteOptions};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Instant;
 
 /// Flags are db_bench's, spelled as db_bench spells them.
@@ -193,11 +191,6 @@ fn device_bytes(args: &KvBenchArgs) -> u64 {
 }
 
 fn fresh_store(args: &KvBenchArgs) -> Result<Store> {
-    if let Some(dir) = args.device.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let _ = std::fs::remove_file(&args.device);
-    let dev = FileDevice::create(&args.device, device_bytes(args), &FileOptions::default())?;
     let defaults = StoreConfig::default();
     let config = StoreConfig {
         block_cache_bytes: args.cache_size as usize,
@@ -205,7 +198,11 @@ fn fresh_store(args: &KvBenchArgs) -> Result<Store> {
         blob_threshold_bytes: args.min_blob_size.unwrap_or(defaults.blob_threshold_bytes),
         ..defaults
     };
-    Ok(Store::create(Arc::new(dev) as Arc<dyn Device>, &config)?)
+    let files = StoreFiles::new([&args.device])
+        .config(config)
+        .create_bytes(device_bytes(args))
+        .wal_blocks(defaults.wal_blocks);
+    Ok(files.format()?)
 }
 
 /// Runs `op(thread, i)` `count` times on each of `threads` threads and

@@ -19,18 +19,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     median_of(&mut v)
 }
 use anyhow::{bail, Context, Result};
-use sluice_io::{Device, FileDevice, FileOptions};
 use sluice_ndp::graph::Csr;
 use sluice_ndp::papers::{self, PaperConfig};
 use sluice_ndp::scan::{self, ScanSpec};
 use sluice_ndp::{parse, FieldPredicate, Layout};
-use sluice_store::{Store, StoreConfig};
+use sluice_store::{Store, StoreConfig, StoreFiles};
 use sonic_rs::JsonValueTrait;
 use std::io::Write;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -134,14 +132,13 @@ pub fn run(args: &NdpBenchArgs) -> Result<()> {
             "install g++, librocksdb-dev and rapidjson-dev; scripts/setup does",
         )?)
     };
-    let dev = prepare(args, baseline.as_deref())?;
-    let store = Store::open_on(
-        vec![dev],
-        &StoreConfig {
+    prepare(args, baseline.as_deref())?;
+    let store = StoreFiles::new([&args.device])
+        .config(StoreConfig {
             block_cache_bytes: (args.cache_mib << 20) as usize,
             ..StoreConfig::default()
-        },
-    )?;
+        })
+        .open()?;
     println!(
         "data set: {} papers (seed {}), {} MiB block cache per side, {} runs per side, our threads {}",
         args.papers, args.seed, args.cache_mib, args.repeat, args.threads
@@ -421,7 +418,7 @@ fn gets_ours(store: &Store, papers: u64, count: u64) -> Result<GetFigures> {
 
 /// Generates the data set on our device and loads the same pairs into
 /// RocksDB, once per (papers, seed); a marker file remembers it.
-fn prepare(args: &NdpBenchArgs, baseline: Option<&Path>) -> Result<Arc<dyn Device>> {
+fn prepare(args: &NdpBenchArgs, baseline: Option<&Path>) -> Result<()> {
     let marker = PathBuf::from(format!("{}.papers", args.device.display()));
     // The store format is part of the data set's name: one an older format
     // wrote is made again rather than refused at open.
@@ -433,24 +430,18 @@ fn prepare(args: &NdpBenchArgs, baseline: Option<&Path>) -> Result<Arc<dyn Devic
     );
     let want = format!("{data_set} rocksdb={}", baseline.is_some());
     let have = std::fs::read_to_string(&marker).unwrap_or_default();
-    if let Some(dir) = args.device.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
     let size_bytes = (args.papers * 8192).max(512 << 20);
     // A data set loaded into RocksDB serves a run without it too.
     let ready = have.trim() == want
         || (baseline.is_none() && have.trim() == format!("{data_set} rocksdb=true"));
     if ready && args.device.exists() {
-        let dev = FileDevice::open(&args.device, &FileOptions::default())?;
-        return Ok(Arc::new(dev));
+        return Ok(());
     }
     let _ = std::fs::remove_file(&marker);
-    let dev: Arc<dyn Device> = Arc::new(FileDevice::create(
-        &args.device,
-        size_bytes,
-        &FileOptions::default(),
-    )?);
-    let store = Store::create_on(vec![dev.clone()], &StoreConfig::default())?;
+    let store = StoreFiles::new([&args.device])
+        .create_bytes(size_bytes)
+        .wal_blocks(StoreConfig::default().wal_blocks)
+        .format()?;
     eprintln!("generating {} papers...", args.papers);
     let start = Instant::now();
     papers::generate(
@@ -485,7 +476,7 @@ fn prepare(args: &NdpBenchArgs, baseline: Option<&Path>) -> Result<Arc<dyn Devic
     }
     drop(store);
     std::fs::write(&marker, want)?;
-    Ok(dev)
+    Ok(())
 }
 
 /// The papers and refs keyspaces as pairs, for the baseline's loader.

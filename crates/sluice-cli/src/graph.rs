@@ -1,12 +1,11 @@
 //! `sluice graph`: BFS and Betweenness Centrality over an edge keyspace,
 //! on an adjacency built in the engine by one scan.
 
-use crate::kv::open_devices;
 use anyhow::Result;
 use clap::Subcommand;
 use sluice_ndp::graph::{matching_ids, Csr};
 use sluice_ndp::{parse, FieldPredicate, Layout};
-use sluice_store::{Store, StoreConfig};
+use sluice_store::StoreConfig;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -62,10 +61,7 @@ enum GraphCommand {
 }
 
 pub fn run(args: &GraphArgs) -> Result<()> {
-    let store = Store::open_on(
-        open_devices(&args.devices)?,
-        &args.store.config(StoreConfig::default()),
-    )?;
+    let store = args.store.open(&args.devices, StoreConfig::default())?;
     let ks = store.keyspace(&args.keyspace)?;
     let start = Instant::now();
     let g = match &args.predicate {

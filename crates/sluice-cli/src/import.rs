@@ -82,12 +82,12 @@ pub fn run(args: &ImportArgs) -> Result<()> {
     )?)
     .with_context(|| format!("reading the export manifest of {}", args.export.display()))?;
     let expected: u64 = counts.iter().map(|c| c.docs).sum();
-    let config = args.store.config(StoreConfig::default());
-    let store = Arc::new(crate::serve::open_store(
-        &args.devices,
-        args.create_mib,
-        &config,
-    )?);
+    let store = args
+        .store
+        .files(&args.devices, StoreConfig::default())
+        .create_bytes(args.create_mib << 20)
+        .open()?;
+    let store = Arc::new(store);
     let api = Arc::new(Api::open(store.clone())?);
     let index = match api.catalog().get(&args.index) {
         Ok(i) => i,

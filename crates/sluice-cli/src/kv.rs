@@ -1,14 +1,12 @@
 //! `sluice kv`: the key/value store on a device path.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Subcommand;
-use sluice_io::{Device, FileDevice, FileOptions};
 use sluice_ndp::Layout;
-use sluice_store::{Store, StoreConfig, ValueFormat};
+use sluice_store::{StoreConfig, ValueFormat};
 use std::io::{IsTerminal, Write};
 use std::ops::Bound;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct KvArgs {
@@ -92,40 +90,20 @@ enum KvCommand {
     },
 }
 
-pub(crate) fn open_devices(paths: &[PathBuf]) -> Result<Vec<Arc<dyn Device>>> {
-    paths.iter().map(|p| open_device(p)).collect()
-}
-
-fn open_device(path: &Path) -> Result<Arc<dyn Device>> {
-    let dev = FileDevice::open(path, &FileOptions::default()).with_context(|| {
-        format!(
-            "opening {} (format it with `sluice kv format --create-mib N`)",
-            path.display()
-        )
-    })?;
-    Ok(Arc::new(dev))
-}
-
 pub fn run(args: &KvArgs) -> Result<()> {
     if let KvCommand::Format {
         create_mib,
         wal_blocks,
     } = &args.command
     {
+        let mut files = args.store.files(&args.devices, StoreConfig::default());
         if let Some(mib) = create_mib {
-            for path in &args.devices {
-                FileDevice::create(path, mib << 20, &FileOptions::default())?;
-            }
+            files = files.create_bytes(mib << 20);
         }
-        let devices = open_devices(&args.devices)?;
-        let first_blocks = sluice_store::blocks::device_store_blocks(&devices[0])?;
-        let store = Store::create_on(
-            devices,
-            &StoreConfig {
-                wal_blocks: wal_blocks.unwrap_or_else(|| StoreConfig::wal_blocks_for(first_blocks)),
-                ..StoreConfig::default()
-            },
-        )?;
+        if let Some(blocks) = wal_blocks {
+            files = files.wal_blocks(*blocks);
+        }
+        let store = files.format()?;
         let names: Vec<String> = args
             .devices
             .iter()
@@ -138,11 +116,13 @@ pub fn run(args: &KvArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let config = args.store.config(StoreConfig {
-        write_buffer_bytes: args.write_buffer_kib << 10,
-        ..StoreConfig::default()
-    });
-    let store = Store::open_on(open_devices(&args.devices)?, &config)?;
+    let store = args.store.open(
+        &args.devices,
+        StoreConfig {
+            write_buffer_bytes: args.write_buffer_kib << 10,
+            ..StoreConfig::default()
+        },
+    )?;
     if let KvCommand::Keyspace {
         name,
         format,

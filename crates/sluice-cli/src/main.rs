@@ -98,6 +98,26 @@ impl StoreOpenArgs {
             ..base
         }
     }
+
+    /// The store on `devices`, opened with `base` and these options.
+    pub fn files(
+        &self,
+        devices: &[std::path::PathBuf],
+        base: sluice_store::StoreConfig,
+    ) -> sluice_store::StoreFiles {
+        sluice_store::StoreFiles::new(devices)
+            .config(self.config(base))
+            .when_missing("make one with `sluice kv --device PATH format --create-mib N`")
+    }
+
+    /// Opens the existing store on `devices` with `base` and these options.
+    pub fn open(
+        &self,
+        devices: &[std::path::PathBuf],
+        base: sluice_store::StoreConfig,
+    ) -> anyhow::Result<sluice_store::Store> {
+        Ok(self.files(devices, base).open()?)
+    }
 }
 
 #[derive(Subcommand)]

@@ -1,6 +1,5 @@
 //! `sluice papers`: the research-paper data set of the near-data demo.
 
-use crate::kv::open_devices;
 use anyhow::Result;
 use clap::Subcommand;
 use sluice_ndp::demo::DemoQuery;
@@ -55,10 +54,7 @@ enum PapersCommand {
 }
 
 pub fn run(args: &PapersArgs) -> Result<()> {
-    let store = Store::open_on(
-        open_devices(&args.devices)?,
-        &args.store.config(StoreConfig::default()),
-    )?;
+    let store = args.store.open(&args.devices, StoreConfig::default())?;
     match &args.command {
         PapersCommand::Generate { papers: n, seed } => {
             let cfg = PaperConfig::demo(*n, *seed);

@@ -1,12 +1,11 @@
 //! `sluice query`: SCAN with a predicate, a projection and a limit, run in
 //! the engine (sluice-ndp); only matching rows, projected, come out.
 
-use crate::kv::open_devices;
 use anyhow::Result;
 use sluice_ndp::aggregate::aggregate;
 use sluice_ndp::query::{Query, QueryText};
 use sluice_ndp::scan;
-use sluice_store::{Store, StoreConfig};
+use sluice_store::StoreConfig;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -79,10 +78,7 @@ pub fn run(args: &QueryArgs) -> Result<()> {
         aggregate: args.aggregate.as_deref(),
         group_by: args.group_by.as_deref(),
     })?;
-    let store = Store::open_on(
-        open_devices(&args.devices)?,
-        &args.store.config(StoreConfig::default()),
-    )?;
+    let store = args.store.open(&args.devices, StoreConfig::default())?;
     let plan = query.plan(&store.keyspace_def(&args.keyspace)?)?;
     if let Some(spec) = plan.aggregate_spec(args.threads) {
         let start = Instant::now();
@@ -162,10 +158,7 @@ fn run_arrow(args: &QueryArgs) -> Result<()> {
         })?;
         types.insert(name.to_string(), parsed);
     }
-    let store = std::sync::Arc::new(Store::open_on(
-        open_devices(&args.devices)?,
-        &args.store.config(StoreConfig::default()),
-    )?);
+    let store = std::sync::Arc::new(args.store.open(&args.devices, StoreConfig::default())?);
     let out: Box<dyn Write> = match &args.out {
         Some(path) => Box::new(std::io::BufWriter::new(std::fs::File::create(path)?)),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),

@@ -1,13 +1,11 @@
 //! `sluice serve`: the Redis-protocol server on a device (set).
 
 use anyhow::{bail, Context, Result};
-use sluice_io::{Device, FileDevice, FileOptions};
 use sluice_redis::db::Db;
 use sluice_server::resp::Limits;
 use sluice_server::server::{Durability, Server, ServerConfig};
 use sluice_server::session::Users;
-use sluice_store::blocks::STORE_BLOCK_BYTES;
-use sluice_store::{Store, StoreConfig};
+use sluice_store::StoreConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -315,48 +313,6 @@ fn log_mirror(args: &ServeArgs) -> Result<Option<sluice_store::LogMirrorConfig>>
     }))
 }
 
-/// Opens the device set, creating and formatting it (`create_mib` each)
-/// if no file exists yet.
-pub fn open_store(paths: &[PathBuf], create_mib: u64, config: &StoreConfig) -> Result<Store> {
-    let existing: Vec<bool> = paths.iter().map(|p| p.exists()).collect();
-    if existing.iter().all(|e| !e) {
-        let mut devices: Vec<Arc<dyn Device>> = Vec::new();
-        for path in paths {
-            let dev = FileDevice::create(path, create_mib << 20, &FileOptions::default())
-                .with_context(|| format!("creating {}", path.display()))?;
-            devices.push(Arc::new(dev));
-        }
-        let first_blocks = sluice_store::blocks::device_store_blocks(&devices[0])?;
-        // The ring holds the memtable being flushed and the one filling
-        // meanwhile: three write buffers, where an eighth of the device
-        // allows, so that a worker rarely waits for a flush to free it.
-        let want_blocks = (3 * config.write_buffer_bytes / STORE_BLOCK_BYTES) as u64;
-        let wal_blocks = StoreConfig::wal_blocks_for(first_blocks)
-            .max(want_blocks.min(first_blocks / 8).min(u32::MAX as u64) as u32);
-        let config = StoreConfig {
-            wal_blocks,
-            ..config.clone()
-        };
-        let store = Store::create_on(devices, &config)?;
-        for path in paths {
-            log::info!(
-                "created and formatted {} ({} MiB)",
-                path.display(),
-                create_mib
-            );
-        }
-        return Ok(store);
-    }
-    if let Some(missing) = paths.iter().zip(&existing).find(|(_, e)| !**e) {
-        bail!(
-            "{} does not exist while the other devices of the set do: give the same --device list the store was made with",
-            missing.0.display()
-        );
-    }
-    let devices = crate::kv::open_devices(paths)?;
-    Ok(Store::open_on(devices, config)?)
-}
-
 pub fn run(args: &ServeArgs) -> Result<()> {
     // Every flag is checked before the device is touched.
     let clients =
@@ -417,7 +373,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             })
         }
     };
-    let store_config = args.store.config(StoreConfig {
+    let store_config = StoreConfig {
         write_buffer_bytes: args.write_buffer_mib << 20,
         block_cache_bytes: args.block_cache_mib << 20,
         wal_sqpoll_idle_ms: args.wal_sqpoll,
@@ -428,8 +384,13 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         },
         log_mirror: log_mirror(args)?,
         ..StoreConfig::default()
-    });
-    let store = Arc::new(open_store(&args.devices, args.create_mib, &store_config)?);
+    };
+    let store = args
+        .store
+        .files(&args.devices, store_config)
+        .create_bytes(args.create_mib << 20)
+        .open()?;
+    let store = Arc::new(store);
     let db = Arc::new(Db::open(store.clone())?);
     let threads = args
         .threads

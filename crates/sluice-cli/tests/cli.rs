@@ -188,6 +188,47 @@ fn bad_arguments_get_clear_errors() {
     );
 }
 
+/// Every command opens a store the one way (`StoreFiles`): a missing store
+/// is named with the command that makes one, and a device set of which
+/// only some files exist is refused without making the missing ones.
+#[test]
+fn a_missing_store_or_set_member_is_named_and_never_made() {
+    let dir = scratch("open-missing");
+    let dir = dir.parent().unwrap();
+    let first = dir.join("first.dev");
+    let second = dir.join("second.dev");
+    let _ = std::fs::remove_file(&first);
+    let _ = std::fs::remove_file(&second);
+    let (first_s, second_s) = (first.to_str().unwrap(), second.to_str().unwrap());
+    for command in [
+        &["kv", "--device", first_s, "scan"][..],
+        &["query", "--device", first_s, "--keyspace", "papers"][..],
+        &["papers", "--device", first_s, "demo"][..],
+    ] {
+        fails_with(command, &["no store at", "first.dev", "sluice kv --device"]);
+    }
+    assert!(!first.exists());
+    let out = sluice()
+        .args(["kv", "--device", first_s, "format", "--create-mib", "64"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    fails_with(
+        &[
+            "serve",
+            "--device",
+            first_s,
+            "--device",
+            second_s,
+            "--resp",
+            "127.0.0.1:0",
+        ],
+        &["second.dev", "same device list"],
+    );
+    assert!(!second.exists(), "a missing member must not be made");
+    remove_scratch("open-missing");
+}
+
 #[test]
 fn probe_prints_kernel_features() {
     let out = sluice().arg("probe").output().unwrap();

@@ -19,6 +19,15 @@ pub enum StoreError {
     #[error("{0}")]
     BadDevice(String),
 
+    /// A device file that does not exist where a store was to be opened.
+    #[error("no store at {}: {advice}", path.display())]
+    NoStore {
+        /// The missing file.
+        path: std::path::PathBuf,
+        /// What to do about it.
+        advice: String,
+    },
+
     /// A device that holds no Sluice store.
     #[error("{what} is not a Sluice store: {reason}")]
     NotAStore {

@@ -49,8 +49,8 @@ pub use found::{Found, Kept};
 pub use iter::StoreIter;
 pub use manifest::{KeyspaceDef, ValueFormat};
 pub use store::{
-    half_open, FillQueue, LogMarks, Logged, ReadCache, Snapshot, Store, StoreConfig, StoreStats,
-    TablePlacement, WriteOptions, DEFAULT_KEYSPACE,
+    half_open, FillQueue, LogMarks, Logged, ReadCache, Snapshot, Store, StoreConfig, StoreFiles,
+    StoreStats, TablePlacement, WriteOptions, DEFAULT_KEYSPACE,
 };
 pub use version::CacheMiss;
 pub use wal_mirror::LogMirrorConfig;

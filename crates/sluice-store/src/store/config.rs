@@ -69,6 +69,9 @@ pub struct StoreConfig {
     pub log_mirror: Option<crate::wal_mirror::LogMirrorConfig>,
 }
 
+/// The log ring of [`StoreConfig::default`], in store blocks (64 MiB).
+const DEFAULT_WAL_BLOCKS: u32 = 16384;
+
 /// Blocks the first device keeps for tables at the least when a store is
 /// formatted (their indexes live there even on a device set).
 const MIN_TABLE_BLOCKS: u64 = 256;
@@ -88,10 +91,17 @@ impl StoreConfig {
         }
     }
 
-    /// A WAL ring for a first device of `device_blocks` store blocks: an
-    /// eighth of it, between 64 blocks and the default 16384 (64 MiB).
-    pub fn wal_blocks_for(device_blocks: u64) -> u32 {
-        (device_blocks / 8).clamp(64, StoreConfig::default().wal_blocks as u64) as u32
+    /// The WAL ring a store formatted with this configuration gets on a
+    /// first device of `device_blocks` store blocks: an eighth of the
+    /// device, between 64 blocks and the default 16384 (64 MiB); and, where
+    /// an eighth of the device allows, room for three write buffers — the
+    /// memtable being flushed and the one filling meanwhile — so that a
+    /// writer rarely waits for a flush to free the ring.
+    pub fn format_wal_blocks(&self, device_blocks: u64) -> u32 {
+        let eighth = device_blocks / 8;
+        let base = eighth.clamp(64, DEFAULT_WAL_BLOCKS as u64);
+        let buffers = (3 * self.write_buffer_bytes / STORE_BLOCK_BYTES) as u64;
+        base.max(buffers.min(eighth)).min(u32::MAX as u64) as u32
     }
 }
 
@@ -113,7 +123,7 @@ pub(super) fn check_format_fits(
     let advice = if room_for_wal >= 64 {
         format!(
             "format with a smaller WAL (--wal-blocks {}, StoreConfig::wal_blocks) or a larger device",
-            StoreConfig::wal_blocks_for(device_blocks).min(room_for_wal as u32)
+            config.format_wal_blocks(device_blocks).min(room_for_wal as u32)
         )
     } else {
         format!(
@@ -135,7 +145,7 @@ pub(super) fn check_format_fits(
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
-            wal_blocks: 16384,
+            wal_blocks: DEFAULT_WAL_BLOCKS,
             write_buffer_bytes: 64 << 20,
             compaction: CompactionConfig::default(),
             background_compaction: true,

@@ -4,6 +4,8 @@
 //! that merge the memtables with the tables.
 //!
 //! - [`config`]: what a store is created and opened with;
+//! - `files`: [`StoreFiles`], create-or-open on device files, the one way
+//!   the CLI, the server, Python and the benchmarks open a store;
 //! - `open`: formatting and opening a device set, WAL recovery, reclaiming
 //!   what a crash left allocated;
 //! - `keyspaces`: creating and naming keyspaces;
@@ -17,6 +19,7 @@
 mod background;
 mod blobs;
 pub mod config;
+mod files;
 mod fill;
 mod flush;
 #[cfg(test)]
@@ -29,6 +32,7 @@ pub mod stats;
 pub mod write;
 
 pub use config::{StoreConfig, WriteOptions, DEFAULT_KEYSPACE, MAX_KEYSPACES};
+pub use files::StoreFiles;
 pub use fill::{FillQueue, FILL_QUEUE_DEPTH, MAX_JOINED_PER_READ};
 pub use read::{half_open, prefix_end, ReadCache, Snapshot};
 pub use stats::{StoreStats, TablePlacement};
