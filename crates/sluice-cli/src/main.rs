@@ -2,13 +2,19 @@
 //! call a crate, print.
 
 mod graph;
+#[cfg(feature = "full")]
 mod import;
 mod kv;
+#[cfg(feature = "full")]
 mod node;
+#[cfg(feature = "full")]
 mod nvmf;
+#[cfg(feature = "full")]
 mod pagination;
 mod papers;
+#[cfg(feature = "full")]
 mod query;
+#[cfg(feature = "full")]
 mod serve;
 
 use clap::{Parser, Subcommand};
@@ -74,6 +80,11 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 4")
     version = VERSION,
     about = "Direct-I/O document and key/value store: tools and benchmarks"
 )]
+#[cfg_attr(
+    not(feature = "full"),
+    command(after_help = "This build has the demo's commands only (scripts/main builds it so); \
+                          `cargo build --release -p sluice-cli` builds every command.")
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -123,6 +134,7 @@ impl StoreOpenArgs {
 #[derive(Subcommand)]
 enum Command {
     /// Benchmarks, each against its baseline in the same run.
+    #[cfg(feature = "full")]
     #[command(subcommand)]
     Bench(sluice_bench::BenchCommand),
     /// The key/value store on a device: format, put, get, del, scan, stats.
@@ -130,26 +142,53 @@ enum Command {
     /// The research-paper data set of the near-data demo.
     Papers(papers::PapersArgs),
     /// SCAN a keyspace with a predicate, a projection and a limit, run in the engine.
+    #[cfg(feature = "full")]
     Query(query::QueryArgs),
     /// BFS and Betweenness Centrality over an edge keyspace.
     Graph(graph::GraphArgs),
     /// Bulk-index seeded paper documents (1556 bytes each) into OpenSearch.
+    #[cfg(feature = "full")]
     Load(pagination::LoadArgs),
     /// Export an index onto a device: sliced point-in-time (or scroll) pages written with direct I/O.
+    #[cfg(feature = "full")]
     Export(pagination::ExportArgs),
     /// Read an export back at device speed, parsing each page as it arrives.
+    #[cfg(feature = "full")]
     Read(pagination::ReadArgs),
     /// Serve the store over the Redis protocol (thread per core, durable writes)
     /// and, with --http, an Elasticsearch-compatible HTTP API.
+    #[cfg(feature = "full")]
     Serve(Box<serve::ServeArgs>),
     /// Import an export device into an index of the store `sluice serve --http` serves.
+    #[cfg(feature = "full")]
     Import(import::ImportArgs),
     /// Serve devices to NVMe/TCP hosts (`nvme connect -t tcp`): the storage node.
+    #[cfg(feature = "full")]
     Node(node::NodeArgs),
     /// Reach an NVMe/TCP target with Sluice's initiator: identify, read, write, copy in the node.
+    #[cfg(feature = "full")]
     Nvmf(nvmf::NvmfArgs),
     /// Print what this kernel and process support (io_uring opcodes, SQPOLL, memlock).
     Probe,
+    /// A command this build leaves out (built without the `full` feature).
+    #[cfg(not(feature = "full"))]
+    #[command(external_subcommand)]
+    LeftOut(Vec<String>),
+}
+
+/// The commands of a build without the `full` feature.
+#[cfg(not(feature = "full"))]
+const DEMO_COMMANDS: &str = "kv, papers, graph and probe";
+
+/// The error for a command this build leaves out.
+#[cfg(not(feature = "full"))]
+fn left_out(args: &[String]) -> anyhow::Result<()> {
+    let name = args.first().map_or("", String::as_str);
+    anyhow::bail!(
+        "`sluice {name}` is not in this build: it has the demo's commands only ({DEMO_COMMANDS}), \
+         as scripts/main builds it; build every command with `cargo build --release -p sluice-cli` \
+         (scripts/test does)"
+    )
 }
 
 fn main() -> ExitCode {
@@ -160,22 +199,33 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        #[cfg(feature = "full")]
         Command::Bench(cmd) => sluice_bench::run(cmd),
         Command::Kv(args) => kv::run(&args),
         Command::Papers(args) => papers::run(&args),
+        #[cfg(feature = "full")]
         Command::Query(args) => query::run(&args),
         Command::Graph(args) => graph::run(&args),
+        #[cfg(feature = "full")]
         Command::Load(args) => pagination::run_load(&args),
+        #[cfg(feature = "full")]
         Command::Export(args) => pagination::run_export(&args),
+        #[cfg(feature = "full")]
         Command::Read(args) => pagination::run_read(&args),
+        #[cfg(feature = "full")]
         Command::Serve(args) => serve::run(&args),
+        #[cfg(feature = "full")]
         Command::Import(args) => import::run(&args),
+        #[cfg(feature = "full")]
         Command::Node(args) => node::run(&args),
+        #[cfg(feature = "full")]
         Command::Nvmf(args) => nvmf::run(&args),
         Command::Probe => {
             print_probe();
             Ok(())
         }
+        #[cfg(not(feature = "full"))]
+        Command::LeftOut(args) => left_out(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
