@@ -82,8 +82,10 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 4")
 )]
 #[cfg_attr(
     not(feature = "full"),
-    command(after_help = "This build has the demo's commands only (scripts/main builds it so); \
-                          `cargo build --release -p sluice-cli` builds every command.")
+    command(
+        after_help = "This build has the demo's commands only (scripts/main builds it so); \
+                          `cargo build --release -p sluice-cli` builds every command."
+    )
 )]
 struct Cli {
     #[command(subcommand)]

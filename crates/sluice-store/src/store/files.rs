@@ -84,7 +84,17 @@ impl StoreFiles {
         let existing: Vec<bool> = self.paths.iter().map(|p| p.exists()).collect();
         if existing.iter().all(|e| !e) {
             return match self.create_bytes {
-                Some(size_bytes) => self.make_and_format(size_bytes),
+                Some(size_bytes) => {
+                    let store = self.make_and_format(size_bytes)?;
+                    for path in &self.paths {
+                        log::info!(
+                            "created and formatted {} ({} MiB)",
+                            path.display(),
+                            size_bytes >> 20
+                        );
+                    }
+                    Ok(store)
+                }
                 None => Err(StoreError::NoStore {
                     path: self.paths[0].clone(),
                     advice: self.when_missing.clone(),
@@ -162,11 +172,7 @@ impl StoreFiles {
                 .unwrap_or_else(|| self.config.format_wal_blocks(first_blocks)),
             ..self.config.clone()
         };
-        let store = Store::create_on(devices, &config)?;
-        for path in &self.paths {
-            log::info!("formatted a store on {}", path.display());
-        }
-        Ok(store)
+        Store::create_on(devices, &config)
     }
 }
 
