@@ -11,8 +11,8 @@ use sluice_ndp::fields::FieldReader;
 use sluice_ndp::format::Layout;
 use sluice_ndp::pages::PageFilter;
 use sluice_ndp::query::parse_paths;
-use sluice_paginate::sinks::SourceFilter;
-use sluice_paginate::{Hit, PageInfo, ReadOptions, Sink};
+use sluice_pages::sinks::SourceFilter;
+use sluice_pages::{Hit, PageInfo, ReadOptions, Sink};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -60,11 +60,11 @@ struct Shared {
 }
 
 impl Shared {
-    fn fail(&self, e: Error) -> sluice_paginate::Error {
+    fn fail(&self, e: Error) -> sluice_pages::Error {
         let msg = e.to_string();
         let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
         f.get_or_insert(e);
-        sluice_paginate::Error::Config(msg)
+        sluice_pages::Error::Config(msg)
     }
 
     /// The plan, decided by the first page any task reads.
@@ -86,7 +86,7 @@ struct ArrowSink {
 }
 
 impl Sink for ArrowSink {
-    fn page(&mut self, _page: &PageInfo, hits: &[Hit<'_>]) -> sluice_paginate::Result<()> {
+    fn page(&mut self, _page: &PageInfo, hits: &[Hit<'_>]) -> sluice_pages::Result<()> {
         if self.shared.emit.cancelled() {
             return Err(self.shared.fail(Error::Cancelled));
         }
@@ -170,7 +170,7 @@ pub fn export_stream(
             emit: emit.clone(),
             failed: Mutex::new(None),
         });
-        let result = sluice_paginate::read_export(device, &read, |_| ArrowSink {
+        let result = sluice_pages::read_export(device, &read, |_| ArrowSink {
             shared: shared.clone(),
             builder: None,
         });

@@ -65,7 +65,7 @@ pub enum Error {
     Scan(#[from] sluice_ndp::scan::ScanError),
     /// Reading the export failed.
     #[error(transparent)]
-    Export(#[from] sluice_paginate::Error),
+    Export(#[from] sluice_pages::Error),
     /// A stored value that is not of its format.
     #[error("{0}")]
     Malformed(String),

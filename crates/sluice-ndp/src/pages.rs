@@ -4,8 +4,8 @@
 
 use crate::expr::{parse, Predicate};
 use crate::predicate::FieldPredicate;
-use sluice_paginate::sinks::SourceFilter;
-use sluice_paginate::{Error, Result};
+use sluice_pages::sinks::SourceFilter;
+use sluice_pages::{Error, Result};
 
 /// Documents matching every one of a list of predicates.
 #[derive(Debug, Clone)]

@@ -1,56 +1,44 @@
 //! # sluice-paginate
 //!
 //! Sliced-scroll pagination onto a device of our own, after the paper
-//! "Sliced-scroll driven direct NVMe access for huge data pagination":
+//! "Sliced-scroll driven direct NVMe access for huge data pagination": the
+//! source side. The export device itself (its format, writer and reader) is
+//! sluice-pages', re-exported here under the same names.
 //!
-//! - [`export`]: one task per slice of a search index pulls pages (point in
-//!   time + search_after, or scroll) and writes each with direct I/O at the
-//!   LBA its slice's extents give; a per-slice checkpoint is made durable
-//!   after each page, so `--resume` continues with no gap and no duplicate.
-//! - [`read`]: N tasks read the pages back through the io_uring engine with
-//!   fixed buffers at deep queue depth and check each page with sluice-json's
-//!   validating scan in the completion path, handing the hits (borrowed
-//!   slices of the page) to a [`read::Sink`].
-//! - [`page`]: a page's bytes, built straight into the pinned buffer it
-//!   is written from.
-//! - [`buffers`]: recycled buffers for answers and pages (no fresh
-//!   megabytes per page).
-//! - [`format`]: the device layout, byte by byte as docs/FORMAT.md has it.
-//! - [`http`], [`source`]: the client to OpenSearch/Elasticsearch.
-//! - [`load`], [`docgen`]: a seeded data set of paper-shaped documents;
-//!   [`synthetic`]: pages of them written without a search engine, through
-//!   [`export::write_new_export`] (the read benchmark's workload).
+//! - [`export`]: one cursor per slice of a search index (point in time +
+//!   search_after, or scroll) feeds the device's writer
+//!   ([`write::write_new_export`]); `--resume` goes on from the slices'
+//!   durable checkpoints with no gap and no duplicate.
+//! - [`http`], [`plain`], [`source`]: the client to OpenSearch and
+//!   Elasticsearch (TLS, auth, retries on refusals), the cursors, and pages
+//!   built straight from the answers.
+//! - [`load`]: a seeded data set of paper-shaped documents
+//!   ([`docgen`]) bulk-indexed into a search engine.
 //!
-//! Data flows one way: sluice-io (device, pool, engine) → this crate → the
-//! store's import and the CLI.
+//! Data flows one way: sluice-io → sluice-pages → this crate → the CLI and
+//! the Python package.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod buffers;
-pub mod device;
-pub mod docgen;
-/// What goes wrong, said so that the reader knows what to do next.
-pub mod error;
 pub mod export;
-pub mod format;
 pub mod http;
-pub mod layout;
 pub mod load;
-pub mod page;
 pub mod plain;
-pub mod progress;
-pub mod read;
-pub mod sinks;
 pub mod source;
-pub mod synthetic;
+
+// The export device's format, writer and reader (sluice-pages), under the
+// names they had here.
+pub use sluice_pages::{
+    buffers, device, docgen, error, format, layout, page, progress, read, sinks, synthetic, write,
+};
 
 pub use error::{Error, Result};
-pub use export::{
-    export, write_new_export, ExportOptions, ExportSummary, ExportWatch, Layout, PageSource,
-    WriteSettings, DEFAULT_CHECKPOINT_INTERVAL,
-};
+pub use export::{export, ExportOptions};
 pub use http::{Auth, Client, HttpOptions};
 pub use read::{
     read_export, read_pages, Hit, OnCorrupt, PageInfo, PageSink, ReadOptions, ReadSummary, Sink,
 };
-pub use source::FetchedPage;
+pub use write::{
+    write_new_export, ExportSummary, ExportWatch, FetchedPage, Layout, PageSource, WriteSettings,
+    DEFAULT_CHECKPOINT_INTERVAL,
+};

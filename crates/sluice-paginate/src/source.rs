@@ -5,8 +5,9 @@
 use crate::error::{Error, Result};
 use crate::format::CursorKind;
 use crate::http::{Client, Response};
-use crate::page::{PageBytes, PageFill, PageTarget};
+use crate::page::{PageBytes, PageTarget};
 use serde::Deserialize;
+use sluice_pages::write::FetchedPage;
 use std::borrow::Cow;
 use std::sync::Mutex;
 
@@ -505,22 +506,6 @@ pub fn sample_hit_bytes(client: &Client, spec: &SourceSpec) -> Result<f64> {
         return Ok(0.0);
     }
     Ok(bytes as f64 / docs as f64)
-}
-
-/// One page as it goes onto the device, and where the next one starts.
-#[derive(Debug)]
-pub struct FetchedPage {
-    /// `[{"_id":…,"_source":…},…]\n`
-    pub bytes: PageBytes,
-    /// CRC32C of `bytes`, computed as they were put together (while they
-    /// were still in the cache).
-    pub crc32c: u32,
-    /// Documents in the page.
-    pub docs: u32,
-    /// Bytes of the largest hit.
-    pub max_hit_bytes: usize,
-    /// The checkpoint cursor after this page.
-    pub cursor_after: String,
 }
 
 struct BuiltPage {
@@ -1192,6 +1177,37 @@ impl<'a> SliceCursor<'a> {
                 .client
                 .send("DELETE", "/_search/scroll", Some(body.as_bytes()));
         }
+    }
+}
+
+/// Fills a page front to back.
+struct PageFill<'a> {
+    out: &'a mut [u8],
+    at: usize,
+}
+
+impl<'a> PageFill<'a> {
+    fn new(out: &'a mut [u8]) -> Self {
+        PageFill { out, at: 0 }
+    }
+
+    /// Appends `bytes`.
+    ///
+    /// # Panics
+    /// Past the page's length: the length was computed wrong.
+    fn put(&mut self, bytes: &[u8]) {
+        self.out[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+    }
+
+    /// Bytes filled so far.
+    fn filled(&self) -> usize {
+        self.at
+    }
+
+    /// What has been filled.
+    fn bytes(&self) -> &[u8] {
+        &self.out[..self.at]
     }
 }
 

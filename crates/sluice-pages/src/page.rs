@@ -113,34 +113,3 @@ impl std::ops::Deref for PageBytes {
         self.as_slice()
     }
 }
-
-/// Fills a page front to back.
-pub(crate) struct PageFill<'a> {
-    out: &'a mut [u8],
-    at: usize,
-}
-
-impl<'a> PageFill<'a> {
-    pub(crate) fn new(out: &'a mut [u8]) -> Self {
-        PageFill { out, at: 0 }
-    }
-
-    /// Appends `bytes`.
-    ///
-    /// # Panics
-    /// Past the page's length: the length was computed wrong.
-    pub(crate) fn put(&mut self, bytes: &[u8]) {
-        self.out[self.at..self.at + bytes.len()].copy_from_slice(bytes);
-        self.at += bytes.len();
-    }
-
-    /// Bytes filled so far.
-    pub(crate) fn filled(&self) -> usize {
-        self.at
-    }
-
-    /// What has been filled.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.out[..self.at]
-    }
-}

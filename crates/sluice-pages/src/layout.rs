@@ -241,8 +241,8 @@ mod tests {
     #[test]
     fn an_earlier_runs_entries_before_a_new_extent_are_not_read() {
         use crate::device::DeviceIo;
-        use crate::export::{new_header, Layout};
         use crate::format::CursorKind;
+        use crate::write::{new_header, Layout};
         use sluice_io::{Device, MemoryDevice};
         use std::sync::Arc;
         let device: Arc<dyn Device> = Arc::new(MemoryDevice::new(4096, 4096));

@@ -10,8 +10,7 @@
 
 use crate::docgen::{paper_doc, PAPER_DOC_BYTES};
 use crate::error::{Error, Result};
-use crate::export::PageSource;
-use crate::source::FetchedPage;
+use crate::write::{FetchedPage, PageSource};
 
 /// Digits of every id.
 pub const ID_DIGITS: usize = 10;
