@@ -1,6 +1,8 @@
 //! `sluice`: the command line over the Sluice crates. Thin by design: parse,
 //! call a crate, print.
 
+#[cfg(feature = "full")]
+mod config_file;
 mod graph;
 #[cfg(feature = "full")]
 mod import;
@@ -87,7 +89,7 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 4")
                           `cargo build --release -p sluice-cli` builds every command."
     )
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -199,7 +201,13 @@ fn main() -> ExitCode {
         .format_timestamp(None)
         .format_target(false)
         .init();
-    let cli = Cli::parse();
+    let cli = match parse_args() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.command {
         #[cfg(feature = "full")]
         Command::Bench(cmd) => sluice_bench::run(cmd),
@@ -236,6 +244,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The command line, with the keys of a `--config` file put in.
+fn parse_args() -> anyhow::Result<Cli> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    #[cfg(feature = "full")]
+    let args = {
+        use clap::CommandFactory;
+        config_file::expand(args, &Cli::command())?
+    };
+    Ok(Cli::parse_from(args))
 }
 
 fn print_probe() {

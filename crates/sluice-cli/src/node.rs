@@ -11,9 +11,17 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct NodeArgs {
+    /// A TOML file whose keys are these options (`listen = "0.0.0.0:4420"`,
+    /// `device = ["a.dev", "b.dev"]`); an option given here wins over its
+    /// key (docs/examples/sluice-node.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print every option as a commented key of a `--config` file, and exit.
+    #[arg(long)]
+    config_example: bool,
     /// A device to serve (a file, created at --create-mib if missing, or a
     /// block device); repeat it: namespace 1, 2, … in the order given.
-    #[arg(long = "device", required = true)]
+    #[arg(long = "device", required_unless_present = "config_example")]
     devices: Vec<PathBuf>,
     /// Size of each device file created, in MiB.
     #[arg(long, default_value_t = 1024)]
@@ -143,6 +151,10 @@ enum TlsMode {
 }
 
 pub fn run(args: &NodeArgs) -> Result<()> {
+    if args.config_example {
+        print!("{}", crate::config_file::example_of("node"));
+        return Ok(());
+    }
     if args.nqn.len() > 223 || !args.nqn.starts_with("nqn.") {
         bail!(
             "--nqn {:?}: an NQN starts with \"nqn.\" and has at most 223 bytes, e.g. nqn.2026-11.io.sluice:node",

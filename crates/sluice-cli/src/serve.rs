@@ -12,6 +12,19 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
+    /// A TOML file whose keys are these options (`resp = "0.0.0.0:6379"`,
+    /// `device = ["a.dev", "b.dev"]`), with a `[redis]` table of Redis
+    /// parameters that CONFIG REWRITE writes back; an option given here
+    /// wins over its key (docs/examples/sluice-serve.toml).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print every option as a commented key of a `--config` file, and exit.
+    #[arg(long)]
+    config_example: bool,
+    /// A Redis parameter set at start, as `CONFIG SET NAME VALUE` sets it
+    /// (`--redis-param notify-keyspace-events=KEA`); repeat it.
+    #[arg(long = "redis-param", value_name = "NAME=VALUE")]
+    redis_params: Vec<String>,
     #[command(flatten)]
     store: crate::StoreOpenArgs,
     /// Device: a file (created and formatted on first start) or a block
@@ -314,7 +327,12 @@ fn log_mirror(args: &ServeArgs) -> Result<Option<sluice_store::LogMirrorConfig>>
 }
 
 pub fn run(args: &ServeArgs) -> Result<()> {
+    if args.config_example {
+        print!("{}", crate::config_file::example_of("serve"));
+        return Ok(());
+    }
     // Every flag is checked before the device is touched.
+    let start_parameters = redis_params(&args.redis_params)?;
     let clients =
         args.tls_ca_cert
             .as_deref()
@@ -420,6 +438,13 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             ..Limits::default()
         },
         background_cpu: args.background_cpu,
+        start_parameters,
+        rewrite: args.config.clone().map(|path| {
+            sluice_server::server::ConfigRewrite(Arc::new(move |parameters| {
+                crate::config_file::rewrite_redis_table(&path, parameters)
+                    .map_err(|e| format!("{e:#}"))
+            }))
+        }),
         ..ServerConfig::default()
     };
     let server = Server::start(db.clone(), config)
@@ -578,4 +603,17 @@ fn parse_mode(text: &str) -> std::result::Result<u32, String> {
         .ok()
         .filter(|m| *m <= 0o777)
         .ok_or_else(|| format!("{text}: give permission bits in octal, as 0660"))
+}
+
+/// `--redis-param NAME=VALUE`s as pairs.
+fn redis_params(given: &[String]) -> Result<Vec<(String, String)>> {
+    given
+        .iter()
+        .map(|p| match p.split_once('=') {
+            Some((name, value)) if !name.is_empty() => {
+                Ok((name.to_ascii_lowercase(), value.to_string()))
+            }
+            _ => bail!("--redis-param {p:?}: give NAME=VALUE, e.g. notify-keyspace-events=KEA"),
+        })
+        .collect()
 }

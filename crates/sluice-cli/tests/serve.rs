@@ -1478,3 +1478,106 @@ fn commands_that_read_keys_wait_off_the_worker_too_and_answer_in_order() {
         format!("{}\n", field(77, 0))
     );
 }
+
+/// `sluice serve --config FILE`: its keys act as the options they name, a
+/// `[redis]` table's parameters are set at start, CONFIG REWRITE writes
+/// what CONFIG SET changed back into the file (keeping the rest of it), and
+/// a restart from the rewritten file comes up with those values.
+#[test]
+fn a_config_file_is_read_at_start_and_rewritten_by_config_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("sluice.toml");
+    std::fs::write(
+        &file,
+        "# the team's server\ntimeout = 7\nmax-clients = 123\n\n\
+         [redis]\nnotify-keyspace-events = \"KEA\"\n",
+    )
+    .unwrap();
+    let config = ["--config", file.to_str().unwrap()];
+    let s = serve(dir.path(), &config);
+    assert_eq!(
+        redis_cli(s.port, &["CONFIG", "GET", "timeout"]),
+        "timeout\n7\n"
+    );
+    assert_eq!(
+        redis_cli(s.port, &["CONFIG", "GET", "maxclients"]),
+        "maxclients\n123\n"
+    );
+    assert_eq!(
+        redis_cli(s.port, &["CONFIG", "GET", "notify-keyspace-events"]),
+        "notify-keyspace-events\nAKE\n"
+    );
+    assert_eq!(
+        redis_cli(s.port, &["CONFIG", "SET", "timeout", "9", "hz", "20"]),
+        "OK\n"
+    );
+    assert_eq!(redis_cli(s.port, &["CONFIG", "REWRITE"]), "OK\n");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.starts_with("# the team's server\ntimeout = 7\n"),
+        "{text}"
+    );
+    for line in [
+        "hz = \"20\"",
+        "timeout = \"9\"",
+        "notify-keyspace-events = \"AKE\"",
+    ] {
+        assert!(text.contains(line), "{line} missing from\n{text}");
+    }
+    stop_with_sigterm(s);
+    let s = serve(dir.path(), &config);
+    assert_eq!(
+        redis_cli(s.port, &["CONFIG", "GET", "timeout"]),
+        "timeout\n9\n"
+    );
+    assert_eq!(redis_cli(s.port, &["CONFIG", "GET", "hz"]), "hz\n20\n");
+    stop_with_sigterm(s);
+    // Without a file, Redis's answer.
+    let s = serve(dir.path(), &[]);
+    let out = redis_cli(s.port, &["CONFIG", "REWRITE"]);
+    assert!(out.contains("without a config file"), "{out}");
+    drop(s);
+    // A parameter Redis would refuse stops the start, named.
+    std::fs::write(&file, "[redis]\nhz = \"fast\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .args(["--device", dir.path().join("serve.dev").to_str().unwrap()])
+        .args(["--resp", "127.0.0.1:0"])
+        .args(config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("'hz'"), "{err}");
+    // An unknown key is named with its file.
+    std::fs::write(&file, "port = 6380\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("unknown key `port`") && err.contains("sluice.toml"),
+        "{err}"
+    );
+}
+
+/// The examples in docs/examples are what `--config-example` prints now:
+/// every option of the build, with its help and default.
+#[test]
+fn the_shipped_config_examples_are_current() {
+    for command in ["serve", "node"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args([command, "--config-example"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("../../docs/examples/sluice-{command}.toml"));
+        let shipped = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            shipped == String::from_utf8_lossy(&out.stdout),
+            "{} is out of date: `sluice {command} --config-example > docs/examples/sluice-{command}.toml`",
+            path.display()
+        );
+    }
+}

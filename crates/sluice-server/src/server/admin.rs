@@ -1740,9 +1740,8 @@ fn config(shared: &Shared, args: &Args) -> Reply {
         b"get" => commands::wrong_arity("config|get"),
         b"set" if args.len() >= 4 && args.len().is_multiple_of(2) => config_set(shared, args),
         b"set" => commands::wrong_arity("config|set"),
-        // `sluice serve` takes flags, not a configuration file: Redis's
-        // answer when it runs without one.
-        b"rewrite" if args.len() == 2 => error("ERR The server is running without a config file"),
+        // Without `--config`, Redis's answer when it runs without a file.
+        b"rewrite" if args.len() == 2 => config_rewrite(shared),
         b"rewrite" => commands::wrong_arity("config|rewrite"),
         b"resetstat" => {
             shared.stats.errors.reset();
@@ -1806,7 +1805,26 @@ fn config_get(shared: &Shared, args: &Args) -> Reply {
 /// `maxclients`, `protected-mode` and `requirepass` (the default user's
 /// password, as in Redis: empty for none), and Redis's tuning parameters
 /// ([`super::tunables`]). All pairs are checked before any is applied.
-fn config_set(shared: &Shared, args: &Args) -> Reply {
+/// CONFIG REWRITE: the tunables that differ from their defaults and the
+/// settings CONFIG SET changed, handed to the front end's writer.
+fn config_rewrite(shared: &Shared) -> Reply {
+    let Some(rewrite) = &shared.config.rewrite else {
+        return error("ERR The server is running without a config file");
+    };
+    let mut kept = shared.tunables.changed();
+    let settings = shared
+        .set_settings
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    kept.extend(settings);
+    match (rewrite.0)(&kept) {
+        Ok(()) => Reply::Simple("OK".into()),
+        Err(why) => error(&format!("ERR Rewriting config file: {why}")),
+    }
+}
+
+pub(super) fn config_set(shared: &Shared, args: &Args) -> Reply {
     let mut changes = Vec::new();
     let mut tuned = Vec::new();
     let mut requirepass = None;
@@ -1860,6 +1878,18 @@ fn config_set(shared: &Shared, args: &Args) -> Reply {
     }
     shared.refresh_change_recording();
     shared.tracking.limit(shared);
+    {
+        let mut kept = shared
+            .set_settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for pair in args[2..].chunks(2) {
+            let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+            if name != "requirepass" && super::tunables::Tunables::find(&name).is_none() {
+                kept.insert(name, String::from_utf8_lossy(&pair[1]).into_owned());
+            }
+        }
+    }
     for (name, value) in changes {
         match name.as_str() {
             "timeout" => shared.idle_timeout_secs.store(value, Ordering::Relaxed),

@@ -109,6 +109,26 @@ pub struct ServerConfig {
     /// flushes and compactions through its own config) are scheduled
     /// against the workers.
     pub background_cpu: sluice_io::cpu::BackgroundCpu,
+    /// Redis parameters set at start as `CONFIG SET name value` sets them
+    /// (the same checks and errors), before any client connects.
+    pub start_parameters: Vec<(String, String)>,
+    /// Where CONFIG REWRITE writes the parameters that differ from their
+    /// defaults (none: Redis's error for a server without a config file).
+    pub rewrite: Option<ConfigRewrite>,
+}
+
+/// What CONFIG REWRITE calls with the parameters to keep, by name: the
+/// front end that read a configuration file writes them back into it.
+#[derive(Clone)]
+pub struct ConfigRewrite(pub Arc<RewriteFn>);
+
+/// Writes parameters (name, value) back where they came from, or says why not.
+pub type RewriteFn = dyn Fn(&[(String, String)]) -> Result<(), String> + Send + Sync;
+
+impl std::fmt::Debug for ConfigRewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConfigRewrite")
+    }
 }
 
 impl Default for ServerConfig {
@@ -131,6 +151,8 @@ impl Default for ServerConfig {
             max_pipeline: 1024,
             spin_us: 50,
             background_cpu: sluice_io::cpu::BackgroundCpu::Idle,
+            start_parameters: Vec::new(),
+            rewrite: None,
         }
     }
 }
@@ -396,6 +418,10 @@ pub struct Shared {
     wakers: Mutex<Vec<Arc<sluice_io::net::Waker>>>,
     /// Each worker's hand-over point for shared-memory clients.
     shm_inboxes: Mutex<Vec<Arc<shm::WorkerInbox>>>,
+    /// Settings CONFIG SET changed that are not among the tunables
+    /// (`timeout`, `appendfsync`, ...), as last set: CONFIG REWRITE keeps
+    /// them. Never `requirepass`: a secret is not written into a file.
+    pub(crate) set_settings: Mutex<std::collections::BTreeMap<String, String>>,
     committer: durability::Committer,
 }
 
@@ -536,8 +562,22 @@ impl Server {
             wakers: Mutex::new(Vec::new()),
             shm_inboxes: Mutex::new(Vec::new()),
             committer: durability::Committer::default(),
+            set_settings: Mutex::new(Default::default()),
             config,
         });
+        if !shared.config.start_parameters.is_empty() {
+            let mut args: crate::resp::Args = vec![b"CONFIG".to_vec(), b"SET".to_vec()];
+            for (name, value) in &shared.config.start_parameters {
+                args.push(name.as_bytes().to_vec());
+                args.push(value.as_bytes().to_vec());
+            }
+            if let crate::resp::Reply::Error(why) = admin::config_set(&shared, &args) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("a Redis parameter given at start: {why}"),
+                ));
+            }
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut workers = Vec::new();
         let mut listener = Some(first);

@@ -379,6 +379,17 @@ impl Tunables {
         out
     }
 
+    /// The parameters whose values differ from their defaults, by name
+    /// (what CONFIG REWRITE keeps).
+    pub fn changed(&self) -> Vec<(String, String)> {
+        let values = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        TUNABLES
+            .iter()
+            .filter(|t| values[t.name] != t.default && !HIDDEN.contains(&t.name))
+            .map(|t| (t.name.to_string(), values[t.name].clone()))
+            .collect()
+    }
+
     /// The value `t` reports now.
     pub fn get(&self, t: &Tunable) -> String {
         let values = self.values.lock().unwrap_or_else(|e| e.into_inner());
