@@ -51,6 +51,10 @@ pub fn expand(args: Vec<OsString>, cli: &Command) -> Result<Vec<OsString>> {
     let Some(path) = config_path(&args[2..]) else {
         return Ok(args);
     };
+    // Built, so that the global options (`--log-format`) are among each
+    // command's own.
+    let mut cli = cli.clone();
+    cli.build();
     let command = cli
         .find_subcommand(name)
         .with_context(|| format!("`sluice {name}` is not in this build"))?;
@@ -230,7 +234,8 @@ pub fn rewrite_redis_table(path: &Path, parameters: &[(String, String)]) -> Resu
 /// The example of `sluice NAME` (a configurable command of this binary).
 pub fn example_of(name: &str) -> String {
     use clap::CommandFactory;
-    let cli = crate::Cli::command();
+    let mut cli = crate::Cli::command();
+    cli.build();
     let command = cli
         .find_subcommand(name)
         .expect("a configurable command of the binary");

@@ -90,8 +90,40 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), ", store format 4")
     )
 )]
 pub(crate) struct Cli {
+    /// How log lines are written to standard error: `text` for people,
+    /// `json` (one object a line: time, level, module, message) for log
+    /// collectors. Which lines: RUST_LOG (default `info`).
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// See [`Cli::log_format`].
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Starts the logger: RUST_LOG's filter (default `info`), lines in `format`.
+fn start_logging(format: LogFormat) {
+    let mut builder =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    match format {
+        LogFormat::Text => builder.format_timestamp(None).format_target(false),
+        LogFormat::Json => builder.format(|buf, record| {
+            use std::io::Write;
+            let line = serde_json::json!({
+                "time": buf.timestamp_millis().to_string(),
+                "level": record.level().as_str(),
+                "module": record.target(),
+                "message": record.args().to_string(),
+            });
+            writeln!(buf, "{line}")
+        }),
+    };
+    builder.init();
 }
 
 /// Options of every command that opens a store.
@@ -197,10 +229,6 @@ fn left_out(args: &[String]) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     keep_freed_memory();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"))
-        .format_timestamp(None)
-        .format_target(false)
-        .init();
     let cli = match parse_args() {
         Ok(cli) => cli,
         Err(e) => {
@@ -208,6 +236,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    start_logging(cli.log_format);
     let result = match cli.command {
         #[cfg(feature = "full")]
         Command::Bench(cmd) => sluice_bench::run(cmd),

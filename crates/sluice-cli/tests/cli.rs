@@ -929,3 +929,61 @@ fn format_fits_small_devices_and_refuses_what_does_not_fit_before_writing() {
         &["use a device of at least"],
     );
 }
+
+/// `--log-format json`: every line the server logs is one JSON object with
+/// its time, level, module and message.
+#[test]
+fn json_logs_are_one_object_a_line() {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = scratch("json-logs");
+    let dir = dir.parent().unwrap();
+    let device = dir.join("serve.dev");
+    let _ = std::fs::remove_file(&device);
+    let mut child = sluice()
+        .args(["--log-format", "json", "serve", "--create-mib", "64"])
+        .args([
+            "--device",
+            device.to_str().unwrap(),
+            "--resp",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready to accept connections") {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended first");
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines.len() >= 2, "{err}");
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert_eq!(v["level"], "INFO", "{line}");
+        assert!(
+            v["module"].as_str().unwrap().starts_with("sluice"),
+            "{line}"
+        );
+        assert!(v["time"].as_str().unwrap().ends_with('Z'), "{line}");
+    }
+    assert!(err.contains("created and formatted"), "{err}");
+    assert!(err.contains("shutting down"), "{err}");
+    remove_scratch("json-logs");
+}
