@@ -21,6 +21,12 @@ pub struct ServeArgs {
     /// Print every option as a commented key of a `--config` file, and exit.
     #[arg(long)]
     config_example: bool,
+    /// Serve Prometheus's `/metrics` (the Redis protocol's, the HTTP API's
+    /// and the store's figures) on this loopback address, without a
+    /// password; beyond loopback, the HTTP API's `/_sluice/metrics` serves
+    /// the same behind its authentication.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// A Redis parameter set at start, as `CONFIG SET NAME VALUE` sets it
     /// (`--redis-param notify-keyspace-events=KEA`); repeat it.
     #[arg(long = "redis-param", value_name = "NAME=VALUE")]
@@ -333,6 +339,13 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     }
     // Every flag is checked before the device is touched.
     let start_parameters = redis_params(&args.redis_params)?;
+    let metrics_listener = match args.metrics {
+        Some(addr) => Some(
+            sluice_server::server::metrics::bind(addr)
+                .with_context(|| format!("listening for metrics on {addr}"))?,
+        ),
+        None => None,
+    };
     let clients =
         args.tls_ca_cert
             .as_deref()
@@ -462,6 +475,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 .set_limit_bytes(args.http_native_memory_mib << 20);
             // Weak: the server's state goes when the server stops.
             let resp = Arc::downgrade(server.shared());
+            let resp_metrics = resp.clone();
+            api.set_extra_metrics(Box::new(move |out| {
+                if let Some(shared) = resp_metrics.upgrade() {
+                    sluice_server::server::metrics::render(&shared, out);
+                }
+            }));
             api.set_extra_stats(Box::new(move || match resp.upgrade() {
                 Some(shared) => serde_json::json!({
                     "commands_processed": shared.stats.sum(|w| &w.commands_processed),
@@ -487,12 +506,36 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 },
                 ..sluice_http::HttpConfig::default()
             };
-            Some(
-                sluice_http::HttpServer::start(api, config)
+            Some((
+                sluice_http::HttpServer::start(api.clone(), config)
                     .with_context(|| format!("starting the HTTP API on {addr}"))?,
-            )
+                api,
+            ))
         }
     };
+    let (http, http_api) = http.map_or((None, None), |(h, a)| (Some(h), Some(a)));
+    if let Some(listener) = metrics_listener {
+        let resp = Arc::downgrade(server.shared());
+        let api = http_api.as_ref().map(Arc::downgrade);
+        let render = Arc::new(move || {
+            let mut out = String::new();
+            if let Some(shared) = resp.upgrade() {
+                sluice_server::server::metrics::render(&shared, &mut out);
+            }
+            if let Some(api) = api.as_ref().and_then(|a| a.upgrade()) {
+                api.http_metrics(&mut out);
+            }
+            out
+        });
+        let addr = listener.local_addr()?;
+        std::thread::Builder::new()
+            .name("sluice-metrics".into())
+            .spawn(move || sluice_server::server::metrics::serve(listener, render))?;
+        println!("sluice serve: Prometheus metrics on http://{addr}/metrics");
+    }
+    // The HTTP server holds the API; only a weak hold stays here, so that
+    // the store closes when the servers are done.
+    drop(http_api);
     // Weak: the store closes when the server is done, not at exit.
     let shared = Arc::downgrade(server.shared());
     let mut signals = signal_hook::iterator::Signals::new([

@@ -1581,3 +1581,99 @@ fn the_shipped_config_examples_are_current() {
         );
     }
 }
+
+const METRICS_PY: &str = r#"
+import sys, urllib.request, urllib.error, redis
+from prometheus_client.parser import text_string_to_metric_families
+port, metrics_port, http_port = (int(a) for a in sys.argv[1:4])
+r = redis.Redis(port=port, decode_responses=True)
+r.set("a", "x"); r.get("a"); r.get("a")
+try:
+    r.incr("a")
+    raise SystemExit("INCR of a non-number did not fail")
+except redis.ResponseError:
+    pass
+urllib.request.urlopen(f"http://127.0.0.1:{http_port}/").read()
+def scrape(url):
+    with urllib.request.urlopen(url) as answer:
+        assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4"), answer.headers
+        text = answer.read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    samples = {}
+    for f in families.values():
+        for s in f.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return families, samples
+families, samples = scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+assert families["sluice_resp_command_calls"].type == "counter", families["sluice_resp_command_calls"]
+assert samples[("sluice_resp_command_calls_total", (("command", "get"),))] == 2, samples
+assert samples[("sluice_resp_command_calls_total", (("command", "set"),))] == 1
+# redis-py sends INCR as INCRBY.
+assert samples[("sluice_resp_command_failed_total", (("command", "incrby"),))] == 1
+hist = families["sluice_resp_command_duration_seconds"]
+assert hist.type == "histogram", hist
+calls = sum(v for (n, _), v in samples.items() if n == "sluice_resp_command_calls_total")
+count = samples[("sluice_resp_command_duration_seconds_count", ())]
+assert count == calls, (count, calls)
+assert samples[("sluice_resp_command_duration_seconds_bucket", (("le", "+Inf"),))] == count
+assert samples[("sluice_resp_connected_clients", ())] >= 1
+assert samples[("sluice_http_requests_total", ())] >= 1
+assert families["sluice_http_request_duration_seconds"].type == "summary"
+assert samples[("sluice_store_device_bytes", ())] == 64 << 20
+writes = samples[("sluice_device_write_bytes_total", (("device", "0"), ("priority", "high")))]
+assert writes > 0, "the log's writes are high-priority device writes"
+# The HTTP API serves the same families at /_sluice/metrics.
+http_families, _ = scrape(f"http://127.0.0.1:{http_port}/_sluice/metrics")
+assert set(http_families) == set(families), set(families) ^ set(http_families)
+try:
+    urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/other")
+    raise SystemExit("a path other than /metrics was answered")
+except urllib.error.HTTPError as e:
+    assert e.code == 404, e
+print("metrics ok")
+"#;
+
+/// `--metrics`: Prometheus's text format, read by Prometheus's own Python
+/// parser, with counters that follow the commands run; the HTTP API's
+/// `/_sluice/metrics` serves the same; beyond loopback the listener is
+/// refused before anything starts.
+#[test]
+fn metrics_are_served_in_prometheus_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let (metrics_port, http_port) = (free_port(), free_port());
+    let metrics = format!("127.0.0.1:{metrics_port}");
+    let http = format!("127.0.0.1:{http_port}");
+    let s = serve(
+        dir.path(),
+        &["--create-mib", "64", "--metrics", &metrics, "--http", &http],
+    );
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(METRICS_PY)
+        .args([
+            s.port.to_string(),
+            metrics_port.to_string(),
+            http_port.to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "metrics check failed (scripts/setup installs prometheus-client and redis-py):\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(s);
+    let device = dir.path().join("other.dev");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--device", device.to_str().unwrap()])
+        .args(["--resp", "127.0.0.1:0", "--metrics", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("loopback"), "{err}");
+    assert!(
+        !device.exists(),
+        "a device was made for a server that could not start"
+    );
+}

@@ -21,6 +21,11 @@ pub const COMPAT_VERSION: &str = "8.11.0";
 /// Redis-protocol server's counters).
 pub type ExtraStats = Box<dyn Fn() -> Value + Send + Sync>;
 
+/// The rest of the process's figures for `/_sluice/metrics`, written in
+/// Prometheus's text format after the HTTP API's own (the Redis-protocol
+/// server's and the store's).
+pub type ExtraMetrics = Box<dyn Fn(&mut String) + Send + Sync>;
+
 /// The API over one store.
 pub struct Api {
     catalog: Catalog,
@@ -34,6 +39,7 @@ pub struct Api {
     pub errors: AtomicU64,
     latency_us: std::sync::Mutex<hdrhistogram::Histogram<u64>>,
     extra: std::sync::OnceLock<ExtraStats>,
+    extra_metrics: std::sync::OnceLock<ExtraMetrics>,
     cluster_uuid: String,
     /// `action.destructive_requires_name` (true by default, as in
     /// Elasticsearch 8): deleting indices takes their names, not `_all`
@@ -227,6 +233,7 @@ impl Api {
                     .map_err(|e| sluice_store::StoreError::BadInput(e.to_string()))?,
             ),
             extra: std::sync::OnceLock::new(),
+            extra_metrics: std::sync::OnceLock::new(),
             cluster_uuid: {
                 use base64::Engine;
                 base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
@@ -270,6 +277,72 @@ impl Api {
 
     pub(crate) fn extra_stats(&self) -> Option<Value> {
         self.extra.get().map(|f| f())
+    }
+
+    /// Adds the rest of the process's figures to `/_sluice/metrics` (set
+    /// once).
+    pub fn set_extra_metrics(&self, f: ExtraMetrics) {
+        let _ = self.extra_metrics.set(f);
+    }
+
+    /// Writes the HTTP API's figures in Prometheus's text format: requests,
+    /// errors, latency quantiles and open search contexts.
+    pub fn http_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        let counters = [
+            (
+                "sluice_http_requests_total",
+                "HTTP requests served.",
+                &self.requests,
+            ),
+            (
+                "sluice_http_errors_total",
+                "HTTP requests answered with a 4xx or 5xx status.",
+                &self.errors,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            let _ = write!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+                counter.load(Ordering::Relaxed)
+            );
+        }
+        let h = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        let name = "sluice_http_request_duration_seconds";
+        let _ = write!(
+            out,
+            "# HELP {name} Time an HTTP request took to answer, since start.\n# TYPE {name} summary\n"
+        );
+        for q in [0.5, 0.9, 0.99] {
+            let seconds = h.value_at_quantile(q) as f64 / 1e6;
+            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {seconds}");
+        }
+        let sum_seconds = h.mean() * h.len() as f64 / 1e6;
+        let _ = write!(out, "{name}_sum {sum_seconds}\n{name}_count {}\n", h.len());
+        let (scrolls, pits) = self.open_contexts();
+        let name = "sluice_http_open_contexts";
+        let _ = write!(
+            out,
+            "# HELP {name} Open search contexts, by kind.\n# TYPE {name} gauge\n\
+             {name}{{kind=\"scroll\"}} {scrolls}\n{name}{{kind=\"point_in_time\"}} {pits}\n"
+        );
+    }
+
+    /// `/_sluice/metrics`: the HTTP API's figures, then the rest of the
+    /// process's.
+    pub(crate) fn metrics(&self) -> Response {
+        let mut body = String::new();
+        self.http_metrics(&mut body);
+        if let Some(extra) = self.extra_metrics.get() {
+            extra(&mut body);
+        }
+        Response {
+            status: 200,
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            headers: vec![("Cache-Control", "no-store".into())],
+            body: body.into_bytes(),
+        }
     }
 
     pub(crate) fn http_stats(&self) -> Value {

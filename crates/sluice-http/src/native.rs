@@ -220,6 +220,7 @@ impl Api {
                 headers: vec![("Cache-Control", "no-store".into())],
                 body: CONSOLE_HTML.as_bytes().to_vec(),
             }),
+            ("GET", ["metrics"]) => Ok(self.metrics()),
             ("GET", ["stats"]) => Ok(Response::json(
                 200,
                 self.stats_json().to_string().into_bytes(),

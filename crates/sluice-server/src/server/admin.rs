@@ -308,6 +308,8 @@ pub(super) fn count_call(
     }
     super::WorkerStats::add(&c.calls, 1);
     super::WorkerStats::add(&c.usec, us);
+    let buckets = &shared.stats.by_worker[worker].latency_buckets;
+    super::WorkerStats::add(&buckets[super::metrics::latency_bucket(us)], 1);
     if error == Some(false) {
         super::WorkerStats::add(&c.failed, 1);
     }
@@ -1756,6 +1758,14 @@ fn config(shared: &Shared, args: &Args) -> Reply {
                 for counter in [&c.calls, &c.usec, &c.rejected, &c.failed] {
                     counter.store(0, Ordering::Relaxed);
                 }
+            }
+            for bucket in shared
+                .stats
+                .by_worker
+                .iter()
+                .flat_map(|w| w.latency_buckets.iter())
+            {
+                bucket.store(0, Ordering::Relaxed);
             }
             Reply::Simple("OK".into())
         }

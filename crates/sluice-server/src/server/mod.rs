@@ -31,6 +31,7 @@ mod functions;
 mod lua;
 mod lua_libs;
 mod mailbox;
+pub mod metrics;
 mod monitor;
 mod notify;
 mod pause;
@@ -322,6 +323,9 @@ pub struct WorkerStats {
     pub changes: AtomicU64,
     /// Per command and subcommand, by `acl::CommandId`.
     pub commands: Box<[CommandCounters]>,
+    /// Commands run, by how long they took: bucket i up to 2^i µs, the
+    /// last past 2^20 µs (`/metrics`'s latency histogram).
+    pub latency_buckets: [AtomicU64; metrics::LATENCY_BUCKETS + 1],
 }
 
 impl WorkerStats {
