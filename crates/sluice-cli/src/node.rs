@@ -19,6 +19,11 @@ pub struct NodeArgs {
     /// Print every option as a commented key of a `--config` file, and exit.
     #[arg(long)]
     config_example: bool,
+    /// Serve Prometheus's `/metrics` (each namespace's size and device I/O,
+    /// each controller's queues, where write data was received) on this
+    /// loopback address, without a password.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// A device to serve (a file, created at --create-mib if missing, or a
     /// block device); repeat it: namespace 1, 2, … in the order given.
     #[arg(long = "device", required_unless_present = "config_example")]
@@ -162,6 +167,16 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         );
     }
     check_exposure(args)?;
+    let metrics_listener = args
+        .metrics
+        .map(|addr| {
+            sluice_server::server::metrics::bind(
+                addr,
+                "beyond loopback, scrape it through an authenticating proxy on this machine",
+            )
+            .with_context(|| format!("listening for metrics on {addr}"))
+        })
+        .transpose()?;
     // The ports first: a busy one is refused before any device is made.
     let listener = TcpListener::bind(args.listen)
         .with_context(|| format!("listening on {} (is another target there?)", args.listen))?;
@@ -244,6 +259,19 @@ pub fn run(args: &NodeArgs) -> Result<()> {
     }
     subsystem = subsystem.with_dhchap(dhchap);
     let subsystem = Arc::new(subsystem);
+    if let Some(listener) = metrics_listener {
+        let figures = Arc::downgrade(&subsystem);
+        let started = std::time::Instant::now();
+        let render = Arc::new(move || match figures.upgrade() {
+            Some(s) => node_metrics(&s.figures(), started.elapsed().as_secs_f64()),
+            None => String::new(),
+        });
+        let addr = listener.local_addr()?;
+        std::thread::Builder::new()
+            .name("sluice-metrics".into())
+            .spawn(move || sluice_server::server::metrics::serve(listener, render))?;
+        println!("sluice node: Prometheus metrics on http://{addr}/metrics");
+    }
     let tls_note = match (&nvme_tls, tls_required) {
         (None, _) => "",
         (Some(_), true) => ", TLS required: add --tls --tls-key=<the key>",
@@ -393,4 +421,127 @@ fn open_device(path: &Path, create_mib: u64) -> Result<Arc<dyn Device>> {
         FileDevice::create(path, create_mib << 20, &options)
             .with_context(|| format!("creating {} ({create_mib} MiB)", path.display()))?,
     ))
+}
+
+/// The node's figures in Prometheus's text format.
+fn node_metrics(f: &sluice_nvmf::controller::NodeFigures, uptime_secs: f64) -> String {
+    use sluice_server::server::metrics::{family, sample};
+    let mut out = String::new();
+    family(
+        &mut out,
+        "sluice_uptime_seconds",
+        "gauge",
+        "Seconds since the node started.",
+    );
+    sample(&mut out, "sluice_uptime_seconds", &[], uptime_secs);
+    let name = "sluice_node_namespace_size_bytes";
+    family(&mut out, name, "gauge", "Size of each namespace.");
+    for ns in &f.namespaces {
+        sample(
+            &mut out,
+            name,
+            &[("nsid", &ns.nsid.to_string())],
+            ns.size_bytes,
+        );
+    }
+    type Field = fn(&sluice_io::device::ClassSnapshot) -> u64;
+    let fields: [(&str, &str, Field); 5] = [
+        (
+            "sluice_node_namespace_reads_total",
+            "Device read requests.",
+            |c| c.reads,
+        ),
+        (
+            "sluice_node_namespace_read_bytes_total",
+            "Bytes device reads asked for.",
+            |c| c.read_bytes,
+        ),
+        (
+            "sluice_node_namespace_writes_total",
+            "Device write requests.",
+            |c| c.writes,
+        ),
+        (
+            "sluice_node_namespace_write_bytes_total",
+            "Bytes device writes carried.",
+            |c| c.write_bytes,
+        ),
+        (
+            "sluice_node_namespace_flushes_total",
+            "Device flush requests.",
+            |c| c.flushes,
+        ),
+    ];
+    for (name, help, field) in fields {
+        family(
+            &mut out,
+            name,
+            "counter",
+            &format!("{help} By namespace and I/O priority."),
+        );
+        for ns in &f.namespaces {
+            let Some(io) = &ns.io else { continue };
+            let nsid = ns.nsid.to_string();
+            for (priority, class) in [("high", &io.high), ("low", &io.low)] {
+                sample(
+                    &mut out,
+                    name,
+                    &[("nsid", &nsid), ("priority", priority)],
+                    field(class),
+                );
+            }
+        }
+    }
+    let name = "sluice_node_controllers";
+    family(
+        &mut out,
+        name,
+        "gauge",
+        "Live controllers (discovery ones apart).",
+    );
+    for discovery in [false, true] {
+        let count = f
+            .controllers
+            .iter()
+            .filter(|c| c.discovery == discovery)
+            .count();
+        let kind = if discovery { "discovery" } else { "io" };
+        sample(&mut out, name, &[("kind", kind)], count);
+    }
+    let name = "sluice_node_controller_io_queues";
+    family(
+        &mut out,
+        name,
+        "gauge",
+        "I/O queues each live controller was granted.",
+    );
+    for c in f.controllers.iter().filter(|c| !c.discovery) {
+        let id = c.id.to_string();
+        sample(
+            &mut out,
+            name,
+            &[("controller", &id), ("host", &c.host_nqn)],
+            c.io_queues,
+        );
+    }
+    let name = "sluice_node_write_data_bytes_total";
+    family(
+        &mut out,
+        name,
+        "counter",
+        "Bytes of write data, by where they were received: straight into pinned buffers, or copied from receive buffers.",
+    );
+    sample(
+        &mut out,
+        name,
+        &[("received", "direct")],
+        f.write_data.direct,
+    );
+    sample(
+        &mut out,
+        name,
+        &[("received", "copied")],
+        f.write_data.staged,
+    );
+    out
 }

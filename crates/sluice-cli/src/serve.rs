@@ -341,7 +341,10 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let start_parameters = redis_params(&args.redis_params)?;
     let metrics_listener = match args.metrics {
         Some(addr) => Some(
-            sluice_server::server::metrics::bind(addr)
+            sluice_server::server::metrics::bind(
+                addr,
+                "beyond loopback, scrape the HTTP API's /_sluice/metrics (--http, with its users or API keys)",
+            )
                 .with_context(|| format!("listening for metrics on {addr}"))?,
         ),
         None => None,

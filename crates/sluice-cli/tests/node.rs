@@ -884,3 +884,51 @@ fn sluice_nvmf_authenticates_in_band_to_a_node_that_names_its_secret() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("AUTH_Failure1"));
 }
+
+const NODE_METRICS_PY: &str = r#"
+import sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics").read().decode()
+samples = {}
+for f in text_string_to_metric_families(text):
+    for s in f.samples:
+        samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+assert samples[("sluice_node_namespace_size_bytes", (("nsid", "2"),))] == 16 << 20, samples
+written = sum(v for (n, l), v in samples.items()
+              if n == "sluice_node_namespace_write_bytes_total" and ("nsid", "1") in l)
+assert written >= 3 * 4096, written
+received = sum(v for (n, _), v in samples.items() if n == "sluice_node_write_data_bytes_total")
+assert received == 3 * 4096, received
+assert ("sluice_node_controllers", (("kind", "io"),)) in samples
+print("node metrics ok")
+"#;
+
+/// `sluice node --metrics`: Prometheus's text format, read by its own
+/// Python parser, counting what an initiator wrote.
+#[test]
+fn node_metrics_count_what_hosts_write() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let node = node_with_nbd_and(&["--metrics".as_ref(), metrics.as_ref()]);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.bin");
+    std::fs::write(&input, vec![7u8; 3 * 4096]).unwrap();
+    run(Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["nvmf", "--target", &node.nvme])
+        .args(["write", "--nsid", "1", "--lba", "5", "--in"])
+        .arg(&input));
+    let out = Command::new("python3")
+        .args(["-c", NODE_METRICS_PY, &port.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "node metrics check failed (scripts/setup installs prometheus-client):\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

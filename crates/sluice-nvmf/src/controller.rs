@@ -286,6 +286,42 @@ pub struct Subsystem {
 /// allowed: Linux nvmet's keep-alive for discovery controllers, 120 s.
 pub const DEFAULT_UNKEPT_SILENCE: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// What a node reports about itself ([`Subsystem::figures`]).
+#[derive(Debug, Clone)]
+pub struct NodeFigures {
+    /// Per namespace, in NSID order.
+    pub namespaces: Vec<NamespaceFigures>,
+    /// Per live controller, in id order.
+    pub controllers: Vec<ControllerFigures>,
+    /// Where write data was received.
+    pub write_data: WriteDataBytes,
+}
+
+/// One namespace's figures.
+#[derive(Debug, Clone)]
+pub struct NamespaceFigures {
+    /// Its namespace id.
+    pub nsid: u32,
+    /// Its size.
+    pub size_bytes: u64,
+    /// Its device's I/O by priority class (none for a device that does not
+    /// count).
+    pub io: Option<sluice_io::IoCountsSnapshot>,
+}
+
+/// One live controller's figures.
+#[derive(Debug, Clone)]
+pub struct ControllerFigures {
+    /// Its controller id.
+    pub id: u16,
+    /// The host that made it.
+    pub host_nqn: String,
+    /// A discovery controller (no I/O queues).
+    pub discovery: bool,
+    /// I/O queues granted to it.
+    pub io_queues: u16,
+}
+
 /// Bytes of plain writes' data (NVMe/TCP's Write and MultiCast, in the
 /// capsule or in H2CData, and NBD's block-aligned writes) by where they
 /// were received: straight into the write's pinned
@@ -387,6 +423,42 @@ impl Subsystem {
     pub fn with_unkept_silence(mut self, silence: std::time::Duration) -> Subsystem {
         self.unkept_silence = silence;
         self
+    }
+
+    /// What the node reports about itself (`sluice node --metrics`): each
+    /// namespace's size and device I/O, each live controller's host and
+    /// queues, and where write data was received.
+    pub fn figures(&self) -> NodeFigures {
+        let namespaces = self
+            .namespaces
+            .iter()
+            .enumerate()
+            .map(|(i, ns)| NamespaceFigures {
+                nsid: i as u32 + 1,
+                size_bytes: ns.block_count * ns.block_size_bytes as u64,
+                io: ns.io.device().io_counts().map(|c| c.snapshot()),
+            })
+            .collect();
+        let controllers = {
+            let controllers = self.controllers.lock().unwrap_or_else(|e| e.into_inner());
+            let mut live: Vec<ControllerFigures> = controllers
+                .live
+                .iter()
+                .map(|(&id, state)| ControllerFigures {
+                    id,
+                    host_nqn: state.host_nqn.clone(),
+                    discovery: state.discovery,
+                    io_queues: state.io_queues,
+                })
+                .collect();
+            live.sort_by_key(|c| c.id);
+            live
+        };
+        NodeFigures {
+            namespaces,
+            controllers,
+            write_data: self.write_data_bytes(),
+        }
     }
 
     /// Where the data of plain writes has been received so far.

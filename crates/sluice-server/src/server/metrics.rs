@@ -411,16 +411,14 @@ pub fn serve(listener: TcpListener, render: Arc<dyn Fn() -> String + Send + Sync
 }
 
 /// Binds the metrics listener: loopback addresses only, since it asks no
-/// password (beyond loopback, the HTTP API's authenticated
-/// `/_sluice/metrics` serves the same figures).
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// password; `elsewhere` says what to do beyond loopback.
+pub fn bind(addr: SocketAddr, elsewhere: &str) -> std::io::Result<TcpListener> {
     if !addr.ip().is_loopback() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!(
                 "--metrics {addr}: the metrics listener asks no password, so it listens on loopback \
-                 only (127.0.0.1 or ::1); beyond loopback, scrape the HTTP API's /_sluice/metrics \
-                 (--http, with its users or API keys)"
+                 only (127.0.0.1 or ::1); {elsewhere}"
             ),
         ));
     }
@@ -493,8 +491,9 @@ mod tests {
 
     #[test]
     fn only_loopback_is_bound() {
-        let err = bind("0.0.0.0:0".parse().unwrap()).unwrap_err();
-        assert!(err.to_string().contains("/_sluice/metrics"), "{err}");
-        assert!(bind("127.0.0.1:0".parse().unwrap()).is_ok());
+        let err = bind("0.0.0.0:0".parse().unwrap(), "scrape it through a proxy").unwrap_err();
+        assert!(err.to_string().contains("loopback only"), "{err}");
+        assert!(err.to_string().contains("through a proxy"), "{err}");
+        assert!(bind("127.0.0.1:0".parse().unwrap(), "").is_ok());
     }
 }
