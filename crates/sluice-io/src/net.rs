@@ -126,9 +126,8 @@ impl Waker {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` is a fresh descriptor nothing else owns.
-        Ok(Waker {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Waker { fd })
     }
 
     /// A duplicate of the eventfd behind this waker, for another process
