@@ -41,8 +41,10 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod admission;
 pub mod auth;
 pub mod command;
+mod connection;
 pub mod controller;
 mod datapath;
 pub mod initiator;

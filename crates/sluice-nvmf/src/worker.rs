@@ -24,8 +24,9 @@
 //! connections keep a thread each (OpenSSL over a blocking socket), as do
 //! NBD's.
 
+use crate::admission::Counted;
+use crate::connection::{Connection, Receiving};
 use crate::controller::{Queue, Subsystem};
-use crate::target::{Connection, Counted, Receiving};
 use sluice_io::readiness::{Interest, Poller, Wakeup};
 use std::collections::HashMap;
 use std::net::TcpStream;

@@ -65,8 +65,8 @@ impl Extent {
     /// The extent `encode` wrote; None if `bytes` is too short.
     pub fn decode(bytes: &[u8]) -> Option<Self> {
         Some(Extent {
-            start_block: crate::codec::u64_at(bytes, 0)?,
-            block_count: crate::codec::u32_at(bytes, 8)?,
+            start_block: sluice_io::codec::u64_at(bytes, 0)?,
+            block_count: sluice_io::codec::u32_at(bytes, 8)?,
         })
     }
 }
@@ -531,7 +531,7 @@ pub fn seal_block_for(block: &mut [u8], store_id: &[u8; 16]) {
 pub fn block_is_sealed_for(block: &[u8], store_id: &[u8; 16]) -> bool {
     block.len() == STORE_BLOCK_BYTES
         && crc32c::crc32c_append(crc32c::crc32c(store_id), &block[..STORE_BLOCK_BYTES - 4])
-            == crate::codec::u32_at(block, STORE_BLOCK_BYTES - 4).expect("a whole block")
+            == sluice_io::codec::u32_at(block, STORE_BLOCK_BYTES - 4).expect("a whole block")
 }
 
 /// Whether a whole block carries its checksum.
@@ -544,6 +544,6 @@ pub fn trailing_crc_ok(bytes: &[u8]) -> bool {
     let Some(split) = bytes.len().checked_sub(4) else {
         return false;
     };
-    let stored = crate::codec::u32_at(bytes, split).expect("4 bytes past split");
+    let stored = sluice_io::codec::u32_at(bytes, split).expect("4 bytes past split");
     crc32c::crc32c(&bytes[..split]) == stored
 }

@@ -402,3 +402,51 @@ impl TableCursor {
         self.state.next_into(&self.table, &self.dev, out)
     }
 }
+
+/// A cursor adds at most this fraction (1/n) of the block cache's capacity
+/// to it: a walk longer than that goes on without filling the cache, so a
+/// scan through a whole index does not evict everything else.
+const CURSOR_FILL_SHARE: usize = 8;
+
+/// The reader's ways to walk a table, made here so that the reader does
+/// not depend on its cursor.
+impl TableReader {
+    /// Every entry, in order (flush checks, tests).
+    pub fn entries(&self, dev: &BlockDevice) -> Result<Vec<Entry>> {
+        let mut out = Vec::with_capacity(self.entries as usize);
+        let mut c = CursorState::new(self.table_index(dev)?, self.entries, CursorSpec::default());
+        while let Some(e) = c.next_entry(self, dev)? {
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    /// A cursor over the entries whose keys lie in the spec's range, in
+    /// internal order or its reverse. It holds the table and the device, so
+    /// it can outlive the borrow it was made from.
+    pub fn cursor(self: &Arc<Self>, dev: &BlockDevice, spec: CursorSpec) -> Result<TableCursor> {
+        let mut state = CursorState::new(self.table_index(dev)?, self.entries, spec);
+        state.fill_left_blocks =
+            self.cache_capacity_bytes() / CURSOR_FILL_SHARE / STORE_BLOCK_BYTES;
+        Ok(TableCursor {
+            state,
+            table: self.clone(),
+            dev: dev.clone(),
+        })
+    }
+
+    /// Entries whose key lies in `[start, end)` (end None: unbounded), in order.
+    pub fn range(&self, dev: &BlockDevice, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Entry>> {
+        let spec = CursorSpec {
+            start: start.to_vec(),
+            end: end.map(<[u8]>::to_vec),
+            ..CursorSpec::default()
+        };
+        let mut out = Vec::new();
+        let mut c = CursorState::new(self.table_index(dev)?, self.entries, spec);
+        while let Some(e) = c.next_entry(self, dev)? {
+            out.push(e);
+        }
+        Ok(out)
+    }
+}

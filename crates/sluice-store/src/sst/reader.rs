@@ -2,7 +2,6 @@
 //! budget of index memory pinned across a store's tables.
 
 use super::block::{open_region, BlockBytes, PointHit, RawBlock};
-use super::cursor::{CursorSpec, CursorState, TableCursor};
 use super::index::{decode_ranges, decode_table_index, TableIndex};
 use super::{internal_cmp, Entry, RangeTombstone, FOOTER_MAGIC};
 use crate::blocks::{BlockDevice, Extent, PendingBlocks, STORE_BLOCK_BYTES};
@@ -12,11 +11,6 @@ use crate::found::Found;
 use sluice_io::mem::AlignedMem;
 use std::cmp::Ordering;
 use std::sync::Arc;
-
-/// A cursor adds at most this fraction (1/n) of the block cache's capacity
-/// to it: a walk longer than that goes on without filling the cache, so a
-/// scan through a whole index does not evict everything else.
-const CURSOR_FILL_SHARE: usize = 8;
 
 /// What a point read that may not wait found in no cache
 /// ([`TableReader::get_or_miss`]).
@@ -687,44 +681,5 @@ impl TableReader {
             }
         }
         Ok(())
-    }
-
-    /// Every entry, in order (flush checks, tests).
-    pub fn entries(&self, dev: &BlockDevice) -> Result<Vec<Entry>> {
-        let mut out = Vec::with_capacity(self.entries as usize);
-        let mut c = CursorState::new(self.table_index(dev)?, self.entries, CursorSpec::default());
-        while let Some(e) = c.next_entry(self, dev)? {
-            out.push(e);
-        }
-        Ok(out)
-    }
-
-    /// A cursor over the entries whose keys lie in the spec's range, in
-    /// internal order or its reverse. It holds the table and the device, so
-    /// it can outlive the borrow it was made from.
-    pub fn cursor(self: &Arc<Self>, dev: &BlockDevice, spec: CursorSpec) -> Result<TableCursor> {
-        let mut state = CursorState::new(self.table_index(dev)?, self.entries, spec);
-        state.fill_left_blocks =
-            self.cache_capacity_bytes() / CURSOR_FILL_SHARE / STORE_BLOCK_BYTES;
-        Ok(TableCursor {
-            state,
-            table: self.clone(),
-            dev: dev.clone(),
-        })
-    }
-
-    /// Entries whose key lies in `[start, end)` (end None: unbounded), in order.
-    pub fn range(&self, dev: &BlockDevice, start: &[u8], end: Option<&[u8]>) -> Result<Vec<Entry>> {
-        let spec = CursorSpec {
-            start: start.to_vec(),
-            end: end.map(<[u8]>::to_vec),
-            ..CursorSpec::default()
-        };
-        let mut out = Vec::new();
-        let mut c = CursorState::new(self.table_index(dev)?, self.entries, spec);
-        while let Some(e) = c.next_entry(self, dev)? {
-            out.push(e);
-        }
-        Ok(out)
     }
 }
