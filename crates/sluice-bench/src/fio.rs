@@ -8,7 +8,7 @@
 //! memory on hugetlb pages) removes that difference; the benchmark reserves
 //! the huge pages it needs and gives them back afterwards.
 
-use super::io::{Row, RunResult};
+use crate::io_row::{Row, RunResult};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;

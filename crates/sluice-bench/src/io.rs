@@ -49,15 +49,7 @@ pub struct IoArgs {
     json: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy)]
-pub struct Row {
-    pub name: &'static str,
-    pub write: bool,
-    pub random: bool,
-    pub block_bytes: usize,
-    pub queue_depth: usize,
-    pub sqpoll: bool,
-}
+use crate::io_row::{Row, RunResult};
 
 const ROWS: &[Row] = &[
     Row {
@@ -125,17 +117,6 @@ const ROWS: &[Row] = &[
         sqpoll: true,
     },
 ];
-
-/// What one run of one side measured.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct RunResult {
-    /// Operations per second.
-    pub iops: f64,
-    /// Megabytes (10^6 bytes) per second.
-    pub mb_per_s: f64,
-    /// p50, p90, p99, p99.9 of completion latency, microseconds.
-    pub lat_us: [f64; 4],
-}
 
 /// fio with one kind of buffer memory.
 #[derive(serde::Serialize)]

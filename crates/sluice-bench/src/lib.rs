@@ -22,6 +22,7 @@ mod export;
 mod fio;
 mod http;
 mod io;
+mod io_row;
 mod jansson;
 mod kv;
 mod ndp;
@@ -31,7 +32,7 @@ mod pool;
 mod serve;
 mod shm;
 
-pub use io::RunResult;
+pub use io_row::RunResult;
 pub use node::{initiator_load, InitiatorLoad};
 
 use anyhow::{Context, Result};

@@ -27,9 +27,9 @@
 //! time and the bytes that crossed the network, counted at the initiator.
 
 use super::fio;
-use super::io::{Row, RunResult};
 use super::median;
 use super::serve::{free_port, wait_listening, Process as Server};
+use crate::io_row::{Row, RunResult};
 use anyhow::{bail, Context, Result};
 use rand::{Rng, SeedableRng};
 use sluice_nvmf::initiator::{read_sqe, rw, InitiatorError, QueueConnection};

@@ -37,7 +37,7 @@ pub struct Index {
     /// Its field columns (counts and aggregations without a scan).
     pub columns: Columns,
     /// Versions of its recently deleted documents.
-    pub tombstones: crate::docs::Tombstones,
+    pub tombstones: crate::tombstones::Tombstones,
     /// The fields the catalog entry says had columns: built again at open.
     column_fields: RwLock<Vec<String>>,
     /// Moves on after every write and mapping change, once it is visible:

@@ -37,6 +37,7 @@ pub mod native;
 pub mod reqcache;
 pub mod search;
 pub mod serve;
+pub mod tombstones;
 pub mod wire;
 
 pub use api::Api;

@@ -9,7 +9,8 @@
 
 use crate::expr::{Path, Step};
 use crate::format::{Access, FieldType, FormatError, Layout, Val};
-use crate::predicate::{lookup, pointer, MalformedValue};
+use crate::json_value::{lookup, MalformedValue};
+use crate::predicate::pointer;
 use sonic_rs::{JsonNumberTrait, JsonType, JsonValueTrait, LazyValue, PointerTree};
 
 /// One field's value in one document.

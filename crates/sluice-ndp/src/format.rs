@@ -34,7 +34,7 @@
 //! it, reading only their lengths.
 
 use crate::expr::{Literal, Path, Predicate, Step};
-use crate::predicate::MalformedValue;
+use crate::json_value::MalformedValue;
 use sluice_io::codec;
 use sluice_json::skim;
 use sluice_store::{KeyspaceDef, ValueFormat};
@@ -544,7 +544,7 @@ impl Val<'_> {
     /// The order against a literal; None across types.
     pub(crate) fn compare(&self, lit: &Literal) -> Option<Ordering> {
         match (self, lit) {
-            (Val::Json(v), _) => crate::predicate::compare(v, lit),
+            (Val::Json(v), _) => crate::json_value::compare(v, lit),
             (Val::Text(_, Plain::Null), Literal::Null) => Some(Ordering::Equal),
             (Val::Text(_, p), _) => p.as_val()?.compare(lit),
             (Val::Bool(b), Literal::Bool(l)) => Some(b.cmp(l)),
@@ -690,7 +690,7 @@ fn json_field<'d>(doc: &'d [u8], path: &Path) -> Result<Option<Val<'d>>, Malform
     };
     match plain {
         Some(p) => Ok(Some(Val::Text(raw, p))),
-        None => crate::predicate::lookup(raw, &[]).map(|v| v.map(Val::Json)),
+        None => crate::json_value::lookup(raw, &[]).map(|v| v.map(Val::Json)),
     }
 }
 

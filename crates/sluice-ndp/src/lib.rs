@@ -40,6 +40,7 @@ pub mod expr;
 pub mod fields;
 pub mod format;
 pub mod graph;
+mod json_value;
 pub mod pages;
 pub mod papers;
 pub mod predicate;

@@ -403,3 +403,21 @@ mod tests {
         );
     }
 }
+
+/// What a command produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Data for the host (sent in C2HData), then the completion.
+    Done {
+        /// Data to send before the completion.
+        data: Vec<u8>,
+        /// The completion.
+        completion: Completion,
+    },
+    /// No answer now (an Asynchronous Event Request waits for an event; a
+    /// Compare waits for the Write fused to it).
+    Held,
+    /// A completion to send first (of a held command this one ended), then
+    /// this command's outcome.
+    Also(Completion, Box<Outcome>),
+}

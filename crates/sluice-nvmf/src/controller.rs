@@ -6,21 +6,19 @@
 //! in flight by the transport's `datapath` instead); the transport
 //! (`target`) moves the data and the capsules.
 
+pub use crate::command::Outcome;
 use crate::command::{status, Completion, Fuse, SglKind, Sqe, Status, FABRICS_OPCODE};
+pub(crate) use crate::namespace::uuid_of;
+pub use crate::namespace::{Namespace, DEVICE_SPIN_WAIT_US, MAX_TRANSFER_BYTES, MDTS};
 use crate::nvm::{self, opcode};
 use sluice_io::codec::{u16_at, u32_at, u64_at};
-use sluice_io::{Device, DeviceIo, EngineConfig};
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 /// Bytes of the data of an Identify, and the most of any admin transfer.
 pub const IDENTIFY_BYTES: usize = 4096;
 /// Bytes of a Connect command's data.
 pub const CONNECT_DATA_BYTES: usize = 1024;
-/// Most data of one command: 2^MDTS pages of 4 KiB.
-pub const MDTS: u8 = 5;
-/// Most data of one command, in bytes (128 KiB).
-pub const MAX_TRANSFER_BYTES: usize = 4096 << MDTS;
 /// Entries of each queue (CAP.MQES + 1) and commands in flight per queue.
 pub const QUEUE_ENTRIES: u16 = 128;
 /// Most I/O queues per controller.
@@ -89,170 +87,6 @@ pub mod property {
     pub const CC: u32 = 0x14;
     /// Controller Status.
     pub const CSTS: u32 = 0x1c;
-}
-
-/// How long a namespace's I/O polls for a completion before it sleeps
-/// (`EngineConfig::spin_wait_us`): longer than a 4 KiB read of a fast
-/// device takes and than a batch of 32 takes at this VM's disk (about 300
-/// µs), short enough that a slow device's wait is mostly asleep.
-pub const DEVICE_SPIN_WAIT_US: u32 = 600;
-
-/// One namespace: a device and the I/O path to it.
-pub struct Namespace {
-    pub(crate) io: DeviceIo,
-    pub(crate) block_size_bytes: u32,
-    pub(crate) block_count: u64,
-    uuid: [u8; 16],
-    /// Writes share it; a fused Compare-and-Write holds it alone.
-    writes: WriteGate,
-}
-
-impl Namespace {
-    /// A namespace over `device`, its I/O through sluice-io's engines.
-    pub fn new(device: Arc<dyn Device>) -> sluice_io::Result<Namespace> {
-        let geometry = device.geometry();
-        let uuid = uuid_of(&device.describe());
-        // A connection waits on one command at a time: polling for the
-        // device's completion saves it a sleep and a wake-up per command.
-        let config = EngineConfig {
-            spin_wait_us: DEVICE_SPIN_WAIT_US,
-            ..EngineConfig::default()
-        };
-        let io = DeviceIo::open(device, config)?;
-        Ok(Namespace {
-            io,
-            block_size_bytes: geometry.block_size_bytes,
-            block_count: geometry.block_count,
-            uuid,
-            writes: WriteGate::default(),
-        })
-    }
-
-    /// Held by every write while it writes.
-    pub(crate) fn shared_writes(&self) -> SharedWrite<'_> {
-        self.writes.shared();
-        SharedWrite(&self.writes)
-    }
-
-    /// Held by a fused Compare-and-Write from its compare to its write.
-    pub(crate) fn exclusive_writes(&self) -> ExclusiveWrite<'_> {
-        self.writes.exclusive();
-        ExclusiveWrite(&self.writes)
-    }
-
-    /// A share of the write gate for a write that outlives this call (a
-    /// write in flight on a connection's own engine), or `false` while a
-    /// Compare-and-Write holds or waits for the gate. Each `true` must be
-    /// matched by one [`Namespace::end_write_in_flight`].
-    pub(crate) fn begin_write_in_flight(&self) -> bool {
-        self.writes.try_shared()
-    }
-
-    /// Gives back the share [`Namespace::begin_write_in_flight`] took.
-    pub(crate) fn end_write_in_flight(&self) {
-        self.writes.release_shared();
-    }
-}
-
-/// A namespace's write gate: writes share it, a fused Compare-and-Write
-/// holds it alone. Unlike a lock guard, a share may be taken by one call
-/// and given back by another (a write in flight), and a waiting
-/// Compare-and-Write keeps new writes out so a stream of writes cannot
-/// starve it.
-#[derive(Default)]
-struct WriteGate {
-    state: Mutex<GateState>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct GateState {
-    shared: usize,
-    exclusive: bool,
-    exclusive_waiting: usize,
-}
-
-impl WriteGate {
-    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn try_shared(&self) -> bool {
-        let mut st = self.lock();
-        if st.exclusive || st.exclusive_waiting > 0 {
-            return false;
-        }
-        st.shared += 1;
-        true
-    }
-
-    fn shared(&self) {
-        let mut st = self.lock();
-        while st.exclusive || st.exclusive_waiting > 0 {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        st.shared += 1;
-    }
-
-    fn release_shared(&self) {
-        let mut st = self.lock();
-        assert!(st.shared > 0, "a write share given back twice");
-        st.shared -= 1;
-        if st.shared == 0 {
-            self.changed.notify_all();
-        }
-    }
-
-    fn exclusive(&self) {
-        let mut st = self.lock();
-        st.exclusive_waiting += 1;
-        while st.exclusive || st.shared > 0 {
-            st = self.changed.wait(st).unwrap_or_else(|e| e.into_inner());
-        }
-        st.exclusive_waiting -= 1;
-        st.exclusive = true;
-    }
-
-    fn release_exclusive(&self) {
-        let mut st = self.lock();
-        assert!(st.exclusive, "an exclusive hold given back twice");
-        st.exclusive = false;
-        self.changed.notify_all();
-    }
-}
-
-/// A write's share of its namespace's gate, given back when dropped.
-pub(crate) struct SharedWrite<'a>(&'a WriteGate);
-
-impl Drop for SharedWrite<'_> {
-    fn drop(&mut self) {
-        self.0.release_shared();
-    }
-}
-
-/// A Compare-and-Write's hold of its namespace's gate, given back when
-/// dropped.
-pub(crate) struct ExclusiveWrite<'a>(&'a WriteGate);
-
-impl Drop for ExclusiveWrite<'_> {
-    fn drop(&mut self) {
-        self.0.release_exclusive();
-    }
-}
-
-/// A stable identifier from the device's description (a version 4 UUID's
-/// layout over two FNV-1a hashes).
-fn uuid_of(name: &str) -> [u8; 16] {
-    let fnv = |seed: u64| {
-        name.bytes()
-            .fold(seed, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-    };
-    let mut out = [0u8; 16];
-    out[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_le_bytes());
-    out[8..].copy_from_slice(&fnv(0x8422_2325_cbf2_9ce4).to_le_bytes());
-    out[6] = (out[6] & 0x0f) | 0x40;
-    out[8] = (out[8] & 0x3f) | 0x80;
-    out
 }
 
 /// The subsystem the node serves: its name, its namespaces (NSID 1…N in
@@ -542,24 +376,6 @@ pub enum DataNeed {
     FromHost(usize),
 }
 
-/// What a command produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Data for the host (sent in C2HData), then the completion.
-    Done {
-        /// Data to send before the completion.
-        data: Vec<u8>,
-        /// The completion.
-        completion: Completion,
-    },
-    /// No answer now (an Asynchronous Event Request waits for an event; a
-    /// Compare waits for the Write fused to it).
-    Held,
-    /// A completion to send first (of a held command this one ended), then
-    /// this command's outcome.
-    Also(Completion, Box<Outcome>),
-}
-
 fn done(completion: Completion) -> Outcome {
     Outcome::Done {
         data: Vec::new(),
@@ -730,13 +546,16 @@ impl Queue {
                 Outcome::Held
             }
             (Fuse::Second, Some((first, first_data))) => {
-                let (a, b) =
-                    nvm::compare_and_write(&self.subsystem, (first, first_data), (sqe, data));
+                let (a, b) = nvm::compare_and_write(
+                    &self.subsystem.namespaces,
+                    (first, first_data),
+                    (sqe, data),
+                );
                 return Outcome::Also(a, Box::new(done(b)));
             }
             (Fuse::Second, None) => fail(sqe, status::FUSED_MISSING),
             (Fuse::First | Fuse::Reserved, _) => fail(sqe, status::INVALID_FIELD),
-            (Fuse::None, _) => nvm::execute(&self.subsystem, sqe, data),
+            (Fuse::None, _) => nvm::execute(&self.subsystem.namespaces, sqe, data),
         };
         match held {
             Some((first, _)) => Outcome::Also(

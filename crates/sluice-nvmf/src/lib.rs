@@ -49,6 +49,7 @@ pub mod controller;
 mod datapath;
 pub mod initiator;
 mod link;
+mod namespace;
 pub mod nbd;
 pub mod nvm;
 pub mod pdu;

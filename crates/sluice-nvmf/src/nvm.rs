@@ -12,8 +12,9 @@
 //! alone, so no other write to the namespace lands between its compare and
 //! its write.
 
+use crate::command::Outcome;
 use crate::command::{status, Completion, Sqe, Status};
-use crate::controller::{Namespace, Outcome, Subsystem, MAX_TRANSFER_BYTES};
+use crate::namespace::{by_nsid, Namespace, MAX_TRANSFER_BYTES};
 use sluice_io::codec::{u16_at, u32_at, u64_at};
 use sluice_io::Priority;
 
@@ -171,8 +172,8 @@ impl Fused {
 }
 
 /// Runs one I/O command (not a fused half).
-pub fn execute(subsystem: &Subsystem, sqe: &Sqe, data: &[u8]) -> Outcome {
-    let Some(ns) = subsystem.namespace(sqe.nsid()) else {
+pub fn execute(namespaces: &[Namespace], sqe: &Sqe, data: &[u8]) -> Outcome {
+    let Some(ns) = by_nsid(namespaces, sqe.nsid()) else {
         return fail(sqe, status::INVALID_NAMESPACE);
     };
     let result = match sqe.opcode() {
@@ -206,8 +207,8 @@ pub fn execute(subsystem: &Subsystem, sqe: &Sqe, data: &[u8]) -> Outcome {
         opcode::DATASET_MANAGEMENT => deallocate(ns, sqe, data),
         opcode::COMPARE => extent_of(ns, sqe).and_then(|e| compare(ns, e, data)),
         opcode::COPY => copy(ns, sqe, data),
-        opcode::COPY_ACROSS => copy_across(subsystem, ns, sqe),
-        opcode::MULTICAST => multicast(subsystem, sqe, data),
+        opcode::COPY_ACROSS => copy_across(namespaces, ns, sqe),
+        opcode::MULTICAST => multicast(namespaces, sqe, data),
         opcode::ADD_WRITE => add_write(ns, sqe),
         _ => Err(status::INVALID_OPCODE),
     };
@@ -232,7 +233,7 @@ fn compare(ns: &Namespace, e: Extent, data: &[u8]) -> Result<(), Status> {
 /// Write `second` with its own, over the same blocks; no other write to the
 /// namespace between them. Two completions, the Compare's first.
 pub fn compare_and_write(
-    subsystem: &Subsystem,
+    namespaces: &[Namespace],
     first: (&Sqe, &[u8]),
     second: (&Sqe, &[u8]),
 ) -> (Completion, Completion) {
@@ -254,7 +255,7 @@ pub fn compare_and_write(
     {
         return done(status::INVALID_FIELD, status::FUSED_FAILED);
     }
-    let Some(ns) = subsystem.namespace(write_sqe.nsid()) else {
+    let Some(ns) = by_nsid(namespaces, write_sqe.nsid()) else {
         return done(status::INVALID_NAMESPACE, status::FUSED_FAILED);
     };
     let e = match extent_of(ns, write_sqe) {
@@ -345,10 +346,8 @@ fn copy(ns: &Namespace, sqe: &Sqe, data: &[u8]) -> Result<(), Status> {
 /// Copy across namespaces (vendor 0x80): from namespace CDW13, blocks at
 /// CDW10–11 (count 0's based in CDW12 15:0), to this command's namespace at
 /// CDW14–15.
-fn copy_across(subsystem: &Subsystem, dest_ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
-    let src_ns = subsystem
-        .namespace(sqe.cdw(13))
-        .ok_or(status::INVALID_NAMESPACE)?;
+fn copy_across(namespaces: &[Namespace], dest_ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
+    let src_ns = by_nsid(namespaces, sqe.cdw(13)).ok_or(status::INVALID_NAMESPACE)?;
     if src_ns.block_size_bytes != dest_ns.block_size_bytes {
         return Err(status::INVALID_FIELD);
     }
@@ -364,14 +363,14 @@ fn copy_across(subsystem: &Subsystem, dest_ns: &Namespace, sqe: &Sqe) -> Result<
 /// MultiCast (vendor 0x81): the data written at CDW10–11 (blocks 0's based
 /// in CDW12 15:0) of every namespace whose bit is set in CDW13 (bit n − 1 for
 /// NSID n); done when every one has it.
-fn multicast(subsystem: &Subsystem, sqe: &Sqe, data: &[u8]) -> Result<(), Status> {
+fn multicast(namespaces: &[Namespace], sqe: &Sqe, data: &[u8]) -> Result<(), Status> {
     let mask = sqe.cdw(13);
-    if mask == 0 || (mask as u64) >> subsystem.namespace_count() != 0 {
+    if mask == 0 || (mask as u64) >> namespaces.len() as u32 != 0 {
         return Err(status::INVALID_FIELD);
     }
-    let targets: Vec<&Namespace> = (1..=subsystem.namespace_count())
+    let targets: Vec<&Namespace> = (1..=namespaces.len() as u32)
         .filter(|n| mask & (1 << (n - 1)) != 0)
-        .filter_map(|n| subsystem.namespace(n))
+        .filter_map(|n| by_nsid(namespaces, n))
         .collect();
     let mut extents = Vec::with_capacity(targets.len());
     for ns in &targets {

@@ -21,7 +21,7 @@
 //! Sluice writes nodes of [`crate::stream::NODE_ENTRIES`] entries, each
 //! master the node's first entry, with no deleted entries.
 
-use crate::dump::{
+use crate::rdb::{
     backlen_bytes, bad, canonical_integer, listpack, put_len, put_string, Read, Reader,
     RestoreError,
 };

@@ -38,6 +38,7 @@ pub mod hyperloglog;
 pub mod list;
 pub mod number;
 pub mod overlay;
+mod rdb;
 pub mod record;
 pub mod set;
 pub mod stream;
