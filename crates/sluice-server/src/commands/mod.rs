@@ -357,6 +357,16 @@ impl LastFound {
     }
 }
 
+/// Whether `argc` arguments (the name included) fit Redis's `arity`: that
+/// many exactly, or (negative) at least that many.
+pub fn arity_ok(arity: i32, argc: usize) -> bool {
+    if arity >= 0 {
+        argc == arity as usize
+    } else {
+        argc >= arity.unsigned_abs() as usize
+    }
+}
+
 /// Redis's arity error for `name`.
 pub fn wrong_arity(name: &str) -> Reply {
     Reply::Error(format!(

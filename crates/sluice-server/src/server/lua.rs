@@ -865,7 +865,7 @@ fn call_command(
         return error("ERR Write commands are not allowed from read-only scripts.");
     }
     if write && shared.tunables.writes_need_replicas() && !shared.scripts.wrote() {
-        return error(super::admin::NO_REPLICAS);
+        return error(super::dispatch::NO_REPLICAS);
     }
     if write {
         // From now on SCRIPT KILL cannot stop it (Redis marks the script
@@ -881,7 +881,7 @@ fn call_command(
     let reply = run_checked(shared, ctx, args);
     let failed = matches!(reply, Reply::Error(_)).then_some(false);
     let us = started.elapsed().as_micros() as u64;
-    super::admin::count_call(shared, shared.stats.scripts_slot(), id, us, failed);
+    super::dispatch::count_call(shared, shared.stats.scripts_slot(), id, us, failed);
     reply
 }
 

@@ -20,14 +20,17 @@
 //! flushes and shutdown.
 
 mod acl_command;
-mod admin;
 mod blocking;
+mod client_cmd;
 mod clients;
 mod clock;
+mod config_cmd;
 mod conn;
+mod dispatch;
 mod durability;
 mod expiry;
 mod functions;
+mod info;
 mod lua;
 mod lua_libs;
 mod mailbox;
@@ -575,7 +578,7 @@ impl Server {
                 args.push(name.as_bytes().to_vec());
                 args.push(value.as_bytes().to_vec());
             }
-            if let crate::resp::Reply::Error(why) = admin::config_set(&shared, &args) {
+            if let crate::resp::Reply::Error(why) = dispatch::config_set(&shared, &args) {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     format!("a Redis parameter given at start: {why}"),

@@ -483,7 +483,7 @@ fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
         // The script's own client is not held for its waiters: its reply
         // comes back through the worker after they were woken.
         let _woken =
-            super::admin::signal_writes(shared, writes.take(1 + usize::from(dbs[0] != dbs[1])));
+            super::dispatch::signal_writes(shared, writes.take(1 + usize::from(dbs[0] != dbs[1])));
     }
     (reply, wrote)
 }
@@ -649,7 +649,7 @@ pub(super) fn writable_check(
         ));
     }
     if shared.tunables.writes_need_replicas() {
-        return Err(error(super::admin::NO_REPLICAS));
+        return Err(error(super::dispatch::NO_REPLICAS));
     }
     Ok(())
 }

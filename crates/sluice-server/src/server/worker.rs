@@ -5,7 +5,7 @@
 use super::clock::CommandClock;
 use super::conn::{Conn, ShmLink, Transport};
 use super::shm::WorkerInbox;
-use super::{admin, Shared, WorkerStats, TICK};
+use super::{dispatch, Shared, WorkerStats, TICK};
 use crate::commands::key_group::{self, KeyGroup};
 use crate::commands::set_group::{self, GroupOutcome, SetGroup};
 use crate::session::Session;
@@ -438,7 +438,7 @@ impl Worker {
             // this connection ran (nothing more of it ran meanwhile).
             if let Some(id) = c.live.last_command.load(Ordering::Relaxed).checked_sub(1) {
                 let failed = matches!(done.reply, crate::resp::Reply::Error(_)).then_some(false);
-                admin::count_call(&self.shared, self.index, id as usize, done.us, failed);
+                dispatch::count_call(&self.shared, self.index, id as usize, done.us, failed);
             }
             c.more_input = true;
             self.pending.push(done.slot);
@@ -1436,7 +1436,7 @@ impl Grouped {
                             c.hold_until(logged.position);
                         }
                         c.push_bytes(OK_REPLY);
-                        admin::count_call(shared, c.worker, *PLAIN_SET_ID, each_us, None);
+                        dispatch::count_call(shared, c.worker, *PLAIN_SET_ID, each_us, None);
                         WorkerStats::add(&shared.stats.by_worker[c.worker].changes, 1);
                     }
                 }
@@ -1452,7 +1452,7 @@ impl Grouped {
                 let mut clock = CommandClock::start();
                 for (id, args) in askers.into_iter().zip(sets) {
                     if let Some(c) = live(conns, id) {
-                        admin::execute(shared, c, &args, reads, &mut clock);
+                        dispatch::execute(shared, c, &args, reads, &mut clock);
                     }
                 }
             }
@@ -1473,7 +1473,8 @@ impl Grouped {
             // Clients blocked on these keys look again (BLPOP, BZPOPMIN).
             // (Groups form only while no one is blocked: one who blocked
             // since is served after the whole group, as if it came later.)
-            let _woken = admin::signal_writes(shared, done.commands.iter().map(|(db, a)| (*db, a)));
+            let _woken =
+                dispatch::signal_writes(shared, done.commands.iter().map(|(db, a)| (*db, a)));
         }
         let hold = done
             .position
@@ -1492,7 +1493,7 @@ impl Grouped {
             }
             c.push_reply(&reply);
             if let Some(command) = command {
-                admin::count_call(shared, c.worker, command, each_us, failed.then_some(false));
+                dispatch::count_call(shared, c.worker, command, each_us, failed.then_some(false));
             }
         }
     }
@@ -1567,7 +1568,7 @@ impl Pass<'_> {
         c.reader.consume(len);
         c.push_bytes(b"+PONG\r\n");
         let us = clock.lap_us();
-        admin::count_call(self.shared, c.worker, *PLAIN_PING_ID, us, None);
+        dispatch::count_call(self.shared, c.worker, *PLAIN_PING_ID, us, None);
         true
     }
 
@@ -1620,12 +1621,12 @@ impl Pass<'_> {
         // reads here.
         let wait = c.fills >= MAX_FILL_ROUNDS;
         let now_ms = clock.wall_ms();
-        match admin::get_key_or_miss(self.shared, c, copy, wait, reads, now_ms) {
+        match dispatch::get_key_or_miss(self.shared, c, copy, wait, reads, now_ms) {
             Ok(()) => {
                 c.reader.consume(len);
                 c.fills = 0;
                 let us = clock.lap_us();
-                admin::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
+                dispatch::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
                 PlainGet::Answered
             }
             Err(_) if fill_room == 0 => PlainGet::NoRoom,
@@ -1644,13 +1645,13 @@ impl Pass<'_> {
         reads: &mut ReadCache,
         fill_room: usize,
     ) -> Vec<sluice_store::CacheMiss> {
-        if c.fills >= MAX_FILL_ROUNDS || !admin::acl_allows(self.shared, c, args) {
+        if c.fills >= MAX_FILL_ROUNDS || !dispatch::acl_allows(self.shared, c, args) {
             return Vec::new();
         }
         let most = fill_room.max(1);
         let database = c.session.db();
         match &c.tx {
-            None => admin::misses(self.shared, database, args, reads, most),
+            None => dispatch::misses(self.shared, database, args, reads, most),
             // EXEC runs its queue holding every stripe lock: what the
             // queued commands read comes in before it takes them.
             Some(tx) if !tx.dirty && args.len() == 1 && args[0].eq_ignore_ascii_case(b"exec") => {
@@ -1659,7 +1660,7 @@ impl Pass<'_> {
                     if out.len() >= most {
                         break;
                     }
-                    out.extend(admin::misses(
+                    out.extend(dispatch::misses(
                         self.shared,
                         database,
                         queued,
@@ -1765,7 +1766,7 @@ impl Pass<'_> {
                     continue;
                 }
             };
-            if let Some(busy) = admin::busy_reply(self.shared, c, &args) {
+            if let Some(busy) = dispatch::busy_reply(self.shared, c, &args) {
                 if group.holds(id) {
                     // Its SETs first, so that its replies keep their order.
                     c.deferred = Some(args);
@@ -1807,7 +1808,7 @@ impl Pass<'_> {
             // A write of another kind reads its keys on the device through
             // the fill queue first, alone.
             let groupable = (set || kind.is_some())
-                && admin::acl_allows(self.shared, c, &args)
+                && dispatch::acl_allows(self.shared, c, &args)
                 && (kind.is_none() || self.misses_of(c, &args, reads, fill_room).is_empty());
             if groupable && !group.fits(kind) {
                 // One kind at a time: what the group holds goes first.
@@ -1837,10 +1838,10 @@ impl Pass<'_> {
             if !groupable
                 && plain_path_open_for(c)
                 && !self.shared.fast_paths_closed()
-                && admin::try_get(self.shared, c, &args, reads, clock.wall_ms())
+                && dispatch::try_get(self.shared, c, &args, reads, clock.wall_ms())
             {
                 let us = clock.lap_us();
-                admin::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
+                dispatch::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
                 WorkerStats::add(&self.stats.commands_processed, 1);
                 *n += 1;
                 continue;
@@ -1848,7 +1849,7 @@ impl Pass<'_> {
             // Back-pressure: while the store is behind on flushes and
             // compactions, writes wait here (reads and other connections
             // go on) instead of the store flushing on this thread.
-            if (groupable || admin::may_write(c, &args)) && self.store.write_pressure() {
+            if (groupable || dispatch::may_write(c, &args)) && self.store.write_pressure() {
                 self.shared
                     .stats
                     .write_pressure_waits
@@ -1869,7 +1870,7 @@ impl Pass<'_> {
                     return Stop::GroupFirst(None);
                 }
             } else {
-                admin::execute(self.shared, c, &args, reads, clock);
+                dispatch::execute(self.shared, c, &args, reads, clock);
                 if c.blocked.is_some() || c.script_pending {
                     // Nothing more of it runs until it is served, its time
                     // is up, or its script's reply is back (each sets
