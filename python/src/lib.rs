@@ -6,6 +6,7 @@
 //! calls release the GIL and poll for Ctrl-C while they wait; result sets
 //! cross to pyarrow through the Arrow C stream interface, which hands over
 //! the buffers without copying them.
+#![warn(clippy::expect_used)]
 #![forbid(unsafe_code)]
 
 mod errors;

@@ -16,6 +16,7 @@
 //! The store's own result batch encoding stays as it is (4 KiB-aligned,
 //! written and read with direct I/O, see `sluice_ndp::scan`); Arrow is
 //! built from it at the edge, where a consumer asks for columns.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

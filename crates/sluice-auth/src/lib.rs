@@ -14,6 +14,7 @@
 //!   protected mode: `127.0.0.1`, `::1` (and a Unix socket, which has no
 //!   address) — that the surfaces apply when they are reachable from
 //!   elsewhere without credentials.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

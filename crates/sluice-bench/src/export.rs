@@ -444,7 +444,10 @@ fn ceiling(client: &Client, spec: &SourceSpec, shards: u32, page_docs: u32) -> R
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("ceiling slice panicked"))
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a ceiling slice's thread panicked"))?
+            })
             .collect()
     });
     pit.close(client);

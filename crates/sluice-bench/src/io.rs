@@ -378,6 +378,10 @@ fn run_ours(engine: &mut dyn Engine, row: &Row, seconds: f64) -> Result<RunResul
             done_ops += 1;
             if !stopping {
                 started[ud] = Instant::now();
+                #[expect(
+                    clippy::expect_used,
+                    reason = "the engine hands a request's buffer back with its completion"
+                )]
                 let buf = c.buf.expect("buffer comes back");
                 engine
                     .submit(make(next_lba(&mut rng), buf, ud as u64))

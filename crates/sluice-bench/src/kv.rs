@@ -230,7 +230,10 @@ fn timed(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("bench thread"))
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))?
+            })
             .collect()
     });
     let elapsed = start.elapsed().as_secs_f64();
@@ -264,6 +267,10 @@ fn run_ours(args: &KvBenchArgs, workloads: &[&str], reads: u64) -> Result<Vec<Fi
             store = Some(fresh_store(args)?);
         }
         ran.push(w);
+        #[expect(
+            clippy::expect_used,
+            reason = "the store was made just above when there was none"
+        )]
         let st = store.as_ref().expect("store");
         let (num, ks) = (args.num, args.key_size);
         let put = |k: u64| -> Result<()> {

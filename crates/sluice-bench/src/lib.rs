@@ -16,6 +16,7 @@
 //!   elasticdump, helpers.scan and a bare sliced PIT loop;
 //! - `serve`: redis-benchmark against redis-server and `sluice serve`;
 //! - `shm`: the shared-memory transport against sockets, ours and Redis's.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 
 mod export;

@@ -142,6 +142,7 @@ fn pin_vs_memcpy(engine: &dyn Engine, rounds: usize) -> Result<Vec<PinRow>> {
         rows.push(row);
     }
     if cheaper_pinned.is_empty() {
+        #[expect(clippy::expect_used, reason = "PIN_SIZES is a non-empty constant")]
         let largest = human(*PIN_SIZES.last().expect("sizes"));
         println!("crossover: none up to {largest} (copying stayed cheaper)");
     } else {

@@ -236,10 +236,10 @@ pub fn example_of(name: &str) -> String {
     use clap::CommandFactory;
     let mut cli = crate::Cli::command();
     cli.build();
-    let command = cli
-        .find_subcommand(name)
-        .expect("a configurable command of the binary");
-    example(command)
+    match cli.find_subcommand(name) {
+        Some(command) => example(command),
+        None => format!("# `sluice {name}` is not in this build\n"),
+    }
 }
 
 /// Every option of `command` as a commented key of a configuration file,

@@ -1,5 +1,6 @@
 //! `sluice`: the command line over the Sluice crates. Thin by design: parse,
 //! call a crate, print.
+#![warn(clippy::expect_used)]
 
 #[cfg(feature = "full")]
 mod config_file;

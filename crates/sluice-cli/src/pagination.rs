@@ -423,7 +423,7 @@ fn output(path: Option<&PathBuf>, stdout_default: bool) -> Result<SharedOut> {
 
 fn flush(out: &SharedOut) -> Result<()> {
     out.lock()
-        .expect("output lock")
+        .unwrap_or_else(|p| p.into_inner())
         .flush()
         .context("flushing the output")
 }

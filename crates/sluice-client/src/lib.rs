@@ -22,6 +22,7 @@
 //! Pipelining: [`Client::batch`] sends N commands at once and reads N
 //! replies (over shm the N frames are published with one store). A reply
 //! is framed in RESP2 or RESP3; [`Client::call_raw`] gives its bytes.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

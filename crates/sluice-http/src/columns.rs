@@ -198,6 +198,10 @@ impl Column {
         if let Some(&ord) = self.lookup.get(raw) {
             return (ord, 0);
         }
+        #[expect(
+            clippy::expect_used,
+            reason = "a column has at most one value per document, and documents are counted in u32"
+        )]
         let ord = u32::try_from(self.values.len()).expect("fewer values than documents");
         self.values.push(Box::from(raw));
         self.lookup.insert(Box::from(raw), ord);
@@ -279,7 +283,12 @@ impl Table {
             Some(n) => n,
             None => {
                 let n = self.slots;
-                self.slots = n.checked_add(1).expect("fewer than 2^32 documents");
+                #[expect(
+                    clippy::expect_used,
+                    reason = "an index holds fewer than 2^32 documents (the catalog's limit)"
+                )]
+                let next = n.checked_add(1).expect("fewer than 2^32 documents");
+                self.slots = next;
                 let new_word = n as usize / 64 >= self.live.len();
                 if new_word {
                     self.live.push(0);
@@ -876,6 +885,10 @@ impl Columns {
         });
         let scanned = scan(store, docs, &paths, room_bytes, stop);
         let mut inner = self.write();
+        #[expect(
+            clippy::expect_used,
+            reason = "a build is started with its queue and takes it only here, once"
+        )]
         let pending = inner.pending.take().expect("the build's queue");
         let mut table = match scanned {
             Ok(t) => t,

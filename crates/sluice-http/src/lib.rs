@@ -23,6 +23,7 @@
 //! - [`serve`]: the listener.
 //!
 //! docs/HTTP.md lists what is served and how it differs from Elasticsearch.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

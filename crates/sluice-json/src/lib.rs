@@ -42,6 +42,7 @@
 //! }
 //! ```
 
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 

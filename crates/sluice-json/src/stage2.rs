@@ -99,6 +99,10 @@ pub fn validate(
                     continue 'value;
                 }
                 (true, b'}') | (false, b']') => {
+                    #[expect(
+                        clippy::expect_used,
+                        reason = "a close is taken only with an open container: the grammar walk pushed it"
+                    )]
                     let open = stack.pop().expect("the stack is not empty") as usize;
                     closes[open] = k as u32;
                     object = stack

@@ -469,6 +469,7 @@ impl<'scope, 'a: 'scope> FirstPages<'scope, 'a> {
     ) -> Self {
         let pending = (0..slices)
             .map(|slice| {
+                #[expect(clippy::expect_used, reason = "a thread is refused only when the process is out of resources, where the export cannot go on")]
                 let handle = std::thread::Builder::new()
                     .name(format!("first-{slice}"))
                     .spawn_scoped(scope, move || {

@@ -17,6 +17,7 @@
 //!
 //! Data flows one way: sluice-io → sluice-pages → this crate → the CLI and
 //! the Python package.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -92,7 +92,7 @@ pub fn load(client: &Client, options: &LoadOptions) -> Result<LoadSummary> {
     std::thread::scope(|scope| {
         for _ in 0..options.connections {
             scope.spawn(|| loop {
-                if failure.lock().expect("lock").is_some() {
+                if failure.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
                     return;
                 }
                 let first = next.fetch_add(per_batch, Ordering::Relaxed);
@@ -103,7 +103,7 @@ pub fn load(client: &Client, options: &LoadOptions) -> Result<LoadSummary> {
                 match bulk(client, options, first, last) {
                     Ok(bytes) => counters[0].add(last - first, bytes),
                     Err(e) => {
-                        *failure.lock().expect("lock") = Some(e);
+                        *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                         return;
                     }
                 }
@@ -111,7 +111,7 @@ pub fn load(client: &Client, options: &LoadOptions) -> Result<LoadSummary> {
         }
     });
     reporter.finish();
-    if let Some(e) = failure.into_inner().expect("lock") {
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }
     let index = &options.index;

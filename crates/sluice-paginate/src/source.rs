@@ -720,12 +720,12 @@ impl SharedPit {
 
     /// The point in time's current id.
     pub fn current(&self) -> String {
-        self.id.lock().expect("pit lock").clone()
+        self.id.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Replaces `stale` with a new PIT unless another slice already did.
     pub fn reopen(&self, client: &Client, stale: &str) -> Result<String> {
-        let mut id = self.id.lock().expect("pit lock");
+        let mut id = self.id.lock().unwrap_or_else(|p| p.into_inner());
         if *id == stale {
             *id = self
                 .engine
@@ -974,7 +974,8 @@ impl<'a> SliceCursor<'a> {
             crc32c: built.crc32c,
             docs: built.docs,
             max_hit_bytes: built.max_hit_bytes,
-            cursor_after: serde_json::to_string(&cursor).expect("cursor serialises"),
+            cursor_after: serde_json::to_string(&cursor)
+                .map_err(|e| Error::Source(format!("the cursor after a page: {e}")))?,
         }))
     }
 
@@ -1059,13 +1060,18 @@ impl<'a> SliceCursor<'a> {
     }
 
     fn next_pit_page(&mut self) -> Result<BuiltPage> {
-        let pit = self.pit.expect("pit cursor has a pit");
+        let Some(pit) = self.pit else {
+            return Err(Error::Config(
+                "a point-in-time cursor without its point in time".into(),
+            ));
+        };
         let mut reopened = false;
         loop {
             let r = self.send_page("/_search", |cursor, docs| {
                 let mut body = cursor.search_body(docs)?;
                 body["pit"] = serde_json::json!({ "id": cursor.pit_id, "keep_alive": cursor.spec.keep_alive });
-                body["sort"] = serde_json::from_str(&cursor.sort).expect("sort is JSON");
+                body["sort"] = serde_json::from_str(&cursor.sort)
+                    .map_err(|e| Error::Config(format!("the sort {:?} is not JSON: {e}", cursor.sort)))?;
                 if let Some(after) = &cursor.position {
                     body["search_after"] = serde_json::from_str(after).map_err(|e| {
                         Error::Format(format!("saved sort values are not JSON: {e}"))
