@@ -276,6 +276,10 @@ pub struct AggregateSpec<'a> {
 type Groups = BTreeMap<Option<String>, Vec<Acc>>;
 
 /// Runs the aggregation; rows come ordered by group key text.
+#[expect(
+    clippy::expect_used,
+    reason = "a worker that panicked ends the aggregation: it has no sound result"
+)]
 pub fn aggregate(
     store: &Store,
     spec: &AggregateSpec<'_>,
@@ -427,6 +431,10 @@ struct RowWork {
 }
 
 /// Adds a row's share of each aggregate to each group it is in.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: JSON text is UTF-8"
+)]
 fn add_row(
     groups: &mut Groups,
     aggregates: &[Aggregate],
@@ -550,6 +558,10 @@ fn each_value(v: &Val<'_>, multi_valued: bool, f: &mut dyn FnMut(&Val<'_>)) {
     }
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "a group with a count has its min and max"
+)]
 fn finish(func: Func, acc: &Acc) -> AggValue {
     let exact = |x: f64| {
         if x.fract() == 0.0 && x.abs() < 9.0e15 {

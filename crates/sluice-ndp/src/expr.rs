@@ -383,6 +383,7 @@ impl Parser {
         }
     }
 
+    #[expect(clippy::expect_used, reason = "the loop leaves exactly one part")]
     fn or(&mut self) -> PResult<Predicate> {
         let mut parts = vec![self.and()?];
         while self.keyword("OR") {
@@ -395,6 +396,7 @@ impl Parser {
         })
     }
 
+    #[expect(clippy::expect_used, reason = "the loop leaves exactly one part")]
     fn and(&mut self) -> PResult<Predicate> {
         let mut parts = vec![self.not()?];
         while self.keyword("AND") {

@@ -605,6 +605,10 @@ impl Val<'_> {
     }
 
     /// The value as JSON text.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a string serializes"
+    )]
     pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
         match self {
             Val::Json(v) => out.extend_from_slice(v.as_raw_str().as_bytes()),
@@ -785,6 +789,10 @@ impl RecordLayout {
     }
 
     /// The value of field `j` at `at`, and its width in bytes.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: 8 bytes taken"
+    )]
     fn read<'d>(
         &self,
         doc: &'d [u8],
@@ -882,6 +890,10 @@ impl RecordLayout {
     }
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 4 bytes checked by the caller"
+)]
 fn le_u32(b: &[u8], at: usize) -> u32 {
     codec::u32_at(b, at).expect("4 bytes checked by the caller")
 }

@@ -190,6 +190,10 @@ impl Csr {
     /// Builds the adjacency of the edges in `keyspace` by one scan,
     /// failing as soon as it would pass `budget_bytes`. `keep(source,
     /// target)` selects a subgraph (a predicate's result, say).
+    #[expect(
+        clippy::expect_used,
+        reason = "a pair of the edge keyspace is two 8-byte ids, checked when it was read"
+    )]
     pub fn build(
         store: &Store,
         keyspace: u32,
@@ -374,6 +378,10 @@ impl Csr {
     /// Sums `scale` times each source's dependencies. Workers take every
     /// `threads`-th source (neighbouring sources cost alike) into their
     /// own buffers; the sums are added at the end.
+    #[expect(
+        clippy::expect_used,
+        reason = "a worker that panicked ends the computation: it has no sound result"
+    )]
     fn accumulate(
         &self,
         sources: &[u32],

@@ -31,6 +31,7 @@
 //! from the cached block) and hands each visible pair over by reference;
 //! the pair is copied once from the block into the iterator's head buffer,
 //! never parsed whole.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -103,6 +103,10 @@ impl Projection {
     }
 
     /// Appends the projected document to `out`.
+    #[expect(
+        clippy::expect_used,
+        reason = "serializing a string to JSON cannot fail"
+    )]
     fn apply(&self, doc: &[u8], out: &mut Vec<u8>) -> Result<(), MalformedValue> {
         out.push(b'{');
         let mut first = true;
@@ -172,6 +176,10 @@ impl ResultBatch {
         ResultBatch { bytes }
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a batch has its header"
+    )]
     fn rows_count(&self) -> u32 {
         u32_at(&self.bytes, 4).expect("a batch has its header")
     }
@@ -210,6 +218,10 @@ impl ResultBatch {
     }
 
     /// Checks an encoded batch received from elsewhere.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a batch has its header"
+    )]
     pub fn decode(bytes: Vec<u8>) -> Result<Self, ScanError> {
         if bytes.len() < BATCH_HEADER_BYTES || !bytes.len().is_multiple_of(BATCH_ALIGN_BYTES) {
             return Err(ScanError::BadBatch("length is not a multiple of 4096"));
@@ -239,6 +251,10 @@ impl ResultBatch {
     }
 
     /// The rows: (key, value).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a batch has its header; a checked batch"
+    )]
     pub fn rows(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         let used = u32_at(&self.bytes, 8).expect("a batch has its header") as usize;
         let mut at = BATCH_HEADER_BYTES;

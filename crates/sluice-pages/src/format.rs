@@ -446,6 +446,10 @@ impl ManifestBlock {
     /// Decodes a manifest block of either format; `lba` names it in
     /// errors. Format 2 gives the entries up to the first whose CRC32C does
     /// not match (never written, or torn on the way).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a header; a whole entry"
+    )]
     pub fn decode(block: &[u8], lba: u64) -> Result<ManifestBlock> {
         if block.len() >= 512 && &block[..8] == MANIFEST_MAGIC_V1 {
             return Self::decode_v1(block, lba);
@@ -520,6 +524,10 @@ fn seal(block: &mut [u8]) {
     block[end..].copy_from_slice(&crc.to_le_bytes());
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 4 bytes at the end"
+)]
 fn check_block(block: &[u8], magic: &[u8; 8], what: &str, lba: u64) -> Result<()> {
     if block.len() < 512 {
         return Err(invalid(

@@ -208,7 +208,7 @@ impl ExtentAllocator {
 
     /// A free extent, or None when the device is full.
     pub fn take(&self) -> Option<u64> {
-        let mut st = self.state.lock().expect("allocator lock");
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = st.holes.pop_first() {
             return Some(e);
         }
@@ -220,7 +220,7 @@ impl ExtentAllocator {
 
     /// One past the highest extent handed out.
     pub fn high_water(&self) -> u64 {
-        self.state.lock().expect("allocator lock").next
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).next
     }
 }
 

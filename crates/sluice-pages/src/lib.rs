@@ -26,6 +26,7 @@
 //!
 //! Data flows one way: sluice-io (device, pool, engine) → this crate → the
 //! exporter (sluice-paginate), the near-data operators, Arrow and the CLI.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -69,6 +69,10 @@ impl PageBytes {
     }
 
     /// The page's bytes, without padding.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: pages are contiguous"
+    )]
     pub fn as_slice(&self) -> &[u8] {
         match self {
             PageBytes::Pinned { buf, len } => {
@@ -79,6 +83,10 @@ impl PageBytes {
     }
 
     /// The page's bytes to fill, without padding.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: pages are contiguous"
+    )]
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         match self {
             PageBytes::Pinned { buf, len } => {

@@ -51,6 +51,7 @@ pub struct Reporter {
 impl Reporter {
     /// `what` names the work ("export", "read"); `total_docs` is the
     /// expected count when known (for ETA); `start` is the time origin.
+    #[expect(clippy::expect_used, reason = "each expect states its invariant")]
     pub fn start(
         mode: ProgressMode,
         what: &'static str,
@@ -148,6 +149,10 @@ fn lines(
     }
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "the progress template is a constant known to parse"
+)]
 fn bars(what: &str, counters: &[Counter], total: Option<u64>, stop: &AtomicBool) {
     let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
     let style = ProgressStyle::with_template("{prefix:>10} {bar:30} {msg}")

@@ -350,6 +350,10 @@ where
     Ok((summary, sinks.into_iter().map(|c| c.0).collect()))
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "a task that panicked ends the read: it has no sound result"
+)]
 fn read_with<P, F>(
     device: Arc<dyn Device>,
     options: &ReadOptions,
@@ -525,6 +529,10 @@ fn read_task<S: PageHandler>(
 }
 
 /// Checks and parses one page in its completion, then hands it to the sink.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a read hands its buffer back; page buffers are contiguous: the pool allows one segment"
+)]
 fn complete<S: PageHandler>(
     c: Completion,
     entry: &PageEntry,

@@ -50,6 +50,10 @@ impl NdjsonSink {
 }
 
 impl Sink for NdjsonSink {
+    #[expect(
+        clippy::expect_used,
+        reason = "serializing a string to JSON cannot fail"
+    )]
     fn page(&mut self, _page: &PageInfo, hits: &[Hit<'_>]) -> Result<()> {
         self.buf.clear();
         for h in hits {
@@ -68,7 +72,7 @@ impl Sink for NdjsonSink {
             self.written += 1;
         }
         if !self.buf.is_empty() {
-            let mut out = self.out.lock().expect("output lock");
+            let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
             out.write_all(&self.buf)
                 .map_err(|e| Error::Config(format!("writing the output: {e}")))?;
         }

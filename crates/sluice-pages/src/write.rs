@@ -319,7 +319,7 @@ impl Shared<'_, '_> {
 
     fn fail(&self, e: Error) {
         self.stop.store(true, Ordering::Relaxed);
-        let mut first = self.first_error.lock().expect("error lock");
+        let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
         if first.is_none() {
             *first = Some(e);
         }
@@ -329,6 +329,10 @@ impl Shared<'_, '_> {
 /// Runs one task per unfinished slice to the end, then marks the export
 /// complete.
 #[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: spawn slice task; slice task panicked; no error, a checkpoint"
+)]
 fn write_slices(
     device: Arc<dyn Device>,
     header: Header,
@@ -396,7 +400,12 @@ fn write_slices(
             .collect()
     });
     reporter.finish();
-    if let Some(e) = shared.first_error.lock().expect("error lock").take() {
+    if let Some(e) = shared
+        .first_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
         return Err(e);
     }
     let finals: Vec<Checkpoint> = finals
@@ -448,6 +457,7 @@ enum Stopped {
 
 /// One slice: a fetcher thread pulls pages into a channel of one, this
 /// thread writes them, so the next fetch overlaps the current write.
+#[expect(clippy::expect_used, reason = "each expect states its invariant")]
 fn run_slice(
     shared: &Shared<'_, '_>,
     ckpt: Checkpoint,
@@ -602,6 +612,10 @@ impl<'s, 'a, 'f> SliceWriter<'s, 'a, 'f> {
     /// Page and manifest block, written together (one submission); once
     /// the checkpoint interval has passed since the last checkpoint, a
     /// durable checkpoint that counts them (`checkpoint_durable`).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: current extent has a manifest"
+    )]
     fn write_page(&mut self, page: FetchedPage) -> Result<()> {
         debug_assert_eq!(page.crc32c, crc32c::crc32c(&page.bytes), "the page's CRC");
         let h = self.shared.header;
@@ -760,7 +774,7 @@ impl Throttle {
 
     fn take(&self, docs: u64) {
         let due = {
-            let mut s = self.state.lock().expect("throttle lock");
+            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
             s.1 += docs;
             s.0 + Duration::from_secs_f64(s.1 as f64 / self.docs_per_s)
         };
