@@ -30,6 +30,7 @@
 //! Kernel versions: io_uring READ/WRITE and the probe need Linux 5.6, sparse
 //! registered-buffer tables 5.19; without them the engine falls back (fixed
 //! buffers off, or the posix engine) and says so in one log line.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 
 pub mod codec;

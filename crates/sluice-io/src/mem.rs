@@ -138,6 +138,10 @@ impl AlignedMem {
         }
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: power-of-two alignment"
+    )]
     fn layout(len: usize, align: usize) -> Layout {
         Layout::from_size_align(len, align).expect("power-of-two alignment")
     }

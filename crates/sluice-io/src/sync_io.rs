@@ -111,12 +111,20 @@ pub struct EngineLease<'a> {
 
 impl std::ops::Deref for EngineLease<'_> {
     type Target = dyn Engine;
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: leased engine"
+    )]
     fn deref(&self) -> &Self::Target {
         self.engine.as_deref().expect("leased engine")
     }
 }
 
 impl std::ops::DerefMut for EngineLease<'_> {
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: leased engine"
+    )]
     fn deref_mut(&mut self) -> &mut Self::Target {
         self.engine.as_deref_mut().expect("leased engine")
     }
@@ -194,6 +202,10 @@ impl DeviceIo {
     }
 
     /// Reads `out.len()` bytes (whole blocks) at `lba`.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a read returns its buffer"
+    )]
     pub fn read(&self, lba: u64, out: &mut [u8], priority: Priority) -> Result<()> {
         let mut engine = self.lease()?;
         let pieces = self.pieces(lba, out.len(), priority);
@@ -225,6 +237,10 @@ impl DeviceIo {
     /// its own and returns at once: the read goes on while the caller works,
     /// and [`PendingRead::finish`] waits for it (read-ahead). Dropping the
     /// pending read waits for it too, then gives the engine back.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: leased engine"
+    )]
     pub fn start_read(
         self: &Arc<Self>,
         lba: u64,
@@ -355,6 +371,10 @@ pub enum ReadBytes {
 
 impl ReadBytes {
     /// The bytes.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: kept only when contiguous"
+    )]
     pub fn as_slice(&self) -> &[u8] {
         match self {
             ReadBytes::Io(buf) => buf.as_slice().expect("kept only when contiguous"),
@@ -404,6 +424,10 @@ impl PendingRead {
     /// itself when the read was one contiguous request and its pool is less
     /// than half full (no copy; it goes back to its pool when dropped),
     /// else a buffer they were copied into.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a read returns its buffer; one buffer"
+    )]
     pub fn finish_owned(mut self) -> Result<ReadBytes> {
         let Some(mut engine) = self.engine.take() else {
             let mut out = AlignedMem::new(self.len);
@@ -529,6 +553,10 @@ pub fn write_runs_on(
 /// is unpooled. With `durable`, makes them durable that way; all submitted
 /// together, on `engine` (idle when called). The buffers go back to their
 /// pool as their writes complete.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: one buffer per write"
+)]
 pub fn write_bufs_on(
     engine: &mut dyn Engine,
     writes: Vec<(u64, IoBuf)>,

@@ -364,6 +364,10 @@ impl Connection {
     /// one piece: takes the data bytes already here into the buffer and
     /// makes the rest come straight into it ([`Connection::fill_direct`]).
     /// `false`: the PDU is framed as usual once it is all here.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: pending, checked above"
+    )]
     fn begin_direct(&mut self, rx: &mut Receiving) -> Result<bool, Fatal> {
         let partial = &rx.buf[rx.start..rx.filled];
         let Some(pdu) = self.framer.data_header(partial)? else {
@@ -453,6 +457,10 @@ impl Connection {
     /// socket goes to the receive buffer in the same read (a header's worth
     /// when headers come first). Starts the write once all is here.
     /// Returns whether bytes came.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a direct PDU's write is pending; one piece, checked when begun; present; pending; one piece"
+    )]
     fn fill_direct(
         &mut self,
         stream: &TcpStream,
@@ -883,6 +891,10 @@ impl Connection {
     }
 
     /// Runs the write `cccid` once all its data is here.
+    #[expect(
+        clippy::expect_used,
+        reason = "the pending write is present: its CCCID was looked up just before"
+    )]
     fn h2c_received(&mut self, cccid: u16) {
         let Some(p) = self.pending.get(&cccid) else {
             return;
@@ -916,6 +928,10 @@ impl Connection {
     /// straight into that buffer (no staging copy), then its digest.
     /// Returns the bytes of `partial` it used (all of them), or `None` to
     /// let the PDU be framed as usual.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: pending, checked above; pending; one piece, checked above"
+    )]
     fn receive_direct(
         &mut self,
         stream: &mut impl Link,
@@ -966,6 +982,10 @@ impl Connection {
     /// While the host's bytes are on their way, what the device finishes is
     /// reaped and answered: a write share is never held waiting on the host
     /// (a Compare-and-Write of another host may be waiting for it).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: pending; one piece"
+    )]
     fn read_into_pending(
         &mut self,
         stream: &mut impl Link,

@@ -224,6 +224,10 @@ impl DataPath {
     /// [`DataPath::write_buffer`]). Hands the buffer back when the write
     /// cannot start here (a Compare-and-Write holds or waits for the
     /// namespace, the engine refused it): the caller runs it the slow way.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a write keeps its buffer"
+    )]
     pub(crate) fn start_write(&mut self, tag: u64, io: &BlockIo, buf: IoBuf) -> Result<(), IoBuf> {
         let Some(ns) = self.subsystem.namespace(io.nsid) else {
             return Err(buf);
@@ -248,6 +252,10 @@ impl DataPath {
     /// no byte back over the network. Hands the buffer back when it cannot
     /// start here (no room for every write, a Compare-and-Write holds a
     /// namespace, no buffer): the caller runs it the slow way.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: checked; a write keeps its buffer"
+    )]
     pub(crate) fn start_multicast(
         &mut self,
         tag: u64,
@@ -566,6 +574,10 @@ impl Outgoing {
     /// non-blocking); returns whether everything has gone. What was sent is
     /// forgotten (its buffers go back to their pool); the rest, and what is
     /// added meanwhile, goes on the next call.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: kept only when contiguous"
+    )]
     pub(crate) fn send_some(&mut self, mut stream: &TcpStream) -> std::io::Result<bool> {
         // The kernel takes at most IOV_MAX (1024) pieces per call.
         const MAX_PIECES: usize = 1024;
@@ -638,6 +650,10 @@ impl Outgoing {
 
     /// Writes everything in order through `w` (a TLS stream), then
     /// forgets it.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: kept only when contiguous"
+    )]
     pub(crate) fn write_to(&mut self, w: &mut impl Write) -> std::io::Result<()> {
         let mut from = 0;
         for (at, buf) in &self.bufs {
@@ -653,6 +669,10 @@ impl Outgoing {
 
     /// Sends everything, then forgets it (the buffers go back to their
     /// pool).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: kept only when contiguous"
+    )]
     pub(crate) fn send(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
         if self.bufs.is_empty() {
             if !self.bytes.is_empty() {

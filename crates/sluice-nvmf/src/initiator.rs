@@ -233,6 +233,10 @@ impl QueueConnection {
     /// Sends a command (its data in the capsule when it fits, else after
     /// the target's R2T) and waits for its completion; data the target sends
     /// back is gathered in the answer.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: one command, one answer"
+    )]
     pub fn command(&mut self, sqe: Sqe, data: &[u8]) -> Result<Answer> {
         let mut answers = self.commands(vec![(sqe, data)])?;
         answers.pop().expect("one command, one answer")
@@ -240,6 +244,10 @@ impl QueueConnection {
 
     /// Sends commands back to back (a fused pair: the Compare, then the
     /// Write) and waits for every completion, answered in the order sent.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: every command answered"
+    )]
     pub fn commands(&mut self, commands: Vec<(Sqe, &[u8])>) -> Result<Vec<Result<Answer>>> {
         let depth = commands.len().max(1);
         let mut answers: Vec<Option<Result<Answer>>> = (0..commands.len()).map(|_| None).collect();
@@ -398,6 +406,10 @@ impl QueueConnection {
     /// Fused Compare-and-Write of whole blocks at `lba`: `new` lands only
     /// if the blocks hold `expected`, with no other write in between.
     /// Returns whether it landed.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: two answers"
+    )]
     pub fn compare_and_write(
         &mut self,
         nsid: u32,
@@ -544,6 +556,10 @@ impl QueueConnection {
     /// ffdhe4096 groups, answers the node's challenge, and with
     /// `controller` checks the node's answer to its own. Returns the DH
     /// group the node took (0: NULL).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: 4 bytes"
+    )]
     pub fn authenticate(
         &mut self,
         subnqn: &str,

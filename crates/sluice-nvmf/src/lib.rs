@@ -38,6 +38,7 @@
 //!
 //! Formats byte by byte: docs/NVMF.md. Data flows one way: sluice-io (device,
 //! pool, engine) → this crate → the CLI's `sluice node`.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

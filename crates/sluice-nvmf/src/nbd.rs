@@ -207,6 +207,10 @@ fn overdue(
     })
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: offered only with a certificate"
+)]
 fn serve_client(
     stream: TcpStream,
     mut counted: crate::target::Counted,
@@ -697,6 +701,10 @@ impl Transmission {
         }
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: chosen in the handshake"
+    )]
     fn ns(&self) -> &Namespace {
         self.subsystem
             .namespace(self.nsid)
@@ -705,6 +713,10 @@ impl Transmission {
 
     /// Serves requests until the client disconnects; `early` holds bytes
     /// that came before this phase began.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: one piece, checked; present"
+    )]
     fn run(mut self, mut link: impl Link, early: Vec<u8>) -> std::io::Result<()> {
         let mut buf = early;
         let (mut start, mut filled) = (0usize, buf.len());

@@ -57,6 +57,10 @@ impl std::fmt::Debug for ConfiguredPsk {
 
 impl ConfiguredPsk {
     /// Reads `NVMeTLSkey-1:HH:<base64>:`, checking its CRC-32.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: 4 bytes; 32 bytes"
+    )]
     pub fn parse(text: &str) -> Result<ConfiguredPsk, String> {
         let text = text.trim();
         let hint = "make one with `nvme gen-tls-key --hmac=1` or `sluice nvmf gen-tls-key`";

@@ -315,6 +315,10 @@ impl Worker {
     }
 
     /// Hands a connection whose slow commands wait to the helper thread.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: started above"
+    )]
     fn hand_to_helper(&mut self, token: u64) -> std::io::Result<()> {
         if self.helper.is_none() {
             let (tx, rx) = channel::<(u64, Served)>();

@@ -520,6 +520,10 @@ impl<'a> Ctx<'a> {
     /// Removes `key` holding `value` in `batch`: its record, and a
     /// collection's members (a small one's one by one, as this run sees
     /// them).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: asked for collections only"
+    )]
     pub fn remove(
         &self,
         batch: &mut DbBatch<'_>,

@@ -392,6 +392,10 @@ pub struct KeyHash(u64);
 
 impl KeyHash {
     /// The hash of `key`.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: 8 bytes"
+    )]
     pub fn of(key: &[u8]) -> KeyHash {
         const MUL: u64 = 0xbf58_476d_1ce4_e5b9;
         let mix = |h: u64, word: u64| {
@@ -653,6 +657,10 @@ impl Db {
     /// [`Db::space`] of a logical database used before: never creates
     /// anything. A SWAPDB creates both databases before it swaps them, so
     /// a logical database that named a created one always does.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a logical database used before names a created physical one"
+    )]
     pub fn space_used(&self, logical: u8) -> Space {
         let physical = self.databases.physical_of(logical);
         self.databases
@@ -877,6 +885,10 @@ impl Db {
     }
 
     /// [`Db::lock`] of the keys whose hashes these are.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: one hash"
+    )]
     pub fn lock_hashes(&self, mut hashes: impl ExactSizeIterator<Item = KeyHash>) -> Locked<'_> {
         if hashes.len() == 1 {
             let only = hashes.next().expect("one hash");

@@ -244,6 +244,10 @@ pub fn restore_functions(payload: &[u8]) -> Result<Vec<Vec<u8>>, String> {
 
 /// Checks a payload's footer: long enough, a version this reads, the
 /// CRC-64 of the rest.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 fn footer_checked(payload: &[u8]) -> Result<(), RestoreError> {
     if payload.len() < 10 {
         return Err(RestoreError::VersionOrChecksum);

@@ -256,6 +256,10 @@ fn integer(element: &[u8]) -> Read<i64> {
         .ok_or(RestoreError::BadFormat)
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 fn raw_id(r: &mut Reader<'_>) -> Read<StreamId> {
     let b = r.take(16)?;
     Ok(StreamId {
@@ -264,6 +268,10 @@ fn raw_id(r: &mut Reader<'_>) -> Read<StreamId> {
     })
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 fn millis(r: &mut Reader<'_>) -> Read<u64> {
     Ok(u64::from_le_bytes(r.take(8)?.try_into().expect("8 bytes")))
 }
@@ -338,6 +346,10 @@ fn read_node(master: StreamId, lp: &[u8], out: &mut Vec<(StreamId, Vec<Vec<u8>>)
 }
 
 /// Reads RDB type `kind`'s stream body (15, or 19 with Redis 7.0's ids).
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 pub(crate) fn read(r: &mut Reader<'_>, with_ids: bool) -> Read<DumpedStream> {
     let nodes = r.len()?;
     let mut entries = Vec::new();

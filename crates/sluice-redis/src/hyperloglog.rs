@@ -70,6 +70,10 @@ pub enum Encoding {
 
 /// MurmurHash2's 64-bit form (MurmurHash64A), reading 8 bytes at a time
 /// little-endian, as Redis does on every architecture.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 pub fn murmur64a(key: &[u8], seed: u64) -> u64 {
     const M: u64 = 0xc6a4_a793_5bd1_e995;
     const R: u32 = 47;
@@ -240,6 +244,10 @@ pub fn check(bytes: &[u8]) -> Result<Encoding, HllError> {
 }
 
 /// The cached cardinality, when valid.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a checked header"
+)]
 pub fn cached(bytes: &[u8]) -> Option<u64> {
     let card = u64::from_le_bytes(bytes[8..16].try_into().expect("a checked header"));
     (bytes[15] & 0x80 == 0).then_some(card)

@@ -24,6 +24,7 @@
 //!
 //! Every operation of a type checks the key's type first
 //! (`WRONGTYPE ...`), and every change it makes is one store batch.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

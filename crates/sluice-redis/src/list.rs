@@ -568,6 +568,10 @@ pub fn position(
 /// LMOVE (and RPOPLPUSH): pops from `src`'s `from` end, pushes to `dst`'s
 /// `to` end; the item, None when `src` has no list. The caller holds both
 /// keys' locks.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a stored list has items"
+)]
 pub fn lmove(
     ctx: &mut Ctx<'_>,
     src: &[u8],

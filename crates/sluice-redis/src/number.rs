@@ -46,6 +46,10 @@ pub fn parse_double(text: &[u8]) -> Option<f64> {
 /// `d2string`): `inf`, `-inf`, `-0`, integers without a point, else 17
 /// significant digits with trailing zeros cut, in exponent form below
 /// 1e-4 or from 1e17.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: exponent form; exponent"
+)]
 pub fn format_double(value: f64) -> String {
     if value.is_infinite() {
         return if value > 0.0 { "inf" } else { "-inf" }.into();

@@ -136,6 +136,10 @@ struct Merge<'a, I: Iterator<Item = Item>> {
 impl<I: Iterator<Item = Item>> Iterator for Merge<'_, I> {
     type Item = Item;
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: peeked"
+    )]
     fn next(&mut self) -> Option<Item> {
         loop {
             // The store's next key, past any the overlay hides or decides.

@@ -131,6 +131,10 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: 4 bytes; 8 bytes"
+    )]
     fn len_or_encoding(&mut self) -> Read<Len> {
         let b = self.byte()?;
         Ok(match b >> 6 {
@@ -162,6 +166,10 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: 2 bytes; 4 bytes"
+    )]
     pub(crate) fn string(&mut self) -> Read<Vec<u8>> {
         match self.len_or_encoding()? {
             Len::Plain(n) => {
@@ -197,6 +205,10 @@ impl<'a> Reader<'a> {
         }
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: 8 bytes"
+    )]
     pub(crate) fn binary_double(&mut self) -> Read<f64> {
         Ok(f64::from_le_bytes(
             self.take(8)?.try_into().expect("8 bytes"),
@@ -271,6 +283,10 @@ pub(crate) fn canonical_integer(s: &[u8]) -> Option<i64> {
     (v.to_string().as_bytes() == s).then_some(v)
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect reads 4 bytes the bound check before it left in the slice"
+)]
 pub(crate) fn listpack(lp: &[u8]) -> Read<Vec<Vec<u8>>> {
     if lp.len() < 7 || u32::from_le_bytes(lp[..4].try_into().expect("4")) as usize != lp.len() {
         return bad();
@@ -325,6 +341,10 @@ pub(crate) fn listpack(lp: &[u8]) -> Read<Vec<Vec<u8>>> {
 }
 
 /// A ziplist's entries, integers as their decimal strings.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect reads 4 bytes the bound check before it left in the slice"
+)]
 pub(crate) fn ziplist(zl: &[u8]) -> Read<Vec<Vec<u8>>> {
     if zl.len() < 11 || u32::from_le_bytes(zl[..4].try_into().expect("4")) as usize != zl.len() {
         return bad();
@@ -379,6 +399,10 @@ pub(crate) fn ziplist(zl: &[u8]) -> Read<Vec<Vec<u8>>> {
 }
 
 /// An intset's members as decimal strings.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect reads 4 bytes the bound check before it left in the slice"
+)]
 pub(crate) fn intset(is: &[u8]) -> Read<Vec<Vec<u8>>> {
     if is.len() < 8 {
         return bad();

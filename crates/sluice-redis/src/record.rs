@@ -260,6 +260,10 @@ impl Entry {
 
     /// Hands `f` the record as pieces laid one after the other (its header,
     /// then the payload), so that a batch copies it once.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: not a string"
+    )]
     pub(crate) fn with_pieces<R>(&self, f: impl FnOnce(&[&[u8]]) -> R) -> R {
         let mut header = [0u8; HEADER_BYTES];
         header[0] = self.value.type_byte();

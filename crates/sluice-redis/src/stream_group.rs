@@ -201,6 +201,10 @@ pub fn consumer(
 
 /// `group`'s pending entries with ids in `start ..= end`, in id order
 /// (`rev`: from the newest).
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 pub fn pending<'c>(
     ctx: &'c Ctx<'_>,
     c: Collection,

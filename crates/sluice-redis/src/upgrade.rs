@@ -14,6 +14,10 @@ const BATCH_BYTES: usize = 4 << 20;
 
 /// Rewrites every hash of the old layout, then drops `redis.fields`.
 /// Nothing to do (and quick) when there is no such keyspace.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: checked length"
+)]
 pub fn legacy_hashes(db: &Db) -> Result<(), StoreError> {
     let store = db.store();
     let fields = match store.keyspace(LEGACY_FIELDS_KEYSPACE) {

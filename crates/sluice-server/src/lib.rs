@@ -18,6 +18,7 @@
 //!
 //! Every reply is checked byte for byte against a real `redis-server`
 //! (tests/resp_redis.rs, tests/session_redis.rs, tests/commands_redis.rs).
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

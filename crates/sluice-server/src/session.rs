@@ -62,8 +62,16 @@ pub struct Session {
     db: u8,
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "the command table is generated with every command Sluice serves"
+)]
 static PLAIN_GET: std::sync::LazyLock<crate::acl::CommandId> =
     std::sync::LazyLock::new(|| crate::acl::lookup(b"get").expect("GET has ACL facts"));
+#[expect(
+    clippy::expect_used,
+    reason = "the command table is generated with every command Sluice serves"
+)]
 static PLAIN_SET: std::sync::LazyLock<crate::acl::CommandId> =
     std::sync::LazyLock::new(|| crate::acl::lookup(b"set").expect("SET has ACL facts"));
 

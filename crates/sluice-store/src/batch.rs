@@ -259,6 +259,10 @@ impl WriteBatch {
     }
 
     /// Its operations in order.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a batch reads back as built"
+    )]
     pub fn ops(&self) -> impl Iterator<Item = BatchOp<'_>> + '_ {
         let mut r = crate::codec::Reader::new(&self.body);
         (0..self.count).map(move |_| read_op(&mut r).expect("a batch reads back as built"))

@@ -68,6 +68,10 @@ impl BlobRef {
     }
 
     /// Decodes 28 bytes; None for any other length.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: 4 bytes; 8 bytes"
+    )]
     pub fn decode(b: &[u8]) -> Option<BlobRef> {
         if b.len() != REF_BYTES {
             return None;

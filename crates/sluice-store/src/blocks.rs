@@ -470,6 +470,10 @@ fn engine_config() -> EngineConfig {
 }
 
 /// Waits for `submitted` reads on `engine` and hands each to `visit`.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a read returns its buffer"
+)]
 fn reap_all(
     engine: &mut dyn Engine,
     submitted: usize,
@@ -528,6 +532,10 @@ pub fn seal_block_for(block: &mut [u8], store_id: &[u8; 16]) {
 }
 
 /// Whether the block carries the checksum `seal_block_for` gives it for this store.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a whole block"
+)]
 pub fn block_is_sealed_for(block: &[u8], store_id: &[u8; 16]) -> bool {
     block.len() == STORE_BLOCK_BYTES
         && crc32c::crc32c_append(crc32c::crc32c(store_id), &block[..STORE_BLOCK_BYTES - 4])
@@ -540,6 +548,10 @@ pub fn block_is_sealed(block: &[u8]) -> bool {
 }
 
 /// Whether the last 4 bytes of `bytes` are the CRC32C of the rest.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 4 bytes past split"
+)]
 pub fn trailing_crc_ok(bytes: &[u8]) -> bool {
     let Some(split) = bytes.len().checked_sub(4) else {
         return false;

@@ -72,6 +72,10 @@ struct Clock<T> {
 impl<T> Clock<T> {
     /// One step of the hand: a value referenced since the last pass gets
     /// a second chance, one that was not is evicted.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a key on the ring is held"
+    )]
     fn advance_hand(&mut self) {
         let n = self.ring.len();
         assert!(n > 0, "the hand turns only while something is held");

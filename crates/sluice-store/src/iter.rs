@@ -407,6 +407,10 @@ impl MergeIter {
 
     /// Sends every table source's first read to the device in one batch,
     /// then takes each source's first entry.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a table source"
+    )]
     fn prime(&mut self) -> Result<()> {
         let wanted: Vec<(usize, (u64, usize))> = self
             .sources
@@ -476,6 +480,10 @@ impl MergeIter {
     }
 
     /// Takes the next head of the source whose head was handed out last.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: the heap holds the source"
+    )]
     fn advance_current(&mut self) -> Result<()> {
         let Some(i) = self.current.take() else {
             return Ok(());
@@ -753,6 +761,10 @@ impl StoreIter {
     /// until the next call): no allocation or copy per pair, for operators
     /// that look at every pair and keep few. An error is returned once,
     /// then the iterator ends.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a live pair in the current head"
+    )]
     pub fn next_ref(&mut self) -> Result<Option<(&[u8], &[u8])>> {
         if let Some(e) = self.failed.take() {
             self.done = true;

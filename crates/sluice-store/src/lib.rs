@@ -16,6 +16,7 @@
 //! ([`compaction`]), and the [`Store`] API over them: keyspaces, atomic
 //! batches, deletes and range deletes, snapshots, streaming forward and
 //! reverse iterators over ranges and prefixes, flush, compact, stats.
+#![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -467,6 +467,10 @@ impl BlockPacker {
     }
 
     /// Appends one record of at most `MAX_RECORD_PAYLOAD` bytes.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a block"
+    )]
     fn push_record(&mut self, t: u8, payload: &[u8]) {
         assert!(payload.len() <= MAX_RECORD_PAYLOAD);
         if PAYLOAD_BYTES - self.used < RECORD_HEADER_BYTES + payload.len() {
@@ -484,6 +488,10 @@ impl BlockPacker {
         self.seal_last_header();
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a block"
+    )]
     fn seal_last_header(&mut self) {
         let used = self.used as u64;
         let b = self.blocks.last_mut().expect("a block");
@@ -886,6 +894,10 @@ impl LogFormat for ManifestLog<'_> {
         )
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: in a sealed block"
+    )]
     fn classify(&self, b: &[u8], seq: u64) -> Slot {
         let mut derived = [0u8; DERIVED_BYTES];
         write_derived_header(&mut derived, seq);
@@ -916,6 +928,10 @@ impl LogFormat for ManifestLog<'_> {
 /// a later block was written after it was durable: then it is damage, and
 /// open fails naming it. One damaged block per group is rebuilt from the
 /// group's parity.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: in a sealed block"
+)]
 fn replay(dev: &BlockDevice, sb: &Superblock) -> Result<(ManifestState, u64, Scan)> {
     let format = ManifestLog { sb };
     let scan = Scan::read(

@@ -89,6 +89,10 @@ fn parity_crc(block: &[u8], seed: &[u8]) -> u32 {
 
 /// The first sequence of the group a valid parity block at `seq` covers,
 /// or `None` if the block is not that parity block.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: in a whole block"
+)]
 pub fn check_parity(block: &[u8], magic: &[u8; 4], seq: u64, tag: u64, seed: &[u8]) -> Option<u64> {
     if block.len() != STORE_BLOCK_BYTES {
         return None;

@@ -280,6 +280,10 @@ impl CacheMiss {
 /// is returned as [`Pending::Blob`] with `f` uncalled: the caller reads
 /// it once it has let go of the memtables' locks.
 #[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: called once; not called yet"
+)]
 pub fn get_or_miss<R, F: FnOnce(Option<Found<'_>>) -> R>(
     dev: &BlockDevice,
     memtables: &[&Memtable],

@@ -645,6 +645,10 @@ impl Wal {
     /// which goes to the device once full or when a commit has come since
     /// the last early write; takes in whatever earlier early writes have
     /// completed.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a batch"
+    )]
     fn submit_early(&self, st: &mut State, block: u64) -> Result<()> {
         if st
             .early_batch
@@ -1009,6 +1013,10 @@ impl LogFormat for WalLayout {
     }
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: in a sealed block"
+)]
 fn classify(b: &[u8], seq: u64, epoch: u64) -> Slot {
     let mut derived = [0u8; DERIVED_BYTES];
     write_derived_header(&mut derived, seq, epoch);
@@ -1192,6 +1200,10 @@ fn decode_records(
     Ok(records)
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: in a sealed block; partial record"
+)]
 fn decode_block(
     b: &[u8],
     seq: u64,

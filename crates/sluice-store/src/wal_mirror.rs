@@ -69,10 +69,18 @@ pub(crate) struct KeptRecord {
     pub record: Vec<u8>,
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 4 bytes"
+)]
 fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 fn le64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }

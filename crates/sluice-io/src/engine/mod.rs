@@ -368,6 +368,10 @@ pub trait Engine: Send {
     fn describe(&self) -> String;
 
     /// Submits one request and waits for it. Only with nothing else in flight.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: one completion"
+    )]
     fn run(&mut self, request: Request) -> Completion {
         assert_eq!(self.in_flight(), 0, "run() needs an idle engine");
         let (user_data, op, lba, priority) =

@@ -66,6 +66,10 @@ impl PosixEngine {
         })
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: workers running; workers outlive the engine"
+    )]
     fn issue_queued(&mut self) {
         let jobs = self.jobs.as_ref().expect("workers running");
         while let Some((priority, request)) = self.gate.pop() {

@@ -304,6 +304,10 @@ impl UringEngine {
     }
 
     /// Moves queued requests into the submission queue while there is room.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: queued slot is live; room was checked"
+    )]
     fn issue_queued(&mut self) {
         // SAFETY: only this engine touches the submission queue; the
         // registrar shares the ring but only makes register calls.
@@ -499,6 +503,10 @@ impl UringEngine {
         Ok(())
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: completion for a live slot; live slot"
+    )]
     fn drain_completions(&mut self, out: &mut Vec<Completion>) -> usize {
         let mut added = 0;
         // SAFETY: only this engine touches the completion queue.
@@ -637,6 +645,10 @@ impl Engine for UringEngine {
         self.accepted
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a free slot per accepted request"
+    )]
     fn submit(&mut self, request: Request) -> std::result::Result<(), Rejected> {
         let request = admit(
             self.device.as_ref(),

@@ -156,6 +156,10 @@ impl IoBuf {
     }
 
     /// Which tier served it.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: origin present until drop"
+    )]
     pub fn tier(&self) -> Tier {
         match self.origin.as_ref().expect("origin present until drop") {
             Origin::Small { .. } => Tier::Small,

@@ -429,6 +429,10 @@ impl BufferPool {
         self.alloc_medium(st, len)
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a fresh chunk fits a medium request"
+    )]
     fn alloc_medium(&self, st: &mut State, len: usize) -> Result<Option<IoBuf>> {
         let cfg = &self.shared.config;
         let regions = if let Some(r) = st.medium.alloc_contiguous(len) {
@@ -528,6 +532,10 @@ impl BufferPool {
     /// Registration work that a thread other than the ring's issuer left:
     /// registers chunks pinned there, unregisters memory released there.
     /// The engine calls it from `reap`; cheap when there is nothing to do.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: unregistered chunk exists"
+    )]
     pub fn run_issuer_work(&self) {
         if !self.shared.issuer_work.load(Ordering::Acquire) {
             return;
@@ -663,6 +671,10 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: chunk memory exists"
+    )]
     fn release_chunk(&self, st: &mut State, id: ChunkId) {
         st.medium.remove_chunk(id);
         st.unregistered_chunks.retain(|&c| c != id);

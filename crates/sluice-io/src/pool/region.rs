@@ -81,6 +81,10 @@ impl RegionAllocator {
     }
 
     /// Adds a completely free chunk and returns its id.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: chunk ids exhausted"
+    )]
     pub fn add_chunk(&mut self, now: Instant) -> ChunkId {
         let id = self.next_chunk_id;
         self.next_chunk_id = self
@@ -163,6 +167,10 @@ impl RegionAllocator {
     }
 
     /// Removes `region` from the free run that starts at its offset.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: chunk exists; region starts a free run"
+    )]
     fn take(&mut self, region: Region) {
         let chunk = self.chunks.get_mut(&region.chunk).expect("chunk exists");
         let run = chunk
@@ -234,6 +242,10 @@ impl RegionAllocator {
     }
 
     /// Forgets a completely free chunk.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: chunk exists"
+    )]
     pub fn remove_chunk(&mut self, id: ChunkId) {
         let chunk = self.chunks.remove(&id).expect("chunk exists");
         assert_eq!(

@@ -50,6 +50,10 @@ impl Group {
         }
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: RFC 7919's primes are valid hex"
+    )]
     fn prime(&self) -> BigNum {
         BigNum::from_hex_str(self.prime_hex).expect("RFC 7919's primes are valid hex")
     }
@@ -105,6 +109,10 @@ impl Group {
 }
 
 /// The augmented challenge: HMAC(H(Z), C), with the exchange's hash.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a digest of a valid kind"
+)]
 pub fn augment(hash: super::Hash, z: &[u8], challenge: &[u8]) -> Vec<u8> {
     let hashed = openssl::hash::hash(hash.digest(), z).expect("a digest of a valid kind");
     super::hmac(hash, &hashed, &[challenge])

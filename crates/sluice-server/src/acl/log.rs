@@ -117,6 +117,10 @@ pub(super) struct Log {
 }
 
 impl Log {
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: found"
+    )]
     pub(super) fn add(&mut self, entry: LogEntry) {
         let found = self
             .entries

@@ -394,6 +394,10 @@ impl Users {
     }
 
     /// The default user.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: the default user cannot be removed"
+    )]
     pub fn default_user(&self) -> Arc<User> {
         self.get(b"default")
             .expect("the default user cannot be removed")

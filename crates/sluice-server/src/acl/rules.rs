@@ -468,6 +468,10 @@ impl User {
 
     /// The default user as a server starts with it: on, no password, every
     /// command, every key and channel.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant in its message"
+    )]
     pub fn default_user() -> Self {
         let mut user = User::new(b"default");
         user.apply(&[
@@ -718,6 +722,10 @@ impl User {
 
 /// ACL SETUSER's arguments with each selector (`(~x +get)` given as
 /// several arguments) joined into one.
+#[expect(
+    clippy::expect_used,
+    reason = "a selector's closing parenthesis is taken only after its opening one"
+)]
 fn merge_selectors(ops: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, String> {
     let mut merged = Vec::new();
     let mut open: Option<(usize, Vec<u8>)> = None;

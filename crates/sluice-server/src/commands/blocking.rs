@@ -65,6 +65,10 @@ pub fn is_blocking(name: &[u8], args: &Args) -> bool {
 /// The command a client blocks with, as it runs again when woken: an
 /// XREAD's `$` ids become the streams' last ids now (it waits for what
 /// comes after them). The caller holds the keys' locks.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: pinned"
+)]
 pub fn pinned(ctx: &Ctx<'_>, name: &[u8], args: &Args) -> Result<Args, Failure> {
     if name != b"xread" {
         return Ok(args.clone());

@@ -280,6 +280,10 @@ fn arguments_from<'c>(commands: &[&'c Args], at: usize) -> Vec<Vec<&'c [u8]>> {
 
 /// Runs `commands` (all of `kind`, all on `key`) in order in `ctx`: each
 /// one's reply, or one failure for them all (the key holds another type).
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: scores checked by Kind::of"
+)]
 fn run_key(
     ctx: &mut Ctx<'_>,
     kind: Kind,

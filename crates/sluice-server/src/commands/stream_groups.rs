@@ -70,6 +70,10 @@ fn no_such_group(group: &[u8], key: &[u8]) -> Failure {
     ))
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect follows the check of the same value just before it"
+)]
 pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let arities = [
         ("create", -5),
@@ -617,6 +621,10 @@ fn read_group_stream(
 
 /// XREADGROUP once: the reply, None when no stream had anything (the
 /// caller blocks or answers a null array). Every change is one batch.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a group read"
+)]
 pub fn read_group_once(ctx: &mut Ctx<'_>, r: &Read) -> Result<Option<Reply>, Failure> {
     let gr = r.group.as_ref().expect("a group read");
     let mut batch = ctx.batch();
@@ -647,6 +655,10 @@ pub fn read_group_once(ctx: &mut Ctx<'_>, r: &Read) -> Result<Option<Reply>, Fai
 
 /// Checks XREADGROUP's streams before a read or a block: each a stream
 /// (WRONGTYPE) holding the group (NOGROUP), as Redis checks them.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a group read"
+)]
 pub fn check_group_streams(ctx: &Ctx<'_>, r: &Read) -> Result<(), Failure> {
     let gr = r.group.as_ref().expect("a group read");
     for (key, _) in &r.streams {

@@ -283,6 +283,10 @@ pub(super) fn xdel(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     Ok(int(stream::delete(ctx, key, &ids)?))
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: XTRIM has a trim"
+)]
 pub(super) fn xtrim(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     let o = parse_add_trim(ctx, args, false)?;
     if o.id_at < args.len() {

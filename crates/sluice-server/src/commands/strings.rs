@@ -167,6 +167,10 @@ pub fn get_borrowed<R>(
 /// (`sluice_store::FillQueue`) and asks again. `expired` is told when the
 /// key's record had expired (the caller removes it: lazy expiry).
 #[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a record was found; the store calls back once; a failed read emitted nothing"
+)]
 pub fn get_borrowed_or_miss<R>(
     db: &Db,
     cache: &mut sluice_store::ReadCache,

@@ -362,6 +362,10 @@ impl Conn {
     /// its bytes start — the replies before the first waiting value, or
     /// that value itself (no copy of it when it has an allocation of its
     /// own); None when nothing waits.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a first stream"
+    )]
     pub(super) fn next_socket_send(&mut self) -> Option<(Vec<u8>, usize)> {
         debug_assert!(self.tls.is_none() && !self.stream.is_shm());
         match self.streams.front() {

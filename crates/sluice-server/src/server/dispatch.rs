@@ -169,6 +169,10 @@ pub(super) fn execute(
     wrote
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a selected database exists"
+)]
 fn execute_command(
     shared: &Shared,
     conn: &mut Conn,
@@ -761,6 +765,10 @@ impl Drop for RetryDone<'_> {
 /// its time is up (`server::blocking`). Run again after a wake, it keeps
 /// its place in the registry when it still finds nothing, and waits on
 /// when its key now holds another type (as Redis's blocked clients do).
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a worker's connection; served"
+)]
 fn serve_or_block(
     shared: &Shared,
     conn: &mut Conn,
@@ -1070,6 +1078,10 @@ fn exec(shared: &Shared, conn: &mut Conn, word: &[u8]) -> (Option<Reply>, Option
 }
 
 /// EXEC's work once its MULTI is shown to monitors.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a selected database exists"
+)]
 fn exec_queued(
     shared: &Shared,
     conn: &mut Conn,
@@ -1184,6 +1196,10 @@ fn exec_acl_check(shared: &Shared, conn: &mut Conn, args: &Args) -> Option<Reply
 }
 
 /// A server command; None: no reply (SHUTDOWN closes the connection).
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a worker's connection"
+)]
 fn admin(shared: &Shared, conn: &mut Conn, name: &[u8], args: &Args) -> Option<Reply> {
     Some(match name {
         b"info" => Reply::Verbatim {

@@ -216,6 +216,10 @@ pub(super) fn command(shared: &Shared, args: &Args, ctx: &mut Ctx<'_>) -> Reply 
 }
 
 /// A library's `#!` line (Redis's `functionExtractLibMetaData`).
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: checked: letters, digits and _"
+)]
 fn metadata(code: &[u8]) -> Result<Metadata, String> {
     if !code.starts_with(b"#!") {
         return Err("Missing library metadata".into());

@@ -281,6 +281,10 @@ impl Engine {
 /// Runs `program` against `ctx`: its reply (a script error as Redis
 /// words it). `kill` set stops it between instructions; once set, every
 /// check raises again, so a `pcall` in a loop cannot keep it alive.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: made above"
+)]
 pub(super) fn run(shared: &Shared, job: &Run<'_>, ctx: &mut Ctx<'_>) -> Reply {
     ENGINE.with(|cell| {
         let mut slot = cell.borrow_mut();

@@ -435,6 +435,10 @@ fn json_string(s: &[u8], out: &mut Vec<u8>) {
 }
 
 /// C's `%.<precision>g`.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: {:e} has an exponent; {:e}'s exponent is a number"
+)]
 pub(super) fn format_g(n: f64, precision: usize) -> String {
     if n.is_nan() {
         return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
@@ -1257,6 +1261,10 @@ fn lua_number_text(v: &Value) -> String {
     }
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 4 bytes; 8 bytes"
+)]
 fn struct_unpack(lua: &Lua, fmt: &[u8], data: &[u8], start: i64) -> Result<MultiValue, String> {
     if start < 1 {
         return Err("bad argument #3 to 'unpack' (offset must be 1 or greater)".into());

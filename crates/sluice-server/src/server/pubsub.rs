@@ -121,6 +121,10 @@ impl PubSub {
     }
 
     /// Subscribes `conn` to `names`; the replies, one per name.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a worker's connection"
+    )]
     pub(super) fn subscribe(&self, conn: &mut Conn, kind: Kind, names: &[Vec<u8>]) -> Vec<Reply> {
         let queue = conn.pushes.clone().expect("a worker's connection");
         let me = Subscriber {

@@ -448,6 +448,10 @@ pub(super) fn start(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHan
 
 /// Runs `job`, every stripe lock held by the caller; its reply and where
 /// its writes are in the log.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a selected database exists"
+)]
 fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
     let db = &shared.db;
     let mut ctx = Ctx::transaction(db, super::now_ms());
@@ -489,6 +493,10 @@ fn run_job(shared: &Shared, job: &Job) -> (Reply, Option<LogPosition>) {
 }
 
 /// Runs `job` in `ctx`: its reply, and whether it was killed.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a selected database exists"
+)]
 fn run_in(shared: &Shared, job: &Job, ctx: &mut Ctx<'_>) -> (Reply, bool) {
     let keys = &job.args[3..3 + job.numkeys];
     let argv = &job.args[3 + job.numkeys..];
@@ -532,6 +540,10 @@ fn run_in(shared: &Shared, job: &Job, ctx: &mut Ctx<'_>) -> (Reply, bool) {
 
 /// Runs scripting command `name`: None if it is not one; Some(None) when
 /// the script went to the script thread (the reply comes later).
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a worker's connection has a script mailbox"
+)]
 pub(super) fn run(
     shared: &Shared,
     conn: &mut Conn,

@@ -250,6 +250,10 @@ fn refuse(sock: &mut UnixStream, text: &str) {
     let _ = sock.write_all(&shm::refuse_answer(text));
 }
 
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: at least one worker"
+)]
 fn admit(
     shared: &Arc<Shared>,
     mut sock: UnixStream,

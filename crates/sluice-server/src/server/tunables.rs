@@ -397,6 +397,10 @@ impl Tunables {
     }
 
     /// Sets `t` to a value [`check`] returned, and applies its effect.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: checked as a non-negative number; checked as a non-negative integer; checked as an integer; checked"
+    )]
     pub fn set(&self, db: &Db, t: &'static Tunable, value: String) {
         match t.effect {
             Effect::HllSparseMaxBytes

@@ -356,6 +356,10 @@ impl Worker {
     /// Blocked connections a write woke: their blocking command runs again
     /// this turn, keeping its place in the registry should it find
     /// nothing.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect follows the check of the same value just before it"
+    )]
     fn take_wakes(&mut self) {
         for (slot, ticket, wake) in self.wakes.take() {
             let c = self.conns.get_mut(slot as usize).and_then(Option::as_mut);
@@ -447,6 +451,10 @@ impl Worker {
 
     /// Answers blocked connections whose time is up as Redis does (a null
     /// reply) and takes them out of the registry.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect follows the check of the same value just before it"
+    )]
     fn expire_blocked(&mut self) {
         if self.blocked.is_empty() {
             return;
@@ -1375,10 +1383,22 @@ fn plain_path_open_for(c: &Conn) -> bool {
 
 /// GET's, PING's and SET's ids in the command table, for the fast paths'
 /// counts.
+#[expect(
+    clippy::expect_used,
+    reason = "the command table is generated with every command Sluice serves"
+)]
 static PLAIN_GET_ID: std::sync::LazyLock<crate::acl::CommandId> =
     std::sync::LazyLock::new(|| crate::acl::lookup(b"get").expect("GET is in the table"));
+#[expect(
+    clippy::expect_used,
+    reason = "the command table is generated with every command Sluice serves"
+)]
 static PLAIN_PING_ID: std::sync::LazyLock<crate::acl::CommandId> =
     std::sync::LazyLock::new(|| crate::acl::lookup(b"ping").expect("PING is in the table"));
+#[expect(
+    clippy::expect_used,
+    reason = "the command table is generated with every command Sluice serves"
+)]
 static PLAIN_SET_ID: std::sync::LazyLock<crate::acl::CommandId> =
     std::sync::LazyLock::new(|| crate::acl::lookup(b"set").expect("SET is in the table"));
 
@@ -1504,6 +1524,10 @@ impl Pass<'_> {
     /// value` the group takes, framed where it lies (no argument list);
     /// whether it did. Anything else is left to the general path, which
     /// would group the same SET.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a plain SET peeked"
+    )]
     fn take_plain_set(&self, c: &mut Conn, id: u32, group: &mut Grouped) -> bool {
         if !plain_path_open(c) || !group.fits(None) || self.shared.fast_paths_closed() {
             return false;

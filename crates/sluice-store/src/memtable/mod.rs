@@ -58,6 +58,10 @@ struct Values {
 impl Values {
     /// A copy of `value` in the open chunk (a new one when it is full), or
     /// in a chunk of its own.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a value under 4 GiB; under 2^32 chunks"
+    )]
     fn stash(&mut self, value: &[u8]) -> ValueAt {
         let len = u32::try_from(value.len()).expect("a value under 4 GiB");
         if value.len() > OWN_CHUNK_MIN_BYTES {
@@ -240,6 +244,10 @@ pub type RunVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) -> RunStep + '
 pub type VersionVisitor<'a> = dyn FnMut(&[u8], u64, EntryKind, &[u8]) + 'a;
 
 /// A 64-bit hash of (keyspace, key), eight bytes at a time.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 pub(crate) fn point_hash(keyspace: u32, key: &[u8]) -> u64 {
     const K: u64 = 0x9E37_79B9_7F4A_7C15;
     let mix = |h: u64, v: u64| {
@@ -377,6 +385,10 @@ impl Memtable {
 
     /// Adds one point version: to the key's chain, or as a new chain (and
     /// a new key in the ordered set) for a key's first version here.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: fewer than 2^32 keys in a memtable"
+    )]
     fn add_version(&mut self, keyspace: u32, key: &[u8], seq: u64, version: Version) {
         self.versions += 1;
         let hash = point_hash(keyspace, key);

@@ -62,6 +62,10 @@ const HEAD_BYTES: usize = 32;
 type Head = [u64; HEAD_BYTES / 8];
 
 /// The first [`HEAD_BYTES`] of `key`, as [`OrderKey::head`] keeps them.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: 8 bytes"
+)]
 fn head_of(key: &[u8]) -> Head {
     let mut bytes = [0u8; HEAD_BYTES];
     let n = key.len().min(HEAD_BYTES);
@@ -132,6 +136,10 @@ pub(super) struct KeyOrder {
 
 impl KeyOrder {
     /// Adds a key not yet here.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a last run"
+    )]
     pub(super) fn insert<K: SlotKeys + ?Sized>(&mut self, keys: &K, key: OrderKey) {
         let at = self
             .tail
@@ -276,6 +284,10 @@ struct Fences {
 }
 
 impl Fences {
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a run's fences fit in 4 GiB"
+    )]
     fn of<K: SlotKeys + ?Sized>(slot_keys: &K, run: &[OrderKey]) -> Fences {
         let mut f = Fences::default();
         for o in run.iter().step_by(FENCE_EVERY) {
@@ -426,6 +438,10 @@ impl<'a, 'p, K: SlotKeys + ?Sized> Walk<'a, 'p, K> {
 
 /// The next key of part `part` of a walk.
 #[inline]
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a part in the heap has keys left"
+)]
 fn next_of<'a>(parts: &[&'a [OrderKey]], reverse: bool, part: usize) -> &'a OrderKey {
     let keys = parts[part];
     let next = if reverse { keys.last() } else { keys.first() };
@@ -449,6 +465,10 @@ fn part_first<K: SlotKeys + ?Sized>(
 impl<'a, K: SlotKeys + ?Sized> Iterator for Walk<'a, '_, K> {
     type Item = &'a OrderKey;
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: the heap holds the part"
+    )]
     fn next(&mut self) -> Option<&'a OrderKey> {
         let first = *self.heap.first()?;
         let taken = self.next_of(first);

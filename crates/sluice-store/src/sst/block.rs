@@ -263,6 +263,10 @@ impl RawBlock {
     }
 
     /// The byte offset of restart point `r` (below `restart_count`).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: restart offsets checked at parse"
+    )]
     fn restart(&self, r: usize) -> u32 {
         let at = self.start + self.entries_len + 4 * r;
         u32_at(self.data.as_slice(), at).expect("restart offsets checked at parse")
@@ -302,6 +306,10 @@ impl RawBlock {
     /// Decodes the entry at byte `at` into `out`, reusing its buffers;
     /// `out.key` must hold the key before it (anything at a restart point).
     /// Returns the next entry's offset.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a verified block decodes"
+    )]
     fn decode_into(&self, at: usize, out: &mut Entry) -> usize {
         let e = self.entry_at(at).expect("a verified block decodes");
         out.key.truncate(e.shared);
@@ -326,6 +334,10 @@ impl RawBlock {
     }
 
     /// The key and sequence stored whole at restart point `r`.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a verified block decodes"
+    )]
     fn restart_key(&self, r: usize) -> (&[u8], u64) {
         let e = self
             .entry_at(self.restart(r) as usize)
@@ -369,6 +381,10 @@ impl RawBlock {
     /// entry is another key, `Err(())` if the block ends first (the answer
     /// may be in the next block).
     #[allow(clippy::result_unit_err)]
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a verified block decodes"
+    )]
     pub fn seek_point(&self, key: &[u8], snapshot: u64) -> Result<Option<PointHit>, ()> {
         // The binary search reads a few restart keys: their misses, too,
         // are taken together.

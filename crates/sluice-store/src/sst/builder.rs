@@ -138,6 +138,10 @@ impl TableBuilder {
         self.block.start() + self.block.size_estimate(&self.data)
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a last entry"
+    )]
     fn cut_block(&mut self) {
         if self.block.count == 0 {
             return;

@@ -232,6 +232,10 @@ impl CursorState {
         }
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a verified block decodes"
+    )]
     fn next_forward(
         &mut self,
         table: &TableReader,
@@ -382,6 +386,10 @@ impl TableCursor {
     }
 
     /// Hands the cursor the bytes of its `first_read`.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a first read"
+    )]
     pub fn seed(&mut self, bytes: &[u8]) -> Result<()> {
         let (first, count) = self.state.next_run().expect("a first read");
         let run = self.table.parse_run(

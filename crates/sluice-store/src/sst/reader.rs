@@ -165,6 +165,10 @@ pub(super) enum RunAhead {
 /// length in blocks each) checked against each other and the table's
 /// extents: contiguous, in that order, each at least one block, ending at
 /// the footer. Returns the first region's offset and their length.
+#[expect(
+    clippy::expect_used,
+    reason = "each expect states its invariant: a whole block"
+)]
 fn footer_regions(
     f: &[u8],
     extent: Extent,
@@ -209,6 +213,10 @@ impl TableReader {
     /// Opens a table whose data blocks start at `data.start_block` and
     /// whose index, filter, range tombstones and footer fill `meta` (None:
     /// they follow the data blocks inside `data`).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a whole block"
+    )]
     pub fn open_parts(
         dev: &BlockDevice,
         extent: Extent,
@@ -299,6 +307,10 @@ impl TableReader {
     }
 
     /// The index and filter if they are in memory (pinned or cached).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: an unpinned table has an index cache"
+    )]
     fn index_in_memory(&self) -> Option<Arc<TableIndex>> {
         if let Some(ix) = &self.pinned {
             return Some(ix.clone());
@@ -329,6 +341,10 @@ impl TableReader {
 
     /// Decodes the index and filter from `bytes`, read from
     /// [`TableReader::index_extent`], into the index cache.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: an unpinned table has an index cache"
+    )]
     fn cache_index(&self, dev: &BlockDevice, bytes: &[u8]) -> Result<Arc<TableIndex>> {
         let r = &self.regions;
         let cache = self
@@ -384,6 +400,10 @@ impl TableReader {
 
     /// Block `i` read from the device (the cache was looked in already),
     /// and added to the cache.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant in its message"
+    )]
     fn read_block_from_device(
         &self,
         dev: &BlockDevice,

@@ -118,6 +118,10 @@ impl Inner {
     /// is small, written at once otherwise), a new one when it is full, or
     /// a file of its own for a value larger than a quarter of one. Returns
     /// its place, its reference and whether it was gathered.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a new blob file has room for a record"
+    )]
     pub(super) fn place_blob(
         &self,
         keyspace: u32,

@@ -57,6 +57,10 @@ impl FillQueue {
     /// that read (its token comes back when it completes) and takes no
     /// room, up to [`MAX_JOINED_PER_READ`]. The caller checks
     /// [`FillQueue::has_room`] first.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: FillQueue::start without room"
+    )]
     pub fn start(&mut self, miss: CacheMiss, token: u64) -> Result<()> {
         let (block, blocks) = miss.extent(&self.dev)?;
         let joinable = |r: &&mut InFlight| r.block == block && r.joined.len() < MAX_JOINED_PER_READ;
@@ -87,6 +91,10 @@ impl FillQueue {
         self.free.len()
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: opened above"
+    )]
     fn submit(&mut self, block: u64, blocks: usize, slot: usize) -> Result<()> {
         let (member, lba) = self.dev.place(block, blocks)?;
         if self.engines[member].is_none() {
@@ -114,6 +122,10 @@ impl FillQueue {
     /// bytes go into the cache its miss names, and its token is pushed to
     /// `ready` with how that went (a failed read or a corrupt block is an
     /// error naming the block; asking again with waiting reports it too).
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a completion of a read in flight"
+    )]
     pub fn reap(&mut self, ready: &mut Vec<(u64, Result<()>)>) -> Result<()> {
         for engine in self.engines.iter_mut().flatten() {
             if engine.in_flight() > 0 {
@@ -149,6 +161,10 @@ impl FillQueue {
         Ok(())
     }
 
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: a read returns its buffer"
+    )]
     fn fill(&self, read: &InFlight, c: Completion) -> Result<()> {
         let block = read.block;
         let n = c.result.map_err(|error| StoreError::Io { block, error })?;

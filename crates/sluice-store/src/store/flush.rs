@@ -402,6 +402,10 @@ impl Inner {
     /// has one device (or the table no data blocks); else the data blocks
     /// on the next data device in turn (the others if it is full) and the
     /// rest on the first device.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: at least one data device"
+    )]
     fn allocate_table_in(
         &self,
         manifest: &mut Manifest,
