@@ -345,10 +345,81 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 addr,
                 "beyond loopback, scrape the HTTP API's /_sluice/metrics (--http, with its users or API keys)",
             )
-                .with_context(|| format!("listening for metrics on {addr}"))?,
+            .with_context(|| format!("listening for metrics on {addr}"))?,
         ),
         None => None,
     };
+    let tls = tls_settings(args)?;
+    refuse_secrets_on_argv(args)?;
+    let users = users(args)?;
+    let http_users = credentials(&args.http_users_file, "--http-users-file")?;
+    let http_api_keys = credentials(&args.http_api_keys_file, "--http-api-keys-file")?;
+    let shm = shm_settings(args)?;
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 {
+        bail!("--threads 0: give at least 1");
+    }
+    let store = args
+        .store
+        .files(&args.devices, store_config(args)?)
+        .create_bytes(args.create_mib << 20)
+        .open()?;
+    let store = Arc::new(store);
+    let db = Arc::new(Db::open(store.clone())?);
+    let config = ServerConfig {
+        threads,
+        users,
+        start_parameters,
+        ..server_config(args, tls.resp.clone(), shm)
+    };
+    let server = Server::start(db.clone(), config)
+        .with_context(|| format!("starting the server on {}", args.resp))?;
+    let http = match args.http {
+        None => None,
+        Some(addr) => Some(start_http(
+            args,
+            addr,
+            &server,
+            &store,
+            &tls,
+            (http_users, http_api_keys),
+        )?),
+    };
+    let (http, http_api) = http.map_or((None, None), |(h, a)| (Some(h), Some(a)));
+    if let Some(listener) = metrics_listener {
+        start_metrics(listener, &server, http_api.as_ref())?;
+    }
+    // The HTTP server holds the API; only a weak hold stays here, so that
+    // the store closes when the servers are done.
+    drop(http_api);
+    stop_on_signals(&server)?;
+    print_banner(args, &server, threads, http.as_ref());
+    println!("ready to accept connections");
+    server.wait()?;
+    if let Some(h) = http {
+        h.stop();
+    }
+    drop(db);
+    match Arc::try_unwrap(store) {
+        Ok(store) => drop(store),
+        Err(_) => log::warn!("the store is still referenced at exit"),
+    }
+    println!("sluice serve: stopped; every acknowledged write is durable");
+    Ok(())
+}
+
+/// The TLS of the Redis protocol and the HTTP API: the certificate (with
+/// client authentication when asked for) and the Redis protocol's listener.
+struct Tls {
+    config: Option<sluice_server::server::tls::ServerTlsConfig>,
+    clients_required: bool,
+    resp: Option<sluice_server::server::tls::TlsSettings>,
+}
+
+/// Checks the TLS flags together and loads the certificate.
+fn tls_settings(args: &ServeArgs) -> Result<Tls> {
     let clients =
         args.tls_ca_cert
             .as_deref()
@@ -381,10 +452,15 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if args.http_tls && (tls_config.is_none() || args.http.is_none()) {
         bail!("--http-tls needs --http ADDR, --tls-cert FILE and --tls-key FILE");
     }
-    refuse_secrets_on_argv(args)?;
-    let users = users(args)?;
-    let http_users = credentials(&args.http_users_file, "--http-users-file")?;
-    let http_api_keys = credentials(&args.http_api_keys_file, "--http-api-keys-file")?;
+    Ok(Tls {
+        config: tls_config,
+        clients_required: clients.is_some_and(|c| c.required),
+        resp: tls,
+    })
+}
+
+/// The shared-memory transport's settings, checked.
+fn shm_settings(args: &ServeArgs) -> Result<Option<sluice_server::server::ShmSettings>> {
     let shm = match &args.shm {
         None => None,
         Some(path) => {
@@ -407,7 +483,12 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             })
         }
     };
-    let store_config = StoreConfig {
+    Ok(shm)
+}
+
+/// The store's configuration from the flags.
+fn store_config(args: &ServeArgs) -> Result<StoreConfig> {
+    Ok(StoreConfig {
         write_buffer_bytes: args.write_buffer_mib << 20,
         block_cache_bytes: args.block_cache_mib << 20,
         wal_sqpoll_idle_ms: args.wal_sqpoll,
@@ -418,21 +499,17 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         },
         log_mirror: log_mirror(args)?,
         ..StoreConfig::default()
-    };
-    let store = args
-        .store
-        .files(&args.devices, store_config)
-        .create_bytes(args.create_mib << 20)
-        .open()?;
-    let store = Arc::new(store);
-    let db = Arc::new(Db::open(store.clone())?);
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 {
-        bail!("--threads 0: give at least 1");
-    }
-    let config = ServerConfig {
+    })
+}
+
+/// The server's configuration from the flags (its threads, users and
+/// start parameters are the caller's).
+fn server_config(
+    args: &ServeArgs,
+    tls: Option<sluice_server::server::tls::TlsSettings>,
+    shm: Option<sluice_server::server::ShmSettings>,
+) -> ServerConfig {
+    ServerConfig {
         resp_addr: args.resp,
         tls,
         shm,
@@ -442,10 +519,8 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 mode: args.unix_socket_mode,
             }
         }),
-        threads,
         pin_threads: !args.no_pin,
         durability: args.durability,
-        users,
         protected_mode: args.protected_mode,
         max_clients: args.max_clients,
         idle_timeout_secs: args.timeout,
@@ -454,7 +529,6 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             ..Limits::default()
         },
         background_cpu: args.background_cpu,
-        start_parameters,
         rewrite: args.config.clone().map(|path| {
             sluice_server::server::ConfigRewrite(Arc::new(move |parameters| {
                 crate::config_file::rewrite_redis_table(&path, parameters)
@@ -462,83 +536,94 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             }))
         }),
         ..ServerConfig::default()
-    };
-    let server = Server::start(db.clone(), config)
-        .with_context(|| format!("starting the server on {}", args.resp))?;
-    let http = match args.http {
-        None => None,
-        Some(addr) => {
-            let api = Arc::new(sluice_http::Api::open(store.clone())?);
-            api.catalog()
-                .column_budget()
-                .set_limit_bytes(args.http_columns_mib << 20);
-            api.catalog().warm_columns();
-            api.set_destructive_requires_name(args.http_destructive_requires_name);
-            api.native_budget()
-                .set_limit_bytes(args.http_native_memory_mib << 20);
-            // Weak: the server's state goes when the server stops.
-            let resp = Arc::downgrade(server.shared());
-            let resp_metrics = resp.clone();
-            api.set_extra_metrics(Box::new(move |out| {
-                if let Some(shared) = resp_metrics.upgrade() {
-                    sluice_server::server::metrics::render(&shared, out);
-                }
-            }));
-            api.set_extra_stats(Box::new(move || match resp.upgrade() {
-                Some(shared) => serde_json::json!({
-                    "commands_processed": shared.stats.sum(|w| &w.commands_processed),
-                    "connected_clients": shared.clients.load(std::sync::atomic::Ordering::Relaxed),
-                }),
-                None => serde_json::Value::Null,
-            }));
-            let config = sluice_http::HttpConfig {
-                addr,
-                max_connections: args.http_max_connections,
-                max_body_bytes: args.http_max_content_mib << 20,
-                request_timeout: std::time::Duration::from_secs(
-                    args.http_request_timeout_secs.max(1),
-                ),
-                users: http_users,
-                api_keys: http_api_keys,
-                protected_mode: args.protected_mode,
-                clients_verified: args.http_tls && clients.is_some_and(|c| c.required),
-                tls: if args.http_tls {
-                    tls_config.clone()
-                } else {
-                    None
-                },
-                ..sluice_http::HttpConfig::default()
-            };
-            Some((
-                sluice_http::HttpServer::start(api.clone(), config)
-                    .with_context(|| format!("starting the HTTP API on {addr}"))?,
-                api,
-            ))
-        }
-    };
-    let (http, http_api) = http.map_or((None, None), |(h, a)| (Some(h), Some(a)));
-    if let Some(listener) = metrics_listener {
-        let resp = Arc::downgrade(server.shared());
-        let api = http_api.as_ref().map(Arc::downgrade);
-        let render = Arc::new(move || {
-            let mut out = String::new();
-            if let Some(shared) = resp.upgrade() {
-                sluice_server::server::metrics::render(&shared, &mut out);
-            }
-            if let Some(api) = api.as_ref().and_then(|a| a.upgrade()) {
-                api.http_metrics(&mut out);
-            }
-            out
-        });
-        let addr = listener.local_addr()?;
-        std::thread::Builder::new()
-            .name("sluice-metrics".into())
-            .spawn(move || sluice_server::server::metrics::serve(listener, render))?;
-        println!("sluice serve: Prometheus metrics on http://{addr}/metrics");
     }
-    // The HTTP server holds the API; only a weak hold stays here, so that
-    // the store closes when the servers are done.
-    drop(http_api);
+}
+
+/// Starts the HTTP API on `addr` over the server's store, its figures
+/// joined by the Redis protocol's.
+fn start_http(
+    args: &ServeArgs,
+    addr: SocketAddr,
+    server: &Server,
+    store: &Arc<sluice_store::Store>,
+    tls: &Tls,
+    (http_users, http_api_keys): (sluice_auth::Credentials, sluice_auth::Credentials),
+) -> Result<(sluice_http::HttpServer, Arc<sluice_http::Api>)> {
+    let api = Arc::new(sluice_http::Api::open(store.clone())?);
+    api.catalog()
+        .column_budget()
+        .set_limit_bytes(args.http_columns_mib << 20);
+    api.catalog().warm_columns();
+    api.set_destructive_requires_name(args.http_destructive_requires_name);
+    api.native_budget()
+        .set_limit_bytes(args.http_native_memory_mib << 20);
+    // Weak: the server's state goes when the server stops.
+    let resp = Arc::downgrade(server.shared());
+    let resp_metrics = resp.clone();
+    api.set_extra_metrics(Box::new(move |out| {
+        if let Some(shared) = resp_metrics.upgrade() {
+            sluice_server::server::metrics::render(&shared, out);
+        }
+    }));
+    api.set_extra_stats(Box::new(move || match resp.upgrade() {
+        Some(shared) => serde_json::json!({
+            "commands_processed": shared.stats.sum(|w| &w.commands_processed),
+            "connected_clients": shared.clients.load(std::sync::atomic::Ordering::Relaxed),
+        }),
+        None => serde_json::Value::Null,
+    }));
+    let config = sluice_http::HttpConfig {
+        addr,
+        max_connections: args.http_max_connections,
+        max_body_bytes: args.http_max_content_mib << 20,
+        request_timeout: std::time::Duration::from_secs(args.http_request_timeout_secs.max(1)),
+        users: http_users,
+        api_keys: http_api_keys,
+        protected_mode: args.protected_mode,
+        clients_verified: args.http_tls && tls.clients_required,
+        tls: if args.http_tls {
+            tls.config.clone()
+        } else {
+            None
+        },
+        ..sluice_http::HttpConfig::default()
+    };
+    Ok((
+        sluice_http::HttpServer::start(api.clone(), config)
+            .with_context(|| format!("starting the HTTP API on {addr}"))?,
+        api,
+    ))
+}
+
+/// Answers Prometheus's scrapes on `listener` with the Redis protocol's,
+/// the store's and (if it runs) the HTTP API's figures.
+fn start_metrics(
+    listener: std::net::TcpListener,
+    server: &Server,
+    http_api: Option<&Arc<sluice_http::Api>>,
+) -> Result<()> {
+    let resp = Arc::downgrade(server.shared());
+    let api = http_api.map(Arc::downgrade);
+    let render = Arc::new(move || {
+        let mut out = String::new();
+        if let Some(shared) = resp.upgrade() {
+            sluice_server::server::metrics::render(&shared, &mut out);
+        }
+        if let Some(api) = api.as_ref().and_then(|a| a.upgrade()) {
+            api.http_metrics(&mut out);
+        }
+        out
+    });
+    let addr = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("sluice-metrics".into())
+        .spawn(move || sluice_server::server::metrics::serve(listener, render))?;
+    println!("sluice serve: Prometheus metrics on http://{addr}/metrics");
+    Ok(())
+}
+
+/// SIGTERM and SIGINT stop the server (its writes made durable first).
+fn stop_on_signals(server: &Server) -> Result<()> {
     // Weak: the store closes when the server is done, not at exit.
     let shared = Arc::downgrade(server.shared());
     let mut signals = signal_hook::iterator::Signals::new([
@@ -555,6 +640,16 @@ pub fn run(args: &ServeArgs) -> Result<()> {
                 }
             }
         })?;
+    Ok(())
+}
+
+/// What serves where, and how it is protected.
+fn print_banner(
+    args: &ServeArgs,
+    server: &Server,
+    threads: usize,
+    http: Option<&sluice_http::HttpServer>,
+) {
     let devices: Vec<String> = args
         .devices
         .iter()
@@ -583,28 +678,16 @@ pub fn run(args: &ServeArgs) -> Result<()> {
             args.shm_mode
         );
     }
-    if let Some(h) = &http {
+    if let Some(h) = http {
         println!(
             "sluice serve: HTTP API (Elasticsearch-compatible) on {}://{}",
             if args.http_tls { "https" } else { "http" },
             h.addr()
         );
     }
-    for line in protection_notes(args, &server, http.as_ref()) {
+    for line in protection_notes(args, server, http) {
         println!("sluice serve: {line}");
     }
-    println!("ready to accept connections");
-    server.wait()?;
-    if let Some(h) = http {
-        h.stop();
-    }
-    drop(db);
-    match Arc::try_unwrap(store) {
-        Ok(store) => drop(store),
-        Err(_) => log::warn!("the store is still referenced at exit"),
-    }
-    println!("sluice serve: stopped; every acknowledged write is durable");
-    Ok(())
 }
 
 /// What a server bound beyond loopback serves to whom, said at start.

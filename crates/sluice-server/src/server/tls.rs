@@ -6,6 +6,9 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
+/// A TLS listener's certificate chain and key, as rustls holds them.
+pub type ServerTlsConfig = Arc<rustls::ServerConfig>;
+
 /// The server's TLS settings: where it listens and its certificate.
 #[derive(Clone)]
 pub struct TlsSettings {
