@@ -37,6 +37,7 @@ mod mailbox;
 pub mod metrics;
 mod monitor;
 mod notify;
+mod pass;
 mod pause;
 mod pubsub;
 mod scripting;
