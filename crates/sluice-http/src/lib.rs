@@ -29,14 +29,18 @@
 
 pub mod aggs;
 pub mod api;
+mod bulk;
 pub mod catalog;
 pub mod columns;
+mod crud;
 pub mod docs;
 pub mod dsl;
 pub mod error;
+mod indices;
 pub mod native;
 pub mod reqcache;
 pub mod search;
+mod searching;
 pub mod serve;
 pub mod tombstones;
 pub mod wire;
