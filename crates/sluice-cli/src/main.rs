@@ -31,40 +31,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// mimalloc's `mi_option_purge_delay` (its place in `mi_option_t`, mimalloc.h).
 const MI_OPTION_PURGE_DELAY: std::os::raw::c_int = 15;
 
-/// How long freed memory stays with the process before mimalloc gives it
-/// back: a memtable or table buffer freed now is reused within seconds
-/// under a steady load. At mimalloc's default (1 s here) the memory went
-/// back between flushes, and the kernel zeroed every fresh 2 MiB page of
-/// the next memtable and table again (up to half the background thread's
-/// time; SETs at P 50 +5–35%, docs/BENCHMARKS.md).
-const FREED_MEMORY_KEPT_MS: std::os::raw::c_long = 10_000;
-
 extern "C" {
     fn mi_option_get(option: std::os::raw::c_int) -> std::os::raw::c_long;
     fn mi_option_set(option: std::os::raw::c_int, value: std::os::raw::c_long);
 }
 
-/// Below this memory limit of its control group, the process gives freed
-/// memory back at once instead: kept for [`FREED_MEMORY_KEPT_MS`] under a
-/// steady load, freed memtables and table buffers added up to more than
-/// the limit, and `sluice serve` in a 256 MiB group was killed by the
-/// kernel's OOM killer (docs/BENCHMARKS.md, "A data set four times the
-/// memory").
-const KEEP_FREED_MEMORY_MIN_LIMIT_BYTES: u64 = 4 << 30;
-
-/// The purge delay for a process under `memory_limit_bytes`.
-fn purge_delay_ms(memory_limit_bytes: Option<u64>) -> std::os::raw::c_long {
-    match memory_limit_bytes {
-        Some(limit) if limit < KEEP_FREED_MEMORY_MIN_LIMIT_BYTES => 0,
-        _ => FREED_MEMORY_KEPT_MS,
-    }
-}
-
-/// Sets mimalloc's purge delay for this process (see [`purge_delay_ms`])
+/// Sets mimalloc's purge delay for this process to what sluice-io's
+/// policy says for its control group ([`sluice_io::mem::freed_memory_kept_ms`])
 /// unless MIMALLOC_PURGE_DELAY says otherwise; returns the delay in force.
 fn keep_freed_memory() -> std::os::raw::c_long {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        let delay_ms = purge_delay_ms(sluice_io::probe::cgroup_memory_limit_bytes());
+        let delay_ms: std::os::raw::c_long =
+            sluice_io::mem::freed_memory_kept_ms(sluice_io::probe::cgroup_memory_limit_bytes());
         // SAFETY: mimalloc's own option setter, called with an option of
         // its enum and a value it documents (milliseconds, -1: never).
         unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, delay_ms) };
@@ -346,21 +324,9 @@ mod tests {
         // SAFETY: reads one option of mimalloc's enum.
         let default = unsafe { super::mi_option_get(super::MI_OPTION_PURGE_DELAY) };
         assert_eq!(default, 1000, "mimalloc's default purge delay (v3)");
-        let want = super::purge_delay_ms(sluice_io::probe::cgroup_memory_limit_bytes());
+        let want =
+            sluice_io::mem::freed_memory_kept_ms(sluice_io::probe::cgroup_memory_limit_bytes());
         assert_eq!(super::keep_freed_memory(), want);
-    }
-
-    /// Freed memory is kept for reuse only where the control group lets the
-    /// process use at least 4 GiB.
-    #[test]
-    fn freed_memory_goes_back_at_once_under_a_tight_memory_limit() {
-        assert_eq!(super::purge_delay_ms(None), super::FREED_MEMORY_KEPT_MS);
-        assert_eq!(
-            super::purge_delay_ms(Some(8 << 30)),
-            super::FREED_MEMORY_KEPT_MS
-        );
-        assert_eq!(super::purge_delay_ms(Some(256 << 20)), 0);
-        assert_eq!(super::purge_delay_ms(Some((4 << 30) - 1)), 0);
     }
 
     /// The heap is not advised for transparent huge pages (mimalloc's

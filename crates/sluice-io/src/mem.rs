@@ -315,9 +315,45 @@ pub(crate) fn map_shared(
     NonNull::new(ptr.cast()).ok_or_else(|| std::io::Error::other("mmap returned null"))
 }
 
+/// How long freed memory stays with a process before its allocator gives it
+/// back: a memtable or table buffer freed now is reused within seconds
+/// under a steady load. At mimalloc's default (1 s here) the memory went
+/// back between flushes, and the kernel zeroed every fresh 2 MiB page of
+/// the next memtable and table again (up to half the background thread's
+/// time; SETs at P 50 +5–35%, docs/BENCHMARKS.md).
+pub const FREED_MEMORY_KEPT_MS: i64 = 10_000;
+
+/// Below this memory limit of its control group, a process gives freed
+/// memory back at once instead: kept for [`FREED_MEMORY_KEPT_MS`] under a
+/// steady load, freed memtables and table buffers added up to more than
+/// the limit, and `sluice serve` in a 256 MiB group was killed by the
+/// kernel's OOM killer (docs/BENCHMARKS.md, "A data set four times the
+/// memory").
+pub const KEEP_FREED_MEMORY_MIN_LIMIT_BYTES: u64 = 4 << 30;
+
+/// How long a process under `memory_limit_bytes` (its control group's,
+/// [`crate::probe::cgroup_memory_limit_bytes`]; none: no limit) keeps freed
+/// memory before giving it back, in ms: the allocator's purge delay.
+pub fn freed_memory_kept_ms(memory_limit_bytes: Option<u64>) -> i64 {
+    match memory_limit_bytes {
+        Some(limit) if limit < KEEP_FREED_MEMORY_MIN_LIMIT_BYTES => 0,
+        _ => FREED_MEMORY_KEPT_MS,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Freed memory is kept for reuse only where the control group lets the
+    /// process use at least 4 GiB.
+    #[test]
+    fn freed_memory_goes_back_at_once_under_a_tight_memory_limit() {
+        assert_eq!(freed_memory_kept_ms(None), FREED_MEMORY_KEPT_MS);
+        assert_eq!(freed_memory_kept_ms(Some(8 << 30)), FREED_MEMORY_KEPT_MS);
+        assert_eq!(freed_memory_kept_ms(Some(256 << 20)), 0);
+        assert_eq!(freed_memory_kept_ms(Some((4 << 30) - 1)), 0);
+    }
 
     #[test]
     fn a_dropped_mapping_is_the_next_one_of_its_size() {
