@@ -59,17 +59,13 @@ fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
 /// CONFIG RESETSTAT), summed over the workers and the scripts' counters
 /// (a script's commands count, as in Redis).
 fn info_commandstats(shared: &Shared, out: &mut String) {
-    let workers = &shared.stats.by_worker;
     for id in 0..crate::acl::command_count() {
-        let sum = |f: fn(&super::CommandCounters) -> &std::sync::atomic::AtomicU64| -> u64 {
-            workers
-                .iter()
-                .filter_map(|w| w.commands.get(id))
-                .map(|c| f(c).load(Ordering::Relaxed))
-                .sum()
-        };
-        let (calls, usec) = (sum(|c| &c.calls), sum(|c| &c.usec));
-        let (rejected, failed) = (sum(|c| &c.rejected), sum(|c| &c.failed));
+        let super::CommandSums {
+            calls,
+            usec,
+            rejected,
+            failed,
+        } = shared.stats.command_sums(id);
         if calls == 0 && rejected == 0 && failed == 0 {
             continue;
         }

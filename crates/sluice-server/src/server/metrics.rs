@@ -169,21 +169,12 @@ fn commands(shared: &Shared, out: &mut String) {
     ];
     let mut rows = Vec::new();
     for id in 0..crate::acl::command_count() {
-        let sum = |f: fn(&super::CommandCounters) -> &std::sync::atomic::AtomicU64| -> u64 {
-            workers
-                .iter()
-                .filter_map(|w| w.commands.get(id))
-                .map(|c| f(c).load(Ordering::Relaxed))
-                .sum()
-        };
-        let figures = [
-            sum(|c| &c.calls),
-            sum(|c| &c.usec),
-            sum(|c| &c.rejected),
-            sum(|c| &c.failed),
-        ];
-        if figures.iter().any(|&f| f > 0) {
-            rows.push((crate::acl::name_of(id), figures));
+        let c = shared.stats.command_sums(id);
+        if c.any() {
+            rows.push((
+                crate::acl::name_of(id),
+                [c.calls, c.usec, c.rejected, c.failed],
+            ));
         }
     }
     for (k, (name, help)) in per_command.iter().enumerate() {

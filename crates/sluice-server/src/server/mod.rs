@@ -340,7 +340,40 @@ impl WorkerStats {
     }
 }
 
+/// One command's counters summed over the workers and the scripts' set
+/// (INFO commandstats, `/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommandSums {
+    /// Times it ran.
+    pub calls: u64,
+    /// Microseconds it ran for, in all.
+    pub usec: u64,
+    /// Times it was refused before it ran.
+    pub rejected: u64,
+    /// Times it ran and answered an error.
+    pub failed: u64,
+}
+
+impl CommandSums {
+    /// Whether the command ran or was refused at all.
+    pub fn any(&self) -> bool {
+        self.calls > 0 || self.rejected > 0 || self.failed > 0
+    }
+}
+
 impl Stats {
+    /// Command `id`'s counters summed over every worker's set.
+    pub fn command_sums(&self, id: usize) -> CommandSums {
+        let mut sums = CommandSums::default();
+        for c in self.by_worker.iter().filter_map(|w| w.commands.get(id)) {
+            sums.calls += c.calls.load(Ordering::Relaxed);
+            sums.usec += c.usec.load(Ordering::Relaxed);
+            sums.rejected += c.rejected.load(Ordering::Relaxed);
+            sums.failed += c.failed.load(Ordering::Relaxed);
+        }
+        sums
+    }
+
     /// Counters for `workers` workers.
     pub fn new(workers: usize) -> Stats {
         Stats {
