@@ -62,19 +62,6 @@ pub struct Session {
     db: u8,
 }
 
-#[expect(
-    clippy::expect_used,
-    reason = "the command table is generated with every command Sluice serves"
-)]
-static PLAIN_GET: std::sync::LazyLock<crate::acl::CommandId> =
-    std::sync::LazyLock::new(|| crate::acl::lookup(b"get").expect("GET has ACL facts"));
-#[expect(
-    clippy::expect_used,
-    reason = "the command table is generated with every command Sluice serves"
-)]
-static PLAIN_SET: std::sync::LazyLock<crate::acl::CommandId> =
-    std::sync::LazyLock::new(|| crate::acl::lookup(b"set").expect("SET has ACL facts"));
-
 /// What [`Session::refresh`] found of the session's user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refreshed {
@@ -190,7 +177,11 @@ impl Session {
         if !self.authenticated || !self.current(users) {
             return false;
         }
-        let id = if write { *PLAIN_SET } else { *PLAIN_GET };
+        let id = if write {
+            *crate::acl::SET_ID
+        } else {
+            *crate::acl::GET_ID
+        };
         self.user.allows_one_key(id, key, !write, write)
     }
 

@@ -90,6 +90,28 @@ pub fn command_count() -> usize {
     commands().len()
 }
 
+/// GET's id in the command table (the plain paths count under it).
+#[expect(
+    clippy::expect_used,
+    reason = "the command table is generated with every command Sluice serves"
+)]
+pub static GET_ID: std::sync::LazyLock<CommandId> =
+    std::sync::LazyLock::new(|| lookup(b"get").expect("GET is in the table"));
+/// SET's id in the command table.
+#[expect(
+    clippy::expect_used,
+    reason = "the command table is generated with every command Sluice serves"
+)]
+pub static SET_ID: std::sync::LazyLock<CommandId> =
+    std::sync::LazyLock::new(|| lookup(b"set").expect("SET is in the table"));
+/// PING's id in the command table.
+#[expect(
+    clippy::expect_used,
+    reason = "the command table is generated with every command Sluice serves"
+)]
+pub static PING_ID: std::sync::LazyLock<CommandId> =
+    std::sync::LazyLock::new(|| lookup(b"ping").expect("PING is in the table"));
+
 /// The command whose full name (`get`, `client|kill`) is `name`, any case.
 pub fn lookup(name: &[u8]) -> Option<CommandId> {
     type ById = HashMap<&'static [u8], CommandId, crate::commands::ByNameHash>;

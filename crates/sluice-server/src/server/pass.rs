@@ -121,27 +121,6 @@ fn plain_path_open_for(c: &Conn) -> bool {
     c.tx.is_none() && !c.subscriptions.any() && c.replies == super::conn::Replies::On
 }
 
-/// GET's, PING's and SET's ids in the command table, for the fast paths'
-/// counts.
-#[expect(
-    clippy::expect_used,
-    reason = "the command table is generated with every command Sluice serves"
-)]
-static PLAIN_GET_ID: std::sync::LazyLock<crate::acl::CommandId> =
-    std::sync::LazyLock::new(|| crate::acl::lookup(b"get").expect("GET is in the table"));
-#[expect(
-    clippy::expect_used,
-    reason = "the command table is generated with every command Sluice serves"
-)]
-static PLAIN_PING_ID: std::sync::LazyLock<crate::acl::CommandId> =
-    std::sync::LazyLock::new(|| crate::acl::lookup(b"ping").expect("PING is in the table"));
-#[expect(
-    clippy::expect_used,
-    reason = "the command table is generated with every command Sluice serves"
-)]
-static PLAIN_SET_ID: std::sync::LazyLock<crate::acl::CommandId> =
-    std::sync::LazyLock::new(|| crate::acl::lookup(b"set").expect("SET is in the table"));
-
 /// Connection `id` unless it is gone or dying.
 fn live(conns: &mut [Option<Conn>], id: u32) -> Option<&mut Conn> {
     conns[id as usize].as_mut().filter(|c| !c.dead)
@@ -201,7 +180,7 @@ impl Grouped {
                             c.hold_until(logged.position);
                         }
                         c.push_bytes(OK_REPLY);
-                        dispatch::count_call(shared, c.worker, *PLAIN_SET_ID, each_us, None);
+                        dispatch::count_call(shared, c.worker, *crate::acl::SET_ID, each_us, None);
                         WorkerStats::add(&shared.stats.by_worker[c.worker].changes, 1);
                     }
                 }
@@ -337,7 +316,7 @@ impl Pass<'_> {
         c.reader.consume(len);
         c.push_bytes(b"+PONG\r\n");
         let us = clock.lap_us();
-        dispatch::count_call(self.shared, c.worker, *PLAIN_PING_ID, us, None);
+        dispatch::count_call(self.shared, c.worker, *crate::acl::PING_ID, us, None);
         true
     }
 
@@ -395,7 +374,7 @@ impl Pass<'_> {
                 c.reader.consume(len);
                 c.fills = 0;
                 let us = clock.lap_us();
-                dispatch::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
+                dispatch::count_call(self.shared, c.worker, *crate::acl::GET_ID, us, None);
                 PlainGet::Answered
             }
             Err(_) if fill_room == 0 => PlainGet::NoRoom,
@@ -610,7 +589,7 @@ impl Pass<'_> {
                 && dispatch::try_get(self.shared, c, &args, reads, clock.wall_ms())
             {
                 let us = clock.lap_us();
-                dispatch::count_call(self.shared, c.worker, *PLAIN_GET_ID, us, None);
+                dispatch::count_call(self.shared, c.worker, *crate::acl::GET_ID, us, None);
                 WorkerStats::add(&self.stats.commands_processed, 1);
                 *n += 1;
                 continue;
