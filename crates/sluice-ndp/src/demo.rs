@@ -71,6 +71,12 @@ pub enum DemoError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] sluice_store::StoreError),
+    /// The store holds no paper data set.
+    #[error(
+        "this store holds no paper data set (keyspaces papers, authors, venues and refs): \
+         write one with `sluice papers --device DEVICE generate`"
+    )]
+    NoPapers,
     /// A stored paper that is not JSON.
     #[error("a stored paper is not JSON: {0}")]
     BadPaper(String),
@@ -148,7 +154,8 @@ fn paper_id(key: &[u8]) -> u64 {
     reason = "the predicate is built from a number: always valid"
 )]
 pub fn run(store: &Store, q: &DemoQuery) -> Result<DemoReport, DemoError> {
-    let ks = papers::keyspaces(store)?;
+    // Looked up, never made: a demo run on another store leaves it as it was.
+    let ks = papers::find_keyspaces(store)?.ok_or(DemoError::NoPapers)?;
     let start = Instant::now();
     let mut stats = ScanStats::default();
     // SCAN: the venue's papers of the year, ids only.
@@ -238,6 +245,10 @@ pub fn run(store: &Store, q: &DemoQuery) -> Result<DemoReport, DemoError> {
 
 /// Betweenness as the query asks: exact or sampled.
 fn betweenness(g: &Csr, q: &DemoQuery) -> Result<Vec<f64>, GraphError> {
+    if g.vertices() == 0 {
+        // No citation at all: nothing is central (and nothing to sample).
+        return Ok(Vec::new());
+    }
     match q.sources {
         Some(k) => g.betweenness_sampled(k.min(g.vertices()).max(1), q.seed, q.threads),
         None => g.betweenness(q.threads),
@@ -267,7 +278,7 @@ fn parse_whole(v: &[u8]) -> Result<serde_json::Value, DemoError> {
 /// The same steps with every record pulled out of the store and parsed
 /// whole on the host (the graph fetched edge by edge likewise).
 fn block_stack(store: &Store, q: &DemoQuery, report: &mut DemoReport) -> Result<(), DemoError> {
-    let ks = papers::keyspaces(store)?;
+    let ks = papers::find_keyspaces(store)?.ok_or(DemoError::NoPapers)?;
     let start = Instant::now();
     let snap = store.snapshot();
     let mut bytes = 0u64;

@@ -264,6 +264,27 @@ pub fn keyspaces(store: &Store) -> Result<PaperKeyspaces, StoreError> {
     })
 }
 
+/// The four keyspaces if `store` has all of them (None if any is
+/// missing); makes nothing.
+pub fn find_keyspaces(store: &Store) -> Result<Option<PaperKeyspaces>, StoreError> {
+    let ks = |name: &str| match store.keyspace(name) {
+        Ok(id) => Ok(Some(id)),
+        Err(StoreError::UnknownKeyspace { .. }) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let (Some(papers), Some(authors), Some(venues), Some(refs)) =
+        (ks("papers")?, ks("authors")?, ks("venues")?, ks("refs")?)
+    else {
+        return Ok(None);
+    };
+    Ok(Some(PaperKeyspaces {
+        papers,
+        authors,
+        venues,
+        refs,
+    }))
+}
+
 /// Writes the database into `store`; `progress(papers written)` is called
 /// after each batch.
 pub fn generate(

@@ -72,3 +72,50 @@ fn the_demo_finds_the_most_central_paper_and_lists_its_neighbourhood() {
     }
     assert!(r.ours_bytes_handed_over * 100 < r.block_stack_bytes_handed_over);
 }
+
+#[test]
+fn a_store_without_the_papers_is_told_so_and_left_as_it_was() {
+    let s = common::store();
+    let before: Vec<String> = s.keyspaces().into_iter().map(|d| d.name).collect();
+    let q = DemoQuery {
+        venue: "VLDB".into(),
+        year: 2010,
+        sources: Some(64),
+        seed: 1,
+        list: 4,
+        memory_bytes: 64 << 20,
+        threads: 1,
+    };
+    let e = demo::run(&s, &q).err().unwrap();
+    assert!(matches!(e, demo::DemoError::NoPapers), "{e}");
+    assert!(
+        e.to_string()
+            .contains("sluice papers --device DEVICE generate"),
+        "{e}"
+    );
+    assert!(papers::find_keyspaces(&s).unwrap().is_none());
+    let after: Vec<String> = s.keyspaces().into_iter().map(|d| d.name).collect();
+    assert_eq!(before, after, "a demo run made keyspaces");
+}
+
+#[test]
+fn a_venue_with_no_citations_has_no_central_paper() {
+    // Papers without references: the citation graph is empty.
+    let s = common::paper_store(50, 42);
+    assert!(papers::find_keyspaces(&s).unwrap().is_some());
+    s.drop_keyspace("refs").unwrap();
+    s.create_keyspace("refs", sluice_store::ValueFormat::Raw, "")
+        .unwrap();
+    let q = DemoQuery {
+        venue: "VLDB".into(),
+        year: 2010,
+        sources: Some(64),
+        seed: 1,
+        list: 4,
+        memory_bytes: 64 << 20,
+        threads: 1,
+    };
+    let r = demo::run(&s, &q).unwrap();
+    assert_eq!((r.graph_vertices, r.graph_edges), (0, 0));
+    assert!(r.central.is_none());
+}
