@@ -303,15 +303,17 @@ fn log_mirror(args: &ServeArgs) -> Result<Option<sluice_store::LogMirrorConfig>>
         return Ok(None);
     }
     let device = &args.devices[0];
-    // The device may not exist yet: its directory's canonical path then.
+    // The device may not exist yet: its directory's canonical path then
+    // (the directory made now, as the store would make it, so that the
+    // name is the same at every start).
     let canonical = match device.canonicalize() {
         Ok(p) => p,
         Err(_) => {
             let parent = device.parent().filter(|p| !p.as_os_str().is_empty());
             let parent = parent.unwrap_or(std::path::Path::new("."));
             let name = device.file_name().unwrap_or_default();
-            parent
-                .canonicalize()
+            std::fs::create_dir_all(parent)
+                .and_then(|()| parent.canonicalize())
                 .with_context(|| format!("--device {}", device.display()))?
                 .join(name)
         }
@@ -569,6 +571,7 @@ fn start_http(
         Some(shared) => serde_json::json!({
             "commands_processed": shared.stats.sum(|w| &w.commands_processed),
             "connected_clients": shared.clients.load(std::sync::atomic::Ordering::Relaxed),
+            "latency_buckets": shared.stats.latency_counts(),
         }),
         None => serde_json::Value::Null,
     }));

@@ -891,6 +891,20 @@ fn a_full_device_answers_misconf_takes_deletes_and_resumes_once_room_is_back() {
 }
 
 #[test]
+fn the_first_start_makes_the_devices_directory() {
+    // As on a fresh checkout: `--device data/serve.dev` with no data/ yet.
+    let dir = tempfile::tempdir().unwrap();
+    let nested = dir.path().join("data").join("serve");
+    let s = serve(&nested, &[]);
+    assert_eq!(redis_cli(s.port, &["SET", "k", "v"]), "OK\n");
+    stop_with_sigterm(s);
+    assert!(nested.join("serve.dev").is_file());
+    let s = serve(&nested, &[]);
+    assert_eq!(redis_cli(s.port, &["GET", "k"]), "v\n");
+    stop_with_sigterm(s);
+}
+
+#[test]
 fn sigterm_stops_gracefully_and_keeps_everything() {
     let dir = tempfile::tempdir().unwrap();
     let s = serve(dir.path(), &["--durability", "none"]);

@@ -34,7 +34,9 @@ pub struct Api {
     pub requests: AtomicU64,
     /// Requests answered with a 4xx or 5xx status.
     pub errors: AtomicU64,
-    latency_us: std::sync::Mutex<hdrhistogram::Histogram<u64>>,
+    latency_us: std::sync::Mutex<Latency>,
+    /// The last ten minutes, for the console's charts.
+    history: crate::history::History,
     extra: std::sync::OnceLock<ExtraStats>,
     extra_metrics: std::sync::OnceLock<ExtraMetrics>,
     cluster_uuid: String,
@@ -43,6 +45,50 @@ pub struct Api {
     /// or a wildcard.
     pub(crate) destructive_requires_name: std::sync::atomic::AtomicBool,
     native_budget: crate::native::NativeBudget,
+}
+
+/// HTTP request latency in µs: since start (stats, metrics) and since
+/// the last history sample (the console's charts).
+struct Latency {
+    since_start: hdrhistogram::Histogram<u64>,
+    interval: hdrhistogram::Histogram<u64>,
+}
+
+/// The longest latency recorded: an hour (longer ones count as an hour).
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+impl Latency {
+    fn new() -> Result<Latency, sluice_store::StoreError> {
+        let histogram = || {
+            hdrhistogram::Histogram::new_with_bounds(1, MAX_LATENCY_US, 2)
+                .map_err(|e| sluice_store::StoreError::BadInput(e.to_string()))
+        };
+        Ok(Latency {
+            since_start: histogram()?,
+            interval: histogram()?,
+        })
+    }
+
+    fn record(&mut self, us: u64) {
+        let us = us.clamp(1, MAX_LATENCY_US);
+        // Both within bounds: recording cannot fail.
+        let _ = self.since_start.record(us);
+        let _ = self.interval.record(us);
+    }
+
+    /// The interval's figures, and a new interval.
+    fn take_interval(&mut self) -> crate::history::IntervalLatency {
+        let h = &self.interval;
+        let figures = crate::history::IntervalLatency {
+            requests: h.len(),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            max_us: h.max(),
+        };
+        self.interval.reset();
+        figures
+    }
 }
 
 pub(crate) fn shards(n: u32) -> Value {
@@ -110,10 +156,8 @@ impl Api {
             request_cache: Default::default(),
             requests: AtomicU64::new(0),
             errors: AtomicU64::new(0),
-            latency_us: std::sync::Mutex::new(
-                hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 2)
-                    .map_err(|e| sluice_store::StoreError::BadInput(e.to_string()))?,
-            ),
+            latency_us: std::sync::Mutex::new(Latency::new()?),
+            history: Default::default(),
             extra: std::sync::OnceLock::new(),
             extra_metrics: std::sync::OnceLock::new(),
             cluster_uuid: {
@@ -190,7 +234,8 @@ impl Api {
                 counter.load(Ordering::Relaxed)
             );
         }
-        let h = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        let latency = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        let h = &latency.since_start;
         let name = "sluice_http_request_duration_seconds";
         let _ = write!(
             out,
@@ -211,6 +256,54 @@ impl Api {
         );
     }
 
+    /// Takes one reading for the console's history: the sampler started
+    /// with the HTTP server calls it once a second.
+    pub fn sample_history(&self) {
+        let store = self.catalog.store();
+        let s = store.stats();
+        let marks = store.log_marks();
+        let mut io = sluice_io::IoCountsSnapshot::default();
+        for d in &s.device_io {
+            io += *d;
+        }
+        let extra = self.extra_stats().filter(|v| !v.is_null());
+        let log_block_bytes = sluice_store::blocks::STORE_BLOCK_BYTES as u64;
+        let totals = crate::history::Totals {
+            at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            http_requests: self.requests.load(Ordering::Relaxed),
+            resp_commands: extra
+                .as_ref()
+                .and_then(|v| v["commands_processed"].as_u64()),
+            resp_latency_buckets: extra
+                .as_ref()
+                .and_then(|v| v["latency_buckets"].as_array())
+                .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                .unwrap_or_default(),
+            device_bytes: [
+                [io.high.read_bytes, io.high.write_bytes],
+                [io.low.read_bytes, io.low.write_bytes],
+            ],
+            wal_written_bytes: marks.written * log_block_bytes,
+            wal_durable_bytes: marks.durable * log_block_bytes,
+            compaction_debt_bytes: s.compaction_debt_bytes,
+            compactions: s.compactions,
+            flushes: s.flushes,
+        };
+        let http = self
+            .latency_us
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take_interval();
+        self.history.record(totals, http);
+    }
+
+    /// The samples of the last ten minutes (after `since_ms`, if given).
+    pub fn history_json(&self, since_ms: Option<u64>) -> Value {
+        self.history.json(since_ms)
+    }
+
     /// `/_sluice/metrics`: the HTTP API's figures, then the rest of the
     /// process's.
     pub(crate) fn metrics(&self) -> Response {
@@ -228,7 +321,8 @@ impl Api {
     }
 
     pub(crate) fn http_stats(&self) -> Value {
-        let h = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        let latency = self.latency_us.lock().unwrap_or_else(|p| p.into_inner());
+        let h = &latency.since_start;
         json!({
             "requests": self.requests.load(Ordering::Relaxed),
             "errors": self.errors.load(Ordering::Relaxed),
@@ -254,11 +348,10 @@ impl Api {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
         let us = started.elapsed().as_micros().max(1) as u64;
-        let _ = self
-            .latency_us
+        self.latency_us
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .record(us.min(3_600_000_000));
+            .record(us);
         if let Some(ct) = compat_type(req) {
             response.content_type = ct;
         }

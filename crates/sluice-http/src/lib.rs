@@ -36,6 +36,7 @@ mod crud;
 pub mod docs;
 pub mod dsl;
 pub mod error;
+pub mod history;
 mod indices;
 pub mod native;
 pub mod reqcache;

@@ -24,6 +24,20 @@ pub const MAX_JSON_ROWS: usize = 100_000;
 /// Rows an Arrow query answer holds at most (it is built in memory).
 pub const MAX_ARROW_ROWS: usize = 10_000_000;
 
+/// What to do when the store has no paper data set.
+const PAPERS_NEXT_STEP: &str =
+    "this store holds no paper data set: generate one from the console's \
+     Generate button (POST /_sluice/demo/generate {\"papers\": 10000}), or stop the server and run \
+     `sluice papers --device DEVICE generate`";
+
+/// The most papers `POST /_sluice/demo/generate` writes: about a minute's
+/// work here (the CLI has no such limit).
+pub const MAX_GENERATED_PAPERS: usize = 1_000_000;
+
+fn no_papers() -> ApiError {
+    ApiError::new(404, "resource_not_found_exception", PAPERS_NEXT_STEP)
+}
+
 const CONSOLE_HTML: &str = include_str!("../assets/console.html");
 
 fn wants_arrow(req: &Request) -> bool {
@@ -206,10 +220,45 @@ impl Api {
             let i = self.catalog().get(index)?;
             return Ok(format!("http.{}.docs", i.uuid));
         }
-        body.get("keyspace")
+        let name = body
+            .get("keyspace")
             .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(|| ApiError::illegal("name a [keyspace] of the store or an [index]"))
+            .ok_or_else(|| ApiError::illegal("name a [keyspace] of the store or an [index]"))?;
+        match self.catalog().store().keyspace(name) {
+            Ok(_) => Ok(name.to_string()),
+            Err(sluice_store::StoreError::UnknownKeyspace { .. }) => Err(self.no_keyspace(name)),
+            Err(e) => Err(ApiError::store(e)),
+        }
+    }
+
+    /// The answer to a keyspace the store does not have: what it has
+    /// instead, in the names a user gave (the API's and the Redis
+    /// keyspace's own keyspaces are left out: they are not queried by
+    /// name).
+    fn no_keyspace(&self, name: &str) -> ApiError {
+        let keyspaces: Vec<String> = self.user_keyspaces().into_iter().map(|d| d.name).collect();
+        let indices: Vec<String> = self
+            .catalog()
+            .all()
+            .iter()
+            .map(|i| i.name.clone())
+            .collect();
+        let list = |names: &[String]| {
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        };
+        let mut reason = format!(
+            "no keyspace [{name}] in this store; its keyspaces: {}; its indices (query one with [index]): {}",
+            list(&keyspaces),
+            list(&indices)
+        );
+        if name == "papers" {
+            reason.push_str(&format!("; {PAPERS_NEXT_STEP}"));
+        }
+        ApiError::new(404, "resource_not_found_exception", reason)
     }
 
     pub(crate) fn native(&self, req: &Request, parts: &[&str]) -> ApiResult<Response> {
@@ -225,9 +274,29 @@ impl Api {
                 200,
                 self.stats_json().to_string().into_bytes(),
             )),
+            ("GET", ["stats", "history"]) => {
+                let since_ms = match req.param("since_ms") {
+                    None => None,
+                    Some(t) => Some(t.parse::<u64>().map_err(|_| {
+                        ApiError::illegal(format!(
+                            "[since_ms] must be a time in ms since the Unix epoch, not [{t}]"
+                        ))
+                    })?),
+                };
+                Ok(Response::json(
+                    200,
+                    self.history_json(since_ms).to_string().into_bytes(),
+                ))
+            }
             ("POST", ["query"]) => self.native_query(req),
             ("POST", ["graph", "bc"]) => self.native_bc(req),
+            ("GET", ["keyspaces"]) => Ok(Response::json(
+                200,
+                self.keyspaces_json().to_string().into_bytes(),
+            )),
+            ("GET", ["demo"]) => self.demo_status(),
             ("POST", ["demo"]) => self.native_demo(req),
+            ("POST", ["demo", "generate"]) => self.generate_papers(req),
             _ => Err(ApiError::new(
                 400,
                 "no_handler_exception",
@@ -538,8 +607,10 @@ impl Api {
             threads: cores(),
         };
         let _held = self.native_budget().reserve(q.memory_bytes)?;
-        let r = sluice_ndp::demo::run(self.catalog().store(), &q)
-            .map_err(|e| ApiError::illegal(e.to_string()))?;
+        let r = sluice_ndp::demo::run(self.catalog().store(), &q).map_err(|e| match e {
+            sluice_ndp::demo::DemoError::NoPapers => no_papers(),
+            e => ApiError::illegal(e.to_string()),
+        })?;
         let parse =
             |t: &str| serde_json::from_str::<Value>(t).unwrap_or(Value::String(t.to_string()));
         Ok(Response::json(
@@ -552,6 +623,95 @@ impl Api {
                 "graph": {"vertices": r.graph_vertices, "edges": r.graph_edges},
                 "engine": {"ms": r.ours.as_secs_f64() * 1e3, "bytes_handed_over": r.ours_bytes_handed_over},
                 "block_stack": {"ms": r.block_stack.as_secs_f64() * 1e3, "bytes_handed_over": r.block_stack_bytes_handed_over},
+            })
+            .to_string()
+            .into_bytes(),
+        ))
+    }
+
+    /// The store's keyspaces a user made and queries by name: all but the
+    /// HTTP API's and the Redis keyspace's own.
+    fn user_keyspaces(&self) -> Vec<sluice_store::KeyspaceDef> {
+        let own = |k: &str| k.starts_with("http.") || k.starts_with("redis.");
+        let mut defs = self.catalog().store().keyspaces();
+        defs.retain(|d| !own(&d.name));
+        defs
+    }
+
+    /// `GET /_sluice/keyspaces`: the keyspaces a query may name, with the
+    /// format of their values.
+    fn keyspaces_json(&self) -> Value {
+        let list: Vec<Value> = self
+            .user_keyspaces()
+            .iter()
+            .map(|d| json!({"name": d.name, "format": d.format.name()}))
+            .collect();
+        json!({ "keyspaces": list })
+    }
+
+    /// `GET /_sluice/demo`: whether the store holds the demo's paper data
+    /// set, and if not what to do.
+    fn demo_status(&self) -> ApiResult<Response> {
+        let store = self.catalog().store();
+        let found = sluice_ndp::papers::find_keyspaces(store).map_err(ApiError::store)?;
+        let available = match &found {
+            Some(ks) => {
+                let snapshot = store.snapshot();
+                let all = (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded);
+                match store.iter(ks.papers, all, &snapshot, false).next() {
+                    Some(row) => row.map(|_| true).map_err(ApiError::store)?,
+                    None => false,
+                }
+            }
+            None => false,
+        };
+        let mut v = json!({"available": available});
+        if !available {
+            v["next_step"] = json!(PAPERS_NEXT_STEP);
+        }
+        Ok(Response::json(200, v.to_string().into_bytes()))
+    }
+
+    /// `POST /_sluice/demo/generate`: writes a seeded paper data set into
+    /// the served store (`papers`, default 10,000, at most
+    /// [`MAX_GENERATED_PAPERS`]; `seed`, default 42). Refused when the store
+    /// has one already: two would mix.
+    fn generate_papers(&self, req: &Request) -> ApiResult<Response> {
+        let started = Instant::now();
+        let body = Self::body(req)?;
+        let n = usize_of(&body, "papers", 10_000, MAX_GENERATED_PAPERS)?;
+        if n == 0 {
+            return Err(ApiError::illegal("[papers] must be at least 1"));
+        }
+        let seed = match body.get("seed") {
+            None | Some(Value::Null) => 42,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| ApiError::illegal("[seed] must be a whole number"))?,
+        };
+        let store = self.catalog().store();
+        if sluice_ndp::papers::find_keyspaces(store)
+            .map_err(ApiError::store)?
+            .is_some()
+        {
+            return Err(ApiError::new(
+                409,
+                "resource_already_exists_exception",
+                "this store holds a paper data set already (keyspaces papers, authors, venues and refs): run the demo on it",
+            ));
+        }
+        let cfg = sluice_ndp::papers::PaperConfig::demo(n as u64, seed);
+        let counts =
+            sluice_ndp::papers::generate(store, &cfg, &mut |_| {}).map_err(ApiError::store)?;
+        Ok(Response::json(
+            200,
+            json!({
+                "papers": counts.papers,
+                "authors": counts.authors,
+                "venues": counts.venues,
+                "references": counts.refs,
+                "bytes": counts.bytes,
+                "took": started.elapsed().as_millis() as u64,
             })
             .to_string()
             .into_bytes(),

@@ -86,6 +86,7 @@ pub struct HttpServer {
     anonymous: bool,
     shutdown: Arc<AtomicBool>,
     acceptor: Option<std::thread::JoinHandle<()>>,
+    sampler: Option<std::thread::JoinHandle<()>>,
 }
 
 /// How often blocked threads look at the shutdown flag.
@@ -101,14 +102,19 @@ impl HttpServer {
         let flag = shutdown.clone();
         let anonymous =
             config.users.is_empty() && config.api_keys.is_empty() && !config.clients_verified;
+        let sampled = (api.clone(), shutdown.clone());
         let acceptor = std::thread::Builder::new()
             .name("sluice-http-accept".into())
             .spawn(move || accept_loop(listener, api, config, flag))?;
+        let sampler = std::thread::Builder::new()
+            .name("sluice-http-history".into())
+            .spawn(move || sample_history(&sampled.0, &sampled.1))?;
         Ok(HttpServer {
             addr,
             anonymous,
             shutdown,
             acceptor: Some(acceptor),
+            sampler: Some(sampler),
         })
     }
 
@@ -126,8 +132,11 @@ impl HttpServer {
     /// Stops accepting; connections finish the request they hold and close.
     pub fn stop(mut self) {
         self.shutdown.store(true, Ordering::Release);
-        if let Some(a) = self.acceptor.take() {
-            let _ = a.join();
+        for thread in [self.acceptor.take(), self.sampler.take()]
+            .into_iter()
+            .flatten()
+        {
+            let _ = thread.join();
         }
     }
 }
@@ -209,6 +218,23 @@ fn accept_loop(
     }
     for w in workers {
         let _ = w.join();
+    }
+}
+
+/// Reads the API's figures into its history once a second until shutdown
+/// (looking at the flag every [`POLL_INTERVAL`]).
+fn sample_history(api: &Api, shutdown: &AtomicBool) {
+    let interval = Duration::from_millis(crate::history::SAMPLE_INTERVAL_MS);
+    let mut next = std::time::Instant::now();
+    while !shutdown.load(Ordering::Acquire) {
+        let now = std::time::Instant::now();
+        if now >= next {
+            api.sample_history();
+            // A late reading moves the schedule rather than bunching samples.
+            next = (next + interval).max(now);
+            continue;
+        }
+        std::thread::sleep((next - now).min(POLL_INTERVAL));
     }
 }
 

@@ -82,6 +82,15 @@ impl std::str::FromStr for ValueFormat {
 }
 
 impl ValueFormat {
+    /// Its name, as `FromStr` reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueFormat::Raw => "raw",
+            ValueFormat::Json => "json",
+            ValueFormat::Record => "record",
+        }
+    }
+
     fn from_u8(v: u8) -> Option<Self> {
         match v {
             1 => Some(ValueFormat::Raw),

@@ -151,7 +151,6 @@ fn resp(shared: &Shared, out: &mut String) {
 /// Per command: calls, time, refusals, errors; and the latency histogram
 /// of every command run.
 fn commands(shared: &Shared, out: &mut String) {
-    let workers = &shared.stats.by_worker;
     let per_command = [
         ("sluice_resp_command_calls_total", "Times a command ran."),
         (
@@ -197,11 +196,8 @@ fn commands(shared: &Shared, out: &mut String) {
     );
     let mut cumulative = 0u64;
     let bucket_name = format!("{name}_bucket");
-    for i in 0..=LATENCY_BUCKETS {
-        cumulative += workers
-            .iter()
-            .map(|w| w.latency_buckets[i].load(Ordering::Relaxed))
-            .sum::<u64>();
+    for (i, count) in shared.stats.latency_counts().into_iter().enumerate() {
+        cumulative += count;
         let le = if i == LATENCY_BUCKETS {
             "+Inf".to_string()
         } else {

@@ -401,6 +401,12 @@ impl Stats {
             .map(|w| counter(w).load(Ordering::Relaxed))
             .sum()
     }
+
+    /// Commands per latency bucket over every worker (bucket `i` holds
+    /// those of at most 2^i µs, the last one the rest; not cumulative).
+    pub fn latency_counts(&self) -> [u64; metrics::LATENCY_BUCKETS + 1] {
+        std::array::from_fn(|i| self.sum(|w| &w.latency_buckets[i]))
+    }
 }
 
 /// What all workers share.
