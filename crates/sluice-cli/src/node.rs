@@ -543,5 +543,45 @@ fn node_metrics(f: &sluice_nvmf::controller::NodeFigures, uptime_secs: f64) -> S
         &[("received", "copied")],
         f.write_data.staged,
     );
+    queue_metrics(&f.queues, &mut out);
     out
+}
+
+/// Each connected queue's commands by kind, and its error answers.
+fn queue_metrics(queues: &[sluice_nvmf::queue_figures::QueueFigures], out: &mut String) {
+    use sluice_nvmf::queue_figures::CommandKind;
+    use sluice_server::server::metrics::{family, sample};
+    let name = "sluice_node_queue_commands_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Commands each connected queue received, by kind (qid 0: the admin queue).",
+    );
+    for q in queues {
+        let (controller, qid) = (q.controller.to_string(), q.qid.to_string());
+        for (kind, count) in CommandKind::ALL.iter().zip(q.commands) {
+            let labels = [
+                ("controller", controller.as_str()),
+                ("qid", qid.as_str()),
+                ("kind", kind.name()),
+            ];
+            sample(out, name, &labels, count);
+        }
+    }
+    let name = "sluice_node_queue_errors_total";
+    family(
+        out,
+        name,
+        "counter",
+        "Commands each connected queue answered with an error status.",
+    );
+    for q in queues {
+        let labels = [
+            ("controller", q.controller.to_string()),
+            ("qid", q.qid.to_string()),
+        ];
+        let labels = labels.each_ref().map(|(k, v)| (*k, v.as_str()));
+        sample(out, name, &labels, q.errors);
+    }
 }

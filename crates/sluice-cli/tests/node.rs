@@ -896,10 +896,20 @@ for f in text_string_to_metric_families(text):
 assert samples[("sluice_node_namespace_size_bytes", (("nsid", "2"),))] == 16 << 20, samples
 written = sum(v for (n, l), v in samples.items()
               if n == "sluice_node_namespace_write_bytes_total" and ("nsid", "1") in l)
-assert written >= 3 * 4096, written
+assert written >= 4 * 4096, written
 received = sum(v for (n, _), v in samples.items() if n == "sluice_node_write_data_bytes_total")
-assert received == 3 * 4096, received
+assert received == 4 * 4096, received  # three blocks by `sluice nvmf write`, one by the connected host
 assert ("sluice_node_controllers", (("kind", "io"),)) in samples
+cntlid = sys.argv[2]
+io = {}
+for (n, labels), v in samples.items():
+    l = dict(labels)
+    if n == "sluice_node_queue_commands_total" and l["controller"] == cntlid and l["qid"] == "1":
+        io[l["kind"]] = v
+assert io == {"read": 2, "write": 1, "flush": 1, "other_io": 0, "admin": 0}, io
+assert samples[("sluice_node_queue_errors_total", (("controller", cntlid), ("qid", "1")))] == 1, samples
+admin = samples[("sluice_node_queue_commands_total", (("controller", cntlid), ("kind", "admin"), ("qid", "0")))]
+assert admin >= 2, admin
 print("node metrics ok")
 "#;
 
@@ -921,10 +931,34 @@ fn node_metrics_count_what_hosts_write() {
         .args(["nvmf", "--target", &node.nvme])
         .args(["write", "--nsid", "1", "--lba", "5", "--in"])
         .arg(&input));
+    // A host that stays connected: its queues' commands are counted.
+    use sluice_nvmf::initiator::QueueConnection;
+    use sluice_nvmf::pdu::Digests;
+    let (nqn, host) = (
+        "nqn.2026-11.io.sluice:node",
+        "nqn.2014-08.org.nvmexpress:uuid:metrics",
+    );
+    let mut admin = QueueConnection::open(&node.nvme, Digests::default()).unwrap();
+    let cntlid = admin.connect(nqn, host, 0, 0xffff, 5000).unwrap();
+    admin.enable().unwrap();
+    admin.set_queue_count(1).unwrap();
+    let mut io = QueueConnection::open(&node.nvme, Digests::default()).unwrap();
+    io.connect(nqn, host, 1, cntlid, 0).unwrap();
+    assert_eq!(io.read(1, 5, 3, 4096).unwrap(), vec![7u8; 3 * 4096]);
+    io.write(1, 9, &[1u8; 4096], 4096).unwrap();
+    io.flush(1).unwrap();
+    // Past the namespace's end: answered with an error, and counted so.
+    assert!(io.read(1, u64::MAX / 8192, 1, 4096).is_err());
     let out = Command::new("python3")
-        .args(["-c", NODE_METRICS_PY, &port.to_string()])
+        .args([
+            "-c",
+            NODE_METRICS_PY,
+            &port.to_string(),
+            &cntlid.to_string(),
+        ])
         .output()
         .unwrap();
+    drop((io, admin));
     assert!(
         out.status.success(),
         "node metrics check failed (scripts/setup installs prometheus-client):\n{}\n{}",

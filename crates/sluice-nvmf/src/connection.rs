@@ -449,6 +449,8 @@ impl Connection {
                 digest_ok: true,
             },
         );
+        // Counted here: this capsule does not pass through `command`.
+        self.queue.count_command(sqe.opcode());
         true
     }
 
@@ -723,6 +725,7 @@ impl Connection {
     }
 
     fn command(&mut self, sqe: Sqe, data: &[u8], data_digest_ok: bool) {
+        self.queue.count_command(sqe.opcode());
         if !data.is_empty() {
             let sgl = sqe.sgl();
             let status = if !data_digest_ok {
@@ -1084,6 +1087,9 @@ impl Connection {
     }
 
     fn complete(&mut self, completion: Completion) {
+        if !completion.status.is_success() {
+            self.queue.count_error();
+        }
         self.encoder.encode(
             &Header::CapsuleResp(completion),
             0,

@@ -109,6 +109,8 @@ pub struct Subsystem {
     in_capsule_bytes: usize,
     /// Where the data of plain writes was received.
     write_data: WriteDataCounters,
+    /// The connected queues' command counters.
+    queues: crate::queue_figures::QueueRegistry,
     /// How long the admin queue of a controller whose host asked for no
     /// keep-alive (KATO 0) may stay silent before the controller ends.
     unkept_silence: std::time::Duration,
@@ -129,6 +131,8 @@ pub struct NodeFigures {
     pub controllers: Vec<ControllerFigures>,
     /// Where write data was received.
     pub write_data: WriteDataBytes,
+    /// Per connected queue, by controller and queue id.
+    pub queues: Vec<crate::queue_figures::QueueFigures>,
 }
 
 /// One namespace's figures.
@@ -230,6 +234,7 @@ impl Subsystem {
             tls_required: None,
             in_capsule_bytes: DEFAULT_IN_CAPSULE_BYTES,
             write_data: WriteDataCounters::default(),
+            queues: Default::default(),
             unkept_silence: DEFAULT_UNKEPT_SILENCE,
             dhchap: HashMap::new(),
         }
@@ -292,6 +297,7 @@ impl Subsystem {
             namespaces,
             controllers,
             write_data: self.write_data_bytes(),
+            queues: self.queues.figures(),
         }
     }
 
@@ -404,6 +410,8 @@ pub struct Queue {
     sq_flow_disabled: bool,
     /// The DH-HMAC-CHAP exchange of a host that must authenticate.
     auth: Option<crate::auth::Exchange>,
+    /// Its command counters, once connected.
+    counters: Option<Arc<crate::queue_figures::QueueCounters>>,
 }
 
 impl Queue {
@@ -418,6 +426,22 @@ impl Queue {
             tls_host: None,
             sq_flow_disabled: false,
             auth: None,
+            counters: None,
+        }
+    }
+
+    /// Counts a command received (nothing before Connect: the queue has no
+    /// controller to count it under).
+    pub fn count_command(&self, opcode: u8) {
+        if let Some(c) = &self.counters {
+            c.count_command(crate::queue_figures::CommandKind::of(self.qid, opcode));
+        }
+    }
+
+    /// Counts a command answered with an error status.
+    pub fn count_error(&self) {
+        if let Some(c) = &self.counters {
+            c.count_error();
         }
     }
 
@@ -691,6 +715,7 @@ impl Queue {
         drop(controllers);
         self.controller = Some(id);
         self.qid = qid;
+        self.counters = Some(self.subsystem.queues.register(id, qid));
         self.sq_flow_disabled = sq_flow_disabled;
         let mut c = Completion::new(sqe.cid(), Status::SUCCESS);
         c.result = id as u32;

@@ -55,6 +55,7 @@ pub mod nbd;
 pub mod nvm;
 pub mod pdu;
 pub mod poll;
+pub mod queue_figures;
 pub mod target;
 pub mod tls;
 mod worker;
