@@ -148,6 +148,18 @@ impl Waker {
 /// Binds a TCP listener with `SO_REUSEPORT` and `SO_REUSEADDR`, so each
 /// server thread can bind its own to the same address.
 pub fn bind_reuseport(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
+    bind_with(addr, backlog, &[libc::SO_REUSEADDR, libc::SO_REUSEPORT])
+}
+
+/// Binds a TCP listener (`SO_REUSEADDR` only: a second server on the same
+/// address fails with `AddrInUse`) with a listen backlog of `backlog`
+/// (the standard library's is 128: a burst of a thousand connections
+/// would see SYNs dropped and retried a second later).
+pub fn bind_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
+    bind_with(addr, backlog, &[libc::SO_REUSEADDR])
+}
+
+fn bind_with(addr: SocketAddr, backlog: i32, options: &[libc::c_int]) -> io::Result<TcpListener> {
     let domain = match addr {
         SocketAddr::V4(_) => libc::AF_INET,
         SocketAddr::V6(_) => libc::AF_INET6,
@@ -159,7 +171,7 @@ pub fn bind_reuseport(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener>
     }
     // SAFETY: `raw` is a fresh descriptor nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    for option in [libc::SO_REUSEADDR, libc::SO_REUSEPORT] {
+    for &option in options {
         let on: libc::c_int = 1;
         // SAFETY: passes a live c_int and its size.
         let r = unsafe {
@@ -244,6 +256,47 @@ pub fn recv_nowait(socket: &impl AsRawFd, buf: &mut [u8]) -> io::Result<usize> {
     }
     Ok(n as usize)
 }
+
+/// Sends as much of `parts` (in order, one `sendmsg`) as `socket` takes
+/// now without waiting (`MSG_DONTWAIT`, and `MSG_NOSIGNAL`: a peer that is
+/// gone is an error, not a signal): the bytes sent, or an error of kind
+/// `WouldBlock` when it takes none. At most [`MAX_SEND_PARTS`] parts.
+pub fn send_nowait(socket: &impl AsRawFd, parts: &[&[u8]]) -> io::Result<usize> {
+    assert!(
+        parts.len() <= MAX_SEND_PARTS,
+        "too many parts to send at once"
+    );
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_SEND_PARTS];
+    for (v, part) in iov.iter_mut().zip(parts) {
+        // The kernel only reads through these (sendmsg).
+        v.iov_base = part.as_ptr() as *mut libc::c_void;
+        v.iov_len = part.len();
+    }
+    // SAFETY: msghdr is plain data; all zeroes is a valid (empty) value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = parts.len() as _;
+    // SAFETY: `msg` names `parts.len()` iovecs, each describing a live
+    // borrowed slice the kernel only reads; the descriptor is borrowed
+    // from the caller, who keeps it open for the call.
+    let n = unsafe {
+        libc::sendmsg(
+            socket.as_raw_fd(),
+            &msg,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Most parts [`send_nowait`] sends in one call.
+pub const MAX_SEND_PARTS: usize = 4;
 
 /// Whether `socket` has bytes to read (or has been closed by its peer)
 /// right now, without taking them and without waiting.
