@@ -2,9 +2,13 @@
 //! request or an error, never a panic; a body never passes the limit; and
 //! the answer does not depend on how the bytes arrive (a reader that takes
 //! one byte at a time frames the same request as one that takes them all).
+//! The event loop's framing (`sluice_http::framing`, which finds a whole
+//! request in the bytes buffered so far) gives the same request, and says
+//! "incomplete" for no prefix of a request it then frames differently.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use sluice_http::framing;
 use sluice_http::wire::{read_request, Request, WireError};
 use std::io::{BufReader, Read};
 
@@ -37,6 +41,16 @@ fn outcome(r: Result<Option<Request>, WireError>) -> Option<(String, String, Vec
     }
 }
 
+/// The first request in `data` as the event loop frames it: None while
+/// incomplete or on an error.
+fn framed(data: &[u8]) -> Option<(String, String, Vec<u8>)> {
+    let head = framing::head_end(data).ok()??;
+    let mut request = framing::parse_head(&data[..head]).ok()?;
+    let length = framing::body_end(&data[head..], &request, MAX_BODY).ok()??;
+    framing::set_body(&mut request, data[head..head + length].to_vec(), MAX_BODY).ok()?;
+    outcome(Ok(Some(request)))
+}
+
 fuzz_target!(|data: &[u8]| {
     let whole = outcome(read_request(&mut BufReader::new(data), MAX_BODY));
     let trickled = outcome(read_request(
@@ -44,4 +58,5 @@ fuzz_target!(|data: &[u8]| {
         MAX_BODY,
     ));
     assert_eq!(whole, trickled);
+    assert_eq!(whole, framed(data), "the event loop framed it differently");
 });

@@ -317,6 +317,83 @@ def test_hundreds_of_idle_connections_do_not_stop_service(sluice_http):
             s.close()
 
 
+def read_response(sock, buffered=b""):
+    """One HTTP response from `sock` (content-length framed): its status,
+    body and the bytes read past it."""
+    data = buffered
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a whole answer: {data!r}"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = int([line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")][0])
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        assert chunk, "closed mid-body"
+        rest += chunk
+    return int(head.split(b" ")[1]), rest[:length], rest[length:]
+
+
+def server_threads(server):
+    return len(os.listdir(f"/proc/{server.proc.pid}/task"))
+
+
+def test_a_thousand_keep_alive_connections_cost_no_thread(sluice_http):
+    """Connections are slots on the HTTP ring: a thousand that each made a
+    request and stay open add no thread, and the server still answers."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    host, port = sluice_http.url[len("http://"):].split(":")
+    before = server_threads(sluice_http)
+    conns = []
+    try:
+        for _ in range(1000):
+            c = socket.create_connection((host, int(port)), timeout=30)
+            c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            conns.append(c)
+        for c in conns:
+            status, body, rest = read_response(c)
+            assert status == 200 and rest == b"" and json.loads(body)["tagline"] == "You Know, for Search"
+        during = server_threads(sluice_http)
+        assert during <= before + 2, f"{before} threads before, {during} with 1,000 connections open"
+        # Kept alive: each answers a second request on the same connection.
+        for c in conns[::100]:
+            c.sendall(b"GET /_cluster/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, body, _ = read_response(c)
+            assert status == 200 and json.loads(body)["status"] == "green"
+        status, body, _ = call(sluice_http.url, "GET", "/")
+        assert status == 200
+    finally:
+        for c in conns:
+            c.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_pipelined_requests_are_answered_in_order(sluice_http):
+    """Requests sent back to back on one connection, before any answer:
+    each is answered, in the order sent, bodies and all; one sent in two
+    pieces across another's answer too."""
+    host, port = sluice_http.url[len("http://"):].split(":")
+    call(sluice_http.url, "PUT", "/piped/_doc/1?refresh=true", {"n": 1})
+    body = json.dumps({"query": {"match_all": {}}}).encode()
+    count = b"POST /piped/_count HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    root = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    missing = b"GET /piped/_doc/nope HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection((host, int(port)), timeout=30) as c:
+        c.sendall(count + root + missing + count[:40])
+        answers, rest = [], b""
+        for _ in range(3):
+            status, payload, rest = read_response(c, rest)
+            answers.append((status, json.loads(payload)))
+        assert answers[0] == (200, answers[0][1]) and answers[0][1]["count"] == 1
+        assert answers[1][0] == 200 and answers[1][1]["tagline"] == "You Know, for Search"
+        assert answers[2][0] == 404 and answers[2][1]["found"] is False
+        c.sendall(count[40:])
+        status, payload, rest = read_response(c, rest)
+        assert status == 200 and json.loads(payload)["count"] == 1 and rest == b""
+
+
 def test_api_keys_and_tls(tmp_path, sluice_bin):
     import base64
     import ssl

@@ -191,9 +191,18 @@ pub struct ServeArgs {
     /// Serve the HTTP API over TLS with --tls-cert and --tls-key.
     #[arg(long)]
     http_tls: bool,
-    /// Most HTTP connections open at once.
+    /// Most HTTP connections open at once (each is a slot on the HTTP
+    /// ring, not a thread).
     #[arg(long, default_value_t = 1024)]
     http_max_connections: usize,
+    /// Threads that run HTTP requests, shared by every connection (0: four
+    /// per core, at least eight).
+    #[arg(long, default_value_t = 0)]
+    http_request_threads: usize,
+    /// Threads serving HTTP connections on network rings (0: one per two
+    /// cores, at most four).
+    #[arg(long, default_value_t = 0)]
+    http_ring_threads: usize,
     /// Largest HTTP request body, in MiB (http.max_content_length).
     #[arg(long, default_value_t = 100)]
     http_max_content_mib: usize,
@@ -578,6 +587,8 @@ fn start_http(
     let config = sluice_http::HttpConfig {
         addr,
         max_connections: args.http_max_connections,
+        request_threads: args.http_request_threads,
+        ring_threads: args.http_ring_threads,
         max_body_bytes: args.http_max_content_mib << 20,
         request_timeout: std::time::Duration::from_secs(args.http_request_timeout_secs.max(1)),
         users: http_users,

@@ -19,27 +19,38 @@
 //!   generation;
 //! - [`api`]: the routes and Elasticsearch's response and error shapes;
 //! - [`native`]: Sluice's own endpoints (`/_sluice/query`, `graph/bc`,
-//!   `demo`, `stats`) and the web console;
-//! - [`serve`]: the listener.
+//!   `demo`, `keyspaces`, `stats`) and the web console; [`history`]: the
+//!   last ten minutes of figures its charts draw;
+//! - the network model: [`serve`] starts the listener with its
+//!   [`config`]; `ring` serves connections on network rings
+//!   (`sluice_io::net`, as the Redis protocol's are: a connection is a
+//!   slot, not a thread), `framing` finds whole requests in what arrived,
+//!   `pool` runs them on a fixed few threads, `access` decides who may
+//!   come in.
 //!
 //! docs/HTTP.md lists what is served and how it differs from Elasticsearch.
 #![warn(clippy::expect_used)]
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod access;
 pub mod aggs;
 pub mod api;
 mod bulk;
 pub mod catalog;
 pub mod columns;
+pub mod config;
 mod crud;
 pub mod docs;
 pub mod dsl;
 pub mod error;
+pub mod framing;
 pub mod history;
 mod indices;
 pub mod native;
+mod pool;
 pub mod reqcache;
+mod ring;
 pub mod search;
 mod searching;
 pub mod serve;

@@ -165,6 +165,16 @@ pub fn read_body(
         let length = declared_length(request, max_body_bytes)?;
         read_exactly(reader, length)?
     };
+    decode_content(request, body, max_body_bytes)
+}
+
+/// Sets `request`'s body from `body` as its `Content-Encoding` says:
+/// inflated when gzip, taken as it is when identity (or none).
+pub fn decode_content(
+    request: &mut Request,
+    body: Vec<u8>,
+    max_body_bytes: usize,
+) -> Result<(), WireError> {
     request.body = match request.header("content-encoding") {
         Some(e) if e.eq_ignore_ascii_case("gzip") => gunzip(&body, max_body_bytes)?,
         Some(e) if !e.eq_ignore_ascii_case("identity") => {
@@ -239,7 +249,7 @@ const MAX_CHUNK_LINE_BYTES: u64 = 1024;
 
 /// A chunk's size from its line (`1a;ext=x\r\n`): hex digits only, at most
 /// 16 of them, so that it fits a u64 and no sign or space slips through.
-fn chunk_size(line: &str) -> Result<u64, WireError> {
+pub(crate) fn chunk_size(line: &str) -> Result<u64, WireError> {
     let text = line
         .trim_end_matches(['\r', '\n'])
         .split(';')
@@ -277,7 +287,12 @@ fn read_chunked(reader: &mut impl BufRead, max_body_bytes: usize) -> Result<Vec<
                 if trailer_bytes > MAX_HEAD_BYTES {
                     return Err(WireError::HeadTooLarge);
                 }
-                if n == 0 || t.trim().is_empty() {
+                if !t.ends_with('\n') {
+                    return Err(WireError::Malformed(
+                        "the peer closed before the chunked body's last blank line".into(),
+                    ));
+                }
+                if t.trim().is_empty() {
                     return Ok(body);
                 }
             }
@@ -443,6 +458,11 @@ pub fn body_buffer(capacity: usize) -> Vec<u8> {
     Vec::with_capacity(capacity)
 }
 
+/// Keeps a response body's buffer, once sent, for a later response.
+pub fn recycle_body(body: Vec<u8>) {
+    keep_body(body)
+}
+
 fn keep_body(mut body: Vec<u8>) {
     if !(MIN_KEPT_BODY_BYTES..=MAX_KEPT_BODY_BYTES).contains(&body.capacity()) {
         return;
@@ -468,13 +488,41 @@ pub fn write_response(
     written
 }
 
-fn write_response_inner(
-    out: &mut impl Write,
+/// A response as bytes to send: its head, then its body (kept apart so
+/// that a large body is sent from its own buffer, never copied behind the
+/// head; empty for HEAD).
+#[derive(Debug)]
+pub struct Encoded {
+    /// Status line and headers, with the blank line.
+    pub head: Vec<u8>,
+    /// The body as sent (gzip-compressed when asked and worth it).
+    pub body: Vec<u8>,
+}
+
+/// Encodes `response` as [`write_response`] writes it.
+pub fn encode_response(
+    response: Response,
+    head_only: bool,
+    gzip: bool,
+    keep_alive: bool,
+) -> std::io::Result<Encoded> {
+    let mut response = response;
+    let head = response_head(&mut response, head_only, gzip, keep_alive)?;
+    let mut body = std::mem::take(&mut response.body);
+    if head_only {
+        keep_body(std::mem::take(&mut body));
+    }
+    Ok(Encoded { head, body })
+}
+
+/// The head of `response`, its body compressed first when `gzip` asks and
+/// it is worth it (the length sent is the body's as sent).
+fn response_head(
     response: &mut Response,
     head_only: bool,
     gzip: bool,
     keep_alive: bool,
-) -> std::io::Result<()> {
+) -> std::io::Result<Vec<u8>> {
     let mut encoded = false;
     if gzip && !head_only && response.body.len() >= GZIP_MIN_BYTES {
         let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -502,7 +550,18 @@ fn write_response_inner(
         head.push_str("connection: close\r\n");
     }
     head.push_str("\r\n");
-    out.write_all(head.as_bytes())?;
+    Ok(head.into_bytes())
+}
+
+fn write_response_inner(
+    out: &mut impl Write,
+    response: &mut Response,
+    head_only: bool,
+    gzip: bool,
+    keep_alive: bool,
+) -> std::io::Result<()> {
+    let head = response_head(response, head_only, gzip, keep_alive)?;
+    out.write_all(&head)?;
     if !head_only {
         out.write_all(&response.body)?;
     }
