@@ -58,6 +58,10 @@ pub(super) fn run(
     core: usize,
     ready: Sender<std::io::Result<()>>,
 ) -> std::io::Result<()> {
+    // The cores the process may run on, read before this thread is pinned
+    // to one (a pinned thread sees only its own).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let yield_while_idle = shared.config.threads >= cores;
     if shared.config.pin_threads {
         if let Err(e) = sluice_io::net::pin_current_thread(core) {
             log::warn!("could not pin a worker to core {core}: {e}");
@@ -101,6 +105,7 @@ pub(super) fn run(
     let _ = ready.send(Ok(()));
     let shared_fill_queue = shared.db.store().fill_queue();
     let mut worker = Worker {
+        yield_while_idle,
         shared,
         ring,
         waker,
@@ -149,6 +154,8 @@ struct Events {
 }
 
 struct Worker {
+    /// Workers on every core: an idle turn yields the core (see `run`).
+    yield_while_idle: bool,
     shared: Arc<Shared>,
     ring: NetRing,
     waker: Arc<Waker>,
@@ -221,8 +228,7 @@ impl Worker {
         // of them that can run (with `--threads 2` on two cores, 50
         // connections at P 1 went from 58-68k to 93-115k requests/s,
         // docs/BENCHMARKS.md). With a core to spare, it spins plainly.
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let yield_while_idle = self.shared.config.threads >= cores;
+        let yield_while_idle = self.yield_while_idle;
         // Idle turns in a row, and when they began: the clock is read
         // once every CLOCK_EVERY_TURNS of them, not every turn.
         let mut idle_turns = 0u32;
