@@ -188,14 +188,18 @@ impl RingLoop {
         }
         self.reap()?;
         for socket in std::mem::take(&mut self.accepted) {
-            self.admit(TcpStream::from(socket))?;
+            self.admit(TcpStream::from(socket));
         }
         for id in std::mem::take(&mut self.rearm) {
             if let Some(c) = self.conns[id as usize].as_mut() {
                 if c.dead || c.peer_closed {
                     c.recv_armed = false;
-                } else {
-                    self.ring.recv(id, &c.socket)?;
+                } else if let Err(e) = self.ring.recv(id, &c.socket) {
+                    // This connection ends; the ring and the others go on.
+                    log::warn!("http: receiving from {}: {e}", c.peer);
+                    c.recv_armed = false;
+                    c.dead = true;
+                    self.touched.push(id);
                 }
             }
         }
@@ -210,7 +214,7 @@ impl RingLoop {
         touched.dedup();
         for &id in &touched {
             self.advance(id);
-            self.flush(id)?;
+            self.flush(id);
             self.close_if_finished(id);
         }
         touched.clear();
@@ -276,7 +280,7 @@ impl RingLoop {
     }
 
     /// Takes a new connection, or answers 429 when the limit is held.
-    fn admit(&mut self, socket: TcpStream) -> std::io::Result<()> {
+    fn admit(&mut self, socket: TcpStream) {
         let config = &self.settings.config;
         let limit = config.max_connections;
         let admitted = self
@@ -291,14 +295,14 @@ impl RingLoop {
                 self.settings.open.fetch_sub(1, Ordering::AcqRel);
             }
             crate::access::refuse(socket, limit);
-            return Ok(());
+            return;
         }
         let peer = match socket.peer_addr() {
             Ok(p) => p,
             Err(_) => {
                 // Gone before it was seen.
                 self.settings.open.fetch_sub(1, Ordering::AcqRel);
-                return Ok(());
+                return;
             }
         };
         let _ = socket.set_nodelay(true);
@@ -309,7 +313,7 @@ impl RingLoop {
                 Err(e) => {
                     log::warn!("http: TLS session for {peer}: {e}");
                     self.settings.open.fetch_sub(1, Ordering::AcqRel);
-                    return Ok(());
+                    return;
                 }
             },
         };
@@ -321,7 +325,12 @@ impl RingLoop {
             }
         };
         self.next_generation += 1;
-        self.ring.recv(id, &socket)?;
+        if let Err(e) = self.ring.recv(id, &socket) {
+            log::warn!("http: receiving from {peer}: {e}; closed");
+            self.free.push(id);
+            self.settings.open.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
         self.conns[id as usize] = Some(Conn {
             socket,
             peer,
@@ -343,7 +352,6 @@ impl RingLoop {
             request_deadline: None,
             idle_since: Instant::now(),
         });
-        Ok(())
     }
 
     /// An answer from the pool: queued to send; the connection goes on
@@ -414,19 +422,23 @@ impl RingLoop {
         }
     }
 
-    /// Starts the next send of `id` when none is in flight.
-    fn flush(&mut self, id: u32) -> std::io::Result<()> {
+    /// Starts the next send of `id` when none is in flight (a send the
+    /// ring cannot take ends this connection, not the ring).
+    fn flush(&mut self, id: u32) {
         let Some(c) = self.conns[id as usize].as_mut() else {
-            return Ok(());
+            return;
         };
         if c.dead || self.ring.sending(id) {
-            return Ok(());
+            return;
         }
         if let Some((buf, offset)) = c.out.pop_front() {
             c.send_since = Some(Instant::now());
-            self.ring.send(id, &c.socket, buf, offset)?;
+            if let Err(e) = self.ring.send(id, &c.socket, buf, offset) {
+                log::warn!("http: sending to {}: {e}", c.peer);
+                c.send_since = None;
+                c.dead = true;
+            }
         }
-        Ok(())
     }
 
     /// Frees `id` once it is finished with: dead, or closing with all

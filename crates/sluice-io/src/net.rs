@@ -570,7 +570,13 @@ impl NetRing {
             .user_data(SEND | conn as u64);
         // The Vec's heap bytes do not move when the Vec does.
         self.sends.insert(conn, (buf, offset));
-        self.push(&send)
+        let pushed = self.push(&send);
+        if pushed.is_err() {
+            // Never queued: no completion will hand the buffer back, and
+            // the connection is not sending.
+            self.sends.remove(&conn);
+        }
+        pushed
     }
 
     /// Whether a non-blocking [`NetRing::wait`] has anything to do: entries
