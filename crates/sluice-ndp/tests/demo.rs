@@ -73,11 +73,9 @@ fn the_demo_finds_the_most_central_paper_and_lists_its_neighbourhood() {
     assert!(r.ours_bytes_handed_over * 100 < r.block_stack_bytes_handed_over);
 }
 
-#[test]
-fn a_store_without_the_papers_is_told_so_and_left_as_it_was() {
-    let s = common::store();
-    let before: Vec<String> = s.keyspaces().into_iter().map(|d| d.name).collect();
-    let q = DemoQuery {
+/// The demo's question for VLDB 2010, 64 BC sources, one thread.
+fn vldb_2010() -> DemoQuery {
+    DemoQuery {
         venue: "VLDB".into(),
         year: 2010,
         sources: Some(64),
@@ -85,7 +83,14 @@ fn a_store_without_the_papers_is_told_so_and_left_as_it_was() {
         list: 4,
         memory_bytes: 64 << 20,
         threads: 1,
-    };
+    }
+}
+
+#[test]
+fn a_store_without_the_papers_is_told_so_and_left_as_it_was() {
+    let s = common::store();
+    let before: Vec<String> = s.keyspaces().into_iter().map(|d| d.name).collect();
+    let q = vldb_2010();
     let e = demo::run(&s, &q).err().unwrap();
     assert!(matches!(e, demo::DemoError::NoPapers), "{e}");
     assert!(
@@ -106,15 +111,7 @@ fn a_venue_with_no_citations_has_no_central_paper() {
     s.drop_keyspace("refs").unwrap();
     s.create_keyspace("refs", sluice_store::ValueFormat::Raw, "")
         .unwrap();
-    let q = DemoQuery {
-        venue: "VLDB".into(),
-        year: 2010,
-        sources: Some(64),
-        seed: 1,
-        list: 4,
-        memory_bytes: 64 << 20,
-        threads: 1,
-    };
+    let q = vldb_2010();
     let r = demo::run(&s, &q).unwrap();
     assert_eq!((r.graph_vertices, r.graph_edges), (0, 0));
     assert!(r.central.is_none());
