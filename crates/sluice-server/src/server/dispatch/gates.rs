@@ -107,11 +107,7 @@ pub(in crate::server) fn busy_reply(
 
 /// SORT's BY and GET patterns name keys by the data: a user who may not
 /// read every key gets Redis's refusal of the option.
-fn sort_patterns_gate(
-    conn: &Conn,
-    id: acl::CommandId,
-    args: &Args,
-) -> Option<Option<Reply>> {
+fn sort_patterns_gate(conn: &Conn, id: acl::CommandId, args: &Args) -> Option<Option<Reply>> {
     let option = commands::sort_pattern_option(args)?;
     if conn.session.user().allows_every_key(id) {
         return None;
