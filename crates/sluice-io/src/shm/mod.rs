@@ -33,9 +33,10 @@ mod channel;
 mod handshake;
 mod unix;
 
-pub use channel::{Notifier, ShmChannel, Side, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES};
+pub use channel::{Notifier, ShmChannel, Side, FRAME_ALIGN_BYTES, FRAME_HEADER_BYTES, WRAP_LENGTH};
 pub use handshake::{
-    admit_answer, check_hello, hello, parse_answer, refuse_answer, Answer, HANDSHAKE_VERSION,
+    admit_answer, check_hello, hello, parse_answer, refuse_answer, Answer, ADMIT_MAGIC,
+    ANSWER_BYTES, HANDSHAKE_VERSION, HELLO_BYTES, HELLO_MAGIC, MAX_REFUSAL_BYTES, REFUSE_MAGIC,
 };
 pub use unix::{
     duplicate, peer_credentials, recv_with_fds, send_with_fds, wait_readable, PeerCredentials,

@@ -230,7 +230,10 @@ fn protocol(what: &str) -> std::io::Error {
 /// fuzz/ (feature `fuzzing`).
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing {
+    use super::requests::{run_request, NbdRequest};
+    use super::transmission::REQUEST_HEADER_BYTES;
     use super::*;
+    use std::io::Read;
 
     /// The client's bytes read from `input`, the server's kept.
     struct Duplex<'a> {

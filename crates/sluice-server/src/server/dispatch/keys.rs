@@ -36,7 +36,7 @@ pub(in crate::server) fn try_get(
 }
 
 /// The GET of [`try_get`], of a key framed in place (the checks done).
-pub(in crate::server) fn get_key(
+pub(super) fn get_key(
     shared: &Shared,
     conn: &mut Conn,
     key: &[u8],
