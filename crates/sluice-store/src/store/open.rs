@@ -4,6 +4,7 @@
 use super::background::background_loop;
 use super::config::check_format_fits;
 use super::*;
+use crate::manifest::ManifestState;
 
 /// The first memtable's chains make room for a key per this many bytes of
 /// the write buffer (later memtables for as many keys as the one before took).
@@ -83,27 +84,8 @@ impl Store {
         };
         let mut recovered = wal::recover(&dev, &layout, place.tail_seq, config.wal_recovery)?;
         report_wal_recovery(&recovered, config.wal_recovery);
-        // Chains only: with no count to go by, an index sized for the
-        // whole write buffer would spread a small key set out.
-        let mut memtable =
-            Memtable::with_key_room(config.write_buffer_bytes / FIRST_MEMTABLE_BYTES_PER_KEY, 0);
-        let mut last_seq = state.last_sequence;
-        for (pos, record) in &recovered.records {
-            let (first, batch) = WriteBatch::decode(record).ok_or_else(|| {
-                let block = layout.block_of(pos.end_seq);
-                StoreError::Corrupt {
-                    what: "WAL record",
-                    block,
-                    lba: dev.lba_of(block),
-                    reason: "a record with valid checksums does not decode as a write batch".into(),
-                }
-            })?;
-            // Records older than the last flush are already in tables.
-            if first > state.last_sequence {
-                memtable.apply(first, &batch);
-            }
-            last_seq = last_seq.max(first + batch.len() as u64 - 1);
-        }
+        let (mut memtable, mut last_seq) =
+            replay_log(&dev, &layout, &recovered, state.last_sequence, config)?;
         let owner = crate::wal_mirror::Owner {
             store_id: manifest.superblock().store_id,
             epoch: layout.epoch,
@@ -126,41 +108,12 @@ impl Store {
         let reserve_blocks = config.reserve_blocks(table_room_blocks, layout.ring_blocks());
         let free_blocks = manifest.state().allocator.free_blocks();
         let released = Arc::new(Mutex::new(Vec::new()));
-        let cache = Arc::new(BlockCache::new(config.block_cache_bytes));
-        let pin_budget = Arc::new(PinBudget::new(config.pinned_index_bytes));
-        let index_cache = Arc::new(IndexCache::new(config.index_cache_bytes));
-        let mut version = Version::default();
-        // Shallow levels are read most: they take the pin budget first.
-        let mut metas: Vec<&TableMeta> = state.tables.values().collect();
-        metas.sort_by_key(|m| (m.level, std::cmp::Reverse(m.file_no)));
-        for meta in metas {
-            let name = state
-                .keyspaces
-                .get(&meta.keyspace)
-                .map_or("?", |k| k.name.as_str());
-            let reader = TableReader::open_parts(
-                &dev,
-                meta.data,
-                Some(meta.index),
-                TablePlace {
-                    keyspace: name,
-                    file_no: meta.file_no,
-                },
-            )?
-            .with_cache(cache.clone())
-            .with_index_memory(pin_budget.clone(), index_cache.clone());
-            version
-                .keyspaces
-                .entry(meta.keyspace)
-                .or_default()
-                .insert(Arc::new(Table::new(meta.clone(), reader, released.clone())));
-        }
-        // Closed for appends; the memtable replayed from the log may
-        // reference any of them until its first flush.
-        for (&file_no, &extent) in &state.blob_files {
-            let file = BlobFile::new(file_no, extent, true, last_seq, released.clone());
-            version.blob_files.insert(file_no, Arc::new(file));
-        }
+        let memory = TableMemory {
+            cache: Arc::new(BlockCache::new(config.block_cache_bytes)),
+            pin_budget: Arc::new(PinBudget::new(config.pinned_index_bytes)),
+            index_cache: Arc::new(IndexCache::new(config.index_cache_bytes)),
+        };
+        let version = open_version(&dev, &state, &memory, &released, last_seq)?;
         let keyspaces = state
             .keyspaces
             .values()
@@ -175,25 +128,7 @@ impl Store {
         )?;
         log_again(&wal, &from_mirror)?;
         wal.note_replayed_from_mirror(from_mirror.len() as u64);
-        match (mirror_mem, &config.log_mirror) {
-            (Some(mem), Some(mirror)) if mirror.size_bytes == 0 => {
-                // Read back; none kept from now on.
-                if let Err(e) = mem.remove() {
-                    log::warn!("the log mirror's file was not deleted: {e}");
-                }
-            }
-            (Some(mem), Some(mirror)) => {
-                let size = mirror.size_bytes.max(crate::wal_mirror::MIN_MIRROR_BYTES);
-                match crate::wal_mirror::LogMirror::fresh(mem, size, owner) {
-                    Ok(m) => wal.attach_mirror(m),
-                    Err(e) => log::warn!(
-                        "the log mirror {} cannot be made ({e}): writes wait for the device instead",
-                        mirror.path.display()
-                    ),
-                }
-            }
-            _ => {}
-        }
+        renew_mirror(&wal, mirror_mem, config.log_mirror.as_ref(), owner);
         let active_bytes = memtable.approximate_bytes()
             + memtable
                 .blob_value_bytes()
@@ -204,6 +139,11 @@ impl Store {
             active: active.clone(),
             keyspace_ids: state.keyspaces.values().map(|k| k.id).collect(),
         };
+        let TableMemory {
+            cache,
+            pin_budget,
+            index_cache,
+        } = memory;
         let inner = Arc::new(Inner {
             dev,
             cache,
@@ -266,20 +206,137 @@ impl Store {
                 Some(inner) => inner.write_blob_staging(),
                 None => Ok(()),
             }));
-        let background = config
-            .background_compaction
-            .then(|| {
-                let inner = inner.clone();
-                std::thread::Builder::new()
-                    .name("sluice-compaction".into())
-                    .spawn(move || background_loop(&inner))
-            })
-            .transpose()
-            .map_err(|e| {
-                StoreError::BadDevice(format!("cannot start the compaction thread: {e}"))
-            })?;
+        let background = start_background(&inner, config)?;
         Ok(Store { inner, background })
     }
+}
+
+/// The block cache and index memory every table of the store shares.
+struct TableMemory {
+    cache: Arc<BlockCache>,
+    pin_budget: Arc<PinBudget>,
+    index_cache: Arc<IndexCache>,
+}
+
+/// The memtable of the log's records past the last flush, and the last
+/// sequence the log holds (at least `flushed_upto`).
+fn replay_log(
+    dev: &BlockDevice,
+    layout: &WalLayout,
+    recovered: &wal::Recovered,
+    flushed_upto: u64,
+    config: &StoreConfig,
+) -> Result<(Memtable, u64)> {
+    // Chains only: with no count to go by, an index sized for the
+    // whole write buffer would spread a small key set out.
+    let mut memtable =
+        Memtable::with_key_room(config.write_buffer_bytes / FIRST_MEMTABLE_BYTES_PER_KEY, 0);
+    let mut last_seq = flushed_upto;
+    for (pos, record) in &recovered.records {
+        let (first, batch) = WriteBatch::decode(record).ok_or_else(|| {
+            let block = layout.block_of(pos.end_seq);
+            StoreError::Corrupt {
+                what: "WAL record",
+                block,
+                lba: dev.lba_of(block),
+                reason: "a record with valid checksums does not decode as a write batch".into(),
+            }
+        })?;
+        // Records older than the last flush are already in tables.
+        if first > flushed_upto {
+            memtable.apply(first, &batch);
+        }
+        last_seq = last_seq.max(first + batch.len() as u64 - 1);
+    }
+    Ok((memtable, last_seq))
+}
+
+/// The version of the manifest's tables and blob files, each table's
+/// reader open (shallow levels first: they are read most, so they take
+/// the pin budget first).
+fn open_version(
+    dev: &BlockDevice,
+    state: &ManifestState,
+    memory: &TableMemory,
+    released: &Arc<Mutex<Vec<Extent>>>,
+    last_seq: u64,
+) -> Result<Version> {
+    let mut version = Version::default();
+    let mut metas: Vec<&TableMeta> = state.tables.values().collect();
+    metas.sort_by_key(|m| (m.level, std::cmp::Reverse(m.file_no)));
+    for meta in metas {
+        let name = state
+            .keyspaces
+            .get(&meta.keyspace)
+            .map_or("?", |k| k.name.as_str());
+        let reader = TableReader::open_parts(
+            dev,
+            meta.data,
+            Some(meta.index),
+            TablePlace {
+                keyspace: name,
+                file_no: meta.file_no,
+            },
+        )?
+        .with_cache(memory.cache.clone())
+        .with_index_memory(memory.pin_budget.clone(), memory.index_cache.clone());
+        version
+            .keyspaces
+            .entry(meta.keyspace)
+            .or_default()
+            .insert(Arc::new(Table::new(meta.clone(), reader, released.clone())));
+    }
+    // Closed for appends; the memtable replayed from the log may
+    // reference any of them until its first flush.
+    for (&file_no, &extent) in &state.blob_files {
+        let file = BlobFile::new(file_no, extent, true, last_seq, released.clone());
+        version.blob_files.insert(file_no, Arc::new(file));
+    }
+    Ok(version)
+}
+
+/// After the mirror's records are logged again: its file deleted when no
+/// mirror is kept from now on, else made anew and attached to `wal`.
+fn renew_mirror(
+    wal: &Wal,
+    mem: Option<sluice_io::kept::KeptMem>,
+    config: Option<&crate::wal_mirror::LogMirrorConfig>,
+    owner: crate::wal_mirror::Owner,
+) {
+    let (Some(mem), Some(mirror)) = (mem, config) else {
+        return;
+    };
+    if mirror.size_bytes == 0 {
+        // Read back; none kept from now on.
+        if let Err(e) = mem.remove() {
+            log::warn!("the log mirror's file was not deleted: {e}");
+        }
+        return;
+    }
+    let size = mirror.size_bytes.max(crate::wal_mirror::MIN_MIRROR_BYTES);
+    match crate::wal_mirror::LogMirror::fresh(mem, size, owner) {
+        Ok(m) => wal.attach_mirror(m),
+        Err(e) => log::warn!(
+            "the log mirror {} cannot be made ({e}): writes wait for the device instead",
+            mirror.path.display()
+        ),
+    }
+}
+
+/// The compaction thread, when the configuration asks for one.
+fn start_background(
+    inner: &Arc<Inner>,
+    config: &StoreConfig,
+) -> Result<Option<std::thread::JoinHandle<()>>> {
+    if !config.background_compaction {
+        return Ok(None);
+    }
+    let inner = inner.clone();
+    std::thread::Builder::new()
+        .name("sluice-compaction".into())
+        .spawn(move || background_loop(&inner))
+        .map(Some)
+        .map_err(|e| StoreError::BadDevice(format!("cannot start the compaction thread: {e}")))
 }
 
 /// Opens the log mirror `config` names and applies to `memtable` the
