@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use sluice_io::{Device, FileDevice, FileOptions};
 use sluice_nvmf::controller::{Namespace, Subsystem};
+use sluice_nvmf::nbd::NbdConfig;
 use sluice_nvmf::target::{serve, TargetConfig};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -167,125 +168,28 @@ pub fn run(args: &NodeArgs) -> Result<()> {
         );
     }
     check_exposure(args)?;
-    let metrics_listener = args
-        .metrics
-        .map(|addr| {
-            sluice_server::server::metrics::bind(
-                addr,
-                "beyond loopback, scrape it through an authenticating proxy on this machine",
-            )
-            .with_context(|| format!("listening for metrics on {addr}"))
-        })
-        .transpose()?;
     // The ports first: a busy one is refused before any device is made.
-    let listener = TcpListener::bind(args.listen)
-        .with_context(|| format!("listening on {} (is another target there?)", args.listen))?;
-    let discovery = args
-        .discovery
-        .map(|at| {
-            TcpListener::bind(at).with_context(|| {
-                format!("listening for discovery on {at} (is another target there?)")
-            })
-        })
-        .transpose()?;
-    if args.nbd_tls_cert.is_some() && args.nbd.is_none() {
-        bail!("--nbd-tls-cert is for NBD: add --nbd ADDR (NVMe/TCP's TLS takes a pre-shared key: --nvme-tls-key FILE)");
-    }
-    let nbd_tls = match (&args.nbd_tls_cert, &args.nbd_tls_key) {
-        (Some(cert), Some(key)) => {
-            let clients = args
-                .nbd_tls_ca_cert
-                .as_deref()
-                .map(|ca| sluice_server::server::tls::ClientCertificates { ca, required: true });
-            Some(
-                sluice_server::server::tls::load_with_clients(cert, key, clients)
-                    .map_err(anyhow::Error::msg)?,
-            )
-        }
-        _ => None,
-    };
+    let sockets = Sockets::bind(args)?;
+    let nbd_config = nbd_config(args)?;
     let nvme_tls = args
         .nvme_tls_key
         .as_deref()
         .map(|path| tls_server(path, &args.nqn))
-        .transpose()?;
-    let nbd = args
-        .nbd
-        .map(|at| {
-            TcpListener::bind(at)
-                .with_context(|| format!("listening for NBD on {at} (is another server there?)"))
-        })
         .transpose()?;
     // Secrets are checked before any device is made.
     let dhchap = match &args.dhchap_secrets_file {
         Some(path) => dhchap_secrets(path)?,
         None => Default::default(),
     };
-    let mut namespaces = Vec::new();
-    for path in &args.devices {
-        let device = open_device(path, args.create_mib)?;
-        namespaces.push(
-            Namespace::new(device).with_context(|| format!("opening I/O on {}", path.display()))?,
-        );
-    }
-    let address = listener.local_addr()?;
+    let address = sockets.nvme.local_addr()?;
     let tls_required = nvme_tls.is_some() && args.nvme_tls == TlsMode::Require;
-    // Hosts with secrets are named hosts: the others stay out unless
-    // named too, or every host is let in.
-    let mut allowed = args.allowed_hosts.clone();
-    if !args.allow_any_host {
-        allowed.extend(
-            dhchap
-                .keys()
-                .filter(|h| !args.allowed_hosts.contains(h))
-                .cloned(),
-        );
+    let dhchap_hosts = dhchap.len();
+    let tls = nvme_tls.is_some().then_some(tls_required);
+    let subsystem = Arc::new(subsystem(args, address, tls, dhchap)?);
+    if let Some(listener) = sockets.metrics {
+        start_metrics(listener, &subsystem)?;
     }
-    let dhchap_note = match dhchap.len() {
-        0 => String::new(),
-        n => format!(
-            ", {n} host(s) authenticate with DH-HMAC-CHAP: add --dhchap-secret=<its secret>"
-        ),
-    };
-    let mut subsystem = Subsystem::new(args.nqn.clone(), namespaces, allowed)
-        .with_address(address)
-        .with_in_capsule_bytes(args.in_capsule_kib as usize * 1024)
-        .map_err(anyhow::Error::msg)?
-        .with_unkept_silence(std::time::Duration::from_secs(
-            args.silent_controller_secs.max(1),
-        ));
-    if nvme_tls.is_some() {
-        subsystem = subsystem.with_tls(tls_required);
-    }
-    subsystem = subsystem.with_dhchap(dhchap);
-    let subsystem = Arc::new(subsystem);
-    if let Some(listener) = metrics_listener {
-        let figures = Arc::downgrade(&subsystem);
-        let started = std::time::Instant::now();
-        let render = Arc::new(move || match figures.upgrade() {
-            Some(s) => node_metrics(&s.figures(), started.elapsed().as_secs_f64()),
-            None => String::new(),
-        });
-        let addr = listener.local_addr()?;
-        std::thread::Builder::new()
-            .name("sluice-metrics".into())
-            .spawn(move || sluice_server::server::metrics::serve(listener, render))?;
-        println!("sluice node: Prometheus metrics on http://{addr}/metrics");
-    }
-    let tls_note = match (&nvme_tls, tls_required) {
-        (None, _) => "",
-        (Some(_), true) => ", TLS required: add --tls --tls-key=<the key>",
-        (Some(_), false) => ", TLS on offer: --tls --tls-key=<the key>",
-    };
-    println!(
-        "sluice node: {} namespace(s) of subsystem {} on nvme-tcp {} (nvme connect -t tcp -a {} -s {} -n {}{tls_note}{dhchap_note})",
-        args.devices.len(),
-        args.nqn,
-        address,
-        address.ip(),
-        address.port(),
-        args.nqn
-    );
+    print_connect_line(args, address, tls, dhchap_hosts);
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, stop.clone())?;
@@ -299,61 +203,244 @@ pub fn run(args: &NodeArgs) -> Result<()> {
             n => n as usize,
         },
     };
-    let discovery_thread = match discovery {
-        Some(listener) => {
-            println!("sluice node: discovery on {}", listener.local_addr()?);
-            let config = TargetConfig {
-                tls_required: false,
-                ..config.clone()
-            };
-            let (subsystem, stop) = (subsystem.clone(), stop.clone());
-            Some(std::thread::spawn(move || {
-                serve(listener, subsystem, config, stop)
-            }))
-        }
-        None => None,
-    };
-    let nbd_thread = match nbd {
-        Some(listener) => {
-            let tls_note = match (&nbd_tls, args.nbd_tls) {
-                (None, _) => "",
-                (Some(_), TlsMode::Require) => " (TLS required)",
-                (Some(_), TlsMode::On) => " (TLS on offer)",
-            };
-            println!("sluice node: NBD on {}{tls_note}", listener.local_addr()?);
-            let nbd_config = sluice_nvmf::nbd::NbdConfig {
-                max_connections: config.max_connections,
-                tls_required: nbd_tls.is_some() && args.nbd_tls == TlsMode::Require,
-                tls: nbd_tls,
-                ..Default::default()
-            };
-            let (subsystem, stop) = (subsystem.clone(), stop.clone());
-            Some(std::thread::spawn(move || {
-                sluice_nvmf::nbd::serve(listener, subsystem, nbd_config, stop)
-            }))
-        }
-        None => None,
-    };
+    let discovery_thread = sockets
+        .discovery
+        .map(|listener| start_discovery(listener, &subsystem, &config, &stop))
+        .transpose()?;
+    let nbd_thread = sockets
+        .nbd
+        .map(|listener| start_nbd(listener, nbd_config, &subsystem, &config, &stop))
+        .transpose()?;
     let counted = subsystem.clone();
-    serve(listener, subsystem, config, stop.clone())?;
-    if let Some(t) = nbd_thread {
-        t.join()
-            .map_err(|_| anyhow::anyhow!("the NBD listener panicked"))??;
-    }
-    if let Some(t) = discovery_thread {
-        t.join()
-            .map_err(|_| anyhow::anyhow!("the discovery listener panicked"))??;
-    }
+    serve(sockets.nvme, subsystem, config, stop.clone())?;
+    join_listener(nbd_thread, "NBD")?;
+    join_listener(discovery_thread, "discovery")?;
     if stop.load(Ordering::Relaxed) {
-        let bytes = counted.write_data_bytes();
-        let mib = |b: u64| b as f64 / (1 << 20) as f64;
-        println!(
-            "sluice node: stopped; write data (NVMe/TCP and NBD) received straight into pinned buffers {:.1} MiB, copied from receive buffers {:.1} MiB",
-            mib(bytes.direct),
-            mib(bytes.staged)
-        );
+        report_write_data(&counted);
     }
     Ok(())
+}
+
+/// The node's listening sockets, bound before any device is made.
+struct Sockets {
+    nvme: TcpListener,
+    discovery: Option<TcpListener>,
+    nbd: Option<TcpListener>,
+    metrics: Option<TcpListener>,
+}
+
+impl Sockets {
+    fn bind(args: &NodeArgs) -> Result<Sockets> {
+        let metrics = args
+            .metrics
+            .map(|addr| {
+                sluice_server::server::metrics::bind(
+                    addr,
+                    "beyond loopback, scrape it through an authenticating proxy on this machine",
+                )
+                .with_context(|| format!("listening for metrics on {addr}"))
+            })
+            .transpose()?;
+        let nvme = TcpListener::bind(args.listen)
+            .with_context(|| format!("listening on {} (is another target there?)", args.listen))?;
+        let discovery = args
+            .discovery
+            .map(|at| {
+                TcpListener::bind(at).with_context(|| {
+                    format!("listening for discovery on {at} (is another target there?)")
+                })
+            })
+            .transpose()?;
+        let nbd = args
+            .nbd
+            .map(|at| {
+                TcpListener::bind(at).with_context(|| {
+                    format!("listening for NBD on {at} (is another server there?)")
+                })
+            })
+            .transpose()?;
+        Ok(Sockets {
+            nvme,
+            discovery,
+            nbd,
+            metrics,
+        })
+    }
+}
+
+/// NBD's configuration: TLS when a certificate is given, and whether
+/// clients must start it.
+fn nbd_config(args: &NodeArgs) -> Result<NbdConfig> {
+    if args.nbd_tls_cert.is_some() && args.nbd.is_none() {
+        bail!("--nbd-tls-cert is for NBD: add --nbd ADDR (NVMe/TCP's TLS takes a pre-shared key: --nvme-tls-key FILE)");
+    }
+    let tls = match (&args.nbd_tls_cert, &args.nbd_tls_key) {
+        (Some(cert), Some(key)) => {
+            let clients = args
+                .nbd_tls_ca_cert
+                .as_deref()
+                .map(|ca| sluice_server::server::tls::ClientCertificates { ca, required: true });
+            Some(
+                sluice_server::server::tls::load_with_clients(cert, key, clients)
+                    .map_err(anyhow::Error::msg)?,
+            )
+        }
+        _ => None,
+    };
+    Ok(NbdConfig {
+        tls_required: tls.is_some() && args.nbd_tls == TlsMode::Require,
+        tls,
+        ..Default::default()
+    })
+}
+
+/// The subsystem of the devices given: its hosts (those with secrets are
+/// named hosts, the others stay out unless named too or every host is let
+/// in), TLS (`Some(required)`) and limits.
+fn subsystem(
+    args: &NodeArgs,
+    address: SocketAddr,
+    tls: Option<bool>,
+    dhchap: std::collections::HashMap<String, sluice_nvmf::auth::HostSecrets>,
+) -> Result<Subsystem> {
+    let mut namespaces = Vec::new();
+    for path in &args.devices {
+        let device = open_device(path, args.create_mib)?;
+        namespaces.push(
+            Namespace::new(device).with_context(|| format!("opening I/O on {}", path.display()))?,
+        );
+    }
+    let mut allowed = args.allowed_hosts.clone();
+    if !args.allow_any_host {
+        allowed.extend(
+            dhchap
+                .keys()
+                .filter(|h| !args.allowed_hosts.contains(h))
+                .cloned(),
+        );
+    }
+    let mut subsystem = Subsystem::new(args.nqn.clone(), namespaces, allowed)
+        .with_address(address)
+        .with_in_capsule_bytes(args.in_capsule_kib as usize * 1024)
+        .map_err(anyhow::Error::msg)?
+        .with_unkept_silence(std::time::Duration::from_secs(
+            args.silent_controller_secs.max(1),
+        ));
+    if let Some(required) = tls {
+        subsystem = subsystem.with_tls(required);
+    }
+    Ok(subsystem.with_dhchap(dhchap))
+}
+
+/// Serves `/metrics` on `listener` from a thread of its own.
+fn start_metrics(listener: TcpListener, subsystem: &Arc<Subsystem>) -> Result<()> {
+    let figures = Arc::downgrade(subsystem);
+    let started = std::time::Instant::now();
+    let render = Arc::new(move || match figures.upgrade() {
+        Some(s) => node_metrics(&s.figures(), started.elapsed().as_secs_f64()),
+        None => String::new(),
+    });
+    let addr = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("sluice-metrics".into())
+        .spawn(move || sluice_server::server::metrics::serve(listener, render))?;
+    println!("sluice node: Prometheus metrics on http://{addr}/metrics");
+    Ok(())
+}
+
+/// The line that says what is served and how a host connects to it.
+fn print_connect_line(
+    args: &NodeArgs,
+    address: SocketAddr,
+    tls: Option<bool>,
+    dhchap_hosts: usize,
+) {
+    let tls_note = match tls {
+        None => "",
+        Some(true) => ", TLS required: add --tls --tls-key=<the key>",
+        Some(false) => ", TLS on offer: --tls --tls-key=<the key>",
+    };
+    let dhchap_note = match dhchap_hosts {
+        0 => String::new(),
+        n => format!(
+            ", {n} host(s) authenticate with DH-HMAC-CHAP: add --dhchap-secret=<its secret>"
+        ),
+    };
+    println!(
+        "sluice node: {} namespace(s) of subsystem {} on nvme-tcp {} (nvme connect -t tcp -a {} -s {} -n {}{tls_note}{dhchap_note})",
+        args.devices.len(),
+        args.nqn,
+        address,
+        address.ip(),
+        address.port(),
+        args.nqn
+    );
+}
+
+type ListenerThread = std::thread::JoinHandle<std::io::Result<()>>;
+
+/// The discovery controller's listener on a thread of its own (never TLS
+/// only: hosts discover before they know a key).
+fn start_discovery(
+    listener: TcpListener,
+    subsystem: &Arc<Subsystem>,
+    config: &TargetConfig,
+    stop: &Arc<AtomicBool>,
+) -> Result<ListenerThread> {
+    println!("sluice node: discovery on {}", listener.local_addr()?);
+    let config = TargetConfig {
+        tls_required: false,
+        ..config.clone()
+    };
+    let (subsystem, stop) = (subsystem.clone(), stop.clone());
+    Ok(std::thread::spawn(move || {
+        serve(listener, subsystem, config, stop)
+    }))
+}
+
+/// NBD's listener on a thread of its own.
+fn start_nbd(
+    listener: TcpListener,
+    nbd_config: NbdConfig,
+    subsystem: &Arc<Subsystem>,
+    config: &TargetConfig,
+    stop: &Arc<AtomicBool>,
+) -> Result<ListenerThread> {
+    let tls_note = match (&nbd_config.tls, nbd_config.tls_required) {
+        (None, _) => "",
+        (Some(_), true) => " (TLS required)",
+        (Some(_), false) => " (TLS on offer)",
+    };
+    println!("sluice node: NBD on {}{tls_note}", listener.local_addr()?);
+    let nbd_config = NbdConfig {
+        max_connections: config.max_connections,
+        ..nbd_config
+    };
+    let (subsystem, stop) = (subsystem.clone(), stop.clone());
+    Ok(std::thread::spawn(move || {
+        sluice_nvmf::nbd::serve(listener, subsystem, nbd_config, stop)
+    }))
+}
+
+/// Waits for a listener's thread, passing on its error or panic.
+fn join_listener(thread: Option<ListenerThread>, what: &str) -> Result<()> {
+    let Some(t) = thread else {
+        return Ok(());
+    };
+    t.join()
+        .map_err(|_| anyhow::anyhow!("the {what} listener panicked"))??;
+    Ok(())
+}
+
+/// After a stop: how the write data came in.
+fn report_write_data(subsystem: &Subsystem) {
+    let bytes = subsystem.write_data_bytes();
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "sluice node: stopped; write data (NVMe/TCP and NBD) received straight into pinned buffers {:.1} MiB, copied from receive buffers {:.1} MiB",
+        mib(bytes.direct),
+        mib(bytes.staged)
+    );
 }
 
 /// Refuses to serve beyond loopback without saying who may connect, as
