@@ -3,7 +3,7 @@
 use anyhow::{bail, Result};
 use clap::Subcommand;
 use sluice_ndp::Layout;
-use sluice_store::{StoreConfig, ValueFormat};
+use sluice_store::{Store, StoreConfig, ValueFormat};
 use std::io::{IsTerminal, Write};
 use std::ops::Bound;
 use std::path::PathBuf;
@@ -96,25 +96,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
         wal_blocks,
     } = &args.command
     {
-        let mut files = args.store.files(&args.devices, StoreConfig::default());
-        if let Some(mib) = create_mib {
-            files = files.create_bytes(mib << 20);
-        }
-        if let Some(blocks) = wal_blocks {
-            files = files.wal_blocks(*blocks);
-        }
-        let store = files.format()?;
-        let names: Vec<String> = args
-            .devices
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect();
-        println!(
-            "formatted {}: {} blocks",
-            names.join(" + "),
-            store.stats().device_blocks
-        );
-        return Ok(());
+        return format(args, *create_mib, *wal_blocks);
     }
     let store = args.store.open(
         &args.devices,
@@ -123,23 +105,52 @@ pub fn run(args: &KvArgs) -> Result<()> {
             ..StoreConfig::default()
         },
     )?;
-    if let KvCommand::Keyspace {
-        name,
-        format,
-        schema,
-    } = &args.command
-    {
-        let format: ValueFormat = format.parse().map_err(anyhow::Error::msg)?;
-        sluice_ndp::check_definition(format, schema)?;
-        let id = store.create_keyspace(name, format, schema)?;
-        println!("keyspace {name} created (id {id})");
-        return Ok(());
+    match &args.command {
+        KvCommand::Keyspace {
+            name,
+            format,
+            schema,
+        } => {
+            let format: ValueFormat = format.parse().map_err(anyhow::Error::msg)?;
+            sluice_ndp::check_definition(format, schema)?;
+            let id = store.create_keyspace(name, format, schema)?;
+            println!("keyspace {name} created (id {id})");
+            Ok(())
+        }
+        KvCommand::DropKeyspace { name } => {
+            store.drop_keyspace(name)?;
+            println!("keyspace {name} dropped");
+            Ok(())
+        }
+        _ => run_in_keyspace(args, &store),
     }
-    if let KvCommand::DropKeyspace { name } = &args.command {
-        store.drop_keyspace(name)?;
-        println!("keyspace {name} dropped");
-        return Ok(());
+}
+
+/// `sluice kv format`.
+fn format(args: &KvArgs, create_mib: Option<u64>, wal_blocks: Option<u32>) -> Result<()> {
+    let mut files = args.store.files(&args.devices, StoreConfig::default());
+    if let Some(mib) = create_mib {
+        files = files.create_bytes(mib << 20);
     }
+    if let Some(blocks) = wal_blocks {
+        files = files.wal_blocks(blocks);
+    }
+    let store = files.format()?;
+    let names: Vec<String> = args
+        .devices
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect();
+    println!(
+        "formatted {}: {} blocks",
+        names.join(" + "),
+        store.stats().device_blocks
+    );
+    Ok(())
+}
+
+/// The commands on one keyspace's entries, and the store's figures.
+fn run_in_keyspace(args: &KvArgs, store: &Store) -> Result<()> {
     let def = store.keyspace_def(&args.keyspace)?;
     let ks = def.id;
     let layout = Layout::of(&def).ok();
@@ -170,30 +181,14 @@ pub fn run(args: &KvArgs) -> Result<()> {
             reverse,
             limit,
         } => {
-            let snap = store.snapshot();
-            // Streams: memory stays bounded however many rows match.
-            let rows = match prefix {
-                Some(p) => store.iter_prefix(ks, p.as_bytes(), &snap, *reverse),
-                None => {
-                    let lo = start
-                        .as_deref()
-                        .map_or(Bound::Unbounded, |s| Bound::Included(s.as_bytes()));
-                    let hi = end
-                        .as_deref()
-                        .map_or(Bound::Unbounded, |s| Bound::Excluded(s.as_bytes()));
-                    store.iter(ks, (lo, hi), &snap, *reverse)
-                }
+            let range = ScanRange {
+                start: start.as_deref(),
+                end: end.as_deref(),
+                prefix: prefix.as_deref(),
+                reverse: *reverse,
+                limit: *limit,
             };
-            let terminal = std::io::stdout().is_terminal();
-            for row in rows.take(*limit) {
-                let (k, v) = row?;
-                writeln!(
-                    out,
-                    "{}\t{}",
-                    printable(&k, terminal),
-                    shown(layout.as_ref(), &v, terminal)?
-                )?;
-            }
+            scan(store, ks, layout.as_ref(), &range, &mut out)?;
         }
         KvCommand::Compact => {
             store.compact()?;
@@ -204,48 +199,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
                 s.tables_per_level, s.table_entries, s.table_data_bytes, s.free_blocks, s.device_blocks
             )?;
         }
-        KvCommand::Stats => {
-            let s = store.stats();
-            writeln!(out, "last sequence     {}", s.last_sequence)?;
-            writeln!(
-                out,
-                "memtable entries  {} ({} bytes)",
-                s.memtable_entries, s.memtable_bytes
-            )?;
-            writeln!(
-                out,
-                "wal written/durable below block {} / {}, {} flushes",
-                s.wal_written_below, s.wal_durable_below, s.wal_flushes
-            )?;
-            writeln!(
-                out,
-                "free blocks       {} of {}",
-                s.free_blocks, s.device_blocks
-            )?;
-            writeln!(out, "keyspaces         {}", s.keyspaces.join(", "))?;
-            writeln!(out, "tables per level  {:?}", s.tables_per_level)?;
-            writeln!(
-                out,
-                "blob files        {} ({} bytes), {} values moved out of mostly-empty ones",
-                s.blob_files, s.blob_bytes, s.blob_relocations
-            )?;
-            if s.device_free_blocks.len() > 1 {
-                writeln!(out, "free per device   {:?}", s.device_free_blocks)?;
-            }
-            writeln!(
-                out,
-                "index+filter      {} bytes pinned (bound {}), {} tables unpinned, index cache {} bytes",
-                s.pinned_index_bytes,
-                s.pinned_index_limit_bytes,
-                s.unpinned_tables,
-                s.index_cache_used_bytes
-            )?;
-            writeln!(
-                out,
-                "block cache       {} bytes, {} hits, {} misses",
-                s.block_cache_used_bytes, s.block_cache_hits, s.block_cache_misses
-            )?;
-        }
+        KvCommand::Stats => print_stats(&store.stats(), &mut out)?,
         KvCommand::Load {
             count,
             prefix,
@@ -260,9 +214,97 @@ pub fn run(args: &KvArgs) -> Result<()> {
             }
         }
         KvCommand::Format { .. } | KvCommand::Keyspace { .. } | KvCommand::DropKeyspace { .. } => {
-            unreachable!("handled above")
+            unreachable!("handled by run")
         }
     }
+    Ok(())
+}
+
+/// What `sluice kv scan` reads.
+struct ScanRange<'a> {
+    start: Option<&'a str>,
+    end: Option<&'a str>,
+    prefix: Option<&'a str>,
+    reverse: bool,
+    limit: usize,
+}
+
+/// Prints the entries of `range`, streamed: memory stays bounded however
+/// many rows match.
+fn scan(
+    store: &Store,
+    ks: u32,
+    layout: Option<&Layout>,
+    range: &ScanRange<'_>,
+    out: &mut impl Write,
+) -> Result<()> {
+    let snap = store.snapshot();
+    let rows = match range.prefix {
+        Some(p) => store.iter_prefix(ks, p.as_bytes(), &snap, range.reverse),
+        None => {
+            let lo = range
+                .start
+                .map_or(Bound::Unbounded, |s| Bound::Included(s.as_bytes()));
+            let hi = range
+                .end
+                .map_or(Bound::Unbounded, |s| Bound::Excluded(s.as_bytes()));
+            store.iter(ks, (lo, hi), &snap, range.reverse)
+        }
+    };
+    let terminal = std::io::stdout().is_terminal();
+    for row in rows.take(range.limit) {
+        let (k, v) = row?;
+        writeln!(
+            out,
+            "{}\t{}",
+            printable(&k, terminal),
+            shown(layout, &v, terminal)?
+        )?;
+    }
+    Ok(())
+}
+
+/// `sluice kv stats`.
+fn print_stats(s: &sluice_store::StoreStats, out: &mut impl Write) -> Result<()> {
+    writeln!(out, "last sequence     {}", s.last_sequence)?;
+    writeln!(
+        out,
+        "memtable entries  {} ({} bytes)",
+        s.memtable_entries, s.memtable_bytes
+    )?;
+    writeln!(
+        out,
+        "wal written/durable below block {} / {}, {} flushes",
+        s.wal_written_below, s.wal_durable_below, s.wal_flushes
+    )?;
+    writeln!(
+        out,
+        "free blocks       {} of {}",
+        s.free_blocks, s.device_blocks
+    )?;
+    writeln!(out, "keyspaces         {}", s.keyspaces.join(", "))?;
+    writeln!(out, "tables per level  {:?}", s.tables_per_level)?;
+    writeln!(
+        out,
+        "blob files        {} ({} bytes), {} values moved out of mostly-empty ones",
+        s.blob_files, s.blob_bytes, s.blob_relocations
+    )?;
+    if s.device_free_blocks.len() > 1 {
+        writeln!(out, "free per device   {:?}", s.device_free_blocks)?;
+    }
+    writeln!(
+        out,
+        "index+filter      {} bytes pinned (bound {}), {} tables unpinned, index cache {} bytes",
+        s.pinned_index_bytes,
+        s.pinned_index_limit_bytes,
+        s.unpinned_tables,
+        s.index_cache_used_bytes
+    )?;
+    writeln!(
+        out,
+        "block cache       {} bytes, {} hits, {} misses",
+        s.block_cache_used_bytes, s.block_cache_hits, s.block_cache_misses
+    )?;
     Ok(())
 }
 
