@@ -86,27 +86,7 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     if sub == b"help" {
         return Ok(help_reply(XGROUP_HELP));
     }
-    let (mut mkstream, mut entries_read) = (false, None);
-    let mut i = 5;
-    while i < args.len() {
-        let opt = args[i].to_ascii_lowercase();
-        if sub == b"create" && opt == b"mkstream" {
-            mkstream = true;
-            i += 1;
-        } else if (sub == b"create" || sub == b"setid")
-            && opt == b"entriesread"
-            && i + 1 < args.len()
-        {
-            let n = parse_i64(&args[i + 1])?;
-            if n < -1 {
-                return Err(fail("ERR value for ENTRIESREAD must be positive or -1"));
-            }
-            entries_read = u64::try_from(n).ok();
-            i += 2;
-        } else {
-            return Err(sub_syntax("XGROUP", &args[1]));
-        }
-    }
+    let (mkstream, entries_read) = xgroup_options(&sub, args)?;
     let (key, name) = (&args[2][..], &args[3][..]);
     let _locked = ctx.lock(&[key]);
     let (entry, mut batch) = ctx.begin(key)?;
@@ -133,37 +113,20 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
     }
     let reply = match &sub[..] {
         b"create" if args.len() <= 8 => {
+            let last = found.as_ref().map(|(_, meta, _)| meta.last);
             let id = if &args[4][..] == b"$" {
-                found
-                    .as_ref()
-                    .map_or(StreamId::default(), |(_, meta, _)| meta.last)
+                last.unwrap_or_default()
             } else {
                 parse_id(&args[4], 0, true)?
             };
-            let c = match found {
-                Some((c, _, _)) => c,
-                None => {
-                    let c = Collection {
-                        id: ctx.db().new_id()?,
-                        len: 0,
-                    };
-                    let empty = sluice_redis::Value::Stream {
-                        c,
-                        meta: StreamMeta::default(),
-                    };
-                    batch.put_new(
-                        key,
-                        &Entry {
-                            value: empty,
-                            expire_at_ms: 0,
-                        },
-                    )?;
-                    c
-                }
-            };
+            // After the id, as Redis checks them.
             if group.is_some() {
                 return Err(fail("BUSYGROUP Consumer Group name already exists"));
             }
+            let c = match found {
+                Some((c, _, _)) => c,
+                None => new_empty_stream(ctx, &mut batch, key)?,
+            };
             let g = Group {
                 last: id,
                 entries_read,
@@ -207,24 +170,88 @@ pub(super) fn xgroup(ctx: &mut Ctx<'_>, args: &Args) -> Outcome {
         }
         b"delconsumer" => {
             let (c, _, _) = found.expect("checked");
-            let consumer = &args[4];
-            let mut pending = 0;
-            if groups::consumer(ctx, c, name, consumer)?.is_some() {
-                for item in groups::pending(ctx, c, name, StreamId::default(), MAX_ID, false) {
-                    let (id, nack) = item?;
-                    if nack.consumer == *consumer {
-                        groups::delete_nack(&mut batch, key, c, name, id)?;
-                        pending += 1;
-                    }
-                }
-                groups::delete_consumer(&mut batch, key, c, name, consumer)?;
-            }
-            int(pending)
+            int(delete_consumer(ctx, &mut batch, key, c, name, &args[4])?)
         }
         _ => return Err(sub_syntax("XGROUP", &args[1])),
     };
     ctx.commit(batch)?;
     Ok(reply)
+}
+
+/// XGROUP's options after its fixed arguments: MKSTREAM (CREATE) and
+/// ENTRIESREAD (CREATE, SETID).
+fn xgroup_options(sub: &[u8], args: &Args) -> Result<(bool, Option<u64>), Failure> {
+    let (mut mkstream, mut entries_read) = (false, None);
+    let mut i = 5;
+    while i < args.len() {
+        let opt = args[i].to_ascii_lowercase();
+        if sub == b"create" && opt == b"mkstream" {
+            mkstream = true;
+            i += 1;
+        } else if (sub == b"create" || sub == b"setid")
+            && opt == b"entriesread"
+            && i + 1 < args.len()
+        {
+            let n = parse_i64(&args[i + 1])?;
+            if n < -1 {
+                return Err(fail("ERR value for ENTRIESREAD must be positive or -1"));
+            }
+            entries_read = u64::try_from(n).ok();
+            i += 2;
+        } else {
+            return Err(sub_syntax("XGROUP", &args[1]));
+        }
+    }
+    Ok((mkstream, entries_read))
+}
+
+/// An empty stream written at `key` in `batch` (XGROUP CREATE MKSTREAM).
+fn new_empty_stream(
+    ctx: &Ctx<'_>,
+    batch: &mut DbBatch<'_>,
+    key: &[u8],
+) -> Result<Collection, Failure> {
+    let c = Collection {
+        id: ctx.db().new_id()?,
+        len: 0,
+    };
+    let empty = sluice_redis::Value::Stream {
+        c,
+        meta: StreamMeta::default(),
+    };
+    batch.put_new(
+        key,
+        &Entry {
+            value: empty,
+            expire_at_ms: 0,
+        },
+    )?;
+    Ok(c)
+}
+
+/// XGROUP DELCONSUMER: the consumer and its pending entries go; how many
+/// pending entries it had.
+fn delete_consumer(
+    ctx: &Ctx<'_>,
+    batch: &mut DbBatch<'_>,
+    key: &[u8],
+    c: Collection,
+    group: &[u8],
+    consumer: &[u8],
+) -> Result<i64, Failure> {
+    if groups::consumer(ctx, c, group, consumer)?.is_none() {
+        return Ok(0);
+    }
+    let mut pending = 0;
+    for item in groups::pending(ctx, c, group, StreamId::default(), MAX_ID, false) {
+        let (id, nack) = item?;
+        if nack.consumer == consumer {
+            groups::delete_nack(batch, key, c, group, id)?;
+            pending += 1;
+        }
+    }
+    groups::delete_consumer(batch, key, c, group, consumer)?;
+    Ok(pending)
 }
 
 /// The stream at `key` and its group `group`, or Redis's NOGROUP reply
