@@ -552,16 +552,7 @@ impl Server {
     /// Starts the workers on `db`; returns once every one listens.
     pub fn start(db: Arc<Db>, config: ServerConfig) -> std::io::Result<Server> {
         assert!(config.threads >= 1, "at least one worker thread");
-        // Each client is a descriptor; the store and rings need a few more.
-        let wanted = config.max_clients as u64 + 256;
-        match sluice_io::net::raise_fd_limit(wanted) {
-            Ok(got) if got < wanted => log::warn!(
-                "the open-file limit is {got}, below --max-clients {} + 256: clients past it are refused (raise the hard limit, e.g. `ulimit -Hn`)",
-                config.max_clients
-            ),
-            Ok(_) => {}
-            Err(e) => log::warn!("could not raise the open-file limit: {e}"),
-        }
+        raise_fd_limit_for(config.max_clients);
         let first = sluice_io::net::bind_reuseport(config.resp_addr, 1024)?;
         let resp_addr = first.local_addr()?;
         let first_tls = match &config.tls {
@@ -612,67 +603,8 @@ impl Server {
             set_settings: Mutex::new(Default::default()),
             config,
         });
-        if !shared.config.start_parameters.is_empty() {
-            let mut args: crate::resp::Args = vec![b"CONFIG".to_vec(), b"SET".to_vec()];
-            for (name, value) in &shared.config.start_parameters {
-                args.push(name.as_bytes().to_vec());
-                args.push(value.as_bytes().to_vec());
-            }
-            if let crate::resp::Reply::Error(why) = dispatch::config_set(&shared, &args) {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("a Redis parameter given at start: {why}"),
-                ));
-            }
-        }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut workers = Vec::new();
-        let mut listener = Some(first);
-        let mut tls_listener = first_tls;
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-        for index in 0..shared.config.threads {
-            let listener = match listener.take() {
-                Some(l) => l,
-                None => sluice_io::net::bind_reuseport(resp_addr, 1024)?,
-            };
-            let tls_listener = match (tls_listener.take(), tls_addr) {
-                (Some(l), _) => Some(l),
-                (None, Some(addr)) => Some(sluice_io::net::bind_reuseport(addr, 1024)?),
-                (None, None) => None,
-            };
-            let shared = shared.clone();
-            let ready = ready_tx.clone();
-            let core = index % cores;
-            let unix_listener = unix_listener.clone();
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("sluice-serve-{index}"))
-                    .spawn(move || {
-                        let listeners = worker::Listeners {
-                            tcp: listener,
-                            tls: tls_listener,
-                            unix: unix_listener,
-                        };
-                        worker::run(shared, listeners, core, ready)
-                    })?,
-            );
-        }
-        drop(ready_tx);
-        for _ in 0..workers.len() {
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    shared.request_shutdown();
-                    return Err(e);
-                }
-                Err(_) => {
-                    shared.request_shutdown();
-                    return Err(std::io::Error::other(
-                        "a worker thread ended while starting",
-                    ));
-                }
-            }
-        }
+        apply_start_parameters(&shared)?;
+        let workers = start_workers(&shared, first, first_tls, unix_listener)?;
         let mut background = vec![
             durability::start(shared.clone())?,
             expiry::start(shared.clone())?,
@@ -759,3 +691,92 @@ pub(crate) fn now_ms() -> u64 {
 /// How long a blocked worker sleeps at most before it looks at its
 /// timers (idle clients, shutdown).
 pub(crate) const TICK: Duration = Duration::from_millis(100);
+
+/// Raises the open-file limit to what `max_clients` clients need (each a
+/// descriptor; the store and the rings need a few more), or says what it
+/// could not.
+fn raise_fd_limit_for(max_clients: usize) {
+    let wanted = max_clients as u64 + 256;
+    match sluice_io::net::raise_fd_limit(wanted) {
+        Ok(got) if got < wanted => log::warn!(
+            "the open-file limit is {got}, below --max-clients {max_clients} + 256: clients past it are refused (raise the hard limit, e.g. `ulimit -Hn`)"
+        ),
+        Ok(_) => {}
+        Err(e) => log::warn!("could not raise the open-file limit: {e}"),
+    }
+}
+
+/// The Redis parameters given at start, set as CONFIG SET sets them.
+fn apply_start_parameters(shared: &Shared) -> std::io::Result<()> {
+    if shared.config.start_parameters.is_empty() {
+        return Ok(());
+    }
+    let mut args: crate::resp::Args = vec![b"CONFIG".to_vec(), b"SET".to_vec()];
+    for (name, value) in &shared.config.start_parameters {
+        args.push(name.as_bytes().to_vec());
+        args.push(value.as_bytes().to_vec());
+    }
+    match dispatch::config_set(shared, &args) {
+        crate::resp::Reply::Error(why) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a Redis parameter given at start: {why}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+type WorkerThread = std::thread::JoinHandle<std::io::Result<()>>;
+
+/// One worker thread per `--threads`, each pinned to a core and with
+/// listeners of its own (`SO_REUSEPORT`; the first takes those bound
+/// already); returns once every one listens.
+fn start_workers(
+    shared: &Arc<Shared>,
+    first: std::net::TcpListener,
+    first_tls: Option<std::net::TcpListener>,
+    unix_listener: Option<Arc<std::os::unix::net::UnixListener>>,
+) -> std::io::Result<Vec<WorkerThread>> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut workers = Vec::new();
+    let mut listener = Some(first);
+    let mut tls_listener = first_tls;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    for index in 0..shared.config.threads {
+        let listener = match listener.take() {
+            Some(l) => l,
+            None => sluice_io::net::bind_reuseport(shared.resp_addr, 1024)?,
+        };
+        let tls_listener = match (tls_listener.take(), shared.tls_addr) {
+            (Some(l), _) => Some(l),
+            (None, Some(addr)) => Some(sluice_io::net::bind_reuseport(addr, 1024)?),
+            (None, None) => None,
+        };
+        let shared = shared.clone();
+        let ready = ready_tx.clone();
+        let core = index % cores;
+        let unix_listener = unix_listener.clone();
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("sluice-serve-{index}"))
+                .spawn(move || {
+                    let listeners = worker::Listeners {
+                        tcp: listener,
+                        tls: tls_listener,
+                        unix: unix_listener,
+                    };
+                    worker::run(shared, listeners, core, ready)
+                })?,
+        );
+    }
+    drop(ready_tx);
+    for _ in 0..workers.len() {
+        let failed = match ready_rx.recv() {
+            Ok(Ok(())) => continue,
+            Ok(Err(e)) => e,
+            Err(_) => std::io::Error::other("a worker thread ended while starting"),
+        };
+        shared.request_shutdown();
+        return Err(failed);
+    }
+    Ok(workers)
+}
