@@ -200,93 +200,10 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
     match kind.as_str() {
         "match_all" => Ok(Node::All),
         "match_none" => Ok(Node::None),
-        "term" => {
-            let (field, value) = single(body, kind)?;
-            let lit = literal(value_of(value, "value"), kind, field)?;
-            let path = path_of(field)?;
-            Ok(Node::Leaf(Predicate::Cmp {
-                path,
-                op: CmpOp::Eq,
-                value: lit,
-            }))
-        }
-        "match" => {
-            let (field, value) = single(body, kind)?;
-            if mapping.field_type(field).as_deref() == Some("text") {
-                return Err(ApiError::new(
-                    400,
-                    "query_shard_exception",
-                    format!("[match] on [{field}]: the field is mapped as analysed text, which Sluice does not analyse; map it as keyword or use a term query"),
-                ));
-            }
-            let lit = literal(value_of(value, "query"), kind, field)?;
-            let path = path_of(field)?;
-            Ok(Node::Leaf(Predicate::Cmp {
-                path,
-                op: CmpOp::Eq,
-                value: lit,
-            }))
-        }
-        "terms" => {
-            let (field, value) = single(body, kind)?;
-            let values = value.as_array().ok_or_else(|| {
-                ApiError::parsing(format!(
-                    "[terms] query does not support [{field}] with a value that is not an array"
-                ))
-            })?;
-            if values.len() > sluice_ndp::expr::MAX_IN_VALUES {
-                return Err(ApiError::illegal(format!(
-                    "[terms] on [{field}] has {} values; at most {} are allowed",
-                    values.len(),
-                    sluice_ndp::expr::MAX_IN_VALUES
-                )));
-            }
-            let lits = values
-                .iter()
-                .map(|v| literal(v, kind, field))
-                .collect::<ApiResult<Vec<_>>>()?;
-            if lits.is_empty() {
-                return Ok(Node::None);
-            }
-            let path = path_of(field)?;
-            Ok(Node::Leaf(Predicate::In { path, values: lits }))
-        }
-        "range" => {
-            let (field, bounds) = single(body, kind)?;
-            let b = bounds.as_object().ok_or_else(|| {
-                ApiError::parsing(format!(
-                    "[range] query malformed, no start_object after [{field}]"
-                ))
-            })?;
-            let mut ops = Vec::new();
-            for (k, v) in b {
-                let op = match k.as_str() {
-                    "gte" | "from" => CmpOp::Ge,
-                    "gt" => CmpOp::Gt,
-                    "lte" | "to" => CmpOp::Le,
-                    "lt" => CmpOp::Lt,
-                    "boost" | "format" | "time_zone" | "relation" => continue,
-                    other => {
-                        return Err(ApiError::parsing(format!(
-                            "[range] query does not support [{other}]"
-                        )))
-                    }
-                };
-                if v.is_null() {
-                    continue;
-                }
-                ops.push((op, literal(v, kind, field)?));
-            }
-            let path = path_of(field)?;
-            if ops.is_empty() {
-                return Ok(Node::Leaf(exists(&path)));
-            }
-            Ok(Node::Leaf(range(
-                path,
-                ops,
-                mapping.field_type(field).as_deref(),
-            )))
-        }
+        "term" => term(body, kind),
+        "match" => match_query(body, kind, mapping),
+        "terms" => terms(body, kind),
+        "range" => range_query(body, kind, mapping),
         "exists" => {
             let field = body
                 .get("field")
@@ -294,36 +211,8 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
                 .ok_or_else(|| ApiError::parsing("[exists] must be provided with a [field]"))?;
             Ok(Node::Leaf(exists(&path_of(field)?)))
         }
-        "prefix" => {
-            let (field, value) = single(body, kind)?;
-            let Value::String(text) = value_of(value, "value") else {
-                return Err(ApiError::parsing(format!(
-                    "[prefix] query on [{field}] needs a string value"
-                )));
-            };
-            let path = path_of(field)?;
-            Ok(Node::Leaf(Predicate::Prefix {
-                path,
-                prefix: text.clone(),
-            }))
-        }
-        "ids" => {
-            let values = body
-                .get("values")
-                .and_then(Value::as_array)
-                .ok_or_else(|| {
-                    ApiError::parsing("[ids] query malformed, [values] must be an array")
-                })?;
-            let ids = values
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) => Ok(s.clone()),
-                    Value::Number(n) => Ok(n.to_string()),
-                    _ => Err(ApiError::parsing("[ids] values must be strings")),
-                })
-                .collect::<ApiResult<HashSet<_>>>()?;
-            Ok(Node::Ids(ids))
-        }
+        "prefix" => prefix(body, kind),
+        "ids" => ids(body),
         "bool" => parse_bool(body, mapping, depth),
         "constant_score" => {
             let filter = body
@@ -341,6 +230,133 @@ fn parse(v: &Value, mapping: &dyn Mapped, depth: usize) -> ApiResult<Node> {
             }),
         )),
     }
+}
+
+/// `term`: the field equals the value.
+fn term(body: &Value, kind: &str) -> ApiResult<Node> {
+    let (field, value) = single(body, kind)?;
+    let lit = literal(value_of(value, "value"), kind, field)?;
+    let path = path_of(field)?;
+    Ok(Node::Leaf(Predicate::Cmp {
+        path,
+        op: CmpOp::Eq,
+        value: lit,
+    }))
+}
+
+/// `match`, on a field that is not analysed text: as `term`.
+fn match_query(body: &Value, kind: &str, mapping: &dyn Mapped) -> ApiResult<Node> {
+    let (field, value) = single(body, kind)?;
+    if mapping.field_type(field).as_deref() == Some("text") {
+        return Err(ApiError::new(
+            400,
+            "query_shard_exception",
+            format!("[match] on [{field}]: the field is mapped as analysed text, which Sluice does not analyse; map it as keyword or use a term query"),
+        ));
+    }
+    let lit = literal(value_of(value, "query"), kind, field)?;
+    let path = path_of(field)?;
+    Ok(Node::Leaf(Predicate::Cmp {
+        path,
+        op: CmpOp::Eq,
+        value: lit,
+    }))
+}
+
+/// `terms`: the field equals one of the values.
+fn terms(body: &Value, kind: &str) -> ApiResult<Node> {
+    let (field, value) = single(body, kind)?;
+    let values = value.as_array().ok_or_else(|| {
+        ApiError::parsing(format!(
+            "[terms] query does not support [{field}] with a value that is not an array"
+        ))
+    })?;
+    if values.len() > sluice_ndp::expr::MAX_IN_VALUES {
+        return Err(ApiError::illegal(format!(
+            "[terms] on [{field}] has {} values; at most {} are allowed",
+            values.len(),
+            sluice_ndp::expr::MAX_IN_VALUES
+        )));
+    }
+    let lits = values
+        .iter()
+        .map(|v| literal(v, kind, field))
+        .collect::<ApiResult<Vec<_>>>()?;
+    if lits.is_empty() {
+        return Ok(Node::None);
+    }
+    let path = path_of(field)?;
+    Ok(Node::Leaf(Predicate::In { path, values: lits }))
+}
+
+/// `range`: bounds on the field (none given: the field exists).
+fn range_query(body: &Value, kind: &str, mapping: &dyn Mapped) -> ApiResult<Node> {
+    let (field, bounds) = single(body, kind)?;
+    let b = bounds.as_object().ok_or_else(|| {
+        ApiError::parsing(format!(
+            "[range] query malformed, no start_object after [{field}]"
+        ))
+    })?;
+    let mut ops = Vec::new();
+    for (k, v) in b {
+        let op = match k.as_str() {
+            "gte" | "from" => CmpOp::Ge,
+            "gt" => CmpOp::Gt,
+            "lte" | "to" => CmpOp::Le,
+            "lt" => CmpOp::Lt,
+            "boost" | "format" | "time_zone" | "relation" => continue,
+            other => {
+                return Err(ApiError::parsing(format!(
+                    "[range] query does not support [{other}]"
+                )))
+            }
+        };
+        if v.is_null() {
+            continue;
+        }
+        ops.push((op, literal(v, kind, field)?));
+    }
+    let path = path_of(field)?;
+    if ops.is_empty() {
+        return Ok(Node::Leaf(exists(&path)));
+    }
+    Ok(Node::Leaf(range(
+        path,
+        ops,
+        mapping.field_type(field).as_deref(),
+    )))
+}
+
+/// `prefix`: a string field starts with the value.
+fn prefix(body: &Value, kind: &str) -> ApiResult<Node> {
+    let (field, value) = single(body, kind)?;
+    let Value::String(text) = value_of(value, "value") else {
+        return Err(ApiError::parsing(format!(
+            "[prefix] query on [{field}] needs a string value"
+        )));
+    };
+    let path = path_of(field)?;
+    Ok(Node::Leaf(Predicate::Prefix {
+        path,
+        prefix: text.clone(),
+    }))
+}
+
+/// `ids`: documents by id.
+fn ids(body: &Value) -> ApiResult<Node> {
+    let values = body
+        .get("values")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::parsing("[ids] query malformed, [values] must be an array"))?;
+    let ids = values
+        .iter()
+        .map(|v| match v {
+            Value::String(s) => Ok(s.clone()),
+            Value::Number(n) => Ok(n.to_string()),
+            _ => Err(ApiError::parsing("[ids] values must be strings")),
+        })
+        .collect::<ApiResult<HashSet<_>>>()?;
+    Ok(Node::Ids(ids))
 }
 
 fn exists(path: &Path) -> Predicate {
