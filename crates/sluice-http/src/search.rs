@@ -441,29 +441,8 @@ pub fn run(
 ) -> ApiResult<Found> {
     let mut offered = resume.take();
     let window = spec.from.saturating_add(spec.size);
-    if let Some(after) = &spec.search_after {
-        if after.len() != spec.sort.len() || spec.sort.is_empty() {
-            return Err(ApiError::illegal(format!(
-                "search_after has {} value(s) but sort has {}.",
-                after.len(),
-                spec.sort.len()
-            ))
-            .on_shards());
-        }
-        if spec.from > 0 {
-            return Err(ApiError::illegal(
-                "[from] parameter must be set to 0 when [search_after] is used",
-            ));
-        }
-    }
-    let key_order = spec
-        .sort
-        .iter()
-        .all(|k| matches!(k, SortKey::Doc { desc: false } | SortKey::Score))
-        && spec
-            .sort
-            .first()
-            .is_none_or(|k| matches!(k, SortKey::Doc { .. }));
+    check_search_after(spec)?;
+    let key_order = in_key_order(&spec.sort);
     let limit = match spec.track_total {
         TrackTotal::Off => 0,
         TrackTotal::UpTo(n) => n,
@@ -497,26 +476,9 @@ pub fn run(
             _ => None,
         };
         let slice_range = spec.slice.as_ref().and_then(|s| s.range(index.docs));
-        let mut lower = match &start {
-            Some(k) => Bound::Excluded(k.as_slice()),
-            None => Bound::Unbounded,
+        let Some((lower, upper)) = scan_bounds(start.as_deref(), slice_range) else {
+            continue;
         };
-        let mut upper = Bound::Unbounded;
-        if let Some((low, high)) = slice_range {
-            if let Some(low) = low {
-                if start.as_deref().is_none_or(|k| k < low) {
-                    lower = Bound::Included(low);
-                }
-            }
-            if let Some(high) = high {
-                upper = Bound::Excluded(high);
-            }
-            if let (Bound::Excluded(k) | Bound::Included(k), Bound::Excluded(h)) = (lower, upper) {
-                if k >= h {
-                    continue;
-                }
-            }
-        }
         let hash_slice = spec.slice.as_ref().filter(|_| slice_range.is_none());
         let mut iter = match &offered {
             Some(r)
@@ -592,6 +554,70 @@ pub fn run(
         prune(&spec.sort, &mut kept, window);
     }
     Ok(finish(spec, kept, found, limit))
+}
+
+/// Refuses a `search_after` that does not fit the request's sort or
+/// `from`, as Elasticsearch does.
+fn check_search_after(spec: &Spec) -> ApiResult<()> {
+    let Some(after) = &spec.search_after else {
+        return Ok(());
+    };
+    if after.len() != spec.sort.len() || spec.sort.is_empty() {
+        return Err(ApiError::illegal(format!(
+            "search_after has {} value(s) but sort has {}.",
+            after.len(),
+            spec.sort.len()
+        ))
+        .on_shards());
+    }
+    if spec.from > 0 {
+        return Err(ApiError::illegal(
+            "[from] parameter must be set to 0 when [search_after] is used",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether hits come in key order: sorted by `_doc` ascending first (the
+/// score is the same for every hit), or not at all.
+fn in_key_order(sort: &[SortKey]) -> bool {
+    sort.iter()
+        .all(|k| matches!(k, SortKey::Doc { desc: false } | SortKey::Score))
+        && sort
+            .first()
+            .is_none_or(|k| matches!(k, SortKey::Doc { .. }))
+}
+
+/// A scan's lower and upper key bounds.
+type KeyBounds<'a> = (Bound<&'a [u8]>, Bound<&'a [u8]>);
+
+/// The keys an index's scan covers: after `start` (a search_after in key
+/// order), within the slice's key range; None when they are empty.
+fn scan_bounds<'a>(
+    start: Option<&'a [u8]>,
+    slice_range: Option<KeyRange<'a>>,
+) -> Option<KeyBounds<'a>> {
+    let mut lower = match start {
+        Some(k) => Bound::Excluded(k),
+        None => Bound::Unbounded,
+    };
+    let mut upper = Bound::Unbounded;
+    if let Some((low, high)) = slice_range {
+        if let Some(low) = low {
+            if start.is_none_or(|k| k < low) {
+                lower = Bound::Included(low);
+            }
+        }
+        if let Some(high) = high {
+            upper = Bound::Excluded(high);
+        }
+        if let (Bound::Excluded(k) | Bound::Included(k), Bound::Excluded(h)) = (lower, upper) {
+            if k >= h {
+                return None;
+            }
+        }
+    }
+    Some((lower, upper))
 }
 
 fn finish(spec: &Spec, kept: Vec<Hit>, mut found: Found, limit: u64) -> Found {
