@@ -167,91 +167,15 @@ pub fn run(args: &NdpBenchArgs) -> Result<()> {
     };
     let examined_bytes = store.stats().table_data_bytes;
     let mut report = serde_json::Map::new();
-    println!(
-        "\npredicate SCAN \"id < N\" over every paper ({} bytes of tables), medians:",
-        examined_bytes
-    );
-    println!(
-        "{:>8} {:>9} {:>10} {:>10} {:>10} {:>14} {:>14} {:>9} {:>9}",
-        "select%",
-        "rows",
-        "ours ms",
-        "block ms",
-        "rocksdb ms",
-        "ours bytes",
-        "block bytes",
-        "block/us",
-        "rdb/us"
-    );
-    let mut scans = Vec::new();
-    for (i, p) in percents.iter().enumerate() {
-        let ours = median_scan(&ours_scan[i]);
-        let block = median_scan(&block_scan[i]);
-        if (block.matched, block.key_sum) != (ours.matched, ours.key_sum) {
-            bail!(
-                "the block stack found {} rows, ours {}",
-                block.matched,
-                ours.matched
-            );
-        }
-        let rdb = rdb_scan.as_ref().map(|r| median_scan(&r[i]));
-        if let Some(r) = &rdb {
-            if (r.matched, r.key_sum) != (ours.matched, ours.key_sum) {
-                bail!("RocksDB found {} rows, ours {}", r.matched, ours.matched);
-            }
-        }
-        // The block stack hands over every pair it pulls.
-        let block_bytes = block.bytes_returned;
-        println!(
-            "{:>8} {:>9} {:>10.1} {:>10.1} {:>10} {:>14} {:>14} {:>9.2} {:>9}",
-            p,
-            ours.matched,
-            ours.seconds * 1e3,
-            block.seconds * 1e3,
-            rdb.as_ref()
-                .map_or("-".into(), |r| format!("{:.1}", r.seconds * 1e3)),
-            ours.bytes_returned,
-            block_bytes,
-            block.seconds / ours.seconds,
-            rdb.as_ref()
-                .map_or("-".into(), |r| format!("{:.2}", r.seconds / ours.seconds)),
-        );
-        scans.push(serde_json::json!({
-            "selectivity_percent": p, "below": below[i], "ours": ours, "block_stack": block,
-            "block_stack_bytes_handed_over": block_bytes, "rocksdb": rdb,
-            "ratio_block": block.seconds / ours.seconds,
-            "ratio_rocksdb": rdb.as_ref().map(|r| r.seconds / ours.seconds),
-        }));
-    }
-    report.insert("scan".into(), scans.into());
-    let ours = median_bc(&ours_bc);
-    println!(
-        "\nBC sampled from {} sources on the whole citation graph (build + Brandes), medians:",
-        args.bc_sources
-    );
-    print!(
-        "ours {:.1} ms (build {:.1} ms)",
-        ours.seconds * 1e3,
-        ours.build_seconds * 1e3
-    );
-    if let Some(r) = &rdb_bc {
-        let r = median_bc(r);
-        agree("BC score sum", ours.score_sum, r.score_sum)?;
-        agree("BC top score", ours.top_score, r.top_score)?;
-        println!(
-            ", rocksdb {:.1} ms (build {:.1} ms): rocksdb/ours {:.2} (same scores)",
-            r.seconds * 1e3,
-            r.build_seconds * 1e3,
-            r.seconds / ours.seconds
-        );
-        report.insert(
-            "bc".into(),
-            serde_json::json!({"ours": ours, "rocksdb": r, "ratio": r.seconds / ours.seconds}),
-        );
-    } else {
-        println!();
-        report.insert("bc".into(), serde_json::json!({ "ours": ours }));
-    }
+    let scans = ScanRuns {
+        percents: &percents,
+        below: &below,
+        ours: &ours_scan,
+        block: &block_scan,
+        rocksdb: rdb_scan.as_deref(),
+    };
+    report.insert("scan".into(), report_scans(&scans, examined_bytes)?);
+    report.insert("bc".into(), report_bc(args, &ours_bc, rdb_bc.as_deref())?);
     let mut get_rows = Vec::new();
     for (name, papers, ours, theirs) in [
         ("all", args.papers, &ours_get, &rdb_get),
@@ -289,6 +213,111 @@ pub fn run(args: &NdpBenchArgs) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }
     Ok(())
+}
+
+/// The SCAN runs of every selectivity, ours and the baselines'.
+struct ScanRuns<'a> {
+    percents: &'a [f64],
+    below: &'a [u64],
+    ours: &'a [Vec<ScanFigures>],
+    block: &'a [Vec<ScanFigures>],
+    rocksdb: Option<&'a [Vec<ScanFigures>]>,
+}
+
+/// Prints the SCAN table (medians, ratios) after checking that every
+/// side found the same rows; its JSON report.
+fn report_scans(runs: &ScanRuns<'_>, examined_bytes: u64) -> Result<serde_json::Value> {
+    println!(
+        "\npredicate SCAN \"id < N\" over every paper ({} bytes of tables), medians:",
+        examined_bytes
+    );
+    println!(
+        "{:>8} {:>9} {:>10} {:>10} {:>10} {:>14} {:>14} {:>9} {:>9}",
+        "select%",
+        "rows",
+        "ours ms",
+        "block ms",
+        "rocksdb ms",
+        "ours bytes",
+        "block bytes",
+        "block/us",
+        "rdb/us"
+    );
+    let mut scans = Vec::new();
+    for (i, p) in runs.percents.iter().enumerate() {
+        let ours = median_scan(&runs.ours[i]);
+        let block = median_scan(&runs.block[i]);
+        if (block.matched, block.key_sum) != (ours.matched, ours.key_sum) {
+            bail!(
+                "the block stack found {} rows, ours {}",
+                block.matched,
+                ours.matched
+            );
+        }
+        let rdb = runs.rocksdb.map(|r| median_scan(&r[i]));
+        if let Some(r) = &rdb {
+            if (r.matched, r.key_sum) != (ours.matched, ours.key_sum) {
+                bail!("RocksDB found {} rows, ours {}", r.matched, ours.matched);
+            }
+        }
+        // The block stack hands over every pair it pulls.
+        let block_bytes = block.bytes_returned;
+        println!(
+            "{:>8} {:>9} {:>10.1} {:>10.1} {:>10} {:>14} {:>14} {:>9.2} {:>9}",
+            p,
+            ours.matched,
+            ours.seconds * 1e3,
+            block.seconds * 1e3,
+            rdb.as_ref()
+                .map_or("-".into(), |r| format!("{:.1}", r.seconds * 1e3)),
+            ours.bytes_returned,
+            block_bytes,
+            block.seconds / ours.seconds,
+            rdb.as_ref()
+                .map_or("-".into(), |r| format!("{:.2}", r.seconds / ours.seconds)),
+        );
+        scans.push(serde_json::json!({
+            "selectivity_percent": p, "below": runs.below[i], "ours": ours, "block_stack": block,
+            "block_stack_bytes_handed_over": block_bytes, "rocksdb": rdb,
+            "ratio_block": block.seconds / ours.seconds,
+            "ratio_rocksdb": rdb.as_ref().map(|r| r.seconds / ours.seconds),
+        }));
+    }
+    Ok(scans.into())
+}
+
+/// Prints the BC medians after checking that both sides found the same
+/// scores; its JSON report.
+fn report_bc(
+    args: &NdpBenchArgs,
+    ours: &[BcFigures],
+    rocksdb: Option<&[BcFigures]>,
+) -> Result<serde_json::Value> {
+    let ours = median_bc(ours);
+    println!(
+        "\nBC sampled from {} sources on the whole citation graph (build + Brandes), medians:",
+        args.bc_sources
+    );
+    print!(
+        "ours {:.1} ms (build {:.1} ms)",
+        ours.seconds * 1e3,
+        ours.build_seconds * 1e3
+    );
+    if let Some(r) = rocksdb {
+        let r = median_bc(r);
+        agree("BC score sum", ours.score_sum, r.score_sum)?;
+        agree("BC top score", ours.top_score, r.top_score)?;
+        println!(
+            ", rocksdb {:.1} ms (build {:.1} ms): rocksdb/ours {:.2} (same scores)",
+            r.seconds * 1e3,
+            r.build_seconds * 1e3,
+            r.seconds / ours.seconds
+        );
+        Ok(serde_json::json!({"ours": ours, "rocksdb": r, "ratio": r.seconds / ours.seconds}))
+    } else {
+        println!();
+        Ok(serde_json::json!({ "ours": ours }))
+    }
 }
 
 fn agree(what: &str, ours: f64, theirs: f64) -> Result<()> {
