@@ -187,7 +187,6 @@ impl Db {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn a_watch_holds_one_entry_a_counter_slot_however_many_keys() {
