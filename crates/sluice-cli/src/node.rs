@@ -65,7 +65,7 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = sluice_nvmf::target::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
     /// Threads serving the NVMe/TCP connections, each serving many (0: one
-    /// per core). TLS connections, and NBD's, have a thread each.
+    /// per core), plain and TLS. NBD's connections have a thread each.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
     threads: u16,
     /// In-capsule data a command may carry, in KiB (reported to hosts as

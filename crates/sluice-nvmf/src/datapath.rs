@@ -648,6 +648,42 @@ impl Outgoing {
         self.sent -= consumed;
     }
 
+    /// Copies up to `max_bytes` of what is still to send, in order, to the
+    /// end of `dst` and counts it as sent (whole buffers sent go back to
+    /// their pool); returns how many bytes it copied.
+    #[expect(
+        clippy::expect_used,
+        reason = "each expect states its invariant: kept only when contiguous"
+    )]
+    pub(crate) fn copy_out(&mut self, dst: &mut Vec<u8>, max_bytes: usize) -> usize {
+        let mut skip = self.sent;
+        let mut copied = 0;
+        let mut from = 0;
+        let mut pieces: Vec<&[u8]> = Vec::with_capacity(self.bufs.len() * 2 + 1);
+        for (at, buf) in &self.bufs {
+            pieces.push(&self.bytes[from..*at]);
+            pieces.push(buf.as_slice().expect("kept only when contiguous"));
+            from = *at;
+        }
+        pieces.push(&self.bytes[from..]);
+        for piece in pieces {
+            if copied == max_bytes {
+                break;
+            }
+            if skip >= piece.len() {
+                skip -= piece.len();
+                continue;
+            }
+            let take = (piece.len() - skip).min(max_bytes - copied);
+            dst.extend_from_slice(&piece[skip..skip + take]);
+            copied += take;
+            skip = 0;
+        }
+        self.sent += copied;
+        self.forget_sent();
+        copied
+    }
+
     /// Writes everything in order through `w` (a TLS stream), then
     /// forgets it.
     #[expect(
@@ -655,6 +691,7 @@ impl Outgoing {
         reason = "each expect states its invariant: kept only when contiguous"
     )]
     pub(crate) fn write_to(&mut self, w: &mut impl Write) -> std::io::Result<()> {
+        assert_eq!(self.sent, 0, "not sent in part by send_some or copy_out");
         let mut from = 0;
         for (at, buf) in &self.bufs {
             w.write_all(&self.bytes[from..*at])?;

@@ -22,9 +22,9 @@
 //! - [`target`]: the TCP side: ICReq/ICResp, in-capsule data, R2T and
 //!   H2CData for writes, C2HData for reads, keep-alive expiry, TermReq on
 //!   fatal errors; connections served thread per core by workers (epoll
-//!   over non-blocking sockets, `worker`), TLS ones a thread each reading
-//!   with [`poll`]'s adaptive polling; plain Reads and Writes kept in flight at the
-//!   device on the connection's own engines, their data in pinned pool
+//!   over non-blocking sockets, `worker`), TLS ones too once their
+//!   handshake is done (`wire`); plain Reads and Writes kept in flight at
+//!   the device on the connection's own engines, their data in pinned pool
 //!   buffers from the socket to the device and back (`datapath`).
 //! - [`auth`]: in-band authentication (DH-HMAC-CHAP): hosts named with a
 //!   secret prove it on every queue before anything else is served.
@@ -58,4 +58,5 @@ pub mod poll;
 pub mod queue_figures;
 pub mod target;
 pub mod tls;
+mod wire;
 mod worker;

@@ -93,6 +93,9 @@ impl PollingReader {
 pub struct PolledStream {
     stream: TcpStream,
     reader: PollingReader,
+    /// Reads neither poll nor wait: the socket is non-blocking, served by
+    /// a worker among others ([`PolledStream::serve_nonblocking`]).
+    nonblocking: bool,
 }
 
 impl PolledStream {
@@ -101,7 +104,17 @@ impl PolledStream {
         PolledStream {
             stream,
             reader: PollingReader::new(),
+            nonblocking: false,
         }
+    }
+
+    /// Makes the socket non-blocking and its reads plain: a read takes
+    /// what has come or fails with `WouldBlock` (a worker waits for the
+    /// socket, not the reader).
+    pub fn serve_nonblocking(&mut self) -> std::io::Result<()> {
+        self.stream.set_nonblocking(true)?;
+        self.nonblocking = true;
+        Ok(())
     }
 
     /// The socket (to set its timeouts).
@@ -112,6 +125,9 @@ impl PolledStream {
 
 impl Read for PolledStream {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.nonblocking {
+            return self.stream.read(buf);
+        }
         self.reader.read(&mut self.stream, buf)
     }
 }

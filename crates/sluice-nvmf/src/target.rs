@@ -3,19 +3,19 @@
 //! for with R2T and received in H2CData; read data out in C2HData) and hands
 //! each command to its queue ([`crate::controller::Queue`]).
 //!
-//! Plain connections (a host opens one per queue) are served thread per
-//! core by the workers (`crate::worker`), each connection a non-blocking
-//! `Connection::turn` at a time; a TLS connection runs on a thread of
-//! its own (`Connection::run`, blocking on its socket). Limits on
+//! Connections (a host opens one per queue) are served thread per core by
+//! the workers (`crate::worker`), each connection a non-blocking
+//! `Connection::turn` at a time; a TLS connection's handshake runs on the
+//! thread that took it in, then a worker serves it like the others. Limits on
 //! connections, data per PDU and time without a keep-alive. Malformed PDUs
 //! end the connection with a C2HTermReq naming the error.
 
 pub use crate::admission::{Counted, SetupSlots};
-pub(crate) use crate::connection::{Connection, MAX_UNSENT_BYTES};
+pub(crate) use crate::connection::MAX_UNSENT_BYTES;
 pub use crate::connection::{MAXH2CDATA, MAX_PENDING_WRITES, SEND_TIMEOUT, SETUP_TIMEOUT};
-use crate::controller::{Queue, Subsystem};
-use crate::link::OpensslLink;
+use crate::controller::Subsystem;
 use crate::tls::TlsServer;
+use crate::wire::Wire;
 use crate::worker::{Handoff, Workers};
 use std::io::ErrorKind;
 use std::net::{TcpListener, TcpStream};
@@ -37,8 +37,8 @@ pub struct TargetConfig {
     pub tls: Option<Arc<TlsServer>>,
     /// Refuse hosts that do not begin with TLS.
     pub tls_required: bool,
-    /// Threads serving the plain connections (each serves many): one per
-    /// core by default. TLS connections have a thread each.
+    /// Threads serving the connections (each serves many), TLS ones
+    /// included: one per core by default.
     pub workers: usize,
 }
 
@@ -57,8 +57,8 @@ impl Default for TargetConfig {
 /// (ICReq) begins with 0.
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
-/// Accepts connections on `listener` until `stop` is set: plain ones are
-/// served by [`TargetConfig::workers`] threads, TLS ones on a thread each.
+/// Accepts connections on `listener` until `stop` is set, served by
+/// [`TargetConfig::workers`] threads (a TLS one after its handshake).
 pub fn serve(
     listener: TcpListener,
     subsystem: Arc<Subsystem>,
@@ -79,7 +79,7 @@ pub fn serve(
         stop,
         "nvmf-conn",
         move |stream, counted| {
-            serve_connection(stream, counted, &subsystem, &config, &handing, &stop_flag)
+            serve_connection(stream, counted, &config, &handing, &stop_flag)
                 .map_err(std::io::Error::other)
         },
     );
@@ -91,8 +91,7 @@ pub fn serve(
 /// has a key), else plain (unless TLS is required).
 fn serve_connection(
     stream: TcpStream,
-    mut counted: Counted,
-    subsystem: &Arc<Subsystem>,
+    counted: Counted,
     config: &TargetConfig,
     workers: &Workers,
     stop: &AtomicBool,
@@ -104,7 +103,14 @@ fn serve_connection(
     // connection's writes in flight (and with them a Compare-and-Write of
     // another host) for ever.
     stream.set_write_timeout(Some(SEND_TIMEOUT)).map_err(io)?;
-    let plain = |stream, counted| workers.hand(Handoff { stream, counted }).map_err(io);
+    let plain = |stream, counted| {
+        let handoff = Handoff {
+            wire: Wire::Plain(stream),
+            counted,
+            host: None,
+        };
+        workers.hand(handoff).map_err(io)
+    };
     let Some(tls) = &config.tls else {
         return plain(stream, counted);
     };
@@ -113,15 +119,13 @@ fn serve_connection(
         Some(TLS_HANDSHAKE_RECORD) => {
             stream.set_read_timeout(Some(SETUP_TIMEOUT)).map_err(io)?;
             let (session, host) = tls.accept(stream)?;
-            session
-                .get_ref()
-                .get_ref()
-                .set_read_timeout(Some(POLL_INTERVAL))
-                .map_err(io)?;
             log::debug!("TLS: host {host} authenticated with its PSK");
-            counted.admitted();
-            let queue = Queue::authenticated(subsystem.clone(), host);
-            Connection::new(queue).run(&mut OpensslLink { tls: session }, stop)
+            let handoff = Handoff {
+                wire: Wire::tls(session).map_err(io)?,
+                counted,
+                host: Some(host),
+            };
+            workers.hand(handoff).map_err(io)
         }
         Some(_) if config.tls_required => {
             Err("a host began without TLS; the node requires it (--nvme-tls require)".into())

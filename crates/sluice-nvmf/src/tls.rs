@@ -29,7 +29,8 @@ use openssl::pkey::{Id, PKey};
 use openssl::pkey_ctx::PkeyCtx;
 use openssl::sign::Signer;
 use openssl::ssl::{
-    HandshakeError, Ssl, SslContext, SslMethod, SslOptions, SslStream, SslVerifyMode, SslVersion,
+    HandshakeError, Ssl, SslContext, SslMethod, SslMode, SslOptions, SslStream, SslVerifyMode,
+    SslVersion,
 };
 use std::net::TcpStream;
 
@@ -324,6 +325,11 @@ impl TlsServer {
     pub fn new(psk: ConfiguredPsk, subnqn: String) -> Result<TlsServer, String> {
         let host_index = Ssl::new_ex_index::<String>().map_err(|e| e.to_string())?;
         let mut b = context_builder(SslMethod::tls_server())?;
+        // Sessions are served non-blocking by the workers: a write the
+        // socket cannot take whole returns what went (ENABLE_PARTIAL_WRITE),
+        // and its retry may come from another address with the same bytes
+        // at the front (ACCEPT_MOVING_WRITE_BUFFER).
+        b.set_mode(SslMode::ENABLE_PARTIAL_WRITE | SslMode::ACCEPT_MOVING_WRITE_BUFFER);
         b.set_psk_server_callback(move |ssl, identity, out| {
             let offered = identity.unwrap_or_default();
             let found = PskIdentity::parse(offered).and_then(|id| {

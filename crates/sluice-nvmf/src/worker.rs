@@ -20,13 +20,15 @@
 //! Commands that run the slow way (Flush, Write Zeroes, Copy, the fused
 //! pair, admin) wait for the worker: an admin queue's run on it, an I/O
 //! queue's on the worker's helper thread, which takes the connection for
-//! the time being, so that a long one holds up no other connection. TLS
-//! connections keep a thread each (OpenSSL over a blocking socket), as do
-//! NBD's.
+//! the time being, so that a long one holds up no other connection. A TLS
+//! connection is served the same way once its handshake is done (the
+//! session non-blocking over its socket: [`crate::wire::Wire`]); NBD's
+//! connections keep a thread each.
 
 use crate::admission::Counted;
 use crate::connection::{Connection, Receiving};
 use crate::controller::{Queue, Subsystem};
+use crate::wire::Wire;
 use sluice_io::readiness::{Interest, Poller, Wakeup};
 use std::collections::HashMap;
 use std::net::TcpStream;
@@ -52,8 +54,10 @@ const MAX_EVENTS: usize = 256;
 /// A connection on its way to a worker, with what keeps it counted
 /// against the node's connection limit.
 pub(crate) struct Handoff {
-    pub(crate) stream: TcpStream,
+    pub(crate) wire: Wire,
     pub(crate) counted: Counted,
+    /// The host a TLS session authenticated (its PSK identity's NQN).
+    pub(crate) host: Option<String>,
 }
 
 struct WorkerHandle {
@@ -128,11 +132,19 @@ impl Workers {
 /// One connection of a worker.
 struct Served {
     conn: Connection,
-    stream: TcpStream,
+    wire: Wire,
     rx: Receiving,
     /// Watching for room to write too (answers wait for the host).
     watching_writes: bool,
     counted: Counted,
+}
+
+impl Served {
+    /// Answers still to send: in the connection, or taken by its wire and
+    /// not yet by the socket.
+    fn has_unsent(&self) -> bool {
+        self.conn.has_unsent() || self.wire.has_unsent()
+    }
 }
 
 struct Worker {
@@ -296,12 +308,12 @@ impl Worker {
     /// Takes back the connections the helper is done with.
     fn take_returns(&mut self) {
         while let Ok((token, s)) = self.returns.try_recv() {
-            let interest = if s.conn.has_unsent() {
+            let interest = if s.has_unsent() {
                 Interest::READ_WRITE
             } else {
                 Interest::READ
             };
-            if let Err(e) = self.poller.add(&s.stream, token, interest) {
+            if let Err(e) = self.poller.add(s.wire.socket(), token, interest) {
                 log::warn!("a connection could not rejoin its worker: {e}");
                 s.conn.close();
                 continue;
@@ -345,7 +357,7 @@ impl Worker {
         // reaped here first, or a Compare-and-Write queued before it on the
         // helper would wait for them for ever.
         s.conn.drain_device();
-        let _ = self.poller.remove(&s.stream);
+        let _ = self.poller.remove(s.wire.socket());
         let helper = self.helper.as_ref().expect("started above");
         if let Err(std::sync::mpsc::SendError((_, s))) = helper.send((token, s)) {
             s.conn.close();
@@ -360,10 +372,10 @@ impl Worker {
         while let Ok(h) = self.arrivals.try_recv() {
             let token = self.next_token;
             self.next_token += 1;
-            let added = h
-                .stream
+            let socket = h.wire.socket();
+            let added = socket
                 .set_nonblocking(true)
-                .and_then(|()| self.poller.add(&h.stream, token, Interest::READ));
+                .and_then(|()| self.poller.add(socket, token, Interest::READ));
             if let Err(e) = added {
                 log::warn!("a connection could not join its worker: {e}");
                 continue;
@@ -371,14 +383,19 @@ impl Worker {
             if h.counted.in_setup() {
                 self.setting_up += 1;
             }
+            let subsystem = self.subsystem.clone();
+            let queue = match h.host {
+                Some(host) => Queue::authenticated(subsystem, host),
+                None => Queue::new(subsystem),
+            };
             self.served.insert(
                 token,
                 Served {
-                    conn: Connection::for_worker(
-                        Queue::new(self.subsystem.clone()),
+                    conn: Connection::new(
+                        queue,
                         std::os::fd::AsRawFd::as_raw_fd(self.completions.fd()),
                     ),
-                    stream: h.stream,
+                    wire: h.wire,
                     rx: Receiving::new(),
                     watching_writes: false,
                     counted: h.counted,
@@ -399,27 +416,33 @@ impl Worker {
         let mut ended = Vec::new();
         for (token, s) in &mut self.served {
             let is_ready = ready.binary_search(token).is_ok();
-            if !(s.conn.busy_at_device() || s.conn.has_unsent() || s.rx.held() || is_ready) {
+            let wants_turn =
+                s.conn.busy_at_device() || s.has_unsent() || s.rx.held() || s.wire.has_buffered();
+            if !(wants_turn || is_ready) {
                 continue;
             }
-            match s.conn.turn(&s.stream, &mut s.rx) {
+            match s.conn.turn(&mut s.wire, &mut s.rx) {
                 Ok(p) => progressed |= p,
                 Err(end) => {
                     if let Err(e) = end {
-                        log::info!("connection from {} ended: {e}", peer(&s.stream));
+                        log::info!("connection from {} ended: {e}", peer(s.wire.socket()));
                     }
                     ended.push(*token);
                     continue;
                 }
             }
-            let want_writes = s.conn.has_unsent();
+            let want_writes = s.has_unsent();
             if want_writes != s.watching_writes {
                 let interest = if want_writes {
                     Interest::READ_WRITE
                 } else {
                     Interest::READ
                 };
-                if self.poller.modify(&s.stream, *token, interest).is_ok() {
+                if self
+                    .poller
+                    .modify(s.wire.socket(), *token, interest)
+                    .is_ok()
+                {
                     s.watching_writes = want_writes;
                 }
             }
@@ -492,7 +515,7 @@ impl Worker {
             .collect();
         for (token, why) in expired {
             if let Some(s) = self.served.get(&token) {
-                log::info!("connection from {} ended: {why}", peer(&s.stream));
+                log::info!("connection from {} ended: {why}", peer(s.wire.socket()));
             }
             self.end(token);
         }
@@ -503,7 +526,7 @@ impl Worker {
             if s.counted.in_setup() {
                 self.setting_up -= 1;
             }
-            let _ = self.poller.remove(&s.stream);
+            let _ = self.poller.remove(s.wire.socket());
             s.conn.close();
         }
     }

@@ -125,6 +125,53 @@ fn tls_on_takes_plain_and_tls_hosts() {
     tls.connect(NQN, HOST, 0, 0xffff, 0).unwrap();
 }
 
+/// Threads of this process named `name` (test threads and other tests'
+/// targets included).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+/// A TLS connection costs no thread once its handshake is done: the
+/// node's workers serve it with the plain ones. 32 connections (16
+/// controllers, an admin and an I/O queue each) all doing I/O, and the
+/// threads that ran their handshakes are gone.
+#[test]
+fn tls_connections_are_served_by_the_workers() {
+    let key = ConfiguredPsk::generate().unwrap();
+    let t = tls_target(&key, true);
+    let mut held = Vec::new();
+    for i in 0..16u64 {
+        let mut admin = connect_tls(&t, &key, HOST, Digests::default());
+        let cntlid = admin.connect(NQN, HOST, 0, 0xffff, 0).unwrap();
+        admin.enable().unwrap();
+        admin.set_queue_count(1).unwrap();
+        let mut io = connect_tls(&t, &key, HOST, Digests::default());
+        io.connect(NQN, HOST, 1, cntlid, 0).unwrap();
+        let data = vec![i as u8 ^ 0xa5; BLOCK as usize];
+        io.write(1, 200 + i, &data, BLOCK).unwrap();
+        held.push((admin, io, data));
+    }
+    // The accept path's threads end with their handoff; other tests of
+    // this binary hold a few connections at most. (No keep-alive timeout:
+    // the connections stay however long this takes.)
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while threads_named("nvmf-conn") >= 8 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let conn_threads = threads_named("nvmf-conn");
+    assert!(
+        conn_threads < 8,
+        "{conn_threads} connection threads for 32 TLS connections"
+    );
+    for (i, (_admin, io, data)) in held.iter_mut().enumerate() {
+        assert_eq!(&io.read(1, 200 + i as u64, 1, BLOCK).unwrap(), data);
+    }
+}
+
 /// GnuTLS's command-line client, installed by scripts/setup (Debian's
 /// gnutls-bin); the test fails, not skips, without it.
 fn gnutls_cli() -> &'static str {

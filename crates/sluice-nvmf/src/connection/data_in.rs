@@ -2,17 +2,15 @@
 //! and received in H2CData PDUs, straight into the write's pinned buffer
 //! where it can be.
 
-use super::receiving::{keep_waiting, read_exact_patiently, DirectData, Receiving, Stop};
+use super::receiving::{DirectData, Receiving};
 use super::{
     Connection, PendingWrite, Staging, DIRECT_MIN_BYTES, HEADER_READ_BYTES, MAX_PENDING_WRITES,
 };
 use crate::command::{status, Completion, SglKind, Sqe};
-use crate::link::Link;
 use crate::pdu::{DataHeader, Fatal, Fes, Header};
+use crate::wire::Wire;
 use sluice_io::IoBuf;
 use std::io::ErrorKind;
-use std::net::TcpStream;
-use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 impl Connection {
@@ -123,10 +121,10 @@ impl Connection {
     )]
     pub(super) fn fill_direct(
         &mut self,
-        stream: &TcpStream,
+        wire: &mut Wire,
         rx: &mut Receiving,
     ) -> Result<bool, Result<(), String>> {
-        use std::io::{IoSliceMut, Read};
+        use std::io::IoSliceMut;
         let Some(direct) = rx.direct.as_mut() else {
             return Ok(false);
         };
@@ -152,7 +150,7 @@ impl Connection {
             IoSliceMut::new(digest_bytes),
             IoSliceMut::new(&mut rx.buf[..tail_bytes]),
         ];
-        let n = match (&mut &*stream).read_vectored(&mut parts) {
+        let n = match wire.recv_vectored(&mut parts) {
             Ok(0) => return Err(Ok(())),
             Ok(n) => n,
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
@@ -353,113 +351,5 @@ impl Connection {
                 }
             }
         }
-    }
-
-    /// When the PDU begun in `partial` (everything received of it) is a
-    /// plain write's data still mostly on its way — a Write or MultiCast
-    /// capsule with its data in it, or H2CData for one — and its pinned
-    /// buffer is one piece: reads the rest of its data from `stream`
-    /// straight into that buffer (no staging copy), then its digest.
-    /// Returns the bytes of `partial` it used (all of them), or `None` to
-    /// let the PDU be framed as usual.
-    #[expect(
-        clippy::expect_used,
-        reason = "each expect states its invariant: pending, checked above; pending; one piece, checked above"
-    )]
-    pub(super) fn receive_direct(
-        &mut self,
-        stream: &mut impl Link,
-        partial: &[u8],
-        stop: &AtomicBool,
-    ) -> Result<Option<usize>, Stop> {
-        let Some(pdu) = self.framer.data_header(partial).map_err(Stop::Fatal)? else {
-            return Ok(None);
-        };
-        let data_end = pdu.data_offset + pdu.data_len;
-        if partial.len() >= data_end || data_end - partial.len() < DIRECT_MIN_BYTES {
-            return Ok(None);
-        }
-        let Some(cid) = self
-            .direct_write(&pdu.header, pdu.data_len)
-            .map_err(Stop::Fatal)?
-        else {
-            return Ok(None);
-        };
-        let p = self.pending.get_mut(&cid).expect("pending, checked above");
-        let at = p.received;
-        let have = partial.len() - pdu.data_offset;
-        p.data.put(at, &partial[pdu.data_offset..]);
-        self.read_into_pending(stream, cid, at + have..at + pdu.data_len, stop)?;
-        let subsystem = self.queue.subsystem();
-        subsystem.count_write_data(have, false);
-        subsystem.count_write_data(pdu.data_len - have, true);
-        let p = self.pending.get_mut(&cid).expect("pending");
-        let Staging::Pinned(buf) = &p.data else {
-            unreachable!("checked above");
-        };
-        let ok = if pdu.data_digest {
-            // The digest follows the data at once: no wait worth reaping for.
-            let mut digest = [0u8; 4];
-            read_exact_patiently(stream, &mut digest, stop)?;
-            let data = buf.as_slice().expect("one piece, checked above");
-            u32::from_le_bytes(digest) == crc32c::crc32c(&data[at..at + pdu.data_len])
-        } else {
-            true
-        };
-        p.received += pdu.data_len;
-        p.digest_ok &= ok;
-        self.h2c_received(cid);
-        Ok(Some(partial.len()))
-    }
-
-    /// Reads `range` of pending write `cid`'s pinned buffer from `stream`.
-    /// While the host's bytes are on their way, what the device finishes is
-    /// reaped and answered: a write share is never held waiting on the host
-    /// (a Compare-and-Write of another host may be waiting for it).
-    #[expect(
-        clippy::expect_used,
-        reason = "each expect states its invariant: pending; one piece"
-    )]
-    fn read_into_pending(
-        &mut self,
-        stream: &mut impl Link,
-        cid: u16,
-        range: std::ops::Range<usize>,
-        stop: &AtomicBool,
-    ) -> Result<(), Stop> {
-        let mut at = range.start;
-        let mut last_bytes = Instant::now();
-        while at < range.end {
-            let busy = self.data_path.busy();
-            let p = self.pending.get_mut(&cid).expect("pending");
-            let Staging::Pinned(buf) = &mut p.data else {
-                unreachable!("direct data goes to a pinned buffer");
-            };
-            let dst = &mut buf.as_mut_slice().expect("one piece")[at..range.end];
-            let got = if busy {
-                stream.try_read(dst)
-            } else {
-                stream.read(dst)
-            };
-            match got {
-                Ok(0) => return Err(Stop::Io("the host closed the connection mid-PDU".into())),
-                Ok(n) => {
-                    at += n;
-                    last_bytes = Instant::now();
-                }
-                Err(e) if busy && e.kind() == ErrorKind::WouldBlock => {
-                    self.collect(true);
-                    stream
-                        .send(&mut self.out)
-                        .map_err(|e| Stop::Io(format!("sending: {e}")))?;
-                }
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    keep_waiting(stop, last_bytes)?
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => return Err(Stop::Io(format!("receiving: {e}"))),
-            }
-        }
-        Ok(())
     }
 }

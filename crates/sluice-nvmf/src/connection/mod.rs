@@ -2,33 +2,28 @@
 //! socket, command data moved (in-capsule, or asked for with R2T and
 //! received in H2CData straight into pinned buffers where it can be; read
 //! data out in C2HData), each command handed to its queue. Served a
-//! non-blocking `Connection::turn` at a time by a worker, or blocking on
-//! its socket on a thread of its own (TLS: `Connection::run`).
+//! non-blocking `Connection::turn` at a time by a worker, over the socket
+//! itself or a TLS session on it ([`crate::wire::Wire`]).
 //!
 //! Rooms: `data_in` (a write's data from the host: in-capsule, asked for
 //! with R2T, received in H2CData — straight into pinned buffers where it
-//! can be), `receiving` (a worker's connection's receive buffer and
-//! clocks, and the blocking reads of a thread's connection).
+//! can be), `receiving` (the connection's receive buffer and clocks).
 
 mod data_in;
 mod receiving;
 
 pub(crate) use receiving::Receiving;
-use receiving::Stop;
 
 use crate::command::{status, Completion, SglKind, Sqe};
 use crate::controller::{DataNeed, Outcome, Queue, MAX_TRANSFER_BYTES};
 use crate::datapath::{DataPath, Finished, Outgoing};
-use crate::link::Link;
 use crate::pdu::{
     flags, term_req, DataHeader, Digests, Encoder, Fatal, Fes, Framed, Framer, Header, Limits,
     PFV_1_0,
 };
+use crate::wire::Wire;
 use sluice_io::IoBuf;
 use std::collections::HashMap;
-use std::io::ErrorKind;
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Most bytes of H2CData a host may send in one PDU (MAXH2CDATA).
@@ -90,18 +85,19 @@ pub(crate) struct Connection {
     out: Outgoing,
     /// Reads and writes at the device.
     data_path: DataPath,
-    /// Served by a worker among other connections (non-blocking turns).
-    in_worker: bool,
     /// Commands that run the slow way, waiting for the worker (in order;
     /// no later PDU is handled before they ran).
     deferred: std::collections::VecDeque<(Sqe, Vec<u8>)>,
 }
 
 impl Connection {
-    pub(crate) fn new(queue: Queue) -> Connection {
+    /// A connection a worker serves with [`Connection::turn`]: its engines
+    /// are the worker thread's own and signal their completions to
+    /// `completions` (an eventfd in the worker's epoll set, which outlives
+    /// the connection).
+    pub(crate) fn new(queue: Queue, completions: std::os::fd::RawFd) -> Connection {
         let subsystem = queue.subsystem().clone();
         Connection {
-            queue,
             framer: Framer {
                 digests: Digests::default(),
                 limits: Limits {
@@ -114,21 +110,9 @@ impl Connection {
             pending: HashMap::new(),
             next_ttag: 1,
             out: Outgoing::default(),
-            data_path: DataPath::new(subsystem),
-            in_worker: false,
+            data_path: DataPath::signalling(subsystem, Some(completions)),
             deferred: std::collections::VecDeque::new(),
-        }
-    }
-
-    /// A connection a worker serves with [`Connection::turn`]: its engines are the worker thread's
-    /// own and signal their completions to `completions` (an eventfd in the
-    /// worker's epoll set, which outlives the connection).
-    pub(crate) fn for_worker(queue: Queue, completions: std::os::fd::RawFd) -> Connection {
-        let data_path = DataPath::signalling(queue.subsystem().clone(), Some(completions));
-        Connection {
-            in_worker: true,
-            data_path,
-            ..Connection::new(queue)
+            queue,
         }
     }
 
@@ -167,125 +151,14 @@ impl Connection {
         }
     }
 
-    pub(crate) fn run(mut self, link: &mut impl Link, stop: &AtomicBool) -> Result<(), String> {
-        let mut buf = vec![0u8; 256 << 10];
-        let (mut start, mut filled) = (0usize, 0usize);
-        let opened = Instant::now();
-        let mut last_heard = Instant::now();
-        let result = loop {
-            // Every whole PDU already received.
-            // Tiny commands can ask for big answers: at most
-            // MAX_UNSENT_BYTES of them are made before they go out.
-            let mut answers_first = false;
-            let framed = loop {
-                if self.out.pending_bytes() >= MAX_UNSENT_BYTES {
-                    answers_first = true;
-                    break Ok(0);
-                }
-                match self.framer.next(&buf[start..filled]) {
-                    Ok(Framed::Pdu(pdu, used)) => {
-                        // The data is handled where it was received.
-                        if let Err(e) = self.handle(pdu.header, pdu.data, pdu.data_digest_ok) {
-                            break Err(e);
-                        }
-                        start += used;
-                    }
-                    Ok(Framed::NeedBytes(n)) => break Ok(n),
-                    Err(e) => break Err(e),
-                }
-            };
-            // Issue what the PDUs started; answer what is already done.
-            self.collect(false);
-            if let Err(e) = link.send(&mut self.out) {
-                break Err(format!("sending: {e}"));
-            }
-            if answers_first {
-                continue;
-            }
-            let need = match framed {
-                Ok(n) => n,
-                Err(fatal) => {
-                    let _ = link.write_all(&term_req(&fatal, &buf[start..filled]));
-                    break Err(format!("fatal transport error: {fatal}"));
-                }
-            };
-            if stop.load(Ordering::Relaxed) {
-                break Ok(());
-            }
-            if need >= DIRECT_MIN_BYTES {
-                match self.receive_direct(link, &buf[start..filled], stop) {
-                    Ok(Some(used)) => {
-                        start += used;
-                        last_heard = Instant::now();
-                        continue;
-                    }
-                    Ok(None) => {}
-                    Err(Stop::Fatal(fatal)) => {
-                        let _ = link.write_all(&term_req(&fatal, &buf[start..filled]));
-                        break Err(format!("fatal transport error: {fatal}"));
-                    }
-                    Err(Stop::Io(e)) => break Err(e),
-                }
-            }
-            // Room for what comes next: move the partial PDU to the front.
-            buf.copy_within(start..filled, 0);
-            filled -= start;
-            start = 0;
-            if filled + need > buf.len() {
-                buf.resize(filled + need, 0);
-            }
-            if self.data_path.busy() {
-                // Commands at the device: take what the host sent since,
-                // else wait for the device, not the host.
-                match link.try_read(&mut buf[filled..]) {
-                    Ok(0) => break Ok(()),
-                    Ok(n) => {
-                        filled += n;
-                        last_heard = Instant::now();
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => self.collect(true),
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => break Err(format!("receiving: {e}")),
-                }
-                continue;
-            }
-            match link.read(&mut buf[filled..]) {
-                Ok(0) => break Ok(()),
-                Ok(n) => {
-                    filled += n;
-                    last_heard = Instant::now();
-                }
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    if !self.queue.is_connected() && opened.elapsed() > SETUP_TIMEOUT {
-                        break Err(format!(
-                            "no ICReq and Connect within {} s",
-                            SETUP_TIMEOUT.as_secs()
-                        ));
-                    }
-                    if let Some(why) = self.queue.expiry(last_heard.elapsed()) {
-                        break Err(why);
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => break Err(format!("receiving: {e}")),
-            }
-        };
-        // Nothing is acknowledged past this point; what is at the device
-        // finishes before the queue goes.
-        let mut unsent = Vec::new();
-        self.data_path.drain(&mut unsent);
-        self.queue.disconnect();
-        result
-    }
-
     /// One non-blocking turn of a connection served by a worker among
-    /// others (`stream` non-blocking): takes what the host sent, runs every
+    /// others (`wire` non-blocking): takes what the host sent, runs every
     /// whole PDU, issues and answers what the device finished, and sends
     /// what the socket takes. Returns whether anything happened; `Err` ends
     /// the connection (`Ok` inside: the host left).
     pub(crate) fn turn(
         &mut self,
-        stream: &TcpStream,
+        wire: &mut Wire,
         rx: &mut Receiving,
     ) -> Result<bool, Result<(), String>> {
         let mut progressed = false;
@@ -293,12 +166,12 @@ impl Connection {
         if self.out.pending_bytes() < MAX_UNSENT_BYTES {
             let was_direct = rx.direct.is_some();
             if was_direct {
-                progressed |= self.fill_direct(stream, rx)?;
+                progressed |= self.fill_direct(wire, rx)?;
             }
             // Bytes that followed a direct PDU are framed first: a greedy
             // read now would take the next PDU's data into the buffer.
             if rx.direct.is_none() && !(was_direct && rx.filled > 0) {
-                progressed |= rx.fill(stream)?;
+                progressed |= rx.fill(wire)?;
             }
         }
         // Commands waiting for the worker run before any later PDU, and
@@ -318,7 +191,7 @@ impl Connection {
             match self.framer.next(&rx.buf[rx.start..rx.filled]) {
                 Ok(Framed::Pdu(pdu, used)) => {
                     if let Err(fatal) = self.handle(pdu.header, pdu.data, pdu.data_digest_ok) {
-                        return Err(self.terminate(stream, &fatal, &rx.buf[rx.start..rx.filled]));
+                        return Err(self.terminate(wire, &fatal, &rx.buf[rx.start..rx.filled]));
                     }
                     rx.start += used;
                     rx.whole_pdus += 1;
@@ -333,31 +206,26 @@ impl Connection {
                     match self.begin_direct(rx) {
                         Ok(true) => {
                             progressed = true;
-                            progressed |= self.fill_direct(stream, rx)?;
+                            progressed |= self.fill_direct(wire, rx)?;
                         }
                         Ok(false) => break,
                         Err(fatal) => {
-                            return Err(self.terminate(
-                                stream,
-                                &fatal,
-                                &rx.buf[rx.start..rx.filled],
-                            ))
+                            return Err(self.terminate(wire, &fatal, &rx.buf[rx.start..rx.filled]))
                         }
                     }
                 }
                 Err(fatal) => {
-                    return Err(self.terminate(stream, &fatal, &rx.buf[rx.start..rx.filled]))
+                    return Err(self.terminate(wire, &fatal, &rx.buf[rx.start..rx.filled]))
                 }
             }
         }
         let answered = self.out.pending_bytes();
         self.collect(false);
         progressed |= self.out.pending_bytes() != answered;
-        if self.out.pending_bytes() > 0 {
+        if self.out.pending_bytes() > 0 || wire.has_unsent() {
             let before = self.out.pending_bytes();
-            let all = self
-                .out
-                .send_some(stream)
+            let all = wire
+                .send_some(&mut self.out)
                 .map_err(|e| Err(format!("sending: {e}")))?;
             progressed |= self.out.pending_bytes() != before;
             rx.unsent_since = if all {
@@ -371,14 +239,9 @@ impl Connection {
 
     /// Sends a TermReq for `fatal` (as far as the socket takes it now) and
     /// says why the connection ends.
-    fn terminate(
-        &mut self,
-        stream: &TcpStream,
-        fatal: &Fatal,
-        partial: &[u8],
-    ) -> Result<(), String> {
+    fn terminate(&mut self, wire: &mut Wire, fatal: &Fatal, partial: &[u8]) -> Result<(), String> {
         self.out.bytes.extend_from_slice(&term_req(fatal, partial));
-        let _ = self.out.send_some(stream);
+        let _ = wire.send_some(&mut self.out);
         Err(format!("fatal transport error: {fatal}"))
     }
 
@@ -601,21 +464,12 @@ impl Connection {
         }
     }
 
-    /// Runs a command to completion on this thread, after the commands at
-    /// the device. Under a worker the command waits for the worker instead
+    /// Leaves a command that runs the slow way for the worker
     /// ([`Connection::run_deferred`]): it may wait on the namespace's write
     /// gate, and the worker must first reap the writes every connection it
     /// serves holds shares of.
     fn run_command(&mut self, sqe: &Sqe, data: &[u8]) {
-        if self.in_worker {
-            self.deferred.push_back((sqe.clone(), data.to_vec()));
-            return;
-        }
-        if self.data_path.busy() {
-            self.drain();
-        }
-        let outcome = self.queue.execute(sqe, data);
-        self.send_outcome(sqe, outcome);
+        self.deferred.push_back((sqe.clone(), data.to_vec()));
     }
 
     fn send_outcome(&mut self, sqe: &Sqe, outcome: Outcome) {

@@ -1,12 +1,8 @@
-//! A connection's receive side: a worker's connection's buffer and
-//! clocks, and the patient blocking reads of a connection on a thread.
+//! A connection's receive side: its buffer and clocks.
 
-use super::{HEADER_READ_BYTES, SETUP_TIMEOUT, TURN_READ_BYTES};
-use crate::link::Link;
-use crate::pdu::Fatal;
+use super::{DIRECT_MIN_BYTES, HEADER_READ_BYTES, TURN_READ_BYTES};
+use crate::wire::Wire;
 use std::io::ErrorKind;
-use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// A worker's connection's receive side and clocks.
@@ -69,7 +65,7 @@ impl Receiving {
     }
 
     /// Reads what the socket holds now (up to [`TURN_READ_BYTES`]).
-    pub(super) fn fill(&mut self, stream: &TcpStream) -> Result<bool, Result<(), String>> {
+    pub(super) fn fill(&mut self, wire: &mut Wire) -> Result<bool, Result<(), String>> {
         let mut got_any = false;
         let mut got = 0;
         while got < TURN_READ_BYTES {
@@ -93,17 +89,24 @@ impl Receiving {
                 self.buf.len() - self.filled
             };
             let into = &mut self.buf[self.filled..self.filled + space];
-            match sluice_io::net::recv_nowait(stream, into) {
+            match wire.recv(into) {
                 Ok(0) => return Err(Ok(())),
                 Ok(n) => {
                     self.filled += n;
                     got += n;
                     got_any = true;
                     self.last_heard = Instant::now();
-                    // A read that left room took all the socket held: asking
-                    // again would only hear EAGAIN, a system call a group of
-                    // commands. Bytes that come later make the socket ready.
-                    if n < space || header_only {
+                    // A read of the socket that left room took all it held:
+                    // asking again would only hear EAGAIN, a system call a
+                    // group of commands. Bytes that come later make the
+                    // socket ready. (A TLS read ends at its record's end.)
+                    if (n < space && wire.short_read_drains()) || header_only {
+                        break;
+                    }
+                    // A TLS read ends at its record's end, the next may
+                    // begin a big PDU's data: stop there, so that the rest
+                    // of it is read straight into its write's buffer.
+                    if partial_pdu_need(&self.buf[self.start..self.filled]) >= DIRECT_MIN_BYTES {
                         break;
                     }
                 }
@@ -116,53 +119,47 @@ impl Receiving {
     }
 }
 
-/// Why a connection stops.
-pub(super) enum Stop {
-    /// The host broke the transport's rules: a TermReq goes back.
-    Fatal(Fatal),
-    /// The socket failed, or the node is stopping.
-    Io(String),
-}
-
-/// After a read timed out in the middle of a PDU: goes on waiting, unless
-/// the node is stopping or the host has sent nothing since `last_bytes`
-/// for [`SETUP_TIMEOUT`].
-pub(super) fn keep_waiting(stop: &AtomicBool, last_bytes: Instant) -> Result<(), Stop> {
-    if stop.load(Ordering::Relaxed) {
-        return Err(Stop::Io("the node is stopping".into()));
-    }
-    if last_bytes.elapsed() > SETUP_TIMEOUT {
-        return Err(Stop::Io(format!(
-            "no byte of a PDU's data for {} s",
-            SETUP_TIMEOUT.as_secs()
-        )));
-    }
-    Ok(())
-}
-
-/// Fills `dst` from `stream`, waiting through its read timeouts (the host
-/// is in the middle of a PDU) until the node stops or the host has sent
-/// nothing for [`SETUP_TIMEOUT`].
-pub(super) fn read_exact_patiently(
-    stream: &mut impl Link,
-    dst: &mut [u8],
-    stop: &AtomicBool,
-) -> Result<(), Stop> {
-    let mut done = 0;
-    let mut last_bytes = Instant::now();
-    while done < dst.len() {
-        match stream.read(&mut dst[done..]) {
-            Ok(0) => return Err(Stop::Io("the host closed the connection mid-PDU".into())),
-            Ok(n) => {
-                done += n;
-                last_bytes = Instant::now();
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                keep_waiting(stop, last_bytes)?
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(Stop::Io(format!("receiving: {e}"))),
+/// The bytes the last PDU begun in `bytes` (whole PDUs before it) still
+/// needs, by the lengths their common headers give; 0 when `bytes` ends
+/// on a PDU's end or within a common header (or a header is malformed:
+/// the framer refuses it).
+fn partial_pdu_need(bytes: &[u8]) -> usize {
+    /// The common header: type, flags, HLEN, PDO, PLEN (u32 LE at 4).
+    const COMMON_HEADER_BYTES: usize = 8;
+    let mut at = 0;
+    while bytes.len() - at >= COMMON_HEADER_BYTES {
+        let plen = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]);
+        let plen = plen as usize;
+        if plen < COMMON_HEADER_BYTES {
+            return 0;
         }
+        if bytes.len() - at < plen {
+            return plen - (bytes.len() - at);
+        }
+        at += plen;
     }
-    Ok(())
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partial_pdu_need;
+
+    fn header(plen: u32) -> Vec<u8> {
+        let mut h = vec![0x04, 0, 72, 72];
+        h.extend_from_slice(&plen.to_le_bytes());
+        h
+    }
+
+    #[test]
+    fn the_need_is_what_the_last_begun_pdu_lacks() {
+        assert_eq!(partial_pdu_need(&[]), 0);
+        let mut bytes = header(72);
+        bytes.resize(72, 0);
+        assert_eq!(partial_pdu_need(&bytes), 0, "one whole PDU");
+        bytes.extend_from_slice(&header(72 + 131_072));
+        bytes.resize(72 + 1000, 0);
+        assert_eq!(partial_pdu_need(&bytes), 72 + 131_072 - 1000);
+        assert_eq!(partial_pdu_need(&header(4)), 0, "malformed: the framer's");
+    }
 }
