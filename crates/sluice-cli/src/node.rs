@@ -65,7 +65,7 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = sluice_nvmf::target::DEFAULT_MAX_CONNECTIONS)]
     max_connections: usize,
     /// Threads serving the NVMe/TCP connections, each serving many (0: one
-    /// per core), plain and TLS. NBD's connections have a thread each.
+    /// per core), plain and TLS; as many again serve NBD's.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
     threads: u16,
     /// In-capsule data a command may carry, in KiB (reported to hosts as
@@ -414,6 +414,7 @@ fn start_nbd(
     println!("sluice node: NBD on {}{tls_note}", listener.local_addr()?);
     let nbd_config = NbdConfig {
         max_connections: config.max_connections,
+        workers: config.workers,
         ..nbd_config
     };
     let (subsystem, stop) = (subsystem.clone(), stop.clone());

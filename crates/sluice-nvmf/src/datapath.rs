@@ -97,10 +97,6 @@ struct Group {
 }
 
 impl DataPath {
-    pub(crate) fn new(subsystem: Arc<Subsystem>) -> DataPath {
-        Self::signalling(subsystem, None)
-    }
-
     /// A data path whose engines are the calling thread's own and signal
     /// their completions to `eventfd` (see [`DataPath::signals_completions`]);
     /// with `None`, engines shared with the namespace's other users. The
@@ -683,78 +679,6 @@ impl Outgoing {
         self.forget_sent();
         copied
     }
-
-    /// Writes everything in order through `w` (a TLS stream), then
-    /// forgets it.
-    #[expect(
-        clippy::expect_used,
-        reason = "each expect states its invariant: kept only when contiguous"
-    )]
-    pub(crate) fn write_to(&mut self, w: &mut impl Write) -> std::io::Result<()> {
-        assert_eq!(self.sent, 0, "not sent in part by send_some or copy_out");
-        let mut from = 0;
-        for (at, buf) in &self.bufs {
-            w.write_all(&self.bytes[from..*at])?;
-            w.write_all(buf.as_slice().expect("kept only when contiguous"))?;
-            from = *at;
-        }
-        w.write_all(&self.bytes[from..])?;
-        self.bytes.clear();
-        self.bufs.clear();
-        Ok(())
-    }
-
-    /// Sends everything, then forgets it (the buffers go back to their
-    /// pool).
-    #[expect(
-        clippy::expect_used,
-        reason = "each expect states its invariant: kept only when contiguous"
-    )]
-    pub(crate) fn send(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
-        if self.bufs.is_empty() {
-            if !self.bytes.is_empty() {
-                stream.write_all(&self.bytes)?;
-                self.bytes.clear();
-            }
-            return Ok(());
-        }
-        let mut slices = Vec::with_capacity(self.bufs.len() * 2 + 1);
-        let mut from = 0;
-        for (at, buf) in &self.bufs {
-            slices.push(IoSlice::new(&self.bytes[from..*at]));
-            slices.push(IoSlice::new(
-                buf.as_slice().expect("kept only when contiguous"),
-            ));
-            from = *at;
-        }
-        slices.push(IoSlice::new(&self.bytes[from..]));
-        slices.retain(|s| !s.is_empty());
-        write_all_vectored(stream, &mut slices)?;
-        drop(slices);
-        self.bytes.clear();
-        self.bufs.clear();
-        Ok(())
-    }
-}
-
-/// Writes every byte of `slices`, in order, with as few system calls as the
-/// socket allows.
-fn write_all_vectored(
-    stream: &mut TcpStream,
-    mut slices: &mut [IoSlice<'_>],
-) -> std::io::Result<()> {
-    // The kernel takes at most IOV_MAX (1024) pieces per call.
-    const MAX_PIECES: usize = 1024;
-    while !slices.is_empty() {
-        let n = slices.len().min(MAX_PIECES);
-        match stream.write_vectored(&slices[..n]) {
-            Ok(0) => return Err(ErrorKind::WriteZero.into()),
-            Ok(written) => IoSlice::advance_slices(&mut slices, written),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

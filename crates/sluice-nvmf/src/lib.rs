@@ -56,6 +56,7 @@ pub mod nvm;
 pub mod pdu;
 pub mod poll;
 pub mod queue_figures;
+mod session;
 pub mod target;
 pub mod tls;
 mod wire;

@@ -11,9 +11,11 @@
 //! end the connection with a C2HTermReq naming the error.
 
 pub use crate::admission::{Counted, SetupSlots};
-pub(crate) use crate::connection::MAX_UNSENT_BYTES;
+use crate::connection::{Connection, Receiving};
 pub use crate::connection::{MAXH2CDATA, MAX_PENDING_WRITES, SEND_TIMEOUT, SETUP_TIMEOUT};
+use crate::controller::Queue;
 use crate::controller::Subsystem;
+use crate::session::{Begin, Session};
 use crate::tls::TlsServer;
 use crate::wire::Wire;
 use crate::worker::{Handoff, Workers};
@@ -71,6 +73,7 @@ pub fn serve(
         config.workers.max(1),
         subsystem.clone(),
         stop.clone(),
+        "nvmf-worker",
     )?);
     let handing = workers.clone();
     let result = accept_loop(
@@ -107,7 +110,7 @@ fn serve_connection(
         let handoff = Handoff {
             wire: Wire::Plain(stream),
             counted,
-            host: None,
+            begin: nvme_session(None),
         };
         workers.hand(handoff).map_err(io)
     };
@@ -123,7 +126,7 @@ fn serve_connection(
             let handoff = Handoff {
                 wire: Wire::tls(session).map_err(io)?,
                 counted,
-                host: Some(host),
+                begin: nvme_session(Some(host)),
             };
             workers.hand(handoff).map_err(io)
         }
@@ -131,6 +134,75 @@ fn serve_connection(
             Err("a host began without TLS; the node requires it (--nvme-tls require)".into())
         }
         Some(_) => plain(stream, counted),
+    }
+}
+
+/// How a host's connection begins on its worker: a queue before its ICReq;
+/// `host` is the NQN a TLS session authenticated with its pre-shared key.
+fn nvme_session(host: Option<String>) -> Begin {
+    Box::new(move |subsystem, completions| {
+        let queue = match host {
+            Some(host) => Queue::authenticated(subsystem, host),
+            None => Queue::new(subsystem),
+        };
+        Box::new(NvmeSession {
+            conn: Connection::new(queue, completions),
+            rx: Receiving::new(),
+        })
+    })
+}
+
+/// An NVMe/TCP queue on a worker: the connection and its receive side.
+struct NvmeSession {
+    conn: Connection,
+    rx: Receiving,
+}
+
+impl Session for NvmeSession {
+    fn turn(&mut self, wire: &mut Wire) -> Result<bool, Result<(), String>> {
+        self.conn.turn(wire, &mut self.rx)
+    }
+    fn busy_at_device(&self) -> bool {
+        self.conn.busy_at_device()
+    }
+    fn signals_completions(&self) -> bool {
+        self.conn.signals_completions()
+    }
+    fn wait_for_device(&mut self) {
+        self.conn.wait_for_device();
+    }
+    fn has_unsent(&self) -> bool {
+        self.conn.has_unsent()
+    }
+    fn held(&self) -> bool {
+        self.rx.held()
+    }
+    fn expired(&self) -> Option<String> {
+        self.conn.expired(&self.rx)
+    }
+    fn has_deferred(&self) -> bool {
+        self.conn.has_deferred()
+    }
+    /// An admin queue's (or a queue's not connected yet).
+    fn runs_on_worker(&self) -> bool {
+        self.conn.is_admin()
+    }
+    fn run_deferred(&mut self) {
+        self.conn.run_deferred();
+    }
+    fn drain_device(&mut self) {
+        self.conn.drain_device();
+    }
+    /// A host's Connect made its queue part of a controller.
+    fn is_connected(&self) -> bool {
+        self.conn.is_connected()
+    }
+    /// The host's ICReq came.
+    fn initialized(&self) -> bool {
+        self.conn.initialized()
+    }
+    fn close(self: Box<Self>) {
+        self.conn.close();
     }
 }
 

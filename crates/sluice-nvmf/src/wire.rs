@@ -1,7 +1,8 @@
-//! A worker's connection's socket: plain, or under TLS after its handshake.
-//! Both are non-blocking: a read takes what has come (or `WouldBlock`), a
+//! A worker's connection's socket: plain, or under TLS after its handshake
+//! (OpenSSL for NVMe/TCP's pre-shared keys, rustls for NBD's certificates).
+//! All are non-blocking: a read takes what has come (or `WouldBlock`), a
 //! send takes what the socket takes now and keeps the rest for the
-//! connection's next turn, so that a TLS host costs no thread of its own.
+//! connection's next turn, so that a TLS client costs no thread of its own.
 
 use crate::datapath::Outgoing;
 use crate::poll::PolledStream;
@@ -22,6 +23,31 @@ pub(crate) enum Wire {
     Plain(TcpStream),
     /// An OpenSSL session (NVMe/TCP with a pre-shared key) over the socket.
     Tls(Box<TlsWire>),
+    /// A rustls session (NBD with the node's certificate) over the socket.
+    Rustls(Box<RustlsWire>),
+}
+
+/// A rustls session on a worker.
+pub(crate) struct RustlsWire {
+    session: rustls::ServerConnection,
+    socket: TcpStream,
+    /// Plaintext staged for the session, sent up to `staged_at`.
+    staged: Vec<u8>,
+    staged_at: usize,
+    /// The last read filled its buffer: more plaintext may be decrypted
+    /// and waiting (the session's own bytes are looked at first).
+    maybe_buffered: bool,
+    /// The end of the session: close_notify queued, then the socket shut
+    /// for writing once it went.
+    closing: Closing,
+}
+
+/// How far a rustls session has come in ending.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Closing {
+    Open,
+    NotifyQueued,
+    WriteShut,
 }
 
 /// A TLS session on a worker, with the plaintext of answers staged for it.
@@ -46,11 +72,25 @@ impl Wire {
         })))
     }
 
+    /// A rustls session whose handshake is done (plaintext the client sent
+    /// after it may wait in the session already).
+    pub(crate) fn rustls(session: rustls::ServerConnection, socket: TcpStream) -> Wire {
+        Wire::Rustls(Box::new(RustlsWire {
+            session,
+            socket,
+            staged: Vec::with_capacity(TLS_STAGED_BYTES),
+            staged_at: 0,
+            maybe_buffered: true,
+            closing: Closing::Open,
+        }))
+    }
+
     /// The socket (to watch for readiness and name the peer).
     pub(crate) fn socket(&self) -> &TcpStream {
         match self {
             Wire::Plain(s) => s,
             Wire::Tls(t) => t.session.get_ref().get_ref(),
+            Wire::Rustls(t) => &t.socket,
         }
     }
 
@@ -60,6 +100,7 @@ impl Wire {
         match self {
             Wire::Plain(s) => sluice_io::net::recv_nowait(s, buf),
             Wire::Tls(t) => t.session.read(buf),
+            Wire::Rustls(t) => t.recv(buf),
         }
     }
 
@@ -68,8 +109,8 @@ impl Wire {
         match self {
             Wire::Plain(s) => (&*s).read_vectored(parts),
             // A record's plaintext at a time: the first part with room.
-            Wire::Tls(t) => match parts.iter_mut().find(|p| !p.is_empty()) {
-                Some(part) => t.session.read(part),
+            Wire::Tls(_) | Wire::Rustls(_) => match parts.iter_mut().find(|p| !p.is_empty()) {
+                Some(part) => self.recv(part),
                 None => Ok(0),
             },
         }
@@ -87,6 +128,7 @@ impl Wire {
         match self {
             Wire::Plain(_) => false,
             Wire::Tls(t) => t.session.ssl().pending() > 0,
+            Wire::Rustls(t) => t.maybe_buffered,
         }
     }
 
@@ -95,6 +137,7 @@ impl Wire {
         match self {
             Wire::Plain(_) => false,
             Wire::Tls(t) => t.staged_at < t.staged.len(),
+            Wire::Rustls(t) => t.staged_at < t.staged.len() || t.session.wants_write(),
         }
     }
 
@@ -104,6 +147,100 @@ impl Wire {
         match self {
             Wire::Plain(s) => out.send_some(s),
             Wire::Tls(t) => t.send_some(out),
+            Wire::Rustls(t) => t.send_some(out),
+        }
+    }
+
+    /// Ends the session's side of the conversation without waiting, a step
+    /// a call: returns true when the socket may be closed. A plain socket
+    /// may be at once. A rustls session sends close_notify, shuts the
+    /// socket for writing and reads until the client closes: libnbd, having
+    /// sent NBD_CMD_DISC, waits for the server's close_notify, and a socket
+    /// closed without one (or with the client's own still unread, which
+    /// makes the close a reset) fails its shutdown with "server closed
+    /// socket unexpectedly". The caller bounds how long this may take.
+    pub(crate) fn finish(&mut self) -> std::io::Result<bool> {
+        match self {
+            Wire::Plain(_) | Wire::Tls(_) => Ok(true),
+            Wire::Rustls(t) => t.finish(),
+        }
+    }
+}
+
+impl RustlsWire {
+    fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            match self.session.reader().read(buf) {
+                Ok(n) => {
+                    self.maybe_buffered = n > 0 && n == buf.len();
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            self.maybe_buffered = false;
+            if self.session.read_tls(&mut &self.socket)? == 0 {
+                return Ok(0);
+            }
+            self.session
+                .process_new_packets()
+                .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+        }
+    }
+
+    /// Sends the session's records first, then gives it more plaintext.
+    fn send_some(&mut self, out: &mut Outgoing) -> std::io::Result<bool> {
+        loop {
+            while self.session.wants_write() {
+                match self.session.write_tls(&mut &self.socket) {
+                    Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+            if self.staged_at == self.staged.len() {
+                self.staged.clear();
+                self.staged_at = 0;
+                out.copy_out(&mut self.staged, TLS_STAGED_BYTES);
+            }
+            if self.staged.is_empty() {
+                return Ok(true);
+            }
+            let n = self
+                .session
+                .writer()
+                .write(&self.staged[self.staged_at..])?;
+            if n == 0 {
+                return Err(ErrorKind::WriteZero.into());
+            }
+            self.staged_at += n;
+        }
+    }
+
+    fn finish(&mut self) -> std::io::Result<bool> {
+        if self.closing == Closing::Open {
+            self.session.send_close_notify();
+            self.closing = Closing::NotifyQueued;
+        }
+        if self.closing == Closing::NotifyQueued {
+            if !self.send_some(&mut Outgoing::default())? {
+                return Ok(false);
+            }
+            self.socket.shutdown(std::net::Shutdown::Write)?;
+            self.closing = Closing::WriteShut;
+        }
+        // What the client still sends (its close_notify), up to its close.
+        let mut sink = [0u8; 4096];
+        loop {
+            match (&self.socket).read(&mut sink) {
+                Ok(0) => return Ok(true),
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(_) => return Ok(true),
+            }
         }
     }
 }

@@ -1,9 +1,10 @@
-//! Connection workers: the node's NVMe/TCP connections served by one thread
-//! per core, not one per connection. The accept path hands each plain
-//! connection to a worker (in turn); the worker keeps its sockets
-//! non-blocking in one epoll set and gives every connection with something
-//! to do a turn ([`Connection::turn`]): take what the host sent, run its
-//! PDUs, issue and answer device I/O, send what the socket takes.
+//! Connection workers: the node's NVMe/TCP (and, on workers of their own,
+//! NBD) connections served by one thread per core, not one per connection.
+//! The accept path hands each connection, past its TLS or NBD handshake,
+//! to a worker (in turn); the worker keeps its sockets non-blocking in one
+//! epoll set and gives every connection with something to do a turn
+//! ([`Session::turn`]): take what the peer sent, run its requests, issue
+//! and answer device I/O, send what the socket takes.
 //!
 //! Between turns with nothing to do, a worker polls (epoll without waiting,
 //! and the device completions of its busy connections) for a short while
@@ -22,12 +23,13 @@
 //! queue's on the worker's helper thread, which takes the connection for
 //! the time being, so that a long one holds up no other connection. A TLS
 //! connection is served the same way once its handshake is done (the
-//! session non-blocking over its socket: [`crate::wire::Wire`]); NBD's
-//! connections keep a thread each.
+//! session non-blocking over its socket: [`crate::wire::Wire`]), and so is
+//! an NBD client past its handshake: a worker serves
+//! [`Session`]s, whatever their protocol.
 
 use crate::admission::Counted;
-use crate::connection::{Connection, Receiving};
-use crate::controller::{Queue, Subsystem};
+use crate::controller::Subsystem;
+use crate::session::{Begin, Session};
 use crate::wire::Wire;
 use sluice_io::readiness::{Interest, Poller, Wakeup};
 use std::collections::HashMap;
@@ -56,8 +58,8 @@ const MAX_EVENTS: usize = 256;
 pub(crate) struct Handoff {
     pub(crate) wire: Wire,
     pub(crate) counted: Counted,
-    /// The host a TLS session authenticated (its PSK identity's NQN).
-    pub(crate) host: Option<String>,
+    /// Its protocol's session, made on the worker.
+    pub(crate) begin: Begin,
 }
 
 struct WorkerHandle {
@@ -75,11 +77,13 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` workers serving `subsystem` until `stop` is set.
+    /// Starts `count` workers serving `subsystem` until `stop` is set, their
+    /// threads named `name`-N.
     pub(crate) fn start(
         count: usize,
         subsystem: Arc<Subsystem>,
         stop: Arc<AtomicBool>,
+        name: &str,
     ) -> std::io::Result<Workers> {
         assert!(count > 0, "at least one worker");
         let mut workers = Vec::with_capacity(count);
@@ -92,7 +96,7 @@ impl Workers {
             let (stop, done) = (stop.clone(), done.clone());
             threads.push(
                 std::thread::Builder::new()
-                    .name(format!("nvmf-worker-{i}"))
+                    .name(format!("{name}-{i}"))
                     .spawn(move || worker.run(&stop, &done))?,
             );
             workers.push(WorkerHandle { inbox, wakeup });
@@ -131,9 +135,8 @@ impl Workers {
 
 /// One connection of a worker.
 struct Served {
-    conn: Connection,
+    session: Box<dyn Session>,
     wire: Wire,
-    rx: Receiving,
     /// Watching for room to write too (answers wait for the host).
     watching_writes: bool,
     counted: Counted,
@@ -143,7 +146,7 @@ impl Served {
     /// Answers still to send: in the connection, or taken by its wire and
     /// not yet by the socket.
     fn has_unsent(&self) -> bool {
-        self.conn.has_unsent() || self.wire.has_unsent()
+        self.session.has_unsent() || self.wire.has_unsent()
     }
 }
 
@@ -229,7 +232,7 @@ impl Worker {
             // on one would hold up the others' answers: look at them all,
             // giving the core away between looks.
             let unsignalled_busy =
-                |s: &Served| s.conn.busy_at_device() && !s.conn.signals_completions();
+                |s: &Served| s.session.busy_at_device() && !s.session.signals_completions();
             if !self.served.values().any(unsignalled_busy) {
                 self.wait(TICK);
                 continue;
@@ -237,7 +240,7 @@ impl Worker {
             let busy = self
                 .served
                 .values()
-                .filter(|s| s.conn.busy_at_device())
+                .filter(|s| s.session.busy_at_device())
                 .count();
             if busy > 1 {
                 self.wait(Duration::ZERO);
@@ -247,17 +250,17 @@ impl Worker {
             let busy = self
                 .served
                 .iter_mut()
-                .find(|(_, s)| s.conn.busy_at_device());
+                .find(|(_, s)| s.session.busy_at_device());
             match busy {
                 Some((token, s)) => {
-                    s.conn.wait_for_device();
+                    s.session.wait_for_device();
                     self.ready.push(*token);
                 }
                 None => self.wait(TICK),
             }
         }
         for (_, s) in self.served.drain() {
-            s.conn.close();
+            s.session.close();
         }
     }
 
@@ -315,7 +318,7 @@ impl Worker {
             };
             if let Err(e) = self.poller.add(s.wire.socket(), token, interest) {
                 log::warn!("a connection could not rejoin its worker: {e}");
-                s.conn.close();
+                s.session.close();
                 continue;
             }
             let mut s = s;
@@ -339,10 +342,10 @@ impl Worker {
                 .name("nvmf-slow".into())
                 .spawn(move || {
                     for (token, mut s) in rx {
-                        s.conn.run_deferred();
+                        s.session.run_deferred();
                         if let Err(std::sync::mpsc::SendError((_, s))) = back.send((token, s)) {
                             // The worker has stopped.
-                            s.conn.close();
+                            s.session.close();
                             continue;
                         }
                         wakeup.wake();
@@ -356,11 +359,11 @@ impl Worker {
         // It goes holding no write share: its writes at the device are
         // reaped here first, or a Compare-and-Write queued before it on the
         // helper would wait for them for ever.
-        s.conn.drain_device();
+        s.session.drain_device();
         let _ = self.poller.remove(s.wire.socket());
         let helper = self.helper.as_ref().expect("started above");
         if let Err(std::sync::mpsc::SendError((_, s))) = helper.send((token, s)) {
-            s.conn.close();
+            s.session.close();
             return Err(std::io::Error::other(
                 "the worker's helper thread has stopped",
             ));
@@ -383,20 +386,12 @@ impl Worker {
             if h.counted.in_setup() {
                 self.setting_up += 1;
             }
-            let subsystem = self.subsystem.clone();
-            let queue = match h.host {
-                Some(host) => Queue::authenticated(subsystem, host),
-                None => Queue::new(subsystem),
-            };
+            let completions = std::os::fd::AsRawFd::as_raw_fd(self.completions.fd());
             self.served.insert(
                 token,
                 Served {
-                    conn: Connection::new(
-                        queue,
-                        std::os::fd::AsRawFd::as_raw_fd(self.completions.fd()),
-                    ),
+                    session: (h.begin)(self.subsystem.clone(), completions),
                     wire: h.wire,
-                    rx: Receiving::new(),
                     watching_writes: false,
                     counted: h.counted,
                 },
@@ -416,12 +411,14 @@ impl Worker {
         let mut ended = Vec::new();
         for (token, s) in &mut self.served {
             let is_ready = ready.binary_search(token).is_ok();
-            let wants_turn =
-                s.conn.busy_at_device() || s.has_unsent() || s.rx.held() || s.wire.has_buffered();
+            let wants_turn = s.session.busy_at_device()
+                || s.has_unsent()
+                || s.session.held()
+                || s.wire.has_buffered();
             if !(wants_turn || is_ready) {
                 continue;
             }
-            match s.conn.turn(&mut s.wire, &mut s.rx) {
+            match s.session.turn(&mut s.wire) {
                 Ok(p) => progressed |= p,
                 Err(end) => {
                     if let Err(e) = end {
@@ -465,10 +462,10 @@ impl Worker {
             if !s.counted.in_setup() {
                 continue;
             }
-            if s.conn.is_connected() {
+            if s.session.is_connected() {
                 s.counted.admitted();
                 self.setting_up -= 1;
-            } else if s.conn.initialized() {
+            } else if s.session.initialized() {
                 s.counted.talking();
             }
         }
@@ -484,21 +481,21 @@ impl Worker {
         let waiting: Vec<u64> = self
             .served
             .iter()
-            .filter(|(_, s)| s.conn.has_deferred())
+            .filter(|(_, s)| s.session.has_deferred())
             .map(|(t, _)| *t)
             .collect();
         if waiting.is_empty() {
             return false;
         }
         for t in waiting {
-            if !self.served[&t].conn.is_admin() {
+            if !self.served[&t].session.runs_on_worker() {
                 if let Err(e) = self.hand_to_helper(t) {
                     log::error!("{e}");
                 }
                 continue;
             }
             if let Some(s) = self.served.get_mut(&t) {
-                s.conn.run_deferred();
+                s.session.run_deferred();
             }
             // Its answers go out, and later PDUs are handled, next turn.
             self.ready.push(t);
@@ -511,7 +508,7 @@ impl Worker {
         let expired: Vec<(u64, String)> = self
             .served
             .iter()
-            .filter_map(|(t, s)| s.conn.expired(&s.rx).map(|why| (*t, why)))
+            .filter_map(|(t, s)| s.session.expired().map(|why| (*t, why)))
             .collect();
         for (token, why) in expired {
             if let Some(s) = self.served.get(&token) {
@@ -527,7 +524,7 @@ impl Worker {
                 self.setting_up -= 1;
             }
             let _ = self.poller.remove(s.wire.socket());
-            s.conn.close();
+            s.session.close();
         }
     }
 }

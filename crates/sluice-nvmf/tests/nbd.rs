@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)] // a test's panic is its failure report
 
 mod common;
-use common::rss_bytes;
+use common::{rss_bytes, threads_named};
 use rand::{Rng, SeedableRng};
 use sluice_io::{FileDevice, FileOptions};
 use sluice_nvmf::controller::{Namespace, Subsystem};
@@ -533,4 +533,34 @@ fn idle_connections_cannot_lock_clients_out() {
     let mut second = connect(&address, false);
     write_then_read(&mut second, 9);
     drop((attack, more));
+}
+
+/// A client costs no thread once its handshake is done: the node's workers
+/// serve it with the others. 32 clients each write and read back, and the threads that ran their handshakes
+/// are gone; then each is served again.
+#[test]
+fn clients_are_served_by_the_workers() {
+    let (address, _stop, _dir, _) = start_configured(sluice_nvmf::nbd::NbdConfig {
+        max_connections: 64,
+        workers: 2,
+        ..Default::default()
+    });
+    let mut clients: Vec<TcpStream> = (0..32).map(|_| connect(&address, false)).collect();
+    for (i, c) in clients.iter_mut().enumerate() {
+        write_then_read(c, i as u8);
+    }
+    // The handshake threads end with their handoff; other tests of this
+    // binary hold a few connections at most.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while threads_named("nbd-conn") >= 8 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let conn_threads = threads_named("nbd-conn");
+    assert!(
+        conn_threads < 8,
+        "{conn_threads} connection threads for 32 NBD clients"
+    );
+    for (i, c) in clients.iter_mut().enumerate() {
+        write_then_read(c, 100 + i as u8);
+    }
 }

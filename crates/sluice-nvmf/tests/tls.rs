@@ -124,17 +124,6 @@ fn tls_on_takes_plain_and_tls_hosts() {
     let mut tls = connect_tls(&t, &key, HOST, Digests::default());
     tls.connect(NQN, HOST, 0, 0xffff, 0).unwrap();
 }
-
-/// Threads of this process named `name` (test threads and other tests'
-/// targets included).
-fn threads_named(name: &str) -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.trim_end() == name)
-        .count()
-}
-
 /// A TLS connection costs no thread once its handshake is done: the
 /// node's workers serve it with the plain ones. 32 connections (16
 /// controllers, an admin and an I/O queue each) all doing I/O, and the

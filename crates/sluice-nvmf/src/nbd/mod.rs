@@ -5,26 +5,30 @@
 //! when the client asks for them (docs/NVMF.md, "NBD"). Export "" and "1"
 //! are namespace 1, "N" namespace N.
 //!
-//! One thread per connection; whole-block reads and writes are kept in
-//! flight at the device (`datapath`), everything else runs after them.
+//! The handshake runs on the thread that took the connection in (bounded in
+//! time, and in number by the node's setup slots); then the node's workers
+//! serve the transmission phase, many clients each: whole-block reads and
+//! writes are kept in flight at the device (`datapath`), everything else
+//! runs after them on the worker's helper thread.
 //! Requests at byte offsets the device's blocks
 //! do not align with are served by reading the covering blocks (and, for
 //! writes, writing them back under the namespace's write gate held alone, so
 //! no other write lands in between).
 //!
-//! Rooms: `handshake`, `transmission` (the requests kept at the device),
-//! `requests` (the wire format of requests and replies, and the requests
-//! run on the connection's thread).
+//! Rooms: `handshake`, `transmission` (a client's session on a worker:
+//! the requests kept at the device), `requests` (the wire format of
+//! requests and replies, and the requests that run the slow way).
 
 mod handshake;
 mod requests;
 mod transmission;
 
 use handshake::{export_size_bytes, greet, handshake, Haggled, Split, TlsState, Watchdog};
-use transmission::Transmission;
+use transmission::{NbdSession, NbdStart};
 
 use crate::controller::Subsystem;
-use crate::link::{PlainLink, RustlsLink};
+use crate::wire::Wire;
+use crate::worker::{Handoff, Workers};
 use std::io::{BufReader, BufWriter, ErrorKind, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::AtomicBool;
@@ -101,6 +105,9 @@ pub struct NbdConfig {
     pub handshake_timeout: std::time::Duration,
     /// A request must arrive whole within this of its first byte.
     pub request_timeout: std::time::Duration,
+    /// Threads serving the clients past their handshake (each serves
+    /// many): one per core by default.
+    pub workers: usize,
 }
 
 impl Default for NbdConfig {
@@ -111,12 +118,14 @@ impl Default for NbdConfig {
             tls_required: false,
             handshake_timeout: HANDSHAKE_TIMEOUT,
             request_timeout: REQUEST_TIMEOUT,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
 
 /// Accepts NBD clients on `listener` until `stop` is set, at most
-/// `config.max_connections` at once, each on a thread of its own.
+/// `config.max_connections` at once: each one's handshake on a thread of its
+/// own, then served by one of [`NbdConfig::workers`].
 pub fn serve(
     listener: TcpListener,
     subsystem: Arc<Subsystem>,
@@ -130,9 +139,19 @@ pub fn serve(
         ));
     }
     let max = config.max_connections;
-    crate::target::accept_loop(listener, max, stop, "nbd-conn", move |stream, counted| {
-        serve_client(stream, counted, subsystem.clone(), &config)
-    })
+    let workers = Arc::new(Workers::start(
+        config.workers.max(1),
+        subsystem.clone(),
+        stop.clone(),
+        "nbd-worker",
+    )?);
+    let handing = workers.clone();
+    let result =
+        crate::target::accept_loop(listener, max, stop, "nbd-conn", move |stream, counted| {
+            serve_client(stream, counted, &subsystem, &config, &handing)
+        });
+    workers.join();
+    result
 }
 
 /// How long a client may take over its handshake by default, all of it
@@ -145,10 +164,6 @@ pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 /// for ever.
 pub const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// How often a read that waits for a client wakes to look at the
-/// request's deadline.
-const REQUEST_POLL: std::time::Duration = std::time::Duration::from_secs(1);
-
 #[expect(
     clippy::expect_used,
     reason = "each expect states its invariant: offered only with a certificate"
@@ -156,8 +171,9 @@ const REQUEST_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 fn serve_client(
     stream: TcpStream,
     mut counted: crate::target::Counted,
-    subsystem: Arc<Subsystem>,
+    subsystem: &Subsystem,
     config: &NbdConfig,
+    workers: &Workers,
 ) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     // A client that never finishes its handshake does not hold a thread.
@@ -180,7 +196,7 @@ fn serve_client(
     let watchdog = Watchdog::arm(&stream, config.handshake_timeout, "the handshake")?;
     let no_zeroes = greet(&mut plain)?;
     counted.talking();
-    let haggled = handshake(&mut plain, &subsystem, tls, no_zeroes)?;
+    let haggled = handshake(&mut plain, subsystem, tls, no_zeroes)?;
     plain.w.flush()?;
     let (nsid, structured) = match haggled {
         Haggled::Abort => return Ok(()),
@@ -198,28 +214,51 @@ fn serve_client(
                 active: true,
                 ..tls
             };
-            let haggled = handshake(&mut tls_stream, &subsystem, active, no_zeroes);
+            let haggled = handshake(&mut tls_stream, subsystem, active, no_zeroes);
             let haggled = haggled.and_then(|h| tls_stream.flush().map(|()| h))?;
             let Haggled::Export(nsid, structured) = haggled else {
                 return Ok(());
             };
             drop(watchdog);
             counted.admitted();
-            tls_stream.sock.set_read_timeout(Some(REQUEST_POLL))?;
-            return Transmission::new(subsystem, nsid, structured, config.request_timeout)
-                .run(RustlsLink { tls: tls_stream }, Vec::new());
+            let (session, socket) = tls_stream.into_parts();
+            // Requests sent right after the last option wait in the session.
+            let start = NbdStart {
+                nsid,
+                structured,
+                request_timeout: config.request_timeout,
+                early: Vec::new(),
+            };
+            return hand(workers, Wire::rustls(session, socket), counted, start);
         }
     };
     drop(watchdog);
     counted.admitted();
-    stream.set_read_timeout(Some(REQUEST_POLL))?;
-    // Requests the client sent right after its last option.
-    let early = plain.r.buffer().to_vec();
-    let link = PlainLink {
-        stream,
-        reader: crate::poll::PollingReader::new(),
+    let start = NbdStart {
+        nsid,
+        structured,
+        request_timeout: config.request_timeout,
+        // Requests the client sent right after its last option.
+        early: plain.r.buffer().to_vec(),
     };
-    Transmission::new(subsystem, nsid, structured, config.request_timeout).run(link, early)
+    drop(plain);
+    hand(workers, Wire::Plain(stream), counted, start)
+}
+
+/// Gives a client past its handshake to the workers.
+fn hand(
+    workers: &Workers,
+    wire: Wire,
+    counted: crate::target::Counted,
+    start: NbdStart,
+) -> std::io::Result<()> {
+    workers.hand(Handoff {
+        wire,
+        counted,
+        begin: Box::new(move |subsystem, completions| {
+            Box::new(NbdSession::new(subsystem, start, completions))
+        }),
+    })
 }
 
 fn protocol(what: &str) -> std::io::Error {
@@ -284,7 +323,7 @@ pub mod fuzzing {
         (chosen, io.output, io.input)
     }
 
-    /// A request as the transmission phase runs it on its own thread.
+    /// A request as the transmission phase runs it the slow way.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct Ran {
         /// Its command (NBD_CMD_*).

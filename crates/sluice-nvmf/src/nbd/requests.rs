@@ -1,6 +1,6 @@
-//! Requests and replies on the wire, and the requests that run on the
-//! connection's thread: flush, trim, write zeroes, FUA, unaligned and
-//! large reads and writes.
+//! Requests and replies on the wire, and the requests that run the slow
+//! way (on a worker's helper thread): flush, trim, write zeroes, FUA,
+//! unaligned and large reads and writes.
 
 use super::{
     cmd, export_size_bytes, protocol, CMD_FLAG_FUA, EINVAL, EIO, ENOSPC, ENOTSUP,

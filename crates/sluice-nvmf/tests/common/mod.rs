@@ -113,3 +113,13 @@ pub fn rss_bytes() -> u64 {
         .unwrap();
     kb << 10
 }
+
+/// Threads of this process named `name` (test threads and other tests'
+/// targets included).
+pub fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
