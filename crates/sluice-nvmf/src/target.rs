@@ -13,8 +13,7 @@
 pub use crate::admission::{Counted, SetupSlots};
 use crate::connection::{Connection, Receiving};
 pub use crate::connection::{MAXH2CDATA, MAX_PENDING_WRITES, SEND_TIMEOUT, SETUP_TIMEOUT};
-use crate::controller::Queue;
-use crate::controller::Subsystem;
+use crate::controller::{Queue, Subsystem};
 use crate::session::{Begin, Session};
 use crate::tls::TlsServer;
 use crate::wire::Wire;

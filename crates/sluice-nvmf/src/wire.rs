@@ -31,9 +31,7 @@ pub(crate) enum Wire {
 pub(crate) struct RustlsWire {
     session: rustls::ServerConnection,
     socket: TcpStream,
-    /// Plaintext staged for the session, sent up to `staged_at`.
-    staged: Vec<u8>,
-    staged_at: usize,
+    staged: Staged,
     /// The last read filled its buffer: more plaintext may be decrypted
     /// and waiting (the session's own bytes are looked at first).
     maybe_buffered: bool,
@@ -53,12 +51,48 @@ enum Closing {
 /// A TLS session on a worker, with the plaintext of answers staged for it.
 pub(crate) struct TlsWire {
     session: SslStream<PolledStream>,
-    /// Plaintext taken from the connection's answers, at most
-    /// [`TLS_STAGED_BYTES`] at a time; the session has taken it up to
-    /// `staged_at`. A write OpenSSL could not finish is retried with the
-    /// same bytes at the front, as it requires.
-    staged: Vec<u8>,
-    staged_at: usize,
+    staged: Staged,
+}
+
+/// Plaintext taken from a connection's answers for its TLS session, at
+/// most [`TLS_STAGED_BYTES`] at a time, which the session has taken up to
+/// `at`. A write the session could not finish is retried with the same
+/// bytes at the front, as OpenSSL requires.
+struct Staged {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl Staged {
+    fn new() -> Staged {
+        Staged {
+            bytes: Vec::with_capacity(TLS_STAGED_BYTES),
+            at: 0,
+        }
+    }
+
+    /// What the session is to take next: the rest of what is staged, or,
+    /// once all of it went, the next bytes of `out`; empty when nothing is
+    /// left to send.
+    fn next(&mut self, out: &mut Outgoing) -> &[u8] {
+        if self.at == self.bytes.len() {
+            self.bytes.clear();
+            self.at = 0;
+            out.copy_out(&mut self.bytes, TLS_STAGED_BYTES);
+        }
+        &self.bytes[self.at..]
+    }
+
+    /// The session took `n` bytes of [`Staged::next`].
+    fn took(&mut self, n: usize) {
+        self.at += n;
+        assert!(self.at <= self.bytes.len(), "took only what was staged");
+    }
+
+    /// Bytes staged that the session has not taken yet.
+    fn is_pending(&self) -> bool {
+        self.at < self.bytes.len()
+    }
 }
 
 impl Wire {
@@ -67,8 +101,7 @@ impl Wire {
         session.get_mut().serve_nonblocking()?;
         Ok(Wire::Tls(Box::new(TlsWire {
             session,
-            staged: Vec::with_capacity(TLS_STAGED_BYTES),
-            staged_at: 0,
+            staged: Staged::new(),
         })))
     }
 
@@ -78,8 +111,7 @@ impl Wire {
         Wire::Rustls(Box::new(RustlsWire {
             session,
             socket,
-            staged: Vec::with_capacity(TLS_STAGED_BYTES),
-            staged_at: 0,
+            staged: Staged::new(),
             maybe_buffered: true,
             closing: Closing::Open,
         }))
@@ -136,8 +168,8 @@ impl Wire {
     pub(crate) fn has_unsent(&self) -> bool {
         match self {
             Wire::Plain(_) => false,
-            Wire::Tls(t) => t.staged_at < t.staged.len(),
-            Wire::Rustls(t) => t.staged_at < t.staged.len() || t.session.wants_write(),
+            Wire::Tls(t) => t.staged.is_pending(),
+            Wire::Rustls(t) => t.staged.is_pending() || t.session.wants_write(),
         }
     }
 
@@ -200,22 +232,15 @@ impl RustlsWire {
                     Err(e) => return Err(e),
                 }
             }
-            if self.staged_at == self.staged.len() {
-                self.staged.clear();
-                self.staged_at = 0;
-                out.copy_out(&mut self.staged, TLS_STAGED_BYTES);
-            }
-            if self.staged.is_empty() {
+            let next = self.staged.next(out);
+            if next.is_empty() {
                 return Ok(true);
             }
-            let n = self
-                .session
-                .writer()
-                .write(&self.staged[self.staged_at..])?;
+            let n = self.session.writer().write(next)?;
             if n == 0 {
                 return Err(ErrorKind::WriteZero.into());
             }
-            self.staged_at += n;
+            self.staged.took(n);
         }
     }
 
@@ -248,17 +273,13 @@ impl RustlsWire {
 impl TlsWire {
     fn send_some(&mut self, out: &mut Outgoing) -> std::io::Result<bool> {
         loop {
-            if self.staged_at == self.staged.len() {
-                self.staged.clear();
-                self.staged_at = 0;
-                out.copy_out(&mut self.staged, TLS_STAGED_BYTES);
-            }
-            if self.staged.is_empty() {
+            let next = self.staged.next(out);
+            if next.is_empty() {
                 return Ok(true);
             }
-            match self.session.write(&self.staged[self.staged_at..]) {
+            match self.session.write(next) {
                 Ok(0) => return Err(ErrorKind::WriteZero.into()),
-                Ok(n) => self.staged_at += n,
+                Ok(n) => self.staged.took(n),
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
                 Err(e) => return Err(e),

@@ -245,9 +245,6 @@ impl Connection {
         Err(format!("fatal transport error: {fatal}"))
     }
 
-    /// Why a worker's connection must end now, if it must: no ICReq and
-    /// Connect in time, a silent host past its keep-alive, or a host that
-    /// has not taken its answers for [`SEND_TIMEOUT`].
     /// Whether the host's ICReq came.
     pub(crate) fn initialized(&self) -> bool {
         self.initialized
@@ -259,6 +256,9 @@ impl Connection {
         self.queue.is_connected()
     }
 
+    /// Why a worker's connection must end now, if it must: no ICReq and
+    /// Connect in time, a silent host past its keep-alive, or a host that
+    /// has not taken its answers for [`SEND_TIMEOUT`].
     pub(crate) fn expired(&self, rx: &Receiving) -> Option<String> {
         if !self.queue.is_connected() && rx.opened.elapsed() > SETUP_TIMEOUT {
             return Some(format!(
